@@ -1,0 +1,5 @@
+// PLACEHOLDER: replaced by the Array ops implementation.
+#include "graph/op_registry.h"
+namespace sf {
+void RegisterArrayOps(OpRegistry&) {}
+}  // namespace sf

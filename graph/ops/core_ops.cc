@@ -1,0 +1,96 @@
+// Core ops: Const, Placeholder, Identity, NoOp, StopGradient.
+#include "graph/op_registry.h"
+#include "shardflow/ops.h"
+
+namespace sf {
+
+void RegisterCoreOps(OpRegistry& reg) {
+  (void)reg.Register(OpBuilder("Const").Inputs(0)
+      .Shape([](InferenceContext& c) -> Status {
+        SF_ASSIGN_OR_RETURN(Tensor v, c.Attr<Tensor>("value"));
+        if (!v.valid()) return c.Error("Const needs a valid 'value' tensor");
+        c.set_output(0, v.dtype(), PartialShape(v.shape()));
+        return Status::OK();
+      })
+      .NotDifferentiable().Summary("A constant tensor (attr value).").Build());
+
+  (void)reg.Register(OpBuilder("Placeholder").Inputs(0)
+      .Shape([](InferenceContext& c) -> Status {
+        SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
+        SF_ASSIGN_OR_RETURN(PartialShape s, c.AttrOr<PartialShape>("shape", PartialShape()));
+        c.set_output(0, t, s);
+        return Status::OK();
+      })
+      .NotDifferentiable().Summary("A value fed at run time (attrs dtype, shape).").Build());
+
+  (void)reg.Register(OpBuilder("Identity").Inputs(1).Shape(UnchangedShape)
+      .Grad([](Graph&, const Node&, const std::vector<Output>& dy) { return std::vector<Output>{dy[0]}; })
+      .Summary("Returns its input.").Build());
+
+  (void)reg.Register(OpBuilder("NoOp").Inputs(0)
+      .Shape([](InferenceContext&) { return Status::OK(); })
+      .NotDifferentiable().Summary("Does nothing; groups control inputs.").Build());
+
+  (void)reg.Register(OpBuilder("StopGradient").Inputs(1).Shape(UnchangedShape)
+      .NotDifferentiable().Summary("Identity whose gradient is zero.").Build());
+}
+
+namespace ops {
+
+Output Const(Graph& g, Tensor value, const std::string& name) {
+  AttrMap a;
+  a.Set("value", std::move(value));
+  return g.Add1("Const", {}, std::move(a), name);
+}
+Output Const(Graph& g, float v) { return Const(g, Tensor::Scalar<float>(v)); }
+Output Const(Graph& g, double v) { return Const(g, Tensor::Scalar<double>(v)); }
+Output Const(Graph& g, int32_t v) { return Const(g, Tensor::Scalar<int32_t>(v)); }
+Output Const(Graph& g, int64_t v) { return Const(g, Tensor::Scalar<int64_t>(v)); }
+Output Const(Graph& g, const std::vector<float>& v, const Shape& shape) {
+  if (NumElements(shape) != static_cast<int64_t>(v.size())) {
+    g.RecordError(InvalidArgument("Const: " + std::to_string(v.size()) +
+                                  " values do not fill shape " + ShapeString(shape)));
+    return Output();
+  }
+  return Const(g, Tensor::FromVector(v, shape));
+}
+Output Const(Graph& g, const std::vector<int32_t>& v) { return Const(g, Tensor::FromVector(v)); }
+
+Output ScalarLike(Graph& g, Output like, double v) {
+  if (!like.valid()) return Output();
+  switch (like.dtype()) {
+    case DType::kFloat64: return Const(g, Tensor::Scalar<double>(v));
+    case DType::kInt32: return Const(g, Tensor::Scalar<int32_t>(static_cast<int32_t>(v)));
+    case DType::kInt64: return Const(g, Tensor::Scalar<int64_t>(static_cast<int64_t>(v)));
+    default: return Const(g, Tensor::Scalar<float>(static_cast<float>(v)));
+  }
+}
+
+Output Placeholder(Graph& g, DType dtype, PartialShape shape, const std::string& name) {
+  AttrMap a;
+  a.Set("dtype", dtype);
+  a.Set("shape", std::move(shape));
+  return g.Add1("Placeholder", {}, std::move(a), name);
+}
+
+Output Identity(Graph& g, Output x, const std::string& name) {
+  return g.Add1("Identity", {x}, {}, name);
+}
+
+int NoOp(Graph& g, const std::vector<int>& control_inputs, const std::string& name) {
+  int id = g.AddNode("NoOp", {}, {}, name);
+  if (id < 0) return -1;
+  for (int c : control_inputs) {
+    Status s = g.AddControlInput(id, c);
+    if (!s.ok()) {
+      g.RecordError(s);
+      return -1;
+    }
+  }
+  return id;
+}
+
+Output StopGradient(Graph& g, Output x) { return g.Add1("StopGradient", {x}); }
+
+}  // namespace ops
+}  // namespace sf

@@ -1,0 +1,5 @@
+// PLACEHOLDER: replaced by the Random ops implementation.
+#include "graph/op_registry.h"
+namespace sf {
+void RegisterRandomOps(OpRegistry&) {}
+}  // namespace sf

@@ -1,0 +1,5 @@
+// PLACEHOLDER: replaced by the Training ops implementation.
+#include "graph/op_registry.h"
+namespace sf {
+void RegisterTrainingOps(OpRegistry&) {}
+}  // namespace sf

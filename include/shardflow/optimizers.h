@@ -1,0 +1,91 @@
+// Optimizers: each builds the ops that apply gradients to variables; the
+// update runs inside the variable shard actor that holds the variable and
+// its slots (accumulators), so an update is atomic.
+//
+//   auto train = sf::MomentumOptimizer(0.01, 0.9).Minimize(g, loss);
+//   session.Run({{"x", xb}, {"y", yb}}, {loss}, {train});
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardflow/graph.h"
+
+namespace sf {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Adds the gradients of loss with respect to every trainable variable
+  // (or `var_list`: reads returned by ops::Variable) and the update ops;
+  // returns the id of a NoOp that runs them all, or the error.
+  Result<int> Minimize(Graph& g, Output loss, const std::vector<Output>& var_list = {});
+  // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
+  Result<int> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
+  virtual std::string name() const = 0;
+
+ protected:
+  // Adds the update of one variable (its handle) by grad, creating slots.
+  virtual Result<int> ApplyOne(Graph& g, Output handle, Output grad) = 0;
+  // Creates (once per graph) a slot variable beside `handle`, zero- or value-initialised.
+  Output Slot(Graph& g, Output handle, const std::string& slot_name, double init = 0.0);
+};
+
+class GradientDescentOptimizer : public Optimizer {
+ public:
+  explicit GradientDescentOptimizer(double learning_rate) : lr_(learning_rate) {}
+  std::string name() const override { return "GradientDescent"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+ private:
+  double lr_;
+};
+
+class MomentumOptimizer : public Optimizer {
+ public:
+  MomentumOptimizer(double learning_rate, double momentum, bool use_nesterov = false)
+      : lr_(learning_rate), momentum_(momentum), nesterov_(use_nesterov) {}
+  std::string name() const override { return "Momentum"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+ private:
+  double lr_, momentum_;
+  bool nesterov_;
+};
+
+class AdagradOptimizer : public Optimizer {
+ public:
+  explicit AdagradOptimizer(double learning_rate, double initial_accumulator = 0.1)
+      : lr_(learning_rate), init_(initial_accumulator) {}
+  std::string name() const override { return "Adagrad"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+ private:
+  double lr_, init_;
+};
+
+class AdamOptimizer : public Optimizer {
+ public:
+  explicit AdamOptimizer(double learning_rate = 0.001, double beta1 = 0.9, double beta2 = 0.999,
+                         double epsilon = 1e-8)
+      : lr_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(epsilon) {}
+  std::string name() const override { return "Adam"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+ private:
+  double lr_, beta1_, beta2_, eps_;
+};
+
+class RMSPropOptimizer : public Optimizer {
+ public:
+  explicit RMSPropOptimizer(double learning_rate, double rho = 0.9, double momentum = 0.0,
+                            double epsilon = 1e-10)
+      : lr_(learning_rate), rho_(rho), momentum_(momentum), eps_(epsilon) {}
+  std::string name() const override { return "RMSProp"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+ private:
+  double lr_, rho_, momentum_, eps_;
+};
+
+}  // namespace sf

@@ -1,0 +1,56 @@
+// Session: runs a graph on the embedded in-process actor runtime.
+//
+// The session starts a CAF actor system; a coordinator actor prunes the graph
+// to what the fetches need, partitions it (one CPU device for now) and hands
+// each partition to a partition actor; variables live in variable shard
+// actors, which keep their values between runs.
+// Thread-safety: Run may be called from many threads at once; each call is
+// one step with its own id.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardflow/graph.h"
+
+namespace sf {
+
+struct SessionOptions {
+  int compute_threads = 0;    // compute pool size; 0 = one per core
+  int scheduler_threads = 0;  // CAF scheduler threads; 0 = 2
+};
+
+// Feeds by tensor name ("x" or "x:0").
+using FeedMap = std::vector<std::pair<std::string, Tensor>>;
+
+class Session {
+ public:
+  // REQUIRES: g outlives the session and is not modified while it runs.
+  explicit Session(const Graph& g, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Runs one step: feeds placeholders, computes fetches (tensor names or
+  // Outputs) and runs target nodes. Returns one tensor per fetch, or the
+  // first error: a missing or wrongly typed feed, an unknown name, a graph
+  // cycle, or a kernel failure naming its op and node.
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                                  const std::vector<std::string>& targets = {});
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
+                                  const std::vector<int>& target_nodes = {});
+  // The same, returning at once; done runs on a runtime thread with the result.
+  void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                const std::vector<std::string>& targets,
+                std::function<void(Result<std::vector<Tensor>>)> done);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sf

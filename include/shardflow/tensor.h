@@ -1,0 +1,217 @@
+// Tensor: a dtype, a shape and a refcounted 64-byte-aligned buffer.
+//
+// Copying a Tensor shares the buffer (no bytes are copied); Copy() makes a deep
+// copy. Kernels view a tensor through Eigen maps (flat<T>(), matrix<T>(), ...).
+// Thread-safety: a Tensor value may be read from many threads; writing through
+// a shared buffer while others read is the caller's responsibility (the
+// runtime only writes buffers it has just allocated).
+//
+// Shape is the concrete shape of a tensor; PartialShape is what graph
+// construction knows (unknown rank, or unknown dimensions written -1).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include "shardflow/status.h"
+
+namespace sf {
+
+enum class DType : uint8_t {
+  kInvalid = 0,
+  kFloat32 = 1,
+  kFloat64 = 2,
+  kInt32 = 3,
+  kInt64 = 4,
+  kBool = 5,
+  kBFloat16 = 6,  // reserved: storage only for now
+  kFloat16 = 7,   // reserved: storage only for now
+  kResource = 8,  // a scalar int64 id naming a variable of the session
+};
+
+// "float32", "int64", ...; "invalid" for unknown values.
+const char* DTypeName(DType t);
+// Parses "float32"/"f32", ...; InvalidArgument naming the text otherwise.
+Result<DType> ParseDType(const std::string& name);
+// Bytes per element; 0 for kInvalid.
+size_t DTypeSize(DType t);
+bool IsFloating(DType t);
+bool IsInteger(DType t);
+
+template <typename T> struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
+template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
+template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
+template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+
+using Shape = std::vector<int64_t>;
+
+int64_t NumElements(const Shape& s);
+// "[2,3]"; "[]" for a scalar.
+std::string ShapeString(const Shape& s);
+
+// What graph construction knows of a shape: unknown rank, or a rank with some
+// dimensions unknown (-1).
+class PartialShape {
+ public:
+  PartialShape() = default;  // unknown rank
+  PartialShape(Shape dims) : known_rank_(true), dims_(std::move(dims)) {}  // NOLINT
+  PartialShape(std::initializer_list<int64_t> dims) : known_rank_(true), dims_(dims) {}
+  static PartialShape Unknown() { return PartialShape(); }
+  static PartialShape UnknownDims(int rank) { return PartialShape(Shape(rank, -1)); }
+  bool rank_known() const { return known_rank_; }
+  int rank() const { return known_rank_ ? static_cast<int>(dims_.size()) : -1; }
+  int64_t dim(int i) const { return dims_[i]; }
+  const Shape& dims() const { return dims_; }
+  bool fully_defined() const;
+  // True when a concrete shape could satisfy both.
+  bool CompatibleWith(const PartialShape& o) const;
+  bool CompatibleWith(const Shape& s) const { return CompatibleWith(PartialShape(s)); }
+  // The more specific of two compatible shapes.
+  PartialShape Merge(const PartialShape& o) const;
+  // "[?,784]"; "<unknown>" for unknown rank.
+  std::string ToString() const;
+  bool operator==(const PartialShape& o) const {
+    return known_rank_ == o.known_rank_ && dims_ == o.dims_;
+  }
+
+ private:
+  bool known_rank_ = false;
+  Shape dims_;
+};
+
+// 64-byte-aligned, refcounted storage.
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an invalid (empty) tensor; valid() is false
+  // Allocates an uninitialised tensor. REQUIRES: every dim >= 0.
+  Tensor(DType dtype, Shape shape);
+
+  template <typename T>
+  static Tensor Scalar(T v) {
+    Tensor t(DTypeOf<T>::value, {});
+    t.data<T>()[0] = v;
+    return t;
+  }
+  template <typename T>
+  static Tensor FromVector(const std::vector<T>& v, Shape shape) {
+    Tensor t(DTypeOf<T>::value, std::move(shape));
+    std::memcpy(t.raw_data(), v.data(), sizeof(T) * v.size());
+    return t;
+  }
+  template <typename T>
+  static Tensor FromVector(const std::vector<T>& v) {
+    return FromVector(v, Shape{static_cast<int64_t>(v.size())});
+  }
+  static Tensor FromBools(const std::vector<bool>& v, Shape shape);
+  // A tensor filled with zeros.
+  static Tensor Zeros(DType dtype, Shape shape);
+
+  bool valid() const { return dtype_ != DType::kInvalid; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t num_elements() const { return num_elements_; }
+  size_t bytes() const { return num_elements_ * DTypeSize(dtype_); }
+
+  void* raw_data() const { return buf_ ? buf_->data() : nullptr; }
+  template <typename T> T* data() const { return static_cast<T*>(raw_data()); }
+  // The value of a one-element tensor, converted to T (any numeric dtype).
+  template <typename T> T scalar_as() const;
+  // All elements converted to T (any numeric dtype).
+  template <typename T> std::vector<T> ToVector() const;
+
+  // Eigen views. REQUIRES: T matches dtype().
+  template <typename T>
+  Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor>, Eigen::Aligned> flat() const {
+    return Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor>, Eigen::Aligned>(
+        data<T>(), num_elements_);
+  }
+  template <typename T, int N>
+  Eigen::TensorMap<Eigen::Tensor<T, N, Eigen::RowMajor>, Eigen::Aligned> tensor() const {
+    Eigen::DSizes<Eigen::Index, N> d;
+    for (int i = 0; i < N; ++i) d[i] = shape_[i];
+    return Eigen::TensorMap<Eigen::Tensor<T, N, Eigen::RowMajor>, Eigen::Aligned>(data<T>(), d);
+  }
+  template <typename T>
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> matrix() const {
+    return Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+        data<T>(), shape_[0], shape_[1]);
+  }
+
+  // A tensor sharing this buffer with another shape of the same element count.
+  Result<Tensor> Reshaped(Shape shape) const;
+  // A deep copy.
+  Tensor Copy() const;
+  // True when both share one buffer.
+  bool SharesBufferWith(const Tensor& o) const { return buf_ && buf_ == o.buf_; }
+  // "float32[2,3]" and, for small tensors, the values.
+  std::string DebugString(int max_values = 16) const;
+
+ private:
+  DType dtype_ = DType::kInvalid;
+  Shape shape_;
+  int64_t num_elements_ = 0;
+  std::shared_ptr<Buffer> buf_;
+};
+
+template <typename T> struct TypeTag { using type = T; };
+
+// Calls f(TypeTag<T>{}) with the C++ type of a numeric dtype; returns false
+// for other dtypes. Use: [&](auto tag) { using T = typename decltype(tag)::type; }
+template <typename F>
+bool DispatchNumeric(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(TypeTag<float>{}); return true;
+    case DType::kFloat64: f(TypeTag<double>{}); return true;
+    case DType::kInt32: f(TypeTag<int32_t>{}); return true;
+    case DType::kInt64: f(TypeTag<int64_t>{}); return true;
+    case DType::kBool: f(TypeTag<bool>{}); return true;
+    default: return false;
+  }
+}
+
+template <typename T>
+T Tensor::scalar_as() const {
+  T out{};
+  DispatchNumeric(dtype_, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    out = static_cast<T>(data<U>()[0]);
+  });
+  return out;
+}
+
+template <typename T>
+std::vector<T> Tensor::ToVector() const {
+  std::vector<T> out(num_elements_);
+  DispatchNumeric(dtype_, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const U* p = data<U>();
+    for (int64_t i = 0; i < num_elements_; ++i) out[i] = static_cast<T>(p[i]);
+  });
+  return out;
+}
+
+}  // namespace sf

@@ -1,0 +1,30 @@
+// The CPU kernel groups, one per file in kernels/cpu/; each registers the
+// kernels of the ops of the matching graph/ops/ file.
+#pragma once
+
+#include "kernels/op_kernel.h"
+
+namespace sf {
+
+void RegisterCoreKernels(KernelRegistry& reg);
+void RegisterArrayKernels(KernelRegistry& reg);
+void RegisterMathKernels(KernelRegistry& reg);
+void RegisterNNKernels(KernelRegistry& reg);
+void RegisterStateKernels(KernelRegistry& reg);
+void RegisterRandomKernels(KernelRegistry& reg);
+void RegisterTrainingKernels(KernelRegistry& reg);
+
+// The registry of every standard kernel, built on first use.
+const KernelRegistry& StandardKernelRegistry();
+
+// Registers K for `op` on the CPU for each listed dtype (kInvalid = any);
+// a duplicate is our bug and aborts.
+template <typename K>
+void RegisterCPU(KernelRegistry& reg, const std::string& op, std::initializer_list<DType> dtypes) {
+  for (DType t : dtypes) {
+    Status s = reg.Register(op, DeviceType::kCPU, t, MakeFactory<K>());
+    if (!s.ok()) std::abort();
+  }
+}
+
+}  // namespace sf

@@ -1,0 +1,25 @@
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace sf {
+
+void RegisterStandardKernels(KernelRegistry& reg) {
+  RegisterCoreKernels(reg);
+  RegisterArrayKernels(reg);
+  RegisterMathKernels(reg);
+  RegisterNNKernels(reg);
+  RegisterStateKernels(reg);
+  RegisterRandomKernels(reg);
+  RegisterTrainingKernels(reg);
+}
+
+const KernelRegistry& StandardKernelRegistry() {
+  // Built on first use by an explicit call, so no static-initialisation order.
+  static const KernelRegistry* reg = [] {
+    auto* r = new KernelRegistry();
+    RegisterStandardKernels(*r);
+    return r;
+  }();
+  return *reg;
+}
+
+}  // namespace sf

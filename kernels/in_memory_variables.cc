@@ -1,0 +1,116 @@
+#include "kernels/in_memory_variables.h"
+
+#include "kernels/optimizer_math.h"
+
+namespace sf {
+
+Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape& declared,
+                   AssignMode mode, const Tensor& value, Tensor* stored) {
+  if (value.dtype() != dtype)
+    return InvalidArgument("variable '" + var_name + "' is " + DTypeName(dtype) +
+                           ", cannot assign a " + DTypeName(value.dtype()) + " value");
+  if (!declared.CompatibleWith(value.shape()))
+    return InvalidArgument("variable '" + var_name + "' has shape " + declared.ToString() +
+                           ", cannot assign a value of shape " + ShapeString(value.shape()));
+  if (mode == AssignMode::kAssign) {
+    // Copy so that later in-place updates never touch the caller's buffer.
+    *stored = value.Copy();
+    return Status::OK();
+  }
+  if (!stored->valid())
+    return FailedPrecondition("variable '" + var_name + "' is read before it was initialised");
+  if (stored->shape() != value.shape())
+    return InvalidArgument("variable '" + var_name + "' has shape " + ShapeString(stored->shape()) +
+                           ", cannot add or subtract a value of shape " + ShapeString(value.shape()));
+  const double sign = mode == AssignMode::kAdd ? 1.0 : -1.0;
+  Tensor out = stored->Copy();  // copy-on-write: readers keep their snapshot
+  DispatchNumeric(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      if (sign > 0) out.flat<T>() += value.flat<T>();
+      else out.flat<T>() -= value.flat<T>();
+    }
+  });
+  *stored = out;
+  return Status::OK();
+}
+
+Result<int64_t> InMemoryVariables::Resolve(const std::string& name, DType dtype,
+                                           const PartialShape& shape) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = ids_.find(name);
+  if (it != ids_.end()) {
+    const Var& v = vars_[it->second];
+    if (v.dtype != dtype || !v.shape.CompatibleWith(shape))
+      return InvalidArgument("variable '" + name + "' exists as " + DTypeName(v.dtype) +
+                             v.shape.ToString() + ", not " + DTypeName(dtype) + shape.ToString());
+    return it->second;
+  }
+  int64_t id = static_cast<int64_t>(vars_.size());
+  vars_.push_back(Var{name, dtype, shape, Tensor()});
+  ids_[name] = id;
+  return id;
+}
+
+void InMemoryVariables::Read(int64_t id, std::function<void(Result<Tensor>)> done) {
+  Result<Tensor> r = Internal("unset");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) r = NotFound("no variable with id " + std::to_string(id));
+    else if (!vars_[id].value.valid())
+      r = FailedPrecondition("variable '" + vars_[id].name + "' is read before it was initialised");
+    else r = vars_[id].value;
+  }
+  done(std::move(r));
+}
+
+void InMemoryVariables::Assign(int64_t id, AssignMode mode, Tensor value,
+                               std::function<void(Result<Tensor>)> done) {
+  Result<Tensor> r = Internal("unset");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
+      r = NotFound("no variable with id " + std::to_string(id));
+    } else {
+      Var& v = vars_[id];
+      Status s = ApplyAssign(v.name, v.dtype, v.shape, mode, value, &v.value);
+      if (s.ok()) r = v.value;
+      else r = s;
+    }
+  }
+  done(std::move(r));
+}
+
+void InMemoryVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<Tensor> updated;
+    std::vector<Tensor*> ptrs;
+    for (int64_t id : req.var_ids) {
+      if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
+        s = NotFound("no variable with id " + std::to_string(id));
+        break;
+      }
+      if (!vars_[id].value.valid()) {
+        s = FailedPrecondition("variable '" + vars_[id].name + "' is updated before it was initialised");
+        break;
+      }
+      updated.push_back(vars_[id].value.Copy());  // copy-on-write
+    }
+    if (s.ok()) {
+      for (auto& t : updated) ptrs.push_back(&t);
+      s = ApplyOptimizerUpdate(req, ptrs);
+      if (s.ok())
+        for (size_t i = 0; i < updated.size(); ++i) vars_[req.var_ids[i]].value = updated[i];
+    }
+  }
+  done(s);
+}
+
+std::string InMemoryVariables::NameOf(int64_t id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return id >= 0 && id < static_cast<int64_t>(vars_.size()) ? vars_[id].name : "";
+}
+
+}  // namespace sf

@@ -1,0 +1,41 @@
+// InMemoryVariables: a VariableService holding variables in a map under one
+// mutex, answering synchronously. For tests and the reference evaluator; a
+// session uses variable shard actors instead.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/variable_service.h"
+
+namespace sf {
+
+class InMemoryVariables : public VariableService {
+ public:
+  Result<int64_t> Resolve(const std::string& name, DType dtype, const PartialShape& shape) override;
+  void Read(int64_t id, std::function<void(Result<Tensor>)> done) override;
+  void Assign(int64_t id, AssignMode mode, Tensor value,
+              std::function<void(Result<Tensor>)> done) override;
+  void Apply(ApplyRequest req, std::function<void(Status)> done) override;
+  std::string NameOf(int64_t id) const override;
+
+ private:
+  struct Var {
+    std::string name;
+    DType dtype;
+    PartialShape shape;
+    Tensor value;  // invalid until first assigned
+  };
+  mutable std::mutex mu_;
+  std::vector<Var> vars_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
+};
+
+// Shared checks and arithmetic of Assign/AssignAdd/AssignSub: updates *stored
+// (invalid = uninitialised) with value; errors name the variable.
+Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape& declared,
+                   AssignMode mode, const Tensor& value, Tensor* stored);
+
+}  // namespace sf

@@ -1,0 +1,142 @@
+// OpKernel: the code that computes one op on one device for one dtype, and the
+// registry that finds it.
+//
+// A kernel object is built once per node when a partition is planned (so it
+// parses its attributes once) and then computes once per step, possibly for
+// several steps at once: Compute must not keep per-step state in members
+// without a lock. Kernels never throw: they report through ctx->SetStatus().
+// Async kernels (variable access, queues) call done() exactly once, from any
+// thread, after setting outputs or a status.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shardflow/attr.h"
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace Eigen {
+struct ThreadPoolDevice;
+}
+
+namespace sf {
+
+class ComputePool;
+class VariableService;
+
+enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
+const char* DeviceTypeName(DeviceType d);
+
+// What a kernel knows when it is built.
+struct KernelInit {
+  std::string op;
+  std::string node_name;
+  const AttrMap* attrs = nullptr;
+  std::vector<DType> input_dtypes;
+  std::vector<DType> output_dtypes;
+  DeviceType device = DeviceType::kCPU;
+  VariableService* variables = nullptr;  // may be null outside a session
+
+  template <typename T>
+  Result<T> Attr(const std::string& name) const { return attrs->Get<T>(name); }
+  template <typename T>
+  Result<T> AttrOr(const std::string& name, T def) const { return attrs->GetOr<T>(name, def); }
+};
+
+class OpKernelContext {
+ public:
+  OpKernelContext(const Tensor* const* inputs, int num_inputs, Tensor* outputs, int num_outputs,
+                  ComputePool* pool, VariableService* variables, int64_t step_id)
+      : inputs_(inputs), num_inputs_(num_inputs), outputs_(outputs), num_outputs_(num_outputs),
+        pool_(pool), variables_(variables), step_id_(step_id) {}
+
+  int num_inputs() const { return num_inputs_; }
+  int num_outputs() const { return num_outputs_; }
+  const Tensor& input(int i) const { return *inputs_[i]; }
+  void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
+  // Allocates output i (uninitialised) and returns it.
+  Tensor& allocate_output(int i, DType dtype, Shape shape) {
+    outputs_[i] = Tensor(dtype, std::move(shape));
+    return outputs_[i];
+  }
+  Tensor& output(int i) { return outputs_[i]; }
+
+  void SetStatus(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  const Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
+
+  ComputePool* pool() const { return pool_; }
+  // The Eigen device for intra-op parallelism (never null inside a session).
+  const Eigen::ThreadPoolDevice& eigen_device() const;
+  VariableService* variables() const { return variables_; }
+  int64_t step_id() const { return step_id_; }
+
+ private:
+  const Tensor* const* inputs_;
+  int num_inputs_;
+  Tensor* outputs_;
+  int num_outputs_;
+  ComputePool* pool_;
+  VariableService* variables_;
+  int64_t step_id_;
+  Status status_;
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  // Synchronous kernels compute here.
+  virtual void Compute(OpKernelContext* ctx) = 0;
+  // Async kernels override both: IsAsync() true, ComputeAsync calls done once.
+  virtual bool IsAsync() const { return false; }
+  virtual void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) {
+    Compute(ctx);
+    done();
+  }
+  // True for kernels whose output depends on more than their inputs (random,
+  // variables): the runtime never caches or folds them.
+  virtual bool IsStateful() const { return false; }
+};
+
+// Builds a kernel for a node; returns an error naming the attr that is wrong.
+using KernelFactory = std::function<Result<std::unique_ptr<OpKernel>>(const KernelInit&)>;
+
+// Kernels keyed by (op, device, dtype). DType::kInvalid registers a kernel for
+// every dtype of that op (type-agnostic ops such as Identity, Reshape).
+class KernelRegistry {
+ public:
+  // Registers a kernel; returns AlreadyExists-style InvalidArgument on a duplicate key.
+  Status Register(const std::string& op, DeviceType device, DType dtype, KernelFactory f);
+  // Finds the kernel for a node; NotFound naming op, device and dtype otherwise.
+  Result<const KernelFactory*> Find(const std::string& op, DeviceType device, DType dtype) const;
+  bool Has(const std::string& op, DeviceType device, DType dtype) const;
+  // Every (op, device, dtype) registered, for the test that runs them all.
+  std::vector<std::tuple<std::string, DeviceType, DType>> Keys() const;
+
+ private:
+  std::map<std::tuple<std::string, DeviceType, DType>, KernelFactory> kernels_;
+};
+
+// Registers a kernel class K constructible as K(const KernelInit&, Status*)
+// for an op on the CPU for each dtype given.
+template <typename K>
+KernelFactory MakeFactory() {
+  return [](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
+    Status s;
+    auto k = std::make_unique<K>(init, &s);
+    if (!s.ok()) return s;
+    return std::unique_ptr<OpKernel>(std::move(k));
+  };
+}
+
+// The kernels of every standard op on the CPU (and GPU when built with CUDA).
+void RegisterStandardKernels(KernelRegistry& reg);
+
+}  // namespace sf

@@ -1,0 +1,149 @@
+#include "shardflow/tensor.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace sf {
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+    case DType::kResource: return "resource";
+    case DType::kInvalid: break;
+  }
+  return "invalid";
+}
+
+Result<DType> ParseDType(const std::string& n) {
+  if (n == "float32" || n == "f32" || n == "float") return DType::kFloat32;
+  if (n == "float64" || n == "f64" || n == "double") return DType::kFloat64;
+  if (n == "int32" || n == "i32") return DType::kInt32;
+  if (n == "int64" || n == "i64") return DType::kInt64;
+  if (n == "bool") return DType::kBool;
+  if (n == "bfloat16") return DType::kBFloat16;
+  if (n == "float16" || n == "half") return DType::kFloat16;
+  if (n == "resource") return DType::kResource;
+  return InvalidArgument("unknown dtype '" + n + "'");
+}
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kFloat32: case DType::kInt32: return 4;
+    case DType::kFloat64: case DType::kInt64: case DType::kResource: return 8;
+    case DType::kBool: return 1;
+    case DType::kBFloat16: case DType::kFloat16: return 2;
+    case DType::kInvalid: break;
+  }
+  return 0;
+}
+
+bool IsFloating(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+bool IsInteger(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+
+int64_t NumElements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string ShapeString(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+bool PartialShape::fully_defined() const {
+  if (!known_rank_) return false;
+  for (int64_t d : dims_) if (d < 0) return false;
+  return true;
+}
+
+bool PartialShape::CompatibleWith(const PartialShape& o) const {
+  if (!known_rank_ || !o.known_rank_) return true;
+  if (dims_.size() != o.dims_.size()) return false;
+  for (size_t i = 0; i < dims_.size(); ++i)
+    if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i]) return false;
+  return true;
+}
+
+PartialShape PartialShape::Merge(const PartialShape& o) const {
+  if (!known_rank_) return o;
+  if (!o.known_rank_) return *this;
+  Shape d = dims_;
+  for (size_t i = 0; i < d.size() && i < o.dims_.size(); ++i) if (d[i] < 0) d[i] = o.dims_[i];
+  return PartialShape(d);
+}
+
+std::string PartialShape::ToString() const {
+  if (!known_rank_) return "<unknown>";
+  std::string out = "[";
+  for (size_t i = 0; i < dims_.size(); ++i)
+    out += (i ? "," : "") + (dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]));
+  return out + "]";
+}
+
+Buffer::Buffer(size_t bytes) : size_(bytes) {
+  // Round up: aligned_alloc wants a multiple of the alignment.
+  size_t rounded = ((bytes + 63) / 64) * 64;
+  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+}
+
+Buffer::~Buffer() { std::free(data_); }
+
+Tensor::Tensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), num_elements_(NumElements(shape_)) {
+  buf_ = std::make_shared<Buffer>(num_elements_ * DTypeSize(dtype_));
+}
+
+Tensor Tensor::FromBools(const std::vector<bool>& v, Shape shape) {
+  Tensor t(DType::kBool, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.data<bool>()[i] = v[i];
+  return t;
+}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  Tensor t(dtype, std::move(shape));
+  if (t.bytes()) std::memset(t.raw_data(), 0, t.bytes());
+  return t;
+}
+
+Result<Tensor> Tensor::Reshaped(Shape shape) const {
+  if (NumElements(shape) != num_elements_)
+    return InvalidArgument("cannot reshape " + ShapeString(shape_) + " (" +
+                           std::to_string(num_elements_) + " elements) to " + ShapeString(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Copy() const {
+  if (!valid()) return Tensor();
+  Tensor t(dtype_, shape_);
+  if (bytes()) std::memcpy(t.raw_data(), raw_data(), bytes());
+  return t;
+}
+
+std::string Tensor::DebugString(int max_values) const {
+  std::ostringstream os;
+  os << DTypeName(dtype_) << ShapeString(shape_);
+  if (!valid() || dtype_ == DType::kResource) return os.str();
+  os << " {";
+  const int64_t n = std::min<int64_t>(num_elements_, max_values);
+  DispatchNumeric(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << +data<T>()[i];
+  });
+  if (num_elements_ > n) os << ", ...";
+  os << "}";
+  return os.str();
+}
+
+}  // namespace sf

@@ -1,0 +1,49 @@
+// VariableService: how kernels reach variables, which live elsewhere (in
+// variable shard actors inside a session). Kernels only see this interface, so
+// kernels/ knows nothing of actors.
+//
+// Every call is asynchronous: the callback runs exactly once, on any thread.
+// Thread-safety: implementations are safe to call from many threads.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+
+// How an update combines with the stored value.
+enum class AssignMode : uint8_t { kAssign = 0, kAdd = 1, kSub = 2 };
+
+// One optimizer update applied where the variable lives, with its slots.
+struct ApplyRequest {
+  std::string optimizer;          // "GradientDescent", "Momentum", "Adagrad", "Adam", "RMSProp"
+  std::vector<int64_t> var_ids;   // the variable first, then its slots in the op's order
+  std::vector<Tensor> scalars;    // hyperparameters in the op's input order (lr, ...)
+  Tensor grad;
+  bool use_nesterov = false;
+};
+
+class VariableService {
+ public:
+  virtual ~VariableService() = default;
+  // Resolves (creating on first use) the variable `name`; returns its id, or
+  // InvalidArgument when it exists with another dtype or shape.
+  virtual Result<int64_t> Resolve(const std::string& name, DType dtype,
+                                  const PartialShape& shape) = 0;
+  // A snapshot of the value; FailedPrecondition naming the variable if it was
+  // never initialised.
+  virtual void Read(int64_t id, std::function<void(Result<Tensor>)> done) = 0;
+  // Stores, adds or subtracts a value; returns the new value (a snapshot).
+  virtual void Assign(int64_t id, AssignMode mode, Tensor value,
+                      std::function<void(Result<Tensor>)> done) = 0;
+  // Applies an optimizer update atomically with respect to other updates.
+  virtual void Apply(ApplyRequest req, std::function<void(Status)> done) = 0;
+  // The name given to Resolve, for error messages ("" when unknown).
+  virtual std::string NameOf(int64_t id) const = 0;
+};
+
+}  // namespace sf
