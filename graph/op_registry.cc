@@ -82,6 +82,7 @@ Result<PartialShape> BroadcastShapes(const PartialShape& a, const PartialShape& 
 void RegisterStandardOps(OpRegistry& reg) {
   RegisterCoreOps(reg);
   RegisterArrayOps(reg);
+  RegisterShapeOps(reg);
   RegisterMathOps(reg);
   RegisterNNOps(reg);
   RegisterStateOps(reg);

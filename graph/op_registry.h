@@ -120,6 +120,7 @@ void RegisterStandardOps(OpRegistry& reg);
 // The groups, one per file in graph/ops/.
 void RegisterCoreOps(OpRegistry& reg);
 void RegisterArrayOps(OpRegistry& reg);
+void RegisterShapeOps(OpRegistry& reg);
 void RegisterMathOps(OpRegistry& reg);
 void RegisterNNOps(OpRegistry& reg);
 void RegisterStateOps(OpRegistry& reg);

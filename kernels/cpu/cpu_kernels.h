@@ -8,6 +8,7 @@ namespace sf {
 
 void RegisterCoreKernels(KernelRegistry& reg);
 void RegisterArrayKernels(KernelRegistry& reg);
+void RegisterShapeKernels(KernelRegistry& reg);
 void RegisterMathKernels(KernelRegistry& reg);
 void RegisterNNKernels(KernelRegistry& reg);
 void RegisterStateKernels(KernelRegistry& reg);

@@ -5,6 +5,7 @@ namespace sf {
 void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterCoreKernels(reg);
   RegisterArrayKernels(reg);
+  RegisterShapeKernels(reg);
   RegisterMathKernels(reg);
   RegisterNNKernels(reg);
   RegisterStateKernels(reg);
