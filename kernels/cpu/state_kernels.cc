@@ -1,5 +1,116 @@
-// PLACEHOLDER: replaced by the State kernels implementation.
+// Kernels of the state ops: VarHandle resolves its variable once, when the
+// kernel is built; ReadVariable and Assign* are async and go through the
+// VariableService, so they never block a compute thread.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/variable_service.h"
+
 namespace sf {
-void RegisterStateKernels(KernelRegistry&) {}
+namespace {
+
+class VarHandleKernel : public OpKernel {
+ public:
+  VarHandleKernel(const KernelInit& init, Status* s) {
+    auto name = init.Attr<std::string>("shared_name");
+    auto dtype = init.Attr<DType>("dtype");
+    auto shape = init.AttrOr<PartialShape>("shape", PartialShape());
+    if (!name.ok()) { *s = name.status(); return; }
+    if (!dtype.ok()) { *s = dtype.status(); return; }
+    if (!shape.ok()) { *s = shape.status(); return; }
+    if (!init.variables) {
+      *s = FailedPrecondition("variable '" + *name + "' needs a session (no variable service)");
+      return;
+    }
+    auto id = init.variables->Resolve(*name, *dtype, *shape);
+    if (!id.ok()) { *s = id.status(); return; }
+    handle_ = Tensor(DType::kResource, {});
+    handle_.data<int64_t>()[0] = *id;
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
+  bool IsStateful() const override { return true; }
+
+ private:
+  Tensor handle_;
+};
+
+// The variable id carried by a resource input, or an error.
+Result<int64_t> HandleId(const Tensor& t) {
+  if (t.dtype() != DType::kResource || t.num_elements() != 1)
+    return InvalidArgument("expected a variable handle, got " + t.DebugString(0));
+  return t.data<int64_t>()[0];
+}
+
+class ReadVariableKernel : public OpKernel {
+ public:
+  ReadVariableKernel(const KernelInit& init, Status* s) {
+    auto d = init.Attr<DType>("dtype");
+    if (!d.ok()) *s = d.status();
+    else dtype_ = *d;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    ctx->SetStatus(Internal("ReadVariable is asynchronous"));
+  }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    auto id = HandleId(ctx->input(0));
+    if (!id.ok() || !ctx->variables()) {
+      ctx->SetStatus(id.ok() ? FailedPrecondition("no variable service") : id.status());
+      done();
+      return;
+    }
+    VariableService* vars = ctx->variables();
+    const DType want = dtype_;
+    const int64_t vid = *id;
+    vars->Read(vid, [ctx, done = std::move(done), want, vars, vid](Result<Tensor> r) {
+      if (!r.ok()) {
+        ctx->SetStatus(r.status());
+      } else if (r->dtype() != want) {
+        ctx->SetStatus(InvalidArgument("variable '" + vars->NameOf(vid) + "' holds " +
+                                       DTypeName(r->dtype()) + ", read as " + DTypeName(want)));
+      } else {
+        ctx->set_output(0, std::move(r).value());
+      }
+      done();
+    });
+  }
+
+ private:
+  DType dtype_ = DType::kInvalid;
+};
+
+template <AssignMode kMode>
+class AssignKernel : public OpKernel {
+ public:
+  AssignKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    ctx->SetStatus(Internal("Assign is asynchronous"));
+  }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    auto id = HandleId(ctx->input(0));
+    if (!id.ok() || !ctx->variables()) {
+      ctx->SetStatus(id.ok() ? FailedPrecondition("no variable service") : id.status());
+      done();
+      return;
+    }
+    ctx->variables()->Assign(*id, kMode, ctx->input(1),
+                             [ctx, done = std::move(done)](Result<Tensor> r) {
+                               if (!r.ok()) ctx->SetStatus(r.status());
+                               else ctx->set_output(0, std::move(r).value());
+                               done();
+                             });
+  }
+};
+
+}  // namespace
+
+void RegisterStateKernels(KernelRegistry& reg) {
+  RegisterCPU<VarHandleKernel>(reg, "VarHandle", {DType::kInvalid});
+  RegisterCPU<ReadVariableKernel>(reg, "ReadVariable", {DType::kInvalid});
+  RegisterCPU<AssignKernel<AssignMode::kAssign>>(reg, "Assign", {DType::kInvalid});
+  RegisterCPU<AssignKernel<AssignMode::kAdd>>(reg, "AssignAdd", {DType::kInvalid});
+  RegisterCPU<AssignKernel<AssignMode::kSub>>(reg, "AssignSub", {DType::kInvalid});
+}
+
 }  // namespace sf

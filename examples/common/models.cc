@@ -1,0 +1,62 @@
+#include "examples/common/models.h"
+
+#include <cmath>
+
+#include "shardflow/ops.h"
+#include "shardflow/optimizers.h"
+
+namespace sf::examples {
+
+namespace {
+
+// He-initialised weights and zero biases.
+Output Dense(Graph& g, Output in, int64_t fan_in, int64_t fan_out, const std::string& name,
+             int64_t seed, bool relu) {
+  auto scope = g.NameScope(name);
+  auto w = ops::Variable(g, name + "/w",
+                         ops::TruncatedNormal(g, {fan_in, fan_out}, std::sqrt(2.0 / fan_in), seed));
+  auto b = ops::Variable(g, name + "/b", ops::Zeros(g, DType::kFloat32, {fan_out}));
+  auto z = ops::BiasAdd(g, ops::MatMul(g, in, w), b);
+  return relu ? ops::Relu(g, z) : z;
+}
+
+Output Conv(Graph& g, Output in, int64_t k, int64_t cin, int64_t cout, const std::string& name,
+            int64_t seed) {
+  auto scope = g.NameScope(name);
+  auto w = ops::Variable(g, name + "/w",
+                         ops::TruncatedNormal(g, {k, k, cin, cout}, std::sqrt(2.0 / (k * k * cin)), seed));
+  auto b = ops::Variable(g, name + "/b", ops::Zeros(g, DType::kFloat32, {cout}));
+  auto c = ops::Relu(g, ops::BiasAdd(g, ops::Conv2D(g, in, w), b));
+  return ops::MaxPool(g, c);
+}
+
+}  // namespace
+
+Status BuildClassifier(Graph& g, const ModelOptions& o, ClassifierModel* m) {
+  m->x = ops::Placeholder(g, DType::kFloat32, {-1, 784}, "x");
+  m->labels = ops::Placeholder(g, DType::kInt32, {-1}, "labels");
+  if (o.model == "mlp") {
+    auto h1 = Dense(g, m->x, 784, 512, "fc1", o.seed, true);
+    auto h2 = Dense(g, h1, 512, 256, "fc2", o.seed + 1, true);
+    m->logits = Dense(g, h2, 256, 10, "fc3", o.seed + 2, false);
+  } else if (o.model == "cnn") {
+    auto img = ops::Reshape(g, m->x, std::vector<int64_t>{-1, 28, 28, 1});
+    auto c1 = Conv(g, img, 5, 1, 32, "conv1", o.seed);       // [-1,14,14,32]
+    auto c2 = Conv(g, c1, 5, 32, 64, "conv2", o.seed + 1);    // [-1,7,7,64]
+    auto flat = ops::Reshape(g, c2, std::vector<int64_t>{-1, 7 * 7 * 64});
+    auto fc = Dense(g, flat, 7 * 7 * 64, 1024, "fc1", o.seed + 2, true);
+    m->logits = Dense(g, fc, 1024, 10, "fc2", o.seed + 3, false);
+  } else {
+    return InvalidArgument("unknown model '" + o.model + "' (expected mlp or cnn)");
+  }
+  m->loss = ops::Mean(g, ops::SparseSoftmaxCrossEntropyWithLogits(g, m->logits, m->labels));
+  auto predicted = ops::ArgMax(g, m->logits, 1);
+  auto correct = ops::Equal(g, predicted, ops::Cast(g, m->labels, DType::kInt64));
+  m->accuracy = ops::Mean(g, ops::Cast(g, correct, DType::kFloat32));
+  SF_RETURN_IF_ERROR(g.status());
+  SF_ASSIGN_OR_RETURN(m->train, MomentumOptimizer(o.learning_rate, o.momentum).Minimize(g, m->loss));
+  m->init = ops::GlobalVariablesInitializer(g);
+  return g.status();
+}
+
+}  // namespace sf::examples

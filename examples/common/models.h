@@ -1,0 +1,31 @@
+// The Fashion-MNIST models shared by the example and the benchmarks.
+#pragma once
+
+#include <string>
+
+#include "shardflow/graph.h"
+
+namespace sf::examples {
+
+struct ClassifierModel {
+  Output x;         // float32 [-1, 784] placeholder "x"
+  Output labels;    // int32 [-1] placeholder "labels"
+  Output logits;    // [-1, 10]
+  Output loss;      // mean cross entropy
+  Output accuracy;  // fraction of correct predictions in the batch
+  int train = -1;   // the training op (SGD with momentum)
+  int init = -1;    // initialises every variable
+};
+
+struct ModelOptions {
+  std::string model = "mlp";  // "mlp" (784-512-256-10) or "cnn"
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  int64_t seed = 1;
+};
+
+// Builds the model into g; an error names what went wrong (unknown model, or
+// the graph's first construction error).
+Status BuildClassifier(Graph& g, const ModelOptions& options, ClassifierModel* m);
+
+}  // namespace sf::examples

@@ -1,0 +1,106 @@
+// Symbolic reverse-mode differentiation.
+//
+// Node ids are a topological order (a node's inputs always exist before it),
+// so walking the nodes between xs and ys from the highest id down visits each
+// node after every consumer has contributed its gradient: the breadth-first
+// walk back from ys with pending counts, without the bookkeeping.
+#include "shardflow/gradients.h"
+
+#include <map>
+
+#include "graph/op_registry.h"
+#include "shardflow/ops.h"
+
+namespace sf {
+
+namespace {
+
+bool CarriesGradient(DType t) { return IsFloating(t) || t == DType::kResource; }
+
+}  // namespace
+
+Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
+                                      const std::vector<Output>& xs,
+                                      const std::vector<Output>& grad_ys, bool allow_unconnected) {
+  SF_RETURN_IF_ERROR(g.status());
+  if (ys.empty()) return InvalidArgument("Gradients needs at least one y");
+  if (!grad_ys.empty() && grad_ys.size() != ys.size())
+    return InvalidArgument("Gradients got " + std::to_string(grad_ys.size()) + " grad_ys for " +
+                           std::to_string(ys.size()) + " ys");
+  for (const Output& o : ys)
+    if (!o.valid() || o.graph != &g) return InvalidArgument("Gradients: a y is not an output of this graph");
+  for (const Output& o : xs)
+    if (!o.valid() || o.graph != &g) return InvalidArgument("Gradients: an x is not an output of this graph");
+
+  const int n = g.num_nodes();
+  // Nodes that reach some y through data edges, and nodes reached from some x.
+  std::vector<char> to_y(n, 0), from_x(n, 0);
+  for (const Output& y : ys) to_y[y.node] = 1;
+  for (int id = n - 1; id >= 0; --id)
+    if (to_y[id])
+      for (const Output& in : g.node(id).inputs) to_y[in.node] = 1;
+  for (const Output& x : xs) from_x[x.node] = 1;
+  for (int id = 0; id < n; ++id)
+    if (!from_x[id])
+      for (const Output& in : g.node(id).inputs)
+        if (from_x[in.node]) { from_x[id] = 1; break; }
+
+  std::map<Output, std::vector<Output>> contributions;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    Output seed = grad_ys.empty() ? ops::OnesLike(g, ys[i]) : grad_ys[i];
+    if (!seed.valid()) return g.status().ok() ? Internal("cannot seed the gradient of " + ys[i].name()) : g.status();
+    contributions[ys[i]].push_back(seed);
+  }
+
+  auto sum_of = [&](const Output& o) -> Output {
+    auto it = contributions.find(o);
+    if (it == contributions.end() || it->second.empty()) return Output();
+    if (it->second.size() == 1) return it->second[0];
+    Output s = ops::AddN(g, it->second);
+    it->second = {s};
+    return s;
+  };
+
+  int lowest_x = n;
+  for (const Output& x : xs) lowest_x = std::min(lowest_x, x.node);
+  for (int id = n - 1; id >= lowest_x; --id) {
+    if (!to_y[id] || !from_x[id]) continue;
+    const Node& node = g.node(id);
+    std::vector<Output> dys(node.num_outputs());
+    bool any = false;
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      dys[i] = sum_of(Output(&g, id, i));
+      any = any || dys[i].valid();
+    }
+    if (!any) continue;
+    const OpDef* def = g.registry().Find(node.op);
+    if (!def || !def->differentiable) continue;  // the gradient stops here
+    for (int i = 0; i < node.num_outputs(); ++i)
+      if (!dys[i].valid() && CarriesGradient(node.output_dtypes[i]))
+        dys[i] = ops::ZerosLike(g, Output(&g, id, i));
+    // Copy: the gradient function adds nodes, which may move the node table.
+    const Node snapshot = node;
+    std::vector<Output> dxs = def->grad_fn(g, snapshot, dys);
+    SF_RETURN_IF_ERROR(g.status().WithPrefix("building the gradient of node '" + snapshot.name + "'"));
+    if (dxs.size() != snapshot.inputs.size())
+      return Internal("the gradient of op " + snapshot.op + " returned " + std::to_string(dxs.size()) +
+                      " values for " + std::to_string(snapshot.inputs.size()) + " inputs");
+    for (size_t i = 0; i < dxs.size(); ++i) {
+      const Output& in = snapshot.inputs[i];
+      if (!dxs[i].valid() || !from_x[in.node] || !CarriesGradient(in.dtype())) continue;
+      contributions[in].push_back(dxs[i]);
+    }
+  }
+
+  std::vector<Output> out;
+  for (const Output& x : xs) {
+    Output gx = sum_of(x);
+    if (!gx.valid() && !allow_unconnected)
+      return InvalidArgument("'" + x.name() + "' is not connected to the ys by differentiable ops");
+    out.push_back(gx);
+  }
+  SF_RETURN_IF_ERROR(g.status());
+  return out;
+}
+
+}  // namespace sf
