@@ -428,7 +428,7 @@ std::vector<Output> PadGrad(Graph& g, const Node& n, const std::vector<Output>& 
     if (p[2 * i + 1] == 0) s.end_mask |= int64_t{1} << i;
   }
   return {ops::StridedSlice(g, dy[0], s.begin, s.end, s.strides,
-                            StridedSliceAttrs{0, s.end_mask, 0})};
+                            ops::StridedSliceAttrs{0, s.end_mask, 0})};
 }
 
 std::vector<Output> GatherGradFn(Graph& g, const Node& n, const std::vector<Output>& dy) {

@@ -1,5 +1,78 @@
-// PLACEHOLDER: replaced by the Random ops implementation.
+// Random ops: RandomUniform, RandomNormal, TruncatedNormal.
+//
+// Always deterministic: the values of a node's k-th run depend only on its
+// attrs (shape, dtype, seed, distribution parameters) and k, in any graph and
+// any process. Every seed, 0 included, is a fixed seed; two nodes with the
+// same attrs produce the same sequence, so give distinct seeds to tensors
+// that should differ.
 #include "graph/op_registry.h"
+#include "shardflow/ops.h"
+
 namespace sf {
-void RegisterRandomOps(OpRegistry&) {}
+namespace {
+
+// Shape function of the three ops; `params` are the distribution attrs.
+ShapeFn RandomShape(std::vector<std::string> params) {
+  return [params](InferenceContext& c) -> Status {
+    SF_ASSIGN_OR_RETURN(Shape shape, c.Attr<Shape>("shape"));
+    SF_ASSIGN_OR_RETURN(DType dtype, c.Attr<DType>("dtype"));
+    SF_RETURN_IF_ERROR(c.AttrOr<int64_t>("seed", 0).status());
+    for (const std::string& p : params) SF_RETURN_IF_ERROR(c.Attr<double>(p).status());
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat64)
+      return c.Error(std::string("random ops fill float32 or float64, not ") + DTypeName(dtype));
+    for (int64_t d : shape)
+      if (d < 0) return c.Error("random op shape " + ShapeString(shape) + " has a negative dim");
+    if (params.size() == 2 && params[0] == "minval" &&
+        !(c.Attr<double>("minval").value() <= c.Attr<double>("maxval").value()))
+      return c.Error("RandomUniform: minval must be <= maxval");
+    if (params.size() == 2 && params[1] == "stddev" && !(c.Attr<double>("stddev").value() >= 0))
+      return c.Error("stddev must be >= 0");
+    c.set_output(0, dtype, PartialShape(shape));
+    return Status::OK();
+  };
+}
+
+Output RandomNode(Graph& g, const std::string& op, const Shape& shape, int64_t seed, DType dtype,
+                  const char* p0, double v0, const char* p1, double v1) {
+  AttrMap a;
+  a.Set("shape", shape);
+  a.Set("dtype", dtype);
+  a.Set("seed", seed);
+  a.Set(p0, v0);
+  a.Set(p1, v1);
+  return g.Add1(op, {}, std::move(a));
+}
+
+}  // namespace
+
+void RegisterRandomOps(OpRegistry& reg) {
+  (void)reg.Register(OpBuilder("RandomUniform").Inputs(0).Stateful()
+      .Shape(RandomShape({"minval", "maxval"})).NotDifferentiable()
+      .Summary("Uniform values in [minval, maxval) (attrs shape, dtype, seed).").Build());
+  (void)reg.Register(OpBuilder("RandomNormal").Inputs(0).Stateful()
+      .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
+      .Summary("Normal values (attrs shape, dtype, seed, mean, stddev).").Build());
+  (void)reg.Register(OpBuilder("TruncatedNormal").Inputs(0).Stateful()
+      .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
+      .Summary("Normal values redrawn until within 2 stddev of the mean.").Build());
+}
+
+namespace ops {
+
+Output RandomUniform(Graph& g, const Shape& shape, double minval, double maxval, int64_t seed,
+                     DType dtype) {
+  return RandomNode(g, "RandomUniform", shape, seed, dtype, "minval", minval, "maxval", maxval);
+}
+
+Output RandomNormal(Graph& g, const Shape& shape, double stddev, int64_t seed, DType dtype,
+                    double mean) {
+  return RandomNode(g, "RandomNormal", shape, seed, dtype, "mean", mean, "stddev", stddev);
+}
+
+Output TruncatedNormal(Graph& g, const Shape& shape, double stddev, int64_t seed, DType dtype,
+                       double mean) {
+  return RandomNode(g, "TruncatedNormal", shape, seed, dtype, "mean", mean, "stddev", stddev);
+}
+
+}  // namespace ops
 }  // namespace sf

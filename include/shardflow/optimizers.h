@@ -29,6 +29,9 @@ class Optimizer {
   virtual Result<int> ApplyOne(Graph& g, Output handle, Output grad) = 0;
   // Creates (once per graph) a slot variable beside `handle`, zero- or value-initialised.
   Output Slot(Graph& g, Output handle, const std::string& slot_name, double init = 0.0);
+  // Creates (once per graph) a slot variable of any shape initialised to `value`
+  // (Adam's scalar beta powers).
+  Output ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value);
 };
 
 class GradientDescentOptimizer : public Optimizer {

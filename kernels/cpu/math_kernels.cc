@@ -1,5 +1,211 @@
-// PLACEHOLDER: replaced by the Math kernels implementation.
-#include "kernels/cpu/cpu_kernels.h"
+// Kernels of the math ops: unary element-wise functions, AddN, Cast, Select,
+// LogicalNot; RegisterMathKernels also registers the binary, comparison and
+// reduction kernels of the other math files.
+#include "kernels/cpu/cwise_common.h"
+
 namespace sf {
-void RegisterMathKernels(KernelRegistry&) {}
+namespace {
+
+using cwise::Assign;
+using cwise::UnaryKernel;
+
+struct NegF { template <class X> static auto Apply(const X& x) { return -x; } };
+struct AbsF { template <class X> static auto Apply(const X& x) { return x.abs(); } };
+struct SquareF { template <class X> static auto Apply(const X& x) { return x.square(); } };
+struct SqrtF { template <class X> static auto Apply(const X& x) { return x.sqrt(); } };
+struct RsqrtF { template <class X> static auto Apply(const X& x) { return x.rsqrt(); } };
+struct ExpF { template <class X> static auto Apply(const X& x) { return x.exp(); } };
+struct LogF { template <class X> static auto Apply(const X& x) { return x.log(); } };
+struct SignF { template <class X> static auto Apply(const X& x) { return x.sign(); } };
+struct ReciprocalF { template <class X> static auto Apply(const X& x) { return x.inverse(); } };
+struct NotFn { bool operator()(bool v) const { return !v; } };
+struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryExpr(NotFn()); } };
+
+template <typename F>
+void RegisterUnary(KernelRegistry& reg, const std::string& op, bool ints) {
+  RegisterCPU<UnaryKernel<float, F>>(reg, op, {DType::kFloat32});
+  RegisterCPU<UnaryKernel<double, F>>(reg, op, {DType::kFloat64});
+  if (ints) {
+    RegisterCPU<UnaryKernel<int32_t, F>>(reg, op, {DType::kInt32});
+    RegisterCPU<UnaryKernel<int64_t, F>>(reg, op, {DType::kInt64});
+  }
+}
+
+// Sums any number of same-shape tensors.
+template <typename T>
+class AddNKernel : public OpKernel {
+ public:
+  AddNKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const int n = ctx->num_inputs();
+    const Tensor& x0 = ctx->input(0);
+    for (int i = 1; i < n; ++i) {
+      if (ctx->input(i).shape() != x0.shape()) {
+        ctx->SetStatus(InvalidArgument("AddN inputs must have one shape: input 0 is " +
+                                       ShapeString(x0.shape()) + " but input " + std::to_string(i) +
+                                       " is " + ShapeString(ctx->input(i).shape())));
+        return;
+      }
+    }
+    if (n == 1) {
+      ctx->set_output(0, x0);
+      return;
+    }
+    Tensor& out = ctx->allocate_output(0, x0.dtype(), x0.shape());
+    const int64_t m = out.num_elements();
+    Assign(ctx, m, out.flat<T>(), x0.flat<T>() + ctx->input(1).flat<T>());
+    for (int i = 2; i < n; ++i) Assign(ctx, m, out.flat<T>(), out.flat<T>() + ctx->input(i).flat<T>());
+  }
+};
+
+// Keyed by the input dtype; converts to any numeric output dtype (attr DstT).
+template <typename T>
+class CastKernel : public OpKernel {
+ public:
+  CastKernel(const KernelInit& init, Status* s) {
+    auto d = init.Attr<DType>("DstT");
+    if (!d.ok()) *s = d.status();
+    else dst_ = *d;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    if (dst_ == x.dtype()) {
+      ctx->set_output(0, x);
+      return;
+    }
+    Tensor out(dst_, x.shape());
+    const bool ok = DispatchNumeric(dst_, [&](auto tag) {
+      using U = typename decltype(tag)::type;
+      Assign(ctx, x.num_elements(), out.flat<U>(), x.flat<T>().template cast<U>());
+    });
+    if (!ok) {
+      ctx->SetStatus(Unimplemented(std::string("Cast from ") + DTypeName(x.dtype()) + " to " +
+                                   DTypeName(dst_) + " is not supported"));
+      return;
+    }
+    ctx->set_output(0, std::move(out));
+  }
+
+ private:
+  DType dst_ = DType::kInvalid;
+};
+
+template <int N>
+Eigen::DSizes<Eigen::Index, N> PaddedDims(const Shape& s) {
+  Eigen::DSizes<Eigen::Index, N> d;
+  const int pad = N - static_cast<int>(s.size());
+  for (int i = 0; i < N; ++i) d[i] = i < pad ? 1 : s[i - pad];
+  return d;
+}
+
+template <int N>
+Eigen::array<Eigen::Index, N> FactorsTo(const Eigen::DSizes<Eigen::Index, N>& in, const Shape& out) {
+  Eigen::array<Eigen::Index, N> f;
+  for (int i = 0; i < N; ++i) f[i] = in[i] == out[i] ? 1 : out[i];
+  return f;
+}
+
+// Select(cond, a, b): keyed by cond's dtype (bool); dispatches on a's dtype.
+// All three operands broadcast together (NumPy rules).
+class SelectKernel : public OpKernel {
+ public:
+  SelectKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& c = ctx->input(0);
+    const Tensor& a = ctx->input(1);
+    const Tensor& b = ctx->input(2);
+    if (c.dtype() != DType::kBool || a.dtype() != b.dtype()) {
+      ctx->SetStatus(InvalidArgument(std::string("Select needs a bool condition and two values of "
+                                                 "one dtype, got ") +
+                                     DTypeName(c.dtype()) + ", " + DTypeName(a.dtype()) + ", " +
+                                     DTypeName(b.dtype())));
+      return;
+    }
+    const bool ok = DispatchNumeric(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Run<T>(ctx, c, a, b);
+    });
+    if (!ok) ctx->SetStatus(Unimplemented(std::string("Select of ") + DTypeName(a.dtype())));
+  }
+
+ private:
+  template <typename T>
+  void Run(OpKernelContext* ctx, const Tensor& c, const Tensor& a, const Tensor& b) {
+    if (c.shape() == a.shape() && a.shape() == b.shape()) {
+      Tensor& out = ctx->allocate_output(0, a.dtype(), a.shape());
+      Assign(ctx, out.num_elements(), out.flat<T>(), c.flat<bool>().select(a.flat<T>(), b.flat<T>()));
+      return;
+    }
+    cwise::Broadcast bc1, bc2;
+    Status s = cwise::ComputeBroadcast(c.shape(), a.shape(), &bc1);
+    if (s.ok()) s = cwise::ComputeBroadcast(bc1.out_shape, b.shape(), &bc2);
+    if (!s.ok()) {
+      ctx->SetStatus(InvalidArgument("Select operands do not broadcast: condition " +
+                                     ShapeString(c.shape()) + ", values " + ShapeString(a.shape()) +
+                                     " and " + ShapeString(b.shape())));
+      return;
+    }
+    const Shape& os = bc2.out_shape;
+    Tensor& out = ctx->allocate_output(0, a.dtype(), os);
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    auto run = [&](auto rank_tag) {
+      constexpr int N = decltype(rank_tag)::value;
+      auto cd = PaddedDims<N>(c.shape()), ad = PaddedDims<N>(a.shape()), bd = PaddedDims<N>(b.shape());
+      Shape po(N, 1);
+      for (int i = 0; i < static_cast<int>(os.size()); ++i) po[N - os.size() + i] = os[i];
+      cwise::RankMap<const bool, N> cm(c.data<bool>(), cd);
+      cwise::RankMap<const T, N> am(a.data<T>(), ad);
+      cwise::RankMap<const T, N> bm(b.data<T>(), bd);
+      cwise::RankMap<T, N> om(out.data<T>(), PaddedDims<N>(po));
+      Assign(ctx, n, om,
+             cm.broadcast(FactorsTo<N>(cd, po))
+                 .select(am.broadcast(FactorsTo<N>(ad, po)), bm.broadcast(FactorsTo<N>(bd, po))));
+    };
+    switch (os.size()) {
+      case 0:
+      case 1: run(std::integral_constant<int, 1>()); break;
+      case 2: run(std::integral_constant<int, 2>()); break;
+      case 3: run(std::integral_constant<int, 3>()); break;
+      case 4: run(std::integral_constant<int, 4>()); break;
+      case 5: run(std::integral_constant<int, 5>()); break;
+      default:
+        ctx->SetStatus(Unimplemented("Select with broadcasting supports rank <= 5, got " +
+                                     ShapeString(os)));
+    }
+  }
+};
+
+}  // namespace
+
+void RegisterMathKernels(KernelRegistry& reg) {
+  RegisterUnary<NegF>(reg, "Neg", true);
+  RegisterUnary<AbsF>(reg, "Abs", true);
+  RegisterUnary<SquareF>(reg, "Square", true);
+  RegisterUnary<SignF>(reg, "Sign", true);
+  RegisterUnary<SqrtF>(reg, "Sqrt", false);
+  RegisterUnary<RsqrtF>(reg, "Rsqrt", false);
+  RegisterUnary<ExpF>(reg, "Exp", false);
+  RegisterUnary<LogF>(reg, "Log", false);
+  RegisterUnary<ReciprocalF>(reg, "Reciprocal", false);
+  RegisterCPU<UnaryKernel<bool, NotF>>(reg, "LogicalNot", {DType::kBool});
+
+  RegisterCPU<AddNKernel<float>>(reg, "AddN", {DType::kFloat32});
+  RegisterCPU<AddNKernel<double>>(reg, "AddN", {DType::kFloat64});
+  RegisterCPU<AddNKernel<int32_t>>(reg, "AddN", {DType::kInt32});
+  RegisterCPU<AddNKernel<int64_t>>(reg, "AddN", {DType::kInt64});
+
+  RegisterCPU<CastKernel<float>>(reg, "Cast", {DType::kFloat32});
+  RegisterCPU<CastKernel<double>>(reg, "Cast", {DType::kFloat64});
+  RegisterCPU<CastKernel<int32_t>>(reg, "Cast", {DType::kInt32});
+  RegisterCPU<CastKernel<int64_t>>(reg, "Cast", {DType::kInt64});
+  RegisterCPU<CastKernel<bool>>(reg, "Cast", {DType::kBool});
+
+  RegisterCPU<SelectKernel>(reg, "Select", {DType::kBool});
+
+  RegisterCwiseBinaryKernels(reg);
+  RegisterCwiseCompareKernels(reg);
+  RegisterReductionKernels(reg);
+}
+
 }  // namespace sf

@@ -1,5 +1,485 @@
-// PLACEHOLDER: replaced by the NN kernels implementation.
-#include "kernels/cpu/cpu_kernels.h"
+// Kernels of the element-wise NN ops (activations and their gradients),
+// softmax, the losses, BiasAdd and Dropout; registers every NN kernel file.
+#define EIGEN_USE_THREADS
+#include <atomic>
+#include <cmath>
+#include <mutex>
+
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include "kernels/compute_pool.h"
+#include "kernels/cpu/nn_kernels.h"
+
 namespace sf {
-void RegisterNNKernels(KernelRegistry&) {}
+namespace {
+
+// Below this many elements a kernel runs inline: handing work to the pool
+// costs more than it saves.
+constexpr int64_t kParallelMin = 32768;
+
+template <typename T>
+using RowArray = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using ColVec = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+// dst = expr, on the pool's Eigen device when big.
+template <typename Dst, typename Expr>
+void Assign(OpKernelContext* ctx, Dst dst, const Expr& expr, int64_t n) {
+  if (n > kParallelMin && ctx->pool()) dst.device(ctx->eigen_device()) = expr;
+  else dst = expr;
+}
+
+// Runs fn(begin, end) over n rows of `cols` elements, split over the pool when big.
+void SplitRows(OpKernelContext* ctx, int64_t n, int64_t cols,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t min_block = std::max<int64_t>(1, kParallelMin / std::max<int64_t>(cols, 1));
+  if (!ctx->pool() || n <= min_block) fn(0, n);
+  else ctx->pool()->ParallelFor(n, min_block, fn);
+}
+
+// ---- element-wise ----------------------------------------------------------
+
+struct ReluOp {
+  template <typename T, typename X> static auto Apply(const X& x) { return x.cwiseMax(T(0)); }
+};
+struct SigmoidOp {
+  template <typename T, typename X> static auto Apply(const X& x) { return x.sigmoid(); }
+};
+struct TanhOp {
+  template <typename T, typename X> static auto Apply(const X& x) { return x.tanh(); }
+};
+// log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+struct SoftplusOp {
+  template <typename T, typename X> static auto Apply(const X& x) {
+    return x.cwiseMax(T(0)) + (-x.abs()).exp().log1p();
+  }
+};
+struct EluOp {
+  template <typename T, typename X> static auto Apply(const X& x) {
+    return (x > x.constant(T(0))).select(x, x.exp() - x.constant(T(1)));
+  }
+};
+
+template <typename T, typename Op>
+class UnaryKernel : public OpKernel {
+ public:
+  UnaryKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    auto x = in.flat<T>();
+    Assign(ctx, out.flat<T>(), Op::template Apply<T>(x), in.num_elements());
+  }
+};
+
+// ReluGrad(dy, y), SoftplusGrad(dy, x), EluGrad(dy, y): a = dy.
+struct ReluGradOp {
+  template <typename T, typename A, typename B> static auto Apply(const A& dy, const B& y) {
+    return (y > y.constant(T(0))).select(dy, dy.constant(T(0)));
+  }
+};
+struct SoftplusGradOp {
+  template <typename T, typename A, typename B> static auto Apply(const A& dy, const B& x) {
+    return dy * x.sigmoid();
+  }
+};
+struct EluGradOp {
+  template <typename T, typename A, typename B> static auto Apply(const A& dy, const B& y) {
+    return (y > y.constant(T(0))).select(dy, dy * (y + y.constant(T(1))));
+  }
+};
+// SigmoidGrad(y, dy), TanhGrad(y, dy): a = y.
+struct SigmoidGradOp {
+  template <typename T, typename A, typename B> static auto Apply(const A& y, const B& dy) {
+    return dy * y * (y.constant(T(1)) - y);
+  }
+};
+struct TanhGradOp {
+  template <typename T, typename A, typename B> static auto Apply(const A& y, const B& dy) {
+    return dy * (y.constant(T(1)) - y * y);
+  }
+};
+
+template <typename T, typename Op>
+class BinaryGradKernel : public OpKernel {
+ public:
+  BinaryGradKernel(const KernelInit& init, Status*) : op_(init.op) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& a = ctx->input(0);
+    const Tensor& b = ctx->input(1);
+    if (a.shape() != b.shape()) {
+      ctx->SetStatus(InvalidArgument(op_ + " inputs must have the same shape, got " +
+                                     ShapeString(a.shape()) + " and " + ShapeString(b.shape())));
+      return;
+    }
+    Tensor& out = ctx->allocate_output(0, a.dtype(), a.shape());
+    auto fa = a.flat<T>();
+    auto fb = b.flat<T>();
+    Assign(ctx, out.flat<T>(), Op::template Apply<T>(fa, fb), a.num_elements());
+  }
+
+ private:
+  std::string op_;
+};
+
+// ---- softmax ---------------------------------------------------------------
+
+// Views a tensor of rank >= 1 as [rows, last dim].
+struct Rows {
+  int64_t rows = 0, cols = 0;
+};
+bool AsRows(OpKernelContext* ctx, const Tensor& t, const std::string& op, Rows* r) {
+  if (t.rank() < 1) {
+    ctx->SetStatus(InvalidArgument(op + " needs rank >= 1, got " + ShapeString(t.shape())));
+    return false;
+  }
+  r->cols = t.dim(t.rank() - 1);
+  r->rows = r->cols == 0 ? 0 : t.num_elements() / r->cols;
+  return true;
+}
+
+template <typename T>
+Eigen::Map<const RowArray<T>> RowsOf(const Tensor& t, const Rows& r, int64_t b, int64_t e) {
+  return Eigen::Map<const RowArray<T>>(t.data<T>() + b * r.cols, e - b, r.cols);
+}
+template <typename T>
+Eigen::Map<RowArray<T>> MutableRowsOf(Tensor& t, const Rows& r, int64_t b, int64_t e) {
+  return Eigen::Map<RowArray<T>>(t.data<T>() + b * r.cols, e - b, r.cols);
+}
+
+// Softmax and LogSoftmax; the row max is subtracted first so exp never overflows.
+template <typename T, bool kLog>
+class SoftmaxKernel : public OpKernel {
+ public:
+  SoftmaxKernel(const KernelInit& init, Status*) : op_(init.op) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Rows r;
+    if (!AsRows(ctx, in, op_, &r)) return;
+    Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      auto x = RowsOf<T>(in, r, b, e);
+      auto y = MutableRowsOf<T>(out, r, b, e);
+      ColVec<T> mx = x.rowwise().maxCoeff();
+      y = x.colwise() - mx;
+      if (kLog) {
+        ColVec<T> lse = y.exp().rowwise().sum().log();
+        y.colwise() -= lse;
+      } else {
+        y = y.exp();
+        ColVec<T> s = y.rowwise().sum();
+        y.colwise() /= s;
+      }
+    });
+  }
+
+ private:
+  std::string op_;
+};
+
+// SoftmaxGrad(y, dy) = (dy - sum(dy*y)) * y; LogSoftmaxGrad(y, dy) = dy - exp(y) * sum(dy).
+template <typename T, bool kLog>
+class SoftmaxGradKernel : public OpKernel {
+ public:
+  SoftmaxGradKernel(const KernelInit& init, Status*) : op_(init.op) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& yt = ctx->input(0);
+    const Tensor& dyt = ctx->input(1);
+    Rows r;
+    if (!AsRows(ctx, yt, op_, &r)) return;
+    if (yt.shape() != dyt.shape()) {
+      ctx->SetStatus(InvalidArgument(op_ + " inputs must have the same shape, got " +
+                                     ShapeString(yt.shape()) + " and " + ShapeString(dyt.shape())));
+      return;
+    }
+    Tensor& out = ctx->allocate_output(0, yt.dtype(), yt.shape());
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      auto y = RowsOf<T>(yt, r, b, e);
+      auto dy = RowsOf<T>(dyt, r, b, e);
+      auto dx = MutableRowsOf<T>(out, r, b, e);
+      if (kLog) {
+        ColVec<T> s = dy.rowwise().sum();
+        dx = dy - y.exp().colwise() * s;
+      } else {
+        ColVec<T> s = (dy * y).rowwise().sum();
+        dx = (dy.colwise() - s) * y;
+      }
+    });
+  }
+
+ private:
+  std::string op_;
+};
+
+// ---- losses ----------------------------------------------------------------
+
+// Checks logits [batch, classes]; InvalidArgument otherwise.
+bool CheckLogits(OpKernelContext* ctx, const Tensor& logits, const std::string& op) {
+  if (logits.rank() != 2) {
+    ctx->SetStatus(InvalidArgument(op + ": logits must be [batch, classes], got " +
+                                   ShapeString(logits.shape())));
+    return false;
+  }
+  return true;
+}
+
+template <typename T>
+class SoftmaxXentKernel : public OpKernel {
+ public:
+  SoftmaxXentKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& lt = ctx->input(0);
+    const Tensor& yt = ctx->input(1);
+    if (!CheckLogits(ctx, lt, "SoftmaxCrossEntropyWithLogits")) return;
+    if (lt.shape() != yt.shape()) {
+      ctx->SetStatus(InvalidArgument(
+          "SoftmaxCrossEntropyWithLogits: logits and labels must have the same shape, got " +
+          ShapeString(lt.shape()) + " and " + ShapeString(yt.shape())));
+      return;
+    }
+    const Rows r{lt.dim(0), lt.dim(1)};
+    Tensor& loss = ctx->allocate_output(0, lt.dtype(), {r.rows});
+    Tensor& back = ctx->allocate_output(1, lt.dtype(), lt.shape());
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      auto x = RowsOf<T>(lt, r, b, e);
+      auto p = RowsOf<T>(yt, r, b, e);
+      auto bp = MutableRowsOf<T>(back, r, b, e);
+      Eigen::Map<ColVec<T>> l(loss.data<T>() + b, e - b);
+      ColVec<T> mx = x.rowwise().maxCoeff();
+      bp = (x.colwise() - mx).exp();
+      ColVec<T> s = bp.rowwise().sum();
+      ColVec<T> lse = s.log() + mx;
+      // sum(p * (lse - x)) per row.
+      l = (p.colwise() * lse - p * x).rowwise().sum();
+      bp.colwise() /= s;
+      bp -= p;
+    });
+  }
+};
+
+template <typename T, typename L>
+class SparseSoftmaxXentKernel : public OpKernel {
+ public:
+  SparseSoftmaxXentKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& lt = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    const char* op = "SparseSoftmaxCrossEntropyWithLogits";
+    if (!CheckLogits(ctx, lt, op)) return;
+    if (labels.rank() != 1 || labels.dim(0) != lt.dim(0)) {
+      ctx->SetStatus(InvalidArgument(std::string(op) + ": labels must be [batch] for logits " +
+                                     ShapeString(lt.shape()) + ", got " +
+                                     ShapeString(labels.shape())));
+      return;
+    }
+    const Rows r{lt.dim(0), lt.dim(1)};
+    const L* lab = labels.data<L>();
+    for (int64_t i = 0; i < r.rows; ++i) {
+      if (lab[i] < 0 || lab[i] >= r.cols) {
+        ctx->SetStatus(InvalidArgument(std::string(op) + ": label " + std::to_string(lab[i]) +
+                                       " at position " + std::to_string(i) +
+                                       " is outside the valid range [0, " +
+                                       std::to_string(r.cols) + ")"));
+        return;
+      }
+    }
+    Tensor& loss = ctx->allocate_output(0, lt.dtype(), {r.rows});
+    Tensor& back = ctx->allocate_output(1, lt.dtype(), lt.shape());
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      auto x = RowsOf<T>(lt, r, b, e);
+      auto bp = MutableRowsOf<T>(back, r, b, e);
+      ColVec<T> mx = x.rowwise().maxCoeff();
+      bp = (x.colwise() - mx).exp();
+      ColVec<T> s = bp.rowwise().sum();
+      bp.colwise() /= s;
+      T* l = loss.data<T>();
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t k = static_cast<int64_t>(lab[i]);
+        l[i] = std::log(s(i - b)) + mx(i - b) - x(i - b, k);
+        bp(i - b, k) -= T(1);
+      }
+    });
+  }
+};
+
+template <typename T>
+class L2LossKernel : public OpKernel {
+ public:
+  L2LossKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, in.dtype(), {});
+    out.data<T>()[0] =
+        Eigen::Map<const ColVec<T>>(in.data<T>(), in.num_elements()).square().sum() / T(2);
+  }
+};
+
+// ---- bias ------------------------------------------------------------------
+
+template <typename T>
+class BiasAddKernel : public OpKernel {
+ public:
+  BiasAddKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& xt = ctx->input(0);
+    const Tensor& bt = ctx->input(1);
+    if (xt.rank() < 1 || bt.rank() != 1 || bt.dim(0) != xt.dim(xt.rank() - 1)) {
+      ctx->SetStatus(InvalidArgument(
+          "BiasAdd bias must be a vector matching the last dimension of the input: input " +
+          ShapeString(xt.shape()) + ", bias " + ShapeString(bt.shape())));
+      return;
+    }
+    Rows r;
+    AsRows(ctx, xt, "BiasAdd", &r);
+    Tensor& out = ctx->allocate_output(0, xt.dtype(), xt.shape());
+    Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> bias(bt.data<T>(), r.cols);
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      MutableRowsOf<T>(out, r, b, e) = RowsOf<T>(xt, r, b, e).rowwise() + bias;
+    });
+  }
+};
+
+template <typename T>
+class BiasAddGradKernel : public OpKernel {
+ public:
+  BiasAddGradKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    Rows r;
+    if (!AsRows(ctx, dy, "BiasAddGrad", &r)) return;
+    Tensor& out = ctx->allocate_output(0, dy.dtype(), {r.cols});
+    Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> db(out.data<T>(), r.cols);
+    db.setZero();
+    std::mutex mu;
+    SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
+      Eigen::Array<T, 1, Eigen::Dynamic> part = RowsOf<T>(dy, r, b, e).colwise().sum();
+      std::lock_guard<std::mutex> l(mu);
+      db += part;
+    });
+  }
+};
+
+// ---- dropout ---------------------------------------------------------------
+
+uint64_t SplitMix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Each Compute draws the next mask of a sequence fixed by the seed: element i
+// of call k keeps when hash(seed, k, i) >= rate, so the result does not
+// depend on how the work is split.
+template <typename T>
+class DropoutKernel : public OpKernel {
+ public:
+  DropoutKernel(const KernelInit& init, Status* s) {
+    auto rate = init.Attr<double>("rate");
+    auto seed = init.AttrOr<int64_t>("seed", 0);
+    if (!rate.ok()) *s = rate.status();
+    else if (!seed.ok()) *s = seed.status();
+    else if (!(*rate >= 0.0 && *rate < 1.0))
+      *s = InvalidArgument("Dropout rate must be in [0, 1), got " + std::to_string(*rate));
+    else {
+      rate_ = *rate;
+      seed_ = SplitMix64(static_cast<uint64_t>(*seed));
+    }
+  }
+  bool IsStateful() const override { return true; }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor& y = ctx->allocate_output(0, in.dtype(), in.shape());
+    Tensor& mask = ctx->allocate_output(1, in.dtype(), in.shape());
+    const uint64_t key = SplitMix64(seed_ ^ SplitMix64(calls_.fetch_add(1)));
+    // Keep when the top 53 bits, as a fraction of 2^53, are >= rate.
+    const uint64_t threshold = static_cast<uint64_t>(rate_ * 9007199254740992.0);
+    const T scale = static_cast<T>(1.0 / (1.0 - rate_));
+    const T* x = in.data<T>();
+    T* py = y.data<T>();
+    T* pm = mask.data<T>();
+    SplitRows(ctx, in.num_elements(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const T m = (SplitMix64(key + static_cast<uint64_t>(i)) >> 11) >= threshold ? scale : T(0);
+        pm[i] = m;
+        py[i] = x[i] * m;
+      }
+    });
+  }
+
+ private:
+  double rate_ = 0.0;
+  uint64_t seed_ = 0;
+  std::atomic<uint64_t> calls_{0};
+};
+
+template <template <typename> class K>
+void RegisterFloat(KernelRegistry& reg, const std::string& op) {
+  RegisterCPU<K<float>>(reg, op, {DType::kFloat32});
+  RegisterCPU<K<double>>(reg, op, {DType::kFloat64});
+}
+
+template <typename Op>
+void RegisterUnary(KernelRegistry& reg, const std::string& op) {
+  RegisterCPU<UnaryKernel<float, Op>>(reg, op, {DType::kFloat32});
+  RegisterCPU<UnaryKernel<double, Op>>(reg, op, {DType::kFloat64});
+}
+
+template <typename Op>
+void RegisterBinaryGrad(KernelRegistry& reg, const std::string& op) {
+  RegisterCPU<BinaryGradKernel<float, Op>>(reg, op, {DType::kFloat32});
+  RegisterCPU<BinaryGradKernel<double, Op>>(reg, op, {DType::kFloat64});
+}
+
+// Sparse xent kernels are keyed by the logits dtype; the labels dtype is
+// dispatched inside.
+template <typename T>
+class SparseXentDispatch : public OpKernel {
+ public:
+  SparseXentDispatch(const KernelInit& init, Status* s) {
+    const DType lt = init.input_dtypes.size() > 1 ? init.input_dtypes[1] : DType::kInvalid;
+    if (lt == DType::kInt32) impl_ = std::make_unique<SparseSoftmaxXentKernel<T, int32_t>>(init, s);
+    else if (lt == DType::kInt64) impl_ = std::make_unique<SparseSoftmaxXentKernel<T, int64_t>>(init, s);
+    else *s = InvalidArgument(std::string("SparseSoftmaxCrossEntropyWithLogits labels must be int32 "
+                                          "or int64, not ") + DTypeName(lt));
+  }
+  void Compute(OpKernelContext* ctx) override { impl_->Compute(ctx); }
+
+ private:
+  std::unique_ptr<OpKernel> impl_;
+};
+
+template <typename T> using SoftmaxK = SoftmaxKernel<T, false>;
+template <typename T> using LogSoftmaxK = SoftmaxKernel<T, true>;
+template <typename T> using SoftmaxGradK = SoftmaxGradKernel<T, false>;
+template <typename T> using LogSoftmaxGradK = SoftmaxGradKernel<T, true>;
+
+}  // namespace
+
+void RegisterNNKernels(KernelRegistry& reg) {
+  RegisterUnary<ReluOp>(reg, "Relu");
+  RegisterUnary<SigmoidOp>(reg, "Sigmoid");
+  RegisterUnary<TanhOp>(reg, "Tanh");
+  RegisterUnary<SoftplusOp>(reg, "Softplus");
+  RegisterUnary<EluOp>(reg, "Elu");
+  RegisterBinaryGrad<ReluGradOp>(reg, "ReluGrad");
+  RegisterBinaryGrad<SigmoidGradOp>(reg, "SigmoidGrad");
+  RegisterBinaryGrad<TanhGradOp>(reg, "TanhGrad");
+  RegisterBinaryGrad<SoftplusGradOp>(reg, "SoftplusGrad");
+  RegisterBinaryGrad<EluGradOp>(reg, "EluGrad");
+  RegisterFloat<SoftmaxK>(reg, "Softmax");
+  RegisterFloat<LogSoftmaxK>(reg, "LogSoftmax");
+  RegisterFloat<SoftmaxGradK>(reg, "SoftmaxGrad");
+  RegisterFloat<LogSoftmaxGradK>(reg, "LogSoftmaxGrad");
+  RegisterFloat<SoftmaxXentKernel>(reg, "SoftmaxCrossEntropyWithLogits");
+  RegisterFloat<SparseXentDispatch>(reg, "SparseSoftmaxCrossEntropyWithLogits");
+  RegisterFloat<L2LossKernel>(reg, "L2Loss");
+  RegisterFloat<BiasAddKernel>(reg, "BiasAdd");
+  RegisterFloat<BiasAddGradKernel>(reg, "BiasAddGrad");
+  RegisterFloat<DropoutKernel>(reg, "Dropout");
+  RegisterMatMulKernels(reg);
+  RegisterConvKernels(reg);
+  RegisterPoolKernels(reg);
+}
+
 }  // namespace sf

@@ -1,5 +1,128 @@
-// PLACEHOLDER: replaced by the Random kernels implementation.
+// Kernels of the random ops.
+//
+// The output of a node's k-th run is a pure function of (seed, k, shape,
+// distribution): the kernel keeps only a run counter under a mutex. The
+// output is cut into fixed blocks of kBlock elements, each drawn from its own
+// std::mt19937_64 seeded with a hash of (seed, k, block index), so blocks can
+// be filled in parallel and the values never depend on the thread count.
+// mt19937_64 and the transforms below (53-bit uniforms, Box-Muller) are
+// written out rather than taken from <random> distributions, whose results
+// differ between standard libraries.
+#include <cmath>
+#include <mutex>
+#include <random>
+
+#include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+
 namespace sf {
-void RegisterRandomKernels(KernelRegistry&) {}
+namespace {
+
+constexpr int64_t kBlock = 16384;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A uniform double in [0, 1) from the top 53 bits.
+inline double Uniform01(std::mt19937_64& e) { return static_cast<double>(e() >> 11) * 0x1.0p-53; }
+// A uniform double in (0, 1]: safe for log().
+inline double UniformOpen0(std::mt19937_64& e) {
+  return static_cast<double>((e() >> 11) + 1) * 0x1.0p-53;
+}
+
+enum class Dist { kUniform, kNormal, kTruncatedNormal };
+
+template <typename T>
+class RandomKernel : public OpKernel {
+ public:
+  RandomKernel(const KernelInit& init, Status* s) {
+    dist_ = init.op == "RandomUniform" ? Dist::kUniform
+            : init.op == "RandomNormal" ? Dist::kNormal
+                                        : Dist::kTruncatedNormal;
+    auto shape = init.Attr<Shape>("shape");
+    auto seed = init.AttrOr<int64_t>("seed", 0);
+    const bool uniform = dist_ == Dist::kUniform;
+    auto a = init.Attr<double>(uniform ? "minval" : "mean");
+    auto b = init.Attr<double>(uniform ? "maxval" : "stddev");
+    for (const Status* st : {&shape.status(), &seed.status(), &a.status(), &b.status()}) {
+      if (!st->ok()) {
+        *s = *st;
+        return;
+      }
+    }
+    shape_ = *shape;
+    seed_ = static_cast<uint64_t>(*seed);
+    a_ = *a;
+    b_ = *b;
+  }
+
+  bool IsStateful() const override { return true; }
+
+  void Compute(OpKernelContext* ctx) override {
+    uint64_t run;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      run = runs_++;
+    }
+    Tensor& out = ctx->allocate_output(0, DTypeOf<T>::value, shape_);
+    const int64_t n = out.num_elements();
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const uint64_t run_key = SplitMix64(SplitMix64(seed_) ^ SplitMix64(run + 0x5851f42d4c957f2dULL));
+    auto fill = [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        std::mt19937_64 e(SplitMix64(run_key ^ static_cast<uint64_t>(b)));
+        FillBlock(e, out.data<T>() + b * kBlock, std::min(kBlock, n - b * kBlock));
+      }
+    };
+    if (blocks > 1 && ctx->pool()) ctx->pool()->ParallelFor(blocks, 1, fill);
+    else fill(0, blocks);
+  }
+
+ private:
+  void FillBlock(std::mt19937_64& e, T* out, int64_t len) const {
+    if (dist_ == Dist::kUniform) {
+      const T lo = static_cast<T>(a_), hi = static_cast<T>(b_);
+      for (int64_t i = 0; i < len; ++i) {
+        T v = static_cast<T>(a_ + (b_ - a_) * Uniform01(e));
+        // Rounding to T may land on maxval; keep the interval half-open.
+        if (v >= hi && hi > lo) v = std::nextafter(hi, lo);
+        out[i] = v;
+      }
+      return;
+    }
+    const bool truncated = dist_ == Dist::kTruncatedNormal;
+    int64_t i = 0;
+    while (i < len) {
+      // Box-Muller: two independent standard normals per pair of uniforms.
+      const double r = std::sqrt(-2.0 * std::log(UniformOpen0(e)));
+      const double t = 2.0 * M_PI * Uniform01(e);
+      for (double z : {r * std::cos(t), r * std::sin(t)}) {
+        if (i == len) break;
+        if (truncated && std::abs(z) > 2.0) continue;
+        out[i++] = static_cast<T>(a_ + b_ * z);
+      }
+    }
+  }
+
+  Dist dist_ = Dist::kUniform;
+  Shape shape_;
+  uint64_t seed_ = 0;
+  double a_ = 0, b_ = 1;  // minval/maxval or mean/stddev
+  std::mutex mu_;
+  uint64_t runs_ = 0;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+void RegisterRandomKernels(KernelRegistry& reg) {
+  for (const char* op : {"RandomUniform", "RandomNormal", "TruncatedNormal"}) {
+    RegisterCPU<RandomKernel<float>>(reg, op, {DType::kFloat32});
+    RegisterCPU<RandomKernel<double>>(reg, op, {DType::kFloat64});
+  }
+}
+
 }  // namespace sf

@@ -1,0 +1,316 @@
+// Kernels of Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter (NHWC input,
+// HWIO filter): im2col + GEMM. A filter [KH,KW,C,OC] is a [KH*KW*C, OC]
+// matrix and an im2col row (one output pixel's window, in (ky, kx, c) order)
+// is a row of KH*KW*C values, so each output pixel is one GEMM row, already
+// in NHWC order. Rows are processed in chunks so the im2col buffer stays
+// small (cache-sized), and chunks are split over the compute pool.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cpu/nn_gemm.h"
+#include "kernels/cpu/nn_kernels.h"
+
+namespace sf {
+namespace nn {
+
+Status ParseWindowAttrs(const KernelInit& init, bool with_ksize, WindowAttrs* out) {
+  auto check4 = [](const std::string& name, const std::vector<int64_t>& v) -> Status {
+    if (v.size() != 4)
+      return InvalidArgument("attr " + name + " must have 4 values (NHWC), got " +
+                             std::to_string(v.size()));
+    for (int64_t x : v)
+      if (x < 1) return InvalidArgument("attr " + name + " values must be >= 1");
+    if (v[0] != 1 || v[3] != 1)
+      return InvalidArgument("attr " + name + " must be 1 in the batch and channel dimensions");
+    return Status::OK();
+  };
+  SF_ASSIGN_OR_RETURN(out->strides, init.AttrOr<std::vector<int64_t>>("strides", {1, 1, 1, 1}));
+  SF_RETURN_IF_ERROR(check4("strides", out->strides));
+  if (with_ksize) {
+    SF_ASSIGN_OR_RETURN(out->ksize, init.AttrOr<std::vector<int64_t>>("ksize", {1, 2, 2, 1}));
+    SF_RETURN_IF_ERROR(check4("ksize", out->ksize));
+  }
+  SF_ASSIGN_OR_RETURN(std::string p, init.AttrOr<std::string>("padding", "VALID"));
+  if (p != "SAME" && p != "VALID")
+    return InvalidArgument("attr padding must be \"SAME\" or \"VALID\", got \"" + p + "\"");
+  out->same = p == "SAME";
+  return Status::OK();
+}
+
+Status ComputeWindow(bool same, Window* w) {
+  if (same) {
+    w->oh = (w->h + w->sh - 1) / w->sh;
+    w->ow = (w->w + w->sw - 1) / w->sw;
+    w->pad_top = std::max<int64_t>((w->oh - 1) * w->sh + w->kh - w->h, 0) / 2;
+    w->pad_left = std::max<int64_t>((w->ow - 1) * w->sw + w->kw - w->w, 0) / 2;
+    return Status::OK();
+  }
+  if (w->h < w->kh || w->w < w->kw)
+    return InvalidArgument("window " + std::to_string(w->kh) + "x" + std::to_string(w->kw) +
+                           " is larger than the input " + std::to_string(w->h) + "x" +
+                           std::to_string(w->w) + " with VALID padding");
+  w->oh = (w->h - w->kh) / w->sh + 1;
+  w->ow = (w->w - w->kw) / w->sw + 1;
+  w->pad_top = w->pad_left = 0;
+  return Status::OK();
+}
+
+Status ShapeFromTensor(const Tensor& t, const char* what, Shape* out) {
+  if ((t.dtype() != DType::kInt32 && t.dtype() != DType::kInt64) || t.num_elements() != 4)
+    return InvalidArgument(std::string(what) + " must be 4 int32/int64 values, got " +
+                           DTypeName(t.dtype()) + ShapeString(t.shape()));
+  std::vector<int64_t> v = t.ToVector<int64_t>();
+  for (int64_t d : v)
+    if (d < 0) return InvalidArgument(std::string(what) + " has a negative dimension");
+  *out = Shape(v.begin(), v.end());
+  return Status::OK();
+}
+
+}  // namespace nn
+
+namespace {
+
+using nn::Window;
+
+// Elements of im2col buffer per chunk (1 MiB of float).
+constexpr int64_t kColBudget = int64_t{1} << 18;
+
+bool IsPointwise(const Window& w) {
+  return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.pad_top == 0 && w.pad_left == 0;
+}
+
+// Rows [r0, r0+rows) of the im2col matrix of `in` into col.
+template <typename T>
+void Im2Col(const Window& w, const T* in, int64_t r0, int64_t rows, T* col) {
+  const int64_t kkc = w.kh * w.kw * w.c, pix = w.oh * w.ow;
+  for (int64_t r = r0; r < r0 + rows; ++r) {
+    const int64_t n = r / pix, p = r % pix, y = p / w.ow, x = p % w.ow;
+    T* dst = col + (r - r0) * kkc;
+    const int64_t iw0 = x * w.sw - w.pad_left;
+    // The valid columns [lo, hi) of the window row are contiguous in NHWC.
+    const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(w.kw, w.w - iw0);
+    for (int64_t ky = 0; ky < w.kh; ++ky, dst += w.kw * w.c) {
+      const int64_t ih = y * w.sh - w.pad_top + ky;
+      if (ih < 0 || ih >= w.h || hi <= lo) {
+        std::fill(dst, dst + w.kw * w.c, T(0));
+        continue;
+      }
+      if (lo > 0) std::fill(dst, dst + lo * w.c, T(0));
+      std::memcpy(dst + lo * w.c, in + ((n * w.h + ih) * w.w + iw0 + lo) * w.c,
+                  sizeof(T) * (hi - lo) * w.c);
+      if (hi < w.kw) std::fill(dst + hi * w.c, dst + w.kw * w.c, T(0));
+    }
+  }
+}
+
+// Adds rows [r0, r0+rows) of an im2col-shaped gradient back into dx.
+template <typename T>
+void Col2ImAdd(const Window& w, const T* col, int64_t r0, int64_t rows, T* dx) {
+  using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+  const int64_t kkc = w.kh * w.kw * w.c, pix = w.oh * w.ow;
+  for (int64_t r = r0; r < r0 + rows; ++r) {
+    const int64_t n = r / pix, p = r % pix, y = p / w.ow, x = p % w.ow;
+    const T* src = col + (r - r0) * kkc;
+    const int64_t iw0 = x * w.sw - w.pad_left;
+    const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(w.kw, w.w - iw0);
+    for (int64_t ky = 0; ky < w.kh; ++ky, src += w.kw * w.c) {
+      const int64_t ih = y * w.sh - w.pad_top + ky;
+      if (ih < 0 || ih >= w.h || hi <= lo) continue;
+      const int64_t len = (hi - lo) * w.c;
+      Eigen::Map<Vec>(dx + ((n * w.h + ih) * w.w + iw0 + lo) * w.c, len) +=
+          Eigen::Map<const Vec>(src + lo * w.c, len);
+    }
+  }
+}
+
+// Runs fn(begin, end) over [0, n) on the pool when the work is big, else inline.
+void Split(ComputePool* pool, int64_t n, int64_t min_block,
+           const std::function<void(int64_t, int64_t)>& fn) {
+  if (!pool || n <= min_block) fn(0, n);
+  else pool->ParallelFor(n, min_block, fn);
+}
+
+// The row chunk that keeps an im2col buffer within budget.
+int64_t ChunkRows(int64_t kkc) { return std::max<int64_t>(1, kColBudget / std::max<int64_t>(kkc, 1)); }
+
+// Rows of GEMM work worth one thread.
+int64_t MinRows(int64_t per_row_flops) {
+  return std::max<int64_t>(1, nn::kGemmParallelMin / std::max<int64_t>(per_row_flops, 1));
+}
+
+template <typename T>
+void ConvForward(ComputePool* pool, const Window& w, int64_t oc, const T* in, const T* f, T* out) {
+  const int64_t rows = w.n * w.oh * w.ow, kkc = w.kh * w.kw * w.c;
+  if (IsPointwise(w)) {
+    nn::Gemm<T>(pool, in, f, out, rows, oc, w.c, false, false);
+    return;
+  }
+  const int64_t chunk = ChunkRows(kkc);
+  Split(pool, rows, MinRows(kkc * oc), [&](int64_t b, int64_t e) {
+    std::vector<T> col(std::min(chunk, e - b) * kkc);
+    for (int64_t r = b; r < e; r += chunk) {
+      const int64_t len = std::min(chunk, e - r);
+      Im2Col(w, in, r, len, col.data());
+      nn::GemmBlock<T>(col.data(), f, out + r * oc, len, oc, kkc, false, false, 0, len, 0, oc, false);
+    }
+  });
+}
+
+template <typename T>
+void ConvBackpropInput(ComputePool* pool, const Window& w, int64_t oc, const T* f, const T* dy,
+                       T* dx) {
+  const int64_t pix = w.oh * w.ow, kkc = w.kh * w.kw * w.c;
+  if (IsPointwise(w)) {
+    nn::Gemm<T>(pool, dy, f, dx, w.n * pix, w.c, oc, false, true);
+    return;
+  }
+  std::fill(dx, dx + w.n * w.h * w.w * w.c, T(0));
+  const int64_t chunk = ChunkRows(kkc);
+  // Windows of one image overlap in dx, so images (not rows) are split.
+  Split(pool, w.n, std::max<int64_t>(1, MinRows(kkc * oc) / std::max<int64_t>(pix, 1)),
+        [&](int64_t b, int64_t e) {
+          std::vector<T> col(std::min(chunk, pix) * kkc);
+          for (int64_t r = b * pix; r < e * pix; r += chunk) {
+            const int64_t len = std::min(chunk, e * pix - r);
+            nn::GemmBlock<T>(dy + r * oc, f, col.data(), len, kkc, oc, false, true, 0, len, 0, kkc,
+                             false);
+            Col2ImAdd(w, col.data(), r, len, dx);
+          }
+        });
+}
+
+template <typename T>
+void ConvBackpropFilter(ComputePool* pool, const Window& w, int64_t oc, const T* in, const T* dy,
+                        T* df) {
+  const int64_t rows = w.n * w.oh * w.ow, kkc = w.kh * w.kw * w.c;
+  if (IsPointwise(w)) {
+    nn::Gemm<T>(pool, in, dy, df, w.c, oc, rows, true, false);
+    return;
+  }
+  std::fill(df, df + kkc * oc, T(0));
+  const int64_t chunk = ChunkRows(kkc);
+  std::mutex mu;
+  Split(pool, rows, MinRows(kkc * oc), [&](int64_t b, int64_t e) {
+    std::vector<T> col(std::min(chunk, e - b) * kkc);
+    std::vector<T> part(kkc * oc, T(0));
+    for (int64_t r = b; r < e; r += chunk) {
+      const int64_t len = std::min(chunk, e - r);
+      Im2Col(w, in, r, len, col.data());
+      nn::GemmBlock<T>(col.data(), dy + r * oc, part.data(), kkc, oc, len, true, false, 0, kkc, 0,
+                       oc, true);
+    }
+    using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+    std::lock_guard<std::mutex> l(mu);
+    Eigen::Map<Vec>(df, kkc * oc) += Eigen::Map<const Vec>(part.data(), kkc * oc);
+  });
+}
+
+// Fills w from an input shape and a filter shape; InvalidArgument naming both.
+Status ConvWindow(const char* op, const Shape& in, const Shape& f, const nn::WindowAttrs& a,
+                  Window* w) {
+  if (in.size() != 4 || f.size() != 4)
+    return InvalidArgument(std::string(op) + " needs input [N,H,W,C] and filter [KH,KW,C,OC], got " +
+                           ShapeString(in) + " and " + ShapeString(f));
+  if (in[3] != f[2])
+    return InvalidArgument(std::string(op) + " input channels " + std::to_string(in[3]) +
+                           " differ from the filter's " + std::to_string(f[2]) + ": input " +
+                           ShapeString(in) + ", filter " + ShapeString(f));
+  w->n = in[0];
+  w->h = in[1];
+  w->w = in[2];
+  w->c = in[3];
+  w->kh = f[0];
+  w->kw = f[1];
+  w->sh = a.strides[1];
+  w->sw = a.strides[2];
+  return nn::ComputeWindow(a.same, w);
+}
+
+// Requires dy to have the shape Conv2D would have produced.
+Status CheckDy(const char* op, const Window& w, int64_t oc, const Tensor& dy) {
+  const Shape want{w.n, w.oh, w.ow, oc};
+  if (dy.shape() != want)
+    return InvalidArgument(std::string(op) + ": out_backprop has shape " + ShapeString(dy.shape()) +
+                           ", expected " + ShapeString(want));
+  return Status::OK();
+}
+
+template <typename T>
+class Conv2DKernel : public OpKernel {
+ public:
+  Conv2DKernel(const KernelInit& init, Status* s) { *s = nn::ParseWindowAttrs(init, false, &a_); }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& f = ctx->input(1);
+    Window w;
+    Status s = ConvWindow("Conv2D", in.shape(), f.shape(), a_, &w);
+    if (!s.ok()) return ctx->SetStatus(s);
+    const int64_t oc = f.dim(3);
+    Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
+    ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
+  }
+
+ private:
+  nn::WindowAttrs a_;
+};
+
+template <typename T>
+class Conv2DBackpropInputKernel : public OpKernel {
+ public:
+  Conv2DBackpropInputKernel(const KernelInit& init, Status* s) {
+    *s = nn::ParseWindowAttrs(init, false, &a_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& f = ctx->input(1);
+    const Tensor& dy = ctx->input(2);
+    Shape in_shape;
+    Status s = nn::ShapeFromTensor(ctx->input(0), "Conv2DBackpropInput input_sizes", &in_shape);
+    Window w;
+    if (s.ok()) s = ConvWindow("Conv2DBackpropInput", in_shape, f.shape(), a_, &w);
+    if (s.ok()) s = CheckDy("Conv2DBackpropInput", w, f.dim(3), dy);
+    if (!s.ok()) return ctx->SetStatus(s);
+    Tensor& dx = ctx->allocate_output(0, f.dtype(), in_shape);
+    ConvBackpropInput<T>(ctx->pool(), w, f.dim(3), f.data<T>(), dy.data<T>(), dx.data<T>());
+  }
+
+ private:
+  nn::WindowAttrs a_;
+};
+
+template <typename T>
+class Conv2DBackpropFilterKernel : public OpKernel {
+ public:
+  Conv2DBackpropFilterKernel(const KernelInit& init, Status* s) {
+    *s = nn::ParseWindowAttrs(init, false, &a_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& dy = ctx->input(2);
+    Shape f_shape;
+    Status s = nn::ShapeFromTensor(ctx->input(1), "Conv2DBackpropFilter filter_sizes", &f_shape);
+    Window w;
+    if (s.ok()) s = ConvWindow("Conv2DBackpropFilter", in.shape(), f_shape, a_, &w);
+    if (s.ok()) s = CheckDy("Conv2DBackpropFilter", w, f_shape[3], dy);
+    if (!s.ok()) return ctx->SetStatus(s);
+    Tensor& df = ctx->allocate_output(0, in.dtype(), f_shape);
+    ConvBackpropFilter<T>(ctx->pool(), w, f_shape[3], in.data<T>(), dy.data<T>(), df.data<T>());
+  }
+
+ private:
+  nn::WindowAttrs a_;
+};
+
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& reg) {
+  RegisterCPU<Conv2DKernel<float>>(reg, "Conv2D", {DType::kFloat32});
+  RegisterCPU<Conv2DKernel<double>>(reg, "Conv2D", {DType::kFloat64});
+  RegisterCPU<Conv2DBackpropInputKernel<float>>(reg, "Conv2DBackpropInput", {DType::kFloat32});
+  RegisterCPU<Conv2DBackpropInputKernel<double>>(reg, "Conv2DBackpropInput", {DType::kFloat64});
+  RegisterCPU<Conv2DBackpropFilterKernel<float>>(reg, "Conv2DBackpropFilter", {DType::kFloat32});
+  RegisterCPU<Conv2DBackpropFilterKernel<double>>(reg, "Conv2DBackpropFilter", {DType::kFloat64});
+}
+
+}  // namespace sf

@@ -1,0 +1,140 @@
+// Kernels of MatMul and BatchMatMul: Eigen GEMM split over the compute pool.
+#include <vector>
+
+#include "kernels/cpu/nn_gemm.h"
+#include "kernels/cpu/nn_kernels.h"
+
+namespace sf {
+namespace {
+
+struct MatMulFlags {
+  bool ta = false, tb = false;
+};
+
+MatMulFlags ParseFlags(const KernelInit& init, Status* s) {
+  MatMulFlags f;
+  auto ta = init.AttrOr<bool>("transpose_a", false);
+  auto tb = init.AttrOr<bool>("transpose_b", false);
+  if (!ta.ok()) *s = ta.status();
+  else if (!tb.ok()) *s = tb.status();
+  else f = {*ta, *tb};
+  return f;
+}
+
+std::string Describe(const Tensor& a, bool ta, const Tensor& b, bool tb) {
+  return "a " + ShapeString(a.shape()) + (ta ? " (transposed)" : "") + " and b " +
+         ShapeString(b.shape()) + (tb ? " (transposed)" : "");
+}
+
+template <typename T>
+class MatMulKernel : public OpKernel {
+ public:
+  MatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& a = ctx->input(0);
+    const Tensor& b = ctx->input(1);
+    if (a.rank() != 2 || b.rank() != 2) {
+      ctx->SetStatus(InvalidArgument("MatMul needs rank-2 inputs, got " + Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    const int64_t m = a.dim(f_.ta ? 1 : 0), k = a.dim(f_.ta ? 0 : 1);
+    const int64_t kb = b.dim(f_.tb ? 1 : 0), n = b.dim(f_.tb ? 0 : 1);
+    if (k != kb) {
+      ctx->SetStatus(InvalidArgument("MatMul inner dimensions differ: " + Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
+    nn::Gemm<T>(ctx->pool(), a.data<T>(), b.data<T>(), c.data<T>(), m, n, k, f_.ta, f_.tb);
+  }
+
+ private:
+  MatMulFlags f_;
+};
+
+// Batch dims broadcast NumPy-style; each output matrix is one independent
+// product, so batches are split over the pool (one big batch splits its rows).
+template <typename T>
+class BatchMatMulKernel : public OpKernel {
+ public:
+  BatchMatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& a = ctx->input(0);
+    const Tensor& b = ctx->input(1);
+    if (a.rank() < 2 || b.rank() < 2) {
+      ctx->SetStatus(InvalidArgument("BatchMatMul needs inputs of rank >= 2, got " +
+                                     Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    const int ra = a.rank(), rb = b.rank();
+    const int64_t m = a.dim(f_.ta ? ra - 1 : ra - 2), k = a.dim(f_.ta ? ra - 2 : ra - 1);
+    const int64_t kb = b.dim(f_.tb ? rb - 1 : rb - 2), n = b.dim(f_.tb ? rb - 2 : rb - 1);
+    if (k != kb) {
+      ctx->SetStatus(InvalidArgument("BatchMatMul inner dimensions differ: " +
+                                     Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    // Broadcast the batch dims (right-aligned).
+    const int rank = std::max(ra, rb) - 2;
+    Shape out(rank), sa(rank, 1), sb(rank, 1);
+    for (int i = 0; i < ra - 2; ++i) sa[rank - (ra - 2) + i] = a.dim(i);
+    for (int i = 0; i < rb - 2; ++i) sb[rank - (rb - 2) + i] = b.dim(i);
+    for (int i = 0; i < rank; ++i) {
+      if (sa[i] != sb[i] && sa[i] != 1 && sb[i] != 1) {
+        ctx->SetStatus(InvalidArgument("BatchMatMul batch dimensions do not broadcast: " +
+                                       Describe(a, f_.ta, b, f_.tb)));
+        return;
+      }
+      out[i] = sa[i] == 1 ? sb[i] : sa[i];
+    }
+    const int64_t batches = NumElements(out);
+    // Offsets (in matrices) of each batch's operands.
+    std::vector<int64_t> oa(batches), ob(batches);
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      int64_t rem = bi, ia = 0, ib = 0, stride_a = 1, stride_b = 1;
+      for (int i = rank - 1; i >= 0; --i) {
+        const int64_t idx = rem % out[i];
+        rem /= out[i];
+        if (sa[i] != 1) ia += idx * stride_a;
+        if (sb[i] != 1) ib += idx * stride_b;
+        stride_a *= sa[i];
+        stride_b *= sb[i];
+      }
+      oa[bi] = ia;
+      ob[bi] = ib;
+    }
+    Shape out_shape = out;
+    out_shape.push_back(m);
+    out_shape.push_back(n);
+    Tensor& c = ctx->allocate_output(0, a.dtype(), out_shape);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+    const int64_t sza = m * k, szb = k * n, szc = m * n;
+    if (batches == 1) {
+      nn::Gemm<T>(ctx->pool(), pa, pb, pc, m, n, k, f_.ta, f_.tb);
+      return;
+    }
+    auto run = [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi)
+        nn::Gemm<T>(nullptr, pa + oa[bi] * sza, pb + ob[bi] * szb, pc + bi * szc, m, n, k, f_.ta,
+                    f_.tb);
+    };
+    const int64_t per = std::max<int64_t>(1, m * n * std::max<int64_t>(k, 1));
+    if (!ctx->pool() || batches * per < nn::kGemmParallelMin) run(0, batches);
+    else ctx->pool()->ParallelFor(batches, std::max<int64_t>(1, nn::kGemmParallelMin / per), run);
+  }
+
+ private:
+  MatMulFlags f_;
+};
+
+}  // namespace
+
+void RegisterMatMulKernels(KernelRegistry& reg) {
+  RegisterCPU<MatMulKernel<float>>(reg, "MatMul", {DType::kFloat32});
+  RegisterCPU<MatMulKernel<double>>(reg, "MatMul", {DType::kFloat64});
+  RegisterCPU<BatchMatMulKernel<float>>(reg, "BatchMatMul", {DType::kFloat32});
+  RegisterCPU<BatchMatMulKernel<double>>(reg, "BatchMatMul", {DType::kFloat64});
+}
+
+}  // namespace sf

@@ -1,0 +1,294 @@
+#include <catch2/catch.hpp>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "graph/graph_def.h"
+#include "graph/op_registry.h"
+#include "net/graph_def.capnp.h"
+#include "shardflow/ops.h"
+#include "tests/support/eval_graph.h"
+
+using namespace sf;
+
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/sf_graph_def_test_XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  REQUIRE(d != nullptr);
+  return d;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), bytes.size());
+}
+
+// The core ops plus "AttrHolder", an op taking any inputs and any attrs, so
+// one node can carry every attr kind.
+const OpRegistry& TestRegistry() {
+  static const OpRegistry* reg = [] {
+    auto* r = new OpRegistry();
+    RegisterCoreOps(*r);
+    (void)r->Register(OpBuilder("AttrHolder").Inputs(0, -1)
+        .Shape([](InferenceContext& c) -> Status {
+          c.set_output(0, DType::kFloat64, PartialShape({-1, 2}));
+          c.set_output(1, DType::kInt32, PartialShape());
+          return Status::OK();
+        })
+        .NotDifferentiable().Summary("Test op holding attrs.").Build());
+    return r;
+  }();
+  return *reg;
+}
+
+bool SameTensor(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         (a.bytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0);
+}
+
+bool SameAttr(const AttrValue& a, const AttrValue& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Tensor>) return SameTensor(x, std::get<Tensor>(b));
+        else return x == std::get<T>(b);
+      },
+      a);
+}
+
+// Compares two graphs node by node (ids, names, edges, attrs, inferred types).
+void CheckSameGraph(const Graph& a, const Graph& b) {
+  REQUIRE(b.status().ok());
+  REQUIRE(a.num_nodes() == b.num_nodes());
+  for (int id = 0; id < a.num_nodes(); ++id) {
+    const Node& x = a.node(id);
+    const Node& y = b.node(id);
+    INFO("node " << x.name);
+    CHECK(x.name == y.name);
+    CHECK(x.op == y.op);
+    CHECK(x.device == y.device);
+    CHECK(x.stateful == y.stateful);
+    REQUIRE(x.inputs.size() == y.inputs.size());
+    for (size_t i = 0; i < x.inputs.size(); ++i) {
+      CHECK(x.inputs[i].node == y.inputs[i].node);
+      CHECK(x.inputs[i].index == y.inputs[i].index);
+      CHECK(y.inputs[i].graph == &b);
+    }
+    CHECK(x.control_inputs == y.control_inputs);
+    CHECK(x.output_dtypes == y.output_dtypes);
+    CHECK(x.output_shapes == y.output_shapes);
+    REQUIRE(x.attrs.all().size() == y.attrs.all().size());
+    for (const auto& [name, v] : x.attrs.all()) {
+      INFO("attr " << name);
+      const AttrValue* w = y.attrs.Find(name);
+      REQUIRE(w != nullptr);
+      CHECK(SameAttr(v, *w));
+    }
+  }
+}
+
+// A graph using every attr kind, name and device scopes and control edges.
+void BuildAttrGraph(Graph& g) {
+  auto x = ops::Placeholder(g, DType::kFloat32, {-1, 3}, "x");
+  auto c = ops::Const(g, std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  AttrMap a;
+  a.Set("i", int64_t{-42});
+  a.Set("f", 2.5);
+  a.Set("b", true);
+  a.Set("s", std::string("SAME padding / with : odd chars"));
+  a.Set("t", DType::kInt64);
+  a.Set("ints", std::vector<int64_t>{1, -1, int64_t{1} << 40});
+  a.Set("floats", std::vector<double>{0.5, -1e300});
+  a.Set("shape", PartialShape({-1, 28, 28, 1}));
+  a.Set("unknown_shape", PartialShape());
+  a.Set("scalar_shape", PartialShape(Shape{}));
+  a.Set("tensor_f64", Tensor::FromVector<double>({1.25, -3}, {2, 1}));
+  a.Set("tensor_i32", Tensor::FromVector<int32_t>({7, 8, 9}));
+  a.Set("tensor_i64", Tensor::Scalar<int64_t>(-5));
+  a.Set("tensor_bool", Tensor::FromBools({true, false}, {2}));
+  a.Set("tensor_empty", Tensor::Zeros(DType::kFloat32, {0, 4}));
+  a.Set("tensor_invalid", Tensor());
+  a.Set("dtypes", std::vector<DType>{DType::kFloat32, DType::kBool, DType::kResource});
+  a.Set("empty_ints", std::vector<int64_t>{});
+  int holder;
+  {
+    auto scope = g.NameScope("layer");
+    auto dev = g.DeviceScope("/cpu:0");
+    holder = g.AddNode("AttrHolder", {x, c}, a, "holder");
+  }
+  auto y = ops::Identity(g, Output(&g, holder, 1), "y");
+  auto z = ops::Identity(g, c, "z");
+  int noop = ops::NoOp(g, {y.node, z.node}, "group");
+  REQUIRE(g.AddControlInput(z.node, x.node).ok());
+  REQUIRE(noop >= 0);
+  REQUIRE(g.status().ok());
+}
+
+// A GraphDef message built by hand, for files shardflow itself never writes.
+std::string HandMadeGraphDef(uint32_t version, const std::string& input_node) {
+  capnp::MallocMessageBuilder m;
+  auto gd = m.initRoot<proto::GraphDef>();
+  gd.setFormatVersion(version);
+  auto nodes = gd.initNodes(2);
+  nodes[0].setName("a");
+  nodes[0].setOp("Placeholder");
+  auto attrs = nodes[0].initAttrs(1);
+  attrs[0].setName("dtype");
+  attrs[0].initValue().setDtypeValue(proto::DType::FLOAT32);
+  nodes[1].setName("b");
+  nodes[1].setOp("Identity");
+  auto in = nodes[1].initInputs(1);
+  in[0].setNode(input_node);
+  in[0].setIndex(0);
+  auto words = capnp::messageToFlatArray(m);
+  return std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size());
+}
+
+}  // namespace
+
+TEST_CASE("GraphDef round-trips every attr kind, scopes, devices and control edges", "[graph_def]") {
+  Graph g(TestRegistry());
+  BuildAttrGraph(g);
+  const std::string path = TempDir() + "/attrs.capnp";
+  REQUIRE(SaveGraph(g, path).ok());
+  Graph g2(TestRegistry());
+  Status s = LoadGraph(path, &g2);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  CheckSameGraph(g, g2);
+  CHECK(g2.node(g2.FindNode("layer/holder").value()).device == "/cpu:0");
+  auto bytes = GraphToBytes(g2);
+  REQUIRE(bytes.ok());
+  CHECK(*bytes == GraphToBytes(g).value());
+}
+
+TEST_CASE("A loaded graph evaluates like the original", "[graph_def]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {-1, 2}, "x");
+  auto c = ops::Const(g, std::vector<float>{1.5, -2, 3, 4}, {2, 2});
+  auto y = ops::Identity(g, ops::StopGradient(g, x), "y");
+  REQUIRE(g.status().ok());
+  auto bytes = GraphToBytes(g);
+  REQUIRE(bytes.ok());
+  Graph g2;
+  REQUIRE(GraphFromBytes(*bytes, &g2).ok());
+  CheckSameGraph(g, g2);
+  const Tensor feed = Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {3, 2});
+  for (const Graph* gr : {static_cast<const Graph*>(&g), static_cast<const Graph*>(&g2)}) {
+    auto yo = gr->FindOutput("y").value();
+    auto r = testing::Eval(*gr, yo, {{gr->FindOutput("x").value(), feed}});
+    REQUIRE(r.ok());
+    CHECK(r->ToVector<float>() == feed.ToVector<float>());
+    auto cr = testing::Eval(*gr, gr->FindOutput(c.name()).value());
+    REQUIRE(cr.ok());
+    CHECK(cr->ToVector<float>() == std::vector<float>{1.5, -2, 3, 4});
+  }
+  (void)y;
+}
+
+TEST_CASE("A big tensor survives the traversal limit", "[graph_def]") {
+  Graph g;
+  // 80 MiB: above Cap'n Proto's default 64 MiB traversal limit.
+  Tensor big = Tensor::Zeros(DType::kFloat64, {10 * 1024 * 1024});
+  big.data<double>()[12345] = 7;
+  ops::Const(g, big, "big");
+  auto bytes = GraphToBytes(g);
+  REQUIRE(bytes.ok());
+  Graph g2;
+  REQUIRE(GraphFromBytes(*bytes, &g2).ok());
+  const Tensor& t = std::get<Tensor>(*g2.node(0).attrs.Find("value"));
+  CHECK(t.shape() == big.shape());
+  CHECK(t.data<double>()[12345] == 7);
+}
+
+TEST_CASE("Bad GraphDef files give clear errors, never a crash", "[graph_def]") {
+  const std::string dir = TempDir();
+  Graph g(TestRegistry());
+  BuildAttrGraph(g);
+  const std::string good = GraphToBytes(g).value();
+
+  auto load = [&](const std::string& name, const std::string& bytes, const OpRegistry& reg) {
+    WriteFile(dir + "/" + name, bytes);
+    Graph out(reg);
+    return LoadGraph(dir + "/" + name, &out);
+  };
+  auto mentions = [](const Status& s, const std::string& text) {
+    INFO(s.ToString());
+    return !s.ok() && s.message().find(text) != std::string::npos;
+  };
+
+  Status s = load("truncated.capnp", good.substr(0, good.size() - 64), TestRegistry());
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(mentions(s, "truncated.capnp"));
+  CHECK(mentions(s, "corrupt or truncated"));
+
+  s = load("odd.capnp", good.substr(0, 13), TestRegistry());
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(mentions(s, "not a whole number of 8-byte"));
+
+  s = load("empty.capnp", "", TestRegistry());
+  CHECK(mentions(s, "empty"));
+
+  s = load("trailing.capnp", good + std::string(16, '\0'), TestRegistry());
+  CHECK(mentions(s, "16 unexpected bytes"));
+
+  s = load("unknown_op.capnp", good, StandardOpRegistry());
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(mentions(s, "unknown_op.capnp"));
+  CHECK(mentions(s, "node 'layer/holder': unknown op 'AttrHolder'"));
+
+  s = load("missing_input.capnp", HandMadeGraphDef(GraphDefFormatVersion(), "nope"), StandardOpRegistry());
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(mentions(s, "node 'b': input 0 ('nope:0') names a node that is not in the graph"));
+
+  s = load("forward.capnp", HandMadeGraphDef(GraphDefFormatVersion(), "b"), StandardOpRegistry());
+  CHECK(mentions(s, "names a node defined after it"));
+
+  s = load("version.capnp", HandMadeGraphDef(99, "a"), StandardOpRegistry());
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(mentions(s, "format version 99"));
+
+  CHECK(load("ok.capnp", HandMadeGraphDef(GraphDefFormatVersion(), "a"), StandardOpRegistry()).ok());
+
+  Graph fresh;
+  s = LoadGraph(dir + "/absent.capnp", &fresh);
+  CHECK(s.code() == Code::kNotFound);
+  CHECK(mentions(s, "absent.capnp"));
+
+  Graph nonempty;
+  ops::Const(nonempty, 1.0f);
+  s = GraphFromBytes(good, &nonempty);
+  CHECK(mentions(s, "empty Graph"));
+
+  // Overwrite each word in turn with garbage: every load must return, OK or not.
+  int errors = 0;
+  for (size_t w = 0; w < good.size() / 8; ++w) {
+    std::string bad = good;
+    std::memset(&bad[w * 8], 0xA5, 8);
+    Graph out(TestRegistry());
+    if (!GraphFromBytes(bad, &out).ok()) ++errors;
+  }
+  CHECK(errors > 0);
+}
+
+TEST_CASE("Saving a broken graph or a bad path is an error", "[graph_def]") {
+  Graph g;
+  ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  g.AddNode("NoSuchOp", {});
+  REQUIRE_FALSE(g.status().ok());
+  Status s = SaveGraph(g, TempDir() + "/broken.capnp");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("construction error") != std::string::npos);
+
+  Graph ok;
+  ops::Const(ok, 1.0f);
+  CHECK(SaveGraph(ok, "/nonexistent_dir/g.capnp").code() == Code::kUnavailable);
+}
