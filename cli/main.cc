@@ -1,1 +1,461 @@
-int main() { return 0; }  // PLACEHOLDER
+// The `shardflow` command: run a saved graph on .npy inputs, print a graph,
+// list the ops. See docs/CLI.md.
+//
+//   shardflow run --graph model.capnp --feed x=x.npy --fetch logits --out out/
+//   shardflow graph model.capnp [--dot]
+//   shardflow ops
+//
+// Every error is one line on stderr; exit code 2 for a usage error, 1 for an
+// error while loading or running, 0 on success.
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "graph/graph_def.h"
+#include "graph/op_registry.h"
+#include "kernels/npy.h"
+#include "shardflow/gradients.h"
+#include "shardflow/graph.h"
+#include "shardflow/session.h"
+
+namespace sf {
+namespace {
+
+constexpr int kExitRunError = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kMainUsage[] =
+    "usage: shardflow <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run     run a saved graph: feed .npy files, write the fetched tensors as .npy\n"
+    "  graph   print a saved graph as text (or Graphviz with --dot)\n"
+    "  ops     list the registered ops\n"
+    "\n"
+    "'shardflow <command> --help' describes the options of one command.\n";
+
+constexpr char kRunUsage[] =
+    "usage: shardflow run --graph G.capnp [--feed NAME=FILE.npy]... [--fetch NAME]...\n"
+    "                     [--target NODE]... [--gradients-of LOSS --wrt X1,X2,...]\n"
+    "                     [--out DIR] [--threads N]\n"
+    "\n"
+    "Loads the graph saved in G.capnp (sf::SaveGraph), feeds each placeholder NAME the\n"
+    "array in FILE.npy, runs one step and writes each fetched tensor to DIR/NAME.npy.\n"
+    "\n"
+    "  --graph G.capnp      the graph to run (required)\n"
+    "  --feed NAME=FILE     feed tensor NAME (\"x\" or \"x:0\") from a .npy file; repeatable\n"
+    "  --fetch NAME         fetch tensor NAME (\"y\" or \"node:1\"); repeatable\n"
+    "  --target NODE        also run node NODE (e.g. a training op); repeatable\n"
+    "  --gradients-of LOSS  add the gradient of tensor LOSS (summed if not a scalar) ...\n"
+    "  --wrt X1,X2,...      ... with respect to these tensors; each is written to\n"
+    "                       DIR/grad_X.npy\n"
+    "  --out DIR            where the .npy files go (created if missing; required when\n"
+    "                       something is fetched)\n"
+    "  --threads N          compute threads (default: one per core)\n"
+    "\n"
+    "File names: '/' in a tensor name becomes '.' and ':' becomes '-', so\n"
+    "'dense/MatMul:1' is written to DIR/dense.MatMul-1.npy.\n";
+
+constexpr char kGraphUsage[] =
+    "usage: shardflow graph G.capnp [--dot]\n"
+    "\n"
+    "Prints the graph saved in G.capnp, one line per node:\n"
+    "  name = Op(input, input:1, ^control_input) {attr=value, ...} @device -> dtype[shape], ...\n"
+    "With --dot prints it as a Graphviz digraph instead (shardflow graph G --dot | dot -Tsvg).\n";
+
+constexpr char kOpsUsage[] =
+    "usage: shardflow ops\n"
+    "\n"
+    "Lists every registered op with its number of inputs and a one-line summary.\n";
+
+// One line: newlines inside a message would break "one error, one line".
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+int Fail(int code, const std::string& msg) {
+  std::cerr << "shardflow: " << OneLine(msg) << "\n";
+  return code;
+}
+
+int UsageError(const std::string& command, const std::string& msg) {
+  const std::string hint = command.empty() ? "shardflow --help" : "shardflow " + command + " --help";
+  return Fail(kExitUsage, msg + " (see '" + hint + "')");
+}
+
+bool IsHelp(const std::string& a) { return a == "--help" || a == "-h"; }
+
+// The file name (without ".npy") a tensor name is written to.
+std::string FileStem(const std::string& tensor_name) {
+  std::string s = tensor_name;
+  for (char& c : s) {
+    if (c == '/') c = '.';
+    else if (c == ':') c = '-';
+  }
+  return s;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// Command-line options: "--name value" or "--name=value"; flags without value.
+class Args {
+ public:
+  explicit Args(std::vector<std::string> args) : args_(std::move(args)) {}
+
+  // Parses the arguments; returns a usage message on error ("" when fine).
+  std::string Parse(const std::set<std::string>& with_value, const std::set<std::string>& flags) {
+    for (size_t i = 0; i < args_.size(); ++i) {
+      const std::string& a = args_[i];
+      if (a.rfind("--", 0) != 0 || a == "--") {
+        positional_.push_back(a);
+        continue;
+      }
+      std::string name = a, value;
+      const auto eq = a.find('=');
+      const bool inline_value = eq != std::string::npos;
+      if (inline_value) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+      }
+      if (flags.count(name)) {
+        if (inline_value) return "option " + name + " takes no value";
+        values_[name].push_back("");
+      } else if (with_value.count(name)) {
+        if (!inline_value) {
+          if (i + 1 >= args_.size()) return "option " + name + " needs a value";
+          value = args_[++i];
+        }
+        values_[name].push_back(value);
+      } else {
+        return "unknown option '" + name + "'";
+      }
+    }
+    return "";
+  }
+  bool Has(const std::string& name) const { return values_.count(name) != 0; }
+  const std::vector<std::string>& All(const std::string& name) const {
+    static const std::vector<std::string> kNone;
+    auto it = values_.find(name);
+    return it == values_.end() ? kNone : it->second;
+  }
+  // The single value of an option; "" when absent, an error when repeated.
+  std::string One(const std::string& name, std::string* error) const {
+    const auto& v = All(name);
+    if (v.size() > 1) *error = "option " + name + " given " + std::to_string(v.size()) + " times";
+    return v.empty() ? "" : v[0];
+  }
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::vector<std::string> args_;
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+};
+
+// ---- shardflow run ----------------------------------------------------------
+
+int RunCommand(const std::vector<std::string>& argv) {
+  for (const auto& a : argv) {
+    if (IsHelp(a)) {
+      std::cout << kRunUsage;
+      return 0;
+    }
+  }
+  Args args(argv);
+  std::string err = args.Parse({"--graph", "--feed", "--fetch", "--target", "--gradients-of",
+                                "--wrt", "--out", "--threads"},
+                               {});
+  if (!err.empty()) return UsageError("run", err);
+  if (!args.positional().empty())
+    return UsageError("run", "unexpected argument '" + args.positional()[0] + "'");
+  const std::string graph_path = args.One("--graph", &err);
+  const std::string out_dir = args.One("--out", &err);
+  const std::string loss_name = args.One("--gradients-of", &err);
+  const std::string wrt = args.One("--wrt", &err);
+  const std::string threads = args.One("--threads", &err);
+  if (!err.empty()) return UsageError("run", err);
+  if (graph_path.empty()) return UsageError("run", "--graph G.capnp is required");
+  if (args.Has("--gradients-of") != args.Has("--wrt"))
+    return UsageError("run", "--gradients-of and --wrt go together");
+  if (args.Has("--wrt") && (loss_name.empty() || wrt.empty()))
+    return UsageError("run", "--gradients-of and --wrt need tensor names");
+  std::vector<std::pair<std::string, std::string>> feed_specs;
+  for (const auto& f : args.All("--feed")) {
+    const auto eq = f.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
+      return UsageError("run", "bad --feed '" + f + "': expected NAME=FILE.npy");
+    feed_specs.emplace_back(f.substr(0, eq), f.substr(eq + 1));
+  }
+  const auto& fetch_names = args.All("--fetch");
+  const auto& target_names = args.All("--target");
+  const bool writes = !fetch_names.empty() || args.Has("--wrt");
+  if (!writes && target_names.empty())
+    return UsageError("run", "nothing to do: give --fetch, --target or --gradients-of");
+  if (writes && out_dir.empty()) return UsageError("run", "--out DIR is required with --fetch or --wrt");
+  SessionOptions options;
+  if (!threads.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(threads.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096)
+      return UsageError("run", "--threads wants a positive number, not '" + threads + "'");
+    options.compute_threads = static_cast<int>(n);
+  }
+  std::vector<std::string> wrt_names;
+  if (args.Has("--wrt")) {
+    wrt_names = SplitCommas(wrt);
+    for (const auto& x : wrt_names) {
+      if (x.empty()) return UsageError("run", "--wrt '" + wrt + "' has an empty tensor name");
+    }
+  }
+  // Files written, checked for clashes before any work is done.
+  std::vector<std::string> files;
+  std::map<std::string, std::string> file_owner;
+  auto claim = [&](const std::string& tensor, const std::string& stem) -> std::string {
+    const std::string file = stem + ".npy";
+    auto [it, fresh] = file_owner.emplace(file, tensor);
+    if (!fresh && it->second != tensor)
+      return "tensors '" + it->second + "' and '" + tensor + "' would both be written to " + file;
+    files.push_back(file);
+    return "";
+  };
+  for (const auto& f : fetch_names) {
+    err = claim(f, FileStem(f));
+    if (!err.empty()) return UsageError("run", err);
+  }
+  for (const auto& x : wrt_names) {
+    err = claim("gradient of " + x, "grad_" + FileStem(x));
+    if (!err.empty()) return UsageError("run", err);
+  }
+
+  Graph g;
+  Status s = LoadGraph(graph_path, &g);
+  if (!s.ok()) return Fail(kExitRunError, s.ToString());
+
+  std::vector<Output> fetches;
+  for (const auto& f : fetch_names) {
+    auto o = g.FindOutput(f);
+    if (!o.ok()) {
+      auto id = g.FindNode(f);
+      if (id.ok() && g.node(*id).num_outputs() == 0)
+        return Fail(kExitRunError, "node '" + f + "' has no outputs to fetch; run it with --target");
+      return Fail(kExitRunError, "unknown fetch '" + f + "': " + o.status().message());
+    }
+    fetches.push_back(*o);
+  }
+  std::vector<int> targets;
+  for (const auto& t : target_names) {
+    auto id = g.FindNode(t);
+    if (!id.ok()) return Fail(kExitRunError, "unknown target '" + t + "': " + id.status().message());
+    targets.push_back(*id);
+  }
+  FeedMap feeds;
+  for (const auto& [name, file] : feed_specs) {
+    auto o = g.FindOutput(name);
+    if (!o.ok()) return Fail(kExitRunError, "unknown feed '" + name + "': " + o.status().message());
+    auto t = ReadNpy(file);
+    if (!t.ok()) return Fail(kExitRunError, "feed '" + name + "': " + t.status().ToString());
+    feeds.emplace_back(name, std::move(t).value());
+  }
+  if (!wrt_names.empty()) {
+    auto loss = g.FindOutput(loss_name);
+    if (!loss.ok())
+      return Fail(kExitRunError, "unknown --gradients-of '" + loss_name + "': " + loss.status().message());
+    std::vector<Output> xs;
+    for (const auto& x : wrt_names) {
+      auto o = g.FindOutput(x);
+      if (!o.ok()) return Fail(kExitRunError, "unknown --wrt tensor '" + x + "': " + o.status().message());
+      xs.push_back(*o);
+    }
+    auto grads = Gradients(g, {*loss}, xs);
+    if (!grads.ok()) return Fail(kExitRunError, "gradients: " + grads.status().ToString());
+    if (!g.status().ok()) return Fail(kExitRunError, "gradients: " + g.status().ToString());
+    for (const Output& d : *grads) fetches.push_back(d);
+  }
+
+  std::error_code ec;
+  if (writes) {
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) return Fail(kExitRunError, "cannot create --out directory '" + out_dir + "': " + ec.message());
+  }
+
+  Result<std::vector<Tensor>> results = std::vector<Tensor>{};
+  {
+    Session session(g, options);
+    results = session.Run(feeds, fetches, targets);
+  }
+  if (!results.ok()) return Fail(kExitRunError, results.status().ToString());
+  if (results->size() != fetches.size()) {
+    return Fail(kExitRunError, "internal error: the session returned " +
+                                   std::to_string(results->size()) + " tensors for " +
+                                   std::to_string(fetches.size()) + " fetches");
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string path = (std::filesystem::path(out_dir) / files[i]).string();
+    const Tensor& t = (*results)[i];
+    s = WriteNpy(path, t);
+    if (!s.ok()) return Fail(kExitRunError, s.ToString());
+    std::cout << "wrote " << path << " " << DTypeName(t.dtype()) << ShapeString(t.shape()) << "\n";
+  }
+  return 0;
+}
+
+// ---- shardflow graph --------------------------------------------------------
+
+std::string OutputsString(const Node& n) {
+  if (n.num_outputs() == 0) return "()";
+  std::string s;
+  for (int i = 0; i < n.num_outputs(); ++i) {
+    if (i) s += ", ";
+    s += std::string(DTypeName(n.output_dtypes[i])) + n.output_shapes[i].ToString();
+  }
+  return s;
+}
+
+std::string NodeLine(const Graph& g, const Node& n) {
+  std::ostringstream os;
+  os << n.name << " = " << n.op << "(";
+  bool first = true;
+  for (const Output& in : n.inputs) {
+    os << (first ? "" : ", ") << in.name();
+    first = false;
+  }
+  for (int c : n.control_inputs) {
+    os << (first ? "" : ", ") << "^" << g.node(c).name;
+    first = false;
+  }
+  os << ")";
+  if (!n.attrs.all().empty()) {
+    os << " {";
+    first = true;
+    for (const auto& [name, v] : n.attrs.all()) {
+      os << (first ? "" : ", ") << name << "=" << OneLine(AttrValueString(v));
+      first = false;
+    }
+    os << "}";
+  }
+  if (!n.device.empty()) os << " @" << n.device;
+  os << " -> " << OutputsString(n);
+  return os.str();
+}
+
+std::string DotEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+void PrintDot(const Graph& g, std::ostream& os) {
+  os << "digraph shardflow {\n"
+     << "  node [shape=box, fontname=\"monospace\"];\n"
+     << "  edge [fontname=\"monospace\", fontsize=10];\n";
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node& n = g.node(id);
+    os << "  n" << id << " [label=\"" << DotEscape(n.name) << "\\n" << DotEscape(n.op);
+    if (!n.device.empty()) os << "\\n@" << DotEscape(n.device);
+    os << "\"";
+    if (n.op == "Placeholder") os << ", style=rounded";
+    os << "];\n";
+  }
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node& n = g.node(id);
+    for (const Output& in : n.inputs) {
+      os << "  n" << in.node << " -> n" << id << " [label=\""
+         << (in.index ? std::to_string(in.index) + ": " : std::string()) << DTypeName(in.dtype())
+         << DotEscape(in.shape().ToString()) << "\"];\n";
+    }
+    for (int c : n.control_inputs) os << "  n" << c << " -> n" << id << " [style=dashed];\n";
+  }
+  os << "}\n";
+}
+
+int GraphCommand(const std::vector<std::string>& argv) {
+  for (const auto& a : argv) {
+    if (IsHelp(a)) {
+      std::cout << kGraphUsage;
+      return 0;
+    }
+  }
+  Args args(argv);
+  const std::string err = args.Parse({}, {"--dot"});
+  if (!err.empty()) return UsageError("graph", err);
+  if (args.positional().size() != 1)
+    return UsageError("graph", "expected one graph file, got " + std::to_string(args.positional().size()));
+  const std::string path = args.positional()[0];
+  Graph g;
+  Status s = LoadGraph(path, &g);
+  if (!s.ok()) return Fail(kExitRunError, s.ToString());
+  if (args.Has("--dot")) {
+    PrintDot(g, std::cout);
+  } else {
+    for (int id = 0; id < g.num_nodes(); ++id) std::cout << NodeLine(g, g.node(id)) << "\n";
+  }
+  return 0;
+}
+
+// ---- shardflow ops ----------------------------------------------------------
+
+int OpsCommand(const std::vector<std::string>& argv) {
+  for (const auto& a : argv) {
+    if (IsHelp(a)) {
+      std::cout << kOpsUsage;
+      return 0;
+    }
+  }
+  if (!argv.empty()) return UsageError("ops", "unexpected argument '" + argv[0] + "'");
+  const OpRegistry& reg = StandardOpRegistry();
+  const std::vector<std::string> names = reg.Names();
+  size_t width = 0;
+  for (const auto& n : names) width = std::max(width, n.size());
+  for (const auto& n : names) {
+    const OpDef* def = reg.Find(n);
+    std::string inputs = std::to_string(def->min_inputs);
+    if (def->max_inputs < 0) inputs += "+";
+    else if (def->max_inputs != def->min_inputs) inputs += "-" + std::to_string(def->max_inputs);
+    std::cout << std::left << std::setw(static_cast<int>(width) + 2) << n << std::setw(5)
+              << ("(" + inputs + ")") << " " << def->summary << "\n";
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops)");
+  const std::string command = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  if (IsHelp(command) || command == "help") {
+    std::cout << kMainUsage;
+    return 0;
+  }
+  if (command == "run") return RunCommand(rest);
+  if (command == "graph") return GraphCommand(rest);
+  if (command == "ops") return OpsCommand(rest);
+  return UsageError("", "unknown command '" + command + "'");
+}
+
+}  // namespace
+}  // namespace sf
+
+int main(int argc, char** argv) { return sf::Main(argc, argv); }

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -293,6 +294,9 @@ Status SaveGraph(const Graph& g, const std::string& path) {
 }
 
 Status LoadGraph(const std::string& path, Graph* g) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return InvalidArgument("graph file '" + path + "' is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     const int err = errno;

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -268,6 +269,8 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
 
 Result<Tensor> ReadNpy(const std::string& path) {
   const std::string source = "npy file '" + path + "'";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return InvalidArgument(source + " is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     const int err = errno;

@@ -6,8 +6,8 @@
 //
 // Supported element types: '<f4' float32, '<f8' float64, '<i4' int32,
 // '<i8' int64 and '|b1' bool, in C order ('=' and '|' byte orders are read
-// as native little-endian too). Fortran-order and big-endian arrays are
-// refused with an error saying so.
+// as native little-endian too). Fortran-order arrays of rank >= 2 and
+// big-endian arrays are refused with an error saying how to convert them.
 // Thread-safety: free functions; concurrent calls on different files are safe.
 #pragma once
 

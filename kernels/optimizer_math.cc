@@ -36,7 +36,7 @@ void Update(const ApplyRequest& req, const std::vector<Tensor*>& v) {
   } else if (o == "Adagrad") {
     auto accum = v[1]->flat<T>();
     accum += g.square();
-    var -= g * s(0) * accum.rsqrt();
+    var -= g * s(0) / accum.sqrt();
   } else if (o == "Adam") {
     auto m = v[1]->flat<T>();
     auto vv = v[2]->flat<T>();
@@ -54,7 +54,7 @@ void Update(const ApplyRequest& req, const std::vector<Tensor*>& v) {
     auto mom = v[2]->flat<T>();
     const T lr = s(0), rho = s(1), momentum = s(2), eps = s(3);
     ms += (g.square() - ms) * (T(1) - rho);
-    mom = mom * momentum + g * lr * (ms + eps).rsqrt();
+    mom = mom * momentum + g * lr / (ms + eps).sqrt();
     var -= mom;
   }
 }

@@ -53,8 +53,7 @@ struct NodeDef {
 struct GraphDef {
   formatVersion @0 :UInt32;
   # In node id order: every data input names an earlier node.
+  # Variable initializers need no list of their own: ops::Variable marks its
+  # Assign with the bool attr "_initializer", which is saved like any attr.
   nodes @1 :List(NodeDef);
-  # Names of the nodes that initialise the graph's variables (reserved; empty
-  # until Graph keeps an initializer list).
-  initializers @2 :List(Text);
 }

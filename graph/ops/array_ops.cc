@@ -1,9 +1,6 @@
 // Array ops: Transpose, Concat, Split, Slice, StridedSlice, Tile, Pad, Gather,
 // OneHot, and the gradient-only helpers ConcatGrad, StridedSliceGrad and
 // GatherGrad.
-#include <algorithm>
-#include <numeric>
-
 #include "graph/op_registry.h"
 #include "kernels/cpu/strided_slice_spec.h"
 #include "shardflow/ops.h"
@@ -321,7 +318,12 @@ std::vector<Output> ConcatGradFn(Graph& g, const Node& n, const std::vector<Outp
     g.RecordError(InvalidArgument("Concat gradient: the rank of '" + n.name + "' is unknown"));
     return out;
   }
-  const int axis = static_cast<int>(NormalizeAxis(IntAttr(n, "axis"), rank, "Concat").value());
+  Result<int> axis_r = NormalizeAxis(IntAttr(n, "axis"), rank, "Concat");
+  if (!axis_r.ok()) {
+    g.RecordError(axis_r.status());
+    return out;
+  }
+  const int axis = *axis_r;
   // Static sizes along the axis: plain Slices of dy.
   bool static_sizes = true;
   for (const Output& x : n.inputs)

@@ -3,8 +3,9 @@
 // bytes, so they are registered for every dtype and dispatch on the element
 // size: one instantiation serves float32, int32, ...
 #define EIGEN_USE_THREADS
+#include <algorithm>
 #include <cstring>
-#include <mutex>
+#include <functional>
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "kernels/compute_pool.h"
@@ -414,6 +415,14 @@ class StridedSliceKernel : public OpKernel {
     std::vector<SliceAxis> axes;
     Status st = ResolveStridedSlice(in.shape(), spec_, &axes);
     if (!st.ok()) return ctx->SetStatus(st);
+    bool whole = true;
+    for (size_t i = 0; i < axes.size(); ++i)
+      whole = whole && !axes[i].shrink && axes[i].begin == 0 && axes[i].stride == 1 &&
+              axes[i].size == in.dim(static_cast<int>(i));
+    if (whole) {
+      ctx->set_output(0, in);
+      return;
+    }
     View sv;
     Shape region;
     SliceViewOf(in.shape(), axes, &sv, &region);

@@ -6,6 +6,7 @@
 // small (cache-sized), and chunks are split over the compute pool.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -168,10 +169,20 @@ void ConvBackpropInput(ComputePool* pool, const Window& w, int64_t oc, const T* 
   }
   std::fill(dx, dx + w.n * w.h * w.w * w.c, T(0));
   const int64_t chunk = ChunkRows(kkc);
+  if (pool && w.n < pool->num_threads()) {
+    // Too few images to split: split each chunk's GEMM instead and scatter inline.
+    std::vector<T> col(std::min(chunk, w.n * pix) * kkc);
+    for (int64_t r = 0; r < w.n * pix; r += chunk) {
+      const int64_t len = std::min(chunk, w.n * pix - r);
+      nn::Gemm<T>(pool, dy + r * oc, f, col.data(), len, kkc, oc, false, true);
+      Col2ImAdd(w, col.data(), r, len, dx);
+    }
+    return;
+  }
   // Windows of one image overlap in dx, so images (not rows) are split.
   Split(pool, w.n, std::max<int64_t>(1, MinRows(kkc * oc) / std::max<int64_t>(pix, 1)),
         [&](int64_t b, int64_t e) {
-          std::vector<T> col(std::min(chunk, pix) * kkc);
+          std::vector<T> col(std::min(chunk, (e - b) * pix) * kkc);
           for (int64_t r = b * pix; r < e * pix; r += chunk) {
             const int64_t len = std::min(chunk, e * pix - r);
             nn::GemmBlock<T>(dy + r * oc, f, col.data(), len, kkc, oc, false, true, 0, len, 0, kkc,

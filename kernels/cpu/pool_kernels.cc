@@ -2,6 +2,7 @@
 // innermost and contiguous, so each window cell is one vector operation over
 // C; SAME padding cells are skipped (never part of a max or an average).
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -121,30 +122,38 @@ class MaxPoolGradKernel : public PoolKernelBase {
     const int64_t image = w.h * w.w * w.c;
     // Windows overlap only within an image: split by image.
     Split(ctx->pool(), w.n, w.oh * w.ow * w.c * w.kh * w.kw, [&](int64_t b, int64_t e) {
-      std::vector<T> best(w.c);
-      std::vector<int64_t> where(w.c);
+      // Locals, so stores through the int64 `where` cannot alias the geometry.
+      const int64_t chans = w.c, width = w.w;
+      std::vector<T> best(chans);
+      std::vector<int64_t> where(chans);
+      T* pb = best.data();
+      int64_t* pw = where.data();
       for (int64_t n = b; n < e; ++n) {
         const T* xi = x + n * image;
         T* dxi = dx + n * image;
         for (int64_t oy = 0; oy < w.oh; ++oy)
           for (int64_t ox = 0; ox < w.ow; ++ox) {
-            std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
-            std::fill(where.begin(), where.end(), int64_t{-1});
+            // Every window has a valid cell; start from the first, then a
+            // strict > keeps the first maximum.
             const Cells cl = WindowCells(w, oy, ox);
+            const int64_t first = (cl.y0 * width + cl.x0) * chans;
+            for (int64_t c = 0; c < chans; ++c) {
+              pb[c] = xi[first + c];
+              pw[c] = first + c;
+            }
             for (int64_t iy = cl.y0; iy < cl.y1; ++iy)
               for (int64_t ix = cl.x0; ix < cl.x1; ++ix) {
-                const int64_t base = (iy * w.w + ix) * w.c;
-                for (int64_t c = 0; c < w.c; ++c) {
+                const int64_t base = (iy * width + ix) * chans;
+                for (int64_t c = 0; c < chans; ++c) {
                   const T v = xi[base + c];
-                  if (v > best[c] || where[c] < 0) {
-                    best[c] = v;
-                    where[c] = base + c;
+                  if (v > pb[c]) {
+                    pb[c] = v;
+                    pw[c] = base + c;
                   }
                 }
               }
-            const T* gi = g + ((n * w.oh + oy) * w.ow + ox) * w.c;
-            for (int64_t c = 0; c < w.c; ++c)
-              if (where[c] >= 0) dxi[where[c]] += gi[c];
+            const T* gi = g + ((n * w.oh + oy) * w.ow + ox) * chans;
+            for (int64_t c = 0; c < chans; ++c) dxi[pw[c]] += gi[c];
           }
       }
     });

@@ -1,5 +1,223 @@
-// PLACEHOLDER: replaced by the shape kernels implementation.
-#include "kernels/cpu/cpu_kernels.h"
+// Kernels of the shape ops: Shape, Size, Rank, ZerosLike, OnesLike, Fill,
+// Reshape, ExpandDims, Squeeze. The layout ops share the input's buffer.
+#include "kernels/cpu/cwise_common.h"
+
 namespace sf {
-void RegisterShapeKernels(KernelRegistry&) {}
+namespace {
+
+using cwise::Assign;
+
+// Builds an int32 tensor; InvalidArgument when a value does not fit.
+Result<Tensor> Int32Tensor(const std::vector<int64_t>& v, Shape shape, const char* what) {
+  Tensor t(DType::kInt32, std::move(shape));
+  int32_t* p = t.data<int32_t>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > INT32_MAX)
+      return InvalidArgument(std::string(what) + " " + std::to_string(v[i]) +
+                             " does not fit in int32");
+    p[i] = static_cast<int32_t>(v[i]);
+  }
+  return t;
+}
+
+class ShapeKernel : public OpKernel {
+ public:
+  ShapeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    auto t = Int32Tensor(x.shape(), {x.rank()}, "dimension");
+    if (!t.ok()) return ctx->SetStatus(t.status());
+    ctx->set_output(0, std::move(t).value());
+  }
+};
+
+class SizeKernel : public OpKernel {
+ public:
+  SizeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    auto t = Int32Tensor({ctx->input(0).num_elements()}, {}, "element count");
+    if (!t.ok()) return ctx->SetStatus(t.status());
+    ctx->set_output(0, std::move(t).value());
+  }
+};
+
+class RankKernel : public OpKernel {
+ public:
+  RankKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    ctx->set_output(0, Tensor::Scalar<int32_t>(ctx->input(0).rank()));
+  }
+};
+
+// ZerosLike / OnesLike: a tensor of x's dtype and shape filled with kValue.
+template <typename T, int kValue>
+class FillLikeKernel : public OpKernel {
+ public:
+  FillLikeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
+    Assign(ctx, out.num_elements(), out.flat<T>(), out.flat<T>().constant(static_cast<T>(kValue)));
+  }
+};
+
+// Reads a shape vector (int32 or int64 rank-1 tensor); InvalidArgument otherwise.
+Result<Shape> ReadShape(const Tensor& t, const char* what) {
+  if (t.rank() != 1 || (t.dtype() != DType::kInt32 && t.dtype() != DType::kInt64))
+    return InvalidArgument(std::string(what) + " must be an int32 or int64 vector, got " +
+                           DTypeName(t.dtype()) + ShapeString(t.shape()));
+  return t.ToVector<int64_t>();
+}
+
+// Fill(dims, value): keyed by any dtype (input 0 is the int dims); the
+// output takes the value's dtype.
+class FillKernel : public OpKernel {
+ public:
+  FillKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    auto dims = ReadShape(ctx->input(0), "Fill dims");
+    if (!dims.ok()) return ctx->SetStatus(dims.status());
+    for (int64_t d : *dims) {
+      if (d < 0)
+        return ctx->SetStatus(InvalidArgument("Fill dims " + ShapeString(*dims) +
+                                              " has a negative dimension"));
+    }
+    const Tensor& v = ctx->input(1);
+    if (v.num_elements() != 1)
+      return ctx->SetStatus(InvalidArgument("Fill value must be a scalar, got shape " +
+                                            ShapeString(v.shape())));
+    Tensor& out = ctx->allocate_output(0, v.dtype(), *dims);
+    const bool ok = DispatchNumeric(v.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Assign(ctx, out.num_elements(), out.flat<T>(), out.flat<T>().constant(v.data<T>()[0]));
+    });
+    if (!ok) ctx->SetStatus(Unimplemented(std::string("Fill of ") + DTypeName(v.dtype())));
+  }
+};
+
+class ReshapeKernel : public OpKernel {
+ public:
+  ReshapeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    auto req = ReadShape(ctx->input(1), "Reshape shape");
+    if (!req.ok()) return ctx->SetStatus(req.status());
+    Shape shape = std::move(req).value();
+    int unknown = -1;
+    int64_t known = 1;
+    for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+      if (shape[i] == -1 && unknown < 0) {
+        unknown = i;
+      } else if (shape[i] < 0) {
+        return ctx->SetStatus(InvalidArgument("Reshape shape " + ShapeString(shape) +
+                                              " may hold only one -1 and no other negative size"));
+      } else {
+        known *= shape[i];
+      }
+    }
+    const int64_t n = x.num_elements();
+    if (unknown >= 0) {
+      if (known == 0 || n % known != 0)
+        return ctx->SetStatus(InvalidArgument(
+            "cannot reshape a tensor of " + std::to_string(n) + " elements (shape " +
+            ShapeString(x.shape()) + ") to " + ShapeString(shape) + ": " + std::to_string(n) +
+            " is not a multiple of " + std::to_string(known)));
+      shape[unknown] = n / known;
+    } else if (known != n) {
+      return ctx->SetStatus(InvalidArgument("cannot reshape a tensor of " + std::to_string(n) +
+                                            " elements (shape " + ShapeString(x.shape()) +
+                                            ") to shape " + ShapeString(shape) + " of " +
+                                            std::to_string(known) + " elements"));
+    }
+    auto r = x.Reshaped(std::move(shape));
+    if (!r.ok()) return ctx->SetStatus(r.status());
+    ctx->set_output(0, std::move(r).value());
+  }
+};
+
+class ExpandDimsKernel : public OpKernel {
+ public:
+  ExpandDimsKernel(const KernelInit& init, Status* s) {
+    auto a = init.Attr<int64_t>("axis");
+    if (!a.ok()) *s = a.status();
+    else axis_ = *a;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const int r = x.rank();
+    if (axis_ < -r - 1 || axis_ > r)
+      return ctx->SetStatus(InvalidArgument("ExpandDims axis " + std::to_string(axis_) +
+                                            " is out of range for shape " + ShapeString(x.shape())));
+    const int64_t a = axis_ < 0 ? axis_ + r + 1 : axis_;
+    Shape shape = x.shape();
+    shape.insert(shape.begin() + a, 1);
+    auto t = x.Reshaped(std::move(shape));
+    if (!t.ok()) return ctx->SetStatus(t.status());
+    ctx->set_output(0, std::move(t).value());
+  }
+
+ private:
+  int64_t axis_ = 0;
+};
+
+class SqueezeKernel : public OpKernel {
+ public:
+  SqueezeKernel(const KernelInit& init, Status* s) {
+    auto a = init.AttrOr<std::vector<int64_t>>("axes", {});
+    if (!a.ok()) *s = a.status();
+    else axes_ = *a;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const int r = x.rank();
+    std::vector<bool> drop(r, false);
+    if (axes_.empty()) {
+      for (int i = 0; i < r; ++i) drop[i] = x.dim(i) == 1;
+    }
+    for (int64_t a : axes_) {
+      if (a < -r || a >= r)
+        return ctx->SetStatus(InvalidArgument("Squeeze axis " + std::to_string(a) +
+                                              " is out of range for shape " + ShapeString(x.shape())));
+      const int i = static_cast<int>(a < 0 ? a + r : a);
+      if (x.dim(i) != 1)
+        return ctx->SetStatus(InvalidArgument("Squeeze axis " + std::to_string(a) + " of shape " +
+                                              ShapeString(x.shape()) + " has size " +
+                                              std::to_string(x.dim(i)) + ", not 1"));
+      drop[i] = true;
+    }
+    Shape shape;
+    for (int i = 0; i < r; ++i)
+      if (!drop[i]) shape.push_back(x.dim(i));
+    auto t = x.Reshaped(std::move(shape));
+    if (!t.ok()) return ctx->SetStatus(t.status());
+    ctx->set_output(0, std::move(t).value());
+  }
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
+template <typename T>
+void RegisterFillLike(KernelRegistry& reg, DType t) {
+  RegisterCPU<FillLikeKernel<T, 0>>(reg, "ZerosLike", {t});
+  RegisterCPU<FillLikeKernel<T, 1>>(reg, "OnesLike", {t});
+}
+
+}  // namespace
+
+void RegisterShapeKernels(KernelRegistry& reg) {
+  RegisterCPU<ShapeKernel>(reg, "Shape", {DType::kInvalid});
+  RegisterCPU<SizeKernel>(reg, "Size", {DType::kInvalid});
+  RegisterCPU<RankKernel>(reg, "Rank", {DType::kInvalid});
+  RegisterCPU<FillKernel>(reg, "Fill", {DType::kInvalid});
+  RegisterCPU<ReshapeKernel>(reg, "Reshape", {DType::kInvalid});
+  RegisterCPU<ExpandDimsKernel>(reg, "ExpandDims", {DType::kInvalid});
+  RegisterCPU<SqueezeKernel>(reg, "Squeeze", {DType::kInvalid});
+  RegisterFillLike<float>(reg, DType::kFloat32);
+  RegisterFillLike<double>(reg, DType::kFloat64);
+  RegisterFillLike<int32_t>(reg, DType::kInt32);
+  RegisterFillLike<int64_t>(reg, DType::kInt64);
+  RegisterFillLike<bool>(reg, DType::kBool);
+}
+
 }  // namespace sf

@@ -1,5 +1,106 @@
-// PLACEHOLDER: the NN ops' gradient checks.
+// Gradient checks of the NN ops (float64, small shapes).
+#include "shardflow/ops.h"
 #include "tests/support/gradient_checker.h"
+
 namespace sf::testing {
-void AddNNGradChecks(GradCheckTable&) {}
+
+namespace {
+
+// x shifted away from 0 by a fixed per-element offset, so no element sits on
+// a kink (Relu at 0) whatever the random draw in [0.1, 1]: signs alternate.
+Output AwayFromZero(Graph& g, Output x) {
+  const Shape& s = x.shape().dims();
+  Tensor sign(DType::kFloat64, s);
+  for (int64_t i = 0; i < sign.num_elements(); ++i) sign.data<double>()[i] = i % 3 == 1 ? 1.0 : -1.0;
+  return ops::Mul(g, x, ops::Const(g, sign));
+}
+
+// Distinct, well-separated values (so each pool window has a clear maximum):
+// x in [0, 0.1] plus a fixed permutation of 0, 1, 2, ...
+Output Distinct(Graph& g, Output x) {
+  const Shape& s = x.shape().dims();
+  Tensor off(DType::kFloat64, s);
+  const int64_t n = off.num_elements();
+  for (int64_t i = 0; i < n; ++i) off.data<double>()[i] = static_cast<double>((i * 7) % n);
+  return ops::Add(g, x, ops::Const(g, off));
+}
+
+// Labels made a distribution (rows sum to 1), as the op's backprop assumes.
+Output Xent(Graph& g, Output logits, Output labels) {
+  return ops::SoftmaxCrossEntropyWithLogits(g, logits, ops::Softmax(g, labels));
+}
+
+}  // namespace
+
+void AddNNGradChecks(GradCheckTable& t) {
+  t.push_back({"Relu", "relu of values away from 0", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Relu(g, AwayFromZero(g, x[0])); },
+               0.1, 1.0});
+  t.push_back({"Sigmoid", "sigmoid", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Sigmoid(g, x[0]); }, -3, 3});
+  t.push_back({"Tanh", "tanh", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Tanh(g, x[0]); }, -2, 2});
+  t.push_back({"Softplus", "softplus", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Softplus(g, x[0]); }, -3, 3});
+  t.push_back({"Elu", "elu of values away from 0", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Elu(g, AwayFromZero(g, x[0])); },
+               0.1, 1.0});
+  t.push_back({"Softmax", "softmax over the last axis", {{2, 3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Softmax(g, x[0]); }, -2, 2});
+  t.push_back({"LogSoftmax", "log softmax", {{3, 5}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::LogSoftmax(g, x[0]); }, -2, 2});
+  t.push_back({"SoftmaxCrossEntropyWithLogits", "loss wrt logits and labels", {{3, 4}, {3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return Xent(g, x[0], x[1]); }, -2, 2});
+  t.push_back({"SparseSoftmaxCrossEntropyWithLogits", "loss wrt logits", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 return ops::SparseSoftmaxCrossEntropyWithLogits(g, x[0], ops::Const(g, std::vector<int32_t>{2, 0, 3}));
+               },
+               -2, 2});
+  t.push_back({"L2Loss", "half the sum of squares", {{2, 3}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::L2Loss(g, x[0]); }});
+  t.push_back({"MatMul", "a x b", {{2, 3}, {3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::MatMul(g, x[0], x[1]); }});
+  t.push_back({"MatMul", "a^T x b", {{3, 2}, {3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::MatMul(g, x[0], x[1], {true, false}); }});
+  t.push_back({"MatMul", "a x b^T", {{2, 3}, {4, 3}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::MatMul(g, x[0], x[1], {false, true}); }});
+  t.push_back({"MatMul", "a^T x b^T", {{3, 2}, {4, 3}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::MatMul(g, x[0], x[1], {true, true}); }});
+  t.push_back({"BatchMatMul", "equal batch dims", {{2, 2, 3}, {2, 3, 2}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::BatchMatMul(g, x[0], x[1]); }});
+  t.push_back({"BatchMatMul", "transposed operands", {{2, 3, 2}, {2, 4, 3}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 return ops::BatchMatMul(g, x[0], x[1], {true, true});
+               }});
+  t.push_back({"BatchMatMul", "broadcast batch dims", {{2, 2, 3}, {3, 2}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::BatchMatMul(g, x[0], x[1]); }});
+  t.push_back({"BiasAdd", "bias over the last axis", {{2, 3, 4}, {4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::BiasAdd(g, x[0], x[1]); }});
+  t.push_back({"Conv2D", "3x3 SAME", {{1, 5, 5, 2}, {3, 3, 2, 3}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Conv2D(g, x[0], x[1]); }});
+  t.push_back({"Conv2D", "3x2 VALID stride 2x1", {{2, 5, 4, 2}, {3, 2, 2, 2}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 return ops::Conv2D(g, x[0], x[1], {{1, 2, 1, 1}, "VALID"});
+               }});
+  t.push_back({"Conv2D", "1x1 pointwise", {{2, 3, 3, 3}, {1, 1, 3, 2}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Conv2D(g, x[0], x[1]); }});
+  t.push_back({"MaxPool", "2x2 VALID stride 2", {{1, 4, 4, 2}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::MaxPool(g, Distinct(g, x[0])); },
+               0.0, 0.1});
+  t.push_back({"MaxPool", "3x3 SAME stride 2", {{2, 5, 5, 1}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 return ops::MaxPool(g, Distinct(g, x[0]), {{1, 3, 3, 1}, {1, 2, 2, 1}, "SAME"});
+               },
+               0.0, 0.1});
+  t.push_back({"AvgPool", "2x2 VALID stride 2", {{1, 4, 4, 2}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::AvgPool(g, x[0]); }});
+  t.push_back({"AvgPool", "3x3 SAME stride 2", {{2, 5, 5, 1}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 return ops::AvgPool(g, x[0], {{1, 3, 3, 1}, {1, 2, 2, 1}, "SAME"});
+               }});
+  // Each evaluation builds a fresh kernel, so every run draws the same mask.
+  t.push_back({"Dropout", "rate 0.5", {{4, 5}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::Dropout(g, x[0], 0.5, 3); }});
+}
+
 }  // namespace sf::testing

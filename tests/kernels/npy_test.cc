@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -13,12 +14,20 @@ using namespace sf;
 
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/sf_npy_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
+// A fresh directory under /tmp, removed with the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sf_npy_test_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    path = d;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -48,7 +57,8 @@ bool ErrorMentions(const Status& s, const std::string& text) {
 }  // namespace
 
 TEST_CASE("npy round-trips every supported dtype", "[npy]") {
-  const std::string dir = TempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path;
   std::vector<Tensor> ts = {
       Tensor::FromVector<float>({1.5f, -2, 3, 4, 5, 6}, {2, 3}),
       Tensor::Scalar<double>(3.25),
@@ -112,7 +122,8 @@ TEST_CASE("npy reads hand-written v1.0 and v2.0 files", "[npy]") {
 }
 
 TEST_CASE("npy errors name the file and the problem", "[npy]") {
-  const std::string dir = TempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path;
   auto read = [&](const std::string& name, const std::string& bytes) {
     WriteFile(dir + "/" + name, bytes);
     return ReadNpy(dir + "/" + name).status();
@@ -170,7 +181,8 @@ TEST_CASE("npy files round-trip with NumPy when it is installed", "[npy][numpy]"
     WARN("skipped: /usr/bin/python3 with numpy is not available");
     return;
   }
-  const std::string dir = TempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path;
   REQUIRE(WriteNpy(dir + "/ours_f32.npy", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3})).ok());
   REQUIRE(WriteNpy(dir + "/ours_bool.npy", Tensor::FromBools({true, false, true}, {3})).ok());
   REQUIRE(WriteNpy(dir + "/ours_i64.npy", Tensor::Scalar<int64_t>(-7)).ok());

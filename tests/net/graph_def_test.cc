@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "graph/graph_def.h"
@@ -18,12 +20,20 @@ using namespace sf;
 
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/sf_graph_def_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
+// A fresh directory under /tmp, removed with the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sf_graph_def_test_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    path = d;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -157,7 +167,8 @@ std::string HandMadeGraphDef(uint32_t version, const std::string& input_node) {
 TEST_CASE("GraphDef round-trips every attr kind, scopes, devices and control edges", "[graph_def]") {
   Graph g(TestRegistry());
   BuildAttrGraph(g);
-  const std::string path = TempDir() + "/attrs.capnp";
+  TempDir tmp;
+  const std::string path = tmp.path + "/attrs.capnp";
   REQUIRE(SaveGraph(g, path).ok());
   Graph g2(TestRegistry());
   Status s = LoadGraph(path, &g2);
@@ -175,6 +186,7 @@ TEST_CASE("A loaded graph evaluates like the original", "[graph_def]") {
   auto x = ops::Placeholder(g, DType::kFloat32, {-1, 2}, "x");
   auto c = ops::Const(g, std::vector<float>{1.5, -2, 3, 4}, {2, 2});
   auto y = ops::Identity(g, ops::StopGradient(g, x), "y");
+  ops::Sum(g, ops::Relu(g, ops::MatMul(g, x, c) + -20.0), {1});
   REQUIRE(g.status().ok());
   auto bytes = GraphToBytes(g);
   REQUIRE(bytes.ok());
@@ -190,8 +202,30 @@ TEST_CASE("A loaded graph evaluates like the original", "[graph_def]") {
     auto cr = testing::Eval(*gr, gr->FindOutput(c.name()).value());
     REQUIRE(cr.ok());
     CHECK(cr->ToVector<float>() == std::vector<float>{1.5, -2, 3, 4});
+    // x @ c = [[7.5,6],[16.5,10],[25.5,14]]; relu(. - 20) summed over axis 1.
+    auto sr = testing::Eval(*gr, gr->FindOutput("Sum").value(), {{gr->FindOutput("x").value(), feed}});
+    REQUIRE(sr.ok());
+    CHECK(sr->ToVector<float>() == std::vector<float>{0, 0, 5.5});
   }
   (void)y;
+}
+
+TEST_CASE("Variables and their initializers survive a round trip", "[graph_def]") {
+  Graph g;
+  auto w = ops::Variable(g, "w", ops::Const(g, Tensor::FromVector<float>({1, 2, 3}), "w_init"));
+  ops::Identity(g, w, "y");
+  REQUIRE(g.status().ok());
+  Graph g2;
+  REQUIRE(GraphFromBytes(GraphToBytes(g).value(), &g2).ok());
+  CheckSameGraph(g, g2);
+  const int init = ops::GlobalVariablesInitializer(g2);
+  REQUIRE(init >= 0);
+  REQUIRE(g2.node(init).control_inputs.size() == 1);
+  InMemoryVariables vars;
+  REQUIRE(testing::EvalGraph(g2, {}, {}, {init}, &vars).ok());
+  auto y = testing::Eval(g2, g2.FindOutput("y").value(), {}, &vars);
+  REQUIRE(y.ok());
+  CHECK(y->ToVector<float>() == std::vector<float>{1, 2, 3});
 }
 
 TEST_CASE("A big tensor survives the traversal limit", "[graph_def]") {
@@ -210,7 +244,8 @@ TEST_CASE("A big tensor survives the traversal limit", "[graph_def]") {
 }
 
 TEST_CASE("Bad GraphDef files give clear errors, never a crash", "[graph_def]") {
-  const std::string dir = TempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path;
   Graph g(TestRegistry());
   BuildAttrGraph(g);
   const std::string good = GraphToBytes(g).value();
@@ -277,6 +312,20 @@ TEST_CASE("Bad GraphDef files give clear errors, never a crash", "[graph_def]") 
     if (!GraphFromBytes(bad, &out).ok()) ++errors;
   }
   CHECK(errors > 0);
+
+  // Random byte flips and every truncation: errors or graphs, never a crash.
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    const int flips = 1 + trial % 4;
+    for (int k = 0; k < flips; ++k) bad[rng() % bad.size()] = static_cast<char>(rng());
+    Graph out(TestRegistry());
+    (void)GraphFromBytes(bad, &out);
+  }
+  for (size_t len = 8; len < good.size(); len += 8) {
+    Graph out(TestRegistry());
+    CHECK_FALSE(GraphFromBytes(good.substr(0, len), &out).ok());
+  }
 }
 
 TEST_CASE("Saving a broken graph or a bad path is an error", "[graph_def]") {
@@ -284,7 +333,8 @@ TEST_CASE("Saving a broken graph or a bad path is an error", "[graph_def]") {
   ops::Placeholder(g, DType::kFloat32, {2}, "x");
   g.AddNode("NoSuchOp", {});
   REQUIRE_FALSE(g.status().ok());
-  Status s = SaveGraph(g, TempDir() + "/broken.capnp");
+  TempDir tmp;
+  Status s = SaveGraph(g, tmp.path + "/broken.capnp");
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("construction error") != std::string::npos);
 

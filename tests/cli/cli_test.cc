@@ -1,0 +1,262 @@
+// Runs the `shardflow` binary on graphs saved by the test.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "graph/graph_def.h"
+#include "kernels/npy.h"
+#include "shardflow/ops.h"
+
+using namespace sf;
+
+namespace {
+
+// A fresh directory under /tmp, removed with the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sf_cli_test_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    path = d;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `shardflow ARGS` with stdout and stderr captured in dir.
+CliResult RunCli(const TempDir& dir, const std::string& args) {
+  const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow " + args + " >" + (dir / "stdout") +
+                          " 2>" + (dir / "stderr");
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadFile(dir / "stdout");
+  r.err = ReadFile(dir / "stderr");
+  return r;
+}
+
+bool OneLineError(const CliResult& r, const std::string& text) {
+  INFO("stderr: " << r.err);
+  return r.err.find(text) != std::string::npos && r.err.rfind("shardflow: ", 0) == 0 &&
+         r.err.find('\n') == r.err.size() - 1;
+}
+
+// x (float32 [?,2]) -> y = Identity(x); scope/c = int32 constant; group runs after y.
+std::string SaveTestGraph(const TempDir& dir) {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {-1, 2}, "x");
+  auto y = ops::Identity(g, x, "y");
+  {
+    auto scope = g.NameScope("scope");
+    ops::Const(g, Tensor::FromVector<int32_t>({4, 5, 6}), "c");
+  }
+  ops::NoOp(g, {y.node}, "group");
+  REQUIRE(g.status().ok());
+  const std::string path = dir / "g.capnp";
+  REQUIRE(SaveGraph(g, path).ok());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("shardflow run feeds .npy files and writes the fetches", "[cli]") {
+  TempDir dir;
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {3, 2})).ok());
+  auto r = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") +
+                           " --fetch y --fetch scope/c:0 --out " + (dir / "out"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto y = ReadNpy(dir / "out/y.npy");
+  REQUIRE(y.ok());
+  CHECK(y->shape() == Shape{3, 2});
+  CHECK(y->ToVector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  auto c = ReadNpy(dir / "out/scope.c-0.npy");
+  REQUIRE(c.ok());
+  CHECK(c->dtype() == DType::kInt32);
+  CHECK(c->ToVector<int32_t>() == std::vector<int32_t>{4, 5, 6});
+  CHECK(r.out.find("scope.c-0.npy int32[3]") != std::string::npos);
+}
+
+TEST_CASE("shardflow run --gradients-of writes grad_X.npy", "[cli]") {
+  TempDir dir;
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2, 3, 4}, {2, 2})).ok());
+  auto r = RunCli(dir, "run --graph=" + graph + " --feed x=" + (dir / "x.npy") +
+                           " --gradients-of y --wrt x --out " + (dir / "out"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto dx = ReadNpy(dir / "out/grad_x.npy");
+  REQUIRE(dx.ok());
+  CHECK(dx->shape() == Shape{2, 2});
+  CHECK(dx->ToVector<float>() == std::vector<float>{1, 1, 1, 1});
+}
+
+TEST_CASE("shardflow run with only a target needs no --out", "[cli]") {
+  TempDir dir;
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2}, {1, 2})).ok());
+  auto r = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") + " --target group");
+  INFO(r.err);
+  CHECK(r.code == 0);
+}
+
+TEST_CASE("shardflow graph prints text and Graphviz", "[cli]") {
+  TempDir dir;
+  const std::string graph = SaveTestGraph(dir);
+  auto r = RunCli(dir, "graph " + graph);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("x = Placeholder() {dtype=float32, shape=[?,2]} -> float32[?,2]\n") !=
+        std::string::npos);
+  CHECK(r.out.find("y = Identity(x) -> float32[?,2]\n") != std::string::npos);
+  CHECK(r.out.find("scope/c = Const() {value=int32[3] {4, 5, 6}} -> int32[3]\n") != std::string::npos);
+  CHECK(r.out.find("group = NoOp(^y) -> ()\n") != std::string::npos);
+
+  r = RunCli(dir, "graph --dot " + graph);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.rfind("digraph shardflow {", 0) == 0);
+  CHECK(r.out.find("n1 [label=\"y\\nIdentity\"];") != std::string::npos);
+  CHECK(r.out.find("n0 -> n1 [label=\"float32[?,2]\"];") != std::string::npos);
+  CHECK(r.out.find("n1 -> n3 [style=dashed];") != std::string::npos);
+}
+
+TEST_CASE("shardflow ops and --help", "[cli]") {
+  TempDir dir;
+  auto r = RunCli(dir, "ops");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("Identity") != std::string::npos);
+  CHECK(r.out.find("Returns its input.") != std::string::npos);
+  for (const char* cmd : {"--help", "run --help", "graph --help", "ops --help"}) {
+    r = RunCli(dir, cmd);
+    INFO(cmd);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("usage: shardflow") != std::string::npos);
+    CHECK(r.err.empty());
+  }
+}
+
+TEST_CASE("shardflow errors are one line with exit code 2 (usage) or 1 (run)", "[cli]") {
+  TempDir dir;
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2}, {1, 2})).ok());
+  REQUIRE(WriteNpy(dir / "xi.npy", Tensor::FromVector<int32_t>({1, 2}, {1, 2})).ok());
+  const std::string base = "run --graph " + graph + " --out " + (dir / "out") + " ";
+
+  auto r = RunCli(dir, "");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "no command given"));
+
+  r = RunCli(dir, "frobnicate");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "unknown command 'frobnicate'"));
+
+  r = RunCli(dir, base + "--feed x --fetch y");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "bad --feed 'x': expected NAME=FILE.npy"));
+
+  r = RunCli(dir, base + "--fetch y --bogus 3");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "unknown option '--bogus'"));
+
+  r = RunCli(dir, "run --fetch y --out " + (dir / "out"));
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--graph G.capnp is required"));
+
+  r = RunCli(dir, "run --graph " + graph + " --fetch y");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--out DIR is required"));
+
+  r = RunCli(dir, base + "--gradients-of y");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--gradients-of and --wrt go together"));
+
+  r = RunCli(dir, base + "--fetch a/b --fetch a.b");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "would both be written to a.b.npy"));
+
+  r = RunCli(dir, "run --graph " + (dir / "missing.capnp") + " --fetch y --out " + (dir / "out"));
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "missing.capnp' does not exist"));
+
+  r = RunCli(dir, "graph " + (dir / "x.npy"));
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "x.npy"));
+
+  r = RunCli(dir, base + "--feed x=" + (dir / "x.npy") + " --fetch nope");
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "unknown fetch 'nope'"));
+
+  r = RunCli(dir, base + "--feed x=" + (dir / "x.npy") + " --fetch group");
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "node 'group' has no outputs to fetch; run it with --target"));
+
+  r = RunCli(dir, "graph " + dir.path);
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "is a directory"));
+
+  r = RunCli(dir, base + "--feed x=" + (dir / "absent.npy") + " --fetch y");
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "absent.npy' does not exist"));
+
+  r = RunCli(dir, base + "--feed x=" + (dir / "xi.npy") + " --fetch y");
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "x"));
+
+  r = RunCli(dir, base + "--feed x=" + (dir / "x.npy") + " --gradients-of y --wrt x,nope");
+  CHECK(r.code == 1);
+  CHECK(OneLineError(r, "unknown --wrt tensor 'nope'"));
+}
+
+TEST_CASE("shardflow run computes MatMul and its gradients", "[cli]") {
+  TempDir dir;
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat64, {-1, 2}, "x");
+  auto w = ops::Const(g, Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2}), "w");
+  Output y;
+  {
+    auto scope = g.NameScope("dense");
+    y = ops::MatMul(g, x, w);
+  }
+  ops::Sum(g, ops::Square(g, y));
+  REQUIRE(g.status().ok());
+  REQUIRE(y.name() == "dense/MatMul");
+  REQUIRE(SaveGraph(g, dir / "m.capnp").ok());
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<double>({1, 0, 0, 2}, {2, 2})).ok());
+  auto r = RunCli(dir, "run --graph " + (dir / "m.capnp") + " --feed x=" + (dir / "x.npy") +
+                           " --fetch dense/MatMul --gradients-of Sum --wrt x,w --threads 2 --out " +
+                           (dir / "out"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  // y = x w = [[1,2],[6,8]]; loss = sum(y^2); dy = 2y; dx = dy w^T; dw = x^T dy.
+  auto yv = ReadNpy(dir / "out/dense.MatMul.npy");
+  REQUIRE(yv.ok());
+  CHECK(yv->ToVector<double>() == std::vector<double>{1, 2, 6, 8});
+  auto dx = ReadNpy(dir / "out/grad_x.npy");
+  REQUIRE(dx.ok());
+  CHECK(dx->ToVector<double>() == std::vector<double>{10, 22, 44, 100});
+  auto dw = ReadNpy(dir / "out/grad_w.npy");
+  REQUIRE(dw.ok());
+  CHECK(dw->ToVector<double>() == std::vector<double>{2, 4, 24, 32});
+}

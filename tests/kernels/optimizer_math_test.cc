@@ -1,0 +1,126 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "kernels/optimizer_math.h"
+
+using namespace sf;
+
+namespace {
+
+// Runs `steps` updates with the same gradient on var and slots (float64).
+std::vector<Tensor> RunSteps(ApplyRequest req, std::vector<Tensor> vars, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    std::vector<Tensor*> p;
+    for (auto& t : vars) p.push_back(&t);
+    Status st = ApplyOptimizerUpdate(req, p);
+    REQUIRE(st.ok());
+  }
+  return vars;
+}
+
+Tensor V(std::vector<double> v) { return Tensor::FromVector(v); }
+Tensor S(double v) { return Tensor::Scalar<double>(v); }
+
+void CheckNear(const Tensor& t, std::vector<double> want) {
+  auto got = t.ToVector<double>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-9).margin(1e-12));
+}
+
+ApplyRequest Req(const std::string& opt, std::vector<Tensor> scalars) {
+  ApplyRequest r;
+  r.optimizer = opt;
+  r.scalars = std::move(scalars);
+  r.grad = V({0.5, -1.0});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("GradientDescent: two steps", "[optimizer]") {
+  auto v = RunSteps(Req("GradientDescent", {S(0.1)}), {V({1.0, 2.0})}, 2);
+  CheckNear(v[0], {0.9, 2.2});
+}
+
+TEST_CASE("Momentum: two steps, plain and Nesterov", "[optimizer]") {
+  auto v = RunSteps(Req("Momentum", {S(0.1), S(0.9)}), {V({1.0, 2.0}), V({0, 0})}, 2);
+  // accum: [0.5,-1] then [0.95,-1.9]; var -= 0.1 * accum each step.
+  CheckNear(v[1], {0.95, -1.9});
+  CheckNear(v[0], {0.855, 2.29});
+  auto r = Req("Momentum", {S(0.1), S(0.9)});
+  r.use_nesterov = true;
+  auto n = RunSteps(r, {V({1.0, 2.0}), V({0, 0})}, 2);
+  // var -= lr * grad + lr * momentum * accum: 0.05 + 0.045, then 0.05 + 0.0855.
+  CheckNear(n[0], {1.0 - 0.095 - 0.1355, 2.0 + 0.19 + 0.271});
+}
+
+TEST_CASE("Adagrad: two steps", "[optimizer]") {
+  auto v = RunSteps(Req("Adagrad", {S(0.1)}), {V({1.0, 2.0}), V({0.1, 0.1})}, 2);
+  CheckNear(v[1], {0.6, 2.1});
+  CheckNear(v[0], {1.0 - 0.05 / std::sqrt(0.35) - 0.05 / std::sqrt(0.6),
+                   2.0 + 0.1 / std::sqrt(1.1) + 0.1 / std::sqrt(2.1)});
+}
+
+TEST_CASE("Adam: two steps with bias correction and beta powers", "[optimizer]") {
+  auto v = RunSteps(Req("Adam", {S(0.1), S(0.9), S(0.999), S(1e-8)}),
+                    {V({1.0, 2.0}), V({0, 0}), V({0, 0}), S(0.9), S(0.999)}, 2);
+  // m: 0.05 then 0.095; v: 0.00025 then 0.00049975 (first element).
+  CheckNear(v[1], {0.095, -0.19});
+  CheckNear(v[2], {0.00049975, 0.001999});
+  CheckNear(v[3], {0.729});
+  CheckNear(v[4], {0.999 * 0.999 * 0.999});
+  // Step 1: alpha = 0.1*sqrt(0.001)/0.1; step 2: alpha = 0.1*sqrt(0.001999)/0.19.
+  const double a1 = 0.1 * std::sqrt(1 - 0.999) / (1 - 0.9);
+  const double a2 = 0.1 * std::sqrt(1 - 0.998001) / (1 - 0.81);
+  const double x = 1.0 - a1 * 0.05 / (std::sqrt(0.00025) + 1e-8) -
+                   a2 * 0.095 / (std::sqrt(0.00049975) + 1e-8);
+  const double y = 2.0 + a1 * 0.1 / (std::sqrt(0.001) + 1e-8) +
+                   a2 * 0.19 / (std::sqrt(0.001999) + 1e-8);
+  CheckNear(v[0], {x, y});
+  // A constant gradient moves Adam by about lr per step.
+  CHECK(x == Approx(0.8).epsilon(1e-5));
+}
+
+TEST_CASE("RMSProp: two steps", "[optimizer]") {
+  auto v = RunSteps(Req("RMSProp", {S(0.1), S(0.9), S(0.5), S(1e-10)}),
+                    {V({1.0, 2.0}), V({1, 1}), V({0, 0})}, 2);
+  CheckNear(v[1], {0.8575, 1.0});
+  const double m1 = 0.1 * 0.5 / std::sqrt(0.925 + 1e-10);
+  const double m2 = 0.5 * m1 + 0.1 * 0.5 / std::sqrt(0.8575 + 1e-10);
+  const double n1 = -0.1 / std::sqrt(1.0 + 1e-10);
+  const double n2 = 0.5 * n1 - 0.1 / std::sqrt(1.0 + 1e-10);
+  CheckNear(v[2], {m2, n2});
+  CheckNear(v[0], {1.0 - m1 - m2, 2.0 - n1 - n2});
+}
+
+TEST_CASE("Optimizer updates work in float32", "[optimizer]") {
+  ApplyRequest r;
+  r.optimizer = "GradientDescent";
+  r.scalars = {Tensor::Scalar<float>(0.5f)};
+  r.grad = Tensor::FromVector(std::vector<float>{2, 4});
+  Tensor var = Tensor::FromVector(std::vector<float>{1, 1});
+  REQUIRE(ApplyOptimizerUpdate(r, {&var}).ok());
+  CHECK(var.ToVector<float>() == std::vector<float>{0, -1});
+}
+
+TEST_CASE("Optimizer errors name the optimizer and the shapes", "[optimizer]") {
+  auto r = Req("Momentum", {S(0.1), S(0.9)});
+  Tensor var = V({1, 2}), accum = V({0, 0, 0});
+  Status s = ApplyOptimizerUpdate(r, {&var, &accum});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("Momentum") != std::string::npos);
+  CHECK(s.message().find("[3]") != std::string::npos);
+  CHECK(s.message().find("[2]") != std::string::npos);
+  CHECK(var.ToVector<double>() == std::vector<double>{1, 2});
+
+  auto bad = Req("GradientDescent", {S(0.1)});
+  bad.grad = Tensor::FromVector(std::vector<float>{1, 1});
+  Tensor v2 = V({1, 2});
+  s = ApplyOptimizerUpdate(bad, {&v2});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("float32") != std::string::npos);
+
+  CHECK_FALSE(ApplyOptimizerUpdate(Req("Nope", {}), {&v2}).ok());
+  CHECK_FALSE(ApplyOptimizerUpdate(Req("Adagrad", {S(0.1)}), {&v2}).ok());  // slot missing
+}
