@@ -79,6 +79,12 @@ Result<PartialShape> BroadcastShapes(const PartialShape& a, const PartialShape& 
   return PartialShape(out);
 }
 
+int64_t SeedFromNodeName(Graph& g, const std::string& op) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : g.ScopedName(op)) h = (h ^ ch) * 1099511628211ULL;
+  return static_cast<int64_t>(h >> 1) | 1;  // positive and never 0
+}
+
 void RegisterStandardOps(OpRegistry& reg) {
   RegisterCoreOps(reg);
   RegisterArrayOps(reg);

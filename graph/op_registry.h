@@ -115,6 +115,11 @@ Status UnchangedShape(InferenceContext& c);
 // NumPy broadcasting of inputs 0 and 1; the error names both shapes.
 Result<PartialShape> BroadcastShapes(const PartialShape& a, const PartialShape& b);
 
+// The seed a random op built with seed 0 gets: a stable hash (FNV-1a) of the
+// unique name the node will have, so distinct nodes draw different numbers
+// and the same graph built twice draws the same ones.
+int64_t SeedFromNodeName(Graph& g, const std::string& op);
+
 // Registers every standard op (each group's Register*Ops function below).
 void RegisterStandardOps(OpRegistry& reg);
 // The groups, one per file in graph/ops/.

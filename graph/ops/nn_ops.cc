@@ -576,7 +576,7 @@ Output L2Loss(Graph& g, Output x) { return g.Add1("L2Loss", {x}); }
 Output Dropout(Graph& g, Output x, double rate, int64_t seed) {
   AttrMap a;
   a.Set("rate", rate);
-  a.Set("seed", seed);
+  a.Set("seed", seed != 0 ? seed : SeedFromNodeName(g, "Dropout"));
   return g.Add1("Dropout", {x}, std::move(a));
 }
 

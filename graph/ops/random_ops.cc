@@ -2,9 +2,9 @@
 //
 // Always deterministic: the values of a node's k-th run depend only on its
 // attrs (shape, dtype, seed, distribution parameters) and k, in any graph and
-// any process. Every seed, 0 included, is a fixed seed; two nodes with the
-// same attrs produce the same sequence, so give distinct seeds to tensors
-// that should differ.
+// any process. A builder called with seed 0 (the default) stores a seed
+// derived from the node's unique name (SeedFromNodeName), so two initialisers
+// without explicit seeds differ, and rebuilding the same graph repeats them.
 #include "graph/op_registry.h"
 #include "shardflow/ops.h"
 
@@ -37,7 +37,7 @@ Output RandomNode(Graph& g, const std::string& op, const Shape& shape, int64_t s
   AttrMap a;
   a.Set("shape", shape);
   a.Set("dtype", dtype);
-  a.Set("seed", seed);
+  a.Set("seed", seed != 0 ? seed : SeedFromNodeName(g, op));
   a.Set(p0, v0);
   a.Set(p1, v1);
   return g.Add1(op, {}, std::move(a));

@@ -175,6 +175,8 @@ Output Rank(Graph& g, Output x);
 Output SumToShape(Graph& g, Output grad, Output shape);
 
 // ---- random (seeded and reproducible: same seeds, same numbers) ------------
+// seed 0 (the default) derives a seed from the node's unique name: distinct nodes
+// differ, and the same graph built twice draws the same numbers.
 Output RandomUniform(Graph& g, const Shape& shape, double minval = 0.0, double maxval = 1.0,
                      int64_t seed = 0, DType dtype = DType::kFloat32);
 Output RandomNormal(Graph& g, const Shape& shape, double stddev = 1.0, int64_t seed = 0,

@@ -42,7 +42,8 @@ class Session {
                                   const std::vector<std::string>& targets = {});
   Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
                                   const std::vector<int>& target_nodes = {});
-  // The same, returning at once; done runs on a runtime thread with the result.
+  // The same, returning at once; done runs on a runtime thread with the result
+  // (it must not block on another Run: that would hold a compute thread).
   void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                 const std::vector<std::string>& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done);

@@ -1,0 +1,95 @@
+#include "actors/plan.h"
+
+#include <map>
+
+namespace sf {
+namespace runtime {
+
+Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>& feeds,
+                                      const std::vector<Output>& fetches,
+                                      const std::vector<int>& targets) {
+  const int n = g.num_nodes();
+  std::vector<char> fed(n, 0);
+  for (const Output& f : feeds) fed[f.node] = 1;
+  // Iterative DFS (deep chains must not overflow the stack); post-order gives
+  // producers before consumers. state: 0 new, 1 on the stack, 2 done.
+  std::vector<char> state(n, 0);
+  std::vector<int> order;
+  std::vector<std::pair<int, int>> stack;  // (node, next edge to visit)
+  auto visit = [&](int root) -> Status {
+    if (state[root] == 2) return Status::OK();
+    stack.push_back({root, 0});
+    state[root] = 1;
+    while (!stack.empty()) {
+      auto& top = stack.back();
+      const Node& node = g.node(top.first);
+      const int num_data = fed[top.first] ? 0 : static_cast<int>(node.inputs.size());
+      const int num_ctrl = fed[top.first] ? 0 : static_cast<int>(node.control_inputs.size());
+      if (top.second < num_data + num_ctrl) {
+        const int e = top.second++;
+        const int next = e < num_data ? node.inputs[e].node : node.control_inputs[e - num_data];
+        if (state[next] == 1)
+          return InvalidArgument("the graph has a cycle through node '" + g.node(next).name +
+                                 "' (op " + g.node(next).op + ")");
+        if (state[next] == 0) {
+          state[next] = 1;
+          stack.push_back({next, 0});
+        }
+        continue;
+      }
+      state[top.first] = 2;
+      order.push_back(top.first);
+      stack.pop_back();
+    }
+    return Status::OK();
+  };
+  for (const Output& f : fetches) SF_RETURN_IF_ERROR(visit(f.node));
+  for (int t : targets) SF_RETURN_IF_ERROR(visit(t));
+  return order;
+}
+
+Status ValidateFeed(const std::string& feed_name, const Output& target, const Tensor& value) {
+  if (!value.valid())
+    return InvalidArgument("feed '" + feed_name + "' is an empty (invalid) tensor");
+  if (value.dtype() != target.dtype())
+    return InvalidArgument("feed '" + feed_name + "' is " + DTypeName(value.dtype()) + " but '" +
+                           target.name() + "' is " + DTypeName(target.dtype()));
+  if (!target.shape().CompatibleWith(value.shape()))
+    return InvalidArgument("feed '" + feed_name + "' has shape " + ShapeString(value.shape()) +
+                           ", incompatible with " + target.shape().ToString() + " of '" +
+                           target.name() + "'");
+  return Status::OK();
+}
+
+std::vector<std::string> Place(const Graph& g, const std::vector<int>& nodes) {
+  return std::vector<std::string>(nodes.size(), "/job:localhost/task:0/device:CPU:0");
+}
+
+Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<int>& nodes,
+                                             const std::vector<std::string>& placement) {
+  std::map<std::string, size_t> index;
+  std::map<int, std::string> device_of;
+  std::vector<PartitionSpec> parts;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto it = index.find(placement[i]);
+    if (it == index.end()) {
+      it = index.emplace(placement[i], parts.size()).first;
+      parts.push_back(PartitionSpec{placement[i], {}});
+    }
+    parts[it->second].nodes.push_back(nodes[i]);
+    device_of[nodes[i]] = placement[i];
+  }
+  for (int id : nodes) {
+    const Node& node = g.node(id);
+    for (const Output& in : node.inputs) {
+      auto d = device_of.find(in.node);
+      if (d != device_of.end() && d->second != device_of[id])
+        return Unimplemented("edge '" + in.name() + "' -> '" + node.name + "' crosses devices " +
+                             d->second + " and " + device_of[id] + "; Send/Recv is not built yet");
+    }
+  }
+  return parts;
+}
+
+}  // namespace runtime
+}  // namespace sf

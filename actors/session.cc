@@ -1,0 +1,282 @@
+// Session: the embedded runtime. A coordinator actor plans each run signature
+// once (prune, check, place, partition) and hands steps to partition actors;
+// each partition actor runs its steps in an Executor on the session's compute
+// pool; variables live in variable shard actors.
+#include "shardflow/session.h"
+
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <set>
+
+#include "actors/plan.h"
+#include "actors/protocol.h"
+#include "actors/variable_shards.h"
+#include "kernels/compute_pool.h"
+
+namespace sf {
+
+using runtime::CoordinatorActor;
+using runtime::PartitionActor;
+using runtime::RunCallPtr;
+using runtime::StepCallPtr;
+
+namespace {
+
+// A run signature's plan: the fed outputs and, per partition, its actor and
+// where its feeds and fetches sit in the run's lists.
+struct Plan {
+  Status error;  // plans that fail (cycles, unknown names) are cached too
+  std::vector<Output> feeds;
+  struct Part {
+    PartitionActor actor;
+    std::vector<int> feed_index;   // run feed index of each partition feed
+    std::vector<int> fetch_index;  // run fetch index of each partition fetch
+  };
+  std::vector<Part> parts;
+  size_t num_fetches = 0;
+};
+
+// Collects the fetches of every partition of one step; the last one answers.
+struct StepJoin {
+  std::mutex mu;
+  int remaining = 0;
+  Status status;
+  std::vector<Tensor> fetches;
+  std::function<void(Result<std::vector<Tensor>>)> done;
+};
+
+PartitionActor SpawnPartition(caf::actor_system& sys, std::shared_ptr<runtime::Executor> ex) {
+  return sys.spawn([ex](PartitionActor::pointer) -> PartitionActor::behavior_type {
+    return {
+        [ex](StepCallPtr call) {
+          ex->RunStep(call->step_id, std::move(call->feeds), std::move(call->done));
+        },
+    };
+  });
+}
+
+}  // namespace
+
+struct Session::Impl {
+  Impl(const Graph& g, const SessionOptions& o) : graph(g), pool(o.compute_threads) {
+    const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+    cfg.set("scheduler.max-threads", static_cast<size_t>(threads));
+    system = std::make_unique<caf::actor_system>(cfg);
+    std::set<std::string> names;
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      const Node& n = g.node(i);
+      if (n.op != "VarHandle") continue;
+      auto s = n.attrs.Get<std::string>("shared_name");
+      if (s.ok()) names.insert(*s);
+    }
+    variables = std::make_unique<runtime::ActorVariables>(*system, std::move(names));
+    coordinator = SpawnCoordinator();
+  }
+
+  ~Impl() {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return in_flight == 0; });
+    }
+    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+    {
+      std::lock_guard<std::mutex> l(actors_mu);
+      for (auto& a : partition_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      partition_actors.clear();
+    }
+    variables->Shutdown();
+    system.reset();  // waits for the actors to finish
+  }
+
+  CoordinatorActor SpawnCoordinator();
+  std::shared_ptr<Plan> BuildPlan(const runtime::RunCall& call);
+  void StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id);
+
+  const Graph& graph;
+  ComputePool pool;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::unique_ptr<runtime::ActorVariables> variables;
+  CoordinatorActor coordinator;
+
+  std::mutex actors_mu;
+  std::vector<PartitionActor> partition_actors;  // GUARDED_BY(actors_mu)
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;  // GUARDED_BY(mu)
+};
+
+std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
+  auto plan = std::make_shared<Plan>();
+  auto fail = [&](Status s) {
+    plan->error = std::move(s);
+    return plan;
+  };
+  if (!graph.status().ok())
+    return fail(graph.status().WithPrefix("the graph has a construction error"));
+  std::set<std::string> seen;
+  for (const auto& f : call.feeds) {
+    if (!seen.insert(f.first).second)
+      return fail(InvalidArgument("feed '" + f.first + "' is given twice"));
+    auto o = graph.FindOutput(f.first);
+    if (!o.ok()) return fail(InvalidArgument("feed '" + f.first + "': " + o.status().message()));
+    plan->feeds.push_back(*o);
+  }
+  std::vector<Output> fetches;
+  for (const auto& name : call.fetches) {
+    auto o = graph.FindOutput(name);
+    if (!o.ok()) return fail(o.status().WithPrefix("fetch '" + name + "'"));
+    fetches.push_back(*o);
+  }
+  std::vector<int> targets;
+  for (const auto& name : call.targets) {
+    auto id = graph.FindNode(name);
+    if (!id.ok()) return fail(id.status().WithPrefix("target '" + name + "'"));
+    targets.push_back(*id);
+  }
+  auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
+  if (!order.ok()) return fail(order.status());
+  auto parts = runtime::Partition(graph, *order, runtime::Place(graph, *order));
+  if (!parts.ok()) return fail(parts.status());
+  plan->num_fetches = fetches.size();
+  for (const runtime::PartitionSpec& spec : *parts) {
+    std::set<int> in_part(spec.nodes.begin(), spec.nodes.end());
+    runtime::ExecutorSpec es;
+    es.nodes = spec.nodes;
+    Plan::Part part;
+    for (size_t i = 0; i < plan->feeds.size(); ++i) {
+      if (!in_part.count(plan->feeds[i].node)) continue;
+      es.fed.push_back(plan->feeds[i]);
+      part.feed_index.push_back(static_cast<int>(i));
+    }
+    for (size_t i = 0; i < fetches.size(); ++i) {
+      if (!in_part.count(fetches[i].node)) continue;
+      es.fetches.push_back(fetches[i]);
+      part.fetch_index.push_back(static_cast<int>(i));
+    }
+    auto ex = runtime::Executor::Create(graph, es, variables.get(), &pool);
+    if (!ex.ok()) return fail(ex.status());
+    part.actor = SpawnPartition(*system, std::shared_ptr<runtime::Executor>(std::move(ex).value()));
+    {
+      std::lock_guard<std::mutex> l(actors_mu);
+      partition_actors.push_back(part.actor);
+    }
+    plan->parts.push_back(std::move(part));
+  }
+  return plan;
+}
+
+void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id) {
+  for (size_t i = 0; i < plan.feeds.size(); ++i) {
+    Status s = runtime::ValidateFeed(call.feeds[i].first, plan.feeds[i], call.feeds[i].second);
+    if (!s.ok()) return call.done(s);
+  }
+  if (plan.parts.empty()) return call.done(std::vector<Tensor>(plan.num_fetches));
+  auto join = std::make_shared<StepJoin>();
+  join->remaining = static_cast<int>(plan.parts.size());
+  join->fetches.resize(plan.num_fetches);
+  join->done = std::move(call.done);
+  for (const Plan::Part& part : plan.parts) {
+    auto sc = std::make_shared<runtime::StepCall>();
+    sc->step_id = step_id;
+    for (int i : part.feed_index) sc->feeds.push_back(call.feeds[i].second);
+    std::vector<int> fetch_index = part.fetch_index;
+    sc->done = [join, fetch_index](Status s, std::vector<Tensor> out) {
+      bool last;
+      {
+        std::lock_guard<std::mutex> l(join->mu);
+        if (!s.ok() && join->status.ok()) join->status = s;
+        if (s.ok())
+          for (size_t i = 0; i < out.size(); ++i) join->fetches[fetch_index[i]] = std::move(out[i]);
+        last = --join->remaining == 0;
+      }
+      if (!last) return;
+      if (!join->status.ok()) join->done(join->status);
+      else join->done(std::move(join->fetches));
+    };
+    caf::anon_send(part.actor, std::move(sc));
+  }
+}
+
+CoordinatorActor Session::Impl::SpawnCoordinator() {
+  struct State {
+    std::map<std::string, std::shared_ptr<Plan>> plans;
+    int64_t next_step = 1;
+  };
+  Impl* impl = this;
+  return system->spawn([impl](CoordinatorActor::stateful_pointer<State> self)
+                           -> CoordinatorActor::behavior_type {
+    return {
+        [impl, self](RunCallPtr call) {
+          // The signature: feed names, fetch names and targets, in order.
+          std::string key;
+          for (const auto& f : call->feeds) key += f.first + '\x1f';
+          key += '\x1e';
+          for (const auto& f : call->fetches) key += f + '\x1f';
+          key += '\x1e';
+          for (const auto& t : call->targets) key += t + '\x1f';
+          auto& plan = self->state.plans[key];
+          if (!plan) plan = impl->BuildPlan(*call);
+          if (!plan->error.ok()) return call->done(plan->error);
+          impl->StartStep(*plan, *call, self->state.next_step++);
+        },
+    };
+  });
+}
+
+Session::Session(const Graph& g, SessionOptions options)
+    : impl_(std::make_unique<Impl>(g, options)) {}
+
+Session::~Session() = default;
+
+void Session::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                       const std::vector<std::string>& targets,
+                       std::function<void(Result<std::vector<Tensor>>)> done) {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    ++impl_->in_flight;
+  }
+  auto call = std::make_shared<runtime::RunCall>();
+  call->feeds = feeds;
+  call->fetches = fetches;
+  call->targets = targets;
+  Impl* impl = impl_.get();
+  call->done = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
+    done(std::move(r));
+    std::lock_guard<std::mutex> l(impl->mu);
+    if (--impl->in_flight == 0) impl->cv.notify_all();
+  };
+  caf::anon_send(impl_->coordinator, std::move(call));
+}
+
+Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds,
+                                         const std::vector<std::string>& fetches,
+                                         const std::vector<std::string>& targets) {
+  std::promise<Result<std::vector<Tensor>>> promise;
+  auto future = promise.get_future();
+  RunAsync(feeds, fetches, targets,
+           [&promise](Result<std::vector<Tensor>> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds, const std::vector<Output>& fetches,
+                                         const std::vector<int>& target_nodes) {
+  std::vector<std::string> names, targets;
+  for (const Output& o : fetches) {
+    if (!o.valid() || o.graph != &impl_->graph || o.node >= impl_->graph.num_nodes())
+      return InvalidArgument("fetch " + std::to_string(names.size()) +
+                             " is not a valid output of the session's graph");
+    names.push_back(o.name());
+  }
+  for (int t : target_nodes) {
+    if (t < 0 || t >= impl_->graph.num_nodes())
+      return InvalidArgument("target node id " + std::to_string(t) + " is not in the graph");
+    targets.push_back(impl_->graph.node(t).name);
+  }
+  return Run(feeds, names, targets);
+}
+
+}  // namespace sf
