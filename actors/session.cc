@@ -227,8 +227,10 @@ CoordinatorActor Session::Impl::SpawnCoordinator() {
   });
 }
 
-Session::Session(const Graph& g, SessionOptions options)
-    : impl_(std::make_unique<Impl>(g, options)) {}
+Session::Session(const Graph& g, SessionOptions options) {
+  KeepTensorMemoryWarm();
+  impl_ = std::make_unique<Impl>(g, options);
+}
 
 Session::~Session() = default;
 

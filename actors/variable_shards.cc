@@ -40,8 +40,11 @@ void HandleApply(ShardState& st, VarMsg& m) {
       m.status_done(Uninitialised(it->second.name, "updated"));
       return;
     }
-    // Copy-on-write: readers keep the snapshot they were given.
-    updated.push_back(it->second.value.Copy());
+    // Copy-on-write: readers keep the snapshot they were given. When no
+    // reader holds one, update in place (ApplyOptimizerUpdate validates
+    // before it writes, so a failed update still changes nothing).
+    const Tensor& v = it->second.value;
+    updated.push_back(v.BufferIsUnique() ? v : v.Copy());
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);

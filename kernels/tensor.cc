@@ -1,6 +1,9 @@
 #include "shardflow/tensor.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 
 namespace sf {
@@ -88,6 +91,16 @@ std::string PartialShape::ToString() const {
   for (size_t i = 0; i < dims_.size(); ++i)
     out += (i ? "," : "") + (dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]));
   return out + "]";
+}
+
+void KeepTensorMemoryWarm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Blocks up to 256 MiB come from the heap, and the heap is trimmed only
+    // when 1 GiB lies free at its top.
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  });
 }
 
 Buffer::Buffer(size_t bytes) : size_(bytes) {

@@ -87,6 +87,13 @@ class PartialShape {
   Shape dims_;
 };
 
+// Tells the C allocator to keep freed tensor memory in the heap instead of
+// returning big blocks to the kernel at each free. Without it every step maps
+// fresh pages for its large tensors and pays a page fault per 4 KiB (measured:
+// about 20% of an MLP training step). Process-wide and idempotent; a Session
+// calls it. Costs memory the process already used once, never more.
+void KeepTensorMemoryWarm();
+
 // 64-byte-aligned, refcounted storage.
 class Buffer {
  public:
@@ -165,6 +172,10 @@ class Tensor {
   Result<Tensor> Reshaped(Shape shape) const;
   // A deep copy.
   Tensor Copy() const;
+  // True when this is the only Tensor holding its buffer, so writing in place
+  // cannot change a value anyone else sees. (Only meaningful to the thread
+  // that owns the sole reference: nobody else can then take a new one.)
+  bool BufferIsUnique() const { return buf_ && buf_.use_count() == 1; }
   // True when both share one buffer.
   bool SharesBufferWith(const Tensor& o) const { return buf_ && buf_ == o.buf_; }
   // "float32[2,3]" and, for small tensors, the values.
