@@ -62,9 +62,13 @@ std::string Graph::ScopedName(const std::string& base) {
   for (const auto& s : name_scopes_) prefix += s + "/";
   std::string name = prefix + base;
   if (!by_name_.count(name)) return name;
-  for (int i = 1;; ++i) {
+  auto it = next_suffix_.find(name);
+  for (int i = it == next_suffix_.end() ? 1 : it->second;; ++i) {
     std::string candidate = name + "_" + std::to_string(i);
-    if (!by_name_.count(candidate)) return candidate;
+    if (!by_name_.count(candidate)) {
+      next_suffix_[name] = i;  // AddNode takes it; the next call moves on from here
+      return candidate;
+    }
   }
 }
 

@@ -118,8 +118,10 @@ class Graph {
   };
   Scope NameScope(const std::string& prefix);
   Scope DeviceScope(const std::string& device);
-  // The current prefix ("a/b/") and device.
+  // The unique name a node named `base` would get now: the current prefix
+  // ("a/b/") plus base, with "_N" appended when taken.
   std::string ScopedName(const std::string& base);
+  // The current device scope ("" when none).
   const std::string& current_device() const;
 
  private:
@@ -128,6 +130,9 @@ class Graph {
   std::vector<std::string> name_scopes_;
   std::vector<std::string> device_scopes_;
   std::map<std::string, int> by_name_;
+  // Next suffix to try per base name, so naming stays O(log n) per node
+  // when thousands of nodes share one base name.
+  std::map<std::string, int> next_suffix_;
   Status status_;
 };
 

@@ -54,4 +54,8 @@ class Session {
   std::unique_ptr<Impl> impl_;
 };
 
+// The embedded, in-process runtime is the only kind today; the name says so
+// where a program wants to be explicit about it.
+using LocalSession = Session;
+
 }  // namespace sf
