@@ -69,9 +69,11 @@ constexpr char kGraphUsage[] =
     "With --dot prints it as a Graphviz digraph instead (shardflow graph G --dot | dot -Tsvg).\n";
 
 constexpr char kOpsUsage[] =
-    "usage: shardflow ops\n"
+    "usage: shardflow ops [--markdown]\n"
     "\n"
-    "Lists every registered op with its number of inputs and a one-line summary.\n";
+    "Lists every registered op with its number of inputs and a one-line summary.\n"
+    "--markdown prints a table with whether each op is differentiable and stateful\n"
+    "(docs/OPS.md is made with it).\n";
 
 // One line: newlines inside a message would break "one error, one line".
 std::string OneLine(std::string s) {
@@ -425,9 +427,27 @@ int OpsCommand(const std::vector<std::string>& argv) {
       return 0;
     }
   }
-  if (!argv.empty()) return UsageError("ops", "unexpected argument '" + argv[0] + "'");
+  bool markdown = false;
+  for (const auto& a : argv) {
+    if (a == "--markdown") markdown = true;
+    else return UsageError("ops", "unexpected argument '" + a + "'");
+  }
   const OpRegistry& reg = StandardOpRegistry();
   const std::vector<std::string> names = reg.Names();
+  if (markdown) {
+    std::cout << "| op | inputs | gradient | stateful | summary |\n| --- | --- | --- | --- | --- |\n";
+    for (const auto& n : names) {
+      const OpDef* def = reg.Find(n);
+      std::string inputs = std::to_string(def->min_inputs);
+      if (def->max_inputs < 0) inputs += "+";
+      else if (def->max_inputs != def->min_inputs) inputs += "-" + std::to_string(def->max_inputs);
+      std::string summary = def->summary;
+      for (size_t p = 0; (p = summary.find('|', p)) != std::string::npos; p += 2) summary.replace(p, 1, "\\|");
+      std::cout << "| " << n << " | " << inputs << " | " << (def->differentiable ? "yes" : "no") << " | "
+                << (def->stateful ? "yes" : "") << " | " << summary << " |\n";
+    }
+    return 0;
+  }
   size_t width = 0;
   for (const auto& n : names) width = std::max(width, n.size());
   for (const auto& n : names) {
