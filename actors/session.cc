@@ -10,7 +10,8 @@
 #include <set>
 
 #include "actors/plan.h"
-#include "actors/protocol.h"
+#include "actors/coordinator_protocol.h"
+#include "actors/partition_protocol.h"
 #include "actors/variable_shards.h"
 #include "kernels/compute_pool.h"
 

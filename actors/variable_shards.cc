@@ -125,9 +125,7 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   auto it = ids_.find(name);
   if (it != ids_.end()) {
     const Var& v = vars_[it->second];
-    if (v.dtype != dtype || !v.shape.CompatibleWith(shape))
-      return InvalidArgument("variable '" + name + "' exists as " + DTypeName(v.dtype) +
-                             v.shape.ToString() + ", not " + DTypeName(dtype) + shape.ToString());
+    SF_RETURN_IF_ERROR(CheckSameVariable(name, v.dtype, v.shape, dtype, shape));
     return it->second;
   }
   const std::string key = ColocationKey(name);

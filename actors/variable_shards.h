@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/protocol.h"
+#include "actors/variable_shard_protocol.h"
 
 namespace sf {
 namespace runtime {

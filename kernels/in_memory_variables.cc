@@ -35,15 +35,21 @@ Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape&
   return Status::OK();
 }
 
+Status CheckSameVariable(const std::string& name, DType have_dtype, const PartialShape& have_shape,
+                         DType dtype, const PartialShape& shape) {
+  if (have_dtype != dtype || !have_shape.CompatibleWith(shape))
+    return InvalidArgument("variable '" + name + "' exists as " + DTypeName(have_dtype) +
+                           have_shape.ToString() + ", not " + DTypeName(dtype) + shape.ToString());
+  return Status::OK();
+}
+
 Result<int64_t> InMemoryVariables::Resolve(const std::string& name, DType dtype,
                                            const PartialShape& shape) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = ids_.find(name);
   if (it != ids_.end()) {
     const Var& v = vars_[it->second];
-    if (v.dtype != dtype || !v.shape.CompatibleWith(shape))
-      return InvalidArgument("variable '" + name + "' exists as " + DTypeName(v.dtype) +
-                             v.shape.ToString() + ", not " + DTypeName(dtype) + shape.ToString());
+    SF_RETURN_IF_ERROR(CheckSameVariable(name, v.dtype, v.shape, dtype, shape));
     return it->second;
   }
   int64_t id = static_cast<int64_t>(vars_.size());

@@ -33,6 +33,11 @@ class InMemoryVariables : public VariableService {
   std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
 };
 
+// Resolve's check that a name resolved again means the same variable:
+// InvalidArgument naming both dtypes and shapes otherwise.
+Status CheckSameVariable(const std::string& name, DType have_dtype, const PartialShape& have_shape,
+                         DType dtype, const PartialShape& shape);
+
 // Shared checks and arithmetic of Assign/AssignAdd/AssignSub: updates *stored
 // (invalid = uninitialised) with value; errors name the variable.
 Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape& declared,

@@ -39,15 +39,12 @@ Result<int64_t> HandleId(const Tensor& t) {
   return t.data<int64_t>()[0];
 }
 
-class ReadVariableKernel : public OpKernel {
+// A kernel that reaches one variable, named by its input 0, through the
+// VariableService: always asynchronous, always stateful.
+class VariableAccessKernel : public OpKernel {
  public:
-  ReadVariableKernel(const KernelInit& init, Status* s) {
-    auto d = init.Attr<DType>("dtype");
-    if (!d.ok()) *s = d.status();
-    else dtype_ = *d;
-  }
   void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal("ReadVariable is asynchronous"));
+    ctx->SetStatus(Internal("variable access is asynchronous"));
   }
   bool IsAsync() const override { return true; }
   bool IsStateful() const override { return true; }
@@ -58,9 +55,26 @@ class ReadVariableKernel : public OpKernel {
       done();
       return;
     }
+    Access(ctx, *id, std::move(done));
+  }
+
+ protected:
+  // Starts the access of variable `id`; calls done once it has finished.
+  virtual void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) = 0;
+};
+
+class ReadVariableKernel : public VariableAccessKernel {
+ public:
+  ReadVariableKernel(const KernelInit& init, Status* s) {
+    auto d = init.Attr<DType>("dtype");
+    if (!d.ok()) *s = d.status();
+    else dtype_ = *d;
+  }
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t vid, std::function<void()> done) override {
     VariableService* vars = ctx->variables();
     const DType want = dtype_;
-    const int64_t vid = *id;
     vars->Read(vid, [ctx, done = std::move(done), want, vars, vid](Result<Tensor> r) {
       if (!r.ok()) {
         ctx->SetStatus(r.status());
@@ -79,22 +93,13 @@ class ReadVariableKernel : public OpKernel {
 };
 
 template <AssignMode kMode>
-class AssignKernel : public OpKernel {
+class AssignKernel : public VariableAccessKernel {
  public:
   AssignKernel(const KernelInit&, Status*) {}
-  void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal("Assign is asynchronous"));
-  }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
-  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    auto id = HandleId(ctx->input(0));
-    if (!id.ok() || !ctx->variables()) {
-      ctx->SetStatus(id.ok() ? FailedPrecondition("no variable service") : id.status());
-      done();
-      return;
-    }
-    ctx->variables()->Assign(*id, kMode, ctx->input(1),
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    ctx->variables()->Assign(id, kMode, ctx->input(1),
                              [ctx, done = std::move(done)](Result<Tensor> r) {
                                if (!r.ok()) ctx->SetStatus(r.status());
                                else ctx->set_output(0, std::move(r).value());

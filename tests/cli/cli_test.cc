@@ -9,29 +9,16 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/temp_dir.h"
 #include "graph/graph_def.h"
 #include "kernels/npy.h"
 #include "shardflow/ops.h"
 
 using namespace sf;
+using sf::testing::TempDir;
 
 namespace {
 
-// A fresh directory under /tmp, removed with the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sf_cli_test_XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    path = d;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -82,7 +69,7 @@ std::string SaveTestGraph(const TempDir& dir) {
 }  // namespace
 
 TEST_CASE("shardflow run feeds .npy files and writes the fetches", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
   REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {3, 2})).ok());
   auto r = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") +
@@ -101,7 +88,7 @@ TEST_CASE("shardflow run feeds .npy files and writes the fetches", "[cli]") {
 }
 
 TEST_CASE("shardflow run --gradients-of writes grad_X.npy", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
   REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2, 3, 4}, {2, 2})).ok());
   auto r = RunCli(dir, "run --graph=" + graph + " --feed x=" + (dir / "x.npy") +
@@ -115,7 +102,7 @@ TEST_CASE("shardflow run --gradients-of writes grad_X.npy", "[cli]") {
 }
 
 TEST_CASE("shardflow run with only a target needs no --out", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
   REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2}, {1, 2})).ok());
   auto r = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") + " --target group");
@@ -124,7 +111,7 @@ TEST_CASE("shardflow run with only a target needs no --out", "[cli]") {
 }
 
 TEST_CASE("shardflow graph prints text and Graphviz", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
   auto r = RunCli(dir, "graph " + graph);
   REQUIRE(r.code == 0);
@@ -143,7 +130,7 @@ TEST_CASE("shardflow graph prints text and Graphviz", "[cli]") {
 }
 
 TEST_CASE("shardflow ops and --help", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   auto r = RunCli(dir, "ops");
   REQUIRE(r.code == 0);
   CHECK(r.out.find("Identity") != std::string::npos);
@@ -158,7 +145,7 @@ TEST_CASE("shardflow ops and --help", "[cli]") {
 }
 
 TEST_CASE("shardflow errors are one line with exit code 2 (usage) or 1 (run)", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
   REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2}, {1, 2})).ok());
   REQUIRE(WriteNpy(dir / "xi.npy", Tensor::FromVector<int32_t>({1, 2}, {1, 2})).ok());
@@ -230,7 +217,7 @@ TEST_CASE("shardflow errors are one line with exit code 2 (usage) or 1 (run)", "
 }
 
 TEST_CASE("shardflow run computes MatMul and its gradients", "[cli]") {
-  TempDir dir;
+  TempDir dir("sf_cli_test");
   Graph g;
   auto x = ops::Placeholder(g, DType::kFloat64, {-1, 2}, "x");
   auto w = ops::Const(g, Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2}), "w");

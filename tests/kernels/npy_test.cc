@@ -8,31 +8,16 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/temp_dir.h"
 #include "kernels/npy.h"
 
 using namespace sf;
+using sf::testing::TempDir;
+using sf::testing::WriteFile;
 
 namespace {
 
-// A fresh directory under /tmp, removed with the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sf_npy_test_XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    path = d;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), bytes.size());
-}
 
 // A .npy file as NumPy writes it: version 1.0 header padded to 64 bytes.
 std::string NpyV1(const std::string& dict, const std::string& data) {

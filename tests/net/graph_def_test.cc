@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "tests/support/temp_dir.h"
 #include "graph/graph_def.h"
 #include "graph/op_registry.h"
 #include "net/graph_def.capnp.h"
@@ -17,28 +18,12 @@
 #include "tests/support/eval_graph.h"
 
 using namespace sf;
+using sf::testing::TempDir;
+using sf::testing::WriteFile;
 
 namespace {
 
-// A fresh directory under /tmp, removed with the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sf_graph_def_test_XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    path = d;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), bytes.size());
-}
 
 // The core ops plus "AttrHolder", an op taking any inputs and any attrs, so
 // one node can carry every attr kind.

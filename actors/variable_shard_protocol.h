@@ -1,0 +1,49 @@
+// The variable shard actor's protocol (actor-private: includes CAF; include
+// it only from actors/). A shard owns some variables (a variable and its
+// optimizer slots) and serializes their updates, so each update is atomic;
+// reads answer with a copy-on-write snapshot.
+//
+// In-process only for now: the message carries callbacks and tensors by
+// reference (refcounted buffers, no copy). The Cap'n Proto wire form for
+// cross-process shards comes with the distributed runtime.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "kernels/variable_service.h"
+
+namespace sf {
+namespace runtime {
+
+// One request to a variable shard actor; the matching callback answers it.
+struct VarMsg {
+  enum Kind { kDefine, kRead, kAssign, kApply } kind = kRead;
+  int64_t id = -1;
+  std::string name;  // kDefine
+  DType dtype = DType::kInvalid;
+  PartialShape shape;
+  AssignMode mode = AssignMode::kAssign;
+  Tensor value;  // kAssign
+  ApplyRequest req;  // kApply
+  std::function<void(Result<Tensor>)> tensor_done;  // kRead, kAssign
+  std::function<void(Status)> status_done;          // kApply
+};
+using VarMsgPtr = std::shared_ptr<VarMsg>;
+
+}  // namespace runtime
+}  // namespace sf
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::VarMsgPtr)
+
+namespace sf {
+namespace runtime {
+
+using VariableShardActor = caf::typed_actor<caf::reacts_to<VarMsgPtr>>;
+
+}  // namespace runtime
+}  // namespace sf
