@@ -5,8 +5,8 @@
 #include "shardflow/session.h"
 
 #include <condition_variable>
-#include <future>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "actors/plan.h"
@@ -258,11 +258,19 @@ void Session::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fet
 Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds,
                                          const std::vector<std::string>& fetches,
                                          const std::vector<std::string>& targets) {
-  std::promise<Result<std::vector<Tensor>>> promise;
-  auto future = promise.get_future();
-  RunAsync(feeds, fetches, targets,
-           [&promise](Result<std::vector<Tensor>> r) { promise.set_value(std::move(r)); });
-  return future.get();
+  // A mutex and condition variable rather than std::promise: the same cost,
+  // and thread sanitizers see the hand-over (libstdc++'s futures hide theirs).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<std::vector<Tensor>>> result;
+  RunAsync(feeds, fetches, targets, [&](Result<std::vector<Tensor>> r) {
+    std::lock_guard<std::mutex> l(mu);
+    result.emplace(std::move(r));
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return result.has_value(); });
+  return std::move(*result);
 }
 
 Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds, const std::vector<Output>& fetches,

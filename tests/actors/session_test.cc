@@ -198,7 +198,10 @@ TEST_CASE("Session: RunAsync calls back with the result", "[session]") {
   CHECK(values == std::vector<float>(8, 5.0f));
 }
 
-TEST_CASE("Session: per-op overhead of a 1000-op chain", "[session][perf]") {
+// Speed is measured by bench/bench_op_overhead, not asserted here: these
+// check that long chains of tiny ops (the benchmark's graphs) stay exact
+// over many steps, with and without a constant per op.
+TEST_CASE("Session: a 1000-op chain is exact over many steps", "[session]") {
   Graph g;
   auto x = ops::Placeholder(g, DType::kFloat32, {1}, "x");
   auto one = ops::Const(g, std::vector<float>{1}, {1});
@@ -206,34 +209,27 @@ TEST_CASE("Session: per-op overhead of a 1000-op chain", "[session][perf]") {
   for (int i = 0; i < 500; ++i) y = ops::Identity(g, ops::Add(g, y, one));
   REQUIRE(g.status().ok());
   Session s(g);
-  FeedMap feeds{{"x", Tensor::FromVector(std::vector<float>{0}, {1})}};
-  auto r = s.Run(feeds, std::vector<Output>{y});
-  REQUIRE(r.ok());
-  CHECK((*r)[0].scalar_as<float>() == 500.0f);
-  const int steps = 200;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) REQUIRE(s.Run(feeds, std::vector<Output>{y}).ok());
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  const double per_op = us / steps / 1000.0;
-  WARN("per-op overhead: " << per_op << " us (step " << us / steps << " us)");
-  CHECK(per_op < 2.0);  // the target is 0.5 us; loose here for loaded CI machines
+  for (int i = 0; i < 50; ++i) {
+    FeedMap feeds{{"x", Tensor::FromVector(std::vector<float>{static_cast<float>(i)}, {1})}};
+    auto r = s.Run(feeds, std::vector<Output>{y});
+    REQUIRE(r.ok());
+    CHECK((*r)[0].scalar_as<float>() == 500.0f + i);
+  }
 }
 
-TEST_CASE("Session: per-op overhead with a constant per op", "[session][perf]") {
+TEST_CASE("Session: a chain with a constant per op is exact over many steps", "[session]") {
   Graph g;
   auto x = ops::Placeholder(g, DType::kFloat32, {1}, "x");
   Output y = x;
   for (int i = 0; i < 500; ++i) y = ops::Add(g, y, ops::Const(g, std::vector<float>{1}, {1}));
   REQUIRE(g.status().ok());
   Session s(g);
-  FeedMap feeds{{"x", Tensor::FromVector(std::vector<float>{0}, {1})}};
-  REQUIRE(s.Run(feeds, std::vector<Output>{y}).ok());
-  const int steps = 200;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) REQUIRE(s.Run(feeds, std::vector<Output>{y}).ok());
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  WARN("per-op overhead with 500 constants: " << us / steps / 1001.0 << " us (step " << us / steps << " us)");
-  CHECK(us / steps / 1001.0 < 2.0);
+  for (int i = 0; i < 50; ++i) {
+    FeedMap feeds{{"x", Tensor::FromVector(std::vector<float>{static_cast<float>(-i)}, {1})}};
+    auto r = s.Run(feeds, std::vector<Output>{y});
+    REQUIRE(r.ok());
+    CHECK((*r)[0].scalar_as<float>() == 500.0f - i);
+  }
 }
 
 TEST_CASE("Session: feeding an intermediate tensor skips its producers", "[session]") {
