@@ -24,6 +24,8 @@ struct TempDir {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
+  // The path of `name` inside the directory.
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
 // Writes bytes to path, replacing it.
