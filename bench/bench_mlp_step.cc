@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> u(0, 1);
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = u(rng);
   for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng() % 10);
+  Tensor lr = Tensor::Scalar<float>(static_cast<float>(mo.learning_rate));
   auto step = [&] {
-    auto r = s.Run({{"x", x}, {"labels", y}}, std::vector<Output>{m.loss}, {m.train});
+    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train});
     if (!r.ok()) fail(r.status());
   };
   for (int64_t i = 0; i < flags.GetInt("warmup"); ++i) step();

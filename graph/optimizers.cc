@@ -30,6 +30,12 @@ Result<int> AddApply(Graph& g, const std::string& op, std::vector<Output> inputs
 
 }  // namespace
 
+Output Optimizer::LearningRate(Graph& g, Output grad, double constant) {
+  if (!lr_tensor_.valid()) return Hyper(g, grad, constant);
+  if (lr_tensor_.dtype() == grad.dtype()) return lr_tensor_;
+  return ops::Cast(g, lr_tensor_, grad.dtype());
+}
+
 Result<int> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>& var_list) {
   SF_RETURN_IF_ERROR(g.status());
   if (!loss.valid()) return InvalidArgument(name() + ".Minimize: the loss is invalid");
@@ -137,7 +143,7 @@ Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_na
 }
 
 Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  return AddApply(g, "ApplyGradientDescent", {handle, Hyper(g, grad, lr_), grad});
+  return AddApply(g, "ApplyGradientDescent", {handle, LearningRate(g, grad, lr_), grad});
 }
 
 Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -145,13 +151,13 @@ Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   AttrMap a;
   a.Set("use_nesterov", nesterov_);
   return AddApply(g, "ApplyMomentum",
-                  {handle, accum, Hyper(g, grad, lr_), Hyper(g, grad, momentum_), grad},
+                  {handle, accum, LearningRate(g, grad, lr_), Hyper(g, grad, momentum_), grad},
                   std::move(a));
 }
 
 Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   Output accum = Slot(g, handle, "accumulator", init_);
-  return AddApply(g, "ApplyAdagrad", {handle, accum, Hyper(g, grad, lr_), grad});
+  return AddApply(g, "ApplyAdagrad", {handle, accum, LearningRate(g, grad, lr_), grad});
 }
 
 Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -167,7 +173,7 @@ Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   Output b1 = ScalarSlot(g, handle, "beta1_power", scalar(beta1_));
   Output b2 = ScalarSlot(g, handle, "beta2_power", scalar(beta2_));
   return AddApply(g, "ApplyAdam",
-                  {handle, m, v, b1, b2, Hyper(g, grad, lr_), Hyper(g, grad, beta1_),
+                  {handle, m, v, b1, b2, LearningRate(g, grad, lr_), Hyper(g, grad, beta1_),
                    Hyper(g, grad, beta2_), Hyper(g, grad, eps_), grad});
 }
 
@@ -176,7 +182,7 @@ Result<int> RMSPropOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   Output ms = Slot(g, handle, "rms", 1.0);
   Output mom = Slot(g, handle, "momentum");
   return AddApply(g, "ApplyRMSProp",
-                  {handle, ms, mom, Hyper(g, grad, lr_), Hyper(g, grad, rho_),
+                  {handle, ms, mom, LearningRate(g, grad, lr_), Hyper(g, grad, rho_),
                    Hyper(g, grad, momentum_), Hyper(g, grad, eps_), grad});
 }
 

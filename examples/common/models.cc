@@ -32,6 +32,11 @@ Output Conv(Graph& g, Output in, int64_t k, int64_t cin, int64_t cout, const std
 
 }  // namespace
 
+double LearningRateAt(double base, int64_t step, int64_t total) {
+  if (total <= 0) return base;
+  return base * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(step) / static_cast<double>(total)));
+}
+
 Status BuildClassifier(Graph& g, const ModelOptions& o, ClassifierModel* m) {
   m->x = ops::Placeholder(g, DType::kFloat32, {-1, 784}, "x");
   m->labels = ops::Placeholder(g, DType::kInt32, {-1}, "labels");
@@ -54,7 +59,10 @@ Status BuildClassifier(Graph& g, const ModelOptions& o, ClassifierModel* m) {
   auto correct = ops::Equal(g, predicted, ops::Cast(g, m->labels, DType::kInt64));
   m->accuracy = ops::Mean(g, ops::Cast(g, correct, DType::kFloat32));
   SF_RETURN_IF_ERROR(g.status());
-  SF_ASSIGN_OR_RETURN(m->train, MomentumOptimizer(o.learning_rate, o.momentum).Minimize(g, m->loss));
+  m->lr = ops::Placeholder(g, DType::kFloat32, PartialShape(Shape{}), "lr");
+  MomentumOptimizer opt(o.learning_rate, o.momentum);
+  opt.SetLearningRate(m->lr);
+  SF_ASSIGN_OR_RETURN(m->train, opt.Minimize(g, m->loss));
   m->init = ops::GlobalVariablesInitializer(g);
   return g.status();
 }

@@ -13,16 +13,21 @@ struct ClassifierModel {
   Output logits;    // [-1, 10]
   Output loss;      // mean cross entropy
   Output accuracy;  // fraction of correct predictions in the batch
+  Output lr;        // float32 scalar placeholder "lr": the learning rate of each step
   int train = -1;   // the training op (SGD with momentum)
   int init = -1;    // initialises every variable
 };
 
 struct ModelOptions {
   std::string model = "mlp";  // "mlp" (784-512-256-10) or "cnn"
-  double learning_rate = 0.05;
+  double learning_rate = 0.05;  // the default fed to "lr" (see LearningRateAt)
   double momentum = 0.9;
   int64_t seed = 1;
 };
+
+// The learning rate of step `step` of `total`: cosine decay from `base` to 0,
+// so training ends on small, stable steps.
+double LearningRateAt(double base, int64_t step, int64_t total);
 
 // Builds the model into g; an error names what went wrong (unknown model, or
 // the graph's first construction error).

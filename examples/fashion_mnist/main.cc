@@ -3,7 +3,7 @@
 //   build/bin/fashion_mnist --epochs 10              # MLP 784-512-256-10
 //   build/bin/fashion_mnist --model cnn --epochs 2   # conv-pool-conv-pool-fc-fc
 //
-// Shuffles with a seed, evaluates test accuracy after each epoch, shows a
+// SGD with momentum and a cosine learning-rate decay. Shuffles with a seed, evaluates test accuracy after each epoch, shows a
 // progress bar, and writes metrics.csv and curves.svg into its run folder.
 // With --json it prints one JSON line per epoch and a final summary line:
 // {"model", "epochs", "test_accuracy", "train_steps_per_sec", "epoch_seconds"}.
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   flags.String("model", "mlp", "mlp or cnn")
       .Int("epochs", 10, "training epochs")
       .Int("batch", 128, "batch size")
-      .Double("lr", 0.05, "learning rate (SGD with momentum)")
+      .Double("lr", 0.05, "initial learning rate (SGD with momentum, cosine decay to 0)")
       .Double("momentum", 0.9, "momentum")
       .Int("seed", 1, "seed for initialisation and shuffling")
       .Int("limit", 0, "use only the first N training examples (0 = all)")
@@ -114,7 +114,10 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
       MakeBatch(*train, order, step * batch, batch, &xb, &yb);
-      auto r = session.Run({{"x", xb}, {"labels", yb}}, std::vector<Output>{m.loss}, {m.train});
+      const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
+      Tensor lr = Tensor::Scalar<float>(static_cast<float>(
+          LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
+      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train});
       if (!r.ok()) return Fail(r.status());
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;

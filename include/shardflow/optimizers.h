@@ -23,8 +23,15 @@ class Optimizer {
   // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
   Result<int> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
   virtual std::string name() const = 0;
+  // Uses a scalar tensor as the learning rate instead of the constant given
+  // to the constructor: a Placeholder fed each step, or a schedule computed in
+  // the graph. It is cast to each gradient's dtype. Call before Minimize.
+  void SetLearningRate(Output lr) { lr_tensor_ = lr; }
 
  protected:
+  // The learning rate for a gradient: the tensor set by SetLearningRate, or
+  // `constant` in the gradient's dtype.
+  Output LearningRate(Graph& g, Output grad, double constant);
   // Adds the update of one variable (its handle) by grad, creating slots.
   virtual Result<int> ApplyOne(Graph& g, Output handle, Output grad) = 0;
   // Creates (once per graph) a slot variable beside `handle`, zero- or value-initialised.
@@ -32,6 +39,9 @@ class Optimizer {
   // Creates (once per graph) a slot variable of any shape initialised to `value`
   // (Adam's scalar beta powers).
   Output ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value);
+
+ private:
+  Output lr_tensor_;
 };
 
 class GradientDescentOptimizer : public Optimizer {

@@ -109,3 +109,29 @@ TEST_CASE("An update before initialisation names the variable", "[session][train
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("'w") != std::string::npos);
 }
+
+TEST_CASE("A fed learning rate drives the update", "[session][train]") {
+  Graph g;
+  auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1.0f, 2.0f}, {2}));
+  auto lr = ops::Placeholder(g, DType::kFloat32, PartialShape(Shape{}), "lr");
+  auto loss = ops::Sum(g, w);  // d loss / d w = 1 for each element
+  GradientDescentOptimizer opt(123.0);  // ignored: the fed rate wins
+  opt.SetLearningRate(lr);
+  auto train = opt.Minimize(g, loss);
+  REQUIRE(train.ok());
+  int init = ops::GlobalVariablesInitializer(g);
+  Session s(g);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+  REQUIRE(s.Run({{"lr", Tensor::Scalar<float>(0.0f)}}, std::vector<Output>{}, {*train}).ok());
+  auto r = s.Run({}, std::vector<Output>{w});
+  REQUIRE(r.ok());
+  CHECK((*r)[0].ToVector<float>() == std::vector<float>{1.0f, 2.0f});
+  REQUIRE(s.Run({{"lr", Tensor::Scalar<float>(0.25f)}}, std::vector<Output>{}, {*train}).ok());
+  r = s.Run({}, std::vector<Output>{w});
+  REQUIRE(r.ok());
+  CHECK((*r)[0].ToVector<float>() == std::vector<float>{0.75f, 1.75f});
+  // Not feeding it is an error naming the placeholder.
+  auto missing = s.Run({}, std::vector<Output>{}, {*train});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("lr") != std::string::npos);
+}
