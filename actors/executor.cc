@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "actors/control_flow_executor.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -38,9 +39,11 @@ Executor::~Executor() = default;
 int Executor::num_nodes() const { return static_cast<int>(nodes_.size()); }
 
 Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const ExecutorSpec& spec,
-                                                   VariableService* variables, ComputePool* pool) {
+                                                   VariableService* variables, ComputePool* pool,
+                                                   QueueService* queues) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->variables_ = variables;
+  ex->queues_ = queues;
   ex->pool_ = pool;
   const int n = static_cast<int>(spec.nodes.size());
   std::unordered_map<int, int> local;  // graph id -> local index
@@ -102,6 +105,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     for (const Output& in : node.inputs) init.input_dtypes.push_back(in.dtype());
     init.output_dtypes = node.output_dtypes;
     init.variables = variables;
+    init.queues = queues;
     auto kernel = (**factory)(init);
     if (!kernel.ok()) return kernel.status().WithPrefix(it.where);
     it.kernel = std::move(kernel).value();
@@ -130,10 +134,20 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
   ex->slot_uses_.assign(slots, 0);
   for (int slot : ex->input_slots_) ++ex->slot_uses_[slot];
   for (int slot : ex->fetch_slots_) ex->slot_uses_[slot] = 0;
+  if (ControlFlowExecutor::Needed(g, spec.nodes)) {
+    std::vector<OpKernel*> kernels;
+    for (const Item& it : ex->nodes_) kernels.push_back(it.kernel.get());
+    SF_ASSIGN_OR_RETURN(ex->control_flow_,
+                        ControlFlowExecutor::Create(g, spec, std::move(kernels), variables, pool, queues));
+  }
   return ex;
 }
 
 void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) {
+  if (control_flow_) {
+    control_flow_->RunStep(step_id, std::move(feeds), std::move(done));
+    return;
+  }
   const int n = num_nodes();
   Step* s = new Step();
   s->id = step_id;
@@ -190,7 +204,7 @@ void Executor::RunSync(Step* s, int n) {
   const int* slots = input_slots_.data() + it.input_begin;
   for (int i = 0; i < it.num_inputs; ++i) inputs[i] = &s->values[slots[i]];
   OpKernelContext ctx(inputs, it.num_inputs, s->values.data() + it.output_begin, it.num_outputs,
-                      pool_, variables_, s->id);
+                      pool_, variables_, s->id, queues_);
   it.kernel->Compute(&ctx);
   Check(s, n, ctx.status());
   ReleaseInputs(s, n);
@@ -222,7 +236,7 @@ void Executor::StartAsync(Step* s, int n) {
   for (int i = 0; i < it.num_inputs; ++i) p->inputs[i] = &s->values[slots[i]];
   p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), it.num_inputs,
                                              s->values.data() + it.output_begin, it.num_outputs,
-                                             pool_, variables_, s->id);
+                                             pool_, variables_, s->id, queues_);
   it.kernel->ComputeAsync(p->ctx.get(), [this, s, n, p] {
     Check(s, n, p->ctx->status());
     delete p;

@@ -23,8 +23,11 @@ namespace sf {
 
 class ComputePool;
 class VariableService;
+class QueueService;
 
 namespace runtime {
+
+class ControlFlowExecutor;
 
 // What the executor is asked to run: `nodes` in topological order (every
 // producer of a non-fed input among them); `fed` outputs come from the step's
@@ -39,7 +42,8 @@ class Executor {
  public:
   // Builds the plan and one kernel per node; the error names the node and op.
   static Result<std::unique_ptr<Executor>> Create(const Graph& g, const ExecutorSpec& spec,
-                                                  VariableService* variables, ComputePool* pool);
+                                                  VariableService* variables, ComputePool* pool,
+                                                  QueueService* queues = nullptr);
   ~Executor();
 
   using DoneFn = std::function<void(Status, std::vector<Tensor>)>;
@@ -78,7 +82,12 @@ class Executor {
   std::vector<int> slot_uses_;  // per slot, data edges reading it; 0 = keep (fetched)
   int num_slots_ = 0;
   VariableService* variables_ = nullptr;
+  QueueService* queues_ = nullptr;
   ComputePool* pool_ = nullptr;
+  // Set at plan time when the partition has control-flow ops: RunStep then
+  // takes that path (actors/control_flow_executor.cc) and the plain one
+  // above stays free of dead-tensor and frame bookkeeping.
+  std::shared_ptr<ControlFlowExecutor> control_flow_;
 };
 
 }  // namespace runtime

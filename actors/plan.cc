@@ -16,6 +16,7 @@ Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>&
   std::vector<char> state(n, 0);
   std::vector<int> order;
   std::vector<std::pair<int, int>> stack;  // (node, next edge to visit)
+  std::vector<int> back_edges;
   auto visit = [&](int root) -> Status {
     if (state[root] == 2) return Status::OK();
     stack.push_back({root, 0});
@@ -28,6 +29,12 @@ Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>&
       if (top.second < num_data + num_ctrl) {
         const int e = top.second++;
         const int next = e < num_data ? node.inputs[e].node : node.control_inputs[e - num_data];
+        // A loop's back edge (NextIteration -> Merge) is not an ordering
+        // constraint: the NextIteration is visited after the DFS.
+        if (e < num_data && node.op == "Merge" && g.node(next).op == "NextIteration") {
+          if (state[next] == 0) back_edges.push_back(next);
+          continue;
+        }
         if (state[next] == 1)
           return InvalidArgument("the graph has a cycle through node '" + g.node(next).name +
                                  "' (op " + g.node(next).op + ")");
@@ -45,6 +52,7 @@ Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>&
   };
   for (const Output& f : fetches) SF_RETURN_IF_ERROR(visit(f.node));
   for (int t : targets) SF_RETURN_IF_ERROR(visit(t));
+  for (size_t i = 0; i < back_edges.size(); ++i) SF_RETURN_IF_ERROR(visit(back_edges[i]));
   return order;
 }
 

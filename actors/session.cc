@@ -12,6 +12,7 @@
 #include "actors/plan.h"
 #include "actors/coordinator_protocol.h"
 #include "actors/partition_protocol.h"
+#include "actors/queue_actors.h"
 #include "actors/variable_shards.h"
 #include "kernels/compute_pool.h"
 
@@ -73,10 +74,13 @@ struct Session::Impl {
       if (s.ok()) names.insert(*s);
     }
     variables = std::make_unique<runtime::ActorVariables>(*system, std::move(names));
+    queues = std::make_unique<runtime::ActorQueues>(*system);
     coordinator = SpawnCoordinator();
   }
 
   ~Impl() {
+    // Steps waiting on a queue would otherwise wait forever: fail them.
+    queues->Shutdown();
     {
       std::unique_lock<std::mutex> l(mu);
       cv.wait(l, [&] { return in_flight == 0; });
@@ -88,6 +92,7 @@ struct Session::Impl {
       partition_actors.clear();
     }
     variables->Shutdown();
+    queues->Stop();
     system.reset();  // waits for the actors to finish
   }
 
@@ -100,6 +105,7 @@ struct Session::Impl {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
   std::unique_ptr<runtime::ActorVariables> variables;
+  std::unique_ptr<runtime::ActorQueues> queues;
   CoordinatorActor coordinator;
 
   std::mutex actors_mu;
@@ -158,7 +164,7 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
       es.fetches.push_back(fetches[i]);
       part.fetch_index.push_back(static_cast<int>(i));
     }
-    auto ex = runtime::Executor::Create(graph, es, variables.get(), &pool);
+    auto ex = runtime::Executor::Create(graph, es, variables.get(), &pool, queues.get());
     if (!ex.ok()) return fail(ex.status());
     part.actor = SpawnPartition(*system, std::shared_ptr<runtime::Executor>(std::move(ex).value()));
     {

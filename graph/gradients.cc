@@ -7,7 +7,9 @@
 #include "shardflow/gradients.h"
 
 #include <map>
+#include <set>
 
+#include "graph/control_flow_grad.h"
 #include "graph/op_registry.h"
 #include "shardflow/ops.h"
 
@@ -16,6 +18,21 @@ namespace sf {
 namespace {
 
 bool CarriesGradient(DType t) { return IsFloating(t) || t == DType::kResource; }
+
+// The frame (loop) an Enter enters, or the one an Exit (built by WhileLoop:
+// Exit <- Switch <- Merge <- Enter) leaves; "" otherwise.
+std::string LoopFrame(const Graph& g, int id) {
+  const Node* n = &g.node(id);
+  if (n->op == "Exit") {
+    for (int hop = 0; hop < 3; ++hop) {
+      if (n->inputs.empty()) return "";
+      n = &g.node(n->inputs[0].node);
+    }
+  }
+  if (n->op != "Enter") return "";
+  auto f = n->attrs.GetOr<std::string>("frame_name", "");
+  return f.ok() ? *f : "";
+}
 
 }  // namespace
 
@@ -36,14 +53,29 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
   // Nodes that reach some y through data edges, and nodes reached from some x.
   std::vector<char> to_y(n, 0), from_x(n, 0);
   for (const Output& y : ys) to_y[y.node] = 1;
-  for (int id = n - 1; id >= 0; --id)
-    if (to_y[id])
-      for (const Output& in : g.node(id).inputs) to_y[in.node] = 1;
+  // A loop's Exit depends on every value entering the loop (through its
+  // back edges, which the id order does not see): loops count as units.
+  std::set<std::string> frames_to_y, frames_from_x;
+  for (int id = n - 1; id >= 0; --id) {
+    const Node& node = g.node(id);
+    if (!to_y[id] && node.op == "Enter" && frames_to_y.count(LoopFrame(g, id))) to_y[id] = 1;
+    if (!to_y[id]) continue;
+    if (node.op == "Exit") {
+      const std::string f = LoopFrame(g, id);
+      if (!f.empty()) frames_to_y.insert(f);
+    }
+    for (const Output& in : node.inputs) to_y[in.node] = 1;
+  }
   for (const Output& x : xs) from_x[x.node] = 1;
-  for (int id = 0; id < n; ++id)
-    if (!from_x[id])
-      for (const Output& in : g.node(id).inputs)
+  for (int id = 0; id < n; ++id) {
+    const Node& node = g.node(id);
+    if (!from_x[id]) {
+      for (const Output& in : node.inputs)
         if (from_x[in.node]) { from_x[id] = 1; break; }
+      if (!from_x[id] && node.op == "Exit" && frames_from_x.count(LoopFrame(g, id))) from_x[id] = 1;
+    }
+    if (from_x[id] && node.op == "Enter") frames_from_x.insert(LoopFrame(g, id));
+  }
 
   std::map<Output, std::vector<Output>> contributions;
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -63,9 +95,20 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
 
   int lowest_x = n;
   for (const Output& x : xs) lowest_x = std::min(lowest_x, x.node);
+  std::vector<char> in_loop(n, 0);  // forward loop nodes, differentiated as a unit
   for (int id = n - 1; id >= lowest_x; --id) {
-    if (!to_y[id] || !from_x[id]) continue;
+    if (!to_y[id] || !from_x[id] || in_loop[id]) continue;
     const Node& node = g.node(id);
+    if (node.op == "Exit") {
+      SF_ASSIGN_OR_RETURN(internal::LoopGradient lg,
+                          internal::BuildWhileLoopGradient(g, id, [&](Output o) { return sum_of(o); }));
+      for (int m : lg.loop_nodes) in_loop[m] = 1;
+      for (const auto& ig : lg.input_grads)
+        if (ig.second.valid() && ig.first.node < n && from_x[ig.first.node] &&
+            CarriesGradient(ig.first.dtype()))
+          contributions[ig.first].push_back(ig.second);
+      continue;
+    }
     std::vector<Output> dys(node.num_outputs());
     bool any = false;
     for (int i = 0; i < node.num_outputs(); ++i) {

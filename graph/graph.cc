@@ -72,9 +72,24 @@ std::string Graph::ScopedName(const std::string& base) {
   }
 }
 
-int Graph::AddNode(const std::string& op, const std::vector<Output>& inputs, AttrMap attrs,
+int Graph::AddNode(const std::string& op, const std::vector<Output>& given_inputs, AttrMap attrs,
                    const std::string& name) {
   if (!status_.ok()) return -1;
+  std::vector<Output> hooked_inputs;
+  std::vector<int> hooked_controls;
+  const bool hooked = static_cast<bool>(node_hook_);
+  if (hooked) {
+    hooked_inputs = given_inputs;
+    // A copy: the hook may replace itself while it runs (nested builders).
+    const NodeHook hook = node_hook_;
+    Status hs = hook(&hooked_inputs, &hooked_controls);
+    if (!hs.ok()) {
+      RecordError(hs.WithPrefix("node '" + ScopedName(name.empty() ? op : name) + "' (op " + op + ")"));
+      return -1;
+    }
+    if (!status_.ok()) return -1;
+  }
+  const std::vector<Output>& inputs = hooked ? hooked_inputs : given_inputs;
   const std::string node_name = ScopedName(name.empty() ? op : name);
   auto fail = [&](const Status& s) {
     RecordError(s.WithPrefix("node '" + node_name + "' (op " + op + ")"));
@@ -106,6 +121,7 @@ int Graph::AddNode(const std::string& op, const std::vector<Output>& inputs, Att
   node->attrs = std::move(attrs);
   node->device = current_device();
   node->stateful = def->stateful;
+  node->control_inputs = hooked_controls;
   if (def->shape_fn) {
     InferenceContext c(*this, *node);
     Status s = def->shape_fn(c);

@@ -181,7 +181,9 @@ Status ValidateNodes(const std::vector<NodeSpec>& specs, const OpRegistry& reg) 
       const std::string in = where + ": input " + std::to_string(k) + " ('" + src + ":" +
                              std::to_string(out) + "')";
       if (it == index.end()) return InvalidArgument(in + " names a node that is not in the graph");
-      if (it->second >= i) return InvalidArgument(in + " names a node defined after it");
+      // The one edge allowed to point forward: a loop's NextIteration back into its Merge.
+      const bool back_edge = s.op == "Merge" && specs[it->second].op == "NextIteration";
+      if (it->second >= i && !back_edge) return InvalidArgument(in + " names a node defined after it");
       if (out < 0) return InvalidArgument(in + " has a negative output index");
     }
     for (const auto& c : s.control_inputs) {
@@ -195,9 +197,30 @@ Status ValidateNodes(const std::vector<NodeSpec>& specs, const OpRegistry& reg) 
 Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
   std::vector<int> ids;
   std::map<std::string, int> by_name;
+  // Loop back edges (NextIteration -> Merge) point at nodes not added yet:
+  // the Merge is added with another of its inputs in that place, as the
+  // WhileLoop builder does, and patched once every node exists.
+  struct BackEdge {
+    int merge;
+    size_t input;
+    std::string src;
+    int out;
+  };
+  std::vector<BackEdge> back_edges;
   for (const NodeSpec& s : specs) {
     std::vector<Output> inputs;
+    int stand_in = -1;  // an input of this Merge that is already added
+    for (size_t k = 0; k < s.inputs.size(); ++k)
+      if (by_name.count(s.inputs[k].first)) stand_in = static_cast<int>(k);
     for (size_t k = 0; k < s.inputs.size(); ++k) {
+      if (!by_name.count(s.inputs[k].first)) {
+        if (stand_in < 0)
+          return InvalidArgument("node '" + s.name + "': every input is a loop back edge; a Merge "
+                                 "needs one input from outside the loop");
+        back_edges.push_back({-1, k, s.inputs[k].first, s.inputs[k].second});
+        inputs.push_back(Output());  // filled below, once stand_in is known to be valid
+        continue;
+      }
       const int src = by_name.at(s.inputs[k].first);
       const int out = s.inputs[k].second;
       if (out >= g->node(src).num_outputs()) {
@@ -207,14 +230,27 @@ Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
       }
       inputs.emplace_back(g, src, out);
     }
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (!inputs[k].valid()) inputs[k] = inputs[stand_in];
     const int id = g->AddNode(s.op, inputs, s.attrs, s.name);
     if (id < 0) return g->status();
+    for (BackEdge& b : back_edges)
+      if (b.merge < 0) b.merge = id;
     if (g->node(id).name != s.name) {
       return InvalidArgument("node '" + s.name + "' was renamed '" + g->node(id).name +
                              "' (is a name scope active on the graph?)");
     }
     g->mutable_node(id).device = s.device;
     by_name[s.name] = id;
+  }
+  for (const BackEdge& b : back_edges) {
+    const int src = by_name.at(b.src);
+    const Node& merge = g->node(b.merge);
+    if (b.out < 0 || b.out >= g->node(src).num_outputs() ||
+        g->node(src).output_dtypes[b.out] != merge.output_dtypes[0])
+      return InvalidArgument("node '" + merge.name + "': loop back edge from '" + b.src + ":" +
+                             std::to_string(b.out) + "' does not match the Merge's other inputs");
+    g->mutable_node(b.merge).inputs[b.input] = Output(g, src, b.out);
   }
   for (const NodeSpec& s : specs) {
     for (const auto& c : s.control_inputs)

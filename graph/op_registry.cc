@@ -94,6 +94,8 @@ void RegisterStandardOps(OpRegistry& reg) {
   RegisterStateOps(reg);
   RegisterRandomOps(reg);
   RegisterTrainingOps(reg);
+  RegisterControlFlowOps(reg);
+  RegisterQueueOps(reg);
 }
 
 }  // namespace sf

@@ -131,5 +131,7 @@ void RegisterNNOps(OpRegistry& reg);
 void RegisterStateOps(OpRegistry& reg);
 void RegisterRandomOps(OpRegistry& reg);
 void RegisterTrainingOps(OpRegistry& reg);
+void RegisterControlFlowOps(OpRegistry& reg);
+void RegisterQueueOps(OpRegistry& reg);
 
 }  // namespace sf

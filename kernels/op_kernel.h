@@ -28,6 +28,7 @@ namespace sf {
 
 class ComputePool;
 class VariableService;
+class QueueService;
 
 enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
 const char* DeviceTypeName(DeviceType d);
@@ -41,6 +42,7 @@ struct KernelInit {
   std::vector<DType> output_dtypes;
   DeviceType device = DeviceType::kCPU;
   VariableService* variables = nullptr;  // may be null outside a session
+  QueueService* queues = nullptr;        // may be null outside a session
 
   template <typename T>
   Result<T> Attr(const std::string& name) const { return attrs->Get<T>(name); }
@@ -51,9 +53,10 @@ struct KernelInit {
 class OpKernelContext {
  public:
   OpKernelContext(const Tensor* const* inputs, int num_inputs, Tensor* outputs, int num_outputs,
-                  ComputePool* pool, VariableService* variables, int64_t step_id)
+                  ComputePool* pool, VariableService* variables, int64_t step_id,
+                  QueueService* queues = nullptr)
       : inputs_(inputs), num_inputs_(num_inputs), outputs_(outputs), num_outputs_(num_outputs),
-        pool_(pool), variables_(variables), step_id_(step_id) {}
+        pool_(pool), variables_(variables), queues_(queues), step_id_(step_id) {}
 
   int num_inputs() const { return num_inputs_; }
   int num_outputs() const { return num_outputs_; }
@@ -76,6 +79,8 @@ class OpKernelContext {
   // The Eigen device for intra-op parallelism (never null inside a session).
   const Eigen::ThreadPoolDevice& eigen_device() const;
   VariableService* variables() const { return variables_; }
+  // The session's queues (null outside a session).
+  QueueService* queues() const { return queues_; }
   int64_t step_id() const { return step_id_; }
 
  private:
@@ -85,6 +90,7 @@ class OpKernelContext {
   int num_outputs_;
   ComputePool* pool_;
   VariableService* variables_;
+  QueueService* queues_;
   int64_t step_id_;
   Status status_;
 };

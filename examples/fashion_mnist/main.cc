@@ -2,18 +2,33 @@
 //
 //   build/bin/fashion_mnist --epochs 10              # MLP 784-512-256-10
 //   build/bin/fashion_mnist --model cnn --epochs 2   # conv-pool-conv-pool-fc-fc
+//   build/bin/fashion_mnist --pipeline               # batches through a RandomShuffleQueue
 //
 // SGD with momentum and a cosine learning-rate decay. Shuffles with a seed, evaluates test accuracy after each epoch, shows a
 // progress bar, and writes metrics.csv and curves.svg into its run folder.
 // With --json it prints one JSON line per epoch and a final summary line:
-// {"model", "epochs", "test_accuracy", "train_steps_per_sec", "epoch_seconds"}.
+// {"model", "epochs", "test_accuracy", "train_steps_per_sec", "epoch_seconds"}
+// (with --pipeline also "pipeline_fill_examples_per_sec", "input_wait_seconds").
+//
+// --pipeline: a QueueRunner's loops read chunks of the training set (in a
+// random chunk order per epoch) and enqueue them into a RandomShuffleQueue,
+// which mixes examples across chunks; each training step dequeues its batch
+// from the queue (one batch ahead) instead of copying it from memory. The
+// batches then depend on thread timing: --pipeline runs are not bit-for-bit
+// reproducible, unlike the default.
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <memory>
 #include <random>
+#include <thread>
 
 #include "examples/common/fashion_mnist_data.h"
 #include "examples/common/flags.h"
@@ -21,6 +36,9 @@
 #include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
+#include "shardflow/ops.h"
+#include "shardflow/queue_ops.h"
+#include "shardflow/queue_runner.h"
 #include "shardflow/session.h"
 
 using namespace sf;
@@ -52,6 +70,69 @@ Status Evaluate(Session& s, const ClassifierModel& m, const Dataset& test, doubl
   return Status::OK();
 }
 
+// The input pipeline's graph part: a RandomShuffleQueue fed by enqueue_many
+// of "pipe_x"/"pipe_labels" and read by a dequeue_many of one batch.
+struct Pipeline {
+  std::vector<Output> batch;  // images [batch, 784], labels [batch]
+  Output size;
+  int64_t capacity = 0;
+};
+
+// One batch dequeued ahead (Session::RunAsync), so taking it from the
+// queue overlaps the training step before it.
+class Prefetch {
+ public:
+  Prefetch(Session& s, std::vector<Output> fetches) : s_(s) {
+    for (const Output& o : fetches) names_.push_back(o.name());
+  }
+  ~Prefetch() { (void)Wait(); }
+  void Start() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      result_.reset();
+      pending_ = true;
+    }
+    s_.RunAsync({}, names_, {}, [this](Result<std::vector<Tensor>> r) {
+      std::lock_guard<std::mutex> l(mu_);
+      result_.emplace(std::move(r));
+      cv_.notify_all();
+    });
+  }
+  // The batch started last (an error when nothing was started).
+  Result<std::vector<Tensor>> Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!pending_) return FailedPrecondition("no batch was requested");
+    cv_.wait(l, [&] { return result_.has_value(); });
+    pending_ = false;
+    return std::move(*result_);
+  }
+
+ private:
+  Session& s_;
+  std::vector<std::string> names_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool pending_ = false;                                // GUARDED_BY(mu_)
+  std::optional<Result<std::vector<Tensor>>> result_;  // GUARDED_BY(mu_)
+};
+
+Pipeline BuildPipeline(Graph& g, int64_t batch, int64_t seed) {
+  Pipeline p;
+  p.capacity = std::max<int64_t>(16 * batch, 4096);
+  ops::QueueOptions qo;
+  qo.shapes = {PartialShape({784}), PartialShape(Shape{})};
+  auto q = ops::RandomShuffleQueue(g, {DType::kFloat32, DType::kInt32}, p.capacity, p.capacity / 2,
+                                   seed, qo, "input_queue");
+  auto px = ops::Placeholder(g, DType::kFloat32, {-1, 784}, "pipe_x");
+  auto py = ops::Placeholder(g, DType::kInt32, {-1}, "pipe_labels");
+  ops::QueueEnqueueMany(g, q, {px, py}, 0, "pipe_enqueue");
+  p.batch = ops::QueueDequeueMany(g, q, batch, 0, "pipe_batch");
+  p.size = ops::QueueSize(g, q, "pipe_size");
+  ops::QueueClose(g, q, false, "pipe_close");
+  ops::QueueClose(g, q, true, "pipe_cancel");
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +146,9 @@ int main(int argc, char** argv) {
       .Int("limit", 0, "use only the first N training examples (0 = all)")
       .String("data", kFashionMnistDir, "folder with the gzipped IDX files")
       .String("out", "runs", "parent folder of the run folder")
+      .Bool("pipeline", "read and shuffle training batches through a RandomShuffleQueue")
+      .Int("pipeline_loops", 2, "concurrent enqueue loops of the input pipeline")
+      .Int("pipeline_chunk", 512, "examples each enqueue step reads (one enqueue_many)")
       .Bool("json", "print JSON lines on stdout");
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   const bool json = flags.GetBool("json");
@@ -86,6 +170,12 @@ int main(int argc, char** argv) {
   mo.seed = flags.GetInt("seed");
   Status bs = BuildClassifier(g, mo, &m);
   if (!bs.ok()) return Fail(bs);
+  const bool pipeline = flags.GetBool("pipeline");
+  Pipeline pipe;
+  if (pipeline) {
+    pipe = BuildPipeline(g, batch, mo.seed);
+    if (!g.status().ok()) return Fail(g.status());
+  }
 
   Session session(g);
   auto init = session.Run({}, std::vector<Output>{}, {m.init});
@@ -103,6 +193,60 @@ int main(int argc, char** argv) {
   std::vector<int64_t> order(n_train);
   std::iota(order.begin(), order.end(), 0);
   const int64_t steps_per_epoch = n_train / batch;  // drop the last partial batch
+  if (steps_per_epoch < 1) return Fail(InvalidArgument("--batch is larger than the training set"));
+
+  // The pipeline reads chunks in a random chunk order per epoch; big chunks
+  // keep the enqueue steps few.
+  const int64_t chunk = std::max<int64_t>(1, flags.GetInt("pipeline_chunk"));
+  const std::vector<int64_t> file_order = order;
+  const int64_t chunks_per_epoch = (n_train + chunk - 1) / chunk;
+  std::vector<int64_t> chunks;
+  std::atomic<int64_t> next_chunk{0};
+  std::unique_ptr<QueueRunner> runner;
+  double fill_rate = 0, input_wait = 0;
+  std::unique_ptr<Prefetch> prefetch;
+  if (pipeline) {
+    std::mt19937_64 chunk_rng(mo.seed + 1);
+    for (int64_t e = 0; e < epochs; ++e) {
+      std::vector<int64_t> perm(chunks_per_epoch);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), chunk_rng);
+      chunks.insert(chunks.end(), perm.begin(), perm.end());
+    }
+    QueueRunnerOptions ro;
+    ro.parallel = static_cast<int>(std::max<int64_t>(1, flags.GetInt("pipeline_loops")));
+    ro.close_target = "pipe_close";
+    ro.cancel_target = "pipe_cancel";
+    const Dataset* data = &*train;
+    runner = std::make_unique<QueueRunner>(session, std::vector<std::string>{"pipe_enqueue"},
+        [&, data](int) -> Result<FeedMap> {
+          const int64_t k = next_chunk.fetch_add(1);
+          if (k >= static_cast<int64_t>(chunks.size())) return OutOfRange("every epoch was read");
+          const int64_t begin = chunks[k] * chunk, n = std::min(chunk, n_train - begin);
+          Tensor px, py;
+          MakeBatch(*data, file_order, begin, n, &px, &py);
+          return FeedMap{{"pipe_x", px}, {"pipe_labels", py}};
+        }, ro);
+    auto t0 = std::chrono::steady_clock::now();
+    Status rs = runner->Start();
+    if (!rs.ok()) return Fail(rs);
+    // The pipeline's own rate: how fast it fills the queue before training
+    // starts to drain it (or reads everything, for small runs).
+    const int64_t fill = std::min(pipe.capacity, epochs * n_train);
+    for (;;) {
+      auto r = session.Run({}, std::vector<Output>{pipe.size});
+      if (!r.ok()) return Fail(r.status());
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // A pipeline that stalls (a failing loop) shows up at the first dequeue.
+      if ((*r)[0].scalar_as<int64_t>() >= fill - batch || waited > 30) {
+        fill_rate = (*r)[0].scalar_as<double>() / waited;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    prefetch = std::make_unique<Prefetch>(session, pipe.batch);
+    prefetch->Start();
+  }
   Series train_curve{"train loss", {}, {}}, test_curve{"test loss", {}, {}}, acc_curve{"test accuracy", {}, {}};
   double total_steps = 0, total_train_secs = 0, last_acc = 0;
   std::vector<double> epoch_secs;
@@ -113,7 +257,23 @@ int main(int argc, char** argv) {
     double loss_sum = 0;
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
-      MakeBatch(*train, order, step * batch, batch, &xb, &yb);
+      if (pipeline) {
+        auto w0 = std::chrono::steady_clock::now();
+        auto b = prefetch->Wait();
+        if (b.ok() && (epoch - 1) * steps_per_epoch + step + 1 < epochs * steps_per_epoch)
+          prefetch->Start();
+        if (!b.ok()) {
+          // The queue closes early only when a loop failed: report why.
+          runner->Stop();
+          Status js = runner->Join();
+          return Fail(js.ok() ? b.status() : js);
+        }
+        input_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+        xb = (*b)[0];
+        yb = (*b)[1];
+      } else {
+        MakeBatch(*train, order, step * batch, batch, &xb, &yb);
+      }
       const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
       Tensor lr = Tensor::Scalar<float>(static_cast<float>(
           LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
@@ -148,17 +308,31 @@ int main(int argc, char** argv) {
                   (long long)epoch, train_loss, test_loss, acc, sps, secs);
     }
   }
+  if (runner) {
+    runner->Stop();
+    prefetch.reset();
+    Status js = runner->Join();
+    if (!js.ok()) return Fail(js);
+  }
   Status ps = WriteSvgPlot(run_dir + "/curves.svg",
                            {Panel{"loss", "epoch", {train_curve, test_curve}},
                             Panel{"test accuracy", "epoch", {acc_curve}}});
   if (!ps.ok()) return Fail(ps);
   const double sps = total_steps / total_train_secs;
   if (json) {
-    JsonLine().Add("model", mo.model).Add("epochs", epochs).Add("test_accuracy", last_acc)
-        .Add("train_steps_per_sec", sps).Add("epoch_seconds", epoch_secs).Print();
+    JsonLine line;
+    line.Add("model", mo.model).Add("epochs", epochs).Add("test_accuracy", last_acc)
+        .Add("train_steps_per_sec", sps).Add("epoch_seconds", epoch_secs);
+    if (pipeline)
+      line.Add("pipeline", true).Add("pipeline_fill_examples_per_sec", fill_rate)
+          .Add("input_wait_seconds", input_wait);
+    line.Print();
   } else {
     std::printf("final test accuracy %.4f after %lld epochs (%.1f steps/s); metrics in %s/metrics.csv, "
                 "plot in %s/curves.svg\n", last_acc, (long long)epochs, sps, run_dir.c_str(), run_dir.c_str());
+    if (pipeline)
+      std::printf("input pipeline: filled its queue at %.0f examples/s; training waited %.2f s for batches\n",
+                  fill_rate, input_wait);
   }
   return 0;
 }

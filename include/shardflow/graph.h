@@ -18,6 +18,7 @@
 // (and run by sessions) from many.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -124,6 +125,14 @@ class Graph {
   // The current device scope ("" when none).
   const std::string& current_device() const;
 
+  // Control-flow builders (control_flow.h) install a hook while a branch or
+  // loop body is built: AddNode passes it the new node's inputs (to route
+  // outside values through Switch/Enter) and control inputs to add. It
+  // returns an error to refuse the node. Null (the default) = no hook.
+  using NodeHook = std::function<Status(std::vector<Output>* inputs, std::vector<int>* control_inputs)>;
+  void set_node_hook(NodeHook h) { node_hook_ = std::move(h); }
+  const NodeHook& node_hook() const { return node_hook_; }
+
  private:
   const OpRegistry* registry_;
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -134,6 +143,7 @@ class Graph {
   // when thousands of nodes share one base name.
   std::map<std::string, int> next_suffix_;
   Status status_;
+  NodeHook node_hook_;
 };
 
 // The registry of every standard op, built on first use by RegisterStandardOps.

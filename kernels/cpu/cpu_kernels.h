@@ -14,6 +14,8 @@ void RegisterNNKernels(KernelRegistry& reg);
 void RegisterStateKernels(KernelRegistry& reg);
 void RegisterRandomKernels(KernelRegistry& reg);
 void RegisterTrainingKernels(KernelRegistry& reg);
+void RegisterControlFlowKernels(KernelRegistry& reg);
+void RegisterQueueKernels(KernelRegistry& reg);
 
 // The registry of every standard kernel, built on first use.
 const KernelRegistry& StandardKernelRegistry();

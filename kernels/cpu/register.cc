@@ -11,6 +11,8 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterStateKernels(reg);
   RegisterRandomKernels(reg);
   RegisterTrainingKernels(reg);
+  RegisterControlFlowKernels(reg);
+  RegisterQueueKernels(reg);
 }
 
 const KernelRegistry& StandardKernelRegistry() {

@@ -18,6 +18,7 @@ testing::GradCheckTable AllChecks() {
   testing::AddNNGradChecks(t);
   testing::AddArrayGradChecks(t);
   testing::AddStateGradChecks(t);
+  testing::AddControlFlowGradChecks(t);
   return t;
 }
 }  // namespace

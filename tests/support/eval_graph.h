@@ -1,6 +1,8 @@
 // A small synchronous reference evaluator for tests: runs the nodes a fetch
 // needs in topological order, one at a time, on the standard kernels, with
-// in-memory variables. Independent of the actor runtime, so op, kernel and
+// in-memory variables. Conds (Switch/Merge, dead values) run here too; a
+// graph with a loop (an Enter) runs on the partition executor instead, which
+// alone implements frames and iterations. Independent of the actor runtime, so op, kernel and
 // gradient tests do not depend on it (and the runtime can be checked
 // against it).
 #pragma once

@@ -39,6 +39,7 @@ void AddMathGradChecks(GradCheckTable& t);
 void AddNNGradChecks(GradCheckTable& t);
 void AddArrayGradChecks(GradCheckTable& t);
 void AddStateGradChecks(GradCheckTable& t);
+void AddControlFlowGradChecks(GradCheckTable& t);
 
 }  // namespace testing
 }  // namespace sf

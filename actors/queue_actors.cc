@@ -1,0 +1,470 @@
+#include "actors/queue_actors.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <random>
+
+#include "actors/queue_protocol.h"
+
+namespace sf {
+namespace runtime {
+namespace {
+
+struct QueueState {
+  struct EnqWaiter {
+    int64_t id;
+    std::vector<QueueElement> elems;
+    size_t next;  // elements before it are already in the queue
+    std::function<void(Status)> done;
+  };
+  struct DeqWaiter {
+    int64_t id;
+    int64_t n;
+    bool many;
+    std::function<void(Result<QueueTuple>)> done;
+  };
+
+  std::string name;
+  QueueSpec spec;
+  std::deque<QueueElement> items;
+  std::mt19937_64 rng;
+  bool closed = false;
+  bool shut_down = false;
+  // Waiters are served in arrival order: the first one blocks those behind it.
+  std::deque<EnqWaiter> enq;
+  std::deque<DeqWaiter> deq;
+  int64_t next_waiter = 1;
+
+  std::string Where() const { return std::string(QueueKindName(spec.kind)) + " '" + name + "'"; }
+  bool HasRoom() const {
+    return spec.capacity < 0 || static_cast<int64_t>(items.size()) < spec.capacity;
+  }
+  // Elements a dequeue may take now: a shuffle queue keeps min_after_dequeue
+  // back until it is closed, so its order stays mixed.
+  int64_t Available() const {
+    const int64_t s = static_cast<int64_t>(items.size());
+    if (closed || spec.kind != QueueSpec::Kind::kRandomShuffle) return s;
+    return std::max<int64_t>(0, s - spec.min_after_dequeue);
+  }
+  QueueElement TakeOne() {
+    if (spec.kind == QueueSpec::Kind::kRandomShuffle && items.size() > 1) {
+      const size_t k = static_cast<size_t>(rng() % items.size());
+      std::swap(items[k], items.back());
+      QueueElement e = std::move(items.back());
+      items.pop_back();
+      return e;
+    }
+    QueueElement e = std::move(items.front());
+    items.pop_front();
+    return e;
+  }
+  // Answers a dequeue of n elements. REQUIRES: Available() >= n.
+  void Finish(DeqWaiter& w) {
+    if (!w.many) {
+      w.done(MaterializeQueueElement(TakeOne()));
+      return;
+    }
+    std::vector<QueueElement> taken;
+    taken.reserve(w.n);
+    for (int64_t i = 0; i < w.n; ++i) taken.push_back(TakeOne());
+    auto batch = StackQueueElements(name, taken, spec.component_types,
+                                    spec.kind == QueueSpec::Kind::kPaddingFIFO);
+    if (!batch.ok()) {
+      // Put them back where they were: a failed dequeue loses nothing.
+      for (auto it = taken.rbegin(); it != taken.rend(); ++it) items.push_front(std::move(*it));
+      w.done(batch.status());
+      return;
+    }
+    w.done(std::move(batch).value());
+  }
+  // Serves waiting enqueues and dequeues until none can progress.
+  void Serve() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      while (!enq.empty()) {
+        EnqWaiter& w = enq.front();
+        while (w.next < w.elems.size() && HasRoom()) items.push_back(std::move(w.elems[w.next++]));
+        if (w.next < w.elems.size()) break;
+        auto done = std::move(w.done);
+        enq.pop_front();
+        done(Status::OK());
+        progress = true;
+      }
+      while (!deq.empty()) {
+        DeqWaiter& w = deq.front();
+        if (Available() >= w.n) {
+          DeqWaiter taken = std::move(w);
+          deq.pop_front();
+          Finish(taken);
+          progress = true;
+          continue;
+        }
+        // Closed: waiting enqueues exist only while the queue is full, so
+        // nothing more can arrive for this one.
+        if (!closed) break;
+        auto done = std::move(w.done);
+        const int64_t n = w.n;
+        deq.pop_front();
+        done(OutOfRange(Where() + " is closed and has " + std::to_string(items.size()) +
+                        " element(s), dequeue asked for " + std::to_string(n)));
+        progress = true;
+      }
+    }
+  }
+  // Fails every waiter with s.
+  void FailAll(const Status& s, bool enqueues, bool dequeues) {
+    if (enqueues) {
+      std::deque<EnqWaiter> e;
+      e.swap(enq);
+      for (auto& w : e) w.done(s);
+    }
+    if (dequeues) {
+      std::deque<DeqWaiter> d;
+      d.swap(deq);
+      for (auto& w : d) w.done(s);
+    }
+  }
+};
+
+using QueueSelf = QueueActor::stateful_pointer<QueueState>;
+
+void StartTimer(QueueSelf self, int64_t waiter, int64_t timeout_ms) {
+  auto t = std::make_shared<QueueMsg>();
+  t->kind = QueueMsg::kTimeout;
+  t->waiter = waiter;
+  t->timeout_ms = timeout_ms;
+  self->delayed_send(caf::actor_cast<QueueActor>(self), std::chrono::milliseconds(timeout_ms),
+                     std::move(t));
+}
+
+void Timeout(QueueState& st, const QueueMsg& m) {
+  const std::string waited = " waited " + std::to_string(m.timeout_ms) + " ms";
+  for (auto it = st.enq.begin(); it != st.enq.end(); ++it) {
+    if (it->id != m.waiter) continue;
+    auto done = std::move(it->done);
+    st.enq.erase(it);
+    done(Status(Code::kUnavailable, "deadline exceeded: enqueue to " + st.Where() + waited +
+                                        " for room (capacity " + std::to_string(st.spec.capacity) + ")"));
+    st.Serve();
+    return;
+  }
+  for (auto it = st.deq.begin(); it != st.deq.end(); ++it) {
+    if (it->id != m.waiter) continue;
+    auto done = std::move(it->done);
+    const int64_t n = it->n;
+    st.deq.erase(it);
+    done(Status(Code::kUnavailable, "deadline exceeded: dequeue of " + std::to_string(n) +
+                                        " element(s) from " + st.Where() + waited + " (it holds " +
+                                        std::to_string(st.items.size()) + ")"));
+    // The head waiter may have blocked those behind it.
+    st.Serve();
+    return;
+  }
+}
+
+void Handle(QueueSelf self, QueueMsg& m) {
+  QueueState& st = self->state;
+  if (st.shut_down && m.kind != QueueMsg::kTimeout) {
+    const Status s = Aborted(st.Where() + ": the session is shutting down");
+    if (m.status_done) m.status_done(s);
+    if (m.tuple_done) m.tuple_done(s);
+    if (m.size_done) m.size_done(s);
+    return;
+  }
+  switch (m.kind) {
+    case QueueMsg::kEnqueue: {
+      if (st.closed) return m.status_done(Aborted(st.Where() + " is closed"));
+      if (st.enq.empty() && (st.spec.capacity < 0 ||
+                             static_cast<int64_t>(st.items.size() + m.elems.size()) <= st.spec.capacity)) {
+        for (auto& e : m.elems) st.items.push_back(std::move(e));
+        m.status_done(Status::OK());
+        if (!st.deq.empty()) st.Serve();
+        return;
+      }
+      const int64_t id = st.next_waiter++;
+      st.enq.push_back(QueueState::EnqWaiter{id, std::move(m.elems), 0, std::move(m.status_done)});
+      st.Serve();
+      if (m.timeout_ms > 0 && !st.enq.empty() && st.enq.back().id == id)
+        StartTimer(self, id, m.timeout_ms);
+      return;
+    }
+    case QueueMsg::kDequeue: {
+      if (st.deq.empty() && st.Available() >= m.n) {
+        QueueState::DeqWaiter w{0, m.n, m.many, std::move(m.tuple_done)};
+        st.Finish(w);
+        if (!st.enq.empty()) st.Serve();
+        return;
+      }
+      const int64_t id = st.next_waiter++;
+      st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.tuple_done)});
+      st.Serve();
+      if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id)
+        StartTimer(self, id, m.timeout_ms);
+      return;
+    }
+    case QueueMsg::kClose:
+      st.closed = true;
+      if (m.cancel_pending)
+        st.FailAll(Aborted(st.Where() + " was closed; its pending enqueue was cancelled"), true, false);
+      st.Serve();
+      return m.status_done(Status::OK());
+    case QueueMsg::kSize:
+      return m.size_done(static_cast<int64_t>(st.items.size()));
+    case QueueMsg::kTimeout:
+      return Timeout(st, m);
+    case QueueMsg::kShutdown:
+      st.shut_down = true;
+      st.FailAll(Aborted(st.Where() + ": the session is shutting down"), true, true);
+      return;
+  }
+}
+
+QueueActor SpawnQueue(caf::actor_system& sys, const std::string& name, const QueueSpec& spec) {
+  return sys.spawn([name, spec](QueueSelf self) -> QueueActor::behavior_type {
+    QueueState& st = self->state;
+    st.name = name;
+    st.spec = spec;
+    st.rng.seed(spec.seed != 0 ? static_cast<uint64_t>(spec.seed) : std::random_device{}());
+    return {
+        [self](QueueMsgPtr msg) { Handle(self, *msg); },
+    };
+  });
+}
+
+bool SameSpec(const QueueSpec& a, const QueueSpec& b) {
+  return a.kind == b.kind && a.component_types == b.component_types && a.shapes == b.shapes &&
+         a.capacity == b.capacity && a.min_after_dequeue == b.min_after_dequeue && a.seed == b.seed;
+}
+
+}  // namespace
+
+struct ActorQueues::Entry {
+  std::string name;
+  QueueSpec spec;
+  QueueActor actor;
+};
+
+ActorQueues::ActorQueues(caf::actor_system& sys) : sys_(sys) {}
+
+ActorQueues::~ActorQueues() {
+  Shutdown();
+  Stop();
+}
+
+void ActorQueues::Shutdown() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& e : queues_) {
+    auto m = std::make_shared<QueueMsg>();
+    m->kind = QueueMsg::kShutdown;
+    caf::anon_send(e->actor, std::move(m));
+  }
+}
+
+void ActorQueues::Stop() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& e : queues_) {
+    if (e->actor) caf::anon_send_exit(e->actor, caf::exit_reason::user_shutdown);
+    e->actor = QueueActor();
+  }
+}
+
+Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& spec) {
+  SF_RETURN_IF_ERROR(ValidateQueueSpec(name, spec));
+  std::lock_guard<std::mutex> l(mu_);
+  if (shut_down_) return Aborted("queue '" + name + "': the session is shutting down");
+  auto it = ids_.find(name);
+  if (it != ids_.end()) {
+    const QueueSpec& have = queues_[it->second]->spec;
+    if (!SameSpec(have, spec))
+      return InvalidArgument("queue '" + name + "' already exists as a " + QueueKindName(have.kind) +
+                             " with other component types, shapes, capacity or seed; a " +
+                             QueueKindName(spec.kind) + " cannot share its name");
+    return it->second;
+  }
+  const int64_t id = static_cast<int64_t>(queues_.size());
+  auto e = std::make_unique<Entry>();
+  e->name = name;
+  e->spec = spec;
+  e->actor = SpawnQueue(sys_, name, spec);
+  queues_.push_back(std::move(e));
+  ids_[name] = id;
+  return id;
+}
+
+const ActorQueues::Entry* ActorQueues::Find(int64_t id, Status* error) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (id < 0 || id >= static_cast<int64_t>(queues_.size())) {
+    *error = NotFound("no queue with id " + std::to_string(id));
+    return nullptr;
+  }
+  const Entry* e = queues_[id].get();
+  if (shut_down_) {
+    *error = Aborted("queue '" + e->name + "': the session is shutting down");
+    return nullptr;
+  }
+  return e;
+}
+
+void ActorQueues::Send(const Entry& e, std::shared_ptr<QueueMsg> msg) {
+  // Stop() is only called once no request is in flight, so the handle is live.
+  caf::anon_send(e.actor, std::move(msg));
+}
+
+Result<QueueSpec> ActorQueues::SpecOf(int64_t id) const {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return err;
+  return e->spec;
+}
+
+void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms,
+                          std::function<void(Status)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  Status s = ValidateQueueTuple(e->name, e->spec, t);
+  if (!s.ok()) return done(s);
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kEnqueue;
+  m->elems.push_back(QueueElement{std::make_shared<const QueueTuple>(std::move(t)), -1});
+  m->timeout_ms = timeout_ms;
+  m->status_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
+                              std::function<void(Status)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  auto n = ValidateQueueBatch(e->name, e->spec, batch);
+  if (!n.ok()) return done(n.status());
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kEnqueue;
+  // Rows of the batch, not copies: the elements share its buffers.
+  auto src = std::make_shared<const QueueTuple>(std::move(batch));
+  m->elems.reserve(*n);
+  for (int64_t i = 0; i < *n; ++i) m->elems.push_back(QueueElement{src, i});
+  m->timeout_ms = timeout_ms;
+  m->status_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms,
+                          std::function<void(Result<QueueTuple>)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kDequeue;
+  m->timeout_ms = timeout_ms;
+  m->tuple_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
+                              std::function<void(Result<QueueTuple>)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  if (n < 1) return done(InvalidArgument("queue '" + e->name + "': dequeue_many needs n >= 1, got " +
+                                         std::to_string(n)));
+  if (e->spec.capacity > 0 && n > e->spec.capacity)
+    return done(InvalidArgument("queue '" + e->name + "': dequeue_many of " + std::to_string(n) +
+                                " elements can never be served by a queue of capacity " +
+                                std::to_string(e->spec.capacity)));
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kDequeue;
+  m->n = n;
+  m->many = true;
+  m->timeout_ms = timeout_ms;
+  m->tuple_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+void ActorQueues::Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kClose;
+  m->cancel_pending = cancel_pending;
+  m->status_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+void ActorQueues::Size(int64_t id, std::function<void(Result<int64_t>)> done) {
+  Status err;
+  const Entry* e = Find(id, &err);
+  if (!e) return done(err);
+  auto m = std::make_shared<QueueMsg>();
+  m->kind = QueueMsg::kSize;
+  m->size_done = std::move(done);
+  Send(*e, std::move(m));
+}
+
+std::string ActorQueues::NameOf(int64_t id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return id >= 0 && id < static_cast<int64_t>(queues_.size()) ? queues_[id]->name : "";
+}
+
+namespace {
+
+// ActorQueues plus the actor system it runs on.
+class OwnedQueues : public QueueService {
+ public:
+  explicit OwnedQueues(int threads) {
+    cfg_.set("scheduler.policy", caf::atom("sharing"));
+    cfg_.set("scheduler.max-threads", static_cast<size_t>(threads > 0 ? threads : 2));
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    q_ = std::make_unique<ActorQueues>(*sys_);
+  }
+  ~OwnedQueues() override {
+    q_->Shutdown();
+    q_->Stop();
+    q_.reset();
+    sys_.reset();
+  }
+  Result<int64_t> Resolve(const std::string& name, const QueueSpec& spec) override {
+    return q_->Resolve(name, spec);
+  }
+  Result<QueueSpec> SpecOf(int64_t id) const override { return q_->SpecOf(id); }
+  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done) override {
+    q_->Enqueue(id, std::move(t), timeout_ms, std::move(done));
+  }
+  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
+                   std::function<void(Status)> done) override {
+    q_->EnqueueMany(id, std::move(batch), timeout_ms, std::move(done));
+  }
+  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done) override {
+    q_->Dequeue(id, timeout_ms, std::move(done));
+  }
+  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
+                   std::function<void(Result<QueueTuple>)> done) override {
+    q_->DequeueMany(id, n, timeout_ms, std::move(done));
+  }
+  void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override {
+    q_->Close(id, cancel_pending, std::move(done));
+  }
+  void Size(int64_t id, std::function<void(Result<int64_t>)> done) override {
+    q_->Size(id, std::move(done));
+  }
+  std::string NameOf(int64_t id) const override { return q_->NameOf(id); }
+
+ private:
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::unique_ptr<ActorQueues> q_;
+};
+
+}  // namespace
+
+std::unique_ptr<QueueService> NewQueueService(int scheduler_threads) {
+  return std::make_unique<OwnedQueues>(scheduler_threads);
+}
+
+}  // namespace runtime
+}  // namespace sf

@@ -1,0 +1,70 @@
+// The session's QueueService: each queue is one queue actor (see
+// actors/queue_protocol.h). This header is CAF-free so benchmarks and tools
+// can use NewQueueService without the actor library's headers.
+//
+// The service validates elements on the caller's thread (a rejected enqueue
+// never reaches the queue, so it changes nothing) and sends one message per
+// request; the actor answers when the request can finish.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/queue_service.h"
+
+namespace caf {
+class actor_system;
+}
+
+namespace sf {
+namespace runtime {
+
+struct QueueMsg;
+
+class ActorQueues : public QueueService {
+ public:
+  explicit ActorQueues(caf::actor_system& sys);
+  ~ActorQueues() override;
+
+  Result<int64_t> Resolve(const std::string& name, const QueueSpec& spec) override;
+  Result<QueueSpec> SpecOf(int64_t id) const override;
+  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done) override;
+  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
+                   std::function<void(Status)> done) override;
+  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done) override;
+  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
+                   std::function<void(Result<QueueTuple>)> done) override;
+  void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override;
+  void Size(int64_t id, std::function<void(Result<int64_t>)> done) override;
+  std::string NameOf(int64_t id) const override;
+
+  // Fails every waiting request with Aborted and every later one at once, so
+  // no step waits on a queue forever; the actors stay up until Stop.
+  void Shutdown();
+  // Stops every queue actor. REQUIRES: Shutdown was called and no request is
+  // in flight.
+  void Stop();
+
+ private:
+  struct Entry;
+  // The queue of id, or null after telling the caller why (through *error).
+  const Entry* Find(int64_t id, Status* error) const;
+  // Sends a request to a queue actor.
+  void Send(const Entry& e, std::shared_ptr<QueueMsg> msg);
+
+  caf::actor_system& sys_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> queues_;     // GUARDED_BY(mu_); entries never move
+  std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
+  bool shut_down_ = false;                         // GUARDED_BY(mu_)
+};
+
+// A queue service with its own actor system of `scheduler_threads` threads
+// (benchmarks, tools). Destroying it fails waiting requests and stops it.
+std::unique_ptr<QueueService> NewQueueService(int scheduler_threads);
+
+}  // namespace runtime
+}  // namespace sf

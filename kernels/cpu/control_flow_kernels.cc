@@ -1,0 +1,148 @@
+// Kernels of the control-flow ops. The executor routes values between frames
+// and iterations; a dead input reaches a kernel as an invalid tensor and an
+// output a kernel leaves unset is dead.
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace sf {
+namespace {
+
+// Values a loop's forward half saves for its backward half. Keyed by the
+// session (its variable service), the step, the stack and the index, so
+// concurrent steps and sessions do not mix; a pop removes its entry.
+class StackStore {
+ public:
+  using Key = std::tuple<const void*, int64_t, std::string, int32_t>;
+  void Push(Key k, Tensor t) {
+    std::lock_guard<std::mutex> l(mu_);
+    values_[std::move(k)] = std::move(t);
+  }
+  bool Pop(const Key& k, Tensor* t) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = values_.find(k);
+    if (it == values_.end()) return false;
+    *t = std::move(it->second);
+    values_.erase(it);
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<Key, Tensor> values_;
+};
+
+StackStore& Stacks() {
+  static StackStore* s = new StackStore();
+  return *s;
+}
+
+Status IndexOf(const Tensor& t, int32_t* index) {
+  if (t.dtype() != DType::kInt32 || t.num_elements() != 1)
+    return InvalidArgument("the stack index must be an int32 scalar, got " +
+                           std::string(DTypeName(t.dtype())) + " of shape " + ShapeString(t.shape()));
+  *index = t.flat<int32_t>()(0);
+  return Status::OK();
+}
+
+class ControlTriggerKernel : public OpKernel {
+ public:
+  ControlTriggerKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext*) override {}
+};
+
+class StackPushKernel : public OpKernel {
+ public:
+  StackPushKernel(const KernelInit& init, Status* s) {
+    auto n = init.Attr<std::string>("stack_name");
+    if (!n.ok()) *s = n.status();
+    else name_ = *n;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    int32_t index = 0;
+    Status st = IndexOf(ctx->input(1), &index);
+    if (!st.ok()) return ctx->SetStatus(st);
+    Stacks().Push({ctx->variables(), ctx->step_id(), name_, index}, ctx->input(0));
+  }
+  bool IsStateful() const override { return true; }
+
+ private:
+  std::string name_;
+};
+
+class StackPopKernel : public OpKernel {
+ public:
+  StackPopKernel(const KernelInit& init, Status* s) {
+    auto n = init.Attr<std::string>("stack_name");
+    if (!n.ok()) *s = n.status();
+    else name_ = *n;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    int32_t index = 0;
+    Status st = IndexOf(ctx->input(0), &index);
+    if (!st.ok()) return ctx->SetStatus(st);
+    // Nothing pushed means the forward value was dead (an untaken branch in
+    // that iteration): the popped value is dead too (left unset).
+    Tensor t;
+    if (Stacks().Pop({ctx->variables(), ctx->step_id(), name_, index}, &t)) ctx->set_output(0, std::move(t));
+  }
+  bool IsStateful() const override { return true; }
+
+ private:
+  std::string name_;
+};
+
+class SwitchKernel : public OpKernel {
+ public:
+  SwitchKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& pred = ctx->input(1);
+    if (pred.dtype() != DType::kBool || pred.num_elements() != 1) {
+      ctx->SetStatus(InvalidArgument("the predicate must be a bool scalar, got " +
+                                     std::string(DTypeName(pred.dtype())) + " of shape " +
+                                     ShapeString(pred.shape())));
+      return;
+    }
+    ctx->set_output(pred.flat<bool>()(0) ? 1 : 0, ctx->input(0));
+  }
+};
+
+class MergeKernel : public OpKernel {
+ public:
+  MergeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      if (!ctx->input(i).valid()) continue;
+      ctx->set_output(0, ctx->input(i));
+      ctx->set_output(1, Tensor::Scalar<int32_t>(i));
+      return;
+    }
+    ctx->SetStatus(InvalidArgument("Merge has no live input"));
+  }
+};
+
+// Enter, Exit, NextIteration and LoopCond forward their input; the executor
+// decides the frame and iteration it lands in.
+class ForwardKernel : public OpKernel {
+ public:
+  ForwardKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
+};
+
+}  // namespace
+
+void RegisterControlFlowKernels(KernelRegistry& reg) {
+  RegisterCPU<SwitchKernel>(reg, "Switch", {DType::kInvalid});
+  RegisterCPU<MergeKernel>(reg, "Merge", {DType::kInvalid});
+  RegisterCPU<ForwardKernel>(reg, "Enter", {DType::kInvalid});
+  RegisterCPU<ForwardKernel>(reg, "Exit", {DType::kInvalid});
+  RegisterCPU<ForwardKernel>(reg, "NextIteration", {DType::kInvalid});
+  RegisterCPU<ForwardKernel>(reg, "LoopCond", {DType::kInvalid});
+  RegisterCPU<ControlTriggerKernel>(reg, "ControlTrigger", {DType::kInvalid});
+  RegisterCPU<StackPushKernel>(reg, "StackPush", {DType::kInvalid});
+  RegisterCPU<StackPopKernel>(reg, "StackPop", {DType::kInvalid});
+}
+
+}  // namespace sf

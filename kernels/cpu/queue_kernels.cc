@@ -1,0 +1,178 @@
+// Kernels of the queue ops: a queue op resolves its queue once, when the
+// kernel is built; every other queue op is async and goes through the
+// QueueService, so a step waiting on a queue holds no thread.
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/queue_service.h"
+
+namespace sf {
+namespace {
+
+class QueueHandleKernel : public OpKernel {
+ public:
+  QueueHandleKernel(const KernelInit& init, Status* s) {
+    auto name = init.Attr<std::string>("shared_name");
+    if (!name.ok()) { *s = name.status(); return; }
+    auto spec = QueueSpecFromAttrs(init.op, *init.attrs);
+    if (!spec.ok()) { *s = spec.status(); return; }
+    if (!init.queues) {
+      *s = FailedPrecondition("queue '" + *name + "' needs a session (no queue service)");
+      return;
+    }
+    auto id = init.queues->Resolve(*name, *spec);
+    if (!id.ok()) { *s = id.status(); return; }
+    handle_ = Tensor(DType::kResource, {});
+    handle_.data<int64_t>()[0] = *id;
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
+  bool IsStateful() const override { return true; }
+
+ private:
+  Tensor handle_;
+};
+
+// A kernel that reaches the queue named by its input 0: always asynchronous,
+// always stateful.
+class QueueAccessKernel : public OpKernel {
+ public:
+  explicit QueueAccessKernel(const KernelInit& init, Status* s) {
+    auto t = init.AttrOr<int64_t>("timeout_ms", 0);
+    if (!t.ok()) *s = t.status();
+    else if (*t < 0) *s = InvalidArgument("timeout_ms must be >= 0, got " + std::to_string(*t));
+    else timeout_ms_ = *t;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    ctx->SetStatus(Internal("queue access is asynchronous"));
+  }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    const Tensor& h = ctx->input(0);
+    if (h.dtype() != DType::kResource || h.num_elements() != 1) {
+      ctx->SetStatus(InvalidArgument("expected a queue handle, got " + h.DebugString(0)));
+      return done();
+    }
+    if (!ctx->queues()) {
+      ctx->SetStatus(FailedPrecondition("queue ops need a session (no queue service)"));
+      return done();
+    }
+    Access(ctx, h.data<int64_t>()[0], std::move(done));
+  }
+
+ protected:
+  // Starts the access of queue `id`; calls done once it has finished.
+  virtual void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) = 0;
+  int64_t timeout_ms_ = 0;
+};
+
+template <bool kMany>
+class EnqueueKernel : public QueueAccessKernel {
+ public:
+  using QueueAccessKernel::QueueAccessKernel;
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    QueueTuple t;
+    t.reserve(ctx->num_inputs() - 1);
+    for (int i = 1; i < ctx->num_inputs(); ++i) t.push_back(ctx->input(i));
+    auto cb = [ctx, done = std::move(done)](Status s) {
+      ctx->SetStatus(std::move(s));
+      done();
+    };
+    if (kMany) ctx->queues()->EnqueueMany(id, std::move(t), timeout_ms_, std::move(cb));
+    else ctx->queues()->Enqueue(id, std::move(t), timeout_ms_, std::move(cb));
+  }
+};
+
+template <bool kMany>
+class DequeueKernel : public QueueAccessKernel {
+ public:
+  DequeueKernel(const KernelInit& init, Status* s) : QueueAccessKernel(init, s) {
+    auto t = init.Attr<std::vector<DType>>("component_types");
+    if (!t.ok()) *s = t.status();
+    else types_ = *t;
+  }
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    QueueService* q = ctx->queues();
+    // Checked before dequeuing: a mismatch must not cost the queue an element.
+    auto spec = q->SpecOf(id);
+    if (!spec.ok()) {
+      ctx->SetStatus(spec.status());
+      return done();
+    }
+    if (spec->component_types.size() != types_.size() ||
+        spec->component_types != types_) {
+      ctx->SetStatus(InvalidArgument("queue '" + q->NameOf(id) +
+                                     "' holds other component types than this dequeue expects"));
+      return done();
+    }
+    auto cb = [ctx, done = std::move(done)](Result<QueueTuple> r) {
+      if (!r.ok()) {
+        ctx->SetStatus(r.status());
+      } else {
+        for (size_t i = 0; i < r->size(); ++i) ctx->set_output(static_cast<int>(i), std::move((*r)[i]));
+      }
+      done();
+    };
+    if (!kMany) return q->Dequeue(id, timeout_ms_, std::move(cb));
+    const Tensor& n = ctx->input(1);
+    if ((n.dtype() != DType::kInt32 && n.dtype() != DType::kInt64) || n.num_elements() != 1) {
+      ctx->SetStatus(InvalidArgument("n must be an int32 or int64 scalar, got " + n.DebugString(0)));
+      return done();
+    }
+    q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb));
+  }
+
+ private:
+  std::vector<DType> types_;
+};
+
+class CloseKernel : public QueueAccessKernel {
+ public:
+  CloseKernel(const KernelInit& init, Status* s) : QueueAccessKernel(init, s) {
+    auto c = init.AttrOr<bool>("cancel_pending_enqueues", false);
+    if (!c.ok()) *s = c.status();
+    else cancel_ = *c;
+  }
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    ctx->queues()->Close(id, cancel_, [ctx, done = std::move(done)](Status s) {
+      ctx->SetStatus(std::move(s));
+      done();
+    });
+  }
+
+ private:
+  bool cancel_ = false;
+};
+
+class SizeKernel : public QueueAccessKernel {
+ public:
+  using QueueAccessKernel::QueueAccessKernel;
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    ctx->queues()->Size(id, [ctx, done = std::move(done)](Result<int64_t> r) {
+      if (!r.ok()) ctx->SetStatus(r.status());
+      else ctx->set_output(0, Tensor::Scalar<int32_t>(static_cast<int32_t>(*r)));
+      done();
+    });
+  }
+};
+
+}  // namespace
+
+void RegisterQueueKernels(KernelRegistry& reg) {
+  for (const char* op : {"FIFOQueue", "RandomShuffleQueue", "PaddingFIFOQueue"})
+    RegisterCPU<QueueHandleKernel>(reg, op, {DType::kInvalid});
+  RegisterCPU<EnqueueKernel<false>>(reg, "QueueEnqueue", {DType::kInvalid});
+  RegisterCPU<EnqueueKernel<true>>(reg, "QueueEnqueueMany", {DType::kInvalid});
+  RegisterCPU<DequeueKernel<false>>(reg, "QueueDequeue", {DType::kInvalid});
+  RegisterCPU<DequeueKernel<true>>(reg, "QueueDequeueMany", {DType::kInvalid});
+  RegisterCPU<CloseKernel>(reg, "QueueClose", {DType::kInvalid});
+  RegisterCPU<SizeKernel>(reg, "QueueSize", {DType::kInvalid});
+}
+
+}  // namespace sf

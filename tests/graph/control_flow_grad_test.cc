@@ -1,0 +1,124 @@
+// Gradient checks of the control-flow ops: through Cond the gradient flows
+// through the taken branch only (Merge's gradient is a Switch on which input
+// was forwarded, Switch's a Merge of its outputs' gradients).
+#include <catch2/catch.hpp>
+
+#include "shardflow/control_flow.h"
+#include "shardflow/gradients.h"
+#include "shardflow/ops.h"
+#include "tests/support/eval_graph.h"
+#include "tests/support/gradient_checker.h"
+
+namespace sf::testing {
+
+namespace {
+
+// y = pred ? a * b + a : tanh(a) - b * b, summed.
+Output CondOf(Graph& g, const std::vector<Output>& xs, bool pred) {
+  Output a = xs[0], b = xs[1];
+  auto r = Cond(g, ops::Const(g, Tensor::Scalar<bool>(pred)),
+                [&](Graph& g) { return std::vector<Output>{ops::Add(g, ops::Mul(g, a, b), a)}; },
+                [&](Graph& g) {
+                  return std::vector<Output>{ops::Sub(g, ops::Tanh(g, a), ops::Mul(g, b, b))};
+                });
+  return r.empty() ? Output() : ops::Sum(g, r[0]);
+}
+
+}  // namespace
+
+void AddControlFlowGradChecks(GradCheckTable& t) {
+  t.push_back(GradCheck{"Merge", "Cond, then branch taken", {{2, 3}, {2, 3}},
+                        [](Graph& g, const std::vector<Output>& xs) { return CondOf(g, xs, true); }});
+  t.push_back(GradCheck{"Switch", "Cond, else branch taken", {{3}, {3}},
+                        [](Graph& g, const std::vector<Output>& xs) { return CondOf(g, xs, false); }});
+  t.push_back(GradCheck{
+      "WhileLoop", "a loop of Mul and Tanh reading an outside value", {{3}, {3}},
+      [](Graph& g, const std::vector<Output>& xs) {
+        Output w = xs[1];
+        auto loop = WhileLoop(
+            g,
+            [](Graph& g, const std::vector<Output>& v) {
+              return ops::Less(g, v[0], ops::Const(g, int32_t{3}));
+            },
+            [w](Graph& g, const std::vector<Output>& v) {
+              return std::vector<Output>{ops::Add(g, v[0], ops::Const(g, int32_t{1})),
+                                         ops::Tanh(g, ops::Mul(g, v[1], w))};
+            },
+            {ops::Const(g, int32_t{0}), xs[0]}, {"gradcheck_loop"});
+        return loop.ok() ? ops::Sum(g, (*loop)[1]) : Output();
+      }});
+  t.push_back(GradCheck{
+      "WhileLoop", "a Cond inside a loop", {{2}},
+      [](Graph& g, const std::vector<Output>& xs) {
+        auto loop = WhileLoop(
+            g,
+            [](Graph& g, const std::vector<Output>& v) {
+              return ops::Less(g, v[0], ops::Const(g, int32_t{4}));
+            },
+            [](Graph& g, const std::vector<Output>& v) {
+              Output i = v[0], x = v[1];
+              auto odd = ops::Equal(g, ops::Sub(g, i, ops::Mul(g, ops::Div(g, i, ops::Const(g, int32_t{2})),
+                                                             ops::Const(g, int32_t{2}))),
+                                    ops::Const(g, int32_t{1}));
+              auto c = Cond(g, odd, [&](Graph& g) { return std::vector<Output>{ops::Mul(g, x, x)}; },
+                            [&](Graph& g) { return std::vector<Output>{ops::Tanh(g, x)}; });
+              return std::vector<Output>{ops::Add(g, i, ops::Const(g, int32_t{1})),
+                                         c.empty() ? Output() : c[0]};
+            },
+            {ops::Const(g, int32_t{0}), xs[0]}, {"cond_loop"});
+        return loop.ok() ? ops::Sum(g, (*loop)[1]) : Output();
+      }});
+  for (bool taken : {true, false}) {
+    t.push_back(GradCheck{
+        "WhileLoop", taken ? "a loop in the taken branch of a Cond" : "a loop in the untaken branch",
+        {{2}}, [taken](Graph& g, const std::vector<Output>& xs) {
+          Output x = xs[0];
+          auto r = Cond(
+              g, ops::Const(g, Tensor::Scalar<bool>(taken)),
+              [x](Graph& g) {
+                auto loop = WhileLoop(
+                    g,
+                    [](Graph& g, const std::vector<Output>& v) {
+                      return ops::Less(g, v[0], ops::Const(g, int32_t{3}));
+                    },
+                    [](Graph& g, const std::vector<Output>& v) {
+                      return std::vector<Output>{ops::Add(g, v[0], ops::Const(g, int32_t{1})),
+                                                 ops::Tanh(g, ops::Mul(g, v[1], v[1]))};
+                    },
+                    {ops::Const(g, int32_t{0}), x}, {"loop_in_cond"});
+                return loop.ok() ? std::vector<Output>{(*loop)[1]} : std::vector<Output>{};
+              },
+              [x](Graph& g) { return std::vector<Output>{ops::Mul(g, x, ops::Const(g, 3.0))}; });
+          return r.empty() ? Output() : ops::Sum(g, r[0]);
+        }});
+  }
+  t.push_back(GradCheck{
+      "Switch", "Switch and Merge by hand, with the value used outside too", {{4}},
+      [](Graph& g, const std::vector<Output>& xs) {
+        auto sw = ops::Switch(g, xs[0], ops::Const(g, Tensor::Scalar<bool>(true)));
+        auto m = ops::Merge(g, {ops::Neg(g, sw[0]), ops::Square(g, sw[1])});
+        return ops::Sum(g, ops::Mul(g, m[0], xs[0]));
+      }});
+}
+
+}  // namespace sf::testing
+
+using namespace sf;
+
+TEST_CASE("The gradient through Cond follows the taken branch only", "[control_flow]") {
+  Graph g;
+  auto p = ops::Placeholder(g, DType::kBool, PartialShape({}), "p");
+  auto x = ops::Placeholder(g, DType::kFloat64, {2}, "x");
+  auto r = Cond(g, p, [&](Graph& g) { return std::vector<Output>{ops::Mul(g, x, x)}; },
+                [&](Graph& g) { return std::vector<Output>{ops::Mul(g, x, ops::Const(g, 3.0))}; });
+  REQUIRE(r.size() == 1);
+  auto grads = Gradients(g, {ops::Sum(g, r[0])}, {x});
+  REQUIRE(grads.ok());
+  Tensor xv = Tensor::FromVector<double>({1.5, -2});
+  auto t = testing::Eval(g, (*grads)[0], {{p, Tensor::Scalar<bool>(true)}, {x, xv}});
+  REQUIRE(t.ok());
+  CHECK(t->ToVector<double>() == std::vector<double>{3, -4});
+  auto f = testing::Eval(g, (*grads)[0], {{p, Tensor::Scalar<bool>(false)}, {x, xv}});
+  REQUIRE(f.ok());
+  CHECK(f->ToVector<double>() == std::vector<double>{3, 3});
+}
