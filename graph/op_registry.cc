@@ -96,6 +96,7 @@ void RegisterStandardOps(OpRegistry& reg) {
   RegisterTrainingOps(reg);
   RegisterControlFlowOps(reg);
   RegisterQueueOps(reg);
+  RegisterSendRecvOps(reg);
 }
 
 }  // namespace sf

@@ -133,5 +133,6 @@ void RegisterRandomOps(OpRegistry& reg);
 void RegisterTrainingOps(OpRegistry& reg);
 void RegisterControlFlowOps(OpRegistry& reg);
 void RegisterQueueOps(OpRegistry& reg);
+void RegisterSendRecvOps(OpRegistry& reg);
 
 }  // namespace sf
