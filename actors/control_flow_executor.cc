@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "kernels/compute_pool.h"
+#include "kernels/rendezvous_service.h"
 
 namespace sf {
 namespace runtime {
@@ -14,7 +15,8 @@ namespace runtime {
 namespace {
 
 enum class Kind : uint8_t {
-  kOther, kSwitch, kMerge, kEnter, kExit, kNextIteration, kLoopCond, kControlTrigger, kStackPop
+  kOther, kSwitch, kMerge, kEnter, kExit, kNextIteration, kLoopCond, kControlTrigger, kStackPop,
+  kSend, kRecv
 };
 
 Kind KindOf(const std::string& op) {
@@ -26,6 +28,8 @@ Kind KindOf(const std::string& op) {
   if (op == "LoopCond") return Kind::kLoopCond;
   if (op == "ControlTrigger") return Kind::kControlTrigger;
   if (op == "StackPop") return Kind::kStackPop;
+  if (op == "_Send") return Kind::kSend;
+  if (op == "_Recv") return Kind::kRecv;
   return Kind::kOther;
 }
 
@@ -83,6 +87,9 @@ struct ControlFlowExecutor::Frame {
   int sframe = 0;
   Frame* parent = nullptr;
   int64_t parent_iter = 0;
+  // Names the instance the same way in every partition (frame names and
+  // parent iterations), so _Send/_Recv of one iteration meet.
+  std::string key;
   std::deque<Iter*> iters;
   int64_t base_iter = 0;         // iteration number of iters.front()
   int64_t iteration_count = -1;  // highest iteration created
@@ -119,15 +126,19 @@ struct ControlFlowExecutor::Step {
 ControlFlowExecutor::~ControlFlowExecutor() = default;
 
 bool ControlFlowExecutor::Needed(const Graph& g, const std::vector<int>& nodes) {
-  for (int id : nodes)
-    if (KindOf(g.node(id).op) != Kind::kOther) return true;
+  for (int id : nodes) {
+    const Kind k = KindOf(g.node(id).op);
+    if (k != Kind::kOther && k != Kind::kSend) return true;
+  }
   return false;
 }
 
 Result<std::shared_ptr<ControlFlowExecutor>> ControlFlowExecutor::Create(
     const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels,
-    VariableService* variables, ComputePool* pool, QueueService* queues) {
+    VariableService* variables, ComputePool* pool, QueueService* queues,
+    RendezvousService* rendezvous) {
   std::shared_ptr<ControlFlowExecutor> ex(new ControlFlowExecutor());
+  ex->rendezvous_ = rendezvous;
   ex->variables_ = variables;
   ex->pool_ = pool;
   ex->queues_ = queues;
@@ -302,7 +313,9 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
   const PlanNode& pn = nodes_[t.node];
   outs->assign(pn.output_dtypes.size(), Tensor());
   *st = Status::OK();
-  if (t.dead || s->failed_hint.load(std::memory_order_relaxed)) return true;
+  if (s->failed_hint.load(std::memory_order_relaxed)) return true;
+  // A dead _Send still runs: the receiving partition learns the value is dead.
+  if (t.dead && pn.kind != Kind::kSend) return true;
   if (!pn.kernel) {
     for (const auto& f : pn.feeds) (*outs)[f.first] = s->feeds[f.second];
     return true;
@@ -316,7 +329,8 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     heap_inputs.resize(pn.num_inputs);
     inputs = heap_inputs.data();
   }
-  for (int i = 0; i < pn.num_inputs; ++i) inputs[i] = &it->inputs[pn.input_begin + i];
+  static const Tensor* const kDead = new Tensor();
+  for (int i = 0; i < pn.num_inputs; ++i) inputs[i] = t.dead ? kDead : &it->inputs[pn.input_begin + i];
   if (pn.is_async) {
     struct Pending {
       std::vector<const Tensor*> inputs;
@@ -329,6 +343,7 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), pn.num_inputs, p->outs.data(),
                                                static_cast<int>(p->outs.size()), pool_, variables_,
                                                s->id, queues_);
+    p->ctx->set_frame(&t.frame->key, t.iter);
     pn.kernel->ComputeAsync(p->ctx.get(), [this, s, t, p] {
       // Continue on a compute thread: the callback may run on an actor thread.
       pool_->Schedule([this, s, t, p] {
@@ -342,6 +357,7 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
   }
   OpKernelContext ctx(inputs, pn.num_inputs, outs->data(), static_cast<int>(outs->size()), pool_,
                       variables_, s->id, queues_);
+  ctx.set_frame(&t.frame->key, t.iter);
   pn.kernel->Compute(&ctx);
   *st = ctx.status();
   return true;
@@ -379,7 +395,8 @@ void ControlFlowExecutor::Complete(Step* s, const Task& first, std::vector<Tenso
     bool finish = false;
     {
       std::lock_guard<std::mutex> l(s->mu);
-      if (!st.ok()) FailLocked(s, st.WithPrefix(pn.where));
+      // A failed _Recv carries another partition's error: report it as is.
+      if (!st.ok()) FailLocked(s, pn.kind == Kind::kRecv ? st : st.WithPrefix(pn.where));
       if (s->failed) dead = true;  // drain: what is left runs dead
       if (dead) {
         for (auto& o : outs) o = Tensor();
@@ -428,6 +445,9 @@ bool ControlFlowExecutor::Cheap(const Task& t) const {
 }
 
 void ControlFlowExecutor::FailLocked(Step* s, const Status& st) {
+  // Pending receives of every partition of the step fail too; their
+  // callbacks only schedule work, so calling out under s->mu is safe.
+  if (s->status.ok() && rendezvous_) rendezvous_->Abort(s->id, st);
   if (s->status.ok()) s->status = st;
   s->failed = true;
   s->failed_hint.store(true, std::memory_order_relaxed);
@@ -574,6 +594,7 @@ ControlFlowExecutor::Frame* ControlFlowExecutor::ChildFrame(Step* s, Frame* pare
   f->sframe = sframe;
   f->parent = parent;
   f->parent_iter = iter;
+  f->key = parent->key + "/" + frames_[sframe].name + "@" + std::to_string(iter);
   f->pending_enters = frames_[sframe].num_enters;
   parent->children[key] = f;
   ++parent->iter(iter)->outstanding_frames;

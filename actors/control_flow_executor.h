@@ -20,7 +20,8 @@ namespace runtime {
 
 class ControlFlowExecutor {
  public:
-  // True when any of `nodes` is a control-flow op.
+  // True when any of `nodes` is a control-flow op or a _Recv (a value from
+  // another partition may be dead).
   static bool Needed(const Graph& g, const std::vector<int>& nodes);
   // Plans frames and edges; kernels[i] is spec.nodes[i]'s kernel (null for a
   // fed node), owned by the caller and outliving this. InvalidArgument for a
@@ -28,7 +29,8 @@ class ControlFlowExecutor {
   // values of two frames), naming the node.
   static Result<std::shared_ptr<ControlFlowExecutor>> Create(
       const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels,
-      VariableService* variables, ComputePool* pool, QueueService* queues);
+      VariableService* variables, ComputePool* pool, QueueService* queues,
+      RendezvousService* rendezvous = nullptr);
   ~ControlFlowExecutor();
 
   // As Executor::RunStep.
@@ -76,6 +78,7 @@ class ControlFlowExecutor {
   VariableService* variables_ = nullptr;
   ComputePool* pool_ = nullptr;
   QueueService* queues_ = nullptr;
+  RendezvousService* rendezvous_ = nullptr;  // aborted with a failing step
 };
 
 }  // namespace runtime

@@ -7,6 +7,7 @@
 #include "actors/control_flow_executor.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/rendezvous_service.h"
 
 namespace sf {
 namespace runtime {
@@ -40,10 +41,12 @@ int Executor::num_nodes() const { return static_cast<int>(nodes_.size()); }
 
 Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const ExecutorSpec& spec,
                                                    VariableService* variables, ComputePool* pool,
-                                                   QueueService* queues) {
+                                                   QueueService* queues,
+                                                   RendezvousService* rendezvous) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->variables_ = variables;
   ex->queues_ = queues;
+  ex->rendezvous_ = rendezvous;
   ex->pool_ = pool;
   const int n = static_cast<int>(spec.nodes.size());
   std::unordered_map<int, int> local;  // graph id -> local index
@@ -106,6 +109,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     init.output_dtypes = node.output_dtypes;
     init.variables = variables;
     init.queues = queues;
+    init.rendezvous = rendezvous;
     auto kernel = (**factory)(init);
     if (!kernel.ok()) return kernel.status().WithPrefix(it.where);
     it.kernel = std::move(kernel).value();
@@ -138,7 +142,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     std::vector<OpKernel*> kernels;
     for (const Item& it : ex->nodes_) kernels.push_back(it.kernel.get());
     SF_ASSIGN_OR_RETURN(ex->control_flow_,
-                        ControlFlowExecutor::Create(g, spec, std::move(kernels), variables, pool, queues));
+                        ControlFlowExecutor::Create(g, spec, std::move(kernels), variables, pool, queues,
+                                                                    rendezvous));
   }
   return ex;
 }
@@ -267,9 +272,12 @@ void Executor::Check(Step* s, int n, const Status& kernel_status) {
 }
 
 void Executor::Fail(Step* s, const Status& st) {
-  std::lock_guard<std::mutex> l(s->mu);
-  if (s->status.ok()) s->status = st;
-  s->failed.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (s->status.ok()) s->status = st;
+    s->failed.store(true, std::memory_order_relaxed);
+  }
+  if (rendezvous_) rendezvous_->Abort(s->id, st);
 }
 
 int Executor::Propagate(Step* s, int n) {

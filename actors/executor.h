@@ -24,6 +24,7 @@ namespace sf {
 class ComputePool;
 class VariableService;
 class QueueService;
+class RendezvousService;
 
 namespace runtime {
 
@@ -41,9 +42,11 @@ struct ExecutorSpec {
 class Executor {
  public:
   // Builds the plan and one kernel per node; the error names the node and op.
+  // `rendezvous` serves the partition's _Send/_Recv (null when it has none).
   static Result<std::unique_ptr<Executor>> Create(const Graph& g, const ExecutorSpec& spec,
                                                   VariableService* variables, ComputePool* pool,
-                                                  QueueService* queues = nullptr);
+                                                  QueueService* queues = nullptr,
+                                                  RendezvousService* rendezvous = nullptr);
   ~Executor();
 
   using DoneFn = std::function<void(Status, std::vector<Tensor>)>;
@@ -83,6 +86,7 @@ class Executor {
   int num_slots_ = 0;
   VariableService* variables_ = nullptr;
   QueueService* queues_ = nullptr;
+  RendezvousService* rendezvous_ = nullptr;  // aborted with a failing step
   ComputePool* pool_ = nullptr;
   // Set at plan time when the partition has control-flow ops: RunStep then
   // takes that path (actors/control_flow_executor.cc) and the plain one

@@ -4,6 +4,7 @@
 // pool; variables live in variable shard actors.
 #include "shardflow/session.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <optional>
@@ -13,7 +14,10 @@
 #include "actors/coordinator_protocol.h"
 #include "actors/partition_protocol.h"
 #include "actors/queue_actors.h"
+#include "actors/rendezvous.h"
 #include "actors/variable_shards.h"
+#include "graph/partition.h"
+#include "graph/placement.h"
 #include "kernels/compute_pool.h"
 
 namespace sf {
@@ -37,6 +41,10 @@ struct Plan {
   };
   std::vector<Part> parts;
   size_t num_fetches = 0;
+  // Set when the step spans devices: the per-device graphs the executors
+  // run (they point into them), and the steps' tensors go through the
+  // session's rendezvous.
+  std::shared_ptr<std::map<std::string, PartitionGraph>> device_graphs;
 };
 
 // Collects the fetches of every partition of one step; the last one answers.
@@ -61,7 +69,8 @@ PartitionActor SpawnPartition(caf::actor_system& sys, std::shared_ptr<runtime::E
 }  // namespace
 
 struct Session::Impl {
-  Impl(const Graph& g, const SessionOptions& o) : graph(g), pool(o.compute_threads) {
+  Impl(const Graph& g, const SessionOptions& o)
+      : graph(g), num_devices(std::max(1, o.num_cpu_devices)), pool(o.compute_threads) {
     const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(threads));
@@ -98,10 +107,16 @@ struct Session::Impl {
 
   CoordinatorActor SpawnCoordinator();
   std::shared_ptr<Plan> BuildPlan(const runtime::RunCall& call);
+  // Fills plan for a pruned graph whose nodes span several devices.
+  Status BuildDevicePlan(Plan& plan, const std::vector<int>& order,
+                         const std::vector<std::string>& placement, const std::vector<Output>& fetches);
+  PartitionActor AddPartitionActor(std::unique_ptr<runtime::Executor> ex);
   void StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id);
 
   const Graph& graph;
+  const int num_devices;
   ComputePool pool;
+  runtime::LocalRendezvous rendezvous;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
   std::unique_ptr<runtime::ActorVariables> variables;
@@ -146,6 +161,21 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
   }
   auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
   if (!order.ok()) return fail(order.status());
+  if (num_devices > 1) {
+    std::vector<std::string> devices;
+    for (int i = 0; i < num_devices; ++i)
+      devices.push_back("/job:localhost/task:0/device:CPU:" + std::to_string(i));
+    auto placement = sf::Place(graph, devices);
+    if (!placement.ok()) return fail(placement.status());
+    std::set<std::string> used;
+    for (int id : *order) used.insert((*placement)[id]);
+    if (used.size() > 1) {
+      plan->num_fetches = fetches.size();
+      Status st = BuildDevicePlan(*plan, *order, *placement, fetches);
+      if (!st.ok()) return fail(st);
+      return plan;
+    }
+  }
   auto parts = runtime::Partition(graph, *order, runtime::Place(graph, *order));
   if (!parts.ok()) return fail(parts.status());
   plan->num_fetches = fetches.size();
@@ -166,14 +196,74 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
     }
     auto ex = runtime::Executor::Create(graph, es, variables.get(), &pool, queues.get());
     if (!ex.ok()) return fail(ex.status());
-    part.actor = SpawnPartition(*system, std::shared_ptr<runtime::Executor>(std::move(ex).value()));
-    {
-      std::lock_guard<std::mutex> l(actors_mu);
-      partition_actors.push_back(part.actor);
-    }
+    part.actor = AddPartitionActor(std::move(ex).value());
     plan->parts.push_back(std::move(part));
   }
   return plan;
+}
+
+PartitionActor Session::Impl::AddPartitionActor(std::unique_ptr<runtime::Executor> ex) {
+  PartitionActor a = SpawnPartition(*system, std::shared_ptr<runtime::Executor>(std::move(ex)));
+  std::lock_guard<std::mutex> l(actors_mu);
+  partition_actors.push_back(a);
+  return a;
+}
+
+Status Session::Impl::BuildDevicePlan(Plan& plan, const std::vector<int>& order,
+                                      const std::vector<std::string>& placement,
+                                      const std::vector<Output>& fetches) {
+  SF_ASSIGN_OR_RETURN(auto parts, sf::Partition(graph, placement));
+  plan.device_graphs = std::make_shared<std::map<std::string, PartitionGraph>>(std::move(parts));
+  const std::set<int> pruned(order.begin(), order.end());
+  struct Local {
+    std::vector<Output> feeds, fetches;
+    std::vector<int> feed_index, fetch_index, targets;
+  };
+  std::map<std::string, Local> locals;
+  std::set<std::string> needed_keys;
+  for (auto& [device, pg] : *plan.device_graphs) {
+    Local& l = locals[device];
+    for (size_t i = 0; i < plan.feeds.size(); ++i) {
+      auto it = pg.local_id.find(plan.feeds[i].node);
+      if (it == pg.local_id.end()) continue;
+      l.feeds.emplace_back(pg.graph.get(), it->second, plan.feeds[i].index);
+      l.feed_index.push_back(static_cast<int>(i));
+    }
+    for (size_t i = 0; i < fetches.size(); ++i) {
+      auto it = pg.local_id.find(fetches[i].node);
+      if (it == pg.local_id.end()) continue;
+      l.fetches.emplace_back(pg.graph.get(), it->second, fetches[i].index);
+      l.fetch_index.push_back(static_cast<int>(i));
+    }
+    for (const auto& [orig, local] : pg.local_id)
+      if (pruned.count(orig)) l.targets.push_back(local);
+    // The receives this partition's share of the step needs.
+    SF_ASSIGN_OR_RETURN(auto need, runtime::PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
+    for (int id : need) {
+      if (pg.graph->node(id).op != "_Recv") continue;
+      needed_keys.insert(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value());
+    }
+  }
+  for (auto& [device, pg] : *plan.device_graphs) {
+    Local& l = locals[device];
+    for (int id : pg.sends)
+      if (needed_keys.count(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value()))
+        l.targets.push_back(id);
+    SF_ASSIGN_OR_RETURN(auto nodes, runtime::PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
+    if (nodes.empty()) continue;
+    runtime::ExecutorSpec es;
+    es.nodes = std::move(nodes);
+    es.fed = l.feeds;
+    es.fetches = l.fetches;
+    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*pg.graph, es, variables.get(), &pool,
+                                                           queues.get(), &rendezvous));
+    Plan::Part part;
+    part.feed_index = l.feed_index;
+    part.fetch_index = l.fetch_index;
+    part.actor = AddPartitionActor(std::move(ex));
+    plan.parts.push_back(std::move(part));
+  }
+  return Status::OK();
 }
 
 void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id) {
@@ -184,6 +274,7 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
   if (plan.parts.empty()) return call.done(std::vector<Tensor>(plan.num_fetches));
   auto join = std::make_shared<StepJoin>();
   join->remaining = static_cast<int>(plan.parts.size());
+  runtime::LocalRendezvous* rdv = plan.device_graphs ? &rendezvous : nullptr;
   join->fetches.resize(plan.num_fetches);
   join->done = std::move(call.done);
   for (const Plan::Part& part : plan.parts) {
@@ -191,7 +282,10 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
     sc->step_id = step_id;
     for (int i : part.feed_index) sc->feeds.push_back(call.feeds[i].second);
     std::vector<int> fetch_index = part.fetch_index;
-    sc->done = [join, fetch_index](Status s, std::vector<Tensor> out) {
+    sc->done = [join, fetch_index, rdv, step_id](Status s, std::vector<Tensor> out) {
+      // Partitions still waiting on this one's tensors fail rather than hang
+      // (before counting down, so the cleanup below comes after any abort).
+      if (rdv && !s.ok()) rdv->Abort(step_id, s);
       bool last;
       {
         std::lock_guard<std::mutex> l(join->mu);
@@ -201,6 +295,7 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
         last = --join->remaining == 0;
       }
       if (!last) return;
+      if (rdv) rdv->Cleanup(step_id);
       if (!join->status.ok()) join->done(join->status);
       else join->done(std::move(join->fetches));
     };

@@ -4,6 +4,8 @@
 #include <tuple>
 
 #include "graph/device_name.h"
+#include "shardflow/control_flow.h"
+#include "shardflow/ops.h"
 
 namespace sf {
 namespace {
@@ -30,13 +32,10 @@ class Partitioner {
       PartitionGraph& p = Part(dev_[b.src]);
       p.graph->mutable_node(b.node).inputs[b.input] = Output(p.graph.get(), p.local_id.at(b.src), b.out);
     }
-    for (const PendingSend& s : sends_) {
-      PartitionGraph& p = Part(dev_[s.src]);
-      const Output x(p.graph.get(), p.local_id.at(s.src), s.out);
-      SF_RETURN_IF_ERROR(AddSend(p, x, s.key, s.dst, "_Send/" + g_.node(s.src).name + "_" +
-                                                          std::to_string(s.out) + "/to_" + Sanitize(s.dst)));
-    }
+    SF_RETURN_IF_ERROR(FlushSends());
     for (int id = 0; id < g_.num_nodes(); ++id) SF_RETURN_IF_ERROR(AddControlEdges(id));
+    SF_RETURN_IF_ERROR(AddControlLoops());
+    SF_RETURN_IF_ERROR(FlushSends());
     return std::move(parts_);
   }
 
@@ -53,6 +52,143 @@ class Partitioner {
     std::string dst;
     std::string key;
   };
+
+  // Adds the _Send of every transfer recorded since the last call.
+  Status FlushSends() {
+    for (; flushed_ < sends_.size(); ++flushed_) {
+      const PendingSend s = sends_[flushed_];
+      PartitionGraph& p = Part(dev_[s.src]);
+      const Output x(p.graph.get(), p.local_id.at(s.src), s.out);
+      SF_RETURN_IF_ERROR(AddSend(p, x, s.key, s.dst, "_Send/" + g_.node(s.src).name + "_" +
+                                                          std::to_string(s.out) + "/to_" + Sanitize(s.dst)));
+    }
+    return Status::OK();
+  }
+
+  // A loop frame of the original graph (0 = the root frame).
+  struct FrameInfo {
+    std::string name;
+    int parent = -1;
+    int loop_cond = -1;  // original id of the frame's LoopCond
+    int64_t parallel_iterations = 10;
+  };
+
+  // The frame each original node's outputs are in, as the control-flow
+  // executor derives it (nodes are in topological order apart from back
+  // edges); fills frames_.
+  std::vector<int> OutFrames() {
+    frames_.assign(1, FrameInfo());
+    std::map<std::pair<int, std::string>, int> ids;
+    std::vector<int> out(g_.num_nodes(), -1);
+    for (int id = 0; id < g_.num_nodes(); ++id) {
+      const Node& n = g_.node(id);
+      int f = -1;
+      for (const Output& in : n.inputs)
+        if (f < 0 && out[in.node] >= 0) f = out[in.node];
+      for (int c : n.control_inputs)
+        if (f < 0 && out[c] >= 0) f = out[c];
+      if (f < 0) f = 0;
+      out[id] = f;
+      if (n.op == "Enter") {
+        const std::string name = n.attrs.GetOr<std::string>("frame_name", "").value();
+        auto it = ids.find({f, name});
+        if (it == ids.end()) {
+          FrameInfo info;
+          info.name = name;
+          info.parent = f;
+          info.parallel_iterations = n.attrs.GetOr<int64_t>("parallel_iterations", 10).value();
+          it = ids.emplace(std::make_pair(f, name), static_cast<int>(frames_.size())).first;
+          frames_.push_back(info);
+        }
+        out[id] = it->second;
+      } else if (n.op == "Exit") {
+        out[id] = f > 0 ? frames_[f].parent : 0;
+      } else if (n.op == "LoopCond" && f > 0) {
+        frames_[f].loop_cond = id;
+      }
+    }
+    return out;
+  }
+
+  // Gives each partition that receives values inside a loop frame a copy of
+  // the loop's control structure (as TensorFlow's partitioner does):
+  //   Const -> Enter -> Merge -> Switch(pred) -> Identity (the pivot)
+  //                        ^------ NextIteration <-----'   Switch:0 -> Exit
+  // with pred the frame's LoopCond (a _Recv of it from the loop's home
+  // device, the LoopCond's, taking a control input on the Merge so it runs in
+  // the frame). Each _Recv of a value of the frame takes a control input on
+  // the pivot: it then runs once per iteration, in the same frame instance
+  // and iteration as its _Send (the executors key transfers by both), and
+  // goes dead with the pivot when the loop ends. Loops nested in another
+  // loop are not split: Unimplemented.
+  Status AddControlLoops() {
+    if (recv_src_.empty()) return Status::OK();
+    const std::vector<int> out = OutFrames();
+    for (auto& [device, p] : parts_) {
+      std::map<int, std::vector<int>> frame_recvs;  // frame -> recv ids in p
+      for (int r : p.recvs) {
+        auto it = recv_src_.find({device, r});
+        if (it == recv_src_.end()) continue;
+        const int f = out[it->second];
+        if (f > 0) frame_recvs[f].push_back(r);
+      }
+      for (const auto& [f, recvs] : frame_recvs) {
+        const FrameInfo& info = frames_[f];
+        if (info.parent != 0)
+          return Unimplemented("loop frame '" + info.name + "' is nested in loop '" +
+                               frames_[info.parent].name +
+                               "' and spans devices; place a nested loop's ops on one device");
+        if (info.loop_cond < 0)
+          return InvalidArgument("loop frame '" + info.name + "' spans devices but has no LoopCond");
+        SF_RETURN_IF_ERROR(AddControlLoop(p, info, recvs));
+      }
+    }
+    return Status::OK();
+  }
+
+  // Records a node added by a builder in p; Internal when the builder failed.
+  Result<int> Adopt(PartitionGraph& p, const Output& o, const std::string& what) {
+    if (!o.valid() || !p.graph->status().ok())
+      return Internal("partition for " + p.device + ": cannot add " + what + ": " +
+                      p.graph->status().message());
+    p.graph->mutable_node(o.node).device = p.device;
+    while (static_cast<int>(p.original_id.size()) < p.graph->num_nodes()) p.original_id.push_back(-1);
+    return o.node;
+  }
+
+  Status AddControlLoop(PartitionGraph& p, const FrameInfo& info, const std::vector<int>& recvs) {
+    Graph& g = *p.graph;
+    const std::string base = "_ControlLoop/" + info.name;
+    AttrMap zero;
+    zero.Set("value", Tensor::Scalar<int32_t>(0));
+    SF_ASSIGN_OR_RETURN(int c, Add(p, "Const", {}, zero, FreshName(p, base + "/zero"), -1));
+    Output enter = ops::Enter(g, Output(&g, c, 0), info.name, false, info.parallel_iterations,
+                              FreshName(p, base + "/enter"));
+    SF_RETURN_IF_ERROR(Adopt(p, enter, "a control loop Enter").status());
+    Output merge = ops::Merge(g, {enter, enter}, FreshName(p, base + "/merge"))[0];
+    SF_RETURN_IF_ERROR(Adopt(p, merge, "a control loop Merge").status());
+    Output pred;
+    int pred_recv = -1;
+    if (dev_[info.loop_cond] == p.device) {
+      pred = Output(&g, p.local_id.at(info.loop_cond), 0);
+    } else {
+      SF_ASSIGN_OR_RETURN(pred, RecvFor(Output(const_cast<Graph*>(&g_), info.loop_cond, 0), p.device));
+      pred_recv = pred.node;
+      SF_RETURN_IF_ERROR(g.AddControlInput(pred_recv, merge.node));
+    }
+    auto sw = ops::Switch(g, merge, pred, FreshName(p, base + "/switch"));
+    SF_RETURN_IF_ERROR(Adopt(p, sw.empty() ? Output() : sw[0], "a control loop Switch").status());
+    Output pivot = ops::Identity(g, sw[1], FreshName(p, base + "/pivot"));
+    SF_RETURN_IF_ERROR(Adopt(p, pivot, "a control loop pivot").status());
+    Output next = ops::NextIteration(g, pivot, FreshName(p, base + "/next_iteration"));
+    SF_RETURN_IF_ERROR(Adopt(p, next, "a control loop NextIteration").status());
+    g.mutable_node(merge.node).inputs[1] = next;
+    Output exit = ops::Exit(g, sw[0], FreshName(p, base + "/exit"));
+    SF_RETURN_IF_ERROR(Adopt(p, exit, "a control loop Exit").status());
+    for (int r : recvs)
+      if (r != pred_recv) SF_RETURN_IF_ERROR(g.AddControlInput(r, pivot.node));
+    return Status::OK();
+  }
 
   PartitionGraph& Part(const std::string& device) {
     auto it = parts_.find(device);
@@ -127,6 +263,7 @@ class Partitioner {
     SF_ASSIGN_OR_RETURN(int id, AddRecv(p, src.output_dtypes[in.index], src.output_shapes[in.index], key,
                                         dev_[in.node], "_Recv/" + src.name + "_" + std::to_string(in.index)));
     recvs_[k] = id;
+    recv_src_[{dst, id}] = in.node;
     sends_.push_back({in.node, in.index, dst, key});
     return Output(p.graph.get(), id, 0);
   }
@@ -195,6 +332,7 @@ class Partitioner {
         SF_ASSIGN_OR_RETURN(int recv, AddRecv(p, DType::kInt32, PartialShape(Shape{}), key, sp.device,
                                               "_RecvControl/" + cname));
         it = control_recvs_.emplace(k, recv).first;
+        recv_src_[{p.device, recv}] = c;
       }
       SF_RETURN_IF_ERROR(p.graph->AddControlInput(local, it->second));
     }
@@ -208,6 +346,9 @@ class Partitioner {
   std::map<std::tuple<int, int, std::string>, int> recvs_;  // (src, out, dst) -> recv id in dst
   std::map<std::pair<int, std::string>, int> control_recvs_;  // (src, dst) -> recv id in dst
   std::vector<PendingSend> sends_;
+  size_t flushed_ = 0;  // sends_ already added
+  std::map<std::pair<std::string, int>, int> recv_src_;  // (device, recv id) -> original source
+  std::vector<FrameInfo> frames_;
   std::vector<BackEdge> back_edges_;
 };
 

@@ -16,6 +16,15 @@
 // the executor completes it to (step, key, frame, iteration): frame and
 // iteration are those of the sending node's current execution, known only
 // then, so the partition stores the static key only.
+// - Loops spanning devices: every partition holding a _Recv of a value of a
+//   loop frame gets a "control loop" for that frame (Const -> Enter -> Merge
+//   -> Switch(pred) -> Identity pivot -> NextIteration, and an Exit; added
+//   nodes have original_id -1), pred being the frame's LoopCond, received
+//   from its device when elsewhere (that _Recv takes a control input on the
+//   Merge). Each such _Recv takes a control input on the pivot, so it runs
+//   once per iteration in the frame and goes dead when the loop ends, as in
+//   TensorFlow's partitioner. A spanning loop nested in another loop is
+//   Unimplemented.
 // Original nodes keep their name, op, attrs, device (the placed one, in
 // Node::device), declared output dtypes and shapes; their inputs point into
 // their partition. Loop back edges (NextIteration -> Merge) are kept.

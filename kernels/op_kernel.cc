@@ -9,6 +9,11 @@ namespace sf {
 
 const char* DeviceTypeName(DeviceType d) { return d == DeviceType::kGPU ? "GPU" : "CPU"; }
 
+const std::string& OpKernelContext::frame_key() const {
+  static const std::string* const kRoot = new std::string();
+  return frame_key_ ? *frame_key_ : *kRoot;
+}
+
 const Eigen::ThreadPoolDevice& OpKernelContext::eigen_device() const {
   return pool_->eigen_device();
 }

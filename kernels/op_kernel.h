@@ -29,6 +29,7 @@ namespace sf {
 class ComputePool;
 class VariableService;
 class QueueService;
+class RendezvousService;
 
 enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
 const char* DeviceTypeName(DeviceType d);
@@ -43,6 +44,7 @@ struct KernelInit {
   DeviceType device = DeviceType::kCPU;
   VariableService* variables = nullptr;  // may be null outside a session
   QueueService* queues = nullptr;        // may be null outside a session
+  RendezvousService* rendezvous = nullptr;  // null unless the step spans partitions
 
   template <typename T>
   Result<T> Attr(const std::string& name) const { return attrs->Get<T>(name); }
@@ -82,6 +84,15 @@ class OpKernelContext {
   // The session's queues (null outside a session).
   QueueService* queues() const { return queues_; }
   int64_t step_id() const { return step_id_; }
+  // The loop frame instance and iteration this op runs in (the root frame ""
+  // and 0 outside loops); _Send/_Recv key transfers by them. `frame_key`
+  // must outlive the context.
+  void set_frame(const std::string* frame_key, int64_t iteration) {
+    frame_key_ = frame_key;
+    iteration_ = iteration;
+  }
+  const std::string& frame_key() const;
+  int64_t iteration() const { return iteration_; }
 
  private:
   const Tensor* const* inputs_;
@@ -92,6 +103,8 @@ class OpKernelContext {
   VariableService* variables_;
   QueueService* queues_;
   int64_t step_id_;
+  const std::string* frame_key_ = nullptr;
+  int64_t iteration_ = 0;
   Status status_;
 };
 

@@ -1,6 +1,6 @@
 // Send/Recv ops: the two halves of a cross-device edge, inserted by
-// Partition (graph/partition.h), never by users. Their kernels come with the
-// distributed runtime (issue 4); the executor keys each transfer by
+// Partition (graph/partition.h), never by users. Their kernels are in
+// kernels/cpu/sendrecv_kernels.cc; the executor keys each transfer by
 // (step, tensor_name, frame, iteration).
 #include "graph/op_registry.h"
 #include "graph/partition.h"

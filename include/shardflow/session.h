@@ -1,7 +1,8 @@
 // Session: runs a graph on the embedded in-process actor runtime.
 //
 // The session starts a CAF actor system; a coordinator actor prunes the graph
-// to what the fetches need, partitions it (one CPU device for now) and hands
+// to what the fetches need, places and partitions it over
+// SessionOptions::num_cpu_devices CPU devices and hands
 // each partition to a partition actor; variables live in variable shard
 // actors, which keep their values between runs.
 // Thread-safety: Run may be called from many threads at once; each call is
@@ -21,6 +22,9 @@ namespace sf {
 struct SessionOptions {
   int compute_threads = 0;    // compute pool size; 0 = one per core
   int scheduler_threads = 0;  // CAF scheduler threads; 0 = 2
+  // CPU devices "/job:localhost/task:0/device:CPU:i" the graph is placed and
+  // partitioned over (DeviceScope requests them); 1 keeps one partition.
+  int num_cpu_devices = 1;
 };
 
 // Feeds by tensor name ("x" or "x:0").

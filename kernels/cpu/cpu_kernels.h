@@ -16,6 +16,7 @@ void RegisterRandomKernels(KernelRegistry& reg);
 void RegisterTrainingKernels(KernelRegistry& reg);
 void RegisterControlFlowKernels(KernelRegistry& reg);
 void RegisterQueueKernels(KernelRegistry& reg);
+void RegisterSendRecvKernels(KernelRegistry& reg);
 
 // The registry of every standard kernel, built on first use.
 const KernelRegistry& StandardKernelRegistry();

@@ -13,6 +13,7 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterTrainingKernels(reg);
   RegisterControlFlowKernels(reg);
   RegisterQueueKernels(reg);
+  RegisterSendRecvKernels(reg);
 }
 
 const KernelRegistry& StandardKernelRegistry() {

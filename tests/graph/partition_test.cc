@@ -295,13 +295,25 @@ TEST_CASE("Loops keep their back edges, also when the loop spans devices", "[par
     REQUIRE(parts.ok());
     CheckEveryNodeOnce(g, placement, *parts);
     const PartitionGraph& a = parts->at(kA);
+    size_t merges = 0;
     for (const Node* m : NodesWithOp(a, "Merge")) {
+      // Partitioning adds a control loop (original_id -1) to run the frame's
+      // _Recv nodes once per iteration.
+      if (a.original_id[m->id] < 0) continue;
+      ++merges;
       const Node& back = a.graph->node(m->inputs[1].node);
       CHECK(back.op == "_Recv");
       const int next = g.node(a.original_id[m->id]).inputs[1].node;
       CHECK(Str(back, "tensor_name") == g.node(next).name + ":0->" + kA);
+      // That _Recv runs in the loop's frame: it hangs off the control loop.
+      REQUIRE(back.control_inputs.size() == 1);
+      CHECK(a.graph->node(back.control_inputs[0]).op == "Identity");
+      CHECK(a.original_id[back.control_inputs[0]] == -1);
     }
-    CHECK(parts->at(kB).sends.size() == NodesWithOp(a, "Merge").size());
+    CHECK(parts->at(kB).sends.size() == merges);
+    // B receives the loop predicate for its own control loop.
+    CHECK(NodesWithOp(parts->at(kB), "Switch").size() == 1);
+    CHECK(NodesWithOp(parts->at(kB), "NextIteration").size() == 2);
   }
 }
 
