@@ -19,6 +19,7 @@
 #include "graph/partition.h"
 #include "graph/placement.h"
 #include "kernels/compute_pool.h"
+#include "storage/checkpoint.h"
 
 namespace sf {
 
@@ -122,6 +123,9 @@ struct Session::Impl {
   std::unique_ptr<runtime::ActorVariables> variables;
   std::unique_ptr<runtime::ActorQueues> queues;
   CoordinatorActor coordinator;
+
+  // Serializes Save and Restore: a RocksDB directory opens once at a time.
+  std::mutex ckpt_mu;
 
   std::mutex actors_mu;
   std::vector<PartitionActor> partition_actors;  // GUARDED_BY(actors_mu)
@@ -389,6 +393,134 @@ Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds, const std::vector
     targets.push_back(impl_->graph.node(t).name);
   }
   return Run(feeds, names, targets);
+}
+
+namespace {
+
+// Opens the checkpoint store in dir; for reading it must exist.
+Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create) {
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  auto kv = OpenRocksDb(dir, create);
+  if (!kv.ok() && !create) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
+  return kv;
+}
+
+// Blocks until every callback of n asynchronous calls ran; the first error.
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = 0;
+  Status first;
+  void Done(const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!s.ok() && first.ok()) first = s;
+    if (--remaining == 0) cv.notify_all();
+  }
+  Status Wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return remaining == 0; });
+    return first;
+  }
+};
+
+}  // namespace
+
+// Saves a checkpoint, then keeps the newest keep_last (<= 0: all).
+// REQUIRES: impl->ckpt_mu held.
+static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir,
+                                      int64_t global_step, int keep_last);
+
+Result<int64_t> Session::Save(const std::string& dir, int64_t global_step) {
+  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  return SaveCheckpoint(impl_.get(), dir, global_step, 0);
+}
+
+static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir,
+                                      int64_t global_step, int keep_last) {
+  auto vars = impl->variables->SnapshotAll();
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
+  SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
+  for (const auto& v : vars) SF_RETURN_IF_ERROR(writer->Add(v.first, v.second));
+  SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit());
+  if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv.get(), keep_last).status());
+  return id;
+}
+
+Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  CheckpointReader reader(kv.get());
+  if (id < 0) {
+    SF_ASSIGN_OR_RETURN(id, reader.LatestCommitted());
+  }
+  SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(id));
+  return info.global_step;
+}
+
+Status Session::Restore(const std::string& dir, int64_t id) {
+  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  CheckpointReader reader(kv.get());
+  if (id < 0) {
+    auto latest = reader.LatestReadable();
+    if (!latest.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
+    id = *latest;
+  }
+  auto info = reader.Manifest(id);
+  Result<std::map<std::string, Tensor>> values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
+  if (!values.ok()) {
+    std::string msg = values.status().message();
+    auto prev = reader.LatestReadable(id - 1);
+    msg += prev.ok() ? "; checkpoint " + std::to_string(*prev) + " is the previous readable one"
+                     : "; no earlier checkpoint is readable";
+    return Status(values.status().code(), msg);
+  }
+  // Check every graph variable before assigning any, so an error changes nothing.
+  struct Target {
+    std::string name;
+    DType dtype;
+    PartialShape shape;
+    Tensor value;
+  };
+  std::vector<Target> targets;
+  std::set<std::string> seen;
+  const Graph& g = impl_->graph;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != "VarHandle") continue;
+    auto name = n.attrs.Get<std::string>("shared_name");
+    auto dtype = n.attrs.Get<DType>("dtype");
+    if (!name.ok() || !dtype.ok() || !seen.insert(*name).second) continue;
+    auto shape = n.attrs.GetOr<PartialShape>("shape", PartialShape());
+    const PartialShape declared = shape.ok() ? *shape : PartialShape();
+    auto it = values->find(*name);
+    if (it == values->end())
+      return NotFound("variable '" + *name + "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
+    const Tensor& t = it->second;
+    if (t.dtype() != *dtype)
+      return InvalidArgument("variable '" + *name + "' is " + DTypeName(*dtype) + " in the graph but " +
+                             DTypeName(t.dtype()) + " in checkpoint " + std::to_string(id));
+    if (!declared.CompatibleWith(t.shape()))
+      return InvalidArgument("variable '" + *name + "' has shape " + declared.ToString() +
+                             " in the graph but " + ShapeString(t.shape()) + " in checkpoint " + std::to_string(id));
+    targets.push_back(Target{*name, *dtype, declared, t});
+  }
+  std::vector<std::pair<int64_t, Tensor>> assigns;
+  for (auto& t : targets) {
+    SF_ASSIGN_OR_RETURN(int64_t var_id, impl_->variables->Resolve(t.name, t.dtype, t.shape));
+    assigns.emplace_back(var_id, std::move(t.value));
+  }
+  Waiter w;
+  w.remaining = assigns.size() + 1;
+  for (auto& a : assigns)
+    impl_->variables->Assign(a.first, AssignMode::kAssign, std::move(a.second),
+                             [&w](Result<Tensor> r) { w.Done(r.status()); });
+  w.Done(Status::OK());
+  return w.Wait();
+}
+
+Result<int64_t> Saver::Save(int64_t global_step) {
+  std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
+  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_);
 }
 
 }  // namespace sf

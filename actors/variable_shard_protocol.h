@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -22,7 +23,7 @@ namespace runtime {
 
 // One request to a variable shard actor; the matching callback answers it.
 struct VarMsg {
-  enum Kind { kDefine, kRead, kAssign, kApply } kind = kRead;
+  enum Kind { kDefine, kRead, kAssign, kApply, kSnapshot } kind = kRead;
   int64_t id = -1;
   std::string name;  // kDefine
   DType dtype = DType::kInvalid;
@@ -32,6 +33,9 @@ struct VarMsg {
   ApplyRequest req;  // kApply
   std::function<void(Result<Tensor>)> tensor_done;  // kRead, kAssign
   std::function<void(Status)> status_done;          // kApply
+  // kSnapshot: every initialised variable of the shard (name, value), taken
+  // between two updates, so a variable and its slots are consistent.
+  std::function<void(std::vector<std::pair<std::string, Tensor>>)> snapshot_done;
 };
 using VarMsgPtr = std::shared_ptr<VarMsg>;
 

@@ -1,5 +1,8 @@
 #include "actors/variable_shards.h"
 
+#include <algorithm>
+#include <condition_variable>
+
 #include "kernels/in_memory_variables.h"
 #include "kernels/optimizer_math.h"
 
@@ -92,6 +95,14 @@ VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
             case VarMsg::kApply:
               HandleApply(st, m);
               return;
+            case VarMsg::kSnapshot: {
+              // Copy-on-write values: later updates never touch these buffers.
+              std::vector<std::pair<std::string, Tensor>> vars;
+              for (const auto& kv : st.vars)
+                if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
+              m.snapshot_done(std::move(vars));
+              return;
+            }
           }
         },
     };
@@ -184,6 +195,32 @@ void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   msg->req = std::move(req);
   msg->status_done = std::move(done);
   caf::anon_send(shard, std::move(msg));
+}
+
+std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
+  std::vector<VariableShardActor> shards;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : shards_) shards.push_back(kv.second);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = shards.size();
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& shard : shards) {
+    auto msg = std::make_shared<VarMsg>();
+    msg->kind = VarMsg::kSnapshot;
+    msg->snapshot_done = [&](std::vector<std::pair<std::string, Tensor>> vars) {
+      std::lock_guard<std::mutex> l(mu);
+      for (auto& v : vars) all.push_back(std::move(v));
+      if (--remaining == 0) cv.notify_all();
+    };
+    caf::anon_send(shard, std::move(msg));
+  }
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return remaining == 0; });
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return all;
 }
 
 std::string ActorVariables::NameOf(int64_t id) const {

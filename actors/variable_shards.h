@@ -34,6 +34,11 @@ class ActorVariables : public VariableService {
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
 
+  // Every initialised variable (and slot) with its value, sorted by name;
+  // each shard answers with the state between two of its updates. Blocks
+  // the calling thread (never call it from a runtime thread).
+  std::vector<std::pair<std::string, Tensor>> SnapshotAll();
+
   // Stops every shard actor.
   void Shutdown();
 

@@ -4,6 +4,7 @@
 //   shardflow run --graph model.capnp --feed x=x.npy --fetch logits --out out/
 //   shardflow graph model.capnp [--dot]
 //   shardflow ops
+//   shardflow ckpt ls|inspect|verify|export DIR [--id N] [--out DIR]
 //
 // Every error is one line on stderr; exit code 2 for a usage error, 1 for an
 // error while loading or running, 0 on success.
@@ -22,6 +23,7 @@
 #include "shardflow/gradients.h"
 #include "shardflow/graph.h"
 #include "shardflow/session.h"
+#include "storage/checkpoint.h"
 
 namespace sf {
 namespace {
@@ -36,6 +38,7 @@ constexpr char kMainUsage[] =
     "  run     run a saved graph: feed .npy files, write the fetched tensors as .npy\n"
     "  graph   print a saved graph as text (or Graphviz with --dot)\n"
     "  ops     list the registered ops\n"
+    "  ckpt    list, inspect, verify or export the checkpoints in a directory\n"
     "\n"
     "'shardflow <command> --help' describes the options of one command.\n";
 
@@ -67,6 +70,18 @@ constexpr char kGraphUsage[] =
     "Prints the graph saved in G.capnp, one line per node:\n"
     "  name = Op(input, input:1, ^control_input) {attr=value, ...} @device -> dtype[shape], ...\n"
     "With --dot prints it as a Graphviz digraph instead (shardflow graph G --dot | dot -Tsvg).\n";
+
+constexpr char kCkptUsage[] =
+    "usage: shardflow ckpt ls|inspect|verify|export DIR [--id N] [--out DIR]\n"
+    "\n"
+    "  ls       one line per committed checkpoint: id, global step, variables\n"
+    "  inspect  the variables of a checkpoint with dtype and shape\n"
+    "  verify   read every block of a checkpoint and check its checksum\n"
+    "  export   write each variable of a checkpoint as DIR/<name>.npy\n"
+    "           ('/' in names becomes '.')\n"
+    "\n"
+    "  --id N     the checkpoint (default: the newest committed one)\n"
+    "  --out DIR  where export writes (required for export)\n";
 
 constexpr char kOpsUsage[] =
     "usage: shardflow ops [--markdown]\n"
@@ -418,6 +433,87 @@ int GraphCommand(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// ---- shardflow ckpt ---------------------------------------------------------
+
+int CkptCommand(const std::vector<std::string>& argv) {
+  for (const auto& a : argv) {
+    if (IsHelp(a)) {
+      std::cout << kCkptUsage;
+      return 0;
+    }
+  }
+  Args args(argv);
+  std::string err = args.Parse({"--id", "--out"}, {});
+  if (!err.empty()) return UsageError("ckpt", err);
+  if (args.positional().size() != 2)
+    return UsageError("ckpt", "expected an action (ls, inspect, verify, export) and a directory");
+  const std::string action = args.positional()[0], dir = args.positional()[1];
+  if (action != "ls" && action != "inspect" && action != "verify" && action != "export")
+    return UsageError("ckpt", "unknown action '" + action + "'");
+  const std::string id_text = args.One("--id", &err);
+  const std::string out = args.One("--out", &err);
+  if (!err.empty()) return UsageError("ckpt", err);
+  int64_t id = -1;
+  if (!id_text.empty()) {
+    char* end = nullptr;
+    id = std::strtoll(id_text.c_str(), &end, 10);
+    if (*end != '\0' || id < 1) return UsageError("ckpt", "--id wants a positive number, not '" + id_text + "'");
+  }
+  if (action == "export" && out.empty()) return UsageError("ckpt", "export needs --out DIR");
+  if (!std::filesystem::is_directory(dir)) return Fail(kExitRunError, "no checkpoint directory '" + dir + "'");
+  auto kv = OpenRocksDb(dir, /*create_if_missing=*/false);
+  if (!kv.ok()) return Fail(kExitRunError, kv.status().ToString());
+  CheckpointReader reader(kv->get());
+  if (action == "ls") {
+    auto ids = reader.List();
+    if (!ids.ok()) return Fail(kExitRunError, ids.status().ToString());
+    for (int64_t i : *ids) {
+      auto info = reader.Manifest(i);
+      if (info.ok())
+        std::cout << "checkpoint " << i << "  step " << info->global_step << "  variables " << info->variables.size()
+                  << "\n";
+      else
+        std::cout << "checkpoint " << i << "  UNREADABLE: " << OneLine(info.status().message()) << "\n";
+    }
+    return 0;
+  }
+  if (id < 0) {
+    auto latest = reader.LatestCommitted();
+    if (!latest.ok()) return Fail(kExitRunError, "no committed checkpoint in '" + dir + "'");
+    id = *latest;
+  }
+  auto info = reader.Manifest(id);
+  if (!info.ok()) return Fail(kExitRunError, info.status().ToString());
+  if (action == "inspect") {
+    std::cout << "checkpoint " << id << "  step " << info->global_step << "\n";
+    for (const auto& v : info->variables)
+      std::cout << v.name << "  " << DTypeName(v.dtype) << "  " << ShapeString(v.shape) << "  blocks "
+                << v.num_blocks << "\n";
+    return 0;
+  }
+  if (action == "verify") {
+    Status s = reader.Verify(id);
+    if (!s.ok()) return Fail(kExitRunError, s.ToString());
+    int64_t blocks = 0;
+    for (const auto& v : info->variables) blocks += v.num_blocks;
+    std::cout << "checkpoint " << id << " OK: " << info->variables.size() << " variables, " << blocks
+              << " blocks verified\n";
+    return 0;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) return Fail(kExitRunError, "cannot create '" + out + "': " + ec.message());
+  for (const auto& v : info->variables) {
+    auto t = reader.Read(*info, v.name);
+    if (!t.ok()) return Fail(kExitRunError, t.status().ToString());
+    const std::string path = out + "/" + FileStem(v.name) + ".npy";
+    Status s = WriteNpy(path, *t);
+    if (!s.ok()) return Fail(kExitRunError, s.ToString());
+    std::cout << path << "\n";
+  }
+  return 0;
+}
+
 // ---- shardflow ops ----------------------------------------------------------
 
 int OpsCommand(const std::vector<std::string>& argv) {
@@ -462,7 +558,7 @@ int OpsCommand(const std::vector<std::string>& argv) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops)");
+  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops, ckpt)");
   const std::string command = argv[1];
   std::vector<std::string> rest(argv + 2, argv + argc);
   if (IsHelp(command) || command == "help") {
@@ -472,6 +568,7 @@ int Main(int argc, char** argv) {
   if (command == "run") return RunCommand(rest);
   if (command == "graph") return GraphCommand(rest);
   if (command == "ops") return OpsCommand(rest);
+  if (command == "ckpt") return CkptCommand(rest);
   return UsageError("", "unknown command '" + command + "'");
 }
 

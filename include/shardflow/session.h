@@ -52,10 +52,47 @@ class Session {
                 const std::vector<std::string>& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done);
 
+  // Checkpoints every initialised variable and optimizer slot into the
+  // RocksDB store in directory dir (created if needed) under global_step;
+  // each variable shard answers with a consistent snapshot of its variables,
+  // and the checkpoint becomes visible when its manifest commits. Returns
+  // the new checkpoint id; Unavailable naming dir if the store fails.
+  Result<int64_t> Save(const std::string& dir, int64_t global_step);
+  // Assigns the graph's variables (and slots) from checkpoint id in dir
+  // (-1: the newest committed checkpoint that reads back intact, falling
+  // back past corrupt ones). Nothing is assigned on error: NotFound when dir
+  // has no checkpoint or the checkpoint lacks a graph variable, DataLoss
+  // naming checkpoint, variable and block for a corrupt one (and the
+  // previous readable id), InvalidArgument naming the variable whose dtype or
+  // shape differs from the graph's.
+  Status Restore(const std::string& dir, int64_t id = -1);
+  // The global step recorded in checkpoint id (-1: newest committed) in dir;
+  // NotFound when there is none.
+  static Result<int64_t> CheckpointStep(const std::string& dir, int64_t id = -1);
+
   struct Impl;
 
  private:
+  friend class Saver;  // saves and prunes under the session's checkpoint lock
   std::unique_ptr<Impl> impl_;
+};
+
+// Saves a session's checkpoints to one directory and keeps only the newest
+// keep_last of them (keep_last <= 0 keeps all).
+class Saver {
+ public:
+  Saver(Session* session, std::string dir, int keep_last = 5)
+      : session_(session), dir_(std::move(dir)), keep_last_(keep_last) {}
+  // Session::Save, then deletes checkpoints beyond keep_last (both under the
+  // session's checkpoint lock); the new id, or the first error.
+  Result<int64_t> Save(int64_t global_step);
+  // Session::Restore from the directory.
+  Status Restore(int64_t id = -1) { return session_->Restore(dir_, id); }
+
+ private:
+  Session* session_;
+  std::string dir_;
+  int keep_last_;
 };
 
 // The embedded, in-process runtime is the only kind today; the name says so

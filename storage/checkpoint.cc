@@ -1,0 +1,302 @@
+#include "storage/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+namespace sf {
+namespace {
+
+constexpr char kPending[] = "pending/";
+constexpr char kData[] = "data/";
+constexpr char kManifest[] = "manifest/";
+
+std::string IdString(int64_t id) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%020lld", static_cast<long long>(id));
+  return buf;
+}
+
+std::string BlockKey(int64_t id, const std::string& var, int shard, int64_t block) {
+  char tail[48];
+  std::snprintf(tail, sizeof(tail), "#%04d#%010lld", shard, static_cast<long long>(block));
+  return kData + IdString(id) + "/" + var + tail;
+}
+
+uint32_t Crc(const char* p, size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths: feed big blocks in pieces.
+  while (n > 0) {
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = crc32(c, reinterpret_cast<const Bytef*>(p), chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+std::string Name(int64_t id) { return "checkpoint " + std::to_string(id); }
+
+// Parses the ids after prefix in the keys under it.
+Result<std::vector<int64_t>> IdsUnder(KvStore* store, const std::string& prefix) {
+  SF_ASSIGN_OR_RETURN(auto keys, store->Keys(prefix));
+  std::vector<int64_t> ids;
+  for (const auto& k : keys) {
+    const std::string rest = k.substr(prefix.size());
+    if (rest.size() != 20 || rest.find_first_not_of("0123456789") != std::string::npos) continue;
+    ids.push_back(std::stoll(rest));
+  }
+  return ids;
+}
+
+int64_t RowBytes(const CheckpointVariable& v) {
+  int64_t row = static_cast<int64_t>(DTypeSize(v.dtype));
+  for (size_t i = 1; i < v.shape.size(); ++i) row *= v.shape[i];
+  return row;
+}
+
+int64_t Rows(const CheckpointVariable& v) { return v.shape.empty() ? 1 : v.shape[0]; }
+
+std::string EncodeManifest(const CheckpointInfo& info) {
+  std::ostringstream os;
+  os << "sfckpt 1\nid " << info.id << "\nstep " << info.global_step << "\nvars " << info.variables.size()
+     << "\n";
+  for (const auto& v : info.variables) {
+    os << "var " << v.name << " " << DTypeName(v.dtype) << " " << v.shard << " " << v.rows_per_block << " "
+       << v.num_blocks << " " << v.shape.size();
+    for (int64_t d : v.shape) os << " " << d;
+    os << "\n";
+  }
+  std::string body = os.str();
+  return body + "crc " + Hex32(Crc(body.data(), body.size())) + "\n";
+}
+
+Result<CheckpointInfo> DecodeManifest(int64_t id, const std::string& bytes) {
+  auto bad = [&](const std::string& why) {
+    return DataLoss(Name(id) + ": manifest is truncated or corrupt (" + why + ")");
+  };
+  const size_t p = bytes.rfind("crc ");
+  if (p == std::string::npos || bytes.size() != p + 13 || bytes.back() != '\n') return bad("no checksum line");
+  const std::string body = bytes.substr(0, p);
+  if (Hex32(Crc(body.data(), body.size())) != bytes.substr(p + 4, 8)) return bad("checksum mismatch");
+  std::istringstream is(body);
+  std::string word;
+  int version = 0;
+  size_t nvars = 0;
+  CheckpointInfo info;
+  if (!(is >> word >> version) || word != "sfckpt" || version != 1) return bad("bad header");
+  if (!(is >> word >> info.id) || word != "id" || info.id != id) return bad("bad id");
+  if (!(is >> word >> info.global_step) || word != "step") return bad("bad step");
+  if (!(is >> word >> nvars) || word != "vars") return bad("bad variable count");
+  for (size_t i = 0; i < nvars; ++i) {
+    CheckpointVariable v;
+    std::string dtype;
+    size_t rank = 0;
+    if (!(is >> word >> v.name >> dtype >> v.shard >> v.rows_per_block >> v.num_blocks >> rank) || word != "var" ||
+        rank > 64)
+      return bad("bad variable entry " + std::to_string(i));
+    auto dt = ParseDType(dtype);
+    if (!dt.ok()) return bad("variable '" + v.name + "' has unknown dtype " + dtype);
+    v.dtype = *dt;
+    v.shape.resize(rank);
+    for (auto& d : v.shape)
+      if (!(is >> d) || d < 0) return bad("variable '" + v.name + "' has a bad shape");
+    info.variables.push_back(std::move(v));
+  }
+  return info;
+}
+
+}  // namespace
+
+const CheckpointVariable* CheckpointInfo::Find(const std::string& name) const {
+  for (const auto& v : variables)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+// ---- writer -----------------------------------------------------------------
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Begin(KvStore* store, int64_t global_step,
+                                                                  int64_t block_bytes) {
+  SF_ASSIGN_OR_RETURN(auto pending, IdsUnder(store, kPending));
+  SF_ASSIGN_OR_RETURN(auto committed, IdsUnder(store, kManifest));
+  int64_t next = 1;
+  for (int64_t i : pending) next = std::max(next, i + 1);
+  for (int64_t i : committed) next = std::max(next, i + 1);
+  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter(store, std::max<int64_t>(1, block_bytes)));
+  w->info_.id = next;
+  w->info_.global_step = global_step;
+  SF_RETURN_IF_ERROR(store->Put(kPending + IdString(next), std::to_string(global_step)));
+  return w;
+}
+
+Status CheckpointWriter::Add(const std::string& name, const Tensor& value, int shard) {
+  if (committed_) return FailedPrecondition(Name(info_.id) + " is already committed");
+  if (name.empty() || name.find_first_of(" \t\n\r#") != std::string::npos)
+    return InvalidArgument(Name(info_.id) + ": variable name '" + name +
+                           "' cannot be saved (empty, whitespace or '#')");
+  if (!value.valid() || value.dtype() == DType::kResource)
+    return InvalidArgument(Name(info_.id) + ": variable '" + name + "' has no saveable value");
+  for (const auto& v : info_.variables)
+    if (v.name == name && v.shard == shard)
+      return InvalidArgument(Name(info_.id) + ": variable '" + name + "' added twice");
+  CheckpointVariable v;
+  v.name = name;
+  v.dtype = value.dtype();
+  v.shape = value.shape();
+  v.shard = shard;
+  const int64_t row = RowBytes(v), rows = Rows(v);
+  v.rows_per_block = std::max<int64_t>(1, row > 0 ? block_bytes_ / row : rows);
+  v.num_blocks = rows == 0 ? 0 : (rows + v.rows_per_block - 1) / v.rows_per_block;
+  const char* base = static_cast<const char*>(value.raw_data());
+  // Batches of about 64 MiB keep memory bounded for huge tables.
+  KvBatch batch;
+  size_t batch_bytes = 0;
+  for (int64_t b = 0; b < v.num_blocks; ++b) {
+    const int64_t r0 = b * v.rows_per_block, r1 = std::min(rows, r0 + v.rows_per_block);
+    const size_t n = static_cast<size_t>((r1 - r0) * row);
+    const char* p = base + r0 * row;
+    uint32_t crc = Crc(p, n);
+    std::string block(4 + n, '\0');
+    for (int i = 0; i < 4; ++i) block[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+    if (n) std::memcpy(&block[4], p, n);
+    batch.Put(BlockKey(info_.id, name, shard, b), std::move(block));
+    batch_bytes += n;
+    if (batch_bytes >= (64u << 20)) {
+      SF_RETURN_IF_ERROR(store_->Write(batch, false));
+      batch = KvBatch();
+      batch_bytes = 0;
+    }
+  }
+  if (!batch.puts.empty()) SF_RETURN_IF_ERROR(store_->Write(batch, false));
+  info_.variables.push_back(std::move(v));
+  return Status::OK();
+}
+
+Result<int64_t> CheckpointWriter::Commit() {
+  if (committed_) return FailedPrecondition(Name(info_.id) + " is already committed");
+  // The synced manifest write also makes every earlier unsynced block write
+  // durable (one write-ahead log, written in order).
+  KvBatch b;
+  b.Put(kManifest + IdString(info_.id), EncodeManifest(info_));
+  b.Delete(kPending + IdString(info_.id));
+  SF_RETURN_IF_ERROR(store_->Write(b, true));
+  committed_ = true;
+  return info_.id;
+}
+
+// ---- reader -----------------------------------------------------------------
+
+Result<std::vector<int64_t>> CheckpointReader::List() {
+  SF_ASSIGN_OR_RETURN(auto ids, IdsUnder(store_, kManifest));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Result<CheckpointInfo> CheckpointReader::Manifest(int64_t id) {
+  auto bytes = store_->Get(kManifest + IdString(id));
+  if (!bytes.ok()) {
+    if (bytes.status().code() == Code::kNotFound) return NotFound(Name(id) + " is not committed");
+    return bytes.status();
+  }
+  return DecodeManifest(id, *bytes);
+}
+
+Result<int64_t> CheckpointReader::LatestCommitted() {
+  SF_ASSIGN_OR_RETURN(auto ids, List());
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it)
+    if (Manifest(*it).ok()) return *it;
+  return NotFound("no committed checkpoint");
+}
+
+Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::string& name) {
+  const CheckpointVariable* v = info.Find(name);
+  if (!v) return NotFound(Name(info.id) + " has no variable '" + name + "'");
+  const int64_t row = RowBytes(*v), rows = Rows(*v);
+  Tensor t(v->dtype, v->shape);
+  char* base = static_cast<char*>(t.raw_data());
+  for (int64_t b = 0; b < v->num_blocks; ++b) {
+    const std::string where =
+        Name(info.id) + ", variable '" + name + "', shard " + std::to_string(v->shard) + ", block " + std::to_string(b);
+    auto block = store_->Get(BlockKey(info.id, name, v->shard, b));
+    if (!block.ok()) {
+      if (block.status().code() == Code::kNotFound) return DataLoss(where + ": block is missing");
+      return block.status().WithPrefix(where);
+    }
+    const int64_t r0 = b * v->rows_per_block, r1 = std::min(rows, r0 + v->rows_per_block);
+    const size_t n = static_cast<size_t>((r1 - r0) * row);
+    if (block->size() != n + 4)
+      return DataLoss(where + ": block holds " + std::to_string(block->size()) + " bytes, expected " +
+                      std::to_string(n + 4));
+    uint32_t stored = 0;
+    for (int i = 0; i < 4; ++i) stored |= static_cast<uint32_t>(static_cast<unsigned char>((*block)[i])) << (8 * i);
+    const uint32_t actual = Crc(block->data() + 4, n);
+    if (stored != actual)
+      return DataLoss(where + ": checksum mismatch (stored " + Hex32(stored) + ", computed " + Hex32(actual) +
+                      "): the block is corrupt");
+    if (n) std::memcpy(base + r0 * row, block->data() + 4, n);
+  }
+  return t;
+}
+
+Result<std::map<std::string, Tensor>> CheckpointReader::ReadAll(int64_t id) {
+  SF_ASSIGN_OR_RETURN(CheckpointInfo info, Manifest(id));
+  std::map<std::string, Tensor> out;
+  for (const auto& v : info.variables) {
+    SF_ASSIGN_OR_RETURN(Tensor t, Read(info, v.name));
+    out[v.name] = std::move(t);
+  }
+  return out;
+}
+
+Status CheckpointReader::Verify(int64_t id) { return ReadAll(id).status(); }
+
+Result<int64_t> CheckpointReader::LatestReadable(int64_t max_id, std::vector<Status>* skipped) {
+  SF_ASSIGN_OR_RETURN(auto ids, List());
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    if (max_id >= 0 && *it > max_id) continue;
+    Status s = Verify(*it);
+    if (s.ok()) return *it;
+    if (skipped) skipped->push_back(s);
+  }
+  return NotFound("no readable committed checkpoint");
+}
+
+Status DeleteCheckpoint(KvStore* store, int64_t id) {
+  SF_RETURN_IF_ERROR(store->Delete(kManifest + IdString(id), true));
+  KvBatch b;
+  SF_RETURN_IF_ERROR(store->Scan(kData + IdString(id) + "/", [&](const std::string& k, const std::string&) {
+    b.Delete(k);
+    return true;
+  }));
+  b.Delete(kPending + IdString(id));
+  return store->Write(b, false);
+}
+
+Result<std::vector<int64_t>> RetainCheckpoints(KvStore* store, int keep_last) {
+  CheckpointReader reader(store);
+  SF_ASSIGN_OR_RETURN(auto ids, reader.List());
+  SF_ASSIGN_OR_RETURN(auto pending, IdsUnder(store, kPending));
+  std::vector<int64_t> doomed;
+  const int keep = std::max(0, keep_last);
+  if (static_cast<int>(ids.size()) > keep) doomed.assign(ids.begin(), ids.end() - keep);
+  // A pending checkpoint older than the newest commit is an abandoned write.
+  if (!ids.empty())
+    for (int64_t p : pending)
+      if (p < ids.back()) doomed.push_back(p);
+  std::sort(doomed.begin(), doomed.end());
+  for (int64_t id : doomed) SF_RETURN_IF_ERROR(DeleteCheckpoint(store, id));
+  return doomed;
+}
+
+}  // namespace sf

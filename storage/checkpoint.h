@@ -1,0 +1,105 @@
+// Checkpoints over a KvStore.
+//
+// Layout (ids are zero-padded so key order is id order):
+//   pending/<id>                               written when a checkpoint starts (reserves the id)
+//   data/<id>/<variable>#<shard>#<block>       crc32 (4 bytes, little-endian) + raw row block
+//   manifest/<id>                              the commit: written last, with a synced write
+// A checkpoint without a manifest is invisible to readers; atomicity comes
+// from that single synced manifest write. The manifest is text ending in its
+// own crc32, so a truncated or garbage manifest is detected.
+//
+// Thread-safety: a writer is used by one thread; readers are safe to share
+// when the store is.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+#include "storage/kv_store.h"
+
+namespace sf {
+
+// One saved variable (or optimizer slot) as the manifest records it.
+struct CheckpointVariable {
+  std::string name;
+  DType dtype = DType::kInvalid;
+  Shape shape;
+  int shard = 0;
+  int64_t rows_per_block = 0;  // leading-dimension rows in each block (the last may hold fewer)
+  int64_t num_blocks = 0;
+};
+
+// A committed checkpoint's manifest.
+struct CheckpointInfo {
+  int64_t id = -1;
+  int64_t global_step = 0;
+  std::vector<CheckpointVariable> variables;
+  // The variable called name, or null.
+  const CheckpointVariable* Find(const std::string& name) const;
+};
+
+class CheckpointWriter {
+ public:
+  // Starts a checkpoint with the next id (one above every id ever started in
+  // the store); blocks hold at most block_bytes (at least one row).
+  // Unavailable when the store cannot be written.
+  static Result<std::unique_ptr<CheckpointWriter>> Begin(KvStore* store, int64_t global_step,
+                                                         int64_t block_bytes = 4 << 20);
+  int64_t id() const { return info_.id; }
+  // Writes value's row blocks (not yet visible). InvalidArgument for a
+  // duplicate name, a name with whitespace or '#', or a resource/invalid tensor.
+  Status Add(const std::string& name, const Tensor& value, int shard = 0);
+  // Commits: writes the manifest with a synced write; returns the id.
+  Result<int64_t> Commit();
+
+ private:
+  CheckpointWriter(KvStore* store, int64_t block_bytes) : store_(store), block_bytes_(block_bytes) {}
+  KvStore* store_;
+  const int64_t block_bytes_;
+  CheckpointInfo info_;
+  bool committed_ = false;
+};
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(KvStore* store) : store_(store) {}
+  // The ids that have a manifest entry, ascending (their manifests are not
+  // checked here: Manifest does that).
+  Result<std::vector<int64_t>> List();
+  // The parsed manifest of checkpoint id: NotFound when it is not committed,
+  // DataLoss naming the checkpoint for a truncated or garbage manifest.
+  Result<CheckpointInfo> Manifest(int64_t id);
+  // The newest checkpoint whose manifest parses; NotFound when none.
+  Result<int64_t> LatestCommitted();
+  // The value of one variable, every block's checksum checked: DataLoss
+  // naming checkpoint, variable and block for a corrupt, missing or
+  // wrongly sized block; NotFound for a variable not in the checkpoint.
+  Result<Tensor> Read(const CheckpointInfo& info, const std::string& name);
+  // Every variable of checkpoint id; the first error as for Manifest/Read.
+  Result<std::map<std::string, Tensor>> ReadAll(int64_t id);
+  // Checks the manifest and every block's checksum of checkpoint id.
+  Status Verify(int64_t id);
+  // The newest committed checkpoint (at most max_id when >= 0) whose every
+  // block reads back; skipped ones' errors go to *skipped when given.
+  // NotFound when none is readable.
+  Result<int64_t> LatestReadable(int64_t max_id = -1, std::vector<Status>* skipped = nullptr);
+
+ private:
+  KvStore* store_;
+};
+
+// Deletes checkpoint id (the manifest first, so it is never half-visible).
+// Unavailable on a store failure.
+Status DeleteCheckpoint(KvStore* store, int64_t id);
+
+// Keeps the newest keep_last committed checkpoints and deletes older ones;
+// also removes uncommitted checkpoints older than the newest committed one.
+// Returns the ids deleted.
+Result<std::vector<int64_t>> RetainCheckpoints(KvStore* store, int keep_last);
+
+}  // namespace sf

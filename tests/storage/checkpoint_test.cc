@@ -1,0 +1,167 @@
+#include <catch2/catch.hpp>
+
+#include "storage/checkpoint.h"
+#include "tests/support/temp_dir.h"
+
+using namespace sf;
+
+namespace {
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Saves w (5x3 float, blocks of 2 rows when block_bytes = 24) and step; returns the id.
+int64_t SaveOne(KvStore* kv, float base, int64_t step) {
+  auto w = CheckpointWriter::Begin(kv, step, /*block_bytes=*/24);
+  REQUIRE(w.ok());
+  std::vector<float> vals(15);
+  for (int i = 0; i < 15; ++i) vals[i] = base + i;
+  REQUIRE((*w)->Add("w", Tensor::FromVector<float>(vals, {5, 3})).ok());
+  REQUIRE((*w)->Add("w/Adam/m", Tensor::FromVector<double>({base, 2.0}, {2})).ok());
+  REQUIRE((*w)->Add("step", Tensor::Scalar<int64_t>(step)).ok());
+  auto id = (*w)->Commit();
+  REQUIRE(id.ok());
+  return *id;
+}
+
+// The key of block b of variable var in checkpoint id (the documented layout).
+std::string Key(int64_t id, const std::string& var, int64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "data/%020lld/", static_cast<long long>(id));
+  char tail[32];
+  std::snprintf(tail, sizeof(tail), "#0000#%010lld", static_cast<long long>(b));
+  return buf + var + tail;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: round trip with several blocks", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  const int64_t id = SaveOne(kv.get(), 1.0f, 42);
+  CHECK(id == 1);
+  CheckpointReader r(kv.get());
+  auto info = r.Manifest(id);
+  REQUIRE(info.ok());
+  CHECK(info->global_step == 42);
+  REQUIRE(info->variables.size() == 3);
+  const CheckpointVariable* w = info->Find("w");
+  REQUIRE(w);
+  CHECK(w->dtype == DType::kFloat32);
+  CHECK(w->shape == Shape{5, 3});
+  CHECK(w->num_blocks == 3);  // 2 + 2 + 1 rows
+  auto all = r.ReadAll(id);
+  REQUIRE(all.ok());
+  auto wv = (*all)["w"].ToVector<float>();
+  for (int i = 0; i < 15; ++i) CHECK(wv[i] == 1.0f + i);
+  CHECK((*all)["w/Adam/m"].ToVector<double>() == std::vector<double>{1.0, 2.0});
+  CHECK((*all)["step"].scalar_as<int64_t>() == 42);
+  CHECK((*all)["step"].rank() == 0);
+  CHECK(r.Verify(id).ok());
+  CHECK(*r.LatestCommitted() == id);
+}
+
+TEST_CASE("checkpoint: ids are monotonic and an uncommitted one is invisible", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  SaveOne(kv.get(), 0, 1);
+  auto w = CheckpointWriter::Begin(kv.get(), 2);
+  REQUIRE(w.ok());
+  CHECK((*w)->id() == 2);
+  REQUIRE((*w)->Add("w", Tensor::FromVector<float>({9, 9})).ok());
+  // Never committed: readers do not see it, and the next id skips it.
+  CheckpointReader r(kv.get());
+  CHECK(*r.List() == std::vector<int64_t>{1});
+  CHECK(*r.LatestCommitted() == 1);
+  CHECK(r.Manifest(2).status().code() == Code::kNotFound);
+  CHECK(SaveOne(kv.get(), 0, 3) == 3);
+}
+
+TEST_CASE("checkpoint: a corrupt block is named and the reader falls back", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  SaveOne(kv.get(), 0, 10);
+  const int64_t id = SaveOne(kv.get(), 100, 20);
+  std::string block = *kv->Get(Key(id, "w", 1));
+  block[6] ^= 0x40;
+  REQUIRE(kv->Put(Key(id, "w", 1), block).ok());
+  CheckpointReader r(kv.get());
+  Status s = r.Verify(id);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(Contains(s.message(), "checkpoint 2"));
+  CHECK(Contains(s.message(), "variable 'w'"));
+  CHECK(Contains(s.message(), "block 1"));
+  CHECK(Contains(s.message(), "checksum"));
+  std::vector<Status> skipped;
+  auto ok = r.LatestReadable(-1, &skipped);
+  REQUIRE(ok.ok());
+  CHECK(*ok == 1);
+  REQUIRE(skipped.size() == 1);
+  CHECK(Contains(skipped[0].message(), "block 1"));
+}
+
+TEST_CASE("checkpoint: a missing block is named", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  const int64_t id = SaveOne(kv.get(), 0, 10);
+  REQUIRE(kv->Delete(Key(id, "w/Adam/m", 0)).ok());
+  Status s = CheckpointReader(kv.get()).Verify(id);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(Contains(s.message(), "variable 'w/Adam/m'"));
+  CHECK(Contains(s.message(), "block 0"));
+  CHECK(Contains(s.message(), "missing"));
+}
+
+TEST_CASE("checkpoint: a truncated or garbage manifest is refused, previous one used", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  SaveOne(kv.get(), 0, 10);
+  const int64_t id = SaveOne(kv.get(), 0, 20);
+  char key[64];
+  std::snprintf(key, sizeof(key), "manifest/%020lld", static_cast<long long>(id));
+  const std::string m = *kv->Get(key);
+  CheckpointReader r(kv.get());
+  for (const std::string& bad : {m.substr(0, m.size() / 2), std::string("garbage"), std::string()}) {
+    REQUIRE(kv->Put(key, bad).ok());
+    auto info = r.Manifest(id);
+    CHECK(info.status().code() == Code::kDataLoss);
+    CHECK(Contains(info.status().message(), "checkpoint 2"));
+    CHECK(Contains(info.status().message(), "manifest"));
+    CHECK(*r.LatestCommitted() == 1);
+    CHECK(*r.LatestReadable() == 1);
+  }
+}
+
+TEST_CASE("checkpoint: retention keeps the newest N and drops their blocks", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  for (int i = 0; i < 5; ++i) SaveOne(kv.get(), i, i);
+  auto gone = RetainCheckpoints(kv.get(), 2);
+  REQUIRE(gone.ok());
+  CHECK(*gone == std::vector<int64_t>{1, 2, 3});
+  CheckpointReader r(kv.get());
+  CHECK(*r.List() == std::vector<int64_t>{4, 5});
+  CHECK(kv->Keys("data/00000000000000000001/")->empty());
+  CHECK(r.Verify(4).ok());
+  // Ids keep growing after deletions.
+  CHECK(SaveOne(kv.get(), 0, 9) == 6);
+}
+
+TEST_CASE("checkpoint: bad names and values are refused", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  auto w = CheckpointWriter::Begin(kv.get(), 0);
+  REQUIRE(w.ok());
+  CHECK(!(*w)->Add("a b", Tensor::Scalar<float>(1)).ok());
+  CHECK(!(*w)->Add("x", Tensor()).ok());
+  REQUIRE((*w)->Add("x", Tensor::Scalar<float>(1)).ok());
+  CHECK(Contains((*w)->Add("x", Tensor::Scalar<float>(1)).message(), "added twice"));
+}
+
+TEST_CASE("checkpoint: works over rocksdb", "[storage]") {
+  sf::testing::TempDir dir("sf_ckpt");
+  int64_t id;
+  {
+    auto kv = OpenRocksDb(dir / "db");
+    REQUIRE(kv.ok());
+    id = SaveOne(kv->get(), 3, 7);
+  }
+  auto kv = OpenRocksDb(dir / "db");
+  REQUIRE(kv.ok());
+  CheckpointReader r(kv->get());
+  CHECK(*r.LatestCommitted() == id);
+  CHECK(r.Verify(id).ok());
+  CHECK((*r.ReadAll(id))["w"].ToVector<float>()[14] == 17.0f);
+}
