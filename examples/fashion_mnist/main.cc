@@ -8,7 +8,17 @@
 // progress bar, and writes metrics.csv and curves.svg into its run folder.
 // With --json it prints one JSON line per epoch and a final summary line:
 // {"model", "epochs", "test_accuracy", "train_steps_per_sec", "epoch_seconds"}
-// (with --pipeline also "pipeline_fill_examples_per_sec", "input_wait_seconds").
+// (with --pipeline also "pipeline_fill_examples_per_sec", "input_wait_seconds";
+// with --checkpoint-dir also "start_step", "global_step").
+//
+// --checkpoint-dir DIR: a Saver (keep_last 3) checkpoints every
+// --checkpoint-every steps (default: once per epoch) and at the end, under the
+// number of steps done. On start, the newest committed checkpoint in DIR is
+// restored and training resumes at its global step. Each epoch's shuffle is
+// derived from (seed, epoch) alone, and the learning rate from the global step
+// and --epochs, so a resumed run sees the same batches and rates as an
+// uninterrupted one: train with --epochs E --stop-after-epoch K, then run
+// again with --epochs E to finish exactly as one E-epoch run would.
 //
 // --pipeline: a QueueRunner's loops read chunks of the training set (in a
 // random chunk order per epoch) and enqueue them into a RandomShuffleQueue,
@@ -149,11 +159,19 @@ int main(int argc, char** argv) {
       .Bool("pipeline", "read and shuffle training batches through a RandomShuffleQueue")
       .Int("pipeline_loops", 2, "concurrent enqueue loops of the input pipeline")
       .Int("pipeline_chunk", 512, "examples each enqueue step reads (one enqueue_many)")
-      .Bool("json", "print JSON lines on stdout");
+      .Bool("json", "print JSON lines on stdout")
+      .String("checkpoint-dir", "", "checkpoint into DIR and resume from its newest committed checkpoint")
+      .Int("checkpoint-every", 0, "steps between checkpoints (0 = once per epoch)")
+      .Int("stop-after-epoch", 0, "stop (and checkpoint) after this epoch; the schedule still spans --epochs");
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   const bool json = flags.GetBool("json");
   const int64_t epochs = flags.GetInt("epochs"), batch = flags.GetInt("batch");
   if (epochs < 1 || batch < 1) return Fail(InvalidArgument("--epochs and --batch must be positive"));
+  const std::string ckpt_dir = flags.GetString("checkpoint-dir");
+  const int64_t stop_after = flags.GetInt("stop-after-epoch");
+  if (flags.GetInt("checkpoint-every") < 0 || stop_after < 0)
+    return Fail(InvalidArgument("--checkpoint-every and --stop-after-epoch must not be negative"));
+  const int64_t last_epoch = stop_after > 0 ? std::min(stop_after, epochs) : epochs;
 
   auto train = LoadFashionMnist(flags.GetString("data"), "train");
   if (!train.ok()) return Fail(train.status());
@@ -180,6 +198,23 @@ int main(int argc, char** argv) {
   Session session(g);
   auto init = session.Run({}, std::vector<Output>{}, {m.init});
   if (!init.ok()) return Fail(init.status());
+  std::unique_ptr<Saver> saver;
+  int64_t start_step = 0;  // steps already done by the restored checkpoint
+  if (!ckpt_dir.empty()) {
+    saver = std::make_unique<Saver>(&session, ckpt_dir, 3);
+    auto step = Session::CheckpointStep(ckpt_dir);
+    if (step.ok()) {
+      Status rs = saver->Restore();
+      if (!rs.ok()) return Fail(rs);
+      start_step = *step;
+      if (!json) std::printf("restored checkpoint from %s at global step %lld\n", ckpt_dir.c_str(),
+                             (long long)start_step);
+      else std::fprintf(stderr, "fashion_mnist: restored checkpoint from %s at global step %lld\n",
+                        ckpt_dir.c_str(), (long long)start_step);
+    } else if (step.status().code() != Code::kNotFound) {
+      return Fail(step.status());
+    }
+  }
 
   const std::string run_dir = flags.GetString("out") + "/fashion_mnist_" + mo.model + "_seed" +
                               std::to_string(mo.seed);
@@ -189,11 +224,26 @@ int main(int argc, char** argv) {
   if (!json) std::printf("training %s on %lld examples, batch %lld, %lld epochs; run folder %s\n",
                          mo.model.c_str(), (long long)n_train, (long long)batch, (long long)epochs, run_dir.c_str());
 
-  std::mt19937_64 rng(mo.seed);
   std::vector<int64_t> order(n_train);
   std::iota(order.begin(), order.end(), 0);
   const int64_t steps_per_epoch = n_train / batch;  // drop the last partial batch
   if (steps_per_epoch < 1) return Fail(InvalidArgument("--batch is larger than the training set"));
+  const int64_t total_steps_planned = epochs * steps_per_epoch;
+  if (start_step > total_steps_planned)
+    return Fail(InvalidArgument("the checkpoint in " + ckpt_dir + " is at global step " +
+                                std::to_string(start_step) + ", past the " +
+                                std::to_string(total_steps_planned) + " steps of this run's --epochs"));
+  const int64_t first_epoch = start_step / steps_per_epoch + 1;
+  const int64_t checkpoint_every = flags.GetInt("checkpoint-every") > 0 ? flags.GetInt("checkpoint-every")
+                                                                         : steps_per_epoch;
+  int64_t last_saved_step = start_step;
+  auto checkpoint = [&](int64_t global_step) -> Status {
+    auto id = saver->Save(global_step);
+    if (!id.ok()) return id.status();
+    last_saved_step = global_step;
+    if (!json) std::printf("checkpoint %lld saved at global step %lld\n", (long long)*id, (long long)global_step);
+    return Status::OK();
+  };
 
   // The pipeline reads chunks in a random chunk order per epoch; big chunks
   // keep the enqueue steps few.
@@ -217,6 +267,8 @@ int main(int argc, char** argv) {
     ro.parallel = static_cast<int>(std::max<int64_t>(1, flags.GetInt("pipeline_loops")));
     ro.close_target = "pipe_close";
     ro.cancel_target = "pipe_cancel";
+    // A resumed run reads from the first epoch it has not finished.
+    next_chunk = (first_epoch - 1) * chunks_per_epoch;
     const Dataset* data = &*train;
     runner = std::make_unique<QueueRunner>(session, std::vector<std::string>{"pipe_enqueue"},
         [&, data](int) -> Result<FeedMap> {
@@ -232,7 +284,7 @@ int main(int argc, char** argv) {
     if (!rs.ok()) return Fail(rs);
     // The pipeline's own rate: how fast it fills the queue before training
     // starts to drain it (or reads everything, for small runs).
-    const int64_t fill = std::min(pipe.capacity, epochs * n_train);
+    const int64_t fill = std::min(pipe.capacity, (epochs - first_epoch + 1) * n_train);
     for (;;) {
       auto r = session.Run({}, std::vector<Output>{pipe.size});
       if (!r.ok()) return Fail(r.status());
@@ -251,16 +303,22 @@ int main(int argc, char** argv) {
   double total_steps = 0, total_train_secs = 0, last_acc = 0;
   std::vector<double> epoch_secs;
   Tensor xb, yb;
-  for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+  for (int64_t epoch = first_epoch; epoch <= last_epoch; ++epoch) {
+    // Each epoch's permutation depends only on (seed, epoch), so a resumed
+    // run shuffles exactly as an uninterrupted one.
+    std::iota(order.begin(), order.end(), 0);
+    std::seed_seq epoch_seed{static_cast<uint64_t>(mo.seed), static_cast<uint64_t>(epoch)};
+    std::mt19937_64 rng(epoch_seed);
     std::shuffle(order.begin(), order.end(), rng);
+    const int64_t first_step = epoch == first_epoch ? start_step % steps_per_epoch : 0;
     ProgressBar bar(steps_per_epoch, "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs));
     double loss_sum = 0;
     auto t0 = std::chrono::steady_clock::now();
-    for (int64_t step = 0; step < steps_per_epoch; ++step) {
+    for (int64_t step = first_step; step < steps_per_epoch; ++step) {
       if (pipeline) {
         auto w0 = std::chrono::steady_clock::now();
         auto b = prefetch->Wait();
-        if (b.ok() && (epoch - 1) * steps_per_epoch + step + 1 < epochs * steps_per_epoch)
+        if (b.ok() && (epoch - 1) * steps_per_epoch + step + 1 < last_epoch * steps_per_epoch)
           prefetch->Start();
         if (!b.ok()) {
           // The queue closes early only when a loop failed: report why.
@@ -282,6 +340,10 @@ int main(int argc, char** argv) {
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;
       bar.Update(step + 1, loss);
+      if (saver && (global_step + 1) % checkpoint_every == 0) {
+        Status cs = checkpoint(global_step + 1);
+        if (!cs.ok()) return Fail(cs);
+      }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double acc = 0, test_loss = 0;
@@ -290,8 +352,9 @@ int main(int argc, char** argv) {
     char suffix[64];
     std::snprintf(suffix, sizeof suffix, "test acc %.4f", acc);
     bar.Finish(suffix);
-    const double train_loss = loss_sum / steps_per_epoch, sps = steps_per_epoch / secs;
-    total_steps += steps_per_epoch;
+    const int64_t epoch_steps = steps_per_epoch - first_step;
+    const double train_loss = loss_sum / epoch_steps, sps = epoch_steps / secs;
+    total_steps += epoch_steps;
     total_train_secs += secs;
     epoch_secs.push_back(secs);
     last_acc = acc;
@@ -308,6 +371,17 @@ int main(int argc, char** argv) {
                   (long long)epoch, train_loss, test_loss, acc, sps, secs);
     }
   }
+  if (first_epoch > last_epoch) {
+    // The restored checkpoint already covers every epoch: report its accuracy.
+    double test_loss = 0;
+    Status es = Evaluate(session, m, *test, &last_acc, &test_loss);
+    if (!es.ok()) return Fail(es);
+  }
+  const int64_t final_step = std::max(start_step, last_epoch * steps_per_epoch);
+  if (saver && final_step != last_saved_step) {
+    Status cs = checkpoint(final_step);
+    if (!cs.ok()) return Fail(cs);
+  }
   if (runner) {
     runner->Stop();
     prefetch.reset();
@@ -318,18 +392,19 @@ int main(int argc, char** argv) {
                            {Panel{"loss", "epoch", {train_curve, test_curve}},
                             Panel{"test accuracy", "epoch", {acc_curve}}});
   if (!ps.ok()) return Fail(ps);
-  const double sps = total_steps / total_train_secs;
+  const double sps = total_train_secs > 0 ? total_steps / total_train_secs : 0.0;
   if (json) {
     JsonLine line;
     line.Add("model", mo.model).Add("epochs", epochs).Add("test_accuracy", last_acc)
         .Add("train_steps_per_sec", sps).Add("epoch_seconds", epoch_secs);
+    if (saver) line.Add("start_step", start_step).Add("global_step", final_step);
     if (pipeline)
       line.Add("pipeline", true).Add("pipeline_fill_examples_per_sec", fill_rate)
           .Add("input_wait_seconds", input_wait);
     line.Print();
   } else {
     std::printf("final test accuracy %.4f after %lld epochs (%.1f steps/s); metrics in %s/metrics.csv, "
-                "plot in %s/curves.svg\n", last_acc, (long long)epochs, sps, run_dir.c_str(), run_dir.c_str());
+                "plot in %s/curves.svg\n", last_acc, (long long)last_epoch, sps, run_dir.c_str(), run_dir.c_str());
     if (pipeline)
       std::printf("input pipeline: filled its queue at %.0f examples/s; training waited %.2f s for batches\n",
                   fill_rate, input_wait);
