@@ -379,7 +379,7 @@ void ControlFlowExecutor::Complete(Step* s, const Task& first, std::vector<Tenso
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!outs[i].valid() && pn.kind != Kind::kOther) continue;
         if (outs[i].dtype() != pn.output_dtypes[i]) {
-          st = Internal(": output " + std::to_string(i) + " is " +
+          st = Internal("output " + std::to_string(i) + " is " +
                         (outs[i].valid() ? DTypeName(outs[i].dtype()) : "unset") + ", declared " +
                         DTypeName(pn.output_dtypes[i]));
           break;

@@ -149,6 +149,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
 }
 
 void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) {
+  // A short list would leave fed slots empty (the control-flow path would read
+  // past its feeds): refuse the step rather than run ops on missing values.
+  if (feeds.size() != feed_slots_.size()) {
+    done(InvalidArgument("the step has " + std::to_string(feeds.size()) + " feed value(s), the " +
+                         "partition expects " + std::to_string(feed_slots_.size())),
+         {});
+    return;
+  }
   if (control_flow_) {
     control_flow_->RunStep(step_id, std::move(feeds), std::move(done));
     return;
@@ -158,8 +166,7 @@ void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) 
   s->id = step_id;
   s->done = std::move(done);
   s->values.resize(num_slots_);
-  for (size_t i = 0; i < feed_slots_.size() && i < feeds.size(); ++i)
-    s->values[feed_slots_[i]] = std::move(feeds[i]);
+  for (size_t i = 0; i < feed_slots_.size(); ++i) s->values[feed_slots_[i]] = std::move(feeds[i]);
   s->pending.reset(new std::atomic<int>[n]);
   for (int i = 0; i < n; ++i) s->pending[i].store(nodes_[i].initial_pending, std::memory_order_relaxed);
   s->uses.reset(new std::atomic<int>[num_slots_]);

@@ -52,7 +52,8 @@ class Executor {
   using DoneFn = std::function<void(Status, std::vector<Tensor>)>;
   // Runs one step with feed values in spec.fed order; done gets the fetches in
   // spec.fetches order, or the first error ("node 'N' (op OP): ..."). done runs
-  // on a compute thread (or inline for an empty partition).
+  // on a compute thread (or inline for an empty partition, or with
+  // InvalidArgument when feeds.size() differs from spec.fed.size()).
   void RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done);
 
   int num_nodes() const;

@@ -284,8 +284,11 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
   for (const Plan::Part& part : plan.parts) {
     auto sc = std::make_shared<runtime::StepCall>();
     sc->step_id = step_id;
+    sc->feeds.reserve(part.feed_index.size());
     for (int i : part.feed_index) sc->feeds.push_back(call.feeds[i].second);
-    std::vector<int> fetch_index = part.fetch_index;
+    // The plan outlives its steps (the coordinator keeps it until the session,
+    // which waits for every step, goes): no per-step copy of the index.
+    const std::vector<int>* fetch_index = &part.fetch_index;
     sc->done = [join, fetch_index, rdv, step_id](Status s, std::vector<Tensor> out) {
       // Partitions still waiting on this one's tensors fail rather than hang
       // (before counting down, so the cleanup below comes after any abort).
@@ -295,7 +298,7 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
         std::lock_guard<std::mutex> l(join->mu);
         if (!s.ok() && join->status.ok()) join->status = s;
         if (s.ok())
-          for (size_t i = 0; i < out.size(); ++i) join->fetches[fetch_index[i]] = std::move(out[i]);
+          for (size_t i = 0; i < out.size(); ++i) join->fetches[(*fetch_index)[i]] = std::move(out[i]);
         last = --join->remaining == 0;
       }
       if (!last) return;
@@ -456,18 +459,30 @@ Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
   return info.global_step;
 }
 
-Status Session::Restore(const std::string& dir, int64_t id) {
+Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
   SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
   CheckpointReader reader(kv.get());
-  if (id < 0) {
-    auto latest = reader.LatestReadable();
-    if (!latest.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
-    id = *latest;
+  // ReadAll checks every block's checksum as it reads, so the newest intact
+  // checkpoint is found by reading each candidate once, newest first.
+  std::vector<int64_t> candidates;
+  if (id >= 0) {
+    candidates.push_back(id);
+  } else {
+    SF_ASSIGN_OR_RETURN(candidates, reader.List());
+    std::reverse(candidates.begin(), candidates.end());
+    if (candidates.empty()) return NotFound("no readable committed checkpoint in '" + dir + "'");
   }
-  auto info = reader.Manifest(id);
-  Result<std::map<std::string, Tensor>> values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
+  Result<CheckpointInfo> info = NotFound("unset");
+  Result<std::map<std::string, Tensor>> values = NotFound("unset");
+  for (int64_t candidate : candidates) {
+    id = candidate;
+    info = reader.Manifest(id);
+    values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
+    if (values.ok()) break;
+  }
   if (!values.ok()) {
+    if (candidates.size() > 1) return NotFound("no readable committed checkpoint in '" + dir + "'");
     std::string msg = values.status().message();
     auto prev = reader.LatestReadable(id - 1);
     msg += prev.ok() ? "; checkpoint " + std::to_string(*prev) + " is the previous readable one"
@@ -515,7 +530,9 @@ Status Session::Restore(const std::string& dir, int64_t id) {
     impl_->variables->Assign(a.first, AssignMode::kAssign, std::move(a.second),
                              [&w](Result<Tensor> r) { w.Done(r.status()); });
   w.Done(Status::OK());
-  return w.Wait();
+  SF_RETURN_IF_ERROR(w.Wait());
+  if (global_step) *global_step = info->global_step;
+  return Status::OK();
 }
 
 Result<int64_t> Saver::Save(int64_t global_step) {

@@ -202,11 +202,12 @@ int main(int argc, char** argv) {
   int64_t start_step = 0;  // steps already done by the restored checkpoint
   if (!ckpt_dir.empty()) {
     saver = std::make_unique<Saver>(&session, ckpt_dir, 3);
+    // The step comes from the checkpoint actually restored: Restore skips a
+    // newest checkpoint that does not read back intact.
     auto step = Session::CheckpointStep(ckpt_dir);
     if (step.ok()) {
-      Status rs = saver->Restore();
+      Status rs = saver->Restore(-1, &start_step);
       if (!rs.ok()) return Fail(rs);
-      start_step = *step;
       if (!json) std::printf("restored checkpoint from %s at global step %lld\n", ckpt_dir.c_str(),
                              (long long)start_step);
       else std::fprintf(stderr, "fashion_mnist: restored checkpoint from %s at global step %lld\n",

@@ -64,8 +64,9 @@ class Session {
   // has no checkpoint or the checkpoint lacks a graph variable, DataLoss
   // naming checkpoint, variable and block for a corrupt one (and the
   // previous readable id), InvalidArgument naming the variable whose dtype or
-  // shape differs from the graph's.
-  Status Restore(const std::string& dir, int64_t id = -1);
+  // shape differs from the graph's. When global_step is given it receives the
+  // restored checkpoint's global step (after any fallback).
+  Status Restore(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
   // The global step recorded in checkpoint id (-1: newest committed) in dir;
   // NotFound when there is none.
   static Result<int64_t> CheckpointStep(const std::string& dir, int64_t id = -1);
@@ -87,7 +88,9 @@ class Saver {
   // session's checkpoint lock); the new id, or the first error.
   Result<int64_t> Save(int64_t global_step);
   // Session::Restore from the directory.
-  Status Restore(int64_t id = -1) { return session_->Restore(dir_, id); }
+  Status Restore(int64_t id = -1, int64_t* global_step = nullptr) {
+    return session_->Restore(dir_, id, global_step);
+  }
 
  private:
   Session* session_;

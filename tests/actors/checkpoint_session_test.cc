@@ -138,9 +138,11 @@ TEST_CASE("Restore errors: no store, corrupt checkpoint falls back to the previo
   CHECK(bad.code() == Code::kDataLoss);
   CHECK(bad.message().find("variable 'w'") != std::string::npos);
   CHECK(bad.message().find("checkpoint 1 is the previous readable one") != std::string::npos);
-  // Latest falls back past the corrupt one.
-  REQUIRE(s.Restore(dir.path).ok());
+  // Latest falls back past the corrupt one, and says which step it restored.
+  int64_t step = -1;
+  REQUIRE(s.Restore(dir.path, -1, &step).ok());
   CHECK(m.Values(s) == first);
+  CHECK(step == 0);
 }
 
 TEST_CASE("Saver keeps the newest checkpoints", "[session][checkpoint]") {
