@@ -94,9 +94,10 @@ Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>&
   }
   for (size_t i = 0; i < req.scalars.size(); ++i) {
     const Tensor& t = req.scalars[i];
-    if (!t.valid() || t.num_elements() != 1 || !IsFloating(t.dtype()))
+    if (!t.valid() || t.num_elements() != 1 ||
+        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64))
       return InvalidArgument(who + ": hyperparameter " + std::to_string(i) +
-                             " must be a float scalar, got " + t.DebugString(0));
+                             " must be a float32 or float64 scalar, got " + t.DebugString(0));
   }
   if (dt == DType::kFloat32) Update<float>(req, vars);
   else Update<double>(req, vars);

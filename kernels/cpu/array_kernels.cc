@@ -327,6 +327,8 @@ class ConcatGradKernel : public OpKernel {
                                        " does not match gradient shape " + ShapeString(dy.shape())));
         return;
       }
+      Status st = CheckRuntimeShape(s, "ConcatGrad: input shape");
+      if (!st.ok()) return ctx->SetStatus(st);
       sizes.push_back(s[axis]);
       total += s[axis];
     }
@@ -440,12 +442,8 @@ class StridedSliceGradKernel : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& dy = ctx->input(0);
     const Shape shape = ctx->input(1).ToVector<int64_t>();
-    for (int64_t d : shape) {
-      if (d < 0) {
-        ctx->SetStatus(InvalidArgument("StridedSliceGrad: negative dim in shape " + ShapeString(shape)));
-        return;
-      }
-    }
+    Status shape_st = CheckRuntimeShape(shape, "StridedSliceGrad: shape");
+    if (!shape_st.ok()) return ctx->SetStatus(shape_st);
     std::vector<SliceAxis> axes;
     Status st = ResolveStridedSlice(shape, spec_, &axes);
     if (!st.ok()) return ctx->SetStatus(st);
@@ -622,6 +620,8 @@ class GatherGradKernel : public OpKernel {
       ctx->SetStatus(InvalidArgument("GatherGrad: params shape must have rank >= 1"));
       return;
     }
+    Status shape_st = CheckRuntimeShape(shape, "GatherGrad: params shape");
+    if (!shape_st.ok()) return ctx->SetStatus(shape_st);
     Shape expect = indices.shape();
     expect.insert(expect.end(), shape.begin() + 1, shape.end());
     if (expect != dy.shape()) {

@@ -21,6 +21,19 @@ void RegisterSendRecvKernels(KernelRegistry& reg);
 // The registry of every standard kernel, built on first use.
 const KernelRegistry& StandardKernelRegistry();
 
+// OK when every dim of `s` (a shape read from a run-time tensor) is >= 0 and
+// its element count times 8 bytes fits in int64; else InvalidArgument naming
+// `what` and the shape, so a bad fed shape never reaches an allocation.
+inline Status CheckRuntimeShape(const Shape& s, const std::string& what) {
+  int64_t n = 8;
+  for (int64_t d : s) {
+    if (d < 0) return InvalidArgument(what + " " + ShapeString(s) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, d, &n))
+      return InvalidArgument(what + " " + ShapeString(s) + " has too many elements");
+  }
+  return Status::OK();
+}
+
 // Registers K for `op` on the CPU for each listed dtype (kInvalid = any);
 // a duplicate is our bug and aborts.
 template <typename K>

@@ -77,11 +77,8 @@ class FillKernel : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     auto dims = ReadShape(ctx->input(0), "Fill dims");
     if (!dims.ok()) return ctx->SetStatus(dims.status());
-    for (int64_t d : *dims) {
-      if (d < 0)
-        return ctx->SetStatus(InvalidArgument("Fill dims " + ShapeString(*dims) +
-                                              " has a negative dimension"));
-    }
+    Status st = CheckRuntimeShape(*dims, "Fill dims");
+    if (!st.ok()) return ctx->SetStatus(st);
     const Tensor& v = ctx->input(1);
     if (v.num_elements() != 1)
       return ctx->SetStatus(InvalidArgument("Fill value must be a scalar, got shape " +
@@ -111,8 +108,9 @@ class ReshapeKernel : public OpKernel {
       } else if (shape[i] < 0) {
         return ctx->SetStatus(InvalidArgument("Reshape shape " + ShapeString(shape) +
                                               " may hold only one -1 and no other negative size"));
-      } else {
-        known *= shape[i];
+      } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+        return ctx->SetStatus(InvalidArgument("Reshape shape " + ShapeString(shape) +
+                                              " has too many elements"));
       }
     }
     const int64_t n = x.num_elements();

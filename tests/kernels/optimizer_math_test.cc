@@ -124,3 +124,18 @@ TEST_CASE("Optimizer errors name the optimizer and the shapes", "[optimizer]") {
   CHECK_FALSE(ApplyOptimizerUpdate(Req("Nope", {}), {&v2}).ok());
   CHECK_FALSE(ApplyOptimizerUpdate(Req("Adagrad", {S(0.1)}), {&v2}).ok());  // slot missing
 }
+
+TEST_CASE("Optimizer hyperparameters must be float32 or float64 scalars", "[optimizer][bad_input]") {
+  // A float16 learning rate cannot be read as a number here: it must be an
+  // error, not a silent learning rate of 0.
+  Tensor half_lr(DType::kFloat16, {});
+  Tensor var = V({1, 2});
+  Status s = ApplyOptimizerUpdate(Req("GradientDescent", {half_lr}), {&var});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("hyperparameter 0") != std::string::npos);
+  CHECK(var.ToVector<double>() == std::vector<double>{1, 2});
+  s = ApplyOptimizerUpdate(Req("GradientDescent", {Tensor::Scalar<int32_t>(1)}), {&var});
+  REQUIRE_FALSE(s.ok());
+  CHECK(ApplyOptimizerUpdate(Req("GradientDescent", {Tensor::Scalar<float>(0.5f)}), {&var}).ok());
+  CheckNear(var, {0.75, 2.5});
+}
