@@ -53,7 +53,10 @@ Result<std::vector<int64_t>> IdsUnder(KvStore* store, const std::string& prefix)
   std::vector<int64_t> ids;
   for (const auto& k : keys) {
     const std::string rest = k.substr(prefix.size());
-    if (rest.size() != 20 || rest.find_first_not_of("0123456789") != std::string::npos) continue;
+    // Ids are non-negative int64s, so always start with '0' when padded to 20
+    // digits; anything else is a stray key, and would overflow std::stoll.
+    if (rest.size() != 20 || rest[0] != '0' || rest.find_first_not_of("0123456789") != std::string::npos)
+      continue;
     ids.push_back(std::stoll(rest));
   }
   return ids;
@@ -111,6 +114,17 @@ Result<CheckpointInfo> DecodeManifest(int64_t id, const std::string& bytes) {
     v.shape.resize(rank);
     for (auto& d : v.shape)
       if (!(is >> d) || d < 0) return bad("variable '" + v.name + "' has a bad shape");
+    // The reader sizes the tensor and walks the blocks from these numbers: an
+    // inconsistent entry would allocate absurdly or silently leave rows unread.
+    int64_t bytes = static_cast<int64_t>(DTypeSize(v.dtype));
+    for (int64_t d : v.shape) {
+      if (d != 0 && bytes > (int64_t{1} << 62) / d) return bad("variable '" + v.name + "' is impossibly large");
+      bytes *= d;
+    }
+    const int64_t rows = Rows(v);
+    if (v.rows_per_block < 1 || v.num_blocks != (rows + v.rows_per_block - 1) / v.rows_per_block)
+      return bad("variable '" + v.name + "' has " + std::to_string(v.num_blocks) + " blocks of " +
+                 std::to_string(v.rows_per_block) + " rows for " + std::to_string(rows) + " rows");
     info.variables.push_back(std::move(v));
   }
   return info;

@@ -1,3 +1,5 @@
+#include <zlib.h>
+
 #include <catch2/catch.hpp>
 
 #include "storage/checkpoint.h"
@@ -124,6 +126,49 @@ TEST_CASE("checkpoint: a truncated or garbage manifest is refused, previous one 
     CHECK(*r.LatestCommitted() == 1);
     CHECK(*r.LatestReadable() == 1);
   }
+}
+
+// Re-signs a manifest body the way the writer does (crc32, 8 hex digits).
+std::string Signed(const std::string& body) {
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08lx",
+                crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), body.size()));
+  return body + "crc " + crc + "\n";
+}
+
+TEST_CASE("checkpoint: a well-signed manifest with inconsistent blocks is refused", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  const int64_t id = SaveOne(kv.get(), 0, 10);
+  char key[64];
+  std::snprintf(key, sizeof(key), "manifest/%020lld", static_cast<long long>(id));
+  const std::string m = *kv->Get(key);
+  const std::string body = m.substr(0, m.rfind("crc "));
+  // w is 5x3 float in blocks of 2 rows: "2 3" is rows_per_block, num_blocks.
+  const std::string entry = "var w float32 0 2 3 2 5 3\n";
+  REQUIRE(body.find(entry) != std::string::npos);
+  CheckpointReader r(kv.get());
+  REQUIRE(kv->Put(key, Signed(body)).ok());
+  REQUIRE(r.Manifest(id).ok());  // re-signing alone changes nothing
+  for (const std::string& bad : {std::string("var w float32 0 2 1 2 5 3\n"),    // rows 2-4 would go unread
+                                 std::string("var w float32 0 0 3 2 5 3\n"),    // zero rows per block
+                                 std::string("var w float32 0 2 3 2 5 4611686018427387904\n")}) {
+    std::string changed = body;
+    changed.replace(changed.find(entry), entry.size(), bad);
+    REQUIRE(kv->Put(key, Signed(changed)).ok());
+    auto info = r.Manifest(id);
+    CHECK(info.status().code() == Code::kDataLoss);
+    CHECK(Contains(info.status().message(), "variable 'w'"));
+  }
+}
+
+TEST_CASE("checkpoint: stray keys that look like ids are ignored", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  REQUIRE(kv->Put("manifest/99999999999999999999", "x").ok());
+  REQUIRE(kv->Put("pending/99999999999999999999", "x").ok());
+  const int64_t id = SaveOne(kv.get(), 0, 10);
+  CHECK(id == 1);
+  CheckpointReader r(kv.get());
+  CHECK(*r.List() == std::vector<int64_t>{1});
 }
 
 TEST_CASE("checkpoint: retention keeps the newest N and drops their blocks", "[storage]") {
