@@ -121,15 +121,14 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
     for (int i = 0; i < node.num_outputs(); ++i)
       if (!dys[i].valid() && CarriesGradient(node.output_dtypes[i]))
         dys[i] = ops::ZerosLike(g, Output(&g, id, i));
-    // Copy: the gradient function adds nodes, which may move the node table.
-    const Node snapshot = node;
-    std::vector<Output> dxs = def->grad_fn(g, snapshot, dys);
-    SF_RETURN_IF_ERROR(g.status().WithPrefix("building the gradient of node '" + snapshot.name + "'"));
-    if (dxs.size() != snapshot.inputs.size())
-      return Internal("the gradient of op " + snapshot.op + " returned " + std::to_string(dxs.size()) +
-                      " values for " + std::to_string(snapshot.inputs.size()) + " inputs");
+    // Nodes are held by pointer, so node stays valid while the gradient function adds nodes.
+    std::vector<Output> dxs = def->grad_fn(g, node, dys);
+    SF_RETURN_IF_ERROR(g.status().WithPrefix("building the gradient of node '" + node.name + "'"));
+    if (dxs.size() != node.inputs.size())
+      return Internal("the gradient of op " + node.op + " returned " + std::to_string(dxs.size()) +
+                      " values for " + std::to_string(node.inputs.size()) + " inputs");
     for (size_t i = 0; i < dxs.size(); ++i) {
-      const Output& in = snapshot.inputs[i];
+      const Output& in = node.inputs[i];
       if (!dxs[i].valid() || !from_x[in.node] || !CarriesGradient(in.dtype())) continue;
       contributions[in].push_back(dxs[i]);
     }

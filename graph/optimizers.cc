@@ -28,6 +28,32 @@ Result<int> AddApply(Graph& g, const std::string& op, std::vector<Output> inputs
   return id;
 }
 
+// The slot variable handle with shared name full, or an invalid Output if none exists yet.
+Output FindSlot(Graph& g, const std::string& full) {
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != "VarHandle") continue;
+    auto s = n.attrs.GetOr<std::string>("shared_name", "");
+    if (s.ok() && *s == full) return Output(&g, i, 0);
+  }
+  return Output();
+}
+
+// Adds slot variable full (handle, initial value, initializer); invalid Output on a graph error.
+Output NewSlot(Graph& g, const std::string& full, Tensor value) {
+  AttrMap ha;
+  ha.Set("shared_name", full);
+  ha.Set("dtype", value.dtype());
+  ha.Set("shape", PartialShape(value.shape()));
+  ha.Set("trainable", false);
+  Output h = g.Add1("VarHandle", {}, std::move(ha), full + "/handle");
+  Output v = ops::Const(g, std::move(value), full + "/init_value");
+  AttrMap ia;
+  ia.Set("_initializer", true);
+  if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
+  return h;
+}
+
 }  // namespace
 
 Output Optimizer::LearningRate(Graph& g, Output grad, double constant) {
@@ -98,11 +124,7 @@ Output Optimizer::Slot(Graph& g, Output handle, const std::string& slot_name, do
     return Output();
   }
   const std::string full = var + "/" + name() + "/" + slot_name;
-  for (int i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    auto s = n.attrs.GetOr<std::string>("shared_name", "");
-    if (n.op == "VarHandle" && s.ok() && *s == full) return Output(&g, i, 0);
-  }
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
   const Node& vn = handle.op();
   auto dtype = vn.attrs.Get<DType>("dtype");
   auto shape = vn.attrs.GetOr<PartialShape>("shape", PartialShape());
@@ -119,27 +141,13 @@ Output Optimizer::Slot(Graph& g, Output handle, const std::string& slot_name, do
       value.flat<T>().setConstant(static_cast<T>(init));
     });
   }
-  return ScalarSlot(g, handle, slot_name, value);
+  return NewSlot(g, full, std::move(value));
 }
 
 Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value) {
   const std::string full = SharedName(handle) + "/" + name() + "/" + slot_name;
-  for (int i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    auto s = n.attrs.GetOr<std::string>("shared_name", "");
-    if (n.op == "VarHandle" && s.ok() && *s == full) return Output(&g, i, 0);
-  }
-  AttrMap ha;
-  ha.Set("shared_name", full);
-  ha.Set("dtype", value.dtype());
-  ha.Set("shape", PartialShape(value.shape()));
-  ha.Set("trainable", false);
-  Output h = g.Add1("VarHandle", {}, std::move(ha), full + "/handle");
-  Output v = ops::Const(g, std::move(value), full + "/init_value");
-  AttrMap ia;
-  ia.Set("_initializer", true);
-  if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
-  return h;
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
+  return NewSlot(g, full, std::move(value));
 }
 
 Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
