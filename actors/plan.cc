@@ -1,6 +1,7 @@
 #include "actors/plan.h"
 
 #include <map>
+#include <set>
 
 namespace sf {
 namespace runtime {
@@ -97,6 +98,61 @@ Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<i
     }
   }
   return parts;
+}
+
+Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, PartitionGraph>& parts,
+                                                const std::vector<int>& order,
+                                                const std::vector<Output>& feeds,
+                                                const std::vector<Output>& fetches) {
+  const std::set<int> pruned(order.begin(), order.end());
+  struct Local {
+    std::vector<Output> feeds, fetches;
+    std::vector<int> feed_index, fetch_index, targets;
+  };
+  std::map<std::string, Local> locals;
+  std::set<std::string> needed_keys;
+  for (const auto& [device, pg] : parts) {
+    Local& l = locals[device];
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      auto it = pg.local_id.find(feeds[i].node);
+      if (it == pg.local_id.end()) continue;
+      l.feeds.emplace_back(pg.graph.get(), it->second, feeds[i].index);
+      l.feed_index.push_back(static_cast<int>(i));
+    }
+    for (size_t i = 0; i < fetches.size(); ++i) {
+      auto it = pg.local_id.find(fetches[i].node);
+      if (it == pg.local_id.end()) continue;
+      l.fetches.emplace_back(pg.graph.get(), it->second, fetches[i].index);
+      l.fetch_index.push_back(static_cast<int>(i));
+    }
+    for (const auto& [orig, local] : pg.local_id)
+      if (pruned.count(orig)) l.targets.push_back(local);
+    // The receives this partition's share of the step needs.
+    SF_ASSIGN_OR_RETURN(auto need, PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
+    for (int id : need) {
+      if (pg.graph->node(id).op != "_Recv") continue;
+      needed_keys.insert(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value());
+    }
+  }
+  std::vector<DeviceStep> steps;
+  for (const auto& [device, pg] : parts) {
+    Local& l = locals[device];
+    for (int id : pg.sends)
+      if (needed_keys.count(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value()))
+        l.targets.push_back(id);
+    SF_ASSIGN_OR_RETURN(auto nodes, PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
+    if (nodes.empty()) continue;
+    DeviceStep d;
+    d.device = device;
+    d.partition = &pg;
+    d.spec.nodes = std::move(nodes);
+    d.spec.fed = l.feeds;
+    d.spec.fetches = l.fetches;
+    d.feed_index = l.feed_index;
+    d.fetch_index = l.fetch_index;
+    steps.push_back(std::move(d));
+  }
+  return steps;
 }
 
 }  // namespace runtime

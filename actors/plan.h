@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/executor.h"
+#include "graph/partition.h"
 #include "shardflow/graph.h"
 
 namespace sf {
@@ -36,6 +38,26 @@ struct PartitionSpec {
 // there is one device): Unimplemented names it.
 Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<int>& nodes,
                                              const std::vector<std::string>& placement);
+
+// One device's share of a step over partitioned graphs: what its executor
+// runs (ids in the partition's graph), and where its feeds and fetches sit
+// in the run's lists.
+struct DeviceStep {
+  std::string device;
+  const PartitionGraph* partition = nullptr;
+  ExecutorSpec spec;
+  std::vector<int> feed_index;
+  std::vector<int> fetch_index;
+};
+
+// For a step whose pruned nodes `order` (original ids) were partitioned into
+// `parts`: each device's nodes, closed over the _Recvs its share needs and
+// the _Sends other devices receive from. Devices with nothing to run are
+// left out. Errors from PruneAndSort on a partition graph.
+Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, PartitionGraph>& parts,
+                                                const std::vector<int>& order,
+                                                const std::vector<Output>& feeds,
+                                                const std::vector<Output>& fetches);
 
 }  // namespace runtime
 }  // namespace sf

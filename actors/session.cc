@@ -218,52 +218,13 @@ Status Session::Impl::BuildDevicePlan(Plan& plan, const std::vector<int>& order,
                                       const std::vector<Output>& fetches) {
   SF_ASSIGN_OR_RETURN(auto parts, sf::Partition(graph, placement));
   plan.device_graphs = std::make_shared<std::map<std::string, PartitionGraph>>(std::move(parts));
-  const std::set<int> pruned(order.begin(), order.end());
-  struct Local {
-    std::vector<Output> feeds, fetches;
-    std::vector<int> feed_index, fetch_index, targets;
-  };
-  std::map<std::string, Local> locals;
-  std::set<std::string> needed_keys;
-  for (auto& [device, pg] : *plan.device_graphs) {
-    Local& l = locals[device];
-    for (size_t i = 0; i < plan.feeds.size(); ++i) {
-      auto it = pg.local_id.find(plan.feeds[i].node);
-      if (it == pg.local_id.end()) continue;
-      l.feeds.emplace_back(pg.graph.get(), it->second, plan.feeds[i].index);
-      l.feed_index.push_back(static_cast<int>(i));
-    }
-    for (size_t i = 0; i < fetches.size(); ++i) {
-      auto it = pg.local_id.find(fetches[i].node);
-      if (it == pg.local_id.end()) continue;
-      l.fetches.emplace_back(pg.graph.get(), it->second, fetches[i].index);
-      l.fetch_index.push_back(static_cast<int>(i));
-    }
-    for (const auto& [orig, local] : pg.local_id)
-      if (pruned.count(orig)) l.targets.push_back(local);
-    // The receives this partition's share of the step needs.
-    SF_ASSIGN_OR_RETURN(auto need, runtime::PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
-    for (int id : need) {
-      if (pg.graph->node(id).op != "_Recv") continue;
-      needed_keys.insert(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value());
-    }
-  }
-  for (auto& [device, pg] : *plan.device_graphs) {
-    Local& l = locals[device];
-    for (int id : pg.sends)
-      if (needed_keys.count(pg.graph->node(id).attrs.Get<std::string>("tensor_name").value()))
-        l.targets.push_back(id);
-    SF_ASSIGN_OR_RETURN(auto nodes, runtime::PruneAndSort(*pg.graph, l.feeds, {}, l.targets));
-    if (nodes.empty()) continue;
-    runtime::ExecutorSpec es;
-    es.nodes = std::move(nodes);
-    es.fed = l.feeds;
-    es.fetches = l.fetches;
-    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*pg.graph, es, variables.get(), &pool,
-                                                           queues.get(), &rendezvous));
+  SF_ASSIGN_OR_RETURN(auto steps, runtime::PlanDeviceSteps(*plan.device_graphs, order, plan.feeds, fetches));
+  for (runtime::DeviceStep& d : steps) {
+    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*d.partition->graph, d.spec, variables.get(),
+                                                           &pool, queues.get(), &rendezvous));
     Plan::Part part;
-    part.feed_index = l.feed_index;
-    part.fetch_index = l.fetch_index;
+    part.feed_index = std::move(d.feed_index);
+    part.fetch_index = std::move(d.fetch_index);
     part.actor = AddPartitionActor(std::move(ex));
     plan.parts.push_back(std::move(part));
   }

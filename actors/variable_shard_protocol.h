@@ -23,7 +23,13 @@ namespace runtime {
 
 // One request to a variable shard actor; the matching callback answers it.
 struct VarMsg {
-  enum Kind { kDefine, kRead, kAssign, kApply, kSnapshot } kind = kRead;
+  enum Kind {
+    kDefine, kRead, kAssign, kApply, kSnapshot,
+    // Replication (kernels/replica_state.h).
+    kSyncApply, kSyncTimeout, kSyncAbort, kReadVersion, kReplicaQuery, kSspWait,
+    // Sharded embeddings (kernels/embedding_math.h).
+    kGather, kSparseApply,
+  } kind = kRead;
   int64_t id = -1;
   std::string name;  // kDefine
   DType dtype = DType::kInvalid;
@@ -36,6 +42,17 @@ struct VarMsg {
   // kSnapshot: every initialised variable of the shard (name, value), taken
   // between two updates, so a variable and its slots are consistent.
   std::function<void(std::vector<std::pair<std::string, Tensor>>)> snapshot_done;
+  // ---- replication ----
+  SyncApplyRequest sync;  // kSyncApply
+  int64_t waiter_id = 0;  // kSyncApply, kSyncTimeout
+  ReplicaQuery query = ReplicaQuery::kSyncStats;  // kReplicaQuery
+  int64_t worker = 0, clock = 0, num_workers = 0, staleness = 0;  // kSspWait
+  std::function<void(Result<int64_t>)> step_done;  // kSyncApply
+  std::function<void(Result<std::pair<Tensor, int64_t>>)> versioned_done;  // kReadVersion
+  // ---- sharded embeddings ----
+  EmbeddingShardSpec spec;        // kGather
+  EmbeddingGather gather;         // kGather (answers through tensor_done)
+  SparseApplyRequest sparse;      // kSparseApply (answers through status_done)
 };
 using VarMsgPtr = std::shared_ptr<VarMsg>;
 

@@ -4,6 +4,7 @@
 #include <condition_variable>
 
 #include "kernels/in_memory_variables.h"
+#include "kernels/replica_state.h"
 #include "kernels/optimizer_math.h"
 
 namespace sf {
@@ -18,30 +19,44 @@ struct ShardState {
     Tensor value;  // invalid until initialised
   };
   std::unordered_map<int64_t, Var> vars;
+  // Replication bookkeeping per variable (by the id of the variable, not its
+  // slots), created on first use; its destructor fails waiting workers.
+  std::unordered_map<int64_t, std::unique_ptr<ReplicaState>> replicas;
+  int64_t next_waiter = 0;
+
+  ReplicaState& Replica(int64_t id) {
+    auto& r = replicas[id];
+    if (!r) r = std::make_unique<ReplicaState>();
+    return *r;
+  }
 };
 
 Status Uninitialised(const std::string& name, const char* what) {
   return FailedPrecondition("variable '" + name + "' is " + what + " before it was initialised");
 }
 
-void HandleApply(ShardState& st, VarMsg& m) {
+// Applies one optimizer update to variables of this shard; the error names
+// the variable. Records the update's version (and staleness) on success.
+Status ApplyUpdate(ShardState& st, const ApplyRequest& req);
+
+void HandleApply(ShardState& st, VarMsg& m) { m.status_done(ApplyUpdate(st, m.req)); }
+
+Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   // Every variable of the update must live here: that is what makes it atomic.
   std::vector<Tensor> updated;
-  updated.reserve(m.req.var_ids.size());
-  const std::string first = m.req.var_ids.empty() || !st.vars.count(m.req.var_ids[0])
+  updated.reserve(req.var_ids.size());
+  const std::string first = req.var_ids.empty() || !st.vars.count(req.var_ids[0])
                                 ? std::string("?")
-                                : st.vars[m.req.var_ids[0]].name;
-  for (int64_t id : m.req.var_ids) {
+                                : st.vars[req.var_ids[0]].name;
+  for (int64_t id : req.var_ids) {
     auto it = st.vars.find(id);
     if (it == st.vars.end()) {
-      m.status_done(FailedPrecondition("optimizer " + m.req.optimizer + ": variable id " +
-                                       std::to_string(id) + " is not colocated with '" + first +
-                                       "' (slots must be named '<var>/...')"));
-      return;
+      return FailedPrecondition("optimizer " + req.optimizer + ": variable id " +
+                                std::to_string(id) + " is not colocated with '" + first +
+                                "' (slots must be named '<var>/...')");
     }
     if (!it->second.value.valid()) {
-      m.status_done(Uninitialised(it->second.name, "updated"));
-      return;
+      return Uninitialised(it->second.name, "updated");
     }
     // Copy-on-write: readers keep the snapshot they were given. When no
     // reader holds one, update in place (ApplyOptimizerUpdate validates
@@ -51,9 +66,108 @@ void HandleApply(ShardState& st, VarMsg& m) {
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);
-  Status s = ApplyOptimizerUpdate(m.req, ptrs);
+  Status s = ApplyOptimizerUpdate(req, ptrs);
   if (s.ok()) {
-    for (size_t i = 0; i < updated.size(); ++i) st.vars[m.req.var_ids[i]].value = std::move(updated[i]);
+    for (size_t i = 0; i < updated.size(); ++i) st.vars[req.var_ids[i]].value = std::move(updated[i]);
+    st.Replica(req.var_ids[0]).RecordUpdate(req.read_version);
+  } else {
+    s = s.WithPrefix("variable '" + first + "'");
+  }
+  return s;
+}
+
+// ---- replication messages (kernels/replica_state.h) ----
+void HandleReplication(VariableShardActor::stateful_pointer<ShardState> self, const VarMsgPtr& msg) {
+  ShardState& st = self->state;
+  VarMsg& m = *msg;
+  const int64_t id = m.kind == VarMsg::kSyncApply
+                         ? (m.sync.req.var_ids.empty() ? -1 : m.sync.req.var_ids[0])
+                         : m.id;
+  auto it = st.vars.find(id);
+  if (it == st.vars.end()) {
+    Status nf = NotFound("no variable with id " + std::to_string(id) + " in this shard");
+    switch (m.kind) {
+      case VarMsg::kSyncApply: m.step_done(nf); return;
+      case VarMsg::kReadVersion: m.versioned_done(nf); return;
+      case VarMsg::kReplicaQuery: m.tensor_done(nf); return;
+      case VarMsg::kSyncAbort: case VarMsg::kSspWait: m.status_done(nf); return;
+      default: return;  // a timeout for a variable that is gone
+    }
+  }
+  const std::string& name = it->second.name;
+  ReplicaState& r = st.Replica(id);
+  switch (m.kind) {
+    case VarMsg::kSyncApply: {
+      const int64_t waiter = ++st.next_waiter;
+      const int64_t timeout_ms = m.sync.timeout_ms;
+      r.OfferSync(name, it->second.value, std::move(m.sync), waiter, std::move(m.step_done),
+                  [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
+      if (timeout_ms > 0) {
+        auto t = std::make_shared<VarMsg>();
+        t->kind = VarMsg::kSyncTimeout;
+        t->id = id;
+        t->waiter_id = waiter;
+        self->delayed_send(self, std::chrono::milliseconds(timeout_ms), std::move(t));
+      }
+      return;
+    }
+    case VarMsg::kSyncTimeout:
+      r.TimeoutWaiter(name, m.waiter_id);
+      return;
+    case VarMsg::kSyncAbort:
+      r.AbortSync(name);
+      m.status_done(Status::OK());
+      return;
+    case VarMsg::kReadVersion:
+      if (!it->second.value.valid()) m.versioned_done(Uninitialised(name, "read"));
+      else m.versioned_done(std::make_pair(it->second.value, r.version()));
+      return;
+    case VarMsg::kReplicaQuery:
+      m.tensor_done(m.query == ReplicaQuery::kSyncStats ? r.SyncStats() : r.StalenessStats());
+      return;
+    case VarMsg::kSspWait:
+      r.StaleSyncWait(name, m.worker, m.clock, m.num_workers, m.staleness, std::move(m.status_done));
+      return;
+    default:
+      return;
+  }
+}
+
+// ---- sharded embeddings: lookups and sparse updates run here, beside the rows.
+
+void HandleGather(ShardState& st, VarMsg& m) {
+  auto it = st.vars.find(m.id);
+  if (it == st.vars.end()) return m.tensor_done(NotFound("no variable with id " + std::to_string(m.id)));
+  if (!it->second.value.valid()) return m.tensor_done(Uninitialised(it->second.name, "read"));
+  Tensor out;
+  Status s = EmbeddingGatherCombine(m.spec, m.gather, it->second.value, &out);
+  if (s.ok()) m.tensor_done(std::move(out));
+  else m.tensor_done(s);
+}
+
+void HandleSparseApply(ShardState& st, VarMsg& m) {
+  const SparseApplyRequest& req = m.sparse;
+  const std::string first = req.var_ids.empty() || !st.vars.count(req.var_ids[0])
+                                ? std::string("?")
+                                : st.vars[req.var_ids[0]].name;
+  std::vector<Tensor> updated;
+  for (int64_t id : req.var_ids) {
+    auto it = st.vars.find(id);
+    if (it == st.vars.end())
+      return m.status_done(FailedPrecondition("sparse optimizer " + req.optimizer + ": variable id " +
+                                              std::to_string(id) + " is not colocated with '" +
+                                              first + "'"));
+    if (!it->second.value.valid()) return m.status_done(Uninitialised(it->second.name, "updated"));
+    // In place when no reader holds a snapshot (the usual case for a big
+    // table: a copy would cost the whole table per step).
+    const Tensor& v = it->second.value;
+    updated.push_back(v.BufferIsUnique() ? v : v.Copy());
+  }
+  std::vector<Tensor*> ptrs;
+  for (auto& t : updated) ptrs.push_back(&t);
+  Status s = ApplySparseOptimizerUpdate(req, ptrs);
+  if (s.ok()) {
+    for (size_t i = 0; i < updated.size(); ++i) st.vars[req.var_ids[i]].value = std::move(updated[i]);
   } else {
     s = s.WithPrefix("variable '" + first + "'");
   }
@@ -95,6 +209,20 @@ VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
             case VarMsg::kApply:
               HandleApply(st, m);
               return;
+            case VarMsg::kSyncApply:
+            case VarMsg::kSyncTimeout:
+            case VarMsg::kSyncAbort:
+            case VarMsg::kReadVersion:
+            case VarMsg::kReplicaQuery:
+            case VarMsg::kSspWait:
+              HandleReplication(self, msg);
+              return;
+            case VarMsg::kGather:
+              HandleGather(st, m);
+              return;
+            case VarMsg::kSparseApply:
+              HandleSparseApply(st, m);
+              return;
             case VarMsg::kSnapshot: {
               // Copy-on-write values: later updates never touch these buffers.
               std::vector<std::pair<std::string, Tensor>> vars;
@@ -110,7 +238,12 @@ VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
 }
 
 ActorVariables::ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables)
-    : sys_(sys), graph_variables_(std::move(graph_variables)) {}
+    : sys_(sys), graph_variables_(std::move(graph_variables)), spawner_(SpawnCollectiveSpawner(sys)) {}
+
+void ActorVariables::AddGraphVariables(const std::set<std::string>& names) {
+  std::lock_guard<std::mutex> l(mu_);
+  graph_variables_.insert(names.begin(), names.end());
+}
 
 ActorVariables::~ActorVariables() { Shutdown(); }
 
@@ -118,6 +251,8 @@ void ActorVariables::Shutdown() {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& kv : shards_) caf::anon_send_exit(kv.second, caf::exit_reason::user_shutdown);
   shards_.clear();
+  groups_.clear();  // stops the all-reduce rings
+  if (spawner_) caf::anon_send_exit(spawner_, caf::exit_reason::user_shutdown);
 }
 
 std::string ActorVariables::ColocationKey(const std::string& name) const {
@@ -223,9 +358,138 @@ std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
   return all;
 }
 
+void ActorVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
+                                   std::function<void(Result<Tensor>)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kGather;
+  msg->id = id;
+  msg->spec = std::move(spec);
+  msg->gather = std::move(q);
+  msg->tensor_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
+    return done(NotFound("sparse optimizer " + req.optimizer + ": unknown variable"));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kSparseApply;
+  msg->sparse = std::move(req);
+  msg->status_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
 std::string ActorVariables::NameOf(int64_t id) const {
   std::lock_guard<std::mutex> l(mu_);
   return id >= 0 && id < static_cast<int64_t>(vars_.size()) ? vars_[id].name : "";
+}
+
+// ---- replication ----
+
+void ActorVariables::ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) {
+  VariableShardActor shard;
+  if (req.req.var_ids.empty() || !ShardOf(req.req.var_ids[0], &shard))
+    return done(NotFound("synchronous " + req.req.optimizer + ": unknown variable"));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kSyncApply;
+  msg->sync = std::move(req);
+  msg->step_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::AbortSync(int64_t id, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kSyncAbort;
+  msg->id = id;
+  msg->status_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::ReadWithVersion(int64_t id,
+                                     std::function<void(Result<std::pair<Tensor, int64_t>>)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kReadVersion;
+  msg->id = id;
+  msg->versioned_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::QueryReplica(int64_t id, ReplicaQuery what,
+                                  std::function<void(Result<Tensor>)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kReplicaQuery;
+  msg->id = id;
+  msg->query = what;
+  msg->tensor_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
+                                   int64_t staleness, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  auto msg = std::make_shared<VarMsg>();
+  msg->kind = VarMsg::kSspWait;
+  msg->id = id;
+  msg->worker = worker;
+  msg->clock = clock;
+  msg->num_workers = num_workers;
+  msg->staleness = staleness;
+  msg->status_done = std::move(done);
+  caf::anon_send(shard, std::move(msg));
+}
+
+void ActorVariables::AllReduce(const std::string& group_key, int64_t group_size, int64_t rank,
+                               Tensor value, std::function<void(Result<Tensor>)> done) {
+  const std::string where = "all-reduce group '" + group_key + "'";
+  if (group_size < 1 || group_size > 4096)
+    return done(InvalidArgument(where + ": group size must be in [1, 4096], got " + std::to_string(group_size)));
+  if (rank < 0 || rank >= group_size)
+    return done(InvalidArgument(where + ": rank " + std::to_string(rank) + " is out of range [0, " +
+                                std::to_string(group_size) + ")"));
+  // Contributes to an existing group (under mu_: Shutdown may not destroy it
+  // meanwhile); false when the group does not exist yet. Errors go to done
+  // outside the lock.
+  auto contribute = [this, group_key, group_size, rank, where](
+                        Tensor& value, std::function<void(Result<Tensor>)>& done, bool create) {
+    int64_t have = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = groups_.find(group_key);
+      if (it == groups_.end()) {
+        if (!create) return false;
+        it = groups_.emplace(group_key, std::make_unique<CollectiveGroup>(sys_, group_key, group_size)).first;
+      }
+      have = it->second->size();
+      if (have == group_size) {
+        it->second->Contribute(rank, std::move(value), std::move(done));
+        return true;
+      }
+    }
+    done(InvalidArgument(where + " has " + std::to_string(have) + " ranks, rank " + std::to_string(rank) +
+                         " says " + std::to_string(group_size)));
+    return true;
+  };
+  if (contribute(value, done, /*create=*/false)) return;
+  // The group's actors are spawned by the spawner, on a CAF thread.
+  CollectiveSpawner spawner;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    spawner = spawner_;
+  }
+  auto task = std::make_shared<CollectiveTask>();
+  auto state = std::make_shared<std::pair<Tensor, std::function<void(Result<Tensor>)>>>(std::move(value), std::move(done));
+  task->run = [contribute, state]() mutable { contribute(state->first, state->second, /*create=*/true); };
+  caf::anon_send(spawner, std::move(task));
 }
 
 }  // namespace runtime

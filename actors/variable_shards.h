@@ -6,12 +6,14 @@
 // message handled by one actor: atomic without locks.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "actors/collectives.h"
 #include "actors/variable_shard_protocol.h"
 
 namespace sf {
@@ -33,11 +35,30 @@ class ActorVariables : public VariableService {
               std::function<void(Result<Tensor>)> done) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
+  // Replication (kernels/replica_state.h): handled by the variable's shard actor.
+  void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
+  void AbortSync(int64_t id, std::function<void(Status)> done) override;
+  void ReadWithVersion(int64_t id,
+                       std::function<void(Result<std::pair<Tensor, int64_t>>)> done) override;
+  void QueryReplica(int64_t id, ReplicaQuery what, std::function<void(Result<Tensor>)> done) override;
+  void StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
+                     int64_t staleness, std::function<void(Status)> done) override;
+  void AllReduce(const std::string& group_key, int64_t group_size, int64_t rank, Tensor value,
+                 std::function<void(Result<Tensor>)> done) override;
+  // Sharded embeddings: one message to the shard's actor, which combines
+  // its rows (or applies the sparse update) beside them.
+  void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
+                     std::function<void(Result<Tensor>)> done) override;
+  void SparseApply(SparseApplyRequest req, std::function<void(Status)> done) override;
 
   // Every initialised variable (and slot) with its value, sorted by name;
   // each shard answers with the state between two of its updates. Blocks
   // the calling thread (never call it from a runtime thread).
   std::vector<std::pair<std::string, Tensor>> SnapshotAll();
+
+  // Adds graph variable names (a node hosts the partitions of many graphs);
+  // must come before the first Resolve of their slots.
+  void AddGraphVariables(const std::set<std::string>& names);
 
   // Stops every shard actor.
   void Shutdown();
@@ -55,11 +76,14 @@ class ActorVariables : public VariableService {
   std::string ColocationKey(const std::string& name) const;
 
   caf::actor_system& sys_;
-  const std::set<std::string> graph_variables_;
+  std::set<std::string> graph_variables_;  // GUARDED_BY(mu_)
   mutable std::mutex mu_;
   std::vector<Var> vars_;                                  // GUARDED_BY(mu_)
   std::unordered_map<std::string, int64_t> ids_;           // GUARDED_BY(mu_)
   std::unordered_map<std::string, VariableShardActor> shards_;  // GUARDED_BY(mu_), by key
+  // All-reduce rings by group key (actors/collectives.h).
+  std::unordered_map<std::string, std::unique_ptr<CollectiveGroup>> groups_;  // GUARDED_BY(mu_)
+  CollectiveSpawner spawner_;  // spawns groups on a CAF thread; set by the constructor
 };
 
 }  // namespace runtime

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/node_command.h"
 #include "graph/graph_def.h"
 #include "graph/op_registry.h"
 #include "kernels/npy.h"
@@ -39,6 +40,7 @@ constexpr char kMainUsage[] =
     "  graph   print a saved graph as text (or Graphviz with --dot)\n"
     "  ops     list the registered ops\n"
     "  ckpt    list, inspect, verify or export the checkpoints in a directory\n"
+    "  node    run a cluster member (hosts partitions and variable shards)\n"
     "\n"
     "'shardflow <command> --help' describes the options of one command.\n";
 
@@ -558,7 +560,7 @@ int OpsCommand(const std::vector<std::string>& argv) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops, ckpt)");
+  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops, ckpt, node)");
   const std::string command = argv[1];
   std::vector<std::string> rest(argv + 2, argv + argc);
   if (IsHelp(command) || command == "help") {
@@ -569,6 +571,7 @@ int Main(int argc, char** argv) {
   if (command == "graph") return GraphCommand(rest);
   if (command == "ops") return OpsCommand(rest);
   if (command == "ckpt") return CkptCommand(rest);
+  if (command == "node") return NodeCommand(rest);
   return UsageError("", "unknown command '" + command + "'");
 }
 

@@ -94,9 +94,11 @@ void RegisterStandardOps(OpRegistry& reg) {
   RegisterStateOps(reg);
   RegisterRandomOps(reg);
   RegisterTrainingOps(reg);
+  RegisterReplicationOps(reg);
   RegisterControlFlowOps(reg);
   RegisterQueueOps(reg);
   RegisterSendRecvOps(reg);
+  RegisterEmbeddingOps(reg);
 }
 
 }  // namespace sf

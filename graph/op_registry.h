@@ -131,8 +131,13 @@ void RegisterNNOps(OpRegistry& reg);
 void RegisterStateOps(OpRegistry& reg);
 void RegisterRandomOps(OpRegistry& reg);
 void RegisterTrainingOps(OpRegistry& reg);
+// Replication ops (graph/ops/replication_ops.cc): ApplyGradientSync, ApplyGradientAsync,
+// ReadVariableWithVersion, SyncReplicaStats, StalenessStats, AbortSyncStep, StaleSyncWait,
+// AllReduce.
+void RegisterReplicationOps(OpRegistry& reg);
 void RegisterControlFlowOps(OpRegistry& reg);
 void RegisterQueueOps(OpRegistry& reg);
 void RegisterSendRecvOps(OpRegistry& reg);
+void RegisterEmbeddingOps(OpRegistry& reg);  // graph/ops/embedding_ops.cc
 
 }  // namespace sf

@@ -3,6 +3,8 @@
 // runtime places them in the shard of "<var>".
 #include "shardflow/optimizers.h"
 
+#include <map>
+
 #include "graph/op_registry.h"
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
@@ -75,6 +77,8 @@ Result<int> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>
   } else {
     for (const Output& read : var_list) {
       Output h = ops::VariableHandle(read);
+      // A VarHandle itself (an embedding table's shard) names its variable too.
+      if (!h.valid() && read.valid() && read.op().op == "VarHandle") h = read;
       if (!h.valid())
         return InvalidArgument(name() + ".Minimize: '" + (read.valid() ? read.name() : "?") +
                                "' is not a variable made by ops::Variable");
@@ -82,12 +86,32 @@ Result<int> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>
     }
   }
   if (handles.empty()) return InvalidArgument(name() + ".Minimize: there are no variables to train");
+  // Embedding shards: the gradient of each lookup's output becomes a sparse
+  // update of the shard (the lookup itself passes no dense gradient back).
+  std::vector<std::pair<size_t, int>> lookups;  // (index into handles, lookup node)
+  std::map<Output, size_t> handle_index;
+  for (size_t i = 0; i < handles.size(); ++i) handle_index.emplace(handles[i], i);
+  const int graph_nodes = g.num_nodes();
+  for (int n = 0; n < graph_nodes; ++n) {
+    const Node& node = g.node(n);
+    if (node.op != "EmbeddingShardLookup" || node.inputs.empty()) continue;
+    auto it = handle_index.find(node.inputs[0]);
+    if (it != handle_index.end()) lookups.emplace_back(it->second, n);
+  }
+  std::vector<Output> xs = handles;
+  for (const auto& l : lookups) xs.push_back(Output(&g, l.second, 0));
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
-                      Gradients(g, {loss}, handles, {}, /*allow_unconnected=*/true));
+                      Gradients(g, {loss}, xs, {}, /*allow_unconnected=*/true));
   std::vector<int> updates;
   for (size_t i = 0; i < handles.size(); ++i) {
     if (!grads[i].valid()) continue;  // the loss does not depend on this variable
     SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
+    updates.push_back(id);
+  }
+  for (size_t j = 0; j < lookups.size(); ++j) {
+    const Output dy = grads[handles.size() + j];
+    if (!dy.valid()) continue;
+    SF_ASSIGN_OR_RETURN(int id, ApplySparseOne(g, handles[lookups[j].first], lookups[j].second, dy));
     updates.push_back(id);
   }
   if (updates.empty())
@@ -148,6 +172,73 @@ Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_na
   const std::string full = SharedName(handle) + "/" + name() + "/" + slot_name;
   if (Output existing = FindSlot(g, full); existing.valid()) return existing;
   return NewSlot(g, full, std::move(value));
+}
+
+// ---- sparse updates of embedding shards ------------------------------------
+
+Result<int> Optimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output) {
+  (void)handle;
+  auto table = g.node(lookup).attrs.GetOr<std::string>("table", "?");
+  return Unimplemented(name() + " has no sparse update for embedding table '" +
+                       (table.ok() ? *table : std::string("?")) +
+                       "' (use GradientDescent, Adagrad or Adam)");
+}
+
+Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
+                                      std::vector<Output> scalars, int lookup, Output dy) {
+  SF_RETURN_IF_ERROR(g.status());
+  const Node& l = g.node(lookup);
+  std::vector<Output> in = std::move(handles);
+  for (auto& s : scalars) in.push_back(s);
+  for (size_t i = 1; i < l.inputs.size(); ++i) in.push_back(l.inputs[i]);
+  in.push_back(dy);
+  AttrMap attrs = l.attrs;
+  return AddApply(g, op, std::move(in), std::move(attrs));
+}
+
+Output Optimizer::FilledSlot(Graph& g, Output handle, const std::string& slot_name, double init) {
+  const std::string var = SharedName(handle);
+  const std::string full = var + "/" + name() + "/" + slot_name;
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
+  auto shape = handle.op().attrs.GetOr<PartialShape>("shape", PartialShape());
+  if (var.empty() || !shape.ok() || !shape->fully_defined()) {
+    g.RecordError(InvalidArgument(name() + ": slot '" + full + "' needs a variable of known shape"));
+    return Output();
+  }
+  AttrMap ha;
+  ha.Set("shared_name", full);
+  ha.Set("dtype", DType::kFloat32);
+  ha.Set("shape", *shape);
+  ha.Set("trainable", false);
+  Output h = g.Add1("VarHandle", {}, std::move(ha), full + "/handle");
+  Output v = ops::Fill(g, ops::Const(g, Tensor::FromVector(shape->dims())),
+                       ops::Const(g, static_cast<float>(init)));
+  AttrMap ia;
+  ia.Set("_initializer", true);
+  if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
+  return h;
+}
+
+Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+  return AddSparseApply(g, "EmbeddingSparseApplyGradientDescent", {handle},
+                        {LearningRate(g, dy, lr_)}, lookup, dy);
+}
+
+Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+  Output accum = FilledSlot(g, handle, "accumulator", init_);
+  return AddSparseApply(g, "EmbeddingSparseApplyAdagrad", {handle, accum},
+                        {LearningRate(g, dy, lr_)}, lookup, dy);
+}
+
+Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+  Output m = FilledSlot(g, handle, "m");
+  Output v = FilledSlot(g, handle, "v");
+  Output b1 = ScalarSlot(g, handle, "beta1_power", Tensor::Scalar<float>(static_cast<float>(beta1_)));
+  Output b2 = ScalarSlot(g, handle, "beta2_power", Tensor::Scalar<float>(static_cast<float>(beta2_)));
+  return AddSparseApply(g, "EmbeddingSparseApplyAdam", {handle, m, v, b1, b2},
+                        {LearningRate(g, dy, lr_), Hyper(g, dy, beta1_), Hyper(g, dy, beta2_),
+                         Hyper(g, dy, eps_)},
+                        lookup, dy);
 }
 
 Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {

@@ -114,6 +114,54 @@ void InMemoryVariables::Apply(ApplyRequest req, std::function<void(Status)> done
   done(s);
 }
 
+void InMemoryVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
+                                      std::function<void(Result<Tensor>)> done) {
+  Result<Tensor> r = Internal("unset");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
+      r = NotFound("no variable with id " + std::to_string(id));
+    } else if (!vars_[id].value.valid()) {
+      r = FailedPrecondition("variable '" + vars_[id].name + "' is read before it was initialised");
+    } else {
+      Tensor out;
+      Status s = EmbeddingGatherCombine(spec, q, vars_[id].value, &out);
+      if (s.ok()) r = std::move(out);
+      else r = s;
+    }
+  }
+  done(std::move(r));
+}
+
+void InMemoryVariables::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<Tensor> updated;
+    for (int64_t id : req.var_ids) {
+      if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
+        s = NotFound("no variable with id " + std::to_string(id));
+        break;
+      }
+      if (!vars_[id].value.valid()) {
+        s = FailedPrecondition("variable '" + vars_[id].name + "' is updated before it was initialised");
+        break;
+      }
+      updated.push_back(vars_[id].value.Copy());  // copy-on-write
+    }
+    if (s.ok()) {
+      std::vector<Tensor*> ptrs;
+      for (auto& t : updated) ptrs.push_back(&t);
+      s = ApplySparseOptimizerUpdate(req, ptrs);
+      if (s.ok())
+        for (size_t i = 0; i < updated.size(); ++i) vars_[req.var_ids[i]].value = updated[i];
+      else
+        s = s.WithPrefix("variable '" + vars_[req.var_ids[0]].name + "'");
+    }
+  }
+  done(s);
+}
+
 std::string InMemoryVariables::NameOf(int64_t id) const {
   std::lock_guard<std::mutex> l(mu_);
   return id >= 0 && id < static_cast<int64_t>(vars_.size()) ? vars_[id].name : "";

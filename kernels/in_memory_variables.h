@@ -20,6 +20,10 @@ class InMemoryVariables : public VariableService {
               std::function<void(Result<Tensor>)> done) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
+  // Sharded embeddings: combined and applied under the lock.
+  void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
+                     std::function<void(Result<Tensor>)> done) override;
+  void SparseApply(SparseApplyRequest req, std::function<void(Status)> done) override;
 
  private:
   struct Var {

@@ -14,6 +14,8 @@ const char* CodeName(Code c) {
     case Code::kAborted: return "Aborted";
     case Code::kDataLoss: return "DataLoss";
     case Code::kUnavailable: return "Unavailable";
+    case Code::kPermissionDenied: return "PermissionDenied";
+    case Code::kDeadlineExceeded: return "DeadlineExceeded";
   }
   return "Unknown";
 }

@@ -19,6 +19,10 @@ class Optimizer {
   // Adds the gradients of loss with respect to every trainable variable
   // (or `var_list`: reads returned by ops::Variable) and the update ops;
   // returns the id of a NoOp that runs them all, or the error.
+  // var_list may also hold VarHandles (an EmbeddingTable's shards).
+  // Embedding table shards (include/shardflow/embedding.h) among them get
+  // sparse updates, one per EmbeddingShardLookup of the shard, built from the
+  // gradient of that lookup's output.
   Result<int> Minimize(Graph& g, Output loss, const std::vector<Output>& var_list = {});
   // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
   Result<int> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
@@ -34,6 +38,18 @@ class Optimizer {
   Output LearningRate(Graph& g, Output grad, double constant);
   // Adds the update of one variable (its handle) by grad, creating slots.
   virtual Result<int> ApplyOne(Graph& g, Output handle, Output grad) = 0;
+  // Adds the sparse update of one embedding shard (handle) from the gradient
+  // dy of one of its EmbeddingShardLookup nodes (include/shardflow/embedding.h).
+  // The default answers Unimplemented naming the optimizer: GradientDescent,
+  // Adagrad and Adam (lazy) override it.
+  virtual Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy);
+  // Adds the EmbeddingSparseApply<op> node: handles (shard then slots), scalar
+  // hyperparameters, the lookup's ids (and segments), dy; the lookup's attrs.
+  Result<int> AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
+                             std::vector<Output> scalars, int lookup, Output dy);
+  // Like Slot, filled by a Fill op at run time (no dense constant in the graph:
+  // embedding shards are big).
+  Output FilledSlot(Graph& g, Output handle, const std::string& slot_name, double init = 0.0);
   // Creates (once per graph) a slot variable beside `handle`, zero- or value-initialised.
   Output Slot(Graph& g, Output handle, const std::string& slot_name, double init = 0.0);
   // Creates (once per graph) a slot variable of any shape initialised to `value`
@@ -50,6 +66,7 @@ class GradientDescentOptimizer : public Optimizer {
   std::string name() const override { return "GradientDescent"; }
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
  private:
   double lr_;
 };
@@ -73,6 +90,7 @@ class AdagradOptimizer : public Optimizer {
   std::string name() const override { return "Adagrad"; }
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
  private:
   double lr_, init_;
 };
@@ -85,6 +103,8 @@ class AdamOptimizer : public Optimizer {
   std::string name() const override { return "Adam"; }
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+  // Lazy Adam for embedding shards: only the rows a step touches move their m and v.
+  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
  private:
   double lr_, beta1_, beta2_, eps_;
 };

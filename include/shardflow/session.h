@@ -30,11 +30,29 @@ struct SessionOptions {
 // Feeds by tensor name ("x" or "x:0").
 using FeedMap = std::vector<std::pair<std::string, Tensor>>;
 
-class Session {
+// What every session kind offers (the in-process Session, ClusterSession in
+// shardflow/cluster.h): programs written against it run either way.
+class SessionInterface {
+ public:
+  virtual ~SessionInterface() = default;
+  // One step: feeds, fetches (tensor names), targets (node names); the
+  // fetched tensors or the first error.
+  virtual Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                                          const std::vector<std::string>& targets = {}) = 0;
+  // The same with Outputs and node ids of the session's graph.
+  virtual Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
+                                          const std::vector<int>& target_nodes = {}) = 0;
+  // The same, returning at once; done runs on a runtime thread.
+  virtual void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                        const std::vector<std::string>& targets,
+                        std::function<void(Result<std::vector<Tensor>>)> done) = 0;
+};
+
+class Session : public SessionInterface {
  public:
   // REQUIRES: g outlives the session and is not modified while it runs.
   explicit Session(const Graph& g, SessionOptions options = {});
-  ~Session();
+  ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -43,14 +61,14 @@ class Session {
   // first error: a missing or wrongly typed feed, an unknown name, a graph
   // cycle, or a kernel failure naming its op and node.
   Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                                  const std::vector<std::string>& targets = {});
+                                  const std::vector<std::string>& targets = {}) override;
   Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                  const std::vector<int>& target_nodes = {});
+                                  const std::vector<int>& target_nodes = {}) override;
   // The same, returning at once; done runs on a runtime thread with the result
   // (it must not block on another Run: that would hold a compute thread).
   void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                 const std::vector<std::string>& targets,
-                std::function<void(Result<std::vector<Tensor>>)> done);
+                std::function<void(Result<std::vector<Tensor>>)> done) override;
 
   // Checkpoints every initialised variable and optimizer slot into the
   // RocksDB store in directory dir (created if needed) under global_step;

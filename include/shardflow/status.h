@@ -23,6 +23,8 @@ enum class Code : int {
   kAborted = 7,   // a step was aborted because another part failed
   kDataLoss = 8,  // corrupt or truncated data
   kUnavailable = 9,
+  kPermissionDenied = 10,  // a peer without the cluster secret
+  kDeadlineExceeded = 11,  // a remote request timed out
 };
 
 const char* CodeName(Code c);
@@ -53,6 +55,9 @@ inline Status Unimplemented(std::string m) { return Status(Code::kUnimplemented,
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
 inline Status Aborted(std::string m) { return Status(Code::kAborted, std::move(m)); }
 inline Status DataLoss(std::string m) { return Status(Code::kDataLoss, std::move(m)); }
+inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
+inline Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
+inline Status DeadlineExceeded(std::string m) { return Status(Code::kDeadlineExceeded, std::move(m)); }
 
 // A value or the Status explaining why there is none.
 template <typename T>

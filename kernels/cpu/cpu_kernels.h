@@ -14,9 +14,11 @@ void RegisterNNKernels(KernelRegistry& reg);
 void RegisterStateKernels(KernelRegistry& reg);
 void RegisterRandomKernels(KernelRegistry& reg);
 void RegisterTrainingKernels(KernelRegistry& reg);
+void RegisterReplicationKernels(KernelRegistry& reg);
 void RegisterControlFlowKernels(KernelRegistry& reg);
 void RegisterQueueKernels(KernelRegistry& reg);
 void RegisterSendRecvKernels(KernelRegistry& reg);
+void RegisterEmbeddingKernels(KernelRegistry& reg);  // embedding_kernels.cc
 
 // The registry of every standard kernel, built on first use.
 const KernelRegistry& StandardKernelRegistry();

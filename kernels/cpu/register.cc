@@ -11,9 +11,11 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterStateKernels(reg);
   RegisterRandomKernels(reg);
   RegisterTrainingKernels(reg);
+  RegisterReplicationKernels(reg);
   RegisterControlFlowKernels(reg);
   RegisterQueueKernels(reg);
   RegisterSendRecvKernels(reg);
+  RegisterEmbeddingKernels(reg);
 }
 
 const KernelRegistry& StandardKernelRegistry() {

@@ -1,0 +1,366 @@
+// ClusterNode: one member of a cluster (include/shardflow/cluster.h). It serves the
+// transport's messages: membership, partition registration and steps, tensors
+// for its rendezvous, step aborts. Partitions run in executors on the node's
+// compute pool; variables live in the node's variable shard actors, shared
+// by every session whose graphs name them; queues in queue actors.
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "actors/cluster_rendezvous.h"
+#include "actors/executor.h"
+#include "actors/plan.h"
+#include "actors/queue_actors.h"
+#include "actors/rendezvous.h"
+#include "actors/variable_shards.h"
+#include "graph/graph_def.h"
+#include "kernels/compute_pool.h"
+#include "net/auth.h"
+#include "net/transport.h"
+#include "shardflow/cluster.h"
+
+namespace sf {
+
+namespace {
+
+// A registered partition: its graph and the executor running it. Steps hold
+// a reference, so closing a session never pulls a graph from under a step.
+struct Registered {
+  std::shared_ptr<runtime::ClusterRendezvous> rendezvous;  // the executor points into it
+  std::unique_ptr<Graph> graph;
+  std::unique_ptr<runtime::Executor> executor;
+};
+
+struct SessionState {
+  const net::Connection* client = nullptr;  // the session is dropped when it goes down
+  std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
+  std::map<uint64_t, std::shared_ptr<Registered>> partitions;
+};
+
+// Finds output `ref` of g; InvalidArgument naming it otherwise.
+Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
+  auto id = g.FindNode(ref.node);
+  if (!id.ok()) return InvalidArgument("partition has no node '" + ref.node + "'");
+  if (ref.index < 0 || ref.index >= static_cast<int>(g.node(*id).output_dtypes.size()))
+    return InvalidArgument("node '" + ref.node + "' has no output " + std::to_string(ref.index));
+  return Output(&g, *id, ref.index);
+}
+
+}  // namespace
+
+struct ClusterNode::Impl {
+  NodeOptions opts;
+  std::string address;
+  std::unique_ptr<net::Transport> transport;
+  ComputePool pool;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::unique_ptr<runtime::ActorVariables> variables;
+  std::unique_ptr<runtime::ActorQueues> queues;
+  runtime::LocalRendezvous rendezvous;
+
+  mutable std::mutex mu;
+  std::vector<net::Member> members;                    // GUARDED_BY(mu), self first
+  std::map<std::string, net::ConnectionPtr> peers;     // GUARDED_BY(mu), dialed, by address
+  std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
+  bool stopped = false;                                // GUARDED_BY(mu)
+
+  explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+    cfg.set("scheduler.max-threads", static_cast<size_t>(2));
+    system = std::make_unique<caf::actor_system>(cfg);
+    variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
+    queues = std::make_unique<runtime::ActorQueues>(*system);
+  }
+
+  void Log(const std::string& line) const {
+    if (opts.log) std::fprintf(stderr, "shardflow node %s: %s\n", opts.name.c_str(), line.c_str());
+  }
+
+  // The connection to the member at address, dialed on first use.
+  Result<net::ConnectionPtr> Peer(const std::string& addr) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return Unavailable("node " + opts.name + " is stopping");
+      auto it = peers.find(addr);
+      if (it != peers.end() && it->second->is_up()) return it->second;
+    }
+    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, transport->Connect(addr));
+    std::lock_guard<std::mutex> l(mu);
+    auto& slot = peers[addr];
+    if (slot && slot->is_up()) {
+      c->Close();  // another thread dialed first
+      return slot;
+    }
+    slot = c;
+    return c;
+  }
+
+  Status SendTo(const std::string& addr, const net::Message& m) {
+    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Peer(addr));
+    return c->Send(m);
+  }
+
+  // Adds unknown members; true when any was new.
+  bool Merge(const std::vector<net::Member>& in) {
+    std::lock_guard<std::mutex> l(mu);
+    bool changed = false;
+    for (const net::Member& m : in) {
+      if (m.address.empty()) continue;
+      bool known = false;
+      for (const net::Member& k : members) known = known || k.address == m.address;
+      if (known) continue;
+      members.push_back(m);
+      changed = true;
+      Log("member " + m.name + " (" + m.address + ") joined");
+    }
+    return changed;
+  }
+
+  std::vector<net::Member> MemberList() const {
+    std::lock_guard<std::mutex> l(mu);
+    return members;
+  }
+
+  // Tells every other member the full list (after it grew).
+  void Gossip() {
+    net::Message m;
+    m.body = net::Membership{MemberList()};
+    for (const net::Member& p : std::get<net::Membership>(m.body).members) {
+      if (p.address == address) continue;
+      Status s = SendTo(p.address, m);
+      if (!s.ok()) Log("cannot reach member " + p.address + ": " + s.ToString());
+    }
+  }
+
+  void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body) {
+    if (request_id == 0) return;
+    net::Message m;
+    m.request_id = request_id;
+    m.body = std::move(body);
+    Status s = c->Send(m);
+    if (!s.ok()) Log("reply to " + c->peer_address() + " lost: " + s.ToString());
+  }
+
+  Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {
+    auto reg = std::make_shared<Registered>();
+    reg->graph = std::make_unique<Graph>();
+    SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, reg->graph.get(),
+                                      "partition " + std::to_string(r.handle) + " for " + r.device));
+    Graph& g = *reg->graph;
+    runtime::ExecutorSpec spec;
+    std::vector<int> targets;
+    for (const auto& f : r.feeds) {
+      SF_ASSIGN_OR_RETURN(Output o, FindRef(g, f));
+      spec.fed.push_back(o);
+    }
+    for (const auto& f : r.fetches) {
+      SF_ASSIGN_OR_RETURN(Output o, FindRef(g, f));
+      spec.fetches.push_back(o);
+    }
+    for (const std::string& t : r.targets) {
+      auto id = g.FindNode(t);
+      if (!id.ok()) return InvalidArgument("partition has no target node '" + t + "'");
+      targets.push_back(*id);
+    }
+    SF_ASSIGN_OR_RETURN(spec.nodes, runtime::PruneAndSort(g, spec.fed, spec.fetches, targets));
+    std::set<std::string> var_names;
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      if (g.node(i).op != "VarHandle") continue;
+      auto s = g.node(i).attrs.Get<std::string>("shared_name");
+      if (s.ok()) var_names.insert(*s);
+    }
+    variables->AddGraphVariables(var_names);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      SessionState& ss = sessions[r.session_id];
+      if (!ss.rendezvous) {
+        std::vector<std::string> tasks;
+        for (const auto& t : r.tasks) tasks.push_back(t.address);
+        ss.client = client.get();
+        ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
+            &rendezvous, address, std::move(tasks),
+            [this](const std::string& to, const net::Message& m) { return SendTo(to, m); });
+      }
+      reg->rendezvous = ss.rendezvous;
+    }
+    SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, variables.get(), &pool,
+                                                                 queues.get(), reg->rendezvous.get()));
+    std::lock_guard<std::mutex> l(mu);
+    sessions[r.session_id].partitions[r.handle] = std::move(reg);
+    return Status::OK();
+  }
+
+  void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
+    std::shared_ptr<Registered> reg;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto s = sessions.find(r.session_id);
+      if (s != sessions.end()) {
+        auto p = s->second.partitions.find(r.handle);
+        if (p != s->second.partitions.end()) reg = p->second;
+      }
+    }
+    const int64_t step = r.step_id;
+    if (!reg) {
+      Reply(c, request_id,
+            net::RunPartitionDone{step,
+                                  NotFound("node " + opts.name + " has no partition " +
+                                           std::to_string(r.handle) + " of session " +
+                                           std::to_string(r.session_id)),
+                                  {}});
+      return;
+    }
+    // Off the reader thread: this connection keeps reading while the step runs.
+    auto feeds = std::make_shared<std::vector<Tensor>>(std::move(r.feeds));
+    pool.Schedule([this, c, request_id, step, reg, feeds] {
+      reg->executor->RunStep(step, std::move(*feeds),
+                             [this, c, request_id, step, reg](Status s, std::vector<Tensor> out) {
+                               Reply(c, request_id,
+                                     net::RunPartitionDone{step, std::move(s), std::move(out)});
+                             });
+    });
+  }
+
+  void OnMessage(const net::ConnectionPtr& c, net::Message m) {
+    const uint64_t id = m.request_id;
+    if (auto* r = std::get_if<net::RunPartition>(&m.body)) return Run(c, id, std::move(*r));
+    if (auto* t = std::get_if<net::SendTensor>(&m.body)) {
+      RendezvousKey key{t->step_id, std::move(t->edge), std::move(t->frame), t->iteration};
+      Status s = rendezvous.Send(key, std::move(t->value), t->is_dead);
+      if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
+      return;
+    }
+    if (auto* a = std::get_if<net::AbortStep>(&m.body)) return rendezvous.Abort(a->step_id, a->status);
+    if (auto* a = std::get_if<net::CleanupStep>(&m.body)) return rendezvous.Cleanup(a->step_id);
+    if (auto* r = std::get_if<net::RegisterPartition>(&m.body))
+      return Reply(c, id, net::StatusReply{Register(c, *r)});
+    if (std::holds_alternative<net::ListMembers>(m.body))
+      return Reply(c, id, net::Membership{MemberList()});
+    if (auto* mem = std::get_if<net::Membership>(&m.body)) {
+      const bool changed = Merge(mem->members);
+      Reply(c, id, net::Membership{MemberList()});
+      if (changed) Gossip();
+      return;
+    }
+    if (auto* cs = std::get_if<net::CloseSession>(&m.body)) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        sessions.erase(cs->session_id);
+      }
+      return Reply(c, id, net::StatusReply{Status::OK()});
+    }
+    if (auto* e = std::get_if<net::Echo>(&m.body)) return Reply(c, id, net::Echo{std::move(e->payload)});
+    Log(std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
+    Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
+                                                  net::BodyName(m.body))});
+  }
+
+  void OnDown(const net::ConnectionPtr& c, const Status& why) {
+    std::string lost;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return;
+      for (auto it = peers.begin(); it != peers.end(); ++it) {
+        if (it->second != c) continue;
+        lost = it->first;
+        peers.erase(it);
+        break;
+      }
+      // A client that went away closes its sessions (running steps keep
+      // what they use alive until they finish).
+      for (auto it = sessions.begin(); it != sessions.end();) {
+        if (it->second.client == c.get()) it = sessions.erase(it);
+        else ++it;
+      }
+      if (!lost.empty())
+        members.erase(std::remove_if(members.begin(), members.end(),
+                                     [&](const net::Member& m) { return m.address == lost; }),
+                      members.end());
+    }
+    if (!lost.empty()) Log("member " + lost + " is down: " + why.message());
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return;
+      stopped = true;
+    }
+    transport->Shutdown();
+    queues->Shutdown();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      sessions.clear();
+      peers.clear();
+    }
+    variables->Shutdown();
+    queues->Stop();
+  }
+};
+
+Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
+  std::string host;
+  uint16_t port = 0;
+  SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
+  KeepTensorMemoryWarm();
+  auto impl = std::make_unique<Impl>(opts);
+  Impl* p = impl.get();
+  net::TransportOptions to;
+  to.secret = opts.secret;
+  to.heartbeat_ms = opts.heartbeat_ms;
+  to.peer_timeout_ms = opts.peer_timeout_ms;
+  SF_ASSIGN_OR_RETURN(
+      impl->transport,
+      net::Transport::Create(
+          to, [p](const net::ConnectionPtr& c, net::Message m) { p->OnMessage(c, std::move(m)); },
+          [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
+  SF_ASSIGN_OR_RETURN(uint16_t bound, impl->transport->Listen(host, port));
+  impl->address = host + ":" + std::to_string(bound);
+  if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
+  impl->members.push_back({impl->opts.name, impl->address});
+  std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
+  if (!opts.join.empty()) {
+    auto c = p->Peer(opts.join);
+    if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);
+    // Tell the member we exist; it answers with every member it knows.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Result<net::Message> reply = Status(Code::kInternal, "no reply");
+    (*c)->Request(net::Membership{p->MemberList()}, 10000, [&](Result<net::Message> r) {
+      std::lock_guard<std::mutex> l(mu);
+      reply = std::move(r);
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    if (!reply.ok()) return reply.status().WithPrefix("joining " + opts.join);
+    auto* mem = std::get_if<net::Membership>(&reply->body);
+    if (!mem) return Unavailable("joining " + opts.join + ": unexpected reply " + net::BodyName(reply->body));
+    if (p->Merge(mem->members)) p->Gossip();
+  }
+  return node;
+}
+
+ClusterNode::ClusterNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ClusterNode::~ClusterNode() { Stop(); }
+void ClusterNode::Stop() { impl_->Stop(); }
+const std::string& ClusterNode::address() const { return impl_->address; }
+const std::string& ClusterNode::name() const { return impl_->opts.name; }
+
+std::vector<std::string> ClusterNode::Members() const {
+  std::vector<std::string> out;
+  for (const auto& m : impl_->MemberList()) out.push_back(m.address);
+  return out;
+}
+
+Result<std::string> ReadClusterSecret(const std::string& path) { return net::ReadSecretFile(path); }
+
+}  // namespace sf

@@ -1,0 +1,54 @@
+#include "actors/cluster_rendezvous.h"
+
+#include "graph/device_name.h"
+
+namespace sf {
+namespace runtime {
+
+ClusterRendezvous::ClusterRendezvous(LocalRendezvous* local, std::string self,
+                                     std::vector<std::string> tasks, SendFn send)
+    : local_(local), self_(std::move(self)), tasks_(std::move(tasks)), send_(std::move(send)) {}
+
+Result<std::string> ClusterRendezvous::Destination(const std::string& edge) {
+  const size_t arrow = edge.rfind("->");
+  if (arrow == std::string::npos)
+    return InvalidArgument("transfer key '" + edge + "' names no receiving device");
+  const std::string device = edge.substr(arrow + 2);
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = device_address_.find(device);
+  if (it != device_address_.end()) return it->second;
+  auto name = ParseDeviceName(device);
+  if (!name.ok()) return name.status().WithPrefix("transfer key '" + edge + "'");
+  if (!name->has_task || name->task < 0 || name->task >= static_cast<int>(tasks_.size()))
+    return InvalidArgument("transfer key '" + edge + "': device " + device +
+                           " is on no task of the session (it has " +
+                           std::to_string(tasks_.size()) + ")");
+  return device_address_[device] = tasks_[name->task];
+}
+
+Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_dead) {
+  SF_ASSIGN_OR_RETURN(std::string to, Destination(key.edge));
+  if (to == self_) return local_->Send(key, std::move(value), is_dead);
+  net::SendTensor st;
+  st.step_id = key.step_id;
+  st.edge = key.edge;
+  st.frame = key.frame;
+  st.iteration = key.iteration;
+  st.is_dead = is_dead;
+  st.value = std::move(value);
+  net::Message m;
+  m.body = std::move(st);
+  return send_(to, m);
+}
+
+void ClusterRendezvous::RecvAsync(const RendezvousKey& key,
+                                  std::function<void(Status, Tensor, bool)> done) {
+  local_->RecvAsync(key, std::move(done));
+}
+
+void ClusterRendezvous::Abort(int64_t step_id, const Status& status) {
+  local_->Abort(step_id, status);
+}
+
+}  // namespace runtime
+}  // namespace sf

@@ -1,0 +1,81 @@
+// Collectives: ring all-reduce over actors (actor-private header: include
+// only from actors/*.cc).
+//
+// A group of size n is n rank actors in a ring, rank i sending to rank
+// (i + 1) mod n. A reduction splits the tensor into n chunks and takes
+// 2 (n - 1) steps: reduce-scatter (at step s rank i sends chunk (i - s) mod n,
+// the receiver adds it to its own), after which rank i holds the full sum of
+// chunk (i + 1) mod n; then all-gather (the reduced chunks travel round the
+// ring once more, overwriting). Each rank sends 2 (n - 1) / n of the tensor,
+// whatever n is. A contribution or chunk that arrives early waits in its
+// rank's state: nothing blocks a thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+namespace runtime {
+
+struct CollectiveMsg;
+using CollectiveMsgPtr = std::shared_ptr<CollectiveMsg>;
+// A closure run by the collective spawner actor (see SpawnCollectiveSpawner).
+struct CollectiveTask {
+  std::function<void()> run;
+};
+using CollectiveTaskPtr = std::shared_ptr<CollectiveTask>;
+
+}  // namespace runtime
+}  // namespace sf
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::CollectiveMsgPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::CollectiveTaskPtr)
+
+namespace sf {
+namespace runtime {
+
+using CollectiveRankActor = caf::typed_actor<caf::reacts_to<CollectiveMsgPtr>>;
+
+// One message to a rank actor.
+struct CollectiveMsg {
+  enum Kind { kInit, kContribute, kChunk } kind = kChunk;
+  CollectiveRankActor next;  // kInit: the rank this one sends to
+  int64_t instance = 0;      // kChunk: which reduction (the k-th call of every rank)
+  int64_t step = 0;          // kChunk: 0 .. 2 (n - 1) - 1
+  int64_t total = 0;         // kChunk: the sender's element count (shapes must agree)
+  DType dtype = DType::kInvalid;  // kChunk
+  Tensor value;              // kContribute: the whole tensor; kChunk: one chunk
+  Status error;              // kChunk: a failed reduction, passed round the ring
+  std::function<void(Result<Tensor>)> done;  // kContribute
+};
+
+using CollectiveSpawner = caf::typed_actor<caf::reacts_to<CollectiveTaskPtr>>;
+
+// An actor that runs closures on a CAF thread. Groups are spawned there, not
+// on the compute-pool thread whose kernel first asks for them: CAF keeps a
+// reference to its logger in every thread that spawns, and a compute thread
+// outlives the actor system, whose destructor waits for that reference.
+CollectiveSpawner SpawnCollectiveSpawner(caf::actor_system& sys);
+
+// A ring of group_size rank actors for group `key`.
+class CollectiveGroup {
+ public:
+  CollectiveGroup(caf::actor_system& sys, std::string key, int64_t group_size);
+  ~CollectiveGroup();
+  int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
+  // Contributes rank's value to its next reduction (REQUIRES: 0 <= rank < size()).
+  void Contribute(int64_t rank, Tensor value, std::function<void(Result<Tensor>)> done);
+
+ private:
+  std::vector<CollectiveRankActor> ranks_;
+};
+
+}  // namespace runtime
+}  // namespace sf

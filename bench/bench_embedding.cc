@@ -1,0 +1,195 @@
+// Training throughput of a sharded embedding model: a rows x 32 float table
+// (10M rows by default) split over K shards, batches of 4096 examples x 8 ids
+// drawn from Zipf(1.1) over the rows (ranks scattered by the fixed
+// permutation rank * 2654435761 mod rows), sum combiner, a linear layer
+// 32 -> 1, logistic loss, sparse SGD lr 0.1. One JSON line per shard count
+// (keys shards, processes, examples_per_sec, lookups_per_sec, ms_per_step)
+// and a summary line. bench/peers/embedding.py is the same workload in
+// PyTorch; bench/compare_embedding runs both.
+//
+// RunEmbeddingBench takes a session factory: --processes 2 runs the same
+// workload on a local cluster of two `shardflow node` processes (the shards
+// spread over both, each lookup and sparse update on its shard's node).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+
+#include "examples/common/flags.h"
+#include "examples/common/json.h"
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
+#include "shardflow/embedding.h"
+#include "shardflow/ops.h"
+#include "shardflow/optimizers.h"
+#include "shardflow/session.h"
+
+using namespace sf;
+using namespace sf::examples;
+
+namespace {
+
+struct BenchConfig {
+  int64_t rows = 10'000'000, dim = 32, batch = 4096, ids_per_example = 8;
+  int64_t steps = 30, warmup = 5, num_batches = 16;
+  double zipf = 1.1;
+};
+
+struct BenchResult {
+  double examples_per_sec = 0, lookups_per_sec = 0, ms_per_step = 0, init_secs = 0;
+};
+
+// A session and, for cluster runs, the node processes it runs on (declared
+// first, so they outlive the session).
+struct Owned {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<SessionInterface> session;
+};
+using SessionFactory = std::function<Result<Owned>(const Graph&, int shards)>;
+
+// Batches of ids (Zipf ranks scattered over the rows) and 0/1 labels; the
+// same generator as bench/peers/embedding.py (numpy differs in the uniforms).
+void MakeBatches(const BenchConfig& c, std::vector<Tensor>* ids, std::vector<Tensor>* labels) {
+  std::vector<double> cdf(c.rows);
+  double total = 0;
+  for (int64_t r = 0; r < c.rows; ++r) cdf[r] = (total += std::pow(static_cast<double>(r + 1), -c.zipf));
+  for (double& x : cdf) x /= total;
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int64_t b = 0; b < c.num_batches; ++b) {
+    Tensor t(DType::kInt64, {c.batch, c.ids_per_example});
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      int64_t rank = std::upper_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+      rank = std::min(rank, c.rows - 1);
+      t.data<int64_t>()[i] = static_cast<int64_t>((static_cast<unsigned __int128>(rank) * 2654435761u) % c.rows);
+    }
+    Tensor y(DType::kFloat32, {c.batch, 1});
+    for (int64_t i = 0; i < c.batch; ++i) y.data<float>()[i] = u(rng) < 0.5 ? 0.0f : 1.0f;
+    ids->push_back(t);
+    labels->push_back(y);
+  }
+}
+
+Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const SessionFactory& factory,
+                                      const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
+  Graph g;
+  EmbeddingTableOptions o;
+  o.num_shards = shards;
+  o.seed = 1;
+  auto table = NewEmbeddingTable(g, "table", c.rows, c.dim, o);
+  auto x = ops::Placeholder(g, DType::kInt64, {c.batch, c.ids_per_example}, "ids");
+  auto y = ops::Placeholder(g, DType::kFloat32, {c.batch, 1}, "labels");
+  auto emb = ops::EmbeddingLookup(g, table, x, "sum");
+  auto w = ops::Variable(g, "w", ops::RandomUniform(g, {c.dim, 1}, -0.1, 0.1, 2));
+  auto b = ops::Variable(g, "b", ops::Zeros(g, DType::kFloat32, {1}));
+  auto logits = ops::MatMul(g, emb, w) + b;
+  // Logistic loss: softplus(z) - y z, averaged.
+  auto loss = ops::Mean(g, ops::Softplus(g, logits) - y * logits);
+  auto train = GradientDescentOptimizer(0.1).Minimize(g, loss);
+  if (!train.ok()) return train.status();
+  int init = ops::GlobalVariablesInitializer(g);
+  SF_RETURN_IF_ERROR(g.status());
+  SF_ASSIGN_OR_RETURN(Owned owned, factory(g, shards));
+  SessionInterface* s = owned.session.get();
+  auto t0 = std::chrono::steady_clock::now();
+  auto ir = s->Run({}, std::vector<Output>{}, {init});
+  if (!ir.ok()) return ir.status();
+  BenchResult r;
+  r.init_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t next = 0;
+  auto step = [&]() -> Status {
+    const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(ids.size()));
+    auto res = s->Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train});
+    return res.status();
+  };
+  for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(step());
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < c.steps; ++i) SF_RETURN_IF_ERROR(step());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.ms_per_step = 1000.0 * secs / c.steps;
+  r.examples_per_sec = c.batch * c.steps / secs;
+  r.lookups_per_sec = r.examples_per_sec * c.ids_per_example;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  flags.Int("rows", 10'000'000, "table rows").Int("dim", 32, "embedding width")
+      .Int("batch", 4096, "examples per batch").Int("ids", 8, "ids per example")
+      .Int("steps", 30, "timed steps").Int("warmup", 5, "untimed steps")
+      .String("shards", "1,2,4", "shard counts (num_cpu_devices = shards)")
+      .String("processes", "1", "1: one process; 2: a local cluster of two node processes (e.g. 1,2)")
+      .Bool("json", "print JSON lines");
+  ParseOrExit(flags, argc, argv, "bench_embedding");
+  BenchConfig c;
+  c.rows = flags.GetInt("rows");
+  c.dim = flags.GetInt("dim");
+  c.batch = flags.GetInt("batch");
+  c.ids_per_example = flags.GetInt("ids");
+  c.steps = flags.GetInt("steps");
+  c.warmup = flags.GetInt("warmup");
+  std::vector<int> shard_counts;
+  {
+    std::string s = flags.GetString("shards");
+    size_t pos = 0;
+    while (pos <= s.size()) {
+      size_t comma = s.find(',', pos);
+      if (comma == std::string::npos) comma = s.size();
+      if (comma > pos) shard_counts.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+      pos = comma + 1;
+    }
+  }
+  std::vector<Tensor> ids, labels;
+  MakeBatches(c, &ids, &labels);
+  const bool json = flags.GetBool("json");
+  SessionFactory local = [](const Graph& g, int shards) -> Result<Owned> {
+    SessionOptions so;
+    so.num_cpu_devices = shards;
+    Owned o;
+    o.session = std::make_unique<Session>(g, so);
+    return o;
+  };
+  SessionFactory cluster = [](const Graph& g, int shards) -> Result<Owned> {
+    Owned o;
+    o.cluster = std::make_unique<LocalCluster>();
+    SF_RETURN_IF_ERROR(o.cluster->Start(2, 3600));
+    ClusterOptions co;
+    co.address = o.cluster->addresses()[0];
+    co.secret = o.cluster->secret();
+    SF_ASSIGN_OR_RETURN(auto s, ClusterSession::Connect(g, co));
+    o.session = std::move(s);
+    return o;
+  };
+  std::vector<int> process_counts;
+  for (char ch : flags.GetString("processes"))
+    if (ch == '1' || ch == '2') process_counts.push_back(ch - '0');
+  double best = 0;
+  int best_shards = 0, best_processes = 1;
+  for (int procs : process_counts)
+  for (int k : shard_counts) {
+    if (procs == 2 && k < 2) continue;  // one shard on two processes leaves one idle
+    auto r = RunEmbeddingBench(c, k, procs == 1 ? local : cluster, ids, labels);
+    if (!r.ok()) {
+      std::fprintf(stderr, "bench_embedding: %d shards: %s\n", k, r.status().ToString().c_str());
+      return 1;
+    }
+    if (r->examples_per_sec > best) best = r->examples_per_sec, best_shards = k, best_processes = procs;
+    if (json)
+      JsonLine().Add("system", "shardflow").Add("shards", k).Add("processes", procs)
+          .Add("rows", c.rows).Add("dim", c.dim).Add("batch", c.batch)
+          .Add("examples_per_sec", r->examples_per_sec).Add("lookups_per_sec", r->lookups_per_sec)
+          .Add("ms_per_step", r->ms_per_step).Add("init_secs", r->init_secs).Print();
+    else
+      std::printf("%d process(es), %d shards: %.0f examples/s, %.0f lookups/s (%.2f ms/step; init %.1f s)\n", procs, k,
+                  r->examples_per_sec, r->lookups_per_sec, r->ms_per_step, r->init_secs);
+  }
+  if (json)
+    JsonLine().Add("system", "shardflow").Add("summary", true).Add("best_shards", best_shards)
+        .Add("processes", best_processes).Add("examples_per_sec", best).Add("lookups_per_sec", best * c.ids_per_example)
+        .Print();
+  return 0;
+}

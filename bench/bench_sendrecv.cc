@@ -1,0 +1,274 @@
+// Send/Recv throughput and latency for tensors of 4 bytes to 256 MiB.
+//
+// Three modes, each a round trip of one tensor (there and back), so latency
+// and throughput come from the same timing:
+// - inproc: through the step rendezvous in one process (what _Send/_Recv
+//   between two partitions of one process do: the buffer is passed by
+//   reference, never copied);
+// - cluster: through shardflow's transport to a `shardflow node` process and
+//   back (an Echo request: encode with the tensor bytes referenced, writev,
+//   read, decode with one copy, the same path SendTensor takes between nodes);
+// - raw_tcp: the same bytes over a plain loopback TCP socket to a child
+//   process that echoes them, measured by this program as the ceiling.
+// gbytes_per_sec = 2 * bytes / round trip (both directions move the tensor).
+// Keys: bytes, mode, gbytes_per_sec, round_trip_us; the summary compares
+// cluster to raw_tcp at 64 MiB (target >= 50%) and the small round trip
+// (target < 100 us).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "actors/rendezvous.h"
+#include "examples/common/flags.h"
+#include "examples/common/json.h"
+#include "examples/common/local_cluster.h"
+#include "net/transport.h"
+
+using namespace sf;
+using namespace sf::examples;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_sendrecv: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Round trips to time for a tensor of n bytes: enough to move ~1 GiB, at
+// least 3 and at most max_reps.
+int Reps(int64_t n, int max_reps) {
+  return static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(n, 1), 3, max_reps));
+}
+
+Tensor MakeTensor(int64_t bytes) {
+  Tensor t(DType::kFloat32, {std::max<int64_t>(1, bytes / 4)});
+  std::memset(t.raw_data(), 0x3c, t.bytes());
+  return t;
+}
+
+// Seconds per round trip through the in-process rendezvous.
+double InProc(const Tensor& t, int reps) {
+  runtime::LocalRendezvous rdv;
+  int64_t done = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) {
+    RendezvousKey ping{i, "a:0->/job:localhost/task:0/device:CPU:1", "", 0};
+    RendezvousKey pong{i, "b:0->/job:localhost/task:0/device:CPU:0", "", 0};
+    rdv.RecvAsync(ping, [&](Status s, Tensor v, bool) {
+      if (!s.ok()) Die(s.ToString());
+      rdv.Send(pong, std::move(v), false);
+    });
+    rdv.RecvAsync(pong, [&](Status s, Tensor v, bool) {
+      if (!s.ok() || v.bytes() != t.bytes()) Die("inproc transfer lost its tensor");
+      ++done;
+    });
+    rdv.Send(ping, t, false);
+    rdv.Cleanup(i);
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (done != reps) Die("inproc: " + std::to_string(done) + " of " + std::to_string(reps) + " round trips");
+  return secs / reps;
+}
+
+// Seconds per Echo round trip to a node process.
+double Cluster(net::Connection& c, const Tensor& t, int reps) {
+  auto once = [&] {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<net::Message>> reply;
+    c.Request(net::Echo{t}, 60000, [&](Result<net::Message> r) {
+      std::lock_guard<std::mutex> l(mu);
+      reply.emplace(std::move(r));
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return reply.has_value(); });
+    if (!reply->ok()) Die(reply->status().ToString());
+    auto* e = std::get_if<net::Echo>(&(*reply)->body);
+    if (!e || e->payload.bytes() != t.bytes()) Die("echo came back wrong");
+  };
+  once();  // warm: first-touch of the node's buffers
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) once();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+}
+
+bool ReadAll(int fd, void* p, size_t n) {
+  auto* b = static_cast<uint8_t*>(p);
+  while (n > 0) {
+    ssize_t r = ::read(fd, b, n);
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, b, n);
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// A child process that echoes length-prefixed messages on loopback TCP.
+struct RawEcho {
+  pid_t pid = -1;
+  int fd = -1;
+  std::vector<uint8_t> back;
+  RawEcho() {
+    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (::bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(ls, 1) != 0 ||
+        ::getsockname(ls, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+      Die("raw_tcp: cannot listen on 127.0.0.1");
+    pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int c = ::accept(ls, nullptr, nullptr);
+      int one = 1;
+      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      std::vector<uint8_t> buf;
+      uint64_t n;
+      while (ReadAll(c, &n, sizeof n)) {
+        buf.resize(n);
+        if (!ReadAll(c, buf.data(), n) || !WriteAll(c, buf.data(), n)) break;
+      }
+      ::_exit(0);
+    }
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) Die("raw_tcp: connect");
+    ::close(ls);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~RawEcho() {
+    ::close(fd);
+    int st;
+    ::waitpid(pid, &st, 0);
+  }
+  double RoundTrip(const Tensor& t, int reps) {
+    const uint64_t n = t.bytes();
+    back.resize(n);
+    auto once = [&] {
+      if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, t.raw_data(), n) || !ReadAll(fd, back.data(), n))
+        Die("raw_tcp: echo failed");
+    };
+    once();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) once();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  flags.Int("max-bytes", int64_t{256} << 20, "largest tensor (bytes)")
+      .Int("max-reps", 2000, "most round trips per size")
+      .String("modes", "inproc,cluster,raw_tcp", "modes to run")
+      .Bool("json", "print JSON lines");
+  ParseOrExit(flags, argc, argv, "bench_sendrecv");
+  KeepTensorMemoryWarm();  // as sessions and nodes do: reuse, not re-fault, big buffers
+  const bool json = flags.GetBool("json");
+  const std::string modes = flags.GetString("modes");
+  auto want = [&](const std::string& m) { return modes.find(m) != std::string::npos; };
+
+  std::vector<int64_t> sizes;
+  for (int64_t b = 4; b <= flags.GetInt("max-bytes"); b *= 16) sizes.push_back(b);
+  if (sizes.back() != flags.GetInt("max-bytes")) {
+    // 64 MiB and 256 MiB are the reference points: always include them.
+    for (int64_t b : {int64_t{64} << 20, int64_t{256} << 20})
+      if (b <= flags.GetInt("max-bytes") && std::find(sizes.begin(), sizes.end(), b) == sizes.end())
+        sizes.push_back(b);
+    std::sort(sizes.begin(), sizes.end());
+  }
+
+  LocalCluster cluster;
+  std::unique_ptr<net::Transport> transport;
+  net::ConnectionPtr conn;
+  if (want("cluster")) {
+    Status s = cluster.Start(1, 3600);
+    if (!s.ok()) Die(s.ToString());
+    net::TransportOptions o;
+    o.secret = cluster.secret();
+    o.peer_timeout_ms = 30000;  // a 256 MiB echo keeps both sides busy for a while
+    auto t = net::Transport::Create(o, nullptr, nullptr);
+    if (!t.ok()) Die(t.status().ToString());
+    transport = std::move(*t);
+    auto c = transport->Connect(cluster.addresses()[0]);
+    if (!c.ok()) Die(c.status().ToString());
+    conn = *c;
+  }
+  std::optional<RawEcho> raw;
+  if (want("raw_tcp")) raw.emplace();
+
+  std::map<std::pair<std::string, int64_t>, double> rtt;
+  for (int64_t bytes : sizes) {
+    Tensor t = MakeTensor(bytes);
+    const int reps = Reps(bytes, static_cast<int>(flags.GetInt("max-reps")));
+    for (const char* mode : {"inproc", "cluster", "raw_tcp"}) {
+      if (!want(mode)) continue;
+      double secs;
+      if (std::string(mode) == "inproc") secs = InProc(t, reps);
+      else if (std::string(mode) == "cluster") secs = Cluster(*conn, t, reps);
+      else secs = raw->RoundTrip(t, reps);
+      rtt[{mode, bytes}] = secs;
+      const double gbs = 2.0 * static_cast<double>(t.bytes()) / secs / 1e9;
+      if (json) {
+        JsonLine().Add("bytes", static_cast<int64_t>(t.bytes())).Add("mode", mode)
+            .Add("gbytes_per_sec", gbs).Add("round_trip_us", secs * 1e6).Add("reps", reps).Print();
+      } else {
+        std::printf("%-8s %12lld bytes  %9.3f GB/s  %11.1f us round trip\n", mode,
+                    static_cast<long long>(t.bytes()), gbs, secs * 1e6);
+      }
+    }
+  }
+  if (conn) conn->Close();
+  if (transport) transport->Shutdown();
+
+  const int64_t big = int64_t{64} << 20;
+  auto get = [&](const char* m, int64_t b) {
+    auto it = rtt.find({m, b});
+    return it == rtt.end() ? 0.0 : it->second;
+  };
+  const double ratio = get("cluster", big) > 0 && get("raw_tcp", big) > 0
+                           ? get("raw_tcp", big) / get("cluster", big) : 0;
+  const double small_us = get("cluster", 4) * 1e6;
+  if (json) {
+    JsonLine().Add("summary", true).Add("cluster_vs_raw_tcp_64mib", ratio)
+        .Add("cluster_small_round_trip_us", small_us)
+        .Add("meets_throughput_target", ratio >= 0.5).Add("meets_latency_target", small_us > 0 && small_us < 100)
+        .Print();
+  } else {
+    std::printf("cluster / raw TCP at 64 MiB: %.2f (target >= 0.5); small round trip %.1f us (target < 100)\n",
+                ratio, small_us);
+  }
+  return 0;
+}

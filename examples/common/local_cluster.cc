@@ -1,0 +1,139 @@
+#include "examples/common/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace sf::examples {
+
+std::string ProgramDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : p.parent_path().string();
+}
+
+LocalCluster::~LocalCluster() {
+  for (pid_t p : pids_) {
+    if (p <= 0) continue;
+    ::kill(p, SIGTERM);
+  }
+  for (pid_t p : pids_) {
+    if (p <= 0) continue;
+    ::kill(p, SIGCONT);  // a stopped node cannot act on SIGTERM
+    int st;
+    // A node stops within its shutdown; after 5 s it is killed.
+    for (int i = 0; i < 500; ++i) {
+      if (::waitpid(p, &st, WNOHANG) == p) {
+        p = 0;
+        break;
+      }
+      ::usleep(10000);
+    }
+    if (p > 0) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, &st, 0);
+    }
+  }
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+void LocalCluster::Kill(int i) {
+  if (i < 0 || i >= static_cast<int>(pids_.size()) || pids_[i] <= 0) return;
+  ::kill(pids_[i], SIGKILL);
+  int st;
+  ::waitpid(pids_[i], &st, 0);
+  pids_[i] = 0;
+}
+
+Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) {
+  if (n < 1) return InvalidArgument("a local cluster needs at least one node (got " + std::to_string(n) + ")");
+  binary_ = binary.empty() ? ProgramDir() + "/shardflow" : binary;
+  if (::access(binary_.c_str(), X_OK) != 0)
+    return NotFound("the shardflow binary '" + binary_ + "' is missing (build target shardflow_cli)");
+  char tmpl[] = "/tmp/shardflow-cluster-XXXXXX";
+  if (!::mkdtemp(tmpl)) return Unavailable(std::string("mkdtemp: ") + std::strerror(errno));
+  dir_ = tmpl;
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 48; ++i) secret_ += kHex[rd() % 16];
+  secret_file_ = dir_ + "/secret";
+  {
+    std::ofstream f(secret_file_);
+    f << secret_ << "\n";
+    if (!f) return Unavailable("cannot write " + secret_file_);
+  }
+  ::chmod(secret_file_.c_str(), 0600);
+  for (int i = 0; i < n; ++i) {
+    auto a = Spawn(addresses_.empty() ? "" : addresses_[0], lifetime_s);
+    if (!a.ok()) return a.status();
+  }
+  return Status::OK();
+}
+
+Result<std::string> LocalCluster::AddNode(double lifetime_s) {
+  if (addresses_.empty()) return FailedPrecondition("the local cluster was not started");
+  return Spawn(addresses_[0], lifetime_s);
+}
+
+Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime_s) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return Unavailable(std::string("pipe: ") + std::strerror(errno));
+  const std::string lifetime = std::to_string(lifetime_s);
+  std::vector<std::string> args = {binary_, "node", "--listen", "127.0.0.1:0", "--cluster-secret-file",
+                                   secret_file_, "--lifetime-s", lifetime, "--threads", "1"};
+  if (!join.empty()) {
+    args.push_back("--join");
+    args.push_back(join);
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Unavailable(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    ::dup2(out[1], 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(binary_.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  pids_.push_back(pid);
+  // The node prints "shardflow node NAME listening on HOST:PORT" once it serves.
+  std::string line;
+  char c;
+  while (line.size() < 4096) {
+    const ssize_t r = ::read(out[0], &c, 1);
+    if (r == 1) {
+      if (c == '\n') break;
+      line += c;
+    } else if (r == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(out[0]);
+  const std::string marker = " listening on ";
+  const size_t at = line.find(marker);
+  if (at == std::string::npos)
+    return Unavailable("node " + std::to_string(pids_.size() - 1) + " did not start (said: '" + line +
+                       "'; its errors are on stderr)");
+  addresses_.push_back(line.substr(at + marker.size()));
+  return addresses_.back();
+}
+
+}  // namespace sf::examples

@@ -1,0 +1,52 @@
+// LocalCluster: starts `shardflow node` processes on 127.0.0.1 (ephemeral
+// ports) for examples, benchmarks and tests, and stops them when destroyed.
+// Each node also stops by itself after `lifetime_s` and when this process
+// dies (PR_SET_PDEATHSIG), so no node outlives its owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "shardflow/status.h"
+
+namespace sf::examples {
+
+class LocalCluster {
+ public:
+  LocalCluster() = default;
+  ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  // Starts n nodes (each joins the first) with a fresh secret file in a
+  // temporary directory; the shardflow binary is found beside this program
+  // (or at `binary`). Unavailable naming the node that failed to start.
+  Status Start(int n, double lifetime_s = 600, const std::string& binary = "");
+  // Starts one more node joining the cluster; its address.
+  Result<std::string> AddNode(double lifetime_s = 600);
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  const std::string& secret() const { return secret_; }
+  const std::string& secret_file() const { return secret_file_; }
+  // The pid of node i (to stop or kill it in failure tests).
+  pid_t pid(int i) const { return pids_[i]; }
+  // Sends SIGKILL to node i and reaps it.
+  void Kill(int i);
+
+ private:
+  Result<std::string> Spawn(const std::string& join, double lifetime_s);
+
+  std::string binary_;
+  std::string dir_;
+  std::string secret_;
+  std::string secret_file_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> addresses_;
+};
+
+// The directory of the running program ("" if unknown).
+std::string ProgramDir();
+
+}  // namespace sf::examples

@@ -1,0 +1,143 @@
+// Sharded embedding ops. Each takes the handle of one shard variable, so
+// placement colocates it with the shard; its kernel sends one message to the
+// shard (VariableService::GatherCombine / SparseApply) and only combined rows
+// come back. The builders (graph/embedding.cc) add one per shard and sum the
+// partials on the caller.
+//
+// Attributes shared by all of them (kernels/embedding_math.h parses them):
+// table, table_rows, num_shards, shard, partition ("mod" | "range"),
+// combiner ("sum" | "mean" | "none"), segments ("dense" | "offsets" |
+// "segment_ids"), num_segments (segment_ids only).
+#include "graph/op_registry.h"
+
+namespace sf {
+namespace {
+
+// The declared [rows, dim] of the shard behind input 0 when it is a VarHandle.
+PartialShape ShardShape(const InferenceContext& c) {
+  const Node& h = c.graph().node(c.node().inputs[0].node);
+  if (h.op != "VarHandle") return PartialShape::UnknownDims(2);
+  auto s = h.attrs.GetOr<PartialShape>("shape", PartialShape::UnknownDims(2));
+  return s.ok() && s->rank() == 2 ? *s : PartialShape::UnknownDims(2);
+}
+
+bool IsIndex(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+
+// Checks the attributes and the ids/segments inputs (at `first`); sets
+// *prefix to the output shape without dim. Errors name the table.
+Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, PartialShape* prefix) {
+  if (c.input_dtype(0) != DType::kResource)
+    return c.Error(std::string("input 0 must be an embedding shard handle, got ") + DTypeName(c.input_dtype(0)));
+  SF_ASSIGN_OR_RETURN(std::string table, c.Attr<std::string>("table"));
+  SF_ASSIGN_OR_RETURN(int64_t rows, c.Attr<int64_t>("table_rows"));
+  SF_ASSIGN_OR_RETURN(int64_t shards, c.Attr<int64_t>("num_shards"));
+  SF_ASSIGN_OR_RETURN(int64_t shard, c.Attr<int64_t>("shard"));
+  const std::string who = "embedding table '" + table + "'";
+  if (shards < 1 || rows < shards || shard < 0 || shard >= shards)
+    return c.Error(who + ": shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+                   " over " + std::to_string(rows) + " rows is not valid");
+  SF_ASSIGN_OR_RETURN(std::string part, c.AttrOr<std::string>("partition", "mod"));
+  if (part != "mod" && part != "range")
+    return c.Error(who + ": unknown partition '" + part + "' (expected mod or range)");
+  SF_ASSIGN_OR_RETURN(std::string comb, c.AttrOr<std::string>("combiner", "sum"));
+  if (comb != "sum" && comb != "mean" && comb != "none")
+    return c.Error(who + ": unknown combiner '" + comb + "' (expected sum, mean or none)");
+  SF_ASSIGN_OR_RETURN(std::string seg, c.AttrOr<std::string>("segments", "dense"));
+  if (!IsIndex(c.input_dtype(first)))
+    return c.Error(who + ": ids must be int32 or int64, got " + DTypeName(c.input_dtype(first)));
+  const PartialShape& ids = c.input_shape(first);
+  if (seg == "dense") {
+    if (has_segments) return c.Error(who + ": dense ids [batch, k] take no segments input");
+    if (ids.rank_known() && ids.rank() != 2)
+      return c.Error(who + ": dense ids must be [batch, k], got " + ids.ToString());
+    const int64_t b = ids.rank_known() ? ids.dim(0) : -1, k = ids.rank_known() ? ids.dim(1) : -1;
+    *prefix = comb == "none" ? PartialShape(Shape{b, k}) : PartialShape(Shape{b});
+    return Status::OK();
+  }
+  if (seg != "offsets" && seg != "segment_ids")
+    return c.Error(who + ": unknown segments '" + seg + "' (expected dense, offsets or segment_ids)");
+  if (comb == "none") return c.Error(who + ": combiner none needs dense ids [batch, k]");
+  if (!has_segments) return c.Error(who + ": bag ids need a " + seg + " input");
+  if (ids.rank_known() && ids.rank() != 1)
+    return c.Error(who + ": bag ids must be a vector, got " + ids.ToString());
+  if (!IsIndex(c.input_dtype(first + 1)))
+    return c.Error(who + ": " + seg + " must be int32 or int64, got " +
+                   DTypeName(c.input_dtype(first + 1)));
+  const PartialShape& s = c.input_shape(first + 1);
+  if (s.rank_known() && s.rank() != 1) return c.Error(who + ": " + seg + " must be a vector, got " + s.ToString());
+  if (seg == "offsets") {
+    *prefix = PartialShape(Shape{s.rank_known() ? s.dim(0) : -1});
+    return Status::OK();
+  }
+  SF_ASSIGN_OR_RETURN(int64_t num, c.AttrOr<int64_t>("num_segments", -1));
+  if (num < 0) return c.Error(who + ": segment ids need attr num_segments >= 0");
+  *prefix = PartialShape(Shape{num});
+  return Status::OK();
+}
+
+struct SparseApplyOp {
+  const char* name;
+  int handles;
+  int scalars;
+  const char* summary;
+};
+
+constexpr SparseApplyOp kSparseApplyOps[] = {
+    {"EmbeddingSparseApplyGradientDescent", 1, 1,
+     "Sparse SGD on one embedding shard: rows -= lr * grad for the rows its ids touch. Inputs: "
+     "shard, lr, ids, [segments], dy (the gradient of the shard's lookup)."},
+    {"EmbeddingSparseApplyAdagrad", 2, 1,
+     "Sparse Adagrad on one embedding shard (duplicate ids summed first). Inputs: shard, "
+     "accumulator, lr, ids, [segments], dy."},
+    {"EmbeddingSparseApplyAdam", 5, 4,
+     "Lazy Adam on one embedding shard: only touched rows' m and v move; beta powers advance "
+     "once. Inputs: shard, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, ids, "
+     "[segments], dy."},
+};
+
+}  // namespace
+
+void RegisterEmbeddingOps(OpRegistry& reg) {
+  (void)reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful()
+      .Shape([](InferenceContext& c) -> Status {
+        PartialShape prefix;
+        SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
+        const PartialShape shard = ShardShape(c);
+        Shape out = prefix.rank_known() ? prefix.dims() : Shape{-1};
+        out.push_back(shard.rank_known() ? shard.dim(1) : -1);
+        c.set_output(0, DType::kFloat32, PartialShape(out));
+        return Status::OK();
+      })
+      // The table's gradient is sparse: Optimizer::Minimize builds it from the
+      // gradient of this op's output (EmbeddingSparseApply*), never densely.
+      .NotDifferentiable()
+      .Summary("One embedding shard's partial lookup: rows of its ids (others skipped) combined "
+               "per example (sum, or mean over all the example's ids), computed in the shard. "
+               "Inputs: shard handle, ids, [offsets or segment ids].")
+      .Build());
+
+  for (const SparseApplyOp& op : kSparseApplyOps) {
+    const int fixed = op.handles + op.scalars;
+    (void)reg.Register(OpBuilder(op.name).Inputs(fixed + 2, fixed + 3).Stateful()
+        .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
+          for (int i = 1; i < handles; ++i)
+            if (c.input_dtype(i) != DType::kResource)
+              return c.Error("input " + std::to_string(i) + " must be a slot handle, got " +
+                             DTypeName(c.input_dtype(i)));
+          for (int i = handles; i < fixed; ++i)
+            if (c.input_dtype(i) != DType::kFloat32)
+              return c.Error("hyperparameter input " + std::to_string(i) + " must be float32, got " +
+                             DTypeName(c.input_dtype(i)));
+          PartialShape prefix;
+          const bool has_segments = c.num_inputs() == fixed + 3;
+          SF_RETURN_IF_ERROR(CheckLookupInputs(c, fixed, has_segments, &prefix));
+          const int dy = c.num_inputs() - 1;
+          if (c.input_dtype(dy) != DType::kFloat32)
+            return c.Error(std::string("the gradient must be float32, got ") + DTypeName(c.input_dtype(dy)));
+          return Status::OK();
+        })
+        .NotDifferentiable().Summary(op.summary).Build());
+  }
+}
+
+}  // namespace sf

@@ -1,0 +1,460 @@
+// Sharded embedding math: plain loops over rows of `dim` floats written as
+// Eigen row maps (vectorised), never per-element virtual calls.
+#include "kernels/embedding_math.h"
+
+#include <Eigen/Core>
+#include <cmath>
+
+namespace sf {
+namespace {
+
+using RowMap = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
+using ConstRowMap = Eigen::Map<const Eigen::Array<float, 1, Eigen::Dynamic>>;
+
+// Asks for the cache lines of one row (a hint: no effect on results).
+inline void PrefetchRow(const float* row, int64_t dim) {
+  for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(row + j);
+}
+
+// x / d and x % d for 0 <= x < 2^52 and d >= 1 through a double reciprocal
+// and one correction: a 64-bit idiv per id dominated multi-shard lookups.
+struct FastDiv {
+  explicit FastDiv(int64_t d) : d(d), inv(1.0 / static_cast<double>(d)) {}
+  int64_t d;
+  double inv;
+  void Divide(int64_t x, int64_t* q, int64_t* r) const {
+    int64_t qq = static_cast<int64_t>(static_cast<double>(x) * inv);
+    int64_t rr = x - qq * d;
+    if (rr < 0) --qq, rr += d;
+    else if (rr >= d) ++qq, rr -= d;
+    *q = qq;
+    *r = rr;
+  }
+};
+
+std::string OutOfRange(const EmbeddingShardSpec& s, int64_t id) {
+  return "embedding table '" + s.table + "': id " + std::to_string(id) + " is out of range [0, " +
+         std::to_string(s.rows) + ")";
+}
+
+Status CheckGather(const EmbeddingShardSpec& s, const EmbeddingGather& q) {
+  const std::string who = "embedding table '" + s.table + "'";
+  if (q.ids.dtype() != DType::kInt64 || q.segment_ids.dtype() != DType::kInt64)
+    return InvalidArgument(who + ": ids and segment ids must be int64");
+  if (q.ids.num_elements() != q.segment_ids.num_elements())
+    return InvalidArgument(who + ": " + std::to_string(q.ids.num_elements()) + " ids but " +
+                           std::to_string(q.segment_ids.num_elements()) + " segment ids");
+  if (q.num_segments < 0) return InvalidArgument(who + ": negative number of examples");
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  for (int64_t i = 0; i < q.segment_ids.num_elements(); ++i)
+    if (seg[i] < 0 || seg[i] >= q.num_segments)
+      return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
+                             std::to_string(i) + " is out of range [0, " +
+                             std::to_string(q.num_segments) + ")");
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<EmbeddingPartition> ParseEmbeddingPartition(const std::string& s) {
+  if (s == "mod") return EmbeddingPartition::kMod;
+  if (s == "range") return EmbeddingPartition::kRange;
+  return InvalidArgument("unknown embedding partitioning '" + s + "' (expected mod or range)");
+}
+
+Result<EmbeddingCombiner> ParseEmbeddingCombiner(const std::string& s) {
+  if (s == "sum") return EmbeddingCombiner::kSum;
+  if (s == "mean") return EmbeddingCombiner::kMean;
+  return InvalidArgument("unknown embedding combiner '" + s + "' (expected sum or mean)");
+}
+
+Status CheckShardSpec(const EmbeddingShardSpec& s) {
+  if (s.num_shards < 1 || s.rows < s.num_shards || s.shard < 0 || s.shard >= s.num_shards ||
+      s.rows > (int64_t{1} << 52))  // FastDiv's exact range
+    return InvalidArgument("embedding table '" + s.table + "': shard " + std::to_string(s.shard) +
+                           " of " + std::to_string(s.num_shards) + " over " +
+                           std::to_string(s.rows) + " rows is not valid (need rows >= shards >= 1)");
+  return Status::OK();
+}
+
+int64_t EmbeddingShardRows(int64_t rows, int64_t num_shards, int64_t shard,
+                           EmbeddingPartition partition) {
+  if (partition == EmbeddingPartition::kMod) return (rows - shard + num_shards - 1) / num_shards;
+  return rows / num_shards + (shard < rows % num_shards ? 1 : 0);
+}
+
+Status LocalRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n,
+                   std::vector<int64_t>* local) {
+  SF_RETURN_IF_ERROR(CheckShardSpec(s));
+  local->resize(n);
+  const int64_t K = s.num_shards, k = s.shard;
+  int64_t* out = local->data();
+  if (K == 1) {  // one shard: every id is its own row
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= s.rows) return InvalidArgument(OutOfRange(s, id));
+      out[i] = id;
+    }
+    return Status::OK();
+  }
+  if (s.partition == EmbeddingPartition::kMod && (K & (K - 1)) == 0) {  // K = 2^b: shift and mask
+    const int b = __builtin_ctzll(static_cast<unsigned long long>(K));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= s.rows) return InvalidArgument(OutOfRange(s, id));
+      out[i] = (id & (K - 1)) == k ? id >> b : -1;
+    }
+    return Status::OK();
+  }
+  if (s.partition == EmbeddingPartition::kMod) {
+    const FastDiv div(K);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= s.rows) return InvalidArgument(OutOfRange(s, id));
+      int64_t q, r;
+      div.Divide(id, &q, &r);
+      out[i] = r == k ? q : -1;
+    }
+    return Status::OK();
+  }
+  const int64_t base = s.rows / K, extra = s.rows % K;
+  const int64_t split = extra * (base + 1);  // ids below it live in the bigger shards
+  const FastDiv big(base + 1), small(base);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= s.rows) return InvalidArgument(OutOfRange(s, id));
+    int64_t shard, row;
+    if (id < split) {
+      big.Divide(id, &shard, &row);
+    } else {
+      small.Divide(id - split, &shard, &row);
+      shard += extra;
+    }
+    out[i] = shard == k ? row : -1;
+  }
+  return Status::OK();
+}
+
+std::vector<float> SegmentWeights(const EmbeddingGather& q) {
+  std::vector<float> w(q.num_segments, 1.0f);
+  if (q.combiner == EmbeddingCombiner::kMean) {
+    std::vector<int64_t> count(q.num_segments, 0);
+    const int64_t* seg = q.segment_ids.data<int64_t>();
+    for (int64_t i = 0; i < q.segment_ids.num_elements(); ++i) ++count[seg[i]];
+    for (int64_t s = 0; s < q.num_segments; ++s)
+      w[s] = count[s] > 0 ? 1.0f / static_cast<float>(count[s]) : 0.0f;
+  }
+  return w;
+}
+
+Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,
+                              const Tensor& table, Tensor* out) {
+  SF_RETURN_IF_ERROR(CheckGather(s, q));
+  const std::string who = "embedding table '" + s.table + "'";
+  if (table.dtype() != DType::kFloat32 || table.rank() != 2)
+    return InvalidArgument(who + ": shard " + std::to_string(s.shard) +
+                           " must be a float32 matrix, got " + table.DebugString(0));
+  const int64_t shard_rows = EmbeddingShardRows(s.rows, s.num_shards, s.shard, s.partition);
+  if (table.dim(0) != shard_rows)
+    return InvalidArgument(who + ": shard " + std::to_string(s.shard) + " has " +
+                           std::to_string(table.dim(0)) + " rows, the partitioning gives it " +
+                           std::to_string(shard_rows));
+  // Scratch kept per thread: a fresh vector per step costs page faults.
+  thread_local std::vector<int64_t> local;
+  const int64_t n = q.ids.num_elements();
+  SF_RETURN_IF_ERROR(LocalRowsOf(s, q.ids.data<int64_t>(), n, &local));
+  const int64_t dim = table.dim(1);
+  *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
+  const std::vector<float> w = SegmentWeights(q);
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  const float* src = table.data<float>();
+  float* dst = out->data<float>();
+  // Rows are scattered over a big table: fetch a few ids ahead so the cache
+  // misses overlap (measured: the gather is bound by them).
+  constexpr int64_t kAhead = 8;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && local[i + kAhead] >= 0) PrefetchRow(src + local[i + kAhead] * dim, dim);
+    if (local[i] < 0) continue;
+    RowMap(dst + seg[i] * dim, dim) += ConstRowMap(src + local[i] * dim, dim) * w[seg[i]];
+  }
+  return Status::OK();
+}
+
+void UniqueRows(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
+                std::vector<int32_t>* index) {
+  unique->clear();
+  index->resize(n);
+  int shift = 64;
+  uint64_t cap = 1;
+  while (cap < static_cast<uint64_t>(2 * n + 2)) {
+    cap <<= 1;
+    --shift;
+  }
+  thread_local std::vector<int32_t> slots;  // index into unique, or -1 (per-thread scratch)
+  slots.assign(cap, -1);
+  const uint64_t mask = cap - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t key = keys[i];
+    uint64_t h = (static_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> shift;  // cap >= 2
+    for (;; h = (h + 1) & mask) {
+      const int32_t u = slots[h];
+      if (u < 0) {
+        slots[h] = static_cast<int32_t>(unique->size());
+        (*index)[i] = slots[h];
+        unique->push_back(key);
+        break;
+      }
+      if ((*unique)[u] == key) {
+        (*index)[i] = u;
+        break;
+      }
+    }
+  }
+}
+
+Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q,
+                           const Tensor& dy, Tensor* rows, Tensor* values) {
+  SF_RETURN_IF_ERROR(CheckGather(s, q));
+  const std::string who = "embedding table '" + s.table + "'";
+  if (dy.dtype() != DType::kFloat32 || dy.rank() != 2 || dy.dim(0) != q.num_segments)
+    return InvalidArgument(who + ": the gradient must be float32 [" +
+                           std::to_string(q.num_segments) + ", dim], got " + dy.DebugString(0));
+  const int64_t n = q.ids.num_elements(), dim = dy.dim(1);
+  thread_local std::vector<int64_t> local, mine_rows, mine_pos, unique;  // per-thread scratch
+  thread_local std::vector<int32_t> index;
+  SF_RETURN_IF_ERROR(LocalRowsOf(s, q.ids.data<int64_t>(), n, &local));
+  // Keep only this shard's ids, then merge duplicates.
+  mine_rows.clear();
+  mine_pos.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (local[i] >= 0) {
+      mine_rows.push_back(local[i]);
+      mine_pos.push_back(i);
+    }
+  UniqueRows(mine_rows.data(), static_cast<int64_t>(mine_rows.size()), &unique, &index);
+  const int64_t m = static_cast<int64_t>(unique.size());
+  *rows = Tensor(DType::kInt64, {m});
+  std::copy(unique.begin(), unique.end(), rows->data<int64_t>());
+  *values = Tensor::Zeros(DType::kFloat32, {m, dim});
+  const std::vector<float> w = SegmentWeights(q);
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  const float* g = dy.data<float>();
+  float* v = values->data<float>();
+  for (size_t j = 0; j < mine_pos.size(); ++j) {
+    const int64_t sg = seg[mine_pos[j]];
+    RowMap(v + index[j] * dim, dim) += ConstRowMap(g + sg * dim, dim) * w[sg];
+  }
+  return Status::OK();
+}
+
+Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars) {
+  const std::string who = "sparse optimizer " + req.optimizer;
+  int want_vars = 0, want_scalars = 0;
+  if (req.optimizer == "GradientDescent") want_vars = 1, want_scalars = 1;
+  else if (req.optimizer == "Adagrad") want_vars = 2, want_scalars = 1;
+  else if (req.optimizer == "Adam") want_vars = 5, want_scalars = 4;
+  else return InvalidArgument("unknown " + who + " (expected GradientDescent, Adagrad or Adam)");
+  if (static_cast<int>(vars.size()) != want_vars)
+    return InvalidArgument(who + " needs " + std::to_string(want_vars) +
+                           " variables (the variable and its slots), got " +
+                           std::to_string(vars.size()));
+  if (static_cast<int>(req.scalars.size()) != want_scalars)
+    return InvalidArgument(who + " needs " + std::to_string(want_scalars) +
+                           " hyperparameters, got " + std::to_string(req.scalars.size()));
+  for (size_t i = 0; i < req.scalars.size(); ++i) {
+    const Tensor& t = req.scalars[i];
+    if (!t.valid() || t.num_elements() != 1 ||
+        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64))
+      return InvalidArgument(who + ": hyperparameter " + std::to_string(i) +
+                             " must be a float32 or float64 scalar");
+  }
+  const Tensor* var = vars[0];
+  if (!var || !var->valid() || var->dtype() != DType::kFloat32 || var->rank() != 2)
+    return InvalidArgument(who + ": the variable must be a float32 matrix");
+  const int64_t rows = var->dim(0), dim = var->dim(1);
+  for (int i = 1; i < want_vars; ++i) {
+    const Tensor* t = vars[i];
+    const bool scalar = req.optimizer == "Adam" && i >= 3;
+    if (!t || !t->valid() || t->dtype() != DType::kFloat32 ||
+        (scalar ? t->num_elements() != 1 : t->shape() != var->shape()))
+      return InvalidArgument(who + ": slot " + std::to_string(i) + " must be float32 " +
+                             (scalar ? std::string("scalar") : ShapeString(var->shape())));
+  }
+  const Tensor& idx = req.indices;
+  const Tensor& val = req.values;
+  if (idx.dtype() != DType::kInt64 || idx.rank() != 1)
+    return InvalidArgument(who + ": indices must be an int64 vector");
+  const int64_t m = idx.num_elements();
+  if (val.dtype() != DType::kFloat32 || val.rank() != 2 || val.dim(0) != m || val.dim(1) != dim)
+    return InvalidArgument(who + ": values must be float32 [" + std::to_string(m) + ", " +
+                           std::to_string(dim) + "], got " + val.DebugString(0));
+  const int64_t* ip = idx.data<int64_t>();
+  for (int64_t i = 0; i < m; ++i)
+    if (ip[i] < 0 || ip[i] >= rows)
+      return InvalidArgument(who + ": row index " + std::to_string(ip[i]) +
+                             " is out of range [0, " + std::to_string(rows) + ")");
+  // Sum duplicates first so each row sees one update (TF's sparse applies do).
+  const float* g = val.data<float>();
+  int64_t u = m;
+  std::vector<int64_t> unique;
+  std::vector<int32_t> index;
+  std::vector<float> merged;
+  if (!req.indices_unique) {  // else the caller merged them already
+    UniqueRows(ip, m, &unique, &index);
+    u = static_cast<int64_t>(unique.size());
+    if (u != m) {
+      merged.assign(u * dim, 0.0f);
+      for (int64_t i = 0; i < m; ++i)
+        RowMap(merged.data() + index[i] * dim, dim) += ConstRowMap(g + i * dim, dim);
+      g = merged.data();
+      ip = unique.data();
+    }
+  }
+  float* w = var->data<float>();
+  const float lr = req.scalars[0].scalar_as<float>();
+  constexpr int64_t kAhead = 8;  // prefetch distance, as in the gather
+  if (req.optimizer == "GradientDescent") {
+    for (int64_t i = 0; i < u; ++i) {
+      if (i + kAhead < u) PrefetchRow(w + ip[i + kAhead] * dim, dim);
+      RowMap(w + ip[i] * dim, dim) -= ConstRowMap(g + i * dim, dim) * lr;
+    }
+  } else if (req.optimizer == "Adagrad") {
+    float* acc = vars[1]->data<float>();
+    for (int64_t i = 0; i < u; ++i) {
+      if (i + kAhead < u) {
+        PrefetchRow(w + ip[i + kAhead] * dim, dim);
+        PrefetchRow(acc + ip[i + kAhead] * dim, dim);
+      }
+      ConstRowMap gi(g + i * dim, dim);
+      RowMap a(acc + ip[i] * dim, dim);
+      a += gi.square();
+      RowMap(w + ip[i] * dim, dim) -= gi * lr / a.sqrt();
+    }
+  } else {
+    float* mm = vars[1]->data<float>();
+    float* vv = vars[2]->data<float>();
+    float* b1p = vars[3]->data<float>();
+    float* b2p = vars[4]->data<float>();
+    const float beta1 = req.scalars[1].scalar_as<float>(), beta2 = req.scalars[2].scalar_as<float>(),
+                eps = req.scalars[3].scalar_as<float>();
+    const float alpha = lr * std::sqrt(1.0f - *b2p) / (1.0f - *b1p);
+    for (int64_t i = 0; i < u; ++i) {
+      ConstRowMap gi(g + i * dim, dim);
+      RowMap mi(mm + ip[i] * dim, dim), vi(vv + ip[i] * dim, dim);
+      mi += (gi - mi) * (1.0f - beta1);
+      vi += (gi.square() - vi) * (1.0f - beta2);
+      RowMap(w + ip[i] * dim, dim) -= (mi * alpha) / (vi.sqrt() + eps);
+    }
+    *b1p *= beta1;
+    *b2p *= beta2;
+  }
+  return Status::OK();
+}
+
+Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs) {
+  EmbeddingOpAttrs a;
+  SF_ASSIGN_OR_RETURN(a.spec.table, attrs.Get<std::string>("table"));
+  SF_ASSIGN_OR_RETURN(a.spec.rows, attrs.Get<int64_t>("table_rows"));
+  SF_ASSIGN_OR_RETURN(a.spec.num_shards, attrs.Get<int64_t>("num_shards"));
+  SF_ASSIGN_OR_RETURN(a.spec.shard, attrs.Get<int64_t>("shard"));
+  SF_ASSIGN_OR_RETURN(std::string part, attrs.GetOr<std::string>("partition", "mod"));
+  SF_ASSIGN_OR_RETURN(a.spec.partition, ParseEmbeddingPartition(part));
+  SF_RETURN_IF_ERROR(CheckShardSpec(a.spec));
+  SF_ASSIGN_OR_RETURN(std::string comb, attrs.GetOr<std::string>("combiner", "sum"));
+  if (comb == "none") {
+    a.no_combiner = true;
+  } else {
+    SF_ASSIGN_OR_RETURN(a.combiner, ParseEmbeddingCombiner(comb));
+  }
+  SF_ASSIGN_OR_RETURN(std::string seg, attrs.GetOr<std::string>("segments", "dense"));
+  if (seg == "dense") a.segments = EmbeddingSegments::kDense;
+  else if (seg == "offsets") a.segments = EmbeddingSegments::kOffsets;
+  else if (seg == "segment_ids") a.segments = EmbeddingSegments::kSegmentIds;
+  else
+    return InvalidArgument("embedding table '" + a.spec.table + "': unknown segments '" + seg +
+                           "' (expected dense, offsets or segment_ids)");
+  SF_ASSIGN_OR_RETURN(a.num_segments, attrs.GetOr<int64_t>("num_segments", -1));
+  if (a.segments == EmbeddingSegments::kSegmentIds && a.num_segments < 0)
+    return InvalidArgument("embedding table '" + a.spec.table +
+                           "': segment ids need attr num_segments >= 0");
+  if (a.no_combiner && a.segments != EmbeddingSegments::kDense)
+    return InvalidArgument("embedding table '" + a.spec.table +
+                           "': combiner none needs dense ids [batch, k]");
+  return a;
+}
+
+namespace {
+
+// The values of an int32 or int64 vector as int64.
+Result<Tensor> AsInt64(const Tensor& t, const std::string& what) {
+  if (t.dtype() == DType::kInt64) return t;
+  if (t.dtype() != DType::kInt32)
+    return InvalidArgument(what + " must be int32 or int64, got " + DTypeName(t.dtype()));
+  Tensor out(DType::kInt64, t.shape());
+  const int32_t* p = t.data<int32_t>();
+  int64_t* q = out.data<int64_t>();
+  for (int64_t i = 0; i < t.num_elements(); ++i) q[i] = p[i];
+  return out;
+}
+
+}  // namespace
+
+Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
+                            EmbeddingGather* q, Shape* out_prefix) {
+  const std::string who = "embedding table '" + a.spec.table + "'";
+  SF_ASSIGN_OR_RETURN(Tensor flat, AsInt64(ids, who + ": ids"));
+  const int64_t n = flat.num_elements();
+  SF_ASSIGN_OR_RETURN(q->ids, flat.Reshaped({n}));
+  q->combiner = a.combiner;
+  q->segment_ids = Tensor(DType::kInt64, {n});
+  int64_t* seg = q->segment_ids.data<int64_t>();
+  if (a.segments == EmbeddingSegments::kDense) {
+    if (ids.rank() != 2)
+      return InvalidArgument(who + ": dense ids must be [batch, k], got " + ShapeString(ids.shape()));
+    const int64_t batch = ids.dim(0), k = ids.dim(1);
+    if (a.no_combiner) {
+      for (int64_t i = 0; i < n; ++i) seg[i] = i;
+      q->num_segments = n;
+      q->combiner = EmbeddingCombiner::kSum;
+      *out_prefix = {batch, k};
+    } else {
+      for (int64_t b = 0, i = 0; b < batch; ++b)
+        for (int64_t j = 0; j < k; ++j) seg[i++] = b;
+      q->num_segments = batch;
+      *out_prefix = {batch};
+    }
+    return Status::OK();
+  }
+  if (ids.rank() != 1)
+    return InvalidArgument(who + ": bag ids must be a vector, got " + ShapeString(ids.shape()));
+  if (!segments) return InvalidArgument(who + ": bag lookups need offsets or segment ids");
+  if (a.segments == EmbeddingSegments::kOffsets) {
+    SF_ASSIGN_OR_RETURN(Tensor off, AsInt64(*segments, who + ": offsets"));
+    if (off.rank() != 1)
+      return InvalidArgument(who + ": offsets must be a vector, got " + ShapeString(off.shape()));
+    const int64_t batch = off.num_elements();
+    const int64_t* o = off.data<int64_t>();
+    if (batch == 0 && n > 0) return InvalidArgument(who + ": " + std::to_string(n) + " ids but no bags");
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t end = b + 1 < batch ? o[b + 1] : n;
+      if ((b == 0 && o[0] != 0) || o[b] < 0 || o[b] > end || end > n)
+        return InvalidArgument(who + ": offsets must start at 0 and be non-decreasing up to " +
+                               std::to_string(n) + " ids; offset " + std::to_string(b) + " is " +
+                               std::to_string(o[b]));
+      for (int64_t i = o[b]; i < end; ++i) seg[i] = b;
+    }
+    q->num_segments = batch;
+    *out_prefix = {batch};
+    return Status::OK();
+  }
+  SF_ASSIGN_OR_RETURN(Tensor sid, AsInt64(*segments, who + ": segment ids"));
+  if (sid.num_elements() != n)
+    return InvalidArgument(who + ": " + std::to_string(n) + " ids but " +
+                           std::to_string(sid.num_elements()) + " segment ids");
+  std::copy(sid.data<int64_t>(), sid.data<int64_t>() + n, seg);
+  q->num_segments = a.num_segments;
+  *out_prefix = {a.num_segments};
+  return Status::OK();
+}
+
+}  // namespace sf

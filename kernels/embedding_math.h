@@ -1,0 +1,131 @@
+// The math of sharded embedding tables, shared by the in-memory variable
+// service and the variable shard actors: which shard holds a global id, the
+// gather-and-combine of one shard's rows into per-example partial sums, and
+// sparse optimizer updates (duplicates summed first).
+//
+// A table of `rows` rows is split over K shard variables. Partitioning:
+// - mod:   id lives in shard id % K at local row id / K;
+// - range: shard k holds a contiguous block; the first rows % K shards hold
+//          one row more (TF's "div" strategy).
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardflow/attr.h"
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+
+enum class EmbeddingPartition : uint8_t { kMod = 0, kRange = 1 };
+enum class EmbeddingCombiner : uint8_t { kSum = 0, kMean = 1 };
+
+// Where one shard sits in its table.
+struct EmbeddingShardSpec {
+  std::string table;  // for error messages
+  int64_t rows = 0;   // rows of the whole table
+  int64_t num_shards = 1;
+  int64_t shard = 0;
+  EmbeddingPartition partition = EmbeddingPartition::kMod;
+};
+
+// Parses "mod" or "range"; InvalidArgument naming the value otherwise.
+Result<EmbeddingPartition> ParseEmbeddingPartition(const std::string& s);
+// Parses "sum" or "mean"; InvalidArgument naming the value otherwise.
+Result<EmbeddingCombiner> ParseEmbeddingCombiner(const std::string& s);
+// OK when rows >= num_shards >= 1 and 0 <= shard < num_shards; else
+// InvalidArgument naming the table.
+Status CheckShardSpec(const EmbeddingShardSpec& s);
+// The number of rows shard k of the table holds.
+int64_t EmbeddingShardRows(int64_t rows, int64_t num_shards, int64_t shard,
+                           EmbeddingPartition partition);
+
+// Maps global ids to local rows of one shard: local row for ids it holds,
+// -1 for ids of other shards. InvalidArgument naming the table and the
+// first id outside [0, rows).
+Status LocalRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n,
+                   std::vector<int64_t>* local);
+
+// One gather-and-combine: every id with its example (segment) number.
+struct EmbeddingGather {
+  Tensor ids;          // int64 [n] global ids
+  Tensor segment_ids;  // int64 [n], each in [0, num_segments)
+  int64_t num_segments = 0;
+  EmbeddingCombiner combiner = EmbeddingCombiner::kSum;
+};
+
+// The shard's partial [num_segments, dim] result: the sum, over ids held by
+// this shard, of its row times the example's weight (1 for sum, 1/count for
+// mean, count taken over ALL ids of the example, so summing the partials of
+// every shard gives the mean). Examples with no id are zero. table: the
+// shard's value [shard_rows, dim], float32. Errors name the table and id.
+Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,
+                              const Tensor& table, Tensor* out);
+
+// The per-id weight of each segment (1, or 1/count for mean; 0 for empty).
+std::vector<float> SegmentWeights(const EmbeddingGather& q);
+
+// The shard's sparse gradient from the gradient of its partial dy
+// [num_segments, dim]: unique local rows (int64 [m]) and their summed
+// gradients (float32 [m, dim]). Errors name the table and id.
+Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q,
+                           const Tensor& dy, Tensor* rows, Tensor* values);
+
+// Unique keys of keys[0..n) in first-seen order, and for each key its index
+// into unique (an open-addressing hash: linear in n).
+void UniqueRows(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
+                std::vector<int32_t>* index);
+
+// One sparse optimizer update, applied where the variable lives.
+struct SparseApplyRequest {
+  std::string optimizer;         // "GradientDescent", "Adagrad", "Adam" (lazy)
+  std::vector<int64_t> var_ids;  // the variable first, then its slots
+  std::vector<Tensor> scalars;   // hyperparameters as in the dense op
+  Tensor indices;                // int64 [m] local rows of the variable
+  Tensor values;                 // float32 [m, dim]
+  // True when the caller guarantees no duplicate index (EmbeddingSparseGrad's
+  // output): the apply skips merging. A false claim double-applies rows.
+  bool indices_unique = false;
+};
+
+// Applies req to vars (variable then slots, rank 2 [rows, dim]; Adam's beta
+// powers are scalars). Duplicate indices are summed first, so each row gets
+// one update. Lazy Adam moves only the touched rows' slots; the beta powers
+// advance once per call. InvalidArgument naming the optimizer, index or
+// shape on bad input; vars are unchanged then.
+Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars);
+
+// ---- the attributes and inputs of the embedding ops (graph/ops/embedding_ops.cc)
+
+// How a lookup groups its ids into examples.
+enum class EmbeddingSegments : uint8_t {
+  kDense = 0,       // ids [batch, k]: example b holds row b
+  kOffsets = 1,     // ids [n] + offsets [batch]: bag b is ids[offsets[b] : offsets[b+1])
+  kSegmentIds = 2,  // ids [n] + segment ids [n] in [0, attr num_segments)
+};
+
+// The parsed attributes of an EmbeddingShardLookup / EmbeddingSparseApply* node.
+struct EmbeddingOpAttrs {
+  EmbeddingShardSpec spec;
+  EmbeddingCombiner combiner = EmbeddingCombiner::kSum;
+  bool no_combiner = false;  // combiner "none": every id its own output row (dense only)
+  EmbeddingSegments segments = EmbeddingSegments::kDense;
+  int64_t num_segments = -1;  // kSegmentIds
+};
+
+// Reads attrs table, table_rows, num_shards, shard, partition, combiner
+// ("sum", "mean", "none"), segments ("dense", "offsets", "segment_ids") and
+// num_segments; InvalidArgument naming the attribute that is wrong.
+Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs);
+
+// Builds the gather of one lookup from its run-time inputs (ids int32 or
+// int64; segments: offsets or segment ids, null for dense), and the shape of
+// the lookup's output without the trailing dim. InvalidArgument naming the
+// table and the bad offset, segment or shape.
+Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
+                            EmbeddingGather* q, Shape* out_prefix);
+
+}  // namespace sf

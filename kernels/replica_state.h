@@ -1,0 +1,113 @@
+// ReplicaState: the replication bookkeeping kept beside one variable (in its
+// variable shard actor): synchronous aggregation with backup workers, the
+// version counter and staleness of asynchronous updates, and the
+// stale-synchronous-parallel (SSP) barrier.
+//
+// Synchronous steps: gradients are bucketed by their step tag. A tag below
+// the current step is stale: counted as dropped and answered -1 at once. A
+// bucket that reaches num_required is averaged and applied once; the step
+// advances and every contributor is answered with the step. Later buckets
+// that are already full are applied in turn. A gradient arriving at a bucket
+// that already holds its N is dropped like a stale one: no gradient is ever
+// lost without being counted.
+//
+// Waiting is a stored callback, answered by a later call (another worker's
+// gradient, a timeout, an abort, or the destructor): no thread ever sleeps.
+// Thread-safety: none; its owner (one actor) serializes every call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/variable_service.h"
+
+namespace sf {
+
+// The inputs of an optimizer's update: how many variable handles (the
+// variable, then its slots) and scalar hyperparameters it takes, as in
+// graph/ops/training_ops.cc. InvalidArgument naming an unknown optimizer.
+inline Status OptimizerArity(const std::string& optimizer, int* handles, int* scalars) {
+  struct Row { const char* name; int handles, scalars; };
+  static constexpr Row kRows[] = {{"GradientDescent", 1, 1}, {"Momentum", 2, 2}, {"Adagrad", 2, 1},
+                                  {"Adam", 5, 4}, {"RMSProp", 3, 4}};
+  for (const Row& r : kRows) {
+    if (optimizer == r.name) {
+      *handles = r.handles;
+      *scalars = r.scalars;
+      return Status::OK();
+    }
+  }
+  return InvalidArgument("unknown optimizer '" + optimizer +
+                         "' (GradientDescent, Momentum, Adagrad, Adam, RMSProp)");
+}
+
+class ReplicaState {
+ public:
+  // Applies an optimizer update (the averaged gradient) to the variable and
+  // its slots; the shard's ordinary apply path.
+  using ApplyFn = std::function<Status(const ApplyRequest&)>;
+  using SyncDone = std::function<void(Result<int64_t>)>;
+
+  ReplicaState() = default;
+  ReplicaState(const ReplicaState&) = delete;
+  ReplicaState& operator=(const ReplicaState&) = delete;
+  // Fails every waiting worker with Aborted (the shard is going away).
+  ~ReplicaState();
+
+  // One worker's contribution (see SyncApplyRequest). `var` names the
+  // variable in errors; `value` is its current value (dtype and shape
+  // checks). waiter_id identifies the wait for TimeoutWaiter.
+  void OfferSync(const std::string& var, const Tensor& value, SyncApplyRequest req,
+                 int64_t waiter_id, SyncDone done, const ApplyFn& apply);
+  // Answers waiter_id (if still waiting) with Unavailable; its gradient stays
+  // in its bucket and counts when the step is applied.
+  void TimeoutWaiter(const std::string& var, int64_t waiter_id);
+  // Fails every waiter with Aborted and drops (counts) the pending gradients.
+  void AbortSync(const std::string& var);
+
+  // Records one successful optimizer update: advances the version and, when
+  // read_version >= 0, records its staleness.
+  void RecordUpdate(int64_t read_version);
+  int64_t version() const { return version_; }
+
+  // SSP barrier (see VariableService::StaleSyncWait).
+  void StaleSyncWait(const std::string& var, int64_t worker, int64_t clock, int64_t num_workers,
+                     int64_t staleness, std::function<void(Status)> done);
+
+  // int64 [3]: applied steps, accepted gradients, dropped gradients.
+  Tensor SyncStats() const;
+  // float64 [3]: tracked updates, mean staleness, max staleness.
+  Tensor StalenessStats() const;
+
+ private:
+  struct Waiter {
+    int64_t id;
+    SyncDone done;
+  };
+  struct Bucket {
+    Tensor sum;  // of the gradients so far
+    int64_t count = 0;
+    ApplyRequest proto;  // optimizer, ids, hyperparameters of the first contributor
+    std::vector<Waiter> waiters;
+  };
+  struct SspWaiter {
+    int64_t clock, staleness;
+    std::function<void(Status)> done;
+  };
+  // Applies every full bucket at the current step, in order.
+  void ApplyReady(const std::string& var, const ApplyFn& apply);
+  void ReleaseSsp();
+
+  int64_t step_ = 0, accepted_ = 0, dropped_ = 0;
+  int64_t num_required_ = 0;  // 0 until the first contribution
+  std::map<int64_t, Bucket> buckets_;  // by step tag, all >= step_
+  int64_t version_ = 0;
+  int64_t tracked_ = 0, staleness_sum_ = 0, staleness_max_ = 0;
+  std::vector<int64_t> clocks_;  // SSP: per worker, the clock it last started
+  std::vector<SspWaiter> ssp_waiters_;
+};
+
+}  // namespace sf

@@ -1,0 +1,155 @@
+# The wire form of every message in net/messages.h: one Envelope per frame.
+# net/wire.h is the only code that reads or writes these; it checks sizes,
+# dtypes and the version before anything reaches the runtime.
+@0xa7285badac061ebf;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("sf::proto::wire");
+
+using T = import "tensor.capnp";
+
+# A sf::Status: its code (sf::Code ordinal, 0 = OK) and message.
+struct Status {
+  code @0 :UInt32;
+  message @1 :Text;
+}
+
+# Dialer's first handshake message: who it is and its 32-byte nonce.
+struct Hello {
+  version @0 :UInt32;
+  nodeName @1 :Text;
+  listenAddress @2 :Text;
+  nonce @3 :Data;
+}
+
+# Listener's answer: its nonce and its proof over the dialer's nonce.
+struct Challenge {
+  nonce @0 :Data;
+  proof @1 :Data;
+}
+
+# Dialer's proof over the listener's nonce.
+struct AuthProof {
+  proof @0 :Data;
+}
+
+# The handshake succeeded; the listener's node name.
+struct Welcome {
+  nodeName @0 :Text;
+}
+
+# The handshake failed, and why.
+struct Refused {
+  reason @0 :Text;
+}
+
+# Keeps an idle connection alive; carries nothing.
+struct Heartbeat {}
+
+# The answer to a request that returns only a status.
+struct StatusReply {
+  status @0 :Status;
+}
+
+# A cluster member: its name and "host:port" listen address.
+struct Member {
+  name @0 :Text;
+  address @1 :Text;
+}
+
+# Asks a node for the members it knows; carries nothing.
+struct ListMembers {}
+
+# A membership announcement or answer: the members, sender first.
+struct Membership {
+  members @0 :List(Member);
+}
+
+# One output of a partition's graph: node name and output index.
+struct OutputRef {
+  node @0 :Text;
+  index @1 :Int32;
+}
+
+# Registers a partition (graphDef is net/graph_def.capnp bytes) on a node.
+struct RegisterPartition {
+  sessionId @0 :UInt64;
+  handle @1 :UInt64;
+  device @2 :Text;
+  graphDef @3 :Data;
+  feeds @4 :List(OutputRef);
+  fetches @5 :List(OutputRef);
+  tasks @6 :List(Member);
+  targets @7 :List(Text);
+}
+
+# Runs one step of a registered partition with its feeds.
+struct RunPartition {
+  sessionId @0 :UInt64;
+  handle @1 :UInt64;
+  stepId @2 :Int64;
+  feeds @3 :List(T.Tensor);
+}
+
+# The result of RunPartition: status and fetched tensors.
+struct RunPartitionDone {
+  stepId @0 :Int64;
+  status @1 :Status;
+  fetches @2 :List(T.Tensor);
+}
+
+# One tensor of a step for the receiver's rendezvous.
+struct SendTensor {
+  stepId @0 :Int64;
+  edge @1 :Text;
+  frame @2 :Text;
+  iteration @3 :Int64;
+  isDead @4 :Bool;
+  value @5 :T.Tensor;
+}
+
+# Fails a step's pending and later receives on the receiver.
+struct AbortStep {
+  stepId @0 :Int64;
+  status @1 :Status;
+}
+
+# Forgets a step's rendezvous state on the receiver.
+struct CleanupStep {
+  stepId @0 :Int64;
+}
+
+# Drops a session's partitions on the receiver.
+struct CloseSession {
+  sessionId @0 :UInt64;
+}
+
+# Benchmarks and tests: answered with the same payload.
+struct Echo {
+  payload @0 :T.Tensor;
+}
+
+# One frame's message: wire version, request id (0 = one-way) and the body.
+struct Envelope {
+  version @0 :UInt32;
+  requestId @1 :UInt64;
+  body :union {
+    hello @2 :Hello;
+    challenge @3 :Challenge;
+    authProof @4 :AuthProof;
+    welcome @5 :Welcome;
+    refused @6 :Refused;
+    heartbeat @7 :Heartbeat;
+    statusReply @8 :StatusReply;
+    listMembers @9 :ListMembers;
+    membership @10 :Membership;
+    registerPartition @11 :RegisterPartition;
+    runPartition @12 :RunPartition;
+    runPartitionDone @13 :RunPartitionDone;
+    sendTensor @14 :SendTensor;
+    abortStep @15 :AbortStep;
+    cleanupStep @16 :CleanupStep;
+    closeSession @17 :CloseSession;
+    echo @18 :Echo;
+  }
+}

@@ -1,0 +1,153 @@
+// The messages nodes and cluster sessions exchange, as plain C++ values.
+//
+// Each has one Cap'n Proto wire form in net/messages.capnp; net/wire.h
+// encodes and decodes them (with size limits and a version check), so no
+// code outside net/ touches Cap'n Proto builders. In one process nothing is
+// encoded: these structs (tensors by reference) are what actors pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+namespace net {
+
+// The version of the message set; a peer with another one is refused.
+constexpr uint32_t kWireVersion = 1;
+
+// Handshake (net/transport.cc does it before any other message): the dialer
+// sends Hello with its nonce, the listener answers Challenge with its own
+// nonce and its proof over the dialer's nonce, the dialer answers AuthProof
+// with its proof over the listener's nonce; the listener then sends Welcome
+// or Refused. A proof is HMAC-SHA256(secret, role || nonce) (net/auth.h):
+// the secret never travels.
+struct Hello {
+  uint32_t version = kWireVersion;
+  std::string node_name;       // "" for a client
+  std::string listen_address;  // "host:port" where the sender listens ("" for a client)
+  std::string nonce;           // 32 random bytes
+};
+struct Challenge {
+  std::string nonce;  // 32 random bytes
+  std::string proof;  // listener's proof over Hello::nonce
+};
+struct AuthProof {
+  std::string proof;  // dialer's proof over Challenge::nonce
+};
+struct Welcome {
+  std::string node_name;
+};
+struct Refused {
+  std::string reason;
+};
+
+// Sent on an idle connection so a hung peer is noticed (net/transport.h).
+struct Heartbeat {};
+
+// The answer to a request that returns only a status.
+struct StatusReply {
+  Status status;
+};
+
+// A member of the cluster: its name and the address it listens on.
+struct Member {
+  std::string name;
+  std::string address;  // "host:port"
+};
+// Asks a node for the members it knows (itself first); answered with Membership.
+struct ListMembers {};
+// A node announcing itself to another (after --join), or a membership answer.
+struct Membership {
+  std::vector<Member> members;
+};
+
+// One output of a partition's graph, by node name and index.
+struct OutputRef {
+  std::string node;
+  int32_t index = 0;
+};
+
+// Registers a partition of a cluster session's graph on a node; answered
+// with StatusReply. graph_def is net/graph_def.capnp bytes (graph/graph_def.h).
+struct RegisterPartition {
+  uint64_t session_id = 0;
+  uint64_t handle = 0;  // unique within the session
+  std::string device;   // full device name the partition was placed on
+  // The session's tasks: tasks[i] is "/job:worker/task:i", where _Send
+  // nodes send tensors for devices of that task.
+  std::vector<Member> tasks;
+  std::string graph_def;
+  std::vector<OutputRef> feeds;
+  std::vector<OutputRef> fetches;
+  // The nodes each step runs (by name): with feeds and fetches they close
+  // the step's share of the partition (net of ops this signature prunes).
+  std::vector<std::string> targets;
+};
+
+// Runs one step of a registered partition; answered with RunPartitionDone.
+struct RunPartition {
+  uint64_t session_id = 0;
+  uint64_t handle = 0;
+  int64_t step_id = 0;
+  std::vector<Tensor> feeds;  // in RegisterPartition::feeds order
+};
+struct RunPartitionDone {
+  int64_t step_id = 0;
+  Status status;
+  std::vector<Tensor> fetches;  // in RegisterPartition::fetches order
+};
+
+// One tensor of a step for the receiving node's rendezvous (one-way).
+struct SendTensor {
+  int64_t step_id = 0;
+  std::string edge;   // RendezvousKey::edge
+  std::string frame;  // RendezvousKey::frame
+  int64_t iteration = 0;
+  bool is_dead = false;
+  Tensor value;
+};
+
+// Fails a step's pending and later receives on the receiving node (one-way).
+struct AbortStep {
+  int64_t step_id = 0;
+  Status status;
+};
+
+// Forgets a step's rendezvous state on the receiving node (one-way).
+struct CleanupStep {
+  int64_t step_id = 0;
+};
+
+// Drops a session's partitions on the receiving node; answered with StatusReply.
+struct CloseSession {
+  uint64_t session_id = 0;
+};
+
+// Benchmarks and tests: answered with an Echo carrying the same payload.
+struct Echo {
+  Tensor payload;
+};
+
+using Body = std::variant<Hello, Challenge, AuthProof, Welcome, Refused, Heartbeat, StatusReply,
+                          ListMembers, Membership, RegisterPartition, RunPartition,
+                          RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
+                          Echo>;
+
+// A message: a body, and the id that pairs a request with its reply (0 for
+// one-way messages; a reply carries its request's id).
+struct Message {
+  uint64_t request_id = 0;
+  Body body;
+};
+
+// The body's type name ("RunPartition"), for errors and logs.
+const char* BodyName(const Body& b);
+
+}  // namespace net
+}  // namespace sf

@@ -1,0 +1,663 @@
+#include "net/wire.h"
+
+#include <capnp/message.h>
+#include <capnp/orphan.h>
+#include <kj/exception.h>
+
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <type_traits>
+#include <unordered_map>
+
+#include "graph/tensor_proto.h"
+#include "net/messages.capnp.h"
+
+namespace sf {
+namespace net {
+
+// The header's length field and tensor bytes are little-endian on the wire.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "net/wire assumes a little-endian host");
+
+namespace {
+
+namespace w = proto::wire;
+using EnvBody = w::Envelope::Body;
+
+// Cap'n Proto blobs and lists hold fewer than 2^29 elements (Text also needs its NUL).
+constexpr uint64_t kMaxBlobBytes = (uint64_t{1} << 29) - 1;
+// Tensors at least this big are referenced as their own segment instead of
+// copied; below it a copy is cheaper than an extra iovec and segment.
+constexpr size_t kReferenceBytes = 4096;
+// A decoded message may have at most this many segments, plus one per
+// kReferenceBytes of body (what an encoder referencing tensors produces).
+constexpr uint64_t kBaseSegments = 64;
+// Deepest pointer chain of an Envelope: body struct, list, tensor, shape.
+constexpr int kNestingLimit = 8;
+// The highest sf::Code (include/shardflow/status.h); a peer's larger code is refused.
+constexpr uint32_t kMaxCode = static_cast<uint32_t>(Code::kDeadlineExceeded);
+
+// ---------------------------------------------------------------- encoding
+
+// Writes each Body alternative into the Envelope's union; InvalidArgument
+// naming the field when a value does not fit Cap'n Proto's limits.
+struct Encoder {
+  capnp::Orphanage orphanage;
+  // Tensor bytes referenced as external segments: (address, size).
+  std::vector<std::pair<const void*, size_t>>* externals;
+
+  static Status Text(const std::string& s, const char* field) {
+    if (s.size() >= kMaxBlobBytes)
+      return InvalidArgument(std::string(field) + " has " + std::to_string(s.size()) +
+                             " bytes; a Cap'n Proto Text holds fewer than 2^29");
+    return Status::OK();
+  }
+  static capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.c_str(), s.size()); }
+  static capnp::Data::Reader AsData(const std::string& s) {
+    return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+  }
+  static Status ListSize(size_t n, const char* field) {
+    if (n > kMaxBlobBytes)
+      return InvalidArgument(std::string(field) + " has " + std::to_string(n) +
+                             " elements; a Cap'n Proto list holds fewer than 2^29");
+    return Status::OK();
+  }
+
+  Status Tensor(const sf::Tensor& t, proto::Tensor::Builder b, const std::string& field) const {
+    const auto d = static_cast<uint8_t>(t.dtype());
+    if (d > static_cast<uint8_t>(DType::kResource))
+      return InvalidArgument(field + ": unknown dtype " + std::to_string(d));
+    b.setDtype(DTypeToProto(t.dtype()));
+    if (!t.valid()) return Status::OK();
+    if (t.bytes() > kMaxBlobBytes)
+      return InvalidArgument(field + ": tensor " + DTypeName(t.dtype()) + ShapeString(t.shape()) + " has " +
+                             std::to_string(t.bytes()) + " bytes; at most 536870911 fit in one frame field");
+    auto shape = b.initShape(t.rank());
+    for (int i = 0; i < t.rank(); ++i) shape.set(i, t.dim(i));
+    const size_t n = t.bytes();
+    if (n == 0) return Status::OK();
+    if (n >= kReferenceBytes) {
+      // Tensor buffers are 64-byte aligned and padded to 64 bytes, so the
+      // word-rounded segment Cap'n Proto references stays inside the buffer.
+      b.adoptData(orphanage.referenceExternalData(
+          capnp::Data::Reader(static_cast<const capnp::byte*>(t.raw_data()), n)));
+      externals->emplace_back(t.raw_data(), n);
+    } else {
+      auto data = b.initData(n);
+      std::memcpy(data.begin(), t.raw_data(), n);
+    }
+    return Status::OK();
+  }
+
+  Status StatusTo(const sf::Status& s, w::Status::Builder b, const char* field) const {
+    SF_RETURN_IF_ERROR(Text(s.message(), field));
+    b.setCode(static_cast<uint32_t>(s.code()));
+    b.setMessage(AsText(s.message()));
+    return Status::OK();
+  }
+
+  Status OutputRefs(const std::vector<OutputRef>& refs, capnp::List<w::OutputRef>::Builder b,
+                    const char* field) const {
+    for (size_t i = 0; i < refs.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(refs[i].node, field));
+      b[i].setNode(AsText(refs[i].node));
+      b[i].setIndex(refs[i].index);
+    }
+    return Status::OK();
+  }
+
+  Status Members(const std::vector<Member>& ms, capnp::List<w::Member>::Builder b, const char* field) const {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(ms[i].name, field));
+      SF_RETURN_IF_ERROR(Text(ms[i].address, field));
+      b[i].setName(AsText(ms[i].name));
+      b[i].setAddress(AsText(ms[i].address));
+    }
+    return Status::OK();
+  }
+
+  Status Tensors(const std::vector<sf::Tensor>& ts, capnp::List<proto::Tensor>::Builder b,
+                 const char* field) const {
+    for (size_t i = 0; i < ts.size(); ++i)
+      SF_RETURN_IF_ERROR(Tensor(ts[i], b[i], std::string(field) + "[" + std::to_string(i) + "]"));
+    return Status::OK();
+  }
+
+  Status Put(const Hello& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.node_name, "Hello.node_name"));
+    SF_RETURN_IF_ERROR(Text(m.listen_address, "Hello.listen_address"));
+    SF_RETURN_IF_ERROR(Text(m.nonce, "Hello.nonce"));
+    auto b = e.initHello();
+    b.setVersion(m.version);
+    b.setNodeName(AsText(m.node_name));
+    b.setListenAddress(AsText(m.listen_address));
+    b.setNonce(AsData(m.nonce));
+    return Status::OK();
+  }
+  Status Put(const Challenge& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.nonce, "Challenge.nonce"));
+    SF_RETURN_IF_ERROR(Text(m.proof, "Challenge.proof"));
+    auto b = e.initChallenge();
+    b.setNonce(AsData(m.nonce));
+    b.setProof(AsData(m.proof));
+    return Status::OK();
+  }
+  Status Put(const AuthProof& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.proof, "AuthProof.proof"));
+    e.initAuthProof().setProof(AsData(m.proof));
+    return Status::OK();
+  }
+  Status Put(const Welcome& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.node_name, "Welcome.node_name"));
+    e.initWelcome().setNodeName(AsText(m.node_name));
+    return Status::OK();
+  }
+  Status Put(const Refused& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.reason, "Refused.reason"));
+    e.initRefused().setReason(AsText(m.reason));
+    return Status::OK();
+  }
+  Status Put(const Heartbeat&, EnvBody::Builder e) const {
+    e.initHeartbeat();
+    return Status::OK();
+  }
+  Status Put(const StatusReply& m, EnvBody::Builder e) const {
+    return StatusTo(m.status, e.initStatusReply().initStatus(), "StatusReply.status");
+  }
+  Status Put(const ListMembers&, EnvBody::Builder e) const {
+    e.initListMembers();
+    return Status::OK();
+  }
+  Status Put(const Membership& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
+    return Members(m.members, e.initMembership().initMembers(m.members.size()), "Membership.members");
+  }
+  Status Put(const RegisterPartition& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.device, "RegisterPartition.device"));
+    if (m.graph_def.size() > kMaxBlobBytes)
+      return InvalidArgument("RegisterPartition.graph_def has " + std::to_string(m.graph_def.size()) +
+                             " bytes; at most 536870911 fit in one frame field");
+    SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RegisterPartition.feeds"));
+    SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RegisterPartition.fetches"));
+    auto b = e.initRegisterPartition();
+    b.setSessionId(m.session_id);
+    b.setHandle(m.handle);
+    b.setDevice(AsText(m.device));
+    b.setGraphDef(AsData(m.graph_def));
+    SF_RETURN_IF_ERROR(OutputRefs(m.feeds, b.initFeeds(m.feeds.size()), "RegisterPartition.feeds"));
+    SF_RETURN_IF_ERROR(OutputRefs(m.fetches, b.initFetches(m.fetches.size()), "RegisterPartition.fetches"));
+    SF_RETURN_IF_ERROR(ListSize(m.tasks.size(), "RegisterPartition.tasks"));
+    SF_RETURN_IF_ERROR(Members(m.tasks, b.initTasks(m.tasks.size()), "RegisterPartition.tasks"));
+    SF_RETURN_IF_ERROR(ListSize(m.targets.size(), "RegisterPartition.targets"));
+    auto targets = b.initTargets(m.targets.size());
+    for (size_t i = 0; i < m.targets.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(m.targets[i], "RegisterPartition.targets"));
+      targets.set(i, AsText(m.targets[i]));
+    }
+    return Status::OK();
+  }
+  Status Put(const RunPartition& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RunPartition.feeds"));
+    auto b = e.initRunPartition();
+    b.setSessionId(m.session_id);
+    b.setHandle(m.handle);
+    b.setStepId(m.step_id);
+    return Tensors(m.feeds, b.initFeeds(m.feeds.size()), "RunPartition.feeds");
+  }
+  Status Put(const RunPartitionDone& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RunPartitionDone.fetches"));
+    auto b = e.initRunPartitionDone();
+    b.setStepId(m.step_id);
+    SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "RunPartitionDone.status"));
+    return Tensors(m.fetches, b.initFetches(m.fetches.size()), "RunPartitionDone.fetches");
+  }
+  Status Put(const SendTensor& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.edge, "SendTensor.edge"));
+    SF_RETURN_IF_ERROR(Text(m.frame, "SendTensor.frame"));
+    auto b = e.initSendTensor();
+    b.setStepId(m.step_id);
+    b.setEdge(AsText(m.edge));
+    b.setFrame(AsText(m.frame));
+    b.setIteration(m.iteration);
+    b.setIsDead(m.is_dead);
+    return Tensor(m.value, b.initValue(), "SendTensor.value");
+  }
+  Status Put(const AbortStep& m, EnvBody::Builder e) const {
+    auto b = e.initAbortStep();
+    b.setStepId(m.step_id);
+    return StatusTo(m.status, b.initStatus(), "AbortStep.status");
+  }
+  Status Put(const CleanupStep& m, EnvBody::Builder e) const {
+    e.initCleanupStep().setStepId(m.step_id);
+    return Status::OK();
+  }
+  Status Put(const CloseSession& m, EnvBody::Builder e) const {
+    e.initCloseSession().setSessionId(m.session_id);
+    return Status::OK();
+  }
+  Status Put(const Echo& m, EnvBody::Builder e) const {
+    return Tensor(m.payload, e.initEcho().initPayload(), "Echo.payload");
+  }
+};
+
+// ---------------------------------------------------------------- decoding
+
+// Reads the Envelope's union into a Body, checking every count, size, dtype
+// and shape against the limits before allocating for it.
+struct Decoder {
+  const WireLimits& lim;
+
+  static std::string Field(const std::string& list, size_t i) { return list + "[" + std::to_string(i) + "]"; }
+
+  Status Text(capnp::Text::Reader r, const std::string& field, std::string* out) const {
+    if (r.size() > lim.max_text_bytes)
+      return InvalidArgument(field + " has " + std::to_string(r.size()) + " bytes; the limit is " +
+                             std::to_string(lim.max_text_bytes));
+    out->assign(r.begin(), r.size());
+    return Status::OK();
+  }
+  Status Bytes(capnp::Data::Reader r, const std::string& field, std::string* out, bool bounded = true) const {
+    if (bounded && r.size() > lim.max_text_bytes)
+      return InvalidArgument(field + " has " + std::to_string(r.size()) + " bytes; the limit is " +
+                             std::to_string(lim.max_text_bytes));
+    out->assign(reinterpret_cast<const char*>(r.begin()), r.size());
+    return Status::OK();
+  }
+  Status ListSize(uint64_t n, const std::string& field) const {
+    if (n > lim.max_list_elements)
+      return InvalidArgument(field + " has " + std::to_string(n) + " elements; the limit is " +
+                             std::to_string(lim.max_list_elements));
+    return Status::OK();
+  }
+
+  Result<sf::Tensor> Tensor(proto::Tensor::Reader r, const std::string& field) const {
+    const auto raw = static_cast<uint16_t>(r.getDtype());
+    if (raw > static_cast<uint16_t>(DType::kResource))
+      return InvalidArgument(field + ": unknown dtype enumerant " + std::to_string(raw));
+    const DType dtype = static_cast<DType>(raw);
+    auto dims = r.getShape();
+    if (dims.size() > lim.max_rank)
+      return InvalidArgument(field + ": tensor rank " + std::to_string(dims.size()) + " exceeds the limit " +
+                             std::to_string(lim.max_rank));
+    auto data = r.getData();
+    if (dtype == DType::kInvalid) {
+      if (dims.size() != 0 || data.size() != 0)
+        return InvalidArgument(field + ": a tensor of dtype invalid carries a shape or data");
+      return sf::Tensor();
+    }
+    Shape shape;
+    shape.reserve(dims.size());
+    uint64_t n = 1;
+    for (int64_t d : dims) {
+      if (d < 0) return InvalidArgument(field + ": tensor dimension " + std::to_string(d) + " is negative");
+      shape.push_back(d);
+      if (d > 0 && n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / d)
+        return InvalidArgument(field + ": the element count of shape " + ShapeString(shape) + "... overflows int64");
+      n *= static_cast<uint64_t>(d);
+    }
+    const uint64_t elem = DTypeSize(dtype);
+    if (n > data.size() / elem || n * elem != data.size())
+      return InvalidArgument(field + ": tensor " + DTypeName(dtype) + ShapeString(shape) + " has " +
+                             std::to_string(n) + " elements of " + std::to_string(elem) + " bytes but " +
+                             std::to_string(data.size()) + " data bytes");
+    sf::Tensor t(dtype, std::move(shape));
+    if (data.size() > 0) std::memcpy(t.raw_data(), data.begin(), data.size());
+    if (dtype == DType::kBool) {
+      // Any nonzero byte is true; normalise so comparisons of bools stay exact.
+      auto* p = static_cast<uint8_t*>(t.raw_data());
+      for (uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
+    }
+    return t;
+  }
+
+  Result<std::vector<sf::Tensor>> Tensors(capnp::List<proto::Tensor>::Reader list, const std::string& field) const {
+    SF_RETURN_IF_ERROR(ListSize(list.size(), field));
+    std::vector<sf::Tensor> out;
+    out.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      SF_ASSIGN_OR_RETURN(sf::Tensor t, Tensor(list[i], Field(field, i)));
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+  Status StatusFrom(w::Status::Reader r, const std::string& field, sf::Status* out) const {
+    if (r.getCode() > kMaxCode)
+      return InvalidArgument(field + ": unknown status code " + std::to_string(r.getCode()));
+    std::string msg;
+    SF_RETURN_IF_ERROR(Text(r.getMessage(), field + ".message", &msg));
+    const Code code = static_cast<Code>(r.getCode());
+    *out = code == Code::kOk ? sf::Status::OK() : sf::Status(code, std::move(msg));
+    return Status::OK();
+  }
+
+  Result<std::vector<OutputRef>> OutputRefs(capnp::List<w::OutputRef>::Reader list, const std::string& field) const {
+    SF_RETURN_IF_ERROR(ListSize(list.size(), field));
+    std::vector<OutputRef> out(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto r = list[i];
+      SF_RETURN_IF_ERROR(Text(r.getNode(), Field(field, i) + ".node", &out[i].node));
+      out[i].index = r.getIndex();
+    }
+    return out;
+  }
+
+  Result<std::vector<Member>> Members(capnp::List<w::Member>::Reader list, const std::string& field) const {
+    SF_RETURN_IF_ERROR(ListSize(list.size(), field));
+    std::vector<Member> out(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto r = list[i];
+      SF_RETURN_IF_ERROR(Text(r.getName(), Field(field, i) + ".name", &out[i].name));
+      SF_RETURN_IF_ERROR(Text(r.getAddress(), Field(field, i) + ".address", &out[i].address));
+    }
+    return out;
+  }
+
+  Result<Body> Get(EnvBody::Reader e) const {
+    switch (e.which()) {
+      case EnvBody::HELLO: {
+        auto r = e.getHello();
+        Hello m;
+        m.version = r.getVersion();
+        SF_RETURN_IF_ERROR(Text(r.getNodeName(), "Hello.node_name", &m.node_name));
+        SF_RETURN_IF_ERROR(Text(r.getListenAddress(), "Hello.listen_address", &m.listen_address));
+        SF_RETURN_IF_ERROR(Bytes(r.getNonce(), "Hello.nonce", &m.nonce));
+        return Body(std::move(m));
+      }
+      case EnvBody::CHALLENGE: {
+        auto r = e.getChallenge();
+        Challenge m;
+        SF_RETURN_IF_ERROR(Bytes(r.getNonce(), "Challenge.nonce", &m.nonce));
+        SF_RETURN_IF_ERROR(Bytes(r.getProof(), "Challenge.proof", &m.proof));
+        return Body(std::move(m));
+      }
+      case EnvBody::AUTH_PROOF: {
+        AuthProof m;
+        SF_RETURN_IF_ERROR(Bytes(e.getAuthProof().getProof(), "AuthProof.proof", &m.proof));
+        return Body(std::move(m));
+      }
+      case EnvBody::WELCOME: {
+        Welcome m;
+        SF_RETURN_IF_ERROR(Text(e.getWelcome().getNodeName(), "Welcome.node_name", &m.node_name));
+        return Body(std::move(m));
+      }
+      case EnvBody::REFUSED: {
+        Refused m;
+        SF_RETURN_IF_ERROR(Text(e.getRefused().getReason(), "Refused.reason", &m.reason));
+        return Body(std::move(m));
+      }
+      case EnvBody::HEARTBEAT:
+        return Body(Heartbeat{});
+      case EnvBody::STATUS_REPLY: {
+        StatusReply m;
+        SF_RETURN_IF_ERROR(StatusFrom(e.getStatusReply().getStatus(), "StatusReply.status", &m.status));
+        return Body(std::move(m));
+      }
+      case EnvBody::LIST_MEMBERS:
+        return Body(ListMembers{});
+      case EnvBody::MEMBERSHIP: {
+        Membership m;
+        SF_ASSIGN_OR_RETURN(m.members, Members(e.getMembership().getMembers(), "Membership.members"));
+        return Body(std::move(m));
+      }
+      case EnvBody::REGISTER_PARTITION: {
+        auto r = e.getRegisterPartition();
+        RegisterPartition m;
+        m.session_id = r.getSessionId();
+        m.handle = r.getHandle();
+        SF_RETURN_IF_ERROR(Text(r.getDevice(), "RegisterPartition.device", &m.device));
+        SF_RETURN_IF_ERROR(Bytes(r.getGraphDef(), "RegisterPartition.graph_def", &m.graph_def, false));
+        SF_ASSIGN_OR_RETURN(m.feeds, OutputRefs(r.getFeeds(), "RegisterPartition.feeds"));
+        SF_ASSIGN_OR_RETURN(m.fetches, OutputRefs(r.getFetches(), "RegisterPartition.fetches"));
+        SF_ASSIGN_OR_RETURN(m.tasks, Members(r.getTasks(), "RegisterPartition.tasks"));
+        auto targets = r.getTargets();
+        SF_RETURN_IF_ERROR(ListSize(targets.size(), "RegisterPartition.targets"));
+        m.targets.resize(targets.size());
+        for (size_t i = 0; i < targets.size(); ++i)
+          SF_RETURN_IF_ERROR(Text(targets[i], Field("RegisterPartition.targets", i), &m.targets[i]));
+        return Body(std::move(m));
+      }
+      case EnvBody::RUN_PARTITION: {
+        auto r = e.getRunPartition();
+        RunPartition m;
+        m.session_id = r.getSessionId();
+        m.handle = r.getHandle();
+        m.step_id = r.getStepId();
+        SF_ASSIGN_OR_RETURN(m.feeds, Tensors(r.getFeeds(), "RunPartition.feeds"));
+        return Body(std::move(m));
+      }
+      case EnvBody::RUN_PARTITION_DONE: {
+        auto r = e.getRunPartitionDone();
+        RunPartitionDone m;
+        m.step_id = r.getStepId();
+        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "RunPartitionDone.status", &m.status));
+        SF_ASSIGN_OR_RETURN(m.fetches, Tensors(r.getFetches(), "RunPartitionDone.fetches"));
+        return Body(std::move(m));
+      }
+      case EnvBody::SEND_TENSOR: {
+        auto r = e.getSendTensor();
+        SendTensor m;
+        m.step_id = r.getStepId();
+        SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m.edge));
+        SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m.frame));
+        m.iteration = r.getIteration();
+        m.is_dead = r.getIsDead();
+        SF_ASSIGN_OR_RETURN(m.value, Tensor(r.getValue(), "SendTensor.value"));
+        return Body(std::move(m));
+      }
+      case EnvBody::ABORT_STEP: {
+        auto r = e.getAbortStep();
+        AbortStep m;
+        m.step_id = r.getStepId();
+        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "AbortStep.status", &m.status));
+        return Body(std::move(m));
+      }
+      case EnvBody::CLEANUP_STEP:
+        return Body(CleanupStep{e.getCleanupStep().getStepId()});
+      case EnvBody::CLOSE_SESSION:
+        return Body(CloseSession{e.getCloseSession().getSessionId()});
+      case EnvBody::ECHO: {
+        Echo m;
+        SF_ASSIGN_OR_RETURN(m.payload, Tensor(e.getEcho().getPayload(), "Echo.payload"));
+        return Body(std::move(m));
+      }
+    }
+    return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
+                           " (union member of Envelope.body)");
+  }
+};
+
+uint32_t LoadLE32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Splits the segment table of a flat Cap'n Proto message (`words` words at
+// `base`) into segments; DataLoss when it is truncated or inconsistent.
+Status SplitSegments(const capnp::word* base, uint64_t words, std::vector<kj::ArrayPtr<const capnp::word>>* out) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(base);
+  const uint64_t count = uint64_t{LoadLE32(bytes)} + 1;
+  const uint64_t table_words = count / 2 + 1;  // (1 + count) u32s rounded up to words
+  if (count > kBaseSegments + words / (kReferenceBytes / sizeof(capnp::word)))
+    return DataLoss("frame body claims " + std::to_string(count) + " segments, more than " +
+                    std::to_string(words * 8) + " bytes can hold");
+  if (table_words > words) return DataLoss("frame body ends inside its segment table (truncated?)");
+  out->reserve(count);
+  uint64_t offset = table_words;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t size = LoadLE32(bytes + 4 * (i + 1));
+    if (size > words - offset)
+      return DataLoss("frame body ends inside segment " + std::to_string(i) + " (truncated?)");
+    out->emplace_back(base + offset, size);
+    offset += size;
+  }
+  if (offset != words)
+    return DataLoss("frame body has " + std::to_string((words - offset) * 8) + " bytes after its last segment");
+  if ((*out)[0].size() == 0) return DataLoss("frame body has an empty first segment (no message)");
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* BodyName(const Body& b) {
+  static const char* const kNames[] = {
+      "Hello",         "Challenge",    "AuthProof",   "Welcome",          "Refused",    "Heartbeat",
+      "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
+      "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
+  return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
+}
+
+Result<uint64_t> ParseFrameHeader(const uint8_t* header, const WireLimits& limits) {
+  if (std::memcmp(header, kFrameMagic, sizeof(kFrameMagic)) != 0)
+    return DataLoss("bad frame magic: not a shardflow peer (or a peer of an incompatible release)");
+  const uint64_t n = LoadLE32(header + 4);
+  if (n > limits.max_frame_bytes)
+    return InvalidArgument("frame body of " + std::to_string(n) + " bytes exceeds the limit of " +
+                           std::to_string(limits.max_frame_bytes));
+  if (n % 8 != 0) return InvalidArgument("frame body of " + std::to_string(n) + " bytes is not a multiple of 8");
+  return n;
+}
+
+// ---------------------------------------------------------------- Frame
+
+struct Frame::State {
+  capnp::MallocMessageBuilder builder;
+  uint8_t header[kFrameHeaderBytes];
+  std::vector<uint32_t> table;
+  std::vector<std::pair<const void*, size_t>> externals;
+  std::vector<uint64_t> tails;  // zero-padded last words of referenced tensors
+  std::vector<iovec> pieces;
+  uint64_t size = 0;
+};
+
+Frame::Frame() = default;
+Frame::~Frame() = default;
+Frame::Frame(Frame&&) noexcept = default;
+Frame& Frame::operator=(Frame&&) noexcept = default;
+
+const std::vector<iovec>& Frame::pieces() const {
+  static const std::vector<iovec> kNone;
+  return state_ ? state_->pieces : kNone;
+}
+uint64_t Frame::size() const { return state_ ? state_->size : 0; }
+
+Result<Frame> EncodeFrame(const Message& m) {
+  Frame f;
+  f.state_ = std::make_unique<Frame::State>();
+  Frame::State& s = *f.state_;
+  try {
+    auto env = s.builder.initRoot<w::Envelope>();
+    env.setVersion(kWireVersion);
+    env.setRequestId(m.request_id);
+    Encoder enc{s.builder.getOrphanage(), &s.externals};
+    SF_RETURN_IF_ERROR(std::visit([&](const auto& body) { return enc.Put(body, env.getBody()); }, m.body));
+  } catch (const kj::Exception& e) {
+    return InvalidArgument(std::string("cannot encode ") + BodyName(m.body) + ": " + e.getDescription().cStr());
+  }
+
+  auto segments = s.builder.getSegmentsForOutput();
+  s.table.assign((segments.size() + 2) & ~size_t{1}, 0);
+  s.table[0] = static_cast<uint32_t>(segments.size() - 1);
+  uint64_t body = s.table.size() * sizeof(uint32_t);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    s.table[i + 1] = static_cast<uint32_t>(segments[i].size());
+    body += segments[i].size() * sizeof(capnp::word);
+  }
+  if (body > std::numeric_limits<uint32_t>::max())
+    return InvalidArgument(std::string(BodyName(m.body)) + " encodes to " + std::to_string(body) +
+                           " bytes; a frame holds less than 4 GiB");
+  std::memcpy(s.header, kFrameMagic, sizeof(kFrameMagic));
+  const uint32_t body32 = static_cast<uint32_t>(body);
+  std::memcpy(s.header + 4, &body32, 4);
+  s.size = kFrameHeaderBytes + body;
+
+  const std::unordered_map<const void*, size_t> external_bytes(s.externals.begin(), s.externals.end());
+  s.tails.reserve(s.externals.size());
+  s.pieces.reserve(2 + segments.size() + s.externals.size());
+  s.pieces.push_back({s.header, kFrameHeaderBytes});
+  s.pieces.push_back({s.table.data(), s.table.size() * sizeof(uint32_t)});
+  for (auto seg : segments) {
+    const size_t bytes = seg.size() * sizeof(capnp::word);
+    auto ext = external_bytes.find(seg.begin());
+    const size_t exact = ext == external_bytes.end() ? bytes : ext->second;
+    if (exact % 8 == 0) {
+      s.pieces.push_back({const_cast<capnp::word*>(seg.begin()), bytes});
+      continue;
+    }
+    // A referenced tensor whose size is not whole words: send its last word
+    // from a zero-padded copy rather than the buffer's uninitialised padding.
+    const size_t whole = exact & ~size_t{7};
+    if (whole > 0) s.pieces.push_back({const_cast<capnp::word*>(seg.begin()), whole});
+    uint64_t tail = 0;
+    std::memcpy(&tail, reinterpret_cast<const uint8_t*>(seg.begin()) + whole, exact - whole);
+    s.tails.push_back(tail);
+    s.pieces.push_back({&s.tails.back(), sizeof(uint64_t)});
+  }
+  return f;
+}
+
+Result<Message> DecodeBody(const uint8_t* body, uint64_t size, const WireLimits& limits) {
+  if (size > limits.max_frame_bytes)
+    return InvalidArgument("frame body of " + std::to_string(size) + " bytes exceeds the limit of " +
+                           std::to_string(limits.max_frame_bytes));
+  if (size == 0) return DataLoss("empty frame body");
+  if (size % 8 != 0)
+    return DataLoss("frame body of " + std::to_string(size) + " bytes is not whole 8-byte words (truncated?)");
+  const uint64_t words = size / 8;
+  kj::Array<capnp::word> aligned;
+  const capnp::word* base = reinterpret_cast<const capnp::word*>(body);
+  if (reinterpret_cast<uintptr_t>(body) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(words);
+    std::memcpy(aligned.begin(), body, size);
+    base = aligned.begin();
+  }
+  std::vector<kj::ArrayPtr<const capnp::word>> segments;
+  SF_RETURN_IF_ERROR(SplitSegments(base, words, &segments));
+
+  capnp::ReaderOptions options;
+  // Each word is read once by a well-formed message; the slack covers the
+  // per-element charge Cap'n Proto makes for lists of empty structs.
+  options.traversalLimitInWords = words + 64;
+  options.nestingLimit = kNestingLimit;
+  try {
+    capnp::SegmentArrayMessageReader reader(
+        kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>(segments.data(), segments.size()), options);
+    auto env = reader.getRoot<w::Envelope>();
+    if (env.getVersion() != kWireVersion)
+      return FailedPrecondition("peer speaks wire version " + std::to_string(env.getVersion()) +
+                                ", this node speaks " + std::to_string(kWireVersion));
+    Message m;
+    m.request_id = env.getRequestId();
+    Decoder dec{limits};
+    SF_ASSIGN_OR_RETURN(m.body, dec.Get(env.getBody()));
+    return m;
+  } catch (const kj::Exception& e) {
+    return DataLoss(std::string("malformed frame: ") + e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    return DataLoss(std::string("malformed frame: ") + e.what());
+  }
+}
+
+Result<std::string> EncodeToString(const Message& m) {
+  SF_ASSIGN_OR_RETURN(Frame f, EncodeFrame(m));
+  std::string out;
+  out.reserve(f.size());
+  for (const iovec& v : f.pieces()) out.append(static_cast<const char*>(v.iov_base), v.iov_len);
+  return out;
+}
+
+Result<Message> DecodeFrameString(const std::string& frame, const WireLimits& limits) {
+  if (frame.size() < kFrameHeaderBytes)
+    return DataLoss("frame of " + std::to_string(frame.size()) + " bytes is shorter than its header");
+  const auto* p = reinterpret_cast<const uint8_t*>(frame.data());
+  SF_ASSIGN_OR_RETURN(uint64_t n, ParseFrameHeader(p, limits));
+  if (frame.size() - kFrameHeaderBytes != n)
+    return DataLoss("frame header says " + std::to_string(n) + " body bytes but " +
+                    std::to_string(frame.size() - kFrameHeaderBytes) + " follow");
+  return DecodeBody(p + kFrameHeaderBytes, n, limits);
+}
+
+}  // namespace net
+}  // namespace sf

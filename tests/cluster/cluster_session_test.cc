@@ -1,0 +1,281 @@
+// Cluster sessions over real node processes (and in-process nodes) on
+// 127.0.0.1: the same graph must give the same numbers as in one process,
+// failures must surface as errors naming the node, never as hangs, and peers
+// without the secret or speaking garbage must not disturb a node.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "examples/common/local_cluster.h"
+#include "net/transport.h"
+#include "net/wire.h"
+#include "shardflow/cluster.h"
+#include "shardflow/ops.h"
+#include "shardflow/optimizers.h"
+#include "shardflow/session.h"
+
+using namespace sf;
+
+namespace {
+
+bool Contains(const Status& s, const std::string& what) {
+  return s.message().find(what) != std::string::npos;
+}
+
+// A two-layer regression model with one layer's variables pinned to each
+// task, so every step crosses between the nodes both ways.
+struct Model {
+  Graph g;
+  Output loss, w1, w2;
+  int train = -1, init = -1;
+  // second_task: where the second layer goes ("/job:worker/task:1" needs two nodes).
+  explicit Model(const std::string& second_task = "/job:worker/task:1") {
+    auto x = ops::Placeholder(g, DType::kFloat32, {8, 4}, "x");
+    auto y = ops::Placeholder(g, DType::kFloat32, {8, 1}, "y");
+    Output h;
+    {
+      auto s = g.DeviceScope("/job:worker/task:0");
+      w1 = ops::Variable(g, "w1", ops::TruncatedNormal(g, {4, 16}, 0.5, 1));
+      h = ops::Tanh(g, ops::MatMul(g, x, w1));
+    }
+    {
+      auto s = g.DeviceScope(second_task);
+      w2 = ops::Variable(g, "w2", ops::TruncatedNormal(g, {16, 1}, 0.5, 2));
+      auto d = ops::MatMul(g, h, w2) - y;
+      loss = ops::Mean(g, d * d);
+    }
+    auto t = MomentumOptimizer(0.1, 0.9).Minimize(g, loss);
+    REQUIRE(t.ok());
+    train = *t;
+    init = ops::GlobalVariablesInitializer(g);
+    REQUIRE(g.status().ok());
+  }
+  FeedMap Batch(int step) const {
+    std::vector<float> xs(32), ys(8);
+    for (int i = 0; i < 32; ++i) xs[i] = std::sin(0.37f * (i + 1) * (step + 1));
+    for (int i = 0; i < 8; ++i) ys[i] = std::cos(0.11f * (i + 3) * (step + 2));
+    return {{"x", Tensor::FromVector(xs, {8, 4})}, {"y", Tensor::FromVector(ys, {8, 1})}};
+  }
+};
+
+template <typename S>
+std::vector<float> Train(S& s, const Model& m, int steps, std::vector<Tensor>* weights) {
+  REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
+  std::vector<float> losses;
+  for (int i = 0; i < steps; ++i) {
+    auto r = s.Run(m.Batch(i), std::vector<Output>{m.loss}, {m.train});
+    REQUIRE(r.ok());
+    losses.push_back((*r)[0].template data<float>()[0]);
+  }
+  auto w = s.Run({}, std::vector<Output>{m.w1, m.w2});
+  REQUIRE(w.ok());
+  *weights = *w;
+  return losses;
+}
+
+void RequireClose(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  for (int64_t i = 0; i < a.num_elements(); ++i) REQUIRE(x[i] == Approx(y[i]).epsilon(1e-6).margin(1e-7));
+}
+
+ClusterOptions Options(const examples::LocalCluster& c) {
+  ClusterOptions o;
+  o.address = c.addresses()[0];
+  o.secret = c.secret();
+  return o;
+}
+
+// Connects to addr with a plain socket; -1 on failure.
+int RawConnect(const std::string& addr) {
+  std::string host;
+  uint16_t port = 0;
+  if (!net::ParseAddress(addr, &host, &port).ok()) return -1;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("Cluster: training over two node processes matches one process", "[cluster]") {
+  Model m;
+  std::vector<Tensor> local_w, cluster_w;
+  Session local(m.g);
+  auto local_losses = Train(local, m, 6, &local_w);
+
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  auto s = ClusterSession::Connect(m.g, Options(cluster));
+  REQUIRE(s.ok());
+  REQUIRE((*s)->tasks().size() == 2);
+  auto cluster_losses = Train(**s, m, 6, &cluster_w);
+  REQUIRE(cluster_losses.size() == local_losses.size());
+  for (size_t i = 0; i < local_losses.size(); ++i)
+    REQUIRE(cluster_losses[i] == Approx(local_losses[i]).epsilon(1e-6));
+  RequireClose(cluster_w[0], local_w[0]);
+  RequireClose(cluster_w[1], local_w[1]);
+}
+
+TEST_CASE("Cluster: variables live on the nodes and are shared by sessions", "[cluster]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  Graph g;
+  Output v, assign;
+  {
+    auto s = g.DeviceScope("/job:worker/task:1");
+    v = ops::Variable(g, "shared_v", ops::Const(g, std::vector<float>{1, 2, 3}, {3}));
+  }
+  auto x = ops::Placeholder(g, DType::kFloat32, {3}, "x");
+  const int init = ops::GlobalVariablesInitializer(g);
+  const int add = ops::AssignAdd(g, ops::VariableHandle(v), x).node;
+  REQUIRE(g.status().ok());
+  auto a = ClusterSession::Connect(g, Options(cluster));
+  auto b = ClusterSession::Connect(g, Options(cluster));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE((*a)->Run({}, std::vector<Output>{}, {init}).ok());
+  FeedMap feed = {{"x", Tensor::FromVector(std::vector<float>{10, 20, 30}, {3})}};
+  REQUIRE((*a)->Run(feed, std::vector<Output>{}, {add}).ok());
+  auto r = (*b)->Run({}, std::vector<Output>{v});
+  REQUIRE(r.ok());
+  const float* f = (*r)[0].data<float>();
+  REQUIRE(f[0] == 11);
+  REQUIRE(f[2] == 33);
+}
+
+TEST_CASE("Cluster: a wrong secret is refused and the node keeps serving", "[cluster]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  Model m("/job:worker/task:0");
+  ClusterOptions bad = Options(cluster);
+  bad.secret = "not-the-cluster-secret-at-all";
+  auto s = ClusterSession::Connect(m.g, bad);
+  REQUIRE(!s.ok());
+  REQUIRE(s.status().code() == Code::kPermissionDenied);
+  auto good = ClusterSession::Connect(m.g, Options(cluster));
+  REQUIRE(good.ok());
+  auto r = (*good)->Run({}, std::vector<Output>{}, {m.init});
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+}
+
+TEST_CASE("Cluster: garbage and malformed frames do not stop a node", "[cluster]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string addr = cluster.addresses()[0];
+  // Not a shardflow peer at all.
+  int fd = RawConnect(addr);
+  REQUIRE(fd >= 0);
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  REQUIRE(::write(fd, junk, sizeof junk) > 0);
+  ::close(fd);
+  // A valid header announcing a huge body, then silence.
+  fd = RawConnect(addr);
+  REQUIRE(fd >= 0);
+  uint8_t header[net::kFrameHeaderBytes];
+  std::memcpy(header, net::kFrameMagic, 4);
+  const uint32_t huge = 0xfffffff8u;
+  std::memcpy(header + 4, &huge, 4);
+  REQUIRE(::write(fd, header, sizeof header) == sizeof header);
+  ::close(fd);
+  // A right-sized frame of garbage words.
+  fd = RawConnect(addr);
+  REQUIRE(fd >= 0);
+  std::string frame(net::kFrameHeaderBytes + 64, '\x5a');
+  std::memcpy(frame.data(), net::kFrameMagic, 4);
+  const uint32_t body = 64;
+  std::memcpy(frame.data() + 4, &body, 4);
+  REQUIRE(::write(fd, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
+  ::close(fd);
+
+  Model m("/job:worker/task:0");
+  auto s = ClusterSession::Connect(m.g, Options(cluster));
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
+}
+
+TEST_CASE("Cluster: a killed or hung node fails the step with its name, no hang", "[cluster]") {
+  Model m;
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    examples::LocalCluster cluster;
+    REQUIRE(cluster.Start(2, 120).ok());
+    auto s = ClusterSession::Connect(m.g, Options(cluster));
+    REQUIRE(s.ok());
+    REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
+    REQUIRE((*s)->Run(m.Batch(0), std::vector<Output>{m.loss}, {m.train}).ok());
+    const std::string victim = (*s)->tasks()[1];
+    if (sig == SIGKILL) cluster.Kill(1);
+    else ::kill(cluster.pid(1), SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = (*s)->Run(m.Batch(1), std::vector<Output>{m.loss}, {m.train});
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(!r.ok());
+    INFO(r.status().ToString());
+    REQUIRE(Contains(r.status(), victim));
+    REQUIRE(secs < 5.0);  // heartbeats find a hung peer in about a second
+  }
+}
+
+TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[cluster]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  no.join = (*n0)->address();
+  auto n1 = ClusterNode::Start(no);
+  REQUIRE(n1.ok());
+  // Membership spreads both ways.
+  REQUIRE((*n0)->Members().size() == 2);
+  REQUIRE((*n1)->Members().size() == 2);
+
+  Graph g;
+  Output x, r;
+  {
+    auto s = g.DeviceScope("/job:worker/task:0");
+    x = ops::Placeholder(g, DType::kFloat32, {-1}, "x");
+  }
+  {
+    auto s = g.DeviceScope("/job:worker/task:1");
+    r = ops::Reshape(g, x, ops::Const(g, std::vector<int32_t>{2, 2}));
+  }
+  REQUIRE(g.status().ok());
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.secret = no.secret;
+  auto s = ClusterSession::Connect(g, o);
+  REQUIRE(s.ok());
+  FeedMap ok = {{"x", Tensor::FromVector(std::vector<float>{1, 2, 3, 4}, {4})}};
+  auto good = (*s)->Run(ok, std::vector<Output>{r});
+  REQUIRE(good.ok());
+  REQUIRE((*good)[0].shape() == Shape{2, 2});
+  // The kernel on task 1 fails: the error names its node and op.
+  FeedMap three = {{"x", Tensor::FromVector(std::vector<float>{1, 2, 3}, {3})}};
+  auto bad = (*s)->Run(three, std::vector<Output>{r});
+  REQUIRE(!bad.ok());
+  INFO(bad.status().ToString());
+  REQUIRE(Contains(bad.status(), "Reshape"));
+  // A wrongly typed feed never leaves the client.
+  FeedMap wrong = {{"x", Tensor::FromVector(std::vector<int32_t>{1, 2, 3, 4}, {4})}};
+  auto w = (*s)->Run(wrong, std::vector<Output>{r});
+  REQUIRE(!w.ok());
+  REQUIRE(Contains(w.status(), "x"));
+  // And the session still works.
+  REQUIRE((*s)->Run(ok, std::vector<Output>{r}).ok());
+}

@@ -1,0 +1,196 @@
+// Between-graph replication across processes: each worker builds its own
+// graph and connects its own ClusterSession; the variables live in the node
+// processes and are shared by name. Synchronous steps are aggregated at the
+// shards; the result must equal single-process training on the averaged
+// gradient, computed here in double precision.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <thread>
+
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
+#include "shardflow/ops.h"
+#include "shardflow/optimizers.h"
+#include "shardflow/replication.h"
+
+using namespace sf;
+
+namespace {
+
+constexpr int kDim = 3, kBatch = 4, kWorkers = 2, kSteps = 5;
+constexpr double kLr = 0.05;
+
+void MakeBatch(int r, int step, std::vector<float>* x, std::vector<float>* y) {
+  x->clear();
+  y->clear();
+  for (int i = 0; i < kBatch; ++i) {
+    float t = 0.5f;
+    for (int j = 0; j < kDim; ++j) {
+      const float v = std::sin(1.3f * r + 0.7f * i + 0.37f * j + 0.11f * step);
+      x->push_back(v);
+      t += (j + 1) * v;
+    }
+    y->push_back(t);
+  }
+}
+
+// One worker's graph: w on task 0, b on task 1, its tower on task r.
+struct Worker {
+  Graph g;
+  Output w, b;
+  SyncReplicaTrainOp t;
+  int init = -1;
+  Worker(int r, GradientDescentOptimizer& sgd, SyncReplicasOptions so = {kWorkers, kWorkers}) {
+    {
+      auto d = g.DeviceScope("/job:worker/task:0");
+      w = ops::Variable(g, "w", ops::Zeros(g, DType::kFloat32, {kDim}));
+    }
+    {
+      auto d = g.DeviceScope("/job:worker/task:1");
+      b = ops::Variable(g, "b", ops::Zeros(g, DType::kFloat32, {1}));
+    }
+    init = ops::GlobalVariablesInitializer(g);
+    Output loss;
+    {
+      auto d = g.DeviceScope("/job:worker/task:" + std::to_string(r % 2));
+      auto x = ops::Placeholder(g, DType::kFloat32, {kBatch, kDim}, "x");
+      auto y = ops::Placeholder(g, DType::kFloat32, {kBatch}, "y");
+      auto pred = ops::Sum(g, x * w, {1}) + b;
+      auto e = pred - y;
+      loss = ops::Mean(g, e * e);
+    }
+    SyncReplicas sync(sgd, so);
+    auto tr = sync.Minimize(g, loss, r);
+    REQUIRE(tr.ok());
+    t = *tr;
+    REQUIRE(g.status().ok());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Cluster: synchronous replicas across processes equal averaged-gradient training",
+          "[cluster][replication]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.secret = cluster.secret();
+  GradientDescentOptimizer sgd(kLr);
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  for (int r = 0; r < kWorkers; ++r) {
+    workers.push_back(std::make_unique<Worker>(r, sgd));
+    auto s = ClusterSession::Connect(workers[r]->g, o);
+    REQUIRE(s.ok());
+    sessions.push_back(std::move(*s));
+  }
+  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
+
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<Status> results(kWorkers);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorkers; ++r) {
+      threads.emplace_back([&, r] {
+        Worker& wk = *workers[r];
+        auto tok = sessions[r]->Run({}, std::vector<Output>{wk.t.global_step});
+        if (!tok.ok()) {
+          results[r] = tok.status();
+          return;
+        }
+        std::vector<float> x, y;
+        MakeBatch(r, step, &x, &y);
+        FeedMap f = {{"x", Tensor::FromVector(x, {kBatch, kDim})},
+                     {"y", Tensor::FromVector(y, {kBatch})},
+                     {wk.t.step_tag.name(), (*tok)[0]}};
+        auto out = sessions[r]->Run(f, wk.t.counted_in, {wk.t.train_op});
+        results[r] = out.status();
+        if (out.ok())
+          for (const Tensor& c : *out)
+            if (c.data<int64_t>()[0] != step) results[r] = Internal("gradient not counted in its step");
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Status& s : results) {
+      INFO(s.ToString());
+      REQUIRE(s.ok());
+    }
+  }
+
+  // The reference: gradient descent on the average of both workers' gradients.
+  std::vector<double> w(kDim, 0.0);
+  double b = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<double> gw(kDim, 0.0);
+    double gb = 0;
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<float> x, y;
+      MakeBatch(r, step, &x, &y);
+      for (int i = 0; i < kBatch; ++i) {
+        double pred = b;
+        for (int j = 0; j < kDim; ++j) pred += x[i * kDim + j] * w[j];
+        const double e = 2.0 * (pred - y[i]) / kBatch / kWorkers;
+        for (int j = 0; j < kDim; ++j) gw[j] += e * x[i * kDim + j];
+        gb += e;
+      }
+    }
+    for (int j = 0; j < kDim; ++j) w[j] -= kLr * gw[j];
+    b -= kLr * gb;
+  }
+  auto got = sessions[1]->Run({}, std::vector<Output>{workers[1]->w, workers[1]->b,
+                                                       ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[0])});
+  REQUIRE(got.ok());
+  for (int j = 0; j < kDim; ++j) REQUIRE((*got)[0].data<float>()[j] == Approx(w[j]).epsilon(1e-5));
+  REQUIRE((*got)[1].data<float>()[0] == Approx(b).epsilon(1e-5));
+  const int64_t* stats = (*got)[2].data<int64_t>();
+  REQUIRE(stats[0] == kSteps);             // applied steps
+  REQUIRE(stats[1] == kSteps * kWorkers);  // accepted gradients
+  REQUIRE(stats[2] == 0);                  // dropped
+}
+
+TEST_CASE("Cluster: a late backup worker's gradient is counted as dropped", "[cluster][replication]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.secret = cluster.secret();
+  GradientDescentOptimizer sgd(kLr);
+  // N = 2 of 3 workers: one backup.
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(std::make_unique<Worker>(r, sgd, SyncReplicasOptions{2, 3}));
+    auto s = ClusterSession::Connect(workers[r]->g, o);
+    REQUIRE(s.ok());
+    sessions.push_back(std::move(*s));
+  }
+  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
+  auto feeds = [&](int r) {
+    std::vector<float> x, y;
+    MakeBatch(r, 0, &x, &y);
+    return FeedMap{{"x", Tensor::FromVector(x, {kBatch, kDim})},
+                   {"y", Tensor::FromVector(y, {kBatch})},
+                   {workers[r]->t.step_tag.name(), Tensor::Scalar<int64_t>(0)}};
+  };
+  // Workers 0 and 1 complete step 0 without worker 2.
+  std::vector<Result<std::vector<Tensor>>> out(2, Status());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] { out[r] = sessions[r]->Run(feeds(r), workers[r]->t.counted_in, {workers[r]->t.train_op}); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(out[r].ok());
+    REQUIRE((*out[r])[0].data<int64_t>()[0] == 0);
+  }
+  // The slow worker's gradient for step 0 arrives after the step was applied.
+  auto late = sessions[2]->Run(feeds(2), workers[2]->t.counted_in, {workers[2]->t.train_op});
+  REQUIRE(late.ok());
+  for (const Tensor& c : *late) REQUIRE(c.data<int64_t>()[0] == -1);
+  auto stats = sessions[2]->Run({}, std::vector<Output>{ops::SyncReplicaStats(workers[2]->g, workers[2]->t.handles[0])});
+  REQUIRE(stats.ok());
+  const int64_t* st = (*stats)[0].data<int64_t>();
+  REQUIRE(st[0] == 1);  // applied steps
+  REQUIRE(st[1] == 2);  // accepted gradients
+  REQUIRE(st[2] == 1);  // dropped: the late one, counted, not lost
+}

@@ -1,0 +1,461 @@
+// net/wire.h: round trips of every message kind, and clear errors for
+// frames a broken or hostile peer could send.
+#include <catch2/catch.hpp>
+
+#include <capnp/any.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "net/messages.capnp.h"
+#include "net/wire.h"
+
+using namespace sf;
+using namespace sf::net;
+
+namespace {
+
+// A tensor of `dtype` and `shape` whose bytes are a pattern depending on `seed`.
+Tensor Patterned(DType dtype, Shape shape, int seed) {
+  Tensor t(dtype, std::move(shape));
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.bytes(); ++i) p[i] = static_cast<uint8_t>(i * 31 + seed);
+  if (dtype == DType::kBool)
+    for (size_t i = 0; i < t.bytes(); ++i) p[i] &= 1;
+  return t;
+}
+
+// One tensor per interesting case: every dtype, scalars, empty tensors,
+// the invalid tensor, and tensors big enough to be referenced (one of them
+// not a whole number of 8-byte words).
+std::vector<Tensor> TensorZoo() {
+  std::vector<Tensor> z;
+  int seed = 1;
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kBool, DType::kBFloat16,
+                  DType::kFloat16, DType::kResource}) {
+    z.push_back(Patterned(d, {}, seed++));
+    z.push_back(Patterned(d, {3}, seed++));
+    z.push_back(Patterned(d, {2, 3, 1}, seed++));
+    z.push_back(Patterned(d, {0}, seed++));
+    z.push_back(Patterned(d, {4, 0, 2}, seed++));
+  }
+  z.push_back(Tensor());
+  z.push_back(Patterned(DType::kFloat32, {64, 64}, seed++));  // 16 KiB: referenced
+  z.push_back(Patterned(DType::kBool, {4099}, seed++));       // referenced, ragged last word
+  z.push_back(Patterned(DType::kFloat16, {2051}, seed++));    // referenced, ragged last word
+  return z;
+}
+
+bool SameTensor(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.valid() != b.valid()) return false;
+  return a.bytes() == b.bytes() && (a.bytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0);
+}
+bool SameTensors(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!SameTensor(a[i], b[i])) return false;
+  return true;
+}
+bool SameStatus(const Status& a, const Status& b) { return a.code() == b.code() && a.message() == b.message(); }
+bool SameRefs(const std::vector<OutputRef>& a, const std::vector<OutputRef>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].node != b[i].node || a[i].index != b[i].index) return false;
+  return true;
+}
+
+bool Same(const Hello& a, const Hello& b) {
+  return a.version == b.version && a.node_name == b.node_name && a.listen_address == b.listen_address &&
+         a.nonce == b.nonce;
+}
+bool Same(const Challenge& a, const Challenge& b) { return a.nonce == b.nonce && a.proof == b.proof; }
+bool Same(const AuthProof& a, const AuthProof& b) { return a.proof == b.proof; }
+bool Same(const Welcome& a, const Welcome& b) { return a.node_name == b.node_name; }
+bool Same(const Refused& a, const Refused& b) { return a.reason == b.reason; }
+bool Same(const Heartbeat&, const Heartbeat&) { return true; }
+bool Same(const StatusReply& a, const StatusReply& b) { return SameStatus(a.status, b.status); }
+bool Same(const ListMembers&, const ListMembers&) { return true; }
+bool SameMembers(const std::vector<Member>& a, const std::vector<Member>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].address != b[i].address) return false;
+  return true;
+}
+bool Same(const Membership& a, const Membership& b) { return SameMembers(a.members, b.members); }
+bool Same(const RegisterPartition& a, const RegisterPartition& b) {
+  return a.session_id == b.session_id && a.handle == b.handle && a.device == b.device &&
+         SameMembers(a.tasks, b.tasks) && a.graph_def == b.graph_def && SameRefs(a.feeds, b.feeds) &&
+         SameRefs(a.fetches, b.fetches) && a.targets == b.targets;
+}
+bool Same(const RunPartition& a, const RunPartition& b) {
+  return a.session_id == b.session_id && a.handle == b.handle && a.step_id == b.step_id &&
+         SameTensors(a.feeds, b.feeds);
+}
+bool Same(const RunPartitionDone& a, const RunPartitionDone& b) {
+  return a.step_id == b.step_id && SameStatus(a.status, b.status) && SameTensors(a.fetches, b.fetches);
+}
+bool Same(const SendTensor& a, const SendTensor& b) {
+  return a.step_id == b.step_id && a.edge == b.edge && a.frame == b.frame && a.iteration == b.iteration &&
+         a.is_dead == b.is_dead && SameTensor(a.value, b.value);
+}
+bool Same(const AbortStep& a, const AbortStep& b) { return a.step_id == b.step_id && SameStatus(a.status, b.status); }
+bool Same(const CleanupStep& a, const CleanupStep& b) { return a.step_id == b.step_id; }
+bool Same(const CloseSession& a, const CloseSession& b) { return a.session_id == b.session_id; }
+bool Same(const Echo& a, const Echo& b) { return SameTensor(a.payload, b.payload); }
+
+bool SameMessage(const Message& a, const Message& b) {
+  if (a.request_id != b.request_id || a.body.index() != b.body.index()) return false;
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        return Same(x, std::get<T>(b.body));
+      },
+      a.body);
+}
+
+// One message of every Body alternative, with non-default values everywhere.
+std::vector<Message> EveryMessage() {
+  const std::string bytes("\x00\x01\xff\x7f secret\x00", 12);
+  std::vector<Message> out;
+  uint64_t id = 1;
+  auto add = [&](Body b) { out.push_back(Message{id++ * 0x1000000001ULL, std::move(b)}); };
+  add(Hello{kWireVersion, "node-a", "127.0.0.1:7001", std::string(32, '\x5a')});
+  add(Challenge{bytes, std::string(32, '\xee')});
+  add(AuthProof{bytes});
+  add(Welcome{"node-b"});
+  add(Refused{"bad proof from 127.0.0.1:5555"});
+  add(Heartbeat{});
+  add(StatusReply{InvalidArgument("feed x has shape [2]")});
+  add(StatusReply{Status::OK()});
+  add(ListMembers{});
+  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}, {"", ""}}});
+  add(RegisterPartition{7, 9, "/job:w/task:1/device:cpu:0", {{"w0", "127.0.0.1:1"}, {"w1", "127.0.0.1:2"}},
+                        bytes + std::string(5000, 'g'), {{"x", 0}, {"y", 3}}, {{"loss", 1}},
+                        {"train", "", "assign_1"}});
+  add(RunPartition{7, 9, -42, TensorZoo()});
+  add(RunPartitionDone{-1, Aborted("step 3 aborted by node b"), TensorZoo()});
+  add(SendTensor{5, "a:0->b", "while/body", 17, true, Patterned(DType::kFloat32, {2, 2}, 3)});
+  add(SendTensor{6, "", "", 0, false, Tensor()});
+  add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms")});
+  add(CleanupStep{-8});
+  add(CloseSession{~uint64_t{0}});
+  add(Echo{Patterned(DType::kFloat64, {1000}, 9)});
+  add(Echo{Tensor()});
+  return out;
+}
+
+// A frame around a hand-built Cap'n Proto message.
+std::string FrameOf(capnp::MessageBuilder& b) {
+  auto flat = capnp::messageToFlatArray(b);
+  std::string out(kFrameMagic, 4);
+  const uint32_t n = static_cast<uint32_t>(flat.asBytes().size());
+  out.append(reinterpret_cast<const char*>(&n), 4);
+  out.append(reinterpret_cast<const char*>(flat.asBytes().begin()), n);
+  return out;
+}
+
+// A frame holding an Echo whose payload `fill` writes by hand.
+template <typename F>
+std::string EchoFrame(F fill) {
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<proto::wire::Envelope>();
+  env.setVersion(kWireVersion);
+  fill(env.getBody().initEcho().initPayload());
+  return FrameOf(b);
+}
+
+}  // namespace
+
+TEST_CASE("every message kind round-trips through a frame", "[wire]") {
+  for (const Message& m : EveryMessage()) {
+    INFO(BodyName(m.body));
+    auto frame = EncodeToString(m);
+    REQUIRE(frame.ok());
+    auto back = DecodeFrameString(*frame);
+    INFO(back.status().ToString());
+    REQUIRE(back.ok());
+    CHECK(SameMessage(m, *back));
+    CHECK(std::string(BodyName(back->body)) == BodyName(m.body));
+  }
+}
+
+TEST_CASE("BodyName names every alternative", "[wire]") {
+  CHECK(std::string(BodyName(Body(Hello{}))) == "Hello");
+  CHECK(std::string(BodyName(Body(RunPartitionDone{}))) == "RunPartitionDone");
+  CHECK(std::string(BodyName(Body(Echo{}))) == "Echo");
+  CHECK(EveryMessage().size() >= std::variant_size_v<Body>);
+}
+
+TEST_CASE("a frame's pieces add up and reference big tensors without copying", "[wire]") {
+  Tensor big = Patterned(DType::kFloat32, {1 << 20}, 4);  // 4 MiB
+  Message m{3, Echo{big}};
+  auto f = EncodeFrame(m);
+  REQUIRE(f.ok());
+  uint64_t total = 0;
+  bool references = false;
+  for (const iovec& v : f->pieces()) {
+    total += v.iov_len;
+    if (v.iov_base == big.raw_data() && v.iov_len == big.bytes()) references = true;
+  }
+  CHECK(total == f->size());
+  CHECK(references);
+  CHECK(std::memcmp(f->pieces()[0].iov_base, kFrameMagic, 4) == 0);
+  // Moving the frame keeps its pieces valid.
+  Frame moved = std::move(*f);
+  auto s = ParseFrameHeader(static_cast<const uint8_t*>(moved.pieces()[0].iov_base), WireLimits{});
+  REQUIRE(s.ok());
+  CHECK(*s + kFrameHeaderBytes == moved.size());
+}
+
+TEST_CASE("ragged referenced tensors are padded with zeros, not buffer bytes", "[wire]") {
+  Tensor t = Patterned(DType::kBool, {5001}, 1);
+  // Dirty the buffer's padding so a leak would show.
+  std::memset(static_cast<uint8_t*>(t.raw_data()) + 5001, 0xAB, 7);
+  auto frame = EncodeToString(Message{0, Echo{t}});
+  REQUIRE(frame.ok());
+  CHECK(frame->find(std::string(7, '\xAB')) == std::string::npos);
+  auto back = DecodeFrameString(*frame);
+  REQUIRE(back.ok());
+  CHECK(SameTensor(std::get<Echo>(back->body).payload, t));
+}
+
+TEST_CASE("DecodeBody accepts an unaligned body", "[wire]") {
+  auto frame = EncodeToString(EveryMessage()[11]);
+  REQUIRE(frame.ok());
+  std::vector<uint8_t> buf(frame->size() + 1);
+  std::memcpy(buf.data() + 1, frame->data() + kFrameHeaderBytes, frame->size() - kFrameHeaderBytes);
+  auto back = DecodeBody(buf.data() + 1, frame->size() - kFrameHeaderBytes);
+  REQUIRE(back.ok());
+  CHECK(SameMessage(*back, EveryMessage()[11]));
+}
+
+TEST_CASE("a peer of another wire version is refused by name", "[wire]") {
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<proto::wire::Envelope>();
+  env.setVersion(kWireVersion + 1);
+  env.getBody().initHeartbeat();
+  auto r = DecodeFrameString(FrameOf(b));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kFailedPrecondition);
+  CHECK(r.status().message() == "peer speaks wire version 2, this node speaks 1");
+}
+
+TEST_CASE("frame headers: bad magic, oversized and ragged bodies", "[wire]") {
+  auto frame = EncodeToString(Message{1, Heartbeat{}});
+  REQUIRE(frame.ok());
+  std::string bad = *frame;
+  bad[0] = 'H';  // an HTTP client, say
+  auto r = DecodeFrameString(bad);
+  CHECK(r.status().code() == Code::kDataLoss);
+  CHECK(r.status().message().find("not a shardflow peer") != std::string::npos);
+
+  uint8_t header[kFrameHeaderBytes];
+  std::memcpy(header, kFrameMagic, 4);
+  const uint32_t huge = (uint32_t{1} << 31) + 8;
+  std::memcpy(header + 4, &huge, 4);
+  auto h = ParseFrameHeader(header, WireLimits{});
+  CHECK(h.status().code() == Code::kInvalidArgument);
+  CHECK(h.status().message().find("exceeds the limit") != std::string::npos);
+  WireLimits small;
+  small.max_frame_bytes = 64;
+  const uint32_t n72 = 72, n12 = 12, n64 = 64;
+  std::memcpy(header + 4, &n72, 4);
+  CHECK(ParseFrameHeader(header, small).status().code() == Code::kInvalidArgument);
+  std::memcpy(header + 4, &n64, 4);
+  CHECK(*ParseFrameHeader(header, small) == 64);
+  std::memcpy(header + 4, &n12, 4);
+  auto ragged = ParseFrameHeader(header, small);
+  CHECK(ragged.status().code() == Code::kInvalidArgument);
+  CHECK(ragged.status().message().find("multiple of 8") != std::string::npos);
+  // DecodeBody enforces the limit too.
+  CHECK(DecodeBody(reinterpret_cast<const uint8_t*>(frame->data()) + 8, frame->size() - 8, small).ok());
+  small.max_frame_bytes = 8;
+  CHECK(DecodeBody(reinterpret_cast<const uint8_t*>(frame->data()) + 8, frame->size() - 8, small)
+            .status()
+            .code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("every truncation of a frame is refused", "[wire]") {
+  Message m{77, SendTensor{5, "edge", "frame", 2, false, Patterned(DType::kInt32, {3, 2}, 5)}};
+  auto frame = EncodeToString(m);
+  REQUIRE(frame.ok());
+  for (size_t len = 0; len < frame->size(); ++len) {
+    INFO(len);
+    auto r = DecodeFrameString(frame->substr(0, len));
+    CHECK_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kDataLoss);
+  }
+  // Also bodies cut at a word boundary, given directly to DecodeBody with
+  // their own (shorter) length, as a peer that lies in its header would.
+  for (size_t words = 0; words * 8 < frame->size() - kFrameHeaderBytes; ++words) {
+    std::vector<capnp::word> body(words + 1);
+    std::memcpy(body.data(), frame->data() + kFrameHeaderBytes, words * 8);
+    auto r = DecodeBody(reinterpret_cast<const uint8_t*>(body.data()), words * 8);
+    INFO(words);
+    CHECK(r.status().code() == Code::kDataLoss);
+  }
+  // Trailing bytes after the message are refused too.
+  std::string longer = *frame + std::string(8, '\0');
+  const uint32_t n = static_cast<uint32_t>(longer.size() - kFrameHeaderBytes);
+  std::memcpy(&longer[4], &n, 4);
+  CHECK(DecodeFrameString(longer).status().code() == Code::kDataLoss);
+}
+
+TEST_CASE("hand-built bad tensors get errors naming the field", "[wire]") {
+  auto check = [](const std::string& frame, const std::string& needle) {
+    auto r = DecodeFrameString(frame);
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find("Echo.payload") != std::string::npos);
+    CHECK(r.status().message().find(needle) != std::string::npos);
+  };
+  check(EchoFrame([](proto::Tensor::Builder t) { t.setDtype(static_cast<proto::DType>(99)); }),
+        "unknown dtype enumerant 99");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::FLOAT32);
+          auto s = t.initShape(2);
+          s.set(0, 2);
+          s.set(1, -3);
+          t.initData(0);
+        }),
+        "dimension -3 is negative");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::FLOAT32);
+          t.initShape(1).set(0, 3);
+          t.initData(8);
+        }),
+        "3 elements of 4 bytes but 8 data bytes");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::INT64);
+          auto s = t.initShape(3);
+          s.set(0, int64_t{1} << 40);
+          s.set(1, int64_t{1} << 40);
+          s.set(2, 0);
+        }),
+        "overflows");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::INT64);
+          t.initShape(1).set(0, int64_t{1} << 61);  // n * 8 wraps to 0 in 64 bits
+        }),
+        "data bytes");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::INVALID);
+          t.initShape(1).set(0, 1);
+        }),
+        "dtype invalid carries");
+  check(EchoFrame([](proto::Tensor::Builder t) {
+          t.setDtype(proto::DType::BOOL);
+          t.initShape(33);
+        }),
+        "rank 33 exceeds");
+}
+
+TEST_CASE("bool bytes are normalised to 0 or 1", "[wire]") {
+  auto frame = EchoFrame([](proto::Tensor::Builder t) {
+    t.setDtype(proto::DType::BOOL);
+    t.initShape(1).set(0, 3);
+    auto d = t.initData(3);
+    d[0] = 0;
+    d[1] = 7;
+    d[2] = 0xff;
+  });
+  auto r = DecodeFrameString(frame);
+  REQUIRE(r.ok());
+  const Tensor& t = std::get<Echo>(r->body).payload;
+  const auto* p = static_cast<const uint8_t*>(t.raw_data());
+  CHECK((p[0] == 0 && p[1] == 1 && p[2] == 1));
+}
+
+TEST_CASE("text, list and union limits are enforced by name", "[wire]") {
+  WireLimits lim;
+  lim.max_text_bytes = 8;
+  lim.max_list_elements = 2;
+  auto decode = [&](const Message& m) {
+    auto f = EncodeToString(m);
+    REQUIRE(f.ok());
+    return DecodeFrameString(*f, lim).status();
+  };
+  Status s = decode(Message{1, Welcome{"a-very-long-node-name"}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("Welcome.node_name") != std::string::npos);
+  s = decode(Message{1, Membership{{{"a", "1"}, {"b", "2"}, {"c", "3"}}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("Membership.members has 3 elements") != std::string::npos);
+  s = decode(Message{1, RegisterPartition{1, 2, "cpu", {}, std::string(100, 'g'), {}, {{"far-too-long", 0}}, {}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("RegisterPartition.fetches[0].node") != std::string::npos);
+  s = decode(Message{1, RegisterPartition{1, 2, "cpu", {{"a", "b"}, {"c", "far-too-long"}}, "", {}, {}, {}}});
+  CHECK(s.message().find("RegisterPartition.tasks[1].address") != std::string::npos);
+  s = decode(Message{1, RegisterPartition{1, 2, "cpu", {}, "", {}, {}, {"a", "b", "c"}}});
+  CHECK(s.message().find("RegisterPartition.targets has 3 elements") != std::string::npos);
+  s = decode(Message{1, RunPartition{1, 2, 3, {Tensor(), Tensor(), Tensor()}}});
+  CHECK(s.message().find("RunPartition.feeds has 3 elements") != std::string::npos);
+  CHECK(decode(Message{1, Challenge{"12345678", ""}}).ok());
+  CHECK(decode(Message{1, Challenge{"123456789", ""}}).message().find("Challenge.nonce") != std::string::npos);
+
+  // An unknown union member (from a newer peer, or garbage).
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<proto::wire::Envelope>();
+  env.setVersion(kWireVersion);
+  env.getBody().initHeartbeat();
+  auto data = b.getRoot<capnp::AnyStruct>().getDataSection();
+  REQUIRE(data[4] == proto::wire::Envelope::Body::HEARTBEAT);  // the discriminant's offset
+  data[4] = 99;
+  auto r = DecodeFrameString(FrameOf(b));
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find("unknown message kind 99") != std::string::npos);
+
+  // An unknown status code.
+  capnp::MallocMessageBuilder b2;
+  auto env2 = b2.initRoot<proto::wire::Envelope>();
+  env2.setVersion(kWireVersion);
+  env2.getBody().initStatusReply().initStatus().setCode(1000);
+  r = DecodeFrameString(FrameOf(b2));
+  CHECK(r.status().message().find("StatusReply.status: unknown status code 1000") != std::string::npos);
+}
+
+TEST_CASE("values that cannot be encoded are refused by name", "[wire]") {
+  Tensor odd(static_cast<DType>(42), {2});
+  auto f = EncodeFrame(Message{1, SendTensor{1, "e", "", 0, false, odd}});
+  CHECK(f.status().code() == Code::kInvalidArgument);
+  CHECK(f.status().message().find("SendTensor.value: unknown dtype 42") != std::string::npos);
+
+  // 512 MiB of bools: one byte over what a Data field holds. The buffer is
+  // never touched, so the pages are not even mapped in.
+  Tensor huge(DType::kBool, {int64_t{1} << 29});
+  f = EncodeFrame(Message{1, RunPartition{1, 1, 1, {Tensor(), huge}}});
+  CHECK(f.status().code() == Code::kInvalidArgument);
+  CHECK(f.status().message().find("RunPartition.feeds[1]") != std::string::npos);
+}
+
+TEST_CASE("a frame of many referenced and copied tensors round-trips", "[wire]") {
+  RunPartition rp{1, 2, 3, {}};
+  for (int i = 0; i < 300; ++i) {
+    rp.feeds.push_back(Patterned(DType::kInt32, {1024 + (i % 3)}, i));  // 4 KiB+: referenced
+    rp.feeds.push_back(Patterned(DType::kFloat64, {i % 5}, i));         // small: copied
+  }
+  Message m{9, rp};
+  auto f = EncodeFrame(m);
+  REQUIRE(f.ok());
+  CHECK(f->pieces().size() > 300);  // each big tensor is its own piece
+  auto frame = EncodeToString(m);
+  REQUIRE(frame.ok());
+  auto back = DecodeFrameString(*frame);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(SameMessage(m, *back));
+}
+
+TEST_CASE("a message over 4 GiB is refused before anything is copied", "[wire]") {
+  // Nine untouched 500 MiB tensors: referenced, never read, so no pages are mapped in.
+  RunPartition rp{1, 2, 3, {}};
+  for (int i = 0; i < 9; ++i) rp.feeds.push_back(Tensor(DType::kFloat32, {int64_t{125} << 20}));
+  auto f = EncodeFrame(Message{1, rp});
+  CHECK(f.status().code() == Code::kInvalidArgument);
+  CHECK(f.status().message().find("RunPartition encodes to") != std::string::npos);
+  CHECK(f.status().message().find("less than 4 GiB") != std::string::npos);
+}
