@@ -69,6 +69,10 @@ struct ClusterNode::Impl {
   std::map<std::string, net::ConnectionPtr> peers;     // GUARDED_BY(mu), dialed, by address
   std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
   bool stopped = false;                                // GUARDED_BY(mu)
+  // Steps whose partitions run here: Stop aborts them and waits, because the
+  // queues, variables and rendezvous they use die with the node.
+  std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
+  std::condition_variable idle;                        // running became empty
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -178,6 +182,9 @@ struct ClusterNode::Impl {
     variables->AddGraphVariables(var_names);
     {
       std::lock_guard<std::mutex> l(mu);
+      // A client that went down meanwhile was already forgotten by OnDown:
+      // registering for it would keep the session forever.
+      if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
       SessionState& ss = sessions[r.session_id];
       if (!ss.rendezvous) {
         std::vector<std::string> tasks;
@@ -192,14 +199,19 @@ struct ClusterNode::Impl {
     SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, variables.get(), &pool,
                                                                  queues.get(), reg->rendezvous.get()));
     std::lock_guard<std::mutex> l(mu);
-    sessions[r.session_id].partitions[r.handle] = std::move(reg);
+    auto it = sessions.find(r.session_id);
+    if (it == sessions.end() || !client->is_up())  // closed or its client went away meanwhile
+      return Unavailable("session " + std::to_string(r.session_id) + " closed while registering");
+    it->second.partitions[r.handle] = std::move(reg);
     return Status::OK();
   }
 
   void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
     std::shared_ptr<Registered> reg;
+    bool stopping = false;
     {
       std::lock_guard<std::mutex> l(mu);
+      stopping = stopped;
       auto s = sessions.find(r.session_id);
       if (s != sessions.end()) {
         auto p = s->second.partitions.find(r.handle);
@@ -207,6 +219,10 @@ struct ClusterNode::Impl {
       }
     }
     const int64_t step = r.step_id;
+    if (stopping) {
+      Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
+      return;
+    }
     if (!reg) {
       Reply(c, request_id,
             net::RunPartitionDone{step,
@@ -218,11 +234,20 @@ struct ClusterNode::Impl {
     }
     // Off the reader thread: this connection keeps reading while the step runs.
     auto feeds = std::make_shared<std::vector<Tensor>>(std::move(r.feeds));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      running.emplace(step, c.get());
+    }
     pool.Schedule([this, c, request_id, step, reg, feeds] {
       reg->executor->RunStep(step, std::move(*feeds),
                              [this, c, request_id, step, reg](Status s, std::vector<Tensor> out) {
                                Reply(c, request_id,
                                      net::RunPartitionDone{step, std::move(s), std::move(out)});
+                               std::lock_guard<std::mutex> l(mu);
+                               running.erase(running.find(step));
+                               if (running.empty()) idle.notify_all();
+                               // No CleanupStep comes from a client that went away.
+                               if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
                              });
     });
   }
@@ -263,6 +288,7 @@ struct ClusterNode::Impl {
 
   void OnDown(const net::ConnectionPtr& c, const Status& why) {
     std::string lost;
+    std::set<int64_t> orphaned;
     {
       std::lock_guard<std::mutex> l(mu);
       if (stopped) return;
@@ -278,11 +304,19 @@ struct ClusterNode::Impl {
         if (it->second.client == c.get()) it = sessions.erase(it);
         else ++it;
       }
+      // Its running steps can deliver nothing and get no AbortStep: a part
+      // waiting for a tensor of a partition the client never started would
+      // wait (and hold its step's state) forever.
+      for (const auto& r : running)
+        if (r.second == c.get()) orphaned.insert(r.first);
       if (!lost.empty())
         members.erase(std::remove_if(members.begin(), members.end(),
                                      [&](const net::Member& m) { return m.address == lost; }),
                       members.end());
     }
+    for (int64_t step : orphaned)
+      rendezvous.Abort(step, Aborted("step " + std::to_string(step) + " aborted: its client " +
+                                     c->peer_address() + " went away (" + why.message() + ")"));
     if (!lost.empty()) Log("member " + lost + " is down: " + why.message());
   }
 
@@ -293,14 +327,30 @@ struct ClusterNode::Impl {
       stopped = true;
     }
     transport->Shutdown();
+    // Fail what running steps wait on (queues, tensors from peers that can no
+    // longer arrive) and wait for them: they use the queues, variables and
+    // rendezvous that Stop and the destructor tear down.
     queues->Shutdown();
+    std::set<int64_t> steps;
     {
       std::lock_guard<std::mutex> l(mu);
+      for (const auto& r : running) steps.insert(r.first);
+    }
+    for (int64_t step : steps)
+      rendezvous.Abort(step, Unavailable("step " + std::to_string(step) + ": node " + opts.name +
+                                         " is stopping"));
+    {
+      std::unique_lock<std::mutex> l(mu);
+      idle.wait(l, [&] { return running.empty(); });
       sessions.clear();
       peers.clear();
     }
+    for (int64_t step : steps) rendezvous.Cleanup(step);
     variables->Shutdown();
     queues->Stop();
+    // As Session: stop the actors now. Members die in reverse order, which
+    // would free the variables and queues while their actors still run.
+    system.reset();
   }
 };
 

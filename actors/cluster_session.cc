@@ -5,11 +5,13 @@
 // failing partition aborts the step on every node of the step, so no
 // partition waits for a tensor that will never come.
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "actors/plan.h"
 #include "graph/device_name.h"
@@ -72,6 +74,7 @@ struct StepJoin {
   int remaining = 0;
   Status status;
   bool aborted = false;
+  bool aborting = false;  // an AbortStep broadcast is being sent
   std::vector<Tensor> fetches;
   std::function<void(Result<std::vector<Tensor>>)> done;
 };
@@ -101,7 +104,41 @@ struct ClusterSession::Impl {
   int in_flight = 0;      // GUARDED_BY(mu)
   int64_t next_step = 0;  // GUARDED_BY(mu)
 
+  // RunAsync's callbacks run on this thread, never on the transport's: a
+  // callback that takes a while would stop its connection's reader (or the
+  // timer) and the node would look hung (its heartbeats go unread).
+  std::mutex cb_mu;
+  std::condition_variable cb_cv;
+  std::deque<std::function<void()>> cb_queue;  // GUARDED_BY(cb_mu)
+  bool cb_stop = false;                        // GUARDED_BY(cb_mu)
+  std::thread cb_thread;                       // started by the first Post
+
   Impl(const Graph& g, ClusterOptions o) : graph(g), options(std::move(o)) {}
+
+  // Runs fn on the callback thread.
+  void Post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(cb_mu);
+    cb_queue.push_back(std::move(fn));
+    if (!cb_thread.joinable()) cb_thread = std::thread([this] { CallbackLoop(); });
+    cb_cv.notify_one();
+  }
+  void CallbackLoop() {
+    std::unique_lock<std::mutex> l(cb_mu);
+    for (;;) {
+      cb_cv.wait(l, [&] { return cb_stop || !cb_queue.empty(); });
+      if (cb_queue.empty()) return;  // stopping, and nothing left
+      auto fn = std::move(cb_queue.front());
+      cb_queue.pop_front();
+      l.unlock();
+      fn();
+      l.lock();
+    }
+  }
+  // Starts a step; done runs on the callback thread when post, else on
+  // whatever thread finishes the step.
+  void Start(const FeedMap& feeds, const std::vector<std::string>& fetches,
+             const std::vector<std::string>& targets, bool post,
+             std::function<void(Result<std::vector<Tensor>>)> done);
 
   std::shared_ptr<Plan> BuildPlan(const FeedMap& feed_map, const std::vector<std::string>& fetch_names,
                                   const std::vector<std::string>& target_names);
@@ -224,8 +261,11 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
     for (int i : part.feed_index) r.feeds.push_back(feeds[i].second);
     const Plan::Part* pp = &part;  // the plan outlives its steps
     const std::string where = tasks[part.task];
-    conns[part.task]->Request(std::move(r), kStepTimeoutMs, [this, plan, join, pp, step_id, where](
-                                                                Result<net::Message> reply) {
+    // Every error of the step says which step and which member it came from.
+    const std::string prefix = "step " + std::to_string(step_id) + " on task " +
+                               std::to_string(part.task) + " (" + where + ")";
+    conns[part.task]->Request(std::move(r), kStepTimeoutMs, [this, plan, join, pp, step_id, where,
+                                                             prefix](Result<net::Message> reply) {
       Status s;
       std::vector<Tensor> out;
       if (!reply.ok()) {
@@ -239,6 +279,7 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
       } else {
         s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " + where);
       }
+      if (!s.ok()) s = s.WithPrefix(prefix);
       bool abort = false, last;
       {
         std::lock_guard<std::mutex> l(join->mu);
@@ -246,12 +287,20 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
         if (!s.ok() && (join->status.ok() || (join->status.code() == Code::kAborted &&
                                               s.code() != Code::kAborted)))
           join->status = s;
-        if (!s.ok() && !join->aborted) abort = join->aborted = true;
+        if (!s.ok() && !join->aborted) abort = join->aborted = join->aborting = true;
         if (s.ok())
           for (size_t i = 0; i < out.size(); ++i) join->fetches[pp->fetch_index[i]] = std::move(out[i]);
-        last = --join->remaining == 0;
+        // While an abort is being sent, its sender finishes the step: a
+        // CleanupStep overtaking the AbortStep (another reader thread) would
+        // leave the abort's step table on the node forever.
+        last = --join->remaining == 0 && !join->aborting;
       }
-      if (abort) Broadcast(plan, net::AbortStep{step_id, Aborted("step aborted: " + s.message())});
+      if (abort) {
+        Broadcast(plan, net::AbortStep{step_id, Aborted("step aborted: " + s.message())});
+        std::lock_guard<std::mutex> l(join->mu);
+        join->aborting = false;
+        last = join->remaining == 0;
+      }
       if (!last) return;
       Broadcast(plan, net::CleanupStep{step_id});
       if (!join->status.ok()) join->done(join->status);
@@ -306,6 +355,12 @@ ClusterSession::~ClusterSession() {
     CallStatus(impl_->conns[i], net::CloseSession{impl_->session_id}, 2000);
   }
   impl_->transport->Shutdown();
+  {
+    std::lock_guard<std::mutex> l(impl_->cb_mu);
+    impl_->cb_stop = true;
+    impl_->cb_cv.notify_all();
+  }
+  if (impl_->cb_thread.joinable()) impl_->cb_thread.join();
 }
 
 std::vector<std::string> ClusterSession::tasks() const { return impl_->tasks; }
@@ -313,15 +368,25 @@ std::vector<std::string> ClusterSession::tasks() const { return impl_->tasks; }
 void ClusterSession::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                               const std::vector<std::string>& targets,
                               std::function<void(Result<std::vector<Tensor>>)> done) {
+  impl_->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+}
+
+void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                                 const std::vector<std::string>& targets, bool post,
+                                 std::function<void(Result<std::vector<Tensor>>)> done) {
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    ++impl_->in_flight;
+    std::lock_guard<std::mutex> l(mu);
+    ++in_flight;
   }
-  Impl* impl = impl_.get();
-  auto finish = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
-    done(std::move(r));
-    std::lock_guard<std::mutex> l(impl->mu);
-    if (--impl->in_flight == 0) impl->cv.notify_all();
+  Impl* impl = this;
+  auto finish = [impl, post, done = std::move(done)](Result<std::vector<Tensor>> r) {
+    auto call = [impl, done, r = std::make_shared<Result<std::vector<Tensor>>>(std::move(r))] {
+      done(std::move(*r));
+      std::lock_guard<std::mutex> l(impl->mu);
+      if (--impl->in_flight == 0) impl->cv.notify_all();
+    };
+    if (post) impl->Post(std::move(call));
+    else call();
   };
   std::string key;
   for (const auto& f : feeds) key += f.first + '\x1f';
@@ -336,6 +401,10 @@ void ClusterSession::RunAsync(const FeedMap& feeds, const std::vector<std::strin
     auto& p = impl->plans[key];
     if (!p) p = impl->BuildPlan(feeds, fetches, targets);
     plan = p;
+    // A plan that failed for want of a node (a timeout, a member down) is
+    // not kept: the next run of this signature tries again.
+    const Code c = p->error.code();
+    if (c == Code::kUnavailable || c == Code::kDeadlineExceeded) impl->plans.erase(key);
   }
   if (!plan->error.ok()) return finish(plan->error);
   impl->StartStep(plan, feeds, std::move(finish));
@@ -347,7 +416,8 @@ Result<std::vector<Tensor>> ClusterSession::Run(const FeedMap& feeds,
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Result<std::vector<Tensor>>> result;
-  RunAsync(feeds, fetches, targets, [&](Result<std::vector<Tensor>> r) {
+  // Run's own callback only wakes this thread: it may run on any thread.
+  impl_->Start(feeds, fetches, targets, /*post=*/false, [&](Result<std::vector<Tensor>> r) {
     std::lock_guard<std::mutex> l(mu);
     result.emplace(std::move(r));
     cv.notify_all();

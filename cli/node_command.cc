@@ -78,6 +78,9 @@ int NodeCommand(const std::vector<std::string>& argv) {
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  // The launcher may close our stdout after the first line; a later write
+  // must not kill the node.
+  signal(SIGPIPE, SIG_IGN);
   auto node = ClusterNode::Start(o);
   if (!node.ok()) {
     std::cerr << "shardflow node: " << node.status().ToString() << "\n";

@@ -3,6 +3,7 @@
 #include "net/transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -153,6 +154,41 @@ std::string SocketPeer(int fd) {
   return std::string(host) + ":" + serv;
 }
 
+// Connects fd within timeout_ms. A blocking connect() waits minutes for a
+// peer that drops SYNs (full accept queue, unreachable host), and nodes dial
+// from threads that must not stall that long. Unavailable naming the address.
+Status ConnectWithin(int fd, const sockaddr* addr, socklen_t len, int timeout_ms,
+                     const std::string& address) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return Unavailable(Errno("socket for " + address));
+  int r = ::connect(fd, addr, len);
+  if (r != 0 && errno != EINPROGRESS && errno != EINTR)
+    return Unavailable(Errno("cannot connect to " + address));
+  if (r != 0) {
+    const int64_t deadline = NowMs() + std::max(1, timeout_ms);
+    for (;;) {
+      const int64_t left = deadline - NowMs();
+      if (left <= 0)
+        return Unavailable("cannot connect to " + address + ": no answer within " +
+                           std::to_string(timeout_ms) + " ms");
+      pollfd p{fd, POLLOUT, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(left));
+      if (n > 0) break;
+      if (n < 0 && errno != EINTR) return Unavailable(Errno("cannot connect to " + address));
+    }
+    int err = 0;
+    socklen_t elen = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+    if (err != 0) {
+      errno = err;
+      return Unavailable(Errno("cannot connect to " + address));
+    }
+  }
+  if (::fcntl(fd, F_SETFL, flags) != 0) return Unavailable(Errno("socket for " + address));
+  return Status::OK();
+}
+
 void TuneSocket(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -173,7 +209,7 @@ class ConnImpl : public Connection, public std::enable_shared_from_this<ConnImpl
   }
 
   Status Send(const Message& m) override {
-    if (!up_) return Unavailable("connection to " + Describe() + " is down");
+    if (!up_) return Unavailable("connection to " + Describe() + " is down" + DownReason());
     auto frame = EncodeFrame(m);
     if (!frame.ok())
       return frame.status().WithPrefix(std::string("encoding ") + BodyName(m.body));
@@ -208,6 +244,12 @@ class ConnImpl : public Connection, public std::enable_shared_from_this<ConnImpl
   const std::string& peer_name() const override { return peer_name_; }
   const std::string& peer_address() const override { return peer_address_; }
   const std::string& peer_listen_address() const override { return peer_listen_; }
+
+  // ": why" the connection went down ("" while up or when not known).
+  std::string DownReason() {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    return down_why_.empty() ? "" : ": " + down_why_;
+  }
 
   std::string Describe() const {
     if (!peer_name_.empty()) return "node '" + peer_name_ + "' (" + peer_address_ + ")";
@@ -254,6 +296,7 @@ class ConnImpl : public Connection, public std::enable_shared_from_this<ConnImpl
   uint64_t next_id_;                        // GUARDED_BY(pending_mu_)
   uint64_t next_parity_ = next_id_ % 2;
   std::map<uint64_t, Pending> pending_;     // GUARDED_BY(pending_mu_)
+  std::string down_why_;                    // GUARDED_BY(pending_mu_): the first Down's cause
   std::atomic<int64_t> last_recv_ms_{0};
   std::atomic<int64_t> last_send_ms_{0};
   std::string peer_name_;
@@ -269,7 +312,20 @@ class TransportImpl : public Transport {
     limits_.max_frame_bytes = options_.max_frame_bytes;
     timer_ = std::thread([this] { TimerLoop(); });
   }
-  ~TransportImpl() override { Shutdown(); }
+  ~TransportImpl() override {
+    Shutdown();
+    // Threads that called Shutdown themselves (a handler, a reply callback)
+    // were not joined there; they have returned from it by now or soon.
+    std::vector<std::thread> deferred;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      deferred.swap(deferred_);
+    }
+    for (auto& t : deferred) {
+      if (t.get_id() == std::this_thread::get_id()) t.detach();  // destroyed by its own handler
+      else t.join();
+    }
+  }
 
   Result<uint16_t> Listen(const std::string& host, uint16_t port) override {
     const std::string where = host + ":" + std::to_string(port);
@@ -322,12 +378,12 @@ class TransportImpl : public Transport {
       ::freeaddrinfo(res);
       return Unavailable(Errno("socket for " + address));
     }
-    const int r = ::connect(fd, res->ai_addr, res->ai_addrlen);
+    Status connected = ConnectWithin(fd, res->ai_addr, res->ai_addrlen,
+                                     options_.connect_timeout_ms, address);
     ::freeaddrinfo(res);
-    if (r != 0) {
-      Status s = Unavailable(Errno("cannot connect to " + address));
+    if (!connected.ok()) {
       ::close(fd);
-      return s;
+      return connected;
     }
     TuneSocket(fd);
     auto c = std::make_shared<ConnImpl>(this, fd, /*dialer=*/true, address);
@@ -350,7 +406,14 @@ class TransportImpl : public Transport {
     timer_cv_.notify_all();
     for (auto& c : conns) c->Close();
     for (auto& t : acceptors) t.join();
-    if (timer_.joinable()) timer_.join();
+    // A handler or reply callback may call Shutdown on a reader or the timer
+    // thread: that thread cannot join itself, the destructor joins it.
+    const auto self = std::this_thread::get_id();
+    std::vector<std::thread> deferred;
+    if (timer_.joinable()) {
+      if (timer_.get_id() == self) deferred.push_back(std::move(timer_));
+      else timer_.join();
+    }
     // Readers end once their socket is shut down; handshakes within the
     // connect timeout.
     std::list<std::thread> threads;
@@ -358,8 +421,12 @@ class TransportImpl : public Transport {
       std::lock_guard<std::mutex> l(mu_);
       threads.swap(threads_);
     }
-    for (auto& t : threads) t.join();
+    for (auto& t : threads) {
+      if (t.get_id() == self) deferred.push_back(std::move(t));
+      else t.join();
+    }
     std::lock_guard<std::mutex> l(mu_);
+    for (auto& t : deferred) deferred_.push_back(std::move(t));
     for (int fd : listen_fds_) ::close(fd);
     listen_fds_.clear();
     conns_.clear();
@@ -493,6 +560,7 @@ class TransportImpl : public Transport {
   std::list<std::thread> threads_;                 // GUARDED_BY(mu_): readers, handshakes
   std::vector<std::thread::id> done_ids_;          // GUARDED_BY(mu_): ended threads_
   std::list<std::shared_ptr<ConnImpl>> conns_;     // GUARDED_BY(mu_)
+  std::vector<std::thread> deferred_;              // GUARDED_BY(mu_): called Shutdown themselves
   std::thread timer_;
 };
 
@@ -503,6 +571,7 @@ void ConnImpl::Down(const Status& why) {
   std::map<uint64_t, Pending> pending;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
+    if (was_up) down_why_ = why.message();
     pending.swap(pending_);
   }
   for (auto& [id, p] : pending)

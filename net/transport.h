@@ -35,7 +35,7 @@ struct TransportOptions {
   std::string listen_address;  // sent in Hello; "" when not listening
   int heartbeat_ms = 200;      // idle time before a Heartbeat is sent
   int peer_timeout_ms = 1000;  // silence after which a peer is down
-  int connect_timeout_ms = 2000;
+  int connect_timeout_ms = 2000;  // for the TCP connect, then again for the handshake
   uint64_t max_frame_bytes = uint64_t{1} << 31;  // larger frames are refused
 };
 
@@ -85,7 +85,9 @@ class Transport {
   // the address, PermissionDenied when the peer refused our proof (or gave
   // a wrong one), FailedPrecondition when it speaks another version.
   virtual Result<ConnectionPtr> Connect(const std::string& address) = 0;
-  // Closes every connection and the listener, and joins the threads.
+  // Closes every connection and the listener, and joins the threads. May be
+  // called from a handler or reply callback (that thread is joined by the
+  // destructor instead); destroying the transport there is not allowed.
   virtual void Shutdown() = 0;
 };
 

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "shardflow/graph.h"
+#include "shardflow/replication.h"
 
 namespace sf::examples {
 
@@ -23,6 +25,14 @@ struct ModelOptions {
   double learning_rate = 0.05;  // the default fed to "lr" (see LearningRateAt)
   double momentum = 0.9;
   int64_t seed = 1;
+  // Replicated training (fashion_mnist --workers): one graph per worker on a cluster.
+  bool build_optimizer = true;  // false: m->train stays -1 (the caller adds replicated updates)
+  int variable_tasks = 0;       // > 0: variable i lives on "/job:worker/task:<i % variable_tasks>",
+                                // so every worker's graph places each variable alike
+  std::string tower_device;     // "" = placement decides; else where the model's computation runs
+  // Non-null: the model reads each variable with its version
+  // (ReadVariableWithVersion, for MinimizeAsync); the reads are appended here.
+  std::vector<VersionedRead>* versioned_reads = nullptr;
 };
 
 // The learning rate of step `step` of `total`: cosine decay from `base` to 0,

@@ -3,6 +3,7 @@
 //   build/bin/fashion_mnist --epochs 10              # MLP 784-512-256-10
 //   build/bin/fashion_mnist --model cnn --epochs 2   # conv-pool-conv-pool-fc-fc
 //   build/bin/fashion_mnist --pipeline               # batches through a RandomShuffleQueue
+//   build/bin/fashion_mnist --workers 2 --backup-workers 1   # 3 replicas on a local 2-node cluster
 //
 // SGD with momentum and a cosine learning-rate decay. Shuffles with a seed, evaluates test accuracy after each epoch, shows a
 // progress bar, and writes metrics.csv and curves.svg into its run folder.
@@ -19,6 +20,13 @@
 // and --epochs, so a resumed run sees the same batches and rates as an
 // uninterrupted one: train with --epochs E --stop-after-epoch K, then run
 // again with --epochs E to finish exactly as one E-epoch run would.
+//
+// --workers N [--sync --backup-workers b | --async] [--nodes K | --cluster
+// HOST:PORT --cluster-secret-file F]: between-graph replicated training on a
+// cluster of node processes (see workers.h); the summary adds "workers",
+// "backup_workers", "mode", "tasks" and the sync counters ("applied_steps",
+// "accepted_gradients", "dropped_gradients") or the async staleness
+// ("applied_updates", "staleness_mean", "staleness_max").
 //
 // --pipeline: a QueueRunner's loops read chunks of the training set (in a
 // random chunk order per epoch) and enqueue them into a RandomShuffleQueue,
@@ -46,6 +54,7 @@
 #include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
+#include "examples/fashion_mnist/workers.h"
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/queue_runner.h"
@@ -59,25 +68,6 @@ namespace {
 int Fail(const Status& s) {
   std::fprintf(stderr, "fashion_mnist: %s\n", s.ToString().c_str());
   return 1;
-}
-
-// Test-set accuracy and loss, in batches of 1000.
-Status Evaluate(Session& s, const ClassifierModel& m, const Dataset& test, double* acc, double* loss) {
-  std::vector<int64_t> order(test.size());
-  std::iota(order.begin(), order.end(), 0);
-  double correct = 0, total_loss = 0;
-  for (int64_t b = 0; b < test.size(); b += 1000) {
-    const int64_t n = std::min<int64_t>(1000, test.size() - b);
-    Tensor xb, yb;
-    MakeBatch(test, order, b, n, &xb, &yb);
-    auto r = s.Run({{"x", xb}, {"labels", yb}}, std::vector<Output>{m.accuracy, m.loss});
-    if (!r.ok()) return r.status();
-    correct += (*r)[0].scalar_as<double>() * n;
-    total_loss += (*r)[1].scalar_as<double>() * n;
-  }
-  *acc = correct / test.size();
-  *loss = total_loss / test.size();
-  return Status::OK();
 }
 
 // The input pipeline's graph part: a RandomShuffleQueue fed by enqueue_many
@@ -162,7 +152,14 @@ int main(int argc, char** argv) {
       .Bool("json", "print JSON lines on stdout")
       .String("checkpoint-dir", "", "checkpoint into DIR and resume from its newest committed checkpoint")
       .Int("checkpoint-every", 0, "steps between checkpoints (0 = once per epoch)")
-      .Int("stop-after-epoch", 0, "stop (and checkpoint) after this epoch; the schedule still spans --epochs");
+      .Int("stop-after-epoch", 0, "stop (and checkpoint) after this epoch; the schedule still spans --epochs")
+      .Int("workers", 0, "train with N worker replicas on a cluster (0 = in this process)")
+      .Int("nodes", 2, "node processes of the local cluster (with --workers)")
+      .Bool("sync", "synchronous replicas: average the first --workers gradients per step (the default)")
+      .Int("backup-workers", 0, "with --sync: run this many extra workers; the late gradients are dropped")
+      .Bool("async", "asynchronous replicas: apply each gradient on arrival, record its staleness")
+      .String("cluster", "", "with --workers: a member HOST:PORT of your own cluster instead of a local one")
+      .String("cluster-secret-file", "", "the secret file of --cluster");
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   const bool json = flags.GetBool("json");
   const int64_t epochs = flags.GetInt("epochs"), batch = flags.GetInt("batch");
@@ -178,6 +175,34 @@ int main(int argc, char** argv) {
   auto test = LoadFashionMnist(flags.GetString("data"), "t10k");
   if (!test.ok()) return Fail(test.status());
   const int64_t n_train = flags.GetInt("limit") > 0 ? std::min(flags.GetInt("limit"), train->size()) : train->size();
+
+  const bool replicated = flags.GetInt("workers") != 0 || flags.GetBool("async") || flags.GetBool("sync") ||
+                          flags.GetInt("backup-workers") != 0 || !flags.GetString("cluster").empty();
+  if (replicated) {
+    if (flags.GetInt("workers") < 1)
+      return Fail(InvalidArgument("--workers must be at least 1, got " + std::to_string(flags.GetInt("workers")) +
+                                  " (--sync, --async, --backup-workers and --cluster need --workers N)"));
+    if (flags.GetBool("sync") && flags.GetBool("async")) return Fail(InvalidArgument("--sync and --async exclude each other"));
+    if (flags.GetBool("pipeline") || !ckpt_dir.empty() || stop_after > 0)
+      return Fail(InvalidArgument("--pipeline, --checkpoint-dir and --stop-after-epoch do not work with --workers"));
+    WorkerTrainingOptions wo;
+    wo.model.model = flags.GetString("model");
+    wo.model.learning_rate = flags.GetDouble("lr");
+    wo.model.momentum = flags.GetDouble("momentum");
+    wo.model.seed = flags.GetInt("seed");
+    wo.epochs = epochs;
+    wo.batch = batch;
+    wo.n_train = n_train;
+    wo.workers = static_cast<int>(flags.GetInt("workers"));
+    wo.backup_workers = static_cast<int>(flags.GetInt("backup-workers"));
+    wo.async = flags.GetBool("async");
+    wo.nodes = static_cast<int>(flags.GetInt("nodes"));
+    wo.cluster = flags.GetString("cluster");
+    wo.secret_file = flags.GetString("cluster-secret-file");
+    wo.out = flags.GetString("out");
+    wo.json = json;
+    return TrainWithWorkers(wo, *train, *test);
+  }
 
   Graph g;
   ClassifierModel m;
@@ -348,7 +373,7 @@ int main(int argc, char** argv) {
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double acc = 0, test_loss = 0;
-    Status es = Evaluate(session, m, *test, &acc, &test_loss);
+    Status es = EvaluateClassifier(session, m, *test, &acc, &test_loss);
     if (!es.ok()) return Fail(es);
     char suffix[64];
     std::snprintf(suffix, sizeof suffix, "test acc %.4f", acc);
@@ -375,7 +400,7 @@ int main(int argc, char** argv) {
   if (first_epoch > last_epoch) {
     // The restored checkpoint already covers every epoch: report its accuracy.
     double test_loss = 0;
-    Status es = Evaluate(session, m, *test, &last_acc, &test_loss);
+    Status es = EvaluateClassifier(session, m, *test, &last_acc, &test_loss);
     if (!es.ok()) return Fail(es);
   }
   const int64_t final_step = std::max(start_step, last_epoch * steps_per_epoch);

@@ -12,7 +12,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "examples/common/local_cluster.h"
 #include "net/transport.h"
@@ -20,6 +24,7 @@
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
+#include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
 
 using namespace sf;
@@ -271,6 +276,9 @@ TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[c
   REQUIRE(!bad.ok());
   INFO(bad.status().ToString());
   REQUIRE(Contains(bad.status(), "Reshape"));
+  // ... and which member and step: a kernel's own error names neither.
+  REQUIRE(Contains(bad.status(), "task 1 (" + (*n1)->address() + ")"));
+  REQUIRE(Contains(bad.status(), "step "));
   // A wrongly typed feed never leaves the client.
   FeedMap wrong = {{"x", Tensor::FromVector(std::vector<int32_t>{1, 2, 3, 4}, {4})}};
   auto w = (*s)->Run(wrong, std::vector<Output>{r});
@@ -278,4 +286,93 @@ TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[c
   REQUIRE(Contains(w.status(), "x"));
   // And the session still works.
   REQUIRE((*s)->Run(ok, std::vector<Output>{r}).ok());
+}
+
+TEST_CASE("Cluster: stopping a node while its partition waits fails the step by name", "[cluster]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  no.join = (*n0)->address();
+  auto n1 = ClusterNode::Start(no);
+  REQUIRE(n1.ok());
+  const std::string victim = (*n1)->address();
+
+  // Task 1 waits on an empty queue (its own) and on a tensor from task 0,
+  // which waits on its own empty queue until a timeout.
+  Graph g;
+  Output x, r;
+  {
+    auto s = g.DeviceScope("/job:worker/task:0");
+    auto q0 = ops::FIFOQueue(g, {DType::kFloat32});
+    x = ops::QueueDequeue(g, q0, 3000)[0];
+  }
+  {
+    auto s = g.DeviceScope("/job:worker/task:1");
+    auto q1 = ops::FIFOQueue(g, {DType::kFloat32});
+    r = ops::QueueDequeue(g, q1)[0] + x;
+  }
+  REQUIRE(g.status().ok());
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.secret = no.secret;
+  auto s = ClusterSession::Connect(g, o);
+  REQUIRE(s.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<std::vector<Tensor>>> result;
+  (*s)->RunAsync({}, {r.name()}, {}, [&](Result<std::vector<Tensor>> res) {
+    std::lock_guard<std::mutex> l(mu);
+    result.emplace(std::move(res));
+    cv.notify_all();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  (*n1)->Stop();  // must not wait on the step forever, nor leave it running
+  const double stop_secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(stop_secs < 2.0);
+  n1->reset();
+  std::unique_lock<std::mutex> l(mu);
+  REQUIRE(cv.wait_for(l, std::chrono::seconds(10), [&] { return result.has_value(); }));
+  REQUIRE(!result->ok());
+  INFO(result->status().ToString());
+  REQUIRE(Contains(result->status(), victim));
+}
+
+TEST_CASE("Cluster: a slow RunAsync callback does not make a healthy node look hung", "[cluster]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto y = x * x;
+  REQUIRE(g.status().ok());
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.secret = no.secret;
+  auto s = ClusterSession::Connect(g, o);
+  REQUIRE(s.ok());
+  FeedMap feeds = {{"x", Tensor::FromVector(std::vector<float>{2, 3}, {2})}};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<std::vector<Tensor>>> first;
+  // Longer than the peer timeout: run on a transport thread, it would keep
+  // that connection's heartbeats unread and the node would be dropped.
+  (*s)->RunAsync(feeds, {y.name()}, {}, [&](Result<std::vector<Tensor>> r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.peer_timeout_ms + 500));
+    std::lock_guard<std::mutex> l(mu);
+    first.emplace(std::move(r));
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    REQUIRE(cv.wait_for(l, std::chrono::seconds(10), [&] { return first.has_value(); }));
+  }
+  REQUIRE(first->ok());
+  auto again = (*s)->Run(feeds, std::vector<Output>{y});
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  REQUIRE((*again)[0].data<float>()[1] == 9.0f);
 }

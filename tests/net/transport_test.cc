@@ -235,3 +235,95 @@ TEST_CASE("Transport: a frame from a newer wire version is refused by name", "[t
   REQUIRE(refused->reason.find("version " + std::to_string(kWireVersion + 1)) != std::string::npos);
   REQUIRE(s.messages == 0);
 }
+
+TEST_CASE("Transport: a listener whose accept queue is full fails Connect within the connect timeout",
+          "[transport]") {
+  // Backlog 0 admits one connection; the kernel drops the next SYNs, so a
+  // blocking connect() would wait minutes (the dialer may be a node's reader
+  // thread: it must not stall).
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  REQUIRE(::bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(ls, 0) == 0);
+  REQUIRE(::getsockname(ls, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  int filler = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(::connect(filler, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  TransportOptions o;
+  o.connect_timeout_ms = 300;
+  auto c = Client(kSecret, o);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = c->Connect(address);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(!r.ok());
+    INFO(r.status().ToString());
+    REQUIRE(Contains(r.status(), address));
+    REQUIRE(secs < 1.5);
+  }
+  ::close(filler);
+  ::close(ls);
+}
+
+TEST_CASE("Transport: Shutdown from a message handler or a reply callback returns", "[transport]") {
+  // A handler that shuts its own transport down (a node told to stop by a
+  // message, a client finishing in a callback) must not join its own thread.
+  std::unique_ptr<Transport> server;
+  std::atomic<bool> shut{false};
+  TransportOptions so;
+  so.secret = kSecret;
+  auto r = Transport::Create(
+      so,
+      [&](const ConnectionPtr&, Message) {
+        server->Shutdown();
+        shut = true;
+      },
+      nullptr);
+  REQUIRE(r.ok());
+  server = std::move(*r);
+  auto port = server->Listen("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  auto c = Client();
+  auto conn = c->Connect("127.0.0.1:" + std::to_string(*port));
+  REQUIRE(conn.ok());
+  auto reply = Call(**conn, ListMembers{}, 5000);
+  REQUIRE(!reply.ok());
+  REQUIRE(reply.status().code() == Code::kUnavailable);
+  for (int i = 0; i < 100 && !shut; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(shut);
+  server.reset();  // joins the thread that ran the handler
+
+  // A reply callback (the timer thread, on a deadline) shutting its transport down.
+  Server s;
+  std::atomic<bool> done{false};
+  auto c2 = Client();
+  auto conn2 = c2->Connect(s.address);
+  REQUIRE(conn2.ok());
+  Transport* t2 = c2.get();
+  (*conn2)->Request(ListMembers{}, 100, [&](Result<Message>) {
+    t2->Shutdown();
+    done = true;
+  });
+  for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(done);
+  c2.reset();
+}
+
+TEST_CASE("Transport: sending on a connection that went down says why it went down", "[transport]") {
+  auto s = std::make_unique<Server>();
+  auto c = Client();
+  auto conn = c->Connect(s->address);
+  REQUIRE(conn.ok());
+  s.reset();  // the server goes away: the client's reader sees the socket close
+  for (int i = 0; i < 200 && (*conn)->is_up(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(!(*conn)->is_up());
+  Status st = (*conn)->Send(Message{0, Echo{}});
+  REQUIRE(st.code() == Code::kUnavailable);
+  INFO(st.ToString());
+  REQUIRE(Contains(st, "server"));
+  REQUIRE(Contains(st, "closed by"));
+}
