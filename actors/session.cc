@@ -20,6 +20,7 @@
 #include "graph/placement.h"
 #include "kernels/compute_pool.h"
 #include "storage/checkpoint.h"
+#include "storage/embedding_reshard.h"
 
 namespace sf {
 
@@ -126,6 +127,10 @@ struct Session::Impl {
 
   // Serializes Save and Restore: a RocksDB directory opens once at a time.
   std::mutex ckpt_mu;
+  // The checkpoint the variables' dirty rows are relative to (the last
+  // committed save); -1 when there is none (SaveIncremental writes in full).
+  std::string last_save_dir;  // GUARDED_BY(ckpt_mu)
+  int64_t last_save_id = -1;  // GUARDED_BY(ckpt_mu)
 
   std::mutex actors_mu;
   std::vector<PartitionActor> partition_actors;  // GUARDED_BY(actors_mu)
@@ -389,25 +394,85 @@ struct Waiter {
 
 }  // namespace
 
-// Saves a checkpoint, then keeps the newest keep_last (<= 0: all).
+// The graph's sharded embedding tables (VarHandles with "_embedding_table"),
+// by name: rows summed over the shards, the shard count and partitioning.
+static std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
+  std::map<std::string, CheckpointTable> tables;
+  std::map<std::string, std::string> lookup_partition;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op == "EmbeddingShardLookup") {
+      auto t = n.attrs.Get<std::string>("table");
+      auto p = n.attrs.Get<std::string>("partition");
+      if (t.ok() && p.ok()) lookup_partition[*t] = *p;
+    }
+    if (n.op != "VarHandle") continue;
+    auto table = n.attrs.Get<std::string>("_embedding_table");
+    auto shape = n.attrs.Get<PartialShape>("shape");
+    if (!table.ok() || !shape.ok() || !shape->fully_defined() || shape->rank() < 1) continue;
+    CheckpointTable& t = tables[*table];
+    t.name = *table;
+    t.rows += shape->dim(0);
+    t.num_shards += 1;
+    auto p = n.attrs.Get<std::string>("_embedding_partition");
+    if (p.ok()) t.partition = *p;
+  }
+  // Graphs built before the partition was recorded on the handles: the
+  // lookups say it (mod when there are none).
+  for (auto& kv : tables)
+    if (kv.second.partition.empty())
+      kv.second.partition = lookup_partition.count(kv.first) ? lookup_partition[kv.first] : "mod";
+  return tables;
+}
+
+// Saves a checkpoint (an increment on the session's last save into dir when
+// incremental and there is one), then keeps the newest keep_last (<= 0: all).
 // REQUIRES: impl->ckpt_mu held.
-static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir,
-                                      int64_t global_step, int keep_last);
+static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
+                                      int keep_last, bool incremental);
 
 Result<int64_t> Session::Save(const std::string& dir, int64_t global_step) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  return SaveCheckpoint(impl_.get(), dir, global_step, 0);
+  return SaveCheckpoint(impl_.get(), dir, global_step, 0, false);
 }
 
-static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir,
-                                      int64_t global_step, int keep_last) {
-  auto vars = impl->variables->SnapshotAll();
+Result<int64_t> Session::SaveIncremental(const std::string& dir, int64_t global_step) {
+  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  return SaveCheckpoint(impl_.get(), dir, global_step, 0, true);
+}
+
+static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
+                                      int keep_last, bool incremental) {
+  // Every save takes (and resets) the dirty rows, so they are always
+  // relative to the last save; until this one commits there is no base.
+  auto vars = impl->variables->SnapshotDirty();
+  const std::string base_dir = impl->last_save_dir;
+  const int64_t base_id = impl->last_save_id;
+  impl->last_save_id = -1;
   SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
   SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
-  for (const auto& v : vars) SF_RETURN_IF_ERROR(writer->Add(v.first, v.second));
+  // A base deleted (or compacted away) since gives a full checkpoint instead.
+  const bool inc = incremental && base_id >= 0 && base_dir == dir && writer->SetParent(base_id).ok();
+  for (const auto& t : GraphTables(impl->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
+  for (const auto& v : vars) {
+    if (inc && !v.all_dirty && !v.value.shape().empty())
+      SF_RETURN_IF_ERROR(writer->AddRows(v.name, v.value, v.dirty_rows));
+    else
+      SF_RETURN_IF_ERROR(writer->Add(v.name, v.value));
+  }
   SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit());
+  impl->last_save_dir = dir;
+  impl->last_save_id = id;
   if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv.get(), keep_last).status());
   return id;
+}
+
+Result<int64_t> Session::CompactCheckpoint(const std::string& dir, int64_t id) {
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  if (id < 0) {
+    SF_ASSIGN_OR_RETURN(id, CheckpointReader(kv.get()).LatestCommitted());
+  }
+  return sf::CompactCheckpoint(kv.get(), id);
 }
 
 Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
@@ -460,6 +525,59 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
   std::vector<Target> targets;
   std::set<std::string> seen;
   const Graph& g = impl_->graph;
+  // Sharded tables saved in another layout: their shard variables (and
+  // row-shaped slots "<table>/part_<k>/...") are rebuilt row by row.
+  const auto graph_tables = GraphTables(g);
+  for (const auto& gt : graph_tables) {
+    const CheckpointTable* ct = info->FindTable(gt.first);
+    if (ct && ct->rows != gt.second.rows)
+      return InvalidArgument("embedding table '" + gt.first + "' has " + std::to_string(gt.second.rows) +
+                             " rows in the graph but " + std::to_string(ct->rows) + " in checkpoint " +
+                             std::to_string(id) + " in '" + dir + "'");
+  }
+  std::map<std::string, std::vector<Tensor>> resharded;  // by table and slot suffix
+  auto restore_value = [&](const std::string& name, std::string* table_of) -> Result<Tensor> {
+    for (const auto& gt : graph_tables) {
+      const std::string prefix = gt.first + "/part_";
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const size_t found = name.find_first_not_of("0123456789", prefix.size());
+      const size_t digits = found == std::string::npos ? name.size() : found;
+      const std::string suffix = name.substr(digits);
+      // At most 9 digits: the shard number always fits (std::stoll never throws).
+      if (digits == prefix.size() || digits - prefix.size() > 9 || (!suffix.empty() && suffix[0] != '/')) continue;
+      *table_of = gt.first;
+      const CheckpointTable* ct = info->FindTable(gt.first);
+      if (!ct || (ct->num_shards == gt.second.num_shards && ct->partition == gt.second.partition)) break;
+      const int64_t k = std::stoll(name.substr(prefix.size(), digits - prefix.size()));
+      auto& parts = resharded[gt.first + '\n' + suffix];
+      if (parts.empty()) {
+        std::vector<Tensor> saved;
+        for (int64_t j = 0; j < ct->num_shards; ++j) {
+          const std::string src = ct->name + "/part_" + std::to_string(j) + suffix;
+          auto it = values->find(src);
+          if (it == values->end())
+            return NotFound("embedding table '" + gt.first + "': variable '" + src + "' is not in checkpoint " +
+                            std::to_string(id) + " in '" + dir + "'");
+          saved.push_back(it->second);
+        }
+        if (!saved[0].shape().empty() && saved[0].shape()[0] == TableShardRows(*ct, 0)) {
+          auto r = ReshardTableRows(saved, *ct, gt.second);
+          if (!r.ok()) return r.status().WithPrefix("checkpoint " + std::to_string(id));
+          parts = std::move(r).value();
+        } else {
+          // Not rows (Adam's beta powers): every new shard takes saved shard 0's.
+          parts.assign(static_cast<size_t>(gt.second.num_shards), saved[0]);
+        }
+      }
+      if (k < 0 || k >= static_cast<int64_t>(parts.size()))
+        return InvalidArgument("embedding table '" + gt.first + "' has no shard " + std::to_string(k));
+      return parts[k];
+    }
+    auto it = values->find(name);
+    if (it == values->end())
+      return NotFound("variable '" + name + "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
+    return it->second;
+  };
   for (int i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
     if (n.op != "VarHandle") continue;
@@ -468,15 +586,14 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
     if (!name.ok() || !dtype.ok() || !seen.insert(*name).second) continue;
     auto shape = n.attrs.GetOr<PartialShape>("shape", PartialShape());
     const PartialShape declared = shape.ok() ? *shape : PartialShape();
-    auto it = values->find(*name);
-    if (it == values->end())
-      return NotFound("variable '" + *name + "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
-    const Tensor& t = it->second;
+    std::string table_of;  // the embedding table *name is a shard (or shard slot) of
+    SF_ASSIGN_OR_RETURN(Tensor t, restore_value(*name, &table_of));
+    const std::string who = (table_of.empty() ? "" : "embedding table '" + table_of + "': ") + "variable '" + *name + "'";
     if (t.dtype() != *dtype)
-      return InvalidArgument("variable '" + *name + "' is " + DTypeName(*dtype) + " in the graph but " +
+      return InvalidArgument(who + " is " + DTypeName(*dtype) + " in the graph but " +
                              DTypeName(t.dtype()) + " in checkpoint " + std::to_string(id));
     if (!declared.CompatibleWith(t.shape()))
-      return InvalidArgument("variable '" + *name + "' has shape " + declared.ToString() +
+      return InvalidArgument(who + " has shape " + declared.ToString() +
                              " in the graph but " + ShapeString(t.shape()) + " in checkpoint " + std::to_string(id));
     targets.push_back(Target{*name, *dtype, declared, t});
   }
@@ -492,13 +609,21 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
                              [&w](Result<Tensor> r) { w.Done(r.status()); });
   w.Done(Status::OK());
   SF_RETURN_IF_ERROR(w.Wait());
+  // The assigns marked every variable changed: the next incremental save
+  // writes in full (and has no base to build on).
+  impl_->last_save_id = -1;
   if (global_step) *global_step = info->global_step;
   return Status::OK();
 }
 
 Result<int64_t> Saver::Save(int64_t global_step) {
   std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
-  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_);
+  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, false);
+}
+
+Result<int64_t> Saver::SaveIncremental(int64_t global_step) {
+  std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
+  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, true);
 }
 
 }  // namespace sf

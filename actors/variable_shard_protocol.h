@@ -21,6 +21,15 @@
 namespace sf {
 namespace runtime {
 
+// One variable's value and what changed since the previous dirty snapshot
+// (incremental checkpoints): every row, or only dirty_rows (sorted, unique).
+struct VarSnapshot {
+  std::string name;
+  Tensor value;
+  bool all_dirty = true;
+  std::vector<int64_t> dirty_rows;
+};
+
 // One request to a variable shard actor; the matching callback answers it.
 struct VarMsg {
   enum Kind {
@@ -29,6 +38,8 @@ struct VarMsg {
     kSyncApply, kSyncTimeout, kSyncAbort, kReadVersion, kReplicaQuery, kSspWait,
     // Sharded embeddings (kernels/embedding_math.h).
     kGather, kSparseApply,
+    // Checkpoints: a snapshot with the rows changed since the last one.
+    kSnapshotDirty,
   } kind = kRead;
   int64_t id = -1;
   std::string name;  // kDefine
@@ -53,6 +64,9 @@ struct VarMsg {
   EmbeddingShardSpec spec;        // kGather
   EmbeddingGather gather;         // kGather (answers through tensor_done)
   SparseApplyRequest sparse;      // kSparseApply (answers through status_done)
+  // kSnapshotDirty: like kSnapshot, with each variable's changes since the
+  // previous kSnapshotDirty, whose record it resets.
+  std::function<void(std::vector<VarSnapshot>)> dirty_snapshot_done;
 };
 using VarMsgPtr = std::shared_ptr<VarMsg>;
 

@@ -17,6 +17,29 @@ struct ShardState {
     DType dtype = DType::kInvalid;
     PartialShape shape;
     Tensor value;  // invalid until initialised
+    // Changes since the last dirty snapshot (incremental checkpoints):
+    // everything, or the leading-dimension rows marked in dirty_bits.
+    bool all_dirty = true;
+    std::vector<bool> dirty_bits;
+    int64_t num_dirty = 0;
+    void MarkAll() {
+      all_dirty = true;
+      dirty_bits.clear();
+      num_dirty = 0;
+    }
+    // Marks rows (int64 indices into the leading dimension); an index out of
+    // range (the update was refused) is ignored.
+    void MarkRows(const Tensor& indices) {
+      if (all_dirty) return;
+      const int64_t rows = value.valid() && !value.shape().empty() ? value.shape()[0] : 0;
+      if (static_cast<int64_t>(dirty_bits.size()) != rows) dirty_bits.assign(static_cast<size_t>(rows), false);
+      const int64_t* p = indices.data<int64_t>();
+      for (int64_t i = 0; i < indices.num_elements(); ++i)
+        if (p[i] >= 0 && p[i] < rows && !dirty_bits[p[i]]) {
+          dirty_bits[p[i]] = true;
+          ++num_dirty;
+        }
+    }
   };
   std::unordered_map<int64_t, Var> vars;
   // Replication bookkeeping per variable (by the id of the variable, not its
@@ -68,7 +91,10 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   for (auto& t : updated) ptrs.push_back(&t);
   Status s = ApplyOptimizerUpdate(req, ptrs);
   if (s.ok()) {
-    for (size_t i = 0; i < updated.size(); ++i) st.vars[req.var_ids[i]].value = std::move(updated[i]);
+    for (size_t i = 0; i < updated.size(); ++i) {
+      st.vars[req.var_ids[i]].value = std::move(updated[i]);
+      st.vars[req.var_ids[i]].MarkAll();
+    }
     st.Replica(req.var_ids[0]).RecordUpdate(req.read_version);
   } else {
     s = s.WithPrefix("variable '" + first + "'");
@@ -167,7 +193,16 @@ void HandleSparseApply(ShardState& st, VarMsg& m) {
   for (auto& t : updated) ptrs.push_back(&t);
   Status s = ApplySparseOptimizerUpdate(req, ptrs);
   if (s.ok()) {
-    for (size_t i = 0; i < updated.size(); ++i) st.vars[req.var_ids[i]].value = std::move(updated[i]);
+    const int64_t rows = updated.empty() || updated[0].shape().empty() ? -1 : updated[0].shape()[0];
+    const bool int64_indices = req.indices.valid() && req.indices.dtype() == DType::kInt64;
+    for (size_t i = 0; i < updated.size(); ++i) {
+      ShardState::Var& v = st.vars[req.var_ids[i]];
+      v.value = std::move(updated[i]);
+      // Row-shaped slots change in the touched rows only; others (Adam's
+      // beta powers) change as a whole.
+      if (int64_indices && !v.value.shape().empty() && v.value.shape()[0] == rows) v.MarkRows(req.indices);
+      else v.MarkAll();
+    }
   } else {
     s = s.WithPrefix("variable '" + first + "'");
   }
@@ -202,6 +237,7 @@ VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
               }
               ShardState::Var& v = it->second;
               Status s = ApplyAssign(v.name, v.dtype, v.shape, m.mode, m.value, &v.value);
+              if (s.ok()) v.MarkAll();
               if (s.ok()) m.tensor_done(v.value);
               else m.tensor_done(s);
               return;
@@ -229,6 +265,29 @@ VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
               for (const auto& kv : st.vars)
                 if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
               m.snapshot_done(std::move(vars));
+              return;
+            }
+            case VarMsg::kSnapshotDirty: {
+              std::vector<VarSnapshot> vars;
+              for (auto& kv : st.vars) {
+                ShardState::Var& v = kv.second;
+                if (!v.value.valid()) continue;
+                VarSnapshot snap;
+                snap.name = v.name;
+                snap.value = v.value;
+                snap.all_dirty = v.all_dirty;
+                if (!v.all_dirty) {
+                  snap.dirty_rows.reserve(static_cast<size_t>(v.num_dirty));
+                  for (size_t r = 0; r < v.dirty_bits.size(); ++r)
+                    if (v.dirty_bits[r]) snap.dirty_rows.push_back(static_cast<int64_t>(r));
+                }
+                // The next snapshot reports changes from here on.
+                v.all_dirty = false;
+                std::fill(v.dirty_bits.begin(), v.dirty_bits.end(), false);
+                v.num_dirty = 0;
+                vars.push_back(std::move(snap));
+              }
+              m.dirty_snapshot_done(std::move(vars));
               return;
             }
           }
@@ -355,6 +414,32 @@ std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return remaining == 0; });
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return all;
+}
+
+std::vector<VarSnapshot> ActorVariables::SnapshotDirty() {
+  std::vector<VariableShardActor> shards;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : shards_) shards.push_back(kv.second);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = shards.size();
+  std::vector<VarSnapshot> all;
+  for (auto& shard : shards) {
+    auto msg = std::make_shared<VarMsg>();
+    msg->kind = VarMsg::kSnapshotDirty;
+    msg->dirty_snapshot_done = [&](std::vector<VarSnapshot> vars) {
+      std::lock_guard<std::mutex> l(mu);
+      for (auto& v : vars) all.push_back(std::move(v));
+      if (--remaining == 0) cv.notify_all();
+    };
+    caf::anon_send(shard, std::move(msg));
+  }
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return remaining == 0; });
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return all;
 }
 

@@ -55,6 +55,10 @@ class ActorVariables : public VariableService {
   // each shard answers with the state between two of its updates. Blocks
   // the calling thread (never call it from a runtime thread).
   std::vector<std::pair<std::string, Tensor>> SnapshotAll();
+  // SnapshotAll with each variable's rows changed since the previous
+  // SnapshotDirty (all of them the first time, after an Assign or a dense
+  // update); resets that record. Blocks like SnapshotAll.
+  std::vector<VarSnapshot> SnapshotDirty();
 
   // Adds graph variable names (a node hosts the partitions of many graphs);
   // must come before the first Resolve of their slots.

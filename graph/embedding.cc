@@ -80,6 +80,7 @@ EmbeddingTable NewEmbeddingTable(Graph& g, const std::string& name, int64_t rows
     ha.Set("shape", PartialShape(shape));
     ha.Set("trainable", o.trainable);
     ha.Set("_embedding_table", unique);
+    ha.Set("_embedding_partition", o.partition);  // checkpoints record the layout
     Output h = g.Add1("VarHandle", {}, std::move(ha), shard);
     if (!h.valid()) return EmbeddingTable();
     // Each shard fills its own rows: the graph never holds the table.

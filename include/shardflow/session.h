@@ -75,7 +75,14 @@ class Session : public SessionInterface {
   // each variable shard answers with a consistent snapshot of its variables,
   // and the checkpoint becomes visible when its manifest commits. Returns
   // the new checkpoint id; Unavailable naming dir if the store fails.
+  // Every save also restarts the changed-row record SaveIncremental uses.
   Result<int64_t> Save(const std::string& dir, int64_t global_step);
+  // Save writing only what changed since this session's previous save into
+  // dir: rows touched by sparse (embedding) updates, and whole variables
+  // that were assigned or densely updated. The checkpoint is an increment on
+  // that previous one; without one (first save, other dir, restored since, a
+  // failed save) it is a full checkpoint. Errors as for Save.
+  Result<int64_t> SaveIncremental(const std::string& dir, int64_t global_step);
   // Assigns the graph's variables (and slots) from checkpoint id in dir
   // (-1: the newest committed checkpoint that reads back intact, falling
   // back past corrupt ones). Nothing is assigned on error: NotFound when dir
@@ -83,11 +90,19 @@ class Session : public SessionInterface {
   // naming checkpoint, variable and block for a corrupt one (and the
   // previous readable id), InvalidArgument naming the variable whose dtype or
   // shape differs from the graph's. When global_step is given it receives the
-  // restored checkpoint's global step (after any fallback).
+  // restored checkpoint's global step (after any fallback). An increment is
+  // composed over its chain. A sharded embedding table saved with K shards
+  // restores into the graph's K' shards (or other partitioning): its rows
+  // (and row-shaped slots) move to their new shards; a table whose row count
+  // or width differs is InvalidArgument naming the table.
   Status Restore(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
   // The global step recorded in checkpoint id (-1: newest committed) in dir;
   // NotFound when there is none.
   static Result<int64_t> CheckpointStep(const std::string& dir, int64_t id = -1);
+  // Folds checkpoint id (-1: newest committed) and the increments it builds
+  // on into a new full checkpoint in dir; returns its id. Errors as for
+  // Restore (DataLoss naming a corrupt checkpoint of the chain).
+  static Result<int64_t> CompactCheckpoint(const std::string& dir, int64_t id = -1);
 
   struct Impl;
 
@@ -105,6 +120,9 @@ class Saver {
   // Session::Save, then deletes checkpoints beyond keep_last (both under the
   // session's checkpoint lock); the new id, or the first error.
   Result<int64_t> Save(int64_t global_step);
+  // Session::SaveIncremental, then retention as for Save; an increment's
+  // base and intermediate increments are kept while it is.
+  Result<int64_t> SaveIncremental(int64_t global_step);
   // Session::Restore from the directory.
   Status Restore(int64_t id = -1, int64_t* global_step = nullptr) {
     return session_->Restore(dir_, id, global_step);

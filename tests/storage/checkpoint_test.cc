@@ -143,15 +143,18 @@ TEST_CASE("checkpoint: a well-signed manifest with inconsistent blocks is refuse
   std::snprintf(key, sizeof(key), "manifest/%020lld", static_cast<long long>(id));
   const std::string m = *kv->Get(key);
   const std::string body = m.substr(0, m.rfind("crc "));
-  // w is 5x3 float in blocks of 2 rows: "2 3" is rows_per_block, num_blocks.
-  const std::string entry = "var w float32 0 2 3 2 5 3\n";
+  // w is 5x3 float in blocks of 2 rows: "2 3" is rows_per_block, num_blocks;
+  // "-1" says every row is stored (not an increment).
+  const std::string entry = "var w float32 0 2 3 -1 2 5 3\n";
   REQUIRE(body.find(entry) != std::string::npos);
   CheckpointReader r(kv.get());
   REQUIRE(kv->Put(key, Signed(body)).ok());
   REQUIRE(r.Manifest(id).ok());  // re-signing alone changes nothing
-  for (const std::string& bad : {std::string("var w float32 0 2 1 2 5 3\n"),    // rows 2-4 would go unread
-                                 std::string("var w float32 0 0 3 2 5 3\n"),    // zero rows per block
-                                 std::string("var w float32 0 2 3 2 5 4611686018427387904\n")}) {
+  for (const std::string& bad : {std::string("var w float32 0 2 1 -1 2 5 3\n"),    // rows 2-4 would go unread
+                                 std::string("var w float32 0 0 3 -1 2 5 3\n"),    // zero rows per block
+                                 std::string("var w float32 0 2 3 -1 2 5 4611686018427387904\n"),
+                                 std::string("var w float32 0 2 3 9 2 5 3\n"),     // more stored rows than rows
+                                 std::string("var w float32 0 2 1 2 2 5 3\n")}) {  // changed rows, no parent
     std::string changed = body;
     changed.replace(changed.find(entry), entry.size(), bad);
     REQUIRE(kv->Put(key, Signed(changed)).ok());
