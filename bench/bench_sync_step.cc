@@ -56,7 +56,8 @@ struct WorkerGraph {
     std::vector<Output> handles, reads;
     for (int s = 0; s < shards; ++s) {
       auto d = g.DeviceScope("/job:worker/task:" + std::to_string(s % nodes));
-      auto v = ops::Variable(g, "shard_" + std::to_string(s),
+      // Named by size too: the nodes keep variables between configurations.
+      auto v = ops::Variable(g, "shard_" + std::to_string(elems_per_shard) + "_" + std::to_string(s),
                              ops::Zeros(g, DType::kFloat32, {elems_per_shard}));
       reads.push_back(v);
       handles.push_back(ops::VariableHandle(v));

@@ -97,9 +97,10 @@ std::string PartialShape::ToString() const {
 void KeepTensorMemoryWarm() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Blocks up to 256 MiB come from the heap, and the heap is trimmed only
-    // when 1 GiB lies free at its top.
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    // Blocks up to 1 GiB come from the heap (a 256 MiB tensor received
+    // over the network needs its frame and its tensor), and the heap is
+    // trimmed only when 1 GiB lies free at its top.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     // One arena: glibc's per-thread arenas cannot hold a block of 64 MiB or
     // more, so threads would mmap and unmap (and page-fault) every large

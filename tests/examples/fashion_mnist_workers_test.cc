@@ -7,6 +7,7 @@
 
 #include "examples/common/local_cluster.h"
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
 
 using sf::testing::JsonNumber;
 using sf::testing::LastLine;
@@ -17,14 +18,12 @@ namespace {
 bool HaveData() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
 
 // Runs fashion_mnist with args on 6400 examples (50 batches of 128), one
-// epoch, JSON on stdout; returns the result with the run folder removed.
+// epoch, JSON on stdout, in its own run folder (ctest runs these in
+// parallel); returns the result with the folder removed.
 sf::testing::CommandResult Train(const std::string& args) {
-  auto dir = std::filesystem::temp_directory_path() / "sf_fashion_workers_test";
-  std::filesystem::remove_all(dir);
-  auto r = RunCommand(std::string(SF_BIN_DIR) + "/fashion_mnist --epochs 1 --limit 6400 --json --out " +
-                      dir.string() + " " + args + " 2>&1");
-  std::filesystem::remove_all(dir);
-  return r;
+  sf::testing::TempDir dir("sf_fashion_workers");
+  return RunCommand(std::string(SF_BIN_DIR) + "/fashion_mnist --epochs 1 --limit 6400 --json --out " +
+                    dir.path + " " + args + " 2>&1");
 }
 
 bool HasKey(const std::string& line, const std::string& key) {
