@@ -79,6 +79,7 @@ struct ClusterNode::Impl {
     cfg.set("scheduler.max-threads", static_cast<size_t>(2));
     system = std::make_unique<caf::actor_system>(cfg);
     variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
+    variables->SetComputePool(&pool);
     queues = std::make_unique<runtime::ActorQueues>(*system);
   }
 

@@ -85,6 +85,7 @@ struct Session::Impl {
       if (s.ok()) names.insert(*s);
     }
     variables = std::make_unique<runtime::ActorVariables>(*system, std::move(names));
+    variables->SetComputePool(&pool);
     queues = std::make_unique<runtime::ActorQueues>(*system);
     coordinator = SpawnCoordinator();
   }

@@ -1,5 +1,7 @@
 #include "actors/variable_shards.h"
 
+#include "kernels/compute_pool.h"
+
 #include <algorithm>
 #include <condition_variable>
 
@@ -12,6 +14,7 @@ namespace runtime {
 namespace {
 
 struct ShardState {
+  ComputePool* pool = nullptr;  // splits big gathers and sparse updates (may be null)
   struct Var {
     std::string name;
     DType dtype = DType::kInvalid;
@@ -166,7 +169,7 @@ void HandleGather(ShardState& st, VarMsg& m) {
   if (it == st.vars.end()) return m.tensor_done(NotFound("no variable with id " + std::to_string(m.id)));
   if (!it->second.value.valid()) return m.tensor_done(Uninitialised(it->second.name, "read"));
   Tensor out;
-  Status s = EmbeddingGatherCombine(m.spec, m.gather, it->second.value, &out);
+  Status s = EmbeddingGatherCombine(m.spec, m.gather, it->second.value, &out, st.pool);
   if (s.ok()) m.tensor_done(std::move(out));
   else m.tensor_done(s);
 }
@@ -191,7 +194,7 @@ void HandleSparseApply(ShardState& st, VarMsg& m) {
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);
-  Status s = ApplySparseOptimizerUpdate(req, ptrs);
+  Status s = ApplySparseOptimizerUpdate(req, ptrs, st.pool);
   if (s.ok()) {
     const int64_t rows = updated.empty() || updated[0].shape().empty() ? -1 : updated[0].shape()[0];
     const bool int64_indices = req.indices.valid() && req.indices.dtype() == DType::kInt64;
@@ -211,9 +214,10 @@ void HandleSparseApply(ShardState& st, VarMsg& m) {
 
 }  // namespace
 
-VariableShardActor SpawnVariableShard(caf::actor_system& sys) {
-  return sys.spawn([](VariableShardActor::stateful_pointer<ShardState> self)
+VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool) {
+  return sys.spawn([pool](VariableShardActor::stateful_pointer<ShardState> self)
                        -> VariableShardActor::behavior_type {
+    self->state.pool = pool;
     return {
         [self](VarMsgPtr msg) {
           ShardState& st = self->state;
@@ -335,7 +339,7 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   }
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
-  if (s == shards_.end()) s = shards_.emplace(key, SpawnVariableShard(sys_)).first;
+  if (s == shards_.end()) s = shards_.emplace(key, SpawnVariableShard(sys_, pool_)).first;
   const int64_t id = static_cast<int64_t>(vars_.size());
   vars_.push_back(Var{name, dtype, shape, s->second});
   ids_[name] = id;

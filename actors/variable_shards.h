@@ -17,10 +17,14 @@
 #include "actors/variable_shard_protocol.h"
 
 namespace sf {
+
+class ComputePool;
+
 namespace runtime {
 
-// Spawns a variable shard actor.
-VariableShardActor SpawnVariableShard(caf::actor_system& sys);
+// Spawns a variable shard actor; pool (may be null) splits its big
+// embedding gathers and sparse updates.
+VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool = nullptr);
 
 class ActorVariables : public VariableService {
  public:
@@ -60,6 +64,10 @@ class ActorVariables : public VariableService {
   // update); resets that record. Blocks like SnapshotAll.
   std::vector<VarSnapshot> SnapshotDirty();
 
+  // The compute pool shard actors split big embedding work over (null: none).
+  // REQUIRES: called before the first Resolve; the pool outlives the shards.
+  void SetComputePool(ComputePool* pool) { pool_ = pool; }
+
   // Adds graph variable names (a node hosts the partitions of many graphs);
   // must come before the first Resolve of their slots.
   void AddGraphVariables(const std::set<std::string>& names);
@@ -80,6 +88,7 @@ class ActorVariables : public VariableService {
   std::string ColocationKey(const std::string& name) const;
 
   caf::actor_system& sys_;
+  ComputePool* pool_ = nullptr;
   std::set<std::string> graph_variables_;  // GUARDED_BY(mu_)
   mutable std::mutex mu_;
   std::vector<Var> vars_;                                  // GUARDED_BY(mu_)

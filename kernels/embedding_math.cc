@@ -2,6 +2,8 @@
 // Eigen row maps (vectorised), never per-element virtual calls.
 #include "kernels/embedding_math.h"
 
+#include "kernels/compute_pool.h"
+
 #include <Eigen/Core>
 #include <cmath>
 
@@ -148,7 +150,7 @@ std::vector<float> SegmentWeights(const EmbeddingGather& q) {
 }
 
 Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,
-                              const Tensor& table, Tensor* out) {
+                              const Tensor& table, Tensor* out, ComputePool* pool) {
   SF_RETURN_IF_ERROR(CheckGather(s, q));
   const std::string who = "embedding table '" + s.table + "'";
   if (table.dtype() != DType::kFloat32 || table.rank() != 2)
@@ -172,11 +174,29 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
   // Rows are scattered over a big table: fetch a few ids ahead so the cache
   // misses overlap (measured: the gather is bound by them).
   constexpr int64_t kAhead = 8;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n && local[i + kAhead] >= 0) PrefetchRow(src + local[i + kAhead] * dim, dim);
-    if (local[i] < 0) continue;
-    RowMap(dst + seg[i] * dim, dim) += ConstRowMap(src + local[i] * dim, dim) * w[seg[i]];
+  // `local` is thread_local: the blocks below may run on other threads, so
+  // they read it through a pointer taken here.
+  const int64_t* lp = local.data();
+  const float* wp = w.data();
+  auto gather = [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kAhead < end && lp[i + kAhead] >= 0) PrefetchRow(src + lp[i + kAhead] * dim, dim);
+      if (lp[i] < 0) continue;
+      RowMap(dst + seg[i] * dim, dim) += ConstRowMap(src + lp[i] * dim, dim) * wp[seg[i]];
+    }
+  };
+  bool sorted = pool != nullptr && pool->num_threads() > 1 && n >= 8192;
+  for (int64_t i = 1; sorted && i < n; ++i) sorted = seg[i - 1] <= seg[i];
+  if (!sorted) {
+    gather(0, n);
+    return Status::OK();
   }
+  // Blocks start where a segment starts, so no two threads add to one row.
+  auto boundary = [&](int64_t p) {
+    while (p > 0 && p < n && seg[p] == seg[p - 1]) ++p;
+    return p;
+  };
+  pool->ParallelFor(n, 4096, [&](int64_t b, int64_t e) { gather(boundary(b), boundary(e)); });
   return Status::OK();
 }
 
@@ -247,7 +267,8 @@ Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q
   return Status::OK();
 }
 
-Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars) {
+Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars,
+                                  ComputePool* pool) {
   const std::string who = "sparse optimizer " + req.optimizer;
   int want_vars = 0, want_scalars = 0;
   if (req.optimizer == "GradientDescent") want_vars = 1, want_scalars = 1;
@@ -313,23 +334,32 @@ Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vect
   float* w = var->data<float>();
   const float lr = req.scalars[0].scalar_as<float>();
   constexpr int64_t kAhead = 8;  // prefetch distance, as in the gather
+  // Rows are unique here, so ranges of them can be updated on separate threads.
+  auto split = [&](const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool != nullptr && pool->num_threads() > 1 && u >= 4096) pool->ParallelFor(u, 2048, fn);
+    else fn(0, u);
+  };
   if (req.optimizer == "GradientDescent") {
-    for (int64_t i = 0; i < u; ++i) {
-      if (i + kAhead < u) PrefetchRow(w + ip[i + kAhead] * dim, dim);
-      RowMap(w + ip[i] * dim, dim) -= ConstRowMap(g + i * dim, dim) * lr;
-    }
+    split([&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (i + kAhead < e) PrefetchRow(w + ip[i + kAhead] * dim, dim);
+        RowMap(w + ip[i] * dim, dim) -= ConstRowMap(g + i * dim, dim) * lr;
+      }
+    });
   } else if (req.optimizer == "Adagrad") {
     float* acc = vars[1]->data<float>();
-    for (int64_t i = 0; i < u; ++i) {
-      if (i + kAhead < u) {
-        PrefetchRow(w + ip[i + kAhead] * dim, dim);
-        PrefetchRow(acc + ip[i + kAhead] * dim, dim);
+    split([&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (i + kAhead < e) {
+          PrefetchRow(w + ip[i + kAhead] * dim, dim);
+          PrefetchRow(acc + ip[i + kAhead] * dim, dim);
+        }
+        ConstRowMap gi(g + i * dim, dim);
+        RowMap a(acc + ip[i] * dim, dim);
+        a += gi.square();
+        RowMap(w + ip[i] * dim, dim) -= gi * lr / a.sqrt();
       }
-      ConstRowMap gi(g + i * dim, dim);
-      RowMap a(acc + ip[i] * dim, dim);
-      a += gi.square();
-      RowMap(w + ip[i] * dim, dim) -= gi * lr / a.sqrt();
-    }
+    });
   } else {
     float* mm = vars[1]->data<float>();
     float* vv = vars[2]->data<float>();

@@ -20,6 +20,8 @@
 
 namespace sf {
 
+class ComputePool;
+
 enum class EmbeddingPartition : uint8_t { kMod = 0, kRange = 1 };
 enum class EmbeddingCombiner : uint8_t { kSum = 0, kMean = 1 };
 
@@ -62,8 +64,12 @@ struct EmbeddingGather {
 // mean, count taken over ALL ids of the example, so summing the partials of
 // every shard gives the mean). Examples with no id are zero. table: the
 // shard's value [shard_rows, dim], float32. Errors name the table and id.
+// With a pool, a large gather whose segment ids never decrease (every
+// lookup builder's) is split over the intra-op threads at segment
+// boundaries: the row fetches are cache misses, and two threads overlap twice
+// as many.
 Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,
-                              const Tensor& table, Tensor* out);
+                              const Tensor& table, Tensor* out, ComputePool* pool = nullptr);
 
 // The per-id weight of each segment (1, or 1/count for mean; 0 for empty).
 std::vector<float> SegmentWeights(const EmbeddingGather& q);
@@ -96,7 +102,10 @@ struct SparseApplyRequest {
 // one update. Lazy Adam moves only the touched rows' slots; the beta powers
 // advance once per call. InvalidArgument naming the optimizer, index or
 // shape on bad input; vars are unchanged then.
-Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars);
+// With a pool, the per-row updates of GradientDescent and Adagrad (rows are
+// unique by then) are split over the intra-op threads.
+Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars,
+                                  ComputePool* pool = nullptr);
 
 // ---- the attributes and inputs of the embedding ops (graph/ops/embedding_ops.cc)
 

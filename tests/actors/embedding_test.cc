@@ -255,3 +255,57 @@ TEST_CASE("Optimizers without a sparse update say so", "[embedding][train]") {
   CHECK(train.status().message().find("Momentum") != std::string::npos);
   CHECK(train.status().message().find("'tab'") != std::string::npos);
 }
+
+TEST_CASE("Large lookups and sparse updates split over the pool match the reference",
+          "[embedding][train]") {
+  // Big enough that the shard actor splits the gather (>= 8192 ids) and the
+  // update (>= 4096 unique rows) over the compute pool's threads.
+  constexpr int64_t kRows = 20000, kDim = 8, kBatch = 3000, kK = 4;
+  for (const char* opt : {"sgd", "adagrad"}) {
+    Graph g;
+    EmbeddingTableOptions o;
+    o.num_shards = 1;
+    o.seed = 3;
+    auto table = NewEmbeddingTable(g, "big", kRows, kDim, o);
+    auto ids = ops::Placeholder(g, DType::kInt64, {kBatch, kK}, "ids");
+    auto emb = ops::EmbeddingLookup(g, table, ids, "mean");
+    auto c = ops::Const(g, std::vector<float>{1, -1, 2, -2, 0.5f, -0.5f, 3, -3}, {kDim});
+    auto loss = ops::Sum(g, emb * c);
+    Result<int> train = std::string(opt) == "sgd" ? GradientDescentOptimizer(0.1).Minimize(g, loss)
+                                                  : AdagradOptimizer(0.1, 0.1).Minimize(g, loss);
+    REQUIRE(train.ok());
+    const int init = ops::GlobalVariablesInitializer(g);
+    Vars reads = ShardReads(g, table);
+    REQUIRE(g.status().ok());
+    SessionOptions so;
+    so.compute_threads = 2;
+    Session s(g, so);
+    REQUIRE(s.Run({}, Vars{}, {init}).ok());
+    const Table t0 = ReadTable(s, table, reads);
+    // Zipf-like: many duplicates, and over 4096 distinct rows.
+    std::vector<int64_t> v(kBatch * kK);
+    std::vector<std::vector<int64_t>> bags(kBatch);
+    for (int64_t i = 0; i < kBatch * kK; ++i) {
+      v[i] = (i % 7 == 0) ? (i % 13) : (i * 2654435761u) % kRows;
+      bags[i / kK].push_back(v[i]);
+    }
+    auto out = s.Run({{"ids", Tensor::FromVector(v, {kBatch, kK})}}, Vars{emb}, {*train});
+    REQUIRE(out.ok());
+    CheckClose((*out)[0], Combine(t0, bags, /*mean=*/true), 1e-5);
+    // Each row's gradient: sum over its occurrences of c / kK (mean).
+    std::map<int64_t, double> count;
+    for (int64_t id : v) count[id] += 1.0 / kK;
+    REQUIRE(count.size() > 4096);
+    const Table t1 = ReadTable(s, table, reads);
+    const double cv[kDim] = {1, -1, 2, -2, 0.5, -0.5, 3, -3};
+    for (const auto& [id, n] : count)
+      for (int64_t j = 0; j < kDim; ++j) {
+        const double gr = n * cv[j];
+        const double want = std::string(opt) == "sgd"
+                                ? t0[id][j] - 0.1 * gr
+                                : t0[id][j] - 0.1 * gr / std::sqrt(0.1 + gr * gr);
+        INFO(opt << " row " << id << " column " << j);
+        CHECK(std::abs(t1[id][j] - want) <= 1e-5);
+      }
+  }
+}
