@@ -156,26 +156,11 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
     plan->error = std::move(s);
     return plan;
   };
-  if (!graph.status().ok()) return fail(graph.status().WithPrefix("the graph has a construction error"));
-  std::set<std::string> seen;
-  for (const auto& f : feed_map) {
-    if (!seen.insert(f.first).second) return fail(InvalidArgument("feed '" + f.first + "' is given twice"));
-    auto o = graph.FindOutput(f.first);
-    if (!o.ok()) return fail(InvalidArgument("feed '" + f.first + "': " + o.status().message()));
-    plan->feeds.push_back(*o);
-  }
-  std::vector<Output> fetches;
-  for (const auto& name : fetch_names) {
-    auto o = graph.FindOutput(name);
-    if (!o.ok()) return fail(o.status().WithPrefix("fetch '" + name + "'"));
-    fetches.push_back(*o);
-  }
-  std::vector<int> targets;
-  for (const auto& name : target_names) {
-    auto id = graph.FindNode(name);
-    if (!id.ok()) return fail(id.status().WithPrefix("target '" + name + "'"));
-    targets.push_back(*id);
-  }
+  auto run = runtime::ResolveRun(graph, feed_map, fetch_names, target_names);
+  if (!run.ok()) return fail(run.status());
+  plan->feeds = run->feeds;
+  const std::vector<Output>& fetches = run->fetches;
+  const std::vector<int>& targets = run->targets;
   auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
   if (!order.ok()) return fail(order.status());
   plan->num_fetches = fetches.size();
@@ -388,12 +373,7 @@ void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::st
     if (post) impl->Post(std::move(call));
     else call();
   };
-  std::string key;
-  for (const auto& f : feeds) key += f.first + '\x1f';
-  key += '\x1e';
-  for (const auto& f : fetches) key += f + '\x1f';
-  key += '\x1e';
-  for (const auto& t : targets) key += t + '\x1f';
+  const std::string key = runtime::RunSignature(feeds, fetches, targets);
   std::shared_ptr<Plan> plan;
   {
     // Registration is rare (once per signature) and serialized.
@@ -410,38 +390,6 @@ void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::st
   impl->StartStep(plan, feeds, std::move(finish));
 }
 
-Result<std::vector<Tensor>> ClusterSession::Run(const FeedMap& feeds,
-                                                const std::vector<std::string>& fetches,
-                                                const std::vector<std::string>& targets) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Result<std::vector<Tensor>>> result;
-  // Run's own callback only wakes this thread: it may run on any thread.
-  impl_->Start(feeds, fetches, targets, /*post=*/false, [&](Result<std::vector<Tensor>> r) {
-    std::lock_guard<std::mutex> l(mu);
-    result.emplace(std::move(r));
-    cv.notify_all();
-  });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return result.has_value(); });
-  return std::move(*result);
-}
-
-Result<std::vector<Tensor>> ClusterSession::Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                                const std::vector<int>& target_nodes) {
-  std::vector<std::string> names, targets;
-  for (const Output& o : fetches) {
-    if (!o.valid() || o.graph != &impl_->graph || o.node >= impl_->graph.num_nodes())
-      return InvalidArgument("fetch " + std::to_string(names.size()) +
-                             " is not a valid output of the session's graph");
-    names.push_back(o.name());
-  }
-  for (int t : target_nodes) {
-    if (t < 0 || t >= impl_->graph.num_nodes())
-      return InvalidArgument("target node id " + std::to_string(t) + " is not in the graph");
-    targets.push_back(impl_->graph.node(t).name);
-  }
-  return Run(feeds, names, targets);
-}
+const Graph& ClusterSession::graph() const { return impl_->graph; }
 
 }  // namespace sf

@@ -100,6 +100,44 @@ Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<i
   return parts;
 }
 
+Result<ResolvedRun> ResolveRun(const Graph& g,
+                               const std::vector<std::pair<std::string, Tensor>>& feeds,
+                               const std::vector<std::string>& fetches,
+                               const std::vector<std::string>& targets) {
+  if (!g.status().ok()) return g.status().WithPrefix("the graph has a construction error");
+  ResolvedRun r;
+  std::set<std::string> seen;
+  for (const auto& f : feeds) {
+    if (!seen.insert(f.first).second) return InvalidArgument("feed '" + f.first + "' is given twice");
+    auto o = g.FindOutput(f.first);
+    if (!o.ok()) return InvalidArgument("feed '" + f.first + "': " + o.status().message());
+    r.feeds.push_back(*o);
+  }
+  for (const auto& name : fetches) {
+    auto o = g.FindOutput(name);
+    if (!o.ok()) return o.status().WithPrefix("fetch '" + name + "'");
+    r.fetches.push_back(*o);
+  }
+  for (const auto& name : targets) {
+    auto id = g.FindNode(name);
+    if (!id.ok()) return id.status().WithPrefix("target '" + name + "'");
+    r.targets.push_back(*id);
+  }
+  return r;
+}
+
+std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                         const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets) {
+  std::string key;
+  for (const auto& f : feeds) key += f.first + '\x1f';
+  key += '\x1e';
+  for (const auto& f : fetches) key += f + '\x1f';
+  key += '\x1e';
+  for (const auto& t : targets) key += t + '\x1f';
+  return key;
+}
+
 Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, PartitionGraph>& parts,
                                                 const std::vector<int>& order,
                                                 const std::vector<Output>& feeds,

@@ -20,6 +20,24 @@ Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>&
                                       const std::vector<Output>& fetches,
                                       const std::vector<int>& targets);
 
+// A run's names resolved in g: the fed outputs, the fetched outputs and
+// the target nodes, in the order given. g's construction error when it has
+// one; InvalidArgument for a feed given twice; the lookup's error, naming
+// the feed, fetch or target, for an unknown name.
+struct ResolvedRun {
+  std::vector<Output> feeds, fetches;
+  std::vector<int> targets;
+};
+Result<ResolvedRun> ResolveRun(const Graph& g,
+                               const std::vector<std::pair<std::string, Tensor>>& feeds,
+                               const std::vector<std::string>& fetches,
+                               const std::vector<std::string>& targets);
+
+// The key plans are cached under: feed, fetch and target names, in order.
+std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                         const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets);
+
 // Checks a fed value against the fed output's dtype and declared shape;
 // InvalidArgument naming the feed otherwise.
 Status ValidateFeed(const std::string& feed_name, const Output& target, const Tensor& value);

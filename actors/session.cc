@@ -147,28 +147,11 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
     plan->error = std::move(s);
     return plan;
   };
-  if (!graph.status().ok())
-    return fail(graph.status().WithPrefix("the graph has a construction error"));
-  std::set<std::string> seen;
-  for (const auto& f : call.feeds) {
-    if (!seen.insert(f.first).second)
-      return fail(InvalidArgument("feed '" + f.first + "' is given twice"));
-    auto o = graph.FindOutput(f.first);
-    if (!o.ok()) return fail(InvalidArgument("feed '" + f.first + "': " + o.status().message()));
-    plan->feeds.push_back(*o);
-  }
-  std::vector<Output> fetches;
-  for (const auto& name : call.fetches) {
-    auto o = graph.FindOutput(name);
-    if (!o.ok()) return fail(o.status().WithPrefix("fetch '" + name + "'"));
-    fetches.push_back(*o);
-  }
-  std::vector<int> targets;
-  for (const auto& name : call.targets) {
-    auto id = graph.FindNode(name);
-    if (!id.ok()) return fail(id.status().WithPrefix("target '" + name + "'"));
-    targets.push_back(*id);
-  }
+  auto run = runtime::ResolveRun(graph, call.feeds, call.fetches, call.targets);
+  if (!run.ok()) return fail(run.status());
+  plan->feeds = run->feeds;
+  const std::vector<Output>& fetches = run->fetches;
+  const std::vector<int>& targets = run->targets;
   auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
   if (!order.ok()) return fail(order.status());
   if (num_devices > 1) {
@@ -288,12 +271,7 @@ CoordinatorActor Session::Impl::SpawnCoordinator() {
     return {
         [impl, self](RunCallPtr call) {
           // The signature: feed names, fetch names and targets, in order.
-          std::string key;
-          for (const auto& f : call->feeds) key += f.first + '\x1f';
-          key += '\x1e';
-          for (const auto& f : call->fetches) key += f + '\x1f';
-          key += '\x1e';
-          for (const auto& t : call->targets) key += t + '\x1f';
+          const std::string key = runtime::RunSignature(call->feeds, call->fetches, call->targets);
           auto& plan = self->state.plans[key];
           if (!plan) plan = impl->BuildPlan(*call);
           if (!plan->error.ok()) return call->done(plan->error);
@@ -330,9 +308,11 @@ void Session::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fet
   caf::anon_send(impl_->coordinator, std::move(call));
 }
 
-Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds,
-                                         const std::vector<std::string>& fetches,
-                                         const std::vector<std::string>& targets) {
+const Graph& Session::graph() const { return impl_->graph; }
+
+Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
+                                                  const std::vector<std::string>& fetches,
+                                                  const std::vector<std::string>& targets) {
   // A mutex and condition variable rather than std::promise: the same cost,
   // and thread sanitizers see the hand-over (libstdc++'s futures hide theirs).
   std::mutex mu;
@@ -348,19 +328,21 @@ Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds,
   return std::move(*result);
 }
 
-Result<std::vector<Tensor>> Session::Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                         const std::vector<int>& target_nodes) {
+Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
+                                                  const std::vector<Output>& fetches,
+                                                  const std::vector<int>& target_nodes) {
+  const Graph& g = graph();
   std::vector<std::string> names, targets;
   for (const Output& o : fetches) {
-    if (!o.valid() || o.graph != &impl_->graph || o.node >= impl_->graph.num_nodes())
+    if (!o.valid() || o.graph != &g || o.node >= g.num_nodes())
       return InvalidArgument("fetch " + std::to_string(names.size()) +
                              " is not a valid output of the session's graph");
     names.push_back(o.name());
   }
   for (int t : target_nodes) {
-    if (t < 0 || t >= impl_->graph.num_nodes())
+    if (t < 0 || t >= g.num_nodes())
       return InvalidArgument("target node id " + std::to_string(t) + " is not in the graph");
-    targets.push_back(impl_->graph.node(t).name);
+    targets.push_back(g.node(t).name);
   }
   return Run(feeds, names, targets);
 }

@@ -395,55 +395,56 @@ void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   caf::anon_send(shard, std::move(msg));
 }
 
-std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
-  std::vector<VariableShardActor> shards;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& kv : shards_) shards.push_back(kv.second);
-  }
+namespace {
+
+// Sends every shard one `kind` message whose callback (installed by
+// set_done) hands back a vector, and blocks until all have answered; the
+// answers concatenated.
+template <typename T, typename SetDone>
+std::vector<T> AskEveryShard(const std::vector<VariableShardActor>& shards, VarMsg::Kind kind,
+                             SetDone set_done) {
   std::mutex mu;
   std::condition_variable cv;
   size_t remaining = shards.size();
-  std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& shard : shards) {
+  std::vector<T> all;
+  for (const auto& shard : shards) {
     auto msg = std::make_shared<VarMsg>();
-    msg->kind = VarMsg::kSnapshot;
-    msg->snapshot_done = [&](std::vector<std::pair<std::string, Tensor>> vars) {
+    msg->kind = kind;
+    set_done(*msg, [&](std::vector<T> part) {
       std::lock_guard<std::mutex> l(mu);
-      for (auto& v : vars) all.push_back(std::move(v));
+      for (auto& v : part) all.push_back(std::move(v));
       if (--remaining == 0) cv.notify_all();
-    };
+    });
     caf::anon_send(shard, std::move(msg));
   }
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return remaining == 0; });
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return all;
+}
+
+}  // namespace
+
+std::vector<VariableShardActor> ActorVariables::Shards() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<VariableShardActor> shards;
+  for (auto& kv : shards_) shards.push_back(kv.second);
+  return shards;
+}
+
+std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
+  using Named = std::pair<std::string, Tensor>;
+  auto all = AskEveryShard<Named>(Shards(), VarMsg::kSnapshot, [](VarMsg& m, auto cb) {
+    m.snapshot_done = std::move(cb);
+  });
+  std::sort(all.begin(), all.end(), [](const Named& a, const Named& b) { return a.first < b.first; });
   return all;
 }
 
 std::vector<VarSnapshot> ActorVariables::SnapshotDirty() {
-  std::vector<VariableShardActor> shards;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& kv : shards_) shards.push_back(kv.second);
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t remaining = shards.size();
-  std::vector<VarSnapshot> all;
-  for (auto& shard : shards) {
-    auto msg = std::make_shared<VarMsg>();
-    msg->kind = VarMsg::kSnapshotDirty;
-    msg->dirty_snapshot_done = [&](std::vector<VarSnapshot> vars) {
-      std::lock_guard<std::mutex> l(mu);
-      for (auto& v : vars) all.push_back(std::move(v));
-      if (--remaining == 0) cv.notify_all();
-    };
-    caf::anon_send(shard, std::move(msg));
-  }
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return remaining == 0; });
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  auto all = AskEveryShard<VarSnapshot>(Shards(), VarMsg::kSnapshotDirty, [](VarMsg& m, auto cb) {
+    m.dirty_snapshot_done = std::move(cb);
+  });
+  std::sort(all.begin(), all.end(), [](const VarSnapshot& a, const VarSnapshot& b) { return a.name < b.name; });
   return all;
 }
 

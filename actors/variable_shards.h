@@ -82,6 +82,8 @@ class ActorVariables : public VariableService {
     PartialShape shape;
     VariableShardActor shard;
   };
+  // Every shard actor spawned so far.
+  std::vector<VariableShardActor> Shards() const;
   // The shard of id, or null (and done is told NotFound).
   bool ShardOf(int64_t id, VariableShardActor* out) const;
   // REQUIRES: mu_ held.

@@ -87,29 +87,28 @@ void InMemoryVariables::Assign(int64_t id, AssignMode mode, Tensor value,
   done(std::move(r));
 }
 
+Status InMemoryVariables::UpdateCopies(const std::vector<int64_t>& ids,
+                                       const std::function<Status(const std::vector<Tensor*>&)>& update) {
+  std::vector<Tensor> updated;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size()))
+      return NotFound("no variable with id " + std::to_string(id));
+    if (!vars_[id].value.valid())
+      return FailedPrecondition("variable '" + vars_[id].name + "' is updated before it was initialised");
+    updated.push_back(vars_[id].value.Copy());
+  }
+  std::vector<Tensor*> ptrs;
+  for (auto& t : updated) ptrs.push_back(&t);
+  SF_RETURN_IF_ERROR(update(ptrs));
+  for (size_t i = 0; i < updated.size(); ++i) vars_[ids[i]].value = std::move(updated[i]);
+  return Status::OK();
+}
+
 void InMemoryVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   Status s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::vector<Tensor> updated;
-    std::vector<Tensor*> ptrs;
-    for (int64_t id : req.var_ids) {
-      if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
-        s = NotFound("no variable with id " + std::to_string(id));
-        break;
-      }
-      if (!vars_[id].value.valid()) {
-        s = FailedPrecondition("variable '" + vars_[id].name + "' is updated before it was initialised");
-        break;
-      }
-      updated.push_back(vars_[id].value.Copy());  // copy-on-write
-    }
-    if (s.ok()) {
-      for (auto& t : updated) ptrs.push_back(&t);
-      s = ApplyOptimizerUpdate(req, ptrs);
-      if (s.ok())
-        for (size_t i = 0; i < updated.size(); ++i) vars_[req.var_ids[i]].value = updated[i];
-    }
+    s = UpdateCopies(req.var_ids, [&](const std::vector<Tensor*>& v) { return ApplyOptimizerUpdate(req, v); });
   }
   done(s);
 }
@@ -137,27 +136,10 @@ void InMemoryVariables::SparseApply(SparseApplyRequest req, std::function<void(S
   Status s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::vector<Tensor> updated;
-    for (int64_t id : req.var_ids) {
-      if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
-        s = NotFound("no variable with id " + std::to_string(id));
-        break;
-      }
-      if (!vars_[id].value.valid()) {
-        s = FailedPrecondition("variable '" + vars_[id].name + "' is updated before it was initialised");
-        break;
-      }
-      updated.push_back(vars_[id].value.Copy());  // copy-on-write
-    }
-    if (s.ok()) {
-      std::vector<Tensor*> ptrs;
-      for (auto& t : updated) ptrs.push_back(&t);
-      s = ApplySparseOptimizerUpdate(req, ptrs);
-      if (s.ok())
-        for (size_t i = 0; i < updated.size(); ++i) vars_[req.var_ids[i]].value = updated[i];
-      else
-        s = s.WithPrefix("variable '" + vars_[req.var_ids[0]].name + "'");
-    }
+    s = UpdateCopies(req.var_ids, [&](const std::vector<Tensor*>& v) {
+      Status u = ApplySparseOptimizerUpdate(req, v);
+      return u.ok() ? u : u.WithPrefix("variable '" + vars_[req.var_ids[0]].name + "'");
+    });
   }
   done(s);
 }

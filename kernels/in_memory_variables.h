@@ -32,6 +32,13 @@ class InMemoryVariables : public VariableService {
     PartialShape shape;
     Tensor value;  // invalid until first assigned
   };
+  // Copies the variables `ids`, lets update change the copies, and stores
+  // them when it succeeds (copy-on-write: readers keep their snapshots).
+  // NotFound / FailedPrecondition naming the variable before update runs.
+  // REQUIRES: mu_ held.
+  Status UpdateCopies(const std::vector<int64_t>& ids,
+                      const std::function<Status(const std::vector<Tensor*>&)>& update);
+
   mutable std::mutex mu_;
   std::vector<Var> vars_;  // GUARDED_BY(mu_)
   std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)

@@ -88,17 +88,13 @@ class ClusterSession : public SessionInterface {
   ClusterSession(const ClusterSession&) = delete;
   ClusterSession& operator=(const ClusterSession&) = delete;
 
-  // As Session::Run: one step on the cluster. Also Unavailable naming the
-  // node when a member of the step goes down, Aborted when another part of
-  // the step failed first.
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                                  const std::vector<std::string>& targets = {}) override;
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                  const std::vector<int>& target_nodes = {}) override;
-  // As Session::RunAsync.
+  // One step on the cluster (Run comes from SessionInterface). Besides the
+  // local session's errors: Unavailable naming the node when a member of
+  // the step goes down, Aborted when another part of the step failed first.
   void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                 const std::vector<std::string>& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done) override;
+  const Graph& graph() const override;
   // The members steps run on, by task index (HOST:PORT).
   std::vector<std::string> tasks() const;
 

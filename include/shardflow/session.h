@@ -31,21 +31,28 @@ struct SessionOptions {
 using FeedMap = std::vector<std::pair<std::string, Tensor>>;
 
 // What every session kind offers (the in-process Session, ClusterSession in
-// shardflow/cluster.h): programs written against it run either way.
+// shardflow/cluster.h): programs written against it run either way. A kind
+// implements RunAsync and graph(); the blocking Runs are built on them once.
 class SessionInterface {
  public:
   virtual ~SessionInterface() = default;
-  // One step: feeds, fetches (tensor names), targets (node names); the
-  // fetched tensors or the first error.
-  virtual Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                                          const std::vector<std::string>& targets = {}) = 0;
-  // The same with Outputs and node ids of the session's graph.
-  virtual Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                          const std::vector<int>& target_nodes = {}) = 0;
-  // The same, returning at once; done runs on a runtime thread.
+  // Runs one step: feeds placeholders, computes fetches (tensor names) and
+  // runs target nodes (names). Returns one tensor per fetch, or the first
+  // error: a missing or wrongly typed feed, an unknown name, a graph cycle,
+  // or a kernel failure naming its op and node.
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                                  const std::vector<std::string>& targets = {});
+  // The same with Outputs and node ids of graph(); InvalidArgument for one
+  // that is not in it.
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
+                                  const std::vector<int>& target_nodes = {});
+  // The same, returning at once; done runs on a runtime thread with the
+  // result (it must not block on another Run).
   virtual void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                         const std::vector<std::string>& targets,
                         std::function<void(Result<std::vector<Tensor>>)> done) = 0;
+  // The graph the session runs.
+  virtual const Graph& graph() const = 0;
 };
 
 class Session : public SessionInterface {
@@ -56,19 +63,12 @@ class Session : public SessionInterface {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Runs one step: feeds placeholders, computes fetches (tensor names or
-  // Outputs) and runs target nodes. Returns one tensor per fetch, or the
-  // first error: a missing or wrongly typed feed, an unknown name, a graph
-  // cycle, or a kernel failure naming its op and node.
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                                  const std::vector<std::string>& targets = {}) override;
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                  const std::vector<int>& target_nodes = {}) override;
-  // The same, returning at once; done runs on a runtime thread with the result
-  // (it must not block on another Run: that would hold a compute thread).
+  // SessionInterface::RunAsync: done must not block on another Run (that
+  // would hold a compute thread). Run comes from SessionInterface.
   void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                 const std::vector<std::string>& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done) override;
+  const Graph& graph() const override;
 
   // Checkpoints every initialised variable and optimizer slot into the
   // RocksDB store in directory dir (created if needed) under global_step;
