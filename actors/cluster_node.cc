@@ -34,6 +34,7 @@ struct Registered {
   std::shared_ptr<runtime::ClusterRendezvous> rendezvous;  // the executor points into it
   std::unique_ptr<Graph> graph;
   std::unique_ptr<runtime::Executor> executor;
+  std::vector<Output> fed;  // what each step's feeds must match (into graph)
 };
 
 struct SessionState {
@@ -199,6 +200,7 @@ struct ClusterNode::Impl {
     }
     SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, variables.get(), &pool,
                                                                  queues.get(), reg->rendezvous.get()));
+    reg->fed = spec.fed;
     std::lock_guard<std::mutex> l(mu);
     auto it = sessions.find(r.session_id);
     if (it == sessions.end() || !client->is_up())  // closed or its client went away meanwhile
@@ -231,6 +233,18 @@ struct ClusterNode::Impl {
                                            std::to_string(r.handle) + " of session " +
                                            std::to_string(r.session_id)),
                                   {}});
+      return;
+    }
+    // Kernels trust their inputs: a peer's feeds are checked as a local
+    // session checks its caller's.
+    Status fs;
+    if (r.feeds.size() != reg->fed.size())
+      fs = InvalidArgument("partition " + std::to_string(r.handle) + " takes " +
+                           std::to_string(reg->fed.size()) + " feeds, got " + std::to_string(r.feeds.size()));
+    for (size_t i = 0; fs.ok() && i < r.feeds.size(); ++i)
+      fs = runtime::ValidateFeed(reg->fed[i].name(), reg->fed[i], r.feeds[i]);
+    if (!fs.ok()) {
+      Reply(c, request_id, net::RunPartitionDone{step, fs.WithPrefix("node " + opts.name), {}});
       return;
     }
     // Off the reader thread: this connection keeps reading while the step runs.

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "examples/common/local_cluster.h"
+#include "graph/graph_def.h"
 #include "net/transport.h"
 #include "net/wire.h"
 #include "shardflow/cluster.h"
@@ -375,4 +376,73 @@ TEST_CASE("Cluster: a slow RunAsync callback does not make a healthy node look h
   INFO(again.status().ToString());
   REQUIRE(again.ok());
   REQUIRE((*again)[0].data<float>()[1] == 9.0f);
+}
+
+TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "[cluster]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto node = ClusterNode::Start(no);
+  REQUIRE(node.ok());
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto y = ops::Neg(g, x);
+  REQUIRE(g.status().ok());
+  auto bytes = GraphToBytes(g);
+  REQUIRE(bytes.ok());
+
+  net::TransportOptions to;
+  to.secret = no.secret;
+  auto t = net::Transport::Create(to, nullptr, nullptr);
+  REQUIRE(t.ok());
+  auto c = (*t)->Connect((*node)->address());
+  REQUIRE(c.ok());
+  auto call = [&](net::Body body) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<net::Message>> reply;
+    (*c)->Request(std::move(body), 5000, [&](Result<net::Message> r) {
+      std::lock_guard<std::mutex> l(mu);
+      reply.emplace(std::move(r));
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return reply.has_value(); });
+    return std::move(*reply);
+  };
+  net::RegisterPartition reg;
+  reg.session_id = 42;
+  reg.handle = 1;
+  reg.device = "/job:worker/task:0/device:CPU:0";
+  reg.tasks = {{"task0", (*node)->address()}};
+  reg.graph_def = *bytes;
+  reg.feeds = {{"x", 0}};
+  reg.fetches = {{g.node(y.node).name, 0}};
+  reg.targets = {"x", g.node(y.node).name};
+  auto r = call(reg);
+  REQUIRE(r.ok());
+  REQUIRE(std::get<net::StatusReply>(r->body).status.ok());
+
+  auto run = [&](std::vector<Tensor> feeds) {
+    net::RunPartition rp;
+    rp.session_id = 42;
+    rp.handle = 1;
+    rp.step_id = 7;
+    rp.feeds = std::move(feeds);
+    auto reply = call(rp);
+    REQUIRE(reply.ok());
+    return std::get<net::RunPartitionDone>(reply->body);
+  };
+  auto good = run({Tensor::FromVector(std::vector<float>{1, -2}, {2})});
+  REQUIRE(good.status.ok());
+  REQUIRE(good.fetches[0].data<float>()[1] == 2);
+  // A wrong dtype, a wrong shape and a missing feed are refused by name.
+  auto wrong_type = run({Tensor::FromVector(std::vector<int32_t>{1, 2}, {2})});
+  REQUIRE(wrong_type.status.code() == Code::kInvalidArgument);
+  REQUIRE(Contains(wrong_type.status, "x"));
+  auto wrong_shape = run({Tensor::FromVector(std::vector<float>{1, 2, 3}, {3})});
+  REQUIRE(wrong_shape.status.code() == Code::kInvalidArgument);
+  auto missing = run({});
+  REQUIRE(missing.status.code() == Code::kInvalidArgument);
+  REQUIRE(Contains(missing.status, "feeds"));
+  (*t)->Shutdown();
 }
