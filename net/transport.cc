@@ -565,15 +565,18 @@ class TransportImpl : public Transport {
 };
 
 void ConnImpl::Down(const Status& why) {
-  bool expected = true;
-  const bool was_up = up_.compare_exchange_strong(expected, false);
-  ::shutdown(fd_, SHUT_RDWR);
+  bool was_up = false;
   std::map<uint64_t, Pending> pending;
   {
+    // The reason is recorded in the same critical section that flips up_, so
+    // whoever sees the connection down also sees why (DownReason takes this lock).
     std::lock_guard<std::mutex> l(pending_mu_);
+    bool expected = true;
+    was_up = up_.compare_exchange_strong(expected, false);
     if (was_up) down_why_ = why.message();
     pending.swap(pending_);
   }
+  ::shutdown(fd_, SHUT_RDWR);
   for (auto& [id, p] : pending)
     p.cb(Unavailable(std::string(p.what) + " to " + Describe() + " failed: " + why.message()));
   if (was_up) transport_->OnDown(shared_from_this(), why);
