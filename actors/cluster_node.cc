@@ -11,7 +11,9 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
+#include "actors/cluster_collectives.h"
 #include "actors/cluster_rendezvous.h"
 #include "actors/executor.h"
 #include "actors/plan.h"
@@ -64,6 +66,7 @@ struct ClusterNode::Impl {
   std::unique_ptr<runtime::ActorVariables> variables;
   std::unique_ptr<runtime::ActorQueues> queues;
   runtime::LocalRendezvous rendezvous;
+  std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
 
   mutable std::mutex mu;
   std::vector<net::Member> members;                    // GUARDED_BY(mu), self first
@@ -73,7 +76,13 @@ struct ClusterNode::Impl {
   // Steps whose partitions run here: Stop aborts them and waits, because the
   // queues, variables and rendezvous they use die with the node.
   std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
-  std::condition_variable idle;                        // running became empty
+  std::condition_variable idle;                        // running or sessions shrank, or stopping
+  std::set<std::string> leaving;                       // GUARDED_BY(mu): draining members, by address
+  // Clients (sessions) that listed the members: told when membership changes.
+  std::vector<std::weak_ptr<net::Connection>> watchers;  // GUARDED_BY(mu)
+  bool draining = false;                               // GUARDED_BY(mu)
+  bool left = false;                                   // GUARDED_BY(mu): drained, may exit
+  std::thread drain_thread;                            // waits for sessions to move away
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -82,6 +91,19 @@ struct ClusterNode::Impl {
     variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
     variables->SetComputePool(&pool);
     queues = std::make_unique<runtime::ActorQueues>(*system);
+    collectives = std::make_unique<runtime::ClusterCollectives>(
+        *system, runtime::ClusterCollectivesHooks{
+                     [this](const std::string& to, const net::Message& m) { return SendTo(to, m); },
+                     [this] {
+                       std::vector<std::string> out;
+                       for (const auto& m : MemberList()) out.push_back(m.address);
+                       return out;
+                     },
+                     [this](const std::string& line) { Log(line); }});
+    variables->SetAllReduce([this](const std::string& key, int64_t n, int64_t rank, Tensor v,
+                                   std::function<void(Result<Tensor>)> done) {
+      collectives->AllReduce(key, n, rank, std::move(v), std::move(done));
+    });
   }
 
   void Log(const std::string& line) const {
@@ -112,10 +134,17 @@ struct ClusterNode::Impl {
     return c->Send(m);
   }
 
-  // Adds unknown members; true when any was new.
-  bool Merge(const std::vector<net::Member>& in) {
+  // Adds unknown members and marks known ones leaving; true when anything changed.
+  bool Merge(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving = {}) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
+    for (const net::Member& m : in_leaving) {
+      bool known = false;
+      for (const net::Member& k : members) known = known || k.address == m.address;
+      if (!known || !leaving.insert(m.address).second) continue;
+      changed = true;
+      Log("member " + m.address + " is draining");
+    }
     for (const net::Member& m : in) {
       if (m.address.empty()) continue;
       bool known = false;
@@ -133,10 +162,62 @@ struct ClusterNode::Impl {
     return members;
   }
 
-  // Tells every other member the full list (after it grew).
+  // The members (self first) and which of them are draining.
+  net::Membership MembershipNow() const {
+    std::lock_guard<std::mutex> l(mu);
+    net::Membership m;
+    m.members = members;
+    for (const net::Member& k : members)
+      if (leaving.count(k.address)) m.leaving.push_back(k);
+    return m;
+  }
+
+  // Tells the sessions watching the membership that it changed (one-way), so
+  // they rebalance before their next step.
+  void NotifyWatchers() {
+    std::vector<net::ConnectionPtr> to;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (auto it = watchers.begin(); it != watchers.end();) {
+        auto c = it->lock();
+        if (c && c->is_up()) {
+          to.push_back(std::move(c));
+          ++it;
+        } else {
+          it = watchers.erase(it);
+        }
+      }
+    }
+    net::Message m;
+    m.body = MembershipNow();
+    for (const auto& c : to) c->Send(m);  // a client that went away needs no news
+  }
+
+  // Starts leaving the cluster: sessions move this node's tasks away (they
+  // are told), and once none uses the node (or after the drain timeout) it
+  // has left and its process may exit.
+  void StartDrain() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (draining || stopped) return;
+      draining = true;
+      leaving.insert(address);
+    }
+    Log("draining: waiting for sessions to move away");
+    drain_thread = std::thread([this] {
+      std::unique_lock<std::mutex> l(mu);
+      const bool drained = idle.wait_for(l, std::chrono::milliseconds(opts.drain_timeout_ms),
+                                         [&] { return stopped || (sessions.empty() && running.empty()); });
+      if (!drained) Log("drain timeout: leaving with " + std::to_string(sessions.size()) + " sessions");
+      left = true;
+      idle.notify_all();
+    });
+  }
+
+  // Tells every other member the full list (after it changed).
   void Gossip() {
     net::Message m;
-    m.body = net::Membership{MemberList()};
+    m.body = MembershipNow();
     for (const net::Member& p : std::get<net::Membership>(m.body).members) {
       if (p.address == address) continue;
       Status s = SendTo(p.address, m);
@@ -280,25 +361,66 @@ struct ClusterNode::Impl {
     if (auto* a = std::get_if<net::CleanupStep>(&m.body)) return rendezvous.Cleanup(a->step_id);
     if (auto* r = std::get_if<net::RegisterPartition>(&m.body))
       return Reply(c, id, net::StatusReply{Register(c, *r)});
-    if (std::holds_alternative<net::ListMembers>(m.body))
-      return Reply(c, id, net::Membership{MemberList()});
+    if (std::holds_alternative<net::ListMembers>(m.body)) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        bool known = false;
+        for (const auto& w : watchers) known = known || w.lock() == c;
+        if (!known) watchers.push_back(c);
+      }
+      return Reply(c, id, MembershipNow());
+    }
     if (auto* mem = std::get_if<net::Membership>(&m.body)) {
-      const bool changed = Merge(mem->members);
-      Reply(c, id, net::Membership{MemberList()});
-      if (changed) Gossip();
+      bool drain_me = false;
+      for (const net::Member& l : mem->leaving) drain_me = drain_me || l.address == address;
+      const bool changed = Merge(mem->members, mem->leaving);
+      if (drain_me) StartDrain();
+      Reply(c, id, MembershipNow());
+      if (changed) {
+        Gossip();
+        NotifyWatchers();
+      }
       return;
     }
     if (auto* cs = std::get_if<net::CloseSession>(&m.body)) {
       {
         std::lock_guard<std::mutex> l(mu);
         sessions.erase(cs->session_id);
+        idle.notify_all();
       }
       return Reply(c, id, net::StatusReply{Status::OK()});
     }
+    if (auto* v = std::get_if<net::Variables>(&m.body)) return ServeVariables(c, id, std::move(*v));
     if (auto* e = std::get_if<net::Echo>(&m.body)) return Reply(c, id, net::Echo{std::move(e->payload)});
+    if (auto* cc = std::get_if<net::CollectiveChunk>(&m.body)) return collectives->OnChunk(c.get(), std::move(*cc));
     Log(std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
     Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
                                                   net::BodyName(m.body))});
+  }
+
+  // Reads or assigns variables for a session; the reply is sent from the
+  // pool (a large one must not hold a shard actor's thread while it writes).
+  void ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v) {
+    if (!v.assign) {
+      variables->ReadNamed(v.names, [this, c, id](std::vector<std::pair<std::string, Tensor>> values) {
+        auto out = std::make_shared<net::Variables>();
+        for (auto& kv : values) {
+          out->names.push_back(std::move(kv.first));
+          out->values.push_back(std::move(kv.second));
+        }
+        pool.Schedule([this, c, id, out] { Reply(c, id, std::move(*out)); });
+      });
+      return;
+    }
+    if (v.names.size() != v.values.size())
+      return Reply(c, id, net::StatusReply{InvalidArgument(
+                              "Variables: " + std::to_string(v.names.size()) + " names but " +
+                              std::to_string(v.values.size()) + " values")});
+    std::vector<std::pair<std::string, Tensor>> values;
+    for (size_t i = 0; i < v.names.size(); ++i) values.emplace_back(std::move(v.names[i]), std::move(v.values[i]));
+    variables->AssignNamed(std::move(values), [this, c, id](Status s) {
+      pool.Schedule([this, c, id, s] { Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name)}); });
+    });
   }
 
   void OnDown(const net::ConnectionPtr& c, const Status& why) {
@@ -324,15 +446,22 @@ struct ClusterNode::Impl {
       // wait (and hold its step's state) forever.
       for (const auto& r : running)
         if (r.second == c.get()) orphaned.insert(r.first);
-      if (!lost.empty())
+      if (!lost.empty()) {
         members.erase(std::remove_if(members.begin(), members.end(),
                                      [&](const net::Member& m) { return m.address == lost; }),
                       members.end());
+        leaving.erase(lost);
+      }
+      idle.notify_all();
     }
+    collectives->OnPeerDown(c.get(), lost, why);
     for (int64_t step : orphaned)
       rendezvous.Abort(step, Aborted("step " + std::to_string(step) + " aborted: its client " +
                                      c->peer_address() + " went away (" + why.message() + ")"));
-    if (!lost.empty()) Log("member " + lost + " is down: " + why.message());
+    if (!lost.empty()) {
+      Log("member " + lost + " is down: " + why.message());
+      NotifyWatchers();
+    }
   }
 
   void Stop() {
@@ -341,6 +470,8 @@ struct ClusterNode::Impl {
       if (stopped) return;
       stopped = true;
     }
+    idle.notify_all();
+    if (drain_thread.joinable()) drain_thread.join();
     transport->Shutdown();
     // Fail what running steps wait on (queues, tensors from peers that can no
     // longer arrive) and wait for them: they use the queues, variables and
@@ -354,6 +485,7 @@ struct ClusterNode::Impl {
     for (int64_t step : steps)
       rendezvous.Abort(step, Unavailable("step " + std::to_string(step) + ": node " + opts.name +
                                          " is stopping"));
+    collectives->FailAll(Unavailable("node " + opts.name + " is stopping"));
     {
       std::unique_lock<std::mutex> l(mu);
       idle.wait(l, [&] { return running.empty(); });
@@ -365,6 +497,7 @@ struct ClusterNode::Impl {
     queues->Stop();
     // As Session: stop the actors now. Members die in reverse order, which
     // would free the variables and queues while their actors still run.
+    collectives->Stop();
     system.reset();
   }
 };
@@ -387,6 +520,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
           [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
   SF_ASSIGN_OR_RETURN(uint16_t bound, impl->transport->Listen(host, port));
   impl->address = host + ":" + std::to_string(bound);
+  impl->collectives->SetAddress(impl->address);
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
   impl->members.push_back({impl->opts.name, impl->address});
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
@@ -420,6 +554,17 @@ void ClusterNode::Stop() { impl_->Stop(); }
 const std::string& ClusterNode::address() const { return impl_->address; }
 const std::string& ClusterNode::name() const { return impl_->opts.name; }
 
+bool ClusterNode::WaitLeft(int timeout_ms) {
+  std::unique_lock<std::mutex> l(impl_->mu);
+  return impl_->idle.wait_for(l, std::chrono::milliseconds(std::max(0, timeout_ms)), [&] { return impl_->left; });
+}
+
+void ClusterNode::Drain() {
+  impl_->StartDrain();
+  impl_->Gossip();
+  impl_->NotifyWatchers();
+}
+
 std::vector<std::string> ClusterNode::Members() const {
   std::vector<std::string> out;
   for (const auto& m : impl_->MemberList()) out.push_back(m.address);
@@ -427,5 +572,41 @@ std::vector<std::string> ClusterNode::Members() const {
 }
 
 Result<std::string> ReadClusterSecret(const std::string& path) { return net::ReadSecretFile(path); }
+
+Status DrainNode(const std::string& address, const std::string& secret, int wait_ms) {
+  net::TransportOptions to;
+  to.secret = secret;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gone = false;
+  SF_ASSIGN_OR_RETURN(auto transport, net::Transport::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
+                        std::lock_guard<std::mutex> l(mu);
+                        gone = true;
+                        cv.notify_all();
+                      }));
+  auto c = transport->Connect(address);
+  if (!c.ok()) return c.status().WithPrefix("draining " + address);
+  bool replied = false;
+  Status status;
+  net::Membership ask;
+  ask.leaving.push_back({"", address});
+  (*c)->Request(ask, 10000, [&](Result<net::Message> r) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!r.ok()) status = r.status();
+    else if (!std::holds_alternative<net::Membership>(r->body))
+      status = Internal(std::string("unexpected reply ") + net::BodyName(r->body));
+    replied = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return replied; });
+  if (!status.ok()) return status.WithPrefix("draining " + address);
+  // The node closes our connection when it has left.
+  if (wait_ms > 0 && !cv.wait_for(l, std::chrono::milliseconds(wait_ms), [&] { return gone; }))
+    return DeadlineExceeded("node " + address + " is still draining after " + std::to_string(wait_ms) + " ms");
+  l.unlock();
+  transport->Shutdown();
+  return Status::OK();
+}
 
 }  // namespace sf

@@ -4,6 +4,17 @@
 // (once); a step is one RunPartition request per partition. The first
 // failing partition aborts the step on every node of the step, so no
 // partition waits for a tensor that will never come.
+//
+// Tasks are logical: the graph is placed over `tasks` devices once, and
+// each task is assigned to a member. Reconfiguring (Recover, or before a
+// step after the membership changed) changes only that assignment: moved
+// tasks take their variables along (read from the old member and assigned
+// on the new one, or restored from the checkpoint when the old one died),
+// and partitions are registered again under a new session id, because the
+// nodes' rendezvous map tasks to members per session.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -13,6 +24,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/checkpoint_io.h"
 #include "actors/plan.h"
 #include "graph/device_name.h"
 #include "graph/graph_def.h"
@@ -62,6 +74,8 @@ struct Plan {
   size_t num_fetches = 0;
   struct Part {
     int task = 0;
+    net::ConnectionPtr conn;  // to the member the task was on when registered
+    std::string where;        // that member's address
     uint64_t handle = 0;
     std::vector<int> feed_index;
     std::vector<int> fetch_index;
@@ -79,15 +93,80 @@ struct StepJoin {
   std::function<void(Result<std::vector<Tensor>>)> done;
 };
 
+// Spreads tasks over members keeping as many where they are as balance
+// allows: tasks of members not in `members` go to the least loaded, then
+// tasks move from the most to the least loaded until loads differ by at most
+// one. Deterministic for equal inputs. REQUIRES: members non-empty.
+std::vector<std::string> BalanceTasks(const std::vector<std::string>& old,
+                                      const std::vector<std::string>& members) {
+  std::map<std::string, std::vector<int>> load;
+  for (const auto& m : members) load[m];
+  std::vector<std::string> out(old.size());
+  std::vector<int> homeless;
+  for (size_t t = 0; t < old.size(); ++t) {
+    if (load.count(old[t])) {
+      load[old[t]].push_back(static_cast<int>(t));
+      out[t] = old[t];
+    } else {
+      homeless.push_back(static_cast<int>(t));
+    }
+  }
+  auto least = [&] {
+    const std::string* best = &members[0];
+    for (const auto& m : members)
+      if (load[m].size() < load[*best].size()) best = &m;
+    return *best;
+  };
+  auto most = [&] {
+    const std::string* best = &members[0];
+    for (const auto& m : members)
+      if (load[m].size() > load[*best].size()) best = &m;
+    return *best;
+  };
+  for (int t : homeless) {
+    const std::string m = least();
+    load[m].push_back(t);
+    out[t] = m;
+  }
+  for (;;) {
+    const std::string hi = most(), lo = least();
+    if (load[hi].size() <= load[lo].size() + 1) break;
+    const int t = load[hi].back();  // the highest task moves: the low ones stay put
+    load[hi].pop_back();
+    load[lo].push_back(t);
+    out[t] = lo;
+  }
+  return out;
+}
+
 }  // namespace
 
 struct ClusterSession::Impl {
   const Graph& graph;
   ClusterOptions options;
   std::unique_ptr<net::Transport> transport;
-  std::vector<std::string> tasks;         // addresses by task index
-  std::vector<net::ConnectionPtr> conns;  // by task index
-  uint64_t session_id = 0;
+  int num_tasks = 0;
+
+  // The assignment of tasks to members and the connections, changed only
+  // while steps are paused (gate below); read under conf_mu.
+  mutable std::mutex conf_mu;
+  std::vector<std::string> assignment;                  // GUARDED_BY(conf_mu): member by task
+  std::map<std::string, net::ConnectionPtr> conns;      // GUARDED_BY(conf_mu): by member address
+  uint64_t session_id = 0;                              // GUARDED_BY(conf_mu)
+  std::vector<ClusterChange> changes;                   // GUARDED_BY(conf_mu)
+  std::set<std::string> ever_used;                      // GUARDED_BY(conf_mu): members given tasks
+
+  // Hints that the membership changed (set by transport threads); the
+  // reconfiguration before the next step finds out what exactly.
+  std::atomic<bool> membership_changed{false};
+  std::atomic<bool> member_down{false};
+
+  // Steps pause while the session reconfigures: a reconfiguration waits for
+  // the steps in flight, and steps wait for it.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  int active_steps = 0;        // GUARDED_BY(gate_mu)
+  bool reconfiguring = false;  // GUARDED_BY(gate_mu)
 
   std::mutex plan_mu;
   std::map<std::string, std::shared_ptr<Plan>> plans;  // GUARDED_BY(plan_mu)
@@ -97,7 +176,11 @@ struct ClusterSession::Impl {
   std::shared_ptr<Result<std::map<std::string, PartitionGraph>>> partitions;  // GUARDED_BY(plan_mu)
   int partitioned_nodes = -1;                      // GUARDED_BY(plan_mu)
   std::map<std::string, std::string> graph_bytes;  // GUARDED_BY(plan_mu), by device
+  // The variables (shared names, slots included) placed on each task.
+  std::vector<std::vector<std::string>> task_variables;  // GUARDED_BY(plan_mu)
   uint64_t next_handle = 1;                        // GUARDED_BY(plan_mu)
+
+  std::mutex ckpt_mu;  // one RocksDB open of a directory at a time
 
   std::mutex mu;
   std::condition_variable cv;
@@ -140,13 +223,281 @@ struct ClusterSession::Impl {
              const std::vector<std::string>& targets, bool post,
              std::function<void(Result<std::vector<Tensor>>)> done);
 
+  // Places and partitions the whole graph when it is new or grew, recording
+  // each task's variables. REQUIRES: plan_mu held.
+  void EnsurePartitions();
   std::shared_ptr<Plan> BuildPlan(const FeedMap& feed_map, const std::vector<std::string>& fetch_names,
                                   const std::vector<std::string>& target_names);
   void StartStep(const std::shared_ptr<Plan>& plan, const FeedMap& feeds,
                  std::function<void(Result<std::vector<Tensor>>)> done);
   // Sends a one-way message to the tasks of a step.
   void Broadcast(const std::shared_ptr<Plan>& plan, const net::Body& body);
+
+  // The connection to member addr (dialed when missing or down).
+  Result<net::ConnectionPtr> Conn(const std::string& addr);
+  // The live members that may take tasks (not draining), in the cluster's
+  // order, and the draining ones, asked of any member that answers.
+  Status ListLive(std::vector<std::string>* live, std::set<std::string>* draining);
+  // The initialised variables among names on member addr.
+  Result<std::vector<std::pair<std::string, Tensor>>> ReadVariables(const std::string& addr,
+                                                                    const std::vector<std::string>& names);
+  // Assigns values (name, tensor) on member addr.
+  Status AssignVariables(const std::string& addr, std::vector<std::pair<std::string, Tensor>> values);
+  // Pauses steps (waits for those in flight) / lets them go on.
+  void PauseSteps();
+  void ResumeSteps();
+  // Recover with steps paused.
+  Result<ClusterChange> Reconfigure(bool roll_back_all);
 };
+
+Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    auto it = conns.find(addr);
+    if (it != conns.end() && it->second->is_up()) return it->second;
+  }
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, transport->Connect(addr));
+  // Listing the members makes the node tell us when they change.
+  auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
+  if (!r.ok()) return r.status().WithPrefix("listing the members of " + addr);
+  std::lock_guard<std::mutex> l(conf_mu);
+  conns[addr] = c;
+  return c;
+}
+
+Status ClusterSession::Impl::ListLive(std::vector<std::string>* live, std::set<std::string>* draining) {
+  std::vector<net::ConnectionPtr> candidates;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    for (const auto& kv : conns)
+      if (kv.second->is_up()) candidates.push_back(kv.second);
+  }
+  Status last = Unavailable("no member of the session is alive");
+  for (const auto& c : candidates) {
+    auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
+    if (!r.ok()) {
+      last = r.status();
+      continue;
+    }
+    auto* mem = std::get_if<net::Membership>(&r->body);
+    if (!mem) {
+      last = Internal(std::string("unexpected reply ") + net::BodyName(r->body) + " to ListMembers");
+      continue;
+    }
+    live->clear();
+    draining->clear();
+    for (const auto& m : mem->leaving) draining->insert(m.address);
+    for (const auto& m : mem->members)
+      if (!draining->count(m.address)) live->push_back(m.address);
+    if (!live->empty()) return Status::OK();
+    last = Unavailable("every member is draining");
+  }
+  return last;
+}
+
+Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVariables(
+    const std::string& addr, const std::vector<std::string>& names) {
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Conn(addr));
+  std::vector<std::pair<std::string, Tensor>> out;
+  // One variable per message: a big table and its slots together could pass
+  // a frame's limit.
+  for (const std::string& name : names) {
+    auto r = Call(c, net::Variables{false, {name}, {}}, kStepTimeoutMs);
+    if (!r.ok()) return r.status().WithPrefix("reading variable '" + name + "' from " + addr);
+    auto* v = std::get_if<net::Variables>(&r->body);
+    if (!v || v->names.size() != v->values.size())
+      return Internal("reading variable '" + name + "' from " + addr + ": unexpected reply " +
+                      net::BodyName(r->body));
+    for (size_t i = 0; i < v->names.size(); ++i) out.emplace_back(std::move(v->names[i]), std::move(v->values[i]));
+  }
+  return out;
+}
+
+Status ClusterSession::Impl::AssignVariables(const std::string& addr,
+                                             std::vector<std::pair<std::string, Tensor>> values) {
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Conn(addr));
+  // Variables before their slots, so a slot lands in its variable's shard actor.
+  std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, value] : values) {
+    Status s = CallStatus(c, net::Variables{true, {name}, {std::move(value)}}, kStepTimeoutMs);
+    if (!s.ok()) return s.WithPrefix("assigning variable '" + name + "' on " + addr);
+  }
+  return Status::OK();
+}
+
+void ClusterSession::Impl::PauseSteps() {
+  std::unique_lock<std::mutex> l(gate_mu);
+  gate_cv.wait(l, [&] { return !reconfiguring; });
+  reconfiguring = true;
+  gate_cv.wait(l, [&] { return active_steps == 0; });
+}
+
+void ClusterSession::Impl::ResumeSteps() {
+  std::lock_guard<std::mutex> l(gate_mu);
+  reconfiguring = false;
+  gate_cv.notify_all();
+}
+
+Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ClusterChange change;
+  // Cleared first: a change that lands while we work sets them again.
+  membership_changed = false;
+  member_down = false;
+  std::vector<std::string> live;
+  std::set<std::string> draining;
+  SF_RETURN_IF_ERROR(ListLive(&live, &draining));
+  // Only members we can reach take tasks.
+  std::vector<std::string> usable;
+  for (const auto& m : live)
+    if (Conn(m).ok()) usable.push_back(m);
+  if (usable.empty()) return Unavailable("no live member of the cluster can be reached");
+  if (options.max_tasks > 0 && static_cast<int>(usable.size()) > options.max_tasks) {
+    // Keep the members already in use first, so capping never moves tasks needlessly.
+    std::vector<std::string> kept;
+    std::set<std::string> current;
+    {
+      std::lock_guard<std::mutex> l(conf_mu);
+      current.insert(assignment.begin(), assignment.end());
+    }
+    for (const auto& m : usable)
+      if (current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
+    for (const auto& m : usable)
+      if (!current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
+    usable = kept;
+  }
+  std::vector<std::string> old;
+  uint64_t old_session = 0;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    old = assignment;
+    old_session = session_id;
+  }
+  std::vector<std::string> now = BalanceTasks(old, usable);
+  std::vector<std::vector<std::string>> vars;
+  {
+    std::lock_guard<std::mutex> l(plan_mu);
+    EnsurePartitions();
+    vars = task_variables;
+  }
+  vars.resize(static_cast<size_t>(num_tasks));
+  std::set<std::string> alive(live.begin(), live.end());
+  for (const auto& d : draining) alive.insert(d);
+  // Moves between live members first: they cannot fail for want of a checkpoint.
+  std::set<std::string> restore_names;
+  std::set<std::string> lost, drained, added;
+  for (int t = 0; t < num_tasks; ++t) {
+    if (old[t] == now[t]) continue;
+    auto c = Conn(old[t]);
+    const bool old_alive = alive.count(old[t]) && c.ok();
+    if (!ever_used.count(now[t])) added.insert(now[t]);
+    if (!old_alive) {
+      lost.insert(old[t]);
+      change.restored_tasks.push_back(t);
+      restore_names.insert(vars[t].begin(), vars[t].end());
+      continue;
+    }
+    if (draining.count(old[t])) drained.insert(old[t]);
+    change.moved_tasks.push_back(t);
+    if (roll_back_all) continue;  // everything comes from the checkpoint
+    SF_ASSIGN_OR_RETURN(auto values, ReadVariables(old[t], vars[t]));
+    change.variables_moved += static_cast<int64_t>(values.size());
+    SF_RETURN_IF_ERROR(AssignVariables(now[t], std::move(values)));
+  }
+  // The new assignment and session id; the old registrations are dropped.
+  std::vector<net::ConnectionPtr> old_conns;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    assignment = now;
+    ever_used.insert(now.begin(), now.end());
+    if (change.changed() || roll_back_all) {
+      std::random_device rd;
+      session_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+    for (const auto& kv : conns)
+      if (kv.second->is_up()) old_conns.push_back(kv.second);
+  }
+  if (change.changed() || roll_back_all) {
+    for (const auto& c : old_conns) CallStatus(c, net::CloseSession{old_session}, 2000);  // best effort
+    std::lock_guard<std::mutex> l(plan_mu);
+    plans.clear();
+  }
+  change.lost.assign(lost.begin(), lost.end());
+  change.drained.assign(drained.begin(), drained.end());
+  change.added.assign(added.begin(), added.end());
+  // Variables of lost tasks (or all of them) come from the checkpoint.
+  Status restored;
+  if (roll_back_all || !restore_names.empty()) {
+    std::set<std::string> all;
+    if (roll_back_all)
+      for (const auto& v : vars) all.insert(v.begin(), v.end());
+    const std::set<std::string>& names = roll_back_all ? all : restore_names;
+    std::string who;
+    for (const auto& l : lost) who += (who.empty() ? "" : ", ") + l;
+    if (names.empty()) {
+      // Nothing to restore: the graph has no variables on those tasks.
+    } else if (options.checkpoint_dir.empty()) {
+      restored = FailedPrecondition((who.empty() ? std::string("rolling back") : "member " + who + " went down, and") +
+                                    " the variables of its tasks (" + *names.begin() +
+                                    (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                                    ") have no checkpoint to restore from: ClusterOptions::checkpoint_dir is empty");
+    } else {
+      std::lock_guard<std::mutex> l(ckpt_mu);
+      auto ckpt = runtime::ReadCheckpointForGraph(graph, options.checkpoint_dir, -1, &names);
+      if (!ckpt.ok()) {
+        restored = ckpt.status().WithPrefix("restoring the variables of the tasks of " +
+                                            (who.empty() ? std::string("the session") : who));
+      } else {
+        change.checkpoint_id = ckpt->id;
+        change.global_step = ckpt->global_step;
+        std::map<std::string, int> owner;
+        for (int t = 0; t < num_tasks; ++t)
+          for (const auto& n : vars[t]) owner[n] = t;
+        std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
+        for (auto& v : ckpt->values) {
+          auto it = owner.find(v.name);
+          if (it == owner.end()) continue;
+          by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
+          ++change.variables_restored;
+        }
+        for (auto& kv : by_member) {
+          restored = AssignVariables(kv.first, std::move(kv.second));
+          if (!restored.ok()) break;
+        }
+      }
+    }
+  }
+  change.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    if (change.changed() || roll_back_all) changes.push_back(change);
+  }
+  if (!restored.ok()) return restored;
+  return change;
+}
+
+void ClusterSession::Impl::EnsurePartitions() {
+  if (partitions && partitioned_nodes == graph.num_nodes()) return;
+  std::vector<std::string> devices;
+  for (int i = 0; i < num_tasks; ++i) devices.push_back(TaskDevice(i));
+  auto placement = Place(graph, devices);
+  task_variables.assign(static_cast<size_t>(num_tasks), {});
+  if (!placement.ok()) {
+    partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(placement.status());
+  } else {
+    partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(Partition(graph, *placement));
+    for (int i = 0; i < graph.num_nodes(); ++i) {
+      const Node& n = graph.node(i);
+      if (n.op != "VarHandle") continue;
+      auto name = n.attrs.Get<std::string>("shared_name");
+      auto dev = ParseDeviceName((*placement)[i]);
+      if (name.ok() && dev.ok() && dev->has_task && dev->task >= 0 && dev->task < num_tasks)
+        task_variables[dev->task].push_back(*name);
+    }
+  }
+  partitioned_nodes = graph.num_nodes();
+  graph_bytes.clear();
+}
 
 std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
                                                       const std::vector<std::string>& fetch_names,
@@ -164,19 +515,18 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
   auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
   if (!order.ok()) return fail(order.status());
   plan->num_fetches = fetches.size();
-  if (!partitions || partitioned_nodes != graph.num_nodes()) {
-    std::vector<std::string> devices;
-    for (size_t i = 0; i < tasks.size(); ++i) devices.push_back(TaskDevice(static_cast<int>(i)));
-    auto placement = Place(graph, devices);
-    if (!placement.ok()) partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(placement.status());
-    else partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(Partition(graph, *placement));
-    partitioned_nodes = graph.num_nodes();
-    graph_bytes.clear();
-  }
+  EnsurePartitions();
   plan->partitions = partitions;
   if (!partitions->ok()) return fail(partitions->status());
   auto steps = runtime::PlanDeviceSteps(**partitions, *order, plan->feeds, fetches);
   if (!steps.ok()) return fail(steps.status());
+  std::vector<std::string> tasks;
+  uint64_t sid;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    tasks = assignment;
+    sid = session_id;
+  }
   std::vector<net::Member> members;
   for (size_t i = 0; i < tasks.size(); ++i) members.push_back({"task" + std::to_string(i), tasks[i]});
   for (const runtime::DeviceStep& d : *steps) {
@@ -192,7 +542,7 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
     }
     const Graph& pg = *d.partition->graph;
     net::RegisterPartition r;
-    r.session_id = session_id;
+    r.session_id = sid;
     r.handle = next_handle++;
     r.device = d.device;
     r.tasks = members;
@@ -202,23 +552,27 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
     for (int id : d.spec.nodes) r.targets.push_back(pg.node(id).name);
     Plan::Part part;
     part.task = name->task;
+    part.where = tasks[part.task];
     part.handle = r.handle;
     part.feed_index = d.feed_index;
     part.fetch_index = d.fetch_index;
-    Status s = CallStatus(conns[part.task], std::move(r), options.request_timeout_ms);
-    if (!s.ok()) return fail(s.WithPrefix("registering the partition for " + d.device + " on " + tasks[part.task]));
+    auto conn = Conn(part.where);
+    if (!conn.ok()) return fail(conn.status().WithPrefix("registering the partition for " + d.device));
+    part.conn = *conn;
+    Status s = CallStatus(part.conn, std::move(r), options.request_timeout_ms);
+    if (!s.ok()) return fail(s.WithPrefix("registering the partition for " + d.device + " on " + part.where));
     plan->parts.push_back(std::move(part));
   }
   return plan;
 }
 
 void ClusterSession::Impl::Broadcast(const std::shared_ptr<Plan>& plan, const net::Body& body) {
-  std::set<int> sent;
+  std::set<std::string> sent;
   for (const Plan::Part& p : plan->parts) {
-    if (!sent.insert(p.task).second) continue;
+    if (!sent.insert(p.where).second) continue;
     net::Message m;
     m.body = body;
-    conns[p.task]->Send(m);  // a node that is down has nothing to abort or clean
+    p.conn->Send(m);  // a node that is down has nothing to abort or clean
   }
 }
 
@@ -230,9 +584,14 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
   }
   if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
   int64_t step_id;
+  uint64_t sid;
   {
     std::lock_guard<std::mutex> l(mu);
     step_id = next_step++;
+  }
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    sid = session_id;
   }
   auto join = std::make_shared<StepJoin>();
   join->remaining = static_cast<int>(plan->parts.size());
@@ -240,17 +599,17 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
   join->done = std::move(done);
   for (const Plan::Part& part : plan->parts) {
     net::RunPartition r;
-    r.session_id = session_id;
+    r.session_id = sid;
     r.handle = part.handle;
     r.step_id = step_id;
     for (int i : part.feed_index) r.feeds.push_back(feeds[i].second);
     const Plan::Part* pp = &part;  // the plan outlives its steps
-    const std::string where = tasks[part.task];
+    const std::string where = part.where;
     // Every error of the step says which step and which member it came from.
     const std::string prefix = "step " + std::to_string(step_id) + " on task " +
                                std::to_string(part.task) + " (" + where + ")";
-    conns[part.task]->Request(std::move(r), kStepTimeoutMs, [this, plan, join, pp, step_id, where,
-                                                             prefix](Result<net::Message> reply) {
+    part.conn->Request(std::move(r), kStepTimeoutMs, [this, plan, join, pp, step_id, where,
+                                                      prefix](Result<net::Message> reply) {
       Status s;
       std::vector<Tensor> out;
       if (!reply.ok()) {
@@ -296,34 +655,51 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
 
 Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, ClusterOptions options) {
   if (options.address.empty()) return InvalidArgument("ClusterOptions::address is empty");
+  if (options.tasks < 0) return InvalidArgument("ClusterOptions::tasks is negative (" + std::to_string(options.tasks) + ")");
   KeepTensorMemoryWarm();
   auto impl = std::make_unique<Impl>(g, options);
+  Impl* p = impl.get();
   net::TransportOptions to;
   to.secret = options.secret;
   to.heartbeat_ms = options.heartbeat_ms;
   to.peer_timeout_ms = options.peer_timeout_ms;
-  SF_ASSIGN_OR_RETURN(impl->transport, net::Transport::Create(to, nullptr, nullptr));
+  SF_ASSIGN_OR_RETURN(
+      impl->transport,
+      net::Transport::Create(
+          to,
+          [p](const net::ConnectionPtr&, net::Message m) {
+            // A node tells its watchers when members join, drain or die.
+            if (std::holds_alternative<net::Membership>(m.body)) p->membership_changed = true;
+          },
+          [p](const net::ConnectionPtr&, const Status&) { p->member_down = true; }));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->transport->Connect(options.address));
   auto reply = Call(first, net::ListMembers{}, options.request_timeout_ms);
   if (!reply.ok()) return reply.status().WithPrefix("listing the members of " + options.address);
   auto* mem = std::get_if<net::Membership>(&reply->body);
   if (!mem || mem->members.empty())
     return Unavailable("node " + options.address + " answered ListMembers with " + net::BodyName(reply->body));
+  std::set<std::string> draining;
+  for (const net::Member& m : mem->leaving) draining.insert(m.address);
+  std::vector<std::string> used;
+  impl->conns[mem->members[0].address] = first;  // the contacted node lists itself first
   for (const net::Member& m : mem->members) {
-    if (options.max_tasks > 0 && static_cast<int>(impl->tasks.size()) >= options.max_tasks) break;
-    impl->tasks.push_back(m.address);
-    if (impl->conns.empty()) {
-      impl->conns.push_back(first);  // the contacted node lists itself first
-      continue;
-    }
-    auto c = impl->transport->Connect(m.address);
+    if (options.max_tasks > 0 && static_cast<int>(used.size()) >= options.max_tasks) break;
+    if (draining.count(m.address)) continue;
+    auto c = impl->Conn(m.address);
     if (!c.ok()) return c.status().WithPrefix("connecting to member " + m.name);
-    impl->conns.push_back(*c);
+    used.push_back(m.address);
   }
+  if (used.empty()) return Unavailable("every member of the cluster at " + options.address + " is draining");
+  impl->num_tasks = options.tasks > 0 ? options.tasks : static_cast<int>(used.size());
+  for (int t = 0; t < impl->num_tasks; ++t) impl->assignment.push_back(used[t % used.size()]);
+  impl->ever_used.insert(used.begin(), used.end());
   std::random_device rd;
   impl->session_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   // Step ids are unique across the sessions sharing the nodes' rendezvous.
   impl->next_step = static_cast<int64_t>(((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2);
+  // What happened while connecting is already known.
+  impl->membership_changed = false;
+  impl->member_down = false;
   return std::unique_ptr<ClusterSession>(new ClusterSession(std::move(impl)));
 }
 
@@ -334,11 +710,15 @@ ClusterSession::~ClusterSession() {
     std::unique_lock<std::mutex> l(impl_->mu);
     impl_->cv.wait(l, [&] { return impl_->in_flight == 0; });
   }
-  std::set<std::string> closed;
-  for (size_t i = 0; i < impl_->conns.size(); ++i) {
-    if (!closed.insert(impl_->tasks[i]).second || !impl_->conns[i]->is_up()) continue;
-    CallStatus(impl_->conns[i], net::CloseSession{impl_->session_id}, 2000);
+  std::vector<net::ConnectionPtr> conns;
+  uint64_t sid;
+  {
+    std::lock_guard<std::mutex> l(impl_->conf_mu);
+    for (const auto& kv : impl_->conns)
+      if (kv.second->is_up()) conns.push_back(kv.second);
+    sid = impl_->session_id;
   }
+  for (const auto& c : conns) CallStatus(c, net::CloseSession{sid}, 2000);
   impl_->transport->Shutdown();
   {
     std::lock_guard<std::mutex> l(impl_->cb_mu);
@@ -348,7 +728,83 @@ ClusterSession::~ClusterSession() {
   if (impl_->cb_thread.joinable()) impl_->cb_thread.join();
 }
 
-std::vector<std::string> ClusterSession::tasks() const { return impl_->tasks; }
+std::vector<std::string> ClusterSession::tasks() const {
+  std::lock_guard<std::mutex> l(impl_->conf_mu);
+  return impl_->assignment;
+}
+
+std::vector<ClusterChange> ClusterSession::Changes() const {
+  std::lock_guard<std::mutex> l(impl_->conf_mu);
+  return impl_->changes;
+}
+
+Result<ClusterChange> ClusterSession::Recover(bool roll_back_all) {
+  impl_->PauseSteps();
+  auto r = impl_->Reconfigure(roll_back_all);
+  impl_->ResumeSteps();
+  return r;
+}
+
+Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step, int keep_last) {
+  std::vector<std::string> tasks;
+  std::vector<std::vector<std::string>> vars;
+  {
+    std::lock_guard<std::mutex> l(impl_->plan_mu);
+    impl_->EnsurePartitions();
+    if (!impl_->partitions->ok()) return impl_->partitions->status();
+    vars = impl_->task_variables;
+  }
+  tasks = this->tasks();
+  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, true));
+  SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
+  for (const auto& t : runtime::GraphTables(impl_->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
+  for (size_t t = 0; t < vars.size() && t < tasks.size(); ++t) {
+    for (const std::string& name : vars[t]) {
+      // Read one at a time and write at once: a checkpoint never holds the
+      // whole model in the client's memory.
+      SF_ASSIGN_OR_RETURN(auto values, impl_->ReadVariables(tasks[t], {name}));
+      for (const auto& v : values) SF_RETURN_IF_ERROR(writer->Add(v.first, v.second));
+    }
+  }
+  SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit());
+  if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv.get(), keep_last).status());
+  return id;
+}
+
+Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* global_step) {
+  std::vector<std::vector<std::string>> vars;
+  {
+    std::lock_guard<std::mutex> l(impl_->plan_mu);
+    impl_->EnsurePartitions();
+    if (!impl_->partitions->ok()) return impl_->partitions->status();
+    vars = impl_->task_variables;
+  }
+  const std::vector<std::string> tasks = this->tasks();
+  runtime::GraphCheckpoint ckpt;
+  {
+    std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+    SF_ASSIGN_OR_RETURN(ckpt, runtime::ReadCheckpointForGraph(impl_->graph, dir, id));
+  }
+  std::map<std::string, int> owner;
+  for (size_t t = 0; t < vars.size(); ++t)
+    for (const auto& n : vars[t]) owner[n] = static_cast<int>(t);
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
+  for (auto& v : ckpt.values) {
+    auto it = owner.find(v.name);
+    if (it == owner.end() || it->second >= static_cast<int>(tasks.size())) continue;
+    by_member[tasks[it->second]].emplace_back(v.name, std::move(v.value));
+  }
+  impl_->PauseSteps();
+  Status s;
+  for (auto& kv : by_member) {
+    s = impl_->AssignVariables(kv.first, std::move(kv.second));
+    if (!s.ok()) break;
+  }
+  impl_->ResumeSteps();
+  if (s.ok() && global_step) *global_step = ckpt.global_step;
+  return s;
+}
 
 void ClusterSession::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
                               const std::vector<std::string>& targets,
@@ -373,6 +829,26 @@ void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::st
     if (post) impl->Post(std::move(call));
     else call();
   };
+  // A member joined, drains or died since the last step: follow it first.
+  if (options.elastic && (membership_changed || member_down)) {
+    PauseSteps();
+    Result<ClusterChange> r = ClusterChange{};
+    if (membership_changed || member_down) r = Reconfigure(false);
+    ResumeSteps();
+    if (!r.ok()) return finish(r.status().WithPrefix("reconfiguring the session"));
+  }
+  {
+    std::unique_lock<std::mutex> l(gate_mu);
+    gate_cv.wait(l, [&] { return !reconfiguring; });
+    ++active_steps;
+  }
+  auto step_done = [impl, finish](Result<std::vector<Tensor>> r) {
+    {
+      std::lock_guard<std::mutex> l(impl->gate_mu);
+      if (--impl->active_steps == 0) impl->gate_cv.notify_all();
+    }
+    finish(std::move(r));
+  };
   const std::string key = runtime::RunSignature(feeds, fetches, targets);
   std::shared_ptr<Plan> plan;
   {
@@ -386,8 +862,8 @@ void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::st
     const Code c = p->error.code();
     if (c == Code::kUnavailable || c == Code::kDeadlineExceeded) impl->plans.erase(key);
   }
-  if (!plan->error.ok()) return finish(plan->error);
-  impl->StartStep(plan, feeds, std::move(finish));
+  if (!plan->error.ok()) return step_done(plan->error);
+  impl->StartStep(plan, feeds, std::move(step_done));
 }
 
 const Graph& ClusterSession::graph() const { return impl_->graph; }

@@ -22,6 +22,8 @@ struct RankState {
   std::string key;
   int64_t rank = 0, n = 1;
   CollectiveRankActor next;
+  std::function<void(CollectiveMsgPtr)> forward;  // when set, used instead of next
+  Status dead;                // after kFailAll: every later contribution fails with it
   int64_t contributions = 0;  // the instance of the next local contribution
   std::map<int64_t, Instance> instances;
 
@@ -34,10 +36,15 @@ struct RankState {
 
 using Self = CollectiveRankActor::stateful_pointer<RankState>;
 
+// Sends m to this rank's successor.
+void Emit(Self self, CollectiveMsgPtr m) {
+  if (self->state.forward) self->state.forward(std::move(m));
+  else self->send(self->state.next, std::move(m));
+}
+
 int64_t Mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 
 void SendChunk(Self self, int64_t id, RankState::Instance& in, int64_t step, int64_t chunk) {
-  RankState& st = self->state;
   const int64_t b = in.bounds[chunk], e = in.bounds[chunk + 1];
   auto m = std::make_shared<CollectiveMsg>();
   m->kind = CollectiveMsg::kChunk;
@@ -49,7 +56,7 @@ void SendChunk(Self self, int64_t id, RankState::Instance& in, int64_t step, int
   const size_t es = DTypeSize(in.buf.dtype());
   if (e > b)
     std::memcpy(m->value.raw_data(), static_cast<char*>(in.buf.raw_data()) + b * es, (e - b) * es);
-  self->send(st.next, std::move(m));
+  Emit(self, std::move(m));
 }
 
 void SendError(Self self, int64_t id, const Status& s) {
@@ -57,7 +64,7 @@ void SendError(Self self, int64_t id, const Status& s) {
   m->kind = CollectiveMsg::kChunk;
   m->instance = id;
   m->error = s;
-  self->send(self->state.next, std::move(m));
+  Emit(self, std::move(m));
 }
 
 // Ends instance id with an error, telling the ring once.
@@ -99,6 +106,20 @@ void Drain(Self self, int64_t id) {
            true);
       return;
     }
+    // The chunk this step carries must fill its slot exactly (a peer's
+    // chunk may come off the wire: never trust its length).
+    const int64_t c_expected = s < n - 1 ? Mod(st.rank - 1 - s, n) : Mod(st.rank - (s - (n - 1)), n);
+    const int64_t want = in.bounds[c_expected + 1] - in.bounds[c_expected];
+    if (m->value.dtype() != in.buf.dtype() || m->value.num_elements() != want) {
+      Fail(self, id, in,
+           InvalidArgument("all-reduce group '" + st.key + "': rank " + std::to_string(st.rank) +
+                           " got a chunk of " + std::to_string(m->value.num_elements()) + " " +
+                           DTypeName(m->value.dtype()) + " elements at step " + std::to_string(s) +
+                           " where " + std::to_string(want) + " " + DTypeName(in.buf.dtype()) +
+                           " belong"),
+           true);
+      return;
+    }
     if (s < n - 1) {  // reduce-scatter: add the predecessor's partial sum
       const int64_t c = Mod(st.rank - 1 - s, n);
       if (in.buf.dtype() == DType::kFloat32) AddInto<float>(in.buf, in.bounds[c], m->value);
@@ -126,9 +147,21 @@ void Handle(Self self, const CollectiveMsgPtr& msg) {
   switch (m.kind) {
     case CollectiveMsg::kInit:
       st.next = m.next;
+      st.forward = std::move(m.forward);
       return;
+    case CollectiveMsg::kFailAll: {
+      if (st.dead.ok()) st.dead = m.error;
+      for (auto& kv : st.instances)
+        if (kv.second.started && !kv.second.finished) {
+          kv.second.finished = true;
+          kv.second.done(m.error);
+        }
+      st.instances.clear();
+      return;
+    }
     case CollectiveMsg::kContribute: {
       const int64_t id = st.contributions++;
+      if (!st.dead.ok()) return m.done(st.dead);
       RankState::Instance& in = st.instances[id];
       in.done = std::move(m.done);
       in.started = true;
@@ -156,6 +189,7 @@ void Handle(Self self, const CollectiveMsgPtr& msg) {
       return;
     }
     case CollectiveMsg::kChunk: {
+      if (!st.dead.ok()) return;  // failed for good: late chunks mean nothing
       RankState::Instance& in = st.instances[m.instance];
       if (!m.error.ok()) {
         // Forward unless this rank already knows (the error came round the ring).
@@ -178,15 +212,18 @@ CollectiveSpawner SpawnCollectiveSpawner(caf::actor_system& sys) {
   });
 }
 
+CollectiveRankActor SpawnCollectiveRank(caf::actor_system& sys, const std::string& key, int64_t rank,
+                                        int64_t group_size) {
+  return sys.spawn([key, rank, group_size](Self self) -> CollectiveRankActor::behavior_type {
+    self->state.key = key;
+    self->state.rank = rank;
+    self->state.n = group_size;
+    return {[self](CollectiveMsgPtr m) { Handle(self, m); }};
+  });
+}
+
 CollectiveGroup::CollectiveGroup(caf::actor_system& sys, std::string key, int64_t group_size) {
-  for (int64_t r = 0; r < group_size; ++r) {
-    ranks_.push_back(sys.spawn([key, r, group_size](Self self) -> CollectiveRankActor::behavior_type {
-      self->state.key = key;
-      self->state.rank = r;
-      self->state.n = group_size;
-      return {[self](CollectiveMsgPtr m) { Handle(self, m); }};
-    }));
-  }
+  for (int64_t r = 0; r < group_size; ++r) ranks_.push_back(SpawnCollectiveRank(sys, key, r, group_size));
   for (int64_t r = 0; r < group_size; ++r) {
     auto m = std::make_shared<CollectiveMsg>();
     m->kind = CollectiveMsg::kInit;

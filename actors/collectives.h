@@ -45,14 +45,17 @@ using CollectiveRankActor = caf::typed_actor<caf::reacts_to<CollectiveMsgPtr>>;
 
 // One message to a rank actor.
 struct CollectiveMsg {
-  enum Kind { kInit, kContribute, kChunk } kind = kChunk;
+  enum Kind { kInit, kContribute, kChunk, kFailAll } kind = kChunk;
   CollectiveRankActor next;  // kInit: the rank this one sends to
+  // kInit, instead of next: hands each outgoing chunk to a router (the ring
+  // between node processes, actors/cluster_collectives.h).
+  std::function<void(CollectiveMsgPtr)> forward;
   int64_t instance = 0;      // kChunk: which reduction (the k-th call of every rank)
   int64_t step = 0;          // kChunk: 0 .. 2 (n - 1) - 1
   int64_t total = 0;         // kChunk: the sender's element count (shapes must agree)
   DType dtype = DType::kInvalid;  // kChunk
   Tensor value;              // kContribute: the whole tensor; kChunk: one chunk
-  Status error;              // kChunk: a failed reduction, passed round the ring
+  Status error;              // kChunk: a failed reduction, passed round the ring; kFailAll: why
   std::function<void(Result<Tensor>)> done;  // kContribute
 };
 
@@ -63,6 +66,12 @@ using CollectiveSpawner = caf::typed_actor<caf::reacts_to<CollectiveTaskPtr>>;
 // reference to its logger in every thread that spawns, and a compute thread
 // outlives the actor system, whose destructor waits for that reference.
 CollectiveSpawner SpawnCollectiveSpawner(caf::actor_system& sys);
+
+// One rank actor of group `key` (rank of group_size); it learns where to
+// send from a kInit message, and kFailAll ends its unfinished reductions
+// (and every later one) with the message's error.
+CollectiveRankActor SpawnCollectiveRank(caf::actor_system& sys, const std::string& key, int64_t rank,
+                                        int64_t group_size);
 
 // A ring of group_size rank actors for group `key`.
 class CollectiveGroup {

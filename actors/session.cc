@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/checkpoint_io.h"
 #include "actors/plan.h"
 #include "actors/coordinator_protocol.h"
 #include "actors/partition_protocol.h"
@@ -349,14 +350,6 @@ Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
 
 namespace {
 
-// Opens the checkpoint store in dir; for reading it must exist.
-Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  auto kv = OpenRocksDb(dir, create);
-  if (!kv.ok() && !create) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
-  return kv;
-}
-
 // Blocks until every callback of n asynchronous calls ran; the first error.
 struct Waiter {
   std::mutex mu;
@@ -376,37 +369,6 @@ struct Waiter {
 };
 
 }  // namespace
-
-// The graph's sharded embedding tables (VarHandles with "_embedding_table"),
-// by name: rows summed over the shards, the shard count and partitioning.
-static std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
-  std::map<std::string, CheckpointTable> tables;
-  std::map<std::string, std::string> lookup_partition;
-  for (int i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    if (n.op == "EmbeddingShardLookup") {
-      auto t = n.attrs.Get<std::string>("table");
-      auto p = n.attrs.Get<std::string>("partition");
-      if (t.ok() && p.ok()) lookup_partition[*t] = *p;
-    }
-    if (n.op != "VarHandle") continue;
-    auto table = n.attrs.Get<std::string>("_embedding_table");
-    auto shape = n.attrs.Get<PartialShape>("shape");
-    if (!table.ok() || !shape.ok() || !shape->fully_defined() || shape->rank() < 1) continue;
-    CheckpointTable& t = tables[*table];
-    t.name = *table;
-    t.rows += shape->dim(0);
-    t.num_shards += 1;
-    auto p = n.attrs.Get<std::string>("_embedding_partition");
-    if (p.ok()) t.partition = *p;
-  }
-  // Graphs built before the partition was recorded on the handles: the
-  // lookups say it (mod when there are none).
-  for (auto& kv : tables)
-    if (kv.second.partition.empty())
-      kv.second.partition = lookup_partition.count(kv.first) ? lookup_partition[kv.first] : "mod";
-  return tables;
-}
 
 // Saves a checkpoint (an increment on the session's last save into dir when
 // incremental and there is one), then keeps the newest keep_last (<= 0: all).
@@ -432,11 +394,11 @@ static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& di
   const std::string base_dir = impl->last_save_dir;
   const int64_t base_id = impl->last_save_id;
   impl->last_save_id = -1;
-  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
+  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, true));
   SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
   // A base deleted (or compacted away) since gives a full checkpoint instead.
   const bool inc = incremental && base_id >= 0 && base_dir == dir && writer->SetParent(base_id).ok();
-  for (const auto& t : GraphTables(impl->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
+  for (const auto& t : runtime::GraphTables(impl->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
   for (const auto& v : vars) {
     if (inc && !v.all_dirty && !v.value.shape().empty())
       SF_RETURN_IF_ERROR(writer->AddRows(v.name, v.value, v.dirty_rows));
@@ -451,7 +413,7 @@ static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& di
 }
 
 Result<int64_t> Session::CompactCheckpoint(const std::string& dir, int64_t id) {
-  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, false));
   if (id < 0) {
     SF_ASSIGN_OR_RETURN(id, CheckpointReader(kv.get()).LatestCommitted());
   }
@@ -459,7 +421,7 @@ Result<int64_t> Session::CompactCheckpoint(const std::string& dir, int64_t id) {
 }
 
 Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
-  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, false));
   CheckpointReader reader(kv.get());
   if (id < 0) {
     SF_ASSIGN_OR_RETURN(id, reader.LatestCommitted());
@@ -470,116 +432,8 @@ Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
 
 Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
-  CheckpointReader reader(kv.get());
-  // ReadAll checks every block's checksum as it reads, so the newest intact
-  // checkpoint is found by reading each candidate once, newest first.
-  std::vector<int64_t> candidates;
-  if (id >= 0) {
-    candidates.push_back(id);
-  } else {
-    SF_ASSIGN_OR_RETURN(candidates, reader.List());
-    std::reverse(candidates.begin(), candidates.end());
-    if (candidates.empty()) return NotFound("no readable committed checkpoint in '" + dir + "'");
-  }
-  Result<CheckpointInfo> info = NotFound("unset");
-  Result<std::map<std::string, Tensor>> values = NotFound("unset");
-  for (int64_t candidate : candidates) {
-    id = candidate;
-    info = reader.Manifest(id);
-    values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
-    if (values.ok()) break;
-  }
-  if (!values.ok()) {
-    if (candidates.size() > 1) return NotFound("no readable committed checkpoint in '" + dir + "'");
-    std::string msg = values.status().message();
-    auto prev = reader.LatestReadable(id - 1);
-    msg += prev.ok() ? "; checkpoint " + std::to_string(*prev) + " is the previous readable one"
-                     : "; no earlier checkpoint is readable";
-    return Status(values.status().code(), msg);
-  }
-  // Check every graph variable before assigning any, so an error changes nothing.
-  struct Target {
-    std::string name;
-    DType dtype;
-    PartialShape shape;
-    Tensor value;
-  };
-  std::vector<Target> targets;
-  std::set<std::string> seen;
-  const Graph& g = impl_->graph;
-  // Sharded tables saved in another layout: their shard variables (and
-  // row-shaped slots "<table>/part_<k>/...") are rebuilt row by row.
-  const auto graph_tables = GraphTables(g);
-  for (const auto& gt : graph_tables) {
-    const CheckpointTable* ct = info->FindTable(gt.first);
-    if (ct && ct->rows != gt.second.rows)
-      return InvalidArgument("embedding table '" + gt.first + "' has " + std::to_string(gt.second.rows) +
-                             " rows in the graph but " + std::to_string(ct->rows) + " in checkpoint " +
-                             std::to_string(id) + " in '" + dir + "'");
-  }
-  std::map<std::string, std::vector<Tensor>> resharded;  // by table and slot suffix
-  auto restore_value = [&](const std::string& name, std::string* table_of) -> Result<Tensor> {
-    for (const auto& gt : graph_tables) {
-      const std::string prefix = gt.first + "/part_";
-      if (name.compare(0, prefix.size(), prefix) != 0) continue;
-      const size_t found = name.find_first_not_of("0123456789", prefix.size());
-      const size_t digits = found == std::string::npos ? name.size() : found;
-      const std::string suffix = name.substr(digits);
-      // At most 9 digits: the shard number always fits (std::stoll never throws).
-      if (digits == prefix.size() || digits - prefix.size() > 9 || (!suffix.empty() && suffix[0] != '/')) continue;
-      *table_of = gt.first;
-      const CheckpointTable* ct = info->FindTable(gt.first);
-      if (!ct || (ct->num_shards == gt.second.num_shards && ct->partition == gt.second.partition)) break;
-      const int64_t k = std::stoll(name.substr(prefix.size(), digits - prefix.size()));
-      auto& parts = resharded[gt.first + '\n' + suffix];
-      if (parts.empty()) {
-        std::vector<Tensor> saved;
-        for (int64_t j = 0; j < ct->num_shards; ++j) {
-          const std::string src = ct->name + "/part_" + std::to_string(j) + suffix;
-          auto it = values->find(src);
-          if (it == values->end())
-            return NotFound("embedding table '" + gt.first + "': variable '" + src + "' is not in checkpoint " +
-                            std::to_string(id) + " in '" + dir + "'");
-          saved.push_back(it->second);
-        }
-        if (!saved[0].shape().empty() && saved[0].shape()[0] == TableShardRows(*ct, 0)) {
-          auto r = ReshardTableRows(saved, *ct, gt.second);
-          if (!r.ok()) return r.status().WithPrefix("checkpoint " + std::to_string(id));
-          parts = std::move(r).value();
-        } else {
-          // Not rows (Adam's beta powers): every new shard takes saved shard 0's.
-          parts.assign(static_cast<size_t>(gt.second.num_shards), saved[0]);
-        }
-      }
-      if (k < 0 || k >= static_cast<int64_t>(parts.size()))
-        return InvalidArgument("embedding table '" + gt.first + "' has no shard " + std::to_string(k));
-      return parts[k];
-    }
-    auto it = values->find(name);
-    if (it == values->end())
-      return NotFound("variable '" + name + "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
-    return it->second;
-  };
-  for (int i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    if (n.op != "VarHandle") continue;
-    auto name = n.attrs.Get<std::string>("shared_name");
-    auto dtype = n.attrs.Get<DType>("dtype");
-    if (!name.ok() || !dtype.ok() || !seen.insert(*name).second) continue;
-    auto shape = n.attrs.GetOr<PartialShape>("shape", PartialShape());
-    const PartialShape declared = shape.ok() ? *shape : PartialShape();
-    std::string table_of;  // the embedding table *name is a shard (or shard slot) of
-    SF_ASSIGN_OR_RETURN(Tensor t, restore_value(*name, &table_of));
-    const std::string who = (table_of.empty() ? "" : "embedding table '" + table_of + "': ") + "variable '" + *name + "'";
-    if (t.dtype() != *dtype)
-      return InvalidArgument(who + " is " + DTypeName(*dtype) + " in the graph but " +
-                             DTypeName(t.dtype()) + " in checkpoint " + std::to_string(id));
-    if (!declared.CompatibleWith(t.shape()))
-      return InvalidArgument(who + " has shape " + declared.ToString() +
-                             " in the graph but " + ShapeString(t.shape()) + " in checkpoint " + std::to_string(id));
-    targets.push_back(Target{*name, *dtype, declared, t});
-  }
+  SF_ASSIGN_OR_RETURN(runtime::GraphCheckpoint ckpt, runtime::ReadCheckpointForGraph(impl_->graph, dir, id));
+  std::vector<runtime::CheckpointValue>& targets = ckpt.values;
   std::vector<std::pair<int64_t, Tensor>> assigns;
   for (auto& t : targets) {
     SF_ASSIGN_OR_RETURN(int64_t var_id, impl_->variables->Resolve(t.name, t.dtype, t.shape));
@@ -595,7 +449,7 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
   // The assigns marked every variable changed: the next incremental save
   // writes in full (and has no base to build on).
   impl_->last_save_id = -1;
-  if (global_step) *global_step = info->global_step;
+  if (global_step) *global_step = ckpt.global_step;
   return Status::OK();
 }
 

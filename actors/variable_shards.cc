@@ -431,6 +431,85 @@ std::vector<VariableShardActor> ActorVariables::Shards() const {
   return shards;
 }
 
+void ActorVariables::ReadNamed(const std::vector<std::string>& names,
+                               std::function<void(std::vector<std::pair<std::string, Tensor>>)> done) {
+  using Named = std::pair<std::string, Tensor>;
+  std::vector<std::pair<std::string, int64_t>> ids;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (names.empty()) {
+      for (const auto& kv : ids_) ids.emplace_back(kv.first, kv.second);
+    } else {
+      for (const auto& n : names) {
+        auto it = ids_.find(n);
+        if (it != ids_.end()) ids.emplace_back(n, it->second);
+      }
+    }
+  }
+  struct Join {
+    std::mutex mu;
+    size_t remaining;
+    std::vector<Named> out;
+    std::function<void(std::vector<Named>)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->remaining = ids.size() + 1;
+  join->done = std::move(done);
+  auto finish = [join](std::string name, Result<Tensor> r) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> l(join->mu);
+      // An uninitialised variable has nothing to move or save.
+      if (!name.empty() && r.ok()) join->out.emplace_back(std::move(name), std::move(r).value());
+      last = --join->remaining == 0;
+    }
+    if (!last) return;
+    std::sort(join->out.begin(), join->out.end(), [](const Named& a, const Named& b) { return a.first < b.first; });
+    join->done(std::move(join->out));
+  };
+  for (auto& [name, id] : ids)
+    Read(id, [finish, name = name](Result<Tensor> r) { finish(name, std::move(r)); });
+  finish("", Status::OK());
+}
+
+void ActorVariables::AssignNamed(std::vector<std::pair<std::string, Tensor>> values,
+                                 std::function<void(Status)> done) {
+  // Variables before their slots ("w" sorts before "w/Adam/m"), and every name
+  // known as a graph variable first, so a slot joins its variable's shard.
+  std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::set<std::string> names;
+  for (const auto& v : values) names.insert(v.first);
+  AddGraphVariables(names);
+  std::vector<std::pair<int64_t, Tensor>> assigns;
+  for (auto& [name, value] : values) {
+    if (!value.valid()) return done(InvalidArgument("variable '" + name + "': no value to assign"));
+    auto id = Resolve(name, value.dtype(), PartialShape(value.shape()));
+    if (!id.ok()) return done(id.status());
+    assigns.emplace_back(*id, std::move(value));
+  }
+  struct Join {
+    std::mutex mu;
+    size_t remaining;
+    Status first;
+    std::function<void(Status)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->remaining = assigns.size() + 1;
+  join->done = std::move(done);
+  auto finish = [join](const Status& s) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> l(join->mu);
+      if (!s.ok() && join->first.ok()) join->first = s;
+      last = --join->remaining == 0;
+    }
+    if (last) join->done(join->first);
+  };
+  for (auto& [id, value] : assigns)
+    Assign(id, AssignMode::kAssign, std::move(value), [finish](Result<Tensor> r) { finish(r.status()); });
+  finish(Status::OK());
+}
+
 std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
   using Named = std::pair<std::string, Tensor>;
   auto all = AskEveryShard<Named>(Shards(), VarMsg::kSnapshot, [](VarMsg& m, auto cb) {
@@ -546,6 +625,7 @@ void ActorVariables::AllReduce(const std::string& group_key, int64_t group_size,
   if (rank < 0 || rank >= group_size)
     return done(InvalidArgument(where + ": rank " + std::to_string(rank) + " is out of range [0, " +
                                 std::to_string(group_size) + ")"));
+  if (all_reduce_) return all_reduce_(group_key, group_size, rank, std::move(value), std::move(done));
   // Contributes to an existing group (under mu_: Shutdown may not destroy it
   // meanwhile); false when the group does not exist yet. Errors go to done
   // outside the lock.

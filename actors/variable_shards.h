@@ -64,6 +64,17 @@ class ActorVariables : public VariableService {
   // update); resets that record. Blocks like SnapshotAll.
   std::vector<VarSnapshot> SnapshotDirty();
 
+  // The initialised variables among names (every initialised one when names
+  // is empty) with their values, to done (on a runtime thread); names this
+  // process does not hold, or holds uninitialised, are left out.
+  void ReadNamed(const std::vector<std::string>& names,
+                 std::function<void(std::vector<std::pair<std::string, Tensor>>)> done);
+  // Sets each named variable to its value, defining it (with the value's
+  // dtype and shape) when new; slots land beside their variables. done gets
+  // the first error (InvalidArgument naming a variable whose dtype or shape
+  // differs from its definition here).
+  void AssignNamed(std::vector<std::pair<std::string, Tensor>> values, std::function<void(Status)> done);
+
   // The compute pool shard actors split big embedding work over (null: none).
   // REQUIRES: called before the first Resolve; the pool outlives the shards.
   void SetComputePool(ComputePool* pool) { pool_ = pool; }
@@ -74,6 +85,13 @@ class ActorVariables : public VariableService {
 
   // Stops every shard actor.
   void Shutdown();
+
+  // Routes AllReduce (after its size and rank checks) to `all_reduce`
+  // instead of the in-process rings: a cluster node's ring between node
+  // processes (actors/cluster_collectives.h). REQUIRES: before the first AllReduce.
+  using AllReduceFn = std::function<void(const std::string&, int64_t, int64_t, Tensor,
+                                         std::function<void(Result<Tensor>)>)>;
+  void SetAllReduce(AllReduceFn all_reduce) { all_reduce_ = std::move(all_reduce); }
 
  private:
   struct Var {
@@ -99,6 +117,7 @@ class ActorVariables : public VariableService {
   // All-reduce rings by group key (actors/collectives.h).
   std::unordered_map<std::string, std::unique_ptr<CollectiveGroup>> groups_;  // GUARDED_BY(mu_)
   CollectiveSpawner spawner_;  // spawns groups on a CAF thread; set by the constructor
+  AllReduceFn all_reduce_;     // set before use (SetAllReduce): replaces groups_
 };
 
 }  // namespace runtime

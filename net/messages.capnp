@@ -63,6 +63,7 @@ struct ListMembers {}
 # A membership announcement or answer: the members, sender first.
 struct Membership {
   members @0 :List(Member);
+  leaving @1 :List(Member);
 }
 
 # One output of a partition's graph: node name and output index.
@@ -129,6 +130,27 @@ struct Echo {
   payload @0 :T.Tensor;
 }
 
+# Reads (assign false) or sets (assign true) a node's variables by name.
+struct Variables {
+  assign @0 :Bool;
+  names @1 :List(Text);
+  values @2 :List(T.Tensor);
+}
+
+# One step of a ring all-reduce between nodes (step -1: an announcement
+# that rank fromRank of the group runs on the node at address).
+struct CollectiveChunk {
+  groupKey @0 :Text;
+  groupSize @1 :Int64;
+  generation @2 :Int64;
+  fromRank @3 :Int64;
+  step @4 :Int64;
+  total @5 :Int64;
+  address @6 :Text;
+  status @7 :Status;
+  chunk @8 :T.Tensor;
+}
+
 # One frame's message: wire version, request id (0 = one-way) and the body.
 struct Envelope {
   version @0 :UInt32;
@@ -151,5 +173,7 @@ struct Envelope {
     cleanupStep @16 :CleanupStep;
     closeSession @17 :CloseSession;
     echo @18 :Echo;
+    variables @19 :Variables;
+    collectiveChunk @20 :CollectiveChunk;
   }
 }

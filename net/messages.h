@@ -63,8 +63,13 @@ struct Member {
 // Asks a node for the members it knows (itself first); answered with Membership.
 struct ListMembers {};
 // A node announcing itself to another (after --join), or a membership answer.
+// leaving lists members that are draining (they take no new work and leave
+// once no session uses them). Sent to a node about the node itself, it asks
+// that node to drain (`shardflow node drain`); a node also sends it, one-way,
+// to its clients when the membership changes.
 struct Membership {
   std::vector<Member> members;
+  std::vector<Member> leaving;
 };
 
 // One output of a partition's graph, by node name and index.
@@ -134,10 +139,39 @@ struct Echo {
   Tensor payload;
 };
 
+// Variable state moved by a session (checkpoints, recovery, rebalancing).
+// With assign false it asks the node for the named variables (all of them
+// when names is empty) and is answered with a Variables holding the
+// initialised ones with their values; with assign true it sets the named
+// variables (creating them) to values and is answered with StatusReply.
+struct Variables {
+  bool assign = false;
+  std::vector<std::string> names;
+  std::vector<Tensor> values;  // one per name when assigning or answering
+};
+
+// One step of a ring all-reduce between node processes (one-way; see
+// actors/cluster_collectives.h): rank from_rank's chunk for rank
+// (from_rank + 1) mod group_size, in the generation-th reduction of the
+// group. With step -1 it is an announcement instead: rank from_rank of the
+// group runs on the node at `address`. A non-OK status is a failed
+// reduction passed round the ring (no chunk).
+struct CollectiveChunk {
+  std::string group_key;
+  int64_t group_size = 0;  // in [1, 4096]
+  int64_t generation = 0;  // >= 0: the k-th reduction of the group
+  int64_t from_rank = 0;   // in [0, group_size)
+  int64_t step = 0;        // in [0, 2 (group_size - 1)), or -1 for an announcement
+  int64_t total = 0;       // the sender's element count (every rank must have the same)
+  std::string address;     // the sending node's listen address "host:port"
+  Status status;
+  Tensor chunk;            // 1-D
+};
+
 using Body = std::variant<Hello, Challenge, AuthProof, Welcome, Refused, Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
-                          Echo>;
+                          Echo, Variables, CollectiveChunk>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

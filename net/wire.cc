@@ -170,7 +170,10 @@ struct Encoder {
   }
   Status Put(const Membership& m, EnvBody::Builder e) const {
     SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
-    return Members(m.members, e.initMembership().initMembers(m.members.size()), "Membership.members");
+    SF_RETURN_IF_ERROR(ListSize(m.leaving.size(), "Membership.leaving"));
+    auto b = e.initMembership();
+    SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
+    return Members(m.leaving, b.initLeaving(m.leaving.size()), "Membership.leaving");
   }
   Status Put(const RegisterPartition& m, EnvBody::Builder e) const {
     SF_RETURN_IF_ERROR(Text(m.device, "RegisterPartition.device"));
@@ -234,6 +237,32 @@ struct Encoder {
   Status Put(const CloseSession& m, EnvBody::Builder e) const {
     e.initCloseSession().setSessionId(m.session_id);
     return Status::OK();
+  }
+  Status Put(const Variables& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "Variables.names"));
+    SF_RETURN_IF_ERROR(ListSize(m.values.size(), "Variables.values"));
+    auto b = e.initVariables();
+    b.setAssign(m.assign);
+    auto names = b.initNames(m.names.size());
+    for (size_t i = 0; i < m.names.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(m.names[i], "Variables.names"));
+      names.set(i, AsText(m.names[i]));
+    }
+    return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
+  }
+  Status Put(const CollectiveChunk& m, EnvBody::Builder e) const {
+    SF_RETURN_IF_ERROR(Text(m.group_key, "CollectiveChunk.group_key"));
+    SF_RETURN_IF_ERROR(Text(m.address, "CollectiveChunk.address"));
+    auto b = e.initCollectiveChunk();
+    b.setGroupKey(AsText(m.group_key));
+    b.setGroupSize(m.group_size);
+    b.setGeneration(m.generation);
+    b.setFromRank(m.from_rank);
+    b.setStep(m.step);
+    b.setTotal(m.total);
+    b.setAddress(AsText(m.address));
+    SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
+    return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
   }
   Status Put(const Echo& m, EnvBody::Builder e) const {
     return Tensor(m.payload, e.initEcho().initPayload(), "Echo.payload");
@@ -398,6 +427,7 @@ struct Decoder {
       case EnvBody::MEMBERSHIP: {
         Membership m;
         SF_ASSIGN_OR_RETURN(m.members, Members(e.getMembership().getMembers(), "Membership.members"));
+        SF_ASSIGN_OR_RETURN(m.leaving, Members(e.getMembership().getLeaving(), "Membership.leaving"));
         return Body(std::move(m));
       }
       case EnvBody::REGISTER_PARTITION: {
@@ -461,6 +491,45 @@ struct Decoder {
         SF_ASSIGN_OR_RETURN(m.payload, Tensor(e.getEcho().getPayload(), "Echo.payload"));
         return Body(std::move(m));
       }
+      case EnvBody::COLLECTIVE_CHUNK: {
+        auto r = e.getCollectiveChunk();
+        CollectiveChunk m;
+        SF_RETURN_IF_ERROR(Text(r.getGroupKey(), "CollectiveChunk.group_key", &m.group_key));
+        SF_RETURN_IF_ERROR(Text(r.getAddress(), "CollectiveChunk.address", &m.address));
+        m.group_size = r.getGroupSize();
+        m.generation = r.getGeneration();
+        m.from_rank = r.getFromRank();
+        m.step = r.getStep();
+        m.total = r.getTotal();
+        const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
+        if (m.group_size < 1 || m.group_size > 4096)
+          return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
+        if (m.from_rank < 0 || m.from_rank >= m.group_size)
+          return InvalidArgument(where + ": from_rank " + std::to_string(m.from_rank) + " is not in [0, " +
+                                 std::to_string(m.group_size) + ")");
+        if (m.step < -1 || m.step >= 2 * (m.group_size - 1))
+          return InvalidArgument(where + ": step " + std::to_string(m.step) + " is not in [-1, " +
+                                 std::to_string(2 * (m.group_size - 1)) + ")");
+        if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
+        if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
+        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "CollectiveChunk.status", &m.status));
+        SF_ASSIGN_OR_RETURN(m.chunk, Tensor(r.getChunk(), "CollectiveChunk.chunk"));
+        if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total))
+          return InvalidArgument(where + ": chunk " + ShapeString(m.chunk.shape()) +
+                                 " is not 1-D or holds more than total = " + std::to_string(m.total) + " elements");
+        return Body(std::move(m));
+      }
+      case EnvBody::VARIABLES: {
+        auto r = e.getVariables();
+        Variables m;
+        m.assign = r.getAssign();
+        SF_RETURN_IF_ERROR(ListSize(r.getNames().size(), "Variables.names"));
+        m.names.resize(r.getNames().size());
+        for (size_t i = 0; i < m.names.size(); ++i)
+          SF_RETURN_IF_ERROR(Text(r.getNames()[i], Field("Variables.names", i), &m.names[i]));
+        SF_ASSIGN_OR_RETURN(m.values, Tensors(r.getValues(), "Variables.values"));
+        return Body(std::move(m));
+      }
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");
@@ -504,7 +573,8 @@ const char* BodyName(const Body& b) {
   static const char* const kNames[] = {
       "Hello",         "Challenge",    "AuthProof",   "Welcome",          "Refused",    "Heartbeat",
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
-      "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo"};
+      "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
+      "Variables",     "CollectiveChunk"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }

@@ -59,6 +59,19 @@ void LocalCluster::Kill(int i) {
   pids_[i] = 0;
 }
 
+bool LocalCluster::WaitExit(int i, int timeout_ms) {
+  if (i < 0 || i >= static_cast<int>(pids_.size()) || pids_[i] <= 0) return false;
+  int st;
+  for (int waited = 0;; waited += 10) {
+    if (::waitpid(pids_[i], &st, WNOHANG) == pids_[i]) {
+      pids_[i] = 0;
+      return true;
+    }
+    if (waited >= timeout_ms) return false;
+    ::usleep(10 * 1000);
+  }
+}
+
 Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) {
   if (n < 1) return InvalidArgument("a local cluster needs at least one node (got " + std::to_string(n) + ")");
   binary_ = binary.empty() ? ProgramDir() + "/shardflow" : binary;

@@ -34,6 +34,9 @@ class LocalCluster {
   pid_t pid(int i) const { return pids_[i]; }
   // Sends SIGKILL to node i and reaps it.
   void Kill(int i);
+  // Waits up to timeout_ms for node i to exit by itself (after a drain) and
+  // reaps it; true when it did.
+  bool WaitExit(int i, int timeout_ms);
 
  private:
   Result<std::string> Spawn(const std::string& join, double lifetime_s);

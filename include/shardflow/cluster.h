@@ -38,6 +38,7 @@ struct NodeOptions {
   int compute_threads = 0;             // compute pool size; 0 = one per core
   int heartbeat_ms = 200;              // idle time before a heartbeat
   int peer_timeout_ms = 1000;          // silence after which a peer is down
+  int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
 };
 
@@ -56,6 +57,12 @@ class ClusterNode {
   const std::string& name() const;
   // The members this node knows (itself first), as HOST:PORT.
   std::vector<std::string> Members() const;
+  // Starts draining: members and sessions are told; sessions move this
+  // node's tasks (and their variables) away before their next step.
+  void Drain();
+  // Waits up to timeout_ms for a draining node to have left (no session uses
+  // it any more, or the drain timeout passed); true when it has.
+  bool WaitLeft(int timeout_ms);
 
   struct Impl;
 
@@ -68,10 +75,44 @@ struct ClusterOptions {
   std::string address;            // any member's HOST:PORT (required)
   std::string secret;             // the cluster secret (required)
   int max_tasks = 0;              // place on at most this many members (0: all)
+  // Logical tasks the graph is placed over ("/job:worker/task:i"); 0: one
+  // per member used at connect. Tasks are spread over the members (several
+  // may share one) and move between members as a whole, with their
+  // variables, when members join, drain or die.
+  int tasks = 0;
   int request_timeout_ms = 10000; // for registering partitions and membership calls
   int heartbeat_ms = 200;
   int peer_timeout_ms = 1000;
+  // Where Recover restores a lost member's variables from (the newest
+  // committed checkpoint Save wrote there); "" = no checkpoint.
+  std::string checkpoint_dir;
+  // Before a step, follow membership changes by themselves: spread tasks
+  // onto members that joined, move them off draining ones (state moved by
+  // messages), and recover tasks of members that died (Recover(false)).
+  bool elastic = true;
 };
+
+// What one reconfiguration of a ClusterSession did.
+struct ClusterChange {
+  std::vector<std::string> lost;      // members found dead (their tasks were restored)
+  std::vector<std::string> drained;   // draining members whose tasks moved away
+  std::vector<std::string> added;     // members that took tasks for the first time
+  std::vector<int> moved_tasks;       // tasks moved from a live member (state by messages)
+  std::vector<int> restored_tasks;    // tasks whose variables came from the checkpoint
+  int64_t variables_moved = 0;        // variables (and slots) moved by messages
+  int64_t variables_restored = 0;     // variables (and slots) assigned from the checkpoint
+  int64_t checkpoint_id = -1;         // the checkpoint restored from (-1: none)
+  int64_t global_step = -1;           // its global step (-1: none)
+  double seconds = 0;                 // time taken, steps paused
+  bool changed() const { return !moved_tasks.empty() || !restored_tasks.empty(); }
+};
+
+// Asks the node at address to drain (`shardflow node drain`): sessions move
+// its tasks away and it leaves. Waits up to wait_ms for it to be gone (0:
+// not at all). Unavailable naming the address when it cannot be reached,
+// PermissionDenied for a wrong secret, DeadlineExceeded when it is still
+// there after wait_ms.
+Status DrainNode(const std::string& address, const std::string& secret, int wait_ms);
 
 // Reads a cluster secret file: NotFound naming the path, InvalidArgument
 // when shorter than 16 bytes, FailedPrecondition when group or others may
@@ -97,6 +138,29 @@ class ClusterSession : public SessionInterface {
   const Graph& graph() const override;
   // The members steps run on, by task index (HOST:PORT).
   std::vector<std::string> tasks() const;
+
+  // Checkpoints every initialised variable (and slot) of the graph, read
+  // from the nodes that hold them, into the RocksDB store in dir under
+  // global_step, then keeps the newest keep_last (<= 0: all). Each variable
+  // is read atomically; call it between steps for a consistent checkpoint.
+  // Returns the id; Unavailable naming the member or dir on failure.
+  Result<int64_t> Save(const std::string& dir, int64_t global_step, int keep_last = 0);
+  // Assigns the graph's variables on their nodes from checkpoint id in dir
+  // (-1: newest readable); errors as Session::Restore (nothing is assigned
+  // when the checkpoint does not fit the graph).
+  Status Restore(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
+  // Re-forms the session over the members alive now, pausing steps: tasks of
+  // dead members move to live ones and get their variables from the newest
+  // checkpoint in ClusterOptions::checkpoint_dir (the others keep their live
+  // state, or, with roll_back_all, every variable is restored from it, for
+  // exact replay from its global step); tasks of draining members move
+  // (state by messages), and tasks spread onto new members. FailedPrecondition
+  // naming the variables when a dead member's variables have no checkpoint
+  // (the tasks still moved: the variables are uninitialised), Unavailable
+  // when no member is alive.
+  Result<ClusterChange> Recover(bool roll_back_all = false);
+  // The reconfigurations done so far (by Recover or before steps), oldest first.
+  std::vector<ClusterChange> Changes() const;
 
   struct Impl;
 

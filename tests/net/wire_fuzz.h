@@ -67,6 +67,8 @@ inline std::vector<Message> SeedMessages() {
   add(CleanupStep{6});
   add(CloseSession{7});
   add(Echo{SeedTensor(DType::kFloat32, {1024}, 8)});
+  add(CollectiveChunk{"grads", 3, 2, 1, 2, 9, "127.0.0.1:7002", Status::OK(), SeedTensor(DType::kFloat64, {3}, 11)});
+  add(Variables{true, {"w", "emb/part_1"}, {SeedTensor(DType::kFloat32, {2, 2}, 9), SeedTensor(DType::kInt64, {3}, 10)}});
   return m;
 }
 
@@ -92,6 +94,7 @@ inline std::string CheckMessage(const Message& m) {
   if (auto* b = std::get_if<RunPartitionDone>(&m.body)) for (const auto& t : b->fetches) ts.push_back(&t);
   if (auto* b = std::get_if<SendTensor>(&m.body)) ts.push_back(&b->value);
   if (auto* b = std::get_if<Echo>(&m.body)) ts.push_back(&b->payload);
+  if (auto* b = std::get_if<CollectiveChunk>(&m.body)) ts.push_back(&b->chunk);
   for (const Tensor* t : ts) {
     std::string e = CheckTensor(*t);
     if (!e.empty()) return std::string(BodyName(m.body)) + ": " + e;

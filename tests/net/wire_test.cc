@@ -84,7 +84,9 @@ bool SameMembers(const std::vector<Member>& a, const std::vector<Member>& b) {
     if (a[i].name != b[i].name || a[i].address != b[i].address) return false;
   return true;
 }
-bool Same(const Membership& a, const Membership& b) { return SameMembers(a.members, b.members); }
+bool Same(const Membership& a, const Membership& b) {
+  return SameMembers(a.members, b.members) && SameMembers(a.leaving, b.leaving);
+}
 bool Same(const RegisterPartition& a, const RegisterPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.device == b.device &&
          SameMembers(a.tasks, b.tasks) && a.graph_def == b.graph_def && SameRefs(a.feeds, b.feeds) &&
@@ -105,6 +107,17 @@ bool Same(const AbortStep& a, const AbortStep& b) { return a.step_id == b.step_i
 bool Same(const CleanupStep& a, const CleanupStep& b) { return a.step_id == b.step_id; }
 bool Same(const CloseSession& a, const CloseSession& b) { return a.session_id == b.session_id; }
 bool Same(const Echo& a, const Echo& b) { return SameTensor(a.payload, b.payload); }
+bool Same(const Variables& a, const Variables& b) {
+  if (a.assign != b.assign || a.names != b.names || a.values.size() != b.values.size()) return false;
+  for (size_t i = 0; i < a.values.size(); ++i)
+    if (!SameTensor(a.values[i], b.values[i])) return false;
+  return true;
+}
+bool Same(const CollectiveChunk& a, const CollectiveChunk& b) {
+  return a.group_key == b.group_key && a.group_size == b.group_size && a.generation == b.generation &&
+         a.from_rank == b.from_rank && a.step == b.step && a.total == b.total && a.address == b.address &&
+         SameStatus(a.status, b.status) && SameTensor(a.chunk, b.chunk);
+}
 
 bool SameMessage(const Message& a, const Message& b) {
   if (a.request_id != b.request_id || a.body.index() != b.body.index()) return false;
@@ -131,7 +144,7 @@ std::vector<Message> EveryMessage() {
   add(StatusReply{InvalidArgument("feed x has shape [2]")});
   add(StatusReply{Status::OK()});
   add(ListMembers{});
-  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}, {"", ""}}});
+  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}, {"", ""}}, {{"c", "127.0.0.1:3"}}});
   add(RegisterPartition{7, 9, "/job:w/task:1/device:cpu:0", {{"w0", "127.0.0.1:1"}, {"w1", "127.0.0.1:2"}},
                         bytes + std::string(5000, 'g'), {{"x", 0}, {"y", 3}}, {{"loss", 1}},
                         {"train", "", "assign_1"}});
@@ -144,6 +157,11 @@ std::vector<Message> EveryMessage() {
   add(CloseSession{~uint64_t{0}});
   add(Echo{Patterned(DType::kFloat64, {1000}, 9)});
   add(Echo{Tensor()});
+  add(Variables{true, {"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), Tensor()}});
+  add(Variables{false, {}, {}});
+  add(CollectiveChunk{"grads/w", 3, 7, 2, 3, 10, "127.0.0.1:7003", Status::OK(), Patterned(DType::kFloat32, {3}, 4)});
+  add(CollectiveChunk{"g", 2, 0, 1, -1, 0, "127.0.0.1:7002", Status::OK(), Tensor()});
+  add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor()});
   return out;
 }
 

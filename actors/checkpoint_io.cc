@@ -1,0 +1,159 @@
+// Checkpoint I/O shared by the sessions (actors/checkpoint_io.h).
+#include "actors/checkpoint_io.h"
+
+#include <algorithm>
+
+#include "storage/embedding_reshard.h"
+
+namespace sf {
+namespace runtime {
+
+Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create) {
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  auto kv = OpenRocksDb(dir, create);
+  if (!kv.ok() && !create) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
+  return kv;
+}
+
+std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
+  std::map<std::string, CheckpointTable> tables;
+  std::map<std::string, std::string> lookup_partition;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op == "EmbeddingShardLookup") {
+      auto t = n.attrs.Get<std::string>("table");
+      auto p = n.attrs.Get<std::string>("partition");
+      if (t.ok() && p.ok()) lookup_partition[*t] = *p;
+    }
+    if (n.op != "VarHandle") continue;
+    auto table = n.attrs.Get<std::string>("_embedding_table");
+    auto shape = n.attrs.Get<PartialShape>("shape");
+    if (!table.ok() || !shape.ok() || !shape->fully_defined() || shape->rank() < 1) continue;
+    CheckpointTable& t = tables[*table];
+    t.name = *table;
+    t.rows += shape->dim(0);
+    t.num_shards += 1;
+    auto p = n.attrs.Get<std::string>("_embedding_partition");
+    if (p.ok()) t.partition = *p;
+  }
+  // Graphs built before the partition was recorded on the handles: the
+  // lookups say it (mod when there are none).
+  for (auto& kv : tables)
+    if (kv.second.partition.empty())
+      kv.second.partition = lookup_partition.count(kv.first) ? lookup_partition[kv.first] : "mod";
+  return tables;
+}
+
+Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
+                                               const std::set<std::string>* only) {
+  GraphCheckpoint out;
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  CheckpointReader reader(kv.get());
+  // ReadAll checks every block's checksum as it reads, so the newest intact
+  // checkpoint is found by reading each candidate once, newest first.
+  std::vector<int64_t> candidates;
+  if (id >= 0) {
+    candidates.push_back(id);
+  } else {
+    SF_ASSIGN_OR_RETURN(candidates, reader.List());
+    std::reverse(candidates.begin(), candidates.end());
+    if (candidates.empty()) return NotFound("no readable committed checkpoint in '" + dir + "'");
+  }
+  Result<CheckpointInfo> info = NotFound("unset");
+  Result<std::map<std::string, Tensor>> values = NotFound("unset");
+  for (int64_t candidate : candidates) {
+    id = candidate;
+    info = reader.Manifest(id);
+    values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
+    if (values.ok()) break;
+  }
+  if (!values.ok()) {
+    if (candidates.size() > 1) return NotFound("no readable committed checkpoint in '" + dir + "'");
+    std::string msg = values.status().message();
+    auto prev = reader.LatestReadable(id - 1);
+    msg += prev.ok() ? "; checkpoint " + std::to_string(*prev) + " is the previous readable one"
+                     : "; no earlier checkpoint is readable";
+    return Status(values.status().code(), msg);
+  }
+  // Check every graph variable before assigning any, so an error changes nothing.
+  std::set<std::string> seen;
+  // Sharded tables saved in another layout: their shard variables (and
+  // row-shaped slots "<table>/part_<k>/...") are rebuilt row by row.
+  const auto graph_tables = GraphTables(g);
+  for (const auto& gt : graph_tables) {
+    const CheckpointTable* ct = info->FindTable(gt.first);
+    if (ct && ct->rows != gt.second.rows)
+      return InvalidArgument("embedding table '" + gt.first + "' has " + std::to_string(gt.second.rows) +
+                             " rows in the graph but " + std::to_string(ct->rows) + " in checkpoint " +
+                             std::to_string(id) + " in '" + dir + "'");
+  }
+  std::map<std::string, std::vector<Tensor>> resharded;  // by table and slot suffix
+  auto restore_value = [&](const std::string& name, std::string* table_of) -> Result<Tensor> {
+    for (const auto& gt : graph_tables) {
+      const std::string prefix = gt.first + "/part_";
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const size_t found = name.find_first_not_of("0123456789", prefix.size());
+      const size_t digits = found == std::string::npos ? name.size() : found;
+      const std::string suffix = name.substr(digits);
+      // At most 9 digits: the shard number always fits (std::stoll never throws).
+      if (digits == prefix.size() || digits - prefix.size() > 9 || (!suffix.empty() && suffix[0] != '/')) continue;
+      *table_of = gt.first;
+      const CheckpointTable* ct = info->FindTable(gt.first);
+      if (!ct || (ct->num_shards == gt.second.num_shards && ct->partition == gt.second.partition)) break;
+      const int64_t k = std::stoll(name.substr(prefix.size(), digits - prefix.size()));
+      auto& parts = resharded[gt.first + '\n' + suffix];
+      if (parts.empty()) {
+        std::vector<Tensor> saved;
+        for (int64_t j = 0; j < ct->num_shards; ++j) {
+          const std::string src = ct->name + "/part_" + std::to_string(j) + suffix;
+          auto it = values->find(src);
+          if (it == values->end())
+            return NotFound("embedding table '" + gt.first + "': variable '" + src + "' is not in checkpoint " +
+                            std::to_string(id) + " in '" + dir + "'");
+          saved.push_back(it->second);
+        }
+        if (!saved[0].shape().empty() && saved[0].shape()[0] == TableShardRows(*ct, 0)) {
+          auto r = ReshardTableRows(saved, *ct, gt.second);
+          if (!r.ok()) return r.status().WithPrefix("checkpoint " + std::to_string(id));
+          parts = std::move(r).value();
+        } else {
+          // Not rows (Adam's beta powers): every new shard takes saved shard 0's.
+          parts.assign(static_cast<size_t>(gt.second.num_shards), saved[0]);
+        }
+      }
+      if (k < 0 || k >= static_cast<int64_t>(parts.size()))
+        return InvalidArgument("embedding table '" + gt.first + "' has no shard " + std::to_string(k));
+      return parts[k];
+    }
+    auto it = values->find(name);
+    if (it == values->end())
+      return NotFound("variable '" + name + "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
+    return it->second;
+  };
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != "VarHandle") continue;
+    auto name = n.attrs.Get<std::string>("shared_name");
+    auto dtype = n.attrs.Get<DType>("dtype");
+    if (!name.ok() || !dtype.ok() || !seen.insert(*name).second) continue;
+    if (only && !only->count(*name)) continue;
+    auto shape = n.attrs.GetOr<PartialShape>("shape", PartialShape());
+    const PartialShape declared = shape.ok() ? *shape : PartialShape();
+    std::string table_of;  // the embedding table *name is a shard (or shard slot) of
+    SF_ASSIGN_OR_RETURN(Tensor t, restore_value(*name, &table_of));
+    const std::string who = (table_of.empty() ? "" : "embedding table '" + table_of + "': ") + "variable '" + *name + "'";
+    if (t.dtype() != *dtype)
+      return InvalidArgument(who + " is " + DTypeName(*dtype) + " in the graph but " +
+                             DTypeName(t.dtype()) + " in checkpoint " + std::to_string(id));
+    if (!declared.CompatibleWith(t.shape()))
+      return InvalidArgument(who + " has shape " + declared.ToString() +
+                             " in the graph but " + ShapeString(t.shape()) + " in checkpoint " + std::to_string(id));
+    out.values.push_back(CheckpointValue{*name, *dtype, declared, t});
+  }
+  out.id = id;
+  out.global_step = info->global_step;
+  return out;
+}
+
+}  // namespace runtime
+}  // namespace sf

@@ -1,0 +1,280 @@
+// Ring all-reduce between node processes: each rank is its own worker with
+// its own graph and ClusterSession (between-graph replication), its AllReduce
+// placed on its own task, so the ranks of a group run in different `shardflow
+// node` processes and the chunks travel node to node. Sums are checked
+// against a double-precision reference; a node killed mid-reduction must fail
+// the other ranks' steps by name, quickly.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
+#include "shardflow/ops.h"
+#include "shardflow/replication.h"
+
+using namespace sf;
+
+namespace {
+
+// Rank r's graph: x32 and x64 (any length) summed over the groups "sum32"
+// and "sum64" of n ranks, on task r.
+struct Rank {
+  Graph g;
+  Output s32, s64;
+  Rank(int r, int n) {
+    auto d = g.DeviceScope("/job:worker/task:" + std::to_string(r));
+    s32 = ops::AllReduce(g, ops::Placeholder(g, DType::kFloat32, {-1}, "x32"), "sum32", n, r);
+    s64 = ops::AllReduce(g, ops::Placeholder(g, DType::kFloat64, {-1}, "x64"), "sum64", n, r);
+  }
+};
+
+// Rank r's contribution to round k: element i.
+double Value(int r, int k, int64_t i) { return std::sin(0.001 * i + 0.7 * r + 0.3 * k) * (r + 1) + 0.25 * k; }
+
+Tensor Contribution(DType dt, int r, int k, int64_t size) {
+  Tensor t(dt, {size});
+  for (int64_t i = 0; i < size; ++i) {
+    if (dt == DType::kFloat32) t.data<float>()[i] = static_cast<float>(Value(r, k, i));
+    else t.data<double>()[i] = Value(r, k, i);
+  }
+  return t;
+}
+
+// The ranks' workers and sessions on a cluster.
+struct Ranks {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+
+  Status Connect(const examples::LocalCluster& c, int n, int tasks = 0, bool elastic = true) {
+    ClusterOptions o;
+    o.address = c.addresses()[0];
+    o.secret = c.secret();
+    o.tasks = tasks;
+    o.elastic = elastic;
+    for (int r = 0; r < n; ++r) {
+      ranks.push_back(std::make_unique<Rank>(r, n));
+      auto s = ClusterSession::Connect(ranks.back()->g, o);
+      if (!s.ok()) return s.status();
+      sessions.push_back(std::move(*s));
+    }
+    return Status::OK();
+  }
+  // The node that runs rank r.
+  std::string NodeOf(int r) const { return sessions[r]->tasks()[r]; }
+
+  // Every rank runs its AllReduce of dtype dt once, concurrently, with
+  // inputs[r]; the results (or errors) by rank.
+  std::vector<Result<Tensor>> Round(DType dt, const std::vector<Tensor>& inputs) {
+    const int n = static_cast<int>(ranks.size());
+    std::vector<Result<Tensor>> out(n, Status());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        const bool f32 = dt == DType::kFloat32;
+        auto got = sessions[r]->Run({{f32 ? "x32" : "x64", inputs[r]}},
+                                    std::vector<Output>{f32 ? ranks[r]->s32 : ranks[r]->s64});
+        if (got.ok()) out[r] = (*got)[0];
+        else out[r] = got.status();
+      });
+    for (auto& t : threads) t.join();
+    return out;
+  }
+};
+
+// Largest |got - reference| / (1 + |reference|), where reference sums the
+// inputs in double.
+double MaxError(const Tensor& got, const std::vector<Tensor>& inputs) {
+  auto at = [](const Tensor& t, int64_t i) {
+    return t.dtype() == DType::kFloat32 ? double{t.data<float>()[i]} : t.data<double>()[i];
+  };
+  double worst = 0;
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    double ref = 0;
+    for (const Tensor& t : inputs) ref += at(t, i);
+    worst = std::max(worst, std::abs(at(got, i) - ref) / (1 + std::abs(ref)));
+  }
+  return worst;
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+// Runs `rounds` generations of every size and dtype; each rank gets the
+// reference sum, and every rank the same bits.
+void CheckSums(Ranks& rs, int rounds) {
+  const int n = static_cast<int>(rs.ranks.size());
+  int k = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{1} << 20}) {
+      for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+        std::vector<Tensor> in;
+        for (int r = 0; r < n; ++r) in.push_back(Contribution(dt, r, k, size));
+        auto out = rs.Round(dt, in);
+        INFO("n " << n << " size " << size << " " << DTypeName(dt) << " round " << round);
+        for (int r = 0; r < n; ++r) {
+          INFO("rank " << r << ": " << out[r].status().ToString());
+          REQUIRE(out[r].ok());
+          REQUIRE(out[r]->num_elements() == size);
+          REQUIRE(SameBytes(*out[r], *out[0]));
+        }
+        const double err = MaxError(*out[0], in);
+        INFO("max relative error " << err);
+        REQUIRE(err < (dt == DType::kFloat32 ? 2.5e-7 * n : 1e-15 * n));
+        // The inputs are untouched (the ring reduces into a copy).
+        REQUIRE(SameBytes(in[0], Contribution(dt, 0, k, size)));
+        ++k;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Cluster all-reduce: 2 and 3 node processes sum like a double-precision reference",
+          "[cluster][allreduce]") {
+  for (int n : {2, 3}) {
+    examples::LocalCluster cluster;
+    REQUIRE(cluster.Start(n, 120).ok());
+    Ranks rs;
+    REQUIRE(rs.Connect(cluster, n).ok());
+    std::set<std::string> nodes;
+    for (int r = 0; r < n; ++r) nodes.insert(rs.NodeOf(r));
+    REQUIRE(static_cast<int>(nodes.size()) == n);  // every rank in its own process
+    CheckSums(rs, 2);
+  }
+}
+
+TEST_CASE("Cluster all-reduce: ranks sharing a node and ranks on another reduce together",
+          "[cluster][allreduce]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  Ranks rs;
+  REQUIRE(rs.Connect(cluster, 3, /*tasks=*/3).ok());
+  // Tasks 0 and 2 share a node, task 1 is on the other.
+  REQUIRE(rs.NodeOf(0) == rs.NodeOf(2));
+  REQUIRE(rs.NodeOf(0) != rs.NodeOf(1));
+  CheckSums(rs, 1);
+}
+
+TEST_CASE("Cluster all-reduce: ranks disagreeing on the length fail by group name, then go on",
+          "[cluster][allreduce]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  Ranks rs;
+  REQUIRE(rs.Connect(cluster, 2).ok());
+  auto bad = rs.Round(DType::kFloat32, {Contribution(DType::kFloat32, 0, 0, 7), Contribution(DType::kFloat32, 1, 0, 8)});
+  for (auto& r : bad) {
+    REQUIRE(!r.ok());
+    INFO(r.status().ToString());
+    REQUIRE(r.status().code() == Code::kInvalidArgument);
+    REQUIRE(r.status().message().find("all-reduce group 'sum32'") != std::string::npos);
+  }
+  // The next generation is fine.
+  std::vector<Tensor> in = {Contribution(DType::kFloat32, 0, 1, 9), Contribution(DType::kFloat32, 1, 1, 9)};
+  auto good = rs.Round(DType::kFloat32, in);
+  for (auto& r : good) REQUIRE(r.ok());
+  REQUIRE(MaxError(*good[0], in) < 3e-7);
+}
+
+TEST_CASE("Cluster all-reduce: a node killed mid-reduction fails the others' steps naming it",
+          "[cluster][allreduce]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(3, 120).ok());
+  Ranks rs;
+  REQUIRE(rs.Connect(cluster, 3, 0, /*elastic=*/false).ok());
+  std::vector<Tensor> in;
+  for (int r = 0; r < 3; ++r) in.push_back(Contribution(DType::kFloat32, r, 0, 1000));
+  for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
+
+  // Ranks 0 and 1 start the next reduction; rank 2's node dies instead.
+  const std::string victim = rs.NodeOf(2);
+  int victim_index = -1;
+  for (int i = 0; i < 3; ++i)
+    if (cluster.addresses()[i] == victim) victim_index = i;
+  REQUIRE(victim_index >= 0);
+  std::vector<Result<std::vector<Tensor>>> out(2, Status());
+  std::vector<double> secs(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      out[r] = rs.sessions[r]->Run({{"x32", in[r]}}, std::vector<Output>{rs.ranks[r]->s32});
+      secs[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  // Whether the kill lands before or after their contributions, they fail.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto killed = std::chrono::steady_clock::now();
+  cluster.Kill(victim_index);
+  for (auto& t : threads) t.join();
+  const double since_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << out[r].status().ToString());
+    REQUIRE(!out[r].ok());
+    REQUIRE(out[r].status().message().find(victim) != std::string::npos);
+    REQUIRE(out[r].status().message().find("all-reduce group 'sum32'") != std::string::npos);
+  }
+  REQUIRE(since_kill < 5.0);
+  // Later reductions of the group fail at once (rank 2's node is gone) instead of waiting.
+  auto again = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32});
+  REQUIRE(!again.ok());
+  REQUIRE(again.status().message().find(victim) != std::string::npos);
+}
+
+TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own waiting reductions, no hang",
+          "[cluster][allreduce]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  no.join = (*n0)->address();
+  auto n1 = ClusterNode::Start(no);
+  REQUIRE(n1.ok());
+  const std::string a0 = (*n0)->address(), a1 = (*n1)->address();
+  Ranks rs;
+  ClusterOptions o;
+  o.address = a0;
+  o.secret = no.secret;
+  o.elastic = false;
+  for (int r = 0; r < 2; ++r) {
+    rs.ranks.push_back(std::make_unique<Rank>(r, 2));
+    auto s = ClusterSession::Connect(rs.ranks.back()->g, o);
+    REQUIRE(s.ok());
+    rs.sessions.push_back(std::move(*s));
+  }
+  REQUIRE(rs.NodeOf(0) == a0);
+  REQUIRE(rs.NodeOf(1) == a1);
+  std::vector<Tensor> in = {Contribution(DType::kFloat32, 0, 0, 100), Contribution(DType::kFloat32, 1, 0, 100)};
+  for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
+
+  // Rank 0 waits for rank 1's node, which stops.
+  Result<std::vector<Tensor>> waiting = Status();
+  std::thread t([&] { waiting = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  (*n1)->Stop();
+  t.join();
+  REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  INFO(waiting.status().ToString());
+  REQUIRE(!waiting.ok());
+  REQUIRE(waiting.status().message().find("all-reduce group 'sum32': node " + a1) != std::string::npos);
+
+  // Rank 0 of "sum64" waits for a rank no node has announced; its own node
+  // stopping ends the wait.
+  std::thread t2([&] {
+    waiting = rs.sessions[0]->Run({{"x64", Contribution(DType::kFloat64, 0, 0, 5)}}, std::vector<Output>{rs.ranks[0]->s64});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t1 = std::chrono::steady_clock::now();
+  (*n0)->Stop();
+  t2.join();
+  REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 5.0);
+  INFO(waiting.status().ToString());
+  REQUIRE(!waiting.ok());
+}
