@@ -40,7 +40,10 @@ using HubActor = caf::typed_actor<caf::reacts_to<CollectiveHubMsgPtr>>;
 struct HubState {
   struct Group {
     int64_t n = 0;
-    int64_t epoch = 0;                     // bumped when the group fails; older actors' chunks are dropped
+    // Restarts after failures. Bumped here when the group fails, raised to a
+    // peer's when its chunk carries a higher one; chunks of older epochs
+    // (from this node's old actors or a peer's) are dropped.
+    int64_t epoch = 0;
     std::vector<std::string> where;        // by rank: its node's address ("" = not announced yet)
     std::vector<Status> down;              // by rank: its node went down (until announced again)
     std::vector<CollectiveRankActor> local;  // by rank: its actor, when it runs here
@@ -129,7 +132,7 @@ void PeerFailed(Hub self, const std::string& addr, const Status& why) {
     HubState::Group& g = kv.second;
     Status first;
     for (int64_t r = 0; r < g.n; ++r) {
-      if (g.where[r] != addr) continue;
+      if (g.where[r] != addr || !g.down[r].ok()) continue;  // a node's second connection going down adds nothing
       g.down[r] = Unavailable("all-reduce group '" + kv.first + "': node " + addr + " running rank " +
                               std::to_string(r) + " is down (" + why.message() + ")");
       if (first.ok()) first = g.down[r];
@@ -150,6 +153,7 @@ Status Announce(Hub self, const std::string& key, const HubState::Group& g, int6
   c.from_rank = r;
   c.step = -1;
   c.address = self->state.self;
+  c.epoch = g.epoch;
   m.body = std::move(c);
   return self->state.hooks.send(to, m);
 }
@@ -177,6 +181,7 @@ void Deliver(Hub self, const std::string& key, HubState::Group& g, int64_t dest,
   c.address = self->state.self;
   c.status = msg->error;
   c.chunk = msg->value;  // referenced, not copied, by the encoder
+  c.epoch = g.epoch;
   m.body = std::move(c);
   Status s = self->state.hooks.send(addr, m);
   if (!s.ok()) PeerFailed(self, std::string(addr), s);
@@ -188,7 +193,11 @@ void Locate(Hub self, const std::string& key, HubState::Group& g, int64_t r, con
   g.down[r] = Status::OK();
   std::vector<CollectiveMsgPtr> waiting = std::move(g.waiting[r]);
   g.waiting[r].clear();
-  for (auto& m : waiting) Deliver(self, key, g, r, std::move(m));
+  const int64_t epoch = g.epoch;
+  for (auto& m : waiting) {
+    if (g.epoch != epoch) return;  // a failed send reset the group: the rest are stale
+    Deliver(self, key, g, r, std::move(m));
+  }
 }
 
 void Contribute(Hub self, CollectiveHubMsg& h) {
@@ -228,6 +237,14 @@ void FromWire(Hub self, CollectiveHubMsg& h) {
     auto it = st.groups.find(c.group_key);
     if (it != st.groups.end()) ResetGroup(self, it->second, error);
     return;
+  }
+  if (c.epoch < g->epoch) return;  // sent before a failure this node has seen: stale
+  if (c.epoch > g->epoch) {
+    // The sender restarted the group after a failure this node has not
+    // seen (yet): reductions in flight here belong to the old epoch.
+    ResetGroup(self, *g, Aborted("all-reduce group '" + c.group_key + "' was restarted by node " + c.address +
+                                 " after a failure"));
+    g->epoch = c.epoch;
   }
   if (c.step == -1) {  // an announcement
     const bool moved = g->where[c.from_rank] != c.address;

@@ -24,9 +24,12 @@
 // transport's down notification, or a failed send to it), every unfinished
 // reduction of the group on this node fails with Unavailable naming that
 // node and rank, and so does every later contribution until that rank is
-// announced again from a live node; the group then starts over at
-// generation 0 everywhere it failed. Ranks whose node never announced them
-// are not watched: a reduction waiting for such a rank waits for it.
+// announced again from a live node. The group then starts over at
+// generation 0 in a new epoch: chunks carry the epoch, older ones are
+// dropped, and a node that receives a newer one fails its reductions in
+// flight and adopts it (so no chunk sent before a failure joins a reduction
+// after it). Ranks whose node never announced them are not watched: a
+// reduction waiting for such a rank waits for it.
 //
 // Thread-safety: all methods may be called from any thread (they post to
 // the hub actor).

@@ -119,14 +119,21 @@ struct ClusterNode::Impl {
       if (it != peers.end() && it->second->is_up()) return it->second;
     }
     SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, transport->Connect(addr));
-    std::lock_guard<std::mutex> l(mu);
-    auto& slot = peers[addr];
-    if (slot && slot->is_up()) {
-      c->Close();  // another thread dialed first
-      return slot;
+    net::ConnectionPtr winner;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto& slot = peers[addr];
+      if (slot && slot->is_up()) {
+        winner = slot;
+      } else {
+        slot = c;
+        return c;
+      }
     }
-    slot = c;
-    return c;
+    // Another thread dialed first. Closed outside mu: closing runs OnDown,
+    // which takes mu.
+    c->Close();
+    return winner;
   }
 
   Status SendTo(const std::string& addr, const net::Message& m) {

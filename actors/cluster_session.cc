@@ -155,11 +155,22 @@ struct ClusterSession::Impl {
   uint64_t session_id = 0;                              // GUARDED_BY(conf_mu)
   std::vector<ClusterChange> changes;                   // GUARDED_BY(conf_mu)
   std::set<std::string> ever_used;                      // GUARDED_BY(conf_mu): members given tasks
+  // Variables that lost their member and still wait for their checkpoint value.
+  std::set<std::string> pending_restore;                // GUARDED_BY(conf_mu)
+  std::atomic<bool> restore_pending{false};
 
   // Hints that the membership changed (set by transport threads); the
   // reconfiguration before the next step finds out what exactly.
   std::atomic<bool> membership_changed{false};
   std::atomic<bool> member_down{false};
+  // Every member address seen in a membership list: when every member we
+  // are connected to died, one of these may still lead to the cluster.
+  std::mutex known_mu;
+  std::set<std::string> known;  // GUARDED_BY(known_mu)
+  void Learn(const net::Membership& m) {
+    std::lock_guard<std::mutex> l(known_mu);
+    for (const auto& k : m.members) known.insert(k.address);
+  }
 
   // Steps pause while the session reconfigures: a reconfiguration waits for
   // the steps in flight, and steps wait for it.
@@ -248,6 +259,10 @@ struct ClusterSession::Impl {
   void ResumeSteps();
   // Recover with steps paused.
   Result<ClusterChange> Reconfigure(bool roll_back_all);
+  // Assigns the pending variables from the newest checkpoint on their
+  // members (now: member by task); clears them on success.
+  Status RestorePending(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
+                        const std::string& who, ClusterChange* change);
 };
 
 Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
@@ -266,15 +281,26 @@ Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
 }
 
 Status ClusterSession::Impl::ListLive(std::vector<std::string>* live, std::set<std::string>* draining) {
-  std::vector<net::ConnectionPtr> candidates;
+  std::vector<std::string> candidates;
   {
     std::lock_guard<std::mutex> l(conf_mu);
     for (const auto& kv : conns)
-      if (kv.second->is_up()) candidates.push_back(kv.second);
+      if (kv.second->is_up()) candidates.push_back(kv.first);
+  }
+  {
+    // Then members we only heard of (they joined after our last look).
+    std::lock_guard<std::mutex> l(known_mu);
+    for (const auto& k : known)
+      if (std::find(candidates.begin(), candidates.end(), k) == candidates.end()) candidates.push_back(k);
   }
   Status last = Unavailable("no member of the session is alive");
-  for (const auto& c : candidates) {
-    auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
+  for (const auto& addr : candidates) {
+    auto c = Conn(addr);
+    if (!c.ok()) {
+      last = c.status();
+      continue;
+    }
+    auto r = Call(*c, net::ListMembers{}, options.request_timeout_ms);
     if (!r.ok()) {
       last = r.status();
       continue;
@@ -284,6 +310,7 @@ Status ClusterSession::Impl::ListLive(std::vector<std::string>* live, std::set<s
       last = Internal(std::string("unexpected reply ") + net::BodyName(r->body) + " to ListMembers");
       continue;
     }
+    Learn(*mem);
     live->clear();
     draining->clear();
     for (const auto& m : mem->leaving) draining->insert(m.address);
@@ -425,47 +452,27 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   change.lost.assign(lost.begin(), lost.end());
   change.drained.assign(drained.begin(), drained.end());
   change.added.assign(added.begin(), added.end());
-  // Variables of lost tasks (or all of them) come from the checkpoint.
-  Status restored;
-  if (roll_back_all || !restore_names.empty()) {
-    std::set<std::string> all;
+  // Variables of lost tasks (or all of them) come from the checkpoint. They
+  // stay pending until a restore succeeds: a restore that fails is tried
+  // again before every step, and no checkpoint is written without them.
+  std::string who;
+  for (const auto& l : lost) who += (who.empty() ? "" : ", ") + l;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
     if (roll_back_all)
-      for (const auto& v : vars) all.insert(v.begin(), v.end());
-    const std::set<std::string>& names = roll_back_all ? all : restore_names;
-    std::string who;
-    for (const auto& l : lost) who += (who.empty() ? "" : ", ") + l;
-    if (names.empty()) {
-      // Nothing to restore: the graph has no variables on those tasks.
-    } else if (options.checkpoint_dir.empty()) {
-      restored = FailedPrecondition((who.empty() ? std::string("rolling back") : "member " + who + " went down, and") +
-                                    " the variables of its tasks (" + *names.begin() +
-                                    (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
-                                    ") have no checkpoint to restore from: ClusterOptions::checkpoint_dir is empty");
-    } else {
-      std::lock_guard<std::mutex> l(ckpt_mu);
-      auto ckpt = runtime::ReadCheckpointForGraph(graph, options.checkpoint_dir, -1, &names);
-      if (!ckpt.ok()) {
-        restored = ckpt.status().WithPrefix("restoring the variables of the tasks of " +
-                                            (who.empty() ? std::string("the session") : who));
-      } else {
-        change.checkpoint_id = ckpt->id;
-        change.global_step = ckpt->global_step;
-        std::map<std::string, int> owner;
-        for (int t = 0; t < num_tasks; ++t)
-          for (const auto& n : vars[t]) owner[n] = t;
-        std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
-        for (auto& v : ckpt->values) {
-          auto it = owner.find(v.name);
-          if (it == owner.end()) continue;
-          by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
-          ++change.variables_restored;
-        }
-        for (auto& kv : by_member) {
-          restored = AssignVariables(kv.first, std::move(kv.second));
-          if (!restored.ok()) break;
-        }
-      }
-    }
+      for (const auto& v : vars) pending_restore.insert(v.begin(), v.end());
+    pending_restore.insert(restore_names.begin(), restore_names.end());
+    restore_pending = !pending_restore.empty();
+  }
+  Status restored = RestorePending(now, vars, who, &change);
+  const Code rc = restored.code();
+  if (!restored.ok() && rc != Code::kUnavailable && rc != Code::kAborted && rc != Code::kDeadlineExceeded) {
+    // Trying again cannot help (no checkpoint, or it lacks the variables):
+    // the error is reported once and the variables stay uninitialised until
+    // the program initialises or restores them.
+    std::lock_guard<std::mutex> l(conf_mu);
+    pending_restore.clear();
+    restore_pending = false;
   }
   change.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
@@ -474,6 +481,44 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   }
   if (!restored.ok()) return restored;
   return change;
+}
+
+Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
+                                           const std::vector<std::vector<std::string>>& vars,
+                                           const std::string& who, ClusterChange* change) {
+  std::set<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    names = pending_restore;
+  }
+  if (names.empty()) return Status::OK();
+  if (options.checkpoint_dir.empty())
+    return FailedPrecondition((who.empty() ? std::string("rolling back:") : "member " + who + " went down, and") +
+                              " the variables of its tasks (" + *names.begin() +
+                              (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                              ") have no checkpoint to restore from: ClusterOptions::checkpoint_dir is empty");
+  std::lock_guard<std::mutex> l(ckpt_mu);
+  auto ckpt = runtime::ReadCheckpointForGraph(graph, options.checkpoint_dir, -1, &names);
+  if (!ckpt.ok())
+    return ckpt.status().WithPrefix("restoring the variables of the tasks of " +
+                                    (who.empty() ? std::string("the session") : who));
+  change->checkpoint_id = ckpt->id;
+  change->global_step = ckpt->global_step;
+  std::map<std::string, int> owner;
+  for (size_t t = 0; t < vars.size(); ++t)
+    for (const auto& n : vars[t]) owner[n] = static_cast<int>(t);
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
+  for (auto& v : ckpt->values) {
+    auto it = owner.find(v.name);
+    if (it == owner.end()) continue;
+    by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
+    ++change->variables_restored;
+  }
+  for (auto& kv : by_member) SF_RETURN_IF_ERROR(AssignVariables(kv.first, std::move(kv.second)));
+  std::lock_guard<std::mutex> c(conf_mu);
+  for (const auto& n : names) pending_restore.erase(n);
+  restore_pending = !pending_restore.empty();
+  return Status::OK();
 }
 
 void ClusterSession::Impl::EnsurePartitions() {
@@ -624,6 +669,10 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
         s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " + where);
       }
       if (!s.ok()) s = s.WithPrefix(prefix);
+      // A member the step needed is gone: the next step reconfigures first
+      // (its connection's down report may have come before a failed
+      // reconfiguration used it up).
+      if (s.code() == Code::kUnavailable) member_down = true;
       bool abort = false, last;
       {
         std::lock_guard<std::mutex> l(join->mu);
@@ -669,7 +718,10 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
           to,
           [p](const net::ConnectionPtr&, net::Message m) {
             // A node tells its watchers when members join, drain or die.
-            if (std::holds_alternative<net::Membership>(m.body)) p->membership_changed = true;
+            if (auto* mem = std::get_if<net::Membership>(&m.body)) {
+              p->Learn(*mem);
+              p->membership_changed = true;
+            }
           },
           [p](const net::ConnectionPtr&, const Status&) { p->member_down = true; }));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->transport->Connect(options.address));
@@ -678,6 +730,7 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   auto* mem = std::get_if<net::Membership>(&reply->body);
   if (!mem || mem->members.empty())
     return Unavailable("node " + options.address + " answered ListMembers with " + net::BodyName(reply->body));
+  impl->Learn(*mem);
   std::set<std::string> draining;
   for (const net::Member& m : mem->leaving) draining.insert(m.address);
   std::vector<std::string> used;
@@ -755,6 +808,13 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
     vars = impl_->task_variables;
   }
   tasks = this->tasks();
+  {
+    std::lock_guard<std::mutex> l(impl_->conf_mu);
+    if (!impl_->pending_restore.empty())
+      return FailedPrecondition("variable '" + *impl_->pending_restore.begin() + "' (and " +
+                                std::to_string(impl_->pending_restore.size() - 1) +
+                                " more) lost its member and is not restored yet: a checkpoint now would miss it");
+  }
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
   SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, true));
   SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
@@ -801,6 +861,12 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
     s = impl_->AssignVariables(kv.first, std::move(kv.second));
     if (!s.ok()) break;
   }
+  if (s.ok()) {
+    // Every variable has its checkpoint value now: nothing waits for one.
+    std::lock_guard<std::mutex> l(impl_->conf_mu);
+    impl_->pending_restore.clear();
+    impl_->restore_pending = false;
+  }
   impl_->ResumeSteps();
   if (s.ok() && global_step) *global_step = ckpt.global_step;
   return s;
@@ -830,11 +896,13 @@ void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::st
     else call();
   };
   // A member joined, drains or died since the last step: follow it first.
-  if (options.elastic && (membership_changed || member_down)) {
+  if (restore_pending || (options.elastic && (membership_changed || member_down))) {
     PauseSteps();
     Result<ClusterChange> r = ClusterChange{};
-    if (membership_changed || member_down) r = Reconfigure(false);
+    if (restore_pending || membership_changed || member_down) r = Reconfigure(false);
     ResumeSteps();
+    // Tried again before the next step: what failed it may pass by then.
+    if (!r.ok()) member_down = true;
     if (!r.ok()) return finish(r.status().WithPrefix("reconfiguring the session"));
   }
   {

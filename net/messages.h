@@ -166,6 +166,7 @@ struct CollectiveChunk {
   std::string address;     // the sending node's listen address "host:port"
   Status status;
   Tensor chunk;            // 1-D
+  int64_t epoch = 0;       // >= 0: the group's restarts after failures (older chunks are stale)
 };
 
 using Body = std::variant<Hello, Challenge, AuthProof, Welcome, Refused, Heartbeat, StatusReply,

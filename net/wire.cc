@@ -260,6 +260,7 @@ struct Encoder {
     b.setFromRank(m.from_rank);
     b.setStep(m.step);
     b.setTotal(m.total);
+    b.setEpoch(m.epoch);
     b.setAddress(AsText(m.address));
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
     return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
@@ -501,6 +502,7 @@ struct Decoder {
         m.from_rank = r.getFromRank();
         m.step = r.getStep();
         m.total = r.getTotal();
+        m.epoch = r.getEpoch();
         const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
         if (m.group_size < 1 || m.group_size > 4096)
           return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
@@ -512,6 +514,7 @@ struct Decoder {
                                  std::to_string(2 * (m.group_size - 1)) + ")");
         if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
         if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
+        if (m.epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m.epoch) + " is negative");
         SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "CollectiveChunk.status", &m.status));
         SF_ASSIGN_OR_RETURN(m.chunk, Tensor(r.getChunk(), "CollectiveChunk.chunk"));
         if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total))

@@ -98,8 +98,10 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
 }
 
 Result<std::string> LocalCluster::AddNode(double lifetime_s) {
-  if (addresses_.empty()) return FailedPrecondition("the local cluster was not started");
-  return Spawn(addresses_[0], lifetime_s);
+  // Join through a node that is still running (the first may have been killed).
+  for (size_t i = 0; i < addresses_.size(); ++i)
+    if (pids_[i] > 0) return Spawn(addresses_[i], lifetime_s);
+  return FailedPrecondition("no node of the local cluster is running to join");
 }
 
 Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime_s) {

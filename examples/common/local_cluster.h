@@ -24,7 +24,10 @@ class LocalCluster {
   // temporary directory; the shardflow binary is found beside this program
   // (or at `binary`). Unavailable naming the node that failed to start.
   Status Start(int n, double lifetime_s = 600, const std::string& binary = "");
-  // Starts one more node joining the cluster; its address.
+  // Starts one more node joining the cluster (through a running node); its
+  // address. FailedPrecondition when none runs. A node dies with the thread
+  // that started it (PR_SET_PDEATHSIG), so start nodes from a thread that
+  // lives as long as they are needed.
   Result<std::string> AddNode(double lifetime_s = 600);
 
   const std::vector<std::string>& addresses() const { return addresses_; }

@@ -6,6 +6,8 @@
 // the other ranks' steps by name, quickly.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include "examples/common/local_cluster.h"
+#include "net/transport.h"
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/replication.h"
@@ -183,48 +186,49 @@ TEST_CASE("Cluster all-reduce: ranks disagreeing on the length fail by group nam
   REQUIRE(MaxError(*good[0], in) < 3e-7);
 }
 
-TEST_CASE("Cluster all-reduce: a node killed mid-reduction fails the others' steps naming it",
+TEST_CASE("Cluster all-reduce: a node killed or hung mid-reduction fails the others' steps naming it",
           "[cluster][allreduce]") {
-  examples::LocalCluster cluster;
-  REQUIRE(cluster.Start(3, 120).ok());
-  Ranks rs;
-  REQUIRE(rs.Connect(cluster, 3, 0, /*elastic=*/false).ok());
-  std::vector<Tensor> in;
-  for (int r = 0; r < 3; ++r) in.push_back(Contribution(DType::kFloat32, r, 0, 1000));
-  for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    INFO((sig == SIGKILL ? "killed" : "hung"));
+    examples::LocalCluster cluster;
+    REQUIRE(cluster.Start(3, 120).ok());
+    Ranks rs;
+    REQUIRE(rs.Connect(cluster, 3, 0, /*elastic=*/false).ok());
+    std::vector<Tensor> in;
+    for (int r = 0; r < 3; ++r) in.push_back(Contribution(DType::kFloat32, r, 0, 1000));
+    for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
 
-  // Ranks 0 and 1 start the next reduction; rank 2's node dies instead.
-  const std::string victim = rs.NodeOf(2);
-  int victim_index = -1;
-  for (int i = 0; i < 3; ++i)
-    if (cluster.addresses()[i] == victim) victim_index = i;
-  REQUIRE(victim_index >= 0);
-  std::vector<Result<std::vector<Tensor>>> out(2, Status());
-  std::vector<double> secs(2);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      out[r] = rs.sessions[r]->Run({{"x32", in[r]}}, std::vector<Output>{rs.ranks[r]->s32});
-      secs[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    });
-  // Whether the kill lands before or after their contributions, they fail.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const auto killed = std::chrono::steady_clock::now();
-  cluster.Kill(victim_index);
-  for (auto& t : threads) t.join();
-  const double since_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << out[r].status().ToString());
-    REQUIRE(!out[r].ok());
-    REQUIRE(out[r].status().message().find(victim) != std::string::npos);
-    REQUIRE(out[r].status().message().find("all-reduce group 'sum32'") != std::string::npos);
+    // Ranks 0 and 1 start the next reduction; rank 2's node dies (or hangs) instead.
+    const std::string victim = rs.NodeOf(2);
+    int victim_index = -1;
+    for (int i = 0; i < 3; ++i)
+      if (cluster.addresses()[i] == victim) victim_index = i;
+    REQUIRE(victim_index >= 0);
+    std::vector<Result<std::vector<Tensor>>> out(2, Status());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        out[r] = rs.sessions[r]->Run({{"x32", in[r]}}, std::vector<Output>{rs.ranks[r]->s32});
+      });
+    // Whether the failure lands before or after their contributions, they fail.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto failed = std::chrono::steady_clock::now();
+    if (sig == SIGKILL) cluster.Kill(victim_index);
+    else ::kill(cluster.pid(victim_index), SIGSTOP);
+    for (auto& t : threads) t.join();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - failed).count();
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << out[r].status().ToString());
+      REQUIRE(!out[r].ok());
+      REQUIRE(out[r].status().message().find(victim) != std::string::npos);
+      REQUIRE(out[r].status().message().find("all-reduce group 'sum32'") != std::string::npos);
+    }
+    REQUIRE(secs < 5.0);  // heartbeats find a hung peer in about a second
+    // Later reductions of the group fail at once (rank 2's node is gone) instead of waiting.
+    auto again = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32});
+    REQUIRE(!again.ok());
+    REQUIRE(again.status().message().find(victim) != std::string::npos);
   }
-  REQUIRE(since_kill < 5.0);
-  // Later reductions of the group fail at once (rank 2's node is gone) instead of waiting.
-  auto again = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32});
-  REQUIRE(!again.ok());
-  REQUIRE(again.status().message().find(victim) != std::string::npos);
 }
 
 TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own waiting reductions, no hang",
@@ -277,4 +281,63 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
   REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 5.0);
   INFO(waiting.status().ToString());
   REQUIRE(!waiting.ok());
+}
+
+TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the reduction by name, then it goes on",
+          "[cluster][allreduce]") {
+  NodeOptions no;
+  no.secret = "0123456789abcdef0123456789abcdef";
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  no.join = (*n0)->address();
+  auto n1 = ClusterNode::Start(no);
+  REQUIRE(n1.ok());
+  Ranks rs;
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.secret = no.secret;
+  for (int r = 0; r < 2; ++r) {
+    rs.ranks.push_back(std::make_unique<Rank>(r, 2));
+    auto s = ClusterSession::Connect(rs.ranks.back()->g, o);
+    REQUIRE(s.ok());
+    rs.sessions.push_back(std::move(*s));
+  }
+  REQUIRE(rs.NodeOf(1) == (*n1)->address());
+  std::vector<Tensor> in = {Contribution(DType::kFloat32, 0, 0, 100), Contribution(DType::kFloat32, 1, 0, 100)};
+  for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
+
+  // Rank 1 starts generation 1 and waits for rank 0's first chunk (50
+  // elements); an authenticated peer sends it 3 instead.
+  Result<std::vector<Tensor>> r1 = Status();
+  std::thread t([&] { r1 = rs.sessions[1]->Run({{"x32", in[1]}}, std::vector<Output>{rs.ranks[1]->s32}); });
+  net::TransportOptions to;
+  to.secret = no.secret;
+  auto tr = net::Transport::Create(to, nullptr, nullptr);
+  REQUIRE(tr.ok());
+  auto c = (*tr)->Connect((*n1)->address());
+  REQUIRE(c.ok());
+  net::CollectiveChunk bad;
+  bad.group_key = "sum32";
+  bad.group_size = 2;
+  bad.generation = 1;
+  bad.from_rank = 0;
+  bad.step = 0;
+  bad.total = 100;
+  bad.chunk = Contribution(DType::kFloat32, 0, 0, 3);
+  REQUIRE((*c)->Send(net::Message{0, bad}).ok());
+  t.join();
+  INFO(r1.status().ToString());
+  REQUIRE(!r1.ok());
+  REQUIRE(r1.status().code() == Code::kInvalidArgument);
+  REQUIRE(r1.status().message().find("all-reduce group 'sum32': rank 1 got a chunk of 3 float32 elements at step 0 "
+                                      "where 50 float32 belong") != std::string::npos);
+  // Rank 0's generation 1 fails too (the error comes round the ring) ...
+  auto r0 = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32});
+  REQUIRE(!r0.ok());
+  REQUIRE(r0.status().message().find("got a chunk of 3 float32") != std::string::npos);
+  // ... and generation 2 sums correctly.
+  (*tr)->Shutdown();
+  auto good = rs.Round(DType::kFloat32, in);
+  for (auto& r : good) REQUIRE(r.ok());
+  REQUIRE(MaxError(*good[0], in) < 3e-7);
 }

@@ -22,89 +22,20 @@
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
 #include "shardflow/session.h"
+#include "tests/support/sparse_model.h"
 #include "tests/support/temp_dir.h"
 
 using namespace sf;
+using sf::testing::SparseModel;
+using sf::testing::Params;
+using sf::testing::Reference;
+using sf::testing::RequireClose;
+using sf::testing::Step;
 
 namespace {
 
 bool Contains(const Status& s, const std::string& what) {
   return s.message().find(what) != std::string::npos;
-}
-
-// A small sparse model: a 3-shard embedding table with Adagrad slots, a
-// dense layer, and a step counter every training step adds one to. Nothing
-// is pinned: the placer spreads the variables over the logical tasks.
-struct Model {
-  Graph g;
-  Output loss;
-  std::vector<Output> params;  // table shards, their accumulators, w, b, the counter
-  int train = -1, init = -1;
-  Model() {
-    auto ids = ops::Placeholder(g, DType::kInt64, {8, 3}, "ids");
-    auto y = ops::Placeholder(g, DType::kFloat32, {8, 1}, "y");
-    EmbeddingTableOptions eo;
-    eo.num_shards = 3;
-    eo.seed = 7;
-    EmbeddingTable table = NewEmbeddingTable(g, "emb", 100, 4, eo);
-    auto e = ops::EmbeddingLookup(g, table, ids, "sum");
-    auto w = ops::Variable(g, "w", ops::TruncatedNormal(g, {4, 1}, 0.5, 3));
-    auto b = ops::Variable(g, "b", ops::Const(g, std::vector<float>{0.0f}, {1}));
-    auto d = ops::MatMul(g, e, w) + b - y;
-    loss = ops::Mean(g, d * d);
-    auto steps = ops::Variable(g, "steps", ops::Const(g, 0.0f));
-    auto count = ops::AssignAdd(g, ops::VariableHandle(steps), ops::Const(g, 1.0f));
-    auto t = AdagradOptimizer(0.2).Minimize(g, loss);
-    REQUIRE(t.ok());
-    train = ops::NoOp(g, {*t, count.node}, "train_and_count");
-    init = ops::GlobalVariablesInitializer(g);
-    for (const Output& shard : table.shards) params.push_back(ops::ReadVariable(g, shard, DType::kFloat32));
-    params.push_back(w);
-    params.push_back(b);
-    params.push_back(steps);
-    REQUIRE(g.status().ok());
-  }
-  FeedMap Batch(int step) const {
-    std::vector<int64_t> ids(24);
-    std::vector<float> ys(8);
-    for (int i = 0; i < 24; ++i) ids[i] = (step * 7 + i * 13 + (i % 3) * 5) % 100;
-    for (int i = 0; i < 8; ++i) ys[i] = std::sin(0.3f * (i + 1) + 0.05f * step);
-    return {{"ids", Tensor::FromVector(ids, {8, 3})}, {"y", Tensor::FromVector(ys, {8, 1})}};
-  }
-};
-
-// Runs training step `step`; the loss, or the step's error.
-Result<float> Step(SessionInterface& s, const Model& m, int step) {
-  auto r = s.Run(m.Batch(step), std::vector<Output>{m.loss}, {m.train});
-  if (!r.ok()) return r.status();
-  return (*r)[0].ToVector<float>()[0];
-}
-
-// Every parameter, flattened in Model::params order.
-std::vector<float> Params(SessionInterface& s, const Model& m) {
-  auto r = s.Run({}, m.params);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  std::vector<float> out;
-  for (const Tensor& t : *r)
-    for (float v : t.ToVector<float>()) out.push_back(v);
-  return out;
-}
-
-// Undisturbed training of steps [0, n) in one process.
-std::vector<float> Reference(const Model& m, int n) {
-  Session s(m.g);
-  REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
-  for (int i = 0; i < n; ++i) REQUIRE(Step(s, m, i).ok());
-  return Params(s, m);
-}
-
-void RequireClose(const std::vector<float>& a, const std::vector<float>& b, float tol) {
-  REQUIRE(a.size() == b.size());
-  float worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  INFO("largest difference " << worst);
-  REQUIRE(worst <= tol);
 }
 
 ClusterOptions Options(const examples::LocalCluster& c, int tasks, const std::string& ckpt = "") {
@@ -131,7 +62,7 @@ TEST_CASE("Cluster: Save and Restore move variables and slots through a checkpoi
   testing::TempDir dir("sf_cluster_ckpt");
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
-  Model m;
+  SparseModel m;
   auto s = ClusterSession::Connect(m.g, Options(cluster, 4));
   REQUIRE(s.ok());
   REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
@@ -170,7 +101,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the checkpoint and tr
   testing::TempDir dir("sf_cluster_recover");
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(3, 120).ok());
-  Model m;
+  SparseModel m;
   auto so = Options(cluster, 6, dir.path);
   so.elastic = false;  // the test calls Recover itself
   auto s = ClusterSession::Connect(m.g, so);
@@ -220,12 +151,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the checkpoint and tr
   Session ref(m.g);
   REQUIRE(ref.Run({}, std::vector<Output>{}, {m.init}).ok());
   for (int i = 0; i < 60; ++i) REQUIRE(Step(ref, m, i).ok());
-  auto eval = [&](SessionInterface& x) {
-    auto r = x.Run(m.Batch(0), std::vector<Output>{m.loss});
-    REQUIRE(r.ok());
-    return (*r)[0].ToVector<float>()[0];
-  };
-  const float disturbed = eval(**s), undisturbed = eval(ref);
+  const float disturbed = testing::EvalLoss(**s, m, 0), undisturbed = testing::EvalLoss(ref, m, 0);
   INFO("loss " << disturbed << " against undisturbed " << undisturbed);
   CHECK(std::isfinite(disturbed));
   CHECK(disturbed <= undisturbed * 1.5f + 0.02f);
@@ -234,7 +160,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the checkpoint and tr
 TEST_CASE("Cluster: exact recovery replays from the checkpoint to the undisturbed parameters",
           "[cluster][recovery]") {
   testing::TempDir dir("sf_cluster_exact");
-  Model m;
+  SparseModel m;
   const int kSteps = 24;
   const std::vector<float> reference = Reference(m, kSteps);
   examples::LocalCluster cluster;
@@ -272,7 +198,7 @@ TEST_CASE("Cluster: exact recovery replays from the checkpoint to the undisturbe
 TEST_CASE("Cluster: a dead member without a checkpoint is a clear error", "[cluster][recovery]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
-  Model m;
+  SparseModel m;
   auto so = Options(cluster, 2);
   so.elastic = false;
   auto s = ClusterSession::Connect(m.g, so);
@@ -291,7 +217,7 @@ TEST_CASE("Cluster: a dead member without a checkpoint is a clear error", "[clus
 }
 
 TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no update", "[cluster][elastic]") {
-  Model m;
+  SparseModel m;
   const int kSteps = 40;
   const std::vector<float> reference = Reference(m, kSteps);
   examples::LocalCluster cluster;

@@ -69,6 +69,7 @@ TEST_CASE("CollectiveChunk fields out of range are refused by name", "[wire]") {
       {"step -2", [](CollectiveChunk& c) { c.step = -2; }},
       {"generation -1", [](CollectiveChunk& c) { c.generation = -1; }},
       {"total -1", [](CollectiveChunk& c) { c.total = -1; }},
+      {"epoch -1", [](CollectiveChunk& c) { c.epoch = -1; }},
       {"holds more than total", [](CollectiveChunk& c) { c.total = 1; }},
       {"is not 1-D", [](CollectiveChunk& c) { c.chunk = Tensor(DType::kFloat64, {1, 2}); }},
   };

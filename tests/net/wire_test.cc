@@ -116,7 +116,7 @@ bool Same(const Variables& a, const Variables& b) {
 bool Same(const CollectiveChunk& a, const CollectiveChunk& b) {
   return a.group_key == b.group_key && a.group_size == b.group_size && a.generation == b.generation &&
          a.from_rank == b.from_rank && a.step == b.step && a.total == b.total && a.address == b.address &&
-         SameStatus(a.status, b.status) && SameTensor(a.chunk, b.chunk);
+         SameStatus(a.status, b.status) && SameTensor(a.chunk, b.chunk) && a.epoch == b.epoch;
 }
 
 bool SameMessage(const Message& a, const Message& b) {
@@ -161,7 +161,7 @@ std::vector<Message> EveryMessage() {
   add(Variables{false, {}, {}});
   add(CollectiveChunk{"grads/w", 3, 7, 2, 3, 10, "127.0.0.1:7003", Status::OK(), Patterned(DType::kFloat32, {3}, 4)});
   add(CollectiveChunk{"g", 2, 0, 1, -1, 0, "127.0.0.1:7002", Status::OK(), Tensor()});
-  add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor()});
+  add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor(), 3});
   return out;
 }
 

@@ -1,0 +1,267 @@
+// Recovery time after a node kill, for the 10M-row embedding model: a
+// rows x 32 float table in 6 shards with Adagrad (its accumulator as big as
+// the table), batches of 4096 examples x 8 Zipf ids (the ids of
+// bench_embedding), sum lookup, a linear layer, logistic loss; trained by a
+// ClusterSession over 3 `shardflow node` processes and 6 logical tasks
+// (shard k pinned to task k, so the bytes restored are known).
+//
+// It trains a few steps, saves a full checkpoint (ClusterSession::Save) to a
+// temporary directory, trains a few more, SIGKILLs the member running task 1
+// and measures:
+//   detect      the kill until the next step returns its Unavailable error
+//   restore     ClusterSession::Recover(false): the dead member's tasks move
+//               to live members and their shards come back from the
+//               checkpoint (the other shards keep their live state)
+//   first_step  the first step after the recovery (registers the new
+//               partitions)
+//   recovery    detect + restore + first_step
+// --json prints one line per phase {"phase", "seconds", ...} and last the
+// summary {"rows", "shards", "nodes", "detect_seconds", "restore_seconds",
+// "first_step_seconds", "recovery_seconds", "variables_restored",
+// "restored_mb", ...} (MB = 10^6 bytes).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "examples/common/flags.h"
+#include "examples/common/json.h"
+#include "examples/common/local_cluster.h"
+#include "examples/common/zipf_clicks.h"
+#include "shardflow/cluster.h"
+#include "shardflow/embedding.h"
+#include "shardflow/ops.h"
+#include "shardflow/optimizers.h"
+#include "shardflow/session.h"
+
+using namespace sf;
+using namespace sf::examples;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "bench_recovery: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+struct Config {
+  int64_t rows = 10'000'000, dim = 32, shards = 6, nodes = 3, tasks = 6, batch = 4096, ids = 8;
+  int64_t steps = 5, after = 3;
+  bool json = false;
+};
+
+// Rows of shard k of a "mod"-partitioned table: ids k, k + K, k + 2K, ...
+int64_t ShardRows(const Config& c, int64_t k) { return (c.rows - k + c.shards - 1) / c.shards; }
+
+// Prints a phase line: {"phase", "seconds"} and the extra fields.
+void Phase(const Config& c, const std::string& phase, double seconds, const JsonLine& extra = JsonLine()) {
+  if (c.json) {
+    // JsonLine prints "{...}": splice the extra fields in.
+    std::string line = JsonLine().Add("phase", phase).Add("seconds", seconds).str();
+    const std::string more = extra.str();
+    if (more.size() > 2) line = line.substr(0, line.size() - 1) + ", " + more.substr(1);
+    std::printf("%s\n", line.c_str());
+  } else {
+    const std::string more = extra.str();
+    std::printf("%-11s %8.3f s  %s\n", phase.c_str(), seconds, more.size() > 2 ? more.c_str() : "");
+  }
+  std::fflush(stdout);
+}
+
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  flags.Int("rows", 10'000'000, "table rows").Int("dim", 32, "embedding width")
+      .Int("shards", 6, "table shards (shard k on task k mod tasks)").Int("nodes", 3, "node processes")
+      .Int("tasks", 6, "logical tasks").Int("batch", 4096, "examples per step").Int("ids", 8, "ids per example")
+      .Int("steps", 5, "steps before the checkpoint").Int("after", 3, "steps between the checkpoint and the kill")
+      .String("checkpoint-dir", "", "where the checkpoint goes (default: a temporary directory, removed)")
+      .Bool("json", "print JSON lines; the last is the summary");
+  ParseOrExit(flags, argc, argv, "bench_recovery");
+  Config c;
+  c.rows = flags.GetInt("rows");
+  c.dim = flags.GetInt("dim");
+  c.shards = flags.GetInt("shards");
+  c.nodes = flags.GetInt("nodes");
+  c.tasks = flags.GetInt("tasks");
+  c.batch = flags.GetInt("batch");
+  c.ids = flags.GetInt("ids");
+  c.steps = flags.GetInt("steps");
+  c.after = flags.GetInt("after");
+  c.json = flags.GetBool("json");
+  std::string bad;
+  if (c.rows < 10 || c.rows >= (int64_t{1} << 31)) bad = "--rows must be in [10, 2^31)";
+  else if (c.shards < 1 || c.shards > c.rows) bad = "--shards must be in [1, rows]";
+  else if (c.nodes < 2) bad = "--nodes must be at least 2 (one is killed)";
+  else if (c.tasks < 2) bad = "--tasks must be at least 2 (task 1's member is killed)";
+  else if (c.dim < 1 || c.batch < 1 || c.ids < 1 || c.steps < 1 || c.after < 0)
+    bad = "--dim, --batch, --ids, --steps must be positive and --after >= 0";
+  if (!bad.empty()) {
+    std::fprintf(stderr, "bench_recovery: %s\n", bad.c_str());
+    return 2;
+  }
+
+  TempDir temp;
+  std::string dir = flags.GetString("checkpoint-dir");
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/bench_recovery-XXXXXX";
+    if (!::mkdtemp(tmpl)) return Fail(Unavailable("cannot make a temporary checkpoint directory"));
+    temp.path = dir = tmpl;
+  }
+
+  // The model; shard k pinned to task k mod tasks (its Adagrad slot is
+  // colocated with it).
+  Graph g;
+  EmbeddingTableOptions o;
+  o.num_shards = c.shards;
+  o.seed = 1;
+  EmbeddingTable table = NewEmbeddingTable(g, "table", c.rows, c.dim, o);
+  for (int64_t k = 0; k < c.shards; ++k)
+    g.mutable_node(table.shards[k].node).device = "/job:worker/task:" + std::to_string(k % c.tasks);
+  auto ids = ops::Placeholder(g, DType::kInt64, {c.batch, c.ids}, "ids");
+  auto y = ops::Placeholder(g, DType::kFloat32, {c.batch, 1}, "labels");
+  auto e = ops::EmbeddingLookup(g, table, ids, "sum");
+  auto w = ops::Variable(g, "w", ops::RandomUniform(g, {c.dim, 1}, -0.1, 0.1, 2));
+  auto b = ops::Variable(g, "b", ops::Zeros(g, DType::kFloat32, {1}));
+  auto logits = ops::MatMul(g, e, w) + b;
+  auto loss = ops::Mean(g, ops::Softplus(g, logits) - y * logits);
+  auto train = AdagradOptimizer(0.1).Minimize(g, loss);
+  if (!train.ok()) return Fail(train.status());
+  const int init = ops::GlobalVariablesInitializer(g);
+  if (!g.status().ok()) return Fail(g.status());
+
+  // A few batches, reused in turn.
+  std::vector<Tensor> batch_ids(4), batch_labels(4);
+  {
+    const ZipfClicks data(c.rows, 1.1, 42);
+    std::mt19937_64 rng(42);
+    for (size_t i = 0; i < batch_ids.size(); ++i) data.Batch(c.batch, c.ids, rng, &batch_ids[i], &batch_labels[i]);
+  }
+
+  LocalCluster cluster;
+  auto t0 = Clock::now();
+  Status st = cluster.Start(static_cast<int>(c.nodes), 3600);
+  if (!st.ok()) return Fail(st);
+  ClusterOptions co;
+  co.address = cluster.addresses()[0];
+  co.secret = cluster.secret();
+  co.tasks = static_cast<int>(c.tasks);
+  co.checkpoint_dir = dir;
+  co.elastic = false;  // the benchmark calls Recover itself, to time it
+  co.request_timeout_ms = 300000;
+  auto session = ClusterSession::Connect(g, co);
+  if (!session.ok()) return Fail(session.status());
+  ClusterSession& s = **session;
+  Phase(c, "start", SecondsSince(t0), JsonLine().Add("nodes", c.nodes));
+
+  t0 = Clock::now();
+  auto r = s.Run({}, std::vector<Output>{}, {init});
+  if (!r.ok()) return Fail(r.status().WithPrefix("initialising"));
+  Phase(c, "init", SecondsSince(t0));
+
+  int64_t next = 0;
+  auto step = [&]() -> Status {
+    const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(batch_ids.size()));
+    return s.Run({{"ids", batch_ids[i]}, {"labels", batch_labels[i]}}, std::vector<Output>{}, {*train}).status();
+  };
+  // Steps timed after one warm-up step (which registers the partitions).
+  auto steps = [&](int64_t n, const std::string& phase) -> Status {
+    SF_RETURN_IF_ERROR(step());
+    const auto s0 = Clock::now();
+    for (int64_t i = 1; i < n; ++i) SF_RETURN_IF_ERROR(step());
+    if (n > 1) Phase(c, phase, SecondsSince(s0) / static_cast<double>(n - 1), JsonLine().Add("per", "step"));
+    return Status::OK();
+  };
+  st = steps(c.steps, "train");
+  if (!st.ok()) return Fail(st.WithPrefix("training"));
+
+  const double table_mb = static_cast<double>(c.rows * c.dim * 4) * 2 / 1e6;  // table + accumulator
+  t0 = Clock::now();
+  auto id = s.Save(dir, next, 1);
+  if (!id.ok()) return Fail(id.status().WithPrefix("saving"));
+  const double save_s = SecondsSince(t0);
+  Phase(c, "save", save_s, JsonLine().Add("mb", table_mb).Add("mb_per_sec", table_mb / save_s));
+  for (int64_t i = 0; i < c.after; ++i) {
+    st = step();
+    if (!st.ok()) return Fail(st.WithPrefix("training after the checkpoint"));
+  }
+
+  const std::string victim_addr = s.tasks()[1];
+  int victim = -1;
+  for (size_t i = 0; i < cluster.addresses().size(); ++i)
+    if (cluster.addresses()[i] == victim_addr) victim = static_cast<int>(i);
+  if (victim < 0) return Fail(Internal("task 1 runs on " + victim_addr + ", not a node of the local cluster"));
+  std::vector<int> victim_tasks;
+  for (size_t t = 0; t < s.tasks().size(); ++t)
+    if (s.tasks()[t] == victim_addr) victim_tasks.push_back(static_cast<int>(t));
+
+  cluster.Kill(victim);
+  t0 = Clock::now();
+  st = step();
+  const double detect_s = SecondsSince(t0);
+  if (st.ok()) return Fail(Internal("the step after killing " + victim_addr + " succeeded"));
+  Phase(c, "detect", detect_s, JsonLine().Add("error", st.ToString()));
+
+  t0 = Clock::now();
+  auto change = s.Recover(false);
+  const double restore_s = SecondsSince(t0);
+  if (!change.ok()) return Fail(change.status().WithPrefix("recovering"));
+  double restored_mb = 0;
+  for (int t : change->restored_tasks)
+    for (int64_t k = 0; k < c.shards; ++k)
+      if (k % c.tasks == t) restored_mb += static_cast<double>(ShardRows(c, k) * c.dim * 4) * 2 / 1e6;
+  std::vector<double> restored_tasks(change->restored_tasks.begin(), change->restored_tasks.end());
+  Phase(c, "restore", restore_s,
+        JsonLine().Add("change_seconds", change->seconds).Add("restored_tasks", restored_tasks)
+            .Add("variables_restored", change->variables_restored).Add("restored_mb", restored_mb)
+            .Add("checkpoint_step", change->global_step).Add("lost", victim_addr));
+
+  t0 = Clock::now();
+  st = step();
+  const double first_s = SecondsSince(t0);
+  if (!st.ok()) return Fail(st.WithPrefix("the first step after the recovery"));
+  Phase(c, "first_step", first_s);
+  st = steps(4, "train_after");
+  if (!st.ok()) return Fail(st.WithPrefix("training after the recovery"));
+
+  const double total = detect_s + restore_s + first_s;
+  if (c.json) {
+    JsonLine()
+        .Add("summary", true)
+        .Add("rows", c.rows)
+        .Add("dim", c.dim)
+        .Add("shards", c.shards)
+        .Add("nodes", c.nodes)
+        .Add("tasks", c.tasks)
+        .Add("detect_seconds", detect_s)
+        .Add("restore_seconds", restore_s)
+        .Add("first_step_seconds", first_s)
+        .Add("recovery_seconds", total)
+        .Add("variables_restored", change->variables_restored)
+        .Add("restored_mb", restored_mb)
+        .Add("save_seconds", save_s)
+        .Add("lost_tasks", static_cast<int64_t>(victim_tasks.size()))
+        .Print();
+  } else {
+    std::printf("recovery %.3f s: detect %.3f + restore %.3f (%lld variables, %.0f MB) + first step %.3f\n", total,
+                detect_s, restore_s, (long long)change->variables_restored, restored_mb, first_s);
+  }
+  return 0;
+}
