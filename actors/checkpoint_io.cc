@@ -44,6 +44,40 @@ std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
   return tables;
 }
 
+namespace {
+
+// The checkpoint's values a restore of g needs: all of them, or with `only`
+// (from a full checkpoint) just those variables, plus every saved shard of a
+// table that `only` touches and that g splits differently (resharding needs
+// them). Every block read is checksummed.
+Result<std::map<std::string, Tensor>> ReadForGraph(const Graph& g, CheckpointReader& reader,
+                                                   const CheckpointInfo& info, const std::set<std::string>* only) {
+  if (!only || info.parent >= 0) return reader.ReadAll(info.id);
+  std::vector<std::string> reshard_prefixes;
+  const auto graph_tables = GraphTables(g);
+  for (const CheckpointTable& ct : info.tables) {
+    auto gt = graph_tables.find(ct.name);
+    if (gt != graph_tables.end() && gt->second.num_shards == ct.num_shards && gt->second.partition == ct.partition)
+      continue;
+    const std::string prefix = ct.name + "/part_";
+    for (const auto& n : *only)
+      if (n.compare(0, prefix.size(), prefix) == 0) {
+        reshard_prefixes.push_back(prefix);
+        break;
+      }
+  }
+  std::map<std::string, Tensor> out;
+  for (const CheckpointVariable& v : info.variables) {
+    bool need = only->count(v.name) > 0;
+    for (const auto& p : reshard_prefixes) need = need || v.name.compare(0, p.size(), p) == 0;
+    if (!need) continue;
+    SF_ASSIGN_OR_RETURN(out[v.name], reader.Read(info, v.name));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
                                                const std::set<std::string>* only) {
   GraphCheckpoint out;
@@ -64,7 +98,7 @@ Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string
   for (int64_t candidate : candidates) {
     id = candidate;
     info = reader.Manifest(id);
-    values = info.ok() ? reader.ReadAll(id) : Result<std::map<std::string, Tensor>>(info.status());
+    values = info.ok() ? ReadForGraph(g, reader, *info, only) : Result<std::map<std::string, Tensor>>(info.status());
     if (values.ok()) break;
   }
   if (!values.ok()) {

@@ -429,6 +429,7 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     if (roll_back_all) continue;  // everything comes from the checkpoint
     SF_ASSIGN_OR_RETURN(auto values, ReadVariables(old[t], vars[t]));
     change.variables_moved += static_cast<int64_t>(values.size());
+    for (const auto& v : values) change.bytes_moved += static_cast<int64_t>(v.second.bytes());
     SF_RETURN_IF_ERROR(AssignVariables(now[t], std::move(values)));
   }
   // The new assignment and session id; the old registrations are dropped.
@@ -511,8 +512,9 @@ Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
   for (auto& v : ckpt->values) {
     auto it = owner.find(v.name);
     if (it == owner.end()) continue;
-    by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
     ++change->variables_restored;
+    change->bytes_restored += static_cast<int64_t>(v.value.bytes());
+    by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
   }
   for (auto& kv : by_member) SF_RETURN_IF_ERROR(AssignVariables(kv.first, std::move(kv.second)));
   std::lock_guard<std::mutex> c(conf_mu);

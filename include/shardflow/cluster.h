@@ -101,6 +101,8 @@ struct ClusterChange {
   std::vector<int> restored_tasks;    // tasks whose variables came from the checkpoint
   int64_t variables_moved = 0;        // variables (and slots) moved by messages
   int64_t variables_restored = 0;     // variables (and slots) assigned from the checkpoint
+  int64_t bytes_moved = 0;            // their sizes
+  int64_t bytes_restored = 0;
   int64_t checkpoint_id = -1;         // the checkpoint restored from (-1: none)
   int64_t global_step = -1;           // its global step (-1: none)
   double seconds = 0;                 // time taken, steps paused

@@ -129,6 +129,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the checkpoint and tr
   CHECK(change->lost == std::vector<std::string>{victim_addr});
   CHECK(change->restored_tasks.size() == 2);
   CHECK(change->variables_restored > 0);
+  CHECK(change->bytes_restored > 0);
   CHECK(change->global_step == 10);
   for (const std::string& a : (*s)->tasks()) CHECK(a != victim_addr);
   // Restored variables are back at step 10, the others kept their live
@@ -260,6 +261,7 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
   for (const auto& c : changes) {
     CHECK(c.restored_tasks.empty());
     CHECK(c.variables_moved > 0);
+    CHECK(c.bytes_moved > 0);
   }
   // Every update applied once: the counter and the parameters match one process.
   const std::vector<float> got = Params(**s, m);
