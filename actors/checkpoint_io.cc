@@ -2,6 +2,9 @@
 #include "actors/checkpoint_io.h"
 
 #include <algorithm>
+#include <mutex>
+
+#include "kernels/checkpoint_hooks.h"
 
 #include "storage/embedding_reshard.h"
 
@@ -42,6 +45,44 @@ std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
     if (kv.second.partition.empty())
       kv.second.partition = lookup_partition.count(kv.first) ? lookup_partition[kv.first] : "mod";
   return tables;
+}
+
+void InstallCheckpointHooks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // One open of a RocksDB directory at a time in this process.
+    static std::mutex mu;
+    CheckpointHooks h;
+    h.save = [](const std::string& dir, int64_t step, const std::vector<std::string>& names,
+                const std::vector<Tensor>& values) -> Result<int64_t> {
+      std::lock_guard<std::mutex> l(mu);
+      SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
+      SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), step));
+      for (size_t i = 0; i < names.size() && i < values.size(); ++i) SF_RETURN_IF_ERROR(writer->Add(names[i], values[i]));
+      return writer->Commit();
+    };
+    h.restore = [](const std::string& dir, const std::vector<std::string>& names,
+                   int64_t* step) -> Result<std::vector<Tensor>> {
+      std::lock_guard<std::mutex> l(mu);
+      SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+      CheckpointReader reader(kv.get());
+      std::vector<Status> skipped;
+      auto id = reader.LatestReadable(-1, &skipped);
+      if (!id.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
+      SF_ASSIGN_OR_RETURN(auto values, reader.ReadAll(*id));
+      SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(*id));
+      std::vector<Tensor> out;
+      for (const auto& n : names) {
+        auto it = values.find(n);
+        if (it == values.end())
+          return NotFound("variable '" + n + "' is not in checkpoint " + std::to_string(*id) + " in '" + dir + "'");
+        out.push_back(it->second);
+      }
+      *step = info.global_step;
+      return out;
+    };
+    SetCheckpointHooks(std::move(h));
+  });
 }
 
 namespace {

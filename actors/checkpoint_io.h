@@ -21,6 +21,10 @@ namespace runtime {
 // must exist: NotFound naming dir, InvalidArgument for an empty dir.
 Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create);
 
+// Installs the checkpoint hooks the in-graph SaveCheckpoint and
+// RestoreCheckpoint kernels use (kernels/checkpoint_hooks.h); idempotent.
+void InstallCheckpointHooks();
+
 // The graph's sharded embedding tables (VarHandles with "_embedding_table"),
 // by name: rows summed over the shards, the shard count and partitioning.
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g);

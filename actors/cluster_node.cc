@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/cluster_collectives.h"
+#include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
 #include "actors/executor.h"
 #include "actors/plan.h"
@@ -514,6 +515,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
   KeepTensorMemoryWarm();
+  runtime::InstallCheckpointHooks();
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
   net::TransportOptions to;

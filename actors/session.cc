@@ -284,6 +284,7 @@ CoordinatorActor Session::Impl::SpawnCoordinator() {
 
 Session::Session(const Graph& g, SessionOptions options) {
   KeepTensorMemoryWarm();
+  runtime::InstallCheckpointHooks();
   impl_ = std::make_unique<Impl>(g, options);
 }
 

@@ -92,6 +92,7 @@ void RegisterStandardOps(OpRegistry& reg) {
   RegisterMathOps(reg);
   RegisterNNOps(reg);
   RegisterStateOps(reg);
+  RegisterCheckpointOps(reg);
   RegisterRandomOps(reg);
   RegisterTrainingOps(reg);
   RegisterReplicationOps(reg);

@@ -129,6 +129,7 @@ void RegisterShapeOps(OpRegistry& reg);
 void RegisterMathOps(OpRegistry& reg);
 void RegisterNNOps(OpRegistry& reg);
 void RegisterStateOps(OpRegistry& reg);
+void RegisterCheckpointOps(OpRegistry& reg);  // ops/checkpoint_ops.cc
 void RegisterRandomOps(OpRegistry& reg);
 void RegisterTrainingOps(OpRegistry& reg);
 // Replication ops (graph/ops/replication_ops.cc): ApplyGradientSync, ApplyGradientAsync,

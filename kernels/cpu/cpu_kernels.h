@@ -19,6 +19,7 @@ void RegisterControlFlowKernels(KernelRegistry& reg);
 void RegisterQueueKernels(KernelRegistry& reg);
 void RegisterSendRecvKernels(KernelRegistry& reg);
 void RegisterEmbeddingKernels(KernelRegistry& reg);  // embedding_kernels.cc
+void RegisterCheckpointKernels(KernelRegistry& reg);  // checkpoint_kernels.cc
 
 // The registry of every standard kernel, built on first use.
 const KernelRegistry& StandardKernelRegistry();

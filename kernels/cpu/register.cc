@@ -16,6 +16,7 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterQueueKernels(reg);
   RegisterSendRecvKernels(reg);
   RegisterEmbeddingKernels(reg);
+  RegisterCheckpointKernels(reg);
 }
 
 const KernelRegistry& StandardKernelRegistry() {

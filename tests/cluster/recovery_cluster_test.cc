@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "examples/common/local_cluster.h"
+#include "shardflow/checkpoint_ops.h"
 #include "shardflow/cluster.h"
 #include "shardflow/embedding.h"
 #include "shardflow/ops.h"
@@ -267,4 +268,26 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
   const std::vector<float> got = Params(**s, m);
   CHECK(got.back() == static_cast<float>(kSteps));
   RequireClose(got, reference, 1e-5f);
+}
+
+TEST_CASE("Cluster: the in-graph Save op gathers variables from every node into one checkpoint",
+          "[cluster][recovery]") {
+  testing::TempDir dir("sf_cluster_save_op");
+  SparseModel m;
+  Output save = ops::SaveVariables(m.g, dir.path, ops::Const(m.g, int64_t{3}));
+  REQUIRE(save.valid());
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  auto s = ClusterSession::Connect(m.g, Options(cluster, 4));
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(Step(**s, m, i).ok());
+  auto id = (*s)->Run({}, std::vector<Output>{save});
+  INFO(id.status().ToString());
+  REQUIRE(id.ok());
+  Session local(m.g);
+  int64_t step = -1;
+  REQUIRE(local.Restore(dir.path, -1, &step).ok());
+  CHECK(step == 3);
+  RequireClose(Params(local, m), Params(**s, m), 0.0f);
 }
