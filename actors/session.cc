@@ -5,6 +5,7 @@
 #include "shardflow/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <optional>
@@ -374,20 +375,41 @@ struct Waiter {
 // Saves a checkpoint (an increment on the session's last save into dir when
 // incremental and there is one), then keeps the newest keep_last (<= 0: all).
 // REQUIRES: impl->ckpt_mu held.
-static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
+static Result<int64_t> WriteCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
                                       int keep_last, bool incremental);
 
 Result<int64_t> Session::Save(const std::string& dir, int64_t global_step) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  return SaveCheckpoint(impl_.get(), dir, global_step, 0, false);
+  return WriteCheckpoint(impl_.get(), dir, global_step, 0, false);
+}
+
+Result<int64_t> Session::SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last) {
+  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  return WriteCheckpoint(impl_.get(), dir, global_step, keep_last, false);
+}
+
+CheckpointSchedule::CheckpointSchedule(int64_t every_steps, double every_seconds)
+    : every_steps_(every_steps), every_seconds_(every_seconds) {
+  last_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool CheckpointSchedule::Due(int64_t step) {
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (last_step_ < 0) last_step_ = step - (step % std::max<int64_t>(every_steps_, 1));
+  const bool by_steps = every_steps_ > 0 && step - last_step_ >= every_steps_;
+  const bool by_time = every_seconds_ > 0 && now - last_time_ >= every_seconds_;
+  if (!by_steps && !by_time) return false;
+  last_step_ = step;
+  last_time_ = now;
+  return true;
 }
 
 Result<int64_t> Session::SaveIncremental(const std::string& dir, int64_t global_step) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  return SaveCheckpoint(impl_.get(), dir, global_step, 0, true);
+  return WriteCheckpoint(impl_.get(), dir, global_step, 0, true);
 }
 
-static Result<int64_t> SaveCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
+static Result<int64_t> WriteCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
                                       int keep_last, bool incremental) {
   // Every save takes (and resets) the dirty rows, so they are always
   // relative to the last save; until this one commits there is no base.
@@ -456,12 +478,12 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
 
 Result<int64_t> Saver::Save(int64_t global_step) {
   std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
-  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, false);
+  return WriteCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, false);
 }
 
 Result<int64_t> Saver::SaveIncremental(int64_t global_step) {
   std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
-  return SaveCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, true);
+  return WriteCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, true);
 }
 
 }  // namespace sf

@@ -35,7 +35,10 @@
 // --json prints one line per evaluation {"step", "loss", "auc",
 // "examples_per_sec"} and last a summary {"auc", "examples_per_sec", "rows",
 // "shards", "nodes", "mode", "oracle_auc", "init_secs", "data_secs",
-// "train_secs", "wall_secs", "steps", "batch", "final_loss"}. examples/s
+// "train_secs", "wall_secs", "steps", "batch", "final_loss", "start_step",
+// "checkpoints"}. With --checkpoint-dir DIR it checkpoints every
+// --checkpoint-every steps (and/or --checkpoint-every-s seconds) and at the
+// end, keeping three, and resumes from the newest one in DIR. examples/s
 // counts training steps only (not making batches, initialising or
 // evaluating); "nodes" is 0 with --local.
 #include <algorithm>
@@ -90,6 +93,9 @@ struct Config {
   double zipf = 1.1, noise = 0.5, table_lr = 0.3, mlp_lr = 0.003;
   std::string combiner = "mean", table_optimizer = "adagrad";
   uint64_t seed = 1;
+  std::string checkpoint_dir;  // "" = no checkpoints
+  int64_t checkpoint_every = 0;     // steps between checkpoints (0: steps / 4)
+  double checkpoint_every_s = 0;    // seconds between checkpoints (0: off)
 };
 
 // The three features of the log (see the top of the file).
@@ -237,6 +243,8 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
 struct Report {
   double auc = 0, oracle_auc = 0, final_loss = 0;
   double init_secs = 0, train_secs = 0, data_secs = 0;
+  int64_t start_step = 0;  // steps a restored checkpoint had done
+  int64_t checkpoints = 0; // checkpoints written
 };
 
 // AUC of the model's logits on the test batches.
@@ -265,9 +273,30 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
   if (!init.ok()) return init.status().WithPrefix("initialising the variables");
   rep->init_secs = SecondsSince(t0);
   if (!json) std::printf("initialised the variables in %.2f s\n", rep->init_secs);
+  if (!c.checkpoint_dir.empty() && Session::CheckpointStep(c.checkpoint_dir).ok()) {
+    // Resume: the newest committed checkpoint that reads back, and the data
+    // stream advanced past the batches it already trained on.
+    Status r = s.RestoreCheckpoint(c.checkpoint_dir, -1, &rep->start_step);
+    if (!r.ok()) return r.WithPrefix("resuming from " + c.checkpoint_dir);
+    if (rep->start_step > c.steps)
+      return InvalidArgument("the checkpoint in " + c.checkpoint_dir + " is at step " +
+                             std::to_string(rep->start_step) + ", past --steps " + std::to_string(c.steps));
+    for (int64_t step = 1; step <= rep->start_step; ++step) MakeBatch(features, c, c.batch, train_rng);
+    if (!json) std::printf("resumed from %s at step %lld\n", c.checkpoint_dir.c_str(), (long long)rep->start_step);
+  }
+  CheckpointSchedule schedule(c.checkpoint_every > 0 ? c.checkpoint_every : std::max<int64_t>(c.steps / 4, 1),
+                              c.checkpoint_every_s);
+  auto checkpoint = [&](int64_t step) -> Status {
+    auto id = s.SaveCheckpoint(c.checkpoint_dir, step, /*keep_last=*/3);
+    if (!id.ok()) return id.status().WithPrefix("checkpointing step " + std::to_string(step));
+    ++rep->checkpoints;
+    if (json) JsonLine().Add("checkpoint", *id).Add("step", step).Print();
+    else std::printf("checkpoint %lld at step %lld\n", (long long)*id, (long long)step);
+    return Status::OK();
+  };
   double loss_sum = 0;
   int64_t loss_n = 0;
-  for (int64_t step = 1; step <= c.steps; ++step) {
+  for (int64_t step = rep->start_step + 1; step <= c.steps; ++step) {
     t0 = Clock::now();
     const Batch b = MakeBatch(features, c, c.batch, train_rng);
     rep->data_secs += SecondsSince(t0);
@@ -283,7 +312,7 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
       if (!auc.ok()) return auc.status();
       rep->auc = *auc;
       rep->final_loss = loss_sum / static_cast<double>(loss_n);
-      const double eps = static_cast<double>(step * c.batch) / rep->train_secs;
+      const double eps = static_cast<double>((step - rep->start_step) * c.batch) / rep->train_secs;
       if (json)
         JsonLine().Add("step", step).Add("loss", rep->final_loss).Add("auc", *auc).Add("examples_per_sec", eps).Print();
       else
@@ -293,6 +322,13 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
       loss_sum = 0;
       loss_n = 0;
     }
+    if (!c.checkpoint_dir.empty() && (step == c.steps || schedule.Due(step))) SF_RETURN_IF_ERROR(checkpoint(step));
+  }
+  if (!c.checkpoint_dir.empty() && rep->start_step == c.steps) {
+    // Nothing left to train: report the restored model.
+    auto auc = Evaluate(s, cg, features, test);
+    if (!auc.ok()) return auc.status();
+    rep->auc = *auc;
   }
   return Status::OK();
 }
@@ -316,6 +352,9 @@ int main(int argc, char** argv) {
       .Double("table-lr", 0.3, "learning rate of the tables' optimizer")
       .Double("mlp-lr", 0.003, "Adam learning rate of the MLP")
       .String("combiner", "mean", "bag combiner: sum or mean")
+      .String("checkpoint-dir", "", "checkpoint into DIR (periodically and at the end) and resume from its newest")
+      .Int("checkpoint-every", 0, "steps between checkpoints (0: steps / 4)")
+      .Double("checkpoint-every-s", 0, "also checkpoint when this many seconds passed (0: off)")
       .String("table-optimizer", "adagrad", "sparse optimizer of the tables: adagrad or sgd")
       .Int("nodes", 2, "node processes of the local cluster")
       .String("cluster", "", "HOST:PORT of a member of your own cluster (instead of a local one)")
@@ -339,6 +378,9 @@ int main(int argc, char** argv) {
   c.mlp_lr = flags.GetDouble("mlp-lr");
   c.combiner = flags.GetString("combiner");
   c.table_optimizer = flags.GetString("table-optimizer");
+  c.checkpoint_dir = flags.GetString("checkpoint-dir");
+  c.checkpoint_every = flags.GetInt("checkpoint-every");
+  c.checkpoint_every_s = flags.GetDouble("checkpoint-every-s");
   const int64_t nodes = flags.GetInt("nodes");
   const std::string cluster_addr = flags.GetString("cluster");
   const std::string secret_file = flags.GetString("cluster-secret-file");
@@ -353,6 +395,8 @@ int main(int argc, char** argv) {
   else if (c.batch < 1) bad = "--batch must be at least 1, got " + std::to_string(c.batch);
   else if (c.test < 2) bad = "--test must be at least 2, got " + std::to_string(c.test);
   else if (c.eval_every < 0) bad = "--eval-every must be >= 0, got " + std::to_string(c.eval_every);
+  else if (c.checkpoint_every < 0 || c.checkpoint_every_s < 0)
+    bad = "--checkpoint-every and --checkpoint-every-s must be >= 0";
   else if (!(c.zipf > 0)) bad = "--zipf must be positive";
   else if (!(c.noise >= 0)) bad = "--noise must be >= 0";
   else if (c.combiner != "sum" && c.combiner != "mean")
@@ -431,7 +475,8 @@ int main(int argc, char** argv) {
   }
   if (!trained.ok()) return Fail(trained);
 
-  const double eps = static_cast<double>(c.steps * c.batch) / rep.train_secs;
+  // Only the steps this run trained (a resumed run skips the restored ones).
+  const double eps = rep.train_secs > 0 ? static_cast<double>((c.steps - rep.start_step) * c.batch) / rep.train_secs : 0;
   const double wall = SecondsSince(wall0);
   if (json) {
     JsonLine()
@@ -448,6 +493,8 @@ int main(int argc, char** argv) {
         .Add("auc", rep.auc)
         .Add("examples_per_sec", eps)
         .Add("rows", c.rows)
+        .Add("start_step", rep.start_step)
+        .Add("checkpoints", rep.checkpoints)
         .Add("shards", c.shards)
         .Add("nodes", used_nodes)
         .Print();

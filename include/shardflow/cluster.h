@@ -151,6 +151,13 @@ class ClusterSession : public SessionInterface {
   // (-1: newest readable); errors as Session::Restore (nothing is assigned
   // when the checkpoint does not fit the graph).
   Status Restore(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
+  // SessionInterface's checkpoints: Save and Restore.
+  Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override {
+    return Save(dir, global_step, keep_last);
+  }
+  Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) override {
+    return Restore(dir, id, global_step);
+  }
   // Re-forms the session over the members alive now, pausing steps: tasks of
   // dead members move to live ones and get their variables from the newest
   // checkpoint in ClusterOptions::checkpoint_dir (the others keep their live

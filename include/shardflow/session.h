@@ -53,6 +53,30 @@ class SessionInterface {
                         std::function<void(Result<std::vector<Tensor>>)> done) = 0;
   // The graph the session runs.
   virtual const Graph& graph() const = 0;
+  // Checkpoints every initialised variable (and optimizer slot) into the
+  // RocksDB store in dir under global_step, then keeps the newest keep_last
+  // checkpoints (<= 0: all). Returns the id; Unavailable naming dir (or the
+  // cluster member) on failure.
+  virtual Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) = 0;
+  // Assigns the graph's variables from checkpoint id in dir (-1: the newest
+  // readable one); errors as Session::Restore.
+  virtual Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) = 0;
+};
+
+// When a training loop checkpoints: every every_steps steps and/or every
+// every_seconds seconds since the last checkpoint (<= 0 turns a measure off).
+class CheckpointSchedule {
+ public:
+  CheckpointSchedule(int64_t every_steps, double every_seconds);
+  // True when a checkpoint is due after global step `step` (and restarts the
+  // clock, taking it as done).
+  bool Due(int64_t step);
+
+ private:
+  int64_t every_steps_;
+  double every_seconds_;
+  int64_t last_step_ = -1;  // the step of the last checkpoint taken
+  double last_time_;        // seconds on a steady clock
 };
 
 class Session : public SessionInterface {
@@ -69,6 +93,11 @@ class Session : public SessionInterface {
                 const std::vector<std::string>& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done) override;
   const Graph& graph() const override;
+  // SessionInterface's checkpoints: Save (plus retention) and Restore.
+  Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;
+  Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) override {
+    return Restore(dir, id, global_step);
+  }
 
   // Checkpoints every initialised variable and optimizer slot into the
   // RocksDB store in directory dir (created if needed) under global_step;

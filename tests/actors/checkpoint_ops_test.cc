@@ -2,6 +2,9 @@
 // they write the checkpoints Session::Save writes and read them back.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
@@ -67,4 +70,24 @@ TEST_CASE("In-graph Restore without a checkpoint, and bad Save inputs, are named
   Graph empty;
   ops::SaveVariables(empty, dir.path, ops::Const(empty, int64_t{1}));
   CHECK(Contains(empty.status(), "no variables"));
+}
+
+TEST_CASE("CheckpointSchedule is due every N steps or T seconds", "[checkpoint]") {
+  CheckpointSchedule by_steps(10, 0);
+  std::vector<int64_t> due;
+  for (int64_t step = 1; step <= 35; ++step)
+    if (by_steps.Due(step)) due.push_back(step);
+  CHECK(due == std::vector<int64_t>{10, 20, 30});
+  CheckpointSchedule resumed(10, 0);  // a run resumed at step 20
+  due.clear();
+  for (int64_t step = 21; step <= 40; ++step)
+    if (resumed.Due(step)) due.push_back(step);
+  CHECK(due == std::vector<int64_t>{30, 40});
+  CheckpointSchedule by_time(0, 0.05);
+  CHECK(!by_time.Due(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  CHECK(by_time.Due(2));
+  CHECK(!by_time.Due(3));  // the clock restarted
+  CheckpointSchedule never(0, 0);
+  for (int64_t step = 1; step < 100; ++step) CHECK(!never.Due(step));
 }

@@ -13,6 +13,7 @@
 #include "examples/common/local_cluster.h"
 #include "examples/embedding_ctr/auc.h"
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
 
 using sf::examples::Auc;
 using sf::testing::JsonNumber;
@@ -94,6 +95,29 @@ TEST_CASE("embedding_ctr learns the same model in-process and on clusters", "[ex
   // Progress lines: one per evaluation (every 15 steps).
   CHECK(local.out.find("{\"step\": 15, ") != std::string::npos);
   CHECK(local.out.find("{\"step\": 60, ") != std::string::npos);
+
+  {
+    // Checkpoint half-way on a 2-node cluster, resume in-process: the same
+    // model as the uninterrupted run (Adam's slots and the tables' Adagrad
+    // accumulators travel in the checkpoint).
+    sf::testing::TempDir dir("sf_ctr_ckpt");
+    auto first = RunCommand(Program() +
+                            " --rows 100000 --dim 16 --steps 30 --batch 1024 --test 20000 --seed 7 --json"
+                            " --nodes 2 --checkpoint-every 10 --checkpoint-dir " + dir.path + " 2>&1");
+    INFO(first.out);
+    REQUIRE(first.code == 0);
+    CHECK(JsonNumber(LastLine(first.out), "checkpoints") == 3);
+    CHECK(JsonNumber(LastLine(first.out), "start_step") == 0);
+    auto resumed = RunCommand(Program() + kSmall + " --local --checkpoint-dir " + dir.path + " 2>&1");
+    INFO(resumed.out);
+    REQUIRE(resumed.code == 0);
+    const std::string r = LastLine(resumed.out);
+    CHECK(JsonNumber(r, "start_step") == 30);
+    CHECK(JsonNumber(r, "auc") == Approx(auc).margin(1e-4));
+    auto bad = RunCommand(Program() + kSmall + " --local --checkpoint-every -1 2>&1");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--checkpoint-every") != std::string::npos);
+  }
 
   auto started = RunCommand(Program() + kSmall + " --nodes 2 2>&1");
   INFO(started.out);
