@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -585,6 +586,13 @@ void ConnImpl::Down(const Status& why) {
 void ConnImpl::Tick(int64_t now, const TransportOptions& o) {
   if (!up_) return;
   if (now - last_recv_ms_ > o.peer_timeout_ms) {
+    // Bytes waiting unread mean the peer spoke and our reader is behind (a
+    // starved thread on a loaded machine): that peer is alive.
+    int unread = 0;
+    if (::ioctl(fd_, FIONREAD, &unread) == 0 && unread > 0) {
+      last_recv_ms_ = now;
+      return;
+    }
     Down(Unavailable("no message from " + Describe() + " for " +
                      std::to_string(now - last_recv_ms_) + " ms (peer hung or unreachable)"));
     return;
