@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/checkpoint_dir.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
@@ -77,13 +78,6 @@ void Phase(const Config& c, const std::string& phase, double seconds, const Json
   std::fflush(stdout);
 }
 
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    if (!path.empty()) std::filesystem::remove_all(path);
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,13 +112,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  TempDir temp;
-  std::string dir = flags.GetString("checkpoint-dir");
-  if (dir.empty()) {
-    char tmpl[] = "/tmp/bench_recovery-XXXXXX";
-    if (!::mkdtemp(tmpl)) return Fail(Unavailable("cannot make a temporary checkpoint directory"));
-    temp.path = dir = tmpl;
-  }
+  CheckpointDir temp;
+  Status made = temp.Init(flags.GetString("checkpoint-dir"), "bench_recovery");
+  if (!made.ok()) return Fail(made);
+  const std::string dir = temp.path();
 
   // The model; shard k pinned to task k mod tasks (its Adagrad slot is
   // colocated with it).

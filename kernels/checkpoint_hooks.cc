@@ -15,6 +15,18 @@ CheckpointHooks& Hooks() {
 }
 }  // namespace
 
+std::vector<std::string> SplitCheckpointNames(const std::string& joined) {
+  std::vector<std::string> out;
+  if (joined.empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = joined.find('\n', start);
+    out.push_back(joined.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
 void SetCheckpointHooks(CheckpointHooks hooks) {
   std::lock_guard<std::mutex> l(HooksMu());
   Hooks() = std::move(hooks);

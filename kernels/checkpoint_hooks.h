@@ -26,6 +26,9 @@ struct CheckpointHooks {
       restore;
 };
 
+// The variable names of a checkpoint op's "names" attr (one per line).
+std::vector<std::string> SplitCheckpointNames(const std::string& joined);
+
 // Installs the hooks (the runtime does, before running graphs).
 void SetCheckpointHooks(CheckpointHooks hooks);
 // The installed hooks (empty functions when none are).

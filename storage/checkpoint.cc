@@ -1,12 +1,13 @@
 #include "storage/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <thread>
+
+#include "storage/crc32.h"
 
 namespace sf {
 namespace {
@@ -34,17 +35,7 @@ std::string RowsKey(int64_t id, const std::string& var, int shard) {
   return kData + IdString(id) + "/" + var + tail;
 }
 
-uint32_t Crc(const char* p, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed big blocks in pieces.
-  while (n > 0) {
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    c = crc32(c, reinterpret_cast<const Bytef*>(p), chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return static_cast<uint32_t>(c);
-}
+uint32_t Crc(const char* p, size_t n) { return Crc32(p, n); }
 
 std::string Hex32(uint32_t v) {
   char buf[16];
@@ -80,12 +71,30 @@ int64_t Rows(const CheckpointVariable& v) { return v.shape.empty() ? 1 : v.shape
 // The rows the blocks hold: all of them, or an increment's changed ones.
 int64_t StoredRows(const CheckpointVariable& v) { return v.stored_rows >= 0 ? v.stored_rows : Rows(v); }
 
+// Variables (or increments) of at least this many bytes are written through
+// a KvBulkWriter (for RocksDB: one table file, ingested); smaller ones in
+// ordinary batches, since a file and its syncs per small variable cost more
+// than the write-ahead log and memtable they skip. Measured on RocksDB: ten
+// 64 KiB variables take 2.5x as long in bulk, ten 4 MiB ones about the same;
+// two 5 MiB increments take 0.14 s in bulk against 0.21 s (with the flush
+// their memtable needs at close).
+constexpr int64_t kBulkVariableBytes = int64_t{4} << 20;
+// Bulk variables of at least this many bytes are written by two threads,
+// each with its own bulk writer for half of the blocks (measured at 1 GiB:
+// 10-15% faster on 2 cores).
+constexpr int64_t kTwoWriterBytes = int64_t{64} << 20;
+
+// Writes crc32 (little-endian) of p[0, n) and then the bytes to out[0, 4 + n).
+void PutChecksummed(const char* p, size_t n, char* out) {
+  const uint32_t crc = Crc(p, n);
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  if (n) std::memcpy(out + 4, p, n);
+}
+
 // crc32 (little-endian) followed by the bytes.
 std::string Checksummed(const char* p, size_t n) {
-  const uint32_t crc = Crc(p, n);
   std::string block(4 + n, '\0');
-  for (int i = 0; i < 4; ++i) block[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
-  if (n) std::memcpy(&block[4], p, n);
+  PutChecksummed(p, n, &block[0]);
   return block;
 }
 
@@ -238,6 +247,33 @@ Status CheckpointWriter::WriteBlocks(CheckpointVariable& v, const char* base, in
   const int64_t row = RowBytes(v);
   v.rows_per_block = std::max<int64_t>(1, row > 0 ? block_bytes_ / row : rows);
   v.num_blocks = rows == 0 ? 0 : (rows + v.rows_per_block - 1) / v.rows_per_block;
+  if (rows * row >= kBulkVariableBytes) {
+    // Blocks [b0, b1) through one bulk writer (block keys ascend with the
+    // block number, as it needs). One buffer serves every block: fresh
+    // multi-MiB strings cost a page fault (and zeroing) per 4 KiB.
+    auto write_range = [&](int64_t b0, int64_t b1) -> Status {
+      SF_ASSIGN_OR_RETURN(auto bulk, store_->NewBulkWriter());
+      std::string block;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t r0 = b * v.rows_per_block, r1 = std::min(rows, r0 + v.rows_per_block);
+        const size_t n = static_cast<size_t>((r1 - r0) * row);
+        block.resize(4 + n);
+        PutChecksummed(base + r0 * row, n, &block[0]);
+        SF_RETURN_IF_ERROR(bulk->Put(BlockKey(info_.id, v.name, v.shard, b), block));
+      }
+      return bulk->Finish();
+    };
+    if (rows * row < kTwoWriterBytes || v.num_blocks < 2) return write_range(0, v.num_blocks);
+    // Checksums and copies into the page cache keep one core busy while the
+    // disk waits: a second writer takes the upper half of the blocks.
+    const int64_t mid = v.num_blocks / 2;
+    Status upper;
+    std::thread t([&] { upper = write_range(mid, v.num_blocks); });
+    Status lower = write_range(0, mid);
+    t.join();
+    SF_RETURN_IF_ERROR(lower);
+    return upper;
+  }
   // Batches of about 64 MiB keep memory bounded for huge tables.
   KvBatch batch;
   size_t batch_bytes = 0;
@@ -457,13 +493,8 @@ Result<int64_t> CheckpointReader::LatestReadable(int64_t max_id, std::vector<Sta
 
 Status DeleteCheckpoint(KvStore* store, int64_t id) {
   SF_RETURN_IF_ERROR(store->Delete(kManifest + IdString(id), true));
-  KvBatch b;
-  SF_RETURN_IF_ERROR(store->Scan(kData + IdString(id) + "/", [&](const std::string& k, const std::string&) {
-    b.Delete(k);
-    return true;
-  }));
-  b.Delete(kPending + IdString(id));
-  return store->Write(b, false);
+  SF_RETURN_IF_ERROR(store->DeletePrefix(kData + IdString(id) + "/"));
+  return store->Delete(kPending + IdString(id));
 }
 
 Result<std::vector<int64_t>> RetainCheckpoints(KvStore* store, int keep_last) {

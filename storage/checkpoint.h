@@ -6,7 +6,9 @@
 //   data/<id>/<variable>#<shard>#rows          an increment's row indices: crc32 + int64 LE
 //   manifest/<id>                              the commit: written last, with a synced write
 // A checkpoint without a manifest is invisible to readers; atomicity comes
-// from that single synced manifest write. The manifest is text ending in its
+// from that single synced manifest write, which comes after every block is
+// durable (bulk-written blocks when Add returns, the rest through the same
+// write-ahead log as the manifest). The manifest is text ending in its
 // own crc32, so a truncated or garbage manifest is detected.
 //
 // Incremental checkpoints: a checkpoint may name a parent; it then holds, per
@@ -74,8 +76,11 @@ class CheckpointWriter {
   static Result<std::unique_ptr<CheckpointWriter>> Begin(KvStore* store, int64_t global_step,
                                                          int64_t block_bytes = 4 << 20);
   int64_t id() const { return info_.id; }
-  // Writes value's row blocks (not yet visible). InvalidArgument for a
-  // duplicate name, a name with whitespace or '#', or a resource/invalid tensor.
+  // Writes value's row blocks (not yet visible). A value of 4 MiB or more
+  // goes through the store's bulk writer (for RocksDB: table files written
+  // once and ingested, durable when Add returns; two threads from 64 MiB).
+  // InvalidArgument for a duplicate name, a name with whitespace or
+  // '#', or a resource/invalid tensor.
   Status Add(const std::string& name, const Tensor& value, int shard = 0);
   // Makes this checkpoint an increment on committed checkpoint parent (call
   // before Add). NotFound when parent is not committed.

@@ -1,10 +1,14 @@
 #include "storage/kv_store.h"
 
+#include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
+#include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 
 namespace sf {
@@ -19,6 +23,41 @@ Result<std::vector<std::string>> KvStore::Keys(const std::string& prefix) {
 }
 
 namespace {
+
+// KvStore's default bulk writer: unsynced batches of about 64 MiB through
+// Write, so memory stays bounded for huge variables.
+class BatchedBulkWriter : public KvBulkWriter {
+ public:
+  explicit BatchedBulkWriter(KvStore* store) : store_(store) {}
+  Status Put(const std::string& key, std::string_view value) override {
+    if (finished_) return FailedPrecondition("bulk write of '" + key + "' after Finish");
+    if (!last_.empty() && key <= last_)
+      return InvalidArgument("bulk write: key '" + key + "' does not sort after '" + last_ + "'");
+    last_ = key;
+    batch_.Put(key, std::string(value));
+    bytes_ += value.size();
+    if (bytes_ >= (64u << 20)) return Flush();
+    return Status::OK();
+  }
+  Status Finish() override {
+    if (finished_) return FailedPrecondition("bulk writer finished twice");
+    finished_ = true;
+    return Flush();
+  }
+
+ private:
+  Status Flush() {
+    Status s = batch_.puts.empty() ? Status::OK() : store_->Write(batch_, false);
+    batch_ = KvBatch();
+    bytes_ = 0;
+    return s;
+  }
+  KvStore* store_;
+  KvBatch batch_;
+  size_t bytes_ = 0;
+  std::string last_;
+  bool finished_ = false;
+};
 
 class InMemoryKvStore : public KvStore {
  public:
@@ -51,6 +90,80 @@ class InMemoryKvStore : public KvStore {
  private:
   std::mutex mu_;
   std::map<std::string, std::string> data_;  // GUARDED_BY(mu_)
+};
+
+// Prefix of the table files bulk writers build inside the database folder
+// before ingesting them; RocksDB ignores (and never deletes) such names, so
+// leftovers of a killed writer are removed when the store opens.
+constexpr char kBulkFilePrefix[] = "sf_bulk_";
+
+// Writes the puts into one table file with RocksDB's SstFileWriter and
+// ingests it at Finish: the bytes hit the disk once, with no write-ahead log,
+// memtable or compaction. Ingestion syncs the file and RocksDB's own
+// MANIFEST before it returns, so the keys are durable then, and a later
+// synced write (a checkpoint manifest) can never be durable without them.
+class RocksBulkWriter : public KvBulkWriter {
+ public:
+  RocksBulkWriter(rocksdb::DB* db, std::string db_path, std::string file)
+      : db_(db), db_path_(std::move(db_path)), file_(std::move(file)) {}
+  ~RocksBulkWriter() override {
+    // An abandoned (or failed) writer leaves no file behind.
+    if (!finished_) {
+      writer_.reset();
+      std::error_code ec;
+      std::filesystem::remove(file_, ec);
+    }
+  }
+  Status Put(const std::string& key, std::string_view value) override {
+    if (finished_) return FailedPrecondition("bulk write of '" + key + "' after Finish");
+    if (!last_.empty() && key <= last_)
+      return InvalidArgument("bulk write: key '" + key + "' does not sort after '" + last_ + "'");
+    if (!writer_) {
+      rocksdb::Options o = db_->GetOptions();
+      // Checkpoint blocks are float data that block compression barely
+      // shrinks; trying costs CPU at every block.
+      o.compression = rocksdb::kNoCompression;
+      writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), o);
+      rocksdb::Status s = writer_->Open(file_);
+      if (!s.ok()) return Error("create bulk file '" + file_ + "' in", s);
+    }
+    last_ = key;
+    rocksdb::Status s = writer_->Put(key, rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) return Error("bulk write of '" + key + "' to", s);
+    return Status::OK();
+  }
+  Status Finish() override {
+    if (finished_) return FailedPrecondition("bulk writer finished twice");
+    if (!writer_) {
+      finished_ = true;
+      return Status::OK();
+    }
+    rocksdb::Status s = writer_->Finish();
+    if (!s.ok()) return Error("finish bulk file '" + file_ + "' in", s);
+    writer_.reset();
+    rocksdb::IngestExternalFileOptions io;
+    io.move_files = true;  // a hard link, not a copy
+    // The sequence number lives in RocksDB's MANIFEST; writing it into the
+    // file too would rewrite part of a file just synced.
+    io.write_global_seqno = false;
+    s = db_->IngestExternalFile({file_}, io);
+    if (!s.ok()) return Error("ingest bulk file '" + file_ + "' into", s);
+    finished_ = true;
+    // move_files hard-links the file into the database; drop our name.
+    std::error_code ec;
+    std::filesystem::remove(file_, ec);
+    return Status::OK();
+  }
+
+ private:
+  Status Error(const std::string& what, const rocksdb::Status& s) const {
+    return Status(Code::kUnavailable, "RocksDB " + what + " '" + db_path_ + "' failed: " + s.ToString());
+  }
+  rocksdb::DB* db_;
+  const std::string db_path_, file_;
+  std::unique_ptr<rocksdb::SstFileWriter> writer_;
+  std::string last_;
+  bool finished_ = false;
 };
 
 class RocksKvStore : public KvStore {
@@ -89,6 +202,29 @@ class RocksKvStore : public KvStore {
     if (!it->status().ok()) return Error("scan", it->status());
     return Status::OK();
   }
+  Status DeletePrefix(const std::string& prefix) override {
+    // The end of the range: the prefix with its last byte below 0xff
+    // incremented (and what follows dropped).
+    std::string end = prefix;
+    while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+    if (end.empty()) return KvStore::DeletePrefix(prefix);
+    end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+    // Table files wholly inside the range (bulk-written ones are) go at
+    // once: a range tombstone alone would keep their space until compactions
+    // reach the bottom level they were ingested into, which may be never.
+    const rocksdb::Slice b(prefix), e(end);
+    rocksdb::Status s = rocksdb::DeleteFilesInRange(db_, db_->DefaultColumnFamily(), &b, &e, /*include_end=*/false);
+    if (!s.ok()) return Error("delete files of '" + prefix + "' in", s);
+    rocksdb::WriteBatch wb;
+    s = wb.DeleteRange(b, e);
+    if (s.ok()) s = db_->Write(rocksdb::WriteOptions(), &wb);
+    if (!s.ok()) return Error("delete range '" + prefix + "' in", s);
+    return Status::OK();
+  }
+  Result<std::unique_ptr<KvBulkWriter>> NewBulkWriter() override {
+    const std::string file = path_ + "/" + kBulkFilePrefix + std::to_string(next_bulk_++) + ".sst";
+    return std::unique_ptr<KvBulkWriter>(std::make_unique<RocksBulkWriter>(db_, path_, file));
+  }
 
  private:
   Status Error(const std::string& what, const rocksdb::Status& s) const {
@@ -96,9 +232,21 @@ class RocksKvStore : public KvStore {
   }
   const std::string path_;
   rocksdb::DB* db_;
+  std::atomic<uint64_t> next_bulk_{0};
 };
 
 }  // namespace
+
+Status KvStore::DeletePrefix(const std::string& prefix) {
+  SF_ASSIGN_OR_RETURN(auto keys, Keys(prefix));
+  KvBatch b;
+  for (auto& k : keys) b.Delete(std::move(k));
+  return Write(b, false);
+}
+
+Result<std::unique_ptr<KvBulkWriter>> KvStore::NewBulkWriter() {
+  return std::unique_ptr<KvBulkWriter>(std::make_unique<BatchedBulkWriter>(this));
+}
 
 std::unique_ptr<KvStore> NewInMemoryKvStore() { return std::make_unique<InMemoryKvStore>(); }
 
@@ -109,6 +257,11 @@ Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool creat
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok())
     return Status(Code::kUnavailable, "cannot open checkpoint store '" + path + "': " + s.ToString());
+  // The database is locked now: bulk files still here belong to a writer
+  // that died before ingesting them.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec))
+    if (e.path().filename().string().rfind(kBulkFilePrefix, 0) == 0) std::filesystem::remove(e.path(), ec);
   return std::unique_ptr<KvStore>(std::make_unique<RocksKvStore>(path, db));
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,23 @@ struct KvBatch {
   std::vector<std::string> deletes;
   void Put(std::string key, std::string value) { puts.emplace_back(std::move(key), std::move(value)); }
   void Delete(std::string key) { deletes.push_back(std::move(key)); }
+};
+
+// Streams many new keys into a store, in strictly ascending key order. They
+// are durable (and visible) at the latest when Finish returns; after a crash
+// before that, any subset of them may be present. For RocksDB this writes the
+// bytes once, as one table file ingested at Finish, instead of to the
+// write-ahead log, the memtable and then table files (and compactions).
+// Thread-safety: one thread at a time.
+class KvBulkWriter {
+ public:
+  virtual ~KvBulkWriter() = default;
+  // Adds key -> value. InvalidArgument naming the key when it does not sort
+  // after the previous one; Unavailable on a write failure.
+  virtual Status Put(const std::string& key, std::string_view value) = 0;
+  // Makes every Put durable and visible; a writer is finished at most once
+  // (FailedPrecondition after that). Unavailable on failure.
+  virtual Status Finish() = 0;
 };
 
 class KvStore {
@@ -46,6 +64,12 @@ class KvStore {
     b.Put(key, value);
     return Write(b, sync);
   }
+  // Removes every key starting with prefix (not synced); Unavailable on
+  // failure. The base implementation scans the keys and deletes them.
+  virtual Status DeletePrefix(const std::string& prefix);
+  // A writer for bulk data (see KvBulkWriter); the base implementation
+  // applies Puts in unsynced batches of about 64 MiB. Unavailable on failure.
+  virtual Result<std::unique_ptr<KvBulkWriter>> NewBulkWriter();
   // The keys (not values) starting with prefix, in order.
   Result<std::vector<std::string>> Keys(const std::string& prefix);
 };

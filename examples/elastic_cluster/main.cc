@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "examples/common/checkpoint_dir.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
@@ -128,14 +129,6 @@ void Event(bool json, const std::string& event, const std::string& text, F fill)
   }
 }
 
-// A temporary checkpoint directory removed when the program ends.
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    if (!path.empty()) std::filesystem::remove_all(path);
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,13 +179,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  TempDir temp;
-  std::string ckpt_dir = flags.GetString("checkpoint-dir");
-  if (ckpt_dir.empty()) {
-    char tmpl[] = "/tmp/elastic_cluster-XXXXXX";
-    if (!::mkdtemp(tmpl)) return Fail(Unavailable("cannot make a temporary checkpoint directory"));
-    temp.path = ckpt_dir = tmpl;
-  }
+  CheckpointDir temp;
+  Status made = temp.Init(flags.GetString("checkpoint-dir"), "elastic_cluster");
+  if (!made.ok()) return Fail(made);
+  const std::string ckpt_dir = temp.path();
 
   Model m;
   Status built = BuildModel(rows, dim, shards, seed, flags.GetDouble("lr"), &m);

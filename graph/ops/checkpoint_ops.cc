@@ -2,6 +2,7 @@
 // kernels/cpu/checkpoint_kernels.cc), and their builders
 // (include/shardflow/checkpoint_ops.h).
 #include "graph/op_registry.h"
+#include "kernels/checkpoint_hooks.h"
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/ops.h"
 
@@ -12,14 +13,7 @@ namespace {
 // a checkpoint cannot hold.
 Result<std::vector<std::string>> SplitNames(InferenceContext& c) {
   SF_ASSIGN_OR_RETURN(std::string joined, c.Attr<std::string>("names"));
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (!joined.empty()) {
-    const size_t end = joined.find('\n', start);
-    out.push_back(joined.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
+  std::vector<std::string> out = SplitCheckpointNames(joined);
   for (const auto& n : out)
     if (n.empty() || n.find_first_of(" \t\r#") != std::string::npos)
       return c.Error("variable name '" + n + "' cannot be checkpointed (empty, whitespace or '#')");

@@ -10,15 +10,7 @@ namespace {
 // The names attr: one variable name per line.
 Result<std::vector<std::string>> Names(const KernelInit& init) {
   SF_ASSIGN_OR_RETURN(std::string joined, init.Attr<std::string>("names"));
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= joined.size() && !joined.empty()) {
-    const size_t end = joined.find('\n', start);
-    out.push_back(joined.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
+  return SplitCheckpointNames(joined);
 }
 
 class SaveCheckpointKernel : public OpKernel {

@@ -84,6 +84,16 @@ class Killer {
   std::thread thread_;
 };
 
+// Six logical tasks over the cluster, checkpoints in dir.
+ClusterOptions ChaosOptions(const examples::LocalCluster& cluster, const std::string& dir) {
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.secret = cluster.secret();
+  o.tasks = 6;
+  o.checkpoint_dir = dir;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("Chaos: training survives random kills, a hang and restarts, and ends near an undisturbed run",
@@ -93,11 +103,7 @@ TEST_CASE("Chaos: training survives random kills, a hang and restarts, and ends 
   const int kTarget = 400;
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(3, 300).ok());
-  ClusterOptions o;
-  o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
-  o.tasks = 6;
-  o.checkpoint_dir = dir.path;
+  ClusterOptions o = ChaosOptions(cluster, dir.path);
   auto s = ClusterSession::Connect(m.g, o);
   REQUIRE(s.ok());
   REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
@@ -159,11 +165,7 @@ TEST_CASE("Chaos: with exact consistency, kills and replays end on the undisturb
   const std::vector<float> reference = testing::Reference(m, kTarget);
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(3, 300).ok());
-  ClusterOptions o;
-  o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
-  o.tasks = 6;
-  o.checkpoint_dir = dir.path;
+  ClusterOptions o = ChaosOptions(cluster, dir.path);
   o.elastic = false;  // every recovery is an explicit roll back
   auto s = ClusterSession::Connect(m.g, o);
   REQUIRE(s.ok());

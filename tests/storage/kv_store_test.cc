@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "storage/kv_store.h"
 #include "tests/support/temp_dir.h"
 
@@ -58,4 +60,116 @@ TEST_CASE("rocksdb kv store: open failure names the path", "[storage]") {
   auto kv = OpenRocksDb(dir / "missing", /*create_if_missing=*/false);
   REQUIRE(!kv.ok());
   CHECK(kv.status().message().find(dir / "missing") != std::string::npos);
+}
+
+namespace {
+
+// Bulk-writes a/0..a/9 (value "v<i>") into kv and checks they read back.
+void ExerciseBulk(KvStore& kv) {
+  auto w = kv.NewBulkWriter();
+  REQUIRE(w.ok());
+  for (int i = 0; i < 10; ++i) REQUIRE((*w)->Put("a/" + std::to_string(i), "v" + std::to_string(i)).ok());
+  // Keys must ascend: a repeat or a smaller key is refused, by name.
+  Status bad = (*w)->Put("a/3", "x");
+  CHECK(bad.code() == Code::kInvalidArgument);
+  CHECK(bad.message().find("'a/3'") != std::string::npos);
+  REQUIRE((*w)->Finish().ok());
+  CHECK((*w)->Finish().code() == Code::kFailedPrecondition);
+  CHECK((*w)->Put("b", "x").code() == Code::kFailedPrecondition);
+  auto keys = kv.Keys("a/");
+  REQUIRE(keys.ok());
+  REQUIRE(keys->size() == 10);
+  CHECK(*kv.Get("a/7") == "v7");
+  // Binary values and a 5 MiB value round trip.
+  auto w2 = kv.NewBulkWriter();
+  REQUIRE(w2.ok());
+  const std::string big(5 << 20, '\x7f'), bin("x\0y", 3);
+  REQUIRE((*w2)->Put("big", big).ok());
+  REQUIRE((*w2)->Put("bin", bin).ok());
+  REQUIRE((*w2)->Finish().ok());
+  CHECK(*kv.Get("big") == big);
+  CHECK(*kv.Get("bin") == bin);
+  // A writer finished without puts is fine.
+  auto w3 = kv.NewBulkWriter();
+  REQUIRE(w3.ok());
+  CHECK((*w3)->Finish().ok());
+}
+
+// The names in dir starting with "sf_bulk_" (bulk files not yet ingested).
+int BulkFiles(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("sf_bulk_", 0) == 0) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("in-memory kv store: bulk writer", "[storage]") {
+  auto kv = NewInMemoryKvStore();
+  ExerciseBulk(*kv);
+}
+
+TEST_CASE("rocksdb kv store: bulk writer, durable across reopen", "[storage]") {
+  TempDir dir("sf_kv");
+  {
+    auto kv = OpenRocksDb(dir / "db");
+    REQUIRE(kv.ok());
+    ExerciseBulk(**kv);
+    CHECK(BulkFiles(dir / "db") == 0);
+  }
+  auto kv = OpenRocksDb(dir / "db", false);
+  REQUIRE(kv.ok());
+  CHECK(*(*kv)->Get("a/9") == "v9");
+  CHECK((*kv)->Get("big")->size() == size_t{5} << 20);
+}
+
+TEST_CASE("rocksdb kv store: unfinished bulk writes stay invisible and leave no file", "[storage]") {
+  TempDir dir("sf_kv");
+  {
+    auto kv = OpenRocksDb(dir / "db");
+    REQUIRE(kv.ok());
+    {
+      auto w = (*kv)->NewBulkWriter();
+      REQUIRE(w.ok());
+      REQUIRE((*w)->Put("gone/1", std::string(1 << 20, 'g')).ok());
+      CHECK(BulkFiles(dir / "db") == 1);
+    }
+    // Abandoned: its file is removed and its keys never appear.
+    CHECK(BulkFiles(dir / "db") == 0);
+    CHECK((*kv)->Get("gone/1").status().code() == Code::kNotFound);
+  }
+  // A killed writer's file (simulated) is removed when the store opens.
+  sf::testing::WriteFile(dir / "db/sf_bulk_7.sst", "half a table file");
+  auto kv = OpenRocksDb(dir / "db", false);
+  REQUIRE(kv.ok());
+  CHECK(BulkFiles(dir / "db") == 0);
+  CHECK((*kv)->Keys("")->empty());
+}
+
+namespace {
+
+// DeletePrefix removes exactly the keys under the prefix, also for a prefix
+// of 0xff bytes (which has no successor key to end a range at).
+void ExerciseDeletePrefix(KvStore& kv) {
+  KvBatch b;
+  for (const char* k : {"p/1", "p/2", "p", "p0", "o", "\xff", "\xff\x01", "\xfe\xff"}) b.Put(k, "v");
+  REQUIRE(kv.Write(b, false).ok());
+  REQUIRE(kv.DeletePrefix("p/").ok());
+  CHECK(*kv.Keys("") == std::vector<std::string>{"o", "p", "p0", "\xfe\xff", "\xff", "\xff\x01"});
+  REQUIRE(kv.DeletePrefix("\xff").ok());
+  CHECK(*kv.Keys("") == std::vector<std::string>{"o", "p", "p0", "\xfe\xff"});
+  REQUIRE(kv.DeletePrefix("nothing/").ok());
+  CHECK(kv.Keys("")->size() == 4);
+}
+
+}  // namespace
+
+TEST_CASE("kv stores: delete by prefix", "[storage]") {
+  auto mem = NewInMemoryKvStore();
+  ExerciseDeletePrefix(*mem);
+  TempDir dir("sf_kv");
+  auto kv = OpenRocksDb(dir / "db");
+  REQUIRE(kv.ok());
+  ExerciseDeletePrefix(**kv);
 }
