@@ -1,6 +1,8 @@
 // Runs the `shardflow` binary on graphs saved by the test.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -246,4 +248,27 @@ TEST_CASE("shardflow run computes MatMul and its gradients", "[cli]") {
   auto dw = ReadNpy(dir / "out/grad_w.npy");
   REQUIRE(dw.ok());
   CHECK(dw->ToVector<double>() == std::vector<double>{2, 4, 24, 32});
+}
+
+TEST_CASE("shardflow node drain refuses bad usage and names an unreachable node", "[cli]") {
+  TempDir dir("sf_cli_drain");
+  {
+    std::ofstream f(dir / "secret");
+    f << "0123456789abcdef0123456789abcdef\n";
+  }
+  ::chmod((dir / "secret").c_str(), 0600);
+  auto r = RunCli(dir, "node drain --cluster-secret-file " + (dir / "secret"));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("drain needs the node's HOST:PORT") != std::string::npos);
+  r = RunCli(dir, "node drain 127.0.0.1:1 127.0.0.1:2 --cluster-secret-file " + (dir / "secret"));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("drain takes one address") != std::string::npos);
+  r = RunCli(dir, "node drain 127.0.0.1:1");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--cluster-secret-file is required") != std::string::npos);
+  // Port 1 on loopback: nobody listens.
+  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s 0 --cluster-secret-file " + (dir / "secret"));
+  CHECK(r.code == 1);
+  INFO(r.err);
+  CHECK(r.err.find("draining 127.0.0.1:1") != std::string::npos);
 }
