@@ -259,6 +259,10 @@ struct ClusterSession::Impl {
   void ResumeSteps();
   // Recover with steps paused.
   Result<ClusterChange> Reconfigure(bool roll_back_all);
+  // Assigns checkpoint values on the members holding their tasks (now:
+  // member by task; vars: variables by task), counting them into change.
+  Status AssignToOwners(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
+                        std::vector<runtime::CheckpointValue> values, ClusterChange* change);
   // Assigns the pending variables from the newest checkpoint on their
   // members (now: member by task); clears them on success.
   Status RestorePending(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
@@ -417,7 +421,10 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     if (old[t] == now[t]) continue;
     auto c = Conn(old[t]);
     const bool old_alive = alive.count(old[t]) && c.ok();
-    if (!ever_used.count(now[t])) added.insert(now[t]);
+    {
+      std::lock_guard<std::mutex> l(conf_mu);
+      if (!ever_used.count(now[t])) added.insert(now[t]);
+    }
     if (!old_alive) {
       lost.insert(old[t]);
       change.restored_tasks.push_back(t);
@@ -484,6 +491,24 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   return change;
 }
 
+Status ClusterSession::Impl::AssignToOwners(const std::vector<std::string>& now,
+                                           const std::vector<std::vector<std::string>>& vars,
+                                           std::vector<runtime::CheckpointValue> values, ClusterChange* change) {
+  std::map<std::string, int> owner;
+  for (size_t t = 0; t < vars.size(); ++t)
+    for (const auto& n : vars[t]) owner[n] = static_cast<int>(t);
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
+  for (auto& v : values) {
+    auto it = owner.find(v.name);
+    if (it == owner.end() || it->second >= static_cast<int>(now.size())) continue;
+    ++change->variables_restored;
+    change->bytes_restored += static_cast<int64_t>(v.value.bytes());
+    by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
+  }
+  for (auto& kv : by_member) SF_RETURN_IF_ERROR(AssignVariables(kv.first, std::move(kv.second)));
+  return Status::OK();
+}
+
 Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
                                            const std::vector<std::vector<std::string>>& vars,
                                            const std::string& who, ClusterChange* change) {
@@ -505,18 +530,7 @@ Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
                                     (who.empty() ? std::string("the session") : who));
   change->checkpoint_id = ckpt->id;
   change->global_step = ckpt->global_step;
-  std::map<std::string, int> owner;
-  for (size_t t = 0; t < vars.size(); ++t)
-    for (const auto& n : vars[t]) owner[n] = static_cast<int>(t);
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
-  for (auto& v : ckpt->values) {
-    auto it = owner.find(v.name);
-    if (it == owner.end()) continue;
-    ++change->variables_restored;
-    change->bytes_restored += static_cast<int64_t>(v.value.bytes());
-    by_member[now[it->second]].emplace_back(v.name, std::move(v.value));
-  }
-  for (auto& kv : by_member) SF_RETURN_IF_ERROR(AssignVariables(kv.first, std::move(kv.second)));
+  SF_RETURN_IF_ERROR(AssignToOwners(now, vars, std::move(ckpt->values), change));
   std::lock_guard<std::mutex> c(conf_mu);
   for (const auto& n : names) pending_restore.erase(n);
   restore_pending = !pending_restore.empty();
@@ -842,27 +856,15 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
     if (!impl_->partitions->ok()) return impl_->partitions->status();
     vars = impl_->task_variables;
   }
-  const std::vector<std::string> tasks = this->tasks();
   runtime::GraphCheckpoint ckpt;
   {
     std::lock_guard<std::mutex> l(impl_->ckpt_mu);
     SF_ASSIGN_OR_RETURN(ckpt, runtime::ReadCheckpointForGraph(impl_->graph, dir, id));
   }
-  std::map<std::string, int> owner;
-  for (size_t t = 0; t < vars.size(); ++t)
-    for (const auto& n : vars[t]) owner[n] = static_cast<int>(t);
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_member;
-  for (auto& v : ckpt.values) {
-    auto it = owner.find(v.name);
-    if (it == owner.end() || it->second >= static_cast<int>(tasks.size())) continue;
-    by_member[tasks[it->second]].emplace_back(v.name, std::move(v.value));
-  }
   impl_->PauseSteps();
-  Status s;
-  for (auto& kv : by_member) {
-    s = impl_->AssignVariables(kv.first, std::move(kv.second));
-    if (!s.ok()) break;
-  }
+  // The assignment read with steps paused: no reconfiguration moves a task meanwhile.
+  ClusterChange unused;
+  Status s = impl_->AssignToOwners(this->tasks(), vars, std::move(ckpt.values), &unused);
   if (s.ok()) {
     // Every variable has its checkpoint value now: nothing waits for one.
     std::lock_guard<std::mutex> l(impl_->conf_mu);
