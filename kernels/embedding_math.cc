@@ -5,7 +5,9 @@
 #include "kernels/compute_pool.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace sf {
 namespace {
@@ -39,6 +41,7 @@ std::string OutOfRange(const EmbeddingShardSpec& s, int64_t id) {
          std::to_string(s.rows) + ")";
 }
 
+// Dtypes and sizes of a gather; ShardPart checks the values.
 Status CheckGather(const EmbeddingShardSpec& s, const EmbeddingGather& q) {
   const std::string who = "embedding table '" + s.table + "'";
   if (q.ids.dtype() != DType::kInt64 || q.segment_ids.dtype() != DType::kInt64)
@@ -47,13 +50,122 @@ Status CheckGather(const EmbeddingShardSpec& s, const EmbeddingGather& q) {
     return InvalidArgument(who + ": " + std::to_string(q.ids.num_elements()) + " ids but " +
                            std::to_string(q.segment_ids.num_elements()) + " segment ids");
   if (q.num_segments < 0) return InvalidArgument(who + ": negative number of examples");
-  const int64_t* seg = q.segment_ids.data<int64_t>();
-  for (int64_t i = 0; i < q.segment_ids.num_elements(); ++i)
-    if (seg[i] < 0 || seg[i] >= q.num_segments)
-      return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
-                             std::to_string(i) + " is out of range [0, " +
-                             std::to_string(q.num_segments) + ")");
   return Status::OK();
+}
+
+// The shard's own ids of a gather in one pass: their local rows and segments,
+// in the gather's order. The K shards of a lookup each filter the batch once
+// here, and everything after touches only the shard's own ids (the old loops
+// skipped other shards' ids with a branch taken at random, (K-1)/K of the
+// time). Checks every segment id and every global id, the shard's or not.
+template <typename LocalOf>  // (id, &local row) -> whether the id is this shard's
+Status CompactIds(const EmbeddingShardSpec& s, const EmbeddingGather& q, LocalOf local_of,
+                  std::vector<int64_t>* rows, std::vector<int64_t>* segs) {
+  const int64_t n = q.ids.num_elements();
+  rows->resize(n);
+  segs->resize(n);
+  const int64_t* ids = q.ids.data<int64_t>();
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  int64_t* r = rows->data();
+  int64_t* sg = segs->data();
+  const uint64_t num_segments = static_cast<uint64_t>(q.num_segments);
+  const uint64_t table_rows = static_cast<uint64_t>(s.rows);
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i], g = seg[i];
+    if (static_cast<uint64_t>(g) >= num_segments)
+      return InvalidArgument("embedding table '" + s.table + "': segment id " + std::to_string(g) +
+                             " of id position " + std::to_string(i) + " is out of range [0, " +
+                             std::to_string(q.num_segments) + ")");
+    if (static_cast<uint64_t>(id) >= table_rows) return InvalidArgument(OutOfRange(s, id));
+    // Written always, kept only when the id is this shard's: no branch to
+    // mispredict on ids that alternate between shards.
+    const bool mine = local_of(id, &r[c]);
+    sg[c] = g;
+    c += static_cast<int64_t>(mine);
+  }
+  rows->resize(c);
+  segs->resize(c);
+  return Status::OK();
+}
+
+// CompactIds with the shard's partitioning (see LocalRowsOf).
+Status ShardPart(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vector<int64_t>* rows,
+                 std::vector<int64_t>* segs) {
+  SF_RETURN_IF_ERROR(CheckShardSpec(s));
+  const int64_t K = s.num_shards, k = s.shard;
+  if (K == 1)
+    return CompactIds(
+        s, q,
+        [](int64_t id, int64_t* row) {
+          *row = id;
+          return true;
+        },
+        rows, segs);
+  if (s.partition == EmbeddingPartition::kMod && (K & (K - 1)) == 0) {
+    const int b = __builtin_ctzll(static_cast<unsigned long long>(K));
+    return CompactIds(
+        s, q,
+        [=](int64_t id, int64_t* row) {
+          *row = id >> b;
+          return (id & (K - 1)) == k;
+        },
+        rows, segs);
+  }
+  if (s.partition == EmbeddingPartition::kMod) {
+    const FastDiv div(K);
+    return CompactIds(
+        s, q,
+        [=](int64_t id, int64_t* row) {
+          int64_t r;
+          div.Divide(id, row, &r);
+          return r == k;
+        },
+        rows, segs);
+  }
+  const int64_t base = s.rows / K, extra = s.rows % K;
+  const int64_t split = extra * (base + 1);  // ids below it live in the bigger shards
+  const FastDiv big(base + 1), small(base);
+  return CompactIds(
+      s, q,
+      [=](int64_t id, int64_t* row) {
+        int64_t shard;
+        if (id < split) {
+          big.Divide(id, &shard, row);
+        } else {
+          small.Divide(id - split, &shard, row);
+          shard += extra;
+        }
+        return shard == k;
+      },
+      rows, segs);
+}
+
+// dst += src * w over one row; D = dim when it is known at compile time, so
+// the common widths are a few unrolled vector ops instead of a call per row.
+template <int D>
+inline void AddRow(float* dst, const float* src, float w, int64_t dim) {
+  Eigen::Map<Eigen::Array<float, 1, D>>(dst, dim) +=
+      Eigen::Map<const Eigen::Array<float, 1, D>>(src, dim) * w;
+}
+// dst = src * w over one row.
+template <int D>
+inline void SetRow(float* dst, const float* src, float w, int64_t dim) {
+  Eigen::Map<Eigen::Array<float, 1, D>>(dst, dim) =
+      Eigen::Map<const Eigen::Array<float, 1, D>>(src, dim) * w;
+}
+
+// Calls fn(std::integral_constant<int, D>) with D = dim for the common widths,
+// Eigen::Dynamic otherwise.
+template <typename Fn>
+void WithRowWidth(int64_t dim, Fn fn) {
+  switch (dim) {
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 16: return fn(std::integral_constant<int, 16>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 64: return fn(std::integral_constant<int, 64>());
+    default: return fn(std::integral_constant<int, Eigen::Dynamic>());
+  }
 }
 
 }  // namespace
@@ -162,38 +274,44 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
                            std::to_string(table.dim(0)) + " rows, the partitioning gives it " +
                            std::to_string(shard_rows));
   // Scratch kept per thread: a fresh vector per step costs page faults.
-  thread_local std::vector<int64_t> local;
-  const int64_t n = q.ids.num_elements();
-  SF_RETURN_IF_ERROR(LocalRowsOf(s, q.ids.data<int64_t>(), n, &local));
+  thread_local std::vector<int64_t> rows, segs;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &rows, &segs));
+  const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t dim = table.dim(1);
   *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
   const std::vector<float> w = SegmentWeights(q);
-  const int64_t* seg = q.segment_ids.data<int64_t>();
   const float* src = table.data<float>();
   float* dst = out->data<float>();
   // Rows are scattered over a big table: fetch a few ids ahead so the cache
   // misses overlap (measured: the gather is bound by them).
   constexpr int64_t kAhead = 8;
-  // `local` is thread_local: the blocks below may run on other threads, so
-  // they read it through a pointer taken here.
-  const int64_t* lp = local.data();
+  // `rows` and `segs` are thread_local: the blocks below may run on other
+  // threads, so they read them through pointers taken here.
+  const int64_t* rp = rows.data();
+  const int64_t* sp = segs.data();
   const float* wp = w.data();
+  const bool weighted = q.combiner != EmbeddingCombiner::kSum;  // sum: every weight is 1
   auto gather = [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (i + kAhead < end && lp[i + kAhead] >= 0) PrefetchRow(src + lp[i + kAhead] * dim, dim);
-      if (lp[i] < 0) continue;
-      RowMap(dst + seg[i] * dim, dim) += ConstRowMap(src + lp[i] * dim, dim) * wp[seg[i]];
-    }
+    // Captured by value: the loop keeps them in registers, not reloaded
+    // after every store.
+    WithRowWidth(dim, [=](auto width) {
+      constexpr int D = decltype(width)::value;
+      for (int64_t i = begin; i < end; ++i) {
+        if (i + kAhead < end) PrefetchRow(src + rp[i + kAhead] * dim, dim);
+        const int64_t sg = sp[i];
+        AddRow<D>(dst + sg * dim, src + rp[i] * dim, weighted ? wp[sg] : 1.0f, dim);
+      }
+    });
   };
   bool sorted = pool != nullptr && pool->num_threads() > 1 && n >= 8192;
-  for (int64_t i = 1; sorted && i < n; ++i) sorted = seg[i - 1] <= seg[i];
+  for (int64_t i = 1; sorted && i < n; ++i) sorted = sp[i - 1] <= sp[i];
   if (!sorted) {
     gather(0, n);
     return Status::OK();
   }
   // Blocks start where a segment starts, so no two threads add to one row.
   auto boundary = [&](int64_t p) {
-    while (p > 0 && p < n && seg[p] == seg[p - 1]) ++p;
+    while (p > 0 && p < n && sp[p] == sp[p - 1]) ++p;
     return p;
   };
   pool->ParallelFor(n, 4096, [&](int64_t b, int64_t e) { gather(boundary(b), boundary(e)); });
@@ -206,7 +324,8 @@ void UniqueRows(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
   index->resize(n);
   int shift = 64;
   uint64_t cap = 1;
-  while (cap < static_cast<uint64_t>(2 * n + 2)) {
+  // At most half full; a smaller table than needed misses the cache less.
+  while (cap < static_cast<uint64_t>(std::max<int64_t>(2 * n, 2))) {
     cap <<= 1;
     --shift;
   }
@@ -233,37 +352,62 @@ void UniqueRows(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
 }
 
 Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q,
-                           const Tensor& dy, Tensor* rows, Tensor* values) {
+                           const Tensor& dy, Tensor* rows, Tensor* values, ComputePool* pool) {
   SF_RETURN_IF_ERROR(CheckGather(s, q));
   const std::string who = "embedding table '" + s.table + "'";
   if (dy.dtype() != DType::kFloat32 || dy.rank() != 2 || dy.dim(0) != q.num_segments)
     return InvalidArgument(who + ": the gradient must be float32 [" +
                            std::to_string(q.num_segments) + ", dim], got " + dy.DebugString(0));
-  const int64_t n = q.ids.num_elements(), dim = dy.dim(1);
-  thread_local std::vector<int64_t> local, mine_rows, mine_pos, unique;  // per-thread scratch
-  thread_local std::vector<int32_t> index;
-  SF_RETURN_IF_ERROR(LocalRowsOf(s, q.ids.data<int64_t>(), n, &local));
-  // Keep only this shard's ids, then merge duplicates.
-  mine_rows.clear();
-  mine_pos.clear();
-  for (int64_t i = 0; i < n; ++i)
-    if (local[i] >= 0) {
-      mine_rows.push_back(local[i]);
-      mine_pos.push_back(i);
-    }
-  UniqueRows(mine_rows.data(), static_cast<int64_t>(mine_rows.size()), &unique, &index);
+  const int64_t dim = dy.dim(1);
+  thread_local std::vector<int64_t> mine_rows, mine_segs, unique;  // per-thread scratch
+  thread_local std::vector<int32_t> index, start;
+  thread_local std::vector<int64_t> order;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &mine_rows, &mine_segs));
+  const int64_t n = static_cast<int64_t>(mine_rows.size());
+  UniqueRows(mine_rows.data(), n, &unique, &index);
   const int64_t m = static_cast<int64_t>(unique.size());
   *rows = Tensor(DType::kInt64, {m});
   std::copy(unique.begin(), unique.end(), rows->data<int64_t>());
-  *values = Tensor::Zeros(DType::kFloat32, {m, dim});
+  // Group the positions by unique row (a stable counting sort): each row's
+  // sum is then made in one place, in batch order (the same additions as
+  // accumulating position by position), written once instead of zeroed and
+  // added to at random, and rows can be split over threads.
+  start.assign(m + 1, 0);
+  for (int64_t j = 0; j < n; ++j) ++start[index[j] + 1];
+  for (int64_t u = 0; u < m; ++u) start[u + 1] += start[u];
+  order.resize(n);
+  {
+    thread_local std::vector<int32_t> cursor;
+    cursor.assign(start.begin(), start.end() - 1);
+    // The segments themselves, so the sums below read no positions.
+    for (int64_t j = 0; j < n; ++j) order[cursor[index[j]]++] = mine_segs[j];
+  }
+  *values = Tensor(DType::kFloat32, {m, dim});
   const std::vector<float> w = SegmentWeights(q);
-  const int64_t* seg = q.segment_ids.data<int64_t>();
+  // Thread-local scratch is read through pointers: blocks may run elsewhere.
+  const int32_t* st = start.data();
+  const int64_t* op = order.data();
+  const float* wp = w.data();
+  const bool weighted = q.combiner != EmbeddingCombiner::kSum;  // sum: every weight is 1
   const float* g = dy.data<float>();
   float* v = values->data<float>();
-  for (size_t j = 0; j < mine_pos.size(); ++j) {
-    const int64_t sg = seg[mine_pos[j]];
-    RowMap(v + index[j] * dim, dim) += ConstRowMap(g + sg * dim, dim) * w[sg];
-  }
+  auto sum_rows = [=](int64_t b, int64_t e) {
+    WithRowWidth(dim, [=](auto width) {  // by value: kept in registers
+      constexpr int D = decltype(width)::value;
+      for (int64_t u = b; u < e; ++u) {
+        float* vu = v + u * dim;
+        int32_t p = st[u];
+        int64_t sg = op[p];
+        SetRow<D>(vu, g + sg * dim, weighted ? wp[sg] : 1.0f, dim);  // every row has a position
+        for (++p; p < st[u + 1]; ++p) {
+          sg = op[p];
+          AddRow<D>(vu, g + sg * dim, weighted ? wp[sg] : 1.0f, dim);
+        }
+      }
+    });
+  };
+  if (pool != nullptr && pool->num_threads() > 1 && m >= 4096) pool->ParallelFor(m, 2048, sum_rows);
+  else sum_rows(0, m);
   return Status::OK();
 }
 

@@ -64,10 +64,11 @@ struct EmbeddingGather {
 // mean, count taken over ALL ids of the example, so summing the partials of
 // every shard gives the mean). Examples with no id are zero. table: the
 // shard's value [shard_rows, dim], float32. Errors name the table and id.
-// With a pool, a large gather whose segment ids never decrease (every
-// lookup builder's) is split over the intra-op threads at segment
-// boundaries: the row fetches are cache misses, and two threads overlap twice
-// as many.
+// The shard first picks its own ids out of the batch in one pass; all later
+// work touches only those. With a pool, a large gather (8192 or more of the
+// shard's ids) whose segment ids never decrease (every lookup builder's) is
+// split over the intra-op threads at segment boundaries: the row fetches are
+// cache misses, and two threads overlap twice as many.
 Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,
                               const Tensor& table, Tensor* out, ComputePool* pool = nullptr);
 
@@ -75,10 +76,13 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
 std::vector<float> SegmentWeights(const EmbeddingGather& q);
 
 // The shard's sparse gradient from the gradient of its partial dy
-// [num_segments, dim]: unique local rows (int64 [m]) and their summed
-// gradients (float32 [m, dim]). Errors name the table and id.
+// [num_segments, dim]: unique local rows (int64 [m], in first-seen order)
+// and their summed gradients (float32 [m, dim]). Errors name the table and
+// id. With a pool, the sums of many unique rows are split over the intra-op
+// threads (each row is summed by one thread, in batch order: same results).
 Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q,
-                           const Tensor& dy, Tensor* rows, Tensor* values);
+                           const Tensor& dy, Tensor* rows, Tensor* values,
+                           ComputePool* pool = nullptr);
 
 // Unique keys of keys[0..n) in first-seen order, and for each key its index
 // into unique (an open-addressing hash: linear in n).

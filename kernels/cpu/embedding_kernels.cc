@@ -100,7 +100,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
       return fail(InvalidArgument("embedding table '" + attrs_.spec.table + "': gradient " +
                                   ShapeString(dy.shape()) + " does not match the lookup's " +
                                   std::to_string(q.num_segments) + " rows"));
-    s = EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req.indices, &req.values);
+    s = EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req.indices, &req.values, ctx->pool());
     if (!s.ok()) return fail(s);
     req.indices_unique = true;  // EmbeddingSparseGrad merged duplicates
     ctx->variables()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {

@@ -1,0 +1,179 @@
+// The sharded embedding math (kernels/embedding_math.h) against a naive
+// reference written from the partitioning's definition: every shard count,
+// both partitionings, both combiners, sorted and unsorted segments, row widths
+// with and without a compiled-in size, with and without the compute pool.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <unordered_map>
+
+#include "kernels/compute_pool.h"
+#include "kernels/embedding_math.h"
+
+using namespace sf;
+
+namespace {
+
+// Shard and local row of a global id, straight from the definitions.
+void Locate(int64_t rows, int64_t K, EmbeddingPartition p, int64_t id, int64_t* shard,
+            int64_t* local) {
+  if (p == EmbeddingPartition::kMod) {
+    *shard = id % K;
+    *local = id / K;
+    return;
+  }
+  int64_t first = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t n = EmbeddingShardRows(rows, K, k, p);
+    if (id < first + n) {
+      *shard = k;
+      *local = id - first;
+      return;
+    }
+    first += n;
+  }
+}
+
+struct Case {
+  int64_t rows, dim, K;
+  EmbeddingPartition part;
+  EmbeddingCombiner comb;
+  bool sorted;  // segment ids non-decreasing (every lookup builder's), else shuffled
+};
+
+// A gather of n ids drawn with many duplicates over num_segments examples.
+EmbeddingGather MakeGather(const Case& c, int64_t n, int64_t num_segments, std::mt19937_64& rng) {
+  EmbeddingGather q;
+  q.ids = Tensor(DType::kInt64, {n});
+  q.segment_ids = Tensor(DType::kInt64, {n});
+  q.num_segments = num_segments;
+  q.combiner = c.comb;
+  std::uniform_int_distribution<int64_t> hot(0, 63), any(0, c.rows - 1), seg(0, num_segments - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    q.ids.data<int64_t>()[i] = i % 3 == 0 ? hot(rng) : any(rng);
+    q.segment_ids.data<int64_t>()[i] = c.sorted ? i * num_segments / n : seg(rng);
+  }
+  return q;
+}
+
+Tensor RandomTable(int64_t rows, int64_t dim, std::mt19937_64& rng) {
+  Tensor t(DType::kFloat32, {rows, dim});
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+std::vector<float> Weights(const EmbeddingGather& q) {
+  std::vector<float> w(q.num_segments, 1.0f);
+  if (q.combiner != EmbeddingCombiner::kMean) return w;
+  std::vector<int64_t> count(q.num_segments, 0);
+  for (int64_t i = 0; i < q.ids.num_elements(); ++i) ++count[q.segment_ids.data<int64_t>()[i]];
+  for (int64_t s = 0; s < q.num_segments; ++s) w[s] = count[s] ? 1.0f / count[s] : 0.0f;
+  return w;
+}
+
+void Check(const Case& c, ComputePool* pool, int64_t n, int64_t num_segments) {
+  CAPTURE(c.rows, c.dim, c.K, static_cast<int>(c.part), static_cast<int>(c.comb), c.sorted,
+          pool != nullptr, n);
+  std::mt19937_64 rng(c.K * 131 + c.dim);
+  const EmbeddingGather q = MakeGather(c, n, num_segments, rng);
+  const std::vector<float> w = Weights(q);
+  Tensor dy = RandomTable(num_segments, c.dim, rng);
+  const int64_t* ids = q.ids.data<int64_t>();
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  std::vector<double> total(num_segments * c.dim, 0.0);  // the sum over every shard
+  double expect_total = 0;
+  for (int64_t k = 0; k < c.K; ++k) {
+    EmbeddingShardSpec spec{"tbl", c.rows, c.K, k, c.part};
+    Tensor table = RandomTable(EmbeddingShardRows(c.rows, c.K, k, c.part), c.dim, rng);
+    // Reference gather, and reference gradient rows in first-seen order.
+    std::vector<double> want(num_segments * c.dim, 0.0);
+    std::vector<int64_t> want_rows;
+    std::unordered_map<int64_t, size_t> slot;
+    std::vector<std::vector<double>> want_vals;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t shard, local;
+      Locate(c.rows, c.K, c.part, ids[i], &shard, &local);
+      if (shard != k) continue;
+      auto it = slot.find(local);
+      if (it == slot.end()) {
+        it = slot.emplace(local, want_rows.size()).first;
+        want_rows.push_back(local);
+        want_vals.emplace_back(c.dim, 0.0);
+      }
+      for (int64_t j = 0; j < c.dim; ++j) {
+        want[seg[i] * c.dim + j] += double(table.data<float>()[local * c.dim + j]) * w[seg[i]];
+        want_vals[it->second][j] += double(dy.data<float>()[seg[i] * c.dim + j]) * w[seg[i]];
+      }
+    }
+    Tensor out;
+    REQUIRE(EmbeddingGatherCombine(spec, q, table, &out, pool).ok());
+    REQUIRE(out.shape() == Shape{num_segments, c.dim});
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      REQUIRE(std::abs(out.data<float>()[i] - want[i]) < 1e-4);
+      total[i] += out.data<float>()[i];
+      expect_total += want[i];
+    }
+    Tensor rows, vals;
+    REQUIRE(EmbeddingSparseGrad(spec, q, dy, &rows, &vals, pool).ok());
+    REQUIRE(rows.num_elements() == static_cast<int64_t>(want_rows.size()));
+    REQUIRE(vals.shape() == Shape{rows.num_elements(), c.dim});
+    for (size_t u = 0; u < want_rows.size(); ++u) {
+      REQUIRE(rows.data<int64_t>()[u] == want_rows[u]);
+      for (int64_t j = 0; j < c.dim; ++j)
+        REQUIRE(std::abs(vals.data<float>()[u * c.dim + j] - want_vals[u][j]) < 1e-4);
+    }
+  }
+  // Every id is in exactly one shard: the partials add up to the whole lookup.
+  double got_total = 0;
+  for (double x : total) got_total += x;
+  CHECK(std::abs(got_total - expect_total) < 1e-2);
+}
+
+}  // namespace
+
+TEST_CASE("Embedding gather and sparse gradient match a naive reference on every layout",
+          "[embedding]") {
+  ComputePool pool(2);
+  for (int64_t K : {1, 2, 3, 4})
+    for (auto part : {EmbeddingPartition::kMod, EmbeddingPartition::kRange})
+      for (auto comb : {EmbeddingCombiner::kSum, EmbeddingCombiner::kMean})
+        for (int64_t dim : {32, 5})
+          for (bool sorted : {true, false}) {
+            const Case c{1001, dim, K, part, comb, sorted};
+            Check(c, nullptr, 300, 40);
+            Check(c, &pool, 300, 40);
+          }
+  // Big enough for the pool to split the gather (>= 8192 of a shard's ids,
+  // segments sorted) and the gradient sums (>= 4096 unique rows).
+  for (int64_t K : {1, 2})
+    for (bool sorted : {true, false})
+      Check(Case{100003, 32, K, EmbeddingPartition::kMod, EmbeddingCombiner::kSum, sorted}, &pool,
+            32768, 4096);
+}
+
+TEST_CASE("Embedding gather and gradient name the bad id or segment", "[embedding]") {
+  Case c{100, 4, 2, EmbeddingPartition::kMod, EmbeddingCombiner::kSum, true};
+  std::mt19937_64 rng(1);
+  EmbeddingGather q = MakeGather(c, 10, 3, rng);
+  Tensor table = RandomTable(50, 4, rng), dy = RandomTable(3, 4, rng), out, rows, vals;
+  EmbeddingShardSpec spec{"tbl", 100, 2, 0, EmbeddingPartition::kMod};
+  // An odd id is shard 1's, still checked by shard 0.
+  q.ids.data<int64_t>()[7] = 101;
+  Status s = EmbeddingGatherCombine(spec, q, table, &out);
+  CHECK(s.message().find("'tbl'") != std::string::npos);
+  CHECK(s.message().find("id 101") != std::string::npos);
+  s = EmbeddingSparseGrad(spec, q, dy, &rows, &vals);
+  CHECK(s.message().find("id 101") != std::string::npos);
+  q.ids.data<int64_t>()[7] = -3;
+  CHECK(EmbeddingGatherCombine(spec, q, table, &out).message().find("id -3") != std::string::npos);
+  q.ids.data<int64_t>()[7] = 7;
+  q.segment_ids.data<int64_t>()[4] = 3;
+  s = EmbeddingGatherCombine(spec, q, table, &out);
+  CHECK(s.message().find("segment id 3 of id position 4") != std::string::npos);
+  s = EmbeddingSparseGrad(spec, q, dy, &rows, &vals);
+  CHECK(s.message().find("segment id 3") != std::string::npos);
+  q.segment_ids.data<int64_t>()[4] = 1;
+  CHECK(EmbeddingGatherCombine(spec, q, table, &out).ok());
+}
