@@ -4,6 +4,7 @@
 // compute pool; variables live in the node's variable shard actors, shared
 // by every session whose graphs name them; queues in queue actors.
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include "actors/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
+#include "actors/cluster_watch.h"
 #include "actors/executor.h"
 #include "actors/plan.h"
 #include "actors/queue_actors.h"
@@ -84,10 +86,17 @@ struct ClusterNode::Impl {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained, may exit
   std::thread drain_thread;                            // waits for sessions to move away
+  std::unique_ptr<runtime::NodeWatch> watch;           // CAF monitors on the other members
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(2));
+    // Members also watch each other with CAF monitors over BASP, heartbeats
+    // on both sides (runtime::NodeWatch).
+    cfg.load<caf::io::middleman>();
+    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(opts.heartbeat_ms)});
+    const int watch_timeout = opts.watch_timeout_ms > 0 ? opts.watch_timeout_ms : opts.peer_timeout_ms;
+    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(watch_timeout)});
     system = std::make_unique<caf::actor_system>(cfg);
     variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
     variables->SetComputePool(&pool);
@@ -144,6 +153,24 @@ struct ClusterNode::Impl {
 
   // Adds unknown members and marks known ones leaving; true when anything changed.
   bool Merge(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving = {}) {
+    std::vector<net::Member> added;
+    const bool changed = MergeLocked(in, in_leaving, &added);
+    // Watched outside mu: a member found down at once reports through PeerDown, which takes it.
+    runtime::NodeWatch* w = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      w = watch.get();  // set once by Start; lives as long as the node
+    }
+    if (w)
+      for (const net::Member& m : added) {
+        std::string host;
+        uint16_t port = 0;
+        if (net::ParseAddress(m.address, &host, &port).ok()) w->Watch(m.address, host, m.watch_port);
+      }
+    return changed;
+  }
+  bool MergeLocked(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving,
+                   std::vector<net::Member>* added) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
     for (const net::Member& m : in_leaving) {
@@ -159,10 +186,32 @@ struct ClusterNode::Impl {
       for (const net::Member& k : members) known = known || k.address == m.address;
       if (known) continue;
       members.push_back(m);
+      added->push_back(m);
       changed = true;
       Log("member " + m.name + " (" + m.address + ") joined");
     }
     return changed;
+  }
+
+  // A member our CAF monitor found down (dead, or silent past the middleman's
+  // connection timeout): forgotten, its connection closed, sessions told.
+  void PeerDown(const std::string& addr, const std::string& why) {
+    net::ConnectionPtr conn;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return;
+      const size_t before = members.size();
+      members.erase(std::remove_if(members.begin(), members.end(),
+                                   [&](const net::Member& m) { return m.address == addr; }),
+                    members.end());
+      leaving.erase(addr);
+      if (members.size() == before) return;  // already gone
+      auto it = peers.find(addr);
+      if (it != peers.end()) conn = it->second;
+    }
+    Log("member " + addr + " is down (CAF monitor): " + why);
+    if (conn) conn->Close();  // its steps fail now, not at the transport's own timeout
+    NotifyWatchers();
   }
 
   std::vector<net::Member> MemberList() const {
@@ -501,6 +550,7 @@ struct ClusterNode::Impl {
       peers.clear();
     }
     for (int64_t step : steps) rendezvous.Cleanup(step);
+    if (watch) watch->Stop();
     variables->Shutdown();
     queues->Stop();
     // As Session: stop the actors now. Members die in reverse order, which
@@ -533,6 +583,15 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
   impl->members.push_back({impl->opts.name, impl->address});
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
+  {
+    auto watch = runtime::NodeWatch::Start(*p->system, host, [p](const std::string& addr, const std::string& why) {
+      p->PeerDown(addr, why);
+    });
+    if (!watch.ok()) return watch.status();  // the node stops as it goes
+    std::lock_guard<std::mutex> l(p->mu);
+    p->watch = std::move(*watch);
+    p->members[0].watch_port = p->watch->port();
+  }
   if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
     if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);

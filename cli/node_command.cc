@@ -17,7 +17,9 @@ namespace {
 constexpr char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT --cluster-secret-file FILE\n"
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
-    "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS] [--log]\n"
+    "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
+    "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
+    "                      [--watch-timeout-ms MS] [--log]\n"
     "       shardflow node drain HOST:PORT --cluster-secret-file FILE [--wait-s SECONDS]\n"
     "\n"
     "Runs one member of a shardflow cluster: it hosts graph partitions, variable\n"
@@ -32,6 +34,10 @@ constexpr char kNodeUsage[] =
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
+    "  --heartbeat-ms MS           idle time before a heartbeat (default 200)\n"
+    "  --peer-timeout-ms MS        silence after which a peer is down (default 1000)\n"
+    "  --watch-timeout-ms MS       the same for the members' CAF monitors (default:\n"
+    "                              --peer-timeout-ms)\n"
     "  --drain-timeout-s SECONDS   when drained, leave after this long even if a\n"
     "                              session still uses the node (default 60)\n"
     "  --log                       log membership changes and refused peers\n"
@@ -104,10 +110,16 @@ int NodeCommand(const std::vector<std::string>& argv) {
     else if (a == "--name") o.name = v;
     else if (a == "--threads") o.compute_threads = std::atoi(v.c_str());
     else if (a == "--lifetime-s") lifetime = std::atof(v.c_str());
+    else if (a == "--heartbeat-ms") o.heartbeat_ms = std::atoi(v.c_str());
+    else if (a == "--peer-timeout-ms") o.peer_timeout_ms = std::atoi(v.c_str());
+    else if (a == "--watch-timeout-ms") o.watch_timeout_ms = std::atoi(v.c_str());
     else if (a == "--drain-timeout-s") o.drain_timeout_ms = static_cast<int>(std::atof(v.c_str()) * 1000);
     else return Usage("unknown option " + a);
   }
   if (o.listen.empty()) return Usage("--listen HOST:PORT is required");
+  if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms || o.watch_timeout_ms < 0 ||
+      (o.watch_timeout_ms > 0 && o.watch_timeout_ms <= o.heartbeat_ms))
+    return Usage("--heartbeat-ms must be at least 1 and below --peer-timeout-ms and --watch-timeout-ms");
   if (secret_file.empty()) return Usage("--cluster-secret-file is required");
   auto secret = ReadClusterSecret(secret_file);
   if (!secret.ok()) {

@@ -51,10 +51,12 @@ struct StatusReply {
   status @0 :Status;
 }
 
-# A cluster member: its name and "host:port" listen address.
+# A cluster member: its name and "host:port" listen address, and the port of
+# its CAF watch actor (0: none) that other members monitor.
 struct Member {
   name @0 :Text;
   address @1 :Text;
+  watchPort @2 :UInt16;
 }
 
 # Asks a node for the members it knows; carries nothing.

@@ -58,7 +58,8 @@ struct StatusReply {
 // A member of the cluster: its name and the address it listens on.
 struct Member {
   std::string name;
-  std::string address;  // "host:port"
+  std::string address;     // "host:port"
+  uint16_t watch_port = 0; // its CAF watch actor's port on the same host (0: none)
 };
 // Asks a node for the members it knows (itself first); answered with Membership.
 struct ListMembers {};

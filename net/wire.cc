@@ -112,6 +112,7 @@ struct Encoder {
       SF_RETURN_IF_ERROR(Text(ms[i].address, field));
       b[i].setName(AsText(ms[i].name));
       b[i].setAddress(AsText(ms[i].address));
+      b[i].setWatchPort(ms[i].watch_port);
     }
     return Status::OK();
   }
@@ -379,6 +380,7 @@ struct Decoder {
       auto r = list[i];
       SF_RETURN_IF_ERROR(Text(r.getName(), Field(field, i) + ".name", &out[i].name));
       SF_RETURN_IF_ERROR(Text(r.getAddress(), Field(field, i) + ".address", &out[i].address));
+      out[i].watch_port = r.getWatchPort();
     }
     return out;
   }

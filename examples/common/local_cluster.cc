@@ -114,6 +114,7 @@ Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime
     args.push_back("--join");
     args.push_back(join);
   }
+  args.insert(args.end(), node_args_.begin(), node_args_.end());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Unavailable(std::string("fork: ") + std::strerror(errno));

@@ -35,6 +35,8 @@ class LocalCluster {
   const std::string& secret_file() const { return secret_file_; }
   // The pid of node i (to stop or kill it in failure tests).
   pid_t pid(int i) const { return pids_[i]; }
+  // Extra arguments for the nodes started from now on ("--peer-timeout-ms", "30000", ...).
+  void SetNodeArgs(std::vector<std::string> args) { node_args_ = std::move(args); }
   // Sends SIGKILL to node i and reaps it.
   void Kill(int i);
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
@@ -50,6 +52,7 @@ class LocalCluster {
   std::string secret_file_;
   std::vector<pid_t> pids_;
   std::vector<std::string> addresses_;
+  std::vector<std::string> node_args_;
 };
 
 // The directory of the running program ("" if unknown).

@@ -38,6 +38,9 @@ struct NodeOptions {
   int compute_threads = 0;             // compute pool size; 0 = one per core
   int heartbeat_ms = 200;              // idle time before a heartbeat
   int peer_timeout_ms = 1000;          // silence after which a peer is down
+  // Members also monitor each other through CAF (BASP heartbeats every
+  // heartbeat_ms); a member silent this long is down. 0: peer_timeout_ms.
+  int watch_timeout_ms = 0;
   int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
 };

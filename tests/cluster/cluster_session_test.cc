@@ -446,3 +446,31 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   REQUIRE(Contains(missing.status, "feeds"));
   (*t)->Shutdown();
 }
+
+TEST_CASE("Cluster: members watch each other with CAF monitors: a hung member is dropped by them",
+          "[cluster]") {
+  // The transport would wait 30 s: only the CAF monitor (BASP heartbeats,
+  // 1 s connection timeout) can find the hung member in time.
+  examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--peer-timeout-ms", "30000", "--watch-timeout-ms", "1000"});
+  REQUIRE(cluster.Start(1, 120).ok());
+  NodeOptions no;
+  no.secret = cluster.secret();
+  no.join = cluster.addresses()[0];
+  no.peer_timeout_ms = 30000;
+  no.watch_timeout_ms = 1000;
+  auto node = ClusterNode::Start(no);
+  INFO(node.status().ToString());
+  REQUIRE(node.ok());
+  REQUIRE((*node)->Members().size() == 2);
+  // Let the monitor's BASP connection come up before the member hangs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(cluster.pid(0), SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((*node)->Members().size() == 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK((*node)->Members().size() == 1);
+  CHECK(secs < 2.5);
+  ::kill(cluster.pid(0), SIGCONT);
+}
