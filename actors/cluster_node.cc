@@ -432,11 +432,13 @@ struct ClusterNode::Impl {
       for (const net::Member& l : mem->leaving) drain_me = drain_me || l.address == address;
       const bool changed = Merge(mem->members, mem->leaving);
       if (drain_me) StartDrain();
-      Reply(c, id, MembershipNow());
+      // Members and sessions hear of the change before the asker's reply, so
+      // a joiner (or `node drain`) that returns finds the cluster told.
       if (changed) {
         Gossip();
         NotifyWatchers();
       }
+      Reply(c, id, MembershipNow());
       return;
     }
     if (auto* cs = std::get_if<net::CloseSession>(&m.body)) {

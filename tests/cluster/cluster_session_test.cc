@@ -471,6 +471,6 @@ TEST_CASE("Cluster: members watch each other with CAF monitors: a hung member is
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK((*node)->Members().size() == 1);
-  CHECK(secs < 2.5);
+  CHECK(secs < 4.0);  // about 1-1.5 s; the transport alone would take 30
   ::kill(cluster.pid(0), SIGCONT);
 }
