@@ -288,7 +288,16 @@ struct ClusterNode::Impl {
     m.request_id = request_id;
     m.body = std::move(body);
     Status s = c->Send(m);
-    if (!s.ok()) Log("reply to " + c->peer_address() + " lost: " + s.ToString());
+    if (s.ok()) return;
+    // A reply that cannot be encoded (a tensor too large for a frame) still
+    // answers: the requester gets the error instead of waiting for good.
+    if (c->is_up()) {
+      net::Message e;
+      e.request_id = request_id;
+      e.body = net::StatusReply{s.WithPrefix("node " + opts.name + " cannot send its reply")};
+      if (c->Send(e).ok()) return;
+    }
+    Log("reply to " + c->peer_address() + " lost: " + s.ToString());
   }
 
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {

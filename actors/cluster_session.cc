@@ -81,6 +81,7 @@ struct Plan {
     std::vector<int> fetch_index;
   };
   std::vector<Part> parts;
+  uint64_t session_id = 0;  // the registrations' session (a reconfiguration drops the plan)
 };
 
 struct StepJoin {
@@ -335,6 +336,8 @@ Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVa
   for (const std::string& name : names) {
     auto r = Call(c, net::Variables{false, {name}, {}}, kStepTimeoutMs);
     if (!r.ok()) return r.status().WithPrefix("reading variable '" + name + "' from " + addr);
+    if (auto* e = std::get_if<net::StatusReply>(&r->body); e && !e->status.ok())
+      return e->status.WithPrefix("reading variable '" + name + "' from " + addr);
     auto* v = std::get_if<net::Variables>(&r->body);
     if (!v || v->names.size() != v->values.size())
       return Internal("reading variable '" + name + "' from " + addr + ": unexpected reply " +
@@ -588,6 +591,7 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
     tasks = assignment;
     sid = session_id;
   }
+  plan->session_id = sid;
   std::vector<net::Member> members;
   for (size_t i = 0; i < tasks.size(); ++i) members.push_back({"task" + std::to_string(i), tasks[i]});
   for (const runtime::DeviceStep& d : *steps) {
@@ -645,15 +649,11 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
   }
   if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
   int64_t step_id;
-  uint64_t sid;
   {
     std::lock_guard<std::mutex> l(mu);
     step_id = next_step++;
   }
-  {
-    std::lock_guard<std::mutex> l(conf_mu);
-    sid = session_id;
-  }
+  const uint64_t sid = plan->session_id;
   auto join = std::make_shared<StepJoin>();
   join->remaining = static_cast<int>(plan->parts.size());
   join->fetches.resize(plan->num_fetches);
@@ -681,6 +681,8 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
         if (s.ok() && out.size() != pp->fetch_index.size())
           s = Internal("node " + where + " returned " + std::to_string(out.size()) + " fetches, expected " +
                        std::to_string(pp->fetch_index.size()));
+      } else if (auto* e = std::get_if<net::StatusReply>(&reply->body); e && !e->status.ok()) {
+        s = e->status;  // the node could not send its answer (too large for a frame)
       } else {
         s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " + where);
       }
