@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "kernels/checkpoint_hooks.h"
+#include "kernels/checkpoint_service.h"
 
 #include "storage/embedding_reshard.h"
 
@@ -47,42 +47,55 @@ std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
   return tables;
 }
 
-void InstallCheckpointHooks() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // One open of a RocksDB directory at a time in this process.
-    static std::mutex mu;
-    CheckpointHooks h;
-    h.save = [](const std::string& dir, int64_t step, const std::vector<std::string>& names,
-                const std::vector<Tensor>& values) -> Result<int64_t> {
-      std::lock_guard<std::mutex> l(mu);
-      SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
-      SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), step));
-      for (size_t i = 0; i < names.size() && i < values.size(); ++i) SF_RETURN_IF_ERROR(writer->Add(names[i], values[i]));
-      return writer->Commit();
-    };
-    h.restore = [](const std::string& dir, const std::vector<std::string>& names,
-                   int64_t* step) -> Result<std::vector<Tensor>> {
-      std::lock_guard<std::mutex> l(mu);
-      SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
-      CheckpointReader reader(kv.get());
-      std::vector<Status> skipped;
-      auto id = reader.LatestReadable(-1, &skipped);
-      if (!id.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
-      SF_ASSIGN_OR_RETURN(auto values, reader.ReadAll(*id));
-      SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(*id));
-      std::vector<Tensor> out;
-      for (const auto& n : names) {
-        auto it = values.find(n);
-        if (it == values.end())
-          return NotFound("variable '" + n + "' is not in checkpoint " + std::to_string(*id) + " in '" + dir + "'");
-        out.push_back(it->second);
-      }
-      *step = info.global_step;
-      return out;
-    };
-    SetCheckpointHooks(std::move(h));
-  });
+namespace {
+
+// RocksDB locks a directory for one open per process: sessions and nodes of
+// one process that write the same directory take turns.
+std::mutex& CheckpointDirMu() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+class StoreCheckpointService : public CheckpointService {
+ public:
+  Result<int64_t> Save(const std::string& dir, int64_t step, const std::vector<std::string>& names,
+                       const std::vector<Tensor>& values) override {
+    if (names.size() != values.size())
+      return InvalidArgument("checkpoint of " + std::to_string(names.size()) + " names but " +
+                             std::to_string(values.size()) + " values");
+    std::lock_guard<std::mutex> l(CheckpointDirMu());
+    SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
+    SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), step));
+    for (size_t i = 0; i < names.size(); ++i) SF_RETURN_IF_ERROR(writer->Add(names[i], values[i]));
+    return writer->Commit();
+  }
+
+  Result<std::vector<Tensor>> Restore(const std::string& dir, const std::vector<std::string>& names,
+                                      int64_t* step) override {
+    std::lock_guard<std::mutex> l(CheckpointDirMu());
+    SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+    CheckpointReader reader(kv.get());
+    std::vector<Status> skipped;
+    auto id = reader.LatestReadable(-1, &skipped);
+    if (!id.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
+    SF_ASSIGN_OR_RETURN(auto values, reader.ReadAll(*id));
+    SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(*id));
+    std::vector<Tensor> out;
+    for (const auto& n : names) {
+      auto it = values.find(n);
+      if (it == values.end())
+        return NotFound("variable '" + n + "' is not in checkpoint " + std::to_string(*id) + " in '" + dir + "'");
+      out.push_back(it->second);
+    }
+    *step = info.global_step;
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
+  return std::make_unique<StoreCheckpointService>();
 }
 
 namespace {

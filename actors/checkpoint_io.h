@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checkpoint_service.h"
 #include "shardflow/graph.h"
 #include "storage/checkpoint.h"
 #include "storage/kv_store.h"
@@ -21,9 +22,10 @@ namespace runtime {
 // must exist: NotFound naming dir, InvalidArgument for an empty dir.
 Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create);
 
-// Installs the checkpoint hooks the in-graph SaveCheckpoint and
-// RestoreCheckpoint kernels use (kernels/checkpoint_hooks.h); idempotent.
-void InstallCheckpointHooks();
+// The checkpoint service the in-graph SaveCheckpoint and RestoreCheckpoint
+// kernels write and read through (kernels/checkpoint_service.h): stores in
+// checkpoint directories, one open of a directory at a time in the process.
+std::unique_ptr<CheckpointService> NewStoreCheckpointService();
 
 // The graph's sharded embedding tables (VarHandles with "_embedding_table"),
 // by name: rows summed over the shards, the shard count and partitioning.

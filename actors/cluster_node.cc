@@ -62,6 +62,7 @@ Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
 struct ClusterNode::Impl {
   NodeOptions opts;
   std::string address;
+  std::unique_ptr<CheckpointService> checkpoints = runtime::NewStoreCheckpointService();
   std::unique_ptr<net::Transport> transport;
   ComputePool pool;
   caf::actor_system_config cfg;
@@ -302,7 +303,7 @@ struct ClusterNode::Impl {
 
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {
     auto reg = std::make_shared<Registered>();
-    reg->graph = std::make_unique<Graph>();
+    reg->graph = std::make_unique<Graph>(opts.ops ? *opts.ops : StandardOpRegistry());
     SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, reg->graph.get(),
                                       "partition " + std::to_string(r.handle) + " for " + r.device));
     Graph& g = *reg->graph;
@@ -345,8 +346,14 @@ struct ClusterNode::Impl {
       }
       reg->rendezvous = ss.rendezvous;
     }
-    SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, variables.get(), &pool,
-                                                                 queues.get(), reg->rendezvous.get()));
+    runtime::ExecutorEnv env;
+    env.kernels = opts.kernels;
+    env.pool = &pool;
+    env.variables = variables.get();
+    env.queues = queues.get();
+    env.rendezvous = reg->rendezvous.get();
+    env.checkpoints = checkpoints.get();
+    SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, env));
     reg->fed = spec.fed;
     std::lock_guard<std::mutex> l(mu);
     auto it = sessions.find(r.session_id);
@@ -575,8 +582,6 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
-  KeepTensorMemoryWarm();
-  runtime::InstallCheckpointHooks();
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
   net::TransportOptions to;

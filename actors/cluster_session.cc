@@ -723,7 +723,6 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Fe
 Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, ClusterOptions options) {
   if (options.address.empty()) return InvalidArgument("ClusterOptions::address is empty");
   if (options.tasks < 0) return InvalidArgument("ClusterOptions::tasks is negative (" + std::to_string(options.tasks) + ")");
-  KeepTensorMemoryWarm();
   auto impl = std::make_unique<Impl>(g, options);
   Impl* p = impl.get();
   net::TransportOptions to;

@@ -8,6 +8,7 @@
 
 #include "kernels/compute_pool.h"
 #include "kernels/rendezvous_service.h"
+#include "kernels/step_stacks.h"
 
 namespace sf {
 namespace runtime {
@@ -120,6 +121,7 @@ struct ControlFlowExecutor::Step {
   std::vector<Tensor> feeds;
   std::vector<Tensor> fetched;
   std::vector<char> fetched_dead;
+  StepStacks stacks;  // the loop-gradient stacks, gone with the step
   Executor::DoneFn done;
 };
 
@@ -134,14 +136,9 @@ bool ControlFlowExecutor::Needed(const Graph& g, const std::vector<int>& nodes) 
 }
 
 Result<std::shared_ptr<ControlFlowExecutor>> ControlFlowExecutor::Create(
-    const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels,
-    VariableService* variables, ComputePool* pool, QueueService* queues,
-    RendezvousService* rendezvous) {
+    const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels, const ExecutorEnv& env) {
   std::shared_ptr<ControlFlowExecutor> ex(new ControlFlowExecutor());
-  ex->rendezvous_ = rendezvous;
-  ex->variables_ = variables;
-  ex->pool_ = pool;
-  ex->queues_ = queues;
+  ex->env_ = env;
   const int n = static_cast<int>(spec.nodes.size());
   std::unordered_map<int, int> local;
   for (int i = 0; i < n; ++i) local[spec.nodes[i]] = i;
@@ -299,7 +296,7 @@ void ControlFlowExecutor::RunStep(int64_t step_id, std::vector<Tensor> feeds, Ex
 void ControlFlowExecutor::Schedule(Step* s, std::vector<Task>* ready, size_t from) {
   for (size_t i = from; i < ready->size(); ++i) {
     Task t = (*ready)[i];
-    pool_->Schedule([this, s, t] { Process(s, t); });
+    env_.pool->Schedule([this, s, t] { Process(s, t); });
   }
 }
 
@@ -341,12 +338,13 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     p->inputs.assign(inputs, inputs + pn.num_inputs);
     p->outs.resize(pn.output_dtypes.size());
     p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), pn.num_inputs, p->outs.data(),
-                                               static_cast<int>(p->outs.size()), pool_, variables_,
-                                               s->id, queues_);
+                                               static_cast<int>(p->outs.size()), env_.pool, env_.variables,
+                                               s->id, env_.queues);
     p->ctx->set_frame(&t.frame->key, t.iter);
+    p->ctx->set_step_stacks(&s->stacks);
     pn.kernel->ComputeAsync(p->ctx.get(), [this, s, t, p] {
       // Continue on a compute thread: the callback may run on an actor thread.
-      pool_->Schedule([this, s, t, p] {
+      env_.pool->Schedule([this, s, t, p] {
         Status kst = p->ctx->status();
         std::vector<Tensor> o = std::move(p->outs);
         delete p;
@@ -355,9 +353,10 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     });
     return false;
   }
-  OpKernelContext ctx(inputs, pn.num_inputs, outs->data(), static_cast<int>(outs->size()), pool_,
-                      variables_, s->id, queues_);
+  OpKernelContext ctx(inputs, pn.num_inputs, outs->data(), static_cast<int>(outs->size()), env_.pool,
+                      env_.variables, s->id, env_.queues);
   ctx.set_frame(&t.frame->key, t.iter);
+  ctx.set_step_stacks(&s->stacks);
   pn.kernel->Compute(&ctx);
   *st = ctx.status();
   return true;
@@ -421,7 +420,7 @@ void ControlFlowExecutor::Complete(Step* s, const Task& first, std::vector<Tenso
         local.push_back(r);
         have_other = have_other || !cheap;
       } else {
-        pool_->Schedule([this, s, r] { Process(s, r); });
+        env_.pool->Schedule([this, s, r] { Process(s, r); });
       }
     }
     while (true) {
@@ -447,7 +446,7 @@ bool ControlFlowExecutor::Cheap(const Task& t) const {
 void ControlFlowExecutor::FailLocked(Step* s, const Status& st) {
   // Pending receives of every partition of the step fail too; their
   // callbacks only schedule work, so calling out under s->mu is safe.
-  if (s->status.ok() && rendezvous_) rendezvous_->Abort(s->id, st);
+  if (s->status.ok() && env_.rendezvous) env_.rendezvous->Abort(s->id, st);
   if (s->status.ok()) s->status = st;
   s->failed = true;
   s->failed_hint.store(true, std::memory_order_relaxed);

@@ -28,9 +28,7 @@ class ControlFlowExecutor {
   // malformed loop (NextIteration or Exit outside a loop, a node mixing
   // values of two frames), naming the node.
   static Result<std::shared_ptr<ControlFlowExecutor>> Create(
-      const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels,
-      VariableService* variables, ComputePool* pool, QueueService* queues,
-      RendezvousService* rendezvous = nullptr);
+      const Graph& g, const ExecutorSpec& spec, std::vector<OpKernel*> kernels, const ExecutorEnv& env);
   ~ControlFlowExecutor();
 
   // As Executor::RunStep.
@@ -75,10 +73,7 @@ class ControlFlowExecutor {
   std::vector<int> feed_nodes_;   // per feed, the local node (-1 if not here)
   std::vector<int> feed_outputs_;
   int num_fetches_ = 0;
-  VariableService* variables_ = nullptr;
-  ComputePool* pool_ = nullptr;
-  QueueService* queues_ = nullptr;
-  RendezvousService* rendezvous_ = nullptr;  // aborted with a failing step
+  ExecutorEnv env_;
 };
 
 }  // namespace runtime

@@ -40,14 +40,11 @@ Executor::~Executor() = default;
 int Executor::num_nodes() const { return static_cast<int>(nodes_.size()); }
 
 Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const ExecutorSpec& spec,
-                                                   VariableService* variables, ComputePool* pool,
-                                                   QueueService* queues,
-                                                   RendezvousService* rendezvous) {
+                                                   const ExecutorEnv& env) {
+  if (!env.pool) return Internal("an executor needs a compute pool");
   std::unique_ptr<Executor> ex(new Executor());
-  ex->variables_ = variables;
-  ex->queues_ = queues;
-  ex->rendezvous_ = rendezvous;
-  ex->pool_ = pool;
+  ex->env_ = env;
+  if (!ex->env_.kernels) ex->env_.kernels = &StandardKernelRegistry();
   const int n = static_cast<int>(spec.nodes.size());
   std::unordered_map<int, int> local;  // graph id -> local index
   local.reserve(n * 2);
@@ -74,7 +71,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     slots += it.num_outputs;
   }
   ex->num_slots_ = slots;
-  const KernelRegistry& kernels = StandardKernelRegistry();
+  const KernelRegistry& kernels = *ex->env_.kernels;
   for (int i = 0; i < n; ++i) {
     Item& it = ex->nodes_[i];
     const Node& node = g.node(spec.nodes[i]);
@@ -107,9 +104,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     init.attrs = &node.attrs;
     for (const Output& in : node.inputs) init.input_dtypes.push_back(in.dtype());
     init.output_dtypes = node.output_dtypes;
-    init.variables = variables;
-    init.queues = queues;
-    init.rendezvous = rendezvous;
+    init.variables = env.variables;
+    init.queues = env.queues;
+    init.rendezvous = env.rendezvous;
+    init.checkpoints = env.checkpoints;
     auto kernel = (**factory)(init);
     if (!kernel.ok()) return kernel.status().WithPrefix(it.where);
     it.kernel = std::move(kernel).value();
@@ -142,8 +140,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     std::vector<OpKernel*> kernels;
     for (const Item& it : ex->nodes_) kernels.push_back(it.kernel.get());
     SF_ASSIGN_OR_RETURN(ex->control_flow_,
-                        ControlFlowExecutor::Create(g, spec, std::move(kernels), variables, pool, queues,
-                                                                    rendezvous));
+                        ControlFlowExecutor::Create(g, spec, std::move(kernels), ex->env_));
   }
   return ex;
 }
@@ -180,9 +177,9 @@ void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) 
   // free), dealt to one task per compute thread: a task per root costs a
   // pool round trip per constant.
   const int roots = static_cast<int>(roots_.size());
-  const int tasks = std::max(1, std::min(roots, pool_->num_threads()));
+  const int tasks = std::max(1, std::min(roots, env_.pool->num_threads()));
   for (int t = 0; t < tasks; ++t) {
-    pool_->Schedule([this, s, t, tasks, roots] {
+    env_.pool->Schedule([this, s, t, tasks, roots] {
       // s may be gone after the last Process: nothing touches it afterwards.
       for (int i = t; i < roots; i += tasks) Process(s, roots_[i]);
     });
@@ -216,7 +213,7 @@ void Executor::RunSync(Step* s, int n) {
   const int* slots = input_slots_.data() + it.input_begin;
   for (int i = 0; i < it.num_inputs; ++i) inputs[i] = &s->values[slots[i]];
   OpKernelContext ctx(inputs, it.num_inputs, s->values.data() + it.output_begin, it.num_outputs,
-                      pool_, variables_, s->id, queues_);
+                      env_.pool, env_.variables, s->id, env_.queues);
   it.kernel->Compute(&ctx);
   Check(s, n, ctx.status());
   ReleaseInputs(s, n);
@@ -248,13 +245,13 @@ void Executor::StartAsync(Step* s, int n) {
   for (int i = 0; i < it.num_inputs; ++i) p->inputs[i] = &s->values[slots[i]];
   p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), it.num_inputs,
                                              s->values.data() + it.output_begin, it.num_outputs,
-                                             pool_, variables_, s->id, queues_);
+                                             env_.pool, env_.variables, s->id, env_.queues);
   it.kernel->ComputeAsync(p->ctx.get(), [this, s, n, p] {
     Check(s, n, p->ctx->status());
     delete p;
     ReleaseInputs(s, n);
     // Continue on a compute thread: the callback may run on an actor thread.
-    pool_->Schedule([this, s, n] {
+    env_.pool->Schedule([this, s, n] {
       int next = Propagate(s, n);
       if (next >= 0) Process(s, next);
     });
@@ -284,7 +281,7 @@ void Executor::Fail(Step* s, const Status& st) {
     if (s->status.ok()) s->status = st;
     s->failed.store(true, std::memory_order_relaxed);
   }
-  if (rendezvous_) rendezvous_->Abort(s->id, st);
+  if (env_.rendezvous) env_.rendezvous->Abort(s->id, st);
 }
 
 int Executor::Propagate(Step* s, int n) {
@@ -294,7 +291,7 @@ int Executor::Propagate(Step* s, int n) {
     const int k = consumers_[c];
     if (s->pending[k].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (next < 0) next = k;
-      else pool_->Schedule([this, s, k] { Process(s, k); });
+      else env_.pool->Schedule([this, s, k] { Process(s, k); });
     }
   }
   if (s->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish(s);

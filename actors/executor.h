@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/op_kernel.h"
+#include "shardflow/kernel.h"
 #include "shardflow/graph.h"
 
 namespace sf {
@@ -25,6 +25,7 @@ class ComputePool;
 class VariableService;
 class QueueService;
 class RendezvousService;
+class CheckpointService;
 
 namespace runtime {
 
@@ -39,14 +40,24 @@ struct ExecutorSpec {
   std::vector<Output> fetches;
 };
 
+// What a partition's kernels run with: the kernels to build them from, the
+// pool they run on, and the services they reach through KernelInit. Every
+// pointer must outlive the executor.
+struct ExecutorEnv {
+  const KernelRegistry* kernels = nullptr;   // null: StandardKernelRegistry()
+  ComputePool* pool = nullptr;               // required
+  VariableService* variables = nullptr;      // null outside a session
+  QueueService* queues = nullptr;            // null outside a session
+  RendezvousService* rendezvous = nullptr;   // serves _Send/_Recv; null when the partition has none
+  CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null
+};
+
 class Executor {
  public:
-  // Builds the plan and one kernel per node; the error names the node and op.
-  // `rendezvous` serves the partition's _Send/_Recv (null when it has none).
+  // Builds the plan and one kernel per node from env.kernels; the error names
+  // the node and op (NotFound for an op with no kernel there).
   static Result<std::unique_ptr<Executor>> Create(const Graph& g, const ExecutorSpec& spec,
-                                                  VariableService* variables, ComputePool* pool,
-                                                  QueueService* queues = nullptr,
-                                                  RendezvousService* rendezvous = nullptr);
+                                                  const ExecutorEnv& env);
   ~Executor();
 
   using DoneFn = std::function<void(Status, std::vector<Tensor>)>;
@@ -85,10 +96,7 @@ class Executor {
   std::vector<int> fetch_slots_;
   std::vector<int> slot_uses_;  // per slot, data edges reading it; 0 = keep (fetched)
   int num_slots_ = 0;
-  VariableService* variables_ = nullptr;
-  QueueService* queues_ = nullptr;
-  RendezvousService* rendezvous_ = nullptr;  // aborted with a failing step
-  ComputePool* pool_ = nullptr;
+  ExecutorEnv env_;  // env_.rendezvous is aborted with a failing step
   // Set at plan time when the partition has control-flow ops: RunStep then
   // takes that path (actors/control_flow_executor.cc) and the plain one
   // above stays free of dead-tensor and frame bookkeeping.

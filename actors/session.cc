@@ -74,7 +74,8 @@ PartitionActor SpawnPartition(caf::actor_system& sys, std::shared_ptr<runtime::E
 
 struct Session::Impl {
   Impl(const Graph& g, const SessionOptions& o)
-      : graph(g), num_devices(std::max(1, o.num_cpu_devices)), pool(o.compute_threads) {
+      : graph(g), num_devices(std::max(1, o.num_cpu_devices)), kernels(o.kernels), pool(o.compute_threads),
+        checkpoints(runtime::NewStoreCheckpointService()) {
     const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(threads));
@@ -111,6 +112,17 @@ struct Session::Impl {
   }
 
   CoordinatorActor SpawnCoordinator();
+  // What this session's partitions run with (rendezvous: null for one partition).
+  runtime::ExecutorEnv Env(RendezvousService* rendezvous) {
+    runtime::ExecutorEnv env;
+    env.kernels = kernels;
+    env.pool = &pool;
+    env.variables = variables.get();
+    env.queues = queues.get();
+    env.rendezvous = rendezvous;
+    env.checkpoints = checkpoints.get();
+    return env;
+  }
   std::shared_ptr<Plan> BuildPlan(const runtime::RunCall& call);
   // Fills plan for a pruned graph whose nodes span several devices.
   Status BuildDevicePlan(Plan& plan, const std::vector<int>& order,
@@ -120,7 +132,11 @@ struct Session::Impl {
 
   const Graph& graph;
   const int num_devices;
+  const KernelRegistry* kernels;  // null: the standard kernels
   ComputePool pool;
+  // Declared before the actors: the partitions' checkpoint kernels use it
+  // until the system below has stopped them.
+  std::unique_ptr<CheckpointService> checkpoints;
   runtime::LocalRendezvous rendezvous;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
@@ -189,7 +205,7 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
       es.fetches.push_back(fetches[i]);
       part.fetch_index.push_back(static_cast<int>(i));
     }
-    auto ex = runtime::Executor::Create(graph, es, variables.get(), &pool, queues.get());
+    auto ex = runtime::Executor::Create(graph, es, Env(nullptr));
     if (!ex.ok()) return fail(ex.status());
     part.actor = AddPartitionActor(std::move(ex).value());
     plan->parts.push_back(std::move(part));
@@ -211,8 +227,7 @@ Status Session::Impl::BuildDevicePlan(Plan& plan, const std::vector<int>& order,
   plan.device_graphs = std::make_shared<std::map<std::string, PartitionGraph>>(std::move(parts));
   SF_ASSIGN_OR_RETURN(auto steps, runtime::PlanDeviceSteps(*plan.device_graphs, order, plan.feeds, fetches));
   for (runtime::DeviceStep& d : steps) {
-    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*d.partition->graph, d.spec, variables.get(),
-                                                           &pool, queues.get(), &rendezvous));
+    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*d.partition->graph, d.spec, Env(&rendezvous)));
     Plan::Part part;
     part.feed_index = std::move(d.feed_index);
     part.fetch_index = std::move(d.fetch_index);
@@ -284,8 +299,6 @@ CoordinatorActor Session::Impl::SpawnCoordinator() {
 }
 
 Session::Session(const Graph& g, SessionOptions options) {
-  KeepTensorMemoryWarm();
-  runtime::InstallCheckpointHooks();
   impl_ = std::make_unique<Impl>(g, options);
 }
 

@@ -136,6 +136,9 @@ int NodeCommand(const std::vector<std::string>& argv) {
   // The launcher may close our stdout after the first line; a later write
   // must not kill the node.
   signal(SIGPIPE, SIG_IGN);
+  // This process is only a node: big tensors arrive over the network every
+  // step, so it keeps their memory warm (see KeepTensorMemoryWarm).
+  KeepTensorMemoryWarm();
   auto node = ClusterNode::Start(o);
   if (!node.ok()) {
     std::cerr << "shardflow node: " << node.status().ToString() << "\n";

@@ -1,5 +1,7 @@
 #include "shardflow/graph.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "graph/op_registry.h"
@@ -27,7 +29,12 @@ const OpRegistry& StandardOpRegistry() {
   // Built on first use by an explicit call, so no static-initialisation order.
   static const OpRegistry* reg = [] {
     auto* r = new OpRegistry();
-    RegisterStandardOps(*r);
+    Status s = RegisterStandardOps(*r);
+    // The standard ops are ours: a failure here is our bug, not the caller's.
+    if (!s.ok()) {
+      std::fprintf(stderr, "shardflow: the standard ops do not register: %s\n", s.ToString().c_str());
+      std::abort();
+    }
     return r;
   }();
   return *reg;

@@ -85,21 +85,22 @@ int64_t SeedFromNodeName(Graph& g, const std::string& op) {
   return static_cast<int64_t>(h >> 1) | 1;  // positive and never 0
 }
 
-void RegisterStandardOps(OpRegistry& reg) {
-  RegisterCoreOps(reg);
-  RegisterArrayOps(reg);
-  RegisterShapeOps(reg);
-  RegisterMathOps(reg);
-  RegisterNNOps(reg);
-  RegisterStateOps(reg);
-  RegisterCheckpointOps(reg);
-  RegisterRandomOps(reg);
-  RegisterTrainingOps(reg);
-  RegisterReplicationOps(reg);
-  RegisterControlFlowOps(reg);
-  RegisterQueueOps(reg);
-  RegisterSendRecvOps(reg);
-  RegisterEmbeddingOps(reg);
+Status RegisterStandardOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(RegisterCoreOps(reg));
+  SF_RETURN_IF_ERROR(RegisterArrayOps(reg));
+  SF_RETURN_IF_ERROR(RegisterShapeOps(reg));
+  SF_RETURN_IF_ERROR(RegisterMathOps(reg));
+  SF_RETURN_IF_ERROR(RegisterNNOps(reg));
+  SF_RETURN_IF_ERROR(RegisterStateOps(reg));
+  SF_RETURN_IF_ERROR(RegisterCheckpointOps(reg));
+  SF_RETURN_IF_ERROR(RegisterRandomOps(reg));
+  SF_RETURN_IF_ERROR(RegisterTrainingOps(reg));
+  SF_RETURN_IF_ERROR(RegisterReplicationOps(reg));
+  SF_RETURN_IF_ERROR(RegisterControlFlowOps(reg));
+  SF_RETURN_IF_ERROR(RegisterQueueOps(reg));
+  SF_RETURN_IF_ERROR(RegisterSendRecvOps(reg));
+  SF_RETURN_IF_ERROR(RegisterEmbeddingOps(reg));
+  return Status::OK();
 }
 
 }  // namespace sf

@@ -1,4 +1,4 @@
-#include "kernels/op_kernel.h"
+#include "shardflow/kernel.h"
 
 #define EIGEN_USE_THREADS
 #include <unsupported/Eigen/CXX11/Tensor>

@@ -2,7 +2,7 @@
 // kernels/cpu/checkpoint_kernels.cc), and their builders
 // (include/shardflow/checkpoint_ops.h).
 #include "graph/op_registry.h"
-#include "kernels/checkpoint_hooks.h"
+#include "kernels/checkpoint_service.h"
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/ops.h"
 
@@ -53,8 +53,8 @@ std::string JoinNames(const std::vector<GraphVariable>& vars) {
 
 }  // namespace
 
-void RegisterCheckpointOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("SaveCheckpoint").Inputs(1, 1 << 20).Stateful()
+Status RegisterCheckpointOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SaveCheckpoint").Inputs(1, 1 << 20).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckDir(c));
         if (c.input_dtype(0) != DType::kInt64)
@@ -68,8 +68,8 @@ void RegisterCheckpointOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Writes its inputs 1.. (attr names, one per line) as a committed checkpoint in attr dir under "
                "global step input 0; outputs the checkpoint id.")
-      .Build());
-  (void)reg.Register(OpBuilder("RestoreCheckpoint").Inputs(0).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RestoreCheckpoint").Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckDir(c));
         SF_ASSIGN_OR_RETURN(auto names, SplitNames(c));
@@ -83,7 +83,8 @@ void RegisterCheckpointOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Reads the variables of attr names (dtypes attr dtypes) from the newest readable checkpoint in "
                "attr dir; the last output is its global step.")
-      .Build());
+      .Build()));
+  return Status::OK();
 }
 
 namespace ops {

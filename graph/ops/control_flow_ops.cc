@@ -41,8 +41,8 @@ PartialShape CommonShape(const InferenceContext& c) {
 
 }  // namespace
 
-void RegisterControlFlowOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("Switch").Inputs(2)
+Status RegisterControlFlowOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Switch").Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(PredShape(c, 1));
         c.set_output(0, c.input_dtype(0), c.input_shape(0));
@@ -53,9 +53,9 @@ void RegisterControlFlowOps(OpRegistry& reg) {
         // Only the taken output's gradient is live; Merge picks it.
         return std::vector<Output>{ops::Merge(g, {dy[0], dy[1]})[0], Output()};
       })
-      .Summary("Forwards data to output 1 if pred else output 0; the other is dead.").Build());
+      .Summary("Forwards data to output 1 if pred else output 0; the other is dead.").Build()));
 
-  (void)reg.Register(OpBuilder("Merge").Inputs(1, -1)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Merge").Inputs(1, -1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(c.RequireSameDTypes());
         c.set_output(0, c.input_dtype(0), CommonShape(c));
@@ -72,29 +72,29 @@ void RegisterControlFlowOps(OpRegistry& reg) {
         }
         return dx;
       })
-      .Summary("Forwards its first live input and that input's index.").Build());
+      .Summary("Forwards its first live input and that input's index.").Build()));
 
-  (void)reg.Register(OpBuilder("Enter").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Enter").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
       .Summary("Moves a value into a loop frame (attrs frame_name, is_constant, "
-               "parallel_iterations).").Build());
-  (void)reg.Register(OpBuilder("Exit").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
-      .Summary("Moves a value out of a loop frame to its parent.").Build());
-  (void)reg.Register(OpBuilder("NextIteration").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
-      .Summary("Moves a value to the next iteration of its loop.").Build());
-  (void)reg.Register(OpBuilder("LoopCond").Inputs(1)
+               "parallel_iterations).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Exit").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
+      .Summary("Moves a value out of a loop frame to its parent.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("NextIteration").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
+      .Summary("Moves a value to the next iteration of its loop.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LoopCond").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(PredShape(c, 0));
         c.set_output(0, DType::kBool, PartialShape({}));
         return Status::OK();
       })
       .NotDifferentiable()
-      .Summary("A loop's predicate (attrs loop_name, maximum_iterations).").Build());
+      .Summary("A loop's predicate (attrs loop_name, maximum_iterations).").Build()));
 
-  (void)reg.Register(OpBuilder("ControlTrigger").Inputs(0)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ControlTrigger").Inputs(0)
       .Shape([](InferenceContext&) { return Status::OK(); })
       .NotDifferentiable()
-      .Summary("Runs after its control inputs and is never dead, even when they are.").Build());
-  (void)reg.Register(OpBuilder("StackPush").Inputs(2).Stateful()
+      .Summary("Runs after its control inputs and is never dead, even when they are.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPush").Inputs(2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(1) != DType::kInt32)
           return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(1)));
@@ -103,8 +103,8 @@ void RegisterControlFlowOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Saves a value for this step under (attr stack_name, index): a loop "
-               "gradient's forward half.").Build());
-  (void)reg.Register(OpBuilder("StackPop").Inputs(1).Stateful()
+               "gradient's forward half.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPop").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kInt32)
           return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(0)));
@@ -116,7 +116,8 @@ void RegisterControlFlowOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Takes back the value StackPush saved under (attr stack_name, index) "
-               "this step.").Build());
+               "this step.").Build()));
+  return Status::OK();
 }
 
 namespace ops {
@@ -550,6 +551,13 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
             g.set_node_hook(loop_hook);
             Output pop = ops::StackPop(g, r, stack, in.dtype(), in.shape());
             g.set_node_hook(mine);
+            // The stacks belong to the step's state in one partition: the
+            // pop runs where its push does.
+            if (push >= 0 && pop.valid()) {
+              Node& pn = g.mutable_node(pop.node);
+              pn.device = g.node(push).device;
+              pn.attrs.Set("_class", std::string("loc:@") + g.node(push).name);
+            }
             popped[in] = pop;
             in = pop;
           }

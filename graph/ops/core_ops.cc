@@ -4,35 +4,36 @@
 
 namespace sf {
 
-void RegisterCoreOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("Const").Inputs(0)
+Status RegisterCoreOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Const").Inputs(0)
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(Tensor v, c.Attr<Tensor>("value"));
         if (!v.valid()) return c.Error("Const needs a valid 'value' tensor");
         c.set_output(0, v.dtype(), PartialShape(v.shape()));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("A constant tensor (attr value).").Build());
+      .NotDifferentiable().Summary("A constant tensor (attr value).").Build()));
 
-  (void)reg.Register(OpBuilder("Placeholder").Inputs(0)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Placeholder").Inputs(0)
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
         SF_ASSIGN_OR_RETURN(PartialShape s, c.AttrOr<PartialShape>("shape", PartialShape()));
         c.set_output(0, t, s);
         return Status::OK();
       })
-      .NotDifferentiable().Summary("A value fed at run time (attrs dtype, shape).").Build());
+      .NotDifferentiable().Summary("A value fed at run time (attrs dtype, shape).").Build()));
 
-  (void)reg.Register(OpBuilder("Identity").Inputs(1).Shape(UnchangedShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Identity").Inputs(1).Shape(UnchangedShape)
       .Grad([](Graph&, const Node&, const std::vector<Output>& dy) { return std::vector<Output>{dy[0]}; })
-      .Summary("Returns its input.").Build());
+      .Summary("Returns its input.").Build()));
 
-  (void)reg.Register(OpBuilder("NoOp").Inputs(0)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("NoOp").Inputs(0)
       .Shape([](InferenceContext&) { return Status::OK(); })
-      .NotDifferentiable().Summary("Does nothing; groups control inputs.").Build());
+      .NotDifferentiable().Summary("Does nothing; groups control inputs.").Build()));
 
-  (void)reg.Register(OpBuilder("StopGradient").Inputs(1).Shape(UnchangedShape)
-      .NotDifferentiable().Summary("Identity whose gradient is zero.").Build());
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StopGradient").Inputs(1).Shape(UnchangedShape)
+      .NotDifferentiable().Summary("Identity whose gradient is zero.").Build()));
+  return Status::OK();
 }
 
 namespace ops {

@@ -97,8 +97,8 @@ constexpr SparseApplyOp kSparseApplyOps[] = {
 
 }  // namespace
 
-void RegisterEmbeddingOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful()
+Status RegisterEmbeddingOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -114,11 +114,11 @@ void RegisterEmbeddingOps(OpRegistry& reg) {
       .Summary("One embedding shard's partial lookup: rows of its ids (others skipped) combined "
                "per example (sum, or mean over all the example's ids), computed in the shard. "
                "Inputs: shard handle, ids, [offsets or segment ids].")
-      .Build());
+      .Build()));
 
   for (const SparseApplyOp& op : kSparseApplyOps) {
     const int fixed = op.handles + op.scalars;
-    (void)reg.Register(OpBuilder(op.name).Inputs(fixed + 2, fixed + 3).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.name).Inputs(fixed + 2, fixed + 3).Stateful()
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)
@@ -136,8 +136,9 @@ void RegisterEmbeddingOps(OpRegistry& reg) {
             return c.Error(std::string("the gradient must be float32, got ") + DTypeName(c.input_dtype(dy)));
           return Status::OK();
         })
-        .NotDifferentiable().Summary(op.summary).Build());
+        .NotDifferentiable().Summary(op.summary).Build()));
   }
+  return Status::OK();
 }
 
 }  // namespace sf

@@ -320,104 +320,105 @@ Grads SumToShapeGrad(Graph& g, const Node& n, const Grads& dy) {
   return {BroadcastLike(g, dy[0], n.inputs[0]), Output()};
 }
 
-void Binary(OpRegistry& reg, const char* name, PartialsFn f, const char* summary) {
-  (void)reg.Register(OpBuilder(name).Inputs(2).Shape(BinaryShape).Grad(BinaryGrad(std::move(f)))
+Status Binary(OpRegistry& reg, const char* name, PartialsFn f, const char* summary) {
+  return reg.Register(OpBuilder(name).Inputs(2).Shape(BinaryShape).Grad(BinaryGrad(std::move(f)))
                          .Summary(summary).Build());
 }
 
-void Unary(OpRegistry& reg, const char* name, UnaryFn f, const char* summary) {
-  (void)reg.Register(OpBuilder(name).Inputs(1).Shape(UnchangedShape).Grad(UnaryGrad(std::move(f)))
+Status Unary(OpRegistry& reg, const char* name, UnaryFn f, const char* summary) {
+  return reg.Register(OpBuilder(name).Inputs(1).Shape(UnchangedShape).Grad(UnaryGrad(std::move(f)))
                          .Summary(summary).Build());
 }
 
-void NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary) {
-  (void)reg.Register(OpBuilder(name).Inputs(inputs).Shape(std::move(f)).NotDifferentiable()
+Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary) {
+  return reg.Register(OpBuilder(name).Inputs(inputs).Shape(std::move(f)).NotDifferentiable()
                          .Summary(summary).Build());
 }
 
-void Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
-  (void)reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
+Status Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
+  return reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
                          .Summary(summary).Build());
 }
 
 }  // namespace
 
-void RegisterMathOps(OpRegistry& reg) {
+Status RegisterMathOps(OpRegistry& reg) {
   using ops::Mul;
-  Binary(reg, "Add", [](Graph&, Output, Output, Output, Output dy) { return std::make_pair(dy, dy); },
-         "a + b with broadcasting.");
-  Binary(reg, "Sub", [](Graph& g, Output, Output, Output, Output dy) {
+  SF_RETURN_IF_ERROR(Binary(reg, "Add", [](Graph&, Output, Output, Output, Output dy) { return std::make_pair(dy, dy); },
+         "a + b with broadcasting."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Sub", [](Graph& g, Output, Output, Output, Output dy) {
            return std::make_pair(dy, ops::Neg(g, dy));
-         }, "a - b with broadcasting.");
-  Binary(reg, "Mul", [](Graph& g, Output a, Output b, Output, Output dy) {
+         }, "a - b with broadcasting."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Mul", [](Graph& g, Output a, Output b, Output, Output dy) {
            return std::make_pair(Mul(g, dy, b), Mul(g, a, dy));
-         }, "a * b with broadcasting.");
-  Binary(reg, "Div", [](Graph& g, Output, Output b, Output y, Output dy) {
+         }, "a * b with broadcasting."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Div", [](Graph& g, Output, Output b, Output y, Output dy) {
            return std::make_pair(ops::Div(g, dy, b), ops::Neg(g, ops::Div(g, Mul(g, dy, y), b)));
-         }, "a / b with broadcasting (integer division by zero is an error).");
-  Binary(reg, "Pow", [](Graph& g, Output a, Output b, Output y, Output dy) {
+         }, "a / b with broadcasting (integer division by zero is an error)."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Pow", [](Graph& g, Output a, Output b, Output y, Output dy) {
            Output da = Mul(g, dy, Mul(g, b, ops::Pow(g, a, ops::Sub(g, b, Scalar(g, b, 1.0)))));
            // d/db a^b = a^b log a, taken as 0 where a <= 0 (log undefined).
            Output log_a = ops::Select(g, ops::Greater(g, a, Scalar(g, a, 0.0)), ops::Log(g, a),
                                       ops::ZerosLike(g, a));
            return std::make_pair(da, Mul(g, dy, Mul(g, y, log_a)));
-         }, "a ** b with broadcasting.");
-  Binary(reg, "Maximum", [](Graph& g, Output a, Output b, Output, Output dy) {
+         }, "a ** b with broadcasting."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Maximum", [](Graph& g, Output a, Output b, Output, Output dy) {
            Output mask = ops::GreaterEqual(g, a, b), zeros = ops::ZerosLike(g, dy);
            return std::make_pair(ops::Select(g, mask, dy, zeros), ops::Select(g, mask, zeros, dy));
-         }, "Element-wise max(a, b) with broadcasting.");
-  Binary(reg, "Minimum", [](Graph& g, Output a, Output b, Output, Output dy) {
+         }, "Element-wise max(a, b) with broadcasting."));
+  SF_RETURN_IF_ERROR(Binary(reg, "Minimum", [](Graph& g, Output a, Output b, Output, Output dy) {
            Output mask = ops::LessEqual(g, a, b), zeros = ops::ZerosLike(g, dy);
            return std::make_pair(ops::Select(g, mask, dy, zeros), ops::Select(g, mask, zeros, dy));
-         }, "Element-wise min(a, b) with broadcasting.");
+         }, "Element-wise min(a, b) with broadcasting."));
 
-  Unary(reg, "Neg", [](Graph& g, Output, Output, Output dy) { return ops::Neg(g, dy); }, "-x.");
-  Unary(reg, "Abs", [](Graph& g, Output x, Output, Output dy) { return Mul(g, dy, ops::Sign(g, x)); },
-        "|x|.");
-  Unary(reg, "Square", [](Graph& g, Output x, Output, Output dy) {
+  SF_RETURN_IF_ERROR(Unary(reg, "Neg", [](Graph& g, Output, Output, Output dy) { return ops::Neg(g, dy); }, "-x."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Abs", [](Graph& g, Output x, Output, Output dy) { return Mul(g, dy, ops::Sign(g, x)); },
+        "|x|."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Square", [](Graph& g, Output x, Output, Output dy) {
           return Mul(g, dy, Mul(g, x, Scalar(g, x, 2.0)));
-        }, "x * x.");
-  Unary(reg, "Sqrt", [](Graph& g, Output, Output y, Output dy) {
+        }, "x * x."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Sqrt", [](Graph& g, Output, Output y, Output dy) {
           return ops::Div(g, Mul(g, dy, Scalar(g, y, 0.5)), y);
-        }, "Square root.");
-  Unary(reg, "Rsqrt", [](Graph& g, Output, Output y, Output dy) {
+        }, "Square root."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Rsqrt", [](Graph& g, Output, Output y, Output dy) {
           return Mul(g, dy, Mul(g, Scalar(g, y, -0.5), Mul(g, y, ops::Square(g, y))));
-        }, "1 / sqrt(x).");
-  Unary(reg, "Exp", [](Graph& g, Output, Output y, Output dy) { return Mul(g, dy, y); }, "e ** x.");
-  Unary(reg, "Log", [](Graph& g, Output x, Output, Output dy) { return ops::Div(g, dy, x); },
-        "Natural logarithm.");
-  Unary(reg, "Reciprocal", [](Graph& g, Output, Output y, Output dy) {
+        }, "1 / sqrt(x)."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Exp", [](Graph& g, Output, Output y, Output dy) { return Mul(g, dy, y); }, "e ** x."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Log", [](Graph& g, Output x, Output, Output dy) { return ops::Div(g, dy, x); },
+        "Natural logarithm."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Reciprocal", [](Graph& g, Output, Output y, Output dy) {
           return ops::Neg(g, Mul(g, dy, ops::Square(g, y)));
-        }, "1 / x.");
-  NotDiff(reg, "Sign", 1, UnchangedShape, "-1, 0 or 1 by the sign of x (not differentiable).");
+        }, "1 / x."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Sign", 1, UnchangedShape, "-1, 0 or 1 by the sign of x (not differentiable)."));
 
-  (void)reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
-      .Summary("Sum of any number of same-shape tensors.").Build());
-  (void)reg.Register(OpBuilder("Cast").Inputs(1).Shape(CastShape).Grad(CastGrad)
-      .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build());
+      .Summary("Sum of any number of same-shape tensors.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Shape(CastShape).Grad(CastGrad)
+      .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build()));
 
-  NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool).");
-  NotDiff(reg, "NotEqual", 2, CompareShape, "a != b with broadcasting (bool).");
-  NotDiff(reg, "Less", 2, CompareShape, "a < b with broadcasting (bool).");
-  NotDiff(reg, "LessEqual", 2, CompareShape, "a <= b with broadcasting (bool).");
-  NotDiff(reg, "Greater", 2, CompareShape, "a > b with broadcasting (bool).");
-  NotDiff(reg, "GreaterEqual", 2, CompareShape, "a >= b with broadcasting (bool).");
-  NotDiff(reg, "LogicalAnd", 2, LogicalShape, "a && b with broadcasting (bool inputs).");
-  NotDiff(reg, "LogicalOr", 2, LogicalShape, "a || b with broadcasting (bool inputs).");
-  NotDiff(reg, "LogicalNot", 1, LogicalShape, "!x (bool).");
-  (void)reg.Register(OpBuilder("Select").Inputs(3).Shape(SelectShape).Grad(SelectGrad)
-      .Summary("cond ? a : b element-wise; all three broadcast together.").Build());
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "NotEqual", 2, CompareShape, "a != b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Less", 2, CompareShape, "a < b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "LessEqual", 2, CompareShape, "a <= b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Greater", 2, CompareShape, "a > b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "GreaterEqual", 2, CompareShape, "a >= b with broadcasting (bool)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalAnd", 2, LogicalShape, "a && b with broadcasting (bool inputs)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalOr", 2, LogicalShape, "a || b with broadcasting (bool inputs)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalNot", 1, LogicalShape, "!x (bool)."));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Select").Inputs(3).Shape(SelectShape).Grad(SelectGrad)
+      .Summary("cond ? a : b element-wise; all three broadcast together.").Build()));
 
-  Reduction(reg, "Sum", SumGrad, "Sum over attr axes (empty = all; keep_dims).");
-  Reduction(reg, "Mean", MeanGrad, "Mean over attr axes (empty = all; keep_dims).");
-  Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims).");
-  Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims).");
-  Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims).");
-  NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64).");
-  (void)reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
+  SF_RETURN_IF_ERROR(Reduction(reg, "Sum", SumGrad, "Sum over attr axes (empty = all; keep_dims)."));
+  SF_RETURN_IF_ERROR(Reduction(reg, "Mean", MeanGrad, "Mean over attr axes (empty = all; keep_dims)."));
+  SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
+  SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
+  SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64)."));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
-      .Build());
+      .Build()));
+  return Status::OK();
 }
 
 namespace ops {

@@ -296,66 +296,66 @@ Output UnbroadcastBatch(Graph& g, Output grad, Output x) {
 
 }  // namespace
 
-void RegisterNNOps(OpRegistry& reg) {
+Status RegisterNNOps(OpRegistry& reg) {
   // ---- activations ---------------------------------------------------------
-  (void)reg.Register(OpBuilder("Relu").Inputs(1).Shape(FloatUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Relu").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("ReluGrad", {dy[0], Out(g, n, 0)})};
       })
-      .Summary("max(x, 0).").Build());
-  (void)reg.Register(OpBuilder("ReluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("ReluGrad(dy, y): dy where y > 0, else 0.").Build());
+      .Summary("max(x, 0).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("ReluGrad(dy, y): dy where y > 0, else 0.").Build()));
 
-  (void)reg.Register(OpBuilder("Sigmoid").Inputs(1).Shape(FloatUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Sigmoid").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("SigmoidGrad", {Out(g, n, 0), dy[0]})};
       })
-      .Summary("1 / (1 + exp(-x)).").Build());
-  (void)reg.Register(OpBuilder("SigmoidGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("SigmoidGrad(y, dy): dy * y * (1 - y).").Build());
+      .Summary("1 / (1 + exp(-x)).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SigmoidGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("SigmoidGrad(y, dy): dy * y * (1 - y).").Build()));
 
-  (void)reg.Register(OpBuilder("Tanh").Inputs(1).Shape(FloatUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tanh").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("TanhGrad", {Out(g, n, 0), dy[0]})};
       })
-      .Summary("tanh(x).").Build());
-  (void)reg.Register(OpBuilder("TanhGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("TanhGrad(y, dy): dy * (1 - y^2).").Build());
+      .Summary("tanh(x).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TanhGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("TanhGrad(y, dy): dy * (1 - y^2).").Build()));
 
-  (void)reg.Register(OpBuilder("Softplus").Inputs(1).Shape(FloatUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Softplus").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("SoftplusGrad", {dy[0], n.inputs[0]})};
       })
-      .Summary("log(1 + exp(x)), computed stably.").Build());
-  (void)reg.Register(OpBuilder("SoftplusGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("SoftplusGrad(dy, x): dy * sigmoid(x).").Build());
+      .Summary("log(1 + exp(x)), computed stably.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftplusGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("SoftplusGrad(dy, x): dy * sigmoid(x).").Build()));
 
-  (void)reg.Register(OpBuilder("Elu").Inputs(1).Shape(FloatUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Elu").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("EluGrad", {dy[0], Out(g, n, 0)})};
       })
-      .Summary("x if x > 0 else exp(x) - 1.").Build());
-  (void)reg.Register(OpBuilder("EluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("EluGrad(dy, y): dy if y > 0 else dy * (y + 1).").Build());
+      .Summary("x if x > 0 else exp(x) - 1.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("EluGrad(dy, y): dy if y > 0 else dy * (y + 1).").Build()));
 
   // ---- softmax and losses --------------------------------------------------
-  (void)reg.Register(OpBuilder("Softmax").Inputs(1).Shape(LastAxisUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Softmax").Inputs(1).Shape(LastAxisUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("SoftmaxGrad", {Out(g, n, 0), dy[0]})};
       })
-      .Summary("exp(x) / sum(exp(x)) over the last axis.").Build());
-  (void)reg.Register(OpBuilder("SoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("SoftmaxGrad(y, dy): (dy - sum(dy * y, -1)) * y.").Build());
+      .Summary("exp(x) / sum(exp(x)) over the last axis.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("SoftmaxGrad(y, dy): (dy - sum(dy * y, -1)) * y.").Build()));
 
-  (void)reg.Register(OpBuilder("LogSoftmax").Inputs(1).Shape(LastAxisUnchanged)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmax").Inputs(1).Shape(LastAxisUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("LogSoftmaxGrad", {Out(g, n, 0), dy[0]})};
       })
-      .Summary("x - log(sum(exp(x))) over the last axis.").Build());
-  (void)reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
-      .Summary("LogSoftmaxGrad(y, dy): dy - exp(y) * sum(dy, -1).").Build());
+      .Summary("x - log(sum(exp(x))) over the last axis.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+      .Summary("LogSoftmaxGrad(y, dy): dy - exp(y) * sum(dy, -1).").Build()));
 
-  (void)reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits").Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_RETURN_IF_ERROR(c.RequireSameDTypes());
@@ -379,9 +379,9 @@ void RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{dlogits, dlabels};
       })
       .Summary("Per-example softmax cross entropy (loss [batch], backprop [batch, classes]).")
-      .Build());
+      .Build()));
 
-  (void)reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits").Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         const PartialShape& l = c.input_shape(0);
@@ -404,9 +404,9 @@ void RegisterNNOps(OpRegistry& reg) {
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{RowScale(g, dy[0], Out(g, n, 1)), Output()};
       })
-      .Summary("Per-example softmax cross entropy with class-index labels.").Build());
+      .Summary("Per-example softmax cross entropy with class-index labels.").Build()));
 
-  (void)reg.Register(OpBuilder("L2Loss").Inputs(1)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("L2Loss").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         c.set_output(0, c.input_dtype(0), PartialShape(Shape{}));
@@ -415,29 +415,29 @@ void RegisterNNOps(OpRegistry& reg) {
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{ops::Mul(g, n.inputs[0], dy[0])};
       })
-      .Summary("sum(x^2) / 2.").Build());
+      .Summary("sum(x^2) / 2.").Build()));
 
   // ---- linear algebra ------------------------------------------------------
-  (void)reg.Register(OpBuilder("MatMul").Inputs(2).Shape(MatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul").Inputs(2).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return MatMulGradImpl(g, n, dy[0], "MatMul");
       })
-      .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build());
+      .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
 
-  (void)reg.Register(OpBuilder("BatchMatMul").Inputs(2).Shape(BatchMatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul").Inputs(2).Shape(BatchMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         auto d = MatMulGradImpl(g, n, dy[0], "BatchMatMul");
         return std::vector<Output>{UnbroadcastBatch(g, d[0], n.inputs[0]),
                                    UnbroadcastBatch(g, d[1], n.inputs[1])};
       })
-      .Summary("Batched op(a) x op(b) over the last two axes; batch dims broadcast.").Build());
+      .Summary("Batched op(a) x op(b) over the last two axes; batch dims broadcast.").Build()));
 
-  (void)reg.Register(OpBuilder("BiasAdd").Inputs(2).Shape(BiasAddShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAdd").Inputs(2).Shape(BiasAddShape)
       .Grad([](Graph& g, const Node&, const std::vector<Output>& dy) {
         return std::vector<Output>{dy[0], g.Add1("BiasAddGrad", {dy[0]})};
       })
-      .Summary("x + bias over the last axis.").Build());
-  (void)reg.Register(OpBuilder("BiasAddGrad").Inputs(1)
+      .Summary("x + bias over the last axis.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAddGrad").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         const PartialShape& s = c.input_shape(0);
@@ -445,10 +445,10 @@ void RegisterNNOps(OpRegistry& reg) {
         c.set_output(0, c.input_dtype(0), PartialShape({s.rank_known() ? s.dim(s.rank() - 1) : -1}));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("Sums dy over every axis but the last.").Build());
+      .NotDifferentiable().Summary("Sums dy over every axis but the last.").Build()));
 
   // ---- convolution ---------------------------------------------------------
-  (void)reg.Register(OpBuilder("Conv2D").Inputs(2).Shape(Conv2DShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D").Inputs(2).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0], f = n.inputs[1];
         Output dx = g.Add1("Conv2DBackpropInput", {ShapeTensor(g, x), f, dy[0]},
@@ -458,8 +458,8 @@ void RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{dx, df};
       })
       .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
-      .Build());
-  (void)reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3)
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -467,8 +467,8 @@ void RegisterNNOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Conv2DBackpropInput(input_sizes, filter, dy): the gradient of Conv2D's input.")
-      .Build());
-  (void)reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3)
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         c.set_output(0, c.input_dtype(0), ConstShapeOr(c, 1, 4));
@@ -476,38 +476,38 @@ void RegisterNNOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Conv2DBackpropFilter(input, filter_sizes, dy): the gradient of Conv2D's filter.")
-      .Build());
+      .Build()));
 
   // ---- pooling -------------------------------------------------------------
-  (void)reg.Register(OpBuilder("MaxPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool").Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
             g.Add1("MaxPoolGrad", {x, Out(g, n, 0), dy[0]}, WindowAttrs(n, x.dtype()))};
       })
-      .Summary("Max over windows of NHWC input (attrs ksize, strides, padding).").Build());
-  (void)reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Shape(UnchangedShape).NotDifferentiable()
-      .Summary("MaxPoolGrad(x, y, dy): dy routed to each window's (first) maximum.").Build());
+      .Summary("Max over windows of NHWC input (attrs ksize, strides, padding).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Shape(UnchangedShape).NotDifferentiable()
+      .Summary("MaxPoolGrad(x, y, dy): dy routed to each window's (first) maximum.").Build()));
 
-  (void)reg.Register(OpBuilder("AvgPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool").Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
             g.Add1("AvgPoolGrad", {ShapeTensor(g, x), dy[0]}, WindowAttrs(n, x.dtype()))};
       })
       .Summary("Mean over windows of NHWC input (SAME padding averages valid cells only).")
-      .Build());
-  (void)reg.Register(OpBuilder("AvgPoolGrad").Inputs(2)
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad").Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
         return Status::OK();
       })
       .NotDifferentiable()
-      .Summary("AvgPoolGrad(input_sizes, dy): dy spread evenly over each window.").Build());
+      .Summary("AvgPoolGrad(input_sizes, dy): dy spread evenly over each window.").Build()));
 
   // ---- dropout -------------------------------------------------------------
-  (void)reg.Register(OpBuilder("Dropout").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));
@@ -522,7 +522,8 @@ void RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Outputs (x * mask, mask): mask is 0 with probability rate, else 1/(1-rate); "
                "a seeded sequence (attrs rate, seed).")
-      .Build());
+      .Build()));
+  return Status::OK();
 }
 
 namespace ops {

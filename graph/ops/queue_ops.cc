@@ -115,47 +115,48 @@ Status DequeueShape(InferenceContext& c, bool many) {
 
 }  // namespace
 
-void RegisterQueueOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("FIFOQueue").Inputs(0).Stateful().Shape(QueueShape).NotDifferentiable()
+Status RegisterQueueOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FIFOQueue").Inputs(0).Stateful().Shape(QueueShape).NotDifferentiable()
       .Summary("A first-in first-out queue actor (attrs shared_name, component_types, shapes, capacity).")
-      .Build());
-  (void)reg.Register(OpBuilder("RandomShuffleQueue").Inputs(0).Stateful().Shape(QueueShape)
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomShuffleQueue").Inputs(0).Stateful().Shape(QueueShape)
       .NotDifferentiable()
       .Summary("A queue actor dequeuing in random order (attrs as FIFOQueue plus min_after_dequeue, seed).")
-      .Build());
-  (void)reg.Register(OpBuilder("PaddingFIFOQueue").Inputs(0).Stateful().Shape(QueueShape)
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("PaddingFIFOQueue").Inputs(0).Stateful().Shape(QueueShape)
       .NotDifferentiable()
       .Summary("A FIFO queue actor whose dequeue_many pads elements to the batch's largest shape.")
-      .Build());
-  (void)reg.Register(OpBuilder("QueueEnqueue").Inputs(2, -1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueue").Inputs(2, -1).Stateful()
       .Shape([](InferenceContext& c) { return EnqueueShape(c, false); }).NotDifferentiable()
       .Summary("Adds one element (inputs 1..) to a queue, waiting while it is full (attr timeout_ms).")
-      .Build());
-  (void)reg.Register(OpBuilder("QueueEnqueueMany").Inputs(2, -1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueueMany").Inputs(2, -1).Stateful()
       .Shape([](InferenceContext& c) { return EnqueueShape(c, true); }).NotDifferentiable()
-      .Summary("Adds a batch of elements (dimension 0 of inputs 1..) to a queue.").Build());
-  (void)reg.Register(OpBuilder("QueueDequeue").Inputs(1).Stateful()
+      .Summary("Adds a batch of elements (dimension 0 of inputs 1..) to a queue.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeue").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, false); }).NotDifferentiable()
       .Summary("Removes one element from a queue, waiting while it is empty (attrs component_types, "
                "timeout_ms).")
-      .Build());
-  (void)reg.Register(OpBuilder("QueueDequeueMany").Inputs(2).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueMany").Inputs(2).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, true); }).NotDifferentiable()
-      .Summary("Removes n (input 1) elements from a queue, stacked per component.").Build());
-  (void)reg.Register(OpBuilder("QueueClose").Inputs(1).Stateful()
+      .Summary("Removes n (input 1) elements from a queue, stacked per component.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueClose").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(QueueInput(c).status());
         return c.AttrOr<bool>("cancel_pending_enqueues", false).status();
       })
       .NotDifferentiable()
-      .Summary("Closes a queue; attr cancel_pending_enqueues fails enqueues waiting for room.").Build());
-  (void)reg.Register(OpBuilder("QueueSize").Inputs(1).Stateful()
+      .Summary("Closes a queue; attr cancel_pending_enqueues fails enqueues waiting for room.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueSize").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(QueueInput(c).status());
         c.set_output(0, DType::kInt32, PartialShape(Shape{}));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("The number of elements in a queue (int32).").Build());
+      .NotDifferentiable().Summary("The number of elements in a queue (int32).").Build()));
+  return Status::OK();
 }
 
 namespace ops {

@@ -45,16 +45,17 @@ Output RandomNode(Graph& g, const std::string& op, const Shape& shape, int64_t s
 
 }  // namespace
 
-void RegisterRandomOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("RandomUniform").Inputs(0).Stateful()
+Status RegisterRandomOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomUniform").Inputs(0).Stateful()
       .Shape(RandomShape({"minval", "maxval"})).NotDifferentiable()
-      .Summary("Uniform values in [minval, maxval) (attrs shape, dtype, seed).").Build());
-  (void)reg.Register(OpBuilder("RandomNormal").Inputs(0).Stateful()
+      .Summary("Uniform values in [minval, maxval) (attrs shape, dtype, seed).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomNormal").Inputs(0).Stateful()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
-      .Summary("Normal values (attrs shape, dtype, seed, mean, stddev).").Build());
-  (void)reg.Register(OpBuilder("TruncatedNormal").Inputs(0).Stateful()
+      .Summary("Normal values (attrs shape, dtype, seed, mean, stddev).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TruncatedNormal").Inputs(0).Stateful()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
-      .Summary("Normal values redrawn until within 2 stddev of the mean.").Build());
+      .Summary("Normal values redrawn until within 2 stddev of the mean.").Build()));
+  return Status::OK();
 }
 
 namespace ops {

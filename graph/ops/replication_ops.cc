@@ -90,22 +90,22 @@ Status TaggedApplyShape(InferenceContext& c, bool sync) {
 
 }  // namespace
 
-void RegisterReplicationOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("ApplyGradientSync").Inputs(4, 12).Stateful()
+Status RegisterReplicationOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientSync").Inputs(4, 12).Stateful()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, true); }).NotDifferentiable()
       .Summary("Synchronous replication: adds this worker's gradient, tagged with the global step "
                "it read, to the step's aggregate at the variable's shard; the shard applies the "
                "average of the first num_required with attr optimizer and advances its step. "
                "Inputs: var, slots..., hyperparameters..., grad, step_tag. Output: the step it "
                "counted in, or -1 when stale (counted as dropped).")
-      .Build());
-  (void)reg.Register(OpBuilder("ApplyGradientAsync").Inputs(4, 12).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientAsync").Inputs(4, 12).Stateful()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, false); }).NotDifferentiable()
       .Summary("Asynchronous replication: applies the gradient on arrival with attr optimizer and "
                "records staleness = variable version now - read_version. Inputs: var, slots..., "
                "hyperparameters..., grad, read_version.")
-      .Build());
-  (void)reg.Register(OpBuilder("ReadVariableWithVersion").Inputs(1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariableWithVersion").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         auto dt = c.Attr<DType>("dtype");
@@ -121,8 +121,8 @@ void RegisterReplicationOps(OpRegistry& reg) {
       }).NotDifferentiable()
       .Summary("The variable's value and its version (optimizer updates applied so far), read "
                "together. Attr dtype.")
-      .Build());
-  (void)reg.Register(OpBuilder("SyncReplicaStats").Inputs(1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SyncReplicaStats").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         c.set_output(0, DType::kInt64, PartialShape(Shape{3}));
@@ -130,8 +130,8 @@ void RegisterReplicationOps(OpRegistry& reg) {
       }).NotDifferentiable()
       .Summary("int64 [applied_steps, accepted_gradients, dropped_gradients] of a variable's "
                "synchronous replication; applied_steps is its global step.")
-      .Build());
-  (void)reg.Register(OpBuilder("StalenessStats").Inputs(1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StalenessStats").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         c.set_output(0, DType::kFloat64, PartialShape(Shape{3}));
@@ -139,13 +139,13 @@ void RegisterReplicationOps(OpRegistry& reg) {
       }).NotDifferentiable()
       .Summary("float64 [count, mean, max] of the staleness of a variable's tagged asynchronous "
                "updates.")
-      .Build());
-  (void)reg.Register(OpBuilder("AbortSyncStep").Inputs(1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AbortSyncStep").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) { return RequireHandleInput(c, 0); }).NotDifferentiable()
       .Summary("Fails every worker waiting on the variable's pending synchronous steps with "
                "Aborted and drops (counts) their gradients.")
-      .Build());
-  (void)reg.Register(OpBuilder("StaleSyncWait").Inputs(2).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StaleSyncWait").Inputs(2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         SF_RETURN_IF_ERROR(RequireInt64Scalar(c, 1, "the clock"));
@@ -163,8 +163,8 @@ void RegisterReplicationOps(OpRegistry& reg) {
       }).NotDifferentiable()
       .Summary("Stale-synchronous barrier: worker (attr) starts clock (input); completes once it "
                "is at most attr staleness clocks ahead of the slowest of num_workers.")
-      .Build());
-  (void)reg.Register(OpBuilder("AllReduce").Inputs(1).Stateful()
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AllReduce").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         auto key = c.Attr<std::string>("group_key");
         auto n = c.Attr<int64_t>("group_size");
@@ -182,7 +182,8 @@ void RegisterReplicationOps(OpRegistry& reg) {
       }).NotDifferentiable()
       .Summary("Ring all-reduce: the sum of x over the group_size ranks of group_key (each rank's "
                "k-th run joins the k-th reduction); a ring of actors, reduce-scatter then all-gather.")
-      .Build());
+      .Build()));
+  return Status::OK();
 }
 
 }  // namespace sf

@@ -18,8 +18,8 @@ Status TransferAttrs(InferenceContext& c) {
 
 }  // namespace
 
-void RegisterSendRecvOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("_Send").Inputs(1).Stateful()
+Status RegisterSendRecvOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Send").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -30,9 +30,9 @@ void RegisterSendRecvOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Sends its input to recv_device under tensor_name (inserted by partitioning; "
-               "attrs tensor_name, send_device, recv_device, dtype, shape).").Build());
+               "attrs tensor_name, send_device, recv_device, dtype, shape).").Build()));
 
-  (void)reg.Register(OpBuilder("_Recv").Inputs(0).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Recv").Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -43,7 +43,8 @@ void RegisterSendRecvOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("Receives the tensor sent under tensor_name from send_device (inserted by "
-               "partitioning; attrs tensor_name, send_device, recv_device, dtype, shape).").Build());
+               "partitioning; attrs tensor_name, send_device, recv_device, dtype, shape).").Build()));
+  return Status::OK();
 }
 
 namespace ops {

@@ -150,52 +150,53 @@ Status FillShape(InferenceContext& c) {
 
 }  // namespace
 
-void RegisterShapeOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("Shape").Inputs(1)
+Status RegisterShapeOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Shape").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         const PartialShape& in = c.input_shape(0);
         c.set_output(0, DType::kInt32, PartialShape({in.rank_known() ? in.rank() : -1}));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("The shape of a tensor as an int32 vector.").Build());
+      .NotDifferentiable().Summary("The shape of a tensor as an int32 vector.").Build()));
 
-  (void)reg.Register(OpBuilder("Size").Inputs(1)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Size").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         c.set_output(0, DType::kInt32, PartialShape(Shape{}));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("The number of elements of a tensor (int32 scalar).").Build());
+      .NotDifferentiable().Summary("The number of elements of a tensor (int32 scalar).").Build()));
 
-  (void)reg.Register(OpBuilder("Rank").Inputs(1)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Rank").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         c.set_output(0, DType::kInt32, PartialShape(Shape{}));
         return Status::OK();
       })
-      .NotDifferentiable().Summary("The rank of a tensor (int32 scalar).").Build());
+      .NotDifferentiable().Summary("The rank of a tensor (int32 scalar).").Build()));
 
-  (void)reg.Register(OpBuilder("ZerosLike").Inputs(1).Shape(UnchangedShape)
-      .NotDifferentiable().Summary("Zeros of x's dtype and shape.").Build());
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ZerosLike").Inputs(1).Shape(UnchangedShape)
+      .NotDifferentiable().Summary("Zeros of x's dtype and shape.").Build()));
 
-  (void)reg.Register(OpBuilder("OnesLike").Inputs(1).Shape(UnchangedShape)
-      .NotDifferentiable().Summary("Ones of x's dtype and shape.").Build());
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OnesLike").Inputs(1).Shape(UnchangedShape)
+      .NotDifferentiable().Summary("Ones of x's dtype and shape.").Build()));
 
-  (void)reg.Register(OpBuilder("Fill").Inputs(2).Shape(FillShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Fill").Inputs(2).Shape(FillShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         std::vector<Output> out(2);
         if (dy[0].valid()) out[1] = ops::Sum(g, dy[0]);
         return out;
       })
-      .Summary("A tensor of shape dims (int vector) filled with a scalar value.").Build());
+      .Summary("A tensor of shape dims (int vector) filled with a scalar value.").Build()));
 
-  (void)reg.Register(OpBuilder("Reshape").Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape").Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
       .Summary("x with a new shape (int vector input; one dim may be -1); shares the buffer.")
-      .Build());
+      .Build()));
 
-  (void)reg.Register(OpBuilder("ExpandDims").Inputs(1).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
-      .Summary("Inserts a size-1 axis at attr axis (negative counts from the end).").Build());
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ExpandDims").Inputs(1).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
+      .Summary("Inserts a size-1 axis at attr axis (negative counts from the end).").Build()));
 
-  (void)reg.Register(OpBuilder("Squeeze").Inputs(1).Shape(SqueezeShape).Grad(ReshapeBackGrad)
-      .Summary("Removes size-1 axes (attr axes; empty = all of them).").Build());
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Squeeze").Inputs(1).Shape(SqueezeShape).Grad(ReshapeBackGrad)
+      .Summary("Removes size-1 axes (attr axes; empty = all of them).").Build()));
+  return Status::OK();
 }
 
 namespace ops {

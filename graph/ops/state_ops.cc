@@ -47,8 +47,8 @@ Status AssignShape(InferenceContext& c) {
 
 }  // namespace
 
-void RegisterStateOps(OpRegistry& reg) {
-  (void)reg.Register(OpBuilder("VarHandle").Inputs(0).Stateful()
+Status RegisterStateOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle").Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("VarHandle needs a non-empty shared_name");
@@ -61,9 +61,9 @@ void RegisterStateOps(OpRegistry& reg) {
       })
       .NotDifferentiable()
       .Summary("A handle to the session's variable shared_name (attrs shared_name, dtype, shape).")
-      .Build());
+      .Build()));
 
-  (void)reg.Register(OpBuilder("ReadVariable").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable").Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandle(c, 0));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -75,12 +75,13 @@ void RegisterStateOps(OpRegistry& reg) {
       .Grad([](Graph&, const Node&, const std::vector<Output>& dy) {
         return std::vector<Output>{dy[0]};
       })
-      .Summary("A snapshot of a variable's value (attr dtype).").Build());
+      .Summary("A snapshot of a variable's value (attr dtype).").Build()));
 
   for (const char* op : {"Assign", "AssignAdd", "AssignSub"}) {
-    (void)reg.Register(OpBuilder(op).Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
-        .Summary(std::string(op) + " a value to a variable; returns the new value.").Build());
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
+        .Summary(std::string(op) + " a value to a variable; returns the new value.").Build()));
   }
+  return Status::OK();
 }
 
 namespace ops {

@@ -67,13 +67,14 @@ ShapeFn TrainingShape(int handles, int scalars) {
 
 }  // namespace
 
-void RegisterTrainingOps(OpRegistry& reg) {
+Status RegisterTrainingOps(OpRegistry& reg) {
   for (const TrainingOp& op : kTrainingOps) {
     const int n = op.handles + op.scalars + 1;
-    (void)reg.Register(OpBuilder(op.name).Inputs(n).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.name).Inputs(n).Stateful()
         .Shape(TrainingShape(op.handles, op.scalars)).NotDifferentiable()
-        .Summary(op.summary).Build());
+        .Summary(op.summary).Build()));
   }
+  return Status::OK();
 }
 
 }  // namespace sf

@@ -30,6 +30,9 @@
 
 namespace sf {
 
+class KernelRegistry;
+class OpRegistry;
+
 struct NodeOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT to listen on (port 0: any free one)
   std::string join;                    // a member's HOST:PORT to join ("": start a cluster)
@@ -43,6 +46,11 @@ struct NodeOptions {
   int watch_timeout_ms = 0;
   int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
+  // The ops partitions sent here may use (null: StandardOpRegistry()) and
+  // the kernels they are built from (null: StandardKernelRegistry()); a
+  // program serving ops of its own passes both. Must outlive the node.
+  const OpRegistry* ops = nullptr;
+  const KernelRegistry* kernels = nullptr;
 };
 
 // One member of a cluster: serves partitions, variable shards and tensors.

@@ -19,12 +19,20 @@
 
 namespace sf {
 
+class KernelRegistry;
+
 struct SessionOptions {
   int compute_threads = 0;    // compute pool size; 0 = one per core
   int scheduler_threads = 0;  // CAF scheduler threads; 0 = 2
   // CPU devices "/job:localhost/task:0/device:CPU:i" the graph is placed and
   // partitioned over (DeviceScope requests them); 1 keeps one partition.
   int num_cpu_devices = 1;
+  // The kernels partitions are built from; null: StandardKernelRegistry().
+  // A program with ops of its own passes a registry holding the standard
+  // kernels and its own (shardflow/kernel.h), and builds its graph over an
+  // OpRegistry holding their ops (shardflow/op_registry.h). Must outlive the
+  // session.
+  const KernelRegistry* kernels = nullptr;
 };
 
 // Feeds by tensor name ("x" or "x:0").

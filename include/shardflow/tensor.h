@@ -90,8 +90,10 @@ class PartialShape {
 // Tells the C allocator to keep freed tensor memory in the heap instead of
 // returning big blocks to the kernel at each free. Without it every step maps
 // fresh pages for its large tensors and pays a page fault per 4 KiB (measured:
-// about 20% of an MLP training step). Process-wide and idempotent; a Session
-// calls it. Costs memory the process already used once, never more.
+// about 20% of an MLP training step). Process-wide and idempotent: a program
+// opts in (the `shardflow node` command and the benchmarks do); the library
+// never changes its host's allocator by itself. Costs memory the process
+// already used once, never more.
 void KeepTensorMemoryWarm();
 
 // 64-byte-aligned, refcounted storage.

@@ -1,7 +1,7 @@
 // Kernels of the in-graph checkpoint ops (graph/ops/checkpoint_ops.cc): they
-// write and read the checkpoint store through the runtime's hooks, on the
-// device they are placed on (a checkpoint directory on that node).
-#include "kernels/checkpoint_hooks.h"
+// write and read the checkpoint store through the runtime's CheckpointService,
+// on the device they are placed on (a checkpoint directory on that node).
+#include "kernels/checkpoint_service.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace sf {
@@ -22,10 +22,10 @@ class SaveCheckpointKernel : public OpKernel {
     if (!names.ok()) { *s = names.status(); return; }
     dir_ = *dir;
     names_ = *names;
+    checkpoints_ = init.checkpoints;
   }
   void Compute(OpKernelContext* ctx) override {
-    const auto& hooks = GetCheckpointHooks();
-    if (!hooks.save) return ctx->SetStatus(FailedPrecondition("SaveCheckpoint needs a session (no checkpoint store)"));
+    if (!checkpoints_) return ctx->SetStatus(FailedPrecondition("SaveCheckpoint needs a session (no checkpoint store)"));
     const Tensor& step = ctx->input(0);
     if (step.dtype() != DType::kInt64 || step.num_elements() != 1)
       return ctx->SetStatus(InvalidArgument("SaveCheckpoint: global_step must be an int64 scalar, got " +
@@ -35,7 +35,7 @@ class SaveCheckpointKernel : public OpKernel {
                                             std::to_string(ctx->num_inputs() - 1) + " values"));
     std::vector<Tensor> values;
     for (int i = 1; i < ctx->num_inputs(); ++i) values.push_back(ctx->input(i));
-    auto id = hooks.save(dir_, step.data<int64_t>()[0], names_, values);
+    auto id = checkpoints_->Save(dir_, step.data<int64_t>()[0], names_, values);
     if (!id.ok()) return ctx->SetStatus(id.status().WithPrefix("SaveCheckpoint to '" + dir_ + "'"));
     ctx->set_output(0, Tensor::Scalar(*id));
   }
@@ -44,6 +44,7 @@ class SaveCheckpointKernel : public OpKernel {
  private:
   std::string dir_;
   std::vector<std::string> names_;
+  CheckpointService* checkpoints_ = nullptr;  // the runtime's; null outside a session
 };
 
 class RestoreCheckpointKernel : public OpKernel {
@@ -58,13 +59,13 @@ class RestoreCheckpointKernel : public OpKernel {
     dir_ = *dir;
     names_ = *names;
     dtypes_ = *dtypes;
+    checkpoints_ = init.checkpoints;
   }
   void Compute(OpKernelContext* ctx) override {
-    const auto& hooks = GetCheckpointHooks();
-    if (!hooks.restore)
+    if (!checkpoints_)
       return ctx->SetStatus(FailedPrecondition("RestoreCheckpoint needs a session (no checkpoint store)"));
     int64_t step = 0;
-    auto values = hooks.restore(dir_, names_, &step);
+    auto values = checkpoints_->Restore(dir_, names_, &step);
     if (!values.ok()) return ctx->SetStatus(values.status().WithPrefix("RestoreCheckpoint from '" + dir_ + "'"));
     for (size_t i = 0; i < values->size(); ++i) {
       if ((*values)[i].dtype() != dtypes_[i])
@@ -81,6 +82,7 @@ class RestoreCheckpointKernel : public OpKernel {
   std::string dir_;
   std::vector<std::string> names_;
   std::vector<DType> dtypes_;
+  CheckpointService* checkpoints_ = nullptr;  // the runtime's; null outside a session
 };
 
 }  // namespace

@@ -2,42 +2,11 @@
 // and iterations; a dead input reaches a kernel as an invalid tensor and an
 // output a kernel leaves unset is dead.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/step_stacks.h"
 
-#include <map>
-#include <mutex>
-#include <tuple>
 
 namespace sf {
 namespace {
-
-// Values a loop's forward half saves for its backward half. Keyed by the
-// session (its variable service), the step, the stack and the index, so
-// concurrent steps and sessions do not mix; a pop removes its entry.
-class StackStore {
- public:
-  using Key = std::tuple<const void*, int64_t, std::string, int32_t>;
-  void Push(Key k, Tensor t) {
-    std::lock_guard<std::mutex> l(mu_);
-    values_[std::move(k)] = std::move(t);
-  }
-  bool Pop(const Key& k, Tensor* t) {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = values_.find(k);
-    if (it == values_.end()) return false;
-    *t = std::move(it->second);
-    values_.erase(it);
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<Key, Tensor> values_;
-};
-
-StackStore& Stacks() {
-  static StackStore* s = new StackStore();
-  return *s;
-}
 
 Status IndexOf(const Tensor& t, int32_t* index) {
   if (t.dtype() != DType::kInt32 || t.num_elements() != 1)
@@ -64,7 +33,9 @@ class StackPushKernel : public OpKernel {
     int32_t index = 0;
     Status st = IndexOf(ctx->input(1), &index);
     if (!st.ok()) return ctx->SetStatus(st);
-    Stacks().Push({ctx->variables(), ctx->step_id(), name_, index}, ctx->input(0));
+    if (!ctx->step_stacks())
+      return ctx->SetStatus(FailedPrecondition("StackPush '" + name_ + "' runs outside a control-flow step"));
+    ctx->step_stacks()->Push(name_, index, ctx->input(0));
   }
   bool IsStateful() const override { return true; }
 
@@ -85,8 +56,10 @@ class StackPopKernel : public OpKernel {
     if (!st.ok()) return ctx->SetStatus(st);
     // Nothing pushed means the forward value was dead (an untaken branch in
     // that iteration): the popped value is dead too (left unset).
+    if (!ctx->step_stacks())
+      return ctx->SetStatus(FailedPrecondition("StackPop '" + name_ + "' runs outside a control-flow step"));
     Tensor t;
-    if (Stacks().Pop({ctx->variables(), ctx->step_id(), name_, index}, &t)) ctx->set_output(0, std::move(t));
+    if (ctx->step_stacks()->Pop(name_, index, &t)) ctx->set_output(0, std::move(t));
   }
   bool IsStateful() const override { return true; }
 

@@ -2,7 +2,7 @@
 // kernels of the ops of the matching graph/ops/ file.
 #pragma once
 
-#include "kernels/op_kernel.h"
+#include "shardflow/kernel.h"
 
 namespace sf {
 
@@ -20,9 +20,6 @@ void RegisterQueueKernels(KernelRegistry& reg);
 void RegisterSendRecvKernels(KernelRegistry& reg);
 void RegisterEmbeddingKernels(KernelRegistry& reg);  // embedding_kernels.cc
 void RegisterCheckpointKernels(KernelRegistry& reg);  // checkpoint_kernels.cc
-
-// The registry of every standard kernel, built on first use.
-const KernelRegistry& StandardKernelRegistry();
 
 // OK when every dim of `s` (a shape read from a run-time tensor) is >= 0 and
 // its element count times 8 bytes fits in int64; else InvalidArgument naming

@@ -40,7 +40,7 @@ TEST_CASE("Executor refuses a step whose feed count differs from its plan", "[ex
     auto y = ops::Identity(g, x, "y");
     REQUIRE(g.status().ok());
     runtime::ExecutorSpec spec{{x.node, y.node}, {x}, {y}};
-    auto ex = runtime::Executor::Create(g, spec, nullptr, &pool);
+    auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
     REQUIRE(ex.ok());
     auto none = RunOnce(**ex, {});
     REQUIRE(!none.ok());
@@ -59,7 +59,7 @@ TEST_CASE("Executor refuses a step whose feed count differs from its plan", "[ex
     auto y = ops::Identity(g, sw[1], "y");
     REQUIRE(g.status().ok());
     runtime::ExecutorSpec spec{{x.node, p.node, sw[0].node, y.node}, {x, p}, {y}};
-    auto ex = runtime::Executor::Create(g, spec, nullptr, &pool);
+    auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
     REQUIRE(ex.ok());
     auto short_feeds = RunOnce(**ex, {xv});
     REQUIRE(!short_feeds.ok());

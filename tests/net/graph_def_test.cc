@@ -30,14 +30,14 @@ namespace {
 const OpRegistry& TestRegistry() {
   static const OpRegistry* reg = [] {
     auto* r = new OpRegistry();
-    RegisterCoreOps(*r);
-    (void)r->Register(OpBuilder("AttrHolder").Inputs(0, -1)
+    REQUIRE(RegisterCoreOps(*r).ok());
+    REQUIRE(r->Register(OpBuilder("AttrHolder").Inputs(0, -1)
         .Shape([](InferenceContext& c) -> Status {
           c.set_output(0, DType::kFloat64, PartialShape({-1, 2}));
           c.set_output(1, DType::kInt32, PartialShape());
           return Status::OK();
         })
-        .NotDifferentiable().Summary("Test op holding attrs.").Build());
+        .NotDifferentiable().Summary("Test op holding attrs.").Build()).ok());
     return r;
   }();
   return *reg;

@@ -32,7 +32,7 @@ Result<std::vector<Tensor>> EvalWithExecutor(const Graph& g, const Feeds& feeds,
   }
   SF_ASSIGN_OR_RETURN(std::vector<int> order, runtime::PruneAndSort(g, fed, fetches, targets));
   runtime::ExecutorSpec spec{order, fed, fetches};
-  SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(g, spec, vars, &TestPool()));
+  SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &TestPool(), vars}));
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;

@@ -1,5 +1,6 @@
 // OpKernel: the code that computes one op on one device for one dtype, and the
-// registry that finds it.
+// registry that finds it. Public so that a program can add kernels for its
+// own ops (see shardflow/op_registry.h for the op side).
 //
 // A kernel object is built once per node when a partition is planned (so it
 // parses its attributes once) and then computes once per step, possibly for
@@ -30,6 +31,8 @@ class ComputePool;
 class VariableService;
 class QueueService;
 class RendezvousService;
+class CheckpointService;
+class StepStacks;
 
 enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
 const char* DeviceTypeName(DeviceType d);
@@ -45,6 +48,7 @@ struct KernelInit {
   VariableService* variables = nullptr;  // may be null outside a session
   QueueService* queues = nullptr;        // may be null outside a session
   RendezvousService* rendezvous = nullptr;  // null unless the step spans partitions
+  CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null
 
   template <typename T>
   Result<T> Attr(const std::string& name) const { return attrs->Get<T>(name); }
@@ -93,6 +97,10 @@ class OpKernelContext {
   }
   const std::string& frame_key() const;
   int64_t iteration() const { return iteration_; }
+  // The step's loop-gradient stacks (StackPush/StackPop): they belong to the
+  // step being run and go with it; null outside a control-flow step.
+  void set_step_stacks(StepStacks* stacks) { stacks_ = stacks; }
+  StepStacks* step_stacks() const { return stacks_; }
 
  private:
   const Tensor* const* inputs_;
@@ -105,6 +113,7 @@ class OpKernelContext {
   int64_t step_id_;
   const std::string* frame_key_ = nullptr;
   int64_t iteration_ = 0;
+  StepStacks* stacks_ = nullptr;
   Status status_;
 };
 
@@ -156,6 +165,11 @@ KernelFactory MakeFactory() {
 }
 
 // The kernels of every standard op on the CPU (and GPU when built with CUDA).
+// A program with its own ops starts its registry with these, adds its
+// kernels, and hands it to SessionOptions::kernels or NodeOptions::kernels.
 void RegisterStandardKernels(KernelRegistry& reg);
+// The registry of every standard kernel, built on first use; what a session
+// or node uses when it is given none.
+const KernelRegistry& StandardKernelRegistry();
 
 }  // namespace sf

@@ -1,0 +1,127 @@
+// OpRegistry: every op registered once, with its signature, shape function
+// and gradient function (or "not differentiable").
+//
+// Filled by an explicit call (RegisterStandardOps), never by static
+// constructors, so no op is silently dropped by the linker.
+// Thread-safety: fill it from one thread, then read it from many.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardflow/attr.h"
+#include "shardflow/graph.h"
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+
+// What a shape function sees and sets for one node being added.
+class InferenceContext {
+ public:
+  InferenceContext(const Graph& g, const Node& n) : g_(g), n_(n) {}
+  int num_inputs() const { return static_cast<int>(n_.inputs.size()); }
+  DType input_dtype(int i) const { return n_.inputs[i].dtype(); }
+  const PartialShape& input_shape(int i) const { return n_.inputs[i].shape(); }
+  // The value of input i when its producer is a Const, else nullptr. Lets
+  // Reshape, Fill, Tile, ... know their output shape at build time.
+  const Tensor* input_constant(int i) const;
+  const AttrMap& attrs() const { return n_.attrs; }
+  template <typename T> Result<T> Attr(const std::string& name) const { return n_.attrs.Get<T>(name); }
+  template <typename T> Result<T> AttrOr(const std::string& name, T def) const {
+    return n_.attrs.GetOr<T>(name, def);
+  }
+  const Node& node() const { return n_; }
+  const Graph& graph() const { return g_; }
+
+  // Declares output i (outputs are numbered densely from 0).
+  void set_output(int i, DType dtype, PartialShape shape);
+  const std::vector<DType>& output_dtypes() const { return dtypes_; }
+  const std::vector<PartialShape>& output_shapes() const { return shapes_; }
+
+  // Shape errors: "Incompatible shapes [2,3] and [4]" etc. The graph adds the
+  // node and op names.
+  Status Error(const std::string& msg) const { return InvalidArgument(msg); }
+  // Requires every input to have the same dtype; an error naming both otherwise.
+  Status RequireSameDTypes() const;
+  // Requires input i to have rank r when its rank is known.
+  Status RequireRank(int i, int r) const;
+
+ private:
+  const Graph& g_;
+  const Node& n_;
+  std::vector<DType> dtypes_;
+  std::vector<PartialShape> shapes_;
+};
+
+using ShapeFn = std::function<Status(InferenceContext&)>;
+
+// Adds the gradient subgraph of one node: given the gradient flowing into each
+// output (invalid when none flows; filled with zeros when others do), returns
+// one Output per input: the gradient with respect to it, or an invalid Output
+// when the input gets none (integer inputs, shapes, ...).
+using GradFn = std::function<std::vector<Output>(Graph& g, const Node& node,
+                                                 const std::vector<Output>& grad_outputs)>;
+
+struct OpDef {
+  std::string name;
+  int min_inputs = 0;
+  int max_inputs = 0;  // -1: any number (variadic)
+  bool stateful = false;  // reads or writes state, or is random: never folded or deduplicated
+  ShapeFn shape_fn;
+  // Null with differentiable=false: "not differentiable" (the gradient stops).
+  GradFn grad_fn;
+  bool differentiable = false;
+  // Dtypes the gradient checker tries it with (float64 is the default).
+  std::string summary;  // one line for docs and `shardflow ops`
+};
+
+class OpRegistry {
+ public:
+  // Registers an op; InvalidArgument on a duplicate name or a differentiable
+  // op without a gradient function.
+  Status Register(OpDef def);
+  // The op, or nullptr.
+  const OpDef* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, OpDef> ops_;
+};
+
+// Small fluent helper so a registration reads as one statement:
+//   reg.Add(OpBuilder("Relu").Inputs(1).Shape(UnchangedShape).Grad(ReluGrad));
+class OpBuilder {
+ public:
+  explicit OpBuilder(std::string name) { def_.name = std::move(name); }
+  OpBuilder& Inputs(int n) { def_.min_inputs = def_.max_inputs = n; return *this; }
+  OpBuilder& Inputs(int min, int max) { def_.min_inputs = min; def_.max_inputs = max; return *this; }
+  OpBuilder& Stateful() { def_.stateful = true; return *this; }
+  OpBuilder& Shape(ShapeFn f) { def_.shape_fn = std::move(f); return *this; }
+  OpBuilder& Grad(GradFn f) { def_.grad_fn = std::move(f); def_.differentiable = true; return *this; }
+  OpBuilder& NotDifferentiable() { def_.differentiable = false; def_.grad_fn = nullptr; return *this; }
+  OpBuilder& Summary(std::string s) { def_.summary = std::move(s); return *this; }
+  OpDef Build() { return def_; }
+
+ private:
+  OpDef def_;
+};
+
+// Common shape functions.
+// Output 0 = input 0's dtype and shape.
+Status UnchangedShape(InferenceContext& c);
+// NumPy broadcasting of inputs 0 and 1; the error names both shapes.
+Result<PartialShape> BroadcastShapes(const PartialShape& a, const PartialShape& b);
+
+// The seed a random op built with seed 0 gets: a stable hash (FNV-1a) of the
+// unique name the node will have, so distinct nodes draw different numbers
+// and the same graph built twice draws the same ones.
+int64_t SeedFromNodeName(Graph& g, const std::string& op);
+
+// Registers every standard op into reg; the first error (a duplicate name,
+// a differentiable op without a gradient) names the op.
+Status RegisterStandardOps(OpRegistry& reg);
+
+}  // namespace sf
