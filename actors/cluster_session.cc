@@ -231,16 +231,16 @@ struct ClusterSession::Impl {
   }
   // Starts a step; done runs on the callback thread when post, else on
   // whatever thread finishes the step.
-  void Start(const FeedMap& feeds, const std::vector<std::string>& fetches,
+  void Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
              const std::vector<std::string>& targets, bool post,
              std::function<void(Result<std::vector<Tensor>>)> done);
 
   // Places and partitions the whole graph when it is new or grew, recording
   // each task's variables. REQUIRES: plan_mu held.
   void EnsurePartitions();
-  std::shared_ptr<Plan> BuildPlan(const FeedMap& feed_map, const std::vector<std::string>& fetch_names,
+  std::shared_ptr<Plan> BuildPlan(const NamedFeeds& feed_map, const std::vector<std::string>& fetch_names,
                                   const std::vector<std::string>& target_names);
-  void StartStep(const std::shared_ptr<Plan>& plan, const FeedMap& feeds,
+  void StartStep(const std::shared_ptr<Plan>& plan, const NamedFeeds& feeds,
                  std::function<void(Result<std::vector<Tensor>>)> done);
   // Sends a one-way message to the tasks of a step.
   void Broadcast(const std::shared_ptr<Plan>& plan, const net::Body& body);
@@ -563,7 +563,7 @@ void ClusterSession::Impl::EnsurePartitions() {
   graph_bytes.clear();
 }
 
-std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const FeedMap& feed_map,
+std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const NamedFeeds& feed_map,
                                                       const std::vector<std::string>& fetch_names,
                                                       const std::vector<std::string>& target_names) {
   auto plan = std::make_shared<Plan>();
@@ -641,7 +641,7 @@ void ClusterSession::Impl::Broadcast(const std::shared_ptr<Plan>& plan, const ne
   }
 }
 
-void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const FeedMap& feeds,
+void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const NamedFeeds& feeds,
                                      std::function<void(Result<std::vector<Tensor>>)> done) {
   for (size_t i = 0; i < plan->feeds.size(); ++i) {
     Status s = runtime::ValidateFeed(feeds[i].first, plan->feeds[i], feeds[i].second);
@@ -877,13 +877,12 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
   return s;
 }
 
-void ClusterSession::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                              const std::vector<std::string>& targets,
+void ClusterSession::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
                               std::function<void(Result<std::vector<Tensor>>)> done) {
   impl_->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
 }
 
-void ClusterSession::Impl::Start(const FeedMap& feeds, const std::vector<std::string>& fetches,
+void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
                                  const std::vector<std::string>& targets, bool post,
                                  std::function<void(Result<std::vector<Tensor>>)> done) {
   {

@@ -18,7 +18,7 @@ namespace runtime {
 
 // One Session::RunAsync call.
 struct RunCall {
-  FeedMap feeds;
+  NamedFeeds feeds;
   std::vector<std::string> fetches;
   std::vector<std::string> targets;
   std::function<void(Result<std::vector<Tensor>>)> done;

@@ -304,17 +304,16 @@ Session::Session(const Graph& g, SessionOptions options) {
 
 Session::~Session() = default;
 
-void Session::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                       const std::vector<std::string>& targets,
+void Session::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
                        std::function<void(Result<std::vector<Tensor>>)> done) {
   {
     std::lock_guard<std::mutex> l(impl_->mu);
     ++impl_->in_flight;
   }
   auto call = std::make_shared<runtime::RunCall>();
-  call->feeds = feeds;
-  call->fetches = fetches;
-  call->targets = targets;
+  call->feeds = std::move(feeds);
+  call->fetches = std::move(fetches);
+  call->targets = std::move(targets);
   Impl* impl = impl_.get();
   call->done = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
     done(std::move(r));
@@ -326,9 +325,28 @@ void Session::RunAsync(const FeedMap& feeds, const std::vector<std::string>& fet
 
 const Graph& Session::graph() const { return impl_->graph; }
 
-Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
-                                                  const std::vector<std::string>& fetches,
-                                                  const std::vector<std::string>& targets) {
+void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                                std::function<void(Result<std::vector<Tensor>>)> done) {
+  const Graph& g = graph();
+  auto named = ResolveFeeds(g, feeds);
+  if (!named.ok()) return done(named.status());
+  std::vector<std::string> fetch_names, target_names;
+  fetch_names.reserve(fetches.list().size());
+  for (const Fetch& f : fetches.list()) {
+    auto n = f.NameIn(g);
+    if (!n.ok()) return done(n.status().WithPrefix("fetch " + std::to_string(fetch_names.size())));
+    fetch_names.push_back(std::move(n).value());
+  }
+  for (const Target& t : targets.list()) {
+    auto n = t.NameIn(g);
+    if (!n.ok()) return done(n.status());
+    target_names.push_back(std::move(n).value());
+  }
+  StartRun(std::move(named).value(), std::move(fetch_names), std::move(target_names), std::move(done));
+}
+
+Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds, const Fetches& fetches,
+                                                  const Targets& targets) {
   // A mutex and condition variable rather than std::promise: the same cost,
   // and thread sanitizers see the hand-over (libstdc++'s futures hide theirs).
   std::mutex mu;
@@ -342,25 +360,6 @@ Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return result.has_value(); });
   return std::move(*result);
-}
-
-Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds,
-                                                  const std::vector<Output>& fetches,
-                                                  const std::vector<int>& target_nodes) {
-  const Graph& g = graph();
-  std::vector<std::string> names, targets;
-  for (const Output& o : fetches) {
-    if (!o.valid() || o.graph != &g || o.node >= g.num_nodes())
-      return InvalidArgument("fetch " + std::to_string(names.size()) +
-                             " is not a valid output of the session's graph");
-    names.push_back(o.name());
-  }
-  for (int t : target_nodes) {
-    if (t < 0 || t >= g.num_nodes())
-      return InvalidArgument("target node id " + std::to_string(t) + " is not in the graph");
-    targets.push_back(g.node(t).name);
-  }
-  return Run(feeds, names, targets);
 }
 
 namespace {

@@ -69,7 +69,7 @@ Result1 Run(int backup, int steps, int base_ms, int dim, uint64_t seed) {
     towers.push_back(*t);
   }
   Output stats = ops::SyncReplicaStats(g, w);
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok()) return out.error = g.status().ToString(), out;
   Session s(g);
   if (auto r = s.Run({}, std::vector<Output>{}, {init}); !r.ok()) return out.error = r.status().ToString(), out;

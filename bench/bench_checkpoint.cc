@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
                                            "embedding/part_0/Adagrad/accumulator")
       accum = Output(&g, i, 0);
   if (!accum.valid()) Die("no Adagrad accumulator in the graph");
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   const Shape shape{rows, dim};
   // Random accumulator values (the initializer's constant would compress).
   auto fill_accum = ops::Assign(g, accum, ops::RandomUniform(g, shape, 0.1, 1.0, 2));

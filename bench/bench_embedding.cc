@@ -89,7 +89,7 @@ Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const Se
   auto loss = ops::Mean(g, ops::Softplus(g, logits) - y * logits);
   auto train = GradientDescentOptimizer(0.1).Minimize(g, loss);
   if (!train.ok()) return train.status();
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   SF_RETURN_IF_ERROR(g.status());
   SF_ASSIGN_OR_RETURN(Owned owned, factory(g, shards));
   SessionInterface* s = owned.session.get();

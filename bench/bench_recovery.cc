@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   auto loss = ops::Mean(g, ops::Softplus(g, logits) - y * logits);
   auto train = AdagradOptimizer(0.1).Minimize(g, loss);
   if (!train.ok()) return Fail(train.status());
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok()) return Fail(g.status());
 
   // A few batches, reused in turn.

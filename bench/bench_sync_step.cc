@@ -49,8 +49,8 @@ std::vector<int64_t> ParseList(const std::string& s) {
 // the worker's null step on its own task.
 struct WorkerGraph {
   Graph g;
-  int init = -1;
-  int step = -1;
+  Operation init;
+  Operation step;
   Output fetch;
   WorkerGraph(int shards, int64_t elems_per_shard, int nodes, int worker) {
     std::vector<Output> handles, reads;

@@ -16,6 +16,20 @@ std::string Output::name() const {
   return index == 0 ? n : n + ":" + std::to_string(index);
 }
 
+const std::string& Operation::name() const { return graph->node(node).name; }
+
+Result<std::vector<int>> ControlDeps::NodesIn(const Graph& g) const {
+  std::vector<int> out = ids_;
+  for (const Operation& op : ops_) {
+    if (!op.valid()) return InvalidArgument("a control dependency is an invalid Operation (its builder failed?)");
+    if (op.graph != &g) return InvalidArgument("control dependency '" + op.name() + "' is a node of another graph");
+    out.push_back(op.node);
+  }
+  for (int id : out)
+    if (id < 0 || id >= g.num_nodes()) return InvalidArgument("control dependency node id " + std::to_string(id) + " is not in the graph");
+  return out;
+}
+
 DType Node::kernel_dtype() const {
   if (const AttrValue* t = attrs.Find("T")) {
     if (auto* d = std::get_if<DType>(t)) return *d;

@@ -64,7 +64,7 @@ Output Optimizer::LearningRate(Graph& g, Output grad, double constant) {
   return ops::Cast(g, lr_tensor_, grad.dtype());
 }
 
-Result<int> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>& var_list) {
+Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>& var_list) {
   SF_RETURN_IF_ERROR(g.status());
   if (!loss.valid()) return InvalidArgument(name() + ".Minimize: the loss is invalid");
   std::vector<Output> handles;
@@ -116,12 +116,12 @@ Result<int> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>
   }
   if (updates.empty())
     return InvalidArgument(name() + ".Minimize: the loss depends on none of the variables");
-  int op = ops::NoOp(g, updates, name());
-  if (op < 0) return g.status();
+  Operation op = ops::NoOp(g, updates, name());
+  if (!op.valid()) return g.status();
   return op;
 }
 
-Result<int> Optimizer::ApplyGradients(Graph& g,
+Result<Operation> Optimizer::ApplyGradients(Graph& g,
                                       const std::vector<std::pair<Output, Output>>& grads_and_vars) {
   SF_RETURN_IF_ERROR(g.status());
   std::vector<int> updates;
@@ -136,8 +136,8 @@ Result<int> Optimizer::ApplyGradients(Graph& g,
     SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, h, gv.first));
     updates.push_back(id);
   }
-  int op = ops::NoOp(g, updates, name());
-  if (op < 0) return g.status();
+  Operation op = ops::NoOp(g, updates, name());
+  if (!op.valid()) return g.status();
   return op;
 }
 

@@ -20,8 +20,8 @@ Output AsHandle(Output v) {
 // ("ApplyGradientSync"/"ApplyGradientAsync") with the same inputs plus tag.
 Result<int> TaggedApply(Graph& g, Optimizer& opt, Output handle, Output grad, Output tag,
                         const std::string& op, AttrMap attrs) {
-  SF_ASSIGN_OR_RETURN(int group, opt.ApplyGradients(g, {{grad, handle}}));
-  const Node& noop = g.node(group);
+  SF_ASSIGN_OR_RETURN(Operation group, opt.ApplyGradients(g, {{grad, handle}}));
+  const Node& noop = g.node(group.node);
   if (noop.control_inputs.size() != 1)
     return Internal(opt.name() + " built " + std::to_string(noop.control_inputs.size()) +
                     " updates for one variable");
@@ -93,7 +93,7 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
   if (updates.empty()) return InvalidArgument(where + ": the loss depends on none of the variables");
   t.handles = std::move(handles);
   t.train_op = ops::NoOp(g, updates, prefix + "/sync_train");
-  if (t.train_op < 0) return g.status();
+  if (!t.train_op.valid()) return g.status();
   Output stats = ops::SyncReplicaStats(g, t.handles[0]);
   t.global_step = ops::Reshape(g, ops::Slice(g, stats, {0}, {1}), std::vector<int64_t>{});
   SF_RETURN_IF_ERROR(g.status());
@@ -123,7 +123,7 @@ VersionedRead ReadVariableWithVersion(Graph& g, Output handle) {
   return r;
 }
 
-Result<int> MinimizeAsync(Graph& g, Optimizer& opt, Output loss, const std::vector<VersionedRead>& reads) {
+Result<Operation> MinimizeAsync(Graph& g, Optimizer& opt, Output loss, const std::vector<VersionedRead>& reads) {
   SF_RETURN_IF_ERROR(g.status());
   const std::string where = "MinimizeAsync(" + opt.name() + ")";
   if (!loss.valid()) return InvalidArgument(where + ": the loss is invalid");
@@ -143,8 +143,8 @@ Result<int> MinimizeAsync(Graph& g, Optimizer& opt, Output loss, const std::vect
     updates.push_back(id);
   }
   if (updates.empty()) return InvalidArgument(where + ": the loss depends on none of the variables");
-  int op = ops::NoOp(g, updates, "async_train");
-  if (op < 0) return g.status();
+  Operation op = ops::NoOp(g, updates, "async_train");
+  if (!op.valid()) return g.status();
   return op;
 }
 
@@ -154,14 +154,14 @@ Output SyncReplicaStats(Graph& g, Output handle) { return g.Add1("SyncReplicaSta
 
 Output StalenessStats(Graph& g, Output handle) { return g.Add1("StalenessStats", {AsHandle(handle)}); }
 
-int AbortSyncStep(Graph& g, Output handle) { return g.AddNode("AbortSyncStep", {AsHandle(handle)}); }
+Operation AbortSyncStep(Graph& g, Output handle) { return Operation(&g, g.AddNode("AbortSyncStep", {AsHandle(handle)})); }
 
-int StaleSyncWait(Graph& g, Output handle, Output clock, int worker, int num_workers, int staleness) {
+Operation StaleSyncWait(Graph& g, Output handle, Output clock, int worker, int num_workers, int staleness) {
   AttrMap a;
   a.Set("worker", static_cast<int64_t>(worker));
   a.Set("num_workers", static_cast<int64_t>(num_workers));
   a.Set("staleness", static_cast<int64_t>(staleness));
-  return g.AddNode("StaleSyncWait", {AsHandle(handle), clock}, std::move(a));
+  return Operation(&g, g.AddNode("StaleSyncWait", {AsHandle(handle), clock}, std::move(a)));
 }
 
 Output AllReduce(Graph& g, Output x, const std::string& group_key, int group_size, int rank) {

@@ -107,7 +107,7 @@ struct Model {
   Graph g;
   Output x, y, w, b, logits, loss;
   VersionedRead rw, rb;  // async/ssp: reads tagged with their version
-  int init = -1;
+  Operation init;
 
   Model(int dim, bool versioned) {
     x = ops::Placeholder(g, DType::kFloat32, {-1, dim}, "x");
@@ -157,8 +157,8 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
   Model m(d.dim, !sync);
   GradientDescentOptimizer sgd(o.lr);
   std::vector<SyncReplicaTrainOp> towers;
-  int async_train = -1;
-  std::vector<int> waits;
+  Operation async_train;
+  std::vector<Operation> waits;
   std::vector<Output> clocks;
   Output stats, stale;
   if (sync) {

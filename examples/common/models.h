@@ -16,8 +16,8 @@ struct ClassifierModel {
   Output loss;      // mean cross entropy
   Output accuracy;  // fraction of correct predictions in the batch
   Output lr;        // float32 scalar placeholder "lr": the learning rate of each step
-  int train = -1;   // the training op (SGD with momentum)
-  int init = -1;    // initialises every variable
+  Operation train;  // the training op (SGD with momentum)
+  Operation init;   // initialises every variable
 };
 
 struct ModelOptions {

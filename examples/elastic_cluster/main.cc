@@ -107,10 +107,10 @@ Status BuildModel(int64_t rows, int64_t dim, int64_t shards, uint64_t seed, doub
   SF_RETURN_IF_ERROR(g.status());
   auto train = AdagradOptimizer(lr).Minimize(g, loss);
   if (!train.ok()) return train.status();
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation init = ops::GlobalVariablesInitializer(g);
   SF_RETURN_IF_ERROR(g.status());
-  m->init = g.node(init).name;
-  m->train = g.node(*train).name;
+  m->init = init.name();
+  m->train = train->name();
   m->loss = loss.name();
   return Status::OK();
 }

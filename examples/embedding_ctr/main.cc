@@ -224,17 +224,17 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
   auto loss = ops::Identity(g, ops::Mean(g, ops::Softplus(g, logits) - y * logits), "loss");
   SF_RETURN_IF_ERROR(g.status());
 
-  Result<int> tables = c.table_optimizer == "sgd"
+  Result<Operation> tables = c.table_optimizer == "sgd"
                            ? GradientDescentOptimizer(c.table_lr).Minimize(g, loss, table_reads)
                            : AdagradOptimizer(c.table_lr).Minimize(g, loss, table_reads);
   if (!tables.ok()) return tables.status();
   auto mlp = AdamOptimizer(c.mlp_lr).Minimize(g, loss, {w1, b1, w2, b2});
   if (!mlp.ok()) return mlp.status();
-  const int train = ops::NoOp(g, {*tables, *mlp}, "train");
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation train = ops::NoOp(g, {*tables, *mlp}, "train");
+  const Operation init = ops::GlobalVariablesInitializer(g);
   SF_RETURN_IF_ERROR(g.status());
-  cg->init = g.node(init).name;
-  cg->train = g.node(train).name;
+  cg->init = init.name();
+  cg->train = train.name();
   cg->loss = loss.name();
   cg->logits = logits.name();
   return Status::OK();

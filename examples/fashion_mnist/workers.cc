@@ -31,7 +31,7 @@ struct Worker {
   Graph g;
   ClassifierModel m;
   SyncReplicaTrainOp sync;           // --sync
-  int async_train = -1;              // --async
+  Operation async_train;              // --async
   std::vector<VersionedRead> reads;  // --async: the model's versioned reads
   std::unique_ptr<ClusterSession> session;
   std::vector<int64_t> order;        // this worker's shuffle of the training set
@@ -143,7 +143,7 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
     workers.push_back(std::move(wk));
   }
   // One initializer, run once: it covers the optimizer's slots too.
-  const int init = ops::GlobalVariablesInitializer(workers[0]->g, "init_replicated");
+  const Operation init = ops::GlobalVariablesInitializer(workers[0]->g, "init_replicated");
   if (!workers[0]->g.status().ok()) return Fail(workers[0]->g.status());
   if (auto r = workers[0]->session->Run({}, std::vector<Output>{}, {init}); !r.ok()) return Fail(r.status());
 

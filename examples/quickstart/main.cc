@@ -16,7 +16,7 @@ int main() {
   auto logits = ops::MatMul(g, h, w2);
   auto loss = ops::Mean(g, ops::SparseSoftmaxCrossEntropyWithLogits(g, logits, labels));
   auto train = MomentumOptimizer(0.05, 0.9).Minimize(g, loss);  // autodiff + update ops
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok() || !train.ok()) return 1;       // shape errors name node, op and shapes
 
   Session session(g);                                   // in-process actor runtime

@@ -141,7 +141,7 @@ Output Loss(Graph& g, const Weights& w, Output h, Output targets) {
 
 struct Model {
   Output loss;
-  int train = -1;
+  Operation train;
 };
 
 // One time step t (int32 scalar) of every sequence: the new (h, c), where
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   if (!loop_model.ok()) return Fail(loop_model.status());
   auto unrolled_model = BuildUnrolledModel(g, uw, inputs, seq_lens, targets, batch, hidden, max_length, dtype, lr);
   if (!unrolled_model.ok()) return Fail(unrolled_model.status());
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok()) return Fail(g.status());
 
   Session session(g);

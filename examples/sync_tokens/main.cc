@@ -72,7 +72,7 @@ int Fail(const Status& s) {
 // uses the same step (entry 0).
 struct SyncGraph {
   bool shared = false;
-  int init = -1;
+  Operation init;
   std::string final_read;  // the variable, read by the main thread at the end
   // Worker step: take a token, then read the variable, then push a gradient.
   std::vector<std::string> take, read, push;
@@ -93,17 +93,17 @@ Status BuildWorkerStep(Graph& g, Output tokens, Output gradients, Output handle,
   auto factor = ops::Add(g, ops::Cast(g, token[0], DType::kFloat64),
                          ops::Add(g, ops::Cast(g, id, DType::kFloat64), ops::Const(g, 1.0)));
   auto grad = ops::Mul(g, factor, scale);
-  const int push =
+  const Operation push =
       ops::QueueEnqueue(g, gradients, {grad, token[0], id}, kQueueTimeoutMs, "push_gradient" + suffix);
   if (!g.status().ok()) return g.status();
   // The read waits for the token (the barrier); the push waits for the read,
   // else the chief could apply this round before the read and the worker
   // would see the next round's value.
   SF_RETURN_IF_ERROR(g.AddControlInput(read.node, token[0].node));
-  SF_RETURN_IF_ERROR(g.AddControlInput(push, read.node));
+  SF_RETURN_IF_ERROR(g.AddControlInput(push.node, read.node));
   sg->take.push_back(token[0].name());
   sg->read.push_back(read.name());
-  sg->push.push_back(g.node(push).name);
+  sg->push.push_back(push.name());
   return Status::OK();
 }
 
@@ -132,7 +132,7 @@ Status BuildGraph(Graph& g, int64_t workers, int64_t dim, bool shared, SyncGraph
   auto applied = ops::AssignAdd(g, handle, ops::Mean(g, pulled[0], {0}));
   auto next = ops::Placeholder(g, DType::kInt64, shared ? PartialShape({workers}) : PartialShape(Shape{}),
                                "next_tokens");
-  std::vector<int> give, first, close, cancel;
+  std::vector<Operation> give, first, close, cancel;
   const int64_t queues = shared ? 1 : workers;
   for (int64_t q = 0; q < queues; ++q) {
     const std::string suffix = shared ? "" : "_" + std::to_string(q);
@@ -148,7 +148,7 @@ Status BuildGraph(Graph& g, int64_t workers, int64_t dim, bool shared, SyncGraph
     cancel.push_back(ops::QueueClose(g, tokens, true, "cancel_tokens" + suffix));
     SF_RETURN_IF_ERROR(BuildWorkerStep(g, tokens, gradients, handle, id, scale, suffix, sg));
     if (!g.status().ok()) return g.status();
-    SF_RETURN_IF_ERROR(g.AddControlInput(give.back(), applied.node));
+    SF_RETURN_IF_ERROR(g.AddControlInput(give.back().node, applied.node));
   }
   close.push_back(ops::QueueClose(g, gradients, false, "close_gradients"));
   cancel.push_back(ops::QueueClose(g, gradients, true, "cancel_gradients"));
@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
   Status built = BuildGraph(g, workers, dim, shared, &sg);
   if (!built.ok()) return Fail(built);
   Session session(g);
-  auto init = session.Run({}, std::vector<std::string>{}, {g.node(sg.init).name});
+  auto init = session.Run({}, {}, {sg.init});
   if (!init.ok()) return Fail(init.status());
   auto first = session.Run(TokenFeed(sg, workers, 0), std::vector<std::string>{}, {"first_tokens"});
   if (!first.ok()) return Fail(first.status());

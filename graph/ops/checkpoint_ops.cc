@@ -104,11 +104,12 @@ Output SaveVariables(Graph& g, const std::string& dir, Output global_step, const
   return g.Add1("SaveCheckpoint", inputs, std::move(a), name);
 }
 
-int RestoreVariables(Graph& g, const std::string& dir, Output* global_step, const std::string& name) {
+Operation RestoreVariables(Graph& g, const std::string& dir, Output* global_step, const std::string& name) {
+  const Operation failed(&g, -1);
   const auto vars = GraphVariables(g);
   if (vars.empty()) {
     g.RecordError(InvalidArgument("RestoreVariables: the graph has no variables to restore"));
-    return -1;
+    return failed;
   }
   std::vector<DType> dtypes;
   for (const auto& v : vars) dtypes.push_back(v.dtype);
@@ -117,11 +118,11 @@ int RestoreVariables(Graph& g, const std::string& dir, Output* global_step, cons
   a.Set("names", JoinNames(vars));
   a.Set("dtypes", dtypes);
   const int restore = g.AddNode("RestoreCheckpoint", {}, std::move(a), name);
-  if (restore < 0) return -1;
+  if (restore < 0) return failed;
   std::vector<int> assigns;
   for (size_t i = 0; i < vars.size(); ++i) {
     Output assigned = Assign(g, vars[i].handle, Output(&g, restore, static_cast<int>(i)));
-    if (!assigned.valid()) return -1;
+    if (!assigned.valid()) return failed;
     assigns.push_back(assigned.node);
   }
   if (global_step) *global_step = Output(&g, restore, static_cast<int>(vars.size()));

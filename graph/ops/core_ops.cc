@@ -78,17 +78,22 @@ Output Identity(Graph& g, Output x, const std::string& name) {
   return g.Add1("Identity", {x}, {}, name);
 }
 
-int NoOp(Graph& g, const std::vector<int>& control_inputs, const std::string& name) {
+Operation NoOp(Graph& g, const ControlDeps& control_inputs, const std::string& name) {
+  auto deps = control_inputs.NodesIn(g);
+  if (!deps.ok()) {
+    g.RecordError(deps.status().WithPrefix("NoOp '" + name + "'"));
+    return Operation(&g, -1);
+  }
   int id = g.AddNode("NoOp", {}, {}, name);
-  if (id < 0) return -1;
-  for (int c : control_inputs) {
+  if (id < 0) return Operation(&g, -1);
+  for (int c : *deps) {
     Status s = g.AddControlInput(id, c);
     if (!s.ok()) {
       g.RecordError(s);
-      return -1;
+      return Operation(&g, -1);
     }
   }
-  return id;
+  return Operation(&g, id);
 }
 
 Output StopGradient(Graph& g, Output x) { return g.Add1("StopGradient", {x}); }

@@ -245,14 +245,14 @@ Output PaddingFIFOQueue(Graph& g, const std::vector<DType>& component_types, con
   return MakeQueue(g, "PaddingFIFOQueue", component_types, opts, 0, 0, name);
 }
 
-int QueueEnqueue(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms,
-                 const std::string& name) {
-  return Enqueue(g, "QueueEnqueue", queue, components, timeout_ms, name);
+Operation QueueEnqueue(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms,
+                       const std::string& name) {
+  return Operation(&g, Enqueue(g, "QueueEnqueue", queue, components, timeout_ms, name));
 }
 
-int QueueEnqueueMany(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms,
-                     const std::string& name) {
-  return Enqueue(g, "QueueEnqueueMany", queue, components, timeout_ms, name);
+Operation QueueEnqueueMany(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms,
+                           const std::string& name) {
+  return Operation(&g, Enqueue(g, "QueueEnqueueMany", queue, components, timeout_ms, name));
 }
 
 std::vector<Output> QueueDequeue(Graph& g, Output queue, int64_t timeout_ms, const std::string& name) {
@@ -270,11 +270,11 @@ std::vector<Output> QueueDequeueMany(Graph& g, Output queue, int64_t n, int64_t 
   return QueueDequeueMany(g, queue, Const(g, static_cast<int32_t>(n)), timeout_ms, name);
 }
 
-int QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues, const std::string& name) {
-  if (!queue.valid()) return -1;
+Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues, const std::string& name) {
+  if (!queue.valid()) return Operation(&g, -1);
   AttrMap a;
   a.Set("cancel_pending_enqueues", cancel_pending_enqueues);
-  return g.AddNode("QueueClose", {queue}, std::move(a), name);
+  return Operation(&g, g.AddNode("QueueClose", {queue}, std::move(a), name));
 }
 
 Output QueueSize(Graph& g, Output queue, const std::string& name) {

@@ -140,7 +140,7 @@ Output VariableHandle(Output read) {
   return read.op().inputs[0];
 }
 
-int GlobalVariablesInitializer(Graph& g, const std::string& name) {
+Operation GlobalVariablesInitializer(Graph& g, const std::string& name) {
   std::vector<int> inits;
   for (int i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);

@@ -31,7 +31,7 @@ Output SaveVariables(Graph& g, const std::string& dir, Output global_step, const
 // graph error). When given, *global_step receives the restored checkpoint's
 // global step output. A variable missing from the checkpoint or of another
 // dtype fails the run naming it.
-int RestoreVariables(Graph& g, const std::string& dir, Output* global_step = nullptr,
+Operation RestoreVariables(Graph& g, const std::string& dir, Output* global_step = nullptr,
                      const std::string& name = "restore");
 
 }  // namespace ops

@@ -142,12 +142,9 @@ class ClusterSession : public SessionInterface {
   ClusterSession(const ClusterSession&) = delete;
   ClusterSession& operator=(const ClusterSession&) = delete;
 
-  // One step on the cluster (Run comes from SessionInterface). Besides the
+  // Steps run through SessionInterface's Run and RunAsync. Besides the
   // local session's errors: Unavailable naming the node when a member of
   // the step goes down, Aborted when another part of the step failed first.
-  void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                const std::vector<std::string>& targets,
-                std::function<void(Result<std::vector<Tensor>>)> done) override;
   const Graph& graph() const override;
   // The members steps run on, by task index (HOST:PORT).
   std::vector<std::string> tasks() const;
@@ -183,6 +180,10 @@ class ClusterSession : public SessionInterface {
   std::vector<ClusterChange> Changes() const;
 
   struct Impl;
+
+ protected:
+  void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
+                std::function<void(Result<std::vector<Tensor>>)> done) override;
 
  private:
   explicit ClusterSession(std::unique_ptr<Impl> impl);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,6 +51,38 @@ struct Output {
   const Node& op() const;
   bool operator==(const Output& o) const { return graph == o.graph && node == o.node && index == o.index; }
   bool operator<(const Output& o) const { return node != o.node ? node < o.node : index < o.index; }
+};
+
+// A node run for its effect rather than a value (an initializer, a training
+// step, a NoOp, an enqueue): what a step's targets name. Invalid when its
+// builder failed; the graph's status() then says why.
+struct Operation {
+  Graph* graph = nullptr;
+  int node = -1;
+
+  Operation() = default;
+  Operation(Graph* g, int n) : graph(g), node(n) {}
+  bool valid() const { return graph != nullptr && node >= 0; }
+  // The node's name. REQUIRES: valid().
+  const std::string& name() const;
+};
+
+// The nodes something runs after: a braced list of Operations or of node
+// ids, or a vector of either.
+class ControlDeps {
+ public:
+  ControlDeps() = default;
+  ControlDeps(std::initializer_list<Operation> ops) : ops_(ops) {}
+  ControlDeps(std::initializer_list<int> node_ids) : ids_(node_ids) {}
+  ControlDeps(std::vector<Operation> ops) : ops_(std::move(ops)) {}
+  ControlDeps(std::vector<int> node_ids) : ids_(std::move(node_ids)) {}
+  // The node ids in g; InvalidArgument for an invalid Operation or one of
+  // another graph.
+  Result<std::vector<int>> NodesIn(const Graph& g) const;
+
+ private:
+  std::vector<Operation> ops_;
+  std::vector<int> ids_;
 };
 
 struct Node {

@@ -29,8 +29,9 @@ Output ScalarLike(Graph& g, Output like, double v);
 // Fed at run time; shape dims may be -1 (unknown).
 Output Placeholder(Graph& g, DType dtype, PartialShape shape, const std::string& name = "");
 Output Identity(Graph& g, Output x, const std::string& name = "");
-// A node with no outputs that runs after its control inputs.
-int NoOp(Graph& g, const std::vector<int>& control_inputs, const std::string& name = "");
+// A node with no outputs that runs after its control inputs (Operations, or
+// node ids of g); invalid on error (recorded in g.status()).
+Operation NoOp(Graph& g, const ControlDeps& control_inputs, const std::string& name = "");
 Output StopGradient(Graph& g, Output x);
 
 // ---- variables (state in variable shard actors) ----------------------------
@@ -50,7 +51,7 @@ Output Variable(Graph& g, const std::string& name, Output initial_value);
 // The handle behind a read built by Variable (invalid if `read` is not one).
 Output VariableHandle(Output read);
 // A NoOp that runs every initializer Assign created by Variable so far.
-int GlobalVariablesInitializer(Graph& g, const std::string& name = "init");
+Operation GlobalVariablesInitializer(Graph& g, const std::string& name = "init");
 
 // ---- element-wise math (NumPy broadcasting) --------------------------------
 Output Add(Graph& g, Output a, Output b);

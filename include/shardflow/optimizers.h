@@ -23,9 +23,9 @@ class Optimizer {
   // Embedding table shards (include/shardflow/embedding.h) among them get
   // sparse updates, one per EmbeddingShardLookup of the shard, built from the
   // gradient of that lookup's output.
-  Result<int> Minimize(Graph& g, Output loss, const std::vector<Output>& var_list = {});
+  Result<Operation> Minimize(Graph& g, Output loss, const std::vector<Output>& var_list = {});
   // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
-  Result<int> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
+  Result<Operation> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
   virtual std::string name() const = 0;
   // Uses a scalar tensor as the learning rate instead of the constant given
   // to the constructor: a Placeholder fed each step, or a schedule computed in

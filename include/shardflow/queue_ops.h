@@ -42,10 +42,10 @@ Output PaddingFIFOQueue(Graph& g, const std::vector<DType>& component_types, con
                         const std::string& name = "");
 
 // Adds one element; returns the node id (a target), -1 on error.
-int QueueEnqueue(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms = 0,
+Operation QueueEnqueue(Graph& g, Output queue, const std::vector<Output>& components, int64_t timeout_ms = 0,
                  const std::string& name = "");
 // Adds dimension 0 of the components as that many elements; node id or -1.
-int QueueEnqueueMany(Graph& g, Output queue, const std::vector<Output>& components,
+Operation QueueEnqueueMany(Graph& g, Output queue, const std::vector<Output>& components,
                      int64_t timeout_ms = 0, const std::string& name = "");
 // Removes one element: one output per component (empty on error).
 std::vector<Output> QueueDequeue(Graph& g, Output queue, int64_t timeout_ms = 0,
@@ -56,7 +56,7 @@ std::vector<Output> QueueDequeueMany(Graph& g, Output queue, Output n, int64_t t
 std::vector<Output> QueueDequeueMany(Graph& g, Output queue, int64_t n, int64_t timeout_ms = 0,
                                      const std::string& name = "");
 // Closes the queue; returns the node id (a target), -1 on error.
-int QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues = false,
+Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues = false,
                const std::string& name = "");
 // The number of elements in the queue (int32 scalar).
 Output QueueSize(Graph& g, Output queue, const std::string& name = "");

@@ -43,7 +43,7 @@ struct SyncReplicasOptions {
 
 // What SyncReplicas::Minimize builds for one replica.
 struct SyncReplicaTrainOp {
-  int train_op = -1;   // a NoOp running one ApplyGradientSync per variable
+  Operation train_op;  // a NoOp running one ApplyGradientSync per variable
   Output step_tag;     // int64 scalar Placeholder: feed the token read at step start
   Output global_step;  // int64 scalar: steps applied so far (of the first variable) = the token
   std::vector<Output> handles;     // the trained variables
@@ -79,7 +79,7 @@ VersionedRead ReadVariableWithVersion(Graph& g, Output handle);
 // Adds asynchronous updates of every read in `reads` by the gradient of
 // loss with respect to its value, each tagged with the version read (so the
 // shard records staleness). Returns a NoOp running them, or the error.
-Result<int> MinimizeAsync(Graph& g, Optimizer& opt, Output loss, const std::vector<VersionedRead>& reads);
+Result<Operation> MinimizeAsync(Graph& g, Optimizer& opt, Output loss, const std::vector<VersionedRead>& reads);
 
 namespace ops {
 // int64 [3]: applied steps (the global step), accepted and dropped gradients.
@@ -88,10 +88,10 @@ Output SyncReplicaStats(Graph& g, Output handle);
 Output StalenessStats(Graph& g, Output handle);
 // Fails the workers waiting on the variable's pending synchronous steps with
 // Aborted (their gradients are counted as dropped); returns the node id.
-int AbortSyncStep(Graph& g, Output handle);
+Operation AbortSyncStep(Graph& g, Output handle);
 // Stale-synchronous barrier for `worker` of num_workers starting `clock`
 // (int64 scalar); returns the node id (use it as a control input).
-int StaleSyncWait(Graph& g, Output handle, Output clock, int worker, int num_workers, int staleness);
+Operation StaleSyncWait(Graph& g, Output handle, Output clock, int worker, int num_workers, int staleness);
 // Ring all-reduce (sum, float32/float64) of x among the group_size ranks of
 // group_key; this replica is `rank`. Each rank's k-th run joins the k-th
 // reduction, so every rank must run it equally often.

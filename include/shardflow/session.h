@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shardflow/graph.h"
+#include "shardflow/run_args.h"
 
 namespace sf {
 
@@ -35,30 +36,23 @@ struct SessionOptions {
   const KernelRegistry* kernels = nullptr;
 };
 
-// Feeds by tensor name ("x" or "x:0").
-using FeedMap = std::vector<std::pair<std::string, Tensor>>;
-
 // What every session kind offers (the in-process Session, ClusterSession in
 // shardflow/cluster.h): programs written against it run either way. A kind
-// implements RunAsync and graph(); the blocking Runs are built on them once.
+// implements StartRun and graph(); Run and RunAsync are built on them once.
 class SessionInterface {
  public:
   virtual ~SessionInterface() = default;
-  // Runs one step: feeds placeholders, computes fetches (tensor names) and
-  // runs target nodes (names). Returns one tensor per fetch, or the first
-  // error: a missing or wrongly typed feed, an unknown name, a graph cycle,
+  // Runs one step: feeds placeholders (keys: Outputs or names), computes the
+  // fetches (Outputs or tensor names) and runs the targets (Operations,
+  // Outputs' nodes or node names), e.g. Run({{x, batch}}, {loss}, {train}).
+  // Returns one tensor per fetch, or the first error: a missing or wrongly
+  // typed feed, an unknown name, an object of another graph, a graph cycle,
   // or a kernel failure naming its op and node.
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                                  const std::vector<std::string>& targets = {});
-  // The same with Outputs and node ids of graph(); InvalidArgument for one
-  // that is not in it.
-  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const std::vector<Output>& fetches,
-                                  const std::vector<int>& target_nodes = {});
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const Fetches& fetches, const Targets& targets = {});
   // The same, returning at once; done runs on a runtime thread with the
   // result (it must not block on another Run).
-  virtual void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                        const std::vector<std::string>& targets,
-                        std::function<void(Result<std::vector<Tensor>>)> done) = 0;
+  void RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                std::function<void(Result<std::vector<Tensor>>)> done);
   // The graph the session runs.
   virtual const Graph& graph() const = 0;
   // Checkpoints every initialised variable (and optimizer slot) into the
@@ -69,6 +63,12 @@ class SessionInterface {
   // Assigns the graph's variables from checkpoint id in dir (-1: the newest
   // readable one); errors as Session::Restore.
   virtual Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) = 0;
+
+ protected:
+  // Starts one step of feeds, fetches and targets, all named in graph()
+  // (RunAsync resolved them); done as for RunAsync.
+  virtual void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
+                        std::function<void(Result<std::vector<Tensor>>)> done) = 0;
 };
 
 // When a training loop checkpoints: every every_steps steps and/or every
@@ -95,11 +95,8 @@ class Session : public SessionInterface {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // SessionInterface::RunAsync: done must not block on another Run (that
-  // would hold a compute thread). Run comes from SessionInterface.
-  void RunAsync(const FeedMap& feeds, const std::vector<std::string>& fetches,
-                const std::vector<std::string>& targets,
-                std::function<void(Result<std::vector<Tensor>>)> done) override;
+  // Run and RunAsync come from SessionInterface; RunAsync's done must not
+  // block on another Run (that would hold a compute thread).
   const Graph& graph() const override;
   // SessionInterface's checkpoints: Save (plus retention) and Restore.
   Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;
@@ -142,6 +139,10 @@ class Session : public SessionInterface {
   static Result<int64_t> CompactCheckpoint(const std::string& dir, int64_t id = -1);
 
   struct Impl;
+
+ protected:
+  void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
+                std::function<void(Result<std::vector<Tensor>>)> done) override;
 
  private:
   friend class Saver;  // saves and prunes under the session's checkpoint lock

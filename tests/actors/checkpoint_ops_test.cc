@@ -24,10 +24,10 @@ TEST_CASE("In-graph Save and Restore round-trip every variable and slot", "[chec
   auto step = ops::Placeholder(m.g, DType::kInt64, PartialShape{}, "global_step");
   Output save = ops::SaveVariables(m.g, dir.path, step);
   Output restored_step;
-  const int restore = ops::RestoreVariables(m.g, dir.path, &restored_step);
+  const Operation restore = ops::RestoreVariables(m.g, dir.path, &restored_step);
   REQUIRE(m.g.status().ok());
   REQUIRE(save.valid());
-  REQUIRE(restore >= 0);
+  REQUIRE(restore.valid());
   Session s(m.g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
   for (int i = 0; i < 6; ++i) REQUIRE(testing::Step(s, m, i).ok());
@@ -52,8 +52,8 @@ TEST_CASE("In-graph Save and Restore round-trip every variable and slot", "[chec
 TEST_CASE("In-graph Restore without a checkpoint, and bad Save inputs, are named errors", "[checkpoint][ops]") {
   testing::TempDir dir("sf_ckpt_ops_bad");
   testing::SparseModel m;
-  const int restore = ops::RestoreVariables(m.g, dir.path + "/none");
-  REQUIRE(restore >= 0);
+  const Operation restore = ops::RestoreVariables(m.g, dir.path + "/none");
+  REQUIRE(restore.valid());
   Session s(m.g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
   auto r = s.Run({}, std::vector<Output>{}, {restore});

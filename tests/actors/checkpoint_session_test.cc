@@ -18,7 +18,7 @@ namespace {
 struct Model {
   Graph g;
   Output x, y, loss;
-  int train = -1, init = -1;
+  Operation train, init;
   std::map<std::string, Output> reads;  // by shared name
 
   explicit Model(int64_t w_rows = 2) {
@@ -168,7 +168,7 @@ struct EmbModel {
   Graph g;
   EmbeddingTable table;
   Output ids, c, all_rows;
-  int train = -1, init = -1;
+  Operation train, init;
   std::map<std::string, Output> reads;  // by shared name
 
   EmbModel(int64_t rows, int64_t dim, int64_t shards, const std::string& partition,

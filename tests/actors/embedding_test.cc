@@ -106,7 +106,7 @@ TEST_CASE("Sharded lookups match a reference on 1, 2 and 4 devices", "[embedding
       auto bag_sum = ops::EmbeddingLookupBag(g, t, bag_ids, offsets, "sum");
       auto bag_mean = ops::EmbeddingLookupBag(g, t, bag_ids, offsets, "mean");
       auto seg_mean = ops::EmbeddingLookupSegments(g, t, bag_ids, segs, 5, "mean");
-      int init = ops::GlobalVariablesInitializer(g);
+      Operation init = ops::GlobalVariablesInitializer(g);
       const Vars reads = ShardReads(g, t);
       REQUIRE(g.status().ok());
       CHECK(sum.shape().ToString() == PartialShape(Shape{-1, 3}).ToString());
@@ -185,7 +185,7 @@ void CheckSparseTraining(const std::string& which, int devices, const std::strin
   else opt = std::make_unique<AdamOptimizer>(lr, b1, b2, eps);
   auto train = opt->Minimize(g, loss);
   REQUIRE(train.ok());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   const Vars reads = ShardReads(g, t);
   REQUIRE(g.status().ok());
   Session s(g, Devices(devices));
@@ -271,10 +271,10 @@ TEST_CASE("Large lookups and sparse updates split over the pool match the refere
     auto emb = ops::EmbeddingLookup(g, table, ids, "mean");
     auto c = ops::Const(g, std::vector<float>{1, -1, 2, -2, 0.5f, -0.5f, 3, -3}, {kDim});
     auto loss = ops::Sum(g, emb * c);
-    Result<int> train = std::string(opt) == "sgd" ? GradientDescentOptimizer(0.1).Minimize(g, loss)
+    Result<Operation> train = std::string(opt) == "sgd" ? GradientDescentOptimizer(0.1).Minimize(g, loss)
                                                   : AdagradOptimizer(0.1, 0.1).Minimize(g, loss);
     REQUIRE(train.ok());
-    const int init = ops::GlobalVariablesInitializer(g);
+    const Operation init = ops::GlobalVariablesInitializer(g);
     Vars reads = ShardReads(g, table);
     REQUIRE(g.status().ok());
     SessionOptions so;

@@ -96,7 +96,7 @@ TEST_CASE("Two devices: a cross-device control edge is honoured", "[multi_device
     read = ops::ReadVariable(g, ops::VariableHandle(counter), DType::kFloat32);
     REQUIRE(g.AddControlInput(read.node, relay.node).ok());
   }
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g, TwoDevices());
   REQUIRE(s.Run({}, Vars{}, {init}).ok());

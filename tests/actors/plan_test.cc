@@ -19,17 +19,17 @@ TEST_CASE("PruneAndSort keeps what fetches and targets need, producers first", "
   auto b = ops::Identity(g, a);
   auto unused = ops::Identity(g, a);
   auto c = ops::Const(g, 2.0f);
-  int after = ops::NoOp(g, {c.node});
+  Operation after = ops::NoOp(g, {c.node});
   auto d = ops::Identity(g, b);
-  REQUIRE(g.AddControlInput(d.node, after).ok());
+  REQUIRE(g.AddControlInput(d.node, after.node).ok());
   auto order = PruneAndSort(g, {}, {d}, {});
   REQUIRE(order.ok());
   CHECK(order->size() == 5);
   CHECK_FALSE(Has(*order, unused.node));
   CHECK(Pos(*order, a.node) < Pos(*order, b.node));
   CHECK(Pos(*order, b.node) < Pos(*order, d.node));
-  CHECK(Pos(*order, c.node) < Pos(*order, after));
-  CHECK(Pos(*order, after) < Pos(*order, d.node));
+  CHECK(Pos(*order, c.node) < Pos(*order, after.node));
+  CHECK(Pos(*order, after.node) < Pos(*order, d.node));
   // A fed node cuts the graph above it.
   auto fed = PruneAndSort(g, {b}, {d}, {});
   REQUIRE(fed.ok());

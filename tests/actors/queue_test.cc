@@ -57,7 +57,7 @@ struct ScalarQueue {
   Graph g;
   Output q, x, deq, size;
   std::vector<Output> deq3;
-  int enq = -1, close = -1, cancel = -1;
+  Operation enq, close, cancel;
   explicit ScalarQueue(int64_t capacity = -1, int64_t dequeue_timeout_ms = 0) {
     ops::QueueOptions o;
     o.shapes = {PartialShape(Shape{})};
@@ -109,7 +109,7 @@ TEST_CASE("FIFOQueue keeps order through enqueue_many and dequeue_many", "[queue
   ops::QueueOptions o;
   o.shapes = {PartialShape({2}), PartialShape(Shape{})};
   auto q = ops::FIFOQueue(g, {DType::kFloat32, DType::kInt32}, o);
-  int many = ops::QueueEnqueueMany(
+  Operation many = ops::QueueEnqueueMany(
       g, q, {ops::Const(g, std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2}), ops::Const(g, std::vector<int32_t>{7, 8, 9})});
   auto one = ops::QueueDequeue(g, q);
   auto two = ops::QueueDequeueMany(g, q, 2);
@@ -134,10 +134,10 @@ TEST_CASE("RandomShuffleQueue: seeded order is deterministic and keeps min_after
   auto q = ops::RandomShuffleQueue(g, {DType::kInt32}, 100, 5, 42, o, "shuffle");
   std::vector<int32_t> values(20);
   for (int i = 0; i < 20; ++i) values[i] = i;
-  int fill = ops::QueueEnqueueMany(g, q, {ops::Const(g, values)});
+  Operation fill = ops::QueueEnqueueMany(g, q, {ops::Const(g, values)});
   auto deq = ops::QueueDequeue(g, q)[0];
   auto deq_timeout = ops::QueueDequeue(g, q, 50)[0];
-  int close = ops::QueueClose(g, q);
+  Operation close = ops::QueueClose(g, q);
   REQUIRE(g.status().ok());
 
   auto first15 = [&](Session& s) {

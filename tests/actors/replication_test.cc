@@ -57,7 +57,7 @@ struct Model {
   Graph g;
   Output w, b;
   std::vector<Output> losses;
-  int init = -1;
+  Operation init;
 
   explicit Model(int replicas) {
     w = ops::Variable(g, "w", ops::Const(g, std::vector<float>(kDim, 0.0f), {kDim}));
@@ -166,7 +166,7 @@ TEST_CASE("Sync replicas with Momentum update the slot once per step, by the ave
     REQUIRE(t.ok());
     towers.push_back(*t);
   }
-  int init = ops::GlobalVariablesInitializer(m.g, "init_with_slots");  // after the slots exist
+  Operation init = ops::GlobalVariablesInitializer(m.g, "init_with_slots");  // after the slots exist
   REQUIRE(m.g.status().ok());
   Session s(m.g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -282,9 +282,9 @@ TEST_CASE("A pending sync step is aborted or times out instead of hanging", "[re
   SyncReplicas sync(sgd, {2, 2});
   auto t0 = sync.Minimize(m.g, m.losses[0], 0);
   REQUIRE(t0.ok());
-  int abort_w = ops::AbortSyncStep(m.g, m.w);
-  int abort_b = ops::AbortSyncStep(m.g, m.b);
-  int abort_all = ops::NoOp(m.g, {abort_w, abort_b});
+  Operation abort_w = ops::AbortSyncStep(m.g, m.w);
+  Operation abort_b = ops::AbortSyncStep(m.g, m.b);
+  Operation abort_all = ops::NoOp(m.g, {abort_w, abort_b});
   SyncReplicas sync_timeout(sgd, {2, 2, /*timeout_ms=*/100});
   auto t1 = sync_timeout.Minimize(m.g, m.losses[1], 1);
   REQUIRE(t1.ok());
@@ -327,7 +327,7 @@ TEST_CASE("Async staleness is version at apply minus version read", "[replicatio
   int apply = g.AddNode("ApplyGradientAsync", {h, ops::Const(g, 0.5f), grad, ver}, std::move(a));
   VersionedRead read = ReadVariableWithVersion(g, w);
   Output stale = ops::StalenessStats(g, w);
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -367,7 +367,7 @@ TEST_CASE("MinimizeAsync trains with versioned reads", "[replication]") {
   auto train = MinimizeAsync(g, sgd, loss, {read});
   REQUIRE(train.ok());
   Output stale = ops::StalenessStats(g, w);
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -384,9 +384,9 @@ TEST_CASE("The stale-synchronous barrier holds a worker more than s clocks ahead
   auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{0.0f}, {1}));
   auto c0 = ops::Placeholder(g, DType::kInt64, PartialShape(Shape{}), "c0");
   auto c1 = ops::Placeholder(g, DType::kInt64, PartialShape(Shape{}), "c1");
-  int wait0 = ops::StaleSyncWait(g, w, c0, 0, 2, 1);
-  int wait1 = ops::StaleSyncWait(g, w, c1, 1, 2, 1);
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation wait0 = ops::StaleSyncWait(g, w, c0, 0, 2, 1);
+  Operation wait1 = ops::StaleSyncWait(g, w, c1, 1, 2, 1);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -457,7 +457,7 @@ TEST_CASE("Replication bad input gets errors naming the variable", "[replication
                        {ops::VariableHandle(w), ops::Const(g, 0.1f), grad, ops::Const(g, int64_t{0})}, a);
     };
     int n1 = make(1), n2 = make(2);
-    int init = ops::GlobalVariablesInitializer(g);
+    Operation init = ops::GlobalVariablesInitializer(g);
     REQUIRE(g.status().ok());
     Session s(g);
     REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());

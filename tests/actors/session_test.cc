@@ -43,7 +43,7 @@ TEST_CASE("Session runs a small graph like the reference evaluator", "[session]"
 
 TEST_CASE("Session: empty fetch list and a NoOp target", "[session]") {
   Graph g;
-  int noop = ops::NoOp(g, {}, "nothing");
+  Operation noop = ops::NoOp(g, {}, "nothing");
   Session s(g);
   auto r = s.Run({}, std::vector<std::string>{}, {"nothing"});
   REQUIRE(r.ok());
@@ -55,7 +55,7 @@ TEST_CASE("Session: variables persist across runs", "[session]") {
   Graph g;
   auto v = ops::Variable(g, "counter", ops::Const(g, std::vector<float>{1, 2}, {2}));
   auto add = ops::AssignAdd(g, ops::VariableHandle(v), ops::Const(g, std::vector<float>{1, 1}, {2}));
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   auto before = s.Run({}, std::vector<Output>{v});
@@ -154,7 +154,7 @@ TEST_CASE("Session: concurrent runs from 4 threads", "[session]") {
   for (int i = 0; i < 20; ++i) y = ops::Add(g, y, ops::Const(g, 1.0f));
   auto counter = ops::Variable(g, "n", ops::Const(g, 0.0f));
   auto bump = ops::AssignAdd(g, ops::VariableHandle(counter), ops::Const(g, 1.0f));
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -265,4 +265,53 @@ TEST_CASE("Session: fetching from another graph is an error", "[session]") {
   Session s(g);
   CHECK(s.Run({}, std::vector<Output>{a}).ok());
   CHECK_FALSE(s.Run({}, std::vector<Output>{b}).ok());
+}
+
+TEST_CASE("Session: fetches, feeds and targets by object or by name, refusing another graph's", "[session]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto v = ops::Variable(g, "v", ops::Const(g, std::vector<float>{0, 0}, {2}));
+  auto y = ops::Identity(g, x + v, "y");
+  Output handle = ops::VariableHandle(v);
+  Output bump = ops::AssignAdd(g, handle, x);
+  Operation step = ops::NoOp(g, {Operation(&g, bump.node)}, "step");
+  Operation init = ops::GlobalVariablesInitializer(g);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  Tensor one = Tensor::FromVector(std::vector<float>{1, 2}, {2});
+  REQUIRE(s.Run({}, {}, {init}).ok());
+  // Feed keyed by an Output, fetch an Output and a name, run an Operation.
+  REQUIRE(s.Run({{x, one}}, {}, {step}).ok());
+  auto out = s.Run({{x, one}}, {y, "y"});
+  REQUIRE(out.ok());
+  CHECK((*out)[0].ToVector<float>() == std::vector<float>{2, 4});
+  CHECK((*out)[1].ToVector<float>() == std::vector<float>{2, 4});
+  // Names and node ids still work.
+  REQUIRE(s.Run({{"x", one}}, {}, {"step"}).ok());
+  REQUIRE(s.Run({{"x", one}}, {}, {step.node}).ok());
+  auto after = s.Run({{"x", one}}, {"y"});
+  REQUIRE(after.ok());
+  CHECK((*after)[0].ToVector<float>() == std::vector<float>{4, 8});
+
+  Graph other;
+  auto ox = ops::Placeholder(other, DType::kFloat32, {2}, "x");
+  Operation onop = ops::NoOp(other, {}, "step");
+  auto bad_fetch = s.Run({{x, one}}, {ox});
+  REQUIRE(!bad_fetch.ok());
+  CHECK(bad_fetch.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(bad_fetch.status(), "another graph"));
+  auto bad_feed = s.Run({{ox, one}}, {y});
+  REQUIRE(!bad_feed.ok());
+  CHECK(Contains(bad_feed.status(), "feed 0"));
+  auto bad_target = s.Run({{x, one}}, {}, {onop});
+  REQUIRE(!bad_target.ok());
+  CHECK(Contains(bad_target.status(), "another graph"));
+  auto invalid = s.Run({}, {}, {Operation()});
+  REQUIRE(!invalid.ok());
+  CHECK(Contains(invalid.status(), "invalid Operation"));
+  // A NoOp over another graph's Operation is a graph error naming it.
+  Graph third;
+  Operation mixed = ops::NoOp(third, {onop}, "mixed");
+  CHECK(!mixed.valid());
+  CHECK(Contains(third.status(), "another graph"));
 }

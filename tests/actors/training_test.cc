@@ -21,7 +21,7 @@ std::pair<float, float> FitLine(Optimizer& opt, int steps) {
   auto loss = ops::Mean(g, ops::Square(g, ops::Sub(g, pred, y)));
   auto train = opt.Minimize(g, loss);
   REQUIRE(train.ok());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
@@ -80,7 +80,7 @@ TEST_CASE("Slots are variables named after their variable", "[session][train]") 
   CHECK(std::count(names.begin(), names.end(), "w/Adam/m") == 1);
   CHECK(std::count(names.begin(), names.end(), "w/Adam/v") == 1);
   CHECK(std::count(names.begin(), names.end(), "w/Adam/beta1_power") == 1);
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
   auto m = s.Run({}, std::vector<std::string>{"w/Adam/beta1_power/handle"});
@@ -119,7 +119,7 @@ TEST_CASE("A fed learning rate drives the update", "[session][train]") {
   opt.SetLearningRate(lr);
   auto train = opt.Minimize(g, loss);
   REQUIRE(train.ok());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
   REQUIRE(s.Run({{"lr", Tensor::Scalar<float>(0.0f)}}, std::vector<Output>{}, {*train}).ok());

@@ -26,7 +26,7 @@ void WriteCheckpoints(const std::string& dir) {
   auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1, 2, 3, 4}, {2, 2}));
   ops::Variable(g, "layer/n", ops::Const(g, static_cast<int64_t>(7)));
   auto add = ops::Assign(g, ops::VariableHandle(w), ops::Const(g, std::vector<float>{5, 6, 7, 8}, {2, 2}));
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   Session s(g);
   REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());

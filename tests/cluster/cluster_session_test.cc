@@ -41,7 +41,7 @@ bool Contains(const Status& s, const std::string& what) {
 struct Model {
   Graph g;
   Output loss, w1, w2;
-  int train = -1, init = -1;
+  Operation train, init;
   // second_task: where the second layer goes ("/job:worker/task:1" needs two nodes).
   explicit Model(const std::string& second_task = "/job:worker/task:1") {
     auto x = ops::Placeholder(g, DType::kFloat32, {8, 4}, "x");
@@ -149,7 +149,7 @@ TEST_CASE("Cluster: variables live on the nodes and are shared by sessions", "[c
     v = ops::Variable(g, "shared_v", ops::Const(g, std::vector<float>{1, 2, 3}, {3}));
   }
   auto x = ops::Placeholder(g, DType::kFloat32, {3}, "x");
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation init = ops::GlobalVariablesInitializer(g);
   const int add = ops::AssignAdd(g, ops::VariableHandle(v), x).node;
   REQUIRE(g.status().ok());
   auto a = ClusterSession::Connect(g, Options(cluster));

@@ -48,7 +48,7 @@ TEST_CASE("Cluster: sharded lookups and sparse SGD across processes match a refe
   auto loss = ops::Sum(g, emb * c);
   auto train = GradientDescentOptimizer(kLr).Minimize(g, loss);
   REQUIRE(train.ok());
-  const int init = ops::GlobalVariablesInitializer(g);
+  const Operation init = ops::GlobalVariablesInitializer(g);
   std::vector<Output> reads;
   for (const Output& h : table.shards) reads.push_back(ops::ReadVariable(g, h, DType::kFloat32));
   REQUIRE(g.status().ok());

@@ -40,7 +40,7 @@ struct Worker {
   Graph g;
   Output w, b;
   SyncReplicaTrainOp t;
-  int init = -1;
+  Operation init;
   Worker(int r, GradientDescentOptimizer& sgd, SyncReplicasOptions so = {kWorkers, kWorkers}) {
     {
       auto d = g.DeviceScope("/job:worker/task:0");

@@ -109,7 +109,7 @@ TEST_CASE("Embedding lookup and sparse SGD on the reference evaluator", "[embedd
   auto loss = ops::Sum(g, emb);
   auto train = GradientDescentOptimizer(0.5).Minimize(g, loss);
   REQUIRE(train.ok());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   auto r0 = ops::ReadVariable(g, t.shards[0], DType::kFloat32);
   auto r1 = ops::ReadVariable(g, t.shards[1], DType::kFloat32);
   REQUIRE(g.status().ok());
@@ -198,7 +198,7 @@ TEST_CASE("Minimize with a var_list of table shards trains only them", "[embeddi
   auto loss = ops::Sum(g, ops::MatMul(g, ops::EmbeddingLookup(g, t, ids, "mean"), w));
   auto train = GradientDescentOptimizer(1.0).Minimize(g, loss, t.shards);
   REQUIRE(train.ok());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   auto r1 = ops::ReadVariable(g, t.shards[1], DType::kFloat32);
   REQUIRE(g.status().ok());
   InMemoryVariables vars;

@@ -163,9 +163,9 @@ TEST_CASE("Control edges across devices become a dummy transfer", "[partition]")
   auto r1 = ops::Placeholder(g, DType::kFloat32, {2}, "r1");
   auto r2 = ops::Placeholder(g, DType::kFloat32, {2}, "r2");
   auto local = ops::Neg(g, x);
-  REQUIRE(g.AddControlInput(r1.node, init).ok());
-  REQUIRE(g.AddControlInput(r2.node, init).ok());
-  REQUIRE(g.AddControlInput(local.node, init).ok());
+  REQUIRE(g.AddControlInput(r1.node, init.node).ok());
+  REQUIRE(g.AddControlInput(r2.node, init.node).ok());
+  REQUIRE(g.AddControlInput(local.node, init.node).ok());
   REQUIRE(g.status().ok());
   std::vector<std::string> placement(g.num_nodes(), kA);
   placement[r1.node] = placement[r2.node] = kB;
@@ -176,7 +176,7 @@ TEST_CASE("Control edges across devices become a dummy transfer", "[partition]")
   const PartitionGraph& b = parts->at(kB);
 
   // Same-device control edges stay as they are.
-  const Node& init_a = a.graph->node(a.local_id.at(init));
+  const Node& init_a = a.graph->node(a.local_id.at(init.node));
   CHECK(init_a.control_inputs == std::vector<int>{a.local_id.at(x.node)});
   CHECK(a.graph->node(a.local_id.at(local.node)).control_inputs == std::vector<int>{init_a.id});
 

@@ -37,7 +37,7 @@ TEST_CASE("Variable: initialise, read, assign-add through the evaluator", "[stat
   CHECK(v.shape() == PartialShape({2}));
   CHECK(v.name() == "v");
   auto add = ops::AssignAdd(g, h, ops::Const(g, std::vector<float>{10, 20}, {2}));
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   InMemoryVariables vars;
   auto r = testing::Eval(g, v, {}, &vars);
@@ -65,7 +65,7 @@ TEST_CASE("The gradient of a read reaches the variable handle", "[state]") {
   auto grads = Gradients(g, {loss}, {ops::VariableHandle(v)});
   REQUIRE(grads.ok());
   REQUIRE((*grads)[0].valid());
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   InMemoryVariables vars;
   REQUIRE(testing::EvalGraph(g, {}, {}, {init}, &vars).ok());
   auto r = testing::Eval(g, (*grads)[0], {}, &vars);
@@ -79,7 +79,7 @@ TEST_CASE("Training ops update variables through the evaluator", "[state]") {
   int step = g.AddNode("ApplyGradientDescent",
                        {ops::VariableHandle(v), ops::Const(g, 0.5f),
                         ops::Const(g, std::vector<float>{2, 4}, {2})});
-  int init = ops::GlobalVariablesInitializer(g);
+  Operation init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
   InMemoryVariables vars;
   REQUIRE(testing::EvalGraph(g, {}, {}, {init}, &vars).ok());

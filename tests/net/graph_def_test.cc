@@ -121,9 +121,9 @@ void BuildAttrGraph(Graph& g) {
   }
   auto y = ops::Identity(g, Output(&g, holder, 1), "y");
   auto z = ops::Identity(g, c, "z");
-  int noop = ops::NoOp(g, {y.node, z.node}, "group");
+  Operation noop = ops::NoOp(g, {y.node, z.node}, "group");
   REQUIRE(g.AddControlInput(z.node, x.node).ok());
-  REQUIRE(noop >= 0);
+  REQUIRE(noop.valid());
   REQUIRE(g.status().ok());
 }
 
@@ -203,9 +203,9 @@ TEST_CASE("Variables and their initializers survive a round trip", "[graph_def]"
   Graph g2;
   REQUIRE(GraphFromBytes(GraphToBytes(g).value(), &g2).ok());
   CheckSameGraph(g, g2);
-  const int init = ops::GlobalVariablesInitializer(g2);
-  REQUIRE(init >= 0);
-  REQUIRE(g2.node(init).control_inputs.size() == 1);
+  const Operation init = ops::GlobalVariablesInitializer(g2);
+  REQUIRE(init.valid());
+  REQUIRE(g2.node(init.node).control_inputs.size() == 1);
   InMemoryVariables vars;
   REQUIRE(testing::EvalGraph(g2, {}, {}, {init}, &vars).ok());
   auto y = testing::Eval(g2, g2.FindOutput("y").value(), {}, &vars);

@@ -59,7 +59,8 @@ bool IsControlFlowOp(const std::string& op) {
 
 Result<std::vector<Tensor>> EvalGraph(const Graph& g, const Feeds& feeds,
                                       const std::vector<Output>& fetches,
-                                      const std::vector<int>& targets, InMemoryVariables* vars) {
+                                      const ControlDeps& target_deps, InMemoryVariables* vars) {
+  SF_ASSIGN_OR_RETURN(const std::vector<int> targets, target_deps.NodesIn(g));
   SF_RETURN_IF_ERROR(g.status());
   InMemoryVariables local_vars;
   if (!vars) vars = &local_vars;

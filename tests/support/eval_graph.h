@@ -23,7 +23,7 @@ using Feeds = std::vector<std::pair<Output, Tensor>>;
 // returned prefixed with the node and op. vars may be null (a fresh store).
 Result<std::vector<Tensor>> EvalGraph(const Graph& g, const Feeds& feeds,
                                       const std::vector<Output>& fetches,
-                                      const std::vector<int>& targets = {},
+                                      const ControlDeps& targets = {},
                                       InMemoryVariables* vars = nullptr);
 
 // Evaluates one output; REQUIRES-style helper for tests: returns the error.

@@ -26,7 +26,7 @@ SparseModel::SparseModel() {
   auto count = ops::AssignAdd(g, ops::VariableHandle(steps), ops::Const(g, 1.0f));
   auto t = AdagradOptimizer(0.2).Minimize(g, loss);
   REQUIRE(t.ok());
-  train = ops::NoOp(g, {*t, count.node}, "train_and_count");
+  train = ops::NoOp(g, {*t, Operation(&g, count.node)}, "train_and_count");
   init = ops::GlobalVariablesInitializer(g);
   for (const Output& shard : table.shards) params.push_back(ops::ReadVariable(g, shard, DType::kFloat32));
   params.push_back(w);

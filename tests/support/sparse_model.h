@@ -16,7 +16,7 @@ struct SparseModel {
   Graph g;
   Output loss;
   std::vector<Output> params;  // table shards, w, b, the counter
-  int train = -1, init = -1;
+  Operation train, init;
   // Nothing is pinned: the placer spreads the variables over the tasks.
   SparseModel();
   // The feeds of training step `step` (the same for every run).

@@ -1,0 +1,95 @@
+// What a step is asked for: the tensors to fetch (and the keys of its feeds)
+// and the nodes to run, each given as a graph object or by name, so that
+//   session.Run({{x, batch}}, {loss, "accuracy"}, {train_op});
+// reads like the math. Names are resolved against the session's graph when
+// the step starts; an object of another graph is InvalidArgument then.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardflow/graph.h"
+
+namespace sf {
+
+// One tensor: an Output, or its name ("x" for output 0, "x:1").
+class TensorRef {
+ public:
+  TensorRef(Output o) : output_(o) {}
+  TensorRef(std::string name) : name_(std::move(name)) {}
+  TensorRef(const char* name) : name_(name) {}
+  // The tensor's name in g; InvalidArgument when it is an Output of another
+  // graph (or an invalid one).
+  Result<std::string> NameIn(const Graph& g) const;
+  // The name as given, or the Output's name.
+  std::string name() const { return output_.valid() ? output_.name() : name_; }
+
+ private:
+  Output output_;
+  std::string name_;
+};
+
+using Fetch = TensorRef;
+
+// One node to run: an Operation, the node of an Output, a node id of the
+// session's graph, or a node name.
+class Target {
+ public:
+  Target(Operation op) : graph_(op.graph), node_(op.node), by_node_(true) {}
+  Target(Output o) : graph_(o.graph), node_(o.node), by_node_(true) {}
+  Target(int node_id) : node_(node_id), by_node_(true) {}
+  Target(std::string name) : name_(std::move(name)) {}
+  Target(const char* name) : name_(name) {}
+  // The node's name in g; InvalidArgument for a node of another graph or an
+  // id g does not have.
+  Result<std::string> NameIn(const Graph& g) const;
+
+ private:
+  const Graph* graph_ = nullptr;  // null: node_ is an id of the session's graph
+  int node_ = -1;
+  bool by_node_ = false;
+  std::string name_;
+};
+
+// A step's fetches: a braced list of Fetch, or a vector of names or Outputs.
+class Fetches {
+ public:
+  Fetches() = default;
+  Fetches(std::initializer_list<Fetch> f) : list_(f) {}
+  Fetches(std::vector<Fetch> f) : list_(std::move(f)) {}
+  Fetches(const std::vector<std::string>& names) : list_(names.begin(), names.end()) {}
+  Fetches(const std::vector<Output>& outputs) : list_(outputs.begin(), outputs.end()) {}
+  const std::vector<Fetch>& list() const { return list_; }
+
+ private:
+  std::vector<Fetch> list_;
+};
+
+// A step's targets: a braced list of Target, or a vector of names, node ids
+// or Operations.
+class Targets {
+ public:
+  Targets() = default;
+  Targets(std::initializer_list<Target> t) : list_(t) {}
+  Targets(std::vector<Target> t) : list_(std::move(t)) {}
+  Targets(const std::vector<std::string>& names) : list_(names.begin(), names.end()) {}
+  Targets(const std::vector<int>& node_ids) : list_(node_ids.begin(), node_ids.end()) {}
+  Targets(const std::vector<Operation>& ops) : list_(ops.begin(), ops.end()) {}
+  const std::vector<Target>& list() const { return list_; }
+
+ private:
+  std::vector<Target> list_;
+};
+
+// Feeds: a value per placeholder (or any tensor), keyed by Output or name.
+using FeedMap = std::vector<std::pair<TensorRef, Tensor>>;
+// Feeds keyed by tensor name, as a step carries them.
+using NamedFeeds = std::vector<std::pair<std::string, Tensor>>;
+
+// The feeds keyed by their names in g; InvalidArgument naming the first key
+// that is an Output of another graph.
+Result<NamedFeeds> ResolveFeeds(const Graph& g, const FeedMap& feeds);
+
+}  // namespace sf
