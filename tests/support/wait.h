@@ -54,6 +54,11 @@ class Flag {
     std::unique_lock<std::mutex> l(mu_);
     return cv_.wait_for(l, deadline, [&] { return set_; });
   }
+  // The same with a point in time for the deadline.
+  bool WaitUntil(std::chrono::steady_clock::time_point deadline) const {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_until(l, deadline, [&] { return set_; });
+  }
   // Waits until the flag is set, however long that takes (for a helper thread
   // that lives until the test tells it to end, never for a test's own wait).
   void Wait() const {
