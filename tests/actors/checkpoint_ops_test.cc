@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <thread>
 
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/ops.h"
@@ -11,6 +10,7 @@
 #include "shardflow/session.h"
 #include "tests/support/sparse_model.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 
@@ -83,10 +83,13 @@ TEST_CASE("CheckpointSchedule is due every N steps or T seconds", "[checkpoint]"
   for (int64_t step = 21; step <= 40; ++step)
     if (resumed.Due(step)) due.push_back(step);
   CHECK(due == std::vector<int64_t>{30, 40});
+  const auto t0 = std::chrono::steady_clock::now();
   CheckpointSchedule by_time(0, 0.05);
   CHECK(!by_time.Due(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(80));
-  CHECK(by_time.Due(2));
+  // Due once 50 ms have passed (a Due that answers false changes nothing),
+  // and not before.
+  CHECK(testing::WaitFor([&] { return by_time.Due(2); }, std::chrono::seconds(10)));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(50));
   CHECK(!by_time.Due(3));  // the clock restarted
   CheckpointSchedule never(0, 0);
   for (int64_t step = 1; step < 100; ++step) CHECK(!never.Due(step));

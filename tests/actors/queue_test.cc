@@ -1,3 +1,12 @@
+// Queues through sessions and through the QueueService.
+//
+// The tests that let a request wait pause for a fixed time (testing::PauseFor):
+// a queue offers no query for its waiting requests (QueueService answers only
+// Size), so "the dequeue is waiting" cannot be waited on. The pause gives the
+// request time to reach the queue actor and, where a CHECK(!...Done())
+// follows, is what that negative check is about: the request stays unanswered
+// at least that long. Each test's assertions hold whichever request reaches
+// the queue first; a request that is late only runs the path without a wait.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,8 +21,10 @@
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -48,8 +59,6 @@ class Pending {
   std::condition_variable cv_;
   std::optional<Result<std::vector<Tensor>>> result_;
 };
-
-void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 // A one-component float32 scalar queue with an enqueue of placeholder "x",
 // a dequeue, a dequeue_many of 3, a size and closes.
@@ -241,7 +250,7 @@ TEST_CASE("A waiting dequeue is a pending reply served by a later step", "[queue
   Session s(sq.g, opts);
   Pending deq, enq;
   s.RunAsync({}, {"deq"}, {}, deq.Callback());
-  Sleep(50);
+  testing::PauseFor(50ms);  // the dequeue stays unanswered on an empty queue
   CHECK(!deq.Done());
   s.RunAsync({{"x", Tensor::Scalar<float>(7.f)}}, {}, {"enq"}, enq.Callback());
   REQUIRE(enq.Wait().ok());
@@ -258,7 +267,7 @@ TEST_CASE("A full queue is back-pressure: an enqueue waits for a dequeue", "[que
   REQUIRE(Enqueue(s, 2.f).ok());
   Pending third;
   s.RunAsync({{"x", Tensor::Scalar<float>(3.f)}}, {}, {"enq"}, third.Callback());
-  Sleep(50);
+  testing::PauseFor(50ms);  // the enqueue stays unanswered on a full queue
   CHECK(!third.Done());
   CHECK(Size(s) == 2);
   CHECK(*Dequeue(s) == 1.f);
@@ -275,19 +284,19 @@ TEST_CASE("Closing a queue: OutOfRange for dequeues it cannot serve and nothing 
   // A dequeue already waiting is woken by the close.
   Pending waiting;
   s.RunAsync({}, {"deq"}, {}, waiting.Callback());
-  Sleep(20);
+  testing::PauseFor(20ms);  // lets the dequeue reach the queue before the enqueue
   REQUIRE(Enqueue(s, 1.f).ok());
   REQUIRE(waiting.Wait().ok());
   Pending woken;
   s.RunAsync({}, {"deq"}, {}, woken.Callback());
-  Sleep(20);
+  testing::PauseFor(20ms);  // lets the dequeue reach the queue before the enqueues
   REQUIRE(Enqueue(s, 2.f).ok());
   REQUIRE(Enqueue(s, 3.f).ok());
   // woken took 2; 3 remains. Now a dequeue_many of 3 waits, then fails on close.
   REQUIRE(woken.Wait().ok());
   Pending many;
   s.RunAsync({}, {"deq3"}, {}, many.Callback());
-  Sleep(20);
+  testing::PauseFor(20ms);  // the dequeue_many stays unanswered with one element queued
   CHECK(!many.Done());
   REQUIRE(s.Run({}, std::vector<std::string>{}, {"close"}).ok());
   auto m = many.Wait();
@@ -532,7 +541,7 @@ TEST_CASE("Destroying a session fails steps waiting on a queue instead of hangin
     Session s(sq.g);
     s.RunAsync({}, {"deq"}, {}, waiting.Callback());
     s.RunAsync({}, {"deq_long"}, {}, timed.Callback());
-    Sleep(20);
+    testing::PauseFor(20ms);  // lets both dequeues reach the queue before the session goes
   }
   // Neither the waiter nor its pending ten-minute timer holds the session up.
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
@@ -599,7 +608,7 @@ TEST_CASE("A token queue is a barrier: one consumer waits for N producers", "[qu
   for (int w : {2, 0, 3}) {
     REQUIRE(s.Run({{"worker", Tensor::Scalar<int32_t>(w)}}, std::vector<std::string>{}, {"done"}).ok());
   }
-  Sleep(30);
+  testing::PauseFor(30ms);  // three tokens of four: the barrier stays unanswered
   CHECK(!barrier.Done());
   Pending last;
   s.RunAsync({{"worker", Tensor::Scalar<int32_t>(1)}}, {}, {"done"}, last.Callback());

@@ -15,6 +15,7 @@
 #include "shardflow/optimizers.h"
 #include "shardflow/replication.h"
 #include "shardflow/session.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 
@@ -399,8 +400,11 @@ TEST_CASE("The stale-synchronous barrier holds a worker more than s clocks ahead
     CHECK(r.ok());
     released = true;
   });
-  // A negative check: nothing may release worker 0 while worker 1 is at clock 0.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A negative check: nothing may release worker 0 while worker 1 is at
+  // clock 0, so the fixed time is the point (the barrier has no query for a
+  // waiter; a worker that had not reached it yet would pass this check and
+  // the join below alike).
+  testing::PauseFor(std::chrono::milliseconds(100));
   CHECK_FALSE(released);
   REQUIRE(s.Run({{"c1", clock(1)}}, std::vector<Output>{}, {wait1}).ok());
   ahead.join();

@@ -20,8 +20,10 @@
 #include "shardflow/cluster.h"
 #include "tests/support/sparse_model.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
+using namespace std::chrono_literals;
 using sf::testing::SparseModel;
 
 namespace {
@@ -38,18 +40,20 @@ class Killer {
     thread_ = std::thread([this] { Loop(); });
   }
   void Join() {
-    done_ = true;
+    done_.Set();
     if (thread_.joinable()) thread_.join();
   }
   int kills() const { return kills_; }
-  bool finished() const { return kills_left_ == 0 && stop_left_ == 0; }
+  // Waits until `deadline` for the killer to be through: every kill done and
+  // its replacement started (or the killer told to end); true when it is.
+  bool WaitThrough(std::chrono::steady_clock::time_point deadline) const { return through_.WaitUntil(deadline); }
 
  private:
   void Loop() {
     std::uniform_int_distribution<int> pause_ms(300, 1200);
-    while (!done_ && (kills_left_ > 0 || stop_left_ > 0)) {
-      Sleep(pause_ms(rng_));
-      if (done_) return;
+    while (!done_.IsSet() && (kills_left_ > 0 || stop_left_ > 0)) {
+      // A deliberate delay: the next kill lands at a random moment of training.
+      if (testing::PauseFor(std::chrono::milliseconds(pause_ms(rng_)), done_)) break;
       std::vector<int> running;
       for (size_t i = 0; i < cluster_->addresses().size(); ++i)
         if (cluster_->pid(static_cast<int>(i)) > 0) running.push_back(static_cast<int>(i));
@@ -58,7 +62,9 @@ class Killer {
       if (stop_left_ > 0 && (kills_left_ == 0 || rng_() % 3 == 0)) {
         // A hung node: peers must find it by its silence, not by a closed socket.
         ::kill(cluster_->pid(victim), SIGSTOP);
-        Sleep(2500);
+        // A deliberate delay: the node stays stopped well past the peer
+        // timeout (1 s by default), so it is found by its silence.
+        testing::PauseFor(2500ms, done_);
         --stop_left_;
       } else {
         --kills_left_;
@@ -68,19 +74,18 @@ class Killer {
       auto added = cluster_->AddNode(300);
       if (!added.ok()) std::fprintf(stderr, "chaos: restarting a node failed: %s\n", added.status().ToString().c_str());
     }
+    through_.Set();
     // The nodes this thread started die with it (PR_SET_PDEATHSIG is per
     // thread): it lives until the test is done with them.
-    while (!done_) Sleep(50);
-  }
-  void Sleep(int ms) {
-    for (int i = 0; i < ms / 10 && !done_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    done_.Wait();
   }
 
   examples::LocalCluster* cluster_;
   std::mt19937 rng_;
   std::atomic<int> kills_left_, stop_left_;
   std::atomic<int> kills_{0};
-  std::atomic<bool> done_{false};
+  testing::Flag done_;     // set by Join: the test is done with the nodes
+  testing::Flag through_;  // set once the last kill and its replacement are done
   std::thread thread_;
 };
 
@@ -114,16 +119,17 @@ TEST_CASE("Chaos: training survives random kills, a hang and restarts, and ends 
   int failures = 0, failed_saves = 0;
   for (int step = 0; step < kTarget;) {
     // Keep going until the killer is through, so every kill hits training.
-    while (step == kTarget - 1 && !killer.finished() &&
-           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(200))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (step == kTarget - 1) killer.WaitThrough(t0 + 200s);
     auto l = testing::Step(**s, m, step);
     if (!l.ok()) {
       // The session reconfigures (restoring the lost tasks) before the next step.
       INFO("step " << step << ": " << l.status().ToString());
       REQUIRE(failures < 200);
       ++failures;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // The retry is the wait (the next step succeeding is the condition);
+      // this fixed back-off only paces it, so the 200 failed tries allowed
+      // span at least 10 s, past any failure detection.
+      testing::PauseFor(50ms);
       continue;
     }
     ++step;
@@ -177,9 +183,7 @@ TEST_CASE("Chaos: with exact consistency, kills and replays end on the undisturb
   const auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < kTarget;) {
     REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(240));
-    while (step == kTarget - 1 && !killer.finished() &&
-           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(200))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (step == kTarget - 1) killer.WaitThrough(t0 + 200s);
     auto l = testing::Step(**s, m, step);
     Status saved = Status::OK();
     if (l.ok() && (step + 1) % 10 == 0) saved = (*s)->Save(dir.path, step + 1, 3).status();
@@ -188,12 +192,15 @@ TEST_CASE("Chaos: with exact consistency, kills and replays end on the undisturb
       continue;
     }
     // Roll every variable back to the newest checkpoint and replay from it;
-    // a recovery that meets another kill is tried again.
+    // a recovery that meets another kill is tried again, every 200 ms, until
+    // one succeeds.
     Result<ClusterChange> change = Status(Code::kInternal, "not tried");
-    for (int attempt = 0; attempt < 20 && !change.ok(); ++attempt) {
-      change = (*s)->Recover(/*roll_back_all=*/true);
-      if (!change.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
+    testing::WaitFor(
+        [&] {
+          change = (*s)->Recover(/*roll_back_all=*/true);
+          return change.ok();
+        },
+        60s, 200ms);
     INFO(change.status().ToString());
     REQUIRE(change.ok());
     ++recoveries;

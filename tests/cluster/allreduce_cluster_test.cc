@@ -19,8 +19,10 @@
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/replication.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -210,8 +212,10 @@ TEST_CASE("Cluster all-reduce: a node killed or hung mid-reduction fails the oth
       threads.emplace_back([&, r] {
         out[r] = rs.sessions[r]->Run({{"x32", in[r]}}, std::vector<Output>{rs.ranks[r]->s32});
       });
-    // Whether the failure lands before or after their contributions, they fail.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Whether the failure lands before or after their contributions, they
+    // fail: a deliberate delay that aims the failure at the reduction in
+    // progress, not a wait for a condition.
+    testing::PauseFor(300ms);
     const auto failed = std::chrono::steady_clock::now();
     if (sig == SIGKILL) cluster.Kill(victim_index);
     else ::kill(cluster.pid(victim_index), SIGSTOP);
@@ -260,7 +264,9 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
   // Rank 0 waits for rank 1's node, which stops.
   Result<std::vector<Tensor>> waiting = Status();
   std::thread t([&] { waiting = rs.sessions[0]->Run({{"x32", in[0]}}, std::vector<Output>{rs.ranks[0]->s32}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Gives rank 0 time to start waiting: a deliberate delay that aims the stop
+  // at a waiting reduction (nothing exposes one to wait on).
+  testing::PauseFor(200ms);
   const auto t0 = std::chrono::steady_clock::now();
   (*n1)->Stop();
   t.join();
@@ -274,7 +280,8 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
   std::thread t2([&] {
     waiting = rs.sessions[0]->Run({{"x64", Contribution(DType::kFloat64, 0, 0, 5)}}, std::vector<Output>{rs.ranks[0]->s64});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The same: aims the stop at the waiting reduction.
+  testing::PauseFor(200ms);
   const auto t1 = std::chrono::steady_clock::now();
   (*n0)->Stop();
   t2.join();

@@ -27,8 +27,10 @@
 #include "shardflow/optimizers.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -327,7 +329,10 @@ TEST_CASE("Cluster: stopping a node while its partition waits fails the step by 
     result.emplace(std::move(res));
     cv.notify_all();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Gives the step time to reach both members and wait there: a deliberate
+  // delay that aims the stop at a waiting partition (neither a node nor the
+  // session offers a query for a step in progress to wait on).
+  testing::PauseFor(300ms);
   const auto t0 = std::chrono::steady_clock::now();
   (*n1)->Stop();  // must not wait on the step forever, nor leave it running
   const double stop_secs =
@@ -362,7 +367,8 @@ TEST_CASE("Cluster: a slow RunAsync callback does not make a healthy node look h
   // Longer than the peer timeout: run on a transport thread, it would keep
   // that connection's heartbeats unread and the node would be dropped.
   (*s)->RunAsync(feeds, {y.name()}, {}, [&](Result<std::vector<Tensor>> r) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(o.peer_timeout_ms + 500));
+    // A deliberately slow callback: the time past the peer timeout is the point.
+    testing::PauseFor(std::chrono::milliseconds(o.peer_timeout_ms + 500));
     std::lock_guard<std::mutex> l(mu);
     first.emplace(std::move(r));
     cv.notify_all();
@@ -463,12 +469,14 @@ TEST_CASE("Cluster: members watch each other with CAF monitors: a hung member is
   INFO(node.status().ToString());
   REQUIRE(node.ok());
   REQUIRE((*node)->Members().size() == 2);
-  // Let the monitor's BASP connection come up before the member hangs.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Lets the monitor's BASP connection come up before the member hangs. The
+  // node offers no query for its monitors (NodeWatch dials on a background
+  // thread), so this is a margin, not a wait on the condition: the one pause
+  // here that stands for a condition nothing exposes.
+  testing::PauseFor(500ms);
   ::kill(cluster.pid(0), SIGSTOP);
   const auto t0 = std::chrono::steady_clock::now();
-  while ((*node)->Members().size() == 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  testing::WaitFor([&] { return (*node)->Members().size() != 2; }, 10s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK((*node)->Members().size() == 1);
   CHECK(secs < 4.0);  // about 1-1.5 s; the transport alone would take 30

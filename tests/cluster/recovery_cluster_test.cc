@@ -25,8 +25,10 @@
 #include "shardflow/session.h"
 #include "tests/support/sparse_model.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
+using namespace std::chrono_literals;
 using sf::testing::SparseModel;
 using sf::testing::Params;
 using sf::testing::Reference;
@@ -241,8 +243,12 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
                               " --cluster-secret-file " + cluster.secret_file() + " --wait-s 0 >/dev/null";
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
-    // A join or drain reaches the session by a message: give it a moment.
-    if (i == 10 || i == 20 || i == 30) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // A join or drain reaches the session by a message, which the node sends
+    // before answering the joiner (or `node drain`): the session's reader
+    // still has to take it in. ClusterSession offers no query for the
+    // membership it has heard of (only tasks(), which changes at the step),
+    // so this is a margin, not a wait on the condition.
+    if (i == 10 || i == 20 || i == 30) testing::PauseFor(300ms);
     auto l = Step(**s, m, i);
     INFO("step " << i << ": " << l.status().ToString());
     REQUIRE(l.ok());

@@ -14,11 +14,11 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "net/auth.h"
 #include "net/transport.h"
 #include "net/wire.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 using namespace sf::net;
@@ -196,7 +196,7 @@ TEST_CASE("Transport: a peer that goes quiet is declared down by the heartbeat t
   auto c = Client(kSecret, co);
   auto conn = c->Connect(s.address);
   REQUIRE(conn.ok());
-  for (int i = 0; i < 100 && s.downs == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(sf::testing::WaitFor([&] { return s.downs > 0; }, std::chrono::seconds(20)));
   REQUIRE(s.downs == 1);
 }
 
@@ -272,14 +272,14 @@ TEST_CASE("Transport: Shutdown from a message handler or a reply callback return
   // A handler that shuts its own transport down (a node told to stop by a
   // message, a client finishing in a callback) must not join its own thread.
   std::unique_ptr<Transport> server;
-  std::atomic<bool> shut{false};
+  sf::testing::Flag shut;
   TransportOptions so;
   so.secret = kSecret;
   auto r = Transport::Create(
       so,
       [&](const ConnectionPtr&, Message) {
         server->Shutdown();
-        shut = true;
+        shut.Set();
       },
       nullptr);
   REQUIRE(r.ok());
@@ -292,23 +292,21 @@ TEST_CASE("Transport: Shutdown from a message handler or a reply callback return
   auto reply = Call(**conn, ListMembers{}, 5000);
   REQUIRE(!reply.ok());
   REQUIRE(reply.status().code() == Code::kUnavailable);
-  for (int i = 0; i < 100 && !shut; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(shut);
+  REQUIRE(shut.WaitFor(std::chrono::seconds(20)));
   server.reset();  // joins the thread that ran the handler
 
   // A reply callback (the timer thread, on a deadline) shutting its transport down.
   Server s;
-  std::atomic<bool> done{false};
+  sf::testing::Flag done;
   auto c2 = Client();
   auto conn2 = c2->Connect(s.address);
   REQUIRE(conn2.ok());
   Transport* t2 = c2.get();
   (*conn2)->Request(ListMembers{}, 100, [&](Result<Message>) {
     t2->Shutdown();
-    done = true;
+    done.Set();
   });
-  for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(done);
+  REQUIRE(done.WaitFor(std::chrono::seconds(20)));
   c2.reset();
 }
 
@@ -318,9 +316,7 @@ TEST_CASE("Transport: sending on a connection that went down says why it went do
   auto conn = c->Connect(s->address);
   REQUIRE(conn.ok());
   s.reset();  // the server goes away: the client's reader sees the socket close
-  for (int i = 0; i < 200 && (*conn)->is_up(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(!(*conn)->is_up());
+  REQUIRE(sf::testing::WaitFor([&] { return !(*conn)->is_up(); }, std::chrono::seconds(20)));
   Status st = (*conn)->Send(Message{0, Echo{}});
   REQUIRE(st.code() == Code::kUnavailable);
   INFO(st.ToString());

@@ -28,10 +28,12 @@
 
 #include "storage/checkpoint.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 extern char** environ;
 
 using namespace sf;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -217,7 +219,9 @@ TEST_CASE("checkpoint kill: SIGKILL during checkpoint writes leaves the last com
     const bool first = ReadUntilCommit(child.report, 20000, &buffer, &lines);
     INFO("child said: " << (lines.empty() ? std::string("nothing") : lines.back()));
     REQUIRE(first);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    // A deliberate delay: the kill lands at a random moment of the writes
+    // that follow (the point of the test), not after any condition.
+    testing::PauseFor(std::chrono::milliseconds(delay_ms(rng)));
     REQUIRE(::kill(child.pid, SIGKILL) == 0);
     int wstatus = 0;
     REQUIRE(::waitpid(child.pid, &wstatus, 0) == child.pid);
