@@ -7,16 +7,19 @@
 //   shardflow ckpt ls|inspect|verify|export DIR [--id N] [--out DIR]
 //
 // Every error is one line on stderr; exit code 2 for a usage error, 1 for an
-// error while loading or running, 0 on success.
+// error while loading or running, 0 on success. CLI11 parses the command line
+// (cli/flags.h); --help prints the usage texts below, which say more than
+// CLI11's generated help.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "cli/node_command.h"
 #include "graph/graph_def.h"
 #include "graph/op_registry.h"
@@ -110,8 +113,6 @@ int UsageError(const std::string& command, const std::string& msg) {
   return Fail(kExitUsage, msg + " (see '" + hint + "')");
 }
 
-bool IsHelp(const std::string& a) { return a == "--help" || a == "-h"; }
-
 // The file name (without ".npy") a tensor name is written to.
 std::string FileStem(const std::string& tensor_name) {
   std::string s = tensor_name;
@@ -137,111 +138,56 @@ std::vector<std::string> SplitCommas(const std::string& s) {
   return out;
 }
 
-// Command-line options: "--name value" or "--name=value"; flags without value.
-class Args {
- public:
-  explicit Args(std::vector<std::string> args) : args_(std::move(args)) {}
-
-  // Parses the arguments; returns a usage message on error ("" when fine).
-  std::string Parse(const std::set<std::string>& with_value, const std::set<std::string>& flags) {
-    for (size_t i = 0; i < args_.size(); ++i) {
-      const std::string& a = args_[i];
-      if (a.rfind("--", 0) != 0 || a == "--") {
-        positional_.push_back(a);
-        continue;
-      }
-      std::string name = a, value;
-      const auto eq = a.find('=');
-      const bool inline_value = eq != std::string::npos;
-      if (inline_value) {
-        name = a.substr(0, eq);
-        value = a.substr(eq + 1);
-      }
-      if (flags.count(name)) {
-        if (inline_value) return "option " + name + " takes no value";
-        values_[name].push_back("");
-      } else if (with_value.count(name)) {
-        if (!inline_value) {
-          if (i + 1 >= args_.size()) return "option " + name + " needs a value";
-          value = args_[++i];
-        }
-        values_[name].push_back(value);
-      } else {
-        return "unknown option '" + name + "'";
-      }
-    }
-    return "";
-  }
-  bool Has(const std::string& name) const { return values_.count(name) != 0; }
-  const std::vector<std::string>& All(const std::string& name) const {
-    static const std::vector<std::string> kNone;
-    auto it = values_.find(name);
-    return it == values_.end() ? kNone : it->second;
-  }
-  // The single value of an option; "" when absent, an error when repeated.
-  std::string One(const std::string& name, std::string* error) const {
-    const auto& v = All(name);
-    if (v.size() > 1) *error = "option " + name + " given " + std::to_string(v.size()) + " times";
-    return v.empty() ? "" : v[0];
-  }
-  const std::vector<std::string>& positional() const { return positional_; }
-
- private:
-  std::vector<std::string> args_;
-  std::map<std::string, std::vector<std::string>> values_;
-  std::vector<std::string> positional_;
-};
-
 // ---- shardflow run ----------------------------------------------------------
 
-int RunCommand(const std::vector<std::string>& argv) {
-  for (const auto& a : argv) {
-    if (IsHelp(a)) {
-      std::cout << kRunUsage;
-      return 0;
-    }
-  }
-  Args args(argv);
-  std::string err = args.Parse({"--graph", "--feed", "--fetch", "--target", "--gradients-of",
-                                "--wrt", "--out", "--threads"},
-                               {});
-  if (!err.empty()) return UsageError("run", err);
-  if (!args.positional().empty())
-    return UsageError("run", "unexpected argument '" + args.positional()[0] + "'");
-  const std::string graph_path = args.One("--graph", &err);
-  const std::string out_dir = args.One("--out", &err);
-  const std::string loss_name = args.One("--gradients-of", &err);
-  const std::string wrt = args.One("--wrt", &err);
-  const std::string threads = args.One("--threads", &err);
-  if (!err.empty()) return UsageError("run", err);
+struct RunFlags {
+  std::string graph_path, out_dir, loss_name, wrt;
+  std::vector<std::string> feeds, fetch_names, target_names;
+  int threads = 0;  // 0: not given
+};
+
+// Declares the options of `shardflow run` on its subcommand.
+void AddRunFlags(CLI::App& run, RunFlags* f) {
+  run.add_option("--graph", f->graph_path);
+  // One value per occurrence: "--fetch y extra" leaves "extra" unexpected.
+  run.add_option("--feed", f->feeds)->allow_extra_args(false);
+  run.add_option("--fetch", f->fetch_names)->allow_extra_args(false);
+  run.add_option("--target", f->target_names)->allow_extra_args(false);
+  run.add_option("--gradients-of", f->loss_name);
+  run.add_option("--wrt", f->wrt);
+  run.add_option("--out", f->out_dir);
+  run.add_option("--threads", f->threads)->transform(cli::IntegerIn(1, 4096));
+}
+
+// Runs `shardflow run` with the parsed options; the process exit code.
+int RunCommand(const CLI::App& run, const RunFlags& flags) {
+  const std::string& graph_path = flags.graph_path;
+  const std::string& out_dir = flags.out_dir;
+  const std::string& loss_name = flags.loss_name;
+  const std::string& wrt = flags.wrt;
+  const bool has_wrt = run.count("--wrt") > 0;
   if (graph_path.empty()) return UsageError("run", "--graph G.capnp is required");
-  if (args.Has("--gradients-of") != args.Has("--wrt"))
+  if ((run.count("--gradients-of") > 0) != has_wrt)
     return UsageError("run", "--gradients-of and --wrt go together");
-  if (args.Has("--wrt") && (loss_name.empty() || wrt.empty()))
+  if (has_wrt && (loss_name.empty() || wrt.empty()))
     return UsageError("run", "--gradients-of and --wrt need tensor names");
   std::vector<std::pair<std::string, std::string>> feed_specs;
-  for (const auto& f : args.All("--feed")) {
+  for (const auto& f : flags.feeds) {
     const auto eq = f.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
       return UsageError("run", "bad --feed '" + f + "': expected NAME=FILE.npy");
     feed_specs.emplace_back(f.substr(0, eq), f.substr(eq + 1));
   }
-  const auto& fetch_names = args.All("--fetch");
-  const auto& target_names = args.All("--target");
-  const bool writes = !fetch_names.empty() || args.Has("--wrt");
+  const auto& fetch_names = flags.fetch_names;
+  const auto& target_names = flags.target_names;
+  const bool writes = !fetch_names.empty() || has_wrt;
   if (!writes && target_names.empty())
     return UsageError("run", "nothing to do: give --fetch, --target or --gradients-of");
   if (writes && out_dir.empty()) return UsageError("run", "--out DIR is required with --fetch or --wrt");
   SessionOptions options;
-  if (!threads.empty()) {
-    char* end = nullptr;
-    const long n = std::strtol(threads.c_str(), &end, 10);
-    if (*end != '\0' || n < 1 || n > 4096)
-      return UsageError("run", "--threads wants a positive number, not '" + threads + "'");
-    options.compute_threads = static_cast<int>(n);
-  }
+  if (flags.threads > 0) options.compute_threads = flags.threads;
   std::vector<std::string> wrt_names;
-  if (args.Has("--wrt")) {
+  if (has_wrt) {
     wrt_names = SplitCommas(wrt);
     for (const auto& x : wrt_names) {
       if (x.empty()) return UsageError("run", "--wrt '" + wrt + "' has an empty tensor name");
@@ -258,6 +204,7 @@ int RunCommand(const std::vector<std::string>& argv) {
     files.push_back(file);
     return "";
   };
+  std::string err;
   for (const auto& f : fetch_names) {
     err = claim(f, FileStem(f));
     if (!err.empty()) return UsageError("run", err);
@@ -411,23 +358,25 @@ void PrintDot(const Graph& g, std::ostream& os) {
   os << "}\n";
 }
 
-int GraphCommand(const std::vector<std::string>& argv) {
-  for (const auto& a : argv) {
-    if (IsHelp(a)) {
-      std::cout << kGraphUsage;
-      return 0;
-    }
-  }
-  Args args(argv);
-  const std::string err = args.Parse({}, {"--dot"});
-  if (!err.empty()) return UsageError("graph", err);
-  if (args.positional().size() != 1)
-    return UsageError("graph", "expected one graph file, got " + std::to_string(args.positional().size()));
-  const std::string path = args.positional()[0];
+struct GraphFlags {
+  std::vector<std::string> files;  // exactly one is right; checked by GraphCommand
+  bool dot = false;
+};
+
+// Declares the arguments of `shardflow graph` on its subcommand.
+void AddGraphFlags(CLI::App& graph, GraphFlags* f) {
+  graph.add_option("file", f->files);
+  graph.add_flag("--dot", f->dot);
+}
+
+// Runs `shardflow graph` with the parsed arguments; the process exit code.
+int GraphCommand(const GraphFlags& flags) {
+  if (flags.files.size() != 1)
+    return UsageError("graph", "expected one graph file, got " + std::to_string(flags.files.size()));
   Graph g;
-  Status s = LoadGraph(path, &g);
+  Status s = LoadGraph(flags.files[0], &g);
   if (!s.ok()) return Fail(kExitRunError, s.ToString());
-  if (args.Has("--dot")) {
+  if (flags.dot) {
     PrintDot(g, std::cout);
   } else {
     for (int id = 0; id < g.num_nodes(); ++id) std::cout << NodeLine(g, g.node(id)) << "\n";
@@ -437,30 +386,29 @@ int GraphCommand(const std::vector<std::string>& argv) {
 
 // ---- shardflow ckpt ---------------------------------------------------------
 
-int CkptCommand(const std::vector<std::string>& argv) {
-  for (const auto& a : argv) {
-    if (IsHelp(a)) {
-      std::cout << kCkptUsage;
-      return 0;
-    }
-  }
-  Args args(argv);
-  std::string err = args.Parse({"--id", "--out"}, {});
-  if (!err.empty()) return UsageError("ckpt", err);
-  if (args.positional().size() != 2)
+struct CkptFlags {
+  std::string action, dir, out;
+  int64_t id = -1;  // -1: the newest committed checkpoint
+};
+
+// Declares the arguments of `shardflow ckpt` on its subcommand.
+void AddCkptFlags(CLI::App& ckpt, CkptFlags* f) {
+  ckpt.add_option("action", f->action);
+  ckpt.add_option("dir", f->dir);
+  ckpt.add_option("--id", f->id)->transform(cli::IntegerIn(1, std::numeric_limits<int64_t>::max()));
+  ckpt.add_option("--out", f->out);
+}
+
+// Runs `shardflow ckpt` with the parsed arguments; the process exit code.
+int CkptCommand(const CkptFlags& flags) {
+  const std::string& action = flags.action;
+  const std::string& dir = flags.dir;
+  const std::string& out = flags.out;
+  int64_t id = flags.id;
+  if (action.empty() || dir.empty())
     return UsageError("ckpt", "expected an action (ls, inspect, verify, export) and a directory");
-  const std::string action = args.positional()[0], dir = args.positional()[1];
   if (action != "ls" && action != "inspect" && action != "verify" && action != "export")
     return UsageError("ckpt", "unknown action '" + action + "'");
-  const std::string id_text = args.One("--id", &err);
-  const std::string out = args.One("--out", &err);
-  if (!err.empty()) return UsageError("ckpt", err);
-  int64_t id = -1;
-  if (!id_text.empty()) {
-    char* end = nullptr;
-    id = std::strtoll(id_text.c_str(), &end, 10);
-    if (*end != '\0' || id < 1) return UsageError("ckpt", "--id wants a positive number, not '" + id_text + "'");
-  }
   if (action == "export" && out.empty()) return UsageError("ckpt", "export needs --out DIR");
   if (!std::filesystem::is_directory(dir)) return Fail(kExitRunError, "no checkpoint directory '" + dir + "'");
   auto kv = OpenRocksDb(dir, /*create_if_missing=*/false);
@@ -518,18 +466,8 @@ int CkptCommand(const std::vector<std::string>& argv) {
 
 // ---- shardflow ops ----------------------------------------------------------
 
-int OpsCommand(const std::vector<std::string>& argv) {
-  for (const auto& a : argv) {
-    if (IsHelp(a)) {
-      std::cout << kOpsUsage;
-      return 0;
-    }
-  }
-  bool markdown = false;
-  for (const auto& a : argv) {
-    if (a == "--markdown") markdown = true;
-    else return UsageError("ops", "unexpected argument '" + a + "'");
-  }
+// Runs `shardflow ops`: a list, or a Markdown table; the process exit code.
+int OpsCommand(bool markdown) {
   const OpRegistry& reg = StandardOpRegistry();
   const std::vector<std::string> names = reg.Names();
   if (markdown) {
@@ -559,20 +497,56 @@ int OpsCommand(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// "run", "node drain": the words naming a subcommand after "shardflow".
+std::string CommandPath(const CLI::App* command) {
+  std::string path;
+  for (; command && command->get_parent(); command = command->get_parent())
+    path = command->get_name() + (path.empty() ? "" : " " + path);
+  return path;
+}
+
 int Main(int argc, char** argv) {
-  if (argc < 2) return UsageError("", "no command given (commands: run, graph, ops, ckpt, node)");
-  const std::string command = argv[1];
-  std::vector<std::string> rest(argv + 2, argv + argc);
-  if (IsHelp(command) || command == "help") {
-    std::cout << kMainUsage;
+  CLI::App app("", "shardflow");
+  app.require_subcommand(0, 1);
+  RunFlags run_flags;
+  CLI::App* run = app.add_subcommand("run");
+  AddRunFlags(*run, &run_flags);
+  GraphFlags graph_flags;
+  CLI::App* graph = app.add_subcommand("graph");
+  AddGraphFlags(*graph, &graph_flags);
+  bool markdown = false;
+  CLI::App* ops = app.add_subcommand("ops");
+  ops->add_flag("--markdown", markdown);
+  CkptFlags ckpt_flags;
+  CLI::App* ckpt = app.add_subcommand("ckpt");
+  AddCkptFlags(*ckpt, &ckpt_flags);
+  NodeFlags node_flags;
+  CLI::App* node = app.add_subcommand("node");
+  AddNodeFlags(*node, &node_flags);
+  CLI::App* help = app.add_subcommand("help");
+
+  const cli::ParseResult r = cli::Parse(app, argc, argv);
+  const std::string command = CommandPath(r.command);
+  // "shardflow help ANYTHING" prints the overview, as before CLI11.
+  if (r.help || r.command == help) {
+    // `node drain --help` prints the node's text, which describes drain too.
+    const CLI::App* about = r.help && r.help->get_parent() == node ? node : r.help;
+    const std::map<const CLI::App*, const char*> usage = {
+        {run, kRunUsage}, {graph, kGraphUsage}, {ops, kOpsUsage}, {ckpt, kCkptUsage}, {node, kNodeUsage}};
+    auto it = usage.find(about);
+    std::cout << (it != usage.end() ? it->second : kMainUsage);
     return 0;
   }
-  if (command == "run") return RunCommand(rest);
-  if (command == "graph") return GraphCommand(rest);
-  if (command == "ops") return OpsCommand(rest);
-  if (command == "ckpt") return CkptCommand(rest);
-  if (command == "node") return NodeCommand(rest);
-  return UsageError("", "unknown command '" + command + "'");
+  if (!r.error.empty()) {
+    if (r.command->get_parent() == node || r.command == node) return NodeUsageError(r.error);
+    return UsageError(command, r.error);
+  }
+  if (r.command == &app) return UsageError("", "no command given (commands: run, graph, ops, ckpt, node)");
+  if (r.command == run) return RunCommand(*run, run_flags);
+  if (r.command == graph) return GraphCommand(graph_flags);
+  if (r.command == ops) return OpsCommand(markdown);
+  if (r.command == ckpt) return CkptCommand(ckpt_flags);
+  return NodeCommand(*node, node_flags);
 }
 
 }  // namespace

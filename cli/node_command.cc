@@ -6,15 +6,14 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 
+#include "cli/flags.h"
 #include "shardflow/cluster.h"
 
 namespace sf {
-namespace {
 
-constexpr char kNodeUsage[] =
+const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT --cluster-secret-file FILE\n"
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
@@ -46,31 +45,48 @@ constexpr char kNodeUsage[] =
     "tasks and their variables to other members before their next step, then\n"
     "the node exits. It waits up to --wait-s (default 60) for the node to go.\n";
 
-int Usage(const std::string& msg) {
+int NodeUsageError(const std::string& msg) {
   std::cerr << "shardflow node: " << msg << " (see 'shardflow node --help')\n";
   return 2;
 }
 
+void AddNodeFlags(CLI::App& node, NodeFlags* f) {
+  NodeOptions& o = f->options;
+  o.listen.clear();
+  node.require_subcommand(0, 1);
+  // As before CLI11, a repeated option takes its last value: launchers such as
+  // examples/common/local_cluster.cc append their extra options to a base line.
+  node.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  node.add_option("--listen", o.listen);
+  node.add_option("--join", o.join);
+  node.add_option("--cluster-secret-file", f->secret_file);
+  node.add_option("--name", o.name);
+  node.add_option("--threads", o.compute_threads)->transform(cli::IntegerIn(0, 4096));
+  node.add_option("--lifetime-s", f->lifetime_s)->check(cli::Real());
+  node.add_option("--heartbeat-ms", o.heartbeat_ms)->transform(cli::Integer<int>());
+  node.add_option("--peer-timeout-ms", o.peer_timeout_ms)->transform(cli::Integer<int>());
+  node.add_option("--watch-timeout-ms", o.watch_timeout_ms)->transform(cli::Integer<int>());
+  // The seconds here and in --wait-s become int milliseconds: at most 2e6 s.
+  node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
+  node.add_flag("--log", o.log);
+  CLI::App* drain = node.add_subcommand("drain");
+  drain->add_option("address", f->drain_addresses);
+  drain->add_option("--cluster-secret-file", f->drain_secret_file);
+  drain->add_option("--wait-s", f->wait_s)->check(cli::Real(0, 2e6));
+}
+
+namespace {
+
 // `shardflow node drain HOST:PORT ...`.
-int DrainCommand(const std::vector<std::string>& argv) {
-  std::string address, secret_file;
-  double wait_s = 60;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      if (!address.empty()) return Usage("drain takes one address (got '" + address + "' and '" + a + "')");
-      address = a;
-      continue;
-    }
-    if (i + 1 >= argv.size()) return Usage("option " + a + " needs a value");
-    const std::string& v = argv[++i];
-    if (a == "--cluster-secret-file") secret_file = v;
-    else if (a == "--wait-s") wait_s = std::atof(v.c_str());
-    else return Usage("unknown option " + a + " for drain");
-  }
-  if (address.empty()) return Usage("drain needs the node's HOST:PORT");
-  if (secret_file.empty()) return Usage("--cluster-secret-file is required");
-  auto secret = ReadClusterSecret(secret_file);
+int DrainCommand(const NodeFlags& f) {
+  const auto& addresses = f.drain_addresses;
+  if (addresses.size() > 1)
+    return NodeUsageError("drain takes one address (got '" + addresses[0] + "' and '" + addresses[1] + "')");
+  if (addresses.empty()) return NodeUsageError("drain needs the node's HOST:PORT");
+  if (f.drain_secret_file.empty()) return NodeUsageError("--cluster-secret-file is required");
+  const std::string& address = addresses[0];
+  const double wait_s = f.wait_s;
+  auto secret = ReadClusterSecret(f.drain_secret_file);
   if (!secret.ok()) {
     std::cerr << "shardflow node drain: " << secret.status().ToString() << "\n";
     return 1;
@@ -86,41 +102,23 @@ int DrainCommand(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-int NodeCommand(const std::vector<std::string>& argv) {
-  if (!argv.empty() && argv[0] == "drain") return DrainCommand({argv.begin() + 1, argv.end()});
-  NodeOptions o;
-  o.listen.clear();
-  std::string secret_file;
-  double lifetime = 0;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kNodeUsage;
-      return 0;
+int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
+  if (!command.get_subcommands().empty()) {
+    for (const CLI::Option* opt : command.get_options()) {
+      if (opt->count() > 0)
+        return NodeUsageError("'node drain' takes no " + opt->get_name() + "; give its options after 'drain'");
     }
-    if (a == "--log") {
-      o.log = true;
-      continue;
-    }
-    if (i + 1 >= argv.size()) return Usage("option " + a + " needs a value");
-    const std::string& v = argv[++i];
-    if (a == "--listen") o.listen = v;
-    else if (a == "--join") o.join = v;
-    else if (a == "--cluster-secret-file") secret_file = v;
-    else if (a == "--name") o.name = v;
-    else if (a == "--threads") o.compute_threads = std::atoi(v.c_str());
-    else if (a == "--lifetime-s") lifetime = std::atof(v.c_str());
-    else if (a == "--heartbeat-ms") o.heartbeat_ms = std::atoi(v.c_str());
-    else if (a == "--peer-timeout-ms") o.peer_timeout_ms = std::atoi(v.c_str());
-    else if (a == "--watch-timeout-ms") o.watch_timeout_ms = std::atoi(v.c_str());
-    else if (a == "--drain-timeout-s") o.drain_timeout_ms = static_cast<int>(std::atof(v.c_str()) * 1000);
-    else return Usage("unknown option " + a);
+    return DrainCommand(flags);
   }
-  if (o.listen.empty()) return Usage("--listen HOST:PORT is required");
+  NodeOptions o = flags.options;
+  o.drain_timeout_ms = static_cast<int>(flags.drain_timeout_s * 1000);
+  const std::string& secret_file = flags.secret_file;
+  const double lifetime = flags.lifetime_s;
+  if (o.listen.empty()) return NodeUsageError("--listen HOST:PORT is required");
   if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms || o.watch_timeout_ms < 0 ||
       (o.watch_timeout_ms > 0 && o.watch_timeout_ms <= o.heartbeat_ms))
-    return Usage("--heartbeat-ms must be at least 1 and below --peer-timeout-ms and --watch-timeout-ms");
-  if (secret_file.empty()) return Usage("--cluster-secret-file is required");
+    return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms and --watch-timeout-ms");
+  if (secret_file.empty()) return NodeUsageError("--cluster-secret-file is required");
   auto secret = ReadClusterSecret(secret_file);
   if (!secret.ok()) {
     std::cerr << "shardflow node: " << secret.status().ToString() << "\n";

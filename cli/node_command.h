@@ -4,11 +4,39 @@
 #include <string>
 #include <vector>
 
+#include "shardflow/cluster.h"
+
+namespace CLI {
+class App;
+}
+
 namespace sf {
 
-// Parses the node options, starts the node and serves until SIGINT/SIGTERM
-// or --lifetime-s; the process exit code (2 for a usage error, 1 when the
-// node cannot start).
-int NodeCommand(const std::vector<std::string>& argv);
+// What `shardflow node` and `shardflow node drain` were given.
+struct NodeFlags {
+  NodeOptions options;  // listen, join, name, threads and the timeouts
+  std::string secret_file;
+  double lifetime_s = 0;  // 0: serve until a stop signal
+  double drain_timeout_s = NodeOptions{}.drain_timeout_ms / 1000.0;  // becomes options.drain_timeout_ms
+  std::vector<std::string> drain_addresses;  // exactly one is right; checked by NodeCommand
+  std::string drain_secret_file;
+  double wait_s = 60;  // how long drain waits for the node to go; 0: not at all
+};
+
+// The text `shardflow node --help` prints.
+extern const char kNodeUsage[];
+
+// Declares the options of `node` and its `drain` subcommand on `node`,
+// writing into *flags when parsed.
+void AddNodeFlags(CLI::App& node, NodeFlags* flags);
+
+// Starts the node and serves until SIGINT/SIGTERM or --lifetime-s, or drains
+// another node when `command` (the parsed `node`) holds `drain`; the process
+// exit code (2 for a usage error, 1 when the node cannot start or the drain
+// fails).
+int NodeCommand(const CLI::App& command, const NodeFlags& flags);
+
+// Prints a usage error of `shardflow node` as one line; returns exit code 2.
+int NodeUsageError(const std::string& msg);
 
 }  // namespace sf

@@ -1,88 +1,75 @@
 #include "examples/common/flags.h"
 
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli/flags.h"
+
 namespace sf::examples {
 
+Flags::Flags() : app_(std::make_unique<CLI::App>()) {
+  // The hand-written parser before CLI11 let the last of repeated flags win;
+  // scripts may rely on overriding a default that way.
+  app_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+Flags::~Flags() = default;
+
+Flags::Flag& Flags::Add(const std::string& name, char kind) {
+  assert(!flags_.count(name) && "flag declared twice");
+  Flag& f = flags_[name];
+  f.kind = kind;
+  return f;
+}
+
 Flags& Flags::Int(const std::string& n, int64_t def, const std::string& help) {
-  flags_[n] = {'i', std::to_string(def), help};
-  order_.push_back(n);
+  Flag& f = Add(n, 'i');
+  f.i = def;
+  app_->add_option("--" + n, f.i, help)->capture_default_str()->transform(cli::Integer<int64_t>());
   return *this;
 }
+
 Flags& Flags::Double(const std::string& n, double def, const std::string& help) {
-  flags_[n] = {'d', std::to_string(def), help};
-  order_.push_back(n);
+  Flag& f = Add(n, 'd');
+  f.d = def;
+  app_->add_option("--" + n, f.d, help)->capture_default_str()->check(cli::Real());
   return *this;
 }
+
 Flags& Flags::String(const std::string& n, const std::string& def, const std::string& help) {
-  flags_[n] = {'s', def, help};
-  order_.push_back(n);
+  Flag& f = Add(n, 's');
+  f.s = def;
+  app_->add_option("--" + n, f.s, help)->capture_default_str();
   return *this;
 }
+
 Flags& Flags::Bool(const std::string& n, const std::string& help) {
-  flags_[n] = {'b', "0", help};
-  order_.push_back(n);
+  app_->add_flag("--" + n, Add(n, 'b').b, help);
   return *this;
 }
 
 Status Flags::Parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      help_ = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    auto it = flags_.find(name);
-    if (it == flags_.end()) return InvalidArgument("unknown flag --" + name);
-    Flag& f = it->second;
-    if (f.kind == 'b') {
-      if (has_value && value != "true" && value != "false" && value != "1" && value != "0")
-        return InvalidArgument("--" + name + " takes no value (or true/false), got '" + value + "'");
-      f.value = (!has_value || value == "true" || value == "1") ? "1" : "0";
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) return InvalidArgument("--" + name + " needs a value");
-      value = argv[++i];
-    }
-    char* end = nullptr;
-    if (f.kind == 'i') {
-      std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end) return InvalidArgument("--" + name + " needs an integer, got '" + value + "'");
-    } else if (f.kind == 'd') {
-      std::strtod(value.c_str(), &end);
-      if (value.empty() || *end) return InvalidArgument("--" + name + " needs a number, got '" + value + "'");
-    }
-    f.value = value;
-  }
-  return Status::OK();
+  const cli::ParseResult r = cli::Parse(*app_, argc, argv);
+  help_ = r.help != nullptr;
+  return r.error.empty() ? Status::OK() : InvalidArgument(r.error);
 }
 
 std::string Flags::Usage(const std::string& program) const {
-  std::string s = "usage: " + program + " [flags]\n";
-  for (const auto& n : order_) {
-    const Flag& f = flags_.at(n);
-    s += "  --" + n + (f.kind == 'b' ? "" : " VALUE") + "    " + f.help;
-    if (f.kind != 'b') s += " (default " + (f.value.empty() ? std::string("\"\"") : f.value) + ")";
-    s += "\n";
-  }
-  return s;
+  app_->name(program);
+  return app_->help();
 }
 
-int64_t Flags::GetInt(const std::string& n) const { return std::strtoll(flags_.at(n).value.c_str(), nullptr, 10); }
-double Flags::GetDouble(const std::string& n) const { return std::strtod(flags_.at(n).value.c_str(), nullptr); }
-const std::string& Flags::GetString(const std::string& n) const { return flags_.at(n).value; }
-bool Flags::GetBool(const std::string& n) const { return flags_.at(n).value == "1"; }
+const Flags::Flag& Flags::Get(const std::string& name, char kind) const {
+  const Flag& f = flags_.at(name);
+  assert(f.kind == kind && "flag read as another kind than declared");
+  return f;
+}
+
+int64_t Flags::GetInt(const std::string& n) const { return Get(n, 'i').i; }
+double Flags::GetDouble(const std::string& n) const { return Get(n, 'd').d; }
+const std::string& Flags::GetString(const std::string& n) const { return Get(n, 's').s; }
+bool Flags::GetBool(const std::string& n) const { return Get(n, 'b').b; }
 
 void ParseOrExit(Flags& flags, int argc, char** argv, const std::string& program) {
   Status s = flags.Parse(argc, argv);

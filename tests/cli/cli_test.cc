@@ -272,3 +272,84 @@ TEST_CASE("shardflow node drain refuses bad usage and names an unreachable node"
   INFO(r.err);
   CHECK(r.err.find("draining 127.0.0.1:1") != std::string::npos);
 }
+
+TEST_CASE("shardflow refuses a malformed number naming its option, and takes a good one", "[cli]") {
+  TempDir dir("sf_cli_numbers");
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2}, {1, 2})).ok());
+  const std::string run = "run --graph " + graph + " --feed x=" + (dir / "x.npy") + " --fetch y --out " +
+                          (dir / "out") + " --threads";
+  // The value CLI11 alone would read as octal, clamp, or take as 0 is refused too.
+  for (const char* bad : {" abc", " 1.5", " 99999999999999999999", " 0", " ''", "=0x10", ""}) {
+    INFO("--threads" << bad);
+    auto r = RunCli(dir, run + bad);
+    CHECK(r.code == 2);
+    CHECK(OneLineError(r, "--threads"));
+  }
+  // Base 10: "08" is eight (as octal, CLI11's own reading, it would be an error).
+  auto r = RunCli(dir, run + "=08");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("y.npy float32[1,2]") != std::string::npos);
+
+  r = RunCli(dir, "run --graph " + graph + " --graph " + graph + " --target group");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--graph"));
+  r = RunCli(dir, "run --graph " + graph + " --target");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--target"));
+  r = RunCli(dir, "run --graph " + graph + " --target group extra");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "unexpected argument 'extra'"));
+  r = RunCli(dir, "ops --markdown --bogus=1");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "unknown option '--bogus'"));
+
+  r = RunCli(dir, "ckpt ls " + (dir / "ck") + " --id 1e3");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--id"));
+  r = RunCli(dir, "ckpt ls " + (dir / "ck") + " --id 0");
+  CHECK(r.code == 2);
+  CHECK(OneLineError(r, "--id"));
+}
+
+TEST_CASE("shardflow node refuses malformed numbers naming the option", "[cli]") {
+  TempDir dir("sf_cli_node_numbers");
+  {
+    std::ofstream f(dir / "secret");
+    f << "0123456789abcdef0123456789abcdef\n";
+  }
+  ::chmod((dir / "secret").c_str(), 0600);
+  const std::string node = "node --listen 127.0.0.1:0 --cluster-secret-file " + (dir / "secret") + " ";
+  // --lifetime-s: a node that took a bad value anyway stops by itself (and fails the test).
+  for (const char* bad : {"--threads abc", "--heartbeat-ms 1.5", "--peer-timeout-ms 99999999999",
+                          "--drain-timeout-s soon", "--drain-timeout-s -1", "--threads"}) {
+    INFO(bad);
+    auto r = RunCli(dir, node + "--lifetime-s 2 " + bad);
+    CHECK(r.code == 2);
+    const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
+    CHECK(r.err.rfind("shardflow node: ", 0) == 0);
+    CHECK(r.err.find(flag) != std::string::npos);
+  }
+  auto r = RunCli(dir, node + "--lifetime-s 2 --log --bogus");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown option '--bogus'") != std::string::npos);
+  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s abc --cluster-secret-file " + (dir / "secret"));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--wait-s") != std::string::npos);
+  r = RunCli(dir, "node --listen 127.0.0.1:0 drain 127.0.0.1:1 --cluster-secret-file " + (dir / "secret"));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("'node drain' takes no --listen") != std::string::npos);
+  for (const char* help : {"node --help", "node drain --help", "help", "ckpt -h"}) {
+    INFO(help);
+    r = RunCli(dir, help);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("usage: shardflow") != std::string::npos);
+  }
+  // A good invocation: the node serves, prints its line and stops by itself.
+  // A repeated option takes its last value (launchers append to a base line).
+  r = RunCli(dir, node + "--threads 1 --heartbeat-ms 50 --peer-timeout-ms 500 --lifetime-s 9 --lifetime-s 0.2");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("listening on 127.0.0.1:") != std::string::npos);
+}
