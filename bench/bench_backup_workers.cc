@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
       .Int("seed", 7, "seed of the straggler draws")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_backup_workers");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int steps = static_cast<int>(flags.GetInt("steps"));
   const int base_ms = static_cast<int>(flags.GetInt("base_ms"));
   const int max_backup = static_cast<int>(flags.GetInt("max_backup"));

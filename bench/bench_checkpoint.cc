@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       .String("dir", "/tmp", "parent folder of the scratch folder (checkpoint and raw file)")
       .Bool("json", "print the result as one JSON line");
   ParseOrExit(flags, argc, argv, "bench_checkpoint");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t dim = flags.GetInt("dim");
   const double gib = flags.GetDouble("gib");
   if (dim < 1 || !(gib > 0)) Die("--dim and --gib must be positive");

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
       .String("processes", "1", "1: one process; 2: a local cluster of two node processes (e.g. 1,2)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_embedding");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   BenchConfig c;
   c.rows = flags.GetInt("rows");
   c.dim = flags.GetInt("dim");

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
       .Int("threads", 0, "threads for both (0 = one per core)")
       .Int("reps", 5, "timed repetitions (best reported)").Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_gemm");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   int threads = static_cast<int>(flags.GetInt("threads"));
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   std::vector<int64_t> sizes;

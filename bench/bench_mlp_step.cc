@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       .String("model", "mlp", "mlp or cnn").Int("threads", 0, "compute threads (0 = one per core)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_mlp_step");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t batch = flags.GetInt("batch"), steps = flags.GetInt("steps");
   Graph g;
   ClassifierModel m;

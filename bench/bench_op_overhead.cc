@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   flags.Int("ops", 1000, "ops in the chain").Int("steps", 200, "steps per timed batch")
       .Int("reps", 5, "timed batches (median reported)").Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_op_overhead");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int n = static_cast<int>(flags.GetInt("ops"));
   Graph chain_graph, one_graph;
   Output chain = Chain(chain_graph, n), one = Chain(one_graph, 1);

@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
       .Double("target", 300000, "pairs per second wanted with one producer")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_queue");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   auto svc = runtime::NewQueueService(static_cast<int>(flags.GetInt("threads")));
   const bool json = flags.GetBool("json");
   double one_producer = 0;

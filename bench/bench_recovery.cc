@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
       .String("checkpoint-dir", "", "where the checkpoint goes (default: a temporary directory, removed)")
       .Bool("json", "print JSON lines; the last is the summary");
   ParseOrExit(flags, argc, argv, "bench_recovery");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   Config c;
   c.rows = flags.GetInt("rows");
   c.dim = flags.GetInt("dim");

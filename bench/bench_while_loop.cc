@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
       .Int("reps", 5, "timed batches (median reported)")
       .Int("parallel_iterations", 10, "iterations in flight").Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_while_loop");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int n = static_cast<int>(flags.GetInt("iterations"));
   Graph g;
   auto limit = ops::Placeholder(g, DType::kInt32, PartialShape({}), "n");

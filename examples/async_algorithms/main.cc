@@ -140,7 +140,7 @@ FeedMap BatchFeeds(const Dataset& d, int batch_index, int batch) {
 // logits may be built on the versioned reads, which read the same values).
 Status Evaluate(Session& s, Model& m, const Dataset& d, double* loss, double* acc) {
   FeedMap feeds{{"x", Tensor::FromVector(d.x, {d.n, d.dim})}, {"y", Tensor::FromVector(d.y, {d.n})}};
-  auto r = s.Run(feeds, std::vector<Output>{m.loss, m.logits});
+  auto r = s.Run(feeds, {m.loss, m.logits});
   if (!r.ok()) return r.status();
   *loss = (*r)[0].scalar_as<float>();
   const float* lg = (*r)[1].data<float>();
@@ -184,7 +184,7 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
   }
   if (!m.g.status().ok()) return out.ok = false, out.error = m.g.status().ToString(), out;
   Session s(m.g);
-  if (auto r = s.Run({}, std::vector<Output>{}, {m.init}); !r.ok())
+  if (auto r = s.Run({}, {}, {m.init}); !r.ok())
     return out.ok = false, out.error = r.status().ToString(), out;
 
   std::mutex mu;
@@ -218,19 +218,19 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
         if (r == 0 && k % o.eval_every == 0) record(k);
         FeedMap feeds = BatchFeeds(d, k * o.workers + r, o.batch);
         if (sync) {
-          auto tok = s.Run({}, std::vector<Output>{towers[r].global_step});
+          auto tok = s.Run({}, {towers[r].global_step});
           if (!tok.ok()) return fail(tok.status());
           const int64_t token = (*tok)[0].data<int64_t>()[0];
           if (token >= o.steps) break;
           feeds.emplace_back(towers[r].step_tag.name(), Tensor::Scalar<int64_t>(token));
-          auto res = s.Run(feeds, std::vector<Output>{}, {towers[r].train_op});
+          auto res = s.Run(feeds, {}, {towers[r].train_op});
           if (!res.ok()) return fail(res.status());
         } else {
           if (!waits.empty()) {
-            auto w = s.Run({{clocks[r].name(), Tensor::Scalar<int64_t>(k)}}, std::vector<Output>{}, {waits[r]});
+            auto w = s.Run({{clocks[r].name(), Tensor::Scalar<int64_t>(k)}}, {}, {waits[r]});
             if (!w.ok()) return fail(w.status());
           }
-          auto res = s.Run(feeds, std::vector<Output>{}, {async_train});
+          auto res = s.Run(feeds, {}, {async_train});
           if (!res.ok()) return fail(res.status());
         }
         ++worker_steps;
@@ -238,7 +238,7 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
       if (!waits.empty()) {
         // Done: let the others through (a finished worker holds nobody back).
         auto w = s.Run({{clocks[r].name(), Tensor::Scalar<int64_t>(int64_t{1} << 40)}},
-                       std::vector<Output>{}, {waits[r]});
+                       {}, {waits[r]});
         if (!w.ok()) fail(w.status());
       }
     });
@@ -254,13 +254,13 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
     out.accuracy = out.curve.back().accuracy;
   }
   if (sync) {
-    auto r = s.Run({}, std::vector<Output>{stats});
+    auto r = s.Run({}, {stats});
     if (r.ok()) {
       out.applied_steps = (*r)[0].data<int64_t>()[0];
       out.dropped = (*r)[0].data<int64_t>()[2];
     }
   } else {
-    auto r = s.Run({}, std::vector<Output>{stale});
+    auto r = s.Run({}, {stale});
     if (r.ok()) {
       out.mean_staleness = (*r)[0].data<double>()[1];
       out.max_staleness = (*r)[0].data<double>()[2];
@@ -286,6 +286,7 @@ int main(int argc, char** argv) {
       .String("out_dir", "async_algorithms_out", "where losses.csv and curves.svg go")
       .Bool("json", "print JSON lines (one per algorithm, then the summary)");
   ParseOrExit(flags, argc, argv, "async_algorithms");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   Options o{static_cast<int>(flags.GetInt("workers")), static_cast<int>(flags.GetInt("steps")),
             static_cast<int>(flags.GetInt("batch")), static_cast<int>(flags.GetInt("eval_every")),
             static_cast<int>(flags.GetInt("staleness")), static_cast<int>(flags.GetInt("backup")),

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       .Int("seed", 1, "seed of the data and the initialisation")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "elastic_cluster");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t rows = flags.GetInt("rows"), dim = flags.GetInt("dim"), shards = flags.GetInt("shards");
   const int64_t tasks = flags.GetInt("tasks"), batch = flags.GetInt("batch");
   const int64_t ckpt_every = flags.GetInt("checkpoint-every");
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
   if (!session.ok()) return Fail(session.status().WithPrefix("connecting to " + co.address));
   ClusterSession& s = **session;
   auto t0 = Clock::now();
-  auto init = s.Run({}, std::vector<std::string>{}, {m.init});
+  auto init = s.Run({}, {}, {m.init});
   if (!init.ok()) return Fail(init.status().WithPrefix("initialising the variables"));
   const double init_secs = SecondsSince(t0);
   Event(json, "start", "node 0 at " + co.address + ", " + std::to_string(tasks) + " tasks, variables initialised in " +
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
     Tensor ids, labels;
     data.Batch(batch, kIdsPerExample, rng, &ids, &labels);
     for (int attempt = 0;; ++attempt) {
-      auto r = s.Run({{"ids", ids}, {"labels", labels}}, std::vector<std::string>{m.loss}, {m.train});
+      auto r = s.Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train});
       report_changes();
       if (r.ok()) {
         ++step;

@@ -253,7 +253,7 @@ Result<double> Evaluate(S& s, const CtrGraph& cg, const std::vector<Feature>& fe
                         const std::vector<Batch>& test) {
   std::vector<float> scores, labels;
   for (const Batch& b : test) {
-    auto r = s.Run(Feeds(features, b, false), std::vector<std::string>{cg.logits});
+    auto r = s.Run(Feeds(features, b, false), {cg.logits});
     if (!r.ok()) return r.status().WithPrefix("evaluating");
     const float* z = (*r)[0].template data<float>();
     scores.insert(scores.end(), z, z + b.n);
@@ -269,7 +269,7 @@ template <typename S>
 Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, const Config& c,
              std::mt19937_64& train_rng, const std::vector<Batch>& test, bool json, Report* rep) {
   auto t0 = Clock::now();
-  auto init = s.Run({}, std::vector<std::string>{}, {cg.init});
+  auto init = s.Run({}, {}, {cg.init});
   if (!init.ok()) return init.status().WithPrefix("initialising the variables");
   rep->init_secs = SecondsSince(t0);
   if (!json) std::printf("initialised the variables in %.2f s\n", rep->init_secs);
@@ -301,7 +301,7 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
     const Batch b = MakeBatch(features, c, c.batch, train_rng);
     rep->data_secs += SecondsSince(t0);
     t0 = Clock::now();
-    auto r = s.Run(Feeds(features, b, true), std::vector<std::string>{cg.loss}, {cg.train});
+    auto r = s.Run(Feeds(features, b, true), {cg.loss}, {cg.train});
     if (!r.ok()) return r.status().WithPrefix("step " + std::to_string(step));
     rep->train_secs += SecondsSince(t0);
     loss_sum += (*r)[0].template data<float>()[0];
@@ -362,6 +362,7 @@ int main(int argc, char** argv) {
       .Bool("local", "train in-process with a Session (no cluster)")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "embedding_ctr");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   Config c;
   c.rows = flags.GetInt("rows");
   c.dim = flags.GetInt("dim");

@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
       .String("cluster", "", "with --workers: a member HOST:PORT of your own cluster instead of a local one")
       .String("cluster-secret-file", "", "the secret file of --cluster");
   ParseOrExit(flags, argc, argv, "fashion_mnist");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
   const int64_t epochs = flags.GetInt("epochs"), batch = flags.GetInt("batch");
   if (epochs < 1 || batch < 1) return Fail(InvalidArgument("--epochs and --batch must be positive"));
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
   }
 
   Session session(g);
-  auto init = session.Run({}, std::vector<Output>{}, {m.init});
+  auto init = session.Run({}, {}, {m.init});
   if (!init.ok()) return Fail(init.status());
   std::unique_ptr<Saver> saver;
   int64_t start_step = 0;  // steps already done by the restored checkpoint
@@ -312,7 +313,7 @@ int main(int argc, char** argv) {
     // starts to drain it (or reads everything, for small runs).
     const int64_t fill = std::min(pipe.capacity, (epochs - first_epoch + 1) * n_train);
     for (;;) {
-      auto r = session.Run({}, std::vector<Output>{pipe.size});
+      auto r = session.Run({}, {pipe.size});
       if (!r.ok()) return Fail(r.status());
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // A pipeline that stalls (a failing loop) shows up at the first dequeue.
@@ -361,7 +362,7 @@ int main(int argc, char** argv) {
       const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
       Tensor lr = Tensor::Scalar<float>(static_cast<float>(
           LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
-      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train});
+      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss}, {m.train});
       if (!r.ok()) return Fail(r.status());
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;

@@ -145,7 +145,7 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
   // One initializer, run once: it covers the optimizer's slots too.
   const Operation init = ops::GlobalVariablesInitializer(workers[0]->g, "init_replicated");
   if (!workers[0]->g.status().ok()) return Fail(workers[0]->g.status());
-  if (auto r = workers[0]->session->Run({}, std::vector<Output>{}, {init}); !r.ok()) return Fail(r.status());
+  if (auto r = workers[0]->session->Run({}, {}, {init}); !r.ok()) return Fail(r.status());
 
   // The evaluator: the same model and variables, no updates.
   Graph eg;
@@ -206,7 +206,7 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
         if (o.async) {
           t = next_async.fetch_add(1);
         } else {
-          auto tok = wk.session->Run({}, std::vector<Output>{wk.sync.global_step});
+          auto tok = wk.session->Run({}, {wk.sync.global_step});
           if (!tok.ok()) return error.Set(tok.status().WithPrefix("worker " + std::to_string(w)));
           t = (*tok)[0].data<int64_t>()[0];
         }
@@ -216,7 +216,7 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
                       {"lr", Tensor::Scalar<float>(static_cast<float>(
                                  LearningRateAt(o.model.learning_rate, t - base_step, total_steps)))}};
         if (!o.async) feeds.emplace_back(wk.sync.step_tag.name(), Tensor::Scalar<int64_t>(t));
-        auto r = wk.session->Run(feeds, std::vector<Output>{wk.m.loss},
+        auto r = wk.session->Run(feeds, {wk.m.loss},
                                  {o.async ? wk.async_train : wk.sync.train_op});
         if (!r.ok()) return error.Set(r.status().WithPrefix("worker " + std::to_string(w)));
         std::lock_guard<std::mutex> l(loss_mu);

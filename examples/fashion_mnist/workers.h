@@ -63,7 +63,7 @@ Status EvaluateClassifier(S& s, const ClassifierModel& m, const Dataset& test, d
     const int64_t n = std::min<int64_t>(1000, test.size() - b);
     Tensor xb, yb;
     MakeBatch(test, order, b, n, &xb, &yb);
-    auto r = s.Run({{"x", xb}, {"labels", yb}}, std::vector<Output>{m.accuracy, m.loss});
+    auto r = s.Run({{"x", xb}, {"labels", yb}}, {m.accuracy, m.loss});
     if (!r.ok()) return r.status();
     correct += (*r)[0].template scalar_as<double>() * n;
     total_loss += (*r)[1].template scalar_as<double>() * n;

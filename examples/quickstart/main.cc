@@ -16,12 +16,12 @@ int main() {
   auto logits = ops::MatMul(g, h, w2);
   auto loss = ops::Mean(g, ops::SparseSoftmaxCrossEntropyWithLogits(g, logits, labels));
   auto train = MomentumOptimizer(0.05, 0.9).Minimize(g, loss);  // autodiff + update ops
-  Operation init = ops::GlobalVariablesInitializer(g);
+  auto init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok() || !train.ok()) return 1;       // shape errors name node, op and shapes
 
   Session session(g);                                   // in-process actor runtime
-  session.Run({}, std::vector<Output>{}, {init});
+  session.Run({}, {}, {init});
   Tensor xb(DType::kFloat32, {128, 784}), yb = Tensor::Zeros(DType::kInt32, {128});
-  auto r = session.Run({{"x", xb}, {"labels", yb}}, std::vector<Output>{loss}, {*train});
+  auto r = session.Run({{x, xb}, {labels, yb}}, {loss}, {*train});
   return r.ok() ? 0 : 1;                                // errors are values, never exceptions
 }

@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
       .Int("eval_batches", 4, "held-out batches for the first and final loss")
       .Bool("json", "print JSON lines on stdout");
   ParseOrExit(flags, argc, argv, "rnn_sequence");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
   const int64_t steps = flags.GetInt("steps"), batch = flags.GetInt("batch"), hidden = flags.GetInt("hidden");
   const int64_t max_length = flags.GetInt("length"), seed = flags.GetInt("seed");
@@ -245,9 +246,9 @@ int main(int argc, char** argv) {
   if (!g.status().ok()) return Fail(g.status());
 
   Session session(g);
-  auto inited = session.Run({}, std::vector<Output>{}, {init});
+  auto inited = session.Run({}, {}, {init});
   if (!inited.ok()) return Fail(inited.status());
-  auto w0 = session.Run({}, std::vector<Output>{lw.w, uw.w, lw.wy, uw.wy});
+  auto w0 = session.Run({}, {lw.w, uw.w, lw.wy, uw.wy});
   if (!w0.ok()) return Fail(w0.status());
   // The comparison only means something if both start from the same weights.
   if ((*w0)[0].ToVector<double>() != (*w0)[1].ToVector<double>() ||
@@ -266,7 +267,7 @@ int main(int argc, char** argv) {
   auto evaluate = [&](double* loop_loss, double* unrolled_loss) -> Status {
     *loop_loss = *unrolled_loss = 0;
     for (const Batch& b : eval) {
-      auto r = session.Run(feeds(b), std::vector<Output>{loop_model->loss, unrolled_model->loss});
+      auto r = session.Run(feeds(b), {loop_model->loss, unrolled_model->loss});
       if (!r.ok()) return r.status();
       *loop_loss += (*r)[0].scalar_as<double>() / eval.size();
       *unrolled_loss += (*r)[1].scalar_as<double>() / eval.size();
@@ -291,10 +292,10 @@ int main(int argc, char** argv) {
     const int64_t longest = *std::max_element(b.lengths.begin(), b.lengths.end());
     const FeedMap f = feeds(b);
     auto t0 = std::chrono::steady_clock::now();
-    auto rl = session.Run(f, std::vector<Output>{loop_model->loss}, {loop_model->train});
+    auto rl = session.Run(f, {loop_model->loss}, {loop_model->train});
     auto t1 = std::chrono::steady_clock::now();
     if (!rl.ok()) return Fail(rl.status());
-    auto ru = session.Run(f, std::vector<Output>{unrolled_model->loss}, {unrolled_model->train});
+    auto ru = session.Run(f, {unrolled_model->loss}, {unrolled_model->train});
     auto t2 = std::chrono::steady_clock::now();
     if (!ru.ok()) return Fail(ru.status());
     loop_secs += std::chrono::duration<double>(t1 - t0).count();

@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
       .String("tokens", "per_worker", "per_worker (a token queue per worker) or shared (one for all)")
       .Bool("json", "print a JSON summary line on stdout");
   ParseOrExit(flags, argc, argv, "sync_tokens");
+  KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t workers = flags.GetInt("workers"), rounds = flags.GetInt("rounds"), dim = flags.GetInt("dim");
   const std::string token_mode = flags.GetString("tokens");
   const bool json = flags.GetBool("json");
@@ -361,7 +362,7 @@ int main(int argc, char** argv) {
   Session session(g);
   auto init = session.Run({}, {}, {sg.init});
   if (!init.ok()) return Fail(init.status());
-  auto first = session.Run(TokenFeed(sg, workers, 0), std::vector<std::string>{}, {"first_tokens"});
+  auto first = session.Run(TokenFeed(sg, workers, 0), {}, {"first_tokens"});
   if (!first.ok()) return Fail(first.status());
 
   SyncTraining training(session, sg, workers, rounds);

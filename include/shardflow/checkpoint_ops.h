@@ -4,7 +4,7 @@
 // directory is on that node), as any other op of a step.
 //
 //   auto save = sf::ops::SaveVariables(g, "/ckpt", step);     // int64 id per run
-//   int restore = sf::ops::RestoreVariables(g, "/ckpt");      // a target node
+//   auto restore = sf::ops::RestoreVariables(g, "/ckpt");      // a target node
 //   s.Run({{"step", sf::Tensor::Scalar<int64_t>(100)}}, {save});
 //   s.Run({}, {}, {restore});
 //
@@ -27,7 +27,7 @@ namespace ops {
 Output SaveVariables(Graph& g, const std::string& dir, Output global_step, const std::string& name = "save");
 // Adds a RestoreCheckpoint node reading every variable of g from the newest
 // committed checkpoint in dir that reads back intact, an Assign per
-// variable, and a NoOp running them all: returns the NoOp's id (-1 on a
+// variable, and a NoOp running them all: returns the NoOp (invalid on a
 // graph error). When given, *global_step receives the restored checkpoint's
 // global step output. A variable missing from the checkpoint or of another
 // dtype fails the run naming it.

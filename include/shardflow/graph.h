@@ -7,7 +7,7 @@
 //   auto h  = sf::ops::Relu(g, sf::ops::MatMul(g, x, w1) + b1);
 //   ...
 //   auto train = sf::MomentumOptimizer(0.05, 0.9).Minimize(g, loss);
-//   sf::Session s(g);  s.Run({{"x", batch}}, {loss}, {train});
+//   sf::Session s(g);  s.Run({{x, batch}}, {loss}, {*train});
 //
 // A Graph is a list of nodes. Each node runs one op, has typed outputs, data
 // inputs (another node's output) and control inputs (run after that node).

@@ -3,7 +3,7 @@
 // its slots (accumulators), so an update is atomic.
 //
 //   auto train = sf::MomentumOptimizer(0.01, 0.9).Minimize(g, loss);
-//   session.Run({{"x", xb}, {"y", yb}}, {loss}, {train});
+//   session.Run({{x, xb}, {y, yb}}, {loss}, {*train});
 #pragma once
 
 #include <string>

@@ -3,7 +3,7 @@
 //
 //   ops::QueueOptions o;  o.shapes = {{2}};  o.capacity = 100;
 //   auto q = ops::FIFOQueue(g, {DType::kFloat32}, o);
-//   int enq = ops::QueueEnqueue(g, q, {x});
+//   auto enq = ops::QueueEnqueue(g, q, {x});
 //   auto batch = ops::QueueDequeueMany(g, q, 32)[0];
 //
 // A dequeue on an empty queue (an enqueue on a full one) waits without

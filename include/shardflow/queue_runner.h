@@ -4,7 +4,8 @@
 //   QueueRunnerOptions o;  o.parallel = 4;  o.close_target = "close";
 //   QueueRunner r(session, {"enqueue"}, feeds, o);
 //   r.Start();
-//   while (true) { auto b = session.Run({}, {"batch"}); if (out of range) break; ... }
+//   for (auto b = session.Run({}, {"batch"}); b.ok(); b = session.Run({}, {"batch"})) { ... }
+//   // the loop ends with OutOfRange once the queue is closed and drained
 //   Status s = r.Join();
 //
 // Each of `parallel` loops runs one step (Session::RunAsync) and starts the

@@ -11,8 +11,8 @@
 //   sf::SyncReplicas sync(sgd, {/*replicas_to_aggregate=*/4, /*total_num_replicas=*/5});
 //   auto t = sync.Minimize(g, loss_of_replica_r, r);          // once per replica
 //   // each step of replica r:
-//   int64_t token = session.Run({}, std::vector<sf::Output>{t->global_step})->at(0).data<int64_t>()[0];
-//   session.Run({{"x", xb}, {t->step_tag.name(), sf::Tensor::Scalar<int64_t>(token)}},
+//   int64_t token = session.Run({}, {t->global_step})->at(0).data<int64_t>()[0];
+//   session.Run({{x, xb}, {t->step_tag, sf::Tensor::Scalar<int64_t>(token)}},
 //               {t->counted_in[0]}, {t->train_op});           // -1: this gradient was stale
 //
 // Asynchronous: each gradient is applied on arrival, tagged with the version
