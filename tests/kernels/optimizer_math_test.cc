@@ -28,7 +28,7 @@ void CheckNear(const Tensor& t, std::vector<double> want) {
   for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-9).margin(1e-12));
 }
 
-ApplyRequest Req(const std::string& opt, std::vector<Tensor> scalars) {
+ApplyRequest Req(OptimizerKind opt, std::vector<Tensor> scalars) {
   ApplyRequest r;
   r.optimizer = opt;
   r.scalars = std::move(scalars);
@@ -39,16 +39,16 @@ ApplyRequest Req(const std::string& opt, std::vector<Tensor> scalars) {
 }  // namespace
 
 TEST_CASE("GradientDescent: two steps", "[optimizer]") {
-  auto v = RunSteps(Req("GradientDescent", {S(0.1)}), {V({1.0, 2.0})}, 2);
+  auto v = RunSteps(Req(OptimizerKind::kGradientDescent, {S(0.1)}), {V({1.0, 2.0})}, 2);
   CheckNear(v[0], {0.9, 2.2});
 }
 
 TEST_CASE("Momentum: two steps, plain and Nesterov", "[optimizer]") {
-  auto v = RunSteps(Req("Momentum", {S(0.1), S(0.9)}), {V({1.0, 2.0}), V({0, 0})}, 2);
+  auto v = RunSteps(Req(OptimizerKind::kMomentum, {S(0.1), S(0.9)}), {V({1.0, 2.0}), V({0, 0})}, 2);
   // accum: [0.5,-1] then [0.95,-1.9]; var -= 0.1 * accum each step.
   CheckNear(v[1], {0.95, -1.9});
   CheckNear(v[0], {0.855, 2.29});
-  auto r = Req("Momentum", {S(0.1), S(0.9)});
+  auto r = Req(OptimizerKind::kMomentum, {S(0.1), S(0.9)});
   r.use_nesterov = true;
   auto n = RunSteps(r, {V({1.0, 2.0}), V({0, 0})}, 2);
   // var -= lr * grad + lr * momentum * accum: 0.05 + 0.045, then 0.05 + 0.0855.
@@ -56,14 +56,14 @@ TEST_CASE("Momentum: two steps, plain and Nesterov", "[optimizer]") {
 }
 
 TEST_CASE("Adagrad: two steps", "[optimizer]") {
-  auto v = RunSteps(Req("Adagrad", {S(0.1)}), {V({1.0, 2.0}), V({0.1, 0.1})}, 2);
+  auto v = RunSteps(Req(OptimizerKind::kAdagrad, {S(0.1)}), {V({1.0, 2.0}), V({0.1, 0.1})}, 2);
   CheckNear(v[1], {0.6, 2.1});
   CheckNear(v[0], {1.0 - 0.05 / std::sqrt(0.35) - 0.05 / std::sqrt(0.6),
                    2.0 + 0.1 / std::sqrt(1.1) + 0.1 / std::sqrt(2.1)});
 }
 
 TEST_CASE("Adam: two steps with bias correction and beta powers", "[optimizer]") {
-  auto v = RunSteps(Req("Adam", {S(0.1), S(0.9), S(0.999), S(1e-8)}),
+  auto v = RunSteps(Req(OptimizerKind::kAdam, {S(0.1), S(0.9), S(0.999), S(1e-8)}),
                     {V({1.0, 2.0}), V({0, 0}), V({0, 0}), S(0.9), S(0.999)}, 2);
   // m: 0.05 then 0.095; v: 0.00025 then 0.00049975 (first element).
   CheckNear(v[1], {0.095, -0.19});
@@ -83,7 +83,7 @@ TEST_CASE("Adam: two steps with bias correction and beta powers", "[optimizer]")
 }
 
 TEST_CASE("RMSProp: two steps", "[optimizer]") {
-  auto v = RunSteps(Req("RMSProp", {S(0.1), S(0.9), S(0.5), S(1e-10)}),
+  auto v = RunSteps(Req(OptimizerKind::kRMSProp, {S(0.1), S(0.9), S(0.5), S(1e-10)}),
                     {V({1.0, 2.0}), V({1, 1}), V({0, 0})}, 2);
   CheckNear(v[1], {0.8575, 1.0});
   const double m1 = 0.1 * 0.5 / std::sqrt(0.925 + 1e-10);
@@ -96,7 +96,7 @@ TEST_CASE("RMSProp: two steps", "[optimizer]") {
 
 TEST_CASE("Optimizer updates work in float32", "[optimizer]") {
   ApplyRequest r;
-  r.optimizer = "GradientDescent";
+  r.optimizer = OptimizerKind::kGradientDescent;
   r.scalars = {Tensor::Scalar<float>(0.5f)};
   r.grad = Tensor::FromVector(std::vector<float>{2, 4});
   Tensor var = Tensor::FromVector(std::vector<float>{1, 1});
@@ -105,7 +105,7 @@ TEST_CASE("Optimizer updates work in float32", "[optimizer]") {
 }
 
 TEST_CASE("Optimizer errors name the optimizer and the shapes", "[optimizer]") {
-  auto r = Req("Momentum", {S(0.1), S(0.9)});
+  auto r = Req(OptimizerKind::kMomentum, {S(0.1), S(0.9)});
   Tensor var = V({1, 2}), accum = V({0, 0, 0});
   Status s = ApplyOptimizerUpdate(r, {&var, &accum});
   REQUIRE_FALSE(s.ok());
@@ -114,15 +114,15 @@ TEST_CASE("Optimizer errors name the optimizer and the shapes", "[optimizer]") {
   CHECK(s.message().find("[2]") != std::string::npos);
   CHECK(var.ToVector<double>() == std::vector<double>{1, 2});
 
-  auto bad = Req("GradientDescent", {S(0.1)});
+  auto bad = Req(OptimizerKind::kGradientDescent, {S(0.1)});
   bad.grad = Tensor::FromVector(std::vector<float>{1, 1});
   Tensor v2 = V({1, 2});
   s = ApplyOptimizerUpdate(bad, {&v2});
   REQUIRE_FALSE(s.ok());
   CHECK(s.message().find("float32") != std::string::npos);
 
-  CHECK_FALSE(ApplyOptimizerUpdate(Req("Nope", {}), {&v2}).ok());
-  CHECK_FALSE(ApplyOptimizerUpdate(Req("Adagrad", {S(0.1)}), {&v2}).ok());  // slot missing
+  CHECK_FALSE(ApplyOptimizerUpdate(Req(OptimizerKind::kCount, {}), {&v2}).ok());
+  CHECK_FALSE(ApplyOptimizerUpdate(Req(OptimizerKind::kAdagrad, {S(0.1)}), {&v2}).ok());  // slot missing
 }
 
 TEST_CASE("Optimizer hyperparameters must be float32 or float64 scalars", "[optimizer][bad_input]") {
@@ -130,12 +130,12 @@ TEST_CASE("Optimizer hyperparameters must be float32 or float64 scalars", "[opti
   // error, not a silent learning rate of 0.
   Tensor half_lr(DType::kFloat16, {});
   Tensor var = V({1, 2});
-  Status s = ApplyOptimizerUpdate(Req("GradientDescent", {half_lr}), {&var});
+  Status s = ApplyOptimizerUpdate(Req(OptimizerKind::kGradientDescent, {half_lr}), {&var});
   REQUIRE_FALSE(s.ok());
   CHECK(s.message().find("hyperparameter 0") != std::string::npos);
   CHECK(var.ToVector<double>() == std::vector<double>{1, 2});
-  s = ApplyOptimizerUpdate(Req("GradientDescent", {Tensor::Scalar<int32_t>(1)}), {&var});
+  s = ApplyOptimizerUpdate(Req(OptimizerKind::kGradientDescent, {Tensor::Scalar<int32_t>(1)}), {&var});
   REQUIRE_FALSE(s.ok());
-  CHECK(ApplyOptimizerUpdate(Req("GradientDescent", {Tensor::Scalar<float>(0.5f)}), {&var}).ok());
+  CHECK(ApplyOptimizerUpdate(Req(OptimizerKind::kGradientDescent, {Tensor::Scalar<float>(0.5f)}), {&var}).ok());
   CheckNear(var, {0.75, 2.5});
 }
