@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/embedding_math.h"
 #include "kernels/optimizer_math.h"
 
 using namespace sf;
@@ -138,4 +139,106 @@ TEST_CASE("Optimizer hyperparameters must be float32 or float64 scalars", "[opti
   REQUIRE_FALSE(s.ok());
   CHECK(ApplyOptimizerUpdate(Req(OptimizerKind::kGradientDescent, {Tensor::Scalar<float>(0.5f)}), {&var}).ok());
   CheckNear(var, {0.75, 2.5});
+}
+
+namespace {
+
+// A float32 [rows, dim] tensor with distinct positive values from seed.
+Tensor Table(int64_t rows, int64_t dim, float seed) {
+  Tensor t(DType::kFloat32, {rows, dim});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < rows * dim; ++i) p[i] = 0.25f + 0.5f * std::fabs(std::sin(seed + 0.7f * i));
+  return t;
+}
+
+// The rows `rows` of t, in that order.
+Tensor Rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  const int64_t dim = t.dim(1);
+  Tensor out(DType::kFloat32, {static_cast<int64_t>(rows.size()), dim});
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy(t.data<float>() + rows[r] * dim, t.data<float>() + (rows[r] + 1) * dim,
+              out.data<float>() + r * dim);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Dense and sparse updates of the same rows agree for every optimizer", "[optimizer]") {
+  // Hyperparameters taken in order as each optimizer needs them: lr, then
+  // momentum or beta1 or rho, beta2 or RMSProp's momentum, epsilon.
+  const std::vector<float> hypers = {0.1f, 0.9f, 0.999f, 1e-8f};
+  for (const OptimizerSpec& spec : kOptimizers) {
+    for (const int64_t dim : {3, 19}) {  // a row shorter than a vector, and one with a tail
+      for (const bool nesterov : {false, true}) {
+        INFO(spec.name << " dim " << dim << (nesterov ? " nesterov" : ""));
+        const int64_t rows = 7;
+        const int row_slots = spec.handles - 1 - spec.scalar_slots;
+        // The table and its slots; the scalar slots (Adam's beta powers) at 0.9, 0.999.
+        std::vector<Tensor> table;
+        for (int i = 0; i < spec.handles; ++i) {
+          if (i <= row_slots) table.push_back(Table(rows, dim, static_cast<float>(i)));
+          else table.push_back(Tensor::Scalar<float>(i == row_slots + 1 ? 0.9f : 0.999f));
+        }
+        // Dense: the touched rows alone, as one variable of their own.
+        const std::vector<int64_t> touched = {4, 1, 3};
+        std::vector<Tensor> dense;
+        for (int i = 0; i < spec.handles; ++i)
+          dense.push_back(i <= row_slots ? Rows(table[i], touched) : table[i].Copy());
+        std::vector<Tensor> scalars;
+        for (int i = 0; i < spec.scalars; ++i) scalars.push_back(Tensor::Scalar<float>(hypers[i]));
+        for (int step = 0; step < 2; ++step) {
+          // Sparse: row 1 given twice, summed before its one update.
+          const Tensor g4 = Table(4, dim, 10.0f + step);
+          SparseApplyRequest sreq;
+          sreq.optimizer = spec.kind;
+          sreq.scalars = scalars;
+          sreq.use_nesterov = nesterov;
+          sreq.indices = Tensor::FromVector(std::vector<int64_t>{4, 1, 3, 1});
+          sreq.values = g4;
+          std::vector<Tensor*> tp;
+          for (auto& t : table) tp.push_back(&t);
+          REQUIRE(ApplySparseOptimizerUpdate(sreq, tp).ok());
+          ApplyRequest dreq;
+          dreq.optimizer = spec.kind;
+          dreq.scalars = scalars;
+          dreq.use_nesterov = nesterov;
+          dreq.grad = Rows(g4, {0, 1, 2});
+          for (int64_t j = 0; j < dim; ++j)
+            dreq.grad.data<float>()[dim + j] += g4.data<float>()[3 * dim + j];
+          std::vector<Tensor*> dp;
+          for (auto& t : dense) dp.push_back(&t);
+          REQUIRE(ApplyOptimizerUpdate(dreq, dp).ok());
+        }
+        for (int i = 0; i < spec.handles; ++i) {
+          INFO("variable " << i);
+          const std::vector<float> want = dense[i].ToVector<float>();
+          const std::vector<float> got =
+              (i <= row_slots ? Rows(table[i], touched) : table[i]).ToVector<float>();
+          REQUIRE(got.size() == want.size());
+          for (size_t k = 0; k < want.size(); ++k) CHECK(got[k] == Approx(want[k]).epsilon(1e-6));
+          if (i > row_slots) continue;
+          // Rows the sparse update did not touch keep their values (lazy).
+          const Tensor before = Table(rows, dim, static_cast<float>(i));
+          for (const int64_t r : {0, 2, 5, 6})
+            CHECK(Rows(table[i], {r}).ToVector<float>() == Rows(before, {r}).ToVector<float>());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Sparse optimizer errors name the optimizer and the slot", "[optimizer]") {
+  Tensor var = Table(3, 2, 0), acc = Table(4, 2, 1);
+  SparseApplyRequest req;
+  req.optimizer = OptimizerKind::kAdagrad;
+  req.scalars = {Tensor::Scalar<float>(0.1f)};
+  req.indices = Tensor::FromVector(std::vector<int64_t>{0});
+  req.values = Table(1, 2, 2);
+  Status s = ApplySparseOptimizerUpdate(req, {&var, &acc});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("sparse optimizer Adagrad") != std::string::npos);
+  CHECK(s.message().find("slot 1") != std::string::npos);
+  CHECK_FALSE(ApplySparseOptimizerUpdate(req, {&var}).ok());  // the slot missing
+  req.optimizer = OptimizerKind::kCount;
+  CHECK_FALSE(ApplySparseOptimizerUpdate(req, {&var, &acc}).ok());
 }
