@@ -77,8 +77,9 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   for (int64_t id : req.var_ids) {
     auto it = st.vars.find(id);
     if (it == st.vars.end()) {
-      return FailedPrecondition("optimizer " + req.optimizer + ": variable id " +
-                                std::to_string(id) + " is not colocated with '" + first +
+      return FailedPrecondition(std::string("optimizer ") + OptimizerName(req.optimizer) +
+                                ": variable id " + std::to_string(id) +
+                                " is not colocated with '" + first +
                                 "' (slots must be named '<var>/...')");
     }
     if (!it->second.value.valid()) {
@@ -183,7 +184,8 @@ void HandleSparseApply(ShardState& st, VarMsg& m) {
   for (int64_t id : req.var_ids) {
     auto it = st.vars.find(id);
     if (it == st.vars.end())
-      return m.status_done(FailedPrecondition("sparse optimizer " + req.optimizer + ": variable id " +
+      return m.status_done(FailedPrecondition(std::string("sparse optimizer ") +
+                                              OptimizerName(req.optimizer) + ": variable id " +
                                               std::to_string(id) + " is not colocated with '" +
                                               first + "'"));
     if (!it->second.value.valid()) return m.status_done(Uninitialised(it->second.name, "updated"));
@@ -387,7 +389,8 @@ void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
 void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
-    return done(NotFound("optimizer " + req.optimizer + ": unknown variable"));
+    return done(NotFound(std::string("optimizer ") + OptimizerName(req.optimizer) +
+                         ": unknown variable"));
   auto msg = std::make_shared<VarMsg>();
   msg->kind = VarMsg::kApply;
   msg->req = std::move(req);
@@ -543,7 +546,8 @@ void ActorVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, Embeddin
 void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
-    return done(NotFound("sparse optimizer " + req.optimizer + ": unknown variable"));
+    return done(NotFound(std::string("sparse optimizer ") + OptimizerName(req.optimizer) +
+                         ": unknown variable"));
   auto msg = std::make_shared<VarMsg>();
   msg->kind = VarMsg::kSparseApply;
   msg->sparse = std::move(req);
@@ -561,7 +565,8 @@ std::string ActorVariables::NameOf(int64_t id) const {
 void ActorVariables::ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) {
   VariableShardActor shard;
   if (req.req.var_ids.empty() || !ShardOf(req.req.var_ids[0], &shard))
-    return done(NotFound("synchronous " + req.req.optimizer + ": unknown variable"));
+    return done(NotFound(std::string("synchronous ") + OptimizerName(req.req.optimizer) +
+                         ": unknown variable"));
   auto msg = std::make_shared<VarMsg>();
   msg->kind = VarMsg::kSyncApply;
   msg->sync = std::move(req);

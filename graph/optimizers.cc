@@ -1,11 +1,14 @@
 // Optimizers: gradients w.r.t. variable handles plus one Apply* op per
 // variable; slots are variables named "<var>/<Optimizer>/<slot>", so the
-// runtime places them in the shard of "<var>".
+// runtime places them in the shard of "<var>". Which op, which slots and how
+// many hyperparameters each optimizer takes come from its row of
+// kernels/optimizer_spec.h; the classes below only give the values.
 #include "shardflow/optimizers.h"
 
 #include <map>
 
 #include "graph/op_registry.h"
+#include "kernels/optimizer_spec.h"
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 
@@ -54,6 +57,115 @@ Output NewSlot(Graph& g, const std::string& full, Tensor value) {
   ia.Set("_initializer", true);
   if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
   return h;
+}
+
+// Optimizer::Slot of optimizer `opt`: a variable-shaped slot starting at init.
+Output DenseSlot(Graph& g, const std::string& opt, Output handle, const std::string& slot_name,
+                 double init) {
+  const std::string var = SharedName(handle);
+  if (var.empty()) {
+    g.RecordError(InvalidArgument(opt + ": slot '" + slot_name + "' needs a VarHandle"));
+    return Output();
+  }
+  const std::string full = var + "/" + opt + "/" + slot_name;
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
+  const Node& vn = handle.op();
+  auto dtype = vn.attrs.Get<DType>("dtype");
+  auto shape = vn.attrs.GetOr<PartialShape>("shape", PartialShape());
+  if (!dtype.ok() || !shape.ok() || !shape->fully_defined()) {
+    g.RecordError(InvalidArgument(opt + ": slot '" + full +
+                                  "' needs the variable's shape fully defined, got " +
+                                  (shape.ok() ? shape->ToString() : "none")));
+    return Output();
+  }
+  Tensor value = Tensor::Zeros(*dtype, shape->dims());
+  if (init != 0.0) {
+    DispatchNumeric(*dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      value.flat<T>().setConstant(static_cast<T>(init));
+    });
+  }
+  return NewSlot(g, full, std::move(value));
+}
+
+// Optimizer::ScalarSlot of optimizer `opt`.
+Output ScalarSlotOf(Graph& g, const std::string& opt, Output handle, const std::string& slot_name,
+                    Tensor value) {
+  const std::string full = SharedName(handle) + "/" + opt + "/" + slot_name;
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
+  return NewSlot(g, full, std::move(value));
+}
+
+// Optimizer::FilledSlot of optimizer `opt`: float32, filled at run time.
+Output FilledSlotOf(Graph& g, const std::string& opt, Output handle, const std::string& slot_name,
+                    double init) {
+  const std::string var = SharedName(handle);
+  const std::string full = var + "/" + opt + "/" + slot_name;
+  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
+  auto shape = handle.op().attrs.GetOr<PartialShape>("shape", PartialShape());
+  if (var.empty() || !shape.ok() || !shape->fully_defined()) {
+    g.RecordError(InvalidArgument(opt + ": slot '" + full + "' needs a variable of known shape"));
+    return Output();
+  }
+  AttrMap ha;
+  ha.Set("shared_name", full);
+  ha.Set("dtype", DType::kFloat32);
+  ha.Set("shape", *shape);
+  ha.Set("trainable", false);
+  Output h = g.Add1("VarHandle", {}, std::move(ha), full + "/handle");
+  Output v = ops::Fill(g, ops::Const(g, Tensor::FromVector(shape->dims())),
+                       ops::Const(g, static_cast<float>(init)));
+  AttrMap ia;
+  ia.Set("_initializer", true);
+  if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
+  return h;
+}
+
+// The handles of one update of `kind` by optimizer `opt`: handle, then its
+// slots in the spec's order, made once per graph, slot i starting at init[i].
+// A dense update's slots are constants of the variable's dtype (scalar slots:
+// of dtype dt); a sparse one's (an embedding shard) are float32, filled at
+// run time. Invalid Outputs (the error recorded on g) when a slot cannot be made.
+std::vector<Output> UpdateHandles(Graph& g, const std::string& opt, OptimizerKind kind,
+                                  Output handle, DType dt, const std::vector<double>& init,
+                                  bool sparse) {
+  const OptimizerSpec& spec = SpecOf(kind);
+  const int slots = spec.handles - 1;
+  if (static_cast<int>(init.size()) != slots) {
+    g.RecordError(Internal(opt + ": " + std::to_string(init.size()) + " slot values for " +
+                           std::to_string(slots) + " slots"));
+    return {};
+  }
+  std::vector<Output> handles = {handle};
+  for (int i = 0; i < slots; ++i) {
+    const std::string name = spec.slots[i];
+    if (i >= slots - spec.scalar_slots) {
+      const DType sdt = sparse ? DType::kFloat32 : dt;
+      handles.push_back(ScalarSlotOf(g, opt, handle, name,
+                                     sdt == DType::kFloat64
+                                         ? Tensor::Scalar<double>(init[i])
+                                         : Tensor::Scalar<float>(static_cast<float>(init[i]))));
+    } else {
+      handles.push_back(sparse ? FilledSlotOf(g, opt, handle, name, init[i])
+                               : DenseSlot(g, opt, handle, name, init[i]));
+    }
+  }
+  return handles;
+}
+
+// Adds the dense update of `kind`: handles (UpdateHandles), the scalar
+// hyperparameters, the gradient.
+Result<int> AddUpdate(Graph& g, OptimizerKind kind, std::vector<Output> handles,
+                      const std::vector<Output>& scalars, Output grad, AttrMap attrs = {}) {
+  const OptimizerSpec& spec = SpecOf(kind);
+  if (static_cast<int>(handles.size()) != spec.handles ||
+      static_cast<int>(scalars.size()) != spec.scalars)
+    return Internal(std::string(spec.name) + " builds " + std::to_string(handles.size()) +
+                    " handles and " + std::to_string(scalars.size()) + " hyperparameters");
+  std::vector<Output> in = std::move(handles);
+  in.insert(in.end(), scalars.begin(), scalars.end());
+  in.push_back(grad);
+  return AddApply(g, spec.apply_op, std::move(in), std::move(attrs));
 }
 
 }  // namespace
@@ -142,36 +254,11 @@ Result<Operation> Optimizer::ApplyGradients(Graph& g,
 }
 
 Output Optimizer::Slot(Graph& g, Output handle, const std::string& slot_name, double init) {
-  const std::string var = SharedName(handle);
-  if (var.empty()) {
-    g.RecordError(InvalidArgument(name() + ": slot '" + slot_name + "' needs a VarHandle"));
-    return Output();
-  }
-  const std::string full = var + "/" + name() + "/" + slot_name;
-  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
-  const Node& vn = handle.op();
-  auto dtype = vn.attrs.Get<DType>("dtype");
-  auto shape = vn.attrs.GetOr<PartialShape>("shape", PartialShape());
-  if (!dtype.ok() || !shape.ok() || !shape->fully_defined()) {
-    g.RecordError(InvalidArgument(name() + ": slot '" + full +
-                                  "' needs the variable's shape fully defined, got " +
-                                  (shape.ok() ? shape->ToString() : "none")));
-    return Output();
-  }
-  Tensor value = Tensor::Zeros(*dtype, shape->dims());
-  if (init != 0.0) {
-    DispatchNumeric(*dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      value.flat<T>().setConstant(static_cast<T>(init));
-    });
-  }
-  return NewSlot(g, full, std::move(value));
+  return DenseSlot(g, name(), handle, slot_name, init);
 }
 
 Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value) {
-  const std::string full = SharedName(handle) + "/" + name() + "/" + slot_name;
-  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
-  return NewSlot(g, full, std::move(value));
+  return ScalarSlotOf(g, name(), handle, slot_name, std::move(value));
 }
 
 // ---- sparse updates of embedding shards ------------------------------------
@@ -181,7 +268,7 @@ Result<int> Optimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Outpu
   auto table = g.node(lookup).attrs.GetOr<std::string>("table", "?");
   return Unimplemented(name() + " has no sparse update for embedding table '" +
                        (table.ok() ? *table : std::string("?")) +
-                       "' (use GradientDescent, Adagrad or Adam)");
+                       "' (use " + OptimizerNames(/*with_sparse_op=*/true) + ")");
 }
 
 Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
@@ -197,92 +284,72 @@ Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vect
 }
 
 Output Optimizer::FilledSlot(Graph& g, Output handle, const std::string& slot_name, double init) {
-  const std::string var = SharedName(handle);
-  const std::string full = var + "/" + name() + "/" + slot_name;
-  if (Output existing = FindSlot(g, full); existing.valid()) return existing;
-  auto shape = handle.op().attrs.GetOr<PartialShape>("shape", PartialShape());
-  if (var.empty() || !shape.ok() || !shape->fully_defined()) {
-    g.RecordError(InvalidArgument(name() + ": slot '" + full + "' needs a variable of known shape"));
-    return Output();
-  }
-  AttrMap ha;
-  ha.Set("shared_name", full);
-  ha.Set("dtype", DType::kFloat32);
-  ha.Set("shape", *shape);
-  ha.Set("trainable", false);
-  Output h = g.Add1("VarHandle", {}, std::move(ha), full + "/handle");
-  Output v = ops::Fill(g, ops::Const(g, Tensor::FromVector(shape->dims())),
-                       ops::Const(g, static_cast<float>(init)));
-  AttrMap ia;
-  ia.Set("_initializer", true);
-  if (g.AddNode("Assign", {h, v}, std::move(ia), full + "/Assign") < 0) return Output();
-  return h;
+  return FilledSlotOf(g, name(), handle, slot_name, init);
+}
+
+// ---- each optimizer: its slots' initial values and its hyperparameters ------
+
+Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, grad.dtype(), {}, false);
+  return AddUpdate(g, OptimizerKind::kGradientDescent, std::move(h), {LearningRate(g, grad, lr_)},
+                   grad);
 }
 
 Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  return AddSparseApply(g, "EmbeddingSparseApplyGradientDescent", {handle},
+  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
+  return AddSparseApply(g, SpecOf(OptimizerKind::kGradientDescent).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy);
+}
+
+Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kMomentum, handle, grad.dtype(), {0.0}, false);
+  AttrMap a;
+  a.Set("use_nesterov", nesterov_);
+  return AddUpdate(g, OptimizerKind::kMomentum, std::move(h),
+                   {LearningRate(g, grad, lr_), Hyper(g, grad, momentum_)}, grad, std::move(a));
+}
+
+Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kAdagrad, handle, grad.dtype(), {init_}, false);
+  return AddUpdate(g, OptimizerKind::kAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
 }
 
 Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  Output accum = FilledSlot(g, handle, "accumulator", init_);
-  return AddSparseApply(g, "EmbeddingSparseApplyAdagrad", {handle, accum},
+  auto h = UpdateHandles(g, name(), OptimizerKind::kAdagrad, handle, dy.dtype(), {init_}, true);
+  return AddSparseApply(g, SpecOf(OptimizerKind::kAdagrad).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy);
 }
 
+Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  // m and v start at zero; the beta powers at beta (the power after one
+  // step), advanced by the update itself beside the variable: no separate op
+  // races them.
+  const DType dt = grad.valid() ? grad.dtype() : DType::kFloat32;
+  auto h = UpdateHandles(g, name(), OptimizerKind::kAdam, handle, dt, {0.0, 0.0, beta1_, beta2_},
+                         false);
+  return AddUpdate(g, OptimizerKind::kAdam, std::move(h),
+                   {LearningRate(g, grad, lr_), Hyper(g, grad, beta1_), Hyper(g, grad, beta2_),
+                    Hyper(g, grad, eps_)},
+                   grad);
+}
+
 Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  Output m = FilledSlot(g, handle, "m");
-  Output v = FilledSlot(g, handle, "v");
-  Output b1 = ScalarSlot(g, handle, "beta1_power", Tensor::Scalar<float>(static_cast<float>(beta1_)));
-  Output b2 = ScalarSlot(g, handle, "beta2_power", Tensor::Scalar<float>(static_cast<float>(beta2_)));
-  return AddSparseApply(g, "EmbeddingSparseApplyAdam", {handle, m, v, b1, b2},
+  auto h = UpdateHandles(g, name(), OptimizerKind::kAdam, handle, DType::kFloat32,
+                         {0.0, 0.0, beta1_, beta2_}, true);
+  return AddSparseApply(g, SpecOf(OptimizerKind::kAdam).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, beta1_), Hyper(g, dy, beta2_),
                          Hyper(g, dy, eps_)},
                         lookup, dy);
 }
 
-Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  return AddApply(g, "ApplyGradientDescent", {handle, LearningRate(g, grad, lr_), grad});
-}
-
-Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  Output accum = Slot(g, handle, "momentum");
-  AttrMap a;
-  a.Set("use_nesterov", nesterov_);
-  return AddApply(g, "ApplyMomentum",
-                  {handle, accum, LearningRate(g, grad, lr_), Hyper(g, grad, momentum_), grad},
-                  std::move(a));
-}
-
-Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  Output accum = Slot(g, handle, "accumulator", init_);
-  return AddApply(g, "ApplyAdagrad", {handle, accum, LearningRate(g, grad, lr_), grad});
-}
-
-Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  Output m = Slot(g, handle, "m");
-  Output v = Slot(g, handle, "v");
-  // The beta powers start at beta (the power after one step) and are advanced
-  // by the update itself, beside the variable: no separate op races them.
-  const DType dt = grad.valid() ? grad.dtype() : DType::kFloat32;
-  auto scalar = [&](double x) {
-    return dt == DType::kFloat64 ? Tensor::Scalar<double>(x)
-                                 : Tensor::Scalar<float>(static_cast<float>(x));
-  };
-  Output b1 = ScalarSlot(g, handle, "beta1_power", scalar(beta1_));
-  Output b2 = ScalarSlot(g, handle, "beta2_power", scalar(beta2_));
-  return AddApply(g, "ApplyAdam",
-                  {handle, m, v, b1, b2, LearningRate(g, grad, lr_), Hyper(g, grad, beta1_),
-                   Hyper(g, grad, beta2_), Hyper(g, grad, eps_), grad});
-}
-
 Result<int> RMSPropOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   // TF1's RMSPropOptimizer starts the mean square at one.
-  Output ms = Slot(g, handle, "rms", 1.0);
-  Output mom = Slot(g, handle, "momentum");
-  return AddApply(g, "ApplyRMSProp",
-                  {handle, ms, mom, LearningRate(g, grad, lr_), Hyper(g, grad, rho_),
-                   Hyper(g, grad, momentum_), Hyper(g, grad, eps_), grad});
+  auto h = UpdateHandles(g, name(), OptimizerKind::kRMSProp, handle, grad.dtype(), {1.0, 0.0},
+                         false);
+  return AddUpdate(g, OptimizerKind::kRMSProp, std::move(h),
+                   {LearningRate(g, grad, lr_), Hyper(g, grad, rho_), Hyper(g, grad, momentum_),
+                    Hyper(g, grad, eps_)},
+                   grad);
 }
 
 }  // namespace sf

@@ -4,6 +4,7 @@
 // The ordinary node stays in the graph unreferenced; a session prunes it.
 #include "shardflow/replication.h"
 
+#include "kernels/optimizer_spec.h"
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 
@@ -26,11 +27,12 @@ Result<int> TaggedApply(Graph& g, Optimizer& opt, Output handle, Output grad, Ou
     return Internal(opt.name() + " built " + std::to_string(noop.control_inputs.size()) +
                     " updates for one variable");
   const Node& apply = g.node(noop.control_inputs[0]);
-  if (apply.op.rfind("Apply", 0) != 0)
+  const OptimizerSpec* spec = FindOptimizerByOp(apply.op);
+  if (!spec || apply.op != spec->apply_op)
     return Internal(opt.name() + " built a '" + apply.op + "' node, not an Apply* update");
   std::vector<Output> inputs = apply.inputs;
   inputs.push_back(tag);
-  attrs.Set("optimizer", apply.op.substr(5));  // "ApplyMomentum" -> "Momentum"
+  attrs.Set("optimizer", std::string(spec->name));
   auto nesterov = apply.attrs.GetOr<bool>("use_nesterov", false);
   if (nesterov.ok()) attrs.Set("use_nesterov", *nesterov);
   int id = g.AddNode(op, inputs, std::move(attrs));

@@ -3,6 +3,7 @@
 #include "kernels/embedding_math.h"
 
 #include "kernels/compute_pool.h"
+#include "kernels/optimizer_math.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -413,38 +414,17 @@ Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q
 
 Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars,
                                   ComputePool* pool) {
-  const std::string who = "sparse optimizer " + req.optimizer;
-  int want_vars = 0, want_scalars = 0;
-  if (req.optimizer == "GradientDescent") want_vars = 1, want_scalars = 1;
-  else if (req.optimizer == "Adagrad") want_vars = 2, want_scalars = 1;
-  else if (req.optimizer == "Adam") want_vars = 5, want_scalars = 4;
-  else return InvalidArgument("unknown " + who + " (expected GradientDescent, Adagrad or Adam)");
-  if (static_cast<int>(vars.size()) != want_vars)
-    return InvalidArgument(who + " needs " + std::to_string(want_vars) +
-                           " variables (the variable and its slots), got " +
-                           std::to_string(vars.size()));
-  if (static_cast<int>(req.scalars.size()) != want_scalars)
-    return InvalidArgument(who + " needs " + std::to_string(want_scalars) +
-                           " hyperparameters, got " + std::to_string(req.scalars.size()));
-  for (size_t i = 0; i < req.scalars.size(); ++i) {
-    const Tensor& t = req.scalars[i];
-    if (!t.valid() || t.num_elements() != 1 ||
-        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64))
-      return InvalidArgument(who + ": hyperparameter " + std::to_string(i) +
-                             " must be a float32 or float64 scalar");
-  }
-  const Tensor* var = vars[0];
-  if (!var || !var->valid() || var->dtype() != DType::kFloat32 || var->rank() != 2)
-    return InvalidArgument(who + ": the variable must be a float32 matrix");
+  if (req.optimizer >= OptimizerKind::kCount)
+    return InvalidArgument("unknown sparse optimizer " +
+                           std::to_string(static_cast<int>(req.optimizer)));
+  const OptimizerSpec& spec = SpecOf(req.optimizer);
+  const std::string who = std::string("sparse optimizer ") + spec.name;
+  const Tensor* var = vars.empty() ? nullptr : vars[0];
+  if (var && var->valid() && (var->dtype() != DType::kFloat32 || var->rank() != 2))
+    return InvalidArgument(who + ": the variable must be a float32 matrix, got " + var->DebugString(0));
+  SF_RETURN_IF_ERROR(CheckOptimizerInputs(spec, who, vars, req.scalars, DType::kFloat32,
+                                          var ? var->shape() : Shape{}, "the variable"));
   const int64_t rows = var->dim(0), dim = var->dim(1);
-  for (int i = 1; i < want_vars; ++i) {
-    const Tensor* t = vars[i];
-    const bool scalar = req.optimizer == "Adam" && i >= 3;
-    if (!t || !t->valid() || t->dtype() != DType::kFloat32 ||
-        (scalar ? t->num_elements() != 1 : t->shape() != var->shape()))
-      return InvalidArgument(who + ": slot " + std::to_string(i) + " must be float32 " +
-                             (scalar ? std::string("scalar") : ShapeString(var->shape())));
-  }
   const Tensor& idx = req.indices;
   const Tensor& val = req.values;
   if (idx.dtype() != DType::kInt64 || idx.rank() != 1)
@@ -475,53 +455,13 @@ Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vect
       ip = unique.data();
     }
   }
-  float* w = var->data<float>();
-  const float lr = req.scalars[0].scalar_as<float>();
-  constexpr int64_t kAhead = 8;  // prefetch distance, as in the gather
+  RowUpdater update(req.optimizer, req.scalars, vars, req.use_nesterov);
   // Rows are unique here, so ranges of them can be updated on separate threads.
-  auto split = [&](const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool != nullptr && pool->num_threads() > 1 && u >= 4096) pool->ParallelFor(u, 2048, fn);
-    else fn(0, u);
-  };
-  if (req.optimizer == "GradientDescent") {
-    split([&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        if (i + kAhead < e) PrefetchRow(w + ip[i + kAhead] * dim, dim);
-        RowMap(w + ip[i] * dim, dim) -= ConstRowMap(g + i * dim, dim) * lr;
-      }
-    });
-  } else if (req.optimizer == "Adagrad") {
-    float* acc = vars[1]->data<float>();
-    split([&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        if (i + kAhead < e) {
-          PrefetchRow(w + ip[i + kAhead] * dim, dim);
-          PrefetchRow(acc + ip[i + kAhead] * dim, dim);
-        }
-        ConstRowMap gi(g + i * dim, dim);
-        RowMap a(acc + ip[i] * dim, dim);
-        a += gi.square();
-        RowMap(w + ip[i] * dim, dim) -= gi * lr / a.sqrt();
-      }
-    });
-  } else {
-    float* mm = vars[1]->data<float>();
-    float* vv = vars[2]->data<float>();
-    float* b1p = vars[3]->data<float>();
-    float* b2p = vars[4]->data<float>();
-    const float beta1 = req.scalars[1].scalar_as<float>(), beta2 = req.scalars[2].scalar_as<float>(),
-                eps = req.scalars[3].scalar_as<float>();
-    const float alpha = lr * std::sqrt(1.0f - *b2p) / (1.0f - *b1p);
-    for (int64_t i = 0; i < u; ++i) {
-      ConstRowMap gi(g + i * dim, dim);
-      RowMap mi(mm + ip[i] * dim, dim), vi(vv + ip[i] * dim, dim);
-      mi += (gi - mi) * (1.0f - beta1);
-      vi += (gi.square() - vi) * (1.0f - beta2);
-      RowMap(w + ip[i] * dim, dim) -= (mi * alpha) / (vi.sqrt() + eps);
-    }
-    *b1p *= beta1;
-    *b2p *= beta2;
-  }
+  if (pool != nullptr && pool->num_threads() > 1 && u >= 4096)
+    pool->ParallelFor(u, 2048, [&](int64_t b, int64_t e) { update.Apply(ip, g, b, e); });
+  else
+    update.Apply(ip, g, 0, u);
+  update.Finish();
   return Status::OK();
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/optimizer_spec.h"
 #include "shardflow/attr.h"
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
@@ -91,9 +92,13 @@ void UniqueRows(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
 
 // One sparse optimizer update, applied where the variable lives.
 struct SparseApplyRequest {
-  std::string optimizer;         // "GradientDescent", "Adagrad", "Adam" (lazy)
+  // Any kind (kernels/optimizer_spec.h); the ops exist for those with a
+  // sparse_op. Lazy: only the touched rows of the slots move (Adam's beta
+  // powers advance once).
+  OptimizerKind optimizer = OptimizerKind::kGradientDescent;
   std::vector<int64_t> var_ids;  // the variable first, then its slots
   std::vector<Tensor> scalars;   // hyperparameters as in the dense op
+  bool use_nesterov = false;     // Momentum
   Tensor indices;                // int64 [m] local rows of the variable
   Tensor values;                 // float32 [m, dim]
   // True when the caller guarantees no duplicate index (EmbeddingSparseGrad's
@@ -103,11 +108,12 @@ struct SparseApplyRequest {
 
 // Applies req to vars (variable then slots, rank 2 [rows, dim]; Adam's beta
 // powers are scalars). Duplicate indices are summed first, so each row gets
-// one update. Lazy Adam moves only the touched rows' slots; the beta powers
-// advance once per call. InvalidArgument naming the optimizer, index or
-// shape on bad input; vars are unchanged then.
-// With a pool, the per-row updates of GradientDescent and Adagrad (rows are
-// unique by then) are split over the intra-op threads.
+// one update, by the same formula as the dense update of that row
+// (kernels/optimizer_math.h). Lazy: only the touched rows' slots move; the
+// beta powers advance once per call. InvalidArgument naming the optimizer,
+// index or shape on bad input; vars are unchanged then.
+// With a pool, the per-row updates (rows are unique by then) are split over
+// the intra-op threads.
 Status ApplySparseOptimizerUpdate(const SparseApplyRequest& req, const std::vector<Tensor*>& vars,
                                   ComputePool* pool = nullptr);
 

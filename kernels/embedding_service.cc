@@ -16,7 +16,8 @@ void VariableService::GatherCombine(int64_t id, EmbeddingShardSpec spec, Embeddi
 }
 
 void VariableService::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
-  done(Unimplemented("this variable service has no sparse " + req.optimizer + " update"));
+  done(Unimplemented(std::string("this variable service has no sparse ") +
+                    OptimizerName(req.optimizer) + " update"));
 }
 
 }  // namespace sf

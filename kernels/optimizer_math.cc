@@ -1,107 +1,213 @@
-// The optimizer updates, TensorFlow's formulas (tf.raw_ops.Apply*), written as
-// whole-tensor Eigen expressions on the variable and its slots in place.
+// The optimizer updates, TensorFlow's formulas (tf.raw_ops.Apply*), written
+// once as Eigen expressions over a span of the variable and its slots, in
+// place. The dense update is one span; RowUpdater runs one per row.
 #include "kernels/optimizer_math.h"
 
+#include <Eigen/Core>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 namespace sf {
 namespace {
 
-struct Spec {
-  const char* name;
-  int vars;     // the variable and its slots
-  int scalars;  // hyperparameters
-  int scalar_slots;  // trailing slots that are scalars (Adam's beta powers)
-};
-
-constexpr Spec kSpecs[] = {
-    {"GradientDescent", 1, 1, 0}, {"Momentum", 2, 2, 0}, {"Adagrad", 2, 1, 0},
-    {"Adam", 5, 4, 2},            {"RMSProp", 3, 4, 0},
-};
-
+// How UpdateSpan sees a span. A whole variable: an aligned tensor map, whose
+// evaluator unrolls (as every other dense kernel's). A row: an array map,
+// which has no alignment to rely on and no per-call setup.
 template <typename T>
-void Update(const ApplyRequest& req, const std::vector<Tensor*>& v) {
-  auto var = v[0]->flat<T>();
-  auto g = req.grad.flat<T>();
-  auto s = [&](int i) { return req.scalars[i].scalar_as<T>(); };
-  const std::string& o = req.optimizer;
-  if (o == "GradientDescent") {
-    var -= g * s(0);
-  } else if (o == "Momentum") {
-    auto accum = v[1]->flat<T>();
-    const T lr = s(0), momentum = s(1);
+struct TensorView {
+  using Span = Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor>, Eigen::Aligned>;
+  using ConstSpan = Eigen::TensorMap<Eigen::Tensor<const T, 1, Eigen::RowMajor>, Eigen::Aligned>;
+};
+template <typename T>
+struct RowView {
+  using Span = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+  using ConstSpan = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+};
+
+template <OptimizerKind K>
+inline constexpr bool kHasFormula = false;
+
+// Updates n contiguous elements of the variable (var) and of each row-shaped
+// slot (slot[i], in the spec's order) by the gradient g, seen through View.
+template <OptimizerKind K, template <typename> class View, typename T>
+inline void UpdateSpan(const UpdateParams<T>& p, T* var_data, T* const* slot, const T* g_data,
+                       int64_t n) {
+  using Span = typename View<T>::Span;
+  Span var(var_data, n);
+  typename View<T>::ConstSpan g(g_data, n);
+  if constexpr (K == OptimizerKind::kGradientDescent) {
+    var -= g * p.s[0];
+  } else if constexpr (K == OptimizerKind::kMomentum) {
+    Span accum(slot[0], n);
+    const T lr = p.s[0], momentum = p.s[1];
     accum = accum * momentum + g;
-    if (req.use_nesterov) var -= g * lr + accum * (momentum * lr);
+    if (p.nesterov) var -= g * lr + accum * (momentum * lr);
     else var -= accum * lr;
-  } else if (o == "Adagrad") {
-    auto accum = v[1]->flat<T>();
+  } else if constexpr (K == OptimizerKind::kAdagrad) {
+    Span accum(slot[0], n);
     accum += g.square();
-    var -= g * s(0) / accum.sqrt();
-  } else if (o == "Adam") {
-    auto m = v[1]->flat<T>();
-    auto vv = v[2]->flat<T>();
-    T* beta1_power = v[3]->data<T>();
-    T* beta2_power = v[4]->data<T>();
-    const T lr = s(0), beta1 = s(1), beta2 = s(2), eps = s(3);
-    const T alpha = lr * std::sqrt(T(1) - *beta2_power) / (T(1) - *beta1_power);
+    var -= g * p.s[0] / accum.sqrt();
+  } else if constexpr (K == OptimizerKind::kAdam) {
+    Span m(slot[0], n), v(slot[1], n);
+    const T beta1 = p.s[1], beta2 = p.s[2], eps = p.s[3];
     m += (g - m) * (T(1) - beta1);
-    vv += (g.square() - vv) * (T(1) - beta2);
-    var -= (m * alpha) / (vv.sqrt() + eps);
-    *beta1_power *= beta1;
-    *beta2_power *= beta2;
-  } else if (o == "RMSProp") {
-    auto ms = v[1]->flat<T>();
-    auto mom = v[2]->flat<T>();
-    const T lr = s(0), rho = s(1), momentum = s(2), eps = s(3);
+    v += (g.square() - v) * (T(1) - beta2);
+    var -= (m * p.alpha) / (v.sqrt() + eps);
+  } else if constexpr (K == OptimizerKind::kRMSProp) {
+    Span ms(slot[0], n), mom(slot[1], n);
+    const T lr = p.s[0], rho = p.s[1], momentum = p.s[2], eps = p.s[3];
     ms += (g.square() - ms) * (T(1) - rho);
     mom = mom * momentum + g * lr / (ms + eps).sqrt();
     var -= mom;
+  } else {
+    static_assert(kHasFormula<K>, "an OptimizerKind without a formula in UpdateSpan");
   }
+}
+
+// Calls fn(std::integral_constant<OptimizerKind, kind>): the one switch from
+// the run-time kind to the compile-time one, made once per update.
+template <int I = 0, typename Fn>
+void WithKind(OptimizerKind kind, Fn&& fn) {
+  if constexpr (I < kNumOptimizers) {
+    constexpr OptimizerKind K = static_cast<OptimizerKind>(I);
+    if (kind == K) return fn(std::integral_constant<OptimizerKind, K>());
+    WithKind<I + 1>(kind, std::forward<Fn>(fn));
+  }
+}
+
+// The number of row-shaped slots of K (the scalar ones come after them).
+template <OptimizerKind K>
+inline constexpr int kRowSlots = SpecOf(K).handles - 1 - SpecOf(K).scalar_slots;
+
+// The hyperparameters of one update in T; Adam's step size from its beta
+// powers (vars[3], vars[4]), before they advance.
+template <typename T>
+UpdateParams<T> ReadParams(OptimizerKind kind, const std::vector<Tensor>& scalars,
+                           const std::vector<Tensor*>& vars, bool nesterov) {
+  UpdateParams<T> p;
+  for (size_t i = 0; i < scalars.size(); ++i) p.s[i] = scalars[i].scalar_as<T>();
+  p.nesterov = nesterov;
+  if (kind == OptimizerKind::kAdam) {
+    const T beta1_power = vars[3]->data<T>()[0], beta2_power = vars[4]->data<T>()[0];
+    p.alpha = p.s[0] * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+  }
+  return p;
+}
+
+// The scalar slots' update, once per call after the spans: Adam's beta powers.
+template <OptimizerKind K, typename T>
+void AdvanceScalarSlots(const UpdateParams<T>& p, T* const* scalar_slot) {
+  if constexpr (K == OptimizerKind::kAdam) {
+    *scalar_slot[0] *= p.s[1];
+    *scalar_slot[1] *= p.s[2];
+  }
+}
+
+template <typename T>
+void DenseUpdate(OptimizerKind kind, const ApplyRequest& req, const std::vector<Tensor*>& v) {
+  const UpdateParams<T> p = ReadParams<T>(kind, req.scalars, v, req.use_nesterov);
+  T* slots[kMaxOptimizerSlots] = {};
+  for (size_t i = 1; i < v.size(); ++i) slots[i - 1] = v[i]->data<T>();
+  WithKind(kind, [&](auto k) {
+    constexpr OptimizerKind K = decltype(k)::value;
+    UpdateSpan<K, TensorView, T>(p, v[0]->data<T>(), slots, req.grad.data<T>(),
+                                 req.grad.num_elements());
+    AdvanceScalarSlots<K>(p, slots + kRowSlots<K>);
+  });
 }
 
 }  // namespace
 
-Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars) {
-  const Spec* spec = nullptr;
-  for (const Spec& s : kSpecs)
-    if (req.optimizer == s.name) spec = &s;
-  const std::string who = "optimizer " + req.optimizer;
-  if (!spec) return InvalidArgument("unknown " + who);
-  if (static_cast<int>(vars.size()) != spec->vars)
-    return InvalidArgument(who + " needs " + std::to_string(spec->vars) +
+Status CheckOptimizerInputs(const OptimizerSpec& spec, const std::string& who,
+                            const std::vector<Tensor*>& vars, const std::vector<Tensor>& scalars,
+                            DType dt, const Shape& shape, const char* against) {
+  if (static_cast<int>(vars.size()) != spec.handles)
+    return InvalidArgument(who + " needs " + std::to_string(spec.handles) +
                            " variables (the variable and its slots), got " +
                            std::to_string(vars.size()));
-  if (static_cast<int>(req.scalars.size()) != spec->scalars)
-    return InvalidArgument(who + " needs " + std::to_string(spec->scalars) +
-                           " hyperparameters, got " + std::to_string(req.scalars.size()));
-  const DType dt = req.grad.dtype();
-  if (dt != DType::kFloat32 && dt != DType::kFloat64)
-    return InvalidArgument(who + ": the gradient must be float32 or float64, got " +
-                           DTypeName(dt));
-  const Shape& shape = req.grad.shape();
-  for (int i = 0; i < spec->vars; ++i) {
+  if (static_cast<int>(scalars.size()) != spec.scalars)
+    return InvalidArgument(who + " needs " + std::to_string(spec.scalars) +
+                           " hyperparameters, got " + std::to_string(scalars.size()));
+  for (int i = 0; i < spec.handles; ++i) {
     const Tensor* t = vars[i];
     const std::string what = i == 0 ? std::string("the variable") : "slot " + std::to_string(i);
     if (!t || !t->valid()) return InvalidArgument(who + ": " + what + " has no value");
     if (t->dtype() != dt)
-      return InvalidArgument(who + ": " + what + " is " + DTypeName(t->dtype()) +
-                             " but the gradient is " + DTypeName(dt));
-    const bool scalar_slot = i >= spec->vars - spec->scalar_slots;
+      return InvalidArgument(who + ": " + what + " is " + DTypeName(t->dtype()) + " but " +
+                             against + " is " + DTypeName(dt));
+    const bool scalar_slot = i >= spec.handles - spec.scalar_slots;
     if (scalar_slot ? t->num_elements() != 1 : t->shape() != shape)
       return InvalidArgument(who + ": " + what + " has shape " + ShapeString(t->shape()) +
                              (scalar_slot ? std::string(", expected a scalar")
-                                          : " but the gradient has shape " + ShapeString(shape)));
+                                          : " but " + std::string(against) + " has shape " +
+                                                ShapeString(shape)));
   }
-  for (size_t i = 0; i < req.scalars.size(); ++i) {
-    const Tensor& t = req.scalars[i];
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const Tensor& t = scalars[i];
     if (!t.valid() || t.num_elements() != 1 ||
         (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64))
       return InvalidArgument(who + ": hyperparameter " + std::to_string(i) +
                              " must be a float32 or float64 scalar, got " + t.DebugString(0));
   }
-  if (dt == DType::kFloat32) Update<float>(req, vars);
-  else Update<double>(req, vars);
   return Status::OK();
+}
+
+Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars) {
+  if (req.optimizer >= OptimizerKind::kCount)
+    return InvalidArgument("unknown optimizer " + std::to_string(static_cast<int>(req.optimizer)));
+  const OptimizerSpec& spec = SpecOf(req.optimizer);
+  const std::string who = std::string("optimizer ") + spec.name;
+  const DType dt = req.grad.dtype();
+  if (dt != DType::kFloat32 && dt != DType::kFloat64)
+    return InvalidArgument(who + ": the gradient must be float32 or float64, got " +
+                           DTypeName(dt));
+  SF_RETURN_IF_ERROR(CheckOptimizerInputs(spec, who, vars, req.scalars, dt, req.grad.shape(),
+                                          "the gradient"));
+  if (dt == DType::kFloat32) DenseUpdate<float>(req.optimizer, req, vars);
+  else DenseUpdate<double>(req.optimizer, req, vars);
+  return Status::OK();
+}
+
+RowUpdater::RowUpdater(OptimizerKind kind, const std::vector<Tensor>& scalars,
+                       const std::vector<Tensor*>& vars, bool use_nesterov)
+    : kind_(kind), p_(ReadParams<float>(kind, scalars, vars, use_nesterov)),
+      dim_(vars[0]->dim(1)), var_(vars[0]->data<float>()) {
+  WithKind(kind, [&](auto k) {
+    constexpr OptimizerKind K = decltype(k)::value;
+    constexpr int row_slots = kRowSlots<K>;
+    for (int s = 0; s < row_slots; ++s) slots_[s] = vars[1 + s]->data<float>();
+    for (int s = 0; s < SpecOf(K).scalar_slots; ++s)
+      scalar_slots_[s] = vars[1 + row_slots + s]->data<float>();
+  });
+}
+
+void RowUpdater::Apply(const int64_t* rows, const float* g, int64_t begin, int64_t end) const {
+  // Rows are scattered over a big table: ask for a few rows ahead so the
+  // cache misses overlap (as in the embedding gather).
+  constexpr int64_t kAhead = 8;
+  const int64_t dim = dim_;
+  WithKind(kind_, [&](auto k) {
+    constexpr OptimizerKind K = decltype(k)::value;
+    auto prefetch = [dim](const float* row) {
+      for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(row + j);
+    };
+    float* row_slot[kMaxOptimizerSlots] = {};
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kAhead < end) {
+        const int64_t ahead = rows[i + kAhead] * dim;
+        prefetch(var_ + ahead);
+        for (int s = 0; s < kRowSlots<K>; ++s) prefetch(slots_[s] + ahead);
+      }
+      const int64_t off = rows[i] * dim;
+      for (int s = 0; s < kRowSlots<K>; ++s) row_slot[s] = slots_[s] + off;
+      UpdateSpan<K, RowView, float>(p_, var_ + off, row_slot, g + i * dim, dim);
+    }
+  });
+}
+
+void RowUpdater::Finish() {
+  WithKind(kind_, [&](auto k) { AdvanceScalarSlots<decltype(k)::value>(p_, scalar_slots_); });
 }
 
 }  // namespace sf

@@ -26,24 +26,6 @@
 
 namespace sf {
 
-// The inputs of an optimizer's update: how many variable handles (the
-// variable, then its slots) and scalar hyperparameters it takes, as in
-// graph/ops/training_ops.cc. InvalidArgument naming an unknown optimizer.
-inline Status OptimizerArity(const std::string& optimizer, int* handles, int* scalars) {
-  struct Row { const char* name; int handles, scalars; };
-  static constexpr Row kRows[] = {{"GradientDescent", 1, 1}, {"Momentum", 2, 2}, {"Adagrad", 2, 1},
-                                  {"Adam", 5, 4}, {"RMSProp", 3, 4}};
-  for (const Row& r : kRows) {
-    if (optimizer == r.name) {
-      *handles = r.handles;
-      *scalars = r.scalars;
-      return Status::OK();
-    }
-  }
-  return InvalidArgument("unknown optimizer '" + optimizer +
-                         "' (GradientDescent, Momentum, Adagrad, Adam, RMSProp)");
-}
-
 class ReplicaState {
  public:
   // Applies an optimizer update (the averaged gradient) to the variable and

@@ -14,6 +14,7 @@
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
 #include "kernels/embedding_math.h"
+#include "kernels/optimizer_spec.h"
 
 namespace sf {
 
@@ -22,11 +23,11 @@ enum class AssignMode : uint8_t { kAssign = 0, kAdd = 1, kSub = 2 };
 
 // One optimizer update applied where the variable lives, with its slots.
 struct ApplyRequest {
-  std::string optimizer;          // "GradientDescent", "Momentum", "Adagrad", "Adam", "RMSProp"
+  OptimizerKind optimizer = OptimizerKind::kGradientDescent;  // kernels/optimizer_spec.h
   std::vector<int64_t> var_ids;   // the variable first, then its slots in the op's order
   std::vector<Tensor> scalars;    // hyperparameters in the op's input order (lr, ...)
   Tensor grad;
-  bool use_nesterov = false;
+  bool use_nesterov = false;  // Momentum
   // Asynchronous replication: the version of the variable the worker read
   // (ReadVariableWithVersion); >= 0 records staleness = version at apply -
   // read_version at the shard. -1: not tracked.

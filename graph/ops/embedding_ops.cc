@@ -9,6 +9,7 @@
 // combiner ("sum" | "mean" | "none"), segments ("dense" | "offsets" |
 // "segment_ids"), num_segments (segment_ids only).
 #include "graph/op_registry.h"
+#include "kernels/optimizer_spec.h"
 
 namespace sf {
 namespace {
@@ -75,26 +76,6 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
   return Status::OK();
 }
 
-struct SparseApplyOp {
-  const char* name;
-  int handles;
-  int scalars;
-  const char* summary;
-};
-
-constexpr SparseApplyOp kSparseApplyOps[] = {
-    {"EmbeddingSparseApplyGradientDescent", 1, 1,
-     "Sparse SGD on one embedding shard: rows -= lr * grad for the rows its ids touch. Inputs: "
-     "shard, lr, ids, [segments], dy (the gradient of the shard's lookup)."},
-    {"EmbeddingSparseApplyAdagrad", 2, 1,
-     "Sparse Adagrad on one embedding shard (duplicate ids summed first). Inputs: shard, "
-     "accumulator, lr, ids, [segments], dy."},
-    {"EmbeddingSparseApplyAdam", 5, 4,
-     "Lazy Adam on one embedding shard: only touched rows' m and v move; beta powers advance "
-     "once. Inputs: shard, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, ids, "
-     "[segments], dy."},
-};
-
 }  // namespace
 
 Status RegisterEmbeddingOps(OpRegistry& reg) {
@@ -116,9 +97,11 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
                "Inputs: shard handle, ids, [offsets or segment ids].")
       .Build()));
 
-  for (const SparseApplyOp& op : kSparseApplyOps) {
+  // The sparse form of each optimizer that has one (kernels/optimizer_spec.h).
+  for (const OptimizerSpec& op : kOptimizers) {
+    if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.name).Inputs(fixed + 2, fixed + 3).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful()
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)
@@ -136,7 +119,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
             return c.Error(std::string("the gradient must be float32, got ") + DTypeName(c.input_dtype(dy)));
           return Status::OK();
         })
-        .NotDifferentiable().Summary(op.summary).Build()));
+        .NotDifferentiable().Summary(op.sparse_summary).Build()));
   }
   return Status::OK();
 }

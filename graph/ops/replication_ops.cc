@@ -4,7 +4,7 @@
 // Builders live in include/shardflow/replication.h; the bookkeeping in
 // kernels/replica_state.h.
 #include "graph/op_registry.h"
-#include "kernels/replica_state.h"
+#include "kernels/optimizer_spec.h"
 
 namespace sf {
 namespace {
@@ -47,8 +47,8 @@ Status RequireInt64Scalar(InferenceContext& c, int i, const char* what) {
 Status TaggedApplyShape(InferenceContext& c, bool sync) {
   auto opt = c.Attr<std::string>("optimizer");
   if (!opt.ok()) return opt.status();
-  int handles = 0, scalars = 0;
-  SF_RETURN_IF_ERROR(OptimizerArity(*opt, &handles, &scalars));
+  SF_ASSIGN_OR_RETURN(OptimizerKind kind, ParseOptimizer(*opt));
+  const int handles = SpecOf(kind).handles, scalars = SpecOf(kind).scalars;
   const int grad = handles + scalars;
   if (c.num_inputs() != grad + 2)
     return c.Error(*opt + " takes " + std::to_string(handles) + " handle(s), " +

@@ -1,34 +1,14 @@
-// Training ops: one op per optimizer update. Inputs are the resource handles
-// of the variable and its slots, then the scalar hyperparameters, then the
-// gradient; the kernel sends one VariableService::Apply so the update runs
-// atomically where the variable lives. They have no outputs: a NoOp groups them.
+// Training ops: one op per optimizer update (kernels/optimizer_spec.h lists
+// them). Inputs are the resource handles of the variable and its slots, then
+// the scalar hyperparameters, then the gradient; the kernel sends one
+// VariableService::Apply so the update runs atomically where the variable
+// lives. They have no outputs: a NoOp groups them.
 #include "graph/op_registry.h"
+#include "kernels/optimizer_spec.h"
 #include "shardflow/ops.h"
 
 namespace sf {
 namespace {
-
-struct TrainingOp {
-  const char* name;
-  int handles;
-  int scalars;
-  const char* summary;
-};
-
-constexpr TrainingOp kTrainingOps[] = {
-    {"ApplyGradientDescent", 1, 1, "var -= lr * grad. Inputs: var, lr, grad."},
-    {"ApplyMomentum", 2, 2,
-     "accum = accum * momentum + grad; var -= lr * accum (Nesterov: var -= lr * (grad + "
-     "momentum * accum)). Inputs: var, accum, lr, momentum, grad; attr use_nesterov."},
-    {"ApplyAdagrad", 2, 1,
-     "accum += grad^2; var -= lr * grad / sqrt(accum). Inputs: var, accum, lr, grad."},
-    {"ApplyAdam", 5, 4,
-     "Adam with bias correction; the beta powers are variables updated by the op. Inputs: var, "
-     "m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad."},
-    {"ApplyRMSProp", 3, 4,
-     "ms = rho * ms + (1 - rho) * grad^2; mom = momentum * mom + lr * grad / sqrt(ms + epsilon); "
-     "var -= mom. Inputs: var, ms, mom, lr, rho, momentum, epsilon, grad."},
-};
 
 ShapeFn TrainingShape(int handles, int scalars) {
   return [handles, scalars](InferenceContext& c) -> Status {
@@ -68,9 +48,9 @@ ShapeFn TrainingShape(int handles, int scalars) {
 }  // namespace
 
 Status RegisterTrainingOps(OpRegistry& reg) {
-  for (const TrainingOp& op : kTrainingOps) {
+  for (const OptimizerSpec& op : kOptimizers) {
     const int n = op.handles + op.scalars + 1;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.name).Inputs(n).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.apply_op).Inputs(n).Stateful()
         .Shape(TrainingShape(op.handles, op.scalars)).NotDifferentiable()
         .Summary(op.summary).Build()));
   }

@@ -4,6 +4,7 @@
 // with summed gradients here, beside the shard, and send one SparseApply.
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/embedding_math.h"
+#include "kernels/optimizer_spec.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -67,10 +68,9 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
 
 class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
  public:
-  EmbeddingSparseApplyKernel(const KernelInit& init, Status* s, std::string optimizer, int handles,
-                             int scalars)
-      : EmbeddingKernelBase(init, s), optimizer_(std::move(optimizer)), handles_(handles),
-        scalars_(scalars) {}
+  EmbeddingSparseApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
+      : EmbeddingKernelBase(init, s), optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
+        scalars_(SpecOf(optimizer).scalars) {}
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     auto fail = [&](Status s) {
       ctx->SetStatus(std::move(s));
@@ -110,14 +110,14 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
   }
 
  private:
-  std::string optimizer_;
+  OptimizerKind optimizer_;
   int handles_, scalars_;
 };
 
-KernelFactory SparseApplyFactory(std::string optimizer, int handles, int scalars) {
+KernelFactory SparseApplyFactory(OptimizerKind optimizer) {
   return [=](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
     Status s;
-    auto k = std::make_unique<EmbeddingSparseApplyKernel>(init, &s, optimizer, handles, scalars);
+    auto k = std::make_unique<EmbeddingSparseApplyKernel>(init, &s, optimizer);
     if (!s.ok()) return s;
     return std::unique_ptr<OpKernel>(std::move(k));
   };
@@ -131,9 +131,8 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 
 void RegisterEmbeddingKernels(KernelRegistry& reg) {
   Reg(reg, "EmbeddingShardLookup", MakeFactory<EmbeddingShardLookupKernel>());
-  Reg(reg, "EmbeddingSparseApplyGradientDescent", SparseApplyFactory("GradientDescent", 1, 1));
-  Reg(reg, "EmbeddingSparseApplyAdagrad", SparseApplyFactory("Adagrad", 2, 1));
-  Reg(reg, "EmbeddingSparseApplyAdam", SparseApplyFactory("Adam", 5, 4));
+  for (const OptimizerSpec& spec : kOptimizers)
+    if (spec.sparse_op) Reg(reg, spec.sparse_op, SparseApplyFactory(spec.kind));
 }
 
 }  // namespace sf

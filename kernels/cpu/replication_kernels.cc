@@ -3,6 +3,7 @@
 // waiting for its synchronous step (or at the stale-synchronous barrier) is a
 // pending callback in the variable's shard actor, never a blocked thread.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/optimizer_spec.h"
 #include "kernels/replica_state.h"
 #include "kernels/variable_service.h"
 
@@ -55,9 +56,11 @@ class TaggedApplyKernel : public AsyncKernelBase {
   TaggedApplyKernel(const KernelInit& init, Status* s, bool sync) : sync_(sync) {
     auto opt = init.Attr<std::string>("optimizer");
     if (!opt.ok()) { *s = opt.status(); return; }
-    optimizer_ = *opt;
-    *s = OptimizerArity(optimizer_, &handles_, &scalars_);
-    if (!s->ok()) return;
+    auto kind = ParseOptimizer(*opt);
+    if (!kind.ok()) { *s = kind.status(); return; }
+    optimizer_ = *kind;
+    handles_ = SpecOf(optimizer_).handles;
+    scalars_ = SpecOf(optimizer_).scalars;
     auto n = init.AttrOr<bool>("use_nesterov", false);
     if (!n.ok()) { *s = n.status(); return; }
     nesterov_ = *n;
@@ -74,7 +77,7 @@ class TaggedApplyKernel : public AsyncKernelBase {
  protected:
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     if (ctx->num_inputs() != handles_ + scalars_ + 2)
-      return InvalidArgument(optimizer_ + " takes " + std::to_string(handles_ + scalars_ + 2) +
+      return InvalidArgument(std::string(OptimizerName(optimizer_)) + " takes " + std::to_string(handles_ + scalars_ + 2) +
                              " inputs, got " + std::to_string(ctx->num_inputs()));
     ApplyRequest req;
     req.optimizer = optimizer_;
@@ -115,7 +118,7 @@ class TaggedApplyKernel : public AsyncKernelBase {
 
  private:
   bool sync_;
-  std::string optimizer_;
+  OptimizerKind optimizer_ = OptimizerKind::kGradientDescent;
   int handles_ = 0, scalars_ = 0;
   bool nesterov_ = false;
   int64_t num_required_ = 1, timeout_ms_ = 0;

@@ -1,7 +1,9 @@
-// Kernels of the training ops: each packs its handles, hyperparameters and
-// gradient into one ApplyRequest and sends it to the VariableService, where
-// ApplyOptimizerUpdate runs beside the variable (atomic per update).
+// Kernels of the training ops, one per optimizer of kernels/optimizer_spec.h:
+// each packs its handles, hyperparameters and gradient into one ApplyRequest
+// and sends it to the VariableService, where ApplyOptimizerUpdate runs beside
+// the variable (atomic per update).
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/optimizer_spec.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -9,14 +11,15 @@ namespace {
 
 class ApplyKernel : public OpKernel {
  public:
-  ApplyKernel(const KernelInit& init, Status* s, std::string optimizer, int handles, int scalars)
-      : optimizer_(std::move(optimizer)), handles_(handles), scalars_(scalars) {
+  ApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
+      : optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
+        scalars_(SpecOf(optimizer).scalars) {
     auto n = init.AttrOr<bool>("use_nesterov", false);
     if (!n.ok()) *s = n.status();
     else nesterov_ = *n;
   }
   void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal(optimizer_ + " update is asynchronous"));
+    ctx->SetStatus(Internal(std::string(OptimizerName(optimizer_)) + " update is asynchronous"));
   }
   bool IsAsync() const override { return true; }
   bool IsStateful() const override { return true; }
@@ -48,22 +51,19 @@ class ApplyKernel : public OpKernel {
   }
 
  private:
-  std::string optimizer_;
+  OptimizerKind optimizer_;
   int handles_, scalars_;
   bool nesterov_ = false;
 };
 
-template <int kHandles, int kScalars>
-struct NamedApply {
-  static KernelFactory Factory(std::string optimizer) {
-    return [optimizer](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
-      Status s;
-      auto k = std::make_unique<ApplyKernel>(init, &s, optimizer, kHandles, kScalars);
-      if (!s.ok()) return s;
-      return std::unique_ptr<OpKernel>(std::move(k));
-    };
-  }
-};
+KernelFactory ApplyFactory(OptimizerKind optimizer) {
+  return [optimizer](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
+    Status s;
+    auto k = std::make_unique<ApplyKernel>(init, &s, optimizer);
+    if (!s.ok()) return s;
+    return std::unique_ptr<OpKernel>(std::move(k));
+  };
+}
 
 void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
   if (!reg.Register(op, DeviceType::kCPU, DType::kInvalid, std::move(f)).ok()) std::abort();
@@ -72,11 +72,7 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 }  // namespace
 
 void RegisterTrainingKernels(KernelRegistry& reg) {
-  Reg(reg, "ApplyGradientDescent", NamedApply<1, 1>::Factory("GradientDescent"));
-  Reg(reg, "ApplyMomentum", NamedApply<2, 2>::Factory("Momentum"));
-  Reg(reg, "ApplyAdagrad", NamedApply<2, 1>::Factory("Adagrad"));
-  Reg(reg, "ApplyAdam", NamedApply<5, 4>::Factory("Adam"));
-  Reg(reg, "ApplyRMSProp", NamedApply<3, 4>::Factory("RMSProp"));
+  for (const OptimizerSpec& spec : kOptimizers) Reg(reg, spec.apply_op, ApplyFactory(spec.kind));
 }
 
 }  // namespace sf

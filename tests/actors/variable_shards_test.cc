@@ -88,7 +88,7 @@ TEST_CASE("Variable shards: slots are colocated, updates are atomic", "[variable
   set(*accum, {0, 0});
   set(*other, {0, 0});
   ApplyRequest req;
-  req.optimizer = "Momentum";
+  req.optimizer = OptimizerKind::kMomentum;
   req.var_ids = {*w, *accum};
   req.scalars = {Tensor::Scalar<double>(0.1), Tensor::Scalar<double>(0.9)};
   req.grad = Tensor::FromVector(std::vector<double>{1, 1});

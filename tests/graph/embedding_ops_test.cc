@@ -137,7 +137,7 @@ TEST_CASE("Sparse optimizer math sums duplicates and refuses bad rows", "[embedd
   Tensor acc = Tensor::Zeros(DType::kFloat32, {3, 2});
   acc.flat<float>().setConstant(1.0f);
   SparseApplyRequest req;
-  req.optimizer = "Adagrad";
+  req.optimizer = OptimizerKind::kAdagrad;
   req.scalars = {Tensor::Scalar<float>(1.0f)};
   req.indices = Tensor::FromVector(std::vector<int64_t>{2, 0, 2});
   req.values = Tensor::FromVector(std::vector<float>{1, 2, 3, 4, 1, 1}, {3, 2});
