@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/rendezvous.h"
+#include "runtime/rendezvous.h"
 #include "net/messages.h"
 
 namespace sf {

@@ -25,7 +25,7 @@
 #include <thread>
 
 #include "actors/checkpoint_io.h"
-#include "actors/plan.h"
+#include "runtime/plan.h"
 #include "graph/device_name.h"
 #include "graph/graph_def.h"
 #include "graph/partition.h"

@@ -11,7 +11,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/executor.h"
+#include "runtime/executor.h"
 
 namespace sf {
 namespace runtime {

@@ -12,11 +12,11 @@
 #include <set>
 
 #include "actors/checkpoint_io.h"
-#include "actors/plan.h"
+#include "runtime/plan.h"
 #include "actors/coordinator_protocol.h"
 #include "actors/partition_protocol.h"
 #include "actors/queue_actors.h"
-#include "actors/rendezvous.h"
+#include "runtime/rendezvous.h"
 #include "actors/variable_shards.h"
 #include "graph/partition.h"
 #include "graph/placement.h"
@@ -187,29 +187,16 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
       return plan;
     }
   }
-  auto parts = runtime::Partition(graph, *order, runtime::Place(graph, *order));
-  if (!parts.ok()) return fail(parts.status());
+  // One device: one partition holding the whole pruned graph.
   plan->num_fetches = fetches.size();
-  for (const runtime::PartitionSpec& spec : *parts) {
-    std::set<int> in_part(spec.nodes.begin(), spec.nodes.end());
-    runtime::ExecutorSpec es;
-    es.nodes = spec.nodes;
-    Plan::Part part;
-    for (size_t i = 0; i < plan->feeds.size(); ++i) {
-      if (!in_part.count(plan->feeds[i].node)) continue;
-      es.fed.push_back(plan->feeds[i]);
-      part.feed_index.push_back(static_cast<int>(i));
-    }
-    for (size_t i = 0; i < fetches.size(); ++i) {
-      if (!in_part.count(fetches[i].node)) continue;
-      es.fetches.push_back(fetches[i]);
-      part.fetch_index.push_back(static_cast<int>(i));
-    }
-    auto ex = runtime::Executor::Create(graph, es, Env(nullptr));
-    if (!ex.ok()) return fail(ex.status());
-    part.actor = AddPartitionActor(std::move(ex).value());
-    plan->parts.push_back(std::move(part));
-  }
+  runtime::ExecutorSpec es{*order, plan->feeds, fetches};
+  Plan::Part part;
+  for (size_t i = 0; i < plan->feeds.size(); ++i) part.feed_index.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < fetches.size(); ++i) part.fetch_index.push_back(static_cast<int>(i));
+  auto ex = runtime::Executor::Create(graph, es, Env(nullptr));
+  if (!ex.ok()) return fail(ex.status());
+  part.actor = AddPartitionActor(std::move(ex).value());
+  plan->parts.push_back(std::move(part));
   return plan;
 }
 

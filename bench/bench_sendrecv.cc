@@ -34,7 +34,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/rendezvous.h"
+#include "runtime/rendezvous.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"

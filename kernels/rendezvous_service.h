@@ -1,5 +1,5 @@
 // RendezvousService: how _Send/_Recv kernels hand tensors across partitions
-// of one step (in-process: actors/rendezvous.h). Kernels only see this
+// of one step (in-process: runtime/rendezvous.h). Kernels only see this
 // interface, so kernels/ knows nothing of actors.
 //
 // A transfer is keyed by (step id, static edge key, frame key, iteration):

@@ -1,6 +1,6 @@
 // Control-flow ops (Switch, Merge, Enter, Exit, NextIteration, LoopCond) and
 // the Cond / WhileLoop builders. The executor gives the ops their meaning
-// (dead tensors, frames, iterations); see actors/executor.cc.
+// (dead tensors, frames, iterations); see runtime/executor.cc.
 #include "shardflow/control_flow.h"
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/rendezvous.h"
+#include "runtime/rendezvous.h"
 #include "graph/partition.h"
 #include "graph/placement.h"
 #include "shardflow/control_flow.h"

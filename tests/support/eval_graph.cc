@@ -4,8 +4,8 @@
 #include <map>
 #include <mutex>
 
-#include "actors/executor.h"
-#include "actors/plan.h"
+#include "runtime/executor.h"
+#include "runtime/plan.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 

@@ -1,10 +1,10 @@
-#include "actors/executor.h"
+#include "runtime/executor.h"
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
-#include "actors/control_flow_executor.h"
+#include "runtime/control_flow_executor.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/rendezvous_service.h"

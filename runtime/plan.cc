@@ -1,4 +1,4 @@
-#include "actors/plan.h"
+#include "runtime/plan.h"
 
 #include <map>
 #include <set>
@@ -68,36 +68,6 @@ Status ValidateFeed(const std::string& feed_name, const Output& target, const Te
                            ", incompatible with " + target.shape().ToString() + " of '" +
                            target.name() + "'");
   return Status::OK();
-}
-
-std::vector<std::string> Place(const Graph& g, const std::vector<int>& nodes) {
-  return std::vector<std::string>(nodes.size(), "/job:localhost/task:0/device:CPU:0");
-}
-
-Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<int>& nodes,
-                                             const std::vector<std::string>& placement) {
-  std::map<std::string, size_t> index;
-  std::map<int, std::string> device_of;
-  std::vector<PartitionSpec> parts;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    auto it = index.find(placement[i]);
-    if (it == index.end()) {
-      it = index.emplace(placement[i], parts.size()).first;
-      parts.push_back(PartitionSpec{placement[i], {}});
-    }
-    parts[it->second].nodes.push_back(nodes[i]);
-    device_of[nodes[i]] = placement[i];
-  }
-  for (int id : nodes) {
-    const Node& node = g.node(id);
-    for (const Output& in : node.inputs) {
-      auto d = device_of.find(in.node);
-      if (d != device_of.end() && d->second != device_of[id])
-        return Unimplemented("edge '" + in.name() + "' -> '" + node.name + "' crosses devices " +
-                             d->second + " and " + device_of[id] + "; Send/Recv is not built yet");
-    }
-  }
-  return parts;
 }
 
 Result<ResolvedRun> ResolveRun(const Graph& g,

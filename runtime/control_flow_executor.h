@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/executor.h"
+#include "runtime/executor.h"
 
 namespace sf {
 namespace runtime {

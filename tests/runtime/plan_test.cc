@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "actors/plan.h"
+#include "runtime/plan.h"
 #include "shardflow/ops.h"
 
 using namespace sf;
@@ -76,21 +76,3 @@ TEST_CASE("ValidateFeed checks dtype and shape", "[plan]") {
   CHECK_FALSE(ValidateFeed("x", x, Tensor()).ok());
 }
 
-TEST_CASE("Partition groups nodes by device and refuses cross-device edges for now", "[plan]") {
-  Graph g;
-  auto a = ops::Const(g, 1.0f);
-  auto b = ops::Identity(g, a);
-  auto c = ops::Const(g, 2.0f);
-  std::vector<int> nodes{a.node, b.node, c.node};
-  auto one = Partition(g, nodes, Place(g, nodes));
-  REQUIRE(one.ok());
-  REQUIRE(one->size() == 1);
-  CHECK((*one)[0].nodes == nodes);
-  auto two = Partition(g, {a.node, c.node}, {"/device:CPU:0", "/device:CPU:1"});
-  REQUIRE(two.ok());
-  REQUIRE(two->size() == 2);
-  CHECK((*two)[1].nodes == std::vector<int>{c.node});
-  auto cross = Partition(g, nodes, {"/device:CPU:0", "/device:CPU:1", "/device:CPU:0"});
-  REQUIRE_FALSE(cross.ok());
-  CHECK(cross.status().code() == Code::kUnimplemented);
-}

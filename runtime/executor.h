@@ -98,7 +98,7 @@ class Executor {
   int num_slots_ = 0;
   ExecutorEnv env_;  // env_.rendezvous is aborted with a failing step
   // Set at plan time when the partition has control-flow ops: RunStep then
-  // takes that path (actors/control_flow_executor.cc) and the plain one
+  // takes that path (runtime/control_flow_executor.cc) and the plain one
   // above stays free of dead-tensor and frame bookkeeping.
   std::shared_ptr<ControlFlowExecutor> control_flow_;
 };

@@ -1,4 +1,4 @@
-#include "actors/rendezvous.h"
+#include "runtime/rendezvous.h"
 
 namespace sf {
 namespace runtime {

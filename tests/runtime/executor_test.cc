@@ -4,7 +4,7 @@
 #include <mutex>
 #include <optional>
 
-#include "actors/executor.h"
+#include "runtime/executor.h"
 #include "kernels/compute_pool.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/ops.h"

@@ -1,4 +1,4 @@
-#include "actors/control_flow_executor.h"
+#include "runtime/control_flow_executor.h"
 
 #include <deque>
 #include <map>

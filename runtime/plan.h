@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/executor.h"
+#include "runtime/executor.h"
 #include "graph/partition.h"
 #include "shardflow/graph.h"
 
@@ -41,21 +41,6 @@ std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feed
 // Checks a fed value against the fed output's dtype and declared shape;
 // InvalidArgument naming the feed otherwise.
 Status ValidateFeed(const std::string& feed_name, const Output& target, const Tensor& value);
-
-// The device of every node in `nodes` (same order). One CPU device for now.
-std::vector<std::string> Place(const Graph& g, const std::vector<int>& nodes);
-
-// One partition: the nodes placed on one device, in topological order.
-struct PartitionSpec {
-  std::string device;
-  std::vector<int> nodes;
-};
-
-// Splits topologically ordered nodes by device; each keeps the order. An edge
-// between two partitions would become a Send/Recv pair (not needed while
-// there is one device): Unimplemented names it.
-Result<std::vector<PartitionSpec>> Partition(const Graph& g, const std::vector<int>& nodes,
-                                             const std::vector<std::string>& placement);
 
 // One device's share of a step over partitioned graphs: what its executor
 // runs (ids in the partition's graph), and where its feeds and fetches sit
