@@ -49,11 +49,15 @@ std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
 
 namespace {
 
-// RocksDB locks a directory for one open per process: sessions and nodes of
-// one process that write the same directory take turns.
-std::mutex& CheckpointDirMu() {
+// RocksDB locks a directory for one open per process: writers of one
+// process that write the same directory take turns.
+std::mutex& DirMutex(const std::string& dir) {
   static std::mutex* mu = new std::mutex();
-  return *mu;
+  static auto* by_dir = new std::map<std::string, std::unique_ptr<std::mutex>>();
+  std::lock_guard<std::mutex> l(*mu);
+  auto& m = (*by_dir)[dir];
+  if (!m) m = std::make_unique<std::mutex>();
+  return *m;
 }
 
 class StoreCheckpointService : public CheckpointService {
@@ -63,16 +67,14 @@ class StoreCheckpointService : public CheckpointService {
     if (names.size() != values.size())
       return InvalidArgument("checkpoint of " + std::to_string(names.size()) + " names but " +
                              std::to_string(values.size()) + " values");
-    std::lock_guard<std::mutex> l(CheckpointDirMu());
-    SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, true));
-    SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), step));
+    SF_ASSIGN_OR_RETURN(auto writer, GraphCheckpointWriter::Begin(nullptr, dir, step));
     for (size_t i = 0; i < names.size(); ++i) SF_RETURN_IF_ERROR(writer->Add(names[i], values[i]));
     return writer->Commit();
   }
 
   Result<std::vector<Tensor>> Restore(const std::string& dir, const std::vector<std::string>& names,
                                       int64_t* step) override {
-    std::lock_guard<std::mutex> l(CheckpointDirMu());
+    std::lock_guard<std::mutex> l(DirMutex(dir));
     SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
     CheckpointReader reader(kv.get());
     std::vector<Status> skipped;
@@ -93,6 +95,38 @@ class StoreCheckpointService : public CheckpointService {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<GraphCheckpointWriter>> GraphCheckpointWriter::Begin(const Graph* g, const std::string& dir,
+                                                                            int64_t global_step, int64_t parent) {
+  std::unique_ptr<GraphCheckpointWriter> w(new GraphCheckpointWriter());
+  w->dir_lock_ = std::unique_lock<std::mutex>(DirMutex(dir));
+  SF_ASSIGN_OR_RETURN(w->kv_, OpenCheckpointDir(dir, true));
+  SF_ASSIGN_OR_RETURN(w->writer_, CheckpointWriter::Begin(w->kv_.get(), global_step));
+  // A base deleted (or compacted away) since gives a full checkpoint instead.
+  w->incremental_ = parent >= 0 && w->writer_->SetParent(parent).ok();
+  if (g)
+    for (const auto& t : GraphTables(*g)) SF_RETURN_IF_ERROR(w->writer_->AddTable(t.second));
+  return w;
+}
+
+GraphCheckpointWriter::~GraphCheckpointWriter() {
+  // The writer and the store close before the directory's lock is released.
+  writer_.reset();
+  kv_.reset();
+}
+
+Status GraphCheckpointWriter::Add(const std::string& name, const Tensor& value) { return writer_->Add(name, value); }
+
+Status GraphCheckpointWriter::AddRows(const std::string& name, const Tensor& value, const std::vector<int64_t>& rows) {
+  if (!incremental_) return Internal("AddRows of '" + name + "' in a full checkpoint");
+  return writer_->AddRows(name, value, rows);
+}
+
+Result<int64_t> GraphCheckpointWriter::Commit(int keep_last) {
+  SF_ASSIGN_OR_RETURN(int64_t id, writer_->Commit());
+  if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv_.get(), keep_last).status());
+  return id;
+}
 
 std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
   return std::make_unique<StoreCheckpointService>();
@@ -135,6 +169,7 @@ Result<std::map<std::string, Tensor>> ReadForGraph(const Graph& g, CheckpointRea
 Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
                                                const std::set<std::string>* only) {
   GraphCheckpoint out;
+  std::lock_guard<std::mutex> dir_lock(DirMutex(dir));
   SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
   CheckpointReader reader(kv.get());
   // ReadAll checks every block's checksum as it reads, so the newest intact

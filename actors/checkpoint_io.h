@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,38 @@ namespace runtime {
 // Opens the checkpoint store in dir (created when create); for reading it
 // must exist: NotFound naming dir, InvalidArgument for an empty dir.
 Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create);
+
+// The one way a checkpoint is written, for Session, ClusterSession and the
+// in-graph SaveCheckpoint op alike: opens the store in a directory, records
+// the graph's sharded tables, takes each variable whole (or, in an
+// increment, its changed rows), commits, and applies retention. While it
+// lives it holds the directory's lock within this process (RocksDB allows
+// one open of a directory per process).
+class GraphCheckpointWriter {
+ public:
+  // Starts checkpoint global_step in dir (created if needed). g's sharded
+  // embedding tables are recorded (g may be null: none). parent >= 0 asks for
+  // an increment on that checkpoint; when it no longer exists the checkpoint
+  // is full (incremental() says which). Errors name dir.
+  static Result<std::unique_ptr<GraphCheckpointWriter>> Begin(const Graph* g, const std::string& dir,
+                                                              int64_t global_step, int64_t parent = -1);
+  ~GraphCheckpointWriter();
+  bool incremental() const { return incremental_; }
+  // Adds a variable's whole value; the storage error otherwise.
+  Status Add(const std::string& name, const Tensor& value);
+  // Adds only `rows` of a variable (REQUIRES: incremental()).
+  Status AddRows(const std::string& name, const Tensor& value, const std::vector<int64_t>& rows);
+  // Commits the checkpoint, then keeps the newest keep_last (<= 0: all);
+  // returns its id. Nothing is visible unless this succeeds.
+  Result<int64_t> Commit(int keep_last = 0);
+
+ private:
+  GraphCheckpointWriter() = default;
+  std::unique_lock<std::mutex> dir_lock_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  bool incremental_ = false;
+};
 
 // The checkpoint service the in-graph SaveCheckpoint and RestoreCheckpoint
 // kernels write and read through (kernels/checkpoint_service.h): stores in

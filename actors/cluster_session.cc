@@ -833,9 +833,7 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
                                 " more) lost its member and is not restored yet: a checkpoint now would miss it");
   }
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, true));
-  SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
-  for (const auto& t : runtime::GraphTables(impl_->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
+  SF_ASSIGN_OR_RETURN(auto writer, runtime::GraphCheckpointWriter::Begin(&impl_->graph, dir, global_step));
   for (size_t t = 0; t < vars.size() && t < tasks.size(); ++t) {
     for (const std::string& name : vars[t]) {
       // Read one at a time and write at once: a checkpoint never holds the
@@ -844,9 +842,7 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
       for (const auto& v : values) SF_RETURN_IF_ERROR(writer->Add(v.first, v.second));
     }
   }
-  SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit());
-  if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv.get(), keep_last).status());
-  return id;
+  return writer->Commit(keep_last);
 }
 
 Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* global_step) {

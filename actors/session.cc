@@ -416,21 +416,18 @@ static Result<int64_t> WriteCheckpoint(Session::Impl* impl, const std::string& d
   const std::string base_dir = impl->last_save_dir;
   const int64_t base_id = impl->last_save_id;
   impl->last_save_id = -1;
-  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, true));
-  SF_ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Begin(kv.get(), global_step));
-  // A base deleted (or compacted away) since gives a full checkpoint instead.
-  const bool inc = incremental && base_id >= 0 && base_dir == dir && writer->SetParent(base_id).ok();
-  for (const auto& t : runtime::GraphTables(impl->graph)) SF_RETURN_IF_ERROR(writer->AddTable(t.second));
+  SF_ASSIGN_OR_RETURN(auto writer, runtime::GraphCheckpointWriter::Begin(
+                                        &impl->graph, dir, global_step, incremental && base_dir == dir ? base_id : -1));
+  const bool inc = writer->incremental();
   for (const auto& v : vars) {
     if (inc && !v.all_dirty && !v.value.shape().empty())
       SF_RETURN_IF_ERROR(writer->AddRows(v.name, v.value, v.dirty_rows));
     else
       SF_RETURN_IF_ERROR(writer->Add(v.name, v.value));
   }
-  SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit());
+  SF_ASSIGN_OR_RETURN(int64_t id, writer->Commit(keep_last));
   impl->last_save_dir = dir;
   impl->last_save_id = id;
-  if (keep_last > 0) SF_RETURN_IF_ERROR(RetainCheckpoints(kv.get(), keep_last).status());
   return id;
 }
 
