@@ -26,6 +26,7 @@
 
 #include "actors/checkpoint_io.h"
 #include "runtime/plan.h"
+#include "runtime/step_join.h"
 #include "graph/device_name.h"
 #include "graph/graph_def.h"
 #include "graph/partition.h"
@@ -82,16 +83,6 @@ struct Plan {
   };
   std::vector<Part> parts;
   uint64_t session_id = 0;  // the registrations' session (a reconfiguration drops the plan)
-};
-
-struct StepJoin {
-  std::mutex mu;
-  int remaining = 0;
-  Status status;
-  bool aborted = false;
-  bool aborting = false;  // an AbortStep broadcast is being sent
-  std::vector<Tensor> fetches;
-  std::function<void(Result<std::vector<Tensor>>)> done;
 };
 
 // Spreads tasks over members keeping as many where they are as balance
@@ -654,10 +645,12 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Na
     step_id = next_step++;
   }
   const uint64_t sid = plan->session_id;
-  auto join = std::make_shared<StepJoin>();
-  join->remaining = static_cast<int>(plan->parts.size());
-  join->fetches.resize(plan->num_fetches);
-  join->done = std::move(done);
+  auto join = std::make_shared<runtime::StepJoin>(
+      static_cast<int>(plan->parts.size()), plan->num_fetches, std::move(done),
+      [this, plan, step_id](const Status& s) {
+        Broadcast(plan, net::AbortStep{step_id, Aborted("step aborted: " + s.message())});
+      },
+      [this, plan, step_id] { Broadcast(plan, net::CleanupStep{step_id}); });
   for (const Plan::Part& part : plan->parts) {
     net::RunPartition r;
     r.session_id = sid;
@@ -669,8 +662,7 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Na
     // Every error of the step says which step and which member it came from.
     const std::string prefix = "step " + std::to_string(step_id) + " on task " +
                                std::to_string(part.task) + " (" + where + ")";
-    part.conn->Request(std::move(r), kStepTimeoutMs, [this, plan, join, pp, step_id, where,
-                                                      prefix](Result<net::Message> reply) {
+    part.conn->Request(std::move(r), kStepTimeoutMs, [this, join, pp, where, prefix](Result<net::Message> reply) {
       Status s;
       std::vector<Tensor> out;
       if (!reply.ok()) {
@@ -691,31 +683,7 @@ void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const Na
       // (its connection's down report may have come before a failed
       // reconfiguration used it up).
       if (s.code() == Code::kUnavailable) member_down = true;
-      bool abort = false, last;
-      {
-        std::lock_guard<std::mutex> l(join->mu);
-        // Prefer the cause to the aborts it caused on other partitions.
-        if (!s.ok() && (join->status.ok() || (join->status.code() == Code::kAborted &&
-                                              s.code() != Code::kAborted)))
-          join->status = s;
-        if (!s.ok() && !join->aborted) abort = join->aborted = join->aborting = true;
-        if (s.ok())
-          for (size_t i = 0; i < out.size(); ++i) join->fetches[pp->fetch_index[i]] = std::move(out[i]);
-        // While an abort is being sent, its sender finishes the step: a
-        // CleanupStep overtaking the AbortStep (another reader thread) would
-        // leave the abort's step table on the node forever.
-        last = --join->remaining == 0 && !join->aborting;
-      }
-      if (abort) {
-        Broadcast(plan, net::AbortStep{step_id, Aborted("step aborted: " + s.message())});
-        std::lock_guard<std::mutex> l(join->mu);
-        join->aborting = false;
-        last = join->remaining == 0;
-      }
-      if (!last) return;
-      Broadcast(plan, net::CleanupStep{step_id});
-      if (!join->status.ok()) join->done(join->status);
-      else join->done(std::move(join->fetches));
+      join->Report(std::move(s), std::move(out), pp->fetch_index);
     });
   }
 }

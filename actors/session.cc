@@ -17,6 +17,7 @@
 #include "actors/partition_protocol.h"
 #include "actors/queue_actors.h"
 #include "runtime/rendezvous.h"
+#include "runtime/step_join.h"
 #include "actors/variable_shards.h"
 #include "graph/partition.h"
 #include "graph/placement.h"
@@ -49,15 +50,6 @@ struct Plan {
   // run (they point into them), and the steps' tensors go through the
   // session's rendezvous.
   std::shared_ptr<std::map<std::string, PartitionGraph>> device_graphs;
-};
-
-// Collects the fetches of every partition of one step; the last one answers.
-struct StepJoin {
-  std::mutex mu;
-  int remaining = 0;
-  Status status;
-  std::vector<Tensor> fetches;
-  std::function<void(Result<std::vector<Tensor>>)> done;
 };
 
 PartitionActor SpawnPartition(caf::actor_system& sys, std::shared_ptr<runtime::Executor> ex) {
@@ -230,11 +222,13 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
     if (!s.ok()) return call.done(s);
   }
   if (plan.parts.empty()) return call.done(std::vector<Tensor>(plan.num_fetches));
-  auto join = std::make_shared<StepJoin>();
-  join->remaining = static_cast<int>(plan.parts.size());
   runtime::LocalRendezvous* rdv = plan.device_graphs ? &rendezvous : nullptr;
-  join->fetches.resize(plan.num_fetches);
-  join->done = std::move(call.done);
+  // Partitions still waiting on a failed one's tensors fail rather than hang.
+  auto join = std::make_shared<runtime::StepJoin>(
+      static_cast<int>(plan.parts.size()), plan.num_fetches, std::move(call.done),
+      rdv ? std::function<void(const Status&)>([rdv, step_id](const Status& s) { rdv->Abort(step_id, s); })
+          : nullptr,
+      rdv ? std::function<void()>([rdv, step_id] { rdv->Cleanup(step_id); }) : nullptr);
   for (const Plan::Part& part : plan.parts) {
     auto sc = std::make_shared<runtime::StepCall>();
     sc->step_id = step_id;
@@ -243,22 +237,8 @@ void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_i
     // The plan outlives its steps (the coordinator keeps it until the session,
     // which waits for every step, goes): no per-step copy of the index.
     const std::vector<int>* fetch_index = &part.fetch_index;
-    sc->done = [join, fetch_index, rdv, step_id](Status s, std::vector<Tensor> out) {
-      // Partitions still waiting on this one's tensors fail rather than hang
-      // (before counting down, so the cleanup below comes after any abort).
-      if (rdv && !s.ok()) rdv->Abort(step_id, s);
-      bool last;
-      {
-        std::lock_guard<std::mutex> l(join->mu);
-        if (!s.ok() && join->status.ok()) join->status = s;
-        if (s.ok())
-          for (size_t i = 0; i < out.size(); ++i) join->fetches[(*fetch_index)[i]] = std::move(out[i]);
-        last = --join->remaining == 0;
-      }
-      if (!last) return;
-      if (rdv) rdv->Cleanup(step_id);
-      if (!join->status.ok()) join->done(join->status);
-      else join->done(std::move(join->fetches));
+    sc->done = [join, fetch_index](Status s, std::vector<Tensor> out) {
+      join->Report(std::move(s), std::move(out), *fetch_index);
     };
     caf::anon_send(part.actor, std::move(sc));
   }
