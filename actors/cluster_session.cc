@@ -562,13 +562,11 @@ std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const NamedFeeds& feed_map
     plan->error = std::move(s);
     return plan;
   };
-  auto run = runtime::ResolveRun(graph, feed_map, fetch_names, target_names);
+  auto run = runtime::PlanRun(graph, feed_map, fetch_names, target_names);
   if (!run.ok()) return fail(run.status());
   plan->feeds = run->feeds;
   const std::vector<Output>& fetches = run->fetches;
-  const std::vector<int>& targets = run->targets;
-  auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
-  if (!order.ok()) return fail(order.status());
+  const std::vector<int>* order = &run->order;
   plan->num_fetches = fetches.size();
   EnsurePartitions();
   plan->partitions = partitions;
@@ -634,10 +632,7 @@ void ClusterSession::Impl::Broadcast(const std::shared_ptr<Plan>& plan, const ne
 
 void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const NamedFeeds& feeds,
                                      std::function<void(Result<std::vector<Tensor>>)> done) {
-  for (size_t i = 0; i < plan->feeds.size(); ++i) {
-    Status s = runtime::ValidateFeed(feeds[i].first, plan->feeds[i], feeds[i].second);
-    if (!s.ok()) return done(s);
-  }
+  if (Status s = runtime::ValidateFeeds(feeds, plan->feeds); !s.ok()) return done(s);
   if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
   int64_t step_id;
   {

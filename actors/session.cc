@@ -157,13 +157,11 @@ std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
     plan->error = std::move(s);
     return plan;
   };
-  auto run = runtime::ResolveRun(graph, call.feeds, call.fetches, call.targets);
+  auto run = runtime::PlanRun(graph, call.feeds, call.fetches, call.targets);
   if (!run.ok()) return fail(run.status());
   plan->feeds = run->feeds;
   const std::vector<Output>& fetches = run->fetches;
-  const std::vector<int>& targets = run->targets;
-  auto order = runtime::PruneAndSort(graph, plan->feeds, fetches, targets);
-  if (!order.ok()) return fail(order.status());
+  const std::vector<int>* order = &run->order;
   if (num_devices > 1) {
     std::vector<std::string> devices;
     for (int i = 0; i < num_devices; ++i)
@@ -217,10 +215,7 @@ Status Session::Impl::BuildDevicePlan(Plan& plan, const std::vector<int>& order,
 }
 
 void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id) {
-  for (size_t i = 0; i < plan.feeds.size(); ++i) {
-    Status s = runtime::ValidateFeed(call.feeds[i].first, plan.feeds[i], call.feeds[i].second);
-    if (!s.ok()) return call.done(s);
-  }
+  if (Status s = runtime::ValidateFeeds(call.feeds, plan.feeds); !s.ok()) return call.done(s);
   if (plan.parts.empty()) return call.done(std::vector<Tensor>(plan.num_fetches));
   runtime::LocalRendezvous* rdv = plan.device_graphs ? &rendezvous : nullptr;
   // Partitions still waiting on a failed one's tensors fail rather than hang.

@@ -70,6 +70,20 @@ Status ValidateFeed(const std::string& feed_name, const Output& target, const Te
   return Status::OK();
 }
 
+Status ValidateFeeds(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<Output>& fed) {
+  if (feeds.size() != fed.size())
+    return Internal(std::to_string(feeds.size()) + " feeds for a plan of " + std::to_string(fed.size()));
+  for (size_t i = 0; i < fed.size(); ++i) SF_RETURN_IF_ERROR(ValidateFeed(feeds[i].first, fed[i], feeds[i].second));
+  return Status::OK();
+}
+
+Result<ResolvedRun> PlanRun(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                            const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
+  SF_ASSIGN_OR_RETURN(ResolvedRun r, ResolveRun(g, feeds, fetches, targets));
+  SF_ASSIGN_OR_RETURN(r.order, PruneAndSort(g, r.feeds, r.fetches, r.targets));
+  return r;
+}
+
 Result<ResolvedRun> ResolveRun(const Graph& g,
                                const std::vector<std::pair<std::string, Tensor>>& feeds,
                                const std::vector<std::string>& fetches,

@@ -27,11 +27,17 @@ Result<std::vector<int>> PruneAndSort(const Graph& g, const std::vector<Output>&
 struct ResolvedRun {
   std::vector<Output> feeds, fetches;
   std::vector<int> targets;
+  std::vector<int> order;  // PlanRun: the nodes the step runs, producers first
 };
 Result<ResolvedRun> ResolveRun(const Graph& g,
                                const std::vector<std::pair<std::string, Tensor>>& feeds,
                                const std::vector<std::string>& fetches,
                                const std::vector<std::string>& targets);
+
+// ResolveRun, then PruneAndSort into order: the first half of every
+// coordinator's plan (errors as those two).
+Result<ResolvedRun> PlanRun(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                            const std::vector<std::string>& fetches, const std::vector<std::string>& targets);
 
 // The key plans are cached under: feed, fetch and target names, in order.
 std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feeds,
@@ -41,6 +47,8 @@ std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feed
 // Checks a fed value against the fed output's dtype and declared shape;
 // InvalidArgument naming the feed otherwise.
 Status ValidateFeed(const std::string& feed_name, const Output& target, const Tensor& value);
+// ValidateFeed for every feed of a step against its plan's fed outputs.
+Status ValidateFeeds(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<Output>& fed);
 
 // One device's share of a step over partitioned graphs: what its executor
 // runs (ids in the partition's graph), and where its feeds and fetches sit
