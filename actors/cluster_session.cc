@@ -64,6 +64,47 @@ Status CallStatus(const net::ConnectionPtr& c, net::Body body, int timeout_ms) {
   return Internal(std::string("unexpected reply ") + net::BodyName(r->body));
 }
 
+// One thread running posted functions in order, started by the first Post.
+class SerialQueue {
+ public:
+  ~SerialQueue() { Stop(); }
+  // Runs fn on the queue's thread after what was posted before.
+  void Post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(fn));
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    cv_.notify_one();
+  }
+  // Runs what is queued, then ends the thread.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      l.unlock();
+      fn();
+      l.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                        // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
 std::string TaskDevice(int task) {
   return "/job:worker/task:" + std::to_string(task) + "/device:CPU:0";
 }
@@ -190,35 +231,30 @@ struct ClusterSession::Impl {
   int in_flight = 0;      // GUARDED_BY(mu)
   int64_t next_step = 0;  // GUARDED_BY(mu)
 
-  // RunAsync's callbacks run on this thread, never on the transport's: a
-  // callback that takes a while would stop its connection's reader (or the
-  // timer) and the node would look hung (its heartbeats go unread).
-  std::mutex cb_mu;
-  std::condition_variable cb_cv;
-  std::deque<std::function<void()>> cb_queue;  // GUARDED_BY(cb_mu)
-  bool cb_stop = false;                        // GUARDED_BY(cb_mu)
-  std::thread cb_thread;                       // started by the first Post
+  // RunAsync's callbacks run on this queue's thread, never on the
+  // transport's: a callback that takes a while would stop its connection's
+  // reader (or the timer) and the node would look hung (its heartbeats go
+  // unread).
+  SerialQueue callbacks;
+  // The coordinator's own thread: registration and reconfiguration, which
+  // wait on the network, run here, so RunAsync never blocks its caller.
+  SerialQueue coordinator;
 
   Impl(const Graph& g, ClusterOptions o) : graph(g), options(std::move(o)) {}
 
   // Runs fn on the callback thread.
-  void Post(std::function<void()> fn) {
-    std::lock_guard<std::mutex> l(cb_mu);
-    cb_queue.push_back(std::move(fn));
-    if (!cb_thread.joinable()) cb_thread = std::thread([this] { CallbackLoop(); });
-    cb_cv.notify_one();
-  }
-  void CallbackLoop() {
-    std::unique_lock<std::mutex> l(cb_mu);
-    for (;;) {
-      cb_cv.wait(l, [&] { return cb_stop || !cb_queue.empty(); });
-      if (cb_queue.empty()) return;  // stopping, and nothing left
-      auto fn = std::move(cb_queue.front());
-      cb_queue.pop_front();
-      l.unlock();
-      fn();
-      l.lock();
+  void Post(std::function<void()> fn) { callbacks.Post(std::move(fn)); }
+  // True when a step of this signature can start on the caller's thread
+  // without waiting: no reconfiguration due or running, the plan registered.
+  // A hint (the state may change right after); Start is correct either way.
+  bool CanStartInline(const std::string& key) {
+    if (restore_pending || (options.elastic && (membership_changed || member_down))) return false;
+    {
+      std::lock_guard<std::mutex> l(gate_mu);
+      if (reconfiguring) return false;
     }
+    std::unique_lock<std::mutex> l(plan_mu, std::try_to_lock);  // held while a plan registers
+    return l.owns_lock() && plans.count(key) && plans[key]->error.ok();
   }
   // Starts a step; done runs on the callback thread when post, else on
   // whatever thread finishes the step.
@@ -753,12 +789,8 @@ ClusterSession::~ClusterSession() {
   }
   for (const auto& c : conns) CallStatus(c, net::CloseSession{sid}, 2000);
   impl_->transport->Shutdown();
-  {
-    std::lock_guard<std::mutex> l(impl_->cb_mu);
-    impl_->cb_stop = true;
-    impl_->cb_cv.notify_all();
-  }
-  if (impl_->cb_thread.joinable()) impl_->cb_thread.join();
+  impl_->coordinator.Stop();
+  impl_->callbacks.Stop();
 }
 
 std::vector<std::string> ClusterSession::tasks() const {
@@ -838,7 +870,20 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
 
 void ClusterSession::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
                               std::function<void(Result<std::vector<Tensor>>)> done) {
-  impl_->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+  Impl* impl = impl_.get();
+  if (impl->CanStartInline(runtime::RunSignature(feeds, fetches, targets)))
+    return impl->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+  // Counted while queued, so the destructor waits for it too.
+  {
+    std::lock_guard<std::mutex> l(impl->mu);
+    ++impl->in_flight;
+  }
+  impl->coordinator.Post([impl, feeds = std::move(feeds), fetches = std::move(fetches),
+                          targets = std::move(targets), done = std::move(done)]() mutable {
+    impl->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+    std::lock_guard<std::mutex> l(impl->mu);
+    if (--impl->in_flight == 0) impl->cv.notify_all();
+  });
 }
 
 void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
