@@ -2,10 +2,12 @@
 //
 // Planning happens once (topological order, input slots, consumer lists,
 // initial pending counts, one kernel per node); a step then only allocates its
-// values and pending counters. Ready ops run on the ComputePool: the thread
-// that finishes an op runs one newly ready op inline and schedules the others;
-// async kernels (variables) continue when their callback runs. No message,
-// lock or map lookup per op: only variable access leaves the executor.
+// per-step state. One core runs kernels, checks their outputs, fails and
+// finishes steps (runtime/executor_core.h); a propagator chosen at plan time
+// decides what is ready: the plain one (lock-free pending counts; no message,
+// lock or map lookup per op) or, for partitions with control flow, the frame
+// one (dead values, frames, iterations). Ready ops run on the ComputePool;
+// async kernels (variables) continue when their callback runs.
 // Thread-safety: RunStep may be called from many threads at once; steps are
 // independent (kernels are shared and must be reentrant).
 #pragma once
@@ -29,7 +31,9 @@ class CheckpointService;
 
 namespace runtime {
 
-class ControlFlowExecutor;
+struct KernelPlan;
+struct PlainPlan;
+struct FramePlan;
 
 // What the executor is asked to run: `nodes` in topological order (every
 // producer of a non-fed input among them); `fed` outputs come from the step's
@@ -70,37 +74,15 @@ class Executor {
   int num_nodes() const;
 
  private:
-  struct Item;
-  struct Step;
   Executor() = default;
-  // Runs `n` and then, inline, one op made ready by it, until none is ready.
-  void Process(Step* s, int n);
-  void RunSync(Step* s, int n);
-  void StartAsync(Step* s, int n);
-  // Checks outputs after a kernel ran; records the first error in s.
-  void Check(Step* s, int n, const Status& kernel_status);
-  void Fail(Step* s, const Status& st);
-  // Drops the inputs of n that no later op of the step reads, so a step holds
-  // only the tensors still needed.
-  void ReleaseInputs(Step* s, int n);
-  // Marks n complete; schedules all but one newly ready consumer and returns
-  // that one (-1 if none). Finishes the step after its last op.
-  int Propagate(Step* s, int n);
-  void Finish(Step* s);
 
-  std::vector<Item> nodes_;
-  std::vector<int> input_slots_;  // per node, the value slot of each input
-  std::vector<int> consumers_;    // per node, the local ids of its consumers (one per edge)
-  std::vector<int> roots_;        // nodes with no pending inputs
-  std::vector<int> feed_slots_;
-  std::vector<int> fetch_slots_;
-  std::vector<int> slot_uses_;  // per slot, data edges reading it; 0 = keep (fetched)
-  int num_slots_ = 0;
-  ExecutorEnv env_;  // env_.rendezvous is aborted with a failing step
-  // Set at plan time when the partition has control-flow ops: RunStep then
-  // takes that path (runtime/control_flow_executor.cc) and the plain one
-  // above stays free of dead-tensor and frame bookkeeping.
-  std::shared_ptr<ControlFlowExecutor> control_flow_;
+  // Built once (runtime/executor_core.h): what every step shares.
+  std::unique_ptr<KernelPlan> plan_;
+  // Exactly one is set at plan time: partitions with control-flow ops (or a
+  // _Recv) take the frame propagator (runtime/frame_propagator.h); the
+  // others the plain one, free of dead-value and frame bookkeeping.
+  std::unique_ptr<PlainPlan> plain_;
+  std::unique_ptr<FramePlan> frame_;
 };
 
 }  // namespace runtime

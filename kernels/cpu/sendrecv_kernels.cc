@@ -1,9 +1,9 @@
 // Kernels of _Send and _Recv (graph/ops/sendrecv_ops.cc): they hand tensors
 // between the partitions of one step through the RendezvousService, keyed by
 // (step, tensor_name, frame key, iteration). A dead value crosses as is_dead:
-// the control-flow executor runs _Send on a dead (invalid) input, and a _Recv
-// that receives is_dead leaves its output unset, which that executor reads
-// as dead.
+// the executor's frame propagator runs _Send on a dead (invalid) input, and a
+// _Recv that receives is_dead leaves its output unset, which it reads as
+// dead.
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/rendezvous_service.h"
 

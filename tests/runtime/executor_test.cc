@@ -71,3 +71,46 @@ TEST_CASE("Executor refuses a step whose feed count differs from its plan", "[ex
     CHECK((*good)[0].ToVector<float>() == std::vector<float>{1, 2});
   }
 }
+
+TEST_CASE("A failed step drops what its loop-gradient stacks hold", "[executor]") {
+  // The step pushes x onto its stacks and then pops at a fed index. Once the
+  // failed step has answered, nothing of it (stacks, values) still holds x.
+  ComputePool pool(2);
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto i = ops::Placeholder(g, DType::kInt32, PartialShape(), "i");
+  auto zero = ops::Const(g, int32_t{0});
+  const int push = ops::StackPush(g, x, zero, "s");
+  auto pop = ops::StackPop(g, i, "s", DType::kFloat32, PartialShape({2}));
+  REQUIRE(g.AddControlInput(pop.node, push).ok());
+  auto y = ops::Identity(g, pop, "y");
+  REQUIRE(g.status().ok());
+  runtime::ExecutorSpec spec{{x.node, i.node, zero.node, push, pop.node, y.node}, {x, i}, {y}};
+  auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
+  REQUIRE(ex.ok());
+  Tensor xv = Tensor::FromVector(std::vector<float>{1, 2}, {2});
+  SECTION("a kernel error in the middle of the step") {
+    // A vector index fails StackPop while x is on the stacks.
+    for (int step = 0; step < 3; ++step) {
+      auto r = RunOnce(**ex, {xv, Tensor::FromVector(std::vector<int32_t>{1, 1}, {2})});
+      REQUIRE(!r.ok());
+      CHECK(r.status().message().find("stack index must be an int32 scalar") != std::string::npos);
+      CHECK(xv.BufferIsUnique());
+    }
+  }
+  SECTION("a dead fetch at the end of the step") {
+    // Nothing was pushed under index 1: the popped value is dead, and so is
+    // the fetch, which fails the step after all its ops ran.
+    for (int step = 0; step < 3; ++step) {
+      auto r = RunOnce(**ex, {xv, Tensor::Scalar<int32_t>(1)});
+      REQUIRE(!r.ok());
+      CHECK(r.status().message().find("is dead") != std::string::npos);
+      CHECK(xv.BufferIsUnique());
+    }
+  }
+  SECTION("a good step pops what it pushed") {
+    auto r = RunOnce(**ex, {xv, Tensor::Scalar<int32_t>(0)});
+    REQUIRE(r.ok());
+    CHECK((*r)[0].ToVector<float>() == std::vector<float>{1, 2});
+  }
+}

@@ -1,0 +1,272 @@
+// The executor core shared by both propagators, after TensorFlow's
+// ExecutorState<PropagatorState>: the plan built once per partition
+// (KernelPlan: topological order, input slots, out-edges, one kernel per
+// node) and the per-step state (ExecutorState<P>) that runs a kernel, checks
+// its outputs, fails the step (first error wins, the rendezvous is aborted)
+// and finishes it. What "ready" means is the propagator's: PlainPropagator
+// (atomic pending counts, no dead values or frames) or FramePropagator
+// (frames, iterations, dead values, one step mutex). The core is a template
+// over the propagator, so the plain path pays no virtual call per op.
+//
+// A propagator P provides:
+//   struct Plan;                   built once per partition
+//   using Task;                    one ready op (plain: the node; frame: node, frame, iteration)
+//   struct OutBuf;                 where a running op's outputs live (plain: nowhere, in place)
+//   struct Local;                  the ops this thread runs next, inline
+//   P(const KernelPlan&, const Plan&, StepBase*, std::vector<Tensor> feeds)
+//   static int Node(const Task&)
+//   Tensor* PrepareOutputs(const Task&, OutBuf*)  output storage, all unset
+//   Tensor* Outputs(const Task&, OutBuf*)         the same storage, as the kernel left it
+//   bool ShouldRun(const Task&, Tensor* outs)     false: skip the kernel (dead; fed: outs filled)
+//   void Inputs(const Task&, const Tensor** in)
+//   StepFrame FrameOf(const Task&)
+//   void ReleaseInputs(const Task&)             after the op ran or was skipped
+//   bool Propagate(const Task&, OutBuf*, Local*, Sched)  true: the step's last op is done;
+//                                                        Sched(task) hands a ready op to the pool
+//   static bool Pop(Local*, Task*)              touches only *Local (the step may be gone)
+//   bool Start(Sched, RunInline)                hands the first ops to the pool; false if none
+//   void Finish(Status*, std::vector<Tensor>* fetches)
+// Thread-safety: a step's ops run on many compute threads; the propagator
+// guards its own bookkeeping (atomics or its step mutex).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/compute_pool.h"
+#include "kernels/rendezvous_service.h"
+#include "kernels/step_stacks.h"
+#include "runtime/executor.h"
+
+namespace sf {
+namespace runtime {
+
+// One node of the plan, in topological order.
+struct NodeItem {
+  std::unique_ptr<OpKernel> kernel;  // null for a fed node
+  bool is_async = false;
+  bool outputs_may_be_unset = false;  // control-flow kernels leave dead outputs unset
+  bool error_as_is = false;           // _Recv: another partition's error, reported as is
+  int num_inputs = 0, num_outputs = 0;
+  int input_begin = 0;   // into KernelPlan::input_slots
+  int output_begin = 0;  // the value slot of output 0
+  int edge_begin = 0, edge_end = 0;  // into KernelPlan::edges
+  int initial_pending = 0;           // data and control inputs
+  std::string where;                 // "node 'N' (op OP)"
+};
+
+struct PlanEdge {
+  int dst;
+  int src_output;
+  int dst_input;  // -1: a control edge
+};
+
+// What is built once per partition, whatever the propagator.
+struct KernelPlan {
+  std::vector<NodeItem> nodes;
+  std::vector<int> input_slots;       // per node, the value slot of each input
+  std::vector<PlanEdge> edges;        // per node, its out-edges (data, then control)
+  std::vector<DType> output_dtypes;   // per value slot, the declared dtype
+  std::vector<int> feed_slots, fetch_slots;
+  int num_slots = 0;
+  ExecutorEnv env;  // env.kernels is set; env.rendezvous is aborted with a failing step
+};
+
+// The frame an op runs in, for its context.
+struct StepFrame {
+  const std::string* key = nullptr;  // null: the root frame ""
+  int64_t iteration = 0;
+  StepStacks* stacks = nullptr;      // null outside a control-flow step
+};
+
+// The one place an OpKernelContext is built.
+inline OpKernelContext MakeContext(const KernelPlan& plan, int64_t step_id, const Tensor* const* inputs,
+                                   int num_inputs, Tensor* outputs, int num_outputs, const StepFrame& f) {
+  const ExecutorEnv& env = plan.env;
+  OpKernelContext ctx(inputs, num_inputs, outputs, num_outputs, env.pool, env.variables, step_id,
+                      env.queues);
+  if (f.key) ctx.set_frame(f.key, f.iteration);
+  if (f.stacks) ctx.set_step_stacks(f.stacks);
+  return ctx;
+}
+
+// Checks the outputs of a kernel that ran: each set with its declared dtype
+// (unset allowed where the node may leave dead outputs).
+Status CheckOutputsSlow(const KernelPlan& plan, const NodeItem& item, const Tensor* outs);
+inline bool OutputsOk(const KernelPlan& plan, const NodeItem& item, const Tensor* outs) {
+  const DType* declared = plan.output_dtypes.data() + item.output_begin;
+  for (int i = 0; i < item.num_outputs; ++i) {
+    if (outs[i].dtype() != declared[i] && !(item.outputs_may_be_unset && !outs[i].valid())) return false;
+  }
+  return true;
+}
+
+// What every step has, whatever its propagator: its id, its first error and
+// the caller's callback.
+class StepBase {
+ public:
+  StepBase(const KernelPlan& plan, int64_t id, Executor::DoneFn done)
+      : plan_(plan), id_(id), done_(std::move(done)) {}
+  int64_t id() const { return id_; }
+  // Set once the step has an error: ops not yet run are skipped.
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  // Records st when it is the step's first error and aborts the step's
+  // transfers in every partition. May be called with the propagator's step
+  // mutex held (it takes only its own lock, then calls the rendezvous).
+  void Fail(const Status& st) {
+    bool first;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      first = status_.ok();
+      if (first) status_ = st;
+      failed_.store(true, std::memory_order_relaxed);
+    }
+    if (first && plan_.env.rendezvous) plan_.env.rendezvous->Abort(id_, st);
+  }
+
+ protected:
+  Status status() {
+    std::lock_guard<std::mutex> l(mu_);
+    return status_;
+  }
+
+  const KernelPlan& plan_;
+  const int64_t id_;
+  Executor::DoneFn done_;
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  Status status_;  // GUARDED_BY(mu_)
+};
+
+// One step of one partition: created by Run, deleted by Finish.
+template <typename P>
+class ExecutorState : public StepBase {
+ public:
+  using Task = typename P::Task;
+
+  static void Run(const KernelPlan& plan, const typename P::Plan& pplan, int64_t step_id,
+                  std::vector<Tensor> feeds, Executor::DoneFn done) {
+    auto* s = new ExecutorState(plan, pplan, step_id, std::move(feeds), std::move(done));
+    // The caller is an actor thread, which must stay free: ops start on the pool.
+    if (!s->prop_.Start([s](const Task& t) { s->Schedule(t); }, [s](const Task& t) { s->Process(t); }))
+      s->Finish();
+  }
+
+ private:
+  ExecutorState(const KernelPlan& plan, const typename P::Plan& pplan, int64_t step_id,
+                std::vector<Tensor> feeds, Executor::DoneFn done)
+      : StepBase(plan, step_id, std::move(done)), prop_(plan, pplan, this, std::move(feeds)) {}
+
+  void Schedule(const Task& t) {
+    plan_.env.pool->Schedule([this, t] { Process(t); });
+  }
+
+  // Runs t, then the ops the propagator keeps on this thread, until none is
+  // left or an async kernel takes over. The state may be gone on return.
+  void Process(Task t) {
+    typename P::Local local;
+    Loop(t, &local);
+  }
+  void Loop(Task t, typename P::Local* local) {
+    typename P::OutBuf buf;
+    while (true) {
+      Status st;
+      bool ran = false;
+      // An async kernel that took over, or the step's last op: the state
+      // may be gone, so only *local is read.
+      if (RunKernel(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
+      if (!P::Pop(local, &t)) return;
+    }
+  }
+
+  // Runs t's kernel if it should run; false when an async kernel took over
+  // (it continues in Done later).
+  bool RunKernel(const Task& t, typename P::OutBuf* buf, Status* st, bool* ran) {
+    const NodeItem& item = plan_.nodes[P::Node(t)];
+    Tensor* outs = prop_.PrepareOutputs(t, buf);
+    if (failed() || !prop_.ShouldRun(t, outs)) return true;
+    *ran = true;
+    if (item.is_async) {
+      StartAsync(t, item);
+      return false;
+    }
+    constexpr int kInline = 8;
+    const Tensor* inline_inputs[kInline];
+    std::vector<const Tensor*> heap_inputs;
+    const Tensor** inputs = inline_inputs;
+    if (item.num_inputs > kInline) {
+      heap_inputs.resize(item.num_inputs);
+      inputs = heap_inputs.data();
+    }
+    prop_.Inputs(t, inputs);
+    OpKernelContext ctx =
+        MakeContext(plan_, id_, inputs, item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t));
+    item.kernel->Compute(&ctx);
+    if (!ctx.status().ok()) *st = ctx.status();
+    return true;
+  }
+
+  void StartAsync(const Task& t, const NodeItem& item) {
+    // The context, its inputs and outputs outlive this call: the kernel
+    // finishes later, on whatever thread answers it.
+    struct Pending {
+      std::vector<const Tensor*> inputs;
+      typename P::OutBuf buf;
+      std::unique_ptr<OpKernelContext> ctx;
+    };
+    auto* p = new Pending();
+    p->inputs.resize(item.num_inputs);
+    prop_.Inputs(t, p->inputs.data());
+    Tensor* outs = prop_.PrepareOutputs(t, &p->buf);
+    p->ctx = std::make_unique<OpKernelContext>(MakeContext(
+        plan_, id_, p->inputs.data(), item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t)));
+    item.kernel->ComputeAsync(p->ctx.get(), [this, t, p] {
+      // Continue on a compute thread: the callback may run on an actor thread.
+      plan_.env.pool->Schedule([this, t, p] {
+        Status st = p->ctx->status();
+        typename P::OutBuf buf = std::move(p->buf);
+        delete p;
+        typename P::Local local;
+        if (Done(t, &buf, st, true, &local)) return;
+        Task next;
+        if (P::Pop(&local, &next)) Loop(next, &local);
+      });
+    });
+  }
+
+  // Records a finished (or skipped) op: checks its outputs, fails the step
+  // on an error, releases its inputs and propagates. True when that was the
+  // step's last op (the state is gone).
+  bool Done(const Task& t, typename P::OutBuf* buf, const Status& st, bool ran,
+            typename P::Local* local) {
+    const NodeItem& item = plan_.nodes[P::Node(t)];
+    if (!st.ok()) {
+      Fail(item.error_as_is ? st : st.WithPrefix(item.where));
+    } else if (ran && !OutputsOk(plan_, item, prop_.Outputs(t, buf))) {
+      Fail(CheckOutputsSlow(plan_, item, prop_.Outputs(t, buf)).WithPrefix(item.where));
+    }
+    if (item.kernel) prop_.ReleaseInputs(t);
+    if (!prop_.Propagate(t, buf, local, [this](const Task& k) { Schedule(k); })) return false;
+    Finish();
+    return true;
+  }
+
+  void Finish() {
+    Status st = status();
+    std::vector<Tensor> out;
+    prop_.Finish(&st, &out);
+    Executor::DoneFn done = std::move(done_);
+    delete this;  // the step's values, frames and stacks go here
+    done(std::move(st), std::move(out));
+  }
+
+  P prop_;
+};
+
+}  // namespace runtime
+}  // namespace sf
