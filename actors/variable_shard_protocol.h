@@ -16,6 +16,8 @@
 
 #include <caf/all.hpp>
 
+#include "kernels/embedding_shard_service.h"
+#include "kernels/replication_service.h"
 #include "kernels/variable_service.h"
 
 namespace sf {

@@ -339,7 +339,8 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     p->outs.resize(pn.output_dtypes.size());
     p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), pn.num_inputs, p->outs.data(),
                                                static_cast<int>(p->outs.size()), env_.pool, env_.variables,
-                                               s->id, env_.queues);
+                                               s->id, env_.queues, env_.embeddings, env_.replication,
+                                               env_.collectives);
     p->ctx->set_frame(&t.frame->key, t.iter);
     p->ctx->set_step_stacks(&s->stacks);
     pn.kernel->ComputeAsync(p->ctx.get(), [this, s, t, p] {
@@ -354,7 +355,8 @@ bool ControlFlowExecutor::RunKernel(Step* s, const Task& t, std::vector<Tensor>*
     return false;
   }
   OpKernelContext ctx(inputs, pn.num_inputs, outs->data(), static_cast<int>(outs->size()), env_.pool,
-                      env_.variables, s->id, env_.queues);
+                      env_.variables, s->id, env_.queues, env_.embeddings, env_.replication,
+                      env_.collectives);
   ctx.set_frame(&t.frame->key, t.iter);
   ctx.set_step_stacks(&s->stacks);
   pn.kernel->Compute(&ctx);

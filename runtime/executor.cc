@@ -105,6 +105,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
     for (const Output& in : node.inputs) init.input_dtypes.push_back(in.dtype());
     init.output_dtypes = node.output_dtypes;
     init.variables = env.variables;
+    init.embeddings = env.embeddings;
+    init.replication = env.replication;
+    init.collectives = env.collectives;
     init.queues = env.queues;
     init.rendezvous = env.rendezvous;
     init.checkpoints = env.checkpoints;
@@ -213,7 +216,8 @@ void Executor::RunSync(Step* s, int n) {
   const int* slots = input_slots_.data() + it.input_begin;
   for (int i = 0; i < it.num_inputs; ++i) inputs[i] = &s->values[slots[i]];
   OpKernelContext ctx(inputs, it.num_inputs, s->values.data() + it.output_begin, it.num_outputs,
-                      env_.pool, env_.variables, s->id, env_.queues);
+                      env_.pool, env_.variables, s->id, env_.queues,
+                      env_.embeddings, env_.replication, env_.collectives);
   it.kernel->Compute(&ctx);
   Check(s, n, ctx.status());
   ReleaseInputs(s, n);
@@ -245,7 +249,8 @@ void Executor::StartAsync(Step* s, int n) {
   for (int i = 0; i < it.num_inputs; ++i) p->inputs[i] = &s->values[slots[i]];
   p->ctx = std::make_unique<OpKernelContext>(p->inputs.data(), it.num_inputs,
                                              s->values.data() + it.output_begin, it.num_outputs,
-                                             env_.pool, env_.variables, s->id, env_.queues);
+                                             env_.pool, env_.variables, s->id, env_.queues,
+                                             env_.embeddings, env_.replication, env_.collectives);
   it.kernel->ComputeAsync(p->ctx.get(), [this, s, n, p] {
     Check(s, n, p->ctx->status());
     delete p;
