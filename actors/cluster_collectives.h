@@ -67,7 +67,7 @@ class ClusterCollectives {
   // Sets this node's listen address (before the first AllReduce).
   void SetAddress(const std::string& address);
   // Contributes rank's value to its group's next reduction; done gets the
-  // sum, or the group's error (VariableService::AllReduce). REQUIRES:
+  // sum, or the group's error (CollectiveService::AllReduce). REQUIRES:
   // 0 <= rank < group_size <= 4096 (the caller checked).
   void AllReduce(const std::string& group_key, int64_t group_size, int64_t rank, Tensor value,
                  std::function<void(Result<Tensor>)> done);

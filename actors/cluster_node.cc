@@ -350,6 +350,9 @@ struct ClusterNode::Impl {
     env.kernels = opts.kernels;
     env.pool = &pool;
     env.variables = variables.get();
+    env.embeddings = variables.get();
+    env.replication = variables.get();
+    env.collectives = variables.get();
     env.queues = queues.get();
     env.rendezvous = reg->rendezvous.get();
     env.checkpoints = checkpoints.get();

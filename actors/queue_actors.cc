@@ -130,15 +130,10 @@ struct QueueState {
 using QueueSelf = QueueActor::stateful_pointer<QueueState>;
 
 void StartTimer(QueueSelf self, int64_t waiter, int64_t timeout_ms) {
-  auto t = std::make_shared<QueueMsg>();
-  t->kind = QueueMsg::kTimeout;
-  t->waiter = waiter;
-  t->timeout_ms = timeout_ms;
-  self->delayed_send(caf::actor_cast<QueueActor>(self), std::chrono::milliseconds(timeout_ms),
-                     std::move(t));
+  self->delayed_send(self, std::chrono::milliseconds(timeout_ms), QueueWaitTimeout{waiter, timeout_ms});
 }
 
-void Timeout(QueueState& st, const QueueMsg& m) {
+void Timeout(QueueState& st, const QueueWaitTimeout& m) {
   const std::string waited = " waited " + std::to_string(m.timeout_ms) + " ms";
   for (auto it = st.enq.begin(); it != st.enq.end(); ++it) {
     if (it->id != m.waiter) continue;
@@ -163,73 +158,79 @@ void Timeout(QueueState& st, const QueueMsg& m) {
   }
 }
 
-void Handle(QueueSelf self, QueueMsg& m) {
+// After ShutdownQueue every request is answered Aborted at once; true when
+// done was answered so.
+template <typename Done>
+bool RefusedAtShutdown(const QueueState& st, Done& done) {
+  if (!st.shut_down) return false;
+  done(Aborted(st.Where() + ": the session is shutting down"));
+  return true;
+}
+
+// The behavior of a queue actor: one handler per message of
+// actors/queue_protocol.h (taken by mutable reference: the message is the
+// handler's alone, its elements move into the queue).
+QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueSpec spec) {
   QueueState& st = self->state;
-  if (st.shut_down && m.kind != QueueMsg::kTimeout) {
-    const Status s = Aborted(st.Where() + ": the session is shutting down");
-    if (m.status_done) m.status_done(s);
-    if (m.tuple_done) m.tuple_done(s);
-    if (m.size_done) m.size_done(s);
-    return;
-  }
-  switch (m.kind) {
-    case QueueMsg::kEnqueue: {
-      if (st.closed) return m.status_done(Aborted(st.Where() + " is closed"));
-      if (st.enq.empty() && (st.spec.capacity < 0 ||
-                             static_cast<int64_t>(st.items.size() + m.elems.size()) <= st.spec.capacity)) {
-        for (auto& e : m.elems) st.items.push_back(std::move(e));
-        m.status_done(Status::OK());
-        if (!st.deq.empty()) st.Serve();
-        return;
-      }
-      const int64_t id = st.next_waiter++;
-      st.enq.push_back(QueueState::EnqWaiter{id, std::move(m.elems), 0, std::move(m.status_done)});
-      st.Serve();
-      if (m.timeout_ms > 0 && !st.enq.empty() && st.enq.back().id == id)
-        StartTimer(self, id, m.timeout_ms);
-      return;
-    }
-    case QueueMsg::kDequeue: {
-      if (st.deq.empty() && st.Available() >= m.n) {
-        QueueState::DeqWaiter w{0, m.n, m.many, std::move(m.tuple_done)};
-        st.Finish(w);
-        if (!st.enq.empty()) st.Serve();
-        return;
-      }
-      const int64_t id = st.next_waiter++;
-      st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.tuple_done)});
-      st.Serve();
-      if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id)
-        StartTimer(self, id, m.timeout_ms);
-      return;
-    }
-    case QueueMsg::kClose:
-      st.closed = true;
-      if (m.cancel_pending)
-        st.FailAll(Aborted(st.Where() + " was closed; its pending enqueue was cancelled"), true, false);
-      st.Serve();
-      return m.status_done(Status::OK());
-    case QueueMsg::kSize:
-      return m.size_done(static_cast<int64_t>(st.items.size()));
-    case QueueMsg::kTimeout:
-      return Timeout(st, m);
-    case QueueMsg::kShutdown:
-      st.shut_down = true;
-      st.FailAll(Aborted(st.Where() + ": the session is shutting down"), true, true);
-      return;
-  }
+  st.name = std::move(name);
+  st.spec = std::move(spec);
+  st.rng.seed(st.spec.seed != 0 ? static_cast<uint64_t>(st.spec.seed) : std::random_device{}());
+  return {
+      [self](EnqueueElements& m) {
+        QueueState& st = self->state;
+        if (RefusedAtShutdown(st, m.done)) return;
+        if (st.closed) return m.done(Aborted(st.Where() + " is closed"));
+        if (st.enq.empty() && (st.spec.capacity < 0 ||
+                               static_cast<int64_t>(st.items.size() + m.elems.size()) <= st.spec.capacity)) {
+          for (auto& e : m.elems) st.items.push_back(std::move(e));
+          m.done(Status::OK());
+          if (!st.deq.empty()) st.Serve();
+          return;
+        }
+        const int64_t id = st.next_waiter++;
+        st.enq.push_back(QueueState::EnqWaiter{id, std::move(m.elems), 0, std::move(m.done)});
+        st.Serve();
+        if (m.timeout_ms > 0 && !st.enq.empty() && st.enq.back().id == id) StartTimer(self, id, m.timeout_ms);
+      },
+      [self](DequeueElements& m) {
+        QueueState& st = self->state;
+        if (RefusedAtShutdown(st, m.done)) return;
+        if (st.deq.empty() && st.Available() >= m.n) {
+          QueueState::DeqWaiter w{0, m.n, m.many, std::move(m.done)};
+          st.Finish(w);
+          if (!st.enq.empty()) st.Serve();
+          return;
+        }
+        const int64_t id = st.next_waiter++;
+        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.done)});
+        st.Serve();
+        if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id) StartTimer(self, id, m.timeout_ms);
+      },
+      [self](CloseQueue& m) {
+        QueueState& st = self->state;
+        if (RefusedAtShutdown(st, m.done)) return;
+        st.closed = true;
+        if (m.cancel_pending)
+          st.FailAll(Aborted(st.Where() + " was closed; its pending enqueue was cancelled"), true, false);
+        st.Serve();
+        m.done(Status::OK());
+      },
+      [self](QueueSize& m) {
+        QueueState& st = self->state;
+        if (RefusedAtShutdown(st, m.done)) return;
+        m.done(static_cast<int64_t>(st.items.size()));
+      },
+      [self](const QueueWaitTimeout& m) { Timeout(self->state, m); },
+      [self](ShutdownQueue) {
+        QueueState& st = self->state;
+        st.shut_down = true;
+        st.FailAll(Aborted(st.Where() + ": the session is shutting down"), true, true);
+      },
+  };
 }
 
 QueueActor SpawnQueue(caf::actor_system& sys, const std::string& name, const QueueSpec& spec) {
-  return sys.spawn([name, spec](QueueSelf self) -> QueueActor::behavior_type {
-    QueueState& st = self->state;
-    st.name = name;
-    st.spec = spec;
-    st.rng.seed(spec.seed != 0 ? static_cast<uint64_t>(spec.seed) : std::random_device{}());
-    return {
-        [self](QueueMsgPtr msg) { Handle(self, *msg); },
-    };
-  });
+  return sys.spawn(QueueBehavior, name, spec);
 }
 
 bool SameSpec(const QueueSpec& a, const QueueSpec& b) {
@@ -256,11 +257,7 @@ void ActorQueues::Shutdown() {
   std::lock_guard<std::mutex> l(mu_);
   if (shut_down_) return;
   shut_down_ = true;
-  for (auto& e : queues_) {
-    auto m = std::make_shared<QueueMsg>();
-    m->kind = QueueMsg::kShutdown;
-    caf::anon_send(e->actor, std::move(m));
-  }
+  for (auto& e : queues_) caf::anon_send(e->actor, ShutdownQueue{});
 }
 
 void ActorQueues::Stop() {
@@ -308,10 +305,8 @@ const ActorQueues::Entry* ActorQueues::Find(int64_t id, Status* error) const {
   return e;
 }
 
-void ActorQueues::Send(const Entry& e, std::shared_ptr<QueueMsg> msg) {
-  // Stop() is only called once no request is in flight, so the handle is live.
-  caf::anon_send(e.actor, std::move(msg));
-}
+// Requests go straight to the queue's actor: Stop() is only called once no
+// request is in flight, so the handle is live.
 
 Result<QueueSpec> ActorQueues::SpecOf(int64_t id) const {
   Status err;
@@ -327,12 +322,9 @@ void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms,
   if (!e) return done(err);
   Status s = ValidateQueueTuple(e->name, e->spec, t);
   if (!s.ok()) return done(s);
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kEnqueue;
-  m->elems.push_back(QueueElement{std::make_shared<const QueueTuple>(std::move(t)), -1});
-  m->timeout_ms = timeout_ms;
-  m->status_done = std::move(done);
-  Send(*e, std::move(m));
+  EnqueueElements m{{}, timeout_ms, std::move(done)};
+  m.elems.push_back(QueueElement{std::make_shared<const QueueTuple>(std::move(t)), -1});
+  caf::anon_send(e->actor, std::move(m));
 }
 
 void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
@@ -342,15 +334,12 @@ void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
   if (!e) return done(err);
   auto n = ValidateQueueBatch(e->name, e->spec, batch);
   if (!n.ok()) return done(n.status());
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kEnqueue;
+  EnqueueElements m{{}, timeout_ms, std::move(done)};
   // Rows of the batch, not copies: the elements share its buffers.
   auto src = std::make_shared<const QueueTuple>(std::move(batch));
-  m->elems.reserve(*n);
-  for (int64_t i = 0; i < *n; ++i) m->elems.push_back(QueueElement{src, i});
-  m->timeout_ms = timeout_ms;
-  m->status_done = std::move(done);
-  Send(*e, std::move(m));
+  m.elems.reserve(*n);
+  for (int64_t i = 0; i < *n; ++i) m.elems.push_back(QueueElement{src, i});
+  caf::anon_send(e->actor, std::move(m));
 }
 
 void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms,
@@ -358,11 +347,7 @@ void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms,
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kDequeue;
-  m->timeout_ms = timeout_ms;
-  m->tuple_done = std::move(done);
-  Send(*e, std::move(m));
+  caf::anon_send(e->actor, DequeueElements{1, false, timeout_ms, std::move(done)});
 }
 
 void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
@@ -376,34 +361,21 @@ void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
     return done(InvalidArgument("queue '" + e->name + "': dequeue_many of " + std::to_string(n) +
                                 " elements can never be served by a queue of capacity " +
                                 std::to_string(e->spec.capacity)));
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kDequeue;
-  m->n = n;
-  m->many = true;
-  m->timeout_ms = timeout_ms;
-  m->tuple_done = std::move(done);
-  Send(*e, std::move(m));
+  caf::anon_send(e->actor, DequeueElements{n, true, timeout_ms, std::move(done)});
 }
 
 void ActorQueues::Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kClose;
-  m->cancel_pending = cancel_pending;
-  m->status_done = std::move(done);
-  Send(*e, std::move(m));
+  caf::anon_send(e->actor, CloseQueue{cancel_pending, std::move(done)});
 }
 
 void ActorQueues::Size(int64_t id, std::function<void(Result<int64_t>)> done) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  auto m = std::make_shared<QueueMsg>();
-  m->kind = QueueMsg::kSize;
-  m->size_done = std::move(done);
-  Send(*e, std::move(m));
+  caf::anon_send(e->actor, QueueSize{std::move(done)});
 }
 
 std::string ActorQueues::NameOf(int64_t id) const {

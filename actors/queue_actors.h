@@ -22,8 +22,6 @@ class actor_system;
 namespace sf {
 namespace runtime {
 
-struct QueueMsg;
-
 class ActorQueues : public QueueService {
  public:
   explicit ActorQueues(caf::actor_system& sys);
@@ -52,8 +50,6 @@ class ActorQueues : public QueueService {
   struct Entry;
   // The queue of id, or null after telling the caller why (through *error).
   const Entry* Find(int64_t id, Status* error) const;
-  // Sends a request to a queue actor.
-  void Send(const Entry& e, std::shared_ptr<QueueMsg> msg);
 
   caf::actor_system& sys_;
   mutable std::mutex mu_;

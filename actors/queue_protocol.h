@@ -3,12 +3,15 @@
 // enqueues and dequeues (pending replies: stored callbacks answered when an
 // enqueue, dequeue, close or timeout lets them finish) and its timers.
 //
-// In-process only for now: the message carries callbacks and tensors by
-// reference (refcounted buffers, no copy).
+// One C++ type per message. The requesters are compute-pool threads
+// (kernels), not actors, so each request carries its reply as one typed
+// callback, `done`. In-process only: callbacks and tensors by reference
+// (refcounted buffers, no copy), so each message is allowed as an unsafe
+// message type below, one by one.
 #pragma once
 
+#include <cstdint>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -18,30 +21,55 @@
 namespace sf {
 namespace runtime {
 
-// One request to a queue actor; the matching callback answers it.
-struct QueueMsg {
-  enum Kind { kEnqueue, kDequeue, kClose, kSize, kTimeout, kShutdown } kind = kEnqueue;
-  std::vector<QueueElement> elems;  // kEnqueue: validated elements, in order
-  int64_t n = 1;                  // kDequeue: elements asked for
-  bool many = false;              // kDequeue: stack them (DequeueMany)
-  int64_t timeout_ms = 0;         // kEnqueue, kDequeue: 0 = wait forever
-  bool cancel_pending = false;    // kClose
-  int64_t waiter = 0;             // kTimeout: the waiter whose deadline passed
-  std::function<void(Status)> status_done;              // kEnqueue, kClose
-  std::function<void(Result<QueueTuple>)> tuple_done;   // kDequeue
-  std::function<void(Result<int64_t>)> size_done;       // kSize
+// Enqueues validated elements, in order; answers once all are in the queue.
+struct EnqueueElements {
+  std::vector<QueueElement> elems;
+  int64_t timeout_ms = 0;  // 0: wait forever for room
+  std::function<void(Status)> done;
 };
-using QueueMsgPtr = std::shared_ptr<QueueMsg>;
+// Dequeues n elements (stacked when many: DequeueMany).
+struct DequeueElements {
+  int64_t n = 1;
+  bool many = false;
+  int64_t timeout_ms = 0;  // 0: wait forever
+  std::function<void(Result<QueueTuple>)> done;
+};
+// Closes the queue (cancel_pending: fails the waiting enqueues).
+struct CloseQueue {
+  bool cancel_pending = false;
+  std::function<void(Status)> done;
+};
+// The number of elements in the queue.
+struct QueueSize {
+  std::function<void(Result<int64_t>)> done;
+};
+// Sent by the queue to itself timeout_ms after a waiting request: fails that
+// waiter (if still waiting) with Unavailable. No reply.
+struct QueueWaitTimeout {
+  int64_t waiter = 0;
+  int64_t timeout_ms = 0;
+};
+// The session is shutting down: fails every waiter, and every later request,
+// with Aborted. No reply.
+struct ShutdownQueue {};
 
 }  // namespace runtime
 }  // namespace sf
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueueMsgPtr)
+// In-process only (see the top of this file).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::EnqueueElements)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::DequeueElements)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::CloseQueue)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueueSize)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueueWaitTimeout)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ShutdownQueue)
 
 namespace sf {
 namespace runtime {
 
-using QueueActor = caf::typed_actor<caf::reacts_to<QueueMsgPtr>>;
+using QueueActor = caf::typed_actor<caf::reacts_to<EnqueueElements>, caf::reacts_to<DequeueElements>,
+                                    caf::reacts_to<CloseQueue>, caf::reacts_to<QueueSize>,
+                                    caf::reacts_to<QueueWaitTimeout>, caf::reacts_to<ShutdownQueue>>;
 
 }  // namespace runtime
 }  // namespace sf

@@ -110,6 +110,9 @@ struct Session::Impl {
     env.kernels = kernels;
     env.pool = &pool;
     env.variables = variables.get();
+    env.embeddings = variables.get();
+    env.replication = variables.get();
+    env.collectives = variables.get();
     env.queues = queues.get();
     env.rendezvous = rendezvous;
     env.checkpoints = checkpoints.get();

@@ -3,19 +3,27 @@
 // optimizer slots) and serializes their updates, so each update is atomic;
 // reads answer with a copy-on-write snapshot.
 //
-// In-process only for now: the message carries callbacks and tensors by
-// reference (refcounted buffers, no copy). The Cap'n Proto wire form for
-// cross-process shards comes with the distributed runtime.
+// One C++ type per message. The requesters are compute-pool threads (kernels)
+// or blocking callers (snapshots), not actors, so each request carries its
+// reply as one typed callback, `done`, run exactly once by the shard (or by
+// ReplicaState when a synchronous step or the SSP barrier lets it finish).
+// Tensors travel by reference (refcounted buffers, no copy, no encoding).
+//
+// In-process only: every message holds a callback or unserialized tensors, so
+// each is allowed as an unsafe message type below, one by one. The
+// cross-process form is a Cap'n Proto interface (net/), not these types.
 #pragma once
 
+#include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
 
+#include "kernels/embedding_shard_service.h"
+#include "kernels/replication_service.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -30,55 +38,122 @@ struct VarSnapshot {
   std::vector<int64_t> dirty_rows;
 };
 
-// One request to a variable shard actor; the matching callback answers it.
-struct VarMsg {
-  enum Kind {
-    kDefine, kRead, kAssign, kApply, kSnapshot,
-    // Replication (kernels/replica_state.h).
-    kSyncApply, kSyncTimeout, kSyncAbort, kReadVersion, kReplicaQuery, kSspWait,
-    // Sharded embeddings (kernels/embedding_math.h).
-    kGather, kSparseApply,
-    // Checkpoints: a snapshot with the rows changed since the last one.
-    kSnapshotDirty,
-  } kind = kRead;
+// ---- variables ----
+// Defines variable `id` (uninitialised); sent before Resolve returns, so it
+// precedes every request for id. No reply.
+struct DefineVariable {
   int64_t id = -1;
-  std::string name;  // kDefine
+  std::string name;
   DType dtype = DType::kInvalid;
   PartialShape shape;
-  AssignMode mode = AssignMode::kAssign;
-  Tensor value;  // kAssign
-  ApplyRequest req;  // kApply
-  std::function<void(Result<Tensor>)> tensor_done;  // kRead, kAssign
-  std::function<void(Status)> status_done;          // kApply
-  // kSnapshot: every initialised variable of the shard (name, value), taken
-  // between two updates, so a variable and its slots are consistent.
-  std::function<void(std::vector<std::pair<std::string, Tensor>>)> snapshot_done;
-  // ---- replication ----
-  SyncApplyRequest sync;  // kSyncApply
-  int64_t waiter_id = 0;  // kSyncApply, kSyncTimeout
-  ReplicaQuery query = ReplicaQuery::kSyncStats;  // kReplicaQuery
-  int64_t worker = 0, clock = 0, num_workers = 0, staleness = 0;  // kSspWait
-  std::function<void(Result<int64_t>)> step_done;  // kSyncApply
-  std::function<void(Result<std::pair<Tensor, int64_t>>)> versioned_done;  // kReadVersion
-  // ---- sharded embeddings ----
-  EmbeddingShardSpec spec;        // kGather
-  EmbeddingGather gather;         // kGather (answers through tensor_done)
-  SparseApplyRequest sparse;      // kSparseApply (answers through status_done)
-  // kSnapshotDirty: like kSnapshot, with each variable's changes since the
-  // previous kSnapshotDirty, whose record it resets.
-  std::function<void(std::vector<VarSnapshot>)> dirty_snapshot_done;
 };
-using VarMsgPtr = std::shared_ptr<VarMsg>;
+// A snapshot of variable id.
+struct ReadVariable {
+  int64_t id = -1;
+  std::function<void(Result<Tensor>)> done;
+};
+// Stores, adds or subtracts value; answers the new value.
+struct AssignVariable {
+  int64_t id = -1;
+  AssignMode mode = AssignMode::kAssign;
+  Tensor value;
+  std::function<void(Result<Tensor>)> done;
+};
+// One dense optimizer update of a variable and its slots (all in this shard).
+struct ApplyDense {
+  ApplyRequest req;
+  std::function<void(Status)> done;
+};
+
+// ---- sharded embeddings (kernels/embedding_math.h) ----
+// Gathers and combines rows of embedding shard id here, beside them.
+struct GatherRows {
+  int64_t id = -1;
+  EmbeddingShardSpec spec;
+  EmbeddingGather gather;
+  std::function<void(Result<Tensor>)> done;
+};
+// One sparse optimizer update of a shard and its slots.
+struct ApplySparse {
+  SparseApplyRequest req;
+  std::function<void(Status)> done;
+};
+
+// ---- replication (kernels/replica_state.h) ----
+// One worker's gradient for a synchronous step of req.req.var_ids[0].
+struct ApplySyncGradient {
+  SyncApplyRequest req;
+  std::function<void(Result<int64_t>)> done;
+};
+// Sent by the shard to itself timeout_ms after an ApplySyncGradient: fails
+// that waiter (if still waiting) with Unavailable. No reply.
+struct SyncWaitTimeout {
+  int64_t id = -1;
+  int64_t waiter = 0;
+};
+// Aborts every pending synchronous step of variable id.
+struct AbortSyncSteps {
+  int64_t id = -1;
+  std::function<void(Status)> done;
+};
+// The value of variable id with its version.
+struct ReadVersioned {
+  int64_t id = -1;
+  std::function<void(Result<std::pair<Tensor, int64_t>>)> done;
+};
+// Replication counters of variable id.
+struct QueryReplicaStats {
+  int64_t id = -1;
+  ReplicaQuery what = ReplicaQuery::kSyncStats;
+  std::function<void(Result<Tensor>)> done;
+};
+// The stale-synchronous barrier of variable id (ReplicationService::StaleSyncWait).
+struct WaitStaleSync {
+  int64_t id = -1;
+  int64_t worker = 0, clock = 0, num_workers = 0, staleness = 0;
+  std::function<void(Status)> done;
+};
+
+// ---- checkpoints ----
+// Every initialised variable of the shard (name, value), taken between two
+// updates, so a variable and its slots are consistent.
+struct SnapshotShard {
+  std::function<void(std::vector<std::pair<std::string, Tensor>>)> done;
+};
+// Like SnapshotShard, with each variable's changes since the previous
+// SnapshotDirtyShard, whose record it resets.
+struct SnapshotDirtyShard {
+  std::function<void(std::vector<VarSnapshot>)> done;
+};
 
 }  // namespace runtime
 }  // namespace sf
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::VarMsgPtr)
+// In-process only (see the top of this file): callbacks and tensors by reference.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::DefineVariable)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVariable)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AssignVariable)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplyDense)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::GatherRows)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySyncGradient)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SyncWaitTimeout)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AbortSyncSteps)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVersioned)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueryReplicaStats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::WaitStaleSync)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SnapshotShard)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SnapshotDirtyShard)
 
 namespace sf {
 namespace runtime {
 
-using VariableShardActor = caf::typed_actor<caf::reacts_to<VarMsgPtr>>;
+using VariableShardActor = caf::typed_actor<
+    caf::reacts_to<DefineVariable>, caf::reacts_to<ReadVariable>, caf::reacts_to<AssignVariable>,
+    caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
+    caf::reacts_to<ApplySyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
+    caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
+    caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>>;
 
 }  // namespace runtime
 }  // namespace sf

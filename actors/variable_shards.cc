@@ -1,18 +1,18 @@
 #include "actors/variable_shards.h"
 
-#include "kernels/compute_pool.h"
-
 #include <algorithm>
 #include <condition_variable>
 
+#include "kernels/compute_pool.h"
 #include "kernels/in_memory_variables.h"
-#include "kernels/replica_state.h"
 #include "kernels/optimizer_math.h"
+#include "kernels/replica_state.h"
 
 namespace sf {
 namespace runtime {
 namespace {
 
+// The state of one variable shard actor.
 struct ShardState {
   ComputePool* pool = nullptr;  // splits big gathers and sparse updates (may be null)
   struct Var {
@@ -55,7 +55,21 @@ struct ShardState {
     if (!r) r = std::make_unique<ReplicaState>();
     return *r;
   }
+  // The variable id, or null.
+  Var* Find(int64_t id) {
+    auto it = vars.find(id);
+    return it == vars.end() ? nullptr : &it->second;
+  }
+  // The name of the first variable of an update, for its errors ("?" when unknown).
+  std::string FirstName(const std::vector<int64_t>& ids) {
+    const Var* v = ids.empty() ? nullptr : Find(ids[0]);
+    return v ? v->name : "?";
+  }
 };
+
+using ShardPointer = VariableShardActor::stateful_pointer<ShardState>;
+
+Status NoVariable(int64_t id) { return NotFound("no variable with id " + std::to_string(id) + " in this shard"); }
 
 Status Uninitialised(const std::string& name, const char* what) {
   return FailedPrecondition("variable '" + name + "' is " + what + " before it was initialised");
@@ -63,33 +77,24 @@ Status Uninitialised(const std::string& name, const char* what) {
 
 // Applies one optimizer update to variables of this shard; the error names
 // the variable. Records the update's version (and staleness) on success.
-Status ApplyUpdate(ShardState& st, const ApplyRequest& req);
-
-void HandleApply(ShardState& st, VarMsg& m) { m.status_done(ApplyUpdate(st, m.req)); }
-
 Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   // Every variable of the update must live here: that is what makes it atomic.
   std::vector<Tensor> updated;
   updated.reserve(req.var_ids.size());
-  const std::string first = req.var_ids.empty() || !st.vars.count(req.var_ids[0])
-                                ? std::string("?")
-                                : st.vars[req.var_ids[0]].name;
+  const std::string first = st.FirstName(req.var_ids);
   for (int64_t id : req.var_ids) {
-    auto it = st.vars.find(id);
-    if (it == st.vars.end()) {
+    const ShardState::Var* v = st.Find(id);
+    if (!v) {
       return FailedPrecondition(std::string("optimizer ") + OptimizerName(req.optimizer) +
                                 ": variable id " + std::to_string(id) +
                                 " is not colocated with '" + first +
                                 "' (slots must be named '<var>/...')");
     }
-    if (!it->second.value.valid()) {
-      return Uninitialised(it->second.name, "updated");
-    }
+    if (!v->value.valid()) return Uninitialised(v->name, "updated");
     // Copy-on-write: readers keep the snapshot they were given. When no
     // reader holds one, update in place (ApplyOptimizerUpdate validates
     // before it writes, so a failed update still changes nothing).
-    const Tensor& v = it->second.value;
-    updated.push_back(v.BufferIsUnique() ? v : v.Copy());
+    updated.push_back(v->value.BufferIsUnique() ? v->value : v->value.Copy());
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);
@@ -106,200 +111,158 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   return s;
 }
 
-// ---- replication messages (kernels/replica_state.h) ----
-void HandleReplication(VariableShardActor::stateful_pointer<ShardState> self, const VarMsgPtr& msg) {
-  ShardState& st = self->state;
-  VarMsg& m = *msg;
-  const int64_t id = m.kind == VarMsg::kSyncApply
-                         ? (m.sync.req.var_ids.empty() ? -1 : m.sync.req.var_ids[0])
-                         : m.id;
-  auto it = st.vars.find(id);
-  if (it == st.vars.end()) {
-    Status nf = NotFound("no variable with id " + std::to_string(id) + " in this shard");
-    switch (m.kind) {
-      case VarMsg::kSyncApply: m.step_done(nf); return;
-      case VarMsg::kReadVersion: m.versioned_done(nf); return;
-      case VarMsg::kReplicaQuery: m.tensor_done(nf); return;
-      case VarMsg::kSyncAbort: case VarMsg::kSspWait: m.status_done(nf); return;
-      default: return;  // a timeout for a variable that is gone
-    }
-  }
-  const std::string& name = it->second.name;
-  ReplicaState& r = st.Replica(id);
-  switch (m.kind) {
-    case VarMsg::kSyncApply: {
-      const int64_t waiter = ++st.next_waiter;
-      const int64_t timeout_ms = m.sync.timeout_ms;
-      r.OfferSync(name, it->second.value, std::move(m.sync), waiter, std::move(m.step_done),
-                  [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
-      if (timeout_ms > 0) {
-        auto t = std::make_shared<VarMsg>();
-        t->kind = VarMsg::kSyncTimeout;
-        t->id = id;
-        t->waiter_id = waiter;
-        self->delayed_send(self, std::chrono::milliseconds(timeout_ms), std::move(t));
-      }
-      return;
-    }
-    case VarMsg::kSyncTimeout:
-      r.TimeoutWaiter(name, m.waiter_id);
-      return;
-    case VarMsg::kSyncAbort:
-      r.AbortSync(name);
-      m.status_done(Status::OK());
-      return;
-    case VarMsg::kReadVersion:
-      if (!it->second.value.valid()) m.versioned_done(Uninitialised(name, "read"));
-      else m.versioned_done(std::make_pair(it->second.value, r.version()));
-      return;
-    case VarMsg::kReplicaQuery:
-      m.tensor_done(m.query == ReplicaQuery::kSyncStats ? r.SyncStats() : r.StalenessStats());
-      return;
-    case VarMsg::kSspWait:
-      r.StaleSyncWait(name, m.worker, m.clock, m.num_workers, m.staleness, std::move(m.status_done));
-      return;
-    default:
-      return;
-  }
-}
-
-// ---- sharded embeddings: lookups and sparse updates run here, beside the rows.
-
-void HandleGather(ShardState& st, VarMsg& m) {
-  auto it = st.vars.find(m.id);
-  if (it == st.vars.end()) return m.tensor_done(NotFound("no variable with id " + std::to_string(m.id)));
-  if (!it->second.value.valid()) return m.tensor_done(Uninitialised(it->second.name, "read"));
-  Tensor out;
-  Status s = EmbeddingGatherCombine(m.spec, m.gather, it->second.value, &out, st.pool);
-  if (s.ok()) m.tensor_done(std::move(out));
-  else m.tensor_done(s);
-}
-
-void HandleSparseApply(ShardState& st, VarMsg& m) {
-  const SparseApplyRequest& req = m.sparse;
-  const std::string first = req.var_ids.empty() || !st.vars.count(req.var_ids[0])
-                                ? std::string("?")
-                                : st.vars[req.var_ids[0]].name;
+// Applies a sparse update beside the rows; the error names the variable.
+Status ApplySparseUpdate(ShardState& st, const SparseApplyRequest& req) {
+  const std::string first = st.FirstName(req.var_ids);
   std::vector<Tensor> updated;
   for (int64_t id : req.var_ids) {
-    auto it = st.vars.find(id);
-    if (it == st.vars.end())
-      return m.status_done(FailedPrecondition(std::string("sparse optimizer ") +
-                                              OptimizerName(req.optimizer) + ": variable id " +
-                                              std::to_string(id) + " is not colocated with '" +
-                                              first + "'"));
-    if (!it->second.value.valid()) return m.status_done(Uninitialised(it->second.name, "updated"));
+    const ShardState::Var* v = st.Find(id);
+    if (!v)
+      return FailedPrecondition(std::string("sparse optimizer ") + OptimizerName(req.optimizer) +
+                                ": variable id " + std::to_string(id) + " is not colocated with '" +
+                                first + "'");
+    if (!v->value.valid()) return Uninitialised(v->name, "updated");
     // In place when no reader holds a snapshot (the usual case for a big
     // table: a copy would cost the whole table per step).
-    const Tensor& v = it->second.value;
-    updated.push_back(v.BufferIsUnique() ? v : v.Copy());
+    updated.push_back(v->value.BufferIsUnique() ? v->value : v->value.Copy());
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);
   Status s = ApplySparseOptimizerUpdate(req, ptrs, st.pool);
-  if (s.ok()) {
-    const int64_t rows = updated.empty() || updated[0].shape().empty() ? -1 : updated[0].shape()[0];
-    const bool int64_indices = req.indices.valid() && req.indices.dtype() == DType::kInt64;
-    for (size_t i = 0; i < updated.size(); ++i) {
-      ShardState::Var& v = st.vars[req.var_ids[i]];
-      v.value = std::move(updated[i]);
-      // Row-shaped slots change in the touched rows only; others (Adam's
-      // beta powers) change as a whole.
-      if (int64_indices && !v.value.shape().empty() && v.value.shape()[0] == rows) v.MarkRows(req.indices);
-      else v.MarkAll();
-    }
-  } else {
-    s = s.WithPrefix("variable '" + first + "'");
+  if (!s.ok()) return s.WithPrefix("variable '" + first + "'");
+  const int64_t rows = updated.empty() || updated[0].shape().empty() ? -1 : updated[0].shape()[0];
+  const bool int64_indices = req.indices.valid() && req.indices.dtype() == DType::kInt64;
+  for (size_t i = 0; i < updated.size(); ++i) {
+    ShardState::Var& v = st.vars[req.var_ids[i]];
+    v.value = std::move(updated[i]);
+    // Row-shaped slots change in the touched rows only; others (Adam's
+    // beta powers) change as a whole.
+    if (int64_indices && !v.value.shape().empty() && v.value.shape()[0] == rows) v.MarkRows(req.indices);
+    else v.MarkAll();
   }
-  m.status_done(std::move(s));
+  return s;
+}
+
+std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
+  std::vector<VarSnapshot> vars;
+  for (auto& kv : st.vars) {
+    ShardState::Var& v = kv.second;
+    if (!v.value.valid()) continue;
+    VarSnapshot snap;
+    snap.name = v.name;
+    snap.value = v.value;
+    snap.all_dirty = v.all_dirty;
+    if (!v.all_dirty) {
+      snap.dirty_rows.reserve(static_cast<size_t>(v.num_dirty));
+      for (size_t r = 0; r < v.dirty_bits.size(); ++r)
+        if (v.dirty_bits[r]) snap.dirty_rows.push_back(static_cast<int64_t>(r));
+    }
+    // The next snapshot reports changes from here on.
+    v.all_dirty = false;
+    std::fill(v.dirty_bits.begin(), v.dirty_bits.end(), false);
+    v.num_dirty = 0;
+    vars.push_back(std::move(snap));
+  }
+  return vars;
+}
+
+// The behavior of a variable shard actor: one handler per message of
+// actors/variable_shard_protocol.h. Each answers through the message's done
+// (taken by mutable reference: the message is the handler's alone, nothing
+// is copied).
+VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* pool) {
+  self->state.pool = pool;
+  return {
+      [self](DefineVariable& m) {
+        self->state.vars[m.id] = ShardState::Var{std::move(m.name), m.dtype, std::move(m.shape), Tensor()};
+      },
+      [self](ReadVariable& m) {
+        const ShardState::Var* v = self->state.Find(m.id);
+        if (!v) m.done(NoVariable(m.id));
+        else if (!v->value.valid()) m.done(Uninitialised(v->name, "read"));
+        else m.done(v->value);
+      },
+      [self](AssignVariable& m) {
+        ShardState::Var* v = self->state.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        Status s = ApplyAssign(v->name, v->dtype, v->shape, m.mode, m.value, &v->value);
+        if (!s.ok()) return m.done(s);
+        v->MarkAll();
+        m.done(v->value);
+      },
+      [self](ApplyDense& m) { m.done(ApplyUpdate(self->state, m.req)); },
+      // Sharded embeddings: lookups and sparse updates run here, beside the rows.
+      [self](GatherRows& m) {
+        ShardState& st = self->state;
+        const ShardState::Var* v = st.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
+        Tensor out;
+        Status s = EmbeddingGatherCombine(m.spec, m.gather, v->value, &out, st.pool);
+        if (s.ok()) m.done(std::move(out));
+        else m.done(s);
+      },
+      [self](ApplySparse& m) { m.done(ApplySparseUpdate(self->state, m.req)); },
+      // Replication (kernels/replica_state.h): the variable's ReplicaState
+      // keeps the waiting workers' callbacks.
+      [self](ApplySyncGradient& m) {
+        ShardState& st = self->state;
+        const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
+        ShardState::Var* v = st.Find(id);
+        if (!v) return m.done(NoVariable(id));
+        const int64_t waiter = ++st.next_waiter;
+        const int64_t timeout_ms = m.req.timeout_ms;
+        st.Replica(id).OfferSync(v->name, v->value, std::move(m.req), waiter, std::move(m.done),
+                                 [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
+        if (timeout_ms > 0)
+          self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
+      },
+      [self](const SyncWaitTimeout& m) {
+        ShardState& st = self->state;
+        if (const ShardState::Var* v = st.Find(m.id)) st.Replica(m.id).TimeoutWaiter(v->name, m.waiter);
+      },
+      [self](AbortSyncSteps& m) {
+        ShardState& st = self->state;
+        const ShardState::Var* v = st.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        st.Replica(m.id).AbortSync(v->name);
+        m.done(Status::OK());
+      },
+      [self](ReadVersioned& m) {
+        ShardState& st = self->state;
+        const ShardState::Var* v = st.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
+        m.done(std::make_pair(v->value, st.Replica(m.id).version()));
+      },
+      [self](QueryReplicaStats& m) {
+        ShardState& st = self->state;
+        if (!st.Find(m.id)) return m.done(NoVariable(m.id));
+        const ReplicaState& r = st.Replica(m.id);
+        m.done(m.what == ReplicaQuery::kSyncStats ? r.SyncStats() : r.StalenessStats());
+      },
+      [self](WaitStaleSync& m) {
+        ShardState& st = self->state;
+        const ShardState::Var* v = st.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        st.Replica(m.id).StaleSyncWait(v->name, m.worker, m.clock, m.num_workers, m.staleness,
+                                       std::move(m.done));
+      },
+      // Checkpoints. Copy-on-write values: later updates never touch these buffers.
+      [self](SnapshotShard& m) {
+        std::vector<std::pair<std::string, Tensor>> vars;
+        for (const auto& kv : self->state.vars)
+          if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
+        m.done(std::move(vars));
+      },
+      [self](SnapshotDirtyShard& m) { m.done(TakeDirtySnapshot(self->state)); },
+  };
 }
 
 }  // namespace
 
 VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool) {
-  return sys.spawn([pool](VariableShardActor::stateful_pointer<ShardState> self)
-                       -> VariableShardActor::behavior_type {
-    self->state.pool = pool;
-    return {
-        [self](VarMsgPtr msg) {
-          ShardState& st = self->state;
-          VarMsg& m = *msg;
-          switch (m.kind) {
-            case VarMsg::kDefine:
-              st.vars[m.id] = ShardState::Var{m.name, m.dtype, m.shape, Tensor()};
-              return;
-            case VarMsg::kRead: {
-              auto it = st.vars.find(m.id);
-              if (it == st.vars.end()) m.tensor_done(NotFound("no variable with id " + std::to_string(m.id)));
-              else if (!it->second.value.valid()) m.tensor_done(Uninitialised(it->second.name, "read"));
-              else m.tensor_done(it->second.value);
-              return;
-            }
-            case VarMsg::kAssign: {
-              auto it = st.vars.find(m.id);
-              if (it == st.vars.end()) {
-                m.tensor_done(NotFound("no variable with id " + std::to_string(m.id)));
-                return;
-              }
-              ShardState::Var& v = it->second;
-              Status s = ApplyAssign(v.name, v.dtype, v.shape, m.mode, m.value, &v.value);
-              if (s.ok()) v.MarkAll();
-              if (s.ok()) m.tensor_done(v.value);
-              else m.tensor_done(s);
-              return;
-            }
-            case VarMsg::kApply:
-              HandleApply(st, m);
-              return;
-            case VarMsg::kSyncApply:
-            case VarMsg::kSyncTimeout:
-            case VarMsg::kSyncAbort:
-            case VarMsg::kReadVersion:
-            case VarMsg::kReplicaQuery:
-            case VarMsg::kSspWait:
-              HandleReplication(self, msg);
-              return;
-            case VarMsg::kGather:
-              HandleGather(st, m);
-              return;
-            case VarMsg::kSparseApply:
-              HandleSparseApply(st, m);
-              return;
-            case VarMsg::kSnapshot: {
-              // Copy-on-write values: later updates never touch these buffers.
-              std::vector<std::pair<std::string, Tensor>> vars;
-              for (const auto& kv : st.vars)
-                if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
-              m.snapshot_done(std::move(vars));
-              return;
-            }
-            case VarMsg::kSnapshotDirty: {
-              std::vector<VarSnapshot> vars;
-              for (auto& kv : st.vars) {
-                ShardState::Var& v = kv.second;
-                if (!v.value.valid()) continue;
-                VarSnapshot snap;
-                snap.name = v.name;
-                snap.value = v.value;
-                snap.all_dirty = v.all_dirty;
-                if (!v.all_dirty) {
-                  snap.dirty_rows.reserve(static_cast<size_t>(v.num_dirty));
-                  for (size_t r = 0; r < v.dirty_bits.size(); ++r)
-                    if (v.dirty_bits[r]) snap.dirty_rows.push_back(static_cast<int64_t>(r));
-                }
-                // The next snapshot reports changes from here on.
-                v.all_dirty = false;
-                std::fill(v.dirty_bits.begin(), v.dirty_bits.end(), false);
-                v.num_dirty = 0;
-                vars.push_back(std::move(snap));
-              }
-              m.dirty_snapshot_done(std::move(vars));
-              return;
-            }
-          }
-        },
-    };
-  });
+  return sys.spawn(VariableShard, pool);
 }
 
 ActorVariables::ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables)
@@ -345,14 +308,8 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   const int64_t id = static_cast<int64_t>(vars_.size());
   vars_.push_back(Var{name, dtype, shape, s->second});
   ids_[name] = id;
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kDefine;
-  msg->id = id;
-  msg->name = name;
-  msg->dtype = dtype;
-  msg->shape = shape;
   // Enqueued before Resolve returns, so it precedes every later request.
-  caf::anon_send(s->second, std::move(msg));
+  caf::anon_send(s->second, DefineVariable{id, name, dtype, shape});
   return id;
 }
 
@@ -366,24 +323,14 @@ bool ActorVariables::ShardOf(int64_t id, VariableShardActor* out) const {
 void ActorVariables::Read(int64_t id, std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kRead;
-  msg->id = id;
-  msg->tensor_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, ReadVariable{id, std::move(done)});
 }
 
 void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
                             std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kAssign;
-  msg->id = id;
-  msg->mode = mode;
-  msg->value = std::move(value);
-  msg->tensor_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done)});
 }
 
 void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
@@ -391,34 +338,26 @@ void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
     return done(NotFound(std::string("optimizer ") + OptimizerName(req.optimizer) +
                          ": unknown variable"));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kApply;
-  msg->req = std::move(req);
-  msg->status_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, ApplyDense{std::move(req), std::move(done)});
 }
 
 namespace {
 
-// Sends every shard one `kind` message whose callback (installed by
-// set_done) hands back a vector, and blocks until all have answered; the
+// Sends every shard one Msg (SnapshotShard, SnapshotDirtyShard) whose
+// callback hands back a vector of T, and blocks until all have answered; the
 // answers concatenated.
-template <typename T, typename SetDone>
-std::vector<T> AskEveryShard(const std::vector<VariableShardActor>& shards, VarMsg::Kind kind,
-                             SetDone set_done) {
+template <typename Msg, typename T>
+std::vector<T> AskEveryShard(const std::vector<VariableShardActor>& shards) {
   std::mutex mu;
   std::condition_variable cv;
   size_t remaining = shards.size();
   std::vector<T> all;
   for (const auto& shard : shards) {
-    auto msg = std::make_shared<VarMsg>();
-    msg->kind = kind;
-    set_done(*msg, [&](std::vector<T> part) {
+    caf::anon_send(shard, Msg{[&](std::vector<T> part) {
       std::lock_guard<std::mutex> l(mu);
       for (auto& v : part) all.push_back(std::move(v));
       if (--remaining == 0) cv.notify_all();
-    });
-    caf::anon_send(shard, std::move(msg));
+    }});
   }
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return remaining == 0; });
@@ -515,17 +454,13 @@ void ActorVariables::AssignNamed(std::vector<std::pair<std::string, Tensor>> val
 
 std::vector<std::pair<std::string, Tensor>> ActorVariables::SnapshotAll() {
   using Named = std::pair<std::string, Tensor>;
-  auto all = AskEveryShard<Named>(Shards(), VarMsg::kSnapshot, [](VarMsg& m, auto cb) {
-    m.snapshot_done = std::move(cb);
-  });
+  auto all = AskEveryShard<SnapshotShard, Named>(Shards());
   std::sort(all.begin(), all.end(), [](const Named& a, const Named& b) { return a.first < b.first; });
   return all;
 }
 
 std::vector<VarSnapshot> ActorVariables::SnapshotDirty() {
-  auto all = AskEveryShard<VarSnapshot>(Shards(), VarMsg::kSnapshotDirty, [](VarMsg& m, auto cb) {
-    m.dirty_snapshot_done = std::move(cb);
-  });
+  auto all = AskEveryShard<SnapshotDirtyShard, VarSnapshot>(Shards());
   std::sort(all.begin(), all.end(), [](const VarSnapshot& a, const VarSnapshot& b) { return a.name < b.name; });
   return all;
 }
@@ -534,13 +469,7 @@ void ActorVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, Embeddin
                                    std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kGather;
-  msg->id = id;
-  msg->spec = std::move(spec);
-  msg->gather = std::move(q);
-  msg->tensor_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, GatherRows{id, std::move(spec), std::move(q), std::move(done)});
 }
 
 void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
@@ -548,11 +477,7 @@ void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Stat
   if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
     return done(NotFound(std::string("sparse optimizer ") + OptimizerName(req.optimizer) +
                          ": unknown variable"));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kSparseApply;
-  msg->sparse = std::move(req);
-  msg->status_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, ApplySparse{std::move(req), std::move(done)});
 }
 
 std::string ActorVariables::NameOf(int64_t id) const {
@@ -567,59 +492,34 @@ void ActorVariables::ApplySync(SyncApplyRequest req, std::function<void(Result<i
   if (req.req.var_ids.empty() || !ShardOf(req.req.var_ids[0], &shard))
     return done(NotFound(std::string("synchronous ") + OptimizerName(req.req.optimizer) +
                          ": unknown variable"));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kSyncApply;
-  msg->sync = std::move(req);
-  msg->step_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, ApplySyncGradient{std::move(req), std::move(done)});
 }
 
 void ActorVariables::AbortSync(int64_t id, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kSyncAbort;
-  msg->id = id;
-  msg->status_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, AbortSyncSteps{id, std::move(done)});
 }
 
 void ActorVariables::ReadWithVersion(int64_t id,
                                      std::function<void(Result<std::pair<Tensor, int64_t>>)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kReadVersion;
-  msg->id = id;
-  msg->versioned_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, ReadVersioned{id, std::move(done)});
 }
 
 void ActorVariables::QueryReplica(int64_t id, ReplicaQuery what,
                                   std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kReplicaQuery;
-  msg->id = id;
-  msg->query = what;
-  msg->tensor_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, QueryReplicaStats{id, what, std::move(done)});
 }
 
 void ActorVariables::StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
                                    int64_t staleness, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  auto msg = std::make_shared<VarMsg>();
-  msg->kind = VarMsg::kSspWait;
-  msg->id = id;
-  msg->worker = worker;
-  msg->clock = clock;
-  msg->num_workers = num_workers;
-  msg->staleness = staleness;
-  msg->status_done = std::move(done);
-  caf::anon_send(shard, std::move(msg));
+  caf::anon_send(shard, WaitStaleSync{id, worker, clock, num_workers, staleness, std::move(done)});
 }
 
 void ActorVariables::AllReduce(const std::string& group_key, int64_t group_size, int64_t rank,

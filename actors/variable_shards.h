@@ -1,5 +1,8 @@
-// The session's VariableService: variables live in variable shard actors
-// (actor-private header: include only from actors/*.cc).
+// The session's variables: they live in variable shard actors
+// (actor-private header: include only from actors/*.cc). ActorVariables is
+// the VariableService, EmbeddingShardService, ReplicationService and
+// CollectiveService of a session or node; each kernel sees only the one it
+// uses (KernelInit / OpKernelContext).
 //
 // Each variable belongs to one shard actor; a slot "<var>/<Optimizer>/<slot>"
 // joins the shard of "<var>" so an optimizer update (variable + slots) is one
@@ -15,6 +18,10 @@
 
 #include "actors/collectives.h"
 #include "actors/variable_shard_protocol.h"
+#include "kernels/collective_service.h"
+#include "kernels/embedding_shard_service.h"
+#include "kernels/replication_service.h"
+#include "kernels/variable_service.h"
 
 namespace sf {
 
@@ -26,7 +33,10 @@ namespace runtime {
 // embedding gathers and sparse updates.
 VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool = nullptr);
 
-class ActorVariables : public VariableService {
+class ActorVariables : public VariableService,
+                       public EmbeddingShardService,
+                       public ReplicationService,
+                       public CollectiveService {
  public:
   // graph_variables: the shared names of the graph's VarHandles, used to
   // colocate "<var>/..." with "<var>".
@@ -39,7 +49,7 @@ class ActorVariables : public VariableService {
               std::function<void(Result<Tensor>)> done) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
-  // Replication (kernels/replica_state.h): handled by the variable's shard actor.
+  // ReplicationService (kernels/replica_state.h): handled by the variable's shard actor.
   void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
   void AbortSync(int64_t id, std::function<void(Status)> done) override;
   void ReadWithVersion(int64_t id,
@@ -47,9 +57,10 @@ class ActorVariables : public VariableService {
   void QueryReplica(int64_t id, ReplicaQuery what, std::function<void(Result<Tensor>)> done) override;
   void StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
                      int64_t staleness, std::function<void(Status)> done) override;
+  // CollectiveService: the session's all-reduce rings (actors/collectives.h).
   void AllReduce(const std::string& group_key, int64_t group_size, int64_t rank, Tensor value,
                  std::function<void(Result<Tensor>)> done) override;
-  // Sharded embeddings: one message to the shard's actor, which combines
+  // EmbeddingShardService: one message to the shard's actor, which combines
   // its rows (or applies the sparse update) beside them.
   void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
                      std::function<void(Result<Tensor>)> done) override;

@@ -1,6 +1,7 @@
-// InMemoryVariables: a VariableService holding variables in a map under one
-// mutex, answering synchronously. For tests and the reference evaluator; a
-// session uses variable shard actors instead.
+// InMemoryVariables: a VariableService (and the EmbeddingShardService over
+// the same variables) holding variables in a map under one mutex, answering
+// synchronously. For tests and the reference evaluator; a session uses
+// variable shard actors instead. It has no replication and no collectives.
 #pragma once
 
 #include <mutex>
@@ -8,11 +9,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/embedding_shard_service.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
 
-class InMemoryVariables : public VariableService {
+class InMemoryVariables : public VariableService, public EmbeddingShardService {
  public:
   Result<int64_t> Resolve(const std::string& name, DType dtype, const PartialShape& shape) override;
   void Read(int64_t id, std::function<void(Result<Tensor>)> done) override;

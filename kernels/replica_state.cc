@@ -5,40 +5,6 @@
 
 namespace sf {
 
-// ---- VariableService defaults: services without replication say so -------
-
-void VariableService::ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) {
-  done(Unimplemented("this variable service has no synchronous replication (variable '" +
-                     (req.req.var_ids.empty() ? std::string("?") : NameOf(req.req.var_ids[0])) +
-                     "')"));
-}
-
-void VariableService::AbortSync(int64_t id, std::function<void(Status)> done) {
-  done(Unimplemented("this variable service has no synchronous replication (variable '" +
-                     NameOf(id) + "')"));
-}
-
-void VariableService::ReadWithVersion(int64_t id,
-                                      std::function<void(Result<std::pair<Tensor, int64_t>>)> done) {
-  done(Unimplemented("this variable service keeps no versions (variable '" + NameOf(id) + "')"));
-}
-
-void VariableService::QueryReplica(int64_t id, ReplicaQuery, std::function<void(Result<Tensor>)> done) {
-  done(Unimplemented("this variable service keeps no replication counters (variable '" +
-                     NameOf(id) + "')"));
-}
-
-void VariableService::StaleSyncWait(int64_t id, int64_t, int64_t, int64_t, int64_t,
-                                    std::function<void(Status)> done) {
-  done(Unimplemented("this variable service has no stale-synchronous barrier (variable '" +
-                     NameOf(id) + "')"));
-}
-
-void VariableService::AllReduce(const std::string& group_key, int64_t, int64_t, Tensor,
-                                std::function<void(Result<Tensor>)> done) {
-  done(Unimplemented("this variable service hosts no collectives (all-reduce group '" + group_key + "')"));
-}
-
 // ---- ReplicaState -----------------------------------------------------------
 
 ReplicaState::~ReplicaState() {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/variable_service.h"
+#include "kernels/replication_service.h"
 
 namespace sf {
 
@@ -55,7 +55,7 @@ class ReplicaState {
   void RecordUpdate(int64_t read_version);
   int64_t version() const { return version_; }
 
-  // SSP barrier (see VariableService::StaleSyncWait).
+  // SSP barrier (see ReplicationService::StaleSyncWait).
   void StaleSyncWait(const std::string& var, int64_t worker, int64_t clock, int64_t num_workers,
                      int64_t staleness, std::function<void(Status)> done);
 

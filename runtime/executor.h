@@ -25,6 +25,9 @@ namespace sf {
 
 class ComputePool;
 class VariableService;
+class EmbeddingShardService;
+class ReplicationService;
+class CollectiveService;
 class QueueService;
 class RendezvousService;
 class CheckpointService;
@@ -51,6 +54,9 @@ struct ExecutorEnv {
   const KernelRegistry* kernels = nullptr;   // null: StandardKernelRegistry()
   ComputePool* pool = nullptr;               // required
   VariableService* variables = nullptr;      // null outside a session
+  EmbeddingShardService* embeddings = nullptr;  // null outside a session
+  ReplicationService* replication = nullptr;    // null outside a session
+  CollectiveService* collectives = nullptr;     // null outside a session
   QueueService* queues = nullptr;            // null outside a session
   RendezvousService* rendezvous = nullptr;   // serves _Send/_Recv; null when the partition has none
   CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null

@@ -1,6 +1,6 @@
 // Sharded embedding ops. Each takes the handle of one shard variable, so
 // placement colocates it with the shard; its kernel sends one message to the
-// shard (VariableService::GatherCombine / SparseApply) and only combined rows
+// shard (EmbeddingShardService::GatherCombine / SparseApply) and only combined rows
 // come back. The builders (graph/embedding.cc) add one per shard and sum the
 // partials on the caller.
 //

@@ -29,6 +29,9 @@ namespace sf {
 
 class ComputePool;
 class VariableService;
+class EmbeddingShardService;
+class ReplicationService;
+class CollectiveService;
 class QueueService;
 class RendezvousService;
 class CheckpointService;
@@ -46,6 +49,9 @@ struct KernelInit {
   std::vector<DType> output_dtypes;
   DeviceType device = DeviceType::kCPU;
   VariableService* variables = nullptr;  // may be null outside a session
+  EmbeddingShardService* embeddings = nullptr;  // embedding shards; may be null outside a session
+  ReplicationService* replication = nullptr;    // sync replicas, versions, SSP; may be null
+  CollectiveService* collectives = nullptr;     // all-reduce groups; may be null
   QueueService* queues = nullptr;        // may be null outside a session
   RendezvousService* rendezvous = nullptr;  // null unless the step spans partitions
   CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null
@@ -60,9 +66,11 @@ class OpKernelContext {
  public:
   OpKernelContext(const Tensor* const* inputs, int num_inputs, Tensor* outputs, int num_outputs,
                   ComputePool* pool, VariableService* variables, int64_t step_id,
-                  QueueService* queues = nullptr)
+                  QueueService* queues = nullptr, EmbeddingShardService* embeddings = nullptr,
+                  ReplicationService* replication = nullptr, CollectiveService* collectives = nullptr)
       : inputs_(inputs), num_inputs_(num_inputs), outputs_(outputs), num_outputs_(num_outputs),
-        pool_(pool), variables_(variables), queues_(queues), step_id_(step_id) {}
+        pool_(pool), variables_(variables), queues_(queues), embeddings_(embeddings),
+        replication_(replication), collectives_(collectives), step_id_(step_id) {}
 
   int num_inputs() const { return num_inputs_; }
   int num_outputs() const { return num_outputs_; }
@@ -84,7 +92,12 @@ class OpKernelContext {
   ComputePool* pool() const { return pool_; }
   // The Eigen device for intra-op parallelism (never null inside a session).
   const Eigen::ThreadPoolDevice& eigen_device() const;
+  // The services a kernel reaches (each null outside a session, or where the
+  // runtime has none: the kernel then reports FailedPrecondition naming its op).
   VariableService* variables() const { return variables_; }
+  EmbeddingShardService* embeddings() const { return embeddings_; }
+  ReplicationService* replication() const { return replication_; }
+  CollectiveService* collectives() const { return collectives_; }
   // The session's queues (null outside a session).
   QueueService* queues() const { return queues_; }
   int64_t step_id() const { return step_id_; }
@@ -110,6 +123,9 @@ class OpKernelContext {
   ComputePool* pool_;
   VariableService* variables_;
   QueueService* queues_;
+  EmbeddingShardService* embeddings_;
+  ReplicationService* replication_;
+  CollectiveService* collectives_;
   int64_t step_id_;
   const std::string* frame_key_ = nullptr;
   int64_t iteration_ = 0;

@@ -34,6 +34,13 @@ inline Status CheckRuntimeShape(const Shape& s, const std::string& what) {
   return Status::OK();
 }
 
+// What a kernel reports when the runtime gives it no `service` (a null
+// pointer in KernelInit / OpKernelContext): FailedPrecondition naming the op.
+inline Status MissingService(const std::string& op, const char* service) {
+  return FailedPrecondition("op " + op + " needs " + service +
+                            ", which this runtime does not provide (run it in a session)");
+}
+
 // Registers K for `op` on the CPU for each listed dtype (kInvalid = any);
 // a duplicate is our bug and aborts.
 template <typename K>

@@ -5,7 +5,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/embedding_math.h"
 #include "kernels/optimizer_spec.h"
-#include "kernels/variable_service.h"
+#include "kernels/embedding_shard_service.h"
 
 namespace sf {
 namespace {
@@ -19,7 +19,7 @@ Result<int64_t> ShardHandle(const Tensor& t, const std::string& table) {
 
 class EmbeddingKernelBase : public OpKernel {
  public:
-  EmbeddingKernelBase(const KernelInit& init, Status* s) {
+  EmbeddingKernelBase(const KernelInit& init, Status* s) : op_(init.op) {
     auto a = ParseEmbeddingOpAttrs(*init.attrs);
     if (!a.ok()) *s = a.status();
     else attrs_ = *a;
@@ -31,6 +31,7 @@ class EmbeddingKernelBase : public OpKernel {
   bool IsStateful() const override { return true; }
 
  protected:
+  std::string op_;
   EmbeddingOpAttrs attrs_;
 };
 
@@ -42,7 +43,7 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
       ctx->SetStatus(std::move(s));
       done();
     };
-    if (!ctx->variables()) return fail(FailedPrecondition("no variable service"));
+    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
     auto id = ShardHandle(ctx->input(0), attrs_.spec.table);
     if (!id.ok()) return fail(id.status());
     EmbeddingGather q;
@@ -50,7 +51,7 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
     Status s = BuildEmbeddingGather(attrs_, ctx->input(1),
                                     ctx->num_inputs() > 2 ? &ctx->input(2) : nullptr, &q, &prefix);
     if (!s.ok()) return fail(s);
-    ctx->variables()->GatherCombine(
+    ctx->embeddings()->GatherCombine(
         *id, attrs_.spec, std::move(q),
         [ctx, prefix = std::move(prefix), done = std::move(done)](Result<Tensor> r) mutable {
           if (!r.ok()) {
@@ -76,7 +77,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
       ctx->SetStatus(std::move(s));
       done();
     };
-    if (!ctx->variables()) return fail(FailedPrecondition("no variable service"));
+    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
     SparseApplyRequest req;
     req.optimizer = optimizer_;
     for (int i = 0; i < handles_; ++i) {
@@ -103,7 +104,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
     s = EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req.indices, &req.values, ctx->pool());
     if (!s.ok()) return fail(s);
     req.indices_unique = true;  // EmbeddingSparseGrad merged duplicates
-    ctx->variables()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {
+    ctx->embeddings()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {
       ctx->SetStatus(std::move(st));
       done();
     });

@@ -1,10 +1,13 @@
 // Kernels of the replication ops (graph/ops/replication_ops.cc). Each sends
-// one request to the VariableService and finishes in its callback: a worker
+// one request to the ReplicationService (the asynchronous apply to the
+// VariableService, all-reduce to the CollectiveService) and finishes in its
+// callback: a worker
 // waiting for its synchronous step (or at the stale-synchronous barrier) is a
 // pending callback in the variable's shard actor, never a blocked thread.
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/optimizer_spec.h"
-#include "kernels/replica_state.h"
+#include "kernels/collective_service.h"
+#include "kernels/replication_service.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -27,14 +30,23 @@ Result<int64_t> Int64Input(OpKernelContext* ctx, int i, const char* what) {
   return t.data<int64_t>()[0];
 }
 
+// The service a replication kernel sends its request to.
+enum class Needs { kReplication, kVariables, kCollectives };
+
 class AsyncKernelBase : public OpKernel {
  public:
+  AsyncKernelBase(const KernelInit& init, Needs needs) : op_(init.op), needs_(needs) {}
   void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("replication ops are asynchronous")); }
   bool IsAsync() const override { return true; }
   bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    if (!ctx->variables()) {
-      ctx->SetStatus(FailedPrecondition("no variable service"));
+    const bool have = needs_ == Needs::kReplication ? ctx->replication() != nullptr
+                      : needs_ == Needs::kVariables ? ctx->variables() != nullptr
+                                                    : ctx->collectives() != nullptr;
+    if (!have) {
+      ctx->SetStatus(MissingService(op_, needs_ == Needs::kReplication ? "a replication service"
+                                         : needs_ == Needs::kVariables ? "a variable service"
+                                                                       : "a collective service"));
       done();
       return;
     }
@@ -48,12 +60,17 @@ class AsyncKernelBase : public OpKernel {
  protected:
   // Sends the request; on an error returned here done has not been called.
   virtual Status Start(OpKernelContext* ctx, std::function<void()>& done) = 0;
+
+ private:
+  std::string op_;
+  Needs needs_;
 };
 
 // ApplyGradientSync (sync = true) and ApplyGradientAsync.
 class TaggedApplyKernel : public AsyncKernelBase {
  public:
-  TaggedApplyKernel(const KernelInit& init, Status* s, bool sync) : sync_(sync) {
+  TaggedApplyKernel(const KernelInit& init, Status* s, bool sync)
+      : AsyncKernelBase(init, sync ? Needs::kReplication : Needs::kVariables), sync_(sync) {
     auto opt = init.Attr<std::string>("optimizer");
     if (!opt.ok()) { *s = opt.status(); return; }
     auto kind = ParseOptimizer(*opt);
@@ -103,7 +120,7 @@ class TaggedApplyKernel : public AsyncKernelBase {
     sreq.step_tag = tag;
     sreq.num_required = num_required_;
     sreq.timeout_ms = timeout_ms_;
-    ctx->variables()->ApplySync(std::move(sreq), [ctx, done = std::move(done)](Result<int64_t> r) {
+    ctx->replication()->ApplySync(std::move(sreq), [ctx, done = std::move(done)](Result<int64_t> r) {
       if (!r.ok()) {
         ctx->SetStatus(r.status());
       } else {
@@ -135,7 +152,8 @@ class ApplyGradientAsyncKernel : public TaggedApplyKernel {
 
 class ReadVariableWithVersionKernel : public AsyncKernelBase {
  public:
-  ReadVariableWithVersionKernel(const KernelInit& init, Status* s) {
+  ReadVariableWithVersionKernel(const KernelInit& init, Status* s)
+      : AsyncKernelBase(init, Needs::kReplication) {
     auto d = init.Attr<DType>("dtype");
     if (!d.ok()) *s = d.status();
     else dtype_ = *d;
@@ -144,14 +162,15 @@ class ReadVariableWithVersionKernel : public AsyncKernelBase {
  protected:
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     SF_ASSIGN_OR_RETURN(int64_t id, HandleInput(ctx, 0));
-    VariableService* vars = ctx->variables();
+    VariableService* vars = ctx->variables();  // for the name in an error; may be null
     const DType want = dtype_;
-    vars->ReadWithVersion(id, [ctx, done = std::move(done), want, vars, id](
-                                  Result<std::pair<Tensor, int64_t>> r) {
+    ctx->replication()->ReadWithVersion(id, [ctx, done = std::move(done), want, vars, id](
+                                                Result<std::pair<Tensor, int64_t>> r) {
       if (!r.ok()) {
         ctx->SetStatus(r.status());
       } else if (r->first.dtype() != want) {
-        ctx->SetStatus(InvalidArgument("variable '" + vars->NameOf(id) + "' holds " +
+        const std::string name = vars ? vars->NameOf(id) : "id " + std::to_string(id);
+        ctx->SetStatus(InvalidArgument("variable '" + name + "' holds " +
                                        DTypeName(r->first.dtype()) + ", read as " + DTypeName(want)));
       } else {
         Tensor v(DType::kInt64, {});
@@ -171,12 +190,12 @@ class ReadVariableWithVersionKernel : public AsyncKernelBase {
 template <ReplicaQuery kWhat>
 class ReplicaQueryKernel : public AsyncKernelBase {
  public:
-  ReplicaQueryKernel(const KernelInit&, Status*) {}
+  ReplicaQueryKernel(const KernelInit& init, Status*) : AsyncKernelBase(init, Needs::kReplication) {}
 
  protected:
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     SF_ASSIGN_OR_RETURN(int64_t id, HandleInput(ctx, 0));
-    ctx->variables()->QueryReplica(id, kWhat, [ctx, done = std::move(done)](Result<Tensor> r) {
+    ctx->replication()->QueryReplica(id, kWhat, [ctx, done = std::move(done)](Result<Tensor> r) {
       if (!r.ok()) ctx->SetStatus(r.status());
       else ctx->set_output(0, std::move(r).value());
       done();
@@ -187,12 +206,12 @@ class ReplicaQueryKernel : public AsyncKernelBase {
 
 class AbortSyncStepKernel : public AsyncKernelBase {
  public:
-  AbortSyncStepKernel(const KernelInit&, Status*) {}
+  AbortSyncStepKernel(const KernelInit& init, Status*) : AsyncKernelBase(init, Needs::kReplication) {}
 
  protected:
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     SF_ASSIGN_OR_RETURN(int64_t id, HandleInput(ctx, 0));
-    ctx->variables()->AbortSync(id, [ctx, done = std::move(done)](Status s) {
+    ctx->replication()->AbortSync(id, [ctx, done = std::move(done)](Status s) {
       ctx->SetStatus(std::move(s));
       done();
     });
@@ -202,7 +221,7 @@ class AbortSyncStepKernel : public AsyncKernelBase {
 
 class StaleSyncWaitKernel : public AsyncKernelBase {
  public:
-  StaleSyncWaitKernel(const KernelInit& init, Status* s) {
+  StaleSyncWaitKernel(const KernelInit& init, Status* s) : AsyncKernelBase(init, Needs::kReplication) {
     auto w = init.Attr<int64_t>("worker");
     auto n = init.Attr<int64_t>("num_workers");
     auto st = init.Attr<int64_t>("staleness");
@@ -218,11 +237,11 @@ class StaleSyncWaitKernel : public AsyncKernelBase {
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     SF_ASSIGN_OR_RETURN(int64_t id, HandleInput(ctx, 0));
     SF_ASSIGN_OR_RETURN(int64_t clock, Int64Input(ctx, 1, "the clock"));
-    ctx->variables()->StaleSyncWait(id, worker_, clock, num_workers_, staleness_,
-                                    [ctx, done = std::move(done)](Status s) {
-                                      ctx->SetStatus(std::move(s));
-                                      done();
-                                    });
+    ctx->replication()->StaleSyncWait(id, worker_, clock, num_workers_, staleness_,
+                                      [ctx, done = std::move(done)](Status s) {
+                                        ctx->SetStatus(std::move(s));
+                                        done();
+                                      });
     return Status::OK();
   }
 
@@ -232,7 +251,7 @@ class StaleSyncWaitKernel : public AsyncKernelBase {
 
 class AllReduceKernel : public AsyncKernelBase {
  public:
-  AllReduceKernel(const KernelInit& init, Status* s) {
+  AllReduceKernel(const KernelInit& init, Status* s) : AsyncKernelBase(init, Needs::kCollectives) {
     auto k = init.Attr<std::string>("group_key");
     auto n = init.Attr<int64_t>("group_size");
     auto r = init.Attr<int64_t>("rank");
@@ -246,12 +265,12 @@ class AllReduceKernel : public AsyncKernelBase {
 
  protected:
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
-    ctx->variables()->AllReduce(key_, size_, rank_, ctx->input(0),
-                                [ctx, done = std::move(done)](Result<Tensor> r) {
-                                  if (!r.ok()) ctx->SetStatus(r.status());
-                                  else ctx->set_output(0, std::move(r).value());
-                                  done();
-                                });
+    ctx->collectives()->AllReduce(key_, size_, rank_, ctx->input(0),
+                                  [ctx, done = std::move(done)](Result<Tensor> r) {
+                                    if (!r.ok()) ctx->SetStatus(r.status());
+                                    else ctx->set_output(0, std::move(r).value());
+                                    done();
+                                  });
     return Status::OK();
   }
 

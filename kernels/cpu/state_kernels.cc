@@ -17,7 +17,7 @@ class VarHandleKernel : public OpKernel {
     if (!dtype.ok()) { *s = dtype.status(); return; }
     if (!shape.ok()) { *s = shape.status(); return; }
     if (!init.variables) {
-      *s = FailedPrecondition("variable '" + *name + "' needs a session (no variable service)");
+      *s = MissingService(init.op, ("a variable service for variable '" + *name + "'").c_str());
       return;
     }
     auto id = init.variables->Resolve(*name, *dtype, *shape);
@@ -43,6 +43,7 @@ Result<int64_t> HandleId(const Tensor& t) {
 // VariableService: always asynchronous, always stateful.
 class VariableAccessKernel : public OpKernel {
  public:
+  explicit VariableAccessKernel(const KernelInit& init) : op_(init.op) {}
   void Compute(OpKernelContext* ctx) override {
     ctx->SetStatus(Internal("variable access is asynchronous"));
   }
@@ -51,7 +52,7 @@ class VariableAccessKernel : public OpKernel {
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     auto id = HandleId(ctx->input(0));
     if (!id.ok() || !ctx->variables()) {
-      ctx->SetStatus(id.ok() ? FailedPrecondition("no variable service") : id.status());
+      ctx->SetStatus(id.ok() ? MissingService(op_, "a variable service") : id.status());
       done();
       return;
     }
@@ -61,11 +62,14 @@ class VariableAccessKernel : public OpKernel {
  protected:
   // Starts the access of variable `id`; calls done once it has finished.
   virtual void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) = 0;
+
+ private:
+  std::string op_;
 };
 
 class ReadVariableKernel : public VariableAccessKernel {
  public:
-  ReadVariableKernel(const KernelInit& init, Status* s) {
+  ReadVariableKernel(const KernelInit& init, Status* s) : VariableAccessKernel(init) {
     auto d = init.Attr<DType>("dtype");
     if (!d.ok()) *s = d.status();
     else dtype_ = *d;
@@ -95,7 +99,7 @@ class ReadVariableKernel : public VariableAccessKernel {
 template <AssignMode kMode>
 class AssignKernel : public VariableAccessKernel {
  public:
-  AssignKernel(const KernelInit&, Status*) {}
+  AssignKernel(const KernelInit& init, Status*) : VariableAccessKernel(init) {}
 
  protected:
   void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {

@@ -12,7 +12,7 @@ namespace {
 class ApplyKernel : public OpKernel {
  public:
   ApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
-      : optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
+      : op_(init.op), optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
         scalars_(SpecOf(optimizer).scalars) {
     auto n = init.AttrOr<bool>("use_nesterov", false);
     if (!n.ok()) *s = n.status();
@@ -25,7 +25,7 @@ class ApplyKernel : public OpKernel {
   bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     if (!ctx->variables()) {
-      ctx->SetStatus(FailedPrecondition("no variable service"));
+      ctx->SetStatus(MissingService(op_, "a variable service"));
       done();
       return;
     }
@@ -51,6 +51,7 @@ class ApplyKernel : public OpKernel {
   }
 
  private:
+  std::string op_;
   OptimizerKind optimizer_;
   int handles_, scalars_;
   bool nesterov_ = false;

@@ -109,3 +109,199 @@ TEST_CASE("Variable shards: slots are colocated, updates are atomic", "[variable
   REQUIRE_FALSE(st.ok());
   CHECK(st.message().find("colocated") != std::string::npos);
 }
+
+namespace {
+
+// Sends the message make(done) builds to a shard and waits for done's answer.
+template <typename R, typename Make>
+std::future<R> Send(const VariableShardActor& shard, Make make) {
+  auto p = std::make_shared<std::promise<R>>();
+  auto f = p->get_future();
+  caf::anon_send(shard, make([p](R r) { p->set_value(std::move(r)); }));
+  return f;
+}
+template <typename R, typename Make>
+R Ask(const VariableShardActor& shard, Make make) {
+  return Send<R>(shard, make).get();
+}
+
+// A round trip through the shard: every message sent before it has been handled.
+void Drain(const VariableShardActor& shard) {
+  Ask<Result<Tensor>>(shard, [](auto done) { return runtime::ReadVariable{12345, done}; });
+}
+
+bool Pending(std::future<Status>& f) { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; }
+
+Tensor Rows(std::vector<float> v, int64_t rows) {
+  auto t = Tensor::FromVector(v).Reshaped({rows, static_cast<int64_t>(v.size()) / rows});
+  REQUIRE(t.ok());
+  return *t;
+}
+
+}  // namespace
+
+TEST_CASE("Variable shard protocol: every message type", "[variables]") {
+  System s;
+  VariableShardActor shard = SpawnVariableShard(s.sys);
+  using R = Result<Tensor>;
+  caf::anon_send(shard, DefineVariable{0, "t", DType::kFloat32, PartialShape({4, 2})});
+  caf::anon_send(shard, DefineVariable{1, "t/Adagrad/accumulator", DType::kFloat32, PartialShape({4, 2})});
+
+  // ReadVariable, AssignVariable.
+  R r = Ask<R>(shard, [](auto done) { return runtime::ReadVariable{0, done}; });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kFailedPrecondition);
+  CHECK(r.status().message().find("'t'") != std::string::npos);
+  CHECK(Ask<R>(shard, [](auto done) { return runtime::ReadVariable{7, done}; }).status().code() == Code::kNotFound);
+  REQUIRE(Ask<R>(shard, [](auto done) {
+            return AssignVariable{0, AssignMode::kAssign, Rows({0, 1, 2, 3, 4, 5, 6, 7}, 4), done};
+          }).ok());
+  r = Ask<R>(shard, [](auto done) { return AssignVariable{1, AssignMode::kAssign, Rows({1, 1, 1, 1, 1, 1, 1, 1}, 4), done}; });
+  REQUIRE(r.ok());
+  r = Ask<R>(shard, [](auto done) { return AssignVariable{1, AssignMode::kAdd, Rows({1, 2}, 1), done}; });
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  r = Ask<R>(shard, [](auto done) { return runtime::ReadVariable{0, done}; });
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7});
+
+  // GatherRows: ids 1 and 3 in example 0, id 1 in example 1, summed here.
+  EmbeddingShardSpec spec;
+  spec.table = "t";
+  spec.rows = 4;
+  EmbeddingGather q;
+  q.ids = Tensor::FromVector(std::vector<int64_t>{1, 3, 1});
+  q.segment_ids = Tensor::FromVector(std::vector<int64_t>{0, 0, 1});
+  q.num_segments = 2;
+  r = Ask<R>(shard, [&](auto done) { return GatherRows{0, spec, q, done}; });
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{8, 10, 2, 3});
+  q.ids = Tensor::FromVector(std::vector<int64_t>{1, 9, 1});
+  r = Ask<R>(shard, [&](auto done) { return GatherRows{0, spec, q, done}; });
+  CHECK(r.status().code() == Code::kInvalidArgument);
+
+  // SnapshotDirtyShard: everything the first time, then the rows ApplySparse touched.
+  using Dirty = std::vector<VarSnapshot>;
+  Dirty d = Ask<Dirty>(shard, [](auto done) { return SnapshotDirtyShard{done}; });
+  REQUIRE(d.size() == 2);
+  for (const auto& v : d) CHECK(v.all_dirty);
+  SparseApplyRequest sp;
+  sp.optimizer = OptimizerKind::kGradientDescent;
+  sp.var_ids = {0};
+  sp.scalars = {Tensor::Scalar<float>(1.0f)};
+  sp.indices = Tensor::FromVector(std::vector<int64_t>{2});
+  sp.values = Rows({1, 1}, 1);
+  sp.indices_unique = true;
+  REQUIRE(Ask<Status>(shard, [&](auto done) { return ApplySparse{sp, done}; }).ok());
+  sp.var_ids = {0, 5};
+  Status st = Ask<Status>(shard, [&](auto done) { return ApplySparse{sp, done}; });
+  CHECK(st.message().find("colocated") != std::string::npos);
+  d = Ask<Dirty>(shard, [](auto done) { return SnapshotDirtyShard{done}; });
+  REQUIRE(d.size() == 2);
+  for (const auto& v : d) {
+    CHECK_FALSE(v.all_dirty);
+    if (v.name == "t") CHECK(v.dirty_rows == std::vector<int64_t>{2});
+    else CHECK(v.dirty_rows.empty());
+  }
+
+  // ApplyDense advances the version ReadVersioned reports.
+  ApplyRequest dense;
+  dense.optimizer = OptimizerKind::kGradientDescent;
+  dense.var_ids = {0};
+  dense.scalars = {Tensor::Scalar<float>(1.0f)};
+  dense.grad = Rows({1, 1, 1, 1, 1, 1, 1, 1}, 4);
+  REQUIRE(Ask<Status>(shard, [&](auto done) { return ApplyDense{dense, done}; }).ok());
+  using Versioned = Result<std::pair<Tensor, int64_t>>;
+  Versioned v = Ask<Versioned>(shard, [](auto done) { return ReadVersioned{0, done}; });
+  REQUIRE(v.ok());
+  CHECK(v->first.ToVector<float>() == std::vector<float>{-1, 0, 1, 2, 2, 3, 5, 6});
+  CHECK(v->second == 1);
+
+  // ApplySyncGradient: the step applies once both of N = 2 have arrived.
+  SyncApplyRequest sync;
+  sync.req = dense;
+  sync.num_required = 2;
+  sync.step_tag = 0;
+  using Step = Result<int64_t>;
+  auto first = Send<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  Drain(shard);
+  CHECK(first.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
+  Step second = Ask<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  REQUIRE(second.ok());
+  CHECK(*second == 0);
+  CHECK(*first.get() == 0);
+  Step stale = Ask<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  REQUIRE(stale.ok());
+  CHECK(*stale == -1);
+  r = Ask<R>(shard, [](auto done) { return QueryReplicaStats{0, ReplicaQuery::kSyncStats, done}; });
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{1, 2, 1});
+
+  // SyncWaitTimeout: the shard's own delayed message fails the waiter.
+  sync.step_tag = 1;
+  sync.timeout_ms = 20;
+  Step late = Ask<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  CHECK(late.status().code() == Code::kUnavailable);
+
+  // AbortSyncSteps fails a waiting worker with Aborted.
+  sync.step_tag = 2;
+  sync.timeout_ms = 0;
+  auto waiting = Send<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  REQUIRE(Ask<Status>(shard, [](auto done) { return AbortSyncSteps{0, done}; }).ok());
+  CHECK(waiting.get().status().code() == Code::kAborted);
+  CHECK(Ask<Status>(shard, [](auto done) { return AbortSyncSteps{9, done}; }).code() == Code::kNotFound);
+
+  // WaitStaleSync: worker 0 at clock 1 waits (staleness 0) until worker 1 gets there.
+  auto w0 = Send<Status>(shard, [](auto done) { return WaitStaleSync{0, 0, 1, 2, 0, done}; });
+  Drain(shard);
+  CHECK(Pending(w0));
+  CHECK(Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 1, 1, 2, 0, done}; }).ok());
+  CHECK(w0.get().ok());
+  st = Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 5, 1, 2, 0, done}; });
+  CHECK(st.code() == Code::kInvalidArgument);
+
+  r = Ask<R>(shard, [](auto done) { return QueryReplicaStats{0, ReplicaQuery::kStaleness, done}; });
+  REQUIRE(r.ok());
+  CHECK(r->dtype() == DType::kFloat64);
+  CHECK(r->num_elements() == 3);
+
+  // SnapshotShard: both variables, between two updates.
+  using Named = std::vector<std::pair<std::string, Tensor>>;
+  Named all = Ask<Named>(shard, [](auto done) { return SnapshotShard{done}; });
+  CHECK(all.size() == 2);
+  caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("Variable shards: each narrow service reaches the shard", "[variables]") {
+  System s;
+  ActorVariables vars(s.sys, {"e"});
+  auto e = vars.Resolve("e", DType::kFloat32, PartialShape({3, 1}));
+  REQUIRE(e.ok());
+  REQUIRE(Wait([&](auto done) { vars.Assign(*e, AssignMode::kAssign, Rows({1, 2, 3}, 3), done); }).ok());
+
+  EmbeddingShardService& emb = vars;
+  EmbeddingShardSpec spec;
+  spec.table = "e";
+  spec.rows = 3;
+  EmbeddingGather q;
+  q.ids = Tensor::FromVector(std::vector<int64_t>{0, 2});
+  q.segment_ids = Tensor::FromVector(std::vector<int64_t>{0, 0});
+  q.num_segments = 1;
+  q.combiner = EmbeddingCombiner::kMean;
+  auto r = Wait([&](auto done) { emb.GatherCombine(*e, spec, q, done); });
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{2});
+
+  ReplicationService& rep = vars;
+  std::promise<Result<std::pair<Tensor, int64_t>>> p;
+  rep.ReadWithVersion(*e, [&](Result<std::pair<Tensor, int64_t>> v) { p.set_value(std::move(v)); });
+  auto v = p.get_future().get();
+  REQUIRE(v.ok());
+  CHECK(v->second == 0);
+
+  CollectiveService& coll = vars;
+  auto sum = Wait([&](auto done) { coll.AllReduce("solo", 1, 0, Tensor::FromVector(std::vector<float>{4}), done); });
+  REQUIRE(sum.ok());
+  CHECK(sum->ToVector<float>() == std::vector<float>{4});
+  auto bad = Wait([&](auto done) { coll.AllReduce("solo", 1, 3, Tensor::FromVector(std::vector<float>{4}), done); });
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+}

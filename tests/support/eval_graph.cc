@@ -32,7 +32,11 @@ Result<std::vector<Tensor>> EvalWithExecutor(const Graph& g, const Feeds& feeds,
   }
   SF_ASSIGN_OR_RETURN(std::vector<int> order, runtime::PruneAndSort(g, fed, fetches, targets));
   runtime::ExecutorSpec spec{order, fed, fetches};
-  SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &TestPool(), vars}));
+  runtime::ExecutorEnv env;
+  env.pool = &TestPool();
+  env.variables = vars;
+  env.embeddings = vars;
+  SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(g, spec, env));
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
@@ -128,12 +132,14 @@ Result<std::vector<Tensor>> EvalGraph(const Graph& g, const Feeds& feeds,
     for (const Output& in : n.inputs) init.input_dtypes.push_back(in.dtype());
     init.output_dtypes = n.output_dtypes;
     init.variables = vars;
+    init.embeddings = vars;
     auto kernel = (**factory)(init);
     if (!kernel.ok()) return kernel.status().WithPrefix(where);
     std::vector<const Tensor*> inputs;
     for (const Output& in : n.inputs) inputs.push_back(&values[in.node][in.index]);
     OpKernelContext ctx(inputs.data(), static_cast<int>(inputs.size()), values[id].data(),
-                        n.num_outputs(), &TestPool(), vars, /*step_id=*/1);
+                        n.num_outputs(), &TestPool(), vars, /*step_id=*/1, /*queues=*/nullptr,
+                        /*embeddings=*/vars);
     std::mutex mu;
     std::condition_variable cv;
     bool finished = false;
