@@ -23,7 +23,7 @@
 #include "actors/queue_actors.h"
 #include "runtime/rendezvous.h"
 #include "actors/variable_shards.h"
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 #include "kernels/compute_pool.h"
 #include "net/auth.h"
 #include "net/transport.h"

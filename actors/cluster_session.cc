@@ -28,7 +28,7 @@
 #include "runtime/plan.h"
 #include "runtime/step_join.h"
 #include "graph/device_name.h"
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 #include "graph/partition.h"
 #include "graph/placement.h"
 #include "net/transport.h"

@@ -382,8 +382,12 @@ bool CheckpointSchedule::Due(int64_t step) {
 }
 
 Result<int64_t> Session::SaveIncremental(const std::string& dir, int64_t global_step) {
+  return SaveIncrementalCheckpoint(dir, global_step, 0);
+}
+
+Result<int64_t> Session::SaveIncrementalCheckpoint(const std::string& dir, int64_t global_step, int keep_last) {
   std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-  return WriteCheckpoint(impl_.get(), dir, global_step, 0, true);
+  return WriteCheckpoint(impl_.get(), dir, global_step, keep_last, true);
 }
 
 static Result<int64_t> WriteCheckpoint(Session::Impl* impl, const std::string& dir, int64_t global_step,
@@ -448,16 +452,6 @@ Status Session::Restore(const std::string& dir, int64_t id, int64_t* global_step
   impl_->last_save_id = -1;
   if (global_step) *global_step = ckpt.global_step;
   return Status::OK();
-}
-
-Result<int64_t> Saver::Save(int64_t global_step) {
-  std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
-  return WriteCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, false);
-}
-
-Result<int64_t> Saver::SaveIncremental(int64_t global_step) {
-  std::lock_guard<std::mutex> l(session_->impl_->ckpt_mu);
-  return WriteCheckpoint(session_->impl_.get(), dir_, global_step, keep_last_, true);
 }
 
 }  // namespace sf

@@ -21,13 +21,13 @@
 
 #include "cli/flags.h"
 #include "cli/node_command.h"
-#include "graph/graph_def.h"
-#include "graph/op_registry.h"
-#include "kernels/npy.h"
+#include "shardflow/checkpoint.h"
 #include "shardflow/gradients.h"
 #include "shardflow/graph.h"
+#include "shardflow/graph_io.h"
+#include "shardflow/npy.h"
+#include "shardflow/op_registry.h"
 #include "shardflow/session.h"
-#include "storage/checkpoint.h"
 
 namespace sf {
 namespace {
@@ -411,14 +411,14 @@ int CkptCommand(const CkptFlags& flags) {
     return UsageError("ckpt", "unknown action '" + action + "'");
   if (action == "export" && out.empty()) return UsageError("ckpt", "export needs --out DIR");
   if (!std::filesystem::is_directory(dir)) return Fail(kExitRunError, "no checkpoint directory '" + dir + "'");
-  auto kv = OpenRocksDb(dir, /*create_if_missing=*/false);
-  if (!kv.ok()) return Fail(kExitRunError, kv.status().ToString());
-  CheckpointReader reader(kv->get());
+  auto opened = CheckpointDir::Open(dir);
+  if (!opened.ok()) return Fail(kExitRunError, opened.status().ToString());
+  const CheckpointDir& ckpt = **opened;
   if (action == "ls") {
-    auto ids = reader.List();
+    auto ids = ckpt.List();
     if (!ids.ok()) return Fail(kExitRunError, ids.status().ToString());
     for (int64_t i : *ids) {
-      auto info = reader.Manifest(i);
+      auto info = ckpt.Describe(i);
       if (info.ok())
         std::cout << "checkpoint " << i << "  step " << info->global_step << "  variables " << info->variables.size()
                   << "\n";
@@ -428,24 +428,24 @@ int CkptCommand(const CkptFlags& flags) {
     return 0;
   }
   if (id < 0) {
-    auto latest = reader.LatestCommitted();
-    if (!latest.ok()) return Fail(kExitRunError, "no committed checkpoint in '" + dir + "'");
+    auto latest = ckpt.Latest();
+    if (!latest.ok()) return Fail(kExitRunError, latest.status().message());
     id = *latest;
   }
-  auto info = reader.Manifest(id);
+  auto info = ckpt.Describe(id);
   if (!info.ok()) return Fail(kExitRunError, info.status().ToString());
   if (action == "inspect") {
     std::cout << "checkpoint " << id << "  step " << info->global_step << "\n";
     for (const auto& v : info->variables)
       std::cout << v.name << "  " << DTypeName(v.dtype) << "  " << ShapeString(v.shape) << "  blocks "
-                << v.num_blocks << "\n";
+                << v.blocks << "\n";
     return 0;
   }
   if (action == "verify") {
-    Status s = reader.Verify(id);
+    Status s = ckpt.Verify(id);
     if (!s.ok()) return Fail(kExitRunError, s.ToString());
     int64_t blocks = 0;
-    for (const auto& v : info->variables) blocks += v.num_blocks;
+    for (const auto& v : info->variables) blocks += v.blocks;
     std::cout << "checkpoint " << id << " OK: " << info->variables.size() << " variables, " << blocks
               << " blocks verified\n";
     return 0;
@@ -454,7 +454,7 @@ int CkptCommand(const CkptFlags& flags) {
   std::filesystem::create_directories(out, ec);
   if (ec) return Fail(kExitRunError, "cannot create '" + out + "': " + ec.message());
   for (const auto& v : info->variables) {
-    auto t = reader.Read(*info, v.name);
+    auto t = ckpt.Read(id, v.name);
     if (!t.ok()) return Fail(kExitRunError, t.status().ToString());
     const std::string path = out + "/" + FileStem(v.name) + ".npy";
     Status s = WriteNpy(path, *t);

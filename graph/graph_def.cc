@@ -1,4 +1,4 @@
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>

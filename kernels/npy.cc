@@ -1,4 +1,4 @@
-#include "kernels/npy.h"
+#include "shardflow/npy.h"
 
 #include <cctype>
 #include <cerrno>

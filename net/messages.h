@@ -80,7 +80,7 @@ struct OutputRef {
 };
 
 // Registers a partition of a cluster session's graph on a node; answered
-// with StatusReply. graph_def is net/graph_def.capnp bytes (graph/graph_def.h).
+// with StatusReply. graph_def is net/graph_def.capnp bytes (shardflow/graph_io.h).
 struct RegisterPartition {
   uint64_t session_id = 0;
   uint64_t handle = 0;  // unique within the session

@@ -55,6 +55,7 @@
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
 #include "examples/fashion_mnist/workers.h"
+#include "shardflow/checkpoint.h"
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/queue_runner.h"

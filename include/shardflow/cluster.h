@@ -163,6 +163,10 @@ class ClusterSession : public SessionInterface {
   Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override {
     return Save(dir, global_step, keep_last);
   }
+  // A cluster does not track changed rows: every checkpoint is full.
+  Result<int64_t> SaveIncrementalCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override {
+    return Save(dir, global_step, keep_last);
+  }
   Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) override {
     return Restore(dir, id, global_step);
   }

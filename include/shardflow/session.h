@@ -60,6 +60,11 @@ class SessionInterface {
   // checkpoints (<= 0: all). Returns the id; Unavailable naming dir (or the
   // cluster member) on failure.
   virtual Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) = 0;
+  // SaveCheckpoint writing only what changed since this session's previous
+  // save into dir (a full checkpoint when there is no such base); errors as
+  // SaveCheckpoint. Saver (shardflow/checkpoint.h) calls these.
+  virtual Result<int64_t> SaveIncrementalCheckpoint(const std::string& dir, int64_t global_step,
+                                                    int keep_last = 0) = 0;
   // Assigns the graph's variables from checkpoint id in dir (-1: the newest
   // readable one); errors as Session::Restore.
   virtual Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) = 0;
@@ -100,6 +105,7 @@ class Session : public SessionInterface {
   const Graph& graph() const override;
   // SessionInterface's checkpoints: Save (plus retention) and Restore.
   Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;
+  Result<int64_t> SaveIncrementalCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;
   Status RestoreCheckpoint(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr) override {
     return Restore(dir, id, global_step);
   }
@@ -145,31 +151,7 @@ class Session : public SessionInterface {
                 std::function<void(Result<std::vector<Tensor>>)> done) override;
 
  private:
-  friend class Saver;  // saves and prunes under the session's checkpoint lock
   std::unique_ptr<Impl> impl_;
-};
-
-// Saves a session's checkpoints to one directory and keeps only the newest
-// keep_last of them (keep_last <= 0 keeps all).
-class Saver {
- public:
-  Saver(Session* session, std::string dir, int keep_last = 5)
-      : session_(session), dir_(std::move(dir)), keep_last_(keep_last) {}
-  // Session::Save, then deletes checkpoints beyond keep_last (both under the
-  // session's checkpoint lock); the new id, or the first error.
-  Result<int64_t> Save(int64_t global_step);
-  // Session::SaveIncremental, then retention as for Save; an increment's
-  // base and intermediate increments are kept while it is.
-  Result<int64_t> SaveIncremental(int64_t global_step);
-  // Session::Restore from the directory.
-  Status Restore(int64_t id = -1, int64_t* global_step = nullptr) {
-    return session_->Restore(dir_, id, global_step);
-  }
-
- private:
-  Session* session_;
-  std::string dir_;
-  int keep_last_;
 };
 
 // The embedded, in-process runtime is the only kind today; the name says so

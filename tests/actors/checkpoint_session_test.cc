@@ -6,6 +6,7 @@
 #include "shardflow/embedding.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
+#include "shardflow/checkpoint.h"
 #include "shardflow/session.h"
 #include "storage/checkpoint.h"
 #include "tests/support/temp_dir.h"

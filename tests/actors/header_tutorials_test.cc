@@ -4,11 +4,14 @@
 // that makes the snippet whole; everything else is the comment's text.
 #include <catch2/catch.hpp>
 
+#include "shardflow/checkpoint.h"
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/cluster.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/embedding.h"
 #include "shardflow/graph.h"
+#include "shardflow/graph_io.h"
+#include "shardflow/npy.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
 #include "shardflow/queue_ops.h"
@@ -154,6 +157,50 @@ TEST_CASE("Tutorial: shardflow/replication.h", "[tutorial]") {
                          {t->counted_in[0]}, {t->train_op});           // -1: this gradient was stale
   REQUIRE(out.ok());
   CHECK((*out)[0].scalar_as<int64_t>() == token);
+}
+
+TEST_CASE("Tutorial: shardflow/checkpoint.h", "[tutorial]") {
+  testing::TempDir tmp("tutorial_saver");
+  Graph g;
+  auto v = ops::Variable(g, "v", ops::Zeros(g, DType::kFloat32, {3}));
+  Session session(g);
+  REQUIRE(session.Run({}, {}, {ops::GlobalVariablesInitializer(g)}).ok());
+  const int64_t step = 7;
+  auto run = [&]() -> Status {
+    sf::Saver saver(&session, tmp.path + "/ckpt", /*keep_last=*/3);
+    SF_ASSIGN_OR_RETURN(int64_t id, saver.Save(step));          // all variables
+    SF_RETURN_IF_ERROR(saver.Restore());                         // the newest readable
+    SF_ASSIGN_OR_RETURN(auto dir, sf::CheckpointDir::Open(tmp.path + "/ckpt"));
+    SF_ASSIGN_OR_RETURN(auto info, dir->Describe(id));           // step, variables
+    if (info.global_step != step || info.variables.size() != 1) return Internal("unexpected summary");
+    SF_ASSIGN_OR_RETURN(Tensor value, dir->Read(id, info.variables[0].name));
+    return value.num_elements() == 3 ? dir->Verify(id) : Internal("unexpected value");
+  };
+  Status s = run();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(v.valid());
+}
+
+TEST_CASE("Tutorial: shardflow/graph_io.h and shardflow/npy.h", "[tutorial]") {
+  testing::TempDir tmp("tutorial_io");
+  const std::string model = tmp.path + "/model.capnp", file = tmp.path + "/y.npy";
+  auto run = [&]() -> Status {
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+    auto y = ops::Identity(g, x + x, "y");
+    SF_RETURN_IF_ERROR(sf::SaveGraph(g, model));
+    sf::Graph g2;
+    SF_RETURN_IF_ERROR(sf::LoadGraph(model, &g2));
+    Session s(g2);
+    SF_ASSIGN_OR_RETURN(auto out, s.Run({{"x", Tensor::FromVector(std::vector<float>{1, 2}, {2})}}, {"y"}));
+    SF_RETURN_IF_ERROR(sf::WriteNpy(file, out[0]));
+    SF_ASSIGN_OR_RETURN(sf::Tensor back, sf::ReadNpy(file));
+    return back.ToVector<float>() == std::vector<float>{2, 4} && y.valid() ? Status::OK() : Internal("wrong value");
+  };
+  Status s = run();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
 }
 
 // shardflow/cluster.h needs node processes and a secret file: compiled, and

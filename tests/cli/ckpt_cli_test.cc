@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "kernels/npy.h"
+#include "shardflow/npy.h"
 #include "shardflow/ops.h"
 #include "shardflow/session.h"
 #include "storage/checkpoint.h"

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "graph/graph_def.h"
-#include "kernels/npy.h"
+#include "shardflow/graph_io.h"
+#include "shardflow/npy.h"
 #include "shardflow/ops.h"
 
 using namespace sf;

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "examples/common/local_cluster.h"
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 #include "net/transport.h"
 #include "net/wire.h"
 #include "shardflow/cluster.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "kernels/npy.h"
+#include "shardflow/npy.h"
 
 using namespace sf;
 using sf::testing::TempDir;

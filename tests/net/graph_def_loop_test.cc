@@ -2,7 +2,7 @@
 // edge that points forward in a GraphDef, so loading patches it afterwards.
 #include <catch2/catch.hpp>
 
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/ops.h"
 #include "shardflow/session.h"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "graph/graph_def.h"
+#include "shardflow/graph_io.h"
 #include "graph/op_registry.h"
 #include "net/graph_def.capnp.h"
 #include "shardflow/ops.h"
