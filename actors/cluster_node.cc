@@ -346,17 +346,10 @@ struct ClusterNode::Impl {
       }
       reg->rendezvous = ss.rendezvous;
     }
-    runtime::ExecutorEnv env;
-    env.kernels = opts.kernels;
-    env.pool = &pool;
-    env.variables = variables.get();
-    env.embeddings = variables.get();
-    env.replication = variables.get();
-    env.collectives = variables.get();
-    env.queues = queues.get();
-    env.rendezvous = reg->rendezvous.get();
-    env.checkpoints = checkpoints.get();
-    SF_ASSIGN_OR_RETURN(reg->executor, runtime::Executor::Create(g, spec, env));
+    SF_ASSIGN_OR_RETURN(reg->executor,
+                        runtime::Executor::Create(g, spec, runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(),
+                                                                                     queues.get(), reg->rendezvous.get(),
+                                                                                     checkpoints.get())));
     reg->fed = spec.fed;
     std::lock_guard<std::mutex> l(mu);
     auto it = sessions.find(r.session_id);

@@ -106,17 +106,7 @@ struct Session::Impl {
   CoordinatorActor SpawnCoordinator();
   // What this session's partitions run with (rendezvous: null for one partition).
   runtime::ExecutorEnv Env(RendezvousService* rendezvous) {
-    runtime::ExecutorEnv env;
-    env.kernels = kernels;
-    env.pool = &pool;
-    env.variables = variables.get();
-    env.embeddings = variables.get();
-    env.replication = variables.get();
-    env.collectives = variables.get();
-    env.queues = queues.get();
-    env.rendezvous = rendezvous;
-    env.checkpoints = checkpoints.get();
-    return env;
+    return runtime::ActorExecutorEnv(kernels, &pool, variables.get(), queues.get(), rendezvous, checkpoints.get());
   }
   std::shared_ptr<Plan> BuildPlan(const runtime::RunCall& call);
   // Fills plan for a pruned graph whose nodes span several devices.

@@ -567,5 +567,20 @@ void ActorVariables::AllReduce(const std::string& group_key, int64_t group_size,
   caf::anon_send(spawner, std::move(task));
 }
 
+ExecutorEnv ActorExecutorEnv(const KernelRegistry* kernels, ComputePool* pool, ActorVariables* vars,
+                             QueueService* queues, RendezvousService* rendezvous, CheckpointService* checkpoints) {
+  ExecutorEnv env;
+  env.kernels = kernels;
+  env.pool = pool;
+  env.variables = vars;
+  env.embeddings = vars;
+  env.replication = vars;
+  env.collectives = vars;
+  env.queues = queues;
+  env.rendezvous = rendezvous;
+  env.checkpoints = checkpoints;
+  return env;
+}
+
 }  // namespace runtime
 }  // namespace sf

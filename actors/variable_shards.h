@@ -18,6 +18,7 @@
 
 #include "actors/collectives.h"
 #include "actors/variable_shard_protocol.h"
+#include "runtime/executor.h"
 #include "kernels/collective_service.h"
 #include "kernels/embedding_shard_service.h"
 #include "kernels/replication_service.h"
@@ -130,6 +131,13 @@ class ActorVariables : public VariableService,
   CollectiveSpawner spawner_;  // spawns groups on a CAF thread; set by the constructor
   AllReduceFn all_reduce_;     // set before use (SetAllReduce): replaces groups_
 };
+
+// What a partition's kernels run with in a session or on a node: every
+// variable-side service served by vars (its shard actors), the queues, the
+// kernels and pool, the step's rendezvous (may be null) and the checkpoint
+// store. The pointers must outlive the executors built with it.
+ExecutorEnv ActorExecutorEnv(const KernelRegistry* kernels, ComputePool* pool, ActorVariables* vars,
+                             QueueService* queues, RendezvousService* rendezvous, CheckpointService* checkpoints);
 
 }  // namespace runtime
 }  // namespace sf

@@ -6,6 +6,7 @@
 #include "shardflow/cluster.h"
 #include "shardflow/gradients.h"
 #include "tests/support/cube_op.h"
+#include "tests/support/in_process_nodes.h"
 
 using namespace sf;
 
@@ -16,14 +17,10 @@ TEST_CASE("Cluster: a program's own op and kernel run on two in-process nodes", 
   REQUIRE(testing::RegisterCubeKernels(kernels).ok());
 
   NodeOptions no;
-  no.secret = "0123456789abcdef0123456789abcdef";
   no.ops = &ops;
   no.kernels = &kernels;
-  auto n0 = ClusterNode::Start(no);
-  REQUIRE(n0.ok());
-  no.join = (*n0)->address();
-  auto n1 = ClusterNode::Start(no);
-  REQUIRE(n1.ok());
+  auto nodes = testing::StartInProcessNodes(no);
+  REQUIRE(nodes.ok());
 
   Graph g(ops);
   Output x, y, dx;
@@ -39,10 +36,7 @@ TEST_CASE("Cluster: a program's own op and kernel run on two in-process nodes", 
     dx = (*grads)[0];
   }
   REQUIRE(g.status().ok());
-  ClusterOptions o;
-  o.address = (*n0)->address();
-  o.secret = no.secret;
-  auto s = ClusterSession::Connect(g, o);
+  auto s = ClusterSession::Connect(g, nodes->SessionOptions());
   REQUIRE(s.ok());
   REQUIRE((*s)->tasks().size() == 2);
   FeedMap feeds = {{"x", Tensor::FromVector(std::vector<float>{2, -1, 0.5f}, {3})}};
@@ -53,17 +47,9 @@ TEST_CASE("Cluster: a program's own op and kernel run on two in-process nodes", 
 
   // Nodes started without them cannot read a partition using Cube: the
   // error names the op.
-  NodeOptions plain;
-  plain.secret = no.secret;
-  auto p0 = ClusterNode::Start(plain);
-  REQUIRE(p0.ok());
-  plain.join = (*p0)->address();
-  auto p1 = ClusterNode::Start(plain);
-  REQUIRE(p1.ok());
-  ClusterOptions lo;
-  lo.address = (*p0)->address();
-  lo.secret = no.secret;
-  auto ls = ClusterSession::Connect(g, lo);
+  auto plain = testing::StartInProcessNodes();
+  REQUIRE(plain.ok());
+  auto ls = ClusterSession::Connect(g, plain->SessionOptions());
   Status err = ls.ok() ? (*ls)->Run(feeds, {y.name()}).status() : ls.status();
   REQUIRE(!err.ok());
   INFO(err.ToString());

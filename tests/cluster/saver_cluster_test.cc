@@ -5,19 +5,15 @@
 #include "shardflow/checkpoint.h"
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
+#include "tests/support/in_process_nodes.h"
 #include "tests/support/temp_dir.h"
 
 using namespace sf;
 
 TEST_CASE("Cluster: Saver saves a ClusterSession's variables and a local Session restores them", "[cluster]") {
   testing::TempDir tmp("saver_cluster");
-  NodeOptions no;
-  no.secret = "0123456789abcdef0123456789abcdef";
-  auto n0 = ClusterNode::Start(no);
-  REQUIRE(n0.ok());
-  no.join = (*n0)->address();
-  auto n1 = ClusterNode::Start(no);
-  REQUIRE(n1.ok());
+  auto nodes = testing::StartInProcessNodes();
+  REQUIRE(nodes.ok());
 
   Graph g;
   Output v, w;
@@ -32,10 +28,7 @@ TEST_CASE("Cluster: Saver saves a ClusterSession's variables and a local Session
   auto bump = ops::AssignAdd(g, ops::VariableHandle(w), ops::Const(g, std::vector<float>{10, 10}, {2}));
   auto init = ops::GlobalVariablesInitializer(g);
   REQUIRE(g.status().ok());
-  ClusterOptions o;
-  o.address = (*n0)->address();
-  o.secret = no.secret;
-  auto cs = ClusterSession::Connect(g, o);
+  auto cs = ClusterSession::Connect(g, nodes->SessionOptions());
   REQUIRE(cs.ok());
   REQUIRE((*cs)->Run({}, {}, {init}).ok());
   REQUIRE((*cs)->Run({}, {bump}).ok());
