@@ -20,13 +20,7 @@ KernelInit MakeKernelInit(const Node& node, const ExecutorEnv& env) {
   init.attrs = &node.attrs;
   for (const Output& in : node.inputs) init.input_dtypes.push_back(in.dtype());
   init.output_dtypes = node.output_dtypes;
-  init.variables = env.variables;
-  init.embeddings = env.embeddings;
-  init.replication = env.replication;
-  init.collectives = env.collectives;
-  init.queues = env.queues;
-  init.rendezvous = env.rendezvous;
-  init.checkpoints = env.checkpoints;
+  static_cast<KernelServices&>(init) = env;
   return init;
 }
 

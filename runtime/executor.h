@@ -23,15 +23,6 @@
 
 namespace sf {
 
-class ComputePool;
-class VariableService;
-class EmbeddingShardService;
-class ReplicationService;
-class CollectiveService;
-class QueueService;
-class RendezvousService;
-class CheckpointService;
-
 namespace runtime {
 
 struct KernelPlan;
@@ -48,18 +39,11 @@ struct ExecutorSpec {
 };
 
 // What a partition's kernels run with: the kernels to build them from, the
-// pool they run on, and the services they reach through KernelInit. Every
-// pointer must outlive the executor.
-struct ExecutorEnv {
+// pool they run on, and the services they reach (KernelInit and
+// OpKernelContext carry these). Every pointer must outlive the executor.
+struct ExecutorEnv : KernelServices {
   const KernelRegistry* kernels = nullptr;   // null: StandardKernelRegistry()
   ComputePool* pool = nullptr;               // required
-  VariableService* variables = nullptr;      // null outside a session
-  EmbeddingShardService* embeddings = nullptr;  // null outside a session
-  ReplicationService* replication = nullptr;    // null outside a session
-  CollectiveService* collectives = nullptr;     // null outside a session
-  QueueService* queues = nullptr;            // null outside a session
-  RendezvousService* rendezvous = nullptr;   // serves _Send/_Recv; null when the partition has none
-  CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null
 };
 
 class Executor {

@@ -86,8 +86,7 @@ struct StepFrame {
 inline OpKernelContext MakeContext(const KernelPlan& plan, int64_t step_id, const Tensor* const* inputs,
                                    int num_inputs, Tensor* outputs, int num_outputs, const StepFrame& f) {
   const ExecutorEnv& env = plan.env;
-  OpKernelContext ctx(inputs, num_inputs, outputs, num_outputs, env.pool, env.variables, step_id,
-                      env.queues, env.embeddings, env.replication, env.collectives);
+  OpKernelContext ctx(inputs, num_inputs, outputs, num_outputs, env.pool, &env, step_id);
   if (f.key) ctx.set_frame(f.key, f.iteration);
   if (f.stacks) ctx.set_step_stacks(f.stacks);
   return ctx;

@@ -40,21 +40,27 @@ class StepStacks;
 enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
 const char* DeviceTypeName(DeviceType d);
 
+// The services a kernel reaches, when it is built (KernelInit) and when it
+// runs (OpKernelContext). Each may be null outside a session, or where the
+// runtime has none: a kernel then reports FailedPrecondition naming its op.
+struct KernelServices {
+  VariableService* variables = nullptr;
+  EmbeddingShardService* embeddings = nullptr;  // embedding shards
+  ReplicationService* replication = nullptr;    // sync replicas, versions, SSP
+  CollectiveService* collectives = nullptr;     // all-reduce groups
+  QueueService* queues = nullptr;
+  RendezvousService* rendezvous = nullptr;      // null unless the step spans partitions
+  CheckpointService* checkpoints = nullptr;     // the in-graph checkpoint ops' store
+};
+
 // What a kernel knows when it is built.
-struct KernelInit {
+struct KernelInit : KernelServices {
   std::string op;
   std::string node_name;
   const AttrMap* attrs = nullptr;
   std::vector<DType> input_dtypes;
   std::vector<DType> output_dtypes;
   DeviceType device = DeviceType::kCPU;
-  VariableService* variables = nullptr;  // may be null outside a session
-  EmbeddingShardService* embeddings = nullptr;  // embedding shards; may be null outside a session
-  ReplicationService* replication = nullptr;    // sync replicas, versions, SSP; may be null
-  CollectiveService* collectives = nullptr;     // all-reduce groups; may be null
-  QueueService* queues = nullptr;        // may be null outside a session
-  RendezvousService* rendezvous = nullptr;  // null unless the step spans partitions
-  CheckpointService* checkpoints = nullptr;  // the in-graph checkpoint ops' store; may be null
 
   template <typename T>
   Result<T> Attr(const std::string& name) const { return attrs->Get<T>(name); }
@@ -64,13 +70,11 @@ struct KernelInit {
 
 class OpKernelContext {
  public:
+  // services (may be null: none) must outlive the context.
   OpKernelContext(const Tensor* const* inputs, int num_inputs, Tensor* outputs, int num_outputs,
-                  ComputePool* pool, VariableService* variables, int64_t step_id,
-                  QueueService* queues = nullptr, EmbeddingShardService* embeddings = nullptr,
-                  ReplicationService* replication = nullptr, CollectiveService* collectives = nullptr)
+                  ComputePool* pool, const KernelServices* services, int64_t step_id)
       : inputs_(inputs), num_inputs_(num_inputs), outputs_(outputs), num_outputs_(num_outputs),
-        pool_(pool), variables_(variables), queues_(queues), embeddings_(embeddings),
-        replication_(replication), collectives_(collectives), step_id_(step_id) {}
+        pool_(pool), services_(services ? services : &kNoServices), step_id_(step_id) {}
 
   int num_inputs() const { return num_inputs_; }
   int num_outputs() const { return num_outputs_; }
@@ -92,14 +96,12 @@ class OpKernelContext {
   ComputePool* pool() const { return pool_; }
   // The Eigen device for intra-op parallelism (never null inside a session).
   const Eigen::ThreadPoolDevice& eigen_device() const;
-  // The services a kernel reaches (each null outside a session, or where the
-  // runtime has none: the kernel then reports FailedPrecondition naming its op).
-  VariableService* variables() const { return variables_; }
-  EmbeddingShardService* embeddings() const { return embeddings_; }
-  ReplicationService* replication() const { return replication_; }
-  CollectiveService* collectives() const { return collectives_; }
-  // The session's queues (null outside a session).
-  QueueService* queues() const { return queues_; }
+  // The services a kernel reaches (KernelServices says when each is null).
+  VariableService* variables() const { return services_->variables; }
+  EmbeddingShardService* embeddings() const { return services_->embeddings; }
+  ReplicationService* replication() const { return services_->replication; }
+  CollectiveService* collectives() const { return services_->collectives; }
+  QueueService* queues() const { return services_->queues; }
   int64_t step_id() const { return step_id_; }
   // The loop frame instance and iteration this op runs in (the root frame ""
   // and 0 outside loops); _Send/_Recv key transfers by them. `frame_key`
@@ -120,12 +122,9 @@ class OpKernelContext {
   int num_inputs_;
   Tensor* outputs_;
   int num_outputs_;
+  static constexpr KernelServices kNoServices{};
   ComputePool* pool_;
-  VariableService* variables_;
-  QueueService* queues_;
-  EmbeddingShardService* embeddings_;
-  ReplicationService* replication_;
-  CollectiveService* collectives_;
+  const KernelServices* services_;  // never null
   int64_t step_id_;
   const std::string* frame_key_ = nullptr;
   int64_t iteration_ = 0;

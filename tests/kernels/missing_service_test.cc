@@ -41,7 +41,7 @@ Status RunWithout(Services& sv, const std::string& op, const AttrMap& attrs,
   for (const Tensor& t : inputs) ins.push_back(&t);
   std::vector<Tensor> outs(num_outputs);
   OpKernelContext ctx(ins.data(), static_cast<int>(ins.size()), outs.data(), num_outputs, nullptr,
-                      vars, /*step_id=*/1, /*queues=*/nullptr, emb);
+                      &init, /*step_id=*/1);
   bool called = false;
   (*k)->ComputeAsync(&ctx, [&] { called = true; });
   REQUIRE(called);  // answered inline: nothing was sent anywhere

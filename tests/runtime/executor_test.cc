@@ -13,6 +13,13 @@ using namespace sf;
 
 namespace {
 
+// An executor environment with a pool and no services.
+runtime::ExecutorEnv PoolOnly(ComputePool* pool) {
+  runtime::ExecutorEnv env;
+  env.pool = pool;
+  return env;
+}
+
 // Runs one step and waits for its answer.
 Result<std::vector<Tensor>> RunOnce(runtime::Executor& ex, std::vector<Tensor> feeds) {
   std::mutex mu;
@@ -40,7 +47,7 @@ TEST_CASE("Executor refuses a step whose feed count differs from its plan", "[ex
     auto y = ops::Identity(g, x, "y");
     REQUIRE(g.status().ok());
     runtime::ExecutorSpec spec{{x.node, y.node}, {x}, {y}};
-    auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
+    auto ex = runtime::Executor::Create(g, spec, PoolOnly(&pool));
     REQUIRE(ex.ok());
     auto none = RunOnce(**ex, {});
     REQUIRE(!none.ok());
@@ -59,7 +66,7 @@ TEST_CASE("Executor refuses a step whose feed count differs from its plan", "[ex
     auto y = ops::Identity(g, sw[1], "y");
     REQUIRE(g.status().ok());
     runtime::ExecutorSpec spec{{x.node, p.node, sw[0].node, y.node}, {x, p}, {y}};
-    auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
+    auto ex = runtime::Executor::Create(g, spec, PoolOnly(&pool));
     REQUIRE(ex.ok());
     auto short_feeds = RunOnce(**ex, {xv});
     REQUIRE(!short_feeds.ok());
@@ -86,7 +93,7 @@ TEST_CASE("A failed step drops what its loop-gradient stacks hold", "[executor]"
   auto y = ops::Identity(g, pop, "y");
   REQUIRE(g.status().ok());
   runtime::ExecutorSpec spec{{x.node, i.node, zero.node, push, pop.node, y.node}, {x, i}, {y}};
-  auto ex = runtime::Executor::Create(g, spec, runtime::ExecutorEnv{nullptr, &pool});
+  auto ex = runtime::Executor::Create(g, spec, PoolOnly(&pool));
   REQUIRE(ex.ok());
   Tensor xv = Tensor::FromVector(std::vector<float>{1, 2}, {2});
   SECTION("a kernel error in the middle of the step") {

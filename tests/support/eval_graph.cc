@@ -138,8 +138,7 @@ Result<std::vector<Tensor>> EvalGraph(const Graph& g, const Feeds& feeds,
     std::vector<const Tensor*> inputs;
     for (const Output& in : n.inputs) inputs.push_back(&values[in.node][in.index]);
     OpKernelContext ctx(inputs.data(), static_cast<int>(inputs.size()), values[id].data(),
-                        n.num_outputs(), &TestPool(), vars, /*step_id=*/1, /*queues=*/nullptr,
-                        /*embeddings=*/vars);
+                        n.num_outputs(), &TestPool(), &init, /*step_id=*/1);
     std::mutex mu;
     std::condition_variable cv;
     bool finished = false;
