@@ -69,6 +69,8 @@ class SerialQueue {
  public:
   ~SerialQueue() { Stop(); }
   // Runs fn on the queue's thread after what was posted before.
+  // REQUIRES: Stop has not been called (the session stops its queues only
+  // once no step is in flight, so nothing posts after).
   void Post(std::function<void()> fn) {
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back(std::move(fn));

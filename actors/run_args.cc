@@ -5,10 +5,11 @@
 namespace sf {
 
 Result<std::string> TensorRef::NameIn(const Graph& g) const {
-  if (!output_.valid()) {
-    if (name_.empty()) return InvalidArgument("a fetch or feed is an invalid Output (its builder failed?)");
+  if (!by_output_) {
+    if (name_.empty()) return InvalidArgument("a fetch or feed has an empty name");
     return name_;
   }
+  if (!output_.valid()) return InvalidArgument("a fetch or feed is an invalid Output (its builder failed?)");
   if (output_.graph != &g || output_.node >= g.num_nodes())
     return InvalidArgument("'" + output_.name() + "' is an Output of another graph than the session's");
   return output_.name();

@@ -17,17 +17,16 @@ namespace sf {
 // One tensor: an Output, or its name ("x" for output 0, "x:1").
 class TensorRef {
  public:
-  TensorRef(Output o) : output_(o) {}
+  TensorRef(Output o) : output_(o), by_output_(true) {}
   TensorRef(std::string name) : name_(std::move(name)) {}
   TensorRef(const char* name) : name_(name) {}
-  // The tensor's name in g; InvalidArgument when it is an Output of another
-  // graph (or an invalid one).
+  // The tensor's name in g; InvalidArgument for an Output of another graph,
+  // an invalid Output or an empty name.
   Result<std::string> NameIn(const Graph& g) const;
-  // The name as given, or the Output's name.
-  std::string name() const { return output_.valid() ? output_.name() : name_; }
 
  private:
   Output output_;
+  bool by_output_ = false;
   std::string name_;
 };
 

@@ -309,6 +309,12 @@ TEST_CASE("Session: fetches, feeds and targets by object or by name, refusing an
   auto invalid = s.Run({}, {}, {Operation()});
   REQUIRE(!invalid.ok());
   CHECK(Contains(invalid.status(), "invalid Operation"));
+  auto invalid_fetch = s.Run({}, {Output()});
+  REQUIRE(!invalid_fetch.ok());
+  CHECK(Contains(invalid_fetch.status(), "invalid Output"));
+  auto empty_name = s.Run({}, {""});
+  REQUIRE(!empty_name.ok());
+  CHECK(Contains(empty_name.status(), "empty name"));
   // A NoOp over another graph's Operation is a graph error naming it.
   Graph third;
   Operation mixed = ops::NoOp(third, {onop}, "mixed");
