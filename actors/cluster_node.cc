@@ -1,8 +1,10 @@
 // ClusterNode: one member of a cluster (include/shardflow/cluster.h). It serves the
 // transport's messages: membership, partition registration and steps, tensors
-// for its rendezvous, step aborts. Partitions run in executors on the node's
-// compute pool; variables live in the node's variable shard actors, shared
-// by every session whose graphs name them; queues in queue actors.
+// for its rendezvous, step aborts. Each cluster session's partitions live in
+// one partition host actor (actors/partition_host.h, the same actor a local
+// Session uses) and run in executors on the node's compute pool; variables
+// live in the node's variable shard actors, shared by every session whose
+// graphs name them; queues in queue actors.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -18,6 +20,7 @@
 #include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
 #include "actors/cluster_watch.h"
+#include "actors/partition_host.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
 #include "actors/queue_actors.h"
@@ -33,20 +36,29 @@ namespace sf {
 
 namespace {
 
-// A registered partition: its graph and the executor running it. Steps hold
-// a reference, so closing a session never pulls a graph from under a step.
-struct Registered {
-  std::shared_ptr<runtime::ClusterRendezvous> rendezvous;  // the executor points into it
-  std::unique_ptr<Graph> graph;
-  std::unique_ptr<runtime::Executor> executor;
-  std::vector<Output> fed;  // what each step's feeds must match (into graph)
-};
-
+// A cluster session's share of the node: its rendezvous (task addresses
+// for its _Sends) and the host of its partitions.
 struct SessionState {
   const net::Connection* client = nullptr;  // the session is dropped when it goes down
   std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
-  std::map<uint64_t, std::shared_ptr<Registered>> partitions;
+  std::shared_ptr<runtime::PartitionHost> host;  // the last reference stops its actor
 };
+
+// What a registered partition's executor points into: its graph and its
+// session's rendezvous. Steps hold it, so closing a session never pulls
+// either from under a step.
+struct PartitionGraphs {
+  std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
+  std::unique_ptr<Graph> graph;
+};
+
+// Calls the overload of fns that takes the variant's alternative.
+template <class... Fns>
+struct Overloaded : Fns... {
+  using Fns::operator()...;
+};
+template <class... Fns>
+Overloaded(Fns...) -> Overloaded<Fns...>;
 
 // Finds output `ref` of g; InvalidArgument naming it otherwise.
 Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
@@ -302,11 +314,11 @@ struct ClusterNode::Impl {
   }
 
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {
-    auto reg = std::make_shared<Registered>();
-    reg->graph = std::make_unique<Graph>(opts.ops ? *opts.ops : StandardOpRegistry());
-    SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, reg->graph.get(),
+    auto graphs = std::make_shared<PartitionGraphs>();
+    graphs->graph = std::make_unique<Graph>(opts.ops ? *opts.ops : StandardOpRegistry());
+    SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, graphs->graph.get(),
                                       "partition " + std::to_string(r.handle) + " for " + r.device));
-    Graph& g = *reg->graph;
+    Graph& g = *graphs->graph;
     runtime::ExecutorSpec spec;
     std::vector<int> targets;
     for (const auto& f : r.feeds) {
@@ -330,53 +342,66 @@ struct ClusterNode::Impl {
       if (s.ok()) var_names.insert(*s);
     }
     variables->AddGraphVariables(var_names);
+    std::shared_ptr<runtime::PartitionHost> host;
     {
       std::lock_guard<std::mutex> l(mu);
       // A client that went down meanwhile was already forgotten by OnDown:
       // registering for it would keep the session forever.
       if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
       SessionState& ss = sessions[r.session_id];
-      if (!ss.rendezvous) {
+      if (!ss.host) {
         std::vector<std::string> tasks;
         for (const auto& t : r.tasks) tasks.push_back(t.address);
         ss.client = client.get();
         ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
             &rendezvous, address, std::move(tasks),
             [this](const std::string& to, const net::Message& m) { return SendTo(to, m); });
+        runtime::PartitionHostOptions ho;
+        ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
+                                           checkpoints.get());
+        ho.steps = &rendezvous;
+        // Kernels trust their inputs: a peer's feeds are checked as a local
+        // session checks its caller's.
+        ho.check_feeds = true;
+        ho.name = "node " + opts.name;
+        ss.host = runtime::NewLocalPartitionHost(runtime::SpawnPartitionHost(*system, std::move(ho)));
       }
-      reg->rendezvous = ss.rendezvous;
+      graphs->rendezvous = ss.rendezvous;
+      host = ss.host;
     }
-    SF_ASSIGN_OR_RETURN(reg->executor,
-                        runtime::Executor::Create(g, spec, runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(),
-                                                                                     queues.get(), reg->rendezvous.get(),
-                                                                                     checkpoints.get())));
-    reg->fed = spec.fed;
+    // Blocks this reader thread while the host builds the executor, as
+    // building it here did: the registration's reply follows it.
+    SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));
     std::lock_guard<std::mutex> l(mu);
     auto it = sessions.find(r.session_id);
     if (it == sessions.end() || !client->is_up())  // closed or its client went away meanwhile
       return Unavailable("session " + std::to_string(r.session_id) + " closed while registering");
-    it->second.partitions[r.handle] = std::move(reg);
     return Status::OK();
   }
 
+  // The host of a session's partitions; null when the session is unknown.
+  std::shared_ptr<runtime::PartitionHost> HostOf(uint64_t session_id) {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = sessions.find(session_id);
+    return it == sessions.end() ? nullptr : it->second.host;
+  }
+
   void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
-    std::shared_ptr<Registered> reg;
+    std::shared_ptr<runtime::PartitionHost> host;
     bool stopping = false;
+    const int64_t step = r.step_id;
     {
       std::lock_guard<std::mutex> l(mu);
       stopping = stopped;
       auto s = sessions.find(r.session_id);
-      if (s != sessions.end()) {
-        auto p = s->second.partitions.find(r.handle);
-        if (p != s->second.partitions.end()) reg = p->second;
-      }
+      if (s != sessions.end()) host = s->second.host;
+      if (!stopping && host) running.emplace(step, c.get());
     }
-    const int64_t step = r.step_id;
     if (stopping) {
       Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
       return;
     }
-    if (!reg) {
+    if (!host) {
       Reply(c, request_id,
             net::RunPartitionDone{step,
                                   NotFound("node " + opts.name + " has no partition " +
@@ -385,88 +410,77 @@ struct ClusterNode::Impl {
                                   {}});
       return;
     }
-    // Kernels trust their inputs: a peer's feeds are checked as a local
-    // session checks its caller's.
-    Status fs;
-    if (r.feeds.size() != reg->fed.size())
-      fs = InvalidArgument("partition " + std::to_string(r.handle) + " takes " +
-                           std::to_string(reg->fed.size()) + " feeds, got " + std::to_string(r.feeds.size()));
-    for (size_t i = 0; fs.ok() && i < r.feeds.size(); ++i)
-      fs = runtime::ValidateFeed(reg->fed[i].name(), reg->fed[i], r.feeds[i]);
-    if (!fs.ok()) {
-      Reply(c, request_id, net::RunPartitionDone{step, fs.WithPrefix("node " + opts.name), {}});
-      return;
-    }
-    // Off the reader thread: this connection keeps reading while the step runs.
-    auto feeds = std::make_shared<std::vector<Tensor>>(std::move(r.feeds));
-    {
+    // The host's actor starts the step: this connection keeps reading.
+    host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step](Status s, std::vector<Tensor> out) {
+      Reply(c, request_id, net::RunPartitionDone{step, std::move(s), std::move(out)});
       std::lock_guard<std::mutex> l(mu);
-      running.emplace(step, c.get());
-    }
-    pool.Schedule([this, c, request_id, step, reg, feeds] {
-      reg->executor->RunStep(step, std::move(*feeds),
-                             [this, c, request_id, step, reg](Status s, std::vector<Tensor> out) {
-                               Reply(c, request_id,
-                                     net::RunPartitionDone{step, std::move(s), std::move(out)});
-                               std::lock_guard<std::mutex> l(mu);
-                               running.erase(running.find(step));
-                               if (running.empty()) idle.notify_all();
-                               // No CleanupStep comes from a client that went away.
-                               if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
-                             });
+      running.erase(running.find(step));
+      if (running.empty()) idle.notify_all();
+      // No CleanupStep comes from a client that went away.
+      if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
     });
   }
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m) {
     const uint64_t id = m.request_id;
-    if (auto* r = std::get_if<net::RunPartition>(&m.body)) return Run(c, id, std::move(*r));
-    if (auto* t = std::get_if<net::SendTensor>(&m.body)) {
-      RendezvousKey key{t->step_id, std::move(t->edge), std::move(t->frame), t->iteration};
-      Status s = rendezvous.Send(key, std::move(t->value), t->is_dead);
-      if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
-      return;
-    }
-    if (auto* a = std::get_if<net::AbortStep>(&m.body)) return rendezvous.Abort(a->step_id, a->status);
-    if (auto* a = std::get_if<net::CleanupStep>(&m.body)) return rendezvous.Cleanup(a->step_id);
-    if (auto* r = std::get_if<net::RegisterPartition>(&m.body))
-      return Reply(c, id, net::StatusReply{Register(c, *r)});
-    if (std::holds_alternative<net::ListMembers>(m.body)) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        bool known = false;
-        for (const auto& w : watchers) known = known || w.lock() == c;
-        if (!known) watchers.push_back(c);
-      }
-      return Reply(c, id, MembershipNow());
-    }
-    if (auto* mem = std::get_if<net::Membership>(&m.body)) {
-      bool drain_me = false;
-      for (const net::Member& l : mem->leaving) drain_me = drain_me || l.address == address;
-      const bool changed = Merge(mem->members, mem->leaving);
-      if (drain_me) StartDrain();
-      // Members and sessions hear of the change before the asker's reply, so
-      // a joiner (or `node drain`) that returns finds the cluster told.
-      if (changed) {
-        Gossip();
-        NotifyWatchers();
-      }
-      Reply(c, id, MembershipNow());
-      return;
-    }
-    if (auto* cs = std::get_if<net::CloseSession>(&m.body)) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        sessions.erase(cs->session_id);
-        idle.notify_all();
-      }
-      return Reply(c, id, net::StatusReply{Status::OK()});
-    }
-    if (auto* v = std::get_if<net::Variables>(&m.body)) return ServeVariables(c, id, std::move(*v));
-    if (auto* e = std::get_if<net::Echo>(&m.body)) return Reply(c, id, net::Echo{std::move(e->payload)});
-    if (auto* cc = std::get_if<net::CollectiveChunk>(&m.body)) return collectives->OnChunk(c.get(), std::move(*cc));
-    Log(std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
-    Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
-                                                  net::BodyName(m.body))});
+    std::visit(
+        Overloaded{
+            [&](net::RunPartition& r) { Run(c, id, std::move(r)); },
+            [&](net::SendTensor& t) {
+              RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
+              Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
+              if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
+            },
+            [&](net::AbortStep& a) {
+              // A step may outlive its closed session: its table is the node's.
+              if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
+              else rendezvous.Abort(a.step_id, a.status);
+            },
+            [&](net::CleanupStep& a) {
+              if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
+              else rendezvous.Cleanup(a.step_id);
+            },
+            [&](net::RegisterPartition& r) { Reply(c, id, net::StatusReply{Register(c, r)}); },
+            [&](net::ListMembers&) {
+              {
+                std::lock_guard<std::mutex> l(mu);
+                bool known = false;
+                for (const auto& w : watchers) known = known || w.lock() == c;
+                if (!known) watchers.push_back(c);
+              }
+              Reply(c, id, MembershipNow());
+            },
+            [&](net::Membership& mem) {
+              bool drain_me = false;
+              for (const net::Member& l : mem.leaving) drain_me = drain_me || l.address == address;
+              const bool changed = Merge(mem.members, mem.leaving);
+              if (drain_me) StartDrain();
+              // Members and sessions hear of the change before the asker's reply, so
+              // a joiner (or `node drain`) that returns finds the cluster told.
+              if (changed) {
+                Gossip();
+                NotifyWatchers();
+              }
+              Reply(c, id, MembershipNow());
+            },
+            [&](net::CloseSession& cs) {
+              {
+                std::lock_guard<std::mutex> l(mu);
+                sessions.erase(cs.session_id);
+                idle.notify_all();
+              }
+              Reply(c, id, net::StatusReply{Status::OK()});
+            },
+            [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
+            [&](net::Echo& e) { Reply(c, id, net::Echo{std::move(e.payload)}); },
+            [&](net::CollectiveChunk& cc) { collectives->OnChunk(c.get(), std::move(cc)); },
+            [&](auto&) {
+              Log(std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
+              Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
+                                                            net::BodyName(m.body))});
+            },
+        },
+        m.body);
   }
 
   // Reads or assigns variables for a session; the reply is sent from the

@@ -1,9 +1,11 @@
-// ClusterSession (include/shardflow/cluster.h): the client's coordinator for
-// a graph on a cluster. Per run signature it prunes, places over the tasks'
-// devices, partitions, and registers each device's partition on its node
-// (once); a step is one RunPartition request per partition. The first
-// failing partition aborts the step on every node of the step, so no
-// partition waits for a tensor that will never come.
+// ClusterSession (include/shardflow/cluster.h): the client's side of a graph
+// on a cluster. Planning and steps are the local Session's coordinator
+// (runtime/coordinator.h) over the tasks' devices, each device's partitions
+// hosted on the member its task is assigned to (actors/remote_partition_host.h):
+// per run signature it prunes, places, partitions and registers once; a step
+// is one RunPartition request per partition, and the first failing partition
+// aborts the step on every node of the step, so no partition waits for a
+// tensor that will never come. What is this file's own is the membership.
 //
 // Tasks are logical: the graph is placed over `tasks` devices once, and
 // each task is assigned to a member. Reconfiguring (Recover, or before a
@@ -24,14 +26,15 @@
 #include <set>
 #include <thread>
 
+#include <caf/all.hpp>
+
 #include "actors/checkpoint_io.h"
-#include "runtime/plan.h"
-#include "runtime/step_join.h"
+#include "actors/coordinator_actor.h"
+#include "actors/remote_partition_host.h"
 #include "graph/device_name.h"
-#include "shardflow/graph_io.h"
-#include "graph/partition.h"
-#include "graph/placement.h"
 #include "net/transport.h"
+#include "runtime/coordinator.h"
+#include "runtime/plan.h"
 #include "shardflow/cluster.h"
 
 namespace sf {
@@ -41,28 +44,8 @@ namespace {
 // How long a step may take: failures are found by heartbeats, not by this.
 constexpr int kStepTimeoutMs = 24 * 3600 * 1000;
 
-// Blocks until a request's reply.
-Result<net::Message> Call(const net::ConnectionPtr& c, net::Body body, int timeout_ms) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Result<net::Message>> reply;
-  c->Request(std::move(body), timeout_ms, [&](Result<net::Message> r) {
-    std::lock_guard<std::mutex> l(mu);
-    reply.emplace(std::move(r));
-    cv.notify_all();
-  });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return reply.has_value(); });
-  return std::move(*reply);
-}
-
-// The status a request returned (StatusReply), or why there is none.
-Status CallStatus(const net::ConnectionPtr& c, net::Body body, int timeout_ms) {
-  auto r = Call(c, std::move(body), timeout_ms);
-  if (!r.ok()) return r.status();
-  if (auto* s = std::get_if<net::StatusReply>(&r->body)) return s->status;
-  return Internal(std::string("unexpected reply ") + net::BodyName(r->body));
-}
+using net::Call;
+using net::CallStatus;
 
 // One thread running posted functions in order, started by the first Post.
 class SerialQueue {
@@ -110,23 +93,6 @@ class SerialQueue {
 std::string TaskDevice(int task) {
   return "/job:worker/task:" + std::to_string(task) + "/device:CPU:0";
 }
-
-struct Plan {
-  Status error;
-  std::shared_ptr<const void> partitions;  // keeps the partition graphs it was built from
-  std::vector<Output> feeds;
-  size_t num_fetches = 0;
-  struct Part {
-    int task = 0;
-    net::ConnectionPtr conn;  // to the member the task was on when registered
-    std::string where;        // that member's address
-    uint64_t handle = 0;
-    std::vector<int> feed_index;
-    std::vector<int> fetch_index;
-  };
-  std::vector<Part> parts;
-  uint64_t session_id = 0;  // the registrations' session (a reconfiguration drops the plan)
-};
 
 // Spreads tasks over members keeping as many where they are as balance
 // allows: tasks of members not in `members` go to the least loaded, then
@@ -214,65 +180,57 @@ struct ClusterSession::Impl {
   int active_steps = 0;        // GUARDED_BY(gate_mu)
   bool reconfiguring = false;  // GUARDED_BY(gate_mu)
 
-  std::mutex plan_mu;
-  std::map<std::string, std::shared_ptr<Plan>> plans;  // GUARDED_BY(plan_mu)
-  // Placement and partitions of the whole graph: computed once per graph
-  // size (Place does not depend on the run signature; a graph may grow
-  // between runs). Plans keep the partitions they were built from alive.
-  std::shared_ptr<Result<std::map<std::string, PartitionGraph>>> partitions;  // GUARDED_BY(plan_mu)
-  int partitioned_nodes = -1;                      // GUARDED_BY(plan_mu)
-  std::map<std::string, std::string> graph_bytes;  // GUARDED_BY(plan_mu), by device
-  // The variables (shared names, slots included) placed on each task.
-  std::vector<std::vector<std::string>> task_variables;  // GUARDED_BY(plan_mu)
-  uint64_t next_handle = 1;                        // GUARDED_BY(plan_mu)
+  // Plans and steps; its hosts are those below.
+  std::unique_ptr<runtime::Coordinator> coordinator;
+  // The hosts of the current session id, by member address: a
+  // reconfiguration drops them with the coordinator's plans.
+  std::map<std::string, std::shared_ptr<runtime::PartitionHost>> hosts;  // GUARDED_BY(conf_mu)
 
   std::mutex ckpt_mu;  // one RocksDB open of a directory at a time
 
   std::mutex mu;
   std::condition_variable cv;
-  int in_flight = 0;      // GUARDED_BY(mu)
-  int64_t next_step = 0;  // GUARDED_BY(mu)
+  int in_flight = 0;  // GUARDED_BY(mu)
 
   // RunAsync's callbacks run on this queue's thread, never on the
   // transport's: a callback that takes a while would stop its connection's
   // reader (or the timer) and the node would look hung (its heartbeats go
   // unread).
   SerialQueue callbacks;
-  // The coordinator's own thread: registration and reconfiguration, which
-  // wait on the network, run here, so RunAsync never blocks its caller.
-  SerialQueue coordinator;
+  // The coordinator's own actor: registration and reconfiguration, which
+  // wait on the network, run there, so RunAsync never blocks its caller.
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  runtime::CoordinatorActor coordinator_actor;
 
   Impl(const Graph& g, ClusterOptions o) : graph(g), options(std::move(o)) {}
+  // Builds the coordinator over num_tasks tasks and starts its actor.
+  void StartCoordinator();
 
   // Runs fn on the callback thread.
   void Post(std::function<void()> fn) { callbacks.Post(std::move(fn)); }
-  // True when a step of this signature can start on the caller's thread
-  // without waiting: no reconfiguration due or running, the plan registered.
-  // A hint (the state may change right after); Start is correct either way.
+  // True when a step of signature key can start on the caller's thread
+  // without waiting: no reconfiguration due or running, the plan
+  // registered. A hint (the state may change right after); Start is
+  // correct either way.
   bool CanStartInline(const std::string& key) {
     if (restore_pending || (options.elastic && (membership_changed || member_down))) return false;
     {
       std::lock_guard<std::mutex> l(gate_mu);
       if (reconfiguring) return false;
     }
-    std::unique_lock<std::mutex> l(plan_mu, std::try_to_lock);  // held while a plan registers
-    return l.owns_lock() && plans.count(key) && plans[key]->error.ok();
+    return coordinator->Find(key) != nullptr;
   }
-  // Starts a step; done runs on the callback thread when post, else on
-  // whatever thread finishes the step.
+  // Starts a step of signature key, reconfiguring and registering first
+  // when needed (blocking); done runs on the callback thread.
   void Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
-             const std::vector<std::string>& targets, bool post,
+             const std::vector<std::string>& targets, const std::string& key,
              std::function<void(Result<std::vector<Tensor>>)> done);
-
-  // Places and partitions the whole graph when it is new or grew, recording
-  // each task's variables. REQUIRES: plan_mu held.
-  void EnsurePartitions();
-  std::shared_ptr<Plan> BuildPlan(const NamedFeeds& feed_map, const std::vector<std::string>& fetch_names,
-                                  const std::vector<std::string>& target_names);
-  void StartStep(const std::shared_ptr<Plan>& plan, const NamedFeeds& feeds,
-                 std::function<void(Result<std::vector<Tensor>>)> done);
-  // Sends a one-way message to the tasks of a step.
-  void Broadcast(const std::shared_ptr<Plan>& plan, const net::Body& body);
+  // The host of a task's device: the member the task is assigned to now.
+  Result<std::shared_ptr<runtime::PartitionHost>> HostFor(const std::string& device);
+  // The variables (shared names, slots included) placed on each task; the
+  // placement's error when the graph cannot be placed.
+  Result<std::vector<std::vector<std::string>>> TaskVariables();
 
   // The connection to member addr (dialed when missing or down).
   Result<net::ConnectionPtr> Conn(const std::string& addr);
@@ -437,12 +395,9 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     old_session = session_id;
   }
   std::vector<std::string> now = BalanceTasks(old, usable);
+  // A graph that cannot be placed has no variables on any task to move.
   std::vector<std::vector<std::string>> vars;
-  {
-    std::lock_guard<std::mutex> l(plan_mu);
-    EnsurePartitions();
-    vars = task_variables;
-  }
+  if (auto v = TaskVariables(); v.ok()) vars = std::move(v).value();
   vars.resize(static_cast<size_t>(num_tasks));
   std::set<std::string> alive(live.begin(), live.end());
   for (const auto& d : draining) alive.insert(d);
@@ -483,11 +438,11 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     }
     for (const auto& kv : conns)
       if (kv.second->is_up()) old_conns.push_back(kv.second);
+    if (change.changed() || roll_back_all) hosts.clear();
   }
   if (change.changed() || roll_back_all) {
     for (const auto& c : old_conns) CallStatus(c, net::CloseSession{old_session}, 2000);  // best effort
-    std::lock_guard<std::mutex> l(plan_mu);
-    plans.clear();
+    coordinator->Reset();
   }
   change.lost.assign(lost.begin(), lost.end());
   change.drained.assign(drained.begin(), drained.end());
@@ -569,156 +524,72 @@ Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
   return Status::OK();
 }
 
-void ClusterSession::Impl::EnsurePartitions() {
-  if (partitions && partitioned_nodes == graph.num_nodes()) return;
-  std::vector<std::string> devices;
-  for (int i = 0; i < num_tasks; ++i) devices.push_back(TaskDevice(i));
-  auto placement = Place(graph, devices);
-  task_variables.assign(static_cast<size_t>(num_tasks), {});
-  if (!placement.ok()) {
-    partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(placement.status());
-  } else {
-    partitions = std::make_shared<Result<std::map<std::string, PartitionGraph>>>(Partition(graph, *placement));
-    for (int i = 0; i < graph.num_nodes(); ++i) {
-      const Node& n = graph.node(i);
-      if (n.op != "VarHandle") continue;
-      auto name = n.attrs.Get<std::string>("shared_name");
-      auto dev = ParseDeviceName((*placement)[i]);
-      if (name.ok() && dev.ok() && dev->has_task && dev->task >= 0 && dev->task < num_tasks)
-        task_variables[dev->task].push_back(*name);
-    }
+Result<std::vector<std::vector<std::string>>> ClusterSession::Impl::TaskVariables() {
+  std::shared_ptr<const runtime::GraphPlacement> p = coordinator->Placement();
+  if (!p->error.ok()) return p->error;
+  std::vector<std::vector<std::string>> out(static_cast<size_t>(num_tasks));
+  for (int i = 0; i < graph.num_nodes() && i < static_cast<int>(p->device.size()); ++i) {
+    const Node& n = graph.node(i);
+    if (n.op != "VarHandle") continue;
+    auto name = n.attrs.Get<std::string>("shared_name");
+    auto dev = ParseDeviceName(p->device[i]);
+    if (name.ok() && dev.ok() && dev->has_task && dev->task >= 0 && dev->task < num_tasks)
+      out[dev->task].push_back(*name);
   }
-  partitioned_nodes = graph.num_nodes();
-  graph_bytes.clear();
+  return out;
 }
 
-std::shared_ptr<Plan> ClusterSession::Impl::BuildPlan(const NamedFeeds& feed_map,
-                                                      const std::vector<std::string>& fetch_names,
-                                                      const std::vector<std::string>& target_names) {
-  auto plan = std::make_shared<Plan>();
-  auto fail = [&](Status s) {
-    plan->error = std::move(s);
-    return plan;
-  };
-  auto run = runtime::PlanRun(graph, feed_map, fetch_names, target_names);
-  if (!run.ok()) return fail(run.status());
-  plan->feeds = run->feeds;
-  const std::vector<Output>& fetches = run->fetches;
-  const std::vector<int>* order = &run->order;
-  plan->num_fetches = fetches.size();
-  EnsurePartitions();
-  plan->partitions = partitions;
-  if (!partitions->ok()) return fail(partitions->status());
-  auto steps = runtime::PlanDeviceSteps(**partitions, *order, plan->feeds, fetches);
-  if (!steps.ok()) return fail(steps.status());
-  std::vector<std::string> tasks;
-  uint64_t sid;
+Result<std::shared_ptr<runtime::PartitionHost>> ClusterSession::Impl::HostFor(const std::string& device) {
+  auto name = ParseDeviceName(device);
+  std::string where;
+  uint64_t sid = 0;
+  std::vector<net::Member> tasks;
   {
     std::lock_guard<std::mutex> l(conf_mu);
-    tasks = assignment;
+    if (!name.ok() || !name->has_task || name->task < 0 || name->task >= static_cast<int>(assignment.size()))
+      return InvalidArgument("device " + device + " is not a device of the cluster's " +
+                             std::to_string(assignment.size()) + " tasks");
+    where = assignment[name->task];
+    auto it = hosts.find(where);
+    if (it != hosts.end()) return it->second;
     sid = session_id;
+    for (size_t i = 0; i < assignment.size(); ++i) tasks.push_back({"task" + std::to_string(i), assignment[i]});
   }
-  plan->session_id = sid;
-  std::vector<net::Member> members;
-  for (size_t i = 0; i < tasks.size(); ++i) members.push_back({"task" + std::to_string(i), tasks[i]});
-  for (const runtime::DeviceStep& d : *steps) {
-    auto name = ParseDeviceName(d.device);
-    if (!name.ok() || !name->has_task || name->task < 0 || name->task >= static_cast<int>(tasks.size()))
-      return fail(InvalidArgument("device " + d.device + " is not a device of the cluster's " +
-                                  std::to_string(tasks.size()) + " tasks"));
-    auto& bytes = graph_bytes[d.device];
-    if (bytes.empty()) {
-      auto b = GraphToBytes(*d.partition->graph);
-      if (!b.ok()) return fail(b.status().WithPrefix("partition for " + d.device));
-      bytes = std::move(*b);
-    }
-    const Graph& pg = *d.partition->graph;
-    net::RegisterPartition r;
-    r.session_id = sid;
-    r.handle = next_handle++;
-    r.device = d.device;
-    r.tasks = members;
-    r.graph_def = bytes;
-    for (const Output& o : d.spec.fed) r.feeds.push_back({pg.node(o.node).name, o.index});
-    for (const Output& o : d.spec.fetches) r.fetches.push_back({pg.node(o.node).name, o.index});
-    for (int id : d.spec.nodes) r.targets.push_back(pg.node(id).name);
-    Plan::Part part;
-    part.task = name->task;
-    part.where = tasks[part.task];
-    part.handle = r.handle;
-    part.feed_index = d.feed_index;
-    part.fetch_index = d.fetch_index;
-    auto conn = Conn(part.where);
-    if (!conn.ok()) return fail(conn.status().WithPrefix("registering the partition for " + d.device));
-    part.conn = *conn;
-    Status s = CallStatus(part.conn, std::move(r), options.request_timeout_ms);
-    if (!s.ok()) return fail(s.WithPrefix("registering the partition for " + d.device + " on " + part.where));
-    plan->parts.push_back(std::move(part));
-  }
-  return plan;
+  auto conn = Conn(where);
+  if (!conn.ok()) return conn.status().WithPrefix("registering the partition for " + device);
+  runtime::RemoteHostOptions ro;
+  ro.conn = *conn;
+  ro.where = where;
+  ro.session_id = sid;
+  ro.tasks = std::move(tasks);
+  ro.request_timeout_ms = options.request_timeout_ms;
+  ro.step_timeout_ms = kStepTimeoutMs;
+  // A member the step needed is gone: the next step reconfigures first
+  // (its connection's down report may have come before a failed
+  // reconfiguration used it up).
+  ro.on_unavailable = [this] { member_down = true; };
+  auto host = runtime::NewRemotePartitionHost(std::move(ro));
+  std::lock_guard<std::mutex> l(conf_mu);
+  if (session_id != sid) return Unavailable("the session reconfigured while registering for " + device);
+  return hosts.emplace(where, std::move(host)).first->second;
 }
 
-void ClusterSession::Impl::Broadcast(const std::shared_ptr<Plan>& plan, const net::Body& body) {
-  std::set<std::string> sent;
-  for (const Plan::Part& p : plan->parts) {
-    if (!sent.insert(p.where).second) continue;
-    net::Message m;
-    m.body = body;
-    p.conn->Send(m);  // a node that is down has nothing to abort or clean
-  }
-}
-
-void ClusterSession::Impl::StartStep(const std::shared_ptr<Plan>& plan, const NamedFeeds& feeds,
-                                     std::function<void(Result<std::vector<Tensor>>)> done) {
-  if (Status s = runtime::ValidateFeeds(feeds, plan->feeds); !s.ok()) return done(s);
-  if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
-  int64_t step_id;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    step_id = next_step++;
-  }
-  const uint64_t sid = plan->session_id;
-  auto join = std::make_shared<runtime::StepJoin>(
-      static_cast<int>(plan->parts.size()), plan->num_fetches, std::move(done),
-      [this, plan, step_id](const Status& s) {
-        Broadcast(plan, net::AbortStep{step_id, Aborted("step aborted: " + s.message())});
-      },
-      [this, plan, step_id] { Broadcast(plan, net::CleanupStep{step_id}); });
-  for (const Plan::Part& part : plan->parts) {
-    net::RunPartition r;
-    r.session_id = sid;
-    r.handle = part.handle;
-    r.step_id = step_id;
-    for (int i : part.feed_index) r.feeds.push_back(feeds[i].second);
-    const Plan::Part* pp = &part;  // the plan outlives its steps
-    const std::string where = part.where;
-    // Every error of the step says which step and which member it came from.
-    const std::string prefix = "step " + std::to_string(step_id) + " on task " +
-                               std::to_string(part.task) + " (" + where + ")";
-    part.conn->Request(std::move(r), kStepTimeoutMs, [this, join, pp, where, prefix](Result<net::Message> reply) {
-      Status s;
-      std::vector<Tensor> out;
-      if (!reply.ok()) {
-        s = reply.status();
-      } else if (auto* d = std::get_if<net::RunPartitionDone>(&reply->body)) {
-        s = std::move(d->status);
-        out = std::move(d->fetches);
-        if (s.ok() && out.size() != pp->fetch_index.size())
-          s = Internal("node " + where + " returned " + std::to_string(out.size()) + " fetches, expected " +
-                       std::to_string(pp->fetch_index.size()));
-      } else if (auto* e = std::get_if<net::StatusReply>(&reply->body); e && !e->status.ok()) {
-        s = e->status;  // the node could not send its answer (too large for a frame)
-      } else {
-        s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " + where);
-      }
-      if (!s.ok()) s = s.WithPrefix(prefix);
-      // A member the step needed is gone: the next step reconfigures first
-      // (its connection's down report may have come before a failed
-      // reconfiguration used it up).
-      if (s.code() == Code::kUnavailable) member_down = true;
-      join->Report(std::move(s), std::move(out), pp->fetch_index);
-    });
-  }
+void ClusterSession::Impl::StartCoordinator() {
+  runtime::CoordinatorOptions co;
+  for (int i = 0; i < num_tasks; ++i) co.devices.push_back(TaskDevice(i));
+  // A single task is placed too: a node pinned to another task is an error.
+  co.place_single_device = true;
+  co.host_for = [this](const std::string& device) { return HostFor(device); };
+  coordinator = std::make_unique<runtime::Coordinator>(graph, std::move(co));
+  // Step ids are unique across the sessions sharing the nodes' rendezvous.
+  std::random_device rd;
+  coordinator->SetFirstStepId(static_cast<int64_t>(((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2));
+  cfg.set("scheduler.max-threads", static_cast<size_t>(1));  // the actor is detached: CAF's threads idle
+  system = std::make_unique<caf::actor_system>(cfg);
+  coordinator_actor = runtime::SpawnCoordinatorActor(*system, [this](runtime::RunCall& call) {
+    Start(call.feeds, call.fetches, call.targets, runtime::RunSignature(call.feeds, call.fetches, call.targets),
+          std::move(call.done));
+  });
 }
 
 Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, ClusterOptions options) {
@@ -766,8 +637,7 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   impl->ever_used.insert(used.begin(), used.end());
   std::random_device rd;
   impl->session_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  // Step ids are unique across the sessions sharing the nodes' rendezvous.
-  impl->next_step = static_cast<int64_t>(((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2);
+  impl->StartCoordinator();
   // What happened while connecting is already known.
   impl->membership_changed = false;
   impl->member_down = false;
@@ -790,8 +660,12 @@ ClusterSession::~ClusterSession() {
     sid = impl_->session_id;
   }
   for (const auto& c : conns) CallStatus(c, net::CloseSession{sid}, 2000);
+  if (impl_->system) {
+    caf::anon_send_exit(impl_->coordinator_actor, caf::exit_reason::user_shutdown);
+    impl_->coordinator_actor = nullptr;  // a detached actor's thread ends with its last reference
+    impl_->system.reset();  // joins the coordinator's thread
+  }
   impl_->transport->Shutdown();
-  impl_->coordinator.Stop();
   impl_->callbacks.Stop();
 }
 
@@ -813,15 +687,8 @@ Result<ClusterChange> ClusterSession::Recover(bool roll_back_all) {
 }
 
 Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step, int keep_last) {
-  std::vector<std::string> tasks;
-  std::vector<std::vector<std::string>> vars;
-  {
-    std::lock_guard<std::mutex> l(impl_->plan_mu);
-    impl_->EnsurePartitions();
-    if (!impl_->partitions->ok()) return impl_->partitions->status();
-    vars = impl_->task_variables;
-  }
-  tasks = this->tasks();
+  SF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> vars, impl_->TaskVariables());
+  std::vector<std::string> tasks = this->tasks();
   {
     std::lock_guard<std::mutex> l(impl_->conf_mu);
     if (!impl_->pending_restore.empty())
@@ -843,13 +710,7 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
 }
 
 Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* global_step) {
-  std::vector<std::vector<std::string>> vars;
-  {
-    std::lock_guard<std::mutex> l(impl_->plan_mu);
-    impl_->EnsurePartitions();
-    if (!impl_->partitions->ok()) return impl_->partitions->status();
-    vars = impl_->task_variables;
-  }
+  SF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> vars, impl_->TaskVariables());
   runtime::GraphCheckpoint ckpt;
   {
     std::lock_guard<std::mutex> l(impl_->ckpt_mu);
@@ -873,37 +734,37 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
 void ClusterSession::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
                               std::function<void(Result<std::vector<Tensor>>)> done) {
   Impl* impl = impl_.get();
-  if (impl->CanStartInline(runtime::RunSignature(feeds, fetches, targets)))
-    return impl->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+  const std::string key = runtime::RunSignature(feeds, fetches, targets);
+  if (impl->CanStartInline(key)) return impl->Start(feeds, fetches, targets, key, std::move(done));
   // Counted while queued, so the destructor waits for it too.
   {
     std::lock_guard<std::mutex> l(impl->mu);
     ++impl->in_flight;
   }
-  impl->coordinator.Post([impl, feeds = std::move(feeds), fetches = std::move(fetches),
-                          targets = std::move(targets), done = std::move(done)]() mutable {
-    impl->Start(feeds, fetches, targets, /*post=*/true, std::move(done));
+  auto finish = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
+    done(std::move(r));
     std::lock_guard<std::mutex> l(impl->mu);
     if (--impl->in_flight == 0) impl->cv.notify_all();
-  });
+  };
+  caf::anon_send(impl->coordinator_actor,
+                 runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets), std::move(finish)});
 }
 
 void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
-                                 const std::vector<std::string>& targets, bool post,
+                                 const std::vector<std::string>& targets, const std::string& key,
                                  std::function<void(Result<std::vector<Tensor>>)> done) {
   {
     std::lock_guard<std::mutex> l(mu);
     ++in_flight;
   }
   Impl* impl = this;
-  auto finish = [impl, post, done = std::move(done)](Result<std::vector<Tensor>> r) {
-    auto call = [impl, done, r = std::make_shared<Result<std::vector<Tensor>>>(std::move(r))] {
+  // Callbacks run on the callback thread, never on a transport thread.
+  auto finish = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
+    impl->Post([impl, done, r = std::make_shared<Result<std::vector<Tensor>>>(std::move(r))] {
       done(std::move(*r));
       std::lock_guard<std::mutex> l(impl->mu);
       if (--impl->in_flight == 0) impl->cv.notify_all();
-    };
-    if (post) impl->Post(std::move(call));
-    else call();
+    });
   };
   // A member joined, drains or died since the last step: follow it first.
   if (restore_pending || (options.elastic && (membership_changed || member_down))) {
@@ -927,21 +788,11 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
     }
     finish(std::move(r));
   };
-  const std::string key = runtime::RunSignature(feeds, fetches, targets);
-  std::shared_ptr<Plan> plan;
-  {
-    // Registration is rare (once per signature) and serialized.
-    std::lock_guard<std::mutex> l(impl->plan_mu);
-    auto& p = impl->plans[key];
-    if (!p) p = impl->BuildPlan(feeds, fetches, targets);
-    plan = p;
-    // A plan that failed for want of a node (a timeout, a member down) is
-    // not kept: the next run of this signature tries again.
-    const Code c = p->error.code();
-    if (c == Code::kUnavailable || c == Code::kDeadlineExceeded) impl->plans.erase(key);
-  }
-  if (!plan->error.ok()) return step_done(plan->error);
-  impl->StartStep(plan, feeds, std::move(step_done));
+  // Looked up with steps let through: a reconfiguration before drops the
+  // plans. Registration is rare (once per signature) and serialized.
+  auto plan = coordinator->Find(key);
+  if (!plan) plan = coordinator->PlanFor(feeds, fetches, targets);
+  coordinator->StartStep(plan, feeds, std::move(step_done));
 }
 
 const Graph& ClusterSession::graph() const { return impl_->graph; }

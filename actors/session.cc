@@ -1,7 +1,8 @@
-// Session: the embedded runtime. A coordinator actor plans each run signature
-// once (prune, check, place, partition) and hands steps to partition actors;
-// each partition actor runs its steps in an Executor on the session's compute
-// pool; variables live in variable shard actors.
+// Session: the embedded runtime. The coordinator (runtime/coordinator.h)
+// plans each run signature once (prune, check, place, partition) and
+// registers the partitions on the session's partition host actor, which
+// runs their steps in executors on the session's compute pool; variables
+// live in variable shard actors.
 #include "shardflow/session.h"
 
 #include <algorithm>
@@ -12,62 +13,22 @@
 #include <set>
 
 #include "actors/checkpoint_io.h"
-#include "runtime/plan.h"
-#include "actors/coordinator_protocol.h"
-#include "actors/partition_protocol.h"
+#include "actors/coordinator_actor.h"
+#include "actors/partition_host.h"
 #include "actors/queue_actors.h"
-#include "runtime/rendezvous.h"
-#include "runtime/step_join.h"
 #include "actors/variable_shards.h"
-#include "graph/partition.h"
-#include "graph/placement.h"
 #include "kernels/compute_pool.h"
+#include "runtime/coordinator.h"
+#include "runtime/plan.h"
+#include "runtime/rendezvous.h"
 #include "storage/checkpoint.h"
 #include "storage/embedding_reshard.h"
 
 namespace sf {
 
-using runtime::CoordinatorActor;
-using runtime::PartitionActor;
-using runtime::RunCallPtr;
-using runtime::StepCallPtr;
-
-namespace {
-
-// A run signature's plan: the fed outputs and, per partition, its actor and
-// where its feeds and fetches sit in the run's lists.
-struct Plan {
-  Status error;  // plans that fail (cycles, unknown names) are cached too
-  std::vector<Output> feeds;
-  struct Part {
-    PartitionActor actor;
-    std::vector<int> feed_index;   // run feed index of each partition feed
-    std::vector<int> fetch_index;  // run fetch index of each partition fetch
-  };
-  std::vector<Part> parts;
-  size_t num_fetches = 0;
-  // Set when the step spans devices: the per-device graphs the executors
-  // run (they point into them), and the steps' tensors go through the
-  // session's rendezvous.
-  std::shared_ptr<std::map<std::string, PartitionGraph>> device_graphs;
-};
-
-PartitionActor SpawnPartition(caf::actor_system& sys, std::shared_ptr<runtime::Executor> ex) {
-  return sys.spawn([ex](PartitionActor::pointer) -> PartitionActor::behavior_type {
-    return {
-        [ex](StepCallPtr call) {
-          ex->RunStep(call->step_id, std::move(call->feeds), std::move(call->done));
-        },
-    };
-  });
-}
-
-}  // namespace
-
 struct Session::Impl {
   Impl(const Graph& g, const SessionOptions& o)
-      : graph(g), num_devices(std::max(1, o.num_cpu_devices)), kernels(o.kernels), pool(o.compute_threads),
-        checkpoints(runtime::NewStoreCheckpointService()) {
+      : graph(g), kernels(o.kernels), pool(o.compute_threads), checkpoints(runtime::NewStoreCheckpointService()) {
     const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(threads));
@@ -82,7 +43,21 @@ struct Session::Impl {
     variables = std::make_unique<runtime::ActorVariables>(*system, std::move(names));
     variables->SetComputePool(&pool);
     queues = std::make_unique<runtime::ActorQueues>(*system);
-    coordinator = SpawnCoordinator();
+    // One host serves every device of the session: they share the pool and
+    // the rendezvous.
+    runtime::PartitionHostOptions ho;
+    ho.env = runtime::ActorExecutorEnv(kernels, &pool, variables.get(), queues.get(), &rendezvous, checkpoints.get());
+    ho.steps = &rendezvous;
+    host = runtime::NewLocalPartitionHost(runtime::SpawnPartitionHost(*system, std::move(ho)));
+    runtime::CoordinatorOptions co;
+    for (int i = 0; i < std::max(1, o.num_cpu_devices); ++i)
+      co.devices.push_back("/job:localhost/task:0/device:CPU:" + std::to_string(i));
+    co.host_for = [this](const std::string&) -> Result<std::shared_ptr<runtime::PartitionHost>> { return host; };
+    coordinator = std::make_unique<runtime::Coordinator>(g, std::move(co));
+    runtime::Coordinator* c = coordinator.get();
+    coordinator_actor = runtime::SpawnCoordinatorActor(*system, [c](runtime::RunCall& call) {
+      c->StartStep(c->PlanFor(call.feeds, call.fetches, call.targets), call.feeds, std::move(call.done));
+    });
   }
 
   ~Impl() {
@@ -92,31 +67,17 @@ struct Session::Impl {
       std::unique_lock<std::mutex> l(mu);
       cv.wait(l, [&] { return in_flight == 0; });
     }
-    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-    {
-      std::lock_guard<std::mutex> l(actors_mu);
-      for (auto& a : partition_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-      partition_actors.clear();
-    }
+    caf::anon_send_exit(coordinator_actor, caf::exit_reason::user_shutdown);
+    coordinator_actor = nullptr;  // a detached actor's thread ends with its last reference
+    // The plans hold the host; the last reference stops its actor.
+    coordinator.reset();
+    host.reset();
     variables->Shutdown();
     queues->Stop();
     system.reset();  // waits for the actors to finish
   }
 
-  CoordinatorActor SpawnCoordinator();
-  // What this session's partitions run with (rendezvous: null for one partition).
-  runtime::ExecutorEnv Env(RendezvousService* rendezvous) {
-    return runtime::ActorExecutorEnv(kernels, &pool, variables.get(), queues.get(), rendezvous, checkpoints.get());
-  }
-  std::shared_ptr<Plan> BuildPlan(const runtime::RunCall& call);
-  // Fills plan for a pruned graph whose nodes span several devices.
-  Status BuildDevicePlan(Plan& plan, const std::vector<int>& order,
-                         const std::vector<std::string>& placement, const std::vector<Output>& fetches);
-  PartitionActor AddPartitionActor(std::unique_ptr<runtime::Executor> ex);
-  void StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id);
-
   const Graph& graph;
-  const int num_devices;
   const KernelRegistry* kernels;  // null: the standard kernels
   ComputePool pool;
   // Declared before the actors: the partitions' checkpoint kernels use it
@@ -127,7 +88,9 @@ struct Session::Impl {
   std::unique_ptr<caf::actor_system> system;
   std::unique_ptr<runtime::ActorVariables> variables;
   std::unique_ptr<runtime::ActorQueues> queues;
-  CoordinatorActor coordinator;
+  std::shared_ptr<runtime::PartitionHost> host;
+  std::unique_ptr<runtime::Coordinator> coordinator;
+  runtime::CoordinatorActor coordinator_actor;
 
   // Serializes Save and Restore: a RocksDB directory opens once at a time.
   std::mutex ckpt_mu;
@@ -136,122 +99,10 @@ struct Session::Impl {
   std::string last_save_dir;  // GUARDED_BY(ckpt_mu)
   int64_t last_save_id = -1;  // GUARDED_BY(ckpt_mu)
 
-  std::mutex actors_mu;
-  std::vector<PartitionActor> partition_actors;  // GUARDED_BY(actors_mu)
-
   std::mutex mu;
   std::condition_variable cv;
   int in_flight = 0;  // GUARDED_BY(mu)
 };
-
-std::shared_ptr<Plan> Session::Impl::BuildPlan(const runtime::RunCall& call) {
-  auto plan = std::make_shared<Plan>();
-  auto fail = [&](Status s) {
-    plan->error = std::move(s);
-    return plan;
-  };
-  auto run = runtime::PlanRun(graph, call.feeds, call.fetches, call.targets);
-  if (!run.ok()) return fail(run.status());
-  plan->feeds = run->feeds;
-  const std::vector<Output>& fetches = run->fetches;
-  const std::vector<int>* order = &run->order;
-  if (num_devices > 1) {
-    std::vector<std::string> devices;
-    for (int i = 0; i < num_devices; ++i)
-      devices.push_back("/job:localhost/task:0/device:CPU:" + std::to_string(i));
-    auto placement = sf::Place(graph, devices);
-    if (!placement.ok()) return fail(placement.status());
-    std::set<std::string> used;
-    for (int id : *order) used.insert((*placement)[id]);
-    if (used.size() > 1) {
-      plan->num_fetches = fetches.size();
-      Status st = BuildDevicePlan(*plan, *order, *placement, fetches);
-      if (!st.ok()) return fail(st);
-      return plan;
-    }
-  }
-  // One device: one partition holding the whole pruned graph.
-  plan->num_fetches = fetches.size();
-  runtime::ExecutorSpec es{*order, plan->feeds, fetches};
-  Plan::Part part;
-  for (size_t i = 0; i < plan->feeds.size(); ++i) part.feed_index.push_back(static_cast<int>(i));
-  for (size_t i = 0; i < fetches.size(); ++i) part.fetch_index.push_back(static_cast<int>(i));
-  auto ex = runtime::Executor::Create(graph, es, Env(nullptr));
-  if (!ex.ok()) return fail(ex.status());
-  part.actor = AddPartitionActor(std::move(ex).value());
-  plan->parts.push_back(std::move(part));
-  return plan;
-}
-
-PartitionActor Session::Impl::AddPartitionActor(std::unique_ptr<runtime::Executor> ex) {
-  PartitionActor a = SpawnPartition(*system, std::shared_ptr<runtime::Executor>(std::move(ex)));
-  std::lock_guard<std::mutex> l(actors_mu);
-  partition_actors.push_back(a);
-  return a;
-}
-
-Status Session::Impl::BuildDevicePlan(Plan& plan, const std::vector<int>& order,
-                                      const std::vector<std::string>& placement,
-                                      const std::vector<Output>& fetches) {
-  SF_ASSIGN_OR_RETURN(auto parts, sf::Partition(graph, placement));
-  plan.device_graphs = std::make_shared<std::map<std::string, PartitionGraph>>(std::move(parts));
-  SF_ASSIGN_OR_RETURN(auto steps, runtime::PlanDeviceSteps(*plan.device_graphs, order, plan.feeds, fetches));
-  for (runtime::DeviceStep& d : steps) {
-    SF_ASSIGN_OR_RETURN(auto ex, runtime::Executor::Create(*d.partition->graph, d.spec, Env(&rendezvous)));
-    Plan::Part part;
-    part.feed_index = std::move(d.feed_index);
-    part.fetch_index = std::move(d.fetch_index);
-    part.actor = AddPartitionActor(std::move(ex));
-    plan.parts.push_back(std::move(part));
-  }
-  return Status::OK();
-}
-
-void Session::Impl::StartStep(Plan& plan, runtime::RunCall& call, int64_t step_id) {
-  if (Status s = runtime::ValidateFeeds(call.feeds, plan.feeds); !s.ok()) return call.done(s);
-  if (plan.parts.empty()) return call.done(std::vector<Tensor>(plan.num_fetches));
-  runtime::LocalRendezvous* rdv = plan.device_graphs ? &rendezvous : nullptr;
-  // Partitions still waiting on a failed one's tensors fail rather than hang.
-  auto join = std::make_shared<runtime::StepJoin>(
-      static_cast<int>(plan.parts.size()), plan.num_fetches, std::move(call.done),
-      rdv ? std::function<void(const Status&)>([rdv, step_id](const Status& s) { rdv->Abort(step_id, s); })
-          : nullptr,
-      rdv ? std::function<void()>([rdv, step_id] { rdv->Cleanup(step_id); }) : nullptr);
-  for (const Plan::Part& part : plan.parts) {
-    auto sc = std::make_shared<runtime::StepCall>();
-    sc->step_id = step_id;
-    sc->feeds.reserve(part.feed_index.size());
-    for (int i : part.feed_index) sc->feeds.push_back(call.feeds[i].second);
-    // The plan outlives its steps (the coordinator keeps it until the session,
-    // which waits for every step, goes): no per-step copy of the index.
-    const std::vector<int>* fetch_index = &part.fetch_index;
-    sc->done = [join, fetch_index](Status s, std::vector<Tensor> out) {
-      join->Report(std::move(s), std::move(out), *fetch_index);
-    };
-    caf::anon_send(part.actor, std::move(sc));
-  }
-}
-
-CoordinatorActor Session::Impl::SpawnCoordinator() {
-  struct State {
-    std::map<std::string, std::shared_ptr<Plan>> plans;
-    int64_t next_step = 1;
-  };
-  Impl* impl = this;
-  return system->spawn([impl](CoordinatorActor::stateful_pointer<State> self)
-                           -> CoordinatorActor::behavior_type {
-    return {
-        [impl, self](RunCallPtr call) {
-          // The signature: feed names, fetch names and targets, in order.
-          const std::string key = runtime::RunSignature(call->feeds, call->fetches, call->targets);
-          auto& plan = self->state.plans[key];
-          if (!plan) plan = impl->BuildPlan(*call);
-          if (!plan->error.ok()) return call->done(plan->error);
-          impl->StartStep(*plan, *call, self->state.next_step++);
-        },
-    };
-  });
-}
 
 Session::Session(const Graph& g, SessionOptions options) {
   impl_ = std::make_unique<Impl>(g, options);
@@ -261,21 +112,20 @@ Session::~Session() = default;
 
 void Session::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
                        std::function<void(Result<std::vector<Tensor>>)> done) {
-  {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    ++impl_->in_flight;
-  }
-  auto call = std::make_shared<runtime::RunCall>();
-  call->feeds = std::move(feeds);
-  call->fetches = std::move(fetches);
-  call->targets = std::move(targets);
   Impl* impl = impl_.get();
-  call->done = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
+  {
+    std::lock_guard<std::mutex> l(impl->mu);
+    ++impl->in_flight;
+  }
+  auto finish = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
     done(std::move(r));
     std::lock_guard<std::mutex> l(impl->mu);
     if (--impl->in_flight == 0) impl->cv.notify_all();
   };
-  caf::anon_send(impl_->coordinator, std::move(call));
+  if (auto plan = impl->coordinator->Find(runtime::RunSignature(feeds, fetches, targets)))
+    return impl->coordinator->StartStep(plan, feeds, std::move(finish));
+  caf::anon_send(impl->coordinator_actor,
+                 runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets), std::move(finish)});
 }
 
 const Graph& Session::graph() const { return impl_->graph; }

@@ -115,11 +115,13 @@ struct SendTensor {
 struct AbortStep {
   stepId @0 :Int64;
   status @1 :Status;
+  sessionId @2 :UInt64;
 }
 
 # Forgets a step's rendezvous state on the receiver.
 struct CleanupStep {
   stepId @0 :Int64;
+  sessionId @1 :UInt64;
 }
 
 # Drops a session's partitions on the receiver.

@@ -123,11 +123,13 @@ struct SendTensor {
 struct AbortStep {
   int64_t step_id = 0;
   Status status;
+  uint64_t session_id = 0;  // whose partition host the abort goes to
 };
 
 // Forgets a step's rendezvous state on the receiving node (one-way).
 struct CleanupStep {
   int64_t step_id = 0;
+  uint64_t session_id = 0;
 };
 
 // Drops a session's partitions on the receiving node; answered with StatusReply.

@@ -23,6 +23,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "net/auth.h"
@@ -30,6 +31,27 @@
 
 namespace sf {
 namespace net {
+
+Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<Message>> reply;
+  c->Request(std::move(body), timeout_ms, [&](Result<Message> r) {
+    std::lock_guard<std::mutex> l(mu);
+    reply.emplace(std::move(r));
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return reply.has_value(); });
+  return std::move(*reply);
+}
+
+Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms) {
+  auto r = Call(c, std::move(body), timeout_ms);
+  if (!r.ok()) return r.status();
+  if (auto* s = std::get_if<StatusReply>(&r->body)) return s->status;
+  return Internal(std::string("unexpected reply ") + BodyName(r->body));
+}
 
 Status ParseAddress(const std::string& address, std::string* host, uint16_t* port) {
   const size_t colon = address.rfind(':');

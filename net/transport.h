@@ -91,6 +91,13 @@ class Transport {
   virtual void Shutdown() = 0;
 };
 
+// Sends a request and blocks until its reply (or the Request's error).
+// Never call it on a transport thread: the reply arrives on one.
+Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms);
+// Call for requests answered with StatusReply: that status, or why there is
+// none (Internal naming an unexpected reply).
+Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms);
+
 // Splits "host:port"; InvalidArgument naming the text otherwise.
 Status ParseAddress(const std::string& address, std::string* host, uint16_t* port);
 

@@ -229,10 +229,13 @@ struct Encoder {
   Status Put(const AbortStep& m, EnvBody::Builder e) const {
     auto b = e.initAbortStep();
     b.setStepId(m.step_id);
+    b.setSessionId(m.session_id);
     return StatusTo(m.status, b.initStatus(), "AbortStep.status");
   }
   Status Put(const CleanupStep& m, EnvBody::Builder e) const {
-    e.initCleanupStep().setStepId(m.step_id);
+    auto b = e.initCleanupStep();
+    b.setStepId(m.step_id);
+    b.setSessionId(m.session_id);
     return Status::OK();
   }
   Status Put(const CloseSession& m, EnvBody::Builder e) const {
@@ -482,11 +485,12 @@ struct Decoder {
         auto r = e.getAbortStep();
         AbortStep m;
         m.step_id = r.getStepId();
+        m.session_id = r.getSessionId();
         SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "AbortStep.status", &m.status));
         return Body(std::move(m));
       }
       case EnvBody::CLEANUP_STEP:
-        return Body(CleanupStep{e.getCleanupStep().getStepId()});
+        return Body(CleanupStep{e.getCleanupStep().getStepId(), e.getCleanupStep().getSessionId()});
       case EnvBody::CLOSE_SESSION:
         return Body(CloseSession{e.getCloseSession().getSessionId()});
       case EnvBody::ECHO: {

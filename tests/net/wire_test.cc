@@ -103,8 +103,10 @@ bool Same(const SendTensor& a, const SendTensor& b) {
   return a.step_id == b.step_id && a.edge == b.edge && a.frame == b.frame && a.iteration == b.iteration &&
          a.is_dead == b.is_dead && SameTensor(a.value, b.value);
 }
-bool Same(const AbortStep& a, const AbortStep& b) { return a.step_id == b.step_id && SameStatus(a.status, b.status); }
-bool Same(const CleanupStep& a, const CleanupStep& b) { return a.step_id == b.step_id; }
+bool Same(const AbortStep& a, const AbortStep& b) {
+  return a.step_id == b.step_id && a.session_id == b.session_id && SameStatus(a.status, b.status);
+}
+bool Same(const CleanupStep& a, const CleanupStep& b) { return a.step_id == b.step_id && a.session_id == b.session_id; }
 bool Same(const CloseSession& a, const CloseSession& b) { return a.session_id == b.session_id; }
 bool Same(const Echo& a, const Echo& b) { return SameTensor(a.payload, b.payload); }
 bool Same(const Variables& a, const Variables& b) {
@@ -152,8 +154,8 @@ std::vector<Message> EveryMessage() {
   add(RunPartitionDone{-1, Aborted("step 3 aborted by node b"), TensorZoo()});
   add(SendTensor{5, "a:0->b", "while/body", 17, true, Patterned(DType::kFloat32, {2, 2}, 3)});
   add(SendTensor{6, "", "", 0, false, Tensor()});
-  add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms")});
-  add(CleanupStep{-8});
+  add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms"), 0x1234567890abcdefULL});
+  add(CleanupStep{-8, 77});
   add(CloseSession{~uint64_t{0}});
   add(Echo{Patterned(DType::kFloat64, {1000}, 9)});
   add(Echo{Tensor()});

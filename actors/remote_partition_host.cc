@@ -1,0 +1,114 @@
+#include "actors/remote_partition_host.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "graph/device_name.h"
+#include "shardflow/graph_io.h"
+
+namespace sf {
+namespace runtime {
+
+namespace {
+
+class RemotePartitionHost : public PartitionHost {
+ public:
+  explicit RemotePartitionHost(RemoteHostOptions o) : o_(std::move(o)) {}
+
+  Status Register(uint64_t handle, const std::string& device, const Graph& g, const ExecutorSpec& spec,
+                  std::shared_ptr<const void> keep) override {
+    auto name = ParseDeviceName(device);
+    if (!name.ok() || !name->has_task || name->task < 0 || name->task >= static_cast<int>(o_.tasks.size()))
+      return InvalidArgument("device " + device + " is not a device of the cluster's " +
+                             std::to_string(o_.tasks.size()) + " tasks");
+    net::RegisterPartition r;
+    r.session_id = o_.session_id;
+    r.handle = handle;
+    r.device = device;
+    r.tasks = o_.tasks;
+    {
+      // A device's partition serves many run signatures: encoded once. The
+      // entry keeps what g lives in, so its address is never reused for
+      // another graph while cached; a graph that grew is encoded again.
+      std::lock_guard<std::mutex> l(mu_);
+      Encoded& e = graph_bytes_[&g];
+      if (e.num_nodes != g.num_nodes() || e.bytes.empty()) {
+        auto b = GraphToBytes(g);
+        if (!b.ok()) return b.status().WithPrefix("partition for " + device);
+        e = Encoded{g.num_nodes(), std::move(b).value(), std::move(keep)};
+      }
+      r.graph_def = e.bytes;
+    }
+    for (const Output& f : spec.fed) r.feeds.push_back({g.node(f.node).name, f.index});
+    for (const Output& f : spec.fetches) r.fetches.push_back({g.node(f.node).name, f.index});
+    for (int id : spec.nodes) r.targets.push_back(g.node(id).name);
+    Status s = net::CallStatus(o_.conn, std::move(r), o_.request_timeout_ms);
+    if (!s.ok()) return s.WithPrefix("registering the partition for " + device + " on " + o_.where);
+    std::lock_guard<std::mutex> l(mu_);
+    task_of_[handle] = name->task;
+    return Status::OK();
+  }
+
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) override {
+    int task = -1;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = task_of_.find(handle);
+      if (it != task_of_.end()) task = it->second;
+    }
+    net::RunPartition r{o_.session_id, handle, step_id, std::move(feeds)};
+    std::string prefix = "step " + std::to_string(step_id) + " on task " + std::to_string(task) + " (" + o_.where + ")";
+    o_.conn->Request(std::move(r), o_.step_timeout_ms,
+                     [this, prefix = std::move(prefix), done = std::move(done)](Result<net::Message> reply) {
+                       Status s;
+                       std::vector<Tensor> out;
+                       if (!reply.ok()) {
+                         s = reply.status();
+                       } else if (auto* d = std::get_if<net::RunPartitionDone>(&reply->body)) {
+                         s = std::move(d->status);
+                         out = std::move(d->fetches);
+                       } else if (auto* e = std::get_if<net::StatusReply>(&reply->body); e && !e->status.ok()) {
+                         s = e->status;  // the node could not send its answer (too large for a frame)
+                       } else {
+                         s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " +
+                                      o_.where);
+                       }
+                       if (!s.ok()) s = s.WithPrefix(prefix);
+                       if (s.code() == Code::kUnavailable && o_.on_unavailable) o_.on_unavailable();
+                       done(std::move(s), std::move(out));
+                     });
+  }
+
+  void Abort(int64_t step_id, const Status& status) override {
+    net::Message m;
+    m.body = net::AbortStep{step_id, Aborted("step aborted: " + status.message()), o_.session_id};
+    o_.conn->Send(m);  // a node that is down has nothing to abort
+  }
+
+  void Cleanup(int64_t step_id) override {
+    net::Message m;
+    m.body = net::CleanupStep{step_id, o_.session_id};
+    o_.conn->Send(m);  // nor anything to clean
+  }
+
+ private:
+  struct Encoded {
+    int num_nodes = 0;
+    std::string bytes;
+    std::shared_ptr<const void> keep;
+  };
+  const RemoteHostOptions o_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, int> task_of_;                       // GUARDED_BY(mu_)
+  std::map<const Graph*, Encoded> graph_bytes_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::shared_ptr<PartitionHost> NewRemotePartitionHost(RemoteHostOptions options) {
+  return std::make_shared<RemotePartitionHost>(std::move(options));
+}
+
+}  // namespace runtime
+}  // namespace sf
