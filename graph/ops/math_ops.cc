@@ -330,13 +330,14 @@ Status Unary(OpRegistry& reg, const char* name, UnaryFn f, const char* summary) 
                          .Summary(summary).Build());
 }
 
-Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary) {
-  return reg.Register(OpBuilder(name).Inputs(inputs).Shape(std::move(f)).NotDifferentiable()
+Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary,
+               const std::vector<std::string>& attrs = {}) {
+  return reg.Register(OpBuilder(name).Inputs(inputs).Attrs(attrs).Shape(std::move(f)).NotDifferentiable()
                          .Summary(summary).Build());
 }
 
 Status Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
-  return reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
+  return reg.Register(OpBuilder(name).Inputs(1).Attrs({"axes", "keep_dims"}).Shape(ReduceShape).Grad(std::move(f))
                          .Summary(summary).Build());
 }
 
@@ -394,7 +395,7 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
       .Summary("Sum of any number of same-shape tensors.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Shape(CastShape).Grad(CastGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Attrs({"DstT"}).Shape(CastShape).Grad(CastGrad)
       .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build()));
 
   SF_RETURN_IF_ERROR(NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool)."));
@@ -414,7 +415,8 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
-  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64).",
+                             {"axis"}));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
       .Build()));
