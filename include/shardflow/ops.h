@@ -108,6 +108,15 @@ Output Prod(Graph& g, Output x, std::vector<int64_t> axes = {}, ReduceAttrs a = 
 // Index of the largest value along `axis` (int64 result).
 Output ArgMax(Graph& g, Output x, int64_t axis);
 
+// ---- scans along one axis (may be negative) ---------------------------------
+struct ScanAttrs {
+  bool exclusive = false;  // element i leaves out x[i]: [a, b, c] -> [id, a, a.b]
+  bool reverse = false;    // from the end: [a, b, c] -> [a.b.c, b.c, c]
+};
+// Running sums / products of x along axis, as TensorFlow's cumsum / cumprod.
+Output Cumsum(Graph& g, Output x, int64_t axis, ScanAttrs a = {});
+Output Cumprod(Graph& g, Output x, int64_t axis, ScanAttrs a = {});
+
 // ---- linear algebra and NN -------------------------------------------------
 struct MatMulAttrs {
   bool transpose_a = false;
