@@ -314,7 +314,8 @@ std::map<std::string, Maker> Makers() {
 
 // Ops the reference evaluator cannot run: it has no queue, replication,
 // collective, checkpoint or rendezvous service. Each is listed with the
-// reason, so the list is read when an op is added.
+// reason, so the list is read when an op is added. (The queue ops run on
+// zero-size elements in a session in tests/actors/queue_test.cc.)
 const std::map<std::string, std::string>& NeedsSession() {
   static const std::map<std::string, std::string> m = {
       {"FIFOQueue", "queue service"}, {"RandomShuffleQueue", "queue service"},
