@@ -92,8 +92,8 @@ constexpr char kOpsUsage[] =
     "usage: shardflow ops [--markdown]\n"
     "\n"
     "Lists every registered op with its number of inputs and a one-line summary.\n"
-    "--markdown prints a table with whether each op is differentiable and stateful\n"
-    "(docs/OPS.md is made with it).\n";
+    "--markdown prints a table with whether each op is differentiable and stateful and the\n"
+    "attributes it takes (docs/OPS.md is made with it).\n";
 
 // One line: newlines inside a message would break "one error, one line".
 std::string OneLine(std::string s) {
@@ -471,7 +471,8 @@ int OpsCommand(bool markdown) {
   const OpRegistry& reg = StandardOpRegistry();
   const std::vector<std::string> names = reg.Names();
   if (markdown) {
-    std::cout << "| op | inputs | gradient | stateful | summary |\n| --- | --- | --- | --- | --- |\n";
+    std::cout << "| op | inputs | gradient | stateful | attributes | summary |\n"
+                 "| --- | --- | --- | --- | --- | --- |\n";
     for (const auto& n : names) {
       const OpDef* def = reg.Find(n);
       std::string inputs = std::to_string(def->min_inputs);
@@ -479,8 +480,10 @@ int OpsCommand(bool markdown) {
       else if (def->max_inputs != def->min_inputs) inputs += "-" + std::to_string(def->max_inputs);
       std::string summary = def->summary;
       for (size_t p = 0; (p = summary.find('|', p)) != std::string::npos; p += 2) summary.replace(p, 1, "\\|");
+      std::string attrs;
+      for (const std::string& a : def->attrs) attrs += (attrs.empty() ? "" : ", ") + a;
       std::cout << "| " << n << " | " << inputs << " | " << (def->differentiable ? "yes" : "no") << " | "
-                << (def->stateful ? "yes" : "") << " | " << summary << " |\n";
+                << (def->stateful ? "yes" : "") << " | " << attrs << " | " << summary << " |\n";
     }
     return 0;
   }

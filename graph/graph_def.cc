@@ -194,6 +194,19 @@ Status ValidateNodes(const std::vector<NodeSpec>& specs, const OpRegistry& reg) 
   return Status::OK();
 }
 
+// "WhileLoop 'frame' loop variable 'x' (Merge 'm')" for a loop's Merge, as
+// the WhileLoop builder names them; the Merge alone when no Enter feeds it.
+std::string LoopVariableName(const Graph& g, const Node& merge) {
+  for (const Output& in : merge.inputs) {
+    const Node& enter = in.op();
+    if (enter.op != "Enter") continue;
+    auto frame = enter.attrs.GetOr<std::string>("frame_name", "");
+    return "WhileLoop '" + (frame.ok() ? *frame : std::string()) + "' loop variable '" +
+           enter.inputs[0].name() + "' (Merge '" + merge.name + "')";
+  }
+  return "the loop variable of Merge '" + merge.name + "'";
+}
+
 Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
   std::vector<int> ids;
   std::map<std::string, int> by_name;
@@ -250,6 +263,14 @@ Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
         g->node(src).output_dtypes[b.out] != merge.output_dtypes[0])
       return InvalidArgument("node '" + merge.name + "': loop back edge from '" + b.src + ":" +
                              std::to_string(b.out) + "' does not match the Merge's other inputs");
+    // The WhileLoop builder's rule for a loop variable: the body keeps its
+    // shape. The Merge's shape (and what was inferred from it) came from the
+    // loop's entry alone, so a body changing it would break them.
+    const PartialShape& body = g->node(src).output_shapes[b.out];
+    if (!body.CompatibleWith(merge.output_shapes[0]))
+      return InvalidArgument(LoopVariableName(*g, merge) + " has shape " +
+                             merge.output_shapes[0].ToString() + " but the body returns shape " +
+                             body.ToString() + " (from '" + b.src + "')");
     g->mutable_node(b.merge).inputs[b.input] = Output(g, src, b.out);
   }
   for (const NodeSpec& s : specs) {

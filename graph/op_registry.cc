@@ -1,5 +1,7 @@
 #include "graph/op_registry.h"
 
+#include <algorithm>
+
 namespace sf {
 
 const Tensor* InferenceContext::input_constant(int i) const {
@@ -54,6 +56,20 @@ std::vector<std::string> OpRegistry::Names() const {
   std::vector<std::string> out;
   for (const auto& kv : ops_) out.push_back(kv.first);
   return out;
+}
+
+bool IsRuntimeAttr(const std::string& name) { return name == "_class"; }
+
+Status CheckAttrsDeclared(const OpDef& def, const AttrMap& attrs) {
+  for (const auto& kv : attrs.all()) {
+    if (IsRuntimeAttr(kv.first)) continue;
+    if (std::find(def.attrs.begin(), def.attrs.end(), kv.first) != def.attrs.end()) continue;
+    std::string known;
+    for (const std::string& a : def.attrs) known += (known.empty() ? "" : ", ") + a;
+    return InvalidArgument("unknown attribute '" + kv.first + "' (" + def.name +
+                           (known.empty() ? " takes no attributes)" : " takes: " + known + ")"));
+  }
+  return Status::OK();
 }
 
 Status UnchangedShape(InferenceContext& c) {

@@ -1,7 +1,8 @@
 // Array ops: Transpose, Concat, Split, Slice, StridedSlice, Tile, Pad, Gather,
-// OneHot, and the gradient-only helpers ConcatGrad, StridedSliceGrad and
-// GatherGrad.
+// OneHot, and the gradient-only helpers ConcatGrad, StridedSliceGrad,
+// MirrorPadGrad and GatherGrad.
 #include "graph/op_registry.h"
+#include "kernels/cpu/pad_spec.h"
 #include "kernels/cpu/strided_slice_spec.h"
 #include "shardflow/ops.h"
 
@@ -214,8 +215,14 @@ Status TileShape(InferenceContext& c) {
   return Status::OK();
 }
 
+Result<PadMode> PadModeAttr(const AttrMap& a) {
+  SF_ASSIGN_OR_RETURN(std::string mode, a.GetOr<std::string>("mode", "CONSTANT"));
+  return ParsePadMode(mode);
+}
+
 Status PadShape(InferenceContext& c) {
   SF_ASSIGN_OR_RETURN(Ints p, c.Attr<Ints>("paddings"));
+  SF_ASSIGN_OR_RETURN(PadMode mode, PadModeAttr(c.attrs()));
   const PartialShape& x = c.input_shape(0);
   if (p.size() % 2 != 0 || (x.rank_known() && static_cast<int>(p.size()) != 2 * x.rank()))
     return c.Error("Pad: paddings " + IntsString(p) + " must hold (before, after) for each dim of " +
@@ -225,7 +232,35 @@ Status PadShape(InferenceContext& c) {
     if (p[2 * i] < 0 || p[2 * i + 1] < 0)
       return c.Error("Pad: paddings " + IntsString(p) + " must be >= 0");
     const int64_t d = x.rank_known() ? x.dim(static_cast<int>(i)) : -1;
-    if (d >= 0) out[i] = d + p[2 * i] + p[2 * i + 1];
+    if (d < 0) continue;
+    SF_RETURN_IF_ERROR(CheckPadding(mode, p, i, d));
+    out[i] = d + p[2 * i] + p[2 * i + 1];
+  }
+  c.set_output(0, c.input_dtype(0), PartialShape(out));
+  return Status::OK();
+}
+
+// MirrorPadGrad(dy): x's shape is dy's less the paddings.
+Status MirrorPadGradShape(InferenceContext& c) {
+  SF_ASSIGN_OR_RETURN(Ints p, c.Attr<Ints>("paddings"));
+  SF_ASSIGN_OR_RETURN(PadMode mode, PadModeAttr(c.attrs()));
+  if (mode == PadMode::kConstant)
+    return c.Error("MirrorPadGrad: mode must be REFLECT or SYMMETRIC, got CONSTANT");
+  const PartialShape& dy = c.input_shape(0);
+  if (p.size() % 2 != 0 || (dy.rank_known() && static_cast<int>(p.size()) != 2 * dy.rank()))
+    return c.Error("MirrorPadGrad: paddings " + IntsString(p) +
+                   " must hold (before, after) for each dim of " + dy.ToString());
+  Shape out(p.size() / 2, -1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (p[2 * i] < 0 || p[2 * i + 1] < 0)
+      return c.Error("MirrorPadGrad: paddings " + IntsString(p) + " must be >= 0");
+    const int64_t d = dy.rank_known() ? dy.dim(static_cast<int>(i)) : -1;
+    if (d < 0) continue;
+    out[i] = d - p[2 * i] - p[2 * i + 1];
+    if (out[i] < 0)
+      return c.Error("MirrorPadGrad: paddings " + IntsString(p) + " exceed the gradient's shape " +
+                     dy.ToString());
+    SF_RETURN_IF_ERROR(CheckPadding(mode, p, i, out[i]));
   }
   c.set_output(0, c.input_dtype(0), PartialShape(out));
   return Status::OK();
@@ -420,8 +455,18 @@ std::vector<Output> TileGrad(Graph& g, const Node& n, const std::vector<Output>&
   return {ops::Sum(g, split_dy, sum_axes)};
 }
 
+Output MirrorPadGradNode(Graph& g, Output dy, const Ints& paddings, const std::string& mode) {
+  AttrMap a;
+  a.Set("paddings", paddings);
+  a.Set("mode", mode);
+  return g.Add1("MirrorPadGrad", {dy}, std::move(a));
+}
+
 std::vector<Output> PadGrad(Graph& g, const Node& n, const std::vector<Output>& dy) {
   const Ints p = IntsAttr(n, "paddings");
+  const std::string mode = n.attrs.GetOr<std::string>("mode", "CONSTANT").value();
+  // A mirrored pad copies edge values: their gradients fold back onto them.
+  if (mode != "CONSTANT") return {MirrorPadGradNode(g, dy[0], p, mode)};
   StridedSliceSpec s;
   for (size_t i = 0; i < p.size() / 2; ++i) {
     s.begin.push_back(p[2 * i]);
@@ -433,6 +478,12 @@ std::vector<Output> PadGrad(Graph& g, const Node& n, const std::vector<Output>& 
                             ops::StridedSliceAttrs{0, s.end_mask, 0})};
 }
 
+// MirrorPadGrad is linear, its adjoint the mirrored pad itself.
+std::vector<Output> MirrorPadGradGrad(Graph& g, const Node& n, const std::vector<Output>& dy) {
+  return {ops::Pad(g, dy[0], IntsAttr(n, "paddings"),
+                   n.attrs.GetOr<std::string>("mode", "CONSTANT").value())};
+}
+
 std::vector<Output> GatherGradFn(Graph& g, const Node& n, const std::vector<Output>& dy) {
   Output shape = ShapeTensor(g, n.inputs[0]);
   return {g.Add1("GatherGrad", {dy[0], n.inputs[1], shape}), Output()};
@@ -441,29 +492,36 @@ std::vector<Output> GatherGradFn(Graph& g, const Node& n, const std::vector<Outp
 }  // namespace
 
 Status RegisterArrayOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose").Inputs(1).Shape(TransposeShape).Grad(TransposeGrad)
+  const std::vector<std::string> kStridedSliceAttrs = {"begin", "end", "strides", "begin_mask", "end_mask", "shrink_axis_mask"};
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose").Inputs(1).Attrs({"perm"}).Shape(TransposeShape).Grad(TransposeGrad)
       .Summary("Permutes the dims of x: output dim i is input dim perm[i] (attr perm).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat").Inputs(1, -1).Shape(ConcatShape).Grad(ConcatGradFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat").Inputs(1, -1).Attrs({"axis"}).Shape(ConcatShape).Grad(ConcatGradFn)
       .Summary("Joins its inputs along attr axis; other dims must match.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split").Inputs(1).Shape(SplitShape).Grad(SplitGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split").Inputs(1).Attrs({"num_split", "axis"}).Shape(SplitShape).Grad(SplitGrad)
       .Summary("Splits x into attr num_split equal parts along attr axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice").Inputs(1).Shape(SliceShape).Grad(SliceGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice").Inputs(1).Attrs({"begin", "size"}).Shape(SliceShape).Grad(SliceGrad)
       .Summary("The block of x at attr begin of attr size (-1: to the end).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice").Inputs(1).Shape(StridedSliceShapeFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice").Inputs(1).Attrs(kStridedSliceAttrs).Shape(StridedSliceShapeFn)
       .Grad(StridedSliceGradFn)
       .Summary("Python-style x[begin:end:strides] per axis with begin/end/shrink_axis masks.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile").Inputs(1).Shape(TileShape).Grad(TileGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile").Inputs(1).Attrs({"multiples"}).Shape(TileShape).Grad(TileGrad)
       .Summary("Repeats x attr multiples[i] times along each axis i.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad").Inputs(1).Shape(PadShape).Grad(PadGrad)
-      .Summary("Pads x with zeros: attr paddings holds (before, after) per axis.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad").Inputs(1).Attrs({"paddings", "mode"}).Shape(PadShape).Grad(PadGrad)
+      .Summary("Pads x: attr paddings holds (before, after) per axis; attr mode CONSTANT (zeros, "
+               "the default), REFLECT (mirrored without the edge: paddings < dim) or SYMMETRIC "
+               "(with the edge: paddings <= dim).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MirrorPadGrad").Inputs(1).Attrs({"paddings", "mode"})
+      .Shape(MirrorPadGradShape).Grad(MirrorPadGradGrad)
+      .Summary("Gradient of a REFLECT or SYMMETRIC Pad: dy with each padded value added back "
+               "onto the value it mirrors (attrs paddings, mode).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather").Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
       .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot").Inputs(1).Shape(OneHotShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot").Inputs(1).Attrs({"depth", "dtype", "on", "off"}).Shape(OneHotShape).NotDifferentiable()
       .Summary("[..., depth] with attr on at each index and off elsewhere (attrs depth, dtype).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad").Inputs(2, -1).Shape(ConcatGradShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad").Inputs(2, -1).Attrs({"axis"}).Shape(ConcatGradShape).NotDifferentiable()
       .Summary("Gradient of Concat: splits dy (input 0) into pieces of the given shapes.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad").Inputs(2).Shape(StridedSliceGradShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad").Inputs(2).Attrs(kStridedSliceAttrs).Shape(StridedSliceGradShape)
       .NotDifferentiable()
       .Summary("Gradient of StridedSlice: dy scattered into zeros of shape (input 1).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("GatherGrad").Inputs(3).Shape(GatherGradShape).NotDifferentiable()
@@ -522,9 +580,10 @@ Output Tile(Graph& g, Output x, const std::vector<int64_t>& multiples) {
   return g.Add1("Tile", {x}, std::move(a));
 }
 
-Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings) {
+Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings, const std::string& mode) {
   AttrMap a;
   a.Set("paddings", paddings);
+  if (mode != "CONSTANT") a.Set("mode", mode);
   return g.Add1("Pad", {x}, std::move(a));
 }
 

@@ -79,7 +79,10 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
 }  // namespace
 
 Status RegisterEmbeddingOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful()
+  // A sparse update copies its lookup's attributes (Optimizer::AddSparseApply).
+  const std::vector<std::string> kLookupAttrs = {"table", "table_rows", "num_shards", "shard",
+                                                 "partition", "combiner", "segments", "num_segments"};
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful().Attrs(kLookupAttrs)
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -101,7 +104,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
   for (const OptimizerSpec& op : kOptimizers) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful().Attrs(kLookupAttrs)
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)

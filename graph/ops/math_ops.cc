@@ -1,6 +1,6 @@
 // Math ops: broadcasting arithmetic, unary functions, AddN, Cast,
-// comparisons and logic, Select, reductions, ArgMax, SumToShape, and the
-// operator overloads on Outputs.
+// comparisons and logic, Select, reductions, ArgMax, SumToShape, the scans
+// Cumsum and Cumprod, and the operator overloads on Outputs.
 //
 // Gradients of broadcasting ops sum each partial back to its input's shape
 // (ReduceTo); where both shapes are fully known and equal that is skipped, so
@@ -124,6 +124,17 @@ Status ArgMaxShape(InferenceContext& c) {
   out.erase(out.begin() + (axis < 0 ? axis + r : axis));
   c.set_output(0, DType::kInt64, PartialShape(out));
   return Status::OK();
+}
+
+Status ScanShape(InferenceContext& c) {
+  SF_ASSIGN_OR_RETURN(int64_t axis, c.AttrOr<int64_t>("axis", 0));
+  SF_RETURN_IF_ERROR(c.AttrOr<bool>("exclusive", false).status());
+  SF_RETURN_IF_ERROR(c.AttrOr<bool>("reverse", false).status());
+  const PartialShape& in = c.input_shape(0);
+  if (in.rank_known() && (axis < -in.rank() || axis >= in.rank()))
+    return c.Error(c.node().op + " axis " + std::to_string(axis) + " is out of range for shape " +
+                   in.ToString());
+  return UnchangedShape(c);
 }
 
 Status SumToShapeShape(InferenceContext& c) {
@@ -294,11 +305,84 @@ Grads ExtremeGrad(Graph& g, const Node& n, const Grads& dy) {
   return {ops::Div(g, ops::Mul(g, mask, ToKeptShape(g, n, dy[0])), count)};
 }
 
-// Prod: d/dx_i = prod / x_i (inputs assumed non-zero).
+// The product of the others: out[i] = the product of x[j], j != i, along
+// axis. Exclusive products from the left times those from the right, so no
+// division, and exact where some x are 0.
+Output ProductOfOthers(Graph& g, Output x, int64_t axis) {
+  return ops::Mul(g, ops::Cumprod(g, x, axis, ops::ScanAttrs{true, false}),
+                  ops::Cumprod(g, x, axis, ops::ScanAttrs{true, true}));
+}
+
+// Prod: d/dx_i = the product of the others reduced with x_i, as TensorFlow
+// computes it: the reduced axes moved to the front and flattened into one.
 Grads ProdGrad(Graph& g, const Node& n, const Grads& dy) {
   if (!dy[0].valid()) return Grads(1);
   const Output x = n.inputs[0];
-  return {ops::Div(g, ops::Mul(g, ToKeptShape(g, n, dy[0]), ToKeptShape(g, n, Y(g, n))), x)};
+  const Output dy_x = BroadcastLike(g, ToKeptShape(g, n, dy[0]), x);
+  const PartialShape& xs = x.shape();
+  const ReduceAttrValues ra = ReadReduceAttrs(n);
+  if (!xs.rank_known()) {
+    if (!ra.axes.empty()) {
+      g.RecordError(Unimplemented("node '" + n.name + "' (op Prod): the gradient of a product over "
+                                  "some axes needs the input's rank at graph construction"));
+      return Grads(1);
+    }
+    Output others = ProductOfOthers(g, ops::Reshape(g, x, std::vector<int64_t>{-1}), 0);
+    return {ops::Mul(g, dy_x, ops::Reshape(g, others, ops::ShapeOf(g, x)))};
+  }
+  std::vector<bool> mask;
+  if (!ReductionMask(ra.axes, xs.rank(), xs.ToString(), &mask).ok()) return Grads(1);
+  std::vector<int64_t> perm, inverse(xs.rank());
+  for (int i = 0; i < xs.rank(); ++i)
+    if (mask[i]) perm.push_back(i);
+  const int64_t k = static_cast<int64_t>(perm.size());
+  if (k == 0) return {dy_x};  // a product of one value: x itself
+  if (k == 1) return {ops::Mul(g, dy_x, ProductOfOthers(g, x, perm[0]))};
+  for (int i = 0; i < xs.rank(); ++i)
+    if (!mask[i]) perm.push_back(i);
+  for (int i = 0; i < xs.rank(); ++i) inverse[perm[i]] = i;
+  const Output moved = ops::Transpose(g, x, perm);
+  // [reduced, kept]: from constants when every dim is known, else from x's
+  // shape at run time (a -1 in Reshape is ambiguous once a dim is 0).
+  Output flat;
+  if (xs.fully_defined()) {
+    int64_t r = 1, o = 1;
+    for (int i = 0; i < xs.rank(); ++i) (mask[i] ? r : o) *= xs.dim(i);
+    flat = ops::Reshape(g, moved, std::vector<int64_t>{r, o});
+  } else {
+    const Output s = ops::ShapeOf(g, moved);
+    const ops::ReduceAttrs keep{true};
+    const Output r = ops::Prod(g, ops::Slice(g, s, {0}, {k}), {}, keep);
+    const Output o = ops::Prod(g, ops::Slice(g, s, {k}, {xs.rank() - k}), {}, keep);
+    flat = ops::Reshape(g, moved, ops::Concat(g, {r, o}, 0));
+  }
+  const Output others = ops::Reshape(g, ProductOfOthers(g, flat, 0), ShapeValue(g, moved));
+  return {ops::Mul(g, dy_x, ops::Transpose(g, others, inverse))};
+}
+
+// Cumsum is linear; its adjoint runs the other way.
+Grads CumsumGrad(Graph& g, const Node& n, const Grads& dy) {
+  if (!dy[0].valid()) return Grads(1);
+  const int64_t axis = n.attrs.GetOr<int64_t>("axis", 0).value();
+  const bool exclusive = n.attrs.GetOr<bool>("exclusive", false).value();
+  const bool reverse = n.attrs.GetOr<bool>("reverse", false).value();
+  return {ops::Cumsum(g, dy[0], axis, ops::ScanAttrs{exclusive, !reverse})};
+}
+
+// Cumprod, as TensorFlow: d/dx_i = (the sum over the outputs y_k that
+// include x_i of dy_k * y_k) / x_i, taken as 0 where x_i is 0 (the exact
+// value there needs the products without x_i; Prod's gradient, the case
+// that matters, never differentiates through it at first order).
+Grads CumprodGrad(Graph& g, const Node& n, const Grads& dy) {
+  if (!dy[0].valid()) return Grads(1);
+  const Output x = n.inputs[0];
+  const int64_t axis = n.attrs.GetOr<int64_t>("axis", 0).value();
+  const bool exclusive = n.attrs.GetOr<bool>("exclusive", false).value();
+  const bool reverse = n.attrs.GetOr<bool>("reverse", false).value();
+  const Output sums = ops::Cumsum(g, ops::Mul(g, Y(g, n), dy[0]), axis, ops::ScanAttrs{exclusive, !reverse});
+  const Output zero = ops::Equal(g, x, ops::ZerosLike(g, x));
+  const Output safe_x = ops::Select(g, zero, ops::OnesLike(g, x), x);
+  return {ops::Select(g, zero, ops::ZerosLike(g, x), ops::Div(g, sums, safe_x))};
 }
 
 Grads SelectGrad(Graph& g, const Node& n, const Grads& dy) {
@@ -330,13 +414,14 @@ Status Unary(OpRegistry& reg, const char* name, UnaryFn f, const char* summary) 
                          .Summary(summary).Build());
 }
 
-Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary) {
-  return reg.Register(OpBuilder(name).Inputs(inputs).Shape(std::move(f)).NotDifferentiable()
+Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary,
+               const std::vector<std::string>& attrs = {}) {
+  return reg.Register(OpBuilder(name).Inputs(inputs).Attrs(attrs).Shape(std::move(f)).NotDifferentiable()
                          .Summary(summary).Build());
 }
 
 Status Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
-  return reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
+  return reg.Register(OpBuilder(name).Inputs(1).Attrs({"axes", "keep_dims"}).Shape(ReduceShape).Grad(std::move(f))
                          .Summary(summary).Build());
 }
 
@@ -394,7 +479,7 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
       .Summary("Sum of any number of same-shape tensors.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Shape(CastShape).Grad(CastGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Attrs({"DstT"}).Shape(CastShape).Grad(CastGrad)
       .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build()));
 
   SF_RETURN_IF_ERROR(NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool)."));
@@ -414,7 +499,14 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
-  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64).",
+                             {"axis"}));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumsum").Inputs(1).Attrs({"axis", "exclusive", "reverse"})
+      .Shape(ScanShape).Grad(CumsumGrad)
+      .Summary("Running sums along attr axis (default 0; attrs exclusive, reverse).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumprod").Inputs(1).Attrs({"axis", "exclusive", "reverse"})
+      .Shape(ScanShape).Grad(CumprodGrad)
+      .Summary("Running products along attr axis (default 0; attrs exclusive, reverse).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
       .Build()));
@@ -490,6 +582,19 @@ Output ArgMax(Graph& g, Output x, int64_t axis) {
 }
 
 Output SumToShape(Graph& g, Output grad, Output shape) { return g.Add1("SumToShape", {grad, shape}); }
+
+namespace {
+Output Scan(Graph& g, const char* op, Output x, int64_t axis, ScanAttrs sa) {
+  AttrMap a;
+  a.Set("axis", axis);
+  a.Set("exclusive", sa.exclusive);
+  a.Set("reverse", sa.reverse);
+  return g.Add1(op, {x}, std::move(a));
+}
+}  // namespace
+
+Output Cumsum(Graph& g, Output x, int64_t axis, ScanAttrs a) { return Scan(g, "Cumsum", x, axis, a); }
+Output Cumprod(Graph& g, Output x, int64_t axis, ScanAttrs a) { return Scan(g, "Cumprod", x, axis, a); }
 
 }  // namespace ops
 

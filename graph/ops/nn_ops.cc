@@ -418,13 +418,13 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("sum(x^2) / 2.").Build()));
 
   // ---- linear algebra ------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul").Inputs(2).Shape(MatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul").Inputs(2).Attrs({"transpose_a", "transpose_b"}).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return MatMulGradImpl(g, n, dy[0], "MatMul");
       })
       .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul").Inputs(2).Shape(BatchMatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul").Inputs(2).Attrs({"transpose_a", "transpose_b"}).Shape(BatchMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         auto d = MatMulGradImpl(g, n, dy[0], "BatchMatMul");
         return std::vector<Output>{UnbroadcastBatch(g, d[0], n.inputs[0]),
@@ -448,7 +448,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable().Summary("Sums dy over every axis but the last.").Build()));
 
   // ---- convolution ---------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D").Inputs(2).Shape(Conv2DShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D").Inputs(2).Attrs({"strides", "padding"}).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0], f = n.inputs[1];
         Output dx = g.Add1("Conv2DBackpropInput", {ShapeTensor(g, x), f, dy[0]},
@@ -459,7 +459,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3).Attrs({"strides", "padding", "T"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -468,7 +468,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Conv2DBackpropInput(input_sizes, filter, dy): the gradient of Conv2D's input.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3).Attrs({"strides", "padding", "T"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         c.set_output(0, c.input_dtype(0), ConstShapeOr(c, 1, 4));
@@ -479,17 +479,17 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Build()));
 
   // ---- pooling -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool").Inputs(1).Attrs({"ksize", "strides", "padding"}).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
             g.Add1("MaxPoolGrad", {x, Out(g, n, 0), dy[0]}, WindowAttrs(n, x.dtype()))};
       })
       .Summary("Max over windows of NHWC input (attrs ksize, strides, padding).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Shape(UnchangedShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Attrs({"ksize", "strides", "padding", "T"}).Shape(UnchangedShape).NotDifferentiable()
       .Summary("MaxPoolGrad(x, y, dy): dy routed to each window's (first) maximum.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool").Inputs(1).Attrs({"ksize", "strides", "padding"}).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
@@ -497,7 +497,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Mean over windows of NHWC input (SAME padding averages valid cells only).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad").Inputs(2).Attrs({"ksize", "strides", "padding", "T"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -507,7 +507,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("AvgPoolGrad(input_sizes, dy): dy spread evenly over each window.").Build()));
 
   // ---- dropout -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout").Inputs(1).Stateful().Attrs({"rate", "seed"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));

@@ -19,7 +19,7 @@ Status TransferAttrs(InferenceContext& c) {
 }  // namespace
 
 Status RegisterSendRecvOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Send").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Send").Inputs(1).Stateful().Attrs({"tensor_name", "send_device", "recv_device", "dtype", "shape"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -32,7 +32,7 @@ Status RegisterSendRecvOps(OpRegistry& reg) {
       .Summary("Sends its input to recv_device under tensor_name (inserted by partitioning; "
                "attrs tensor_name, send_device, recv_device, dtype, shape).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Recv").Inputs(0).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Recv").Inputs(0).Stateful().Attrs({"tensor_name", "send_device", "recv_device", "dtype", "shape"})
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));

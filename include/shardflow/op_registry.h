@@ -74,7 +74,11 @@ struct OpDef {
   // Null with differentiable=false: "not differentiable" (the gradient stops).
   GradFn grad_fn;
   bool differentiable = false;
-  // Dtypes the gradient checker tries it with (float64 is the default).
+  // The attributes a node of this op may carry. Graph::AddNode refuses any
+  // other (naming the node and the attribute) except the runtime's own
+  // (IsRuntimeAttr), so a misspelt or unsupported attribute never passes
+  // silently: every graph, built or loaded from a file, enters through it.
+  std::vector<std::string> attrs;
   std::string summary;  // one line for docs and `shardflow ops`
 };
 
@@ -102,12 +106,23 @@ class OpBuilder {
   OpBuilder& Shape(ShapeFn f) { def_.shape_fn = std::move(f); return *this; }
   OpBuilder& Grad(GradFn f) { def_.grad_fn = std::move(f); def_.differentiable = true; return *this; }
   OpBuilder& NotDifferentiable() { def_.differentiable = false; def_.grad_fn = nullptr; return *this; }
+  OpBuilder& Attrs(const std::vector<std::string>& names) {
+    def_.attrs.insert(def_.attrs.end(), names.begin(), names.end());
+    return *this;
+  }
   OpBuilder& Summary(std::string s) { def_.summary = std::move(s); return *this; }
   OpDef Build() { return def_; }
 
  private:
   OpDef def_;
 };
+
+// True for the attributes the runtime itself may put on a node of any op:
+// "_class" (colocation groups, graph/placement.h), kept by partitioning.
+bool IsRuntimeAttr(const std::string& name);
+// OK when every attribute in `attrs` is declared by `def` or is the
+// runtime's; else InvalidArgument naming the first unknown one and the op's.
+Status CheckAttrsDeclared(const OpDef& def, const AttrMap& attrs);
 
 // Common shape functions.
 // Output 0 = input 0's dtype and shape.

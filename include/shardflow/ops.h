@@ -108,6 +108,15 @@ Output Prod(Graph& g, Output x, std::vector<int64_t> axes = {}, ReduceAttrs a = 
 // Index of the largest value along `axis` (int64 result).
 Output ArgMax(Graph& g, Output x, int64_t axis);
 
+// ---- scans along one axis (may be negative) ---------------------------------
+struct ScanAttrs {
+  bool exclusive = false;  // element i leaves out x[i]: [a, b, c] -> [id, a, a.b]
+  bool reverse = false;    // from the end: [a, b, c] -> [a.b.c, b.c, c]
+};
+// Running sums / products of x along axis, as TensorFlow's cumsum / cumprod.
+Output Cumsum(Graph& g, Output x, int64_t axis, ScanAttrs a = {});
+Output Cumprod(Graph& g, Output x, int64_t axis, ScanAttrs a = {});
+
 // ---- linear algebra and NN -------------------------------------------------
 struct MatMulAttrs {
   bool transpose_a = false;
@@ -158,8 +167,12 @@ Output StridedSlice(Graph& g, Output x, const std::vector<int64_t>& begin,
                     const std::vector<int64_t>& end, const std::vector<int64_t>& strides,
                     StridedSliceAttrs attrs = {});
 Output Tile(Graph& g, Output x, const std::vector<int64_t>& multiples);
-// paddings: [rank][2] flattened (before, after per axis); constant 0.
-Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings);
+// paddings: [rank][2] flattened (before, after per axis). mode: "CONSTANT"
+// (zeros), "REFLECT" (x mirrored without its edge value: each padding < its
+// dim) or "SYMMETRIC" (mirrored with it: each padding <= its dim), as in
+// TensorFlow; a padding of 0 is allowed on any dim.
+Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings,
+           const std::string& mode = "CONSTANT");
 // Rows of params at indices along axis 0.
 Output Gather(Graph& g, Output params, Output indices);
 Output OneHot(Graph& g, Output indices, int64_t depth, DType dtype = DType::kFloat32,

@@ -10,6 +10,7 @@
 
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/pad_spec.h"
 #include "kernels/cpu/strided_slice_spec.h"
 
 namespace sf {
@@ -466,9 +467,47 @@ class StridedSliceGradKernel : public OpKernel {
   StridedSliceSpec spec_;
 };
 
+// Reads the Pad / MirrorPadGrad attrs paddings and mode.
+void ReadPadAttrs(const KernelInit& init, Ints* pad, PadMode* mode, Status* s) {
+  ReadAttr(init, "paddings", pad, s);
+  auto m = init.AttrOr<std::string>("mode", "CONSTANT");
+  auto parsed = m.ok() ? ParsePadMode(*m) : Result<PadMode>(m.status());
+  if (parsed.ok()) *mode = *parsed;
+  else if (s->ok()) *s = parsed.status();
+}
+
+// Per axis, the index of x each index of the mirrored pad of x reads.
+std::vector<Ints> MirrorMaps(PadMode mode, const Shape& x, const Shape& padded, const Ints& pad) {
+  std::vector<Ints> maps(x.size());
+  for (size_t a = 0; a < x.size(); ++a) {
+    maps[a].resize(padded[a]);
+    for (int64_t o = 0; o < padded[a]; ++o) maps[a][o] = MirrorIndex(mode, o, pad[2 * a], x[a]);
+  }
+  return maps;
+}
+
+// Calls fn(padded_row, x_row_offset) for every row (all axes but the last)
+// of the padded shape, x_row_offset being the element offset in x of the row
+// it reads. REQUIRES: rank >= 1.
+template <typename F>
+void ForEachMirrorRow(const Shape& x, const Shape& padded, const std::vector<Ints>& maps, F&& fn) {
+  const int rank = static_cast<int>(x.size());
+  const Ints xst = ElementStrides(x);
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < rank; ++i) rows *= padded[i];
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int i = rank - 2; i >= 0; --i) {
+      off += maps[i][rem % padded[i]] * xst[i];
+      rem /= padded[i];
+    }
+    fn(r, off);
+  }
+}
+
 class PadKernel : public OpKernel {
  public:
-  PadKernel(const KernelInit& init, Status* s) { ReadAttr(init, "paddings", &pad_, s); }
+  PadKernel(const KernelInit& init, Status* s) { ReadPadAttrs(init, &pad_, &mode_, s); }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
     const int rank = in.rank();
@@ -481,6 +520,7 @@ class PadKernel : public OpKernel {
     Shape os(rank);
     Ints before(rank);
     for (int i = 0; i < rank; ++i) {
+      if (Status st = CheckPadding(mode_, pad_, i, in.dim(i)); !st.ok()) return ctx->SetStatus(st);
       before[i] = pad_[2 * i];
       os[i] = in.dim(i) + pad_[2 * i] + pad_[2 * i + 1];
     }
@@ -489,13 +529,79 @@ class PadKernel : public OpKernel {
       return;
     }
     Tensor& out = ctx->allocate_output(0, in.dtype(), os);
+    if (mode_ != PadMode::kConstant) return Mirror(in, out);
     // All-zero bytes are 0 for every numeric dtype.
     if (out.bytes()) std::memset(out.raw_data(), 0, out.bytes());
     CopyRegion(ctx, in, Whole(in.shape()), out, View{os, before, Ints(rank, 1)}, in.shape());
   }
 
  private:
+  // CheckPadding passed: every padded position has a value of x to read.
+  void Mirror(const Tensor& in, Tensor& out) const {
+    const std::vector<Ints> maps = MirrorMaps(mode_, in.shape(), out.shape(), pad_);
+    const Ints& last = maps.back();
+    const int64_t inner = out.shape().back();
+    DispatchBySize(DTypeSize(in.dtype()), [&](auto tag) {
+      using E = typename decltype(tag)::type;
+      const E* x = in.data<E>();
+      E* y = out.data<E>();
+      ForEachMirrorRow(in.shape(), out.shape(), maps, [&](int64_t r, int64_t off) {
+        for (int64_t k = 0; k < inner; ++k) y[r * inner + k] = x[off + last[k]];
+      });
+    });
+  }
+
   Ints pad_;
+  PadMode mode_ = PadMode::kConstant;
+};
+
+// dx[i] = the sum of dy over the padded positions that read x[i].
+template <typename T>
+class MirrorPadGradKernel : public OpKernel {
+ public:
+  MirrorPadGradKernel(const KernelInit& init, Status* s) {
+    ReadPadAttrs(init, &pad_, &mode_, s);
+    if (s->ok() && mode_ == PadMode::kConstant)
+      *s = InvalidArgument("MirrorPadGrad: mode must be REFLECT or SYMMETRIC, got CONSTANT");
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const int rank = dy.rank();
+    if (static_cast<int>(pad_.size()) != 2 * rank) {
+      ctx->SetStatus(InvalidArgument("MirrorPadGrad: paddings " + ShapeString(pad_) +
+                                     " must hold (before, after) for each dim of " +
+                                     ShapeString(dy.shape())));
+      return;
+    }
+    Shape xs(rank);
+    for (int i = 0; i < rank; ++i) {
+      xs[i] = dy.dim(i) - pad_[2 * i] - pad_[2 * i + 1];
+      Status st = xs[i] < 0 ? InvalidArgument("MirrorPadGrad: paddings " + ShapeString(pad_) +
+                                              " exceed the gradient's shape " + ShapeString(dy.shape()))
+                            : CheckPadding(mode_, pad_, i, xs[i]);
+      if (!st.ok()) return ctx->SetStatus(st);
+    }
+    if (xs == dy.shape()) {
+      ctx->set_output(0, dy);
+      return;
+    }
+    Tensor& out = ctx->allocate_output(0, dy.dtype(), xs);
+    T* dx = out.data<T>();
+    std::fill(dx, dx + out.num_elements(), T(0));
+    if (out.num_elements() == 0) return;
+    const std::vector<Ints> maps = MirrorMaps(mode_, xs, dy.shape(), pad_);
+    const Ints& last = maps.back();
+    const int64_t inner = dy.shape().back();
+    const T* g = dy.data<T>();
+    // A scatter-add: rows of dy may fold onto one row of dx, so one thread.
+    ForEachMirrorRow(xs, dy.shape(), maps, [&](int64_t r, int64_t off) {
+      for (int64_t k = 0; k < inner; ++k) dx[off + last[k]] += g[r * inner + k];
+    });
+  }
+
+ private:
+  Ints pad_;
+  PadMode mode_ = PadMode::kConstant;
 };
 
 // ---- Tile --------------------------------------------------------------------
@@ -700,6 +806,8 @@ void RegisterArrayKernels(KernelRegistry& reg) {
   RegisterCPU<StridedSliceKernel>(reg, "StridedSlice", {DType::kInvalid});
   RegisterCPU<StridedSliceGradKernel>(reg, "StridedSliceGrad", {DType::kInvalid});
   RegisterCPU<PadKernel>(reg, "Pad", {DType::kInvalid});
+  RegisterCPU<MirrorPadGradKernel<float>>(reg, "MirrorPadGrad", {DType::kFloat32});
+  RegisterCPU<MirrorPadGradKernel<double>>(reg, "MirrorPadGrad", {DType::kFloat64});
   RegisterCPU<TileKernel>(reg, "Tile", {DType::kInvalid});
   RegisterCPU<GatherKernel>(reg, "Gather", {DType::kInvalid});
   RegisterCPU<GatherGradKernel<float>>(reg, "GatherGrad", {DType::kFloat32});

@@ -33,6 +33,8 @@ void Assign(OpKernelContext* ctx, Dst dst, const Expr& expr, int64_t n) {
 // Runs fn(begin, end) over n rows of `cols` elements, split over the pool when big.
 void SplitRows(OpKernelContext* ctx, int64_t n, int64_t cols,
                const std::function<void(int64_t, int64_t)>& fn) {
+  // Eigen asserts on the row views of an empty block.
+  if (n == 0 || cols == 0) return;
   const int64_t min_block = std::max<int64_t>(1, kParallelMin / std::max<int64_t>(cols, 1));
   if (!ctx->pool() || n <= min_block) fn(0, n);
   else ctx->pool()->ParallelFor(n, min_block, fn);
@@ -266,6 +268,8 @@ class SoftmaxXentKernel : public OpKernel {
     const Rows r{lt.dim(0), lt.dim(1)};
     Tensor& loss = ctx->allocate_output(0, lt.dtype(), {r.rows});
     Tensor& back = ctx->allocate_output(1, lt.dtype(), lt.shape());
+    // No classes: each loss is a sum over nothing.
+    if (r.cols == 0) loss.flat<T>().setZero();
     SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
       auto x = RowsOf<T>(lt, r, b, e);
       auto p = RowsOf<T>(yt, r, b, e);

@@ -1,6 +1,7 @@
 // Kernels of the reductions: Sum, Mean, Max, Min, Prod (attrs axes,
-// keep_dims), ArgMax (attr axis) and SumToShape (the gradient of
-// broadcasting).
+// keep_dims), ArgMax (attr axis), SumToShape (the gradient of
+// broadcasting), and the scans Cumsum and Cumprod (attrs axis, exclusive,
+// reverse).
 //
 // A reduction collapses the input into alternating kept / reduced segments
 // and removes the reduced ones innermost first, each with one of two
@@ -258,6 +259,68 @@ class ArgMaxKernel : public OpKernel {
   int64_t axis_ = 0;
 };
 
+// Cumsum / Cumprod along one axis of the collapsed [outer, len, inner] view:
+// a running row of `inner` accumulators, so the inner loop is vectorised.
+template <typename T, typename R>
+class ScanKernel : public OpKernel {
+ public:
+  ScanKernel(const KernelInit& init, Status* s) : op_(init.op) {
+    auto a = init.AttrOr<int64_t>("axis", 0);
+    auto e = init.AttrOr<bool>("exclusive", false);
+    auto r = init.AttrOr<bool>("reverse", false);
+    for (const Status& st : {a.status(), e.status(), r.status()})
+      if (!st.ok() && s->ok()) *s = st;
+    if (!s->ok()) return;
+    axis_ = *a;
+    exclusive_ = *e;
+    reverse_ = *r;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const int r = x.rank();
+    if (axis_ < -r || axis_ >= r) {
+      ctx->SetStatus(InvalidArgument(op_ + " axis " + std::to_string(axis_) +
+                                     " is out of range for shape " + ShapeString(x.shape())));
+      return;
+    }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + r : axis_);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < r; ++i) {
+      if (i < axis) outer *= x.dim(i);
+      if (i > axis) inner *= x.dim(i);
+    }
+    const int64_t len = x.dim(axis);
+    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
+    if (out.num_elements() == 0) return;
+    const T* src = x.data<T>();
+    T* dst = out.data<T>();
+    Split(ctx, outer, x.num_elements(), len * inner, [&](int64_t b, int64_t e) {
+      Eigen::Array<T, Eigen::Dynamic, 1> acc(inner);
+      for (int64_t o = b; o < e; ++o) {
+        acc.setConstant(R::template Identity<T>());
+        for (int64_t step = 0; step < len; ++step) {
+          const int64_t j = reverse_ ? len - 1 - step : step;
+          const int64_t at = (o * len + j) * inner;
+          ConstVec<T> in(src + at, inner);
+          Vec<T> y(dst + at, inner);
+          if (exclusive_) {
+            y = acc;
+            R::Accum(acc, in);
+          } else {
+            R::Accum(acc, in);
+            y = acc;
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  std::string op_;
+  int64_t axis_ = 0;
+  bool exclusive_ = false, reverse_ = false;
+};
+
 // SumToShape(grad, shape): sums grad over the axes that broadcasting from
 // `shape` expanded (leading extra axes and size-1 axes).
 template <typename T>
@@ -312,6 +375,8 @@ void RegisterForType(KernelRegistry& reg, DType t) {
   RegisterCPU<ReduceKernel<T, ProdR>>(reg, "Prod", {t});
   RegisterCPU<ArgMaxKernel<T>>(reg, "ArgMax", {t});
   RegisterCPU<SumToShapeKernel<T>>(reg, "SumToShape", {t});
+  RegisterCPU<ScanKernel<T, SumR>>(reg, "Cumsum", {t});
+  RegisterCPU<ScanKernel<T, ProdR>>(reg, "Cumprod", {t});
 }
 
 }  // namespace

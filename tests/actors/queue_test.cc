@@ -617,3 +617,37 @@ TEST_CASE("A token queue is a barrier: one consumer waits for N producers", "[qu
   REQUIRE(r.ok());
   CHECK((*r)[0].ToVector<int>() == std::vector<int>{2, 0, 3, 1});
 }
+
+TEST_CASE("Every queue kind carries elements with a dimension of 0", "[queue][zero_size]") {
+  for (const std::string kind : {"FIFO", "RandomShuffle", "PaddingFIFO"}) {
+    INFO(kind);
+    Graph g;
+    ops::QueueOptions o;
+    o.shapes = {PartialShape({2, kind == "PaddingFIFO" ? -1 : 0})};
+    Output q = kind == "FIFO"            ? ops::FIFOQueue(g, {DType::kFloat32}, o)
+               : kind == "PaddingFIFO" ? ops::PaddingFIFOQueue(g, {DType::kFloat32}, o)
+                                       : ops::RandomShuffleQueue(g, {DType::kFloat32}, 10, 0, 1, o);
+    Operation one = ops::QueueEnqueue(g, q, {ops::Zeros(g, DType::kFloat32, {2, 0})});
+    Operation three = ops::QueueEnqueueMany(g, q, {ops::Zeros(g, DType::kFloat32, {3, 2, 0})});
+    Operation none = ops::QueueEnqueueMany(g, q, {ops::Zeros(g, DType::kFloat32, {0, 2, 0})});
+    Output size = ops::QueueSize(g, q);
+    auto deq = ops::QueueDequeue(g, q), deq3 = ops::QueueDequeueMany(g, q, 3);
+    Operation close = ops::QueueClose(g, q);
+    INFO(g.status().ToString());
+    REQUIRE(g.status().ok());
+    Session s(g);
+    Status st = s.Run({}, std::vector<Output>{}, {one, three, none}).status();
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    auto n = s.Run({}, std::vector<Output>{size});
+    REQUIRE(n.ok());
+    CHECK((*n)[0].ToVector<int32_t>() == std::vector<int32_t>{4});
+    for (auto [fetch, shape] : {std::pair{deq[0], Shape{2, 0}}, {deq3[0], Shape{3, 2, 0}}}) {
+      auto r = s.Run({}, std::vector<Output>{fetch});
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      CHECK((*r)[0].shape() == shape);
+    }
+    CHECK(s.Run({}, std::vector<Output>{}, {close}).ok());
+  }
+}

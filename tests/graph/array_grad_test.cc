@@ -35,6 +35,17 @@ void AddArrayGradChecks(GradCheckTable& t) {
                [](Graph& g, X x) { return ops::Tile(g, x[0], {2, 3}); }});
   t.push_back({"Pad", "uneven", {{2, 3}},
                [](Graph& g, X x) { return ops::Pad(g, x[0], {1, 0, 2, 1}); }});
+  t.push_back({"Pad", "REFLECT, edges folded back twice", {{3, 4}},
+               [](Graph& g, X x) { return ops::Pad(g, x[0], {2, 1, 3, 0}, "REFLECT"); }});
+  t.push_back({"Pad", "SYMMETRIC, a padding as wide as its dim", {{2, 3}},
+               [](Graph& g, X x) { return ops::Pad(g, x[0], {2, 1, 0, 3}, "SYMMETRIC"); }});
+  t.push_back({"MirrorPadGrad", "the gradient of a REFLECT pad", {{5, 6}},
+               [](Graph& g, X x) {
+                 AttrMap a;
+                 a.Set("paddings", std::vector<int64_t>{1, 1, 2, 1});
+                 a.Set("mode", std::string("REFLECT"));
+                 return g.Add1("MirrorPadGrad", {x[0]}, a);
+               }});
   t.push_back({"Gather", "repeated int64 indices", {{5, 3}},
                [](Graph& g, X x) {
                  return ops::Gather(g, x[0], ops::Const(g, Tensor::FromVector<int64_t>({4, 0, 4, 2}, {2, 2})));
@@ -66,6 +77,19 @@ std::vector<std::vector<double>> GradValues(Graph& g, Output y, const std::vecto
 Tensor D(const std::vector<double>& v, const Shape& s) { return Tensor::FromVector(v, s); }
 
 }  // namespace
+
+TEST_CASE("A mirrored pad's gradient folds the padding back onto what it copies", "[array][gradients]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat64, {-1}, "x");
+  const testing::Feeds feeds{{x, D({1, 2, 3}, {3})}};
+  // REFLECT (2,2) reads x as [2,1,0,1,2,1,0]; SYMMETRIC (1,1) as [0,0,1,2,2].
+  auto reflect = GradValues(g, ops::Pad(g, x, {2, 2}, "REFLECT"), {1, 10, 100, 1000, 1e4, 1e5, 1e6}, {7},
+                            {x}, feeds);
+  CHECK(reflect[0] == std::vector<double>{100 + 1e6, 10 + 1000 + 1e5, 1 + 1e4});
+  auto symmetric = GradValues(g, ops::Pad(g, x, {1, 1}, "SYMMETRIC"), {1, 10, 100, 1000, 1e4}, {5},
+                              {x}, feeds);
+  CHECK(symmetric[0] == std::vector<double>{11, 100, 1000 + 1e4});
+}
 
 TEST_CASE("Array gradients with run-time shapes", "[array][gradients]") {
   SECTION("Concat along an unknown dim") {

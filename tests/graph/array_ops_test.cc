@@ -218,6 +218,56 @@ TEST_CASE("Pad surrounds with zeros", "[array]") {
   CHECK(Contains(bad.status().message(), "[2,2]"));
 }
 
+TEST_CASE("Pad mirrors in REFLECT and SYMMETRIC mode, as TensorFlow", "[array]") {
+  Graph g;
+  auto x = ops::Const(g, {1, 2, 3, 4, 5, 6}, {2, 3});
+  // tf.pad's documented examples.
+  CheckValues(g, ops::Pad(g, x, {1, 1, 2, 2}, "REFLECT"), {4, 7},
+              {6, 5, 4, 5, 6, 5, 4, 3, 2, 1, 2, 3, 2, 1, 6, 5, 4, 5, 6, 5, 4, 3, 2, 1, 2, 3, 2, 1});
+  CheckValues(g, ops::Pad(g, x, {1, 1, 2, 2}, "SYMMETRIC"), {4, 7},
+              {2, 1, 1, 2, 3, 3, 2, 2, 1, 1, 2, 3, 3, 2, 5, 4, 4, 5, 6, 6, 5, 5, 4, 4, 5, 6, 6, 5});
+  auto v = ops::Const(g, {1, 2, 3}, {3});
+  CheckValues(g, ops::Pad(g, v, {2, 2}, "REFLECT"), {7}, {3, 2, 1, 2, 3, 2, 1});
+  CheckValues(g, ops::Pad(g, v, {3, 3}, "SYMMETRIC"), {9}, {3, 2, 1, 1, 2, 3, 3, 2, 1});
+  CheckValues(g, ops::Pad(g, v, {0, 0}, "REFLECT"), {3}, {1, 2, 3});
+  // A padding of 0 is allowed on an empty dim in any mode.
+  CheckValues(g, ops::Pad(g, ops::Zeros(g, DType::kFloat32, {2, 0}), {1, 1, 0, 0}, "REFLECT"), {4, 0}, {});
+
+  auto ints = ops::Const(g, Tensor::FromVector<int64_t>({7, 8}, {2}));
+  auto r = testing::Eval(g, ops::Pad(g, ints, {1, 1}, "SYMMETRIC"));
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{7, 7, 8, 8});
+}
+
+TEST_CASE("Pad refuses a mirror wider than its dim, naming the node", "[array]") {
+  auto refused = [](const std::string& mode, std::vector<int64_t> paddings, const Shape& shape) {
+    Graph g;
+    ops::Pad(g, ops::Zeros(g, DType::kFloat32, shape), paddings, mode);
+    return g.status();
+  };
+  Status s = refused("REFLECT", {0, 0, 3, 0}, {2, 3});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(Contains(s.message(), "node 'Pad'"));
+  CHECK(Contains(s.message(), "REFLECT padding 3 of dim 1 (size 3) must be < the dim's size"));
+  CHECK(refused("SYMMETRIC", {0, 0, 3, 0}, {2, 3}).ok());
+  s = refused("SYMMETRIC", {0, 4, 0, 0}, {2, 3});
+  CHECK(Contains(s.message(), "SYMMETRIC padding 4 of dim 0 (size 2) must be <= the dim's size"));
+  CHECK_FALSE(refused("SYMMETRIC", {1, 0}, {0}).ok());
+  s = refused("WRAP", {1, 1}, {3});
+  CHECK(Contains(s.message(), "node 'Pad'"));
+  CHECK(Contains(s.message(), "mode must be CONSTANT, REFLECT or SYMMETRIC, got 'WRAP'"));
+
+  // Dims known only at run time: the kernel refuses it, naming the node.
+  Graph g;
+  auto p = ops::Placeholder(g, DType::kFloat32, {-1}, "p");
+  auto y = ops::Pad(g, p, {2, 0}, "REFLECT");
+  REQUIRE(g.status().ok());
+  auto r = testing::Eval(g, y, {{p, Tensor::FromVector<float>({1, 2})}});
+  REQUIRE_FALSE(r.ok());
+  CHECK(Contains(r.status().message(), "node 'Pad'"));
+  CHECK(Contains(r.status().message(), "REFLECT padding 2 of dim 0 (size 2)"));
+}
+
 TEST_CASE("Gather copies rows and rejects bad indices", "[array]") {
   Graph g;
   auto params = Iota(g, {4, 2});

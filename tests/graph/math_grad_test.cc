@@ -102,6 +102,25 @@ void AddMathGradChecks(GradCheckTable& t) {
   ReduceChecks(t, "Max", ops::Max, -1, 1);
   ReduceChecks(t, "Min", ops::Min, -1, 1);
   ReduceChecks(t, "Prod", ops::Prod, 0.5, 1.5);
+  // No division by x in Prod's gradient: any sign, and axes moved at run time.
+  Check(t, "Prod", "axes {0,2} of [2,3,2] at run time, any sign", {{2, 3, 2}},
+        [](Graph& g, const Xs& x) { return ops::Prod(g, Dyn(g, x[0]), {0, 2}); });
+  Check(t, "Prod", "axis 1 keep_dims, any sign", {{2, 3}},
+        [](Graph& g, const Xs& x) { return ops::Prod(g, x[0], {1}, ops::ReduceAttrs{true}); });
+
+  for (bool exclusive : {false, true}) {
+    for (bool reverse : {false, true}) {
+      const std::string how = std::string(exclusive ? "exclusive" : "inclusive") +
+                              (reverse ? " reverse" : "");
+      const ops::ScanAttrs a{exclusive, reverse};
+      Check(t, "Cumsum", how + " axis 1", {{2, 3}},
+            [a](Graph& g, const Xs& x) { return ops::Cumsum(g, x[0], 1, a); });
+      Check(t, "Cumprod", how + " axis 0", {{3, 2}},
+            [a](Graph& g, const Xs& x) { return ops::Cumprod(g, x[0], 0, a); }, 0.5, 1.5);
+    }
+  }
+  Check(t, "Cumprod", "axis -1 of [2,2,3], any sign but 0", {{2, 2, 3}},
+        [](Graph& g, const Xs& x) { return ops::Cumprod(g, ops::Square(g, x[0]) + 0.5, -1); });
 
   Check(t, "SumToShape", "[2,3] to [3]", {{2, 3}}, [](Graph& g, const Xs& x) {
     return ops::SumToShape(g, x[0], ops::Const(g, std::vector<int32_t>{3}));

@@ -373,6 +373,44 @@ TEST_CASE("Reductions of empty tensors give the identity", "[math]") {
   CHECK(Run(g, ops::Sum(g, x, {1})).shape() == Shape{0});
 }
 
+TEST_CASE("Prod's gradient is exact where inputs are 0 (no division)", "[math][gradients]") {
+  auto grad = [](const std::vector<double>& xv, const Shape& shape, std::vector<int64_t> axes) {
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat64, PartialShape(shape), "x");
+    auto dx = Gradients(g, {ops::Prod(g, x, axes)}, {x});
+    INFO(dx.status().ToString());
+    REQUIRE(dx.ok());
+    return Run(g, (*dx)[0], {{x, Tensor::FromVector(xv, shape)}}).ToVector<double>();
+  };
+  // PyTorch's values: the product of the others.
+  CHECK(grad({0, 2, 3}, {3}, {}) == std::vector<double>{6, 0, 0});
+  CHECK(grad({0, 2, 0}, {3}, {}) == std::vector<double>{0, 0, 0});
+  CHECK(grad({0, 2, 3, 4, 0, 5}, {2, 3}, {1}) == std::vector<double>{6, 0, 0, 0, 20, 0});
+  // Two reduced axes (moved to the front and flattened): [2,2,2] over {0,2}.
+  CHECK(grad({1, 0, 2, 3, 4, 5, 6, 7}, {2, 2, 2}, {0, 2}) ==
+        std::vector<double>{0, 20, 126, 84, 0, 0, 42, 36});
+}
+
+TEST_CASE("Cumsum and Cumprod scan one axis, exclusive and reversed", "[math]") {
+  Graph g;
+  auto x = C<float>(g, {1, 2, 3, 4, 5, 6}, {2, 3});
+  using A = ops::ScanAttrs;
+  CheckClose<float>(Run(g, ops::Cumsum(g, x, 1)), {1, 3, 6, 4, 9, 15});
+  CheckClose<float>(Run(g, ops::Cumsum(g, x, 0)), {1, 2, 3, 5, 7, 9});
+  CheckClose<float>(Run(g, ops::Cumsum(g, x, -1, A{true, false})), {0, 1, 3, 0, 4, 9});
+  CheckClose<float>(Run(g, ops::Cumsum(g, x, 1, A{false, true})), {6, 5, 3, 15, 11, 6});
+  CheckClose<float>(Run(g, ops::Cumprod(g, x, 1)), {1, 2, 6, 4, 20, 120});
+  CheckClose<float>(Run(g, ops::Cumprod(g, x, 1, A{true, true})), {6, 3, 1, 30, 6, 1});
+  auto xi = C<int64_t>(g, {2, 3, 4}, {3});
+  CHECK(Run(g, ops::Cumprod(g, xi, 0, A{true, false})).ToVector<int64_t>() == std::vector<int64_t>{1, 2, 6});
+  CHECK(Run(g, ops::Cumsum(g, ops::Const(g, Tensor(DType::kFloat32, {2, 0})), 1)).shape() == Shape{2, 0});
+
+  Graph bad;
+  ops::Cumsum(bad, ops::Const(bad, Tensor(DType::kFloat32, {2, 3})), 2);
+  CHECK_THAT(bad.status().message(), Catch::Contains("node 'Cumsum'"));
+  CHECK_THAT(bad.status().message(), Catch::Contains("axis 2 is out of range for shape [2,3]"));
+}
+
 TEST_CASE("A reduction axis out of range names the axis and the shape", "[math]") {
   Graph g;
   auto y = ops::Sum(g, ops::Const(g, std::vector<float>(6, 1.f), {2, 3}), {2});

@@ -14,6 +14,7 @@
 #include "shardflow/graph_io.h"
 #include "graph/op_registry.h"
 #include "net/graph_def.capnp.h"
+#include "shardflow/control_flow.h"
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"
 
@@ -25,13 +26,16 @@ namespace {
 
 
 
-// The core ops plus "AttrHolder", an op taking any inputs and any attrs, so
-// one node can carry every attr kind.
+// The core ops plus "AttrHolder", an op taking any inputs and an attr of
+// every kind, so one node can carry them all.
 const OpRegistry& TestRegistry() {
   static const OpRegistry* reg = [] {
     auto* r = new OpRegistry();
     REQUIRE(RegisterCoreOps(*r).ok());
     REQUIRE(r->Register(OpBuilder("AttrHolder").Inputs(0, -1)
+        .Attrs({"i", "f", "b", "s", "t", "ints", "floats", "shape", "unknown_shape", "scalar_shape",
+                "tensor_f64", "tensor_i32", "tensor_i64", "tensor_bool", "tensor_empty",
+                "tensor_invalid", "dtypes", "empty_ints"})
         .Shape([](InferenceContext& c) -> Status {
           c.set_output(0, DType::kFloat64, PartialShape({-1, 2}));
           c.set_output(1, DType::kInt32, PartialShape());
@@ -326,4 +330,57 @@ TEST_CASE("Saving a broken graph or a bad path is an error", "[graph_def]") {
   Graph ok;
   ops::Const(ok, 1.0f);
   CHECK(SaveGraph(ok, "/nonexistent_dir/g.capnp").code() == Code::kUnavailable);
+}
+
+TEST_CASE("A loaded node with an attribute its op does not declare is refused", "[graph_def]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {3}, "x");
+  ops::Pad(g, x, {2, 2}, "REFLECT");
+  REQUIRE(g.status().ok());
+  auto good = GraphToBytes(g);
+  REQUIRE(good.ok());
+  // The REFLECT mode survives the round trip (it was once dropped as unknown).
+  Graph loaded;
+  REQUIRE(GraphFromBytes(*good, &loaded).ok());
+  auto r = testing::Eval(loaded, loaded.FindOutput("Pad").value(),
+                         {{loaded.FindOutput("x").value(), Tensor::FromVector<float>({1, 2, 3})}});
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{3, 2, 1, 2, 3, 2, 1});
+
+  // A writer's misspelt attribute: the saved graph is edited after the check.
+  g.mutable_node(g.FindNode("Pad").value()).attrs.Set("pad_mode", std::string("REFLECT"));
+  auto bad = GraphToBytes(g);
+  REQUIRE(bad.ok());
+  Graph refused;
+  Status s = GraphFromBytes(*bad, &refused, "pads.capnp");
+  CHECK(s.code() == Code::kInvalidArgument);
+  INFO(s.ToString());
+  CHECK(s.message().find("pads.capnp") != std::string::npos);
+  CHECK(s.message().find("node 'Pad' (op Pad): unknown attribute 'pad_mode' (Pad takes: paddings, mode)") !=
+        std::string::npos);
+}
+
+TEST_CASE("A loaded WhileLoop whose body changes a loop variable's shape is refused", "[graph_def]") {
+  // The loop the WhileLoop builder refuses to build, put together by hand as
+  // a file from elsewhere could hold it: x [2] becomes Concat(x, x) [4].
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto enter = ops::Enter(g, x, "loop", false, 10, "loop/enter");
+  auto merge = ops::Merge(g, {enter, enter}, "loop/merge")[0];
+  auto pred = ops::LoopCond(g, ops::Const(g, Tensor::FromBools({false}, {})), "loop", -1, "loop/cond");
+  auto sw = ops::Switch(g, merge, pred, "loop/switch");
+  auto body = ops::Concat(g, {ops::Identity(g, sw[1], "loop/body_in"), sw[1]}, 0);
+  auto next = ops::NextIteration(g, body, "loop/next");
+  g.mutable_node(merge.node).inputs[1] = next;
+  ops::Exit(g, sw[0], "loop/exit");
+  REQUIRE(g.status().ok());
+  auto bytes = GraphToBytes(g);
+  REQUIRE(bytes.ok());
+  Graph loaded;
+  Status s = GraphFromBytes(*bytes, &loaded, "loop.capnp");
+  CHECK(s.code() == Code::kInvalidArgument);
+  INFO(s.ToString());
+  CHECK(s.message().find("loop.capnp") != std::string::npos);
+  CHECK(s.message().find("WhileLoop 'loop' loop variable 'x' (Merge 'loop/merge') has shape [2] but the "
+                         "body returns shape [4]") != std::string::npos);
 }
