@@ -74,22 +74,19 @@ class StoreCheckpointService : public CheckpointService {
 
   Result<std::vector<Tensor>> Restore(const std::string& dir, const std::vector<std::string>& names,
                                       int64_t* step) override {
-    std::lock_guard<std::mutex> l(DirMutex(dir));
-    SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
-    CheckpointReader reader(kv.get());
-    std::vector<Status> skipped;
-    auto id = reader.LatestReadable(-1, &skipped);
-    if (!id.ok()) return NotFound("no readable committed checkpoint in '" + dir + "'");
-    SF_ASSIGN_OR_RETURN(auto values, reader.ReadAll(*id));
-    SF_ASSIGN_OR_RETURN(CheckpointInfo info, reader.Manifest(*id));
+    const std::set<std::string> wanted(names.begin(), names.end());
+    SF_ASSIGN_OR_RETURN(CheckpointRead read, ReadCheckpoint(dir, -1, [&](CheckpointReader& r, const CheckpointInfo& info) {
+                          return ReadNamed(r, info, wanted);
+                        }));
     std::vector<Tensor> out;
     for (const auto& n : names) {
-      auto it = values.find(n);
-      if (it == values.end())
-        return NotFound("variable '" + n + "' is not in checkpoint " + std::to_string(*id) + " in '" + dir + "'");
+      auto it = read.values.find(n);
+      if (it == read.values.end())
+        return NotFound("variable '" + n + "' is not in checkpoint " + std::to_string(read.info.id) + " in '" + dir +
+                        "'");
       out.push_back(it->second);
     }
-    *step = info.global_step;
+    *step = read.info.global_step;
     return out;
   }
 };
@@ -141,39 +138,42 @@ namespace {
 Result<std::map<std::string, Tensor>> ReadForGraph(const Graph& g, CheckpointReader& reader,
                                                    const CheckpointInfo& info, const std::set<std::string>* only) {
   if (!only || info.parent >= 0) return reader.ReadAll(info.id);
-  std::vector<std::string> reshard_prefixes;
+  std::set<std::string> wanted = *only;
   const auto graph_tables = GraphTables(g);
   for (const CheckpointTable& ct : info.tables) {
     auto gt = graph_tables.find(ct.name);
     if (gt != graph_tables.end() && gt->second.num_shards == ct.num_shards && gt->second.partition == ct.partition)
       continue;
     const std::string prefix = ct.name + "/part_";
-    for (const auto& n : *only)
-      if (n.compare(0, prefix.size(), prefix) == 0) {
-        reshard_prefixes.push_back(prefix);
-        break;
-      }
+    bool touched = false;
+    for (const auto& n : *only) touched = touched || n.compare(0, prefix.size(), prefix) == 0;
+    if (!touched) continue;
+    for (const CheckpointVariable& v : info.variables)
+      if (v.name.compare(0, prefix.size(), prefix) == 0) wanted.insert(v.name);
   }
+  return ReadNamed(reader, info, wanted);
+}
+
+}  // namespace
+
+Result<std::map<std::string, Tensor>> ReadNamed(CheckpointReader& reader, const CheckpointInfo& info,
+                                                const std::set<std::string>& names) {
+  // An increment holds only changed rows: its values are composed from the chain.
+  if (info.parent >= 0) return reader.ReadAll(info.id);
   std::map<std::string, Tensor> out;
   for (const CheckpointVariable& v : info.variables) {
-    bool need = only->count(v.name) > 0;
-    for (const auto& p : reshard_prefixes) need = need || v.name.compare(0, p.size(), p) == 0;
-    if (!need) continue;
+    if (!names.count(v.name)) continue;
     SF_ASSIGN_OR_RETURN(out[v.name], reader.Read(info, v.name));
   }
   return out;
 }
 
-}  // namespace
-
-Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
-                                               const std::set<std::string>* only) {
-  GraphCheckpoint out;
+Result<CheckpointRead> ReadCheckpoint(const std::string& dir, int64_t id, const CheckpointSelect& select) {
   std::lock_guard<std::mutex> dir_lock(DirMutex(dir));
   SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
   CheckpointReader reader(kv.get());
-  // ReadAll checks every block's checksum as it reads, so the newest intact
-  // checkpoint is found by reading each candidate once, newest first.
+  // Every block read is checksummed, so the newest intact checkpoint is
+  // found by reading each candidate once, newest first.
   std::vector<int64_t> candidates;
   if (id >= 0) {
     candidates.push_back(id);
@@ -187,7 +187,7 @@ Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string
   for (int64_t candidate : candidates) {
     id = candidate;
     info = reader.Manifest(id);
-    values = info.ok() ? ReadForGraph(g, reader, *info, only) : Result<std::map<std::string, Tensor>>(info.status());
+    values = info.ok() ? select(reader, *info) : Result<std::map<std::string, Tensor>>(info.status());
     if (values.ok()) break;
   }
   if (!values.ok()) {
@@ -198,6 +198,18 @@ Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string
                      : "; no earlier checkpoint is readable";
     return Status(values.status().code(), msg);
   }
+  return CheckpointRead{std::move(info).value(), std::move(values).value()};
+}
+
+Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
+                                               const std::set<std::string>* only) {
+  GraphCheckpoint out;
+  SF_ASSIGN_OR_RETURN(CheckpointRead read, ReadCheckpoint(dir, id, [&](CheckpointReader& r, const CheckpointInfo& i) {
+                        return ReadForGraph(g, r, i, only);
+                      }));
+  id = read.info.id;
+  const CheckpointInfo* info = &read.info;
+  std::map<std::string, Tensor>* values = &read.values;
   // Check every graph variable before assigning any, so an error changes nothing.
   std::set<std::string> seen;
   // Sharded tables saved in another layout: their shard variables (and

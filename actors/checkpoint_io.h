@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,28 @@ std::unique_ptr<CheckpointService> NewStoreCheckpointService();
 // by name: rows summed over the shards, the shard count and partitioning.
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g);
 
+// A checkpoint as read: its manifest and the values asked for.
+struct CheckpointRead {
+  CheckpointInfo info;
+  std::map<std::string, Tensor> values;
+};
+// Which values of a checkpoint to read, given its manifest (every block
+// read is checksummed); an error makes the reader try the previous one.
+using CheckpointSelect =
+    std::function<Result<std::map<std::string, Tensor>>(CheckpointReader&, const CheckpointInfo&)>;
+
+// The one way a checkpoint is read, for Session, ClusterSession and the
+// in-graph RestoreCheckpoint op alike: checkpoint id of dir (-1: the newest
+// committed one whose selected values read back intact, falling back past
+// corrupt ones), holding the directory's lock within this process. NotFound
+// naming dir when none reads back; a given id's error (DataLoss naming
+// checkpoint, variable and block) says which earlier one is readable.
+Result<CheckpointRead> ReadCheckpoint(const std::string& dir, int64_t id, const CheckpointSelect& select);
+// A CheckpointSelect's usual body: the variables named (all of an
+// increment's chain, which only ReadAll composes).
+Result<std::map<std::string, Tensor>> ReadNamed(CheckpointReader& reader, const CheckpointInfo& info,
+                                                const std::set<std::string>& names);
+
 // One graph variable's value from a checkpoint.
 struct CheckpointValue {
   std::string name;  // shared name
@@ -79,8 +102,7 @@ struct GraphCheckpoint {
   std::vector<CheckpointValue> values;  // one per graph variable (or per name in `only`)
 };
 
-// Reads checkpoint id of dir (-1: the newest committed one that reads back
-// intact, falling back past corrupt ones) and gives each variable of g (only
+// ReadCheckpoint of id in dir, giving each variable of g (only
 // those named in *only when given) its value, tables resharded into g's
 // layout. Errors as Session::Restore: NotFound (no checkpoint, a variable
 // missing), DataLoss naming checkpoint, variable and block (and the previous

@@ -96,7 +96,10 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
   auto slot_of = [&](const Output& o) -> Result<int> {
     auto p = local.find(o.node);
     if (p == local.end()) return Internal("'" + o.name() + "' is not in the partition");
-    return kp->nodes[p->second].output_begin + o.index;
+    const NodeItem& it = kp->nodes[p->second];
+    if (o.index < 0 || o.index >= it.num_outputs)
+      return InvalidArgument(it.where + " has no output " + std::to_string(o.index));
+    return it.output_begin + o.index;
   };
   for (const Output& f : spec.fed) {
     SF_ASSIGN_OR_RETURN(int s, slot_of(f));

@@ -1,0 +1,154 @@
+// The queue actor on CAF's deterministic test coordinator: every message is
+// handled on the test's thread when the test says so, and timers fire when
+// the test advances the clock, so waits, timeouts and wake-up order are
+// checked without any time passing.
+#include <catch2/catch.hpp>
+
+#include <optional>
+
+#include <caf/all.hpp>
+
+#include "actors/queue_actors.h"
+
+using namespace sf;
+
+namespace {
+
+struct Deterministic {
+  static caf::actor_system_config& Config(caf::actor_system_config& cfg) {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    return cfg;
+  }
+  Deterministic() : sys(Config(cfg)), sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+  ~Deterministic() {
+    queues.reset();
+    sched.run();
+  }
+  // Handles every message sent so far (and those they send).
+  size_t Run() { return sched.run(); }
+
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scheduler::test_coordinator& sched;
+  std::unique_ptr<runtime::ActorQueues> queues = std::make_unique<runtime::ActorQueues>(sys);
+};
+
+QueueSpec FloatFifo(int64_t capacity) {
+  QueueSpec s;
+  s.component_types = {DType::kFloat32};
+  s.shapes = {PartialShape({})};
+  s.capacity = capacity;
+  return s;
+}
+
+QueueTuple One(float v) { return {Tensor::Scalar<float>(v)}; }
+
+}  // namespace
+
+TEST_CASE("Queue actor: dequeues wait in order and wake in order", "[queue]") {
+  Deterministic d;
+  auto id = d.queues->Resolve("q", FloatFifo(-1));
+  REQUIRE(id.ok());
+  std::optional<Result<QueueTuple>> first, second;
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { first.emplace(std::move(r)); });
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { second.emplace(std::move(r)); });
+  d.Run();
+  CHECK(!first);
+  CHECK(!second);
+  std::optional<Status> enq;
+  d.queues->EnqueueMany(*id, {Tensor::FromVector(std::vector<float>{7, 8}, {2})}, 0,
+                        [&](Status s) { enq.emplace(s); });
+  d.Run();
+  REQUIRE(enq);
+  CHECK(enq->ok());
+  REQUIRE(first);
+  REQUIRE(second);
+  REQUIRE(first->ok());
+  REQUIRE(second->ok());
+  CHECK((**first)[0].scalar_as<float>() == 7);
+  CHECK((**second)[0].scalar_as<float>() == 8);
+}
+
+TEST_CASE("Queue actor: a wait fails exactly at its timeout, and only its own", "[queue]") {
+  Deterministic d;
+  auto id = d.queues->Resolve("q", FloatFifo(1));
+  REQUIRE(id.ok());
+  std::optional<Result<QueueTuple>> timed, patient;
+  d.queues->Dequeue(*id, 50, [&](Result<QueueTuple> r) { timed.emplace(std::move(r)); });
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { patient.emplace(std::move(r)); });
+  d.Run();
+  d.sched.advance_time(std::chrono::milliseconds(49));
+  d.Run();
+  CHECK(!timed);  // 49 ms in: still waiting
+  d.sched.advance_time(std::chrono::milliseconds(1));
+  d.Run();
+  REQUIRE(timed);
+  REQUIRE(!timed->ok());
+  CHECK(timed->status().message().find("waited 50 ms") != std::string::npos);
+  CHECK(!patient);  // no timeout: waits on
+  // The element goes to the waiter still waiting, not the timed-out one.
+  std::optional<Status> enq;
+  d.queues->Enqueue(*id, One(3), 0, [&](Status s) { enq.emplace(s); });
+  d.Run();
+  REQUIRE(patient);
+  REQUIRE(patient->ok());
+  CHECK((**patient)[0].scalar_as<float>() == 3);
+  // A full queue: an enqueue waits for room, then times out the same way.
+  std::optional<Status> fill, blocked;
+  d.queues->Enqueue(*id, One(4), 0, [&](Status s) { fill.emplace(s); });
+  d.queues->Enqueue(*id, One(5), 20, [&](Status s) { blocked.emplace(s); });
+  d.Run();
+  REQUIRE(fill);
+  CHECK(fill->ok());
+  CHECK(!blocked);
+  d.sched.advance_time(std::chrono::milliseconds(20));
+  d.Run();
+  REQUIRE(blocked);
+  CHECK(!blocked->ok());
+  std::optional<Result<int64_t>> size;
+  d.queues->Size(*id, [&](Result<int64_t> r) { size.emplace(std::move(r)); });
+  d.Run();
+  REQUIRE(size);
+  CHECK(**size == 1);  // the timed-out enqueue added nothing
+}
+
+TEST_CASE("Queue actor: close fails waiting dequeues; cancel_pending fails waiting enqueues; shutdown fails all",
+          "[queue]") {
+  Deterministic d;
+  auto id = d.queues->Resolve("q", FloatFifo(1));
+  REQUIRE(id.ok());
+  std::optional<Status> a, b, closed;
+  d.queues->Enqueue(*id, One(1), 0, [&](Status s) { a.emplace(s); });
+  d.queues->Enqueue(*id, One(2), 0, [&](Status s) { b.emplace(s); });
+  d.Run();
+  REQUIRE(a);
+  CHECK(!b);  // waits for room
+  d.queues->Close(*id, /*cancel_pending=*/true, [&](Status s) { closed.emplace(s); });
+  d.Run();
+  REQUIRE(closed);
+  CHECK(closed->ok());
+  REQUIRE(b);
+  CHECK(!b->ok());
+  // What was in the queue before the close is still dequeued; then it is empty and closed.
+  std::optional<Result<QueueTuple>> got, none;
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { got.emplace(std::move(r)); });
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { none.emplace(std::move(r)); });
+  d.Run();
+  REQUIRE(got);
+  REQUIRE(got->ok());
+  CHECK((**got)[0].scalar_as<float>() == 1);
+  REQUIRE(none);
+  CHECK(none->status().code() == Code::kOutOfRange);
+
+  auto id2 = d.queues->Resolve("q2", FloatFifo(-1));
+  REQUIRE(id2.ok());
+  std::optional<Result<QueueTuple>> waiting;
+  d.queues->Dequeue(*id2, 0, [&](Result<QueueTuple> r) { waiting.emplace(std::move(r)); });
+  d.Run();
+  CHECK(!waiting);
+  d.queues->Shutdown();
+  d.Run();
+  REQUIRE(waiting);
+  CHECK(waiting->status().code() == Code::kAborted);
+}
