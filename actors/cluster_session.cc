@@ -18,7 +18,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,6 +30,8 @@
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
 #include "actors/remote_partition_host.h"
+#include "actors/serial_queue.h"
+#include "actors/task_balance.h"
 #include "graph/device_name.h"
 #include "net/transport.h"
 #include "runtime/coordinator.h"
@@ -47,97 +48,8 @@ constexpr int kStepTimeoutMs = 24 * 3600 * 1000;
 using net::Call;
 using net::CallStatus;
 
-// One thread running posted functions in order, started by the first Post.
-class SerialQueue {
- public:
-  ~SerialQueue() { Stop(); }
-  // Runs fn on the queue's thread after what was posted before.
-  // REQUIRES: Stop has not been called (the session stops its queues only
-  // once no step is in flight, so nothing posts after).
-  void Post(std::function<void()> fn) {
-    std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(std::move(fn));
-    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    cv_.notify_one();
-  }
-  // Runs what is queued, then ends the thread.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void Loop() {
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      l.unlock();
-      fn();
-      l.lock();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
-  std::thread thread_;
-};
-
 std::string TaskDevice(int task) {
   return "/job:worker/task:" + std::to_string(task) + "/device:CPU:0";
-}
-
-// Spreads tasks over members keeping as many where they are as balance
-// allows: tasks of members not in `members` go to the least loaded, then
-// tasks move from the most to the least loaded until loads differ by at most
-// one. Deterministic for equal inputs. REQUIRES: members non-empty.
-std::vector<std::string> BalanceTasks(const std::vector<std::string>& old,
-                                      const std::vector<std::string>& members) {
-  std::map<std::string, std::vector<int>> load;
-  for (const auto& m : members) load[m];
-  std::vector<std::string> out(old.size());
-  std::vector<int> homeless;
-  for (size_t t = 0; t < old.size(); ++t) {
-    if (load.count(old[t])) {
-      load[old[t]].push_back(static_cast<int>(t));
-      out[t] = old[t];
-    } else {
-      homeless.push_back(static_cast<int>(t));
-    }
-  }
-  auto least = [&] {
-    const std::string* best = &members[0];
-    for (const auto& m : members)
-      if (load[m].size() < load[*best].size()) best = &m;
-    return *best;
-  };
-  auto most = [&] {
-    const std::string* best = &members[0];
-    for (const auto& m : members)
-      if (load[m].size() > load[*best].size()) best = &m;
-    return *best;
-  };
-  for (int t : homeless) {
-    const std::string m = least();
-    load[m].push_back(t);
-    out[t] = m;
-  }
-  for (;;) {
-    const std::string hi = most(), lo = least();
-    if (load[hi].size() <= load[lo].size() + 1) break;
-    const int t = load[hi].back();  // the highest task moves: the low ones stay put
-    load[hi].pop_back();
-    load[lo].push_back(t);
-    out[t] = lo;
-  }
-  return out;
 }
 
 }  // namespace
@@ -196,7 +108,7 @@ struct ClusterSession::Impl {
   // transport's: a callback that takes a while would stop its connection's
   // reader (or the timer) and the node would look hung (its heartbeats go
   // unread).
-  SerialQueue callbacks;
+  runtime::SerialQueue callbacks;
   // The coordinator's own actor: registration and reconfiguration, which
   // wait on the network, run there, so RunAsync never blocks its caller.
   caf::actor_system_config cfg;
@@ -394,7 +306,7 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     old = assignment;
     old_session = session_id;
   }
-  std::vector<std::string> now = BalanceTasks(old, usable);
+  std::vector<std::string> now = runtime::BalanceTasks(old, usable);
   // A graph that cannot be placed has no variables on any task to move.
   std::vector<std::vector<std::string>> vars;
   if (auto v = TaskVariables(); v.ok()) vars = std::move(v).value();
