@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <future>
+#include <optional>
 
 #include "actors/variable_shards.h"
 
@@ -236,15 +237,10 @@ TEST_CASE("Variable shard protocol: every message type", "[variables]") {
   REQUIRE(r.ok());
   CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{1, 2, 1});
 
-  // SyncWaitTimeout: the shard's own delayed message fails the waiter.
-  sync.step_tag = 1;
-  sync.timeout_ms = 20;
-  Step late = Ask<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
-  CHECK(late.status().code() == Code::kUnavailable);
+  // SyncWaitTimeout: see the deterministic test below.
 
   // AbortSyncSteps fails a waiting worker with Aborted.
   sync.step_tag = 2;
-  sync.timeout_ms = 0;
   auto waiting = Send<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
   REQUIRE(Ask<Status>(shard, [](auto done) { return AbortSyncSteps{0, done}; }).ok());
   CHECK(waiting.get().status().code() == Code::kAborted);
@@ -304,4 +300,83 @@ TEST_CASE("Variable shards: each narrow service reaches the shard", "[variables]
   CHECK(sum->ToVector<float>() == std::vector<float>{4});
   auto bad = Wait([&](auto done) { coll.AllReduce("solo", 1, 3, Tensor::FromVector(std::vector<float>{4}), done); });
   CHECK(bad.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("Variable shard on CAF's deterministic coordinator: a sync wait fails exactly at its timeout",
+          "[variables]") {
+  struct Deterministic {
+    static caf::actor_system_config& Config(caf::actor_system_config& c) {
+      c.set("scheduler.policy", caf::atom("testing"));
+      c.set("logger.file-verbosity", caf::atom("quiet"));
+      return c;
+    }
+    Deterministic() : sys(Config(cfg)), sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+    // Also when a REQUIRE ends the test early: the system waits for its actors.
+    ~Deterministic() {
+      caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+      shard = nullptr;
+      sched.run();
+    }
+    caf::actor_system_config cfg;
+    caf::actor_system sys;
+    caf::scheduler::test_coordinator& sched;
+    VariableShardActor shard = SpawnVariableShard(sys);
+  } d;
+  auto& sched = d.sched;
+  VariableShardActor& shard = d.shard;
+  caf::anon_send(shard, DefineVariable{0, "w", DType::kFloat32, PartialShape({2})});
+  std::optional<Result<Tensor>> assigned;
+  caf::anon_send(shard, AssignVariable{0, AssignMode::kAssign, Tensor::FromVector(std::vector<float>{1, 2}),
+                                       [&](Result<Tensor> r) { assigned.emplace(std::move(r)); }});
+  sched.run();
+  REQUIRE(assigned);
+  REQUIRE(assigned->ok());
+
+  SyncApplyRequest sync;
+  sync.req.optimizer = OptimizerKind::kGradientDescent;
+  sync.req.var_ids = {0};
+  sync.req.scalars = {Tensor::Scalar<float>(1.0f)};
+  sync.req.grad = Tensor::FromVector(std::vector<float>{1, 1});
+  sync.num_required = 2;
+  sync.step_tag = 0;
+  sync.timeout_ms = 30;
+  std::optional<Result<int64_t>> lone;
+  caf::anon_send(shard, ApplySyncGradient{sync, [&](Result<int64_t> r) { lone.emplace(std::move(r)); }});
+  sched.run();
+  CHECK(!lone);  // waits for the second worker
+  sched.advance_time(std::chrono::milliseconds(29));
+  sched.run();
+  CHECK(!lone);
+  sched.advance_time(std::chrono::milliseconds(1));
+  sched.run();
+  REQUIRE(lone);
+  CHECK(lone->status().code() == Code::kUnavailable);
+  // The timed-out step applied nothing.
+  std::optional<Result<Tensor>> value;
+  caf::anon_send(shard, ReadVariable{0, [&](Result<Tensor> r) { value.emplace(std::move(r)); }});
+  sched.run();
+  REQUIRE(value);
+  REQUIRE(value->ok());
+  CHECK((*value)->ToVector<float>() == std::vector<float>{1, 2});
+
+  // The same step again, both workers within the timeout: one update, by
+  // the average, and no timer left to fire.
+  std::optional<Result<int64_t>> a, b;
+  caf::anon_send(shard, ApplySyncGradient{sync, [&](Result<int64_t> r) { a.emplace(std::move(r)); }});
+  sched.run();
+  sched.advance_time(std::chrono::milliseconds(10));
+  sched.run();
+  caf::anon_send(shard, ApplySyncGradient{sync, [&](Result<int64_t> r) { b.emplace(std::move(r)); }});
+  sched.run();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->ok());
+  CHECK(b->ok());
+  sched.advance_time(std::chrono::milliseconds(100));
+  sched.run();
+  value.reset();
+  caf::anon_send(shard, ReadVariable{0, [&](Result<Tensor> r) { value.emplace(std::move(r)); }});
+  sched.run();
+  REQUIRE(value);
+  CHECK((*value)->ToVector<float>() == std::vector<float>{0, 1});
 }
