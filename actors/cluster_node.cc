@@ -364,7 +364,7 @@ struct ClusterNode::Impl {
         // session checks its caller's.
         ho.check_feeds = true;
         ho.name = "node " + opts.name;
-        ss.host = runtime::NewLocalPartitionHost(runtime::SpawnPartitionHost(*system, std::move(ho)));
+        ss.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
       }
       graphs->rendezvous = ss.rendezvous;
       host = ss.host;

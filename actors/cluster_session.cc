@@ -496,7 +496,10 @@ void ClusterSession::Impl::StartCoordinator() {
   // Step ids are unique across the sessions sharing the nodes' rendezvous.
   std::random_device rd;
   coordinator->SetFirstStepId(static_cast<int64_t>(((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2));
-  cfg.set("scheduler.max-threads", static_cast<size_t>(1));  // the actor is detached: CAF's threads idle
+  // The actor is detached: CAF's own threads only idle, so one, and parked
+  // (the default work-stealing workers poll, taking a core from the steps).
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", static_cast<size_t>(1));
   system = std::make_unique<caf::actor_system>(cfg);
   coordinator_actor = runtime::SpawnCoordinatorActor(*system, [this](runtime::RunCall& call) {
     Start(call.feeds, call.fetches, call.targets, runtime::RunSignature(call.feeds, call.fetches, call.targets),

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "runtime/plan.h"
@@ -20,72 +21,98 @@ struct Hosted {
   std::vector<Output> fed;
 };
 
-struct HostState {
-  PartitionHostOptions options;
-  std::unordered_map<uint64_t, std::shared_ptr<Hosted>> partitions;
-};
-
 std::string Prefixed(const std::string& name, const std::string& what) {
   return name.empty() ? what : name + ": " + what;
 }
 
 }  // namespace
 
-PartitionHostActor SpawnPartitionHost(caf::actor_system& sys, PartitionHostOptions options) {
-  return sys.spawn([options = std::move(options)](PartitionHostActor::stateful_pointer<HostState> self)
+// The host's partitions. The actor alone changes the table (register, and
+// dropping it when it stops); runs read it under a shared lock, on the
+// actor's turn (RunPartition) or on the requester's own thread
+// (LocalPartitionHost::Run): either way the step's ops start on the pool.
+struct PartitionTable {
+  explicit PartitionTable(PartitionHostOptions o) : options(std::move(o)) {}
+
+  // Starts one step of partition handle; done gets the host's refusal or
+  // the step's answer.
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) {
+    std::shared_ptr<Hosted> h;
+    {
+      std::shared_lock<std::shared_mutex> l(mu);
+      auto it = parts.find(handle);
+      if (it != parts.end()) h = it->second;
+    }
+    if (!h)
+      return done(NotFound(Prefixed(options.name, "no partition " + std::to_string(handle) + " is registered here")),
+                  {});
+    if (options.check_feeds) {
+      Status fs;
+      if (feeds.size() != h->fed.size())
+        fs = InvalidArgument("partition " + std::to_string(handle) + " takes " + std::to_string(h->fed.size()) +
+                             " feeds, got " + std::to_string(feeds.size()));
+      for (size_t i = 0; fs.ok() && i < feeds.size(); ++i) fs = ValidateFeed(h->fed[i].name(), h->fed[i], feeds[i]);
+      if (!fs.ok()) return done(fs.WithPrefix(options.name), {});
+    }
+    Executor* ex = h->executor.get();
+    ex->RunStep(step_id, std::move(feeds), [h = std::move(h), done = std::move(done)](Status s, std::vector<Tensor> out) {
+      done(std::move(s), std::move(out));
+    });
+  }
+
+  const PartitionHostOptions options;
+  std::shared_mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Hosted>> parts;  // GUARDED_BY(mu)
+};
+
+namespace {
+
+struct HostState {
+  std::shared_ptr<PartitionTable> table;
+};
+
+PartitionHostActor SpawnHost(caf::actor_system& sys, std::shared_ptr<PartitionTable> table) {
+  return sys.spawn([table = std::move(table)](PartitionHostActor::stateful_pointer<HostState> self)
                        -> PartitionHostActor::behavior_type {
-    self->state.options = options;
+    self->state.table = table;
+    // Steps in flight hold their partitions; the table goes with the actor.
+    self->attach_functor([table] {
+      std::unique_lock<std::shared_mutex> l(table->mu);
+      table->parts.clear();
+    });
     return {
         [self](RegisterPartition& r) {
-          HostState& st = self->state;
-          auto h = std::make_shared<Hosted>();
-          auto ex = Executor::Create(*r.graph, r.spec, st.options.env);
+          PartitionTable& t = *self->state.table;
+          auto ex = Executor::Create(*r.graph, r.spec, t.options.env);
           if (!ex.ok())
-            return r.done(ex.status().WithPrefix(Prefixed(st.options.name, "registering the partition for " + r.device)));
+            return r.done(ex.status().WithPrefix(Prefixed(t.options.name, "registering the partition for " + r.device)));
+          auto h = std::make_shared<Hosted>();
           h->keep = std::move(r.keep);
           h->executor = std::move(ex).value();
           h->fed = r.spec.fed;
-          st.partitions[r.handle] = std::move(h);
+          {
+            std::unique_lock<std::shared_mutex> l(t.mu);
+            t.parts[r.handle] = std::move(h);
+          }
           r.done(Status::OK());
         },
         [self](RunPartition& r) {
-          HostState& st = self->state;
-          auto it = st.partitions.find(r.handle);
-          if (it == st.partitions.end())
-            return r.done(NotFound(Prefixed(st.options.name, "no partition " + std::to_string(r.handle) +
-                                                                 " is registered here")),
-                          {});
-          std::shared_ptr<Hosted> h = it->second;
-          if (st.options.check_feeds) {
-            Status fs;
-            if (r.feeds.size() != h->fed.size())
-              fs = InvalidArgument("partition " + std::to_string(r.handle) + " takes " +
-                                   std::to_string(h->fed.size()) + " feeds, got " + std::to_string(r.feeds.size()));
-            for (size_t i = 0; fs.ok() && i < r.feeds.size(); ++i)
-              fs = ValidateFeed(h->fed[i].name(), h->fed[i], r.feeds[i]);
-            if (!fs.ok()) return r.done(fs.WithPrefix(st.options.name), {});
-          }
-          Executor* ex = h->executor.get();
-          ex->RunStep(r.step_id, std::move(r.feeds),
-                      [h = std::move(h), done = std::move(r.done)](Status s, std::vector<Tensor> out) {
-                        done(std::move(s), std::move(out));
-                      });
+          self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done));
         },
         [self](AbortPartitionStep& a) {
-          if (self->state.options.steps) self->state.options.steps->Abort(a.step_id, a.status);
+          if (LocalRendezvous* steps = self->state.table->options.steps) steps->Abort(a.step_id, a.status);
         },
         [self](CleanupPartitionStep& c) {
-          if (self->state.options.steps) self->state.options.steps->Cleanup(c.step_id);
+          if (LocalRendezvous* steps = self->state.table->options.steps) steps->Cleanup(c.step_id);
         },
     };
   });
 }
 
-namespace {
-
 class LocalPartitionHost : public PartitionHost {
  public:
-  explicit LocalPartitionHost(PartitionHostActor actor) : actor_(std::move(actor)) {}
+  LocalPartitionHost(caf::actor_system& sys, PartitionHostOptions options)
+      : table_(std::make_shared<PartitionTable>(std::move(options))), actor_(SpawnHost(sys, table_)) {}
   ~LocalPartitionHost() override { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
 
   Status Register(uint64_t handle, const std::string& device, const Graph& g, const ExecutorSpec& spec,
@@ -103,8 +130,10 @@ class LocalPartitionHost : public PartitionHost {
     cv.wait(l, [&] { return result.has_value(); });
     return *result;
   }
+  // On the caller's thread: a mailbox turn would add a thread hop to every
+  // step (the executor puts its ops on the pool either way).
   void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) override {
-    caf::anon_send(actor_, RunPartition{handle, step_id, std::move(feeds), std::move(done)});
+    table_->Run(handle, step_id, std::move(feeds), std::move(done));
   }
   void Abort(int64_t step_id, const Status& status) override {
     caf::anon_send(actor_, AbortPartitionStep{step_id, status});
@@ -112,13 +141,18 @@ class LocalPartitionHost : public PartitionHost {
   void Cleanup(int64_t step_id) override { caf::anon_send(actor_, CleanupPartitionStep{step_id}); }
 
  private:
+  std::shared_ptr<PartitionTable> table_;
   PartitionHostActor actor_;
 };
 
 }  // namespace
 
-std::shared_ptr<PartitionHost> NewLocalPartitionHost(PartitionHostActor actor) {
-  return std::make_shared<LocalPartitionHost>(std::move(actor));
+PartitionHostActor SpawnPartitionHost(caf::actor_system& sys, PartitionHostOptions options) {
+  return SpawnHost(sys, std::make_shared<PartitionTable>(std::move(options)));
+}
+
+std::shared_ptr<PartitionHost> NewLocalPartitionHost(caf::actor_system& sys, PartitionHostOptions options) {
+  return std::make_shared<LocalPartitionHost>(sys, std::move(options));
 }
 
 }  // namespace runtime

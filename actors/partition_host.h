@@ -30,10 +30,12 @@ struct PartitionHostOptions {
 // keep their executors until they finish.
 PartitionHostActor SpawnPartitionHost(caf::actor_system& sys, PartitionHostOptions options);
 
-// A PartitionHost over a host actor in this process; it owns the actor and
-// stops it when destroyed. Register blocks: never call it from an actor
-// thread of the host's system (the coordinator's actor is detached).
-std::shared_ptr<PartitionHost> NewLocalPartitionHost(PartitionHostActor actor);
+// A PartitionHost in this process: a host actor it owns (stopped when the
+// host is destroyed) for registrations, aborts and cleanups; runs start on
+// the caller's thread from the host's table, as the actor's run handler
+// would, without the mailbox's thread hop. Register blocks: never call it
+// from an actor thread of sys (the coordinator's actor is detached).
+std::shared_ptr<PartitionHost> NewLocalPartitionHost(caf::actor_system& sys, PartitionHostOptions options);
 
 }  // namespace runtime
 }  // namespace sf

@@ -48,7 +48,7 @@ struct Session::Impl {
     runtime::PartitionHostOptions ho;
     ho.env = runtime::ActorExecutorEnv(kernels, &pool, variables.get(), queues.get(), &rendezvous, checkpoints.get());
     ho.steps = &rendezvous;
-    host = runtime::NewLocalPartitionHost(runtime::SpawnPartitionHost(*system, std::move(ho)));
+    host = runtime::NewLocalPartitionHost(*system, std::move(ho));
     runtime::CoordinatorOptions co;
     for (int i = 0; i < std::max(1, o.num_cpu_devices); ++i)
       co.devices.push_back("/job:localhost/task:0/device:CPU:" + std::to_string(i));
