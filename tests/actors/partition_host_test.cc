@@ -6,26 +6,20 @@
 #include <mutex>
 #include <optional>
 
-#include <caf/all.hpp>
-
 #include "actors/partition_host.h"
 #include "kernels/compute_pool.h"
 #include "runtime/plan.h"
 #include "shardflow/ops.h"
+#include "tests/support/deterministic.h"
 #include "tests/support/wait.h"
 
 using namespace sf;
 
 namespace {
 
-struct Deterministic {
-  static caf::actor_system_config& Config(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.file-verbosity", caf::atom("quiet"));
-    return cfg;
-  }
-  explicit Deterministic(bool check_feeds)
-      : sys(Config(cfg)), sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {
+// A host on a deterministic system; stopped before it.
+struct Deterministic : testing::Deterministic {
+  explicit Deterministic(bool check_feeds) {
     runtime::PartitionHostOptions o;
     o.env.pool = &pool;
     o.env.rendezvous = &rdv;
@@ -37,14 +31,11 @@ struct Deterministic {
   ~Deterministic() {
     caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
     host = nullptr;
-    sched.run();
+    Run();
   }
 
   ComputePool pool{2};
   runtime::LocalRendezvous rdv;
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scheduler::test_coordinator& sched;
   runtime::PartitionHostActor host;
 };
 
@@ -78,14 +69,14 @@ TEST_CASE("Partition host actor: register, run, and errors naming the host", "[a
   caf::anon_send(d.host, runtime::RegisterPartition{7, "/job:worker/task:0/device:CPU:0", &g, spec, nullptr,
                                                     [&](Status s) { registered.emplace(s); }});
   CHECK(!registered);  // nothing runs until the test lets it
-  d.sched.run();
+  d.Run();
   REQUIRE(registered);
   REQUIRE(registered->ok());
 
   Answer ok;
   caf::anon_send(d.host, runtime::RunPartition{7, 1, {Tensor::FromVector(std::vector<float>{1, 2}, {2})},
                                                [&](Status s, std::vector<Tensor> out) { ok.Set(s, std::move(out)); }});
-  d.sched.run();
+  d.Run();
   REQUIRE(ok.flag.WaitFor(std::chrono::seconds(30)));
   REQUIRE(ok.status.ok());
   CHECK(ok.fetches.at(0).ToVector<float>() == std::vector<float>{4, 8});
@@ -100,7 +91,7 @@ TEST_CASE("Partition host actor: register, run, and errors naming the host", "[a
                                                [&](Status s, std::vector<Tensor> out) {
                                                  bad_feed.Set(s, std::move(out));
                                                }});
-  d.sched.run();
+  d.Run();
   REQUIRE(unknown.flag.IsSet());
   CHECK(unknown.status.code() == Code::kNotFound);
   CHECK(unknown.status.message().find("node test") != std::string::npos);
@@ -117,7 +108,7 @@ TEST_CASE("Partition host actor: register, run, and errors naming the host", "[a
   std::optional<Status> refused;
   caf::anon_send(d.host, runtime::RegisterPartition{9, "/job:worker/task:1/device:CPU:0", &bad, wrong, nullptr,
                                                     [&](Status s) { refused.emplace(s); }});
-  d.sched.run();
+  d.Run();
   REQUIRE(refused);
   CHECK(!refused->ok());
   CHECK(refused->message().find("task:1") != std::string::npos);
@@ -127,13 +118,13 @@ TEST_CASE("Partition host actor: abort fails the step's waits here; cleanup forg
   Deterministic d(/*check_feeds=*/false);
   RendezvousKey key{5, "a:0->/job:worker/task:0/device:CPU:0", "", 0};
   caf::anon_send(d.host, runtime::AbortPartitionStep{5, Aborted("step 5 aborted: a peer failed")});
-  d.sched.run();
+  d.Run();
   std::optional<Status> after_abort;
   d.rdv.RecvAsync(key, [&](Status s, Tensor, bool) { after_abort.emplace(s); });
   REQUIRE(after_abort);  // at once: the step is aborted here
   CHECK(after_abort->code() == Code::kAborted);
   caf::anon_send(d.host, runtime::CleanupPartitionStep{5});
-  d.sched.run();
+  d.Run();
   // Forgotten: a new wait on the step waits again, until its tensor comes.
   std::optional<Status> after_cleanup;
   d.rdv.RecvAsync(key, [&](Status s, Tensor, bool) { after_cleanup.emplace(s); });

@@ -6,31 +6,19 @@
 
 #include <optional>
 
-#include <caf/all.hpp>
-
 #include "actors/queue_actors.h"
+#include "tests/support/deterministic.h"
 
 using namespace sf;
 
 namespace {
 
-struct Deterministic {
-  static caf::actor_system_config& Config(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.file-verbosity", caf::atom("quiet"));
-    return cfg;
-  }
-  Deterministic() : sys(Config(cfg)), sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+// The queues on a deterministic system; stopped before it.
+struct Deterministic : testing::Deterministic {
   ~Deterministic() {
     queues.reset();
-    sched.run();
+    Run();
   }
-  // Handles every message sent so far (and those they send).
-  size_t Run() { return sched.run(); }
-
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scheduler::test_coordinator& sched;
   std::unique_ptr<runtime::ActorQueues> queues = std::make_unique<runtime::ActorQueues>(sys);
 };
 

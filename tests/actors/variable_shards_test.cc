@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "actors/variable_shards.h"
+#include "tests/support/deterministic.h"
 
 using namespace sf;
 using namespace sf::runtime;
@@ -304,22 +305,13 @@ TEST_CASE("Variable shards: each narrow service reaches the shard", "[variables]
 
 TEST_CASE("Variable shard on CAF's deterministic coordinator: a sync wait fails exactly at its timeout",
           "[variables]") {
-  struct Deterministic {
-    static caf::actor_system_config& Config(caf::actor_system_config& c) {
-      c.set("scheduler.policy", caf::atom("testing"));
-      c.set("logger.file-verbosity", caf::atom("quiet"));
-      return c;
-    }
-    Deterministic() : sys(Config(cfg)), sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+  struct Deterministic : testing::Deterministic {
     // Also when a REQUIRE ends the test early: the system waits for its actors.
     ~Deterministic() {
       caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
       shard = nullptr;
-      sched.run();
+      Run();
     }
-    caf::actor_system_config cfg;
-    caf::actor_system sys;
-    caf::scheduler::test_coordinator& sched;
     VariableShardActor shard = SpawnVariableShard(sys);
   } d;
   auto& sched = d.sched;
