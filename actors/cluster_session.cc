@@ -78,10 +78,9 @@ struct ClusterSession::Impl {
   std::atomic<bool> member_down{false};
   // Every member address seen in a membership list: when every member we
   // are connected to died, one of these may still lead to the cluster.
-  std::mutex known_mu;
-  std::set<std::string> known;  // GUARDED_BY(known_mu)
+  std::set<std::string> known;  // GUARDED_BY(conf_mu)
   void Learn(const net::Membership& m) {
-    std::lock_guard<std::mutex> l(known_mu);
+    std::lock_guard<std::mutex> l(conf_mu);
     for (const auto& k : m.members) known.insert(k.address);
   }
 
@@ -97,8 +96,6 @@ struct ClusterSession::Impl {
   // The hosts of the current session id, by member address: a
   // reconfiguration drops them with the coordinator's plans.
   std::map<std::string, std::shared_ptr<runtime::PartitionHost>> hosts;  // GUARDED_BY(conf_mu)
-
-  std::mutex ckpt_mu;  // one RocksDB open of a directory at a time
 
   std::mutex mu;
   std::condition_variable cv;
@@ -190,10 +187,7 @@ Status ClusterSession::Impl::ListLive(std::vector<std::string>* live, std::set<s
     std::lock_guard<std::mutex> l(conf_mu);
     for (const auto& kv : conns)
       if (kv.second->is_up()) candidates.push_back(kv.first);
-  }
-  {
     // Then members we only heard of (they joined after our last look).
-    std::lock_guard<std::mutex> l(known_mu);
     for (const auto& k : known)
       if (std::find(candidates.begin(), candidates.end(), k) == candidates.end()) candidates.push_back(k);
   }
@@ -422,7 +416,6 @@ Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
                               " the variables of its tasks (" + *names.begin() +
                               (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
                               ") have no checkpoint to restore from: ClusterOptions::checkpoint_dir is empty");
-  std::lock_guard<std::mutex> l(ckpt_mu);
   auto ckpt = runtime::ReadCheckpointForGraph(graph, options.checkpoint_dir, -1, &names);
   if (!ckpt.ok())
     return ckpt.status().WithPrefix("restoring the variables of the tasks of " +
@@ -611,7 +604,7 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
                                 std::to_string(impl_->pending_restore.size() - 1) +
                                 " more) lost its member and is not restored yet: a checkpoint now would miss it");
   }
-  std::lock_guard<std::mutex> l(impl_->ckpt_mu);
+  // The writer holds the directory (one RocksDB open per process).
   SF_ASSIGN_OR_RETURN(auto writer, runtime::GraphCheckpointWriter::Begin(&impl_->graph, dir, global_step));
   for (size_t t = 0; t < vars.size() && t < tasks.size(); ++t) {
     for (const std::string& name : vars[t]) {
@@ -626,11 +619,7 @@ Result<int64_t> ClusterSession::Save(const std::string& dir, int64_t global_step
 
 Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* global_step) {
   SF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> vars, impl_->TaskVariables());
-  runtime::GraphCheckpoint ckpt;
-  {
-    std::lock_guard<std::mutex> l(impl_->ckpt_mu);
-    SF_ASSIGN_OR_RETURN(ckpt, runtime::ReadCheckpointForGraph(impl_->graph, dir, id));
-  }
+  SF_ASSIGN_OR_RETURN(runtime::GraphCheckpoint ckpt, runtime::ReadCheckpointForGraph(impl_->graph, dir, id));
   impl_->PauseSteps();
   // The assignment read with steps paused: no reconfiguration moves a task meanwhile.
   ClusterChange unused;
