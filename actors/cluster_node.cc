@@ -359,6 +359,7 @@ struct ClusterNode::Impl {
         runtime::PartitionHostOptions ho;
         ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
                                            checkpoints.get());
+        ho.env.max_tensor_bytes = opts.max_tensor_bytes;
         ho.steps = &rendezvous;
         // Kernels trust their inputs: a peer's feeds are checked as a local
         // session checks its caller's.

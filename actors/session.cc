@@ -47,6 +47,7 @@ struct Session::Impl {
     // the rendezvous.
     runtime::PartitionHostOptions ho;
     ho.env = runtime::ActorExecutorEnv(kernels, &pool, variables.get(), queues.get(), &rendezvous, checkpoints.get());
+    ho.env.max_tensor_bytes = o.max_tensor_bytes;
     ho.steps = &rendezvous;
     host = runtime::NewLocalPartitionHost(*system, std::move(ho));
     runtime::CoordinatorOptions co;

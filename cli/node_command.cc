@@ -18,7 +18,7 @@ const char kNodeUsage[] =
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
-    "                      [--watch-timeout-ms MS] [--log]\n"
+    "                      [--watch-timeout-ms MS] [--max-tensor-bytes N] [--log]\n"
     "       shardflow node drain HOST:PORT --cluster-secret-file FILE [--wait-s SECONDS]\n"
     "\n"
     "Runs one member of a shardflow cluster: it hosts graph partitions, variable\n"
@@ -39,6 +39,9 @@ const char kNodeUsage[] =
     "                              --peer-timeout-ms)\n"
     "  --drain-timeout-s SECONDS   when drained, leave after this long even if a\n"
     "                              session still uses the node (default 60)\n"
+    "  --max-tensor-bytes N        the largest tensor a partition's op may allocate;\n"
+    "                              past it the step fails with ResourceExhausted\n"
+    "                              naming the op (default: the machine's memory)\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -68,6 +71,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--watch-timeout-ms", o.watch_timeout_ms)->transform(cli::Integer<int>());
   // The seconds here and in --wait-s become int milliseconds: at most 2e6 s.
   node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
+  node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);

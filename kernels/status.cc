@@ -16,6 +16,7 @@ const char* CodeName(Code c) {
     case Code::kUnavailable: return "Unavailable";
     case Code::kPermissionDenied: return "PermissionDenied";
     case Code::kDeadlineExceeded: return "DeadlineExceeded";
+    case Code::kResourceExhausted: return "ResourceExhausted";
   }
   return "Unknown";
 }

@@ -2,8 +2,12 @@
 
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -110,10 +114,38 @@ void KeepTensorMemoryWarm() {
   });
 }
 
+namespace {
+
+int64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : std::numeric_limits<int64_t>::max();
+}
+
+std::atomic<int64_t> default_limit{0};  // 0: the physical memory
+thread_local int64_t thread_limit = 0;  // 0: the process's
+
+}  // namespace
+
+int64_t AllocationLimit() {
+  if (thread_limit > 0) return thread_limit;
+  const int64_t d = default_limit.load(std::memory_order_relaxed);
+  if (d > 0) return d;
+  static const int64_t physical = PhysicalMemory();
+  return physical;
+}
+
+void SetDefaultAllocationLimit(int64_t bytes) { default_limit = std::max<int64_t>(0, bytes); }
+
+AllocationLimitScope::AllocationLimitScope(int64_t bytes) : previous_(thread_limit) {
+  thread_limit = std::max<int64_t>(0, bytes);
+}
+AllocationLimitScope::~AllocationLimitScope() { thread_limit = previous_; }
+
 Buffer::Buffer(size_t bytes) : size_(bytes) {
   // Round up: aligned_alloc wants a multiple of the alignment.
   size_t rounded = ((bytes + 63) / 64) * 64;
   data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data_) throw AllocationError("out of memory allocating " + std::to_string(bytes) + " bytes");
   // Huge buffers (embedding tables) are read at random rows: ask for 2 MiB
   // pages before the first touch, or every row access misses the TLB (a hint;
   // a no-op where transparent huge pages are off).
@@ -127,8 +159,36 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
 
 Buffer::~Buffer() { std::free(data_); }
 
+namespace {
+
+// The element count of a tensor about to be allocated; throws
+// AllocationError when the shape or its size is not allocatable.
+int64_t AllocatableElements(DType dtype, const Shape& shape) {
+  const int64_t elem = std::max<int64_t>(1, static_cast<int64_t>(DTypeSize(dtype)));
+  const int64_t limit = AllocationLimit();
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) throw AllocationError("a " + std::string(DTypeName(dtype)) + " tensor of shape " + ShapeString(shape) +
+                                     " has a negative dimension");
+    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d) overflow = true;
+    if (!overflow) n *= d;
+  }
+  // An empty tensor is fine whatever its other dimensions.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
+  if (overflow || n > limit / elem)
+    throw AllocationError("a " + std::string(DTypeName(dtype)) + " tensor of shape " + ShapeString(shape) + " needs " +
+                          (overflow ? std::string("more than 2^63 elements") : std::to_string(n) + " x " +
+                                                                                   std::to_string(elem) + " bytes") +
+                          ", past the allocation limit of " + std::to_string(limit) + " bytes");
+  return n;
+}
+
+}  // namespace
+
 Tensor::Tensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)), num_elements_(NumElements(shape_)) {
+    : dtype_(dtype), shape_(std::move(shape)), num_elements_(AllocatableElements(dtype, shape_)) {
   buf_ = std::make_shared<Buffer>(num_elements_ * DTypeSize(dtype_));
 }
 
@@ -145,7 +205,10 @@ Tensor Tensor::Zeros(DType dtype, Shape shape) {
 }
 
 Result<Tensor> Tensor::Reshaped(Shape shape) const {
-  if (NumElements(shape) != num_elements_)
+  int64_t n = 1;
+  bool bad = false;
+  for (int64_t d : shape) bad = bad || d < 0 || __builtin_mul_overflow(n, d, &n);
+  if (bad || n != num_elements_)
     return InvalidArgument("cannot reshape " + ShapeString(shape_) + " (" +
                            std::to_string(num_elements_) + " elements) to " + ShapeString(shape));
   Tensor t = *this;

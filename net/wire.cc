@@ -35,7 +35,7 @@ constexpr uint64_t kBaseSegments = 64;
 // Deepest pointer chain of an Envelope: body struct, list, tensor, shape.
 constexpr int kNestingLimit = 8;
 // The highest sf::Code (include/shardflow/status.h); a peer's larger code is refused.
-constexpr uint32_t kMaxCode = static_cast<uint32_t>(Code::kDeadlineExceeded);
+constexpr uint32_t kMaxCode = static_cast<uint32_t>(Code::kResourceExhausted);
 
 // ---------------------------------------------------------------- encoding
 

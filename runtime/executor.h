@@ -44,6 +44,9 @@ struct ExecutorSpec {
 struct ExecutorEnv : KernelServices {
   const KernelRegistry* kernels = nullptr;   // null: StandardKernelRegistry()
   ComputePool* pool = nullptr;               // required
+  // The largest tensor a kernel may allocate (AllocationLimit); past it the
+  // step fails with ResourceExhausted naming the node. 0: the process's.
+  int64_t max_tensor_bytes = 0;
 };
 
 class Executor {

@@ -30,6 +30,9 @@
 // guards its own bookkeeping (atomics or its step mutex).
 #pragma once
 
+#include <new>
+#include <stdexcept>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -90,6 +93,24 @@ inline OpKernelContext MakeContext(const KernelPlan& plan, int64_t step_id, cons
   if (f.key) ctx.set_frame(f.key, f.iteration);
   if (f.stacks) ctx.set_step_stacks(f.stacks);
   return ctx;
+}
+
+// Runs a kernel's body under the env's allocation limit; what it throws
+// becomes a status (ResourceExhausted for an allocation, Internal for
+// anything else) instead of ending the process.
+template <typename Fn>
+Status Guarded(const KernelPlan& plan, Fn&& fn) {
+  AllocationLimitScope limit(plan.env.max_tensor_bytes);
+  try {
+    fn();
+  } catch (const std::bad_alloc& e) {
+    return ResourceExhausted(std::string("cannot allocate: ") + e.what());
+  } catch (const std::length_error& e) {
+    return ResourceExhausted(std::string("cannot allocate: ") + e.what());
+  } catch (const std::exception& e) {
+    return Internal(std::string("the kernel threw: ") + e.what());
+  }
+  return Status::OK();
 }
 
 // Checks the outputs of a kernel that ran: each set with its declared dtype
@@ -205,8 +226,9 @@ class ExecutorState : public StepBase {
     prop_.Inputs(t, inputs);
     OpKernelContext ctx =
         MakeContext(plan_, id_, inputs, item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t));
-    item.kernel->Compute(&ctx);
-    if (!ctx.status().ok()) *st = ctx.status();
+    Status thrown = Guarded(plan_, [&] { item.kernel->Compute(&ctx); });
+    if (!thrown.ok()) *st = thrown;
+    else if (!ctx.status().ok()) *st = ctx.status();
     return true;
   }
 
@@ -224,18 +246,22 @@ class ExecutorState : public StepBase {
     Tensor* outs = prop_.PrepareOutputs(t, &p->buf);
     p->ctx = std::make_unique<OpKernelContext>(MakeContext(
         plan_, id_, p->inputs.data(), item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t)));
-    item.kernel->ComputeAsync(p->ctx.get(), [this, t, p] {
-      // Continue on a compute thread: the callback may run on an actor thread.
-      plan_.env.pool->Schedule([this, t, p] {
-        Status st = p->ctx->status();
-        typename P::OutBuf buf = std::move(p->buf);
-        delete p;
-        typename P::Local local;
-        if (Done(t, &buf, st, true, &local)) return;
-        Task next;
-        if (P::Pop(&local, &next)) Loop(next, &local);
+    auto finish = [this, t, p](Status st) {
+      typename P::OutBuf buf = std::move(p->buf);
+      delete p;
+      typename P::Local local;
+      if (Done(t, &buf, st, true, &local)) return;
+      Task next;
+      if (P::Pop(&local, &next)) Loop(next, &local);
+    };
+    // A kernel that throws before it started its work never calls back.
+    Status thrown = Guarded(plan_, [&] {
+      item.kernel->ComputeAsync(p->ctx.get(), [this, p, finish] {
+        // Continue on a compute thread: the callback may run on an actor thread.
+        plan_.env.pool->Schedule([p, finish] { finish(p->ctx->status()); });
       });
     });
+    if (!thrown.ok()) finish(thrown);
   }
 
   // Records a finished (or skipped) op: checks its outputs, fails the step

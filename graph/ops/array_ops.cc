@@ -234,7 +234,9 @@ Status PadShape(InferenceContext& c) {
     const int64_t d = x.rank_known() ? x.dim(static_cast<int>(i)) : -1;
     if (d < 0) continue;
     SF_RETURN_IF_ERROR(CheckPadding(mode, p, i, d));
-    out[i] = d + p[2 * i] + p[2 * i + 1];
+    auto padded = PaddedDim(i, d, p[2 * i], p[2 * i + 1]);
+    if (!padded.ok()) return c.Error(padded.status().message());
+    out[i] = *padded;
   }
   c.set_output(0, c.input_dtype(0), PartialShape(out));
   return Status::OK();

@@ -46,6 +46,10 @@ struct NodeOptions {
   int watch_timeout_ms = 0;
   int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
+  // The largest tensor an op of a partition here may allocate; past it the
+  // step fails with ResourceExhausted naming the node (a peer's graph
+  // cannot take the process's memory). 0: the machine's physical memory.
+  int64_t max_tensor_bytes = 0;
   // The ops partitions sent here may use (null: StandardOpRegistry()) and
   // the kernels they are built from (null: StandardKernelRegistry()); a
   // program serving ops of its own passes both. Must outlive the node.

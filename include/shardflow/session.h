@@ -34,6 +34,10 @@ struct SessionOptions {
   // OpRegistry holding their ops (shardflow/op_registry.h). Must outlive the
   // session.
   const KernelRegistry* kernels = nullptr;
+  // The largest tensor an op may allocate; past it the step fails with
+  // ResourceExhausted naming the node, and the process goes on. 0: the
+  // machine's physical memory.
+  int64_t max_tensor_bytes = 0;
 };
 
 // What every session kind offers (the in-process Session, ClusterSession in

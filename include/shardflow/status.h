@@ -25,6 +25,7 @@ enum class Code : int {
   kUnavailable = 9,
   kPermissionDenied = 10,  // a peer without the cluster secret
   kDeadlineExceeded = 11,  // a remote request timed out
+  kResourceExhausted = 12,  // a tensor past the allocation limit, memory gone
 };
 
 const char* CodeName(Code c);
@@ -58,6 +59,7 @@ inline Status DataLoss(std::string m) { return Status(Code::kDataLoss, std::move
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 inline Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
 inline Status DeadlineExceeded(std::string m) { return Status(Code::kDeadlineExceeded, std::move(m)); }
+inline Status ResourceExhausted(std::string m) { return Status(Code::kResourceExhausted, std::move(m)); }
 
 // A value or the Status explaining why there is none.
 template <typename T>

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,39 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; 
 using Shape = std::vector<int64_t>;
 
 int64_t NumElements(const Shape& s);
+
+// Thrown by the Tensor constructor when a tensor cannot be allocated: a
+// dimension is negative, the element or byte count overflows, the size is
+// past the allocation limit, or the memory is not there. The executor turns
+// it into the step's ResourceExhausted naming the node; kernels need not
+// catch it. (A std::bad_alloc, so code that handles those handles it.)
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
+// The largest tensor this thread may allocate, in bytes: what an
+// AllocationLimit scope set, else the process's (the machine's physical
+// memory unless SetDefaultAllocationLimit changed it).
+int64_t AllocationLimit();
+// Sets the process's limit (bytes > 0; 0 restores the physical memory).
+void SetDefaultAllocationLimit(int64_t bytes);
+// Sets this thread's limit while it lives (bytes <= 0: the process's); the
+// executor sets a session's or node's limit around every kernel it runs.
+class AllocationLimitScope {
+ public:
+  explicit AllocationLimitScope(int64_t bytes);
+  ~AllocationLimitScope();
+  AllocationLimitScope(const AllocationLimitScope&) = delete;
+  AllocationLimitScope& operator=(const AllocationLimitScope&) = delete;
+
+ private:
+  int64_t previous_;
+};
 // "[2,3]"; "[]" for a scalar.
 std::string ShapeString(const Shape& s);
 
@@ -114,7 +148,8 @@ class Buffer {
 class Tensor {
  public:
   Tensor() = default;  // an invalid (empty) tensor; valid() is false
-  // Allocates an uninitialised tensor. REQUIRES: every dim >= 0.
+  // Allocates an uninitialised tensor; throws AllocationError (naming the
+  // dtype, shape and limit) when it cannot: see AllocationLimit.
   Tensor(DType dtype, Shape shape);
 
   template <typename T>

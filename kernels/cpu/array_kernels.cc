@@ -521,8 +521,10 @@ class PadKernel : public OpKernel {
     Ints before(rank);
     for (int i = 0; i < rank; ++i) {
       if (Status st = CheckPadding(mode_, pad_, i, in.dim(i)); !st.ok()) return ctx->SetStatus(st);
+      auto padded = PaddedDim(i, in.dim(i), pad_[2 * i], pad_[2 * i + 1]);
+      if (!padded.ok()) return ctx->SetStatus(padded.status());
       before[i] = pad_[2 * i];
-      os[i] = in.dim(i) + pad_[2 * i] + pad_[2 * i + 1];
+      os[i] = *padded;
     }
     if (os == in.shape()) {
       ctx->set_output(0, in);

@@ -46,6 +46,19 @@ inline Status CheckPadding(PadMode mode, const std::vector<int64_t>& paddings, s
   return Status::OK();
 }
 
+// The padded size of a dim of size d: before + d + after, or
+// InvalidArgument when a padding is negative or the sum overflows int64.
+inline Result<int64_t> PaddedDim(size_t i, int64_t d, int64_t before, int64_t after) {
+  if (before < 0 || after < 0)
+    return InvalidArgument("Pad: padding (" + std::to_string(before) + ", " + std::to_string(after) + ") of dim " +
+                           std::to_string(i) + " must be >= 0");
+  int64_t out;
+  if (__builtin_add_overflow(d, before, &out) || __builtin_add_overflow(out, after, &out))
+    return InvalidArgument("Pad: padding (" + std::to_string(before) + ", " + std::to_string(after) + ") of dim " +
+                           std::to_string(i) + " (size " + std::to_string(d) + ") overflows int64");
+  return out;
+}
+
 // The index of x that output index o (0 <= o < before + d + after) of a
 // mirrored pad of a dim of size d reads. REQUIRES: CheckPadding passed, d > 0.
 inline int64_t MirrorIndex(PadMode mode, int64_t o, int64_t before, int64_t d) {
