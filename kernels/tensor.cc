@@ -134,10 +134,14 @@ int64_t AllocationLimit() {
   return physical;
 }
 
-void SetDefaultAllocationLimit(int64_t bytes) { default_limit = std::max<int64_t>(0, bytes); }
+// Limits below 1 MiB are raised to it: tensors smaller than that are never
+// checked (AllocatableElements' fast path).
+void SetDefaultAllocationLimit(int64_t bytes) {
+  default_limit = bytes <= 0 ? 0 : std::max<int64_t>(bytes, int64_t{1} << 20);
+}
 
 AllocationLimitScope::AllocationLimitScope(int64_t bytes) : previous_(thread_limit) {
-  thread_limit = std::max<int64_t>(0, bytes);
+  thread_limit = bytes <= 0 ? 0 : std::max<int64_t>(bytes, int64_t{1} << 20);
 }
 AllocationLimitScope::~AllocationLimitScope() { thread_limit = previous_; }
 
@@ -165,18 +169,19 @@ namespace {
 // AllocationError when the shape or its size is not allocatable.
 int64_t AllocatableElements(DType dtype, const Shape& shape) {
   const int64_t elem = std::max<int64_t>(1, static_cast<int64_t>(DTypeSize(dtype)));
-  const int64_t limit = AllocationLimit();
   int64_t n = 1;
-  bool overflow = false;
+  bool overflow = false, empty = false;
   for (int64_t d : shape) {
     if (d < 0) throw AllocationError("a " + std::string(DTypeName(dtype)) + " tensor of shape " + ShapeString(shape) +
                                      " has a negative dimension");
-    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d) overflow = true;
-    if (!overflow) n *= d;
+    empty = empty || d == 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
   // An empty tensor is fine whatever its other dimensions.
-  for (int64_t d : shape)
-    if (d == 0) return 0;
+  if (empty) return 0;
+  // Small tensors (nearly all) skip the limit's lookup: no limit is below 1 MiB.
+  if (!overflow && n <= (int64_t{1} << 20) / elem) return n;
+  const int64_t limit = AllocationLimit();
   if (overflow || n > limit / elem)
     throw AllocationError("a " + std::string(DTypeName(dtype)) + " tensor of shape " + ShapeString(shape) + " needs " +
                           (overflow ? std::string("more than 2^63 elements") : std::to_string(n) + " x " +

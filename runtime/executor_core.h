@@ -31,6 +31,7 @@
 #pragma once
 
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include <atomic>
@@ -100,7 +101,8 @@ inline OpKernelContext MakeContext(const KernelPlan& plan, int64_t step_id, cons
 // anything else) instead of ending the process.
 template <typename Fn>
 Status Guarded(const KernelPlan& plan, Fn&& fn) {
-  AllocationLimitScope limit(plan.env.max_tensor_bytes);
+  std::optional<AllocationLimitScope> limit;  // none: the process's, at no cost per op
+  if (plan.env.max_tensor_bytes > 0) limit.emplace(plan.env.max_tensor_bytes);
   try {
     fn();
   } catch (const std::bad_alloc& e) {
