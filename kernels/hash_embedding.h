@@ -1,0 +1,226 @@
+// One shard of a hash embedding table: a map from any int64 id to its row
+// and the row's optimizer slots, with admission, eviction and a state that
+// checkpoints save and restore (into another shard count too). The variable
+// shard actor owns one per hash table shard and serializes every call, so
+// the class needs no locks (thread-compatible, not thread-safe).
+//
+// Layout. Rows live in one arena of `stride` floats per slot: the value
+// (dim floats), then each row-shaped optimizer slot (dim floats each). An
+// open-addressing index (linear probing, backward-shift deletion) maps ids
+// to slots; metadata per slot holds the id, the last step that touched it,
+// its frequency and the lookup that last pinned it.
+//
+// Admission: with min_count > 1 a new id is counted in a count-min sketch
+// (filter_depth rows of filter_width counters, conservative update) and
+// gets a row once its estimate reaches min_count; with admit_probability < 1
+// it then also needs a draw. Until then it reads zeros, allocates nothing
+// and is counted as rejected. The sketch never undercounts: an id seen
+// min_count times is always admitted; a collision can admit an id early,
+// with probability about (ids / filter_width)^filter_depth.
+//
+// Steps and eviction. The shard's step is the number of sparse updates it
+// has applied (every training step sends each shard one, empty or not, so
+// all shards agree). A row not touched for more than ttl_steps steps is
+// deleted (at its next lookup, and by a sweep every ttl_steps / 4 steps).
+// Under max_rows, a new row first evicts the least recently (LRU) or least
+// frequently (LFU) used rows, a sixteenth of max_rows at a time. A row looked
+// up by a step whose update has not arrived yet is never evicted: each
+// lookup registers its step as in flight until that step's update (or until
+// 64 later updates have passed, for lookups that never train). When every
+// row is pinned, the lookup fails with FailedPrecondition naming the table.
+// An evicted id that comes back starts fresh: initial value, initial slots.
+//
+// Initial values are a function of (seed, id) alone, so a row is the same
+// whichever shard creates it and however often.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/embedding_math.h"
+#include "shardflow/status.h"
+#include "shardflow/tensor.h"
+
+namespace sf {
+
+enum class HashInitializer : uint8_t { kUniform = 0, kTruncatedNormal = 1, kZeros = 2 };
+enum class HashEviction : uint8_t { kLru = 0, kLfu = 1 };
+
+// How one shard behaves (include/shardflow/embedding.h documents each field).
+struct HashShardConfig {
+  std::string table;  // for error messages
+  int64_t num_shards = 1;
+  int64_t shard = 0;
+  int64_t dim = 0;
+  HashInitializer initializer = HashInitializer::kUniform;
+  double scale = 0.0;
+  int64_t seed = 0;
+  int64_t min_count = 0;
+  double admit_probability = 1.0;
+  int64_t filter_width = 1 << 16;
+  int64_t filter_depth = 4;
+  int64_t ttl_steps = 0;
+  int64_t max_rows = 0;
+  HashEviction eviction = HashEviction::kLru;
+};
+
+// OK for a usable config; else InvalidArgument naming the table and the field.
+Status CheckHashShardConfig(const HashShardConfig& c);
+// Parses "uniform", "truncated_normal", "zeros"; InvalidArgument naming the value otherwise.
+Result<HashInitializer> ParseHashInitializer(const std::string& s);
+// Parses "lru" or "lfu"; InvalidArgument naming the value otherwise.
+Result<HashEviction> ParseHashEviction(const std::string& s);
+
+// A shard's counters (HashEmbeddingShard::Metrics).
+struct HashShardMetrics {
+  int64_t rows = 0;      // hot rows now
+  int64_t capacity = 0;  // arena slots
+  int64_t admitted = 0;  // rows created
+  int64_t rejected = 0;  // lookups of ids not admitted (each id once per lookup)
+  int64_t evicted = 0;   // rows deleted by ttl_steps or max_rows
+  int64_t bytes = 0;     // RAM: arena, metadata, index and filter
+  int64_t step = 0;      // sparse updates applied
+  int64_t skipped = 0;   // gradient rows of ids without a row (not admitted)
+};
+inline constexpr int kNumHashShardMetrics = 8;
+// The metrics as int64 [kNumHashShardMetrics], in the struct's order.
+Tensor HashShardMetricsTensor(const HashShardMetrics& m);
+
+// One row's whole state, for tests and tools.
+struct HashRowState {
+  int64_t last_seen = 0;
+  int64_t freq = 0;
+  std::vector<float> values;  // the value, then each slot (stride floats)
+  bool operator==(const HashRowState& o) const {
+    return last_seen == o.last_seen && freq == o.freq && values == o.values;
+  }
+};
+
+class HashEmbeddingShard {
+ public:
+  explicit HashEmbeddingShard(HashShardConfig config);
+  const HashShardConfig& config() const { return c_; }
+
+  // The shard's partial [num_segments, dim] of a deduplicated gather
+  // (BuildHashShardGather): admits, creates and touches rows as above.
+  // InvalidArgument naming the table for a malformed gather or an id of
+  // another shard; FailedPrecondition when max_rows leaves no evictable row.
+  Status GatherCombine(const EmbeddingGather& q, Tensor* out);
+  // Applies a sparse update whose indices are ids (rows of ids without a
+  // row are skipped and counted), then advances the step. The first update
+  // fixes the optimizer (slots are added to every row); another optimizer
+  // later is FailedPrecondition. InvalidArgument naming the table and the
+  // optimizer on bad input; nothing changes then.
+  Status Apply(const SparseApplyRequest& req);
+  HashShardMetrics Metrics() const;
+
+  // The whole state as one int64 tensor [rows, width] (header, filter
+  // counts, one row per arena slot), the form checkpoints store.
+  Tensor Serialize() const;
+  // The rows of Serialize()'s tensor changed since the last call (sorted);
+  // *all is set when every row must be saved (the first time, or after the
+  // tensor's shape changed).
+  std::vector<int64_t> TakeDirtyRows(bool* all);
+  // A shard from a Serialize()d state; DataLoss naming `who` for a state
+  // that is not one or is inconsistent. table names the shard's table.
+  static Result<std::unique_ptr<HashEmbeddingShard>> Deserialize(const Tensor& state,
+                                                                 const std::string& table);
+
+  // The state of id's row, or false when it has none.
+  bool RowOf(int64_t id, HashRowState* out) const;
+  // Every row's state by id.
+  std::map<int64_t, HashRowState> AllRows() const;
+
+ private:
+  friend Result<std::vector<Tensor>> ReshardHashStates(const std::vector<Tensor>&, int64_t,
+                                                       const std::string&);
+  struct Meta {
+    int64_t id = 0;
+    int64_t last_seen = 0;
+    int64_t freq = 0;
+    uint64_t tick = 0;  // the lookup that last touched the row (orders LRU ties)
+    int32_t pins = 0;   // lookups in flight that read the row
+    bool used = false;
+  };
+  // A step that looked rows up and whose update has not come yet.
+  struct InFlight {
+    int64_t step_id;
+    int64_t at_step;             // the shard's step then
+    std::vector<int64_t> slots;  // one pin each
+  };
+  void Release(const InFlight& f);
+
+  int64_t Find(int64_t id) const;  // slot or -1
+  void IndexInsert(int64_t id, int64_t slot);
+  void IndexErase(int64_t id);
+  void IndexRebuild(int64_t min_capacity);
+  Result<int64_t> Allocate(int64_t id);  // a fresh row's slot (may evict or grow)
+  void InitRow(int64_t slot, int64_t id);
+  void Evict(int64_t slot);
+  // Evicts up to n rows by policy among those not pinned; returns how many.
+  int64_t EvictByPolicy(int64_t n);
+  void Grow(int64_t capacity);
+  void SetOptimizer(OptimizerKind kind, const std::vector<double>& slot_init);
+  bool Expired(const Meta& m) const {
+    return c_.ttl_steps > 0 && step_ - m.last_seen > c_.ttl_steps;
+  }
+  // Count-min: adds count to id's counters, returns the new estimate.
+  int64_t FilterAdd(int64_t id, int64_t count);
+  void MarkSlot(int64_t slot) { if (!all_dirty_) dirty_slot_[slot] = 1; }
+  int64_t HeaderRows() const;
+  int64_t FilterRows() const;
+  int64_t Width() const;
+
+  HashShardConfig c_;
+  int64_t stride_;                 // floats per slot: dim * (1 + row slots)
+  int optimizer_ = -1;             // OptimizerKind, -1 before the first update
+  double slot_init_[4] = {};       // the optimizer's slot starting values
+  float scalar_slots_[4] = {};     // per-shard scalar slots (Adam's beta powers)
+  std::vector<float> arena_;
+  std::vector<Meta> meta_;
+  std::vector<int64_t> free_;      // free slots, the next one last
+  int64_t rows_ = 0;
+  std::vector<int64_t> keys_;      // open addressing: id per bucket
+  std::vector<int64_t> vals_;      // slot + 1 per bucket; 0: empty
+  uint64_t mask_ = 0;
+  int shift_ = 64;
+  std::vector<uint32_t> filter_;   // depth x width counters (empty without min_count)
+  std::vector<InFlight> in_flight_;
+  uint64_t tick_ = 0;
+  uint64_t rng_;
+  int64_t step_ = 0, admitted_ = 0, rejected_ = 0, evicted_ = 0, skipped_ = 0;
+  bool all_dirty_ = true;
+  std::vector<uint8_t> dirty_slot_, dirty_filter_;
+};
+
+// True when t looks like a HashEmbeddingShard state (its header's magic).
+bool IsHashShardState(const Tensor& t);
+// The shard count a state was saved with, or -1 when t is not a state.
+int64_t HashStateNumShards(const Tensor& t);
+
+// Moves the rows of a table's saved shard states (one per old shard, in
+// order) into num_shards new ones (HashShardOf picks each id's shard): rows
+// keep their value, slots, last step and frequency; sketches merge by
+// taking each counter's maximum (still never undercounting); the counters
+// (admitted, ...) go to new shard 0. DataLoss or InvalidArgument naming the
+// table for states that are not a table's shards.
+Result<std::vector<Tensor>> ReshardHashStates(const std::vector<Tensor>& parts, int64_t num_shards,
+                                              const std::string& table);
+
+// What `shardflow ckpt inspect` prints of a saved shard state.
+struct HashStateSummary {
+  int64_t dim = 0, num_shards = 0, shard = 0;
+  HashShardMetrics metrics;
+  std::string optimizer;  // "" before the first update
+  std::vector<std::pair<int64_t, HashRowState>> rows;  // the first `max_rows` rows, by id
+};
+// Summarizes a state (rows: up to max_rows of them, smallest ids first);
+// DataLoss as Deserialize.
+Result<HashStateSummary> SummarizeHashState(const Tensor& state, int64_t max_rows);
+// Every row of a state by id; DataLoss as Deserialize.
+Result<std::map<int64_t, HashRowState>> HashStateRows(const Tensor& state);
+
+}  // namespace sf
