@@ -30,8 +30,10 @@ enum class EmbeddingPartition : uint8_t { kMod = 0, kRange = 1, kHash = 2 };
 enum class EmbeddingCombiner : uint8_t { kSum = 0, kMean = 1, kSqrtn = 2 };
 
 // The shard of a hash table that holds id: splitmix64's finalizer (a
-// bijective mix of all 64 bits) modulo num_shards, so neighbouring and
-// negative ids spread evenly. REQUIRES: num_shards >= 1.
+// bijective mix of all 64 bits) mapped onto [0, num_shards) by its high
+// bits (Lemire's multiply-shift: no division per id), so neighbouring and
+// negative ids spread evenly. Inside a shard, use the mix's low bits.
+// REQUIRES: num_shards >= 1.
 inline uint64_t MixId(int64_t id) {
   uint64_t z = static_cast<uint64_t>(id) + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -39,7 +41,7 @@ inline uint64_t MixId(int64_t id) {
   return z ^ (z >> 31);
 }
 inline int64_t HashShardOf(int64_t id, int64_t num_shards) {
-  return static_cast<int64_t>(MixId(id) % static_cast<uint64_t>(num_shards));
+  return static_cast<int64_t>((static_cast<unsigned __int128>(MixId(id)) * static_cast<uint64_t>(num_shards)) >> 64);
 }
 
 // Where one shard sits in its table.

@@ -93,52 +93,49 @@ HashEmbeddingShard::HashEmbeddingShard(HashShardConfig config)
 // ---- the index: open addressing, linear probing ----
 
 int64_t HashEmbeddingShard::Find(int64_t id) const {
-  for (uint64_t b = MixId(id) >> shift_;; b = (b + 1) & mask_) {
-    if (vals_[b] == 0) return -1;
-    if (keys_[b] == id) return vals_[b] - 1;
+  for (uint64_t b = (MixId(id) & mask_);; b = (b + 1) & mask_) {
+    if (buckets_[b].val == 0) return -1;
+    if (buckets_[b].key == id) return buckets_[b].val - 1;
   }
 }
 
 void HashEmbeddingShard::IndexInsert(int64_t id, int64_t slot) {
   if (static_cast<uint64_t>(rows_ + 1) * 10 > (mask_ + 1) * 7) IndexRebuild(2 * (rows_ + 1));
-  uint64_t b = MixId(id) >> shift_;
-  while (vals_[b] != 0) b = (b + 1) & mask_;
-  keys_[b] = id;
-  vals_[b] = slot + 1;
+  uint64_t b = (MixId(id) & mask_);
+  while (buckets_[b].val != 0) b = (b + 1) & mask_;
+  buckets_[b].key = id;
+  buckets_[b].val = slot + 1;
 }
 
 void HashEmbeddingShard::IndexErase(int64_t id) {
-  uint64_t i = MixId(id) >> shift_;
-  while (vals_[i] != 0 && keys_[i] != id) i = (i + 1) & mask_;
-  if (vals_[i] == 0) return;
-  vals_[i] = 0;
+  uint64_t i = (MixId(id) & mask_);
+  while (buckets_[i].val != 0 && buckets_[i].key != id) i = (i + 1) & mask_;
+  if (buckets_[i].val == 0) return;
+  buckets_[i].val = 0;
   // Backward-shift deletion: later entries of the probe run move up, so no
   // tombstones pile up under steady eviction.
-  for (uint64_t j = (i + 1) & mask_; vals_[j] != 0; j = (j + 1) & mask_) {
-    const uint64_t home = MixId(keys_[j]) >> shift_;
+  for (uint64_t j = (i + 1) & mask_; buckets_[j].val != 0; j = (j + 1) & mask_) {
+    const uint64_t home = (MixId(buckets_[j].key) & mask_);
     const bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
     if (between) continue;
-    keys_[i] = keys_[j];
-    vals_[i] = vals_[j];
-    vals_[j] = 0;
+    buckets_[i].key = buckets_[j].key;
+    buckets_[i].val = buckets_[j].val;
+    buckets_[j].val = 0;
     i = j;
   }
 }
 
 void HashEmbeddingShard::IndexRebuild(int64_t min_capacity) {
   uint64_t cap = 16;
-  int shift = 60;
-  while (cap < static_cast<uint64_t>(min_capacity) * 10 / 7 + 1) cap <<= 1, --shift;
-  keys_.assign(cap, 0);
-  vals_.assign(cap, 0);
+  while (cap < static_cast<uint64_t>(min_capacity) * 10 / 7 + 1) cap <<= 1;
+  buckets_.assign(cap, Bucket());
   mask_ = cap - 1;
-  shift_ = shift;
   for (size_t s = 0; s < meta_.size(); ++s) {
     if (!meta_[s].used) continue;
-    uint64_t b = MixId(meta_[s].id) >> shift_;
-    while (vals_[b] != 0) b = (b + 1) & mask_;
-    keys_[b] = meta_[s].id;
-    vals_[b] = static_cast<int64_t>(s) + 1;
+    uint64_t b = (MixId(meta_[s].id) & mask_);
+    while (buckets_[b].val != 0) b = (b + 1) & mask_;
+    buckets_[b].key = meta_[s].id;
+    buckets_[b].val = static_cast<int64_t>(s) + 1;
   }
 }
 
@@ -164,11 +161,18 @@ void HashEmbeddingShard::InitRow(int64_t slot, int64_t id) {
     return MixId(static_cast<int64_t>(state));
   };
   auto unit = [&] { return static_cast<double>(next() >> 11) * 0x1.0p-53; };
-  for (int64_t j = 0; j < c_.dim; ++j) {
+  if (c_.initializer == HashInitializer::kUniform) {
+    // Two 24-bit uniforms per draw: new rows are made in the training loop.
+    const float scale = static_cast<float>(c_.scale);
+    for (int64_t j = 0; j < c_.dim; j += 2) {
+      const uint64_t z = next();
+      r[j] = (static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f) * scale;
+      if (j + 1 < c_.dim) r[j + 1] = (static_cast<float>((z >> 8) & 0xFFFFFF) * 0x1.0p-23f - 1.0f) * scale;
+    }
+  }
+  for (int64_t j = 0; j < c_.dim && c_.initializer != HashInitializer::kUniform; ++j) {
     double v = 0.0;
-    if (c_.initializer == HashInitializer::kUniform) {
-      v = (2.0 * unit() - 1.0) * c_.scale;
-    } else if (c_.initializer == HashInitializer::kTruncatedNormal) {
+    if (c_.initializer == HashInitializer::kTruncatedNormal) {
       double z;
       do {  // Box-Muller, redrawn beyond two standard deviations
         const double u1 = unit(), u2 = unit();
@@ -323,7 +327,9 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   if (f == in_flight_.end()) f = in_flight_.insert(in_flight_.end(), InFlight{q.step_id, step_, {}});
   std::vector<int64_t>& pinned = f->slots;
   std::vector<int64_t> slot(static_cast<size_t>(m), -1);
+  constexpr int64_t kAhead = 8;  // probes are cache misses: overlap a few
   for (int64_t u = 0; u < m; ++u) {
+    if (u + kAhead < m) PrefetchBucket(ids[u + kAhead]);
     int64_t s = Find(ids[u]);
     if (s >= 0 && Expired(meta_[s]) && meta_[s].pins == 0) {
       Evict(s);
@@ -357,10 +363,26 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   const float* w = weighted ? q.weights.data<float>() : nullptr;
   using Row = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
   using ConstRow = Eigen::Map<const Eigen::Array<float, 1, Eigen::Dynamic>>;
-  for (int64_t p = 0; p < n; ++p) {
-    const int64_t s = slot[ui[p]];
-    if (s < 0) continue;  // not admitted: reads zeros
-    Row(dst + seg[p] * dim, dim) += ConstRow(arena_.data() + s * stride_, dim) * (w ? w[seg[p]] : 1.0f);
+  const float* arena = arena_.data();
+  const int64_t stride = stride_;
+  auto combine = [&](auto width) {
+    constexpr int D = decltype(width)::value;
+    using FixedRow = Eigen::Map<Eigen::Array<float, 1, D>>;
+    using ConstFixedRow = Eigen::Map<const Eigen::Array<float, 1, D>>;
+    for (int64_t p = 0; p < n; ++p) {
+      if (p + kAhead < n && slot[ui[p + kAhead]] >= 0) __builtin_prefetch(arena + slot[ui[p + kAhead]] * stride);
+      const int64_t s = slot[ui[p]];
+      if (s < 0) continue;  // not admitted: reads zeros
+      const float wt = w ? w[seg[p]] : 1.0f;
+      if constexpr (D == Eigen::Dynamic) Row(dst + seg[p] * dim, dim) += ConstRow(arena + s * stride, dim) * wt;
+      else FixedRow(dst + seg[p] * dim) += ConstFixedRow(arena + s * stride) * wt;
+    }
+  };
+  switch (dim) {  // the common widths unrolled, as the fixed tables' gather
+    case 16: combine(std::integral_constant<int, 16>()); break;
+    case 32: combine(std::integral_constant<int, 32>()); break;
+    case 64: combine(std::integral_constant<int, 64>()); break;
+    default: combine(std::integral_constant<int, Eigen::Dynamic>()); break;
   }
   return Status::OK();
 }
@@ -403,8 +425,19 @@ Status HashEmbeddingShard::Apply(const SparseApplyRequest& req) {
   RowUpdater update(req.optimizer, req.scalars, dim, scalar_ptrs, req.use_nesterov);
   const int slots = RowSlots(req.optimizer);
   float* slot_rows[kMaxOptimizerSlots] = {};
+  // Two passes, each prefetching ahead: the probes, then the rows.
+  constexpr int64_t kAhead = 8;
+  std::vector<int64_t> found(static_cast<size_t>(u));
   for (int64_t i = 0; i < u; ++i) {
-    const int64_t s = Find(ip[i]);
+    if (i + kAhead < u) PrefetchBucket(ip[i + kAhead]);
+    found[i] = Find(ip[i]);
+  }
+  for (int64_t i = 0; i < u; ++i) {
+    if (i + kAhead < u && found[i + kAhead] >= 0) {
+      const float* ahead = arena_.data() + found[i + kAhead] * stride_;
+      for (int64_t j = 0; j < stride_; j += 16) __builtin_prefetch(ahead + j);
+    }
+    const int64_t s = found[i];
     if (s < 0) {  // never admitted (or the caller sent another shard's id)
       ++skipped_;
       continue;
@@ -450,7 +483,7 @@ HashShardMetrics HashEmbeddingShard::Metrics() const {
   m.step = step_;
   m.skipped = skipped_;
   m.bytes = static_cast<int64_t>(arena_.capacity() * sizeof(float) + meta_.capacity() * sizeof(Meta) +
-                                 keys_.capacity() * sizeof(int64_t) + vals_.capacity() * sizeof(int64_t) +
+                                 buckets_.capacity() * sizeof(Bucket) +
                                  free_.capacity() * sizeof(int64_t) + filter_.capacity() * sizeof(uint32_t));
   return m;
 }

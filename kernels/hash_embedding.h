@@ -183,10 +183,15 @@ class HashEmbeddingShard {
   std::vector<Meta> meta_;
   std::vector<int64_t> free_;      // free slots, the next one last
   int64_t rows_ = 0;
-  std::vector<int64_t> keys_;      // open addressing: id per bucket
-  std::vector<int64_t> vals_;      // slot + 1 per bucket; 0: empty
+  // Open addressing: a bucket holds an id and its slot + 1 (0: empty), side
+  // by side so a probe costs one cache miss.
+  struct Bucket {
+    int64_t key = 0;
+    int64_t val = 0;
+  };
+  std::vector<Bucket> buckets_;
+  void PrefetchBucket(int64_t id) const { __builtin_prefetch(&buckets_[MixId(id) & mask_]); }
   uint64_t mask_ = 0;
-  int shift_ = 64;
   std::vector<uint32_t> filter_;   // depth x width counters (empty without min_count)
   std::vector<InFlight> in_flight_;
   uint64_t tick_ = 0;

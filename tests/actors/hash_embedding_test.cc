@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "kernels/optimizer_math.h"
 #include "shardflow/embedding.h"
@@ -399,4 +400,50 @@ TEST_CASE("Hash tables: bad options and misuse are errors naming the table", "[h
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("'two'") != std::string::npos);
   CHECK(r.status().message().find("Adagrad") != std::string::npos);
+}
+
+TEST_CASE("Hash tables: two async workers under max_rows never update an evicted row", "[hash_embedding][train]") {
+  // Every id is admitted at once, so a gradient row without a row (metric
+  // "skipped") would mean the row was evicted between its step's lookup and
+  // its update: the pins must prevent that while the workers interleave.
+  Graph g;
+  HashEmbeddingTableOptions o;
+  o.num_shards = 2;
+  o.max_rows = 48;
+  auto t = NewHashEmbeddingTable(g, "async", 4, o);
+  auto ids = ops::Placeholder(g, DType::kInt64, {-1, 1}, "ids");
+  auto loss = ops::Sum(g, ops::EmbeddingLookup(g, t, ids, "sum"));
+  auto train = AdagradOptimizer(0.1).Minimize(g, loss);
+  REQUIRE(train.ok());
+  auto metrics = ops::HashEmbeddingShardMetrics(g, t);
+  Operation init = ops::GlobalVariablesInitializer(g);
+  REQUIRE(g.status().ok());
+  Session s(g, Devices(2));
+  REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+  std::vector<Status> errors(2);
+  auto worker = [&](int w) {
+    std::mt19937_64 rng(100 + w);
+    for (int step = 0; step < 60 && errors[w].ok(); ++step) {
+      std::vector<int64_t> batch;
+      for (int i = 0; i < 16; ++i) batch.push_back(static_cast<int64_t>(rng() % 100000) * 2 + w);
+      errors[w] = s.Run({{"ids", Tensor::FromVector(batch, {16, 1})}}, std::vector<Output>{}, {*train}).status();
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  CHECK(errors[0].ok());
+  CHECK(errors[1].ok());
+  auto m = s.Run({}, metrics);
+  REQUIRE(m.ok());
+  int64_t evicted = 0;
+  for (const Tensor& x : *m) {
+    auto hm = HashEmbeddingMetricsOf(x);
+    REQUIRE(hm.ok());
+    CHECK(hm->skipped == 0);
+    CHECK(hm->rows <= 48);
+    CHECK(hm->step == 120);
+    evicted += hm->evicted;
+  }
+  CHECK(evicted > 0);
 }
