@@ -30,7 +30,7 @@
 //   auto users = sf::NewHashEmbeddingTable(g, "users", 32, h);
 //   auto emb = sf::ops::EmbeddingLookup(g, users, ids, "mean");  // any int64 ids
 //
-// An id lives in shard splitmix64(id) % K, in a hash table inside the shard
+// An id lives in shard (splitmix64(id) * K) >> 64, in a hash table inside the shard
 // actor that keeps each row and its optimizer slots side by side. Lookups are
 // the same three builders; each shard receives its own ids of the batch,
 // deduplicated, and sends back only the combined rows. An id not admitted
