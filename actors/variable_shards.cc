@@ -5,6 +5,7 @@
 
 #include "kernels/compute_pool.h"
 #include "kernels/hash_embedding.h"
+#include "storage/hash_cold_store.h"
 #include "kernels/in_memory_variables.h"
 #include "kernels/optimizer_math.h"
 #include "kernels/replica_state.h"
@@ -72,6 +73,16 @@ struct ShardState {
 };
 
 using ShardPointer = VariableShardActor::stateful_pointer<ShardState>;
+
+// Gives a hash shard whose config names a cold_dir its cold tier, emptied
+// first (the shard's rows are all in RAM or in its saved state).
+Status AttachColdTier(HashEmbeddingShard& h) {
+  const HashShardConfig& c = h.config();
+  if (c.cold_dir.empty()) return Status::OK();
+  SF_ASSIGN_OR_RETURN(auto store, OpenHashColdStore(c.cold_dir, c.table, c.shard));
+  SF_RETURN_IF_ERROR(store->Clear());
+  return h.SetColdStore(std::move(store));
+}
 
 // The table of a shard variable "<table>/part_<k>" (the name itself otherwise).
 std::string TableOfShard(const std::string& name) {
@@ -168,7 +179,10 @@ std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
     if (v.hash) {
       VarSnapshot snap;
       snap.name = v.name;
-      snap.value = v.hash->Serialize();
+      // A cold tier that cannot be read leaves the value invalid: the
+      // checkpoint writer then refuses it, and no checkpoint commits.
+      auto state = v.hash->Serialize();
+      if (state.ok()) snap.value = std::move(*state);
       snap.dirty_rows = v.hash->TakeDirtyRows(&snap.all_dirty);
       vars.push_back(std::move(snap));
       continue;
@@ -205,7 +219,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       [self](ReadVariable& m) {
         const ShardState::Var* v = self->state.Find(m.id);
         if (!v) m.done(NoVariable(m.id));
-        else if (v->hash) m.done(v->hash->Serialize());
+        else if (v->hash) m.done(v->hash->Serialize());  // the state, or the cold tier's read error
         else if (!v->value.valid()) m.done(Uninitialised(v->name, "read"));
         else m.done(v->value);
       },
@@ -221,6 +235,9 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
                                           "' is a hash embedding table shard: only its saved state can be assigned"));
           auto h = HashEmbeddingShard::Deserialize(m.value, TableOfShard(v->name));
           if (!h.ok()) return m.done(h.status());
+          v->hash.reset();  // closes its cold tier before the new shard opens it
+          Status cold = AttachColdTier(**h);
+          if (!cold.ok()) return m.done(cold);
           v->hash = std::move(*h);
           return m.done(m.value);
         }
@@ -256,7 +273,11 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         if (!v) return m.done(NoVariable(m.id));
         Status s = CheckHashShardConfig(m.config);
         if (!s.ok()) return m.done(s);
-        v->hash = std::make_unique<HashEmbeddingShard>(std::move(m.config));
+        v->hash.reset();  // closes its cold tier before the new shard opens it
+        auto h = std::make_unique<HashEmbeddingShard>(std::move(m.config));
+        s = AttachColdTier(*h);
+        if (!s.ok()) return m.done(s);
+        v->hash = std::move(h);
         m.done(Status::OK());
       },
       [self](QueryHashShard& m) {
@@ -315,7 +336,10 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       [self](SnapshotShard& m) {
         std::vector<std::pair<std::string, Tensor>> vars;
         for (const auto& kv : self->state.vars) {
-          if (kv.second.hash) vars.emplace_back(kv.second.name, kv.second.hash->Serialize());
+          if (kv.second.hash) {
+            auto state = kv.second.hash->Serialize();  // invalid on a cold tier read error (see above)
+            vars.emplace_back(kv.second.name, state.ok() ? std::move(*state) : Tensor());
+          }
           else if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
         }
         m.done(std::move(vars));

@@ -127,7 +127,11 @@ EmbeddingTable NewHashEmbeddingTable(Graph& g, const std::string& name, int64_t 
   c.filter_depth = o.filter_depth;
   c.ttl_steps = o.ttl_steps;
   c.max_rows = o.max_rows;
+  c.ram_budget_bytes = o.ram_budget_bytes;
+  c.cold_dir = o.cold_dir;
   Status bad = CheckHashShardConfig(c);
+  if (bad.ok() && o.ram_budget_bytes > 0 && o.cold_dir.empty())
+    bad = InvalidArgument("hash embedding table '" + unique + "': ram_budget_bytes needs a cold_dir");
   if (bad.ok()) bad = ParseHashInitializer(o.initializer).status().WithPrefix("hash embedding table '" + unique + "'");
   if (bad.ok()) bad = ParseHashEviction(o.eviction).status().WithPrefix("hash embedding table '" + unique + "'");
   if (!bad.ok()) {
@@ -165,6 +169,8 @@ EmbeddingTable NewHashEmbeddingTable(Graph& g, const std::string& name, int64_t 
     ia.Set("ttl_steps", o.ttl_steps);
     ia.Set("max_rows", o.max_rows);
     ia.Set("eviction", o.eviction);
+    ia.Set("ram_budget_bytes", o.ram_budget_bytes);
+    ia.Set("cold_dir", o.cold_dir);
     ia.Set("_initializer", true);
     if (g.AddNode("HashEmbeddingShardInit", {h}, std::move(ia), shard + "/init") < 0) return EmbeddingTable();
     t.shards.push_back(h);
@@ -186,6 +192,10 @@ Result<HashEmbeddingMetrics> HashEmbeddingMetricsOf(const Tensor& t) {
   m.bytes = p[5];
   m.step = p[6];
   m.skipped = p[7];
+  m.cold_rows = p[8];
+  m.hot_hits = p[9];
+  m.cold_hits = p[10];
+  m.disk_bytes = p[11];
   return m;
 }
 

@@ -18,8 +18,9 @@ enum HeaderWord : int64_t {
   kMagic, kVersion, kDim, kStride, kNumShards, kShard, kCapacity, kRows, kStep, kAdmitted,
   kRejected, kEvicted, kSkipped, kFilterWidth, kFilterDepth, kMinCount, kAdmitP, kTtl, kMaxRows,
   kEvictionWord, kInitWord, kScale, kSeed, kOptimizerWord, kSlotInit0, kScalar0 = kSlotInit0 + 4,
-  kRng = kScalar0 + 4, kHeaderWords
+  kRng = kScalar0 + 4, kColdRows, kRamBudget, kColdDirBytes, kHeaderWords
 };
+// After the header words: cold_dir's bytes, kColdDirBytes of them.
 constexpr int64_t kStateMagic = 0x5346485348415331;  // "SFHSHAS1"
 constexpr int64_t kStateVersion = 1;
 constexpr int64_t kRowWords = 4;  // id, used, last_seen, freq; then the packed floats
@@ -76,12 +77,16 @@ Status CheckHashShardConfig(const HashShardConfig& c) {
   if (c.max_rows < 0) return bad("max_rows must be >= 0 (0: no limit), got " + std::to_string(c.max_rows));
   if (c.max_rows > (int64_t{1} << 40)) return bad("max_rows is too large: " + std::to_string(c.max_rows));
   if (!(c.scale >= 0.0)) return bad("scale must be >= 0");
+  if (c.ram_budget_bytes < 0)
+    return bad("ram_budget_bytes must be >= 0 (0: no cold tier), got " + std::to_string(c.ram_budget_bytes));
+  if (!c.cold_dir.empty() && c.ram_budget_bytes == 0) return bad("a cold_dir needs ram_budget_bytes > 0");
   return Status::OK();
 }
 
 Tensor HashShardMetricsTensor(const HashShardMetrics& m) {
-  return Tensor::FromVector(std::vector<int64_t>{m.rows, m.capacity, m.admitted, m.rejected, m.evicted,
-                                                 m.bytes, m.step, m.skipped});
+  return Tensor::FromVector(std::vector<int64_t>{m.rows, m.capacity, m.admitted, m.rejected, m.evicted, m.bytes,
+                                                 m.step, m.skipped, m.cold_rows, m.hot_hits, m.cold_hits,
+                                                 m.disk_bytes});
 }
 
 HashEmbeddingShard::HashEmbeddingShard(HashShardConfig config)
@@ -100,7 +105,11 @@ int64_t HashEmbeddingShard::Find(int64_t id) const {
 }
 
 void HashEmbeddingShard::IndexInsert(int64_t id, int64_t slot) {
-  if (static_cast<uint64_t>(rows_ + 1) * 10 > (mask_ + 1) * 7) IndexRebuild(2 * (rows_ + 1));
+  if (static_cast<uint64_t>(rows_ + 1) * 10 > (mask_ + 1) * 7) {
+    IndexRebuild(2 * (rows_ + 1));
+    // The rebuild indexed every used slot, this one too when its metadata is set.
+    if (Find(id) == slot) return;
+  }
   uint64_t b = (MixId(id) & mask_);
   while (buckets_[b].val != 0) b = (b + 1) & mask_;
   buckets_[b].key = id;
@@ -144,10 +153,14 @@ void HashEmbeddingShard::IndexRebuild(int64_t min_capacity) {
 void HashEmbeddingShard::Grow(int64_t capacity) {
   const int64_t old = static_cast<int64_t>(meta_.size());
   if (capacity <= old) return;
+  // Exactly the slots asked for: resize alone may double the allocation,
+  // and the RAM budget counts what is allocated.
+  arena_.reserve(static_cast<size_t>(capacity * stride_));
+  meta_.reserve(static_cast<size_t>(capacity));
   arena_.resize(static_cast<size_t>(capacity * stride_), 0.0f);
   meta_.resize(static_cast<size_t>(capacity));
-  // The lowest new slot is taken first.
-  for (int64_t s = capacity - 1; s >= old; --s) free_.push_back(s);
+  for (int64_t s = old; s < capacity; ++s) free_.push_back(s);
+  std::make_heap(free_.begin(), free_.end(), std::greater<int64_t>());
   all_dirty_ = true;
 }
 
@@ -199,7 +212,7 @@ void HashEmbeddingShard::Evict(int64_t slot) {
   IndexErase(m.id);
   m = Meta();
   std::fill(arena_.begin() + slot * stride_, arena_.begin() + (slot + 1) * stride_, 0.0f);
-  free_.push_back(slot);
+  FreePush(slot);
   --rows_;
   ++evicted_;
   MarkSlot(slot);
@@ -228,28 +241,157 @@ int64_t HashEmbeddingShard::EvictByPolicy(int64_t n) {
   return n;
 }
 
-Result<int64_t> HashEmbeddingShard::Allocate(int64_t id) {
-  if (free_.empty()) {
-    const int64_t cap = static_cast<int64_t>(meta_.size());
-    if (c_.max_rows > 0 && rows_ >= c_.max_rows) {
-      const int64_t want = std::max<int64_t>(1, c_.max_rows / 16) + (rows_ - c_.max_rows);
-      if (EvictByPolicy(want) == 0)
-        return FailedPrecondition(Who(c_) + ": max_rows " + std::to_string(c_.max_rows) +
-                                 " reached and every row is in use by a step in flight (a batch "
-                                 "holds more of this shard's ids than max_rows)");
-    } else {
-      int64_t grown = std::max<int64_t>(64, 2 * cap);
-      if (c_.max_rows > 0) grown = std::min(grown, c_.max_rows);
-      Grow(std::max(grown, cap + 1));
-    }
+int64_t HashEmbeddingShard::HotRowBytes() const {
+  // Floats, metadata, up to three buckets (load <= 0.7 after doubling) and a free-list entry.
+  return stride_ * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(Meta)) +
+         3 * static_cast<int64_t>(sizeof(Bucket)) + static_cast<int64_t>(sizeof(int64_t));
+}
+
+int64_t HashEmbeddingShard::HotRowLimit() const {
+  if (!cold_ || c_.ram_budget_bytes <= 0) return 0;
+  return std::max<int64_t>(16, c_.ram_budget_bytes / HotRowBytes());
+}
+
+Result<int64_t> HashEmbeddingShard::TakeSlot() {
+  const int64_t cap = static_cast<int64_t>(meta_.size());
+  const int64_t limit = HotRowLimit();
+  if (c_.max_rows > 0 && rows_ + cold_rows_ >= c_.max_rows) {
+    const int64_t want = std::max<int64_t>(1, c_.max_rows / 16) + (rows_ + cold_rows_ - c_.max_rows);
+    if (EvictByPolicy(want) == 0)
+      return FailedPrecondition(Who(c_) + ": max_rows " + std::to_string(c_.max_rows) +
+                                " reached and every row is in use by a step in flight (a batch "
+                                "holds more of this shard's ids than max_rows)");
+  } else if (limit > 0 && rows_ >= limit) {
+    SF_ASSIGN_OR_RETURN(int64_t moved, Demote(std::max<int64_t>(1, limit / 16) + (rows_ - limit)));
+    if (moved == 0)
+      return FailedPrecondition(Who(c_) + ": ram_budget_bytes " + std::to_string(c_.ram_budget_bytes) +
+                                " holds " + std::to_string(limit) +
+                                " rows and every one is in use by a step in flight");
   }
-  const int64_t slot = free_.back();
-  free_.pop_back();
+  if (free_.empty()) {
+    int64_t grown = std::max<int64_t>(64, 2 * cap);
+    if (c_.max_rows > 0) grown = std::min(grown, c_.max_rows);
+    if (limit > 0) grown = std::min(grown, limit);
+    Grow(std::max(grown, cap + 1));
+  }
+  return FreePop();
+}
+
+Result<int64_t> HashEmbeddingShard::Allocate(int64_t id) {
+  SF_ASSIGN_OR_RETURN(int64_t slot, TakeSlot());
   InitRow(slot, id);
   IndexInsert(id, slot);
   ++rows_;
   ++admitted_;
   return slot;
+}
+
+std::string HashEmbeddingShard::EncodeRow(int64_t slot) const {
+  const Meta& m = meta_[slot];
+  std::string b(2 * sizeof(int64_t) + static_cast<size_t>(stride_) * sizeof(float), '\0');
+  std::memcpy(&b[0], &m.last_seen, sizeof(int64_t));
+  std::memcpy(&b[sizeof(int64_t)], &m.freq, sizeof(int64_t));
+  std::memcpy(&b[2 * sizeof(int64_t)], arena_.data() + slot * stride_, static_cast<size_t>(stride_) * sizeof(float));
+  return b;
+}
+
+Status HashEmbeddingShard::DecodeRow(int64_t slot, int64_t id, const std::string& b) {
+  const size_t head = 2 * sizeof(int64_t);
+  const size_t floats = b.size() >= head ? (b.size() - head) / sizeof(float) : 0;
+  // A row demoted before the first update has no slots yet: they start at their initial values.
+  if (b.size() < head || (b.size() - head) % sizeof(float) != 0 ||
+      (static_cast<int64_t>(floats) != stride_ && static_cast<int64_t>(floats) != c_.dim))
+    return DataLoss(Who(c_) + ": the cold tier holds " + std::to_string(b.size()) + " bytes for id " +
+                    std::to_string(id) + ", not a row");
+  Meta& m = meta_[slot];
+  m = Meta();
+  m.id = id;
+  m.used = true;
+  std::memcpy(&m.last_seen, &b[0], sizeof(int64_t));
+  std::memcpy(&m.freq, &b[sizeof(int64_t)], sizeof(int64_t));
+  m.tick = tick_;
+  float* r = arena_.data() + slot * stride_;
+  std::memcpy(r, &b[head], floats * sizeof(float));
+  const int slots = optimizer_ < 0 ? 0 : RowSlots(static_cast<OptimizerKind>(optimizer_));
+  if (static_cast<int64_t>(floats) < stride_)
+    for (int k = 0; k < slots; ++k)
+      std::fill(r + (1 + k) * c_.dim, r + (2 + k) * c_.dim, static_cast<float>(slot_init_[k]));
+  MarkSlot(slot);
+  return Status::OK();
+}
+
+Result<int64_t> HashEmbeddingShard::Demote(int64_t n) {
+  std::vector<int64_t> cand;
+  for (int64_t s = 0; s < static_cast<int64_t>(meta_.size()); ++s)
+    if (meta_[s].used && meta_[s].pins == 0) cand.push_back(s);
+  n = std::min<int64_t>(n, static_cast<int64_t>(cand.size()));
+  if (n == 0) return int64_t{0};
+  auto older = [this](int64_t a, int64_t b) {
+    const Meta &x = meta_[a], &y = meta_[b];
+    if (x.last_seen != y.last_seen) return x.last_seen < y.last_seen;
+    if (x.tick != y.tick) return x.tick < y.tick;
+    return x.id < y.id;
+  };
+  std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end(), older);
+  std::vector<std::pair<int64_t, std::string>> puts;
+  for (int64_t i = 0; i < n; ++i) puts.emplace_back(meta_[cand[i]].id, EncodeRow(cand[i]));
+  // Written before anything leaves RAM: a failed write loses no row.
+  Status w = cold_->Write(puts, {});
+  if (!w.ok()) return w.WithPrefix(Who(c_) + ": demoting rows to the cold tier");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t slot = cand[i];
+    IndexErase(meta_[slot].id);
+    meta_[slot] = Meta();
+    std::fill(arena_.begin() + slot * stride_, arena_.begin() + (slot + 1) * stride_, 0.0f);
+    FreePush(slot);
+    --rows_;
+    ++cold_rows_;
+    MarkSlot(slot);
+  }
+  return n;
+}
+
+Status HashEmbeddingShard::SetColdStore(std::unique_ptr<HashColdStore> store) {
+  cold_ = std::move(store);
+  cold_rows_ = 0;
+  return FitBudget();
+}
+
+Status HashEmbeddingShard::FitBudget() {
+  const int64_t limit = HotRowLimit();
+  const int64_t cap = static_cast<int64_t>(meta_.size());
+  if (limit <= 0 || cap <= limit) return Status::OK();
+  if (rows_ > limit) {
+    SF_ASSIGN_OR_RETURN(int64_t moved, Demote(rows_ - limit));
+    if (rows_ > limit)
+      return FailedPrecondition(Who(c_) + ": ram_budget_bytes " + std::to_string(c_.ram_budget_bytes) +
+                                " holds " + std::to_string(limit) + " rows; " + std::to_string(rows_) +
+                                " are in use by steps in flight (" + std::to_string(moved) + " moved)");
+  }
+  std::vector<int64_t> to(static_cast<size_t>(cap), -1);
+  std::vector<float> arena;
+  arena.reserve(static_cast<size_t>(limit * stride_));
+  arena.assign(static_cast<size_t>(limit * stride_), 0.0f);
+  std::vector<Meta> meta;
+  meta.reserve(static_cast<size_t>(limit));
+  meta.assign(static_cast<size_t>(limit), Meta());
+  int64_t next = 0;
+  for (int64_t s = 0; s < cap; ++s) {
+    if (!meta_[s].used) continue;
+    to[s] = next;
+    meta[next] = meta_[s];
+    std::copy(arena_.begin() + s * stride_, arena_.begin() + (s + 1) * stride_, arena.begin() + next * stride_);
+    ++next;
+  }
+  arena_.swap(arena);
+  meta_.swap(meta);
+  free_.clear();
+  for (int64_t s = next; s < limit; ++s) free_.push_back(s);  // ascending: already a min-heap
+  for (InFlight& f : in_flight_)
+    for (int64_t& s : f.slots) s = to[s];
+  IndexRebuild(rows_ + 1);
+  all_dirty_ = true;
+  return Status::OK();
 }
 
 int64_t HashEmbeddingShard::FilterAdd(int64_t id, int64_t count) {
@@ -328,12 +470,63 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   std::vector<int64_t>& pinned = f->slots;
   std::vector<int64_t> slot(static_cast<size_t>(m), -1);
   constexpr int64_t kAhead = 8;  // probes are cache misses: overlap a few
+  // The misses, read from the cold tier in one batch before anything moves.
+  std::vector<int64_t> missed;
+  std::vector<int32_t> miss_of(cold_ ? static_cast<size_t>(m) : 0, -1);
+  std::vector<std::string> cold_rows;
+  std::vector<bool> cold_found;
+  if (cold_ && cold_rows_ > 0) {
+    for (int64_t u = 0; u < m; ++u) {
+      if (u + kAhead < m) PrefetchBucket(ids[u + kAhead]);
+      if (Find(ids[u]) < 0) {
+        miss_of[u] = static_cast<int32_t>(missed.size());
+        missed.push_back(ids[u]);
+      }
+    }
+    if (!missed.empty()) {
+      Status r = cold_->MultiGet(missed, &cold_rows, &cold_found);
+      if (!r.ok()) return r.WithPrefix(who + ": reading the cold tier");
+    }
+  }
+  // First every hit in RAM is pinned: making room for the misses below may
+  // then demote or evict only rows this lookup does not read.
   for (int64_t u = 0; u < m; ++u) {
     if (u + kAhead < m) PrefetchBucket(ids[u + kAhead]);
     int64_t s = Find(ids[u]);
     if (s >= 0 && Expired(meta_[s]) && meta_[s].pins == 0) {
       Evict(s);
       s = -1;
+    }
+    if (s < 0) continue;
+    ++hot_hits_;
+    ++meta_[s].pins;
+    pinned.push_back(s);
+    slot[u] = s;
+  }
+  std::vector<int64_t> promoted;  // their cold copies go once the lookup is done
+  for (int64_t u = 0; u < m; ++u) {
+    if (slot[u] >= 0) continue;
+    int64_t s = -1;
+    if (cold_ && miss_of.size() > 0 && miss_of[u] >= 0 && cold_found[miss_of[u]]) {
+      SF_ASSIGN_OR_RETURN(int64_t fresh, TakeSlot());
+      Status d = DecodeRow(fresh, ids[u], cold_rows[miss_of[u]]);
+      if (!d.ok()) {
+        meta_[fresh] = Meta();
+        FreePush(fresh);
+        return d;
+      }
+      promoted.push_back(ids[u]);
+      --cold_rows_;
+      if (Expired(meta_[fresh])) {  // gone by ttl_steps while cold: it starts afresh below
+        meta_[fresh] = Meta();
+        FreePush(fresh);
+        ++evicted_;
+      } else {
+        IndexInsert(ids[u], fresh);
+        ++rows_;
+        ++cold_hits_;
+        s = fresh;
+      }
     }
     if (s < 0) {
       bool admit = true;
@@ -348,14 +541,22 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
       }
       SF_ASSIGN_OR_RETURN(s, Allocate(ids[u]));
     }
+    ++meta_[s].pins;
+    pinned.push_back(s);
+    slot[u] = s;
+  }
+  for (int64_t u = 0; u < m; ++u) {
+    const int64_t s = slot[u];
+    if (s < 0) continue;
     Meta& meta = meta_[s];
     meta.last_seen = step_;
     meta.freq += count[u];
     meta.tick = tick_;
-    ++meta.pins;
-    pinned.push_back(s);
     MarkSlot(s);
-    slot[u] = s;
+  }
+  if (!promoted.empty()) {
+    Status w = cold_->Write({}, promoted);
+    if (!w.ok()) return w.WithPrefix(who + ": dropping promoted rows from the cold tier");
   }
   const int64_t dim = c_.dim;
   *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
@@ -405,7 +606,10 @@ Status HashEmbeddingShard::Apply(const SparseApplyRequest& req) {
     return FailedPrecondition(who + " cannot update a table trained by " +
                               OptimizerName(static_cast<OptimizerKind>(optimizer_)) +
                               " (its rows hold that optimizer's slots)");
-  if (optimizer_ < 0) SetOptimizer(req.optimizer, req.slot_init);
+  if (optimizer_ < 0) {
+    SetOptimizer(req.optimizer, req.slot_init);
+    SF_RETURN_IF_ERROR(FitBudget());  // rows grew by their slots
+  }
   const int64_t* ip = req.indices.data<int64_t>();
   const float* g = req.values.data<float>();
   std::vector<int64_t> unique;
@@ -482,6 +686,10 @@ HashShardMetrics HashEmbeddingShard::Metrics() const {
   m.evicted = evicted_;
   m.step = step_;
   m.skipped = skipped_;
+  m.cold_rows = cold_rows_;
+  m.hot_hits = hot_hits_;
+  m.cold_hits = cold_hits_;
+  m.disk_bytes = cold_ ? cold_->DiskBytes() : 0;
   m.bytes = static_cast<int64_t>(arena_.capacity() * sizeof(float) + meta_.capacity() * sizeof(Meta) +
                                  buckets_.capacity() * sizeof(Bucket) +
                                  free_.capacity() * sizeof(int64_t) + filter_.capacity() * sizeof(uint32_t));
@@ -500,15 +708,25 @@ bool HashEmbeddingShard::RowOf(int64_t id, HashRowState* out) const {
 // ---- the saved state ----
 
 int64_t HashEmbeddingShard::Width() const { return WidthFor(stride_); }
-int64_t HashEmbeddingShard::HeaderRows() const { return (kHeaderWords + Width() - 1) / Width(); }
+int64_t HashEmbeddingShard::HeaderRows() const {
+  const int64_t words = kHeaderWords + (static_cast<int64_t>(c_.cold_dir.size()) + 7) / 8;
+  return (words + Width() - 1) / Width();
+}
 int64_t HashEmbeddingShard::FilterRows() const {
   const int64_t words = (static_cast<int64_t>(filter_.size()) + 1) / 2;
   return (words + Width() - 1) / Width();
 }
 
-Tensor HashEmbeddingShard::Serialize() const {
+Result<Tensor> HashEmbeddingShard::Serialize() const {
   const int64_t W = Width(), H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());
-  Tensor t = Tensor::Zeros(DType::kInt64, {H + F + C, W});
+  // The cold tier's rows follow the arena's, as if they were hot.
+  std::vector<std::pair<int64_t, std::string>> cold;
+  if (cold_) {
+    Status r = cold_->Scan([&](int64_t id, const std::string& b) { cold.emplace_back(id, b); });
+    if (!r.ok()) return r.WithPrefix(Who(c_) + ": saving the cold tier");
+  }
+  const int64_t K = static_cast<int64_t>(cold.size());
+  Tensor t = Tensor::Zeros(DType::kInt64, {H + F + C + K, W});
   int64_t* p = t.data<int64_t>();
   int64_t* h = p;
   h[kMagic] = kStateMagic;
@@ -538,6 +756,10 @@ Tensor HashEmbeddingShard::Serialize() const {
   for (int i = 0; i < 4; ++i) h[kSlotInit0 + i] = Bits(slot_init_[i]);
   for (int i = 0; i < 4; ++i) h[kScalar0 + i] = Bits(static_cast<double>(scalar_slots_[i]));
   h[kRng] = static_cast<int64_t>(rng_);
+  h[kColdRows] = K;
+  h[kRamBudget] = c_.ram_budget_bytes;
+  h[kColdDirBytes] = static_cast<int64_t>(c_.cold_dir.size());
+  if (!c_.cold_dir.empty()) std::memcpy(h + kHeaderWords, c_.cold_dir.data(), c_.cold_dir.size());
   if (!filter_.empty()) std::memcpy(p + H * W, filter_.data(), filter_.size() * sizeof(uint32_t));
   for (int64_t s = 0; s < C; ++s) {
     const Meta& m = meta_[s];
@@ -549,14 +771,40 @@ Tensor HashEmbeddingShard::Serialize() const {
     r[3] = m.freq;
     std::memcpy(r + kRowWords, arena_.data() + s * stride_, static_cast<size_t>(stride_) * sizeof(float));
   }
+  const size_t head = 2 * sizeof(int64_t);
+  const int slots = optimizer_ < 0 ? 0 : RowSlots(static_cast<OptimizerKind>(optimizer_));
+  for (int64_t k = 0; k < K; ++k) {
+    const std::string& b = cold[k].second;
+    const size_t floats = b.size() >= head ? (b.size() - head) / sizeof(float) : 0;
+    if (b.size() < head || (static_cast<int64_t>(floats) != stride_ && static_cast<int64_t>(floats) != c_.dim))
+      return DataLoss(Who(c_) + ": the cold tier holds " + std::to_string(b.size()) + " bytes for id " +
+                      std::to_string(cold[k].first) + ", not a row");
+    int64_t* r = p + (H + F + C + k) * W;
+    r[0] = cold[k].first;
+    r[1] = 1;
+    std::memcpy(&r[2], &b[0], 2 * sizeof(int64_t));
+    float row[4096];
+    std::vector<float> big;
+    float* f = row;
+    if (stride_ > 4096) {
+      big.resize(static_cast<size_t>(stride_));
+      f = big.data();
+    }
+    std::memcpy(f, &b[head], floats * sizeof(float));
+    if (static_cast<int64_t>(floats) < stride_)  // demoted before the first update: fresh slots
+      for (int s2 = 0; s2 < slots; ++s2)
+        std::fill(f + (1 + s2) * c_.dim, f + (2 + s2) * c_.dim, static_cast<float>(slot_init_[s2]));
+    std::memcpy(r + kRowWords, f, static_cast<size_t>(stride_) * sizeof(float));
+  }
   return t;
 }
 
 std::vector<int64_t> HashEmbeddingShard::TakeDirtyRows(bool* all) {
   const int64_t H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());
   std::vector<int64_t> rows;
-  *all = all_dirty_;
-  if (!all_dirty_) {
+  // With a cold tier every save is whole: the cold rows have no slots to track.
+  *all = all_dirty_ || cold_ != nullptr;
+  if (!*all) {
     for (int64_t r = 0; r < H; ++r) rows.push_back(r);  // the header changes every step
     for (int64_t r = 0; r < F; ++r)
       if (dirty_filter_[r]) rows.push_back(H + r);
@@ -604,6 +852,10 @@ Result<std::unique_ptr<HashEmbeddingShard>> HashEmbeddingShard::Deserialize(cons
   c.ttl_steps = h[kTtl];
   c.max_rows = h[kMaxRows];
   c.eviction = static_cast<HashEviction>(h[kEvictionWord]);
+  c.ram_budget_bytes = h[kRamBudget];
+  if (h[kColdDirBytes] < 0 || h[kColdDirBytes] > 4096 || kHeaderWords + (h[kColdDirBytes] + 7) / 8 > W * state.dim(0))
+    return bad("has a bad cold_dir");
+  c.cold_dir.assign(reinterpret_cast<const char*>(h + kHeaderWords), static_cast<size_t>(h[kColdDirBytes]));
   if (h[kInitWord] < 0 || h[kInitWord] > 2 || h[kEvictionWord] < 0 || h[kEvictionWord] > 1)
     return bad("has an unknown initializer or eviction policy");
   Status cs = CheckHashShardConfig(c);
@@ -618,9 +870,11 @@ Result<std::unique_ptr<HashEmbeddingShard>> HashEmbeddingShard::Deserialize(cons
   s.optimizer_ = static_cast<int>(opt);
   for (int i = 0; i < 4; ++i) s.slot_init_[i] = FromBits(h[kSlotInit0 + i]);
   for (int i = 0; i < 4; ++i) s.scalar_slots_[i] = static_cast<float>(FromBits(h[kScalar0 + i]));
-  const int64_t H = s.HeaderRows(), F = s.FilterRows(), C = h[kCapacity];
-  if (C < 0 || state.dim(0) != H + F + C) return bad("has " + std::to_string(state.dim(0)) + " rows, expected " +
-                                                     std::to_string(H + F + C));
+  const int64_t H = s.HeaderRows(), F = s.FilterRows(), K = h[kColdRows];
+  // Cold rows come back hot; SetColdStore moves what the budget leaves out.
+  const int64_t C = h[kCapacity] + K;
+  if (h[kCapacity] < 0 || K < 0 || state.dim(0) != H + F + C)
+    return bad("has " + std::to_string(state.dim(0)) + " rows, expected " + std::to_string(H + F + C));
   if (!s.filter_.empty()) std::memcpy(s.filter_.data(), p + H * W, s.filter_.size() * sizeof(uint32_t));
   s.arena_.assign(static_cast<size_t>(C * stride), 0.0f);
   s.meta_.assign(static_cast<size_t>(C), Meta());
@@ -639,8 +893,8 @@ Result<std::unique_ptr<HashEmbeddingShard>> HashEmbeddingShard::Deserialize(cons
     std::memcpy(s.arena_.data() + i * stride, r + kRowWords, static_cast<size_t>(stride) * sizeof(float));
     ++s.rows_;
   }
-  // free_ was filled from the highest slot down: the lowest free slot goes first.
-  if (s.rows_ != h[kRows]) return bad("holds " + std::to_string(s.rows_) + " rows, its header says " +
+  std::make_heap(s.free_.begin(), s.free_.end(), std::greater<int64_t>());
+  if (s.rows_ != h[kRows] + K) return bad("holds " + std::to_string(s.rows_) + " rows, its header says " +
                                       std::to_string(h[kRows]));
   s.IndexRebuild(s.rows_ + 1);
   for (int64_t i = 0; i < C; ++i)
@@ -717,8 +971,7 @@ Result<std::vector<Tensor>> ReshardHashStates(const std::vector<Tensor>& parts, 
       if (!m.used) continue;
       HashEmbeddingShard& s = fresh[HashShardOf(m.id, num_shards)];
       if (s.free_.empty()) s.Grow(std::max<int64_t>(64, 2 * static_cast<int64_t>(s.meta_.size())));
-      const int64_t slot = s.free_.back();
-      s.free_.pop_back();
+      const int64_t slot = s.FreePop();
       s.meta_[slot] = m;
       s.meta_[slot].tick = 0;
       s.meta_[slot].pins = 0;
@@ -729,8 +982,17 @@ Result<std::vector<Tensor>> ReshardHashStates(const std::vector<Tensor>& parts, 
     }
   }
   std::vector<Tensor> out;
-  for (const auto& s : fresh) out.push_back(s.Serialize());
+  for (const auto& s : fresh) {
+    SF_ASSIGN_OR_RETURN(Tensor t, s.Serialize());
+    out.push_back(std::move(t));
+  }
   return out;
+}
+
+Result<std::map<int64_t, HashRowState>> HashEmbeddingShard::AllRowsWithCold() const {
+  SF_ASSIGN_OR_RETURN(Tensor t, Serialize());
+  SF_ASSIGN_OR_RETURN(auto copy, Deserialize(t, c_.table));
+  return copy->AllRows();
 }
 
 std::map<int64_t, HashRowState> HashEmbeddingShard::AllRows() const {

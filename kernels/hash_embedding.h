@@ -32,9 +32,23 @@
 //
 // Initial values are a function of (seed, id) alone, so a row is the same
 // whichever shard creates it and however often.
+//
+// Cold tier: with a HashColdStore (SetColdStore; storage/hash_cold_store.h
+// keeps it in RocksDB) the shard keeps at most ram_budget_bytes of rows in
+// RAM, each costing its floats, its metadata and its share of the index
+// (HotRowBytes). A new or promoted row beyond that first demotes the least
+// recently used unpinned rows, a sixteenth of the hot rows at a time, in one
+// batched write; a lookup's misses are read with one MultiGet and promoted.
+// Updates always land on hot rows (a step's rows are pinned from its lookup
+// to its update). A demoted row comes back bit for bit, slots and counts
+// included. With a cold tier, every saved state is whole and holds the cold
+// rows too; a restore rebuilds the store from it. A failed store write fails
+// the lookup with an error naming the table and changes no row.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +79,29 @@ struct HashShardConfig {
   int64_t ttl_steps = 0;
   int64_t max_rows = 0;
   HashEviction eviction = HashEviction::kLru;
+  int64_t ram_budget_bytes = 0;  // with a cold tier: the hot rows' RAM (0: no cold tier)
+  std::string cold_dir;          // where the actor opens the shard's cold store ("": none)
+};
+
+// Where a hash shard keeps the rows its RAM budget leaves out. Values are
+// opaque bytes. Thread-compatible: one shard calls it.
+class HashColdStore {
+ public:
+  virtual ~HashColdStore() = default;
+  // (*found)[i] says whether ids[i] is stored, (*values)[i] its bytes then;
+  // Unavailable naming the store on a read failure.
+  virtual Status MultiGet(const std::vector<int64_t>& ids, std::vector<std::string>* values,
+                          std::vector<bool>* found) = 0;
+  // Stores puts and removes deletes in one write; Unavailable naming the
+  // store on failure (a full disk), nothing written then.
+  virtual Status Write(const std::vector<std::pair<int64_t, std::string>>& puts,
+                       const std::vector<int64_t>& deletes) = 0;
+  // Calls fn(id, bytes) for every stored row; Unavailable on a read failure.
+  virtual Status Scan(const std::function<void(int64_t, const std::string&)>& fn) = 0;
+  // Removes every row; Unavailable on failure.
+  virtual Status Clear() = 0;
+  // About how many bytes the store holds on disk.
+  virtual int64_t DiskBytes() = 0;
 };
 
 // OK for a usable config; else InvalidArgument naming the table and the field.
@@ -84,8 +121,12 @@ struct HashShardMetrics {
   int64_t bytes = 0;     // RAM: arena, metadata, index and filter
   int64_t step = 0;      // sparse updates applied
   int64_t skipped = 0;   // gradient rows of ids without a row (not admitted)
+  int64_t cold_rows = 0;  // rows in the cold tier
+  int64_t hot_hits = 0;   // lookups of ids found in RAM
+  int64_t cold_hits = 0;  // lookups of ids promoted from the cold tier
+  int64_t disk_bytes = 0; // the cold tier's bytes on disk
 };
-inline constexpr int kNumHashShardMetrics = 8;
+inline constexpr int kNumHashShardMetrics = 12;
 // The metrics as int64 [kNumHashShardMetrics], in the struct's order.
 Tensor HashShardMetricsTensor(const HashShardMetrics& m);
 
@@ -116,10 +157,19 @@ class HashEmbeddingShard {
   // optimizer on bad input; nothing changes then.
   Status Apply(const SparseApplyRequest& req);
   HashShardMetrics Metrics() const;
+  // Gives the shard a cold tier (see the top of the file) and demotes rows
+  // beyond the budget to it. The store must be empty or hold this shard's
+  // cold rows only. Unavailable naming the table when a write fails.
+  Status SetColdStore(std::unique_ptr<HashColdStore> store);
+  // The most rows RAM holds (the budget over HotRowBytes; 0: no limit).
+  int64_t HotRowLimit() const;
+  // RAM per hot row: its floats, metadata, index and free-list share.
+  int64_t HotRowBytes() const;
 
   // The whole state as one int64 tensor [rows, width] (header, filter
-  // counts, one row per arena slot), the form checkpoints store.
-  Tensor Serialize() const;
+  // counts, one row per arena slot, then the cold tier's rows), the form
+  // checkpoints store. Unavailable when the cold tier cannot be read.
+  Result<Tensor> Serialize() const;
   // The rows of Serialize()'s tensor changed since the last call (sorted);
   // *all is set when every row must be saved (the first time, or after the
   // tensor's shape changed).
@@ -131,7 +181,10 @@ class HashEmbeddingShard {
 
   // The state of id's row, or false when it has none.
   bool RowOf(int64_t id, HashRowState* out) const;
-  // Every row's state by id.
+  // Every row's state by id, hot and cold; Unavailable when the cold tier
+  // cannot be read.
+  Result<std::map<int64_t, HashRowState>> AllRowsWithCold() const;
+  // Every hot row's state by id.
   std::map<int64_t, HashRowState> AllRows() const;
 
  private:
@@ -152,18 +205,29 @@ class HashEmbeddingShard {
     std::vector<int64_t> slots;  // one pin each
   };
   void Release(const InFlight& f);
+  // Moves up to n unpinned rows (least recently used first) to the cold
+  // tier in one write; how many, or the write's error (nothing moved then).
+  Result<int64_t> Demote(int64_t n);
+  // The bytes a row keeps in the cold tier, and back.
+  std::string EncodeRow(int64_t slot) const;
+  Status DecodeRow(int64_t slot, int64_t id, const std::string& bytes);
 
   int64_t Find(int64_t id) const;  // slot or -1
   void IndexInsert(int64_t id, int64_t slot);
   void IndexErase(int64_t id);
   void IndexRebuild(int64_t min_capacity);
-  Result<int64_t> Allocate(int64_t id);  // a fresh row's slot (may evict or grow)
+  Result<int64_t> TakeSlot();            // a free slot, made by eviction, demotion or growth
+  Result<int64_t> Allocate(int64_t id);  // a fresh row's slot
   void InitRow(int64_t slot, int64_t id);
   void Evict(int64_t slot);
   // Evicts up to n rows by policy among those not pinned; returns how many.
   int64_t EvictByPolicy(int64_t n);
   void Grow(int64_t capacity);
   void SetOptimizer(OptimizerKind kind, const std::vector<double>& slot_init);
+  // Brings RAM within the cold tier's budget after a row grew (slots) or
+  // rows arrived (a restore): demotes the excess, then packs the rows into
+  // an arena of HotRowLimit() slots (pins follow their rows).
+  Status FitBudget();
   bool Expired(const Meta& m) const {
     return c_.ttl_steps > 0 && step_ - m.last_seen > c_.ttl_steps;
   }
@@ -181,7 +245,19 @@ class HashEmbeddingShard {
   float scalar_slots_[4] = {};     // per-shard scalar slots (Adam's beta powers)
   std::vector<float> arena_;
   std::vector<Meta> meta_;
-  std::vector<int64_t> free_;      // free slots, the next one last
+  // Free slots, a min-heap: the lowest is taken first, so a restored shard
+  // places new rows where the live one would.
+  std::vector<int64_t> free_;
+  void FreePush(int64_t s) {
+    free_.push_back(s);
+    std::push_heap(free_.begin(), free_.end(), std::greater<int64_t>());
+  }
+  int64_t FreePop() {
+    std::pop_heap(free_.begin(), free_.end(), std::greater<int64_t>());
+    const int64_t s = free_.back();
+    free_.pop_back();
+    return s;
+  }
   int64_t rows_ = 0;
   // Open addressing: a bucket holds an id and its slot + 1 (0: empty), side
   // by side so a probe costs one cache miss.
@@ -199,6 +275,8 @@ class HashEmbeddingShard {
   int64_t step_ = 0, admitted_ = 0, rejected_ = 0, evicted_ = 0, skipped_ = 0;
   bool all_dirty_ = true;
   std::vector<uint8_t> dirty_slot_, dirty_filter_;
+  std::unique_ptr<HashColdStore> cold_;
+  int64_t cold_rows_ = 0, hot_hits_ = 0, cold_hits_ = 0;
 };
 
 // True when t looks like a HashEmbeddingShard state (its header's magic).

@@ -63,7 +63,7 @@ void InMemoryVariables::Read(int64_t id, std::function<void(Result<Tensor>)> don
   {
     std::lock_guard<std::mutex> l(mu_);
     if (id < 0 || id >= static_cast<int64_t>(vars_.size())) r = NotFound("no variable with id " + std::to_string(id));
-    else if (vars_[id].hash) r = vars_[id].hash->Serialize();
+    else if (vars_[id].hash) r = vars_[id].hash->Serialize();  // the state, or the cold tier's error
     else if (!vars_[id].value.valid())
       r = FailedPrecondition("variable '" + vars_[id].name + "' is read before it was initialised");
     else r = vars_[id].value;
@@ -166,6 +166,8 @@ void InMemoryVariables::SparseApply(SparseApplyRequest req, std::function<void(S
 
 void InMemoryVariables::InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) {
   Status s = CheckHashShardConfig(config);
+  if (s.ok() && !config.cold_dir.empty())
+    s = FailedPrecondition("hash embedding table '" + config.table + "': a cold tier needs a session");
   if (s.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     if (id < 0 || id >= static_cast<int64_t>(vars_.size())) s = NotFound("no variable with id " + std::to_string(id));

@@ -136,7 +136,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardInit").Inputs(1).Stateful()
       .Attrs({"table", "num_shards", "shard", "dim", "initializer", "scale", "seed", "min_count",
               "admit_probability", "filter_width", "filter_depth", "ttl_steps", "max_rows", "eviction",
-              "_initializer"})
+              "ram_budget_bytes", "cold_dir", "_initializer"})
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kResource)
           return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));
@@ -156,8 +156,9 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
         return Status::OK();
       })
       .NotDifferentiable()
-      .Summary("One hash table shard's metrics, int64 [8]: rows, capacity, admitted, rejected, "
-               "evicted, bytes, step, skipped. Input: the shard handle.")
+      .Summary("One hash table shard's metrics, int64 [12]: rows, capacity, admitted, rejected, "
+               "evicted, bytes, step, skipped, cold_rows, hot_hits, cold_hits, disk_bytes. Input: the "
+               "shard handle.")
       .Build()));
   return Status::OK();
 }

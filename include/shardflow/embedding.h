@@ -80,6 +80,13 @@ struct HashEmbeddingTableOptions {
   int64_t ttl_steps = 0;
   int64_t max_rows = 0;
   std::string eviction = "lru";
+  // Cold tier: with ram_budget_bytes > 0 each shard keeps at most that much
+  // of rows (their floats, metadata and index) in RAM and the rest in a
+  // RocksDB database under cold_dir (required then), one per shard; a
+  // lookup's misses are read in one batch and come back hot. The databases
+  // are a cache: initialising or restoring the table empties them.
+  int64_t ram_budget_bytes = 0;
+  std::string cold_dir;
 };
 
 // A table in a graph: its shards' VarHandles in shard order.
@@ -106,13 +113,15 @@ int64_t EmbeddingTableShardRows(const EmbeddingTable& t, int64_t k);
 // Adds a hash table of dim-wide rows keyed by any int64 id: K VarHandles
 // and K initializers (ops::GlobalVariablesInitializer) that make each shard
 // an empty table. On bad options (dim < 1, K < 1, a negative min_count,
-// ttl_steps or max_rows, admit_probability outside (0, 1], an unknown
+// ttl_steps, max_rows or ram_budget_bytes, a budget without a cold_dir or
+// the other way round, admit_probability outside (0, 1], an unknown
 // initializer or eviction) the graph records InvalidArgument naming the
 // table and the result is invalid.
 EmbeddingTable NewHashEmbeddingTable(Graph& g, const std::string& name, int64_t dim,
                                      const HashEmbeddingTableOptions& options = {});
 
-// One hash table shard's counters, as HashEmbeddingMetricsOf reads them.
+// One hash table shard's counters, as HashEmbeddingMetricsOf reads them
+// (hit rate: hot_hits / (hot_hits + cold_hits)).
 struct HashEmbeddingMetrics {
   int64_t rows = 0;      // rows held now
   int64_t capacity = 0;  // row slots allocated
@@ -122,6 +131,10 @@ struct HashEmbeddingMetrics {
   int64_t bytes = 0;     // RAM of rows, slots, index and filter
   int64_t step = 0;      // sparse updates applied
   int64_t skipped = 0;   // gradient rows of ids that had no row
+  int64_t cold_rows = 0;  // rows in the cold tier
+  int64_t hot_hits = 0;   // lookups of ids found in RAM
+  int64_t cold_hits = 0;  // lookups of ids read back from the cold tier
+  int64_t disk_bytes = 0; // the cold tier's bytes on disk
 };
 // The metrics in a fetched value of ops::HashEmbeddingShardMetrics;
 // InvalidArgument for a tensor that is not one.
@@ -163,7 +176,7 @@ Output EmbeddingLookupSegments(Graph& g, const EmbeddingTable& table, Output ids
                                Output segment_ids, int64_t num_segments,
                                const std::string& combiner = "sum");
 
-// One int64 [8] output per shard of a hash table: its metrics now (read
+// One int64 [12] output per shard of a hash table: its metrics now (read
 // them with HashEmbeddingMetricsOf). Records InvalidArgument on g for a
 // table that is not a hash table.
 std::vector<Output> HashEmbeddingShardMetrics(Graph& g, const EmbeddingTable& table);

@@ -170,6 +170,8 @@ class HashEmbeddingShardInitKernel : public OpKernel {
     SF_ASSIGN_OR_RETURN(c_.max_rows, a.GetOr<int64_t>("max_rows", 0));
     SF_ASSIGN_OR_RETURN(std::string ev, a.GetOr<std::string>("eviction", "lru"));
     SF_ASSIGN_OR_RETURN(c_.eviction, ParseHashEviction(ev));
+    SF_ASSIGN_OR_RETURN(c_.ram_budget_bytes, a.GetOr<int64_t>("ram_budget_bytes", 0));
+    SF_ASSIGN_OR_RETURN(c_.cold_dir, a.GetOr<std::string>("cold_dir", ""));
     return CheckHashShardConfig(c_);
   }
   std::string op_;

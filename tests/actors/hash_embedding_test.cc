@@ -35,6 +35,7 @@ Rows ReadRows(Session& s, const std::vector<Output>& reads, std::vector<Tensor>*
   Rows rows;
   for (const Tensor& t : *r) {
     auto h = SummarizeHashEmbeddingShard(t, std::numeric_limits<int64_t>::max());
+    INFO(h.status().ToString());
     REQUIRE(h.ok());
     for (auto& row : h->rows) rows[row.id] = row;
   }
@@ -446,4 +447,81 @@ TEST_CASE("Hash tables: two async workers under max_rows never update an evicted
     evicted += hm->evicted;
   }
   CHECK(evicted > 0);
+}
+
+TEST_CASE("Hash tables with a cold tier train as without one and checkpoint their cold rows",
+          "[hash_embedding][cold][checkpoint]") {
+  testing::TempDir cold("sf_hash_cold"), ckpt("sf_hash_cold_ckpt");
+  struct Model {
+    Graph g;
+    EmbeddingTable t;
+    Operation train, init;
+    std::vector<Output> reads, metrics;
+  };
+  auto build = [&](Model& m, bool with_cold) {
+    HashEmbeddingTableOptions o;
+    o.num_shards = 2;
+    o.seed = 4;
+    if (with_cold) {
+      o.ram_budget_bytes = 4096;  // about 30 rows of 4 floats and an accumulator per shard
+      o.cold_dir = cold.path;
+    }
+    m.t = NewHashEmbeddingTable(m.g, "users", 4, o);
+    auto ids = ops::Placeholder(m.g, DType::kInt64, {-1, 4}, "ids");
+    auto loss = ops::Sum(m.g, ops::EmbeddingLookup(m.g, m.t, ids, "mean"));
+    auto tr = AdagradOptimizer(0.1).Minimize(m.g, loss);
+    REQUIRE(tr.ok());
+    m.train = *tr;
+    m.init = ops::GlobalVariablesInitializer(m.g);
+    m.reads = StateReads(m.g, m.t);
+    m.metrics = ops::HashEmbeddingShardMetrics(m.g, m.t);
+    REQUIRE(m.g.status().ok());
+  };
+  Model plain, tiered;
+  build(plain, false);
+  build(tiered, true);
+  Rows want, got;
+  {
+    Session a(plain.g, Devices(2)), b(tiered.g, Devices(2));
+    REQUIRE(a.Run({}, std::vector<Output>{}, {plain.init}).ok());
+    REQUIRE(b.Run({}, std::vector<Output>{}, {tiered.init}).ok());
+    std::mt19937_64 rng(29);
+    for (int step = 0; step < 30; ++step) {
+      std::vector<int64_t> batch;
+      for (int i = 0; i < 32; ++i) batch.push_back(static_cast<int64_t>(rng() % 400) * 7919 - 1000000);
+      FeedMap feeds = {{"ids", Tensor::FromVector(batch, {8, 4})}};
+      REQUIRE(a.Run(feeds, std::vector<Output>{}, {plain.train}).ok());
+      REQUIRE(b.Run(feeds, std::vector<Output>{}, {tiered.train}).ok());
+    }
+    want = ReadRows(a, plain.reads);
+    got = ReadRows(b, tiered.reads);
+    REQUIRE(got.size() == want.size());
+    for (const auto& kv : want) {
+      INFO("id " << kv.first);
+      REQUIRE(got.count(kv.first));
+      CHECK(got.at(kv.first).values == kv.second.values);
+      CHECK(got.at(kv.first).freq == kv.second.freq);
+      CHECK(got.at(kv.first).last_seen == kv.second.last_seen);
+    }
+    auto m = b.Run({}, tiered.metrics);
+    REQUIRE(m.ok());
+    int64_t cold_rows = 0, cold_hits = 0, hot = 0;
+    for (const Tensor& x : *m) {
+      auto hm = HashEmbeddingMetricsOf(x);
+      REQUIRE(hm.ok());
+      CHECK(hm->bytes <= 4096 + 16 * 4 * 4 + (1 << 16));  // rows within the budget (+ the index's floor)
+      cold_rows += hm->cold_rows;
+      cold_hits += hm->cold_hits;
+      hot += hm->rows;
+    }
+    CHECK(cold_rows > 0);
+    CHECK(cold_hits > 0);
+    CHECK(hot + cold_rows == static_cast<int64_t>(want.size()));
+    REQUIRE(b.SaveCheckpoint(ckpt.path, 30).ok());
+  }
+  Session back(tiered.g, Devices(2));
+  REQUIRE(back.Restore(ckpt.path).ok());
+  const Rows restored = ReadRows(back, tiered.reads);
+  REQUIRE(restored.size() == want.size());
+  for (const auto& kv : want) CHECK(restored.at(kv.first).values == kv.second.values);
 }

@@ -271,13 +271,13 @@ TEST_CASE("Hash shard property: a full state plus increments restores bit-identi
   };
   run(5);
   s.TakeDirtyRows(&all);
-  saved = s.Serialize();
+  saved = s.Serialize().value();
   CHECK(all);
   const int64_t evicted0 = s.Metrics().evicted;
   for (int inc = 0; inc < 4; ++inc) {
     run(7);  // rows evicted and re-admitted between the saves
     const std::vector<int64_t> rows = s.TakeDirtyRows(&all);
-    const Tensor now = s.Serialize();
+    const Tensor now = s.Serialize().value();
     if (all) saved = now;
     else saved = Compose(saved, now, rows);
     REQUIRE(SameBits(saved, now));
@@ -286,13 +286,13 @@ TEST_CASE("Hash shard property: a full state plus increments restores bit-identi
   CHECK(s.Metrics().evicted > evicted0);
   auto back = HashEmbeddingShard::Deserialize(saved, "tab");
   REQUIRE(back.ok());
-  CHECK(SameBits((*back)->Serialize(), s.Serialize()));
+  CHECK(SameBits((*back)->Serialize().value(), s.Serialize().value()));
   // And the restored shard goes on exactly as the live one.
   std::vector<int64_t> batch = {5, -7, 150, 151};
   Tensor x = Lookup(s, batch, 999), y = Lookup(**back, batch, 999);
   REQUIRE(Apply(s, OptimizerKind::kAdam, batch, 999).ok());
   REQUIRE(Apply(**back, OptimizerKind::kAdam, batch, 999).ok());
-  CHECK(SameBits((*back)->Serialize(), s.Serialize()));
+  CHECK(SameBits((*back)->Serialize().value(), s.Serialize().value()));
 }
 
 TEST_CASE("Hash shard property: resharding 3 shards into 2 and 5 keeps every id's state", "[hash_embedding]") {
@@ -314,7 +314,7 @@ TEST_CASE("Hash shard property: resharding 3 shards into 2 and 5 keeps every id'
       REQUIRE(Apply(s, OptimizerKind::kFtrl, mine, step).ok());
     }
     for (auto& kv : s.AllRows()) want[kv.first] = kv.second;
-    parts.push_back(s.Serialize());
+    parts.push_back(s.Serialize().value());
   }
   for (int64_t to : {2, 5}) {
     INFO(to << " shards");
@@ -355,11 +355,11 @@ TEST_CASE("Hash shard: bad configs, updates and states are errors naming the tab
   HashEmbeddingShard h(Config());
   Lookup(h, {1, 2}, 1);
   REQUIRE(Apply(h, OptimizerKind::kAdagrad, {1, 2}, 1).ok());
-  const Tensor before = h.Serialize();
+  const Tensor before = h.Serialize().value();
   Status other = Apply(h, OptimizerKind::kAdam, {1}, 2);
   REQUIRE_FALSE(other.ok());
   CHECK(other.message().find("Adagrad") != std::string::npos);
-  CHECK(SameBits(before, h.Serialize()));  // nothing changed
+  CHECK(SameBits(before, h.Serialize().value()));  // nothing changed
   // A state cut short or altered is DataLoss, never a crash.
   Tensor cut(DType::kInt64, {before.dim(0) - 1, before.dim(1)});
   std::copy(before.data<int64_t>(), before.data<int64_t>() + cut.num_elements(), cut.data<int64_t>());
