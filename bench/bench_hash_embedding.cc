@@ -11,8 +11,18 @@
 // examples_per_sec, ms_per_step, rows_after) and a summary line with
 // hash_examples_per_sec and fixed_examples_per_sec (the mean over the
 // optimizers), their ratio, and each optimizer's pair.
+//
+// --cold: the cold tier instead. A stream of --steps + --warmup distinct
+// batches, Zipf(--zipf, 1.05 is the issue's) over --distinct-ids ids,
+// trains a hash table with Adagrad twice: all in RAM, then with
+// --ram-budget-mib per shard and the rest in RocksDB under --cold-dir (a
+// fresh directory under /tmp by default, removed at the end). The summary
+// has peak_rss_bytes, hit_rate, examples_per_sec, ram_examples_per_sec,
+// cold_rows, disk_bytes and seconds.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -33,6 +43,8 @@ struct BenchConfig {
   int64_t rows = 10'000'000, dim = 32, batch = 4096, ids_per_example = 8;
   int64_t steps = 30, warmup = 5, num_batches = 16;
   double zipf = 1.1;
+  int64_t ram_budget_bytes = 0;  // --cold: per shard
+  std::string cold_dir;
 };
 
 struct BenchResult {
@@ -64,13 +76,32 @@ void MakeBatches(const BenchConfig& c, std::vector<Tensor>* ids, std::vector<Ten
 }
 
 Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const std::string& optimizer,
-                          const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
+                          const std::vector<Tensor>& ids, const std::vector<Tensor>& labels,
+                          HashEmbeddingMetrics* sum = nullptr);
+
+// The process's peak resident set (VmHWM), in bytes; 0 when unknown.
+int64_t PeakRssBytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const std::string& optimizer,
+                          const std::vector<Tensor>& ids, const std::vector<Tensor>& labels,
+                          HashEmbeddingMetrics* sum) {
   Graph g;
   EmbeddingTable table;
   if (hash) {
     HashEmbeddingTableOptions o;
     o.num_shards = shards;
     o.seed = 1;
+    o.ram_budget_bytes = c.ram_budget_bytes;
+    o.cold_dir = c.cold_dir;
     table = NewHashEmbeddingTable(g, "table", c.dim, o);
   } else {
     EmbeddingTableOptions o;
@@ -117,6 +148,14 @@ Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const st
     for (const Tensor& t : m) {
       SF_ASSIGN_OR_RETURN(HashEmbeddingMetrics hm, HashEmbeddingMetricsOf(t));
       r.rows_after += hm.rows;
+      if (sum) {
+        sum->rows += hm.rows;
+        sum->cold_rows += hm.cold_rows;
+        sum->hot_hits += hm.hot_hits;
+        sum->cold_hits += hm.cold_hits;
+        sum->disk_bytes += hm.disk_bytes;
+        sum->bytes += hm.bytes;
+      }
     }
   }
   return r;
@@ -132,6 +171,11 @@ int main(int argc, char** argv) {
       .Int("shards", 2, "shards of each table (num_cpu_devices = shards)")
       .String("optimizers", "sgd,adagrad", "sparse optimizers to run: sgd, adagrad or both")
       .String("tables", "fixed,hash", "tables to run: fixed, hash or both (one alone: for profiles)")
+      .Bool("cold", "benchmark the cold tier instead (see the top of the file)")
+      .Int("distinct-ids", 20'000'000, "--cold: the id space of the Zipf stream")
+      .Int("ram-budget-mib", 64, "--cold: RAM for hot rows per shard")
+      .String("cold-dir", "", "--cold: where the RocksDB cold tiers go (default: a fresh /tmp directory)")
+      .Double("zipf", 1.1, "Zipf exponent of the ids (the issue's cold run: 1.05)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_hash_embedding");
   KeepTensorMemoryWarm();  // as bench_embedding: big tensors keep their pages
@@ -143,6 +187,56 @@ int main(int argc, char** argv) {
   c.steps = flags.GetInt("steps");
   c.warmup = flags.GetInt("warmup");
   const int shards = static_cast<int>(flags.GetInt("shards"));
+  c.zipf = flags.GetDouble("zipf");
+  if (flags.GetBool("cold")) {
+    c.rows = flags.GetInt("distinct-ids");
+    c.num_batches = c.steps + c.warmup;  // a stream: every step a new batch
+    if (c.rows < shards || flags.GetInt("ram-budget-mib") < 1) {
+      std::fprintf(stderr, "bench_hash_embedding: --cold needs --distinct-ids >= shards and --ram-budget-mib >= 1\n");
+      return 2;
+    }
+    std::string dir = flags.GetString("cold-dir");
+    bool made = false;
+    if (dir.empty()) {
+      char tmpl[] = "/tmp/sf_bench_cold_XXXXXX";
+      if (!mkdtemp(tmpl)) {
+        std::fprintf(stderr, "bench_hash_embedding: cannot make a directory under /tmp\n");
+        return 1;
+      }
+      dir = tmpl;
+      made = true;
+    }
+    std::vector<Tensor> ids, labels;
+    MakeBatches(c, &ids, &labels);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ram = RunOne(c, shards, true, "adagrad", ids, labels);
+    if (!ram.ok()) {
+      std::fprintf(stderr, "bench_hash_embedding: all in RAM: %s\n", ram.status().ToString().c_str());
+      return 1;
+    }
+    BenchConfig cold = c;
+    cold.ram_budget_bytes = flags.GetInt("ram-budget-mib") << 20;
+    cold.cold_dir = dir;
+    HashEmbeddingMetrics m;
+    auto r = RunOne(cold, shards, true, "adagrad", ids, labels, &m);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (made) std::filesystem::remove_all(dir);
+    if (!r.ok()) {
+      std::fprintf(stderr, "bench_hash_embedding: cold tier: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    const double hits = static_cast<double>(m.hot_hits + m.cold_hits);
+    JsonLine()
+        .Add("system", "shardflow").Add("summary", true).Add("cold", true).Add("shards", shards)
+        .Add("distinct_ids", c.rows).Add("zipf", c.zipf).Add("ram_budget_bytes", cold.ram_budget_bytes)
+        .Add("examples_per_sec", r->examples_per_sec).Add("ram_examples_per_sec", ram->examples_per_sec)
+        .Add("cold_over_ram", ram->examples_per_sec > 0 ? r->examples_per_sec / ram->examples_per_sec : 0.0)
+        .Add("hit_rate", hits > 0 ? static_cast<double>(m.hot_hits) / hits : 0.0)
+        .Add("hot_rows", m.rows).Add("cold_rows", m.cold_rows).Add("hot_bytes", m.bytes)
+        .Add("disk_bytes", m.disk_bytes).Add("peak_rss_bytes", PeakRssBytes()).Add("seconds", secs)
+        .Print();
+    return 0;
+  }
   if (c.rows < shards || shards < 1 || c.steps < 1) {
     std::fprintf(stderr, "bench_hash_embedding: need rows >= shards >= 1 and steps >= 1\n");
     return 2;
