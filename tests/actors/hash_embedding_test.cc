@@ -373,6 +373,15 @@ TEST_CASE("Hash tables: bad options and misuse are errors naming the table", "[h
   o = {};
   o.num_shards = 0;
   options_error(o, "shard");
+  o = {};
+  o.ram_budget_bytes = -1;
+  options_error(o, "ram_budget_bytes");
+  o = {};
+  o.ram_budget_bytes = 1 << 20;  // a budget needs somewhere for the rest
+  options_error(o, "cold_dir");
+  o = {};
+  o.cold_dir = "/tmp/x";  // and a cold_dir a budget
+  options_error(o, "ram_budget_bytes");
 
   Graph g;
   auto t = NewHashEmbeddingTable(g, "tab", 2);
