@@ -13,6 +13,7 @@
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 
@@ -118,4 +119,75 @@ TEST_CASE("Cluster: hash table lookups and sparse Adagrad across processes match
   const Rows r2 = ToRows(*restored);
   REQUIRE(r2.size() == r1.size());
   for (const auto& kv : r1) CHECK(r2.at(kv.first).values == kv.second.values);
+}
+
+TEST_CASE("Cluster: hash table shards move with their rows when members join and drain",
+          "[cluster][elastic][hash_embedding]") {
+  Graph g;
+  HashEmbeddingTableOptions to;
+  to.num_shards = 4;
+  to.seed = 3;
+  to.min_count = 2;
+  auto table = NewHashEmbeddingTable(g, "moving", 4, to);
+  auto ids = ops::Placeholder(g, DType::kInt64, {-1, 2}, "ids");
+  auto loss = ops::Sum(g, ops::EmbeddingLookup(g, table, ids, "mean"));
+  auto train = FtrlOptimizer(0.2, 0.001, 0.001).Minimize(g, loss);
+  REQUIRE(train.ok());
+  const Operation init = ops::GlobalVariablesInitializer(g);
+  std::vector<Output> reads;
+  for (const Output& h : table.shards) reads.push_back(ops::ReadVariable(g, h, DType::kInt64));
+  REQUIRE(g.status().ok());
+  const int kSteps = 16;
+  auto batch = [](int step) {
+    std::vector<int64_t> b;
+    for (int i = 0; i < 16; ++i) b.push_back(static_cast<int64_t>((step * 7 + i * 13) % 40) * 1000003 - 20000000);
+    return FeedMap{{"ids", Tensor::FromVector(b, {8, 2})}};
+  };
+  Rows want;
+  {
+    Session ref(g);
+    REQUIRE(ref.Run({}, std::vector<Output>{}, {init}).ok());
+    for (int i = 0; i < kSteps; ++i) REQUIRE(ref.Run(batch(i), std::vector<Output>{}, {*train}).ok());
+    auto r = ref.Run({}, reads);
+    REQUIRE(r.ok());
+    want = ToRows(*r);
+  }
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.secret = cluster.secret();
+  o.tasks = 4;
+  auto s = ClusterSession::Connect(g, o);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {init}).ok());
+  for (int i = 0; i < kSteps; ++i) {
+    if (i == 5) REQUIRE(cluster.AddNode(120).ok());
+    if (i == 11) {
+      const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow node drain " + cluster.addresses()[1] +
+                              " --cluster-secret-file " + cluster.secret_file() + " --wait-s 0 >/dev/null";
+      REQUIRE(std::system(cmd.c_str()) == 0);
+    }
+    // As in recovery_cluster_test: the session hears of a join or drain by a
+    // message it has no query for, so a margin, not a wait on a condition.
+    if (i == 5 || i == 11) testing::PauseFor(std::chrono::milliseconds(300));
+    auto r = (*s)->Run(batch(i), std::vector<Output>{}, {*train});
+    INFO("step " << i << ": " << r.status().ToString());
+    REQUIRE(r.ok());
+  }
+  CHECK(cluster.WaitExit(1, 10000));
+  const auto changes = (*s)->Changes();
+  REQUIRE(changes.size() == 2);
+  CHECK(changes[0].variables_moved > 0);
+  CHECK(changes[1].variables_moved > 0);
+  auto r = (*s)->Run({}, reads);
+  REQUIRE(r.ok());
+  const Rows got = ToRows(*r);
+  REQUIRE(got.size() == want.size());
+  for (const auto& kv : want) {
+    INFO("id " << kv.first);
+    REQUIRE(got.count(kv.first));
+    CHECK(got.at(kv.first).values == kv.second.values);
+    CHECK(got.at(kv.first).freq == kv.second.freq);
+  }
 }
