@@ -170,13 +170,19 @@ class RocksKvStore : public KvStore {
  public:
   Status MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                   std::vector<bool>* found) override {
+    // The batched form: one pass over the memtable and each table file for
+    // all the keys (the vector form is a Get per key).
+    const size_t n = keys.size();
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-    values->assign(keys.size(), std::string());
-    found->assign(keys.size(), false);
-    std::vector<rocksdb::Status> st = db_->MultiGet(rocksdb::ReadOptions(), slices, values);
-    for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<rocksdb::PinnableSlice> pinned(n);
+    std::vector<rocksdb::Status> st(n);
+    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data());
+    values->assign(n, std::string());
+    found->assign(n, false);
+    for (size_t i = 0; i < n; ++i) {
       if (st[i].IsNotFound()) continue;
       if (!st[i].ok()) return Error("read from", st[i]);
+      (*values)[i].assign(pinned[i].data(), pinned[i].size());
       (*found)[i] = true;
     }
     return Status::OK();
