@@ -19,6 +19,12 @@
 // fresh directory under /tmp by default, removed at the end). The summary
 // has peak_rss_bytes, hit_rate, examples_per_sec, ram_examples_per_sec,
 // cold_rows, disk_bytes and seconds.
+//
+// --policies: the overhead of admission and eviction. The hash table runs
+// with Adagrad as is and with min_count 2, ttl_steps 10 and max_rows of a
+// quarter of the rows the plain run made per shard (LRU); the summary has
+// plain_examples_per_sec, policies_examples_per_sec, their ratio, and the
+// policies run's rows, rejected and evicted.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +50,8 @@ struct BenchConfig {
   int64_t steps = 30, warmup = 5, num_batches = 16;
   double zipf = 1.1;
   int64_t ram_budget_bytes = 0;  // --cold: per shard
+  // --policies: admission and eviction on the hash table
+  int64_t min_count = 0, ttl_steps = 0, max_rows = 0;
   std::string cold_dir;
 };
 
@@ -102,6 +110,9 @@ Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const st
     o.seed = 1;
     o.ram_budget_bytes = c.ram_budget_bytes;
     o.cold_dir = c.cold_dir;
+    o.min_count = c.min_count;
+    o.ttl_steps = c.ttl_steps;
+    o.max_rows = c.max_rows;
     table = NewHashEmbeddingTable(g, "table", c.dim, o);
   } else {
     EmbeddingTableOptions o;
@@ -155,6 +166,9 @@ Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const st
         sum->cold_hits += hm.cold_hits;
         sum->disk_bytes += hm.disk_bytes;
         sum->bytes += hm.bytes;
+        sum->admitted += hm.admitted;
+        sum->rejected += hm.rejected;
+        sum->evicted += hm.evicted;
       }
     }
   }
@@ -172,6 +186,7 @@ int main(int argc, char** argv) {
       .String("optimizers", "sgd,adagrad", "sparse optimizers to run: sgd, adagrad or both")
       .String("tables", "fixed,hash", "tables to run: fixed, hash or both (one alone: for profiles)")
       .Bool("cold", "benchmark the cold tier instead (see the top of the file)")
+      .Bool("policies", "benchmark admission and eviction instead (see the top of the file)")
       .Int("distinct-ids", 20'000'000, "--cold: the id space of the Zipf stream")
       .Int("ram-budget-mib", 64, "--cold: RAM for hot rows per shard")
       .String("cold-dir", "", "--cold: where the RocksDB cold tiers go (default: a fresh /tmp directory)")
@@ -188,6 +203,35 @@ int main(int argc, char** argv) {
   c.warmup = flags.GetInt("warmup");
   const int shards = static_cast<int>(flags.GetInt("shards"));
   c.zipf = flags.GetDouble("zipf");
+  if (flags.GetBool("policies")) {
+    std::vector<Tensor> ids, labels;
+    MakeBatches(c, &ids, &labels);
+    HashEmbeddingMetrics plain_m, pol_m;
+    auto plain = RunOne(c, shards, true, "adagrad", ids, labels, &plain_m);
+    if (!plain.ok()) {
+      std::fprintf(stderr, "bench_hash_embedding: plain: %s\n", plain.status().ToString().c_str());
+      return 1;
+    }
+    BenchConfig p = c;
+    p.min_count = 2;
+    p.ttl_steps = 10;
+    p.max_rows = std::max<int64_t>(16, plain_m.rows / shards / 4);
+    auto pol = RunOne(p, shards, true, "adagrad", ids, labels, &pol_m);
+    if (!pol.ok()) {
+      std::fprintf(stderr, "bench_hash_embedding: policies: %s\n", pol.status().ToString().c_str());
+      return 1;
+    }
+    JsonLine()
+        .Add("system", "shardflow").Add("summary", true).Add("policies", true).Add("shards", shards)
+        .Add("rows", c.rows).Add("max_rows", p.max_rows)
+        .Add("plain_examples_per_sec", plain->examples_per_sec)
+        .Add("policies_examples_per_sec", pol->examples_per_sec)
+        .Add("policies_over_plain", plain->examples_per_sec > 0 ? pol->examples_per_sec / plain->examples_per_sec : 0.0)
+        .Add("plain_rows", plain_m.rows).Add("policies_rows", pol_m.rows)
+        .Add("policies_rejected", pol_m.rejected).Add("policies_evicted", pol_m.evicted)
+        .Print();
+    return 0;
+  }
   if (flags.GetBool("cold")) {
     c.rows = flags.GetInt("distinct-ids");
     c.num_batches = c.steps + c.warmup;  // a stream: every step a new batch
