@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "kernels/checkpoint_service.h"
+#include "kernels/hash_embedding.h"
 
 #include "storage/embedding_reshard.h"
 
@@ -223,7 +224,59 @@ Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string
                              std::to_string(id) + " in '" + dir + "'");
   }
   std::map<std::string, std::vector<Tensor>> resharded;  // by table and slot suffix
+  // Hash tables: each shard variable's value is the shard's whole state; a
+  // table saved with another shard count has its rows moved by id.
+  std::map<std::string, int64_t> hash_tables;  // name -> shards in g
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    auto t = n.op == "VarHandle" ? n.attrs.Get<std::string>("_hash_embedding") : Result<std::string>(NotFound(""));
+    if (t.ok()) ++hash_tables[*t];
+  }
+  std::map<std::string, std::vector<Tensor>> hash_resharded;
+  auto restore_hash = [&](const std::string& table, int64_t shards, int64_t k) -> Result<Tensor> {
+    const std::string prefix = table + "/part_";
+    auto first = values->find(prefix + "0");
+    if (first == values->end())
+      return NotFound("hash embedding table '" + table + "': variable '" + prefix + "0' is not in checkpoint " +
+                      std::to_string(id) + " in '" + dir + "'");
+    const int64_t saved = HashStateNumShards(first->second);
+    if (saved < 1)
+      return DataLoss("hash embedding table '" + table + "': '" + prefix + "0' in checkpoint " + std::to_string(id) +
+                      " is not a hash table shard");
+    if (saved == shards) {
+      auto it = values->find(prefix + std::to_string(k));
+      if (it == values->end())
+        return NotFound("hash embedding table '" + table + "': variable '" + prefix + std::to_string(k) +
+                        "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
+      return it->second;
+    }
+    auto& parts = hash_resharded[table];
+    if (parts.empty()) {
+      std::vector<Tensor> old;
+      for (int64_t j = 0; j < saved; ++j) {
+        auto it = values->find(prefix + std::to_string(j));
+        if (it == values->end())
+          return NotFound("hash embedding table '" + table + "': variable '" + prefix + std::to_string(j) +
+                          "' is not in checkpoint " + std::to_string(id) + " in '" + dir + "'");
+        old.push_back(it->second);
+      }
+      auto r = ReshardHashStates(old, shards, table);
+      if (!r.ok()) return r.status().WithPrefix("checkpoint " + std::to_string(id));
+      parts = std::move(r).value();
+    }
+    return parts[k];
+  };
   auto restore_value = [&](const std::string& name, std::string* table_of) -> Result<Tensor> {
+    for (const auto& ht : hash_tables) {
+      const std::string prefix = ht.first + "/part_";
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      *table_of = ht.first;
+      const int64_t k = std::stoll(digits);
+      if (k >= ht.second) return InvalidArgument("hash embedding table '" + ht.first + "' has no shard " + digits);
+      return restore_hash(ht.first, ht.second, k);
+    }
     for (const auto& gt : graph_tables) {
       const std::string prefix = gt.first + "/part_";
       if (name.compare(0, prefix.size(), prefix) != 0) continue;

@@ -79,6 +79,19 @@ struct ApplySparse {
   std::function<void(Status)> done;
 };
 
+// ---- hash embedding tables (kernels/hash_embedding.h) ----
+// Makes variable id an empty hash table shard with config.
+struct InitHashShard {
+  int64_t id = -1;
+  HashShardConfig config;
+  std::function<void(Status)> done;
+};
+// The metrics of hash shard id (HashShardMetricsTensor).
+struct QueryHashShard {
+  int64_t id = -1;
+  std::function<void(Result<Tensor>)> done;
+};
+
 // ---- replication (kernels/replica_state.h) ----
 // One worker's gradient for a synchronous step of req.req.var_ids[0].
 struct ApplySyncGradient {
@@ -136,6 +149,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AssignVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplyDense)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::GatherRows)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::InitHashShard)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueryHashShard)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySyncGradient)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SyncWaitTimeout)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AbortSyncSteps)
@@ -151,6 +166,7 @@ namespace runtime {
 using VariableShardActor = caf::typed_actor<
     caf::reacts_to<DefineVariable>, caf::reacts_to<ReadVariable>, caf::reacts_to<AssignVariable>,
     caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
+    caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
     caf::reacts_to<ApplySyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
     caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
     caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>>;

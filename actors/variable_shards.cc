@@ -4,6 +4,8 @@
 #include <condition_variable>
 
 #include "kernels/compute_pool.h"
+#include "kernels/hash_embedding.h"
+#include "storage/hash_cold_store.h"
 #include "kernels/in_memory_variables.h"
 #include "kernels/optimizer_math.h"
 #include "kernels/replica_state.h"
@@ -19,7 +21,10 @@ struct ShardState {
     std::string name;
     DType dtype = DType::kInvalid;
     PartialShape shape;
-    Tensor value;  // invalid until initialised
+    Tensor value;  // invalid until initialised (and for a hash table shard)
+    // A hash table shard (kernels/hash_embedding.h): its rows live here, and
+    // its value as a variable is its saved state (Serialize).
+    std::unique_ptr<HashEmbeddingShard> hash;
     // Changes since the last dirty snapshot (incremental checkpoints):
     // everything, or the leading-dimension rows marked in dirty_bits.
     bool all_dirty = true;
@@ -69,6 +74,22 @@ struct ShardState {
 
 using ShardPointer = VariableShardActor::stateful_pointer<ShardState>;
 
+// Gives a hash shard whose config names a cold_dir its cold tier, emptied
+// first (the shard's rows are all in RAM or in its saved state).
+Status AttachColdTier(HashEmbeddingShard& h) {
+  const HashShardConfig& c = h.config();
+  if (c.cold_dir.empty()) return Status::OK();
+  SF_ASSIGN_OR_RETURN(auto store, OpenHashColdStore(c.cold_dir, c.table, c.shard));
+  SF_RETURN_IF_ERROR(store->Clear());
+  return h.SetColdStore(std::move(store));
+}
+
+// The table of a shard variable "<table>/part_<k>" (the name itself otherwise).
+std::string TableOfShard(const std::string& name) {
+  const size_t p = name.rfind("/part_");
+  return p == std::string::npos ? name : name.substr(0, p);
+}
+
 Status NoVariable(int64_t id) { return NotFound("no variable with id " + std::to_string(id) + " in this shard"); }
 
 Status Uninitialised(const std::string& name, const char* what) {
@@ -114,6 +135,14 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
 // Applies a sparse update beside the rows; the error names the variable.
 Status ApplySparseUpdate(ShardState& st, const SparseApplyRequest& req) {
   const std::string first = st.FirstName(req.var_ids);
+  if (ShardState::Var* h = req.var_ids.empty() ? nullptr : st.Find(req.var_ids[0]); h && h->hash) {
+    // Its slots are in its own arena: every handle of the update is the shard's.
+    for (int64_t id : req.var_ids)
+      if (id != req.var_ids[0])
+        return FailedPrecondition("hash embedding table '" + h->hash->config().table +
+                                  "': an update's slots must be the shard itself");
+    return h->hash->Apply(req);
+  }
   std::vector<Tensor> updated;
   for (int64_t id : req.var_ids) {
     const ShardState::Var* v = st.Find(id);
@@ -147,6 +176,17 @@ std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
   std::vector<VarSnapshot> vars;
   for (auto& kv : st.vars) {
     ShardState::Var& v = kv.second;
+    if (v.hash) {
+      VarSnapshot snap;
+      snap.name = v.name;
+      // A cold tier that cannot be read leaves the value invalid: the
+      // checkpoint writer then refuses it, and no checkpoint commits.
+      auto state = v.hash->Serialize();
+      if (state.ok()) snap.value = std::move(*state);
+      snap.dirty_rows = v.hash->TakeDirtyRows(&snap.all_dirty);
+      vars.push_back(std::move(snap));
+      continue;
+    }
     if (!v.value.valid()) continue;
     VarSnapshot snap;
     snap.name = v.name;
@@ -179,12 +219,28 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       [self](ReadVariable& m) {
         const ShardState::Var* v = self->state.Find(m.id);
         if (!v) m.done(NoVariable(m.id));
+        else if (v->hash) m.done(v->hash->Serialize());  // the state, or the cold tier's read error
         else if (!v->value.valid()) m.done(Uninitialised(v->name, "read"));
         else m.done(v->value);
       },
       [self](AssignVariable& m) {
         ShardState::Var* v = self->state.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
+        // A saved hash shard state (a restore or a move) makes the variable
+        // that shard again, rows, slots and counts as saved.
+        const bool hash_state = IsHashShardState(m.value) && m.mode == AssignMode::kAssign;
+        if (v->hash || (hash_state && v->dtype == DType::kInt64)) {
+          if (!hash_state)
+            return m.done(InvalidArgument("variable '" + v->name +
+                                          "' is a hash embedding table shard: only its saved state can be assigned"));
+          auto h = HashEmbeddingShard::Deserialize(m.value, TableOfShard(v->name));
+          if (!h.ok()) return m.done(h.status());
+          v->hash.reset();  // closes its cold tier before the new shard opens it
+          Status cold = AttachColdTier(**h);
+          if (!cold.ok()) return m.done(cold);
+          v->hash = std::move(*h);
+          return m.done(m.value);
+        }
         Status s = ApplyAssign(v->name, v->dtype, v->shape, m.mode, m.value, &v->value);
         if (!s.ok()) return m.done(s);
         v->MarkAll();
@@ -196,13 +252,41 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         ShardState& st = self->state;
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
-        if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
         Tensor out;
+        if (m.spec.partition == EmbeddingPartition::kHash || v->hash) {
+          if (!v->hash)
+            return m.done(FailedPrecondition("hash embedding table '" + m.spec.table + "': shard '" + v->name +
+                                             "' is looked up before it was initialised"));
+          Status s = v->hash->GatherCombine(m.gather, &out);
+          if (s.ok()) m.done(std::move(out));
+          else m.done(s);
+          return;
+        }
+        if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
         Status s = EmbeddingGatherCombine(m.spec, m.gather, v->value, &out, st.pool);
         if (s.ok()) m.done(std::move(out));
         else m.done(s);
       },
       [self](ApplySparse& m) { m.done(ApplySparseUpdate(self->state, m.req)); },
+      [self](InitHashShard& m) {
+        ShardState::Var* v = self->state.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        Status s = CheckHashShardConfig(m.config);
+        if (!s.ok()) return m.done(s);
+        v->hash.reset();  // closes its cold tier before the new shard opens it
+        auto h = std::make_unique<HashEmbeddingShard>(std::move(m.config));
+        s = AttachColdTier(*h);
+        if (!s.ok()) return m.done(s);
+        v->hash = std::move(h);
+        m.done(Status::OK());
+      },
+      [self](QueryHashShard& m) {
+        const ShardState::Var* v = self->state.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        if (!v->hash)
+          return m.done(FailedPrecondition("variable '" + v->name + "' is not an initialised hash table shard"));
+        m.done(HashShardMetricsTensor(v->hash->Metrics()));
+      },
       // Replication (kernels/replica_state.h): the variable's ReplicaState
       // keeps the waiting workers' callbacks.
       [self](ApplySyncGradient& m) {
@@ -251,8 +335,13 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       // Checkpoints. Copy-on-write values: later updates never touch these buffers.
       [self](SnapshotShard& m) {
         std::vector<std::pair<std::string, Tensor>> vars;
-        for (const auto& kv : self->state.vars)
-          if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
+        for (const auto& kv : self->state.vars) {
+          if (kv.second.hash) {
+            auto state = kv.second.hash->Serialize();  // invalid on a cold tier read error (see above)
+            vars.emplace_back(kv.second.name, state.ok() ? std::move(*state) : Tensor());
+          }
+          else if (kv.second.value.valid()) vars.emplace_back(kv.second.name, kv.second.value);
+        }
         m.done(std::move(vars));
       },
       [self](SnapshotDirtyShard& m) { m.done(TakeDirtySnapshot(self->state)); },
@@ -478,6 +567,18 @@ void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Stat
     return done(NotFound(std::string("sparse optimizer ") + OptimizerName(req.optimizer) +
                          ": unknown variable"));
   caf::anon_send(shard, ApplySparse{std::move(req), std::move(done)});
+}
+
+void ActorVariables::InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  caf::anon_send(shard, runtime::InitHashShard{id, std::move(config), std::move(done)});
+}
+
+void ActorVariables::HashShardStats(int64_t id, std::function<void(Result<Tensor>)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  caf::anon_send(shard, QueryHashShard{id, std::move(done)});
 }
 
 std::string ActorVariables::NameOf(int64_t id) const {

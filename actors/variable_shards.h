@@ -66,6 +66,9 @@ class ActorVariables : public VariableService,
   void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
                      std::function<void(Result<Tensor>)> done) override;
   void SparseApply(SparseApplyRequest req, std::function<void(Status)> done) override;
+  // Hash tables: the shard's actor owns its HashEmbeddingShard.
+  void InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) override;
+  void HashShardStats(int64_t id, std::function<void(Result<Tensor>)> done) override;
 
   // Every initialised variable (and slot) with its value, sorted by name;
   // each shard answers with the state between two of its updates. Blocks

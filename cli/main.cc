@@ -22,6 +22,7 @@
 #include "cli/flags.h"
 #include "cli/node_command.h"
 #include "shardflow/checkpoint.h"
+#include "shardflow/embedding.h"
 #include "shardflow/gradients.h"
 #include "shardflow/graph.h"
 #include "shardflow/graph_io.h"
@@ -436,9 +437,28 @@ int CkptCommand(const CkptFlags& flags) {
   if (!info.ok()) return Fail(kExitRunError, info.status().ToString());
   if (action == "inspect") {
     std::cout << "checkpoint " << id << "  step " << info->global_step << "\n";
-    for (const auto& v : info->variables)
+    for (const auto& v : info->variables) {
       std::cout << v.name << "  " << DTypeName(v.dtype) << "  " << ShapeString(v.shape) << "  blocks "
                 << v.blocks << "\n";
+      // A hash table shard's value is its whole state: say what it holds.
+      if (v.dtype != DType::kInt64 || v.shape.size() != 2 || v.name.find("/part_") == std::string::npos) continue;
+      auto t = ckpt.Read(id, v.name);
+      if (!t.ok()) return Fail(kExitRunError, t.status().ToString());
+      auto h = SummarizeHashEmbeddingShard(*t, 5);
+      if (!h.ok()) continue;  // an int64 matrix that is not a hash table shard
+      const HashEmbeddingMetrics& m = h->metrics;
+      std::cout << "  hash table shard " << h->shard << " of " << h->num_shards << "  dim " << h->dim
+                << "  rows " << m.rows << "  admitted " << m.admitted << "  rejected " << m.rejected
+                << "  evicted " << m.evicted << "  step " << m.step << "  optimizer "
+                << (h->optimizer.empty() ? "none" : h->optimizer) << "\n";
+      for (const auto& r : h->rows) {
+        std::cout << "    id " << r.id << "  last_seen " << r.last_seen << "  freq " << r.freq << "  value [";
+        for (int64_t j = 0; j < h->dim && j < 4; ++j) std::cout << (j ? ", " : "") << r.values[j];
+        std::cout << (h->dim > 4 ? ", ...]" : "]") << "\n";
+      }
+      if (m.rows > static_cast<int64_t>(h->rows.size()))
+        std::cout << "    ... " << (m.rows - static_cast<int64_t>(h->rows.size())) << " more rows\n";
+    }
     return 0;
   }
   if (action == "verify") {

@@ -2,9 +2,11 @@
 // lookups as one EmbeddingShardLookup per shard summed on the caller.
 #include "shardflow/embedding.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/embedding_math.h"
+#include "kernels/hash_embedding.h"
 #include "shardflow/ops.h"
 
 namespace sf {
@@ -14,6 +16,11 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
               const std::string& segments_kind, int64_t num_segments, const std::string& combiner) {
   if (!t.valid()) {
     g.RecordError(InvalidArgument("embedding lookup: the table '" + t.name + "' is not valid"));
+    return Output();
+  }
+  if (combiner != "sum" && combiner != "mean" && combiner != "sqrtn" && combiner != "none") {
+    g.RecordError(InvalidArgument("embedding table '" + t.name + "': unknown combiner '" + combiner +
+                                  "' (expected sum, mean, sqrtn or none)"));
     return Output();
   }
   std::vector<Output> partials;
@@ -41,6 +48,7 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
 }  // namespace
 
 int64_t EmbeddingTableShardRows(const EmbeddingTable& t, int64_t k) {
+  if (t.hash) return 0;
   auto p = ParseEmbeddingPartition(t.partition);
   return EmbeddingShardRows(t.rows, static_cast<int64_t>(t.shards.size()), k,
                             p.ok() ? *p : EmbeddingPartition::kMod);
@@ -55,6 +63,8 @@ EmbeddingTable NewEmbeddingTable(Graph& g, const std::string& name, int64_t rows
   auto part = ParseEmbeddingPartition(o.partition);
   Status bad;
   if (!part.ok()) bad = part.status().WithPrefix(who);
+  else if (*part == EmbeddingPartition::kHash)
+    bad = InvalidArgument(who + ": partition 'hash' is for NewHashEmbeddingTable (expected mod or range)");
   else if (o.num_shards < 1 || rows < o.num_shards)
     bad = InvalidArgument(who + ": needs rows >= num_shards >= 1, got " + std::to_string(rows) +
                           " rows and " + std::to_string(o.num_shards) + " shards");
@@ -100,7 +110,126 @@ EmbeddingTable NewEmbeddingTable(Graph& g, const std::string& name, int64_t rows
   return t;
 }
 
+EmbeddingTable NewHashEmbeddingTable(Graph& g, const std::string& name, int64_t dim,
+                                     const HashEmbeddingTableOptions& o) {
+  EmbeddingTable t;
+  const std::string unique = g.ScopedName(name);
+  const std::string base = unique.substr(g.ScopedName("").size());
+  HashShardConfig c;
+  c.table = unique;
+  c.num_shards = o.num_shards;
+  c.dim = dim;
+  c.scale = o.scale >= 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(dim, 1)));
+  c.seed = o.seed;
+  c.min_count = o.min_count;
+  c.admit_probability = o.admit_probability;
+  c.filter_width = o.filter_width;
+  c.filter_depth = o.filter_depth;
+  c.ttl_steps = o.ttl_steps;
+  c.max_rows = o.max_rows;
+  c.ram_budget_bytes = o.ram_budget_bytes;
+  c.cold_dir = o.cold_dir;
+  Status bad = CheckHashShardConfig(c);
+  if (bad.ok() && o.ram_budget_bytes > 0 && o.cold_dir.empty())
+    bad = InvalidArgument("hash embedding table '" + unique + "': ram_budget_bytes needs a cold_dir");
+  if (bad.ok()) bad = ParseHashInitializer(o.initializer).status().WithPrefix("hash embedding table '" + unique + "'");
+  if (bad.ok()) bad = ParseHashEviction(o.eviction).status().WithPrefix("hash embedding table '" + unique + "'");
+  if (!bad.ok()) {
+    g.RecordError(bad);
+    return t;
+  }
+  t.name = unique;
+  t.dim = dim;
+  t.partition = "hash";
+  t.hash = true;
+  for (int64_t k = 0; k < o.num_shards; ++k) {
+    const std::string shard = base + "/part_" + std::to_string(k);
+    AttrMap ha;
+    ha.Set("shared_name", unique + "/part_" + std::to_string(k));
+    // The variable's value is the shard's saved state (kernels/hash_embedding.h).
+    ha.Set("dtype", DType::kInt64);
+    ha.Set("shape", PartialShape::UnknownDims(2));
+    ha.Set("trainable", o.trainable);
+    ha.Set("_hash_embedding", unique);
+    ha.Set("_hash_dim", dim);
+    Output h = g.Add1("VarHandle", {}, std::move(ha), shard);
+    if (!h.valid()) return EmbeddingTable();
+    AttrMap ia;
+    ia.Set("table", unique);
+    ia.Set("num_shards", o.num_shards);
+    ia.Set("shard", k);
+    ia.Set("dim", dim);
+    ia.Set("initializer", o.initializer);
+    ia.Set("scale", c.scale);
+    ia.Set("seed", o.seed);
+    ia.Set("min_count", o.min_count);
+    ia.Set("admit_probability", o.admit_probability);
+    ia.Set("filter_width", o.filter_width);
+    ia.Set("filter_depth", o.filter_depth);
+    ia.Set("ttl_steps", o.ttl_steps);
+    ia.Set("max_rows", o.max_rows);
+    ia.Set("eviction", o.eviction);
+    ia.Set("ram_budget_bytes", o.ram_budget_bytes);
+    ia.Set("cold_dir", o.cold_dir);
+    ia.Set("_initializer", true);
+    if (g.AddNode("HashEmbeddingShardInit", {h}, std::move(ia), shard + "/init") < 0) return EmbeddingTable();
+    t.shards.push_back(h);
+  }
+  return t;
+}
+
+Result<HashEmbeddingMetrics> HashEmbeddingMetricsOf(const Tensor& t) {
+  if (!t.valid() || t.dtype() != DType::kInt64 || t.num_elements() != kNumHashShardMetrics)
+    return InvalidArgument("hash embedding metrics must be int64 [" + std::to_string(kNumHashShardMetrics) +
+                           "], got " + t.DebugString(0));
+  const int64_t* p = t.data<int64_t>();
+  HashEmbeddingMetrics m;
+  m.rows = p[0];
+  m.capacity = p[1];
+  m.admitted = p[2];
+  m.rejected = p[3];
+  m.evicted = p[4];
+  m.bytes = p[5];
+  m.step = p[6];
+  m.skipped = p[7];
+  m.cold_rows = p[8];
+  m.hot_hits = p[9];
+  m.cold_hits = p[10];
+  m.disk_bytes = p[11];
+  return m;
+}
+
+Result<HashEmbeddingShardSummary> SummarizeHashEmbeddingShard(const Tensor& t, int64_t max_rows) {
+  if (!IsHashShardState(t)) return InvalidArgument("not a hash embedding table shard: " + t.DebugString(0));
+  SF_ASSIGN_OR_RETURN(HashStateSummary s, SummarizeHashState(t, max_rows));
+  HashEmbeddingShardSummary out;
+  out.dim = s.dim;
+  out.num_shards = s.num_shards;
+  out.shard = s.shard;
+  SF_ASSIGN_OR_RETURN(out.metrics, HashEmbeddingMetricsOf(HashShardMetricsTensor(s.metrics)));
+  out.optimizer = s.optimizer;
+  for (auto& r : s.rows)
+    out.rows.push_back(HashEmbeddingShardSummary::Row{r.first, r.second.last_seen, r.second.freq,
+                                                      std::move(r.second.values)});
+  return out;
+}
+
 namespace ops {
+
+std::vector<Output> HashEmbeddingShardMetrics(Graph& g, const EmbeddingTable& table) {
+  if (!table.hash || !table.valid()) {
+    g.RecordError(InvalidArgument("HashEmbeddingShardMetrics: '" + table.name + "' is not a hash embedding table"));
+    return {};
+  }
+  std::vector<Output> out;
+  for (size_t k = 0; k < table.shards.size(); ++k) {
+    AttrMap a;
+    a.Set("table", table.name);
+    out.push_back(g.Add1("HashEmbeddingShardStats", {table.shards[k]}, std::move(a),
+                         table.name + "/metrics_" + std::to_string(k)));
+  }
+  return out;
+}
 
 Output EmbeddingLookup(Graph& g, const EmbeddingTable& table, Output ids,
                        const std::string& combiner) {

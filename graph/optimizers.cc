@@ -136,6 +136,10 @@ std::vector<Output> UpdateHandles(Graph& g, const std::string& opt, OptimizerKin
                            std::to_string(slots) + " slots"));
     return {};
   }
+  // A hash table's shard keeps each row's slots beside the row, in its own
+  // arena: the update names the shard for every slot.
+  if (sparse && handle.op().attrs.Has("_hash_embedding"))
+    return std::vector<Output>(static_cast<size_t>(spec.handles), handle);
   std::vector<Output> handles = {handle};
   for (int i = 0; i < slots; ++i) {
     const std::string name = spec.slots[i];
@@ -272,7 +276,8 @@ Result<int> Optimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Outpu
 }
 
 Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
-                                      std::vector<Output> scalars, int lookup, Output dy) {
+                                      std::vector<Output> scalars, int lookup, Output dy,
+                                      const std::vector<double>& slot_init) {
   SF_RETURN_IF_ERROR(g.status());
   const Node& l = g.node(lookup);
   std::vector<Output> in = std::move(handles);
@@ -280,6 +285,7 @@ Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vect
   for (size_t i = 1; i < l.inputs.size(); ++i) in.push_back(l.inputs[i]);
   in.push_back(dy);
   AttrMap attrs = l.attrs;
+  if (!slot_init.empty()) attrs.Set("slot_init", slot_init);
   return AddApply(g, op, std::move(in), std::move(attrs));
 }
 
@@ -317,7 +323,7 @@ Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
 Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
   auto h = UpdateHandles(g, name(), OptimizerKind::kAdagrad, handle, dy.dtype(), {init_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdagrad).sparse_op, std::move(h),
-                        {LearningRate(g, dy, lr_)}, lookup, dy);
+                        {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
 }
 
 Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -339,7 +345,34 @@ Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, O
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdam).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, beta1_), Hyper(g, dy, beta2_),
                          Hyper(g, dy, eps_)},
-                        lookup, dy);
+                        lookup, dy, {0.0, 0.0, beta1_, beta2_});
+}
+
+Result<int> RowwiseAdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kRowwiseAdagrad, handle, grad.dtype(), {init_}, false);
+  return AddUpdate(g, OptimizerKind::kRowwiseAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
+}
+
+Result<int> RowwiseAdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kRowwiseAdagrad, handle, dy.dtype(), {init_}, true);
+  return AddSparseApply(g, SpecOf(OptimizerKind::kRowwiseAdagrad).sparse_op, std::move(h),
+                        {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
+}
+
+Result<int> FtrlOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kFtrl, handle, grad.dtype(), {init_, 0.0}, false);
+  return AddUpdate(g, OptimizerKind::kFtrl, std::move(h),
+                   {LearningRate(g, grad, lr_), Hyper(g, grad, l1_), Hyper(g, grad, l2_),
+                    Hyper(g, grad, power_)},
+                   grad);
+}
+
+Result<int> FtrlOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+  auto h = UpdateHandles(g, name(), OptimizerKind::kFtrl, handle, dy.dtype(), {init_, 0.0}, true);
+  return AddSparseApply(g, SpecOf(OptimizerKind::kFtrl).sparse_op, std::move(h),
+                        {LearningRate(g, dy, lr_), Hyper(g, dy, l1_), Hyper(g, dy, l2_),
+                         Hyper(g, dy, power_)},
+                        lookup, dy, {init_, 0.0});
 }
 
 Result<int> RMSPropOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {

@@ -62,6 +62,7 @@ Status CheckGather(const EmbeddingShardSpec& s, const EmbeddingGather& q) {
 template <typename LocalOf>  // (id, &local row) -> whether the id is this shard's
 Status CompactIds(const EmbeddingShardSpec& s, const EmbeddingGather& q, LocalOf local_of,
                   std::vector<int64_t>* rows, std::vector<int64_t>* segs) {
+  const bool any_id = s.partition == EmbeddingPartition::kHash;  // every int64 is a key
   const int64_t n = q.ids.num_elements();
   rows->resize(n);
   segs->resize(n);
@@ -78,7 +79,7 @@ Status CompactIds(const EmbeddingShardSpec& s, const EmbeddingGather& q, LocalOf
       return InvalidArgument("embedding table '" + s.table + "': segment id " + std::to_string(g) +
                              " of id position " + std::to_string(i) + " is out of range [0, " +
                              std::to_string(q.num_segments) + ")");
-    if (static_cast<uint64_t>(id) >= table_rows) return InvalidArgument(OutOfRange(s, id));
+    if (!any_id && static_cast<uint64_t>(id) >= table_rows) return InvalidArgument(OutOfRange(s, id));
     // Written always, kept only when the id is this shard's: no branch to
     // mispredict on ids that alternate between shards.
     const bool mine = local_of(id, &r[c]);
@@ -95,6 +96,14 @@ Status ShardPart(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vec
                  std::vector<int64_t>* segs) {
   SF_RETURN_IF_ERROR(CheckShardSpec(s));
   const int64_t K = s.num_shards, k = s.shard;
+  if (s.partition == EmbeddingPartition::kHash)
+    return CompactIds(
+        s, q,
+        [=](int64_t id, int64_t* row) {
+          *row = id;
+          return HashShardOf(id, K) == k;
+        },
+        rows, segs);
   if (K == 1)
     return CompactIds(
         s, q,
@@ -174,17 +183,20 @@ void WithRowWidth(int64_t dim, Fn fn) {
 Result<EmbeddingPartition> ParseEmbeddingPartition(const std::string& s) {
   if (s == "mod") return EmbeddingPartition::kMod;
   if (s == "range") return EmbeddingPartition::kRange;
-  return InvalidArgument("unknown embedding partitioning '" + s + "' (expected mod or range)");
+  if (s == "hash") return EmbeddingPartition::kHash;
+  return InvalidArgument("unknown embedding partitioning '" + s + "' (expected mod, range or hash)");
 }
 
 Result<EmbeddingCombiner> ParseEmbeddingCombiner(const std::string& s) {
   if (s == "sum") return EmbeddingCombiner::kSum;
   if (s == "mean") return EmbeddingCombiner::kMean;
-  return InvalidArgument("unknown embedding combiner '" + s + "' (expected sum or mean)");
+  if (s == "sqrtn") return EmbeddingCombiner::kSqrtn;
+  return InvalidArgument("unknown embedding combiner '" + s + "' (expected sum, mean or sqrtn)");
 }
 
 Status CheckShardSpec(const EmbeddingShardSpec& s) {
-  if (s.num_shards < 1 || s.rows < s.num_shards || s.shard < 0 || s.shard >= s.num_shards ||
+  const bool hash = s.partition == EmbeddingPartition::kHash;
+  if (s.num_shards < 1 || (!hash && s.rows < s.num_shards) || s.shard < 0 || s.shard >= s.num_shards ||
       s.rows > (int64_t{1} << 52))  // FastDiv's exact range
     return InvalidArgument("embedding table '" + s.table + "': shard " + std::to_string(s.shard) +
                            " of " + std::to_string(s.num_shards) + " over " +
@@ -252,14 +264,41 @@ Status LocalRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n,
 
 std::vector<float> SegmentWeights(const EmbeddingGather& q) {
   std::vector<float> w(q.num_segments, 1.0f);
-  if (q.combiner == EmbeddingCombiner::kMean) {
+  if (q.combiner != EmbeddingCombiner::kSum) {
     std::vector<int64_t> count(q.num_segments, 0);
     const int64_t* seg = q.segment_ids.data<int64_t>();
     for (int64_t i = 0; i < q.segment_ids.num_elements(); ++i) ++count[seg[i]];
-    for (int64_t s = 0; s < q.num_segments; ++s)
-      w[s] = count[s] > 0 ? 1.0f / static_cast<float>(count[s]) : 0.0f;
+    const bool sqrtn = q.combiner == EmbeddingCombiner::kSqrtn;
+    for (int64_t s = 0; s < q.num_segments; ++s) {
+      const float c = static_cast<float>(count[s]);
+      w[s] = count[s] > 0 ? 1.0f / (sqrtn ? std::sqrt(c) : c) : 0.0f;
+    }
   }
   return w;
+}
+
+Status BuildHashShardGather(const EmbeddingShardSpec& s, const EmbeddingGather& q, EmbeddingGather* out) {
+  SF_RETURN_IF_ERROR(CheckGather(s, q));
+  if (s.partition != EmbeddingPartition::kHash)
+    return InvalidArgument("embedding table '" + s.table + "' is not a hash table");
+  thread_local std::vector<int64_t> ids, segs, unique;  // per-thread scratch
+  thread_local std::vector<int32_t> index;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &ids, &segs));
+  UniqueRows(ids.data(), static_cast<int64_t>(ids.size()), &unique, &index);
+  const int64_t n = static_cast<int64_t>(ids.size()), m = static_cast<int64_t>(unique.size());
+  out->ids = Tensor(DType::kInt64, {m});
+  std::copy(unique.begin(), unique.end(), out->ids.data<int64_t>());
+  out->segment_ids = Tensor(DType::kInt64, {n});
+  std::copy(segs.begin(), segs.end(), out->segment_ids.data<int64_t>());
+  out->unique_index = Tensor(DType::kInt32, {n});
+  std::copy(index.begin(), index.end(), out->unique_index.data<int32_t>());
+  const std::vector<float> w = SegmentWeights(q);
+  out->weights = Tensor(DType::kFloat32, {q.num_segments});
+  std::copy(w.begin(), w.end(), out->weights.data<float>());
+  out->num_segments = q.num_segments;
+  out->combiner = q.combiner;
+  out->step_id = q.step_id;
+  return Status::OK();
 }
 
 Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather& q,

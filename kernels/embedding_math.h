@@ -23,8 +23,26 @@ namespace sf {
 
 class ComputePool;
 
-enum class EmbeddingPartition : uint8_t { kMod = 0, kRange = 1 };
-enum class EmbeddingCombiner : uint8_t { kSum = 0, kMean = 1 };
+// kHash: a hash table (kernels/hash_embedding.h) keyed by any int64 id; id
+// lives in shard HashShardOf(id, K) and is its own key there (rows is 0).
+enum class EmbeddingPartition : uint8_t { kMod = 0, kRange = 1, kHash = 2 };
+// kSqrtn: each id weighs 1/sqrt(the example's id count) (TF's "sqrtn").
+enum class EmbeddingCombiner : uint8_t { kSum = 0, kMean = 1, kSqrtn = 2 };
+
+// The shard of a hash table that holds id: splitmix64's finalizer (a
+// bijective mix of all 64 bits) mapped onto [0, num_shards) by its high
+// bits (Lemire's multiply-shift: no division per id), so neighbouring and
+// negative ids spread evenly. Inside a shard, use the mix's low bits.
+// REQUIRES: num_shards >= 1.
+inline uint64_t MixId(int64_t id) {
+  uint64_t z = static_cast<uint64_t>(id) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline int64_t HashShardOf(int64_t id, int64_t num_shards) {
+  return static_cast<int64_t>((static_cast<unsigned __int128>(MixId(id)) * static_cast<uint64_t>(num_shards)) >> 64);
+}
 
 // Where one shard sits in its table.
 struct EmbeddingShardSpec {
@@ -35,12 +53,12 @@ struct EmbeddingShardSpec {
   EmbeddingPartition partition = EmbeddingPartition::kMod;
 };
 
-// Parses "mod" or "range"; InvalidArgument naming the value otherwise.
+// Parses "mod", "range" or "hash"; InvalidArgument naming the value otherwise.
 Result<EmbeddingPartition> ParseEmbeddingPartition(const std::string& s);
-// Parses "sum" or "mean"; InvalidArgument naming the value otherwise.
+// Parses "sum", "mean" or "sqrtn"; InvalidArgument naming the value otherwise.
 Result<EmbeddingCombiner> ParseEmbeddingCombiner(const std::string& s);
-// OK when rows >= num_shards >= 1 and 0 <= shard < num_shards; else
-// InvalidArgument naming the table.
+// OK when rows >= num_shards >= 1 (any rows for kHash) and 0 <= shard <
+// num_shards; else InvalidArgument naming the table.
 Status CheckShardSpec(const EmbeddingShardSpec& s);
 // The number of rows shard k of the table holds.
 int64_t EmbeddingShardRows(int64_t rows, int64_t num_shards, int64_t shard,
@@ -58,7 +76,19 @@ struct EmbeddingGather {
   Tensor segment_ids;  // int64 [n], each in [0, num_segments)
   int64_t num_segments = 0;
   EmbeddingCombiner combiner = EmbeddingCombiner::kSum;
+  // A hash shard's deduplicated gather (BuildHashShardGather): ids are the
+  // shard's unique ids [m]; position i of the shard's part of the batch is
+  // example segment_ids[i] reading ids[unique_index[i]] (int32 [n']); weights
+  // (float32 [num_segments]) were taken over the whole batch. Invalid else.
+  Tensor unique_index;
+  Tensor weights;
+  int64_t step_id = 0;  // the step that looks up (a hash shard pins its rows)
 };
+
+// The deduplicated gather a hash shard receives: the ids of q that shard
+// s.shard holds, each once, with where each occurrence goes (see
+// EmbeddingGather). InvalidArgument naming the table for a bad segment id.
+Status BuildHashShardGather(const EmbeddingShardSpec& s, const EmbeddingGather& q, EmbeddingGather* out);
 
 // The shard's partial [num_segments, dim] result: the sum, over ids held by
 // this shard, of its row times the example's weight (1 for sum, 1/count for
@@ -104,6 +134,10 @@ struct SparseApplyRequest {
   // True when the caller guarantees no duplicate index (EmbeddingSparseGrad's
   // output): the apply skips merging. A false claim double-applies rows.
   bool indices_unique = false;
+  // A hash shard's update: indices are ids; slot_init gives the slots'
+  // starting values (the optimizer's); step_id is the step that looked them up.
+  std::vector<double> slot_init;
+  int64_t step_id = 0;
 };
 
 // Applies req to vars (variable then slots, rank 2 [rows, dim]; Adam's beta
@@ -136,7 +170,7 @@ struct EmbeddingOpAttrs {
 };
 
 // Reads attrs table, table_rows, num_shards, shard, partition, combiner
-// ("sum", "mean", "none"), segments ("dense", "offsets", "segment_ids") and
+// ("sum", "mean", "sqrtn", "none"), segments ("dense", "offsets", "segment_ids") and
 // num_segments; InvalidArgument naming the attribute that is wrong.
 Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs);
 

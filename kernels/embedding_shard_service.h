@@ -13,6 +13,7 @@
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
 #include "kernels/embedding_math.h"
+#include "kernels/hash_embedding.h"
 
 namespace sf {
 
@@ -24,6 +25,10 @@ class EmbeddingShardService {
                              std::function<void(Result<Tensor>)> done) = 0;
   // Applies a sparse optimizer update (duplicate rows summed first) atomically where the shard lives; the error names the variable.
   virtual void SparseApply(SparseApplyRequest req, std::function<void(Status)> done) = 0;
+  // Makes shard id an empty hash table shard (kernels/hash_embedding.h) with config, replacing what it held; InvalidArgument naming the table for a bad config.
+  virtual void InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) = 0;
+  // The metrics of hash shard id (HashShardMetricsTensor); FailedPrecondition when it is not a hash shard.
+  virtual void HashShardStats(int64_t id, std::function<void(Result<Tensor>)> done) = 0;
 };
 
 }  // namespace sf

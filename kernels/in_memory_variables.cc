@@ -63,6 +63,7 @@ void InMemoryVariables::Read(int64_t id, std::function<void(Result<Tensor>)> don
   {
     std::lock_guard<std::mutex> l(mu_);
     if (id < 0 || id >= static_cast<int64_t>(vars_.size())) r = NotFound("no variable with id " + std::to_string(id));
+    else if (vars_[id].hash) r = vars_[id].hash->Serialize();  // the state, or the cold tier's error
     else if (!vars_[id].value.valid())
       r = FailedPrecondition("variable '" + vars_[id].name + "' is read before it was initialised");
     else r = vars_[id].value;
@@ -79,9 +80,20 @@ void InMemoryVariables::Assign(int64_t id, AssignMode mode, Tensor value,
       r = NotFound("no variable with id " + std::to_string(id));
     } else {
       Var& v = vars_[id];
-      Status s = ApplyAssign(v.name, v.dtype, v.shape, mode, value, &v.value);
-      if (s.ok()) r = v.value;
-      else r = s;
+      if (v.hash || (v.dtype == DType::kInt64 && mode == AssignMode::kAssign && IsHashShardState(value))) {
+        const size_t p = v.name.rfind("/part_");
+        auto h = HashEmbeddingShard::Deserialize(value, p == std::string::npos ? v.name : v.name.substr(0, p));
+        if (h.ok()) {
+          v.hash = std::move(*h);
+          r = value;
+        } else {
+          r = h.status();
+        }
+      } else {
+        Status s = ApplyAssign(v.name, v.dtype, v.shape, mode, value, &v.value);
+        if (s.ok()) r = v.value;
+        else r = s;
+      }
     }
   }
   done(std::move(r));
@@ -120,6 +132,11 @@ void InMemoryVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, Embed
     std::lock_guard<std::mutex> l(mu_);
     if (id < 0 || id >= static_cast<int64_t>(vars_.size())) {
       r = NotFound("no variable with id " + std::to_string(id));
+    } else if (vars_[id].hash) {
+      Tensor out;
+      Status s = vars_[id].hash->GatherCombine(q, &out);
+      if (s.ok()) r = std::move(out);
+      else r = s;
     } else if (!vars_[id].value.valid()) {
       r = FailedPrecondition("variable '" + vars_[id].name + "' is read before it was initialised");
     } else {
@@ -136,12 +153,38 @@ void InMemoryVariables::SparseApply(SparseApplyRequest req, std::function<void(S
   Status s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    s = UpdateCopies(req.var_ids, [&](const std::vector<Tensor*>& v) {
+    const int64_t first = req.var_ids.empty() ? -1 : req.var_ids[0];
+    const bool hash = first >= 0 && first < static_cast<int64_t>(vars_.size()) && vars_[first].hash;
+    if (hash) s = vars_[first].hash->Apply(req);
+    else s = UpdateCopies(req.var_ids, [&](const std::vector<Tensor*>& v) {
       Status u = ApplySparseOptimizerUpdate(req, v);
       return u.ok() ? u : u.WithPrefix("variable '" + vars_[req.var_ids[0]].name + "'");
     });
   }
   done(s);
+}
+
+void InMemoryVariables::InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) {
+  Status s = CheckHashShardConfig(config);
+  if (s.ok() && !config.cold_dir.empty())
+    s = FailedPrecondition("hash embedding table '" + config.table + "': a cold tier needs a session");
+  if (s.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) s = NotFound("no variable with id " + std::to_string(id));
+    else vars_[id].hash = std::make_shared<HashEmbeddingShard>(std::move(config));
+  }
+  done(s);
+}
+
+void InMemoryVariables::HashShardStats(int64_t id, std::function<void(Result<Tensor>)> done) {
+  Result<Tensor> r = Internal("unset");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) r = NotFound("no variable with id " + std::to_string(id));
+    else if (!vars_[id].hash) r = FailedPrecondition("variable '" + vars_[id].name + "' is not a hash table shard");
+    else r = HashShardMetricsTensor(vars_[id].hash->Metrics());
+  }
+  done(std::move(r));
 }
 
 std::string InMemoryVariables::NameOf(int64_t id) const {

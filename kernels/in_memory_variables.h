@@ -4,6 +4,8 @@
 // variable shard actors instead. It has no replication and no collectives.
 #pragma once
 
+#include <memory>
+
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,6 +28,9 @@ class InMemoryVariables : public VariableService, public EmbeddingShardService {
   void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
                      std::function<void(Result<Tensor>)> done) override;
   void SparseApply(SparseApplyRequest req, std::function<void(Status)> done) override;
+  // Hash tables: a HashEmbeddingShard per hash shard variable, under the lock.
+  void InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) override;
+  void HashShardStats(int64_t id, std::function<void(Result<Tensor>)> done) override;
 
  private:
   struct Var {
@@ -33,6 +38,7 @@ class InMemoryVariables : public VariableService, public EmbeddingShardService {
     DType dtype;
     PartialShape shape;
     Tensor value;  // invalid until first assigned
+    std::shared_ptr<HashEmbeddingShard> hash;  // a hash table shard (its value is then its state)
   };
   // Copies the variables `ids`, lets update change the copies, and stores
   // them when it succeeds (copy-on-write: readers keep their snapshots).

@@ -60,6 +60,25 @@ inline void UpdateSpan(const UpdateParams<T>& p, T* var_data, T* const* slot, co
     ms += (g.square() - ms) * (T(1) - rho);
     mom = mom * momentum + g * lr / (ms + eps).sqrt();
     var -= mom;
+  } else if constexpr (K == OptimizerKind::kRowwiseAdagrad) {
+    // One row: its accumulator is read from the slot's first element and
+    // written to all of them.
+    Span accum(slot[0], n);
+    const T a = slot[0][0] + g.square().sum() / static_cast<T>(n > 0 ? n : 1);
+    accum.setConstant(a);
+    var -= g * (p.s[0] / std::sqrt(a));
+  } else if constexpr (K == OptimizerKind::kFtrl) {
+    T* accum = slot[0];
+    T* linear = slot[1];
+    const T lr = p.s[0], l1 = p.s[1], l2 = p.s[2], power = -p.s[3];
+    for (int64_t i = 0; i < n; ++i) {  // pow and a branch per element: no Eigen form is clearer
+      const T gi = g_data[i], n_old = accum[i], n_new = n_old + gi * gi;
+      const T p_new = std::pow(n_new, power);
+      linear[i] += gi - (p_new - std::pow(n_old, power)) / lr * var_data[i];
+      const T z = linear[i];
+      var_data[i] = std::abs(z) > l1 ? ((z > 0 ? l1 : -l1) - z) / (p_new / lr + T(2) * l2) : T(0);
+      accum[i] = n_new;
+    }
   } else {
     static_assert(kHasFormula<K>, "an OptimizerKind without a formula in UpdateSpan");
   }
@@ -83,16 +102,21 @@ inline constexpr int kRowSlots = SpecOf(K).handles - 1 - SpecOf(K).scalar_slots;
 // The hyperparameters of one update in T; Adam's step size from its beta
 // powers (vars[3], vars[4]), before they advance.
 template <typename T>
-UpdateParams<T> ReadParams(OptimizerKind kind, const std::vector<Tensor>& scalars,
-                           const std::vector<Tensor*>& vars, bool nesterov) {
+UpdateParams<T> ReadParamsWith(OptimizerKind kind, const std::vector<Tensor>& scalars,
+                               const T* beta1_power, const T* beta2_power, bool nesterov) {
   UpdateParams<T> p;
   for (size_t i = 0; i < scalars.size(); ++i) p.s[i] = scalars[i].scalar_as<T>();
   p.nesterov = nesterov;
-  if (kind == OptimizerKind::kAdam) {
-    const T beta1_power = vars[3]->data<T>()[0], beta2_power = vars[4]->data<T>()[0];
-    p.alpha = p.s[0] * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-  }
+  if (kind == OptimizerKind::kAdam)
+    p.alpha = p.s[0] * std::sqrt(T(1) - *beta2_power) / (T(1) - *beta1_power);
   return p;
+}
+template <typename T>
+UpdateParams<T> ReadParams(OptimizerKind kind, const std::vector<Tensor>& scalars,
+                           const std::vector<Tensor*>& vars, bool nesterov) {
+  const bool adam = kind == OptimizerKind::kAdam;
+  return ReadParamsWith<T>(kind, scalars, adam ? vars[3]->data<T>() : nullptr,
+                           adam ? vars[4]->data<T>() : nullptr, nesterov);
 }
 
 // The scalar slots' update, once per call after the spans: Adam's beta powers.
@@ -111,8 +135,17 @@ void DenseUpdate(OptimizerKind kind, const ApplyRequest& req, const std::vector<
   for (size_t i = 1; i < v.size(); ++i) slots[i - 1] = v[i]->data<T>();
   WithKind(kind, [&](auto k) {
     constexpr OptimizerKind K = decltype(k)::value;
-    UpdateSpan<K, TensorView, T>(p, v[0]->data<T>(), slots, req.grad.data<T>(),
-                                 req.grad.num_elements());
+    const int64_t n = req.grad.num_elements();
+    if constexpr (SpecOf(K).rowwise) {
+      const int64_t width = req.grad.rank() == 0 ? 1 : req.grad.dim(req.grad.rank() - 1);
+      T* row_slot[kMaxOptimizerSlots] = {};
+      for (int64_t off = 0; width > 0 && off < n; off += width) {
+        for (int s = 0; s < kRowSlots<K>; ++s) row_slot[s] = slots[s] + off;
+        UpdateSpan<K, RowView, T>(p, v[0]->data<T>() + off, row_slot, req.grad.data<T>() + off, width);
+      }
+    } else {
+      UpdateSpan<K, TensorView, T>(p, v[0]->data<T>(), slots, req.grad.data<T>(), n);
+    }
     AdvanceScalarSlots<K>(p, slots + kRowSlots<K>);
   });
 }
@@ -143,6 +176,14 @@ Status CheckOptimizerInputs(const OptimizerSpec& spec, const std::string& who,
                                           : " but " + std::string(against) + " has shape " +
                                                 ShapeString(shape)));
   }
+  return CheckOptimizerScalars(spec, who, scalars);
+}
+
+Status CheckOptimizerScalars(const OptimizerSpec& spec, const std::string& who,
+                             const std::vector<Tensor>& scalars) {
+  if (static_cast<int>(scalars.size()) != spec.scalars)
+    return InvalidArgument(who + " needs " + std::to_string(spec.scalars) +
+                           " hyperparameters, got " + std::to_string(scalars.size()));
   for (size_t i = 0; i < scalars.size(); ++i) {
     const Tensor& t = scalars[i];
     if (!t.valid() || t.num_elements() != 1 ||
@@ -203,6 +244,21 @@ void RowUpdater::Apply(const int64_t* rows, const float* g, int64_t begin, int64
       for (int s = 0; s < kRowSlots<K>; ++s) row_slot[s] = slots_[s] + off;
       UpdateSpan<K, RowView, float>(p_, var_ + off, row_slot, g + i * dim, dim);
     }
+  });
+}
+
+RowUpdater::RowUpdater(OptimizerKind kind, const std::vector<Tensor>& scalars, int64_t dim,
+                       float* const* scalar_slots, bool use_nesterov)
+    : kind_(kind),
+      p_(ReadParamsWith<float>(kind, scalars, kind == OptimizerKind::kAdam ? scalar_slots[0] : nullptr,
+                               kind == OptimizerKind::kAdam ? scalar_slots[1] : nullptr, use_nesterov)),
+      dim_(dim), var_(nullptr) {
+  for (int s = 0; s < SpecOf(kind).scalar_slots; ++s) scalar_slots_[s] = scalar_slots[s];
+}
+
+void RowUpdater::ApplyRow(float* var, float* const* slots, const float* g) const {
+  WithKind(kind_, [&](auto k) {
+    UpdateSpan<decltype(k)::value, RowView, float>(p_, var, slots, g, dim_);
   });
 }
 

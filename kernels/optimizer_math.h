@@ -30,6 +30,11 @@ Status CheckOptimizerInputs(const OptimizerSpec& spec, const std::string& who,
                             const std::vector<Tensor*>& vars, const std::vector<Tensor>& scalars,
                             DType dt, const Shape& shape, const char* against);
 
+// The hyperparameter checks of CheckOptimizerInputs alone (their count, each
+// a float32 or float64 scalar): InvalidArgument starting with `who`.
+Status CheckOptimizerScalars(const OptimizerSpec& spec, const std::string& who,
+                             const std::vector<Tensor>& scalars);
+
 // One update's hyperparameters, read once per call.
 template <typename T>
 struct UpdateParams {
@@ -49,6 +54,14 @@ class RowUpdater {
   // gradient row g + i * dim, for i in [begin, end). Calls on disjoint rows
   // may run on different threads at once.
   void Apply(const int64_t* rows, const float* g, int64_t begin, int64_t end) const;
+  // For rows kept outside tensors (a hash table's arena): dim floats per row;
+  // scalar_slots[i] points at scalar slot i (Adam's beta powers, advanced by
+  // Finish). The caller checks scalars first (CheckOptimizerScalars).
+  RowUpdater(OptimizerKind kind, const std::vector<Tensor>& scalars, int64_t dim,
+             float* const* scalar_slots, bool use_nesterov);
+  // Updates one row at var and its row-shaped slots at slots[s] (dim floats
+  // each) by the gradient row g.
+  void ApplyRow(float* var, float* const* slots, const float* g) const;
   // Advances the scalar slots (Adam's beta powers): once per update, after
   // every row.
   void Finish();

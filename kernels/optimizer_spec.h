@@ -22,7 +22,9 @@
 
 namespace sf {
 
-enum class OptimizerKind : uint8_t { kGradientDescent, kMomentum, kAdagrad, kAdam, kRMSProp, kCount };
+enum class OptimizerKind : uint8_t {
+  kGradientDescent, kMomentum, kAdagrad, kAdam, kRMSProp, kRowwiseAdagrad, kFtrl, kCount
+};
 
 inline constexpr int kMaxOptimizerSlots = 4;    // slots beside the variable
 inline constexpr int kMaxOptimizerScalars = 4;  // scalar hyperparameter inputs
@@ -39,6 +41,9 @@ struct OptimizerSpec {
   const char* slots[kMaxOptimizerSlots];  // handles - 1 names: slot variable "<var>/<name>/<slot>"
   const char* summary;         // apply_op's documentation
   const char* sparse_summary;  // sparse_op's documentation
+  // The formula reads a whole row (the last dimension) at once, so the dense
+  // update runs it row by row (row-wise Adagrad's one accumulator per row).
+  bool rowwise = false;
 };
 
 inline constexpr OptimizerSpec kOptimizers[] = {
@@ -67,6 +72,22 @@ inline constexpr OptimizerSpec kOptimizers[] = {
      "ms = rho * ms + (1 - rho) * grad^2; mom = momentum * mom + lr * grad / sqrt(ms + epsilon); "
      "var -= mom. Inputs: var, ms, mom, lr, rho, momentum, epsilon, grad.",
      nullptr},
+    // The accumulator slot has the variable's shape (so every update, checkpoint
+    // and reshard path is shared); each row's elements all hold that row's one value.
+    {OptimizerKind::kRowwiseAdagrad, "RowwiseAdagrad", "ApplyRowwiseAdagrad",
+     "EmbeddingSparseApplyRowwiseAdagrad", 2, 1, 0, {"accumulator"},
+     "Row-wise Adagrad: one accumulator per row (of the last dimension): accum += mean(grad^2) "
+     "over the row; var -= lr * grad / sqrt(accum). Inputs: var, accum, lr, grad.",
+     "Sparse row-wise Adagrad on one embedding shard: one accumulator per touched row. Inputs: "
+     "shard, accumulator, lr, ids, [segments], dy.",
+     /*rowwise=*/true},
+    {OptimizerKind::kFtrl, "Ftrl", "ApplyFtrl", "EmbeddingSparseApplyFtrl", 3, 4, 0,
+     {"accumulator", "linear"},
+     "FTRL-proximal (TF's ApplyFtrl): n += grad^2; z += grad - (n^-p - n_old^-p) / lr * var; "
+     "var = |z| > l1 ? (sign(z) * l1 - z) / (n^-p / lr + 2 * l2) : 0. Inputs: var, accum (n), "
+     "linear (z), lr, l1, l2, lr_power (p), grad.",
+     "Sparse FTRL-proximal on one embedding shard (the standard CTR optimizer). Inputs: shard, "
+     "accumulator, linear, lr, l1, l2, lr_power, ids, [segments], dy."},
 };
 
 inline constexpr int kNumOptimizers = static_cast<int>(OptimizerKind::kCount);

@@ -168,6 +168,33 @@ class RocksBulkWriter : public KvBulkWriter {
 
 class RocksKvStore : public KvStore {
  public:
+  Status MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                  std::vector<bool>* found) override {
+    // The batched form: one pass over the memtable and each table file for
+    // all the keys (the vector form is a Get per key).
+    const size_t n = keys.size();
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<rocksdb::PinnableSlice> pinned(n);
+    std::vector<rocksdb::Status> st(n);
+    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data());
+    values->assign(n, std::string());
+    found->assign(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      if (st[i].IsNotFound()) continue;
+      if (!st[i].ok()) return Error("read from", st[i]);
+      (*values)[i].assign(pinned[i].data(), pinned[i].size());
+      (*found)[i] = true;
+    }
+    return Status::OK();
+  }
+  int64_t DiskBytes() override {
+    uint64_t sst = 0, wal = 0;
+    db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &sst);
+    db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &wal);
+    return static_cast<int64_t>(sst + wal);
+  }
+
+ public:
   RocksKvStore(std::string path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
   ~RocksKvStore() override {
     // Without a flush the next open replays the write-ahead log (measured:
@@ -246,6 +273,22 @@ Status KvStore::DeletePrefix(const std::string& prefix) {
 
 Result<std::unique_ptr<KvBulkWriter>> KvStore::NewBulkWriter() {
   return std::unique_ptr<KvBulkWriter>(std::make_unique<BatchedBulkWriter>(this));
+}
+
+Status KvStore::MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                         std::vector<bool>* found) {
+  values->assign(keys.size(), std::string());
+  found->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto v = Get(keys[i]);
+    if (v.ok()) {
+      (*values)[i] = std::move(*v);
+      (*found)[i] = true;
+    } else if (v.status().code() != Code::kNotFound) {
+      return v.status();
+    }
+  }
+  return Status::OK();
 }
 
 std::unique_ptr<KvStore> NewInMemoryKvStore() { return std::make_unique<InMemoryKvStore>(); }

@@ -72,6 +72,13 @@ class KvStore {
   virtual Result<std::unique_ptr<KvBulkWriter>> NewBulkWriter();
   // The keys (not values) starting with prefix, in order.
   Result<std::vector<std::string>> Keys(const std::string& prefix);
+  // Reads many keys at once: (*found)[i] says whether keys[i] is present and
+  // (*values)[i] holds its value then. Unavailable on a read failure. The
+  // base implementation calls Get per key; RocksDB batches them (MultiGet).
+  virtual Status MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                          std::vector<bool>* found);
+  // About how many bytes the store holds on disk (0 in memory).
+  virtual int64_t DiskBytes() { return 0; }
 };
 
 // A fresh, empty store kept in memory.

@@ -32,6 +32,13 @@
 // logit; logistic loss. The tables get sparse Adagrad (or SGD) updates applied
 // in their shard actors; the MLP gets dense Adam.
 //
+// --hash: every table is a hash table (NewHashEmbeddingTable) fed raw 64-bit
+// feature ids, a hash of the feature string per (table, id), as a production
+// log holds them; --rows then only sizes the hidden id space of the log. Ids
+// get a row after --min-count sightings (2) and lose it after --ttl-steps
+// steps unused (1000); --max-rows caps each shard. The summary adds "hash",
+// "hash_rows", "hash_admitted", "hash_rejected", "hash_evicted", "hash_bytes".
+//
 // --json prints one line per evaluation {"step", "loss", "auc",
 // "examples_per_sec"} and last a summary {"auc", "examples_per_sec", "rows",
 // "shards", "nodes", "mode", "oracle_auc", "init_secs", "data_secs",
@@ -92,6 +99,9 @@ struct Config {
   int64_t steps = 2000, batch = 2048, test = 50'000, eval_every = 0;
   double zipf = 1.1, noise = 0.5, table_lr = 0.3, mlp_lr = 0.003;
   std::string combiner = "mean", table_optimizer = "adagrad";
+  // --hash: hash tables fed raw 64-bit feature ids, with admission and a TTL.
+  bool hash = false;
+  int64_t min_count = 2, ttl_steps = 1000, max_rows = 0;
   uint64_t seed = 1;
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: steps / 4)
@@ -119,6 +129,12 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// The raw id a log would carry for value id of feature t: a hash of the
+// feature string, any of 2^64 values (negative ones too).
+uint64_t RawFeatureId(int t, int64_t id) {
+  return SplitMix64(SplitMix64(0xfea7u + static_cast<uint64_t>(t)) ^ static_cast<uint64_t>(id));
 }
 
 // The hidden weight of id in table t, in [-1, 1).
@@ -160,7 +176,9 @@ Batch MakeBatch(const std::vector<Feature>& features, const Config& c, int64_t n
         rank = std::min(rank, f.rows - 1);
         const int64_t id = static_cast<int64_t>(
             (static_cast<unsigned __int128>(rank) * 2654435761u + 7919u * t) % static_cast<uint64_t>(f.rows));
-        b.ids[t].push_back(id);
+        // --hash feeds what a production log holds: a 64-bit hash of the
+        // feature's string ("<table>=<value>"), from an unbounded space.
+        b.ids[t].push_back(c.hash ? static_cast<int64_t>(RawFeatureId(static_cast<int>(t), id)) : id);
         sum += HiddenWeight(c.seed, static_cast<int>(t), id);
       }
       logit += f.hidden_scale * sum / static_cast<double>(bag);
@@ -189,6 +207,7 @@ FeedMap Feeds(const std::vector<Feature>& features, const Batch& b, bool with_la
 // Names of what the training loop runs.
 struct CtrGraph {
   std::string init, train, loss, logits;
+  std::vector<std::string> metrics;  // --hash: each hash shard's metrics
 };
 
 // Builds the model of the top of the file; the graph's error on failure.
@@ -197,17 +216,32 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
   std::vector<Output> table_reads;  // for the table optimizer's var_list
   for (size_t t = 0; t < features.size(); ++t) {
     const Feature& f = features[t];
-    EmbeddingTableOptions o;
-    o.num_shards = std::min(c.shards, f.rows);
-    o.seed = static_cast<int64_t>(c.seed * 16 + t + 1);  // nonzero: the same init in every mode
-    auto table = NewEmbeddingTable(g, f.name, f.rows, c.dim, o);
+    EmbeddingTable table;
+    if (c.hash) {
+      HashEmbeddingTableOptions o;
+      o.num_shards = c.shards;
+      o.seed = static_cast<int64_t>(c.seed * 16 + t + 1);
+      o.min_count = c.min_count;
+      o.ttl_steps = c.ttl_steps;
+      o.max_rows = c.max_rows;
+      table = NewHashEmbeddingTable(g, f.name, c.dim, o);
+    } else {
+      EmbeddingTableOptions o;
+      o.num_shards = std::min(c.shards, f.rows);
+      o.seed = static_cast<int64_t>(c.seed * 16 + t + 1);  // nonzero: the same init in every mode
+      table = NewEmbeddingTable(g, f.name, f.rows, c.dim, o);
+    }
     SF_RETURN_IF_ERROR(g.status());
     auto ids = ops::Placeholder(g, DType::kInt64, {-1}, f.name + "_ids");
     auto offsets = ops::Placeholder(g, DType::kInt64, {-1}, f.name + "_offsets");
     bags.push_back(ops::EmbeddingLookupBag(g, table, ids, offsets, c.combiner));
     // Minimize takes variable reads; a read of the shard stands for it (it is
     // never run: nothing fetches it).
-    for (const Output& shard : table.shards) table_reads.push_back(ops::ReadVariable(g, shard, DType::kFloat32));
+    // A hash table's shard handles stand for themselves.
+    for (const Output& shard : table.shards)
+      table_reads.push_back(c.hash ? shard : ops::ReadVariable(g, shard, DType::kFloat32));
+    if (c.hash)
+      for (const Output& m : ops::HashEmbeddingShardMetrics(g, table)) cg->metrics.push_back(m.name());
   }
   auto x = ops::Concat(g, bags, 1);
   const int64_t width = c.dim * static_cast<int64_t>(features.size());
@@ -245,6 +279,7 @@ struct Report {
   double init_secs = 0, train_secs = 0, data_secs = 0;
   int64_t start_step = 0;  // steps a restored checkpoint had done
   int64_t checkpoints = 0; // checkpoints written
+  HashEmbeddingMetrics hash;  // --hash: summed over every shard of every table
 };
 
 // AUC of the model's logits on the test batches.
@@ -330,6 +365,18 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
     if (!auc.ok()) return auc.status();
     rep->auc = *auc;
   }
+  if (!cg.metrics.empty()) {
+    auto m = s.Run({}, cg.metrics);
+    if (!m.ok()) return m.status().WithPrefix("reading the hash tables' metrics");
+    for (const Tensor& t : *m) {
+      SF_ASSIGN_OR_RETURN(HashEmbeddingMetrics x, HashEmbeddingMetricsOf(t));
+      rep->hash.rows += x.rows;
+      rep->hash.admitted += x.admitted;
+      rep->hash.rejected += x.rejected;
+      rep->hash.evicted += x.evicted;
+      rep->hash.bytes += x.bytes;
+    }
+  }
   return Status::OK();
 }
 
@@ -351,7 +398,11 @@ int main(int argc, char** argv) {
       .Double("noise", 0.5, "stddev of the noise added to the hidden logit")
       .Double("table-lr", 0.3, "learning rate of the tables' optimizer")
       .Double("mlp-lr", 0.003, "Adam learning rate of the MLP")
-      .String("combiner", "mean", "bag combiner: sum or mean")
+      .String("combiner", "mean", "bag combiner: sum, mean or sqrtn")
+      .Bool("hash", "hash tables fed raw 64-bit feature ids (--rows sizes only the log's hidden id space)")
+      .Int("min-count", 2, "--hash: sightings before an id gets a row")
+      .Int("ttl-steps", 1000, "--hash: rows unused this many steps are deleted (0: never)")
+      .Int("max-rows", 0, "--hash: rows per shard at most (0: no limit)")
       .String("checkpoint-dir", "", "checkpoint into DIR (periodically and at the end) and resume from its newest")
       .Int("checkpoint-every", 0, "steps between checkpoints (0: steps / 4)")
       .Double("checkpoint-every-s", 0, "also checkpoint when this many seconds passed (0: off)")
@@ -378,6 +429,10 @@ int main(int argc, char** argv) {
   c.table_lr = flags.GetDouble("table-lr");
   c.mlp_lr = flags.GetDouble("mlp-lr");
   c.combiner = flags.GetString("combiner");
+  c.hash = flags.GetBool("hash");
+  c.min_count = flags.GetInt("min-count");
+  c.ttl_steps = flags.GetInt("ttl-steps");
+  c.max_rows = flags.GetInt("max-rows");
   c.table_optimizer = flags.GetString("table-optimizer");
   c.checkpoint_dir = flags.GetString("checkpoint-dir");
   c.checkpoint_every = flags.GetInt("checkpoint-every");
@@ -400,8 +455,10 @@ int main(int argc, char** argv) {
     bad = "--checkpoint-every and --checkpoint-every-s must be >= 0";
   else if (!(c.zipf > 0)) bad = "--zipf must be positive";
   else if (!(c.noise >= 0)) bad = "--noise must be >= 0";
-  else if (c.combiner != "sum" && c.combiner != "mean")
-    bad = "--combiner must be sum or mean, got '" + c.combiner + "'";
+  else if (c.combiner != "sum" && c.combiner != "mean" && c.combiner != "sqrtn")
+    bad = "--combiner must be sum, mean or sqrtn, got '" + c.combiner + "'";
+  else if (c.min_count < 0 || c.ttl_steps < 0 || c.max_rows < 0)
+    bad = "--min-count, --ttl-steps and --max-rows must be >= 0";
   else if (c.table_optimizer != "adagrad" && c.table_optimizer != "sgd")
     bad = "--table-optimizer must be adagrad or sgd, got '" + c.table_optimizer + "'";
   else if (!local && cluster_addr.empty() && (nodes < 1 || nodes > 16))
@@ -498,6 +555,12 @@ int main(int argc, char** argv) {
         .Add("checkpoints", rep.checkpoints)
         .Add("shards", c.shards)
         .Add("nodes", used_nodes)
+        .Add("hash", c.hash)
+        .Add("hash_rows", rep.hash.rows)
+        .Add("hash_admitted", rep.hash.admitted)
+        .Add("hash_rejected", rep.hash.rejected)
+        .Add("hash_evicted", rep.hash.evicted)
+        .Add("hash_bytes", rep.hash.bytes)
         .Print();
   } else {
     std::printf("test AUC %.4f (oracle %.4f), %.0f examples/s; init %.2f s, data %.2f s, wall %.1f s\n", rep.auc,

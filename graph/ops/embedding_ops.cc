@@ -5,19 +5,22 @@
 // partials on the caller.
 //
 // Attributes shared by all of them (kernels/embedding_math.h parses them):
-// table, table_rows, num_shards, shard, partition ("mod" | "range"),
-// combiner ("sum" | "mean" | "none"), segments ("dense" | "offsets" |
+// table, table_rows, num_shards, shard, partition ("mod" | "range" | "hash"),
+// combiner ("sum" | "mean" | "sqrtn" | "none"), segments ("dense" | "offsets" |
 // "segment_ids"), num_segments (segment_ids only).
 #include "graph/op_registry.h"
+#include "kernels/hash_embedding.h"
 #include "kernels/optimizer_spec.h"
 
 namespace sf {
 namespace {
 
-// The declared [rows, dim] of the shard behind input 0 when it is a VarHandle.
+// The declared [rows, dim] of the shard behind input 0 when it is a VarHandle
+// ([-1, dim] for a hash table's shard, whose variable is its saved state).
 PartialShape ShardShape(const InferenceContext& c) {
   const Node& h = c.graph().node(c.node().inputs[0].node);
   if (h.op != "VarHandle") return PartialShape::UnknownDims(2);
+  if (auto dim = h.attrs.Get<int64_t>("_hash_dim"); dim.ok()) return PartialShape(Shape{-1, *dim});
   auto s = h.attrs.GetOr<PartialShape>("shape", PartialShape::UnknownDims(2));
   return s.ok() && s->rank() == 2 ? *s : PartialShape::UnknownDims(2);
 }
@@ -34,15 +37,15 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
   SF_ASSIGN_OR_RETURN(int64_t shards, c.Attr<int64_t>("num_shards"));
   SF_ASSIGN_OR_RETURN(int64_t shard, c.Attr<int64_t>("shard"));
   const std::string who = "embedding table '" + table + "'";
-  if (shards < 1 || rows < shards || shard < 0 || shard >= shards)
+  SF_ASSIGN_OR_RETURN(std::string part, c.AttrOr<std::string>("partition", "mod"));
+  if (part != "mod" && part != "range" && part != "hash")
+    return c.Error(who + ": unknown partition '" + part + "' (expected mod, range or hash)");
+  if (shards < 1 || (part != "hash" && rows < shards) || shard < 0 || shard >= shards)
     return c.Error(who + ": shard " + std::to_string(shard) + " of " + std::to_string(shards) +
                    " over " + std::to_string(rows) + " rows is not valid");
-  SF_ASSIGN_OR_RETURN(std::string part, c.AttrOr<std::string>("partition", "mod"));
-  if (part != "mod" && part != "range")
-    return c.Error(who + ": unknown partition '" + part + "' (expected mod or range)");
   SF_ASSIGN_OR_RETURN(std::string comb, c.AttrOr<std::string>("combiner", "sum"));
-  if (comb != "sum" && comb != "mean" && comb != "none")
-    return c.Error(who + ": unknown combiner '" + comb + "' (expected sum, mean or none)");
+  if (comb != "sum" && comb != "mean" && comb != "sqrtn" && comb != "none")
+    return c.Error(who + ": unknown combiner '" + comb + "' (expected sum, mean, sqrtn or none)");
   SF_ASSIGN_OR_RETURN(std::string seg, c.AttrOr<std::string>("segments", "dense"));
   if (!IsIndex(c.input_dtype(first)))
     return c.Error(who + ": ids must be int32 or int64, got " + DTypeName(c.input_dtype(first)));
@@ -101,10 +104,13 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .Build()));
 
   // The sparse form of each optimizer that has one (kernels/optimizer_spec.h).
+  // slot_init: the slots' starting values, for the rows a hash table creates.
+  std::vector<std::string> apply_attrs = kLookupAttrs;
+  apply_attrs.push_back("slot_init");
   for (const OptimizerSpec& op : kOptimizers) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful().Attrs(kLookupAttrs)
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful().Attrs(apply_attrs)
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)
@@ -124,6 +130,36 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
         })
         .NotDifferentiable().Summary(op.sparse_summary).Build()));
   }
+
+  // Hash tables (kernels/hash_embedding.h): the initializer that makes a
+  // shard variable a hash table shard, and its metrics.
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardInit").Inputs(1).Stateful()
+      .Attrs({"table", "num_shards", "shard", "dim", "initializer", "scale", "seed", "min_count",
+              "admit_probability", "filter_width", "filter_depth", "ttl_steps", "max_rows", "eviction",
+              "ram_budget_bytes", "cold_dir", "_initializer"})
+      .Shape([](InferenceContext& c) -> Status {
+        if (c.input_dtype(0) != DType::kResource)
+          return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));
+        SF_RETURN_IF_ERROR(c.Attr<std::string>("table").status());
+        SF_RETURN_IF_ERROR(c.Attr<int64_t>("dim").status());
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("Makes one shard of a hash embedding table empty, with its admission and eviction "
+               "settings (attrs). Input: the shard handle.")
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardStats").Inputs(1).Stateful().Attrs({"table"})
+      .Shape([](InferenceContext& c) -> Status {
+        if (c.input_dtype(0) != DType::kResource)
+          return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));
+        c.set_output(0, DType::kInt64, PartialShape(Shape{kNumHashShardMetrics}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("One hash table shard's metrics, int64 [12]: rows, capacity, admitted, rejected, "
+               "evicted, bytes, step, skipped, cold_rows, hot_hits, cold_hits, disk_bytes. Input: the "
+               "shard handle.")
+      .Build()));
   return Status::OK();
 }
 

@@ -49,7 +49,8 @@ Status AssignShape(InferenceContext& c) {
 
 Status RegisterStateOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle").Inputs(0).Stateful()
-      .Attrs({"shared_name", "dtype", "shape", "trainable", "_embedding_table", "_embedding_partition"})
+      .Attrs({"shared_name", "dtype", "shape", "trainable", "_embedding_table", "_embedding_partition",
+              "_hash_embedding", "_hash_dim"})
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("VarHandle needs a non-empty shared_name");

@@ -41,12 +41,15 @@ class Optimizer {
   // Adds the sparse update of one embedding shard (handle) from the gradient
   // dy of one of its EmbeddingShardLookup nodes (include/shardflow/embedding.h).
   // The default answers Unimplemented naming the optimizer: GradientDescent,
-  // Adagrad and Adam (lazy) override it.
+  // Adagrad, RowwiseAdagrad, Adam (lazy) and Ftrl override it.
   virtual Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy);
   // Adds the EmbeddingSparseApply<op> node: handles (shard then slots), scalar
   // hyperparameters, the lookup's ids (and segments), dy; the lookup's attrs.
+  // slot_init: the slots' initial values, which a hash table's shard uses for
+  // the slots of each row it creates (its handles are the shard's own).
   Result<int> AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
-                             std::vector<Output> scalars, int lookup, Output dy);
+                             std::vector<Output> scalars, int lookup, Output dy,
+                             const std::vector<double>& slot_init = {});
   // Like Slot, filled by a Fill op at run time (no dense constant in the graph:
   // embedding shards are big).
   Output FilledSlot(Graph& g, Output handle, const std::string& slot_name, double init = 0.0);
@@ -107,6 +110,36 @@ class AdamOptimizer : public Optimizer {
   Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
  private:
   double lr_, beta1_, beta2_, eps_;
+};
+
+// Adagrad with one accumulator per row (TorchRec's row-wise Adagrad): the
+// mean of the row's squared gradient accumulates. Its slot keeps the
+// variable's shape, each row's value repeated.
+class RowwiseAdagradOptimizer : public Optimizer {
+ public:
+  explicit RowwiseAdagradOptimizer(double learning_rate, double initial_accumulator = 0.1)
+      : lr_(learning_rate), init_(initial_accumulator) {}
+  std::string name() const override { return "RowwiseAdagrad"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+ private:
+  double lr_, init_;
+};
+
+// FTRL-proximal (McMahan et al. 2013; TF's FtrlOptimizer), the standard
+// optimizer of click-through-rate models: l1 makes weights exactly zero.
+class FtrlOptimizer : public Optimizer {
+ public:
+  explicit FtrlOptimizer(double learning_rate, double l1 = 0.0, double l2 = 0.0,
+                         double learning_rate_power = -0.5, double initial_accumulator = 0.1)
+      : lr_(learning_rate), l1_(l1), l2_(l2), power_(learning_rate_power), init_(initial_accumulator) {}
+  std::string name() const override { return "Ftrl"; }
+ protected:
+  Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+ private:
+  double lr_, l1_, l2_, power_, init_;
 };
 
 class RMSPropOptimizer : public Optimizer {

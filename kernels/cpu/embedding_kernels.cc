@@ -51,6 +51,14 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
     Status s = BuildEmbeddingGather(attrs_, ctx->input(1),
                                     ctx->num_inputs() > 2 ? &ctx->input(2) : nullptr, &q, &prefix);
     if (!s.ok()) return fail(s);
+    if (attrs_.spec.partition == EmbeddingPartition::kHash) {
+      // Only this shard's ids, each once, travel to the shard.
+      q.step_id = ctx->step_id();
+      EmbeddingGather mine;
+      s = BuildHashShardGather(attrs_.spec, q, &mine);
+      if (!s.ok()) return fail(s);
+      q = std::move(mine);
+    }
     ctx->embeddings()->GatherCombine(
         *id, attrs_.spec, std::move(q),
         [ctx, prefix = std::move(prefix), done = std::move(done)](Result<Tensor> r) mutable {
@@ -71,7 +79,10 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
  public:
   EmbeddingSparseApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
       : EmbeddingKernelBase(init, s), optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
-        scalars_(SpecOf(optimizer).scalars) {}
+        scalars_(SpecOf(optimizer).scalars),
+        slot_init_(init.attrs->GetOr<std::vector<double>>("slot_init", {})) {
+    if (s->ok() && !slot_init_.ok()) *s = slot_init_.status();
+  }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     auto fail = [&](Status s) {
       ctx->SetStatus(std::move(s));
@@ -104,6 +115,8 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
     s = EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req.indices, &req.values, ctx->pool());
     if (!s.ok()) return fail(s);
     req.indices_unique = true;  // EmbeddingSparseGrad merged duplicates
+    req.step_id = ctx->step_id();
+    if (slot_init_.ok()) req.slot_init = *slot_init_;
     ctx->embeddings()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {
       ctx->SetStatus(std::move(st));
       done();
@@ -113,6 +126,86 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
  private:
   OptimizerKind optimizer_;
   int handles_, scalars_;
+  Result<std::vector<double>> slot_init_;
+};
+
+// Makes its input's shard an empty hash table shard (an initializer).
+class HashEmbeddingShardInitKernel : public OpKernel {
+ public:
+  HashEmbeddingShardInitKernel(const KernelInit& init, Status* s) : op_(init.op) {
+    *s = Parse(*init.attrs);
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("asynchronous")); }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    auto fail = [&](Status s) {
+      ctx->SetStatus(std::move(s));
+      done();
+    };
+    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
+    auto id = ShardHandle(ctx->input(0), c_.table);
+    if (!id.ok()) return fail(id.status());
+    ctx->embeddings()->InitHashShard(*id, c_, [ctx, done = std::move(done)](Status st) {
+      ctx->SetStatus(std::move(st));
+      done();
+    });
+  }
+
+ private:
+  Status Parse(const AttrMap& a) {
+    SF_ASSIGN_OR_RETURN(c_.table, a.Get<std::string>("table"));
+    SF_ASSIGN_OR_RETURN(c_.num_shards, a.Get<int64_t>("num_shards"));
+    SF_ASSIGN_OR_RETURN(c_.shard, a.Get<int64_t>("shard"));
+    SF_ASSIGN_OR_RETURN(c_.dim, a.Get<int64_t>("dim"));
+    SF_ASSIGN_OR_RETURN(std::string init, a.GetOr<std::string>("initializer", "uniform"));
+    SF_ASSIGN_OR_RETURN(c_.initializer, ParseHashInitializer(init));
+    SF_ASSIGN_OR_RETURN(c_.scale, a.GetOr<double>("scale", 0.0));
+    SF_ASSIGN_OR_RETURN(c_.seed, a.GetOr<int64_t>("seed", 0));
+    SF_ASSIGN_OR_RETURN(c_.min_count, a.GetOr<int64_t>("min_count", 0));
+    SF_ASSIGN_OR_RETURN(c_.admit_probability, a.GetOr<double>("admit_probability", 1.0));
+    SF_ASSIGN_OR_RETURN(c_.filter_width, a.GetOr<int64_t>("filter_width", 1 << 16));
+    SF_ASSIGN_OR_RETURN(c_.filter_depth, a.GetOr<int64_t>("filter_depth", 4));
+    SF_ASSIGN_OR_RETURN(c_.ttl_steps, a.GetOr<int64_t>("ttl_steps", 0));
+    SF_ASSIGN_OR_RETURN(c_.max_rows, a.GetOr<int64_t>("max_rows", 0));
+    SF_ASSIGN_OR_RETURN(std::string ev, a.GetOr<std::string>("eviction", "lru"));
+    SF_ASSIGN_OR_RETURN(c_.eviction, ParseHashEviction(ev));
+    SF_ASSIGN_OR_RETURN(c_.ram_budget_bytes, a.GetOr<int64_t>("ram_budget_bytes", 0));
+    SF_ASSIGN_OR_RETURN(c_.cold_dir, a.GetOr<std::string>("cold_dir", ""));
+    return CheckHashShardConfig(c_);
+  }
+  std::string op_;
+  HashShardConfig c_;
+};
+
+// One hash table shard's metrics.
+class HashEmbeddingShardStatsKernel : public OpKernel {
+ public:
+  HashEmbeddingShardStatsKernel(const KernelInit& init, Status* s) : op_(init.op) {
+    auto t = init.attrs->GetOr<std::string>("table", "?");
+    if (!t.ok()) *s = t.status();
+    else table_ = *t;
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("asynchronous")); }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    auto fail = [&](Status s) {
+      ctx->SetStatus(std::move(s));
+      done();
+    };
+    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
+    auto id = ShardHandle(ctx->input(0), table_);
+    if (!id.ok()) return fail(id.status());
+    ctx->embeddings()->HashShardStats(*id, [ctx, done = std::move(done)](Result<Tensor> r) {
+      if (r.ok()) ctx->set_output(0, std::move(*r));
+      else ctx->SetStatus(r.status());
+      done();
+    });
+  }
+
+ private:
+  std::string op_, table_;
 };
 
 KernelFactory SparseApplyFactory(OptimizerKind optimizer) {
@@ -132,6 +225,8 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 
 void RegisterEmbeddingKernels(KernelRegistry& reg) {
   Reg(reg, "EmbeddingShardLookup", MakeFactory<EmbeddingShardLookupKernel>());
+  Reg(reg, "HashEmbeddingShardInit", MakeFactory<HashEmbeddingShardInitKernel>());
+  Reg(reg, "HashEmbeddingShardStats", MakeFactory<HashEmbeddingShardStatsKernel>());
   for (const OptimizerSpec& spec : kOptimizers)
     if (spec.sparse_op) Reg(reg, spec.sparse_op, SparseApplyFactory(spec.kind));
 }

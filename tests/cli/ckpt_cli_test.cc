@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "shardflow/embedding.h"
 #include "shardflow/npy.h"
+#include "shardflow/optimizers.h"
 #include "shardflow/ops.h"
 #include "shardflow/session.h"
 #include "storage/checkpoint.h"
@@ -97,4 +99,35 @@ TEST_CASE("shardflow ckpt reports corruption and bad usage", "[cli][checkpoint]"
   CHECK(RunCommand(Cli("frobnicate " + ck)).code == 2);
   CHECK(RunCommand(Cli("export " + ck)).code == 2);
   CHECK(RunCommand(Cli("inspect " + ck + " --id x")).code == 2);
+}
+
+TEST_CASE("shardflow ckpt inspect shows a hash table's rows and counters", "[cli][checkpoint][hash_embedding]") {
+  TempDir dir("sf_ckpt_cli_hash");
+  const std::string ck = dir / "ck";
+  {
+    Graph g;
+    HashEmbeddingTableOptions o;
+    o.num_shards = 2;
+    o.min_count = 2;
+    auto t = NewHashEmbeddingTable(g, "feats", 3, o);
+    auto ids = ops::Placeholder(g, DType::kInt64, {-1, 1}, "ids");
+    auto train = AdagradOptimizer(0.1).Minimize(g, ops::Sum(g, ops::EmbeddingLookup(g, t, ids)));
+    REQUIRE(train.ok());
+    Operation init = ops::GlobalVariablesInitializer(g);
+    REQUIRE(g.status().ok());
+    Session s(g);
+    REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+    for (int step = 0; step < 2; ++step)  // -42 twice: admitted at its second step; 3 once: rejected
+      REQUIRE(s.Run({{"ids", Tensor::FromVector(std::vector<int64_t>{-42, step == 0 ? 3 : -42}, {2, 1})}},
+                    std::vector<Output>{}, {*train}).ok());
+    REQUIRE(s.Save(ck, 2).ok());
+  }
+  auto inspect = RunCommand(Cli("inspect " + ck));
+  INFO(inspect.out);
+  CHECK(inspect.code == 0);
+  CHECK(Has(inspect.out, "feats/part_0  int64"));
+  CHECK(Has(inspect.out, "hash table shard 0 of 2  dim 3"));
+  CHECK(Has(inspect.out, "optimizer Adagrad"));
+  CHECK(Has(inspect.out, "id -42  last_seen 1  freq 2"));
+  CHECK(Has(inspect.out, "rejected 2"));  // -42 and 3 at step 0, both in shard 0
 }

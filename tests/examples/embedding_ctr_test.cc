@@ -143,10 +143,38 @@ TEST_CASE("embedding_ctr learns the same model in-process and on clusters", "[ex
   CHECK(std::fabs(JsonNumber(LastLine(other.out), "auc") - auc) > 1e-4);
 }
 
+TEST_CASE("embedding_ctr --hash learns from raw 64-bit ids in-process and on a cluster", "[examples][embedding_ctr]") {
+  auto fixed = RunCommand(Program() + kSmall + " --local 2>&1");
+  REQUIRE(fixed.code == 0);
+  auto local = RunCommand(Program() + kSmall + " --local --hash 2>&1");
+  INFO(local.out);
+  REQUIRE(local.code == 0);
+  const std::string l = LastLine(local.out);
+  for (const char* key : {"auc", "examples_per_sec", "shards", "nodes", "hash_rows", "hash_admitted"}) {
+    INFO(key);
+    CHECK(JsonNumber(l, key) >= 0);
+  }
+  // min_count 2: some ids were seen once and got no row.
+  CHECK(JsonNumber(l, "hash_rejected") > 0);
+  CHECK(JsonNumber(l, "hash_rows") == JsonNumber(l, "hash_admitted") - JsonNumber(l, "hash_evicted"));
+  const double auc = JsonNumber(l, "auc");
+  // As good as the fixed table on the same log, within the spread of two
+  // random initialisations.
+  CHECK(auc > JsonNumber(LastLine(fixed.out), "auc") - 0.01);
+  auto cluster = RunCommand(Program() + kSmall + " --nodes 2 --hash 2>&1");
+  INFO(cluster.out);
+  REQUIRE(cluster.code == 0);
+  CHECK(JsonNumber(LastLine(cluster.out), "nodes") == 2);
+  CHECK(JsonNumber(LastLine(cluster.out), "auc") == Approx(auc).margin(1e-4));
+}
+
 TEST_CASE("embedding_ctr refuses bad flags naming them", "[examples][embedding_ctr]") {
   auto r = RunCommand(Program() + " --combiner max --local 2>&1");
   CHECK(r.code == 2);
-  CHECK(r.out.find("--combiner must be sum or mean, got 'max'") != std::string::npos);
+  CHECK(r.out.find("--combiner must be sum, mean or sqrtn, got 'max'") != std::string::npos);
+  r = RunCommand(Program() + " --hash --min-count -1 --local 2>&1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--min-count") != std::string::npos);
   r = RunCommand(Program() + " --shards 0 --local 2>&1");
   CHECK(r.code == 2);
   CHECK(r.out.find("--shards") != std::string::npos);

@@ -28,6 +28,8 @@ std::vector<std::unique_ptr<Optimizer>> EveryOptimizer() {
   o.push_back(std::make_unique<AdagradOptimizer>(0.1));
   o.push_back(std::make_unique<AdamOptimizer>(0.1));
   o.push_back(std::make_unique<RMSPropOptimizer>(0.1));
+  o.push_back(std::make_unique<RowwiseAdagradOptimizer>(0.1));
+  o.push_back(std::make_unique<FtrlOptimizer>(0.1, 0.01, 0.01));
   return o;
 }
 
@@ -95,7 +97,7 @@ TEST_CASE("Every optimizer in the table has its ops and kernels, and no update o
   CHECK_FALSE(ParseOptimizer("Nope").ok());
   CHECK(ParseOptimizer("Nope").status().message().find(OptimizerNames()) != std::string::npos);
   CHECK(FindOptimizer("Nope") == nullptr);
-  CHECK(OptimizerNames(/*with_sparse_op=*/true) == "GradientDescent, Adagrad or Adam");
+  CHECK(OptimizerNames(/*with_sparse_op=*/true) == "GradientDescent, Adagrad, Adam, RowwiseAdagrad or Ftrl");
 }
 
 TEST_CASE("Every optimizer builds its table row's op and slots, dense, sparse and replicated",

@@ -277,6 +277,27 @@ std::map<std::string, Maker> Makers() {
     RMSPropOptimizer o(0.1);
     return OptimizerCase(g, o);
   };
+  m["Optimizers: RowwiseAdagrad"] = [](Graph& g) {
+    RowwiseAdagradOptimizer o(0.1);
+    return OptimizerCase(g, o);
+  };
+  m["Optimizers: Ftrl"] = [](Graph& g) {
+    FtrlOptimizer o(0.1, 0.01, 0.01);
+    return OptimizerCase(g, o);
+  };
+  m["HashEmbeddingShardInit"] = [](Graph& g) {
+    Case c;
+    HashEmbeddingTableOptions o;
+    o.num_shards = 2;
+    EmbeddingTable table = NewHashEmbeddingTable(g, "hash", 3, o);
+    Output looked = ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt32, {0, 2}, "ids"), "sqrtn");
+    auto train = AdagradOptimizer(0.1).Minimize(g, ops::Sum(g, looked));
+    if (train.ok()) c.targets.push_back(*train);
+    c.setup.push_back(ops::GlobalVariablesInitializer(g));
+    c.fetches = {looked};
+    for (const Output& m : ops::HashEmbeddingShardMetrics(g, table)) c.fetches.push_back(m);
+    return c;
+  };
   m["EmbeddingShardLookup"] = [](Graph& g) {
     Case c;
     EmbeddingTable table = NewEmbeddingTable(g, "table", 4, 3, EmbeddingTableOptions{});

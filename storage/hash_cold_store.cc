@@ -1,0 +1,77 @@
+// Hash embedding cold tiers over a KvStore (storage/hash_cold_store.h).
+#include "storage/hash_cold_store.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace sf {
+namespace {
+
+// Keys: 'r' and the id's 8 bytes, big-endian with the sign bit flipped, so
+// keys sort as the ids do.
+std::string Key(int64_t id) {
+  uint64_t u = static_cast<uint64_t>(id) ^ (uint64_t{1} << 63);
+  std::string k(9, 'r');
+  for (int i = 8; i >= 1; --i, u >>= 8) k[i] = static_cast<char>(u & 0xff);
+  return k;
+}
+
+int64_t IdOf(const std::string& key) {
+  uint64_t u = 0;
+  for (int i = 1; i <= 8; ++i) u = (u << 8) | static_cast<unsigned char>(key[i]);
+  return static_cast<int64_t>(u ^ (uint64_t{1} << 63));
+}
+
+class KvHashColdStore : public HashColdStore {
+ public:
+  KvHashColdStore(std::unique_ptr<KvStore> kv, std::string where) : kv_(std::move(kv)), where_(std::move(where)) {}
+
+  Status MultiGet(const std::vector<int64_t>& ids, std::vector<std::string>* values,
+                  std::vector<bool>* found) override {
+    std::vector<std::string> keys;
+    keys.reserve(ids.size());
+    for (int64_t id : ids) keys.push_back(Key(id));
+    return Named(kv_->MultiGet(keys, values, found));
+  }
+  Status Write(const std::vector<std::pair<int64_t, std::string>>& puts, const std::vector<int64_t>& deletes) override {
+    KvBatch b;
+    for (const auto& p : puts) b.Put(Key(p.first), p.second);
+    for (int64_t id : deletes) b.Delete(Key(id));
+    // Not synced: the tier is a cache; checkpoints make a table durable.
+    return Named(kv_->Write(b, /*sync=*/false));
+  }
+  Status Scan(const std::function<void(int64_t, const std::string&)>& fn) override {
+    return Named(kv_->Scan("r", [&](const std::string& k, const std::string& v) {
+      if (k.size() == 9) fn(IdOf(k), v);
+      return true;
+    }));
+  }
+  Status Clear() override { return Named(kv_->DeletePrefix("r")); }
+  int64_t DiskBytes() override { return kv_->DiskBytes(); }
+
+ private:
+  Status Named(Status s) const { return s.ok() ? s : s.WithPrefix("cold tier '" + where_ + "'"); }
+  std::unique_ptr<KvStore> kv_;
+  std::string where_;
+};
+
+}  // namespace
+
+std::unique_ptr<HashColdStore> NewKvHashColdStore(std::unique_ptr<KvStore> kv, std::string where) {
+  return std::make_unique<KvHashColdStore>(std::move(kv), std::move(where));
+}
+
+Result<std::unique_ptr<HashColdStore>> OpenHashColdStore(const std::string& cold_dir, const std::string& table,
+                                                         int64_t shard) {
+  std::string name = table;
+  std::replace(name.begin(), name.end(), '/', '.');
+  const std::string dir = cold_dir + "/" + name + "/part_" + std::to_string(shard);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable("hash embedding table '" + table + "': cannot create cold tier '" + dir + "': " + ec.message());
+  auto kv = OpenRocksDb(dir, /*create_if_missing=*/true);
+  if (!kv.ok()) return kv.status().WithPrefix("hash embedding table '" + table + "': cold tier");
+  return NewKvHashColdStore(std::move(*kv), dir);
+}
+
+}  // namespace sf

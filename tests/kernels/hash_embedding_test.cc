@@ -1,0 +1,371 @@
+// Property tests of one hash embedding shard (kernels/hash_embedding.h),
+// with fixed seeds: admission, eviction, pinning by steps in flight, the
+// memory bound, saved states (full and incremental) and resharding.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "kernels/embedding_math.h"
+#include "kernels/hash_embedding.h"
+
+using namespace sf;
+
+namespace {
+
+HashShardConfig Config(int64_t dim = 4) {
+  HashShardConfig c;
+  c.table = "tab";
+  c.dim = dim;
+  c.scale = 0.5;
+  c.seed = 11;
+  return c;
+}
+
+// Looks ids up (each its own example) in step step_id; the [n, dim] result.
+Tensor Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step_id, Status* status = nullptr) {
+  EmbeddingShardSpec spec;
+  spec.table = s.config().table;
+  spec.num_shards = s.config().num_shards;
+  spec.shard = s.config().shard;
+  spec.partition = EmbeddingPartition::kHash;
+  EmbeddingGather q;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  q.ids = Tensor::FromVector(ids);
+  std::vector<int64_t> seg(ids.size());
+  for (int64_t i = 0; i < n; ++i) seg[i] = i;
+  q.segment_ids = Tensor::FromVector(seg);
+  q.num_segments = n;
+  q.step_id = step_id;
+  EmbeddingGather mine;
+  Status st = BuildHashShardGather(spec, q, &mine);
+  REQUIRE(st.ok());
+  Tensor out;
+  st = s.GatherCombine(mine, &out);
+  if (status) *status = st;
+  else REQUIRE(st.ok());
+  return out;
+}
+
+// One sparse update of ids in step step_id: every gradient row is g.
+Status Apply(HashEmbeddingShard& s, OptimizerKind kind, const std::vector<int64_t>& ids, int64_t step_id,
+             float g = 0.5f) {
+  SparseApplyRequest r;
+  r.optimizer = kind;
+  if (kind == OptimizerKind::kAdam)
+    r.scalars = {Tensor::Scalar<float>(0.1f), Tensor::Scalar<float>(0.9f), Tensor::Scalar<float>(0.999f),
+                 Tensor::Scalar<float>(1e-8f)};
+  else if (kind == OptimizerKind::kFtrl)
+    r.scalars = {Tensor::Scalar<float>(0.1f), Tensor::Scalar<float>(0.01f), Tensor::Scalar<float>(0.01f),
+                 Tensor::Scalar<float>(-0.5f)};
+  else
+    r.scalars = {Tensor::Scalar<float>(0.1f)};
+  r.indices = Tensor::FromVector(ids);
+  r.values = Tensor(DType::kFloat32, {static_cast<int64_t>(ids.size()), s.config().dim});
+  for (int64_t i = 0; i < r.values.num_elements(); ++i) r.values.data<float>()[i] = g;
+  r.step_id = step_id;
+  r.slot_init = kind == OptimizerKind::kAdam ? std::vector<double>{0, 0, 0.9, 0.999} : std::vector<double>{0.1, 0.0};
+  return s.Apply(r);
+}
+
+// Replaces the rows of base listed in rows by those of now (an increment).
+Tensor Compose(const Tensor& base, const Tensor& now, const std::vector<int64_t>& rows) {
+  REQUIRE(base.shape() == now.shape());
+  Tensor out = base.Copy();
+  const int64_t w = base.dim(1);
+  for (int64_t r : rows)
+    std::copy(now.data<int64_t>() + r * w, now.data<int64_t>() + (r + 1) * w, out.data<int64_t>() + r * w);
+  return out;
+}
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::equal(a.data<int64_t>(), a.data<int64_t>() + a.num_elements(),
+                                              b.data<int64_t>());
+}
+
+}  // namespace
+
+TEST_CASE("Hash shard: any int64 id, rows made on first lookup, deterministic values", "[hash_embedding]") {
+  HashEmbeddingShard s(Config());
+  const std::vector<int64_t> ids = {-1, 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                                    1234567890123, -1};
+  Tensor a = Lookup(s, ids, 1);
+  CHECK(s.Metrics().rows == 5);
+  CHECK(s.Metrics().admitted == 5);
+  // The same id twice reads the same row; a second shard makes the same row.
+  for (int64_t j = 0; j < 4; ++j) CHECK(a.data<float>()[j] == a.data<float>()[5 * 4 + j]);
+  HashEmbeddingShard t(Config());
+  Tensor b = Lookup(t, {1234567890123}, 1);
+  for (int64_t j = 0; j < 4; ++j) CHECK(b.data<float>()[j] == a.data<float>()[4 * 4 + j]);
+  for (int64_t i = 0; i < a.num_elements(); ++i) CHECK(std::abs(a.data<float>()[i]) <= 0.5f);
+}
+
+TEST_CASE("Hash shard property: an id seen fewer than min_count times never gets a row", "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.min_count = 3;
+  HashEmbeddingShard s(c);
+  std::mt19937_64 rng(42);
+  std::map<int64_t, int64_t> seen;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<int64_t> batch;
+    for (int i = 0; i < 20; ++i) {
+      const int64_t id = static_cast<int64_t>(rng() % 2000) - 1000;
+      batch.push_back(id);
+    }
+    Tensor out = Lookup(s, batch, step);
+    for (int64_t id : batch) ++seen[id];  // a batch counts as a whole
+    for (size_t i = 0; i < batch.size(); ++i) {
+      HashRowState row;
+      const bool has = s.RowOf(batch[i], &row);
+      if (seen[batch[i]] < 3) {
+        INFO("id " << batch[i] << " seen " << seen[batch[i]]);
+        CHECK_FALSE(has);
+        for (int64_t j = 0; j < 4; ++j) CHECK(out.data<float>()[i * 4 + j] == 0.0f);  // the default value
+      }
+    }
+    REQUIRE(Apply(s, OptimizerKind::kGradientDescent, batch, step).ok());
+  }
+  for (const auto& kv : seen) {
+    HashRowState row;
+    CHECK(s.RowOf(kv.first, &row) == (kv.second >= 3));
+  }
+  CHECK(s.Metrics().rejected > 0);
+  CHECK(s.Metrics().skipped > 0);  // gradients of ids without a row
+}
+
+TEST_CASE("Hash shard property: admit_probability admits about that share, deterministically", "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.admit_probability = 0.25;
+  HashEmbeddingShard a(c), b(c);
+  std::vector<int64_t> ids(4000);
+  for (int64_t i = 0; i < 4000; ++i) ids[i] = i * 7919;
+  Lookup(a, ids, 1);
+  Lookup(b, ids, 1);
+  CHECK(a.Metrics().rows == b.Metrics().rows);
+  CHECK(a.Metrics().rows > 800);
+  CHECK(a.Metrics().rows < 1200);
+  CHECK(a.Metrics().rejected == 4000 - a.Metrics().rows);
+}
+
+TEST_CASE("Hash shard property: an evicted id comes back with a fresh value and slots", "[hash_embedding]") {
+  for (const bool by_ttl : {true, false}) {
+    INFO((by_ttl ? "ttl" : "max_rows"));
+    HashShardConfig c = Config();
+    if (by_ttl) c.ttl_steps = 3;
+    else c.max_rows = 32;
+    HashEmbeddingShard s(c);
+    const Tensor fresh = Lookup(s, {77}, 0);
+    REQUIRE(Apply(s, OptimizerKind::kAdagrad, {77}, 0).ok());
+    HashRowState trained;
+    REQUIRE(s.RowOf(77, &trained));
+    CHECK(trained.values[0] != fresh.data<float>()[0]);
+    CHECK(trained.values[4] != 0.1f);  // the accumulator moved
+    // Other ids only, until 77 has gone.
+    for (int64_t step = 1; step < 40; ++step) {
+      std::vector<int64_t> batch;
+      for (int64_t i = 0; i < 8; ++i) batch.push_back(1000 * step + i);
+      Lookup(s, batch, step);
+      REQUIRE(Apply(s, OptimizerKind::kAdagrad, batch, step).ok());
+    }
+    HashRowState row;
+    CHECK_FALSE(s.RowOf(77, &row));
+    CHECK(s.Metrics().evicted > 0);
+    const Tensor again = Lookup(s, {77}, 40);
+    REQUIRE(s.RowOf(77, &row));
+    for (int64_t j = 0; j < 4; ++j) {
+      CHECK(again.data<float>()[j] == fresh.data<float>()[j]);
+      CHECK(row.values[j] == fresh.data<float>()[j]);
+      CHECK(row.values[4 + j] == 0.1f);  // Adagrad's initial accumulator
+    }
+    CHECK(row.freq == 1);
+  }
+}
+
+TEST_CASE("Hash shard property: streaming 10x max_rows distinct ids keeps rows <= max_rows", "[hash_embedding]") {
+  for (const char* policy : {"lru", "lfu"}) {
+    INFO(policy);
+    HashShardConfig c = Config(8);
+    c.max_rows = 1000;
+    c.eviction = std::string(policy) == "lru" ? HashEviction::kLru : HashEviction::kLfu;
+    HashEmbeddingShard s(c);
+    std::mt19937_64 rng(7);
+    int64_t next = 0;
+    int64_t peak_bytes = 0;
+    for (int64_t step = 0; step < 200; ++step) {
+      std::vector<int64_t> batch;
+      for (int i = 0; i < 50; ++i) batch.push_back(next++);              // 10'000 distinct ids in all
+      for (int i = 0; i < 10; ++i) batch.push_back(static_cast<int64_t>(rng() % 20));  // a hot set
+      Lookup(s, batch, step);
+      REQUIRE(Apply(s, OptimizerKind::kAdagrad, batch, step).ok());
+      REQUIRE(s.Metrics().rows <= c.max_rows);
+      REQUIRE(s.Metrics().capacity <= c.max_rows);
+      peak_bytes = std::max(peak_bytes, s.Metrics().bytes);
+    }
+    CHECK(next == 10 * c.max_rows);
+    CHECK(s.Metrics().evicted >= next - c.max_rows);
+    // The model of a row's cost: value and slot floats, 40 bytes of metadata,
+    // about 3 index words and a free-list word; doubled for growth slack.
+    const int64_t per_row = 8 * 4 * 2 + 40 + 3 * 16 + 8;
+    CHECK(peak_bytes <= 2 * c.max_rows * per_row);
+    // The hot ids survive under both policies: they are used every step.
+    for (int64_t id = 0; id < 20; ++id) {
+      HashRowState row;
+      CHECK(s.RowOf(id, &row));
+    }
+  }
+}
+
+TEST_CASE("Hash shard property: no row used by a step in flight is evicted", "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.max_rows = 64;
+  HashEmbeddingShard s(c);
+  // Step 100 looks up 40 rows; its update comes only at the end.
+  std::vector<int64_t> pinned;
+  for (int64_t i = 0; i < 40; ++i) pinned.push_back(-1 - i);
+  const Tensor before = Lookup(s, pinned, 100);
+  // Other steps stream new ids meanwhile (an async worker).
+  for (int64_t step = 0; step < 30; ++step) {
+    std::vector<int64_t> batch;
+    for (int64_t i = 0; i < 16; ++i) batch.push_back(100000 + step * 16 + i);
+    Lookup(s, batch, step);
+    REQUIRE(Apply(s, OptimizerKind::kGradientDescent, batch, step).ok());
+    for (int64_t id : pinned) {
+      HashRowState row;
+      REQUIRE(s.RowOf(id, &row));
+    }
+  }
+  // More new ids than unpinned rows: an error, not a silent default.
+  std::vector<int64_t> big;
+  for (int64_t i = 0; i < 30; ++i) big.push_back(900000 + i);
+  Status st;
+  Lookup(s, big, 200, &st);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("'tab'") != std::string::npos);
+  CHECK(st.message().find("max_rows") != std::string::npos);
+  // The pinned step's update lands on its rows, as they were.
+  REQUIRE(Apply(s, OptimizerKind::kGradientDescent, pinned, 100).ok());
+  HashRowState row;
+  REQUIRE(s.RowOf(pinned[0], &row));
+  CHECK(row.values[0] == Approx(before.data<float>()[0] - 0.1f * 0.5f));
+}
+
+TEST_CASE("Hash shard property: a full state plus increments restores bit-identical", "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.max_rows = 100;
+  c.ttl_steps = 6;
+  c.min_count = 2;
+  c.filter_width = 4096;
+  HashEmbeddingShard s(c);
+  std::mt19937_64 rng(3);
+  bool all = false;
+  Tensor saved;
+  int64_t step = 0;
+  auto run = [&](int n) {
+    for (int k = 0; k < n; ++k, ++step) {
+      std::vector<int64_t> batch;
+      for (int i = 0; i < 30; ++i) batch.push_back(static_cast<int64_t>(rng() % 400) - 200);
+      Lookup(s, batch, step);
+      REQUIRE(Apply(s, OptimizerKind::kAdam, batch, step).ok());
+    }
+  };
+  run(5);
+  s.TakeDirtyRows(&all);
+  saved = s.Serialize().value();
+  CHECK(all);
+  const int64_t evicted0 = s.Metrics().evicted;
+  for (int inc = 0; inc < 4; ++inc) {
+    run(7);  // rows evicted and re-admitted between the saves
+    const std::vector<int64_t> rows = s.TakeDirtyRows(&all);
+    const Tensor now = s.Serialize().value();
+    if (all) saved = now;
+    else saved = Compose(saved, now, rows);
+    REQUIRE(SameBits(saved, now));
+    if (!all) CHECK(static_cast<int64_t>(rows.size()) < now.dim(0));
+  }
+  CHECK(s.Metrics().evicted > evicted0);
+  auto back = HashEmbeddingShard::Deserialize(saved, "tab");
+  REQUIRE(back.ok());
+  CHECK(SameBits((*back)->Serialize().value(), s.Serialize().value()));
+  // And the restored shard goes on exactly as the live one.
+  std::vector<int64_t> batch = {5, -7, 150, 151};
+  Tensor x = Lookup(s, batch, 999), y = Lookup(**back, batch, 999);
+  REQUIRE(Apply(s, OptimizerKind::kAdam, batch, 999).ok());
+  REQUIRE(Apply(**back, OptimizerKind::kAdam, batch, 999).ok());
+  CHECK(SameBits((*back)->Serialize().value(), s.Serialize().value()));
+}
+
+TEST_CASE("Hash shard property: resharding 3 shards into 2 and 5 keeps every id's state", "[hash_embedding]") {
+  std::vector<Tensor> parts;
+  std::map<int64_t, HashRowState> want;
+  std::mt19937_64 rng(5);
+  for (int64_t k = 0; k < 3; ++k) {
+    HashShardConfig c = Config();
+    c.num_shards = 3;
+    c.shard = k;
+    HashEmbeddingShard s(c);
+    std::vector<int64_t> mine;
+    while (mine.size() < 50) {
+      const int64_t id = static_cast<int64_t>(rng());
+      if (HashShardOf(id, 3) == k) mine.push_back(id);
+    }
+    for (int64_t step = 0; step < 3; ++step) {
+      Lookup(s, mine, step);
+      REQUIRE(Apply(s, OptimizerKind::kFtrl, mine, step).ok());
+    }
+    for (auto& kv : s.AllRows()) want[kv.first] = kv.second;
+    parts.push_back(s.Serialize().value());
+  }
+  for (int64_t to : {2, 5}) {
+    INFO(to << " shards");
+    auto r = ReshardHashStates(parts, to, "tab");
+    REQUIRE(r.ok());
+    REQUIRE(static_cast<int64_t>(r->size()) == to);
+    std::map<int64_t, HashRowState> got;
+    for (int64_t k = 0; k < to; ++k) {
+      auto rows = HashStateRows((*r)[k]);
+      REQUIRE(rows.ok());
+      for (auto& kv : *rows) {
+        CHECK(HashShardOf(kv.first, to) == k);
+        got[kv.first] = kv.second;
+      }
+    }
+    CHECK(got == want);
+  }
+  // Not a table's shards: an error naming the table.
+  auto bad = ReshardHashStates({parts[0], parts[0]}, 2, "tab");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("'tab'") != std::string::npos);
+}
+
+TEST_CASE("Hash shard: bad configs, updates and states are errors naming the table", "[hash_embedding][bad_input]") {
+  HashShardConfig c = Config();
+  c.max_rows = -1;
+  Status s = CheckHashShardConfig(c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("'tab'") != std::string::npos);
+  CHECK(s.message().find("max_rows") != std::string::npos);
+  c = Config();
+  c.admit_probability = 0.0;
+  CHECK_FALSE(CheckHashShardConfig(c).ok());
+  c = Config();
+  c.ttl_steps = -5;
+  CHECK(CheckHashShardConfig(c).message().find("ttl_steps") != std::string::npos);
+
+  HashEmbeddingShard h(Config());
+  Lookup(h, {1, 2}, 1);
+  REQUIRE(Apply(h, OptimizerKind::kAdagrad, {1, 2}, 1).ok());
+  const Tensor before = h.Serialize().value();
+  Status other = Apply(h, OptimizerKind::kAdam, {1}, 2);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.message().find("Adagrad") != std::string::npos);
+  CHECK(SameBits(before, h.Serialize().value()));  // nothing changed
+  // A state cut short or altered is DataLoss, never a crash.
+  Tensor cut(DType::kInt64, {before.dim(0) - 1, before.dim(1)});
+  std::copy(before.data<int64_t>(), before.data<int64_t>() + cut.num_elements(), cut.data<int64_t>());
+  auto r = HashEmbeddingShard::Deserialize(cut, "tab");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kDataLoss);
+  CHECK(r.status().message().find("'tab'") != std::string::npos);
+  CHECK_FALSE(HashEmbeddingShard::Deserialize(Tensor::Zeros(DType::kInt64, {4, 8}), "tab").ok());
+}

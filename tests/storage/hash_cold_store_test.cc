@@ -1,0 +1,189 @@
+// The cold tier of hash embedding shards (storage/hash_cold_store.h), with
+// fixed seeds: a shard under a RAM budget holds exactly the rows, slots and
+// counts of the same shard without one; demoted rows come back unchanged;
+// saved states include cold rows; a failing store loses no row; the RocksDB
+// store keeps what it is given.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "kernels/embedding_math.h"
+#include "kernels/hash_embedding.h"
+#include "storage/hash_cold_store.h"
+#include "tests/support/temp_dir.h"
+
+using namespace sf;
+
+namespace {
+
+HashShardConfig Config() {
+  HashShardConfig c;
+  c.table = "cold";
+  c.dim = 4;
+  c.scale = 0.5;
+  c.seed = 3;
+  return c;
+}
+
+Status Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step, Tensor* out) {
+  EmbeddingShardSpec spec;
+  spec.table = "cold";
+  spec.partition = EmbeddingPartition::kHash;
+  EmbeddingGather q;
+  q.ids = Tensor::FromVector(ids);
+  std::vector<int64_t> seg(ids.size());
+  for (size_t i = 0; i < seg.size(); ++i) seg[i] = static_cast<int64_t>(i);
+  q.segment_ids = Tensor::FromVector(seg);
+  q.num_segments = static_cast<int64_t>(ids.size());
+  q.step_id = step;
+  EmbeddingGather mine;
+  SF_RETURN_IF_ERROR(BuildHashShardGather(spec, q, &mine));
+  return s.GatherCombine(mine, out);
+}
+
+Status Apply(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step) {
+  SparseApplyRequest r;
+  r.optimizer = OptimizerKind::kAdagrad;
+  r.scalars = {Tensor::Scalar<float>(0.1f)};
+  std::vector<int64_t> unique = ids;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  r.indices = Tensor::FromVector(unique);
+  r.values = Tensor(DType::kFloat32, {static_cast<int64_t>(unique.size()), 4});
+  for (int64_t i = 0; i < r.values.num_elements(); ++i) r.values.data<float>()[i] = 0.01f * static_cast<float>(i % 7);
+  r.indices_unique = true;
+  r.step_id = step;
+  r.slot_init = {0.1};
+  return s.Apply(r);
+}
+
+// A store whose writes fail once `fail` is set (a full disk).
+class FlakyStore : public HashColdStore {
+ public:
+  explicit FlakyStore(bool* fail) : inner_(NewKvHashColdStore(NewInMemoryKvStore(), "flaky")), fail_(fail) {}
+  Status MultiGet(const std::vector<int64_t>& ids, std::vector<std::string>* v, std::vector<bool>* f) override {
+    return inner_->MultiGet(ids, v, f);
+  }
+  Status Write(const std::vector<std::pair<int64_t, std::string>>& puts, const std::vector<int64_t>& deletes) override {
+    if (*fail_) return Unavailable("cold tier 'flaky': no space left on device");
+    return inner_->Write(puts, deletes);
+  }
+  Status Scan(const std::function<void(int64_t, const std::string&)>& fn) override { return inner_->Scan(fn); }
+  Status Clear() override { return inner_->Clear(); }
+  int64_t DiskBytes() override { return 0; }
+
+ private:
+  std::unique_ptr<HashColdStore> inner_;
+  bool* fail_;
+};
+
+}  // namespace
+
+TEST_CASE("Cold tier property: a shard under a RAM budget matches one without, row for row",
+          "[hash_embedding][cold]") {
+  HashShardConfig hot = Config(), cold = Config();
+  HashEmbeddingShard ref(hot);
+  {
+    // Probe the row size with a shard that has the optimizer's slots.
+    HashEmbeddingShard probe(hot);
+    Tensor out;
+    REQUIRE(Lookup(probe, {1}, 0, &out).ok());
+    REQUIRE(Apply(probe, {1}, 0).ok());
+    cold.ram_budget_bytes = 40 * probe.HotRowBytes();
+  }
+  HashEmbeddingShard s(cold);
+  REQUIRE(s.SetColdStore(NewKvHashColdStore(NewInMemoryKvStore(), "mem")).ok());
+  std::mt19937_64 rng(11);
+  for (int64_t step = 0; step < 60; ++step) {
+    std::vector<int64_t> batch;
+    for (int i = 0; i < 12; ++i) batch.push_back(static_cast<int64_t>(rng() % 300) - 150);
+    Tensor a, b;
+    REQUIRE(Lookup(ref, batch, step, &a).ok());
+    REQUIRE(Lookup(s, batch, step, &b).ok());
+    REQUIRE(a.ToVector<float>() == b.ToVector<float>());  // a promoted row reads as it was
+    REQUIRE(Apply(ref, batch, step).ok());
+    REQUIRE(Apply(s, batch, step).ok());
+    REQUIRE(s.Metrics().rows <= s.HotRowLimit());
+    REQUIRE(s.Metrics().capacity <= s.HotRowLimit());
+  }
+  const HashShardMetrics m = s.Metrics();
+  CHECK(m.cold_rows > 0);
+  CHECK(m.cold_hits > 0);
+  CHECK(m.rows + m.cold_rows == ref.Metrics().rows);
+  CHECK(m.skipped == 0);
+  auto all = s.AllRowsWithCold();
+  REQUIRE(all.ok());
+  CHECK(*all == ref.AllRows());  // values, slots, last steps and counts
+  // A saved state holds the cold rows too; it restores without a cold tier.
+  auto state = s.Serialize();
+  REQUIRE(state.ok());
+  auto back = HashEmbeddingShard::Deserialize(*state, "cold");
+  REQUIRE(back.ok());
+  CHECK((*back)->AllRows() == ref.AllRows());
+  // And with one: the budget is met again, nothing lost.
+  REQUIRE((*back)->SetColdStore(NewKvHashColdStore(NewInMemoryKvStore(), "mem2")).ok());
+  CHECK((*back)->Metrics().rows <= (*back)->HotRowLimit());
+  auto again = (*back)->AllRowsWithCold();
+  REQUIRE(again.ok());
+  CHECK(*again == ref.AllRows());
+}
+
+TEST_CASE("Cold tier: a failing store fails the lookup naming the table and loses no row",
+          "[hash_embedding][cold][bad_input]") {
+  HashShardConfig c = Config();
+  c.ram_budget_bytes = 1;  // the 16-row floor
+  bool fail = false;
+  HashEmbeddingShard s(c);
+  REQUIRE(s.SetColdStore(std::make_unique<FlakyStore>(&fail)).ok());
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < 16; ++i) first.push_back(i);
+  Tensor out;
+  REQUIRE(Lookup(s, first, 0, &out).ok());
+  REQUIRE(Apply(s, first, 0).ok());
+  auto before = s.AllRowsWithCold();
+  REQUIRE(before.ok());
+  fail = true;
+  Status st = Lookup(s, {100, 101}, 1, &out);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("'cold'") != std::string::npos);
+  CHECK(st.message().find("no space left") != std::string::npos);
+  fail = false;
+  auto after = s.AllRowsWithCold();
+  REQUIRE(after.ok());
+  for (const auto& kv : *before) {
+    INFO("id " << kv.first);
+    REQUIRE(after->count(kv.first));
+    CHECK(after->at(kv.first).values == kv.second.values);
+  }
+  // The next step goes on once the store writes again.
+  REQUIRE(Apply(s, {}, 1).ok());
+  CHECK(Lookup(s, {100, 101}, 2, &out).ok());
+}
+
+TEST_CASE("Cold tier: the RocksDB store reads back what it was given, in batches", "[hash_embedding][cold]") {
+  testing::TempDir dir("sf_cold_store");
+  auto store = OpenHashColdStore(dir.path, "scope/users", 3);
+  REQUIRE(store.ok());
+  std::vector<std::pair<int64_t, std::string>> puts = {
+      {-5, "minus five"}, {std::numeric_limits<int64_t>::min(), "min"}, {7, std::string(1000, 'x')}};
+  REQUIRE((*store)->Write(puts, {}).ok());
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  REQUIRE((*store)->MultiGet({7, 8, -5, std::numeric_limits<int64_t>::min()}, &values, &found).ok());
+  CHECK(found == std::vector<bool>{true, false, true, true});
+  CHECK(values[0] == std::string(1000, 'x'));
+  CHECK(values[2] == "minus five");
+  REQUIRE((*store)->Write({}, {-5}).ok());
+  std::vector<int64_t> ids;
+  REQUIRE((*store)->Scan([&](int64_t id, const std::string&) { ids.push_back(id); }).ok());
+  CHECK(ids == std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 7});  // in id order
+  REQUIRE((*store)->Clear().ok());
+  ids.clear();
+  REQUIRE((*store)->Scan([&](int64_t id, const std::string&) { ids.push_back(id); }).ok());
+  CHECK(ids.empty());
+  // A directory that cannot be made is an error naming the table.
+  testing::WriteFile(dir / "file", "x");
+  auto bad = OpenHashColdStore(dir / "file", "users", 0);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("'users'") != std::string::npos);
+}
