@@ -441,29 +441,53 @@ std::vector<Output> GatherGradFn(Graph& g, const Node& n, const std::vector<Outp
 }  // namespace
 
 Status RegisterArrayOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose").Inputs(1).Shape(TransposeShape).Grad(TransposeGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose")
+      .RequiredAttr<std::vector<int64_t>>("perm")
+      .Inputs(1).Shape(TransposeShape).Grad(TransposeGrad)
       .Summary("Permutes the dims of x: output dim i is input dim perm[i] (attr perm).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat").Inputs(1, -1).Shape(ConcatShape).Grad(ConcatGradFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(1, -1).Shape(ConcatShape).Grad(ConcatGradFn)
       .Summary("Joins its inputs along attr axis; other dims must match.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split").Inputs(1).Shape(SplitShape).Grad(SplitGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split")
+      .RequiredAttr<int64_t>("num_split").RequiredAttr<int64_t>("axis")
+      .Inputs(1).Shape(SplitShape).Grad(SplitGrad)
       .Summary("Splits x into attr num_split equal parts along attr axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice").Inputs(1).Shape(SliceShape).Grad(SliceGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("size")
+      .Inputs(1).Shape(SliceShape).Grad(SliceGrad)
       .Summary("The block of x at attr begin of attr size (-1: to the end).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice").Inputs(1).Shape(StridedSliceShapeFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("end")
+      .RequiredAttr<std::vector<int64_t>>("strides").Attr("begin_mask", int64_t{0})
+      .Attr("end_mask", int64_t{0}).Attr("shrink_axis_mask", int64_t{0})
+      .Inputs(1).Shape(StridedSliceShapeFn)
       .Grad(StridedSliceGradFn)
       .Summary("Python-style x[begin:end:strides] per axis with begin/end/shrink_axis masks.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile").Inputs(1).Shape(TileShape).Grad(TileGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile")
+      .RequiredAttr<std::vector<int64_t>>("multiples")
+      .Inputs(1).Shape(TileShape).Grad(TileGrad)
       .Summary("Repeats x attr multiples[i] times along each axis i.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad").Inputs(1).Shape(PadShape).Grad(PadGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad")
+      .RequiredAttr<std::vector<int64_t>>("paddings")
+      .Inputs(1).Shape(PadShape).Grad(PadGrad)
       .Summary("Pads x with zeros: attr paddings holds (before, after) per axis.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather").Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
       .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot").Inputs(1).Shape(OneHotShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot")
+      .RequiredAttr<int64_t>("depth").Attr("dtype", DType::kFloat32).Attr("on", 1.0).Attr("off", 0.0)
+      .Inputs(1).Shape(OneHotShape).NotDifferentiable()
       .Summary("[..., depth] with attr on at each index and off elsewhere (attrs depth, dtype).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad").Inputs(2, -1).Shape(ConcatGradShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(2, -1).Shape(ConcatGradShape).NotDifferentiable()
       .Summary("Gradient of Concat: splits dy (input 0) into pieces of the given shapes.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad").Inputs(2).Shape(StridedSliceGradShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("end")
+      .RequiredAttr<std::vector<int64_t>>("strides").Attr("begin_mask", int64_t{0})
+      .Attr("end_mask", int64_t{0}).Attr("shrink_axis_mask", int64_t{0})
+      .Inputs(2).Shape(StridedSliceGradShape)
       .NotDifferentiable()
       .Summary("Gradient of StridedSlice: dy scattered into zeros of shape (input 1).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("GatherGrad").Inputs(3).Shape(GatherGradShape).NotDifferentiable()

@@ -79,7 +79,11 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
 }  // namespace
 
 Status RegisterEmbeddingOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup")
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
+      .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
+      .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Inputs(2, 3).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -102,6 +106,8 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
     SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful()
+        .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
+        .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)

@@ -337,6 +337,7 @@ Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const c
 
 Status Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
   return reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
+                         .Attr("axes", std::vector<int64_t>{}).Attr("keep_dims", false)
                          .Summary(summary).Build());
 }
 
@@ -394,7 +395,9 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
       .Summary("Sum of any number of same-shape tensors.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Shape(CastShape).Grad(CastGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast")
+      .RequiredAttr<DType>("DstT")
+      .Inputs(1).Shape(CastShape).Grad(CastGrad)
       .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build()));
 
   SF_RETURN_IF_ERROR(NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool)."));
@@ -414,7 +417,8 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
-  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64)."));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMax").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgMaxShape)
+      .NotDifferentiable().Summary("Index of the largest value along attr axis (int64).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
       .Build()));

@@ -418,13 +418,17 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("sum(x^2) / 2.").Build()));
 
   // ---- linear algebra ------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul").Inputs(2).Shape(MatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul")
+      .Attr("transpose_a", false).Attr("transpose_b", false)
+      .Inputs(2).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return MatMulGradImpl(g, n, dy[0], "MatMul");
       })
       .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul").Inputs(2).Shape(BatchMatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul")
+      .Attr("transpose_a", false).Attr("transpose_b", false)
+      .Inputs(2).Shape(BatchMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         auto d = MatMulGradImpl(g, n, dy[0], "BatchMatMul");
         return std::vector<Output>{UnbroadcastBatch(g, d[0], n.inputs[0]),
@@ -448,7 +452,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable().Summary("Sums dy over every axis but the last.").Build()));
 
   // ---- convolution ---------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D").Inputs(2).Shape(Conv2DShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D")
+      .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME")
+      .Inputs(2).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0], f = n.inputs[1];
         Output dx = g.Add1("Conv2DBackpropInput", {ShapeTensor(g, x), f, dy[0]},
@@ -459,7 +465,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput")
+      .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
+      .Attr("padding", "SAME")
+      .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -468,7 +477,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Conv2DBackpropInput(input_sizes, filter, dy): the gradient of Conv2D's input.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter")
+      .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
+      .Attr("padding", "SAME")
+      .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         c.set_output(0, c.input_dtype(0), ConstShapeOr(c, 1, 4));
@@ -479,17 +491,26 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Build()));
 
   // ---- pooling -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool")
+      .Attr("ksize", std::vector<int64_t>{1, 2, 2, 1}).Attr("strides", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("padding", "VALID")
+      .Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
             g.Add1("MaxPoolGrad", {x, Out(g, n, 0), dy[0]}, WindowAttrs(n, x.dtype()))};
       })
       .Summary("Max over windows of NHWC input (attrs ksize, strides, padding).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Shape(UnchangedShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad")
+      .Attr("T", DType::kInvalid).Attr("ksize", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("strides", std::vector<int64_t>{1, 2, 2, 1}).Attr("padding", "VALID")
+      .Inputs(3).Shape(UnchangedShape).NotDifferentiable()
       .Summary("MaxPoolGrad(x, y, dy): dy routed to each window's (first) maximum.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool").Inputs(1).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool")
+      .Attr("ksize", std::vector<int64_t>{1, 2, 2, 1}).Attr("strides", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("padding", "VALID")
+      .Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
@@ -497,7 +518,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Mean over windows of NHWC input (SAME padding averages valid cells only).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad")
+      .Attr("T", DType::kInvalid).Attr("ksize", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("strides", std::vector<int64_t>{1, 2, 2, 1}).Attr("padding", "VALID")
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -507,7 +531,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("AvgPoolGrad(input_sizes, dy): dy spread evenly over each window.").Build()));
 
   // ---- dropout -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout")
+      .RequiredAttr<double>("rate").Attr("seed", int64_t{0})
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));

@@ -191,10 +191,14 @@ Status RegisterShapeOps(OpRegistry& reg) {
       .Summary("x with a new shape (int vector input; one dim may be -1); shares the buffer.")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ExpandDims").Inputs(1).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ExpandDims")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(1).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
       .Summary("Inserts a size-1 axis at attr axis (negative counts from the end).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Squeeze").Inputs(1).Shape(SqueezeShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Squeeze")
+      .Attr("axes", std::vector<int64_t>{})
+      .Inputs(1).Shape(SqueezeShape).Grad(ReshapeBackGrad)
       .Summary("Removes size-1 axes (attr axes; empty = all of them).").Build()));
   return Status::OK();
 }

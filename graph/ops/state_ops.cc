@@ -48,7 +48,10 @@ Status AssignShape(InferenceContext& c) {
 }  // namespace
 
 Status RegisterStateOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle").Inputs(0).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle")
+      .RequiredAttr<std::string>("shared_name").RequiredAttr<DType>("dtype")
+      .Attr("shape", PartialShape()).Attr("trainable", false)
+      .Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("VarHandle needs a non-empty shared_name");
@@ -63,7 +66,9 @@ Status RegisterStateOps(OpRegistry& reg) {
       .Summary("A handle to the session's variable shared_name (attrs shared_name, dtype, shape).")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable")
+      .RequiredAttr<DType>("dtype")
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandle(c, 0));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
