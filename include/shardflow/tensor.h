@@ -193,6 +193,12 @@ class Tensor {
   // that owns the sole reference: nobody else can then take a new one.)
   // Lent memory (Buffer::external) is never unique: its owner still sees it.
   bool BufferIsUnique() const { return buf_ && buf_.use_count() == 1 && !buf_->external(); }
+  // True when the buffer is lent by its owner (WrapExternal).
+  bool BufferIsLent() const { return buf_ && buf_->external(); }
+  // This tensor, or a deep copy when its buffer is lent: what state that
+  // outlives the step (a variable's value, a queued element) keeps, so the
+  // lender may change or free its memory once the step is done.
+  Tensor Owned() const { return BufferIsLent() ? Copy() : *this; }
   // True when both share one buffer.
   bool SharesBufferWith(const Tensor& o) const { return buf_ && buf_ == o.buf_; }
   // "float32[2,3]" and, for small tensors, the values.

@@ -393,7 +393,8 @@ struct PySession {
     std::vector<py::array> arrays;
     arrays.reserve(out.size());
     for (Tensor& x : out) {
-      Tensor mine = std::move(x);
+      // A fetched feed would alias the caller's array: give it its own copy.
+      Tensor mine = x.BufferIsLent() ? x.Copy() : std::move(x);
       arrays.push_back(TensorToNumpy(mine));
     }
     return arrays;
@@ -428,6 +429,8 @@ PYBIND11_MODULE(_core, m) {
         "The name of a status code number.");
   m.def("op_defs", &OpDefs, "Every registered op: name, inputs, attrs (name, kind, default, required), summary.");
   m.def("drain_releases", [] { DrainReleases(); }, "Drops NumPy arrays tensors have let go of.");
+  m.def("keep_tensor_memory_warm", [] { KeepTensorMemoryWarm(); },
+        "Keeps freed tensor memory in the heap (process-wide; see shardflow/tensor.h).");
   m.def("roundtrip", [](py::array a, int dt, bool lend) { return TensorToNumpy(TensorFromNumpy(a, static_cast<DType>(dt), lend)); },
         "The array through a C++ Tensor and back (for tests); raises InvalidArgumentError for a bad dtype.");
   m.def("shares_memory_after_roundtrip", [](py::array a, int dt) {

@@ -80,6 +80,12 @@ def test_lent_array_stays_alive_while_a_tensor_holds_it(g):
         s.run(v.assign_add(np.ones(4096, np.float32)))
         np.testing.assert_array_equal(a2, np.arange(4096, dtype=np.float32))
         np.testing.assert_array_equal(s.run(v), np.arange(4096, dtype=np.float32) + 1)
+        # Changing the array after the step changes neither the variable nor a fetched feed.
+        a3 = np.arange(4096, dtype=np.float32)
+        _, fetched = s.run([assign, sf.identity(x)], {x: a3})
+        a3[:] = -1
+        np.testing.assert_array_equal(s.run(v), np.arange(4096, dtype=np.float32))
+        np.testing.assert_array_equal(fetched, np.arange(4096, dtype=np.float32))
     _core.drain_releases()
     del ref
 

@@ -35,7 +35,15 @@ TEST_CASE("A wrapped buffer is never unique, so nobody writes the owner's memory
   auto t = Tensor::WrapExternal(DType::kInt64, {2}, data, [] {});
   REQUIRE(t.ok());
   CHECK_FALSE(t->BufferIsUnique());
-  CHECK(Tensor(DType::kInt64, {2}).BufferIsUnique());
+  CHECK(t->BufferIsLent());
+  Tensor own = Tensor(DType::kInt64, {2});
+  CHECK(own.BufferIsUnique());
+  CHECK_FALSE(own.BufferIsLent());
+  // State that outlives a step keeps its own copy of lent memory, never of its own.
+  Tensor kept = t->Owned();
+  CHECK(kept.data<int64_t>() != data);
+  CHECK(kept.ToVector<int64_t>() == std::vector<int64_t>{7, 8});
+  CHECK(own.Owned().SharesBufferWith(own));
 }
 
 TEST_CASE("WrapExternal refuses what it cannot wrap, naming why", "[kernels]") {
