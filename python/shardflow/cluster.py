@@ -29,12 +29,13 @@ _LISTENING = re.compile(r"listening on (\S+:\d+)")
 
 
 def find_shardflow_binary():
-    """The `shardflow` program: $SF_BIN_DIR/shardflow, else the build's bin/ beside this package; NotFoundError otherwise."""
+    """The `shardflow` program: $SF_BIN_DIR, the build's or the install prefix's bin/, or PATH; NotFoundError otherwise."""
     candidates = []
     if os.environ.get("SF_BIN_DIR"):
         candidates.append(os.path.join(os.environ["SF_BIN_DIR"], "shardflow"))
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates.append(os.path.normpath(os.path.join(here, "..", "..", "bin", "shardflow")))
+    candidates.append(os.path.normpath(os.path.join(here, "..", "..", "bin", "shardflow")))  # build/
+    candidates.append(os.path.normpath(os.path.join(here, "..", "..", "..", "..", "bin", "shardflow")))  # installed
     found = shutil.which("shardflow")
     if found:
         candidates.append(found)
