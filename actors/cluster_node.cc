@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
@@ -575,6 +576,7 @@ struct ClusterNode::Impl {
 };
 
 Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
+  ForgetCafThreadLogger forget;  // the system is made and spawns on the caller's thread
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));

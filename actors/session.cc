@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/checkpoint_io.h"
 #include "runtime/plan.h"
 #include "actors/coordinator_protocol.h"
@@ -68,6 +69,7 @@ struct Session::Impl {
   Impl(const Graph& g, const SessionOptions& o)
       : graph(g), num_devices(std::max(1, o.num_cpu_devices)), kernels(o.kernels), pool(o.compute_threads),
         checkpoints(runtime::NewStoreCheckpointService()) {
+    ForgetCafThreadLogger forget;  // the spawns below run on the caller's thread
     const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(threads));

@@ -19,7 +19,11 @@ Every registered C++ op is in sf.ops (generated from the registry); errors
 are sf.errors.* exceptions carrying the C++ message.
 """
 
-from . import _core  # noqa: F401  (the C++ module)
+try:
+    from . import _core  # noqa: F401  (the C++ module)
+except ImportError as _e:  # pragma: no cover - only without a build
+    raise ImportError("shardflow's C++ module (_core) is missing or does not load: build it with scripts/build "
+                      "and put build/python on PYTHONPATH (use Debian's /usr/bin/python3): " + str(_e)) from None
 from . import errors
 from .dtypes import DType, as_dtype, float32, float64, int32, int64, bool_, float16, bfloat16, resource
 from .graph import (Graph, Tensor, Operation, TensorShape, get_default_graph, reset_default_graph,

@@ -413,6 +413,10 @@ class Tensor:
     def __iter__(self):
         raise TypeError("a symbolic sf.Tensor is not iterable")
 
+    def __array__(self, dtype=None):
+        raise TypeError(f"{self.name!r} is a symbolic sf.Tensor with no value: run it in a Session "
+                        "(session.run) to get a NumPy array")
+
     def __repr__(self):
         return f"<sf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 

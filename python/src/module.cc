@@ -353,16 +353,19 @@ py::list OpDefs() {
 // ---- sessions -----------------------------------------------------------------
 
 struct PySession {
-  std::unique_ptr<SessionInterface> s;
+  // Shared with the steps in flight: a close() from one Python thread while
+  // another runs a step leaves the session to the last of them.
+  std::shared_ptr<SessionInterface> s;
   py::object graph;  // keeps the PyGraph alive while the session runs it
 
-  SessionInterface& S() {
+  // A reference for one call (taken with the GIL held).
+  std::shared_ptr<SessionInterface> S() {
     if (!s) throw StatusError(FailedPrecondition("the session is closed"));
-    return *s;
+    return s;
   }
   void Close() {
     // Closing stops actors that may drop lent arrays: no GIL while it waits.
-    std::unique_ptr<SessionInterface> dying = std::move(s);
+    std::shared_ptr<SessionInterface> dying = std::move(s);
     {
       py::gil_scoped_release nogil;
       dying.reset();
@@ -375,7 +378,7 @@ struct PySession {
 
   std::vector<py::array> Run(const std::vector<std::tuple<std::string, py::array, int>>& feeds,
                              const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
-    SessionInterface& sess = S();
+    std::shared_ptr<SessionInterface> sess = S();
     FeedMap fm;
     fm.reserve(feeds.size());
     for (const auto& [name, arr, dt] : feeds)
@@ -385,8 +388,9 @@ struct PySession {
     Result<std::vector<Tensor>> r = Status::OK();
     {
       py::gil_scoped_release nogil;
-      r = sess.Run(fm, Fetches(std::move(f)), Targets(std::move(t)));
+      r = sess->Run(fm, Fetches(std::move(f)), Targets(std::move(t)));
       fm.clear();
+      sess.reset();  // a session closed meanwhile is destroyed here, without the GIL
     }
     DrainReleases();
     std::vector<Tensor> out = Take(std::move(r));
@@ -713,27 +717,30 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &PySession::Close, "Stops the session (idempotent).")
       .def_property_readonly("closed", [](PySession& s) { return !s.s; })
       .def("save_checkpoint", [](PySession& s, const std::string& dir, int64_t step, int keep_last, bool incremental) {
-             SessionInterface& sess = s.S();
+             std::shared_ptr<SessionInterface> sess = s.S();
              Result<int64_t> r = Status::OK();
              {
                py::gil_scoped_release nogil;
-               r = incremental ? sess.SaveIncrementalCheckpoint(dir, step, keep_last) : sess.SaveCheckpoint(dir, step, keep_last);
+               r = incremental ? sess->SaveIncrementalCheckpoint(dir, step, keep_last)
+                               : sess->SaveCheckpoint(dir, step, keep_last);
+               sess.reset();
              }
              return Take(std::move(r));
            }, "Checkpoints every variable into dir; returns the id.")
       .def("restore_checkpoint", [](PySession& s, const std::string& dir, int64_t id) {
-             SessionInterface& sess = s.S();
+             std::shared_ptr<SessionInterface> sess = s.S();
              int64_t step = 0;
              Status st;
              {
                py::gil_scoped_release nogil;
-               st = sess.RestoreCheckpoint(dir, id, &step);
+               st = sess->RestoreCheckpoint(dir, id, &step);
+               sess.reset();
              }
              Check(st);
              return step;
            }, "Assigns the variables from checkpoint id (-1: newest readable); returns its global step.")
       .def("tasks", [](PySession& s) {
-             auto* c = dynamic_cast<ClusterSession*>(&s.S());
+             auto* c = dynamic_cast<ClusterSession*>(s.S().get());
              return c ? c->tasks() : std::vector<std::string>{};
            });
   m.def("local_session", [](py::object graph, int compute_threads, int scheduler_threads, int num_cpu_devices) {
@@ -747,7 +754,7 @@ PYBIND11_MODULE(_core, m) {
           s->graph = graph;
           {
             py::gil_scoped_release nogil;
-            s->s = std::make_unique<Session>(*g.g, o);
+            s->s = std::make_shared<Session>(*g.g, o);
           }
           return s;
         });

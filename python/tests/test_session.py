@@ -99,3 +99,37 @@ def test_session_options(g):
         y = sf.constant(np.ones(3, np.float32)) * 2.0
     with sf.Session(g, sf.SessionOptions(num_cpu_devices=2, compute_threads=1)) as s:
         np.testing.assert_array_equal(s.run(y), [2, 2, 2])
+
+
+def test_close_while_another_thread_runs_a_step(g):
+    # The waiting step keeps the session alive until it ends (here by its
+    # dequeue timeout); close() itself returns at once and nothing crashes.
+    q = sf.FIFOQueue([sf.float32], shapes=[[]])
+    waiting = q.dequeue(timeout_ms=1500)
+    s = sf.Session(g)
+    outcome = {}
+
+    def run():
+        try:
+            s.run(waiting)
+            outcome["result"] = "value"
+        except sf.errors.OpError as e:
+            outcome["result"] = type(e).__name__
+
+    t = threading.Thread(target=run)
+    t.start()
+    s.close()
+    assert s.closed
+    t.join(60)
+    assert not t.is_alive()
+    assert outcome["result"] in ("UnavailableError", "DeadlineExceededError", "AbortedError")
+    with pytest.raises(sf.errors.FailedPreconditionError):
+        s.run(waiting)
+
+
+def test_symbolic_tensors_are_not_arrays(g):
+    x = sf.constant(1.0)
+    with pytest.raises(TypeError, match="symbolic"):
+        np.asarray(x)
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x)
