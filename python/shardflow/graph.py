@@ -54,6 +54,7 @@ class TensorShape:
     ndims = rank
 
     def is_fully_defined(self):
+        """True when the rank and every dim are known."""
         return self.dims is not None and all(d is not None for d in self.dims)
 
     def as_list(self):
@@ -245,6 +246,7 @@ class Graph:
 
     @property
     def num_nodes(self):
+        """The number of nodes in the graph."""
         return self._g.num_nodes()
 
     # ---- save / load ----
@@ -308,14 +310,17 @@ class Operation:
 
     @property
     def inputs(self):
+        """The Tensors this node reads, in input order."""
         return [Tensor(self.graph, n, i) for n, i in self.graph._g.node_inputs(self._node)]
 
     @property
     def control_inputs(self):
+        """The Operations this node runs after."""
         return [self.graph._op(n) for n in self.graph._g.node_control_inputs(self._node)]
 
     @property
     def outputs(self):
+        """The node's outputs as Tensors (empty for a node run for its effect)."""
         return [Tensor(self.graph, self._node, i) for i in range(self.graph._g.node_num_outputs(self._node))]
 
     def get_attr(self, name):

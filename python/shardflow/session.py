@@ -148,6 +148,7 @@ class _BaseSession:
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Runs one step; returns fetches' structure with arrays (None for operations) or raises sf.errors.*."""
+        # options and run_metadata are accepted for TensorFlow code and ignored.
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         plan = _FetchPlan(self.graph, fetches)

@@ -83,9 +83,11 @@ class Variable:
         return self._assign("Assign", value, name)
 
     def assign_add(self, value, name="AssignAdd"):
+        """A Tensor that adds value to the variable and evaluates to the new value."""
         return self._assign("AssignAdd", value, name)
 
     def assign_sub(self, value, name="AssignSub"):
+        """A Tensor that subtracts value from the variable and evaluates to the new value."""
         return self._assign("AssignSub", value, name)
 
     def eval_in(self, session):
