@@ -6,7 +6,9 @@
 The nodes listen on 127.0.0.1 only, share a fresh secret, and stop by
 themselves: when close() runs, when the object is collected, when the
 interpreter exits, and (Linux's parent-death signal) when the Python process
-dies, with --lifetime-s as a last bound.
+dies, with --lifetime-s as a last bound. (The parent-death signal follows the
+thread that started the cluster: make one from a thread that lives as long as
+you need it, such as the main thread.)
 """
 
 import ctypes
@@ -46,13 +48,20 @@ def find_shardflow_binary():
                                "); build it or set SF_BIN_DIR")
 
 
+# A node gets SIGTERM when this process dies (Linux's parent-death signal).
+# util-linux's setpriv (always on Debian) sets it and execs the node, so no
+# Python runs between fork and exec; without it a preexec_fn does, with prctl
+# resolved here beforehand so the child only makes the one call.
+_SETPRIV = shutil.which("setpriv")
+try:
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
 def _die_with_parent():
-    # Runs in the child before exec: SIGTERM when the parent process dies.
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _stop(procs, tmpdir):
@@ -94,8 +103,12 @@ class LocalCluster:
                     args += ["--join", self.addresses[0]]
                 if log:
                     args.append("--log")
-                p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent, text=True)
+                if _SETPRIV:
+                    p = subprocess.Popen([_SETPRIV, "--pdeathsig", "TERM", "--"] + args, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                else:
+                    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, text=True)
                 self._procs.append(p)
                 self.addresses.append(self._wait_listening(p, start_timeout_s))
             self._wait_members(start_timeout_s)
