@@ -472,7 +472,9 @@ Status RegisterArrayOps(OpRegistry& reg) {
       .RequiredAttr<std::vector<int64_t>>("paddings")
       .Inputs(1).Shape(PadShape).Grad(PadGrad)
       .Summary("Pads x with zeros: attr paddings holds (before, after) per axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather").Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather")
+      .InputNames({"params", "indices"})
+      .Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
       .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot")
       .RequiredAttr<int64_t>("depth").Attr("dtype", DType::kFloat32).Attr("on", 1.0).Attr("off", 0.0)

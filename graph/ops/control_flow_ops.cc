@@ -42,7 +42,9 @@ PartialShape CommonShape(const InferenceContext& c) {
 }  // namespace
 
 Status RegisterControlFlowOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Switch").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Switch")
+      .InputNames({"data", "pred"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(PredShape(c, 1));
         c.set_output(0, c.input_dtype(0), c.input_shape(0));

@@ -409,7 +409,9 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalAnd", 2, LogicalShape, "a && b with broadcasting (bool inputs)."));
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalOr", 2, LogicalShape, "a || b with broadcasting (bool inputs)."));
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalNot", 1, LogicalShape, "!x (bool)."));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Select").Inputs(3).Shape(SelectShape).Grad(SelectGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Select")
+      .InputNames({"condition", "x", "y"})
+      .Inputs(3).Shape(SelectShape).Grad(SelectGrad)
       .Summary("cond ? a : b element-wise; all three broadcast together.").Build()));
 
   SF_RETURN_IF_ERROR(Reduction(reg, "Sum", SumGrad, "Sum over attr axes (empty = all; keep_dims)."));
@@ -419,7 +421,9 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMax").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgMaxShape)
       .NotDifferentiable().Summary("Index of the largest value along attr axis (int64).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape")
+      .InputNames({"grad", "shape"})
+      .Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
       .Build()));
   return Status::OK();

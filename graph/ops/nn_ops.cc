@@ -355,7 +355,9 @@ Status RegisterNNOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
       .Summary("LogSoftmaxGrad(y, dy): dy - exp(y) * sum(dy, -1).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits")
+      .InputNames({"logits", "labels"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_RETURN_IF_ERROR(c.RequireSameDTypes());
@@ -381,7 +383,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("Per-example softmax cross entropy (loss [batch], backprop [batch, classes]).")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits")
+      .InputNames({"logits", "labels"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         const PartialShape& l = c.input_shape(0);
@@ -419,6 +423,7 @@ Status RegisterNNOps(OpRegistry& reg) {
 
   // ---- linear algebra ------------------------------------------------------
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul")
+      .InputNames({"a", "b"})
       .Attr("transpose_a", false).Attr("transpose_b", false)
       .Inputs(2).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
@@ -427,6 +432,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul")
+      .InputNames({"a", "b"})
       .Attr("transpose_a", false).Attr("transpose_b", false)
       .Inputs(2).Shape(BatchMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
@@ -436,7 +442,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Batched op(a) x op(b) over the last two axes; batch dims broadcast.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAdd").Inputs(2).Shape(BiasAddShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAdd")
+      .InputNames({"value", "bias"})
+      .Inputs(2).Shape(BiasAddShape)
       .Grad([](Graph& g, const Node&, const std::vector<Output>& dy) {
         return std::vector<Output>{dy[0], g.Add1("BiasAddGrad", {dy[0]})};
       })
@@ -453,6 +461,7 @@ Status RegisterNNOps(OpRegistry& reg) {
 
   // ---- convolution ---------------------------------------------------------
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D")
+      .InputNames({"input", "filter"})
       .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME")
       .Inputs(2).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {

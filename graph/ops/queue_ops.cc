@@ -156,6 +156,7 @@ Status RegisterQueueOps(OpRegistry& reg) {
                "timeout_ms).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueMany")
+      .InputNames({"queue", "n"})
       .RequiredAttr<std::vector<DType>>("component_types").Attr("timeout_ms", int64_t{0})
       .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, true); }).NotDifferentiable()

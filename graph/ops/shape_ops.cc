@@ -179,7 +179,9 @@ Status RegisterShapeOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OnesLike").Inputs(1).Shape(UnchangedShape)
       .NotDifferentiable().Summary("Ones of x's dtype and shape.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Fill").Inputs(2).Shape(FillShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Fill")
+      .InputNames({"dims", "value"})
+      .Inputs(2).Shape(FillShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         std::vector<Output> out(2);
         if (dy[0].valid()) out[1] = ops::Sum(g, dy[0]);
@@ -187,7 +189,9 @@ Status RegisterShapeOps(OpRegistry& reg) {
       })
       .Summary("A tensor of shape dims (int vector) filled with a scalar value.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape").Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape")
+      .InputNames({"tensor", "shape"})
+      .Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
       .Summary("x with a new shape (int vector input; one dim may be -1); shares the buffer.")
       .Build()));
 

@@ -83,7 +83,8 @@ Status RegisterStateOps(OpRegistry& reg) {
       .Summary("A snapshot of a variable's value (attr dtype).").Build()));
 
   for (const char* op : {"Assign", "AssignAdd", "AssignSub"}) {
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).InputNames({"resource", "value"})
+        .Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
         .Summary(std::string(op) + " a value to a variable; returns the new value.").Build()));
   }
   return Status::OK();

@@ -127,7 +127,7 @@ PartialShape ShapeFromPy(const py::object& o) {
 // A NumPy array over t's buffer; the capsule keeps a Tensor reference, so the
 // buffer lives as long as the array. Writable only when nobody else holds the
 // buffer (a variable's value may share it).
-py::array TensorToNumpy(const Tensor& t) {
+py::array TensorToNumpy(Tensor t) {
   if (!t.valid()) throw StatusError(InvalidArgument("cannot fetch an invalid (empty) tensor"));
   py::dtype dt = NumpyDType(t.dtype());
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
@@ -137,7 +137,7 @@ py::array TensorToNumpy(const Tensor& t) {
     strides[i] = step;
     step *= shape[i];
   }
-  auto* holder = new Tensor(t);
+  auto* holder = new Tensor(std::move(t));
   const bool writable = holder->BufferIsUnique();
   py::capsule owner(holder, [](void* p) { delete static_cast<Tensor*>(p); });
   py::array a(dt, shape, strides, holder->raw_data(), owner);
@@ -399,7 +399,7 @@ struct PySession {
     for (Tensor& x : out) {
       // A fetched feed would alias the caller's array: give it its own copy.
       Tensor mine = x.BufferIsLent() ? x.Copy() : std::move(x);
-      arrays.push_back(TensorToNumpy(mine));
+      arrays.push_back(TensorToNumpy(std::move(mine)));
     }
     return arrays;
   }

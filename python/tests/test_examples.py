@@ -57,4 +57,4 @@ def test_stubs_cover_every_op():
     text = open(path).read()
     for pyname in sf.ops.OP_NAMES:
         assert f"def {pyname}(" in text
-    assert "def mat_mul(x: TensorLike, y: TensorLike, *, transpose_a: bool = ..., transpose_b: bool = ..." in text
+    assert "def mat_mul(a: TensorLike, b: TensorLike, *, transpose_a: bool = ..., transpose_b: bool = ..." in text

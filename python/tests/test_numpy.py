@@ -98,10 +98,12 @@ def test_fetched_array_shares_the_tensor_buffer_and_protects_shared_ones(g):
         s.run(sf.global_variables_initializer())
         out = s.run(y, {x: np.arange(8, dtype=np.float32)})
         assert out.base is not None  # a view over the tensor's buffer (the capsule), not a copy
+        assert out.flags.writeable  # nobody else holds a computed result: it is the caller's
+        out[0] = 42.0
         val = s.run(v)
-        if not val.flags.writeable:
-            with pytest.raises(ValueError):
-                val[0] = 5
+        assert not val.flags.writeable  # the variable shares its value: read-only
+        with pytest.raises(ValueError):
+            val[0] = 5
         np.testing.assert_array_equal(s.run(v), np.ones(8, np.float32))
 
 

@@ -126,3 +126,23 @@ TEST_CASE("ClearError returns the recorded error and lets builders work again", 
   CHECK(ok.valid());
   CHECK(g.ClearError().ok());
 }
+
+TEST_CASE("Declared input names fit the signature and clash with no attribute", "[graph]") {
+  const OpRegistry& reg = StandardOpRegistry();
+  int named = 0;
+  for (const std::string& name : reg.Names()) {
+    const OpDef* d = reg.Find(name);
+    if (d->input_names.empty()) continue;
+    ++named;
+    INFO("op " << name);
+    CHECK(static_cast<int>(d->input_names.size()) <= (d->max_inputs < 0 ? d->min_inputs : d->max_inputs));
+    std::set<std::string> seen{"name"};  // front ends add a name= argument
+    for (const AttrDef& a : d->attrs) seen.insert(a.name);
+    for (const std::string& in : d->input_names) {
+      INFO("input " << in);
+      CHECK(!in.empty());
+      CHECK(seen.insert(in).second);
+    }
+  }
+  CHECK(named >= 10);
+}
