@@ -183,6 +183,7 @@ class SoftmaxKernel : public OpKernel {
     Rows r;
     if (!AsRows(ctx, in, op_, &r)) return;
     Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    if (r.cols == 0) return;  // rows of no elements: nothing to normalise (and no max to take)
     SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
       auto x = RowsOf<T>(in, r, b, e);
       auto y = MutableRowsOf<T>(out, r, b, e);
@@ -244,6 +245,10 @@ bool CheckLogits(OpKernelContext* ctx, const Tensor& logits, const std::string& 
   if (logits.rank() != 2) {
     ctx->SetStatus(InvalidArgument(op + ": logits must be [batch, classes], got " +
                                    ShapeString(logits.shape())));
+    return false;
+  }
+  if (logits.dim(0) > 0 && logits.dim(1) == 0) {
+    ctx->SetStatus(InvalidArgument(op + ": logits " + ShapeString(logits.shape()) + " have no classes"));
     return false;
   }
   return true;

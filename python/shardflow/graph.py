@@ -466,7 +466,7 @@ def _numpy_value(value, dtype=None):
             raise errors.InvalidArgumentError(f"cannot make a constant of dtype {dtype.name}")
         arr = np.asarray(value)
         if arr.dtype.kind in "fc" and dtype.is_integer:
-            if not np.all(np.equal(np.mod(arr, 1), 0)):
+            if not np.all(np.isfinite(arr)) or not np.all(np.equal(np.mod(arr, 1), 0)):
                 raise errors.InvalidArgumentError(
                     f"cannot convert {value!r} to {dtype.name} without losing its fractional part")
         return np.asarray(arr, dtype=npd), dtype
@@ -537,7 +537,7 @@ def _scalar_dtype(value, like):
     if isinstance(value, (bool, np.bool_)):
         return like if like == _dt.bool_ else None
     if isinstance(value, (int, float, np.integer, np.floating)):
-        if isinstance(value, (float, np.floating)) and like.is_integer and float(value) != int(value):
+        if isinstance(value, (float, np.floating)) and like.is_integer and not float(value).is_integer():
             return None
         return like
     return like if isinstance(value, (list, tuple)) and like.is_floating else None
