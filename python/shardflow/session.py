@@ -198,7 +198,11 @@ class _BaseSession:
 
 
 class Session(_BaseSession):
-    """Runs a graph on the embedded in-process actor runtime (the C++ sf::Session)."""
+    """Runs a graph on the embedded in-process actor runtime (the C++ sf::Session).
+
+    options: a SessionOptions, a dict of its fields, or its fields as keywords;
+    TypeError for an unknown one.
+    """
 
     def __init__(self, graph=None, options=None, **kwargs):
         graph = graph if graph is not None else _graph.get_default_graph()
@@ -207,6 +211,8 @@ class Session(_BaseSession):
             options = SessionOptions(**kwargs)
         elif kwargs:
             raise TypeError("give either options or keyword options, not both")
+        elif isinstance(options, dict):
+            options = SessionOptions(**options)
         self.options = options
         self._s = _core.local_session(graph._g, options.compute_threads, options.scheduler_threads,
                                       options.num_cpu_devices)

@@ -99,6 +99,10 @@ def test_session_options(g):
         y = sf.constant(np.ones(3, np.float32)) * 2.0
     with sf.Session(g, sf.SessionOptions(num_cpu_devices=2, compute_threads=1)) as s:
         np.testing.assert_array_equal(s.run(y), [2, 2, 2])
+    with sf.Session(g, {"num_cpu_devices": 2}) as s:
+        np.testing.assert_array_equal(s.run(y), [2, 2, 2])
+    with pytest.raises(TypeError):
+        sf.Session(g, bogus_option=1)
 
 
 def test_close_while_another_thread_runs_a_step(g):
