@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
@@ -365,6 +366,7 @@ struct ClusterNode::Impl {
         // session checks its caller's.
         ho.check_feeds = true;
         ho.name = "node " + opts.name;
+        ForgetCafThreadLogger forget;  // spawned on a transport thread
         ss.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
       }
       graphs->rendezvous = ss.rendezvous;
@@ -590,6 +592,7 @@ struct ClusterNode::Impl {
 };
 
 Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
+  ForgetCafThreadLogger forget;  // the system is made and spawns on the caller's thread
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));

@@ -27,6 +27,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
 #include "actors/remote_partition_host.h"
@@ -480,6 +481,7 @@ Result<std::shared_ptr<runtime::PartitionHost>> ClusterSession::Impl::HostFor(co
 }
 
 void ClusterSession::Impl::StartCoordinator() {
+  ForgetCafThreadLogger forget;  // the system is made and spawns on the caller's thread
   runtime::CoordinatorOptions co;
   for (int i = 0; i < num_tasks; ++i) co.devices.push_back(TaskDevice(i));
   // A single task is placed too: a node pinned to another task is an error.

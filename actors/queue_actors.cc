@@ -5,6 +5,7 @@
 #include <deque>
 #include <random>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/queue_protocol.h"
 
 namespace sf {
@@ -389,6 +390,7 @@ namespace {
 class OwnedQueues : public QueueService {
  public:
   explicit OwnedQueues(int threads) {
+    ForgetCafThreadLogger forget;  // made on the caller's thread, maybe destroyed on another
     cfg_.set("scheduler.policy", caf::atom("sharing"));
     cfg_.set("scheduler.max-threads", static_cast<size_t>(threads > 0 ? threads : 2));
     sys_ = std::make_unique<caf::actor_system>(cfg_);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/caf_thread_logger.h"
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
 #include "actors/partition_host.h"
@@ -29,6 +30,7 @@ namespace sf {
 struct Session::Impl {
   Impl(const Graph& g, const SessionOptions& o)
       : graph(g), kernels(o.kernels), pool(o.compute_threads), checkpoints(runtime::NewStoreCheckpointService()) {
+    ForgetCafThreadLogger forget;  // the spawns below run on the caller's thread
     const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(threads));

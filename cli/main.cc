@@ -501,7 +501,7 @@ int OpsCommand(bool markdown) {
       std::string summary = def->summary;
       for (size_t p = 0; (p = summary.find('|', p)) != std::string::npos; p += 2) summary.replace(p, 1, "\\|");
       std::string attrs;
-      for (const std::string& a : def->attrs) attrs += (attrs.empty() ? "" : ", ") + a;
+      for (const AttrDef& a : def->attrs) attrs += (attrs.empty() ? "" : ", ") + a.name;
       std::cout << "| " << n << " | " << inputs << " | " << (def->differentiable ? "yes" : "no") << " | "
                 << (def->stateful ? "yes" : "") << " | " << attrs << " | " << summary << " |\n";
     }

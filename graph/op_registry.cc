@@ -58,14 +58,15 @@ std::vector<std::string> OpRegistry::Names() const {
   return out;
 }
 
-bool IsRuntimeAttr(const std::string& name) { return name == "_class"; }
+bool IsRuntimeAttr(const std::string& name) { return !name.empty() && name[0] == '_'; }
 
 Status CheckAttrsDeclared(const OpDef& def, const AttrMap& attrs) {
   for (const auto& kv : attrs.all()) {
     if (IsRuntimeAttr(kv.first)) continue;
-    if (std::find(def.attrs.begin(), def.attrs.end(), kv.first) != def.attrs.end()) continue;
+    if (std::any_of(def.attrs.begin(), def.attrs.end(), [&](const AttrDef& a) { return a.name == kv.first; }))
+      continue;
     std::string known;
-    for (const std::string& a : def.attrs) known += (known.empty() ? "" : ", ") + a;
+    for (const AttrDef& a : def.attrs) known += (known.empty() ? "" : ", ") + a.name;
     return InvalidArgument("unknown attribute '" + kv.first + "' (" + def.name +
                            (known.empty() ? " takes no attributes)" : " takes: " + known + ")"));
   }

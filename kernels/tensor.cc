@@ -161,7 +161,33 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
   }
 }
 
-Buffer::~Buffer() { std::free(data_); }
+Buffer::Buffer(void* data, size_t bytes, std::function<void()> release)
+    : data_(data), size_(bytes), release_(std::move(release)) {}
+
+Buffer::~Buffer() {
+  if (release_) {
+    release_();
+  } else {
+    std::free(data_);
+  }
+}
+
+Result<Tensor> Tensor::WrapExternal(DType dtype, Shape shape, void* data, std::function<void()> release) {
+  if (DTypeSize(dtype) == 0) return InvalidArgument(std::string("cannot wrap memory as dtype ") + DTypeName(dtype));
+  for (int64_t d : shape)
+    if (d < 0) return InvalidArgument("cannot wrap memory as shape " + ShapeString(shape) + ": a dim is negative");
+  if (!release) return InvalidArgument("wrapping external memory needs a release function");
+  const int64_t n = NumElements(shape);
+  if (n > 0 && data == nullptr) return InvalidArgument("cannot wrap a null pointer as " + ShapeString(shape));
+  if (n > 0 && reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    return InvalidArgument("cannot wrap memory that is not 16-byte aligned (copy it instead)");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.num_elements_ = n;
+  t.buf_ = std::make_shared<Buffer>(data, n * DTypeSize(dtype), std::move(release));
+  return t;
+}
 
 namespace {
 

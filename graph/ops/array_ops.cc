@@ -494,38 +494,64 @@ std::vector<Output> GatherGradFn(Graph& g, const Node& n, const std::vector<Outp
 }  // namespace
 
 Status RegisterArrayOps(OpRegistry& reg) {
-  const std::vector<std::string> kStridedSliceAttrs = {"begin", "end", "strides", "begin_mask", "end_mask", "shrink_axis_mask"};
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose").Inputs(1).Attrs({"perm"}).Shape(TransposeShape).Grad(TransposeGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Transpose")
+      .RequiredAttr<std::vector<int64_t>>("perm")
+      .Inputs(1).Shape(TransposeShape).Grad(TransposeGrad)
       .Summary("Permutes the dims of x: output dim i is input dim perm[i] (attr perm).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat").Inputs(1, -1).Attrs({"axis"}).Shape(ConcatShape).Grad(ConcatGradFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Concat")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(1, -1).Shape(ConcatShape).Grad(ConcatGradFn)
       .Summary("Joins its inputs along attr axis; other dims must match.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split").Inputs(1).Attrs({"num_split", "axis"}).Shape(SplitShape).Grad(SplitGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Split")
+      .RequiredAttr<int64_t>("num_split").RequiredAttr<int64_t>("axis")
+      .Inputs(1).Shape(SplitShape).Grad(SplitGrad)
       .Summary("Splits x into attr num_split equal parts along attr axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice").Inputs(1).Attrs({"begin", "size"}).Shape(SliceShape).Grad(SliceGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Slice")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("size")
+      .Inputs(1).Shape(SliceShape).Grad(SliceGrad)
       .Summary("The block of x at attr begin of attr size (-1: to the end).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice").Inputs(1).Attrs(kStridedSliceAttrs).Shape(StridedSliceShapeFn)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSlice")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("end")
+      .RequiredAttr<std::vector<int64_t>>("strides").Attr("begin_mask", int64_t{0})
+      .Attr("end_mask", int64_t{0}).Attr("shrink_axis_mask", int64_t{0})
+      .Inputs(1).Shape(StridedSliceShapeFn)
       .Grad(StridedSliceGradFn)
       .Summary("Python-style x[begin:end:strides] per axis with begin/end/shrink_axis masks.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile").Inputs(1).Attrs({"multiples"}).Shape(TileShape).Grad(TileGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tile")
+      .RequiredAttr<std::vector<int64_t>>("multiples")
+      .Inputs(1).Shape(TileShape).Grad(TileGrad)
       .Summary("Repeats x attr multiples[i] times along each axis i.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad").Inputs(1).Attrs({"paddings", "mode"}).Shape(PadShape).Grad(PadGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Pad")
+      .RequiredAttr<std::vector<int64_t>>("paddings").Attr("mode", "CONSTANT")
+      .Inputs(1).Shape(PadShape).Grad(PadGrad)
       .Summary("Pads x: attr paddings holds (before, after) per axis; attr mode CONSTANT (zeros, "
                "the default), REFLECT (mirrored without the edge: paddings < dim) or SYMMETRIC "
                "(with the edge: paddings <= dim).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MirrorPadGrad").Inputs(1).Attrs({"paddings", "mode"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather")
+      .InputNames({"params", "indices"})
+      .Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
+      .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot")
+      .RequiredAttr<int64_t>("depth").Attr("dtype", DType::kFloat32).Attr("on", 1.0).Attr("off", 0.0)
+      .Inputs(1).Shape(OneHotShape).NotDifferentiable()
+      .Summary("[..., depth] with attr on at each index and off elsewhere (attrs depth, dtype).")
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(2, -1).Shape(ConcatGradShape).NotDifferentiable()
+      .Summary("Gradient of Concat: splits dy (input 0) into pieces of the given shapes.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad")
+      .RequiredAttr<std::vector<int64_t>>("begin").RequiredAttr<std::vector<int64_t>>("end")
+      .RequiredAttr<std::vector<int64_t>>("strides").Attr("begin_mask", int64_t{0})
+      .Attr("end_mask", int64_t{0}).Attr("shrink_axis_mask", int64_t{0})
+      .Inputs(2).Shape(StridedSliceGradShape)
+      .NotDifferentiable()
+      .Summary("Gradient of StridedSlice: dy scattered into zeros of shape (input 1).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MirrorPadGrad").Inputs(1)
+      .RequiredAttr<std::vector<int64_t>>("paddings").Attr("mode", "REFLECT")
       .Shape(MirrorPadGradShape).Grad(MirrorPadGradGrad)
       .Summary("Gradient of a REFLECT or SYMMETRIC Pad: dy with each padded value added back "
                "onto the value it mirrors (attrs paddings, mode).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Gather").Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
-      .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot").Inputs(1).Attrs({"depth", "dtype", "on", "off"}).Shape(OneHotShape).NotDifferentiable()
-      .Summary("[..., depth] with attr on at each index and off elsewhere (attrs depth, dtype).")
-      .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ConcatGrad").Inputs(2, -1).Attrs({"axis"}).Shape(ConcatGradShape).NotDifferentiable()
-      .Summary("Gradient of Concat: splits dy (input 0) into pieces of the given shapes.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StridedSliceGrad").Inputs(2).Attrs(kStridedSliceAttrs).Shape(StridedSliceGradShape)
-      .NotDifferentiable()
-      .Summary("Gradient of StridedSlice: dy scattered into zeros of shape (input 1).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("GatherGrad").Inputs(3).Shape(GatherGradShape).NotDifferentiable()
       .Summary("Gradient of Gather: rows of dy added at indices into zeros of params_shape.").Build()));
   return Status::OK();

@@ -54,7 +54,9 @@ std::string JoinNames(const std::vector<GraphVariable>& vars) {
 }  // namespace
 
 Status RegisterCheckpointOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SaveCheckpoint").Inputs(1, 1 << 20).Stateful().Attrs({"dir", "names"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SaveCheckpoint")
+      .RequiredAttr<std::string>("dir").RequiredAttr<std::string>("names")
+      .Inputs(1, 1 << 20).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckDir(c));
         if (c.input_dtype(0) != DType::kInt64)
@@ -69,7 +71,10 @@ Status RegisterCheckpointOps(OpRegistry& reg) {
       .Summary("Writes its inputs 1.. (attr names, one per line) as a committed checkpoint in attr dir under "
                "global step input 0; outputs the checkpoint id.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RestoreCheckpoint").Inputs(0).Stateful().Attrs({"dir", "names", "dtypes"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RestoreCheckpoint")
+      .RequiredAttr<std::string>("dir").RequiredAttr<std::string>("names")
+      .RequiredAttr<std::vector<DType>>("dtypes")
+      .Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckDir(c));
         SF_ASSIGN_OR_RETURN(auto names, SplitNames(c));

@@ -42,7 +42,9 @@ PartialShape CommonShape(const InferenceContext& c) {
 }  // namespace
 
 Status RegisterControlFlowOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Switch").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Switch")
+      .InputNames({"data", "pred"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(PredShape(c, 1));
         c.set_output(0, c.input_dtype(0), c.input_shape(0));
@@ -74,14 +76,19 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
       })
       .Summary("Forwards its first live input and that input's index.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Enter").Inputs(1).Attrs({"frame_name", "is_constant", "parallel_iterations"}).Shape(UnchangedShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Enter")
+      .RequiredAttr<std::string>("frame_name").Attr("is_constant", false)
+      .Attr("parallel_iterations", int64_t{10})
+      .Inputs(1).Shape(UnchangedShape).NotDifferentiable()
       .Summary("Moves a value into a loop frame (attrs frame_name, is_constant, "
                "parallel_iterations).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Exit").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
       .Summary("Moves a value out of a loop frame to its parent.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("NextIteration").Inputs(1).Shape(UnchangedShape).NotDifferentiable()
       .Summary("Moves a value to the next iteration of its loop.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LoopCond").Inputs(1).Attrs({"loop_name", "maximum_iterations"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LoopCond")
+      .Attr("loop_name", "").Attr("maximum_iterations", int64_t{-1})
+      .Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(PredShape(c, 0));
         c.set_output(0, DType::kBool, PartialShape({}));
@@ -94,7 +101,9 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
       .Shape([](InferenceContext&) { return Status::OK(); })
       .NotDifferentiable()
       .Summary("Runs after its control inputs and is never dead, even when they are.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPush").Inputs(2).Stateful().Attrs({"stack_name"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPush")
+      .RequiredAttr<std::string>("stack_name")
+      .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(1) != DType::kInt32)
           return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(1)));
@@ -104,7 +113,10 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Saves a value for this step under (attr stack_name, index): a loop "
                "gradient's forward half.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPop").Inputs(1).Stateful().Attrs({"stack_name", "dtype", "shape"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPop")
+      .RequiredAttr<std::string>("stack_name").RequiredAttr<DType>("dtype")
+      .Attr("shape", PartialShape())
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kInt32)
           return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(0)));

@@ -5,7 +5,7 @@
 namespace sf {
 
 Status RegisterCoreOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Const").Inputs(0).Attrs({"value"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Const").RequiredAttr<Tensor>("value").Inputs(0)
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(Tensor v, c.Attr<Tensor>("value"));
         if (!v.valid()) return c.Error("Const needs a valid 'value' tensor");
@@ -14,7 +14,9 @@ Status RegisterCoreOps(OpRegistry& reg) {
       })
       .NotDifferentiable().Summary("A constant tensor (attr value).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Placeholder").Inputs(0).Attrs({"dtype", "shape"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Placeholder")
+      .RequiredAttr<DType>("dtype").Attr("shape", PartialShape())
+      .Inputs(0)
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
         SF_ASSIGN_OR_RETURN(PartialShape s, c.AttrOr<PartialShape>("shape", PartialShape()));

@@ -82,10 +82,11 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
 }  // namespace
 
 Status RegisterEmbeddingOps(OpRegistry& reg) {
-  // A sparse update copies its lookup's attributes (Optimizer::AddSparseApply).
-  const std::vector<std::string> kLookupAttrs = {"table", "table_rows", "num_shards", "shard",
-                                                 "partition", "combiner", "segments", "num_segments"};
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup").Inputs(2, 3).Stateful().Attrs(kLookupAttrs)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingShardLookup")
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
+      .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
+      .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Inputs(2, 3).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -105,12 +106,13 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
 
   // The sparse form of each optimizer that has one (kernels/optimizer_spec.h).
   // slot_init: the slots' starting values, for the rows a hash table creates.
-  std::vector<std::string> apply_attrs = kLookupAttrs;
-  apply_attrs.push_back("slot_init");
   for (const OptimizerSpec& op : kOptimizers) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful().Attrs(apply_attrs)
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful()
+        .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
+        .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+        .Attr("slot_init", std::vector<double>{})
         .Shape([fixed, handles = op.handles](InferenceContext& c) -> Status {
           for (int i = 1; i < handles; ++i)
             if (c.input_dtype(i) != DType::kResource)
@@ -134,9 +136,11 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
   // Hash tables (kernels/hash_embedding.h): the initializer that makes a
   // shard variable a hash table shard, and its metrics.
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardInit").Inputs(1).Stateful()
-      .Attrs({"table", "num_shards", "shard", "dim", "initializer", "scale", "seed", "min_count",
-              "admit_probability", "filter_width", "filter_depth", "ttl_steps", "max_rows", "eviction",
-              "ram_budget_bytes", "cold_dir", "_initializer"})
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
+      .RequiredAttr<int64_t>("dim").Attr("initializer", "uniform").Attr("scale", 0.0).Attr("seed", int64_t{0})
+      .Attr("min_count", int64_t{0}).Attr("admit_probability", 1.0).Attr("filter_width", int64_t{1} << 16)
+      .Attr("filter_depth", int64_t{4}).Attr("ttl_steps", int64_t{0}).Attr("max_rows", int64_t{0})
+      .Attr("eviction", "lru").Attr("ram_budget_bytes", int64_t{0}).Attr("cold_dir", "")
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kResource)
           return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));
@@ -148,7 +152,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .Summary("Makes one shard of a hash embedding table empty, with its admission and eviction "
                "settings (attrs). Input: the shard handle.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardStats").Inputs(1).Stateful().Attrs({"table"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardStats").Inputs(1).Stateful().RequiredAttr<std::string>("table")
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kResource)
           return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));

@@ -414,14 +414,14 @@ Status Unary(OpRegistry& reg, const char* name, UnaryFn f, const char* summary) 
                          .Summary(summary).Build());
 }
 
-Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary,
-               const std::vector<std::string>& attrs = {}) {
-  return reg.Register(OpBuilder(name).Inputs(inputs).Attrs(attrs).Shape(std::move(f)).NotDifferentiable()
+Status NotDiff(OpRegistry& reg, const char* name, int inputs, ShapeFn f, const char* summary) {
+  return reg.Register(OpBuilder(name).Inputs(inputs).Shape(std::move(f)).NotDifferentiable()
                          .Summary(summary).Build());
 }
 
 Status Reduction(OpRegistry& reg, const char* name, GradFn f, const char* summary) {
-  return reg.Register(OpBuilder(name).Inputs(1).Attrs({"axes", "keep_dims"}).Shape(ReduceShape).Grad(std::move(f))
+  return reg.Register(OpBuilder(name).Inputs(1).Shape(ReduceShape).Grad(std::move(f))
+                         .Attr("axes", std::vector<int64_t>{}).Attr("keep_dims", false)
                          .Summary(summary).Build());
 }
 
@@ -479,7 +479,9 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
       .Summary("Sum of any number of same-shape tensors.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast").Inputs(1).Attrs({"DstT"}).Shape(CastShape).Grad(CastGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cast")
+      .RequiredAttr<DType>("DstT")
+      .Inputs(1).Shape(CastShape).Grad(CastGrad)
       .Summary("x converted to dtype DstT (gradient only between floating dtypes).").Build()));
 
   SF_RETURN_IF_ERROR(NotDiff(reg, "Equal", 2, CompareShape, "a == b with broadcasting (bool)."));
@@ -491,7 +493,9 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalAnd", 2, LogicalShape, "a && b with broadcasting (bool inputs)."));
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalOr", 2, LogicalShape, "a || b with broadcasting (bool inputs)."));
   SF_RETURN_IF_ERROR(NotDiff(reg, "LogicalNot", 1, LogicalShape, "!x (bool)."));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Select").Inputs(3).Shape(SelectShape).Grad(SelectGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Select")
+      .InputNames({"condition", "x", "y"})
+      .Inputs(3).Shape(SelectShape).Grad(SelectGrad)
       .Summary("cond ? a : b element-wise; all three broadcast together.").Build()));
 
   SF_RETURN_IF_ERROR(Reduction(reg, "Sum", SumGrad, "Sum over attr axes (empty = all; keep_dims)."));
@@ -499,17 +503,21 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
-  SF_RETURN_IF_ERROR(NotDiff(reg, "ArgMax", 1, ArgMaxShape, "Index of the largest value along attr axis (int64).",
-                             {"axis"}));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumsum").Inputs(1).Attrs({"axis", "exclusive", "reverse"})
-      .Shape(ScanShape).Grad(CumsumGrad)
-      .Summary("Running sums along attr axis (default 0; attrs exclusive, reverse).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumprod").Inputs(1).Attrs({"axis", "exclusive", "reverse"})
-      .Shape(ScanShape).Grad(CumprodGrad)
-      .Summary("Running products along attr axis (default 0; attrs exclusive, reverse).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape").Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMax").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgMaxShape)
+      .NotDifferentiable().Summary("Index of the largest value along attr axis (int64).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape")
+      .InputNames({"grad", "shape"})
+      .Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
       .Summary("Sums grad over broadcast axes down to an int shape (the gradient of broadcasting).")
       .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumsum").Inputs(1)
+      .Attr("axis", int64_t{0}).Attr("exclusive", false).Attr("reverse", false)
+      .Shape(ScanShape).Grad(CumsumGrad)
+      .Summary("Running sums along attr axis (default 0; attrs exclusive, reverse).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Cumprod").Inputs(1)
+      .Attr("axis", int64_t{0}).Attr("exclusive", false).Attr("reverse", false)
+      .Shape(ScanShape).Grad(CumprodGrad)
+      .Summary("Running products along attr axis (default 0; attrs exclusive, reverse).").Build()));
   return Status::OK();
 }
 

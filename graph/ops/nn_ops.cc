@@ -355,7 +355,9 @@ Status RegisterNNOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
       .Summary("LogSoftmaxGrad(y, dy): dy - exp(y) * sum(dy, -1).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits")
+      .InputNames({"logits", "labels"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_RETURN_IF_ERROR(c.RequireSameDTypes());
@@ -381,7 +383,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("Per-example softmax cross entropy (loss [batch], backprop [batch, classes]).")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits").Inputs(2)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SparseSoftmaxCrossEntropyWithLogits")
+      .InputNames({"logits", "labels"})
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         const PartialShape& l = c.input_shape(0);
@@ -418,13 +422,19 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("sum(x^2) / 2.").Build()));
 
   // ---- linear algebra ------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul").Inputs(2).Attrs({"transpose_a", "transpose_b"}).Shape(MatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul")
+      .InputNames({"a", "b"})
+      .Attr("transpose_a", false).Attr("transpose_b", false)
+      .Inputs(2).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return MatMulGradImpl(g, n, dy[0], "MatMul");
       })
       .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul").Inputs(2).Attrs({"transpose_a", "transpose_b"}).Shape(BatchMatMulShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul")
+      .InputNames({"a", "b"})
+      .Attr("transpose_a", false).Attr("transpose_b", false)
+      .Inputs(2).Shape(BatchMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         auto d = MatMulGradImpl(g, n, dy[0], "BatchMatMul");
         return std::vector<Output>{UnbroadcastBatch(g, d[0], n.inputs[0]),
@@ -432,7 +442,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Batched op(a) x op(b) over the last two axes; batch dims broadcast.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAdd").Inputs(2).Shape(BiasAddShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAdd")
+      .InputNames({"value", "bias"})
+      .Inputs(2).Shape(BiasAddShape)
       .Grad([](Graph& g, const Node&, const std::vector<Output>& dy) {
         return std::vector<Output>{dy[0], g.Add1("BiasAddGrad", {dy[0]})};
       })
@@ -448,7 +460,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable().Summary("Sums dy over every axis but the last.").Build()));
 
   // ---- convolution ---------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D").Inputs(2).Attrs({"strides", "padding"}).Shape(Conv2DShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D")
+      .InputNames({"input", "filter"})
+      .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME")
+      .Inputs(2).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0], f = n.inputs[1];
         Output dx = g.Add1("Conv2DBackpropInput", {ShapeTensor(g, x), f, dy[0]},
@@ -459,7 +474,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput").Inputs(3).Attrs({"strides", "padding", "T"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput")
+      .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
+      .Attr("padding", "SAME")
+      .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -468,7 +486,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("Conv2DBackpropInput(input_sizes, filter, dy): the gradient of Conv2D's input.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter").Inputs(3).Attrs({"strides", "padding", "T"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter")
+      .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
+      .Attr("padding", "SAME")
+      .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         c.set_output(0, c.input_dtype(0), ConstShapeOr(c, 1, 4));
@@ -479,17 +500,26 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Build()));
 
   // ---- pooling -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool").Inputs(1).Attrs({"ksize", "strides", "padding"}).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPool")
+      .Attr("ksize", std::vector<int64_t>{1, 2, 2, 1}).Attr("strides", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("padding", "VALID")
+      .Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
             g.Add1("MaxPoolGrad", {x, Out(g, n, 0), dy[0]}, WindowAttrs(n, x.dtype()))};
       })
       .Summary("Max over windows of NHWC input (attrs ksize, strides, padding).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad").Inputs(3).Attrs({"ksize", "strides", "padding", "T"}).Shape(UnchangedShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MaxPoolGrad")
+      .Attr("T", DType::kInvalid).Attr("ksize", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("strides", std::vector<int64_t>{1, 2, 2, 1}).Attr("padding", "VALID")
+      .Inputs(3).Shape(UnchangedShape).NotDifferentiable()
       .Summary("MaxPoolGrad(x, y, dy): dy routed to each window's (first) maximum.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool").Inputs(1).Attrs({"ksize", "strides", "padding"}).Shape(PoolShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPool")
+      .Attr("ksize", std::vector<int64_t>{1, 2, 2, 1}).Attr("strides", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("padding", "VALID")
+      .Inputs(1).Shape(PoolShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0];
         return std::vector<Output>{
@@ -497,7 +527,10 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("Mean over windows of NHWC input (SAME padding averages valid cells only).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad").Inputs(2).Attrs({"ksize", "strides", "padding", "T"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AvgPoolGrad")
+      .Attr("T", DType::kInvalid).Attr("ksize", std::vector<int64_t>{1, 2, 2, 1})
+      .Attr("strides", std::vector<int64_t>{1, 2, 2, 1}).Attr("padding", "VALID")
+      .Inputs(2)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
         c.set_output(0, c.input_dtype(1), ConstShapeOr(c, 0, 4));
@@ -507,7 +540,9 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("AvgPoolGrad(input_sizes, dy): dy spread evenly over each window.").Build()));
 
   // ---- dropout -------------------------------------------------------------
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout").Inputs(1).Stateful().Attrs({"rate", "seed"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout")
+      .RequiredAttr<double>("rate").Attr("seed", int64_t{0})
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));

@@ -116,35 +116,54 @@ Status DequeueShape(InferenceContext& c, bool many) {
 }  // namespace
 
 Status RegisterQueueOps(OpRegistry& reg) {
-  const std::vector<std::string> kQueueAttrs = {"shared_name", "component_types", "shapes", "capacity"};
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FIFOQueue").Inputs(0).Stateful().Attrs(kQueueAttrs).Shape(QueueShape).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FIFOQueue")
+      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
+      .Inputs(0).Stateful().Shape(QueueShape).NotDifferentiable()
       .Summary("A first-in first-out queue actor (attrs shared_name, component_types, shapes, capacity).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomShuffleQueue").Inputs(0).Stateful().Attrs(kQueueAttrs)
-      .Attrs({"min_after_dequeue", "seed"}).Shape(QueueShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomShuffleQueue")
+      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
+      .Attr("min_after_dequeue", int64_t{0}).Attr("seed", int64_t{0})
+      .Inputs(0).Stateful().Shape(QueueShape)
       .NotDifferentiable()
       .Summary("A queue actor dequeuing in random order (attrs as FIFOQueue plus min_after_dequeue, seed).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("PaddingFIFOQueue").Inputs(0).Stateful().Attrs(kQueueAttrs).Shape(QueueShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("PaddingFIFOQueue")
+      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
+      .Inputs(0).Stateful().Shape(QueueShape)
       .NotDifferentiable()
       .Summary("A FIFO queue actor whose dequeue_many pads elements to the batch's largest shape.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueue").Inputs(2, -1).Stateful().Attrs({"timeout_ms"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueue")
+      .Attr("timeout_ms", int64_t{0})
+      .Inputs(2, -1).Stateful()
       .Shape([](InferenceContext& c) { return EnqueueShape(c, false); }).NotDifferentiable()
       .Summary("Adds one element (inputs 1..) to a queue, waiting while it is full (attr timeout_ms).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueueMany").Inputs(2, -1).Stateful().Attrs({"timeout_ms"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueEnqueueMany")
+      .Attr("timeout_ms", int64_t{0})
+      .Inputs(2, -1).Stateful()
       .Shape([](InferenceContext& c) { return EnqueueShape(c, true); }).NotDifferentiable()
       .Summary("Adds a batch of elements (dimension 0 of inputs 1..) to a queue.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeue").Inputs(1).Stateful().Attrs({"component_types", "timeout_ms"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeue")
+      .RequiredAttr<std::vector<DType>>("component_types").Attr("timeout_ms", int64_t{0})
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, false); }).NotDifferentiable()
       .Summary("Removes one element from a queue, waiting while it is empty (attrs component_types, "
                "timeout_ms).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueMany").Inputs(2).Stateful().Attrs({"component_types", "timeout_ms"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueMany")
+      .InputNames({"queue", "n"})
+      .RequiredAttr<std::vector<DType>>("component_types").Attr("timeout_ms", int64_t{0})
+      .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, true); }).NotDifferentiable()
       .Summary("Removes n (input 1) elements from a queue, stacked per component.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueClose").Inputs(1).Stateful().Attrs({"cancel_pending_enqueues"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueClose")
+      .Attr("cancel_pending_enqueues", false)
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(QueueInput(c).status());
         return c.AttrOr<bool>("cancel_pending_enqueues", false).status();

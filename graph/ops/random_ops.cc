@@ -46,13 +46,22 @@ Output RandomNode(Graph& g, const std::string& op, const Shape& shape, int64_t s
 }  // namespace
 
 Status RegisterRandomOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomUniform").Inputs(0).Stateful().Attrs({"shape", "dtype", "seed", "minval", "maxval"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomUniform")
+      .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
+      .Attr("seed", int64_t{0}).Attr("minval", 0.0).Attr("maxval", 1.0)
+      .Inputs(0).Stateful()
       .Shape(RandomShape({"minval", "maxval"})).NotDifferentiable()
       .Summary("Uniform values in [minval, maxval) (attrs shape, dtype, seed).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomNormal").Inputs(0).Stateful().Attrs({"shape", "dtype", "seed", "mean", "stddev"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomNormal")
+      .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
+      .Attr("seed", int64_t{0}).Attr("mean", 0.0).Attr("stddev", 1.0)
+      .Inputs(0).Stateful()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
       .Summary("Normal values (attrs shape, dtype, seed, mean, stddev).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TruncatedNormal").Inputs(0).Stateful().Attrs({"shape", "dtype", "seed", "mean", "stddev"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TruncatedNormal")
+      .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
+      .Attr("seed", int64_t{0}).Attr("mean", 0.0).Attr("stddev", 1.0)
+      .Inputs(0).Stateful()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
       .Summary("Normal values redrawn until within 2 stddev of the mean.").Build()));
   return Status::OK();

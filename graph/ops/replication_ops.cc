@@ -91,8 +91,10 @@ Status TaggedApplyShape(InferenceContext& c, bool sync) {
 }  // namespace
 
 Status RegisterReplicationOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientSync").Inputs(4, 12).Stateful()
-      .Attrs({"optimizer", "use_nesterov", "num_required", "timeout_ms"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientSync")
+      .RequiredAttr<std::string>("optimizer").RequiredAttr<int64_t>("num_required")
+      .Attr("timeout_ms", int64_t{0}).Attr("use_nesterov", false)
+      .Inputs(4, 12).Stateful()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, true); }).NotDifferentiable()
       .Summary("Synchronous replication: adds this worker's gradient, tagged with the global step "
                "it read, to the step's aggregate at the variable's shard; the shard applies the "
@@ -100,13 +102,17 @@ Status RegisterReplicationOps(OpRegistry& reg) {
                "Inputs: var, slots..., hyperparameters..., grad, step_tag. Output: the step it "
                "counted in, or -1 when stale (counted as dropped).")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientAsync").Inputs(4, 12).Stateful().Attrs({"optimizer", "use_nesterov"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientAsync")
+      .RequiredAttr<std::string>("optimizer").Attr("use_nesterov", false)
+      .Inputs(4, 12).Stateful()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, false); }).NotDifferentiable()
       .Summary("Asynchronous replication: applies the gradient on arrival with attr optimizer and "
                "records staleness = variable version now - read_version. Inputs: var, slots..., "
                "hyperparameters..., grad, read_version.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariableWithVersion").Inputs(1).Stateful().Attrs({"dtype"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariableWithVersion")
+      .RequiredAttr<DType>("dtype")
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         auto dt = c.Attr<DType>("dtype");
@@ -146,7 +152,10 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Summary("Fails every worker waiting on the variable's pending synchronous steps with "
                "Aborted and drops (counts) their gradients.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StaleSyncWait").Inputs(2).Stateful().Attrs({"worker", "num_workers", "staleness"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StaleSyncWait")
+      .RequiredAttr<int64_t>("worker").RequiredAttr<int64_t>("num_workers")
+      .RequiredAttr<int64_t>("staleness")
+      .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         SF_RETURN_IF_ERROR(RequireInt64Scalar(c, 1, "the clock"));
@@ -165,7 +174,10 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Summary("Stale-synchronous barrier: worker (attr) starts clock (input); completes once it "
                "is at most attr staleness clocks ahead of the slowest of num_workers.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AllReduce").Inputs(1).Stateful().Attrs({"group_key", "group_size", "rank"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AllReduce")
+      .RequiredAttr<std::string>("group_key").RequiredAttr<int64_t>("group_size")
+      .RequiredAttr<int64_t>("rank")
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         auto key = c.Attr<std::string>("group_key");
         auto n = c.Attr<int64_t>("group_size");

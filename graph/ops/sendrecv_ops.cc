@@ -19,7 +19,11 @@ Status TransferAttrs(InferenceContext& c) {
 }  // namespace
 
 Status RegisterSendRecvOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Send").Inputs(1).Stateful().Attrs({"tensor_name", "send_device", "recv_device", "dtype", "shape"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Send")
+      .RequiredAttr<std::string>("tensor_name").RequiredAttr<std::string>("send_device")
+      .RequiredAttr<std::string>("recv_device").RequiredAttr<DType>("dtype")
+      .Attr("shape", PartialShape())
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -32,7 +36,11 @@ Status RegisterSendRecvOps(OpRegistry& reg) {
       .Summary("Sends its input to recv_device under tensor_name (inserted by partitioning; "
                "attrs tensor_name, send_device, recv_device, dtype, shape).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Recv").Inputs(0).Stateful().Attrs({"tensor_name", "send_device", "recv_device", "dtype", "shape"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("_Recv")
+      .RequiredAttr<std::string>("tensor_name").RequiredAttr<std::string>("send_device")
+      .RequiredAttr<std::string>("recv_device").RequiredAttr<DType>("dtype")
+      .Attr("shape", PartialShape())
+      .Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));

@@ -179,7 +179,9 @@ Status RegisterShapeOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OnesLike").Inputs(1).Shape(UnchangedShape)
       .NotDifferentiable().Summary("Ones of x's dtype and shape.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Fill").Inputs(2).Shape(FillShape)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Fill")
+      .InputNames({"dims", "value"})
+      .Inputs(2).Shape(FillShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         std::vector<Output> out(2);
         if (dy[0].valid()) out[1] = ops::Sum(g, dy[0]);
@@ -187,14 +189,20 @@ Status RegisterShapeOps(OpRegistry& reg) {
       })
       .Summary("A tensor of shape dims (int vector) filled with a scalar value.").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape").Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape")
+      .InputNames({"tensor", "shape"})
+      .Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
       .Summary("x with a new shape (int vector input; one dim may be -1); shares the buffer.")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ExpandDims").Inputs(1).Attrs({"axis"}).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ExpandDims")
+      .RequiredAttr<int64_t>("axis")
+      .Inputs(1).Shape(ExpandDimsShape).Grad(ReshapeBackGrad)
       .Summary("Inserts a size-1 axis at attr axis (negative counts from the end).").Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Squeeze").Inputs(1).Attrs({"axes"}).Shape(SqueezeShape).Grad(ReshapeBackGrad)
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Squeeze")
+      .Attr("axes", std::vector<int64_t>{})
+      .Inputs(1).Shape(SqueezeShape).Grad(ReshapeBackGrad)
       .Summary("Removes size-1 axes (attr axes; empty = all of them).").Build()));
   return Status::OK();
 }

@@ -48,9 +48,10 @@ Status AssignShape(InferenceContext& c) {
 }  // namespace
 
 Status RegisterStateOps(OpRegistry& reg) {
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle").Inputs(0).Stateful()
-      .Attrs({"shared_name", "dtype", "shape", "trainable", "_embedding_table", "_embedding_partition",
-              "_hash_embedding", "_hash_dim"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle")
+      .RequiredAttr<std::string>("shared_name").RequiredAttr<DType>("dtype")
+      .Attr("shape", PartialShape()).Attr("trainable", false)
+      .Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("VarHandle needs a non-empty shared_name");
@@ -65,7 +66,9 @@ Status RegisterStateOps(OpRegistry& reg) {
       .Summary("A handle to the session's variable shared_name (attrs shared_name, dtype, shape).")
       .Build()));
 
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable").Inputs(1).Stateful().Attrs({"dtype"})
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable")
+      .RequiredAttr<DType>("dtype")
+      .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandle(c, 0));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -80,8 +83,8 @@ Status RegisterStateOps(OpRegistry& reg) {
       .Summary("A snapshot of a variable's value (attr dtype).").Build()));
 
   for (const char* op : {"Assign", "AssignAdd", "AssignSub"}) {
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).Inputs(2).Stateful().Attrs({"_initializer"}).Shape(AssignShape)
-        .NotDifferentiable()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).InputNames({"resource", "value"})
+        .Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
         .Summary(std::string(op) + " a value to a variable; returns the new value.").Build()));
   }
   return Status::OK();

@@ -50,9 +50,9 @@ ShapeFn TrainingShape(int handles, int scalars) {
 Status RegisterTrainingOps(OpRegistry& reg) {
   for (const OptimizerSpec& op : kOptimizers) {
     const int n = op.handles + op.scalars + 1;
-    std::vector<std::string> attrs;
-    if (op.kind == OptimizerKind::kMomentum) attrs.push_back("use_nesterov");
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.apply_op).Inputs(n).Stateful().Attrs(attrs)
+    OpBuilder b(op.apply_op);
+    if (op.kind == OptimizerKind::kMomentum) b.Attr("use_nesterov", false);
+    SF_RETURN_IF_ERROR(reg.Register(b.Inputs(n).Stateful()
         .Shape(TrainingShape(op.handles, op.scalars)).NotDifferentiable()
         .Summary(op.summary).Build()));
   }

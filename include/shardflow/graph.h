@@ -137,6 +137,15 @@ class Graph {
   void RecordError(const Status& s) {
     if (status_.ok()) status_ = s;
   }
+  // Returns the recorded error (OK if none) and forgets it, so builders work
+  // again: for front ends that report each failing builder at once (the
+  // Python module raises it). A failed AddNode added no node, so the graph
+  // stays consistent; nodes a failed composite builder added stay, unused.
+  Status ClearError() {
+    Status s = std::move(status_);
+    status_ = Status::OK();
+    return s;
+  }
 
   // RAII scopes: nodes added while one lives get the "prefix/" name prefix or
   // the device. They nest.

@@ -65,6 +65,18 @@ using ShapeFn = std::function<Status(InferenceContext&)>;
 using GradFn = std::function<std::vector<Output>(Graph& g, const Node& node,
                                                  const std::vector<Output>& grad_outputs)>;
 
+// One attribute an op reads. Front ends (the Python module) build each op's
+// signature from these, so an op registered in C++ is callable there with no
+// front-end code. The kind is the alternative of AttrValue that
+// default_value holds; a required attribute's default_value only says the kind.
+// A DType attribute defaulting to kInvalid is left unset unless given (the
+// "T" of gradient ops, which otherwise comes from the inputs).
+struct AttrDef {
+  std::string name;
+  AttrValue default_value;
+  bool required = false;
+};
+
 struct OpDef {
   std::string name;
   int min_inputs = 0;
@@ -74,12 +86,18 @@ struct OpDef {
   // Null with differentiable=false: "not differentiable" (the gradient stops).
   GradFn grad_fn;
   bool differentiable = false;
-  // The attributes a node of this op may carry. Graph::AddNode refuses any
-  // other (naming the node and the attribute) except the runtime's own
-  // (IsRuntimeAttr), so a misspelt or unsupported attribute never passes
-  // silently: every graph, built or loaded from a file, enters through it.
-  std::vector<std::string> attrs;
   std::string summary;  // one line for docs and `shardflow ops`
+  // Every attribute the op's shape function and kernels read, in the order a
+  // front end lists them (attributes named "_..." are the runtime's, never
+  // declared: IsRuntimeAttr).
+  // They are also the attributes a node of this op may carry: Graph::AddNode
+  // refuses any other (naming the node and the attribute) except the
+  // runtime's own (IsRuntimeAttr), so a misspelt or unsupported attribute
+  // never passes silently: every graph, built or loaded from a file, enters
+  // through it.
+  std::vector<AttrDef> attrs;
+  // Names of the inputs for front ends' signatures ("" or missing: "input<i>").
+  std::vector<std::string> input_names;
 };
 
 class OpRegistry {
@@ -106,19 +124,35 @@ class OpBuilder {
   OpBuilder& Shape(ShapeFn f) { def_.shape_fn = std::move(f); return *this; }
   OpBuilder& Grad(GradFn f) { def_.grad_fn = std::move(f); def_.differentiable = true; return *this; }
   OpBuilder& NotDifferentiable() { def_.differentiable = false; def_.grad_fn = nullptr; return *this; }
-  OpBuilder& Attrs(const std::vector<std::string>& names) {
-    def_.attrs.insert(def_.attrs.end(), names.begin(), names.end());
+  OpBuilder& Summary(std::string s) { def_.summary = std::move(s); return *this; }
+  // Declares an optional attribute and its default (the kind is the default's).
+  OpBuilder& Attr(std::string name, AttrValue def) {
+    def_.attrs.push_back({std::move(name), std::move(def), false});
     return *this;
   }
-  OpBuilder& Summary(std::string s) { def_.summary = std::move(s); return *this; }
+  // A string literal is a string attribute (not the bool a variant would pick).
+  // (An array reference, so that 0 or int64_t{0} never means a null string.)
+  template <size_t N>
+  OpBuilder& Attr(std::string name, const char (&def)[N]) {
+    return Attr(std::move(name), AttrValue(std::string(def)));
+  }
+  // Declares an attribute the caller must give, of kind T (an AttrValue alternative).
+  template <typename T>
+  OpBuilder& RequiredAttr(std::string name) {
+    def_.attrs.push_back({std::move(name), AttrValue(T{}), true});
+    return *this;
+  }
+  OpBuilder& InputNames(std::vector<std::string> names) { def_.input_names = std::move(names); return *this; }
   OpDef Build() { return def_; }
 
  private:
   OpDef def_;
 };
 
-// True for the attributes the runtime itself may put on a node of any op:
-// "_class" (colocation groups, graph/placement.h), kept by partitioning.
+// True for the attributes the runtime and the library's builders put on
+// nodes of any op, which no op declares: names starting with "_", as in
+// TensorFlow ("_class" for colocation groups, "_initializer" on initialiser
+// assigns, "_embedding_table" and "_hash_embedding" on table shards).
 bool IsRuntimeAttr(const std::string& name);
 // OK when every attribute in `attrs` is declared by `def` or is the
 // runtime's; else InvalidArgument naming the first unknown one and the op's.

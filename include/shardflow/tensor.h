@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <new>
@@ -132,19 +133,27 @@ class PartialShape {
 // already used once, never more.
 void KeepTensorMemoryWarm();
 
-// 64-byte-aligned, refcounted storage.
+// 64-byte-aligned, refcounted storage; or memory owned by someone else (a
+// NumPy array fed from Python), lent to tensors until the last one lets go.
 class Buffer {
  public:
   explicit Buffer(size_t bytes);
+  // Lends `bytes` at data (REQUIRES: 16-byte aligned, which Eigen's aligned
+  // maps need) to tensors; release runs once, on whatever thread drops the
+  // last reference, and must not block.
+  Buffer(void* data, size_t bytes, std::function<void()> release);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* data() const { return data_; }
   size_t size() const { return size_; }
+  // True for lent memory: its owner may still read it, so nobody writes it in place.
+  bool external() const { return static_cast<bool>(release_); }
 
  private:
   void* data_;
   size_t size_;
+  std::function<void()> release_;
 };
 
 class Tensor {
@@ -171,6 +180,11 @@ class Tensor {
     return FromVector(v, Shape{static_cast<int64_t>(v.size())});
   }
   static Tensor FromBools(const std::vector<bool>& v, Shape shape);
+  // A tensor over memory it does not own (no copy): data holds the elements
+  // in C order and stays valid until release runs (see Buffer). Returns
+  // InvalidArgument for a negative dim, an unusable dtype, a null or
+  // unaligned (16 bytes) pointer with elements to hold.
+  static Result<Tensor> WrapExternal(DType dtype, Shape shape, void* data, std::function<void()> release);
   // A tensor filled with zeros.
   static Tensor Zeros(DType dtype, Shape shape);
 
@@ -214,7 +228,14 @@ class Tensor {
   // True when this is the only Tensor holding its buffer, so writing in place
   // cannot change a value anyone else sees. (Only meaningful to the thread
   // that owns the sole reference: nobody else can then take a new one.)
-  bool BufferIsUnique() const { return buf_ && buf_.use_count() == 1; }
+  // Lent memory (Buffer::external) is never unique: its owner still sees it.
+  bool BufferIsUnique() const { return buf_ && buf_.use_count() == 1 && !buf_->external(); }
+  // True when the buffer is lent by its owner (WrapExternal).
+  bool BufferIsLent() const { return buf_ && buf_->external(); }
+  // This tensor, or a deep copy when its buffer is lent: what state that
+  // outlives the step (a variable's value, a queued element) keeps, so the
+  // lender may change or free its memory once the step is done.
+  Tensor Owned() const { return BufferIsLent() ? Copy() : *this; }
   // True when both share one buffer.
   bool SharesBufferWith(const Tensor& o) const { return buf_ && buf_ == o.buf_; }
   // "float32[2,3]" and, for small tensors, the values.

@@ -185,6 +185,7 @@ class SoftmaxKernel : public OpKernel {
     Rows r;
     if (!AsRows(ctx, in, op_, &r)) return;
     Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    if (r.cols == 0) return;  // rows of no elements: nothing to normalise (and no max to take)
     SplitRows(ctx, r.rows, r.cols, [&](int64_t b, int64_t e) {
       auto x = RowsOf<T>(in, r, b, e);
       auto y = MutableRowsOf<T>(out, r, b, e);

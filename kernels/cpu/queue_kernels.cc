@@ -73,7 +73,7 @@ class EnqueueKernel : public QueueAccessKernel {
   void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
     QueueTuple t;
     t.reserve(ctx->num_inputs() - 1);
-    for (int i = 1; i < ctx->num_inputs(); ++i) t.push_back(ctx->input(i));
+    for (int i = 1; i < ctx->num_inputs(); ++i) t.push_back(ctx->input(i).Owned());
     auto cb = [ctx, done = std::move(done)](Status s) {
       ctx->SetStatus(std::move(s));
       done();

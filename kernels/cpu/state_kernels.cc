@@ -103,7 +103,7 @@ class AssignKernel : public VariableAccessKernel {
 
  protected:
   void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
-    ctx->variables()->Assign(id, kMode, ctx->input(1),
+    ctx->variables()->Assign(id, kMode, ctx->input(1).Owned(),
                              [ctx, done = std::move(done)](Result<Tensor> r) {
                                if (!r.ok()) ctx->SetStatus(r.status());
                                else ctx->set_output(0, std::move(r).value());

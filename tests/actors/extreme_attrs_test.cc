@@ -111,9 +111,10 @@ TEST_CASE("Every op with every numeric attribute at an extreme: refused or run, 
   for (const std::string& name : reg.Names()) {
     const OpDef* def = reg.Find(name);
     AttrMap base;
-    for (const std::string& a : def->attrs)
-      if (auto it = Defaults().find(a); it != Defaults().end()) base.Set(a, it->second);
-    for (const std::string& a : def->attrs) {
+    for (const AttrDef& d : def->attrs)
+      if (auto it = Defaults().find(d.name); it != Defaults().end()) base.Set(d.name, it->second);
+    for (const AttrDef& d : def->attrs) {
+      const std::string& a = d.name;
       const AttrValue* v = base.Find(a);
       if (!v) continue;
       for (const AttrValue& x : Extremes(*v)) {

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
+#include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/session.h"
 #include "tests/support/eval_graph.h"
@@ -320,4 +322,29 @@ TEST_CASE("Session: fetches, feeds and targets by object or by name, refusing an
   Operation mixed = ops::NoOp(third, {onop}, "mixed");
   CHECK(!mixed.valid());
   CHECK(Contains(third.status(), "another graph"));
+}
+
+TEST_CASE("A Session and a ClusterNode may be destroyed on another thread than their maker's", "[session]") {
+  // Front ends destroy sessions wherever their last reference goes (a Python
+  // garbage collection on a worker thread); this used to wait forever.
+  Graph g;
+  auto c = ops::Const(g, 2.0f);
+  auto s = std::make_unique<Session>(g);
+  REQUIRE(s->Run({}, {c}).ok());
+  NodeOptions no;
+  no.secret = "0123456789abcdef-secret";
+  auto node = ClusterNode::Start(no);
+  REQUIRE(node.ok());
+  std::unique_ptr<ClusterNode> n = std::move(node).value();
+  std::promise<void> done;
+  auto finished = done.get_future();
+  std::thread t([&] {
+    s.reset();
+    n.reset();
+    done.set_value();
+  });
+  const bool in_time = finished.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!in_time) t.detach();  // the failure below names it; the process is exiting anyway
+  else t.join();
+  REQUIRE(in_time);
 }

@@ -32,5 +32,7 @@ TEST_CASE("The runtime's own attributes are accepted on any op", "[graph]") {
   CHECK(g.AddNode("Relu", {x}, a) >= 0);
   CHECK(g.status().ok());
   CHECK(IsRuntimeAttr("_class"));
-  CHECK_FALSE(IsRuntimeAttr("_classes"));
+  CHECK(IsRuntimeAttr("_initializer"));
+  CHECK_FALSE(IsRuntimeAttr("class"));
+  CHECK_FALSE(IsRuntimeAttr(""));
 }

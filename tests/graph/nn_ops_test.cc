@@ -200,3 +200,23 @@ TEST_CASE("Dropout keeps about 1-rate of the elements, scaled, reproducibly", "[
   ops::Dropout(g, ops::Const(g, 1.0f), 1.0);
   CHECK_THAT(g.status().message(), Contains("rate"));
 }
+
+TEST_CASE("Softmax of rows with no elements is empty; cross entropy over no classes is 0 per row", "[nn]") {
+  // Found by the Python fuzz of every op (python/tests/test_ops_registry.py): these aborted.
+  for (const Shape& shape : {Shape{0}, Shape{3, 0}, Shape{0, 4}}) {
+    Graph g;
+    auto x = ops::Const(g, Tensor::Zeros(DType::kFloat32, shape));
+    auto s = testing::Eval(g, ops::Softmax(g, x));
+    REQUIRE(s.ok());
+    CHECK(s->shape() == shape);
+    auto ls = testing::Eval(g, ops::LogSoftmax(g, x));
+    REQUIRE(ls.ok());
+    CHECK(ls->shape() == shape);
+  }
+  Graph g;
+  auto logits = ops::Const(g, Tensor::Zeros(DType::kFloat32, {2, 0}));
+  // The loss is a sum over the classes: over none it is 0 (as TensorFlow).
+  auto r = testing::Eval(g, ops::SoftmaxCrossEntropyWithLogits(g, logits, logits));
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{0, 0});
+}

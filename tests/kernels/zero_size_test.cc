@@ -92,7 +92,8 @@ Maker GenericMaker(const OpDef& def, DType t, Shape s) {
     for (int i = 0; i < n; ++i) in.push_back(Feed(g, c, t, s, "x" + std::to_string(i)));
     AttrMap a;
     const auto over = AttrOverrides().find(def.name);
-    for (const std::string& name : def.attrs) {
+    for (const AttrDef& d : def.attrs) {
+      const std::string& name = d.name;
       if (over != AttrOverrides().end() && over->second.count(name)) {
         a.Set(name, over->second.at(name));
       } else if (auto v = GenericAttr(name, s)) {

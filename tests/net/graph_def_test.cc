@@ -32,10 +32,14 @@ const OpRegistry& TestRegistry() {
   static const OpRegistry* reg = [] {
     auto* r = new OpRegistry();
     REQUIRE(RegisterCoreOps(*r).ok());
-    REQUIRE(r->Register(OpBuilder("AttrHolder").Inputs(0, -1)
-        .Attrs({"i", "f", "b", "s", "t", "ints", "floats", "shape", "unknown_shape", "scalar_shape",
-                "tensor_f64", "tensor_i32", "tensor_i64", "tensor_bool", "tensor_empty",
-                "tensor_invalid", "dtypes", "empty_ints"})
+    OpBuilder holder("AttrHolder");
+    holder.Inputs(0, -1);
+    // Declared by name only: the test stores a value of every kind under them.
+    for (const char* a : {"i", "f", "b", "s", "t", "ints", "floats", "shape", "unknown_shape", "scalar_shape",
+                          "tensor_f64", "tensor_i32", "tensor_i64", "tensor_bool", "tensor_empty",
+                          "tensor_invalid", "dtypes", "empty_ints"})
+      holder.Attr(a, int64_t{0});
+    REQUIRE(r->Register(holder
         .Shape([](InferenceContext& c) -> Status {
           c.set_output(0, DType::kFloat64, PartialShape({-1, 2}));
           c.set_output(1, DType::kInt32, PartialShape());

@@ -1,0 +1,62 @@
+"""shardflow from Python: dataflow graphs, sessions and clusters with NumPy.
+
+    import numpy as np
+    import shardflow as sf
+
+    g = sf.Graph()
+    with g.as_default():
+        x = sf.placeholder(sf.float32, [None, 3], name="x")
+        w = sf.Variable(np.ones((3, 1), np.float32), name="w")
+        y = x @ w
+        loss = sf.ops.mean(sf.ops.square(y))
+        train = sf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = sf.global_variables_initializer()
+    with sf.Session(g) as sess:
+        sess.run(init)
+        print(sess.run([loss, train], feed_dict={x: np.ones((4, 3), np.float32)}))
+
+Every registered C++ op is in sf.ops (generated from the registry); errors
+are sf.errors.* exceptions carrying the C++ message.
+"""
+
+try:
+    from . import _core  # noqa: F401  (the C++ module)
+except ImportError as _e:  # pragma: no cover - only without a build
+    raise ImportError("shardflow's C++ module (_core) is missing or does not load: build it with scripts/build "
+                      "and put build/python on PYTHONPATH (use Debian's /usr/bin/python3): " + str(_e)) from None
+from . import errors
+from .dtypes import DType, as_dtype, float32, float64, int32, int64, bool_, float16, bfloat16, resource
+from .graph import (Graph, Tensor, Operation, TensorShape, get_default_graph, reset_default_graph,
+                    convert_to_tensor, constant, placeholder, name_scope, device, control_dependencies,
+                    group, identity, no_op)
+from . import ops
+from .ops import add_op
+from .gradients import gradients
+from .control_flow import cond, while_loop
+from .variables import Variable, global_variables_initializer, trainable_variables
+from .session import Session, ClusterSession, SessionOptions
+from . import train
+from . import random
+from . import embedding
+from . import nn
+from .queues import FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue
+from .cluster import LocalCluster
+
+bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
+
+__version__ = "0.1.0"
+
+
+def keep_tensor_memory_warm():
+    """Keeps freed tensor memory in this process's heap (fewer page faults per step); idempotent, never fails."""
+    _core.keep_tensor_memory_warm()
+
+
+def load_graph(path):
+    """A graph read from a GraphDef file (Python's Graph.save or C++'s sf::SaveGraph)."""
+    return Graph.load(path)
+
+
+def save_graph(graph, path):
+    """Writes graph as a GraphDef file (readable by sf::LoadGraph and `shardflow graph`)."""
+    graph.save(path)

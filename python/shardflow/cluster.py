@@ -1,0 +1,185 @@
+"""LocalCluster: node processes (`shardflow node`) on 127.0.0.1 for tests and notebooks.
+
+    with sf.LocalCluster(nodes=2) as cluster:
+        sess = sf.ClusterSession(g, cluster=cluster)
+
+The nodes listen on 127.0.0.1 only, share a fresh secret, and stop by
+themselves: when close() runs, when the object is collected, when the
+interpreter exits, and (Linux's parent-death signal) when the Python process
+dies, with --lifetime-s as a last bound. (The parent-death signal follows the
+thread that started the cluster: make one from a thread that lives as long as
+you need it, such as the main thread.)
+"""
+
+import ctypes
+import os
+import re
+import secrets
+import signal
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+
+from . import errors
+
+__all__ = ["LocalCluster", "find_shardflow_binary"]
+
+_LISTENING = re.compile(r"listening on (\S+:\d+)")
+
+
+def find_shardflow_binary():
+    """The `shardflow` program: $SF_BIN_DIR, the build's or the install prefix's bin/, or PATH; NotFoundError otherwise."""
+    candidates = []
+    if os.environ.get("SF_BIN_DIR"):
+        candidates.append(os.path.join(os.environ["SF_BIN_DIR"], "shardflow"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.normpath(os.path.join(here, "..", "..", "bin", "shardflow")))  # build/
+    candidates.append(os.path.normpath(os.path.join(here, "..", "..", "..", "..", "bin", "shardflow")))  # installed
+    found = shutil.which("shardflow")
+    if found:
+        candidates.append(found)
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    raise errors.NotFoundError("cannot find the `shardflow` program (looked at " + ", ".join(candidates) +
+                               "); build it or set SF_BIN_DIR")
+
+
+# A node gets SIGTERM when this process dies (Linux's parent-death signal).
+# util-linux's setpriv (always on Debian) sets it and execs the node, so no
+# Python runs between fork and exec; without it a preexec_fn does, with prctl
+# resolved here beforehand so the child only makes the one call.
+_SETPRIV = shutil.which("setpriv")
+try:
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def _die_with_parent():
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop(procs, tmpdir):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+class LocalCluster:
+    """nodes `shardflow node` processes joined into one cluster on 127.0.0.1."""
+
+    def __init__(self, nodes=2, threads=1, lifetime_s=3600, start_timeout_s=60, log=False, binary=None):
+        if int(nodes) < 1:
+            raise errors.InvalidArgumentError(f"a LocalCluster needs at least one node, got {nodes}")
+        self.binary = binary or find_shardflow_binary()
+        self._tmp = tempfile.mkdtemp(prefix="sf-cluster-")
+        self.secret = secrets.token_hex(24).encode()
+        self.secret_file = os.path.join(self._tmp, "secret")
+        fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.secret)
+        self._procs = []
+        self.addresses = []
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._tmp)
+        try:
+            for i in range(int(nodes)):
+                args = [self.binary, "node", "--listen", "127.0.0.1:0", "--cluster-secret-file", self.secret_file,
+                        "--threads", str(int(threads)), "--lifetime-s", str(int(lifetime_s)),
+                        "--name", f"local{i}"]
+                if self.addresses:
+                    args += ["--join", self.addresses[0]]
+                if log:
+                    args.append("--log")
+                if _SETPRIV:
+                    p = subprocess.Popen([_SETPRIV, "--pdeathsig", "TERM", "--"] + args, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                else:
+                    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, text=True)
+                self._procs.append(p)
+                self.addresses.append(self._wait_listening(p, start_timeout_s))
+            self._wait_members(start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_listening(self, p, timeout_s):
+        result = {}
+
+        def read():
+            for line in p.stdout:
+                m = _LISTENING.search(line)
+                if m:
+                    result["address"] = m.group(1)
+                    break
+            # Keep draining so a chatty node never blocks on a full pipe.
+            for _ in p.stdout:
+                pass
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        deadline = time.monotonic() + timeout_s
+        while "address" not in result:
+            if p.poll() is not None:
+                raise errors.UnavailableError(f"node process exited with {p.returncode}: {p.stderr.read().strip()}")
+            if time.monotonic() > deadline:
+                raise errors.DeadlineExceededError(f"node process did not listen within {timeout_s} s")
+            t.join(0.05)
+        threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+        return result["address"]
+
+    def _wait_members(self, timeout_s):
+        # A node listens before the others know it: a session connecting now
+        # could miss it. Wait until a client session sees every member.
+        from . import _core, graph as _graph
+        g = _graph.Graph()
+        deadline = time.monotonic() + timeout_s
+        want = len(self.addresses)
+        while True:
+            try:
+                s = _core.cluster_session(g._g, self.addresses[0], self.secret, 0, 0, 5000, "", False)
+                n = len(s.tasks())
+                s.close()
+                if n >= want:
+                    return
+            except errors.OpError:
+                pass
+            if time.monotonic() > deadline:
+                raise errors.DeadlineExceededError(f"the cluster did not reach {want} members within {timeout_s} s")
+            time.sleep(0.05)
+
+    @property
+    def address(self):
+        """The first member's HOST:PORT (what ClusterSession connects to)."""
+        return self.addresses[0]
+
+    @property
+    def pids(self):
+        return [p.pid for p in self._procs]
+
+    def close(self):
+        """Stops every node process and removes the secret (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<sf.LocalCluster {self.addresses}>"

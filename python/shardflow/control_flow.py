@@ -1,0 +1,78 @@
+"""sf.cond and sf.while_loop: dynamic control flow built from Python callables.
+
+    r = sf.cond(x < 0, lambda: -x, lambda: x)
+    i, s = sf.while_loop(lambda i, s: i < 10, lambda i, s: (i + 1, s + i), [0, 0])
+
+The callables run once, while the graph is built, inside the branch or the
+loop body (values from outside may be used freely). An exception they raise
+propagates unchanged; the graph stays usable.
+"""
+
+from . import _core
+from . import errors
+from . import graph as _graph
+
+__all__ = ["cond", "while_loop"]
+
+
+def _outputs(result, what):
+    single = not isinstance(result, (list, tuple))
+    items = [result] if single else list(result)
+    outs = []
+    for r in items:
+        t = _graph.convert_to_tensor(r)
+        outs.append(t)
+    return outs, single
+
+
+def cond(pred, true_fn, false_fn, name="cond"):
+    """pred ? true_fn() : false_fn(): both built, only the taken one runs; returns like the branches."""
+    if not callable(true_fn) or not callable(false_fn):
+        raise TypeError("cond's true_fn and false_fn must be callables")
+    pred = _graph.convert_to_tensor(pred)
+    g = pred.graph
+    shape = {}
+
+    def branch(fn, key):
+        def run():
+            with g.as_default():
+                outs, single = _outputs(fn(), key)
+            shape[key] = single
+            return [t._ref() for t in outs]
+        return run
+
+    with g.as_default():
+        refs = _core.cond(g._g, pred._ref(), branch(true_fn, "true"), branch(false_fn, "false"), name)
+    outs = [_graph.Tensor(g, *r) for r in refs]
+    return outs[0] if shape.get("true") and len(outs) == 1 else outs
+
+
+def while_loop(cond, body, loop_vars, name="while", parallel_iterations=10, maximum_iterations=None):
+    """while cond(*vars): vars = body(*vars); returns the final loop variables (a list, or one Tensor)."""
+    if not callable(cond) or not callable(body):
+        raise TypeError("while_loop's cond and body must be callables")
+    single = not isinstance(loop_vars, (list, tuple))
+    init = [_graph.convert_to_tensor(v) for v in ([loop_vars] if single else loop_vars)]
+    if not init:
+        raise errors.InvalidArgumentError("while_loop needs at least one loop variable")
+    g = init[0].graph
+
+    def wrap(refs):
+        return [_graph.Tensor(g, *r) for r in refs]
+
+    def c(refs):
+        with g.as_default():
+            p = _graph.convert_to_tensor(cond(*wrap(refs)))
+        return p._ref()
+
+    def b(refs):
+        with g.as_default():
+            r = body(*wrap(refs))
+            outs, _ = _outputs(r, "body")
+        return [t._ref() for t in outs]
+
+    with g.as_default():
+        refs = _core.while_loop(g._g, c, b, [t._ref() for t in init], name, int(parallel_iterations),
+                                -1 if maximum_iterations is None else int(maximum_iterations))
+    out = wrap(refs)
+    return out[0] if single else out

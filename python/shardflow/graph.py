@@ -1,0 +1,643 @@
+"""Graphs, their operations and symbolic tensors, as in TensorFlow 1.x.
+
+    g = sf.Graph()
+    with g.as_default(), g.name_scope("layer1"):
+        x = sf.placeholder(sf.float32, [None, 784], name="x")
+        y = x @ w + b          # operators add MatMul and Add nodes
+
+A Graph wraps the C++ sf::Graph; a Tensor names one output of one node and
+an Operation one node. A builder that fails raises at once (the C++ error
+message, naming node, op and shapes) and leaves the graph usable.
+Thread-safety: build a graph from one thread; do not add nodes while a
+session runs a step on it from another thread.
+"""
+
+import contextlib
+import threading
+
+import numpy as np
+
+from . import _core
+from . import dtypes as _dt
+from . import errors
+
+__all__ = ["Graph", "Tensor", "Operation", "TensorShape", "get_default_graph",
+           "reset_default_graph", "convert_to_tensor", "constant", "placeholder", "name_scope",
+           "device", "control_dependencies", "group", "identity", "no_op"]
+
+
+class TensorShape:
+    """A partial shape: unknown rank (dims is None) or dims with None for unknown ones."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims):
+        if isinstance(dims, TensorShape):
+            dims = dims.dims
+        if dims is None:
+            self.dims = None
+        else:
+            self.dims = tuple(None if (d is None or int(d) < 0) else int(d) for d in dims)
+
+    @classmethod
+    def _from_core(cls, s):
+        return cls(None if s is None else [None if d < 0 else d for d in s])
+
+    def _to_core(self):
+        return None if self.dims is None else [-1 if d is None else d for d in self.dims]
+
+    @property
+    def rank(self):
+        """The number of dims, or None when unknown."""
+        return None if self.dims is None else len(self.dims)
+
+    ndims = rank
+
+    def is_fully_defined(self):
+        """True when the rank and every dim are known."""
+        return self.dims is not None and all(d is not None for d in self.dims)
+
+    def as_list(self):
+        """The dims as a list; ValueError when the rank is unknown."""
+        if self.dims is None:
+            raise ValueError("as_list() is not defined on a shape of unknown rank")
+        return list(self.dims)
+
+    def num_elements(self):
+        """The element count, or None when not fully defined."""
+        return int(np.prod(self.dims)) if self.is_fully_defined() else None
+
+    def __len__(self):
+        if self.dims is None:
+            raise ValueError("the rank of this shape is unknown")
+        return len(self.dims)
+
+    def __iter__(self):
+        if self.dims is None:
+            raise ValueError("cannot iterate over a shape of unknown rank")
+        return iter(self.dims)
+
+    def __getitem__(self, i):
+        if self.dims is None:
+            return None
+        return self.dims[i]
+
+    def __eq__(self, other):
+        if isinstance(other, TensorShape):
+            return self.dims == other.dims
+        if isinstance(other, (list, tuple)):
+            return self.dims is not None and self.dims == tuple(other)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self.dims)
+
+    def __repr__(self):
+        if self.dims is None:
+            return "TensorShape(None)"
+        return "TensorShape([%s])" % ", ".join("None" if d is None else str(d) for d in self.dims)
+
+
+def _as_core_shape(shape):
+    if shape is None:
+        return None
+    return TensorShape(shape)._to_core()
+
+
+# ---- the default graph ------------------------------------------------------
+
+class _DefaultStack(threading.local):
+    def __init__(self):
+        super().__init__()
+        self.stack = []
+
+
+_default = _DefaultStack()
+_global_default = None
+
+
+def get_default_graph():
+    """The innermost graph of `with g.as_default()`, else the process's global graph."""
+    global _global_default
+    if _default.stack:
+        return _default.stack[-1]
+    if _global_default is None:
+        _global_default = Graph()
+    return _global_default
+
+
+def reset_default_graph():
+    """Replaces the global default graph by a new empty one; error inside as_default()."""
+    global _global_default
+    if _default.stack:
+        raise AssertionError("reset_default_graph() called inside a `with graph.as_default()` block")
+    _global_default = Graph()
+
+
+class Graph:
+    """A dataflow graph over the standard ops (the C++ sf::Graph)."""
+
+    def __init__(self, _core_graph=None):
+        self._g = _core_graph if _core_graph is not None else _core.Graph()
+        self._control_stack = []
+        self._ops = {}  # node id -> Operation, so identities stay stable
+
+    # ---- scopes ----
+    @contextlib.contextmanager
+    def as_default(self):
+        """Makes this the graph that sf.ops and friends build into, inside the block."""
+        _default.stack.append(self)
+        try:
+            yield self
+        finally:
+            _default.stack.pop()
+
+    @contextlib.contextmanager
+    def name_scope(self, name):
+        """Prefixes the names of nodes added inside the block with "name/" (scopes nest)."""
+        if not isinstance(name, str) or not name:
+            raise errors.InvalidArgumentError(f"a name scope needs a non-empty string, got {name!r}")
+        s = self._g.name_scope(name)
+        try:
+            yield name
+        finally:
+            s.close()
+
+    @contextlib.contextmanager
+    def device(self, device_name):
+        """Requests device_name ("/job:worker/task:1/device:CPU:0", partial names too) for nodes added inside."""
+        if not isinstance(device_name, str):
+            raise errors.InvalidArgumentError(f"a device must be a string, got {device_name!r}")
+        s = self._g.device_scope(device_name)
+        try:
+            yield
+        finally:
+            s.close()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs):
+        """Nodes added inside run after every given Operation or Tensor's node (None clears)."""
+        if control_inputs is None:
+            saved, self._control_stack = self._control_stack, []
+            try:
+                yield
+            finally:
+                self._control_stack = saved
+            return
+        ids = []
+        for c in control_inputs:
+            ids.append(_node_of(c, self, "control_dependencies"))
+        self._control_stack.append(ids)
+        try:
+            yield
+        finally:
+            self._control_stack.pop()
+
+    def _current_control_inputs(self):
+        out = []
+        for ids in self._control_stack:
+            out.extend(ids)
+        return out
+
+    # ---- nodes ----
+    def _add(self, op, inputs, attrs, name=None):
+        """Adds a node: inputs are Tensors of this graph; attrs (name, kind, value) triples."""
+        core_inputs = []
+        for t in inputs:
+            if t.graph is not self:
+                raise errors.InvalidArgumentError(
+                    f"input {t.name!r} of {op} belongs to another graph than the one being built")
+            core_inputs.append((t._node, t._index))
+        nid = self._g.add_node(op, core_inputs, attrs, name or "", self._current_control_inputs())
+        return self._op(nid)
+
+    def _op(self, nid):
+        op = self._ops.get(nid)
+        if op is None:
+            op = Operation(self, nid)
+            self._ops[nid] = op
+        return op
+
+    def get_operations(self):
+        """Every Operation in id order."""
+        return [self._op(i) for i in range(self._g.num_nodes())]
+
+    def get_operation_by_name(self, name):
+        """The Operation named name; NotFoundError otherwise."""
+        return self._op(self._g.find_node(name))
+
+    def get_tensor_by_name(self, name):
+        """The Tensor "name" (output 0) or "name:k"; NotFoundError otherwise."""
+        n, i = self._g.find_output(name)
+        return Tensor(self, n, i)
+
+    def as_graph_element(self, obj):
+        """obj (Tensor, Operation or name) as a Tensor or Operation of this graph."""
+        if isinstance(obj, (Tensor, Operation)):
+            if obj.graph is not self:
+                raise errors.InvalidArgumentError(f"{obj.name!r} belongs to another graph")
+            return obj
+        if isinstance(obj, str):
+            if ":" in obj:
+                return self.get_tensor_by_name(obj)
+            op = self.get_operation_by_name(obj)
+            return op.outputs[0] if op.outputs else op
+        raise TypeError(f"cannot interpret {obj!r} as an element of the graph")
+
+    @property
+    def num_nodes(self):
+        """The number of nodes in the graph."""
+        return self._g.num_nodes()
+
+    # ---- save / load ----
+    def save(self, path):
+        """Writes the graph as a GraphDef file (what sf::SaveGraph writes); raises naming the file."""
+        self._g.save(str(path))
+
+    def to_bytes(self):
+        """The GraphDef bytes save() would write."""
+        return self._g.to_bytes()
+
+    @classmethod
+    def load(cls, path):
+        """A graph read from a GraphDef file written by Python or C++ (sf::LoadGraph)."""
+        return cls(_core.Graph.load(str(path)))
+
+    @classmethod
+    def from_bytes(cls, data, source="<graph bytes>"):
+        """A graph read from GraphDef bytes."""
+        return cls(_core.Graph.from_bytes(bytes(data), source))
+
+    def __repr__(self):
+        return f"<sf.Graph with {self.num_nodes} nodes>"
+
+
+def _node_of(x, graph, what):
+    if isinstance(x, Operation):
+        if x.graph is not graph:
+            raise errors.InvalidArgumentError(f"{what}: {x.name!r} belongs to another graph")
+        return x._node
+    if isinstance(x, Tensor):
+        if x.graph is not graph:
+            raise errors.InvalidArgumentError(f"{what}: {x.name!r} belongs to another graph")
+        return x._node
+    if isinstance(x, str):
+        return graph._g.find_node(x)
+    raise TypeError(f"{what} takes Operations or Tensors, got {type(x).__name__}")
+
+
+class Operation:
+    """One node of a graph: its name, op type, inputs, outputs, device and attributes."""
+
+    __slots__ = ("graph", "_node", "__weakref__")
+
+    def __init__(self, graph, node):
+        self.graph = graph
+        self._node = node
+
+    @property
+    def name(self):
+        return self.graph._g.node_name(self._node)
+
+    @property
+    def type(self):
+        """The op's name ("MatMul")."""
+        return self.graph._g.node_op(self._node)
+
+    @property
+    def device(self):
+        return self.graph._g.node_device(self._node)
+
+    @property
+    def inputs(self):
+        """The Tensors this node reads, in input order."""
+        return [Tensor(self.graph, n, i) for n, i in self.graph._g.node_inputs(self._node)]
+
+    @property
+    def control_inputs(self):
+        """The Operations this node runs after."""
+        return [self.graph._op(n) for n in self.graph._g.node_control_inputs(self._node)]
+
+    @property
+    def outputs(self):
+        """The node's outputs as Tensors (empty for a node run for its effect)."""
+        return [Tensor(self.graph, self._node, i) for i in range(self.graph._g.node_num_outputs(self._node))]
+
+    def get_attr(self, name):
+        """The value of attribute name; NotFoundError when the node has none of that name."""
+        attrs = self.graph._g.node_attrs(self._node)
+        if name not in attrs:
+            raise errors.NotFoundError(f"node '{self.name}' (op {self.type}) has no attribute '{name}'")
+        kind, value = attrs[name]
+        return _attr_from_core(kind, value)
+
+    @property
+    def node_def(self):
+        """{attribute: value} of the node."""
+        return {k: _attr_from_core(kind, v) for k, (kind, v) in self.graph._g.node_attrs(self._node).items()}
+
+    def __eq__(self, other):
+        return isinstance(other, Operation) and other.graph is self.graph and other._node == self._node
+
+    def __hash__(self):
+        return hash((id(self.graph), self._node))
+
+    def __repr__(self):
+        return f"<sf.Operation '{self.name}' type={self.type}>"
+
+
+def _attr_from_core(kind, value):
+    if kind == "dtype":
+        return _dt.DType(value)
+    if kind == "dtype list":
+        return [_dt.DType(v) for v in value]
+    if kind == "shape":
+        return TensorShape._from_core(value)
+    return value
+
+
+class Tensor:
+    """One output of one node: a symbolic value computed when a session runs it."""
+
+    __slots__ = ("graph", "_node", "_index", "__weakref__")
+    # NumPy must defer to our operators (ndarray + Tensor -> Tensor.__radd__).
+    __array_priority__ = 100
+
+    def __init__(self, graph, node, index=0):
+        self.graph = graph
+        self._node = node
+        self._index = index
+
+    @property
+    def op(self):
+        return self.graph._op(self._node)
+
+    @property
+    def value_index(self):
+        return self._index
+
+    @property
+    def name(self):
+        """"node" for output 0, "node:k" otherwise (what Session.run and feeds accept)."""
+        return self.graph._g.output_name((self._node, self._index))
+
+    @property
+    def dtype(self):
+        return _dt.DType(self.graph._g.output_dtype((self._node, self._index)))
+
+    @property
+    def shape(self):
+        return TensorShape._from_core(self.graph._g.output_shape((self._node, self._index)))
+
+    def get_shape(self):
+        return self.shape
+
+    @property
+    def device(self):
+        return self.op.device
+
+    def _ref(self):
+        return (self._node, self._index)
+
+    def __eq__(self, other):
+        # Identity, as in TensorFlow 1.x: Tensors are dict keys (feed_dict).
+        return isinstance(other, Tensor) and other.graph is self.graph and other._ref() == self._ref()
+
+    def __hash__(self):
+        return hash((id(self.graph), self._node, self._index))
+
+    def __bool__(self):
+        raise TypeError("a symbolic sf.Tensor has no truth value; use sf.cond for graph conditionals")
+
+    def __len__(self):
+        d = self.shape
+        if d.rank is None or d.rank == 0 or d[0] is None:
+            raise TypeError(f"len() of {self.name!r} is unknown (shape {d})")
+        return d[0]
+
+    def __iter__(self):
+        raise TypeError("a symbolic sf.Tensor is not iterable")
+
+    def __array__(self, dtype=None):
+        raise TypeError(f"{self.name!r} is a symbolic sf.Tensor with no value: run it in a Session "
+                        "(session.run) to get a NumPy array")
+
+    def __repr__(self):
+        return f"<sf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+    # ---- operators ----
+    def __add__(self, o): return _binary("Add", self, o)
+    def __radd__(self, o): return _binary("Add", o, self)
+    def __sub__(self, o): return _binary("Sub", self, o)
+    def __rsub__(self, o): return _binary("Sub", o, self)
+    def __mul__(self, o): return _binary("Mul", self, o)
+    def __rmul__(self, o): return _binary("Mul", o, self)
+    def __truediv__(self, o): return _binary("Div", self, o)
+    def __rtruediv__(self, o): return _binary("Div", o, self)
+    def __pow__(self, o): return _binary("Pow", self, o)
+    def __rpow__(self, o): return _binary("Pow", o, self)
+    def __lt__(self, o): return _binary("Less", self, o)
+    def __le__(self, o): return _binary("LessEqual", self, o)
+    def __gt__(self, o): return _binary("Greater", self, o)
+    def __ge__(self, o): return _binary("GreaterEqual", self, o)
+    def __and__(self, o): return _binary("LogicalAnd", self, o)
+    def __or__(self, o): return _binary("LogicalOr", self, o)
+    def __invert__(self): return _unary("LogicalNot", self)
+    def __neg__(self): return _unary("Neg", self)
+    def __abs__(self): return _unary("Abs", self)
+
+    def __matmul__(self, o):
+        return _matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _matmul(o, self)
+
+    def __getitem__(self, key):
+        return _strided_slice(self, key)
+
+
+# ---- converting values to tensors ------------------------------------------
+
+def _numpy_value(value, dtype=None):
+    if dtype is not None:
+        dtype = _dt.as_dtype(dtype)
+        npd = dtype.as_numpy_dtype
+        if npd is None:
+            raise errors.InvalidArgumentError(f"cannot make a constant of dtype {dtype.name}")
+        arr = np.asarray(value)
+        if arr.dtype.kind in "fc" and dtype.is_integer:
+            if not np.all(np.isfinite(arr)) or not np.all(np.equal(np.mod(arr, 1), 0)):
+                raise errors.InvalidArgumentError(
+                    f"cannot convert {value!r} to {dtype.name} without losing its fractional part")
+        return np.asarray(arr, dtype=npd), dtype
+    arr = np.asarray(value)
+    if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+        arr = arr.astype(np.float32)  # Python floats are float32 by default, as in TensorFlow
+    elif arr.dtype == np.int64 and not isinstance(value, (np.ndarray, np.integer)):
+        if arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31):
+            arr = arr.astype(np.int32)
+    elif arr.dtype == object or arr.dtype.kind in "USV":
+        raise errors.InvalidArgumentError(f"cannot convert a {type(value).__name__} to a tensor: {value!r:.80}")
+    return arr, _dt.as_dtype(arr.dtype)
+
+
+def constant(value, dtype=None, shape=None, name="Const"):
+    """A Const node holding value (array-like, copied); shape reshapes or broadcasts a scalar."""
+    g = get_default_graph()
+    arr, dtype = _numpy_value(value, dtype)
+    if shape is not None:
+        shape = [int(d) for d in shape]
+        arr = np.broadcast_to(arr, shape) if arr.size == 1 else arr.reshape(shape)
+    arr = np.require(arr, requirements="C")
+    return g._add("Const", [], [("value", "tensor", (arr, dtype.value))], name).outputs[0]
+
+
+def convert_to_tensor(value, dtype=None, name=None, graph=None):
+    """value as a Tensor: Tensors (and Variables) pass through, anything array-like becomes a Const."""
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype != _dt.as_dtype(dtype):
+            raise errors.InvalidArgumentError(
+                f"{value.name!r} is {value.dtype.name}, but {_dt.as_dtype(dtype).name} is needed")
+        return value
+    conv = getattr(value, "_as_graph_tensor", None)
+    if conv is not None:
+        return conv()
+    if graph is not None and graph is not get_default_graph():
+        with graph.as_default():
+            return constant(value, dtype=dtype, name=name or "Const")
+    return constant(value, dtype=dtype, name=name or "Const")
+
+
+def _graph_of(*values):
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.graph
+        conv = getattr(v, "_as_graph_tensor", None)
+        if conv is not None:
+            return conv().graph
+    return get_default_graph()
+
+
+def _binary(op, a, b):
+    g = _graph_of(a, b)
+    with g.as_default():
+        # A plain number takes the dtype of the tensor on the other side (x * 2 stays float64).
+        if isinstance(a, Tensor) or hasattr(a, "_as_graph_tensor"):
+            a = convert_to_tensor(a)
+            b = b if isinstance(b, Tensor) else convert_to_tensor(b, dtype=_scalar_dtype(b, a.dtype))
+        else:
+            b = convert_to_tensor(b)
+            a = convert_to_tensor(a, dtype=_scalar_dtype(a, b.dtype))
+        return g._add(op, [a, b], []).outputs[0]
+
+
+def _scalar_dtype(value, like):
+    if hasattr(value, "_as_graph_tensor"):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return like if like == _dt.bool_ else None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        if isinstance(value, (float, np.floating)) and like.is_integer and not float(value).is_integer():
+            return None
+        return like
+    return like if isinstance(value, (list, tuple)) and like.is_floating else None
+
+
+def _unary(op, x):
+    g = x.graph
+    return g._add(op, [x], []).outputs[0]
+
+
+def _matmul(a, b):
+    g = _graph_of(a, b)
+    with g.as_default():
+        a, b = convert_to_tensor(a), convert_to_tensor(b)
+        ra, rb = a.shape.rank, b.shape.rank
+        op = "MatMul" if (ra in (2, None) and rb in (2, None)) else "BatchMatMul"
+        return g._add(op, [a, b], [("transpose_a", "bool", False), ("transpose_b", "bool", False)]).outputs[0]
+
+
+def _strided_slice(x, key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    rank = x.shape.rank
+    if any(k is Ellipsis for k in key):
+        if rank is None:
+            raise errors.InvalidArgumentError(f"indexing {x.name!r} with ... needs a known rank")
+        i = key.index(Ellipsis)
+        fill = rank - (len(key) - 1)
+        key = key[:i] + (slice(None),) * fill + key[i + 1:]
+    begin, end, strides = [], [], []
+    begin_mask = end_mask = shrink = 0
+    for axis, k in enumerate(key):
+        if isinstance(k, slice):
+            step = 1 if k.step is None else int(k.step)
+            if step == 0:
+                raise errors.InvalidArgumentError("a slice step cannot be zero")
+            begin.append(0 if k.start is None else int(k.start))
+            end.append(0 if k.stop is None else int(k.stop))
+            strides.append(step)
+            if k.start is None:
+                begin_mask |= 1 << axis
+            if k.stop is None:
+                end_mask |= 1 << axis
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            k = int(k)
+            begin.append(k)
+            end.append(k + 1 if k != -1 else 0)
+            strides.append(1)
+            if k == -1:
+                end_mask |= 1 << axis
+            shrink |= 1 << axis
+        else:
+            raise TypeError(f"sf.Tensor indices must be ints, slices or ..., got {type(k).__name__}")
+    attrs = [("begin", "int list", begin), ("end", "int list", end), ("strides", "int list", strides),
+             ("begin_mask", "int", begin_mask), ("end_mask", "int", end_mask),
+             ("shrink_axis_mask", "int", shrink)]
+    return x.graph._add("StridedSlice", [x], attrs, "strided_slice").outputs[0]
+
+
+# ---- module-level helpers over the default graph ----------------------------
+
+def placeholder(dtype, shape=None, name="Placeholder"):
+    """A value fed at run time; shape None (any) or dims with None for unknown ones."""
+    dtype = _dt.as_dtype(dtype)
+    g = get_default_graph()
+    return g._add("Placeholder", [], [("dtype", "dtype", dtype.value), ("shape", "shape", _as_core_shape(shape))],
+                  name).outputs[0]
+
+
+def name_scope(name):
+    """get_default_graph().name_scope(name)."""
+    return get_default_graph().name_scope(name)
+
+
+def device(device_name):
+    """get_default_graph().device(device_name)."""
+    return get_default_graph().device(device_name)
+
+
+def control_dependencies(control_inputs):
+    """get_default_graph().control_dependencies(control_inputs)."""
+    return get_default_graph().control_dependencies(control_inputs)
+
+
+def no_op(name="NoOp"):
+    """A node that does nothing (a target grouping control inputs)."""
+    return get_default_graph()._add("NoOp", [], [], name)
+
+
+def group(*inputs, name="group"):
+    """An Operation that runs after every input (Operations or Tensors)."""
+    flat = []
+    for x in inputs:
+        flat.extend(x if isinstance(x, (list, tuple)) else [x])
+    g = _graph_of(*flat) if flat else get_default_graph()
+    with g.as_default(), g.control_dependencies(flat):
+        return no_op(name)
+
+
+def identity(x, name="Identity"):
+    """x unchanged, as a new node."""
+    x = convert_to_tensor(x)
+    return x.graph._add("Identity", [x], [], name).outputs[0]

@@ -1,0 +1,96 @@
+"""Queues: state shared between steps (input pipelines, coordination), each a queue actor.
+
+    q = sf.FIFOQueue([sf.float32, sf.int32], shapes=[[784], []], capacity=1000)
+    enqueue = q.enqueue_many([images, labels])
+    x, y = q.dequeue_many(128)
+
+A dequeue on an empty queue waits without holding a thread; closing makes
+dequeues that can never be served fail with OutOfRangeError.
+"""
+
+from . import _core
+from . import dtypes as _dt
+from . import graph as _graph
+
+__all__ = ["FIFOQueue", "RandomShuffleQueue", "PaddingFIFOQueue"]
+
+
+class _Queue:
+    _kind = None
+
+    def __init__(self, dtypes, shapes=None, capacity=-1, shared_name="", name="queue", min_after_dequeue=0,
+                 seed=0, graph=None):
+        g = graph or _graph.get_default_graph()
+        self.dtypes = [_dt.as_dtype(d) for d in (dtypes if isinstance(dtypes, (list, tuple)) else [dtypes])]
+        self.shapes = [None if s is None else list(_graph.TensorShape(s)) for s in (shapes or [])]
+        core_shapes = [_graph._as_core_shape(s) for s in (shapes or [])]
+        ref = _core.queue(g._g, self._kind, [d.value for d in self.dtypes], core_shapes, int(capacity), shared_name,
+                          int(min_after_dequeue), int(seed), name)
+        self.queue_ref = _graph.Tensor(g, *ref)
+        self.graph = g
+
+    def _comps(self, vals):
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        with self.graph.as_default():
+            return [_graph.convert_to_tensor(v, dtype=d)._ref() for v, d in zip(vals, self.dtypes)] + \
+                [_graph.convert_to_tensor(v)._ref() for v in vals[len(self.dtypes):]]
+
+    def enqueue(self, vals, timeout_ms=0, name="enqueue"):
+        """An Operation adding one element (one value per component)."""
+        return self.graph._op(_core.queue_enqueue(self.graph._g, self.queue_ref._ref(), self._comps(vals), False,
+                                                  int(timeout_ms), name))
+
+    def enqueue_many(self, vals, timeout_ms=0, name="enqueue_many"):
+        """An Operation adding dimension 0 of the components as that many elements."""
+        return self.graph._op(_core.queue_enqueue(self.graph._g, self.queue_ref._ref(), self._comps(vals), True,
+                                                  int(timeout_ms), name))
+
+    def _unpack(self, refs):
+        outs = [_graph.Tensor(self.graph, *r) for r in refs]
+        return outs[0] if len(outs) == 1 else outs
+
+    def dequeue(self, timeout_ms=0, name="dequeue"):
+        """One element: a Tensor per component (one Tensor for a one-component queue)."""
+        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), None, int(timeout_ms), name))
+
+    def dequeue_many(self, n, timeout_ms=0, name="dequeue_many"):
+        """n elements stacked per component ([n, ...]); n an int or an int Tensor."""
+        if isinstance(n, _graph.Tensor):
+            n = n._ref()
+        else:
+            n = int(n)
+        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), n, int(timeout_ms), name))
+
+    def close(self, cancel_pending_enqueues=False, name="close"):
+        """An Operation closing the queue."""
+        return self.graph._op(_core.queue_close(self.graph._g, self.queue_ref._ref(), bool(cancel_pending_enqueues),
+                                                name))
+
+    def size(self, name="size"):
+        """The number of elements (int32 scalar Tensor)."""
+        return _graph.Tensor(self.graph, *_core.queue_size(self.graph._g, self.queue_ref._ref(), name))
+
+
+class FIFOQueue(_Queue):
+    """A first-in first-out queue."""
+    _kind = "fifo"
+
+    def __init__(self, dtypes, shapes=None, capacity=-1, shared_name="", name="fifo_queue", graph=None):
+        super().__init__(dtypes, shapes, capacity, shared_name, name, graph=graph)
+
+
+class PaddingFIFOQueue(_Queue):
+    """A FIFO queue whose dequeue_many pads each component to the batch's largest shape."""
+    _kind = "padding_fifo"
+
+    def __init__(self, dtypes, shapes, capacity=-1, shared_name="", name="padding_fifo_queue", graph=None):
+        super().__init__(dtypes, shapes, capacity, shared_name, name, graph=graph)
+
+
+class RandomShuffleQueue(_Queue):
+    """A queue dequeuing in a random order (seed != 0: deterministic); keeps min_after_dequeue to mix."""
+    _kind = "random_shuffle"
+
+    def __init__(self, capacity, min_after_dequeue, dtypes, shapes=None, seed=0, shared_name="",
+                 name="random_shuffle_queue", graph=None):
+        super().__init__(dtypes, shapes, capacity, shared_name, name, min_after_dequeue, seed, graph=graph)

@@ -1,0 +1,250 @@
+"""Sessions: run a graph in this process (Session) or on cluster nodes (ClusterSession).
+
+    with sf.Session(g) as sess:
+        sess.run(init)
+        loss_value, _ = sess.run([loss, train], feed_dict={x: batch, y: labels})
+
+run() takes fetches as TensorFlow does: a Tensor, an Operation, a name, or
+nested lists, tuples, namedtuples and dicts of them; the result has the same
+structure with NumPy arrays for tensors and None for operations. Feeds may be
+any array-like; a C-contiguous NumPy array of the placeholder's dtype is lent
+to the step without a copy (do not modify it while the step runs). Fetched
+arrays share the tensor's buffer; an array whose buffer another holder shares
+(a variable's value) is read-only: copy it to modify it. The GIL is released
+while a step runs, so several Python threads may run steps at once.
+"""
+
+import collections.abc
+
+import numpy as np
+
+from . import _core
+from . import dtypes as _dt
+from . import errors
+from . import graph as _graph
+
+__all__ = ["Session", "ClusterSession", "SessionOptions"]
+
+
+class SessionOptions:
+    """Options of a local Session; every field defaults like the C++ SessionOptions."""
+
+    def __init__(self, compute_threads=0, scheduler_threads=0, num_cpu_devices=1):
+        self.compute_threads = compute_threads      # 0: one per core
+        self.scheduler_threads = scheduler_threads  # 0: 2
+        self.num_cpu_devices = num_cpu_devices      # CPU devices to place and partition over
+
+
+class _FetchPlan:
+    """Flattens a nested fetch structure into fetch and target names, and rebuilds it."""
+
+    def __init__(self, graph, fetches):
+        self.graph = graph
+        self.fetch_names = []
+        self.target_names = []
+        self._index = {}
+        self.structure = self._flatten(fetches)
+
+    def _leaf(self, x):
+        g = self.graph
+        if isinstance(x, str):
+            x = g.as_graph_element(x)
+        conv = getattr(x, "_as_graph_tensor", None)
+        if conv is not None:
+            x = conv()
+        if isinstance(x, _graph.Tensor):
+            if x.graph is not g:
+                raise errors.InvalidArgumentError(f"fetch {x.name!r} belongs to another graph than the session's")
+            name = x.name
+            if name not in self._index:
+                self._index[name] = len(self.fetch_names)
+                self.fetch_names.append(name)
+            return ("fetch", self._index[name])
+        if isinstance(x, _graph.Operation):
+            if x.graph is not g:
+                raise errors.InvalidArgumentError(f"target {x.name!r} belongs to another graph than the session's")
+            self.target_names.append(x.name)
+            return ("target", None)
+        raise TypeError(f"cannot fetch a {type(x).__name__}: fetches are Tensors, Operations, names, "
+                        "or lists, tuples and dicts of them")
+
+    def _flatten(self, f):
+        if f is None:
+            return ("none", None)
+        if isinstance(f, (_graph.Tensor, _graph.Operation, str)) or hasattr(f, "_as_graph_tensor"):
+            return ("leaf", self._leaf(f))
+        if isinstance(f, collections.abc.Mapping):
+            return ("dict", type(f), [(k, self._flatten(v)) for k, v in f.items()])
+        if isinstance(f, tuple) and hasattr(f, "_fields"):
+            return ("namedtuple", type(f), [self._flatten(v) for v in f])
+        if isinstance(f, (list, tuple)):
+            return ("seq", type(f), [self._flatten(v) for v in f])
+        raise TypeError(f"cannot fetch a {type(f).__name__}: fetches are Tensors, Operations, names, "
+                        "or lists, tuples and dicts of them")
+
+    def build(self, values, node=None):
+        node = self.structure if node is None else node
+        kind = node[0]
+        if kind == "none":
+            return None
+        if kind == "leaf":
+            what, i = node[1]
+            return values[i] if what == "fetch" else None
+        if kind == "dict":
+            t, items = node[1], node[2]
+            out = {k: self.build(values, v) for k, v in items}
+            try:
+                return t(out)
+            except TypeError:
+                return out
+        if kind == "namedtuple":
+            return node[1](*[self.build(values, v) for v in node[2]])
+        t, items = node[1], node[2]
+        return t(self.build(values, v) for v in items)
+
+
+def _feed_value(key, value, name):
+    """value as an ndarray of the key's dtype, by NumPy's same-kind casting; InvalidArgumentError otherwise."""
+    want = key.dtype
+    npd = want.as_numpy_dtype
+    if npd is None:
+        raise errors.InvalidArgumentError(f"cannot feed {name!r}: its dtype {want.name} cannot be fed from Python")
+    conv = getattr(value, "_as_graph_tensor", None)
+    if isinstance(value, _graph.Tensor) or conv is not None:
+        raise errors.InvalidArgumentError(f"cannot feed {name!r} with a symbolic tensor; feed a value (array-like)")
+    try:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except Exception as e:  # noqa: BLE001 - NumPy raises many kinds for odd objects
+        raise errors.InvalidArgumentError(f"cannot feed {name!r}: {type(value).__name__} is not array-like ({e})") from None
+    if arr.dtype != npd:
+        if arr.dtype == object or arr.dtype.kind in "USV":
+            raise errors.InvalidArgumentError(
+                f"cannot feed {name!r} ({want.name}) with a {arr.dtype} value: it is not numeric")
+        ok = np.can_cast(arr.dtype, npd, casting="same_kind")
+        if not ok and not isinstance(value, np.ndarray) and arr.dtype.kind in "iub" and want.is_integer:
+            ok = True  # Python ints: checked for range below
+        if not ok:
+            raise errors.InvalidArgumentError(
+                f"cannot feed {name!r}: it is {want.name} but the value is {arr.dtype} "
+                f"(convert it explicitly, e.g. np.asarray(value, np.{npd}))")
+        if want.is_integer and arr.dtype.kind in "iu" and arr.size:
+            info = np.iinfo(npd)
+            if arr.min() < info.min or arr.max() > info.max:
+                raise errors.InvalidArgumentError(f"cannot feed {name!r}: a value does not fit in {want.name}")
+        arr = arr.astype(npd)
+    shape = key.shape
+    if shape.rank is not None:
+        ok = arr.ndim == shape.rank and all(d is None or d == a for d, a in zip(shape.dims, arr.shape))
+        if not ok:
+            raise errors.InvalidArgumentError(
+                f"cannot feed {name!r}: it has shape {shape} but the value has shape {list(arr.shape)}")
+    return arr
+
+
+class _BaseSession:
+    def __init__(self, graph):
+        self.graph = graph
+        self._s = None
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Runs one step; returns fetches' structure with arrays (None for operations) or raises sf.errors.*."""
+        # options and run_metadata are accepted for TensorFlow code and ignored.
+        if self._s is None or self._s.closed:
+            raise errors.FailedPreconditionError("the session is closed")
+        plan = _FetchPlan(self.graph, fetches)
+        feeds = []
+        for key, value in (feed_dict or {}).items():
+            if isinstance(key, str):
+                key = self.graph.get_tensor_by_name(key)
+            conv = getattr(key, "_as_graph_tensor", None)
+            if conv is not None:
+                key = conv()
+            if not isinstance(key, _graph.Tensor):
+                raise TypeError(f"feed_dict keys are Tensors or names, got {type(key).__name__}")
+            if key.graph is not self.graph:
+                raise errors.InvalidArgumentError(f"feed {key.name!r} belongs to another graph than the session's")
+            arr = _feed_value(key, value, key.name)
+            feeds.append((key.name, arr, key.dtype.value))
+        values = self._s.run(feeds, plan.fetch_names, plan.target_names)
+        return plan.build(values)
+
+    def close(self):
+        """Stops the session; its variables (local) go with it. Idempotent."""
+        if self._s is not None:
+            self._s.close()
+
+    @property
+    def closed(self):
+        return self._s is None or self._s.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def _save(self, directory, global_step, keep_last, incremental):
+        return self._s.save_checkpoint(str(directory), int(global_step), int(keep_last), bool(incremental))
+
+    def _restore(self, directory, checkpoint_id):
+        return self._s.restore_checkpoint(str(directory), int(checkpoint_id))
+
+
+class Session(_BaseSession):
+    """Runs a graph on the embedded in-process actor runtime (the C++ sf::Session).
+
+    options: a SessionOptions, a dict of its fields, or its fields as keywords;
+    TypeError for an unknown one.
+    """
+
+    def __init__(self, graph=None, options=None, **kwargs):
+        graph = graph if graph is not None else _graph.get_default_graph()
+        super().__init__(graph)
+        if options is None:
+            options = SessionOptions(**kwargs)
+        elif kwargs:
+            raise TypeError("give either options or keyword options, not both")
+        elif isinstance(options, dict):
+            options = SessionOptions(**options)
+        self.options = options
+        self._s = _core.local_session(graph._g, options.compute_threads, options.scheduler_threads,
+                                      options.num_cpu_devices)
+
+
+class ClusterSession(_BaseSession):
+    """Runs a graph on the nodes of a cluster (the C++ sf::ClusterSession).
+
+    address: any member's "HOST:PORT"; secret: the cluster secret (bytes or
+    str) or secret_file: a file holding it. Raises UnavailableError when a
+    member cannot be reached and PermissionDeniedError for a wrong secret.
+    """
+
+    def __init__(self, graph=None, address=None, secret=None, secret_file=None, tasks=0, max_tasks=0,
+                 request_timeout_ms=10000, checkpoint_dir="", elastic=True, cluster=None):
+        graph = graph if graph is not None else _graph.get_default_graph()
+        super().__init__(graph)
+        if cluster is not None:
+            address = address or cluster.address
+            secret = secret if secret is not None else cluster.secret
+        if not address:
+            raise errors.InvalidArgumentError("ClusterSession needs an address (HOST:PORT) or a cluster")
+        if secret is None:
+            if secret_file is None:
+                raise errors.InvalidArgumentError("ClusterSession needs secret or secret_file")
+            secret = _core.read_cluster_secret(str(secret_file))
+        if isinstance(secret, str):
+            secret = secret.encode()
+        self._s = _core.cluster_session(graph._g, address, secret, tasks, max_tasks, request_timeout_ms,
+                                        checkpoint_dir, elastic)
+
+    @property
+    def tasks(self):
+        """The members steps run on, by task index (HOST:PORT)."""
+        return self._s.tasks()

@@ -1,0 +1,142 @@
+"""Variables: state kept by the session's variable shard actors between steps.
+
+    w = sf.Variable(sf.random.truncated_normal([784, 10], stddev=0.05), name="w")
+    init = sf.global_variables_initializer()
+    sess.run(init); sess.run(w.assign_add(0.1 * grad))
+
+A Variable is used as the Tensor of its value (operators, ops, fetches) and
+has .handle for ops that take the variable itself.
+"""
+
+import numpy as np
+
+from . import _core
+from . import errors
+from . import graph as _graph
+
+__all__ = ["Variable", "global_variables_initializer", "trainable_variables"]
+
+
+class Variable:
+    """A variable: a handle, an initializer (run by global_variables_initializer) and a read."""
+
+    # NumPy must defer to our operators.
+    __array_priority__ = 100
+
+    def __init__(self, initial_value, name="Variable", trainable=True, dtype=None):
+        if not isinstance(name, str) or not name:
+            raise errors.InvalidArgumentError(f"a Variable needs a non-empty name, got {name!r}")
+        init = _graph.convert_to_tensor(initial_value, dtype=dtype)
+        g = init.graph
+        read, handle = _core.variable(g._g, name, init._ref(), bool(trainable))
+        self._read = _graph.Tensor(g, *read)
+        self.handle = _graph.Tensor(g, *handle)
+        self.trainable = bool(trainable)
+        self.initial_value = init
+
+    def _as_graph_tensor(self):
+        return self._read
+
+    @property
+    def graph(self):
+        return self._read.graph
+
+    @property
+    def name(self):
+        """The name of the read (what fetching the variable by name gives)."""
+        return self._read.name
+
+    @property
+    def shared_name(self):
+        """The variable's name in the session and its checkpoints."""
+        return self.handle.op.get_attr("shared_name")
+
+    @property
+    def dtype(self):
+        return self._read.dtype
+
+    @property
+    def shape(self):
+        return self._read.shape
+
+    @property
+    def op(self):
+        return self._read.op
+
+    def value(self):
+        """The Tensor reading the variable (built with it)."""
+        return self._read
+
+    def read_value(self):
+        """A new read of the variable (a fresh snapshot, e.g. after an assign in the same step)."""
+        g = self.graph
+        return g._add("ReadVariable", [self.handle], [("dtype", "dtype", self.dtype.value)], "read").outputs[0]
+
+    def _assign(self, op, value, name):
+        g = self.graph
+        with g.as_default():
+            value = _graph.convert_to_tensor(value, dtype=self.dtype)
+            return g._add(op, [self.handle, value], [], name).outputs[0]
+
+    def assign(self, value, name="Assign"):
+        """A Tensor that assigns value and evaluates to the new value."""
+        return self._assign("Assign", value, name)
+
+    def assign_add(self, value, name="AssignAdd"):
+        """A Tensor that adds value to the variable and evaluates to the new value."""
+        return self._assign("AssignAdd", value, name)
+
+    def assign_sub(self, value, name="AssignSub"):
+        """A Tensor that subtracts value from the variable and evaluates to the new value."""
+        return self._assign("AssignSub", value, name)
+
+    def eval_in(self, session):
+        """The variable's current value in session (a NumPy array)."""
+        return session.run(self._read)
+
+    def __repr__(self):
+        return f"<sf.Variable '{self.shared_name}' shape={self.shape} dtype={self.dtype.name}>"
+
+    def __hash__(self):
+        return hash(self._read)
+
+    def __eq__(self, other):
+        return isinstance(other, Variable) and other._read == self._read
+
+    def __getitem__(self, key):
+        return self._read[key]
+
+
+def _forward(opname):
+    def method(self, *args):
+        return getattr(self._read, opname)(*args)
+    method.__name__ = opname
+    return method
+
+
+for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+            "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__",
+            "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(Variable, _op, _forward(_op))
+del _op
+
+
+def global_variables_initializer(graph=None, name="init"):
+    """An Operation running the initializer of every variable (and table) built so far."""
+    g = graph or _graph.get_default_graph()
+    return g._op(_core.global_variables_initializer(g._g, name))
+
+
+def trainable_variables(graph=None):
+    """The reads of the graph's trainable variables, as Tensors (what minimize() updates by default)."""
+    g = graph or _graph.get_default_graph()
+    out = []
+    for op in g.get_operations():
+        if op.type == "VarHandle":
+            attrs = op.node_def
+            if attrs.get("trainable", False):
+                for cand in g.get_operations():
+                    if cand.type == "ReadVariable" and cand.inputs and cand.inputs[0].op == op:
+                        out.append(cand.outputs[0])
+                        break
+    return out

@@ -1,0 +1,139 @@
+"""Sessions: nested fetches, targets, feeds by name, errors with node and op, threads."""
+
+import collections
+import threading
+
+import numpy as np
+import pytest
+
+import shardflow as sf
+
+
+def test_nested_fetch_structures(g):
+    x = sf.placeholder(sf.float32, [None], name="x")
+    a, b = x + 1, x * 2
+    noop = sf.no_op()
+    Pair = collections.namedtuple("Pair", "first second")
+    with sf.Session(g) as s:
+        out = s.run({"a": a, "nested": [b, (a, noop)], "pair": Pair(a, b), "none": None},
+                    feed_dict={x: [1.0, 2.0]})
+    np.testing.assert_array_equal(out["a"], [2, 3])
+    np.testing.assert_array_equal(out["nested"][0], [2, 4])
+    assert isinstance(out["nested"][1], tuple) and out["nested"][1][1] is None
+    assert isinstance(out["pair"], Pair)
+    np.testing.assert_array_equal(out["pair"].second, [2, 4])
+    assert out["none"] is None
+
+
+def test_fetch_and_feed_by_name(g):
+    x = sf.placeholder(sf.float32, [2], name="x")
+    sf.identity(x * 3.0, name="y")
+    with sf.Session(g) as s:
+        np.testing.assert_array_equal(s.run("y", {"x": [1, 2]}), [3, 6])
+        np.testing.assert_array_equal(s.run(["y:0"], {"x:0": [1, 1]})[0], [3, 3])
+        with pytest.raises(sf.errors.NotFoundError):
+            s.run("nope")
+
+
+def test_run_errors_carry_node_and_op(g):
+    x = sf.placeholder(sf.float32, [None, 3], name="x")
+    labels = sf.placeholder(sf.int32, [None], name="labels")
+    loss = sf.ops.sparse_softmax_cross_entropy_with_logits(x, labels, name="xent")[0]
+    with sf.Session(g) as s:
+        with pytest.raises(sf.errors.InvalidArgumentError) as e:
+            s.run(loss, {x: np.zeros((2, 3), np.float32), labels: [0, 7]})
+        assert e.value.node == "xent" and e.value.op == "SparseSoftmaxCrossEntropyWithLogits"
+        with pytest.raises(sf.errors.InvalidArgumentError):
+            s.run(loss)  # a placeholder not fed
+        # The session is still fine after errors.
+        out = s.run(loss, {x: np.zeros((1, 3), np.float32), labels: [1]})
+        np.testing.assert_allclose(out, [np.log(3)], rtol=1e-6)
+
+
+def test_wrong_fetch_types_and_closed_session(g):
+    x = sf.constant(1.0)
+    s = sf.Session(g)
+    with pytest.raises(TypeError):
+        s.run(3)
+    with pytest.raises(TypeError):
+        s.run({"a": object()})
+    s.close()
+    s.close()
+    with pytest.raises(sf.errors.FailedPreconditionError):
+        s.run(x)
+
+
+def test_other_graph_objects_are_refused(g):
+    other = sf.Graph()
+    with other.as_default():
+        y = sf.constant(1.0)
+    with sf.Session(g) as s:
+        with pytest.raises(sf.errors.InvalidArgumentError, match="another graph"):
+            s.run(y)
+
+
+def test_python_threads_run_steps_at_once(g):
+    # Two steps that each wait for the other's enqueue can only finish if the
+    # GIL is released while a step runs.
+    q1 = sf.FIFOQueue([sf.float32], shapes=[[]])
+    q2 = sf.FIFOQueue([sf.float32], shapes=[[]])
+    a = q1.dequeue()
+    enq2 = q2.enqueue([sf.constant(2.0)])
+    b = q2.dequeue()
+    enq1 = q1.enqueue([sf.constant(1.0)])
+    results = {}
+    with sf.Session(g) as s:
+        def first():
+            results["a"] = s.run([a, enq2])[0]
+
+        t = threading.Thread(target=first)
+        t.start()
+        results["b"] = s.run([b, enq1])[0]
+        t.join(60)
+        assert not t.is_alive()
+    assert results == {"a": 1.0, "b": 2.0}
+
+
+def test_session_options(g):
+    with g.device("/job:localhost/task:0/device:CPU:1"):
+        y = sf.constant(np.ones(3, np.float32)) * 2.0
+    with sf.Session(g, sf.SessionOptions(num_cpu_devices=2, compute_threads=1)) as s:
+        np.testing.assert_array_equal(s.run(y), [2, 2, 2])
+    with sf.Session(g, {"num_cpu_devices": 2}) as s:
+        np.testing.assert_array_equal(s.run(y), [2, 2, 2])
+    with pytest.raises(TypeError):
+        sf.Session(g, bogus_option=1)
+
+
+def test_close_while_another_thread_runs_a_step(g):
+    # The waiting step keeps the session alive until it ends (here by its
+    # dequeue timeout); close() itself returns at once and nothing crashes.
+    q = sf.FIFOQueue([sf.float32], shapes=[[]])
+    waiting = q.dequeue(timeout_ms=1500)
+    s = sf.Session(g)
+    outcome = {}
+
+    def run():
+        try:
+            s.run(waiting)
+            outcome["result"] = "value"
+        except sf.errors.OpError as e:
+            outcome["result"] = type(e).__name__
+
+    t = threading.Thread(target=run)
+    t.start()
+    s.close()
+    assert s.closed
+    t.join(60)
+    assert not t.is_alive()
+    assert outcome["result"] in ("UnavailableError", "DeadlineExceededError", "AbortedError")
+    with pytest.raises(sf.errors.FailedPreconditionError):
+        s.run(waiting)
+
+
+def test_symbolic_tensors_are_not_arrays(g):
+    x = sf.constant(1.0)
+    with pytest.raises(TypeError, match="symbolic"):
+        np.asarray(x)
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x)
