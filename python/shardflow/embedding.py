@@ -11,7 +11,7 @@ gradient of each lookup into a sparse update applied there.
 from . import _core
 from . import graph as _graph
 
-__all__ = ["EmbeddingTable"]
+__all__ = ["EmbeddingTable", "HashEmbeddingTable"]
 
 
 class EmbeddingTable:
@@ -51,3 +51,25 @@ class EmbeddingTable:
 
     def __repr__(self):
         return f"<sf.embedding.EmbeddingTable '{self.name}' {self.rows}x{self.dim} shards={len(self.shards)}>"
+
+
+class HashEmbeddingTable(EmbeddingTable):
+    """A table keyed by any int64 id (hashed feature ids, negative too): rows are made on first use.
+
+        users = sf.embedding.HashEmbeddingTable("users", dim=32, num_shards=4, min_count=3, ttl_steps=10_000)
+        emb = users.lookup(ids)    # the same lookups and sparse optimizers as EmbeddingTable
+
+    Options are those of the C++ HashEmbeddingTableOptions (shardflow/embedding.h): num_shards,
+    initializer, scale, seed, trainable, min_count, admit_probability, filter_width, filter_depth,
+    ttl_steps, max_rows, eviction ("lru" or "lfu"), ram_budget_bytes and cold_dir (the RocksDB
+    cold tier). An unknown option or a bad value raises InvalidArgumentError naming the table.
+    """
+
+    def __init__(self, name, dim, graph=None, **options):
+        g = graph or _graph.get_default_graph()
+        self.graph = g
+        self._t = _core.hash_embedding_table(g._g, name, int(dim), options)
+        self.shards = [_graph.Tensor(g, *r) for r in self._t.shards]
+
+    def __repr__(self):
+        return f"<sf.embedding.HashEmbeddingTable '{self.name}' dim={self.dim} shards={len(self.shards)}>"

@@ -632,6 +632,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("rows", &EmbeddingTable::rows)
       .def_readonly("dim", &EmbeddingTable::dim)
       .def_readonly("partition", &EmbeddingTable::partition)
+      .def_readonly("hash", &EmbeddingTable::hash)
       .def_property_readonly("shards", [](const EmbeddingTable& t) {
         std::vector<Out> r;
         for (const Output& o : t.shards) r.push_back(ToOut(o));
@@ -648,6 +649,31 @@ PYBIND11_MODULE(_core, m) {
           o.seed = seed;
           o.trainable = trainable;
           EmbeddingTable t = NewEmbeddingTable(*g.g, name, rows, dim, o);
+          if (!t.valid()) g.Raise();
+          g.CheckNoError();
+          return t;
+        });
+  m.def("hash_embedding_table", [](PyGraph& g, const std::string& name, int64_t dim, const py::dict& opts) {
+          HashEmbeddingTableOptions o;
+          for (const auto& [k, v] : opts) {
+            const std::string key = py::str(k);
+            if (key == "num_shards") o.num_shards = v.cast<int64_t>();
+            else if (key == "initializer") o.initializer = v.cast<std::string>();
+            else if (key == "scale") o.scale = v.cast<double>();
+            else if (key == "seed") o.seed = v.cast<int64_t>();
+            else if (key == "trainable") o.trainable = v.cast<bool>();
+            else if (key == "min_count") o.min_count = v.cast<int64_t>();
+            else if (key == "admit_probability") o.admit_probability = v.cast<double>();
+            else if (key == "filter_width") o.filter_width = v.cast<int64_t>();
+            else if (key == "filter_depth") o.filter_depth = v.cast<int64_t>();
+            else if (key == "ttl_steps") o.ttl_steps = v.cast<int64_t>();
+            else if (key == "max_rows") o.max_rows = v.cast<int64_t>();
+            else if (key == "eviction") o.eviction = v.cast<std::string>();
+            else if (key == "ram_budget_bytes") o.ram_budget_bytes = v.cast<int64_t>();
+            else if (key == "cold_dir") o.cold_dir = v.cast<std::string>();
+            else throw StatusError(InvalidArgument("hash embedding table '" + name + "': unknown option '" + key + "'"));
+          }
+          EmbeddingTable t = NewHashEmbeddingTable(*g.g, name, dim, o);
           if (!t.valid()) g.Raise();
           g.CheckNoError();
           return t;

@@ -162,6 +162,31 @@ def test_embedding_table_lookup_and_sparse_training(g):
         sf.embedding.EmbeddingTable("bad", rows=1, dim=4, num_shards=2)
 
 
+def test_hash_embedding_table_any_int64_id_with_admission(g):
+    # Hashed feature ids from an unbounded space, negative ones too.
+    table = sf.embedding.HashEmbeddingTable("users", dim=4, num_shards=2, initializer="zeros", min_count=2)
+    ids = sf.placeholder(sf.int64, [None, 2], name="ids")
+    target = sf.placeholder(sf.float32, [None, 4], name="target")
+    emb = table.lookup(ids, combiner="sum")
+    loss = sf.ops.mean(sf.ops.square(emb - target))
+    train = sf.train.AdagradOptimizer(0.5).minimize(loss)
+    big = np.array([[2**62 + 7, -(2**61)], [-5, 2**62 + 7]], np.int64)
+    feeds = {ids: big, target: np.ones((2, 4), np.float32)}
+    with sf.Session(g) as s:
+        s.run(sf.global_variables_initializer())
+        first = s.run(loss, feeds)
+        for _ in range(30):
+            s.run(train, feeds)
+        assert s.run(loss, feeds) < 0.5 * first
+        # An id seen once (below min_count) has no row: it reads the default, zeros.
+        np.testing.assert_array_equal(s.run(emb, {ids: np.array([[123456789, 123456789]], np.int64)}),
+                                      np.zeros((1, 4), np.float32))
+    with pytest.raises(sf.errors.InvalidArgumentError, match="users2"):
+        sf.embedding.HashEmbeddingTable("users2", dim=4, min_count=-1)
+    with pytest.raises(sf.errors.InvalidArgumentError, match="colour"):
+        sf.embedding.HashEmbeddingTable("users3", dim=4, colour="red")
+
+
 def test_checkpoints_with_saver(g, tmp_path):
     w = sf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="w")
     inc = w.assign_add(np.ones((2, 3), np.float32))
