@@ -58,3 +58,14 @@ def test_stubs_cover_every_op():
     for pyname in sf.ops.OP_NAMES:
         assert f"def {pyname}(" in text
     assert "def mat_mul(a: TensorLike, b: TensorLike, *, transpose_a: bool = ..., transpose_b: bool = ..." in text
+
+
+def test_readme_python_example_runs():
+    # The README's Python program, as a newcomer copies it.
+    text = open(os.path.join(SRC, "README.md")).read()
+    start = text.index("```python\n") + len("```python\n")
+    code = text[start:text.index("```", start)]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert abs(float(out.stdout.split()[-1]) - 2.302585) < 1e-3  # ln(10): zero inputs, untrained
