@@ -33,6 +33,7 @@
 #include <memory>
 #include <random>
 
+#include "bench/zipf_batches.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "shardflow/embedding.h"
@@ -60,27 +61,9 @@ struct BenchResult {
   int64_t rows_after = 0;  // the hash table's rows at the end (the fixed table's rows)
 };
 
-// Batches of ids (Zipf ranks scattered over the rows) and 0/1 labels; the
-// same generator as bench/peers/embedding.py (numpy differs in the uniforms).
+// The shared workload (bench/zipf_batches.h).
 void MakeBatches(const BenchConfig& c, std::vector<Tensor>* ids, std::vector<Tensor>* labels) {
-  std::vector<double> cdf(c.rows);
-  double total = 0;
-  for (int64_t r = 0; r < c.rows; ++r) cdf[r] = (total += std::pow(static_cast<double>(r + 1), -c.zipf));
-  for (double& x : cdf) x /= total;
-  std::mt19937_64 rng(42);
-  std::uniform_real_distribution<double> u(0, 1);
-  for (int64_t b = 0; b < c.num_batches; ++b) {
-    Tensor t(DType::kInt64, {c.batch, c.ids_per_example});
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      int64_t rank = std::upper_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-      rank = std::min(rank, c.rows - 1);
-      t.data<int64_t>()[i] = static_cast<int64_t>((static_cast<unsigned __int128>(rank) * 2654435761u) % c.rows);
-    }
-    Tensor y(DType::kFloat32, {c.batch, 1});
-    for (int64_t i = 0; i < c.batch; ++i) y.data<float>()[i] = u(rng) < 0.5 ? 0.0f : 1.0f;
-    ids->push_back(t);
-    labels->push_back(y);
-  }
+  bench::MakeZipfBatches(c.rows, c.zipf, c.num_batches, c.batch, c.ids_per_example, ids, labels);
 }
 
 Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const std::string& optimizer,
