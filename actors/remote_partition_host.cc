@@ -58,9 +58,8 @@ class RemotePartitionHost : public PartitionHost {
       if (it != task_of_.end()) task = it->second;
     }
     net::RunPartition r{o_.session_id, handle, step_id, std::move(feeds)};
-    std::string prefix = "step " + std::to_string(step_id) + " on task " + std::to_string(task) + " (" + o_.where + ")";
     o_.conn->Request(std::move(r), o_.step_timeout_ms,
-                     [this, prefix = std::move(prefix), done = std::move(done)](Result<net::Message> reply) {
+                     [this, step_id, task, done = std::move(done)](Result<net::Message> reply) {
                        Status s;
                        std::vector<Tensor> out;
                        if (!reply.ok()) {
@@ -74,7 +73,9 @@ class RemotePartitionHost : public PartitionHost {
                          s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " +
                                       o_.where);
                        }
-                       if (!s.ok()) s = s.WithPrefix(prefix);
+                       if (!s.ok())
+                         s = s.WithPrefix("step " + std::to_string(step_id) + " on task " + std::to_string(task) +
+                                          " (" + o_.where + ")");
                        if (s.code() == Code::kUnavailable && o_.on_unavailable) o_.on_unavailable();
                        done(std::move(s), std::move(out));
                      });

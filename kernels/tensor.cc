@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -121,25 +120,18 @@ int64_t PhysicalMemory() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : std::numeric_limits<int64_t>::max();
 }
 
-std::atomic<int64_t> default_limit{0};  // 0: the physical memory
-thread_local int64_t thread_limit = 0;  // 0: the process's
+thread_local int64_t thread_limit = 0;  // 0: the physical memory
 
 }  // namespace
 
 int64_t AllocationLimit() {
   if (thread_limit > 0) return thread_limit;
-  const int64_t d = default_limit.load(std::memory_order_relaxed);
-  if (d > 0) return d;
   static const int64_t physical = PhysicalMemory();
   return physical;
 }
 
 // Limits below 1 MiB are raised to it: tensors smaller than that are never
 // checked (AllocatableElements' fast path).
-void SetDefaultAllocationLimit(int64_t bytes) {
-  default_limit = bytes <= 0 ? 0 : std::max<int64_t>(bytes, int64_t{1} << 20);
-}
-
 AllocationLimitScope::AllocationLimitScope(int64_t bytes) : previous_(thread_limit) {
   thread_limit = bytes <= 0 ? 0 : std::max<int64_t>(bytes, int64_t{1} << 20);
 }

@@ -72,15 +72,11 @@ class AllocationError : public std::bad_alloc {
 };
 
 // The largest tensor this thread may allocate, in bytes: what an
-// AllocationLimit scope set, else the process's (the machine's physical
-// memory unless SetDefaultAllocationLimit changed it).
+// AllocationLimitScope set, else the machine's physical memory.
 int64_t AllocationLimit();
-// Sets the process's limit (bytes > 0, at least 1 MiB; 0 restores the
-// physical memory).
-void SetDefaultAllocationLimit(int64_t bytes);
 // Sets this thread's limit while it lives (at least 1 MiB; bytes <= 0: the
-// process's); the executor sets a session's or node's limit around every
-// kernel it runs.
+// physical memory); the executor sets a session's or node's limit around
+// every kernel it runs.
 class AllocationLimitScope {
  public:
   explicit AllocationLimitScope(int64_t bytes);

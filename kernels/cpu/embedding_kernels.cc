@@ -17,18 +17,28 @@ Result<int64_t> ShardHandle(const Tensor& t, const std::string& table) {
   return t.data<int64_t>()[0];
 }
 
-class EmbeddingKernelBase : public OpKernel {
+// The shard input 0 names, once the embedding service is there: what every
+// shard kernel checks first.
+Result<int64_t> ShardOf(OpKernelContext* ctx, const std::string& op, const std::string& table) {
+  if (!ctx->embeddings()) return MissingService(op, "an embedding shard service");
+  return ShardHandle(ctx->input(0), table);
+}
+
+// An asynchronous kernel of a stateful shard op.
+class AsyncShardKernel : public OpKernel {
+ public:
+  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("embedding kernels are asynchronous")); }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+};
+
+class EmbeddingKernelBase : public AsyncShardKernel {
  public:
   EmbeddingKernelBase(const KernelInit& init, Status* s) : op_(init.op) {
     auto a = ParseEmbeddingOpAttrs(*init.attrs);
     if (!a.ok()) *s = a.status();
     else attrs_ = *a;
   }
-  void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal("embedding kernels are asynchronous"));
-  }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
 
  protected:
   std::string op_;
@@ -43,8 +53,7 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
       ctx->SetStatus(std::move(s));
       done();
     };
-    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
-    auto id = ShardHandle(ctx->input(0), attrs_.spec.table);
+    auto id = ShardOf(ctx, op_, attrs_.spec.table);
     if (!id.ok()) return fail(id.status());
     EmbeddingGather q;
     Shape prefix;
@@ -130,22 +139,17 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
 };
 
 // Makes its input's shard an empty hash table shard (an initializer).
-class HashEmbeddingShardInitKernel : public OpKernel {
+class HashEmbeddingShardInitKernel : public AsyncShardKernel {
  public:
   HashEmbeddingShardInitKernel(const KernelInit& init, Status* s) : op_(init.op) {
     *s = Parse(*init.attrs);
   }
-  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("asynchronous")); }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    auto fail = [&](Status s) {
-      ctx->SetStatus(std::move(s));
-      done();
-    };
-    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
-    auto id = ShardHandle(ctx->input(0), c_.table);
-    if (!id.ok()) return fail(id.status());
+    auto id = ShardOf(ctx, op_, c_.table);
+    if (!id.ok()) {
+      ctx->SetStatus(id.status());
+      return done();
+    }
     ctx->embeddings()->InitHashShard(*id, c_, [ctx, done = std::move(done)](Status st) {
       ctx->SetStatus(std::move(st));
       done();
@@ -179,24 +183,19 @@ class HashEmbeddingShardInitKernel : public OpKernel {
 };
 
 // One hash table shard's metrics.
-class HashEmbeddingShardStatsKernel : public OpKernel {
+class HashEmbeddingShardStatsKernel : public AsyncShardKernel {
  public:
   HashEmbeddingShardStatsKernel(const KernelInit& init, Status* s) : op_(init.op) {
     auto t = init.attrs->GetOr<std::string>("table", "?");
     if (!t.ok()) *s = t.status();
     else table_ = *t;
   }
-  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("asynchronous")); }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    auto fail = [&](Status s) {
-      ctx->SetStatus(std::move(s));
-      done();
-    };
-    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
-    auto id = ShardHandle(ctx->input(0), table_);
-    if (!id.ok()) return fail(id.status());
+    auto id = ShardOf(ctx, op_, table_);
+    if (!id.ok()) {
+      ctx->SetStatus(id.status());
+      return done();
+    }
     ctx->embeddings()->HashShardStats(*id, [ctx, done = std::move(done)](Result<Tensor> r) {
       if (r.ok()) ctx->set_output(0, std::move(*r));
       else ctx->SetStatus(r.status());
