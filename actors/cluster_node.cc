@@ -1,12 +1,11 @@
-// ClusterNode: one member of a cluster (include/shardflow/cluster.h). It serves the
-// transport's messages: membership, partition registration and steps, tensors
+// ClusterNode: one member of a cluster (include/shardflow/cluster.h). It serves its
+// peers' messages (Cap'n Proto RPC over mutual TLS, net/peer_rpc.h): membership, partition registration and steps, tensors
 // for its rendezvous, step aborts. Each cluster session's partitions live in
 // one partition host actor (actors/partition_host.h, the same actor a local
 // Session uses) and run in executors on the node's compute pool; variables
 // live in the node's variable shard actors, shared by every session whose
 // graphs name them; queues in queue actors.
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -20,7 +19,6 @@
 #include "actors/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "actors/cluster_rendezvous.h"
-#include "actors/cluster_watch.h"
 #include "actors/partition_host.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
@@ -29,8 +27,8 @@
 #include "actors/variable_shards.h"
 #include "shardflow/graph_io.h"
 #include "kernels/compute_pool.h"
-#include "net/auth.h"
-#include "net/transport.h"
+#include "net/credentials.h"
+#include "net/peer_rpc.h"
 #include "shardflow/cluster.h"
 
 namespace sf {
@@ -76,7 +74,7 @@ struct ClusterNode::Impl {
   NodeOptions opts;
   std::string address;
   std::unique_ptr<CheckpointService> checkpoints = runtime::NewStoreCheckpointService();
-  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<net::Endpoint> transport;
   ComputePool pool;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
@@ -100,17 +98,10 @@ struct ClusterNode::Impl {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained, may exit
   std::thread drain_thread;                            // waits for sessions to move away
-  std::unique_ptr<runtime::NodeWatch> watch;           // CAF monitors on the other members
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(2));
-    // Members also watch each other with CAF monitors over BASP, heartbeats
-    // on both sides (runtime::NodeWatch).
-    cfg.load<caf::io::middleman>();
-    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(opts.heartbeat_ms)});
-    const int watch_timeout = opts.watch_timeout_ms > 0 ? opts.watch_timeout_ms : opts.peer_timeout_ms;
-    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(watch_timeout)});
     system = std::make_unique<caf::actor_system>(cfg);
     variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
     variables->SetComputePool(&pool);
@@ -168,20 +159,7 @@ struct ClusterNode::Impl {
   // Adds unknown members and marks known ones leaving; true when anything changed.
   bool Merge(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving = {}) {
     std::vector<net::Member> added;
-    const bool changed = MergeLocked(in, in_leaving, &added);
-    // Watched outside mu: a member found down at once reports through PeerDown, which takes it.
-    runtime::NodeWatch* w = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      w = watch.get();  // set once by Start; lives as long as the node
-    }
-    if (w)
-      for (const net::Member& m : added) {
-        std::string host;
-        uint16_t port = 0;
-        if (net::ParseAddress(m.address, &host, &port).ok()) w->Watch(m.address, host, m.watch_port);
-      }
-    return changed;
+    return MergeLocked(in, in_leaving, &added);
   }
   bool MergeLocked(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving,
                    std::vector<net::Member>* added) {
@@ -205,27 +183,6 @@ struct ClusterNode::Impl {
       Log("member " + m.name + " (" + m.address + ") joined");
     }
     return changed;
-  }
-
-  // A member our CAF monitor found down (dead, or silent past the middleman's
-  // connection timeout): forgotten, its connection closed, sessions told.
-  void PeerDown(const std::string& addr, const std::string& why) {
-    net::ConnectionPtr conn;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (stopped) return;
-      const size_t before = members.size();
-      members.erase(std::remove_if(members.begin(), members.end(),
-                                   [&](const net::Member& m) { return m.address == addr; }),
-                    members.end());
-      leaving.erase(addr);
-      if (members.size() == before) return;  // already gone
-      auto it = peers.find(addr);
-      if (it != peers.end()) conn = it->second;
-    }
-    Log("member " + addr + " is down (CAF monitor): " + why);
-    if (conn) conn->Close();  // its steps fail now, not at the transport's own timeout
-    NotifyWatchers();
   }
 
   std::vector<net::Member> MemberList() const {
@@ -454,6 +411,13 @@ struct ClusterNode::Impl {
               Reply(c, id, MembershipNow());
             },
             [&](net::Membership& mem) {
+              // Only nodes change membership: a session's certificate may run work, no more.
+              if (c->peer_role() != net::Role::kNode) {
+                Log("refused a membership change from session " + c->peer_address());
+                Reply(c, id, net::StatusReply{PermissionDenied("only nodes may change membership; " +
+                                                               c->peer_address() + " holds a session credential")});
+                return;
+              }
               bool drain_me = false;
               for (const net::Member& l : mem.leaving) drain_me = drain_me || l.address == address;
               const bool changed = Merge(mem.members, mem.leaving);
@@ -581,7 +545,6 @@ struct ClusterNode::Impl {
       peers.clear();
     }
     for (int64_t step : steps) rendezvous.Cleanup(step);
-    if (watch) watch->Stop();
     variables->Shutdown();
     queues->Stop();
     // As Session: stop the actors now. Members die in reverse order, which
@@ -598,13 +561,19 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
-  net::TransportOptions to;
-  to.secret = opts.secret;
+  net::EndpointOptions to;
+  to.tls_dir = opts.tls_dir;
+  to.tls_name = opts.tls_name;
+  to.insecure = opts.insecure;
+  to.role = net::Role::kNode;
   to.heartbeat_ms = opts.heartbeat_ms;
   to.peer_timeout_ms = opts.peer_timeout_ms;
+  to.log = true;
+  if (opts.insecure)
+    std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");
   SF_ASSIGN_OR_RETURN(
       impl->transport,
-      net::Transport::Create(
+      net::Endpoint::Create(
           to, [p](const net::ConnectionPtr& c, net::Message m) { p->OnMessage(c, std::move(m)); },
           [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
   SF_ASSIGN_OR_RETURN(uint16_t bound, impl->transport->Listen(host, port));
@@ -613,15 +582,6 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
   impl->members.push_back({impl->opts.name, impl->address});
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
-  {
-    auto watch = runtime::NodeWatch::Start(*p->system, host, [p](const std::string& addr, const std::string& why) {
-      p->PeerDown(addr, why);
-    });
-    if (!watch.ok()) return watch.status();  // the node stops as it goes
-    std::lock_guard<std::mutex> l(p->mu);
-    p->watch = std::move(*watch);
-    p->members[0].watch_port = p->watch->port();
-  }
   if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
     if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);
@@ -669,15 +629,28 @@ std::vector<std::string> ClusterNode::Members() const {
   return out;
 }
 
-Result<std::string> ReadClusterSecret(const std::string& path) { return net::ReadSecretFile(path); }
+Status InitClusterCredentials(const std::string& dir) { return net::InitCredentials(dir); }
 
-Status DrainNode(const std::string& address, const std::string& secret, int wait_ms) {
-  net::TransportOptions to;
-  to.secret = secret;
+Status IssueClusterCredential(const std::string& dir, const std::string& role, const std::string& name,
+                              const std::vector<std::string>& hosts) {
+  SF_ASSIGN_OR_RETURN(net::Role r, net::ParseRole(role));
+  return net::IssueCredential(dir, r, name, hosts);
+}
+
+Result<std::string> MakeTemporaryClusterCredentials() { return net::MakeTemporaryCredentials(); }
+
+Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms, const std::string& tls_name,
+                 bool insecure) {
+  net::EndpointOptions to;
+  to.tls_dir = tls_dir;
+  to.tls_name = tls_name;
+  to.insecure = insecure;
+  to.role = net::Role::kNode;
+  to.handler_threads = 1;
   std::mutex mu;
   std::condition_variable cv;
   bool gone = false;
-  SF_ASSIGN_OR_RETURN(auto transport, net::Transport::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
+  SF_ASSIGN_OR_RETURN(auto transport, net::Endpoint::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
                         std::lock_guard<std::mutex> l(mu);
                         gone = true;
                         cv.notify_all();

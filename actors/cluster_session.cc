@@ -34,7 +34,7 @@
 #include "actors/serial_queue.h"
 #include "actors/task_balance.h"
 #include "graph/device_name.h"
-#include "net/transport.h"
+#include "net/peer_rpc.h"
 #include "runtime/coordinator.h"
 #include "runtime/plan.h"
 #include "shardflow/cluster.h"
@@ -58,7 +58,7 @@ std::string TaskDevice(int task) {
 struct ClusterSession::Impl {
   const Graph& graph;
   ClusterOptions options;
-  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<net::Endpoint> transport;
   int num_tasks = 0;
 
   // The assignment of tasks to members and the connections, changed only
@@ -507,13 +507,17 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   if (options.tasks < 0) return InvalidArgument("ClusterOptions::tasks is negative (" + std::to_string(options.tasks) + ")");
   auto impl = std::make_unique<Impl>(g, options);
   Impl* p = impl.get();
-  net::TransportOptions to;
-  to.secret = options.secret;
+  net::EndpointOptions to;
+  to.tls_dir = options.tls_dir;
+  to.tls_name = options.tls_name;
+  to.insecure = options.insecure;
+  to.role = net::Role::kSession;
   to.heartbeat_ms = options.heartbeat_ms;
   to.peer_timeout_ms = options.peer_timeout_ms;
+  to.handler_threads = 2;
   SF_ASSIGN_OR_RETURN(
       impl->transport,
-      net::Transport::Create(
+      net::Endpoint::Create(
           to,
           [p](const net::ConnectionPtr&, net::Message m) {
             // A node tells its watchers when members join, drain or die.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "net/transport.h"
+#include "net/peer_rpc.h"
 #include "runtime/partition_host.h"
 
 namespace sf {

@@ -1,7 +1,8 @@
 // Ring all-reduce (ops::AllReduce, sum of float32) throughput, with every
 // rank in one process (inproc: one Session, the ranks' nodes run by
 // concurrent Runs) or each rank in its own `shardflow node` process with its
-// own ClusterSession (cluster: chunks travel node to node over the transport).
+// own ClusterSession (cluster: chunks travel node to node over Cap'n Proto RPC,
+// mutual TLS unless --insecure).
 //
 // Each rank's step fills its tensor on its node (Fill), reduces it and
 // fetches only its Sum, so no tensor crosses the client. The same step
@@ -11,18 +12,22 @@
 // each rank sends, comparable across n, as NCCL reports it).
 // Keys: mode, bytes, ranks, processes, step_ms, baseline_ms, reduce_ms,
 // gbytes_per_sec, bus_gbytes_per_sec; the summary gives the cluster's bus
-// bandwidth at the largest size per rank count.
+// bandwidth at the largest size per rank count, raw_tcp_gbytes_per_sec (an
+// echo of the largest size over plain loopback TCP, measured here) and their
+// ratios (target: bus >= 50% of raw TCP).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "bench/raw_tcp_echo.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
       .String("bytes", "4096,1048576,16777216,67108864", "tensor bytes per rank (float32)")
       .String("modes", "inproc,cluster", "inproc and/or cluster")
       .Int("reps", 10, "timed rounds per configuration (median)")
+      .Bool("insecure", "nodes and sessions in plaintext (default: mutual TLS)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_allreduce");
   KeepTensorMemoryWarm();
@@ -132,11 +138,13 @@ int main(int argc, char** argv) {
       std::vector<std::unique_ptr<ClusterSession>> sessions;
       LocalCluster lc;
       if (cluster) {
+        lc.SetInsecure(flags.GetBool("insecure"));
         Status st = lc.Start(n, 3600);
         if (!st.ok()) Die(st.ToString());
         ClusterOptions co;
         co.address = lc.addresses()[0];
-        co.secret = lc.secret();
+        co.tls_dir = lc.tls_dir();
+        co.insecure = flags.GetBool("insecure");
         for (int r = 0; r < n; ++r) {
           graphs.push_back(std::make_unique<Graph>());
           ranks[r].Build(*graphs.back(), r, n, true);
@@ -171,9 +179,23 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The ceiling, measured here: one tensor of the largest size echoed over
+  // plain loopback TCP (bytes both ways over the round trip).
+  double raw_gbs = 0;
+  if (!sizes.empty()) {
+    sf::bench::RawEcho raw;
+    Tensor t(DType::kFloat32, {std::max<int64_t>(1, sizes.back() / 4)});
+    std::memset(t.raw_data(), 1, t.bytes());
+    const double rtt = raw.RoundTrip(t, std::max(3, reps));
+    raw_gbs = 2.0 * static_cast<double>(t.bytes()) / rtt / 1e9;
+  }
   JsonLine s;
-  s.Add("summary", true).Add("largest_bytes", sizes.empty() ? int64_t{0} : sizes.back() / 4 * 4);
-  for (const auto& kv : summary) s.Add("cluster_bus_gbytes_per_sec_ranks_" + std::to_string(kv.first), kv.second);
+  s.Add("summary", true).Add("largest_bytes", sizes.empty() ? int64_t{0} : sizes.back() / 4 * 4)
+      .Add("tls", !flags.GetBool("insecure")).Add("raw_tcp_gbytes_per_sec", raw_gbs);
+  for (const auto& kv : summary) {
+    s.Add("cluster_bus_gbytes_per_sec_ranks_" + std::to_string(kv.first), kv.second);
+    s.Add("cluster_bus_vs_raw_tcp_ranks_" + std::to_string(kv.first), raw_gbs > 0 ? kv.second / raw_gbs : 0.0);
+  }
   if (json) s.Print();
   else std::printf("%s\n", s.str().c_str());
   return 0;

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     SF_RETURN_IF_ERROR(o.cluster->Start(2, 3600));
     ClusterOptions co;
     co.address = o.cluster->addresses()[0];
-    co.secret = o.cluster->secret();
+    co.tls_dir = o.cluster->tls_dir();
     SF_ASSIGN_OR_RETURN(auto s, ClusterSession::Connect(g, co));
     o.session = std::move(s);
     return o;

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   if (!st.ok()) return Fail(st);
   ClusterOptions co;
   co.address = cluster.addresses()[0];
-  co.secret = cluster.secret();
+  co.tls_dir = cluster.tls_dir();
   co.tasks = static_cast<int>(c.tasks);
   co.checkpoint_dir = dir;
   co.elastic = false;  // the benchmark calls Recover itself, to time it

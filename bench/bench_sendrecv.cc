@@ -5,15 +5,17 @@
 // - inproc: through the step rendezvous in one process (what _Send/_Recv
 //   between two partitions of one process do: the buffer is passed by
 //   reference, never copied);
-// - cluster: through shardflow's transport to a `shardflow node` process and
-//   back (an Echo request: encode with the tensor bytes referenced, writev,
-//   read, decode with one copy, the same path SendTensor takes between nodes);
+// - cluster: through shardflow's connection (Cap'n Proto RPC) to a
+//   `shardflow node` process and back (an Echo request: the tensor bytes
+//   referenced on send, one copy on decode; the reply is copied into the
+//   RPC return), once over mutual TLS ("tls": true) and once with
+//   --insecure ("tls": false);
 // - raw_tcp: the same bytes over a plain loopback TCP socket to a child
 //   process that echoes them, measured by this program as the ceiling.
 // gbytes_per_sec = 2 * bytes / round trip (both directions move the tensor).
-// Keys: bytes, mode, gbytes_per_sec, round_trip_us; the summary compares
-// cluster to raw_tcp at 64 MiB (target >= 50%) and the small round trip
-// (target < 100 us).
+// Keys: bytes, mode, gbytes_per_sec, round_trip_us, tls; the summary
+// compares cluster to raw_tcp at 64 MiB (targets: >= 50% with TLS, >= 80%
+// without) and the small round trip with TLS (target < 100 us).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -38,10 +40,12 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
-#include "net/transport.h"
+#include "bench/raw_tcp_echo.h"
+#include "net/peer_rpc.h"
 
 using namespace sf;
 using namespace sf::examples;
+using sf::bench::RawEcho;
 
 namespace {
 
@@ -111,80 +115,6 @@ double Cluster(net::Connection& c, const Tensor& t, int reps) {
   return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
 }
 
-bool ReadAll(int fd, void* p, size_t n) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool WriteAll(int fd, const void* p, size_t n) {
-  auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, b, n);
-    if (w <= 0) return false;
-    b += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// A child process that echoes length-prefixed messages on loopback TCP.
-struct RawEcho {
-  pid_t pid = -1;
-  int fd = -1;
-  std::vector<uint8_t> back;
-  RawEcho() {
-    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    if (::bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(ls, 1) != 0 ||
-        ::getsockname(ls, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
-      Die("raw_tcp: cannot listen on 127.0.0.1");
-    pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int c = ::accept(ls, nullptr, nullptr);
-      int one = 1;
-      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      std::vector<uint8_t> buf;
-      uint64_t n;
-      while (ReadAll(c, &n, sizeof n)) {
-        buf.resize(n);
-        if (!ReadAll(c, buf.data(), n) || !WriteAll(c, buf.data(), n)) break;
-      }
-      ::_exit(0);
-    }
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) Die("raw_tcp: connect");
-    ::close(ls);
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
-  ~RawEcho() {
-    ::close(fd);
-    int st;
-    ::waitpid(pid, &st, 0);
-  }
-  double RoundTrip(const Tensor& t, int reps) {
-    const uint64_t n = t.bytes();
-    back.resize(n);
-    auto once = [&] {
-      if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, t.raw_data(), n) || !ReadAll(fd, back.data(), n))
-        Die("raw_tcp: echo failed");
-    };
-    once();
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) once();
-    return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
-  }
-};
 
 }  // namespace
 
@@ -210,21 +140,27 @@ int main(int argc, char** argv) {
     std::sort(sizes.begin(), sizes.end());
   }
 
-  LocalCluster cluster;
-  std::unique_ptr<net::Transport> transport;
-  net::ConnectionPtr conn;
+  // One node over TLS, one --insecure: the same program measures both.
+  LocalCluster clusters[2];
+  std::unique_ptr<net::Endpoint> endpoints[2];
+  net::ConnectionPtr conns[2];
   if (want("cluster")) {
-    Status s = cluster.Start(1, 3600);
-    if (!s.ok()) Die(s.ToString());
-    net::TransportOptions o;
-    o.secret = cluster.secret();
-    o.peer_timeout_ms = 30000;  // a 256 MiB echo keeps both sides busy for a while
-    auto t = net::Transport::Create(o, nullptr, nullptr);
-    if (!t.ok()) Die(t.status().ToString());
-    transport = std::move(*t);
-    auto c = transport->Connect(cluster.addresses()[0]);
-    if (!c.ok()) Die(c.status().ToString());
-    conn = *c;
+    for (int tls = 0; tls < 2; ++tls) {
+      clusters[tls].SetInsecure(tls == 0);
+      Status s = clusters[tls].Start(1, 3600);
+      if (!s.ok()) Die(s.ToString());
+      net::EndpointOptions o;
+      o.role = net::Role::kSession;
+      o.insecure = tls == 0;
+      o.tls_dir = clusters[tls].tls_dir();
+      o.peer_timeout_ms = 30000;  // a 256 MiB echo keeps both sides busy for a while
+      auto t = net::Endpoint::Create(o, nullptr, nullptr);
+      if (!t.ok()) Die(t.status().ToString());
+      endpoints[tls] = std::move(*t);
+      auto c = endpoints[tls]->Connect(clusters[tls].addresses()[0]);
+      if (!c.ok()) Die(c.status().ToString());
+      conns[tls] = *c;
+    }
   }
   std::optional<RawEcho> raw;
   if (want("raw_tcp")) raw.emplace();
@@ -233,42 +169,53 @@ int main(int argc, char** argv) {
   for (int64_t bytes : sizes) {
     Tensor t = MakeTensor(bytes);
     const int reps = Reps(bytes, static_cast<int>(flags.GetInt("max-reps")));
-    for (const char* mode : {"inproc", "cluster", "raw_tcp"}) {
+    // (mode, tls): raw TCP and in-process have no TLS.
+    const std::pair<const char*, bool> runs[] = {
+        {"inproc", false}, {"cluster", true}, {"cluster", false}, {"raw_tcp", false}};
+    for (const auto& [mode, tls] : runs) {
       if (!want(mode)) continue;
       double secs;
       if (std::string(mode) == "inproc") secs = InProc(t, reps);
-      else if (std::string(mode) == "cluster") secs = Cluster(*conn, t, reps);
+      else if (std::string(mode) == "cluster") secs = Cluster(*conns[tls ? 1 : 0], t, reps);
       else secs = raw->RoundTrip(t, reps);
-      rtt[{mode, bytes}] = secs;
+      const std::string key = std::string(mode) + (tls ? "+tls" : "");
+      rtt[{key, bytes}] = secs;
       const double gbs = 2.0 * static_cast<double>(t.bytes()) / secs / 1e9;
       if (json) {
-        JsonLine().Add("bytes", static_cast<int64_t>(t.bytes())).Add("mode", mode)
+        JsonLine().Add("bytes", static_cast<int64_t>(t.bytes())).Add("mode", mode).Add("tls", tls)
             .Add("gbytes_per_sec", gbs).Add("round_trip_us", secs * 1e6).Add("reps", reps).Print();
       } else {
-        std::printf("%-8s %12lld bytes  %9.3f GB/s  %11.1f us round trip\n", mode,
+        std::printf("%-12s %12lld bytes  %9.3f GB/s  %11.1f us round trip\n", key.c_str(),
                     static_cast<long long>(t.bytes()), gbs, secs * 1e6);
       }
     }
   }
-  if (conn) conn->Close();
-  if (transport) transport->Shutdown();
+  for (auto& c : conns)
+    if (c) c->Close();
+  for (auto& e : endpoints)
+    if (e) e->Shutdown();
 
   const int64_t big = int64_t{64} << 20;
   auto get = [&](const char* m, int64_t b) {
     auto it = rtt.find({m, b});
     return it == rtt.end() ? 0.0 : it->second;
   };
-  const double ratio = get("cluster", big) > 0 && get("raw_tcp", big) > 0
-                           ? get("raw_tcp", big) / get("cluster", big) : 0;
-  const double small_us = get("cluster", 4) * 1e6;
+  auto vs_raw = [&](const char* key) {
+    return get(key, big) > 0 && get("raw_tcp", big) > 0 ? get("raw_tcp", big) / get(key, big) : 0;
+  };
+  const double ratio_tls = vs_raw("cluster+tls"), ratio_plain = vs_raw("cluster");
+  const double small_us = get("cluster+tls", 4) * 1e6, small_plain_us = get("cluster", 4) * 1e6;
   if (json) {
-    JsonLine().Add("summary", true).Add("cluster_vs_raw_tcp_64mib", ratio)
-        .Add("cluster_small_round_trip_us", small_us)
-        .Add("meets_throughput_target", ratio >= 0.5).Add("meets_latency_target", small_us > 0 && small_us < 100)
+    JsonLine().Add("summary", true).Add("cluster_vs_raw_tcp_64mib", ratio_tls)
+        .Add("cluster_insecure_vs_raw_tcp_64mib", ratio_plain)
+        .Add("cluster_small_round_trip_us", small_us).Add("cluster_insecure_small_round_trip_us", small_plain_us)
+        .Add("meets_throughput_target", ratio_tls >= 0.5 && ratio_plain >= 0.8)
+        .Add("meets_latency_target", small_us > 0 && small_us < 100)
         .Print();
   } else {
-    std::printf("cluster / raw TCP at 64 MiB: %.2f (target >= 0.5); small round trip %.1f us (target < 100)\n",
-                ratio, small_us);
+    std::printf("cluster / raw TCP at 64 MiB: %.2f with TLS (target >= 0.5), %.2f insecure (target >= 0.8);\n"
+                "small round trip %.1f us with TLS (target < 100), %.1f us insecure\n",
+                ratio_tls, ratio_plain, small_us, small_plain_us);
   }
   return 0;
 }

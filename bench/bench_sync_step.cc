@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   if (!st.ok()) Die(st.ToString());
   ClusterOptions co;
   co.address = cluster.addresses()[0];
-  co.secret = cluster.secret();
+  co.tls_dir = cluster.tls_dir();
 
   double anchor_ms = 0;
   for (int64_t total : ParseList(flags.GetString("bytes"))) {

@@ -14,12 +14,13 @@
 namespace sf {
 
 const char kNodeUsage[] =
-    "usage: shardflow node --listen HOST:PORT --cluster-secret-file FILE\n"
+    "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
-    "                      [--watch-timeout-ms MS] [--max-tensor-bytes N] [--log]\n"
-    "       shardflow node drain HOST:PORT --cluster-secret-file FILE [--wait-s SECONDS]\n"
+    "                      [--max-tensor-bytes N] [--log]\n"
+    "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
+    "                      [--wait-s SECONDS]\n"
     "\n"
     "Runs one member of a shardflow cluster: it hosts graph partitions, variable\n"
     "shards and queues for cluster sessions (sf::ClusterSession). Prints\n"
@@ -27,16 +28,17 @@ const char kNodeUsage[] =
     "until SIGINT or SIGTERM.\n"
     "\n"
     "  --listen HOST:PORT          where to listen (port 0 picks a free port)\n"
-    "  --cluster-secret-file FILE  the shared secret (at least 16 bytes, readable only\n"
-    "                              by its owner); peers without it are refused\n"
+    "  --tls-dir DIR               the cluster's credentials ('shardflow certs init DIR'):\n"
+    "                              peers must hold a certificate of its CA\n"
+    "  --tls-name NAME             which credential in DIR this node uses (default node)\n"
+    "  --insecure                  plaintext and unauthenticated (trusted networks only;\n"
+    "                              logged as a warning)\n"
     "  --join HOST:PORT            a member of the cluster to join\n"
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
     "  --heartbeat-ms MS           idle time before a heartbeat (default 200)\n"
     "  --peer-timeout-ms MS        silence after which a peer is down (default 1000)\n"
-    "  --watch-timeout-ms MS       the same for the members' CAF monitors (default:\n"
-    "                              --peer-timeout-ms)\n"
     "  --drain-timeout-s SECONDS   when drained, leave after this long even if a\n"
     "                              session still uses the node (default 60)\n"
     "  --max-tensor-bytes N        the largest tensor a partition's op may allocate;\n"
@@ -62,20 +64,23 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   node.add_option("--listen", o.listen);
   node.add_option("--join", o.join);
-  node.add_option("--cluster-secret-file", f->secret_file);
+  node.add_option("--tls-dir", o.tls_dir);
+  node.add_option("--tls-name", o.tls_name);
+  node.add_flag("--insecure", o.insecure);
   node.add_option("--name", o.name);
   node.add_option("--threads", o.compute_threads)->transform(cli::IntegerIn(0, 4096));
   node.add_option("--lifetime-s", f->lifetime_s)->check(cli::Real());
   node.add_option("--heartbeat-ms", o.heartbeat_ms)->transform(cli::Integer<int>());
   node.add_option("--peer-timeout-ms", o.peer_timeout_ms)->transform(cli::Integer<int>());
-  node.add_option("--watch-timeout-ms", o.watch_timeout_ms)->transform(cli::Integer<int>());
   // The seconds here and in --wait-s become int milliseconds: at most 2e6 s.
   node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);
-  drain->add_option("--cluster-secret-file", f->drain_secret_file);
+  drain->add_option("--tls-dir", f->drain_tls_dir);
+  drain->add_option("--tls-name", f->drain_tls_name);
+  drain->add_flag("--insecure", f->drain_insecure);
   drain->add_option("--wait-s", f->wait_s)->check(cli::Real(0, 2e6));
 }
 
@@ -87,15 +92,11 @@ int DrainCommand(const NodeFlags& f) {
   if (addresses.size() > 1)
     return NodeUsageError("drain takes one address (got '" + addresses[0] + "' and '" + addresses[1] + "')");
   if (addresses.empty()) return NodeUsageError("drain needs the node's HOST:PORT");
-  if (f.drain_secret_file.empty()) return NodeUsageError("--cluster-secret-file is required");
+  if (f.drain_tls_dir.empty() == !f.drain_insecure)
+    return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
   const std::string& address = addresses[0];
   const double wait_s = f.wait_s;
-  auto secret = ReadClusterSecret(f.drain_secret_file);
-  if (!secret.ok()) {
-    std::cerr << "shardflow node drain: " << secret.status().ToString() << "\n";
-    return 1;
-  }
-  Status s = DrainNode(address, *secret, static_cast<int>(wait_s * 1000));
+  Status s = DrainNode(address, f.drain_tls_dir, static_cast<int>(wait_s * 1000), f.drain_tls_name, f.drain_insecure);
   if (!s.ok()) {
     std::cerr << "shardflow node drain: " << s.ToString() << "\n";
     return 1;
@@ -116,19 +117,11 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   }
   NodeOptions o = flags.options;
   o.drain_timeout_ms = static_cast<int>(flags.drain_timeout_s * 1000);
-  const std::string& secret_file = flags.secret_file;
   const double lifetime = flags.lifetime_s;
   if (o.listen.empty()) return NodeUsageError("--listen HOST:PORT is required");
-  if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms || o.watch_timeout_ms < 0 ||
-      (o.watch_timeout_ms > 0 && o.watch_timeout_ms <= o.heartbeat_ms))
-    return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms and --watch-timeout-ms");
-  if (secret_file.empty()) return NodeUsageError("--cluster-secret-file is required");
-  auto secret = ReadClusterSecret(secret_file);
-  if (!secret.ok()) {
-    std::cerr << "shardflow node: " << secret.status().ToString() << "\n";
-    return 1;
-  }
-  o.secret = *secret;
+  if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms)
+    return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms");
+  if (o.tls_dir.empty() == !o.insecure) return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
   // Block the stop signals before any thread starts, so only sigtimedwait sees them.
   sigset_t stop;
   sigemptyset(&stop);

@@ -14,12 +14,13 @@ namespace sf {
 
 // What `shardflow node` and `shardflow node drain` were given.
 struct NodeFlags {
-  NodeOptions options;  // listen, join, name, threads and the timeouts
-  std::string secret_file;
+  NodeOptions options;  // listen, join, name, credentials, threads and the timeouts
   double lifetime_s = 0;  // 0: serve until a stop signal
   double drain_timeout_s = NodeOptions{}.drain_timeout_ms / 1000.0;  // becomes options.drain_timeout_ms
   std::vector<std::string> drain_addresses;  // exactly one is right; checked by NodeCommand
-  std::string drain_secret_file;
+  std::string drain_tls_dir;
+  std::string drain_tls_name;
+  bool drain_insecure = false;
   double wait_s = 60;  // how long drain waits for the node to go; 0: not at all
 };
 

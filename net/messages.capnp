@@ -51,12 +51,11 @@ struct StatusReply {
   status @0 :Status;
 }
 
-# A cluster member: its name and "host:port" listen address, and the port of
-# its CAF watch actor (0: none) that other members monitor.
+# A cluster member: its name and "host:port" listen address.
 struct Member {
   name @0 :Text;
   address @1 :Text;
-  watchPort @2 :UInt16;
+  unusedWatchPort @2 :UInt16;  # wire version 1's CAF watch port; never set
 }
 
 # Asks a node for the members it knows; carries nothing.

@@ -19,7 +19,7 @@ namespace sf {
 namespace net {
 
 // The version of the message set; a peer with another one is refused.
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;
 
 // Handshake (net/transport.cc does it before any other message): the dialer
 // sends Hello with its nonce, the listener answers Challenge with its own
@@ -59,7 +59,6 @@ struct StatusReply {
 struct Member {
   std::string name;
   std::string address;     // "host:port"
-  uint16_t watch_port = 0; // its CAF watch actor's port on the same host (0: none)
 };
 // Asks a node for the members it knows (itself first); answered with Membership.
 struct ListMembers {};

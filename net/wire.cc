@@ -12,6 +12,7 @@
 
 #include "graph/tensor_proto.h"
 #include "net/messages.capnp.h"
+#include "net/wire_envelope.h"
 
 namespace sf {
 namespace net {
@@ -45,6 +46,12 @@ struct Encoder {
   capnp::Orphanage orphanage;
   // Tensor bytes referenced as external segments: (address, size).
   std::vector<std::pair<const void*, size_t>>* externals;
+  // Reference only tensors of whole words: a message Cap'n Proto writes
+  // itself (RPC) would send a partial last word's padding bytes as they are.
+  bool whole_words_only = false;
+  // False: copy every tensor into the message (one whose lifetime the
+  // encoder's caller cannot follow, such as an RPC return).
+  bool reference = true;
 
   static Status Text(const std::string& s, const char* field) {
     if (s.size() >= kMaxBlobBytes)
@@ -76,7 +83,7 @@ struct Encoder {
     for (int i = 0; i < t.rank(); ++i) shape.set(i, t.dim(i));
     const size_t n = t.bytes();
     if (n == 0) return Status::OK();
-    if (n >= kReferenceBytes) {
+    if (reference && n >= kReferenceBytes && (!whole_words_only || n % 8 == 0)) {
       // Tensor buffers are 64-byte aligned and padded to 64 bytes, so the
       // word-rounded segment Cap'n Proto references stays inside the buffer.
       b.adoptData(orphanage.referenceExternalData(
@@ -112,7 +119,6 @@ struct Encoder {
       SF_RETURN_IF_ERROR(Text(ms[i].address, field));
       b[i].setName(AsText(ms[i].name));
       b[i].setAddress(AsText(ms[i].address));
-      b[i].setWatchPort(ms[i].watch_port);
     }
     return Status::OK();
   }
@@ -383,7 +389,6 @@ struct Decoder {
       auto r = list[i];
       SF_RETURN_IF_ERROR(Text(r.getName(), Field(field, i) + ".name", &out[i].name));
       SF_RETURN_IF_ERROR(Text(r.getAddress(), Field(field, i) + ".address", &out[i].address));
-      out[i].watch_port = r.getWatchPort();
     }
     return out;
   }
@@ -622,6 +627,41 @@ const std::vector<iovec>& Frame::pieces() const {
 }
 uint64_t Frame::size() const { return state_ ? state_->size : 0; }
 
+Status EncodeEnvelope(const Message& m, proto::wire::Envelope::Builder env, bool reference_tensors) {
+  std::vector<std::pair<const void*, size_t>> externals;
+  try {
+    env.setVersion(kWireVersion);
+    env.setRequestId(m.request_id);
+    Encoder enc{capnp::Orphanage::getForMessageContaining(env), &externals, /*whole_words_only=*/true,
+                reference_tensors};
+    return std::visit([&](const auto& body) { return enc.Put(body, env.getBody()); }, m.body);
+  } catch (const kj::Exception& e) {
+    return InvalidArgument(std::string("cannot encode ") + BodyName(m.body) + ": " + e.getDescription().cStr());
+  }
+}
+
+Status CheckEncodable(const Message& m) {
+  capnp::MallocMessageBuilder scratch;
+  return EncodeEnvelope(m, scratch.initRoot<proto::wire::Envelope>());
+}
+
+Result<Message> DecodeEnvelope(proto::wire::Envelope::Reader env, const WireLimits& limits) {
+  try {
+    if (env.getVersion() != kWireVersion)
+      return FailedPrecondition("peer speaks wire version " + std::to_string(env.getVersion()) +
+                                ", this node speaks " + std::to_string(kWireVersion));
+    Message m;
+    m.request_id = env.getRequestId();
+    Decoder dec{limits};
+    SF_ASSIGN_OR_RETURN(m.body, dec.Get(env.getBody()));
+    return m;
+  } catch (const kj::Exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.what());
+  }
+}
+
 Result<Frame> EncodeFrame(const Message& m) {
   Frame f;
   f.state_ = std::make_unique<Frame::State>();
@@ -703,15 +743,7 @@ Result<Message> DecodeBody(const uint8_t* body, uint64_t size, const WireLimits&
   try {
     capnp::SegmentArrayMessageReader reader(
         kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>(segments.data(), segments.size()), options);
-    auto env = reader.getRoot<w::Envelope>();
-    if (env.getVersion() != kWireVersion)
-      return FailedPrecondition("peer speaks wire version " + std::to_string(env.getVersion()) +
-                                ", this node speaks " + std::to_string(kWireVersion));
-    Message m;
-    m.request_id = env.getRequestId();
-    Decoder dec{limits};
-    SF_ASSIGN_OR_RETURN(m.body, dec.Get(env.getBody()));
-    return m;
+    return DecodeEnvelope(reader.getRoot<w::Envelope>(), limits);
   } catch (const kj::Exception& e) {
     return DataLoss(std::string("malformed frame: ") + e.getDescription().cStr());
   } catch (const std::exception& e) {

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <random>
 
+#include "shardflow/cluster.h"
+
 namespace sf::examples {
 
 std::string ProgramDir() {
@@ -80,16 +82,8 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
   char tmpl[] = "/tmp/shardflow-cluster-XXXXXX";
   if (!::mkdtemp(tmpl)) return Unavailable(std::string("mkdtemp: ") + std::strerror(errno));
   dir_ = tmpl;
-  std::random_device rd;
-  static const char kHex[] = "0123456789abcdef";
-  for (int i = 0; i < 48; ++i) secret_ += kHex[rd() % 16];
-  secret_file_ = dir_ + "/secret";
-  {
-    std::ofstream f(secret_file_);
-    f << secret_ << "\n";
-    if (!f) return Unavailable("cannot write " + secret_file_);
-  }
-  ::chmod(secret_file_.c_str(), 0600);
+  tls_dir_ = dir_ + "/tls";
+  SF_RETURN_IF_ERROR(InitClusterCredentials(tls_dir_));
   for (int i = 0; i < n; ++i) {
     auto a = Spawn(addresses_.empty() ? "" : addresses_[0], lifetime_s);
     if (!a.ok()) return a.status();
@@ -108,8 +102,14 @@ Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return Unavailable(std::string("pipe: ") + std::strerror(errno));
   const std::string lifetime = std::to_string(lifetime_s);
-  std::vector<std::string> args = {binary_, "node", "--listen", "127.0.0.1:0", "--cluster-secret-file",
-                                   secret_file_, "--lifetime-s", lifetime, "--threads", "1"};
+  std::vector<std::string> args = {binary_, "node", "--listen", "127.0.0.1:0", "--lifetime-s", lifetime,
+                                   "--threads", "1"};
+  if (insecure_) {
+    args.push_back("--insecure");
+  } else {
+    args.push_back("--tls-dir");
+    args.push_back(tls_dir_);
+  }
   if (!join.empty()) {
     args.push_back("--join");
     args.push_back(join);

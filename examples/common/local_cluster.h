@@ -20,8 +20,8 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  // Starts n nodes (each joins the first) with a fresh secret file in a
-  // temporary directory; the shardflow binary is found beside this program
+  // Starts n nodes (each joins the first) with fresh TLS credentials (a
+  // cluster CA, node and session certificates) in a temporary directory; the shardflow binary is found beside this program
   // (or at `binary`). Unavailable naming the node that failed to start.
   Status Start(int n, double lifetime_s = 600, const std::string& binary = "");
   // Starts one more node joining the cluster (through a running node); its
@@ -31,8 +31,13 @@ class LocalCluster {
   Result<std::string> AddNode(double lifetime_s = 600);
 
   const std::vector<std::string>& addresses() const { return addresses_; }
-  const std::string& secret() const { return secret_; }
-  const std::string& secret_file() const { return secret_file_; }
+  // The credentials directory: nodes use its "node" credential, sessions
+  // pass it as ClusterOptions::tls_dir (its "session" credential).
+  const std::string& tls_dir() const { return tls_dir_; }
+  // Before Start: plaintext nodes without authentication (`--insecure`),
+  // for measuring what TLS costs. Sessions then set ClusterOptions::insecure.
+  void SetInsecure(bool insecure) { insecure_ = insecure; }
+  bool insecure() const { return insecure_; }
   // The pid of node i (to stop or kill it in failure tests).
   pid_t pid(int i) const { return pids_[i]; }
   // Extra arguments for the nodes started from now on ("--peer-timeout-ms", "30000", ...).
@@ -48,8 +53,8 @@ class LocalCluster {
 
   std::string binary_;
   std::string dir_;
-  std::string secret_;
-  std::string secret_file_;
+  std::string tls_dir_;
+  bool insecure_ = false;
   std::vector<pid_t> pids_;
   std::vector<std::string> addresses_;
   std::vector<std::string> node_args_;

@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   std::vector<bool> alive = {true};
   ClusterOptions co;
   co.address = cluster.addresses()[0];
-  co.secret = cluster.secret();
+  co.tls_dir = cluster.tls_dir();
   co.tasks = static_cast<int>(tasks);
   co.checkpoint_dir = ckpt_dir;
   co.elastic = true;
@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
       return Fail(FailedPrecondition("script command '" + c.text + "': node " + std::to_string(i) + " (" +
                                      cluster.addresses()[i] + ") is not running any more"));
     } else if (c.op == "drain") {
-      Status st = DrainNode(cluster.addresses()[i], cluster.secret(), 0);
+      Status st = DrainNode(cluster.addresses()[i], cluster.tls_dir(), 0);
       if (!st.ok()) return Fail(st.WithPrefix("script command '" + c.text + "'"));
       draining.push_back(i);
       Event(json, "drain", "node " + std::to_string(i) + " (" + cluster.addresses()[i] + ") asked to drain",

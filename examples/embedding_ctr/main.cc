@@ -3,7 +3,7 @@
 //
 //   build/bin/embedding_ctr                        # 2 local nodes, 10M x 32 user table, 4 shards
 //   build/bin/embedding_ctr --local --json         # the in-process Session
-//   build/bin/embedding_ctr --cluster HOST:PORT --cluster-secret-file SECRET
+//   build/bin/embedding_ctr --cluster HOST:PORT --tls-dir DIR
 //   build/bin/embedding_ctr --rows 100000 --steps 100 --json
 //
 // The synthetic click log (deterministic for a given --seed):
@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
       .String("table-optimizer", "adagrad", "sparse optimizer of the tables: adagrad or sgd")
       .Int("nodes", 2, "node processes of the local cluster")
       .String("cluster", "", "HOST:PORT of a member of your own cluster (instead of a local one)")
-      .String("cluster-secret-file", "", "the cluster secret file (with --cluster)")
+      .String("tls-dir", "", "the cluster's credentials directory (with --cluster; shardflow certs init)")
       .Bool("local", "train in-process with a Session (no cluster)")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "embedding_ctr");
@@ -439,7 +439,7 @@ int main(int argc, char** argv) {
   c.checkpoint_every_s = flags.GetDouble("checkpoint-every-s");
   const int64_t nodes = flags.GetInt("nodes");
   const std::string cluster_addr = flags.GetString("cluster");
-  const std::string secret_file = flags.GetString("cluster-secret-file");
+  const std::string tls_dir = flags.GetString("tls-dir");
   const bool local = flags.GetBool("local"), json = flags.GetBool("json");
   std::string bad;
   if (c.rows < 10 || c.rows > (int64_t{1} << 31))
@@ -463,8 +463,8 @@ int main(int argc, char** argv) {
     bad = "--table-optimizer must be adagrad or sgd, got '" + c.table_optimizer + "'";
   else if (!local && cluster_addr.empty() && (nodes < 1 || nodes > 16))
     bad = "--nodes must be in [1, 16], got " + std::to_string(nodes);
-  else if (!cluster_addr.empty() && secret_file.empty())
-    bad = "--cluster needs --cluster-secret-file";
+  else if (!cluster_addr.empty() && tls_dir.empty())
+    bad = "--cluster needs --tls-dir (the cluster's credentials)";
   else if (!cluster_addr.empty() && local)
     bad = "--cluster and --local exclude each other";
   if (!bad.empty()) {
@@ -515,13 +515,11 @@ int main(int argc, char** argv) {
       Status st = cluster.Start(static_cast<int>(nodes));
       if (!st.ok()) return Fail(st.WithPrefix("starting the local cluster"));
       co.address = cluster.addresses()[0];
-      co.secret = cluster.secret();
+      co.tls_dir = cluster.tls_dir();
     } else {
       mode = "cluster";
       co.address = cluster_addr;
-      auto secret = ReadClusterSecret(secret_file);
-      if (!secret.ok()) return Fail(secret.status());
-      co.secret = *secret;
+      co.tls_dir = tls_dir;
     }
     // Initialising a big table takes longer than the default request timeout.
     co.request_timeout_ms = 120000;

@@ -22,7 +22,7 @@
 // again with --epochs E to finish exactly as one E-epoch run would.
 //
 // --workers N [--sync --backup-workers b | --async] [--nodes K | --cluster
-// HOST:PORT --cluster-secret-file F]: between-graph replicated training on a
+// HOST:PORT --tls-dir DIR]: between-graph replicated training on a
 // cluster of node processes (see workers.h); the summary adds "workers",
 // "backup_workers", "mode", "tasks" and the sync counters ("applied_steps",
 // "accepted_gradients", "dropped_gradients") or the async staleness
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
       .Int("backup-workers", 0, "with --sync: run this many extra workers; the late gradients are dropped")
       .Bool("async", "asynchronous replicas: apply each gradient on arrival, record its staleness")
       .String("cluster", "", "with --workers: a member HOST:PORT of your own cluster instead of a local one")
-      .String("cluster-secret-file", "", "the secret file of --cluster");
+      .String("tls-dir", "", "the credentials directory of --cluster (shardflow certs init)");
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
     wo.async = flags.GetBool("async");
     wo.nodes = static_cast<int>(flags.GetInt("nodes"));
     wo.cluster = flags.GetString("cluster");
-    wo.secret_file = flags.GetString("cluster-secret-file");
+    wo.tls_dir = flags.GetString("tls-dir");
     wo.out = flags.GetString("out");
     wo.json = json;
     return TrainWithWorkers(wo, *train, *test);

@@ -99,8 +99,8 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
     return Fail(InvalidArgument("--backup-workers needs --sync (asynchronous workers never wait for each other)"));
   if (o.cluster.empty() && o.nodes < 1)
     return Fail(InvalidArgument("--nodes must be at least 1, got " + std::to_string(o.nodes)));
-  if (!o.cluster.empty() && o.secret_file.empty())
-    return Fail(InvalidArgument("--cluster " + o.cluster + " needs --cluster-secret-file"));
+  if (!o.cluster.empty() && o.tls_dir.empty())
+    return Fail(InvalidArgument("--cluster " + o.cluster + " needs --tls-dir (the cluster's credentials)"));
   const int64_t steps_per_epoch = o.n_train / o.batch;  // drop the last partial batch
   if (steps_per_epoch < 1) return Fail(InvalidArgument("--batch is larger than the training set"));
 
@@ -113,12 +113,10 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
     Status s = local.Start(o.nodes, 3600);
     if (!s.ok()) return Fail(s);
     co.address = local.addresses()[0];
-    co.secret = local.secret();
+    co.tls_dir = local.tls_dir();
   } else {
     co.address = o.cluster;
-    auto secret = ReadClusterSecret(o.secret_file);
-    if (!secret.ok()) return Fail(secret.status());
-    co.secret = *secret;
+    co.tls_dir = o.tls_dir;
   }
 
   // The number of tasks decides where each variable lives; ask the cluster.

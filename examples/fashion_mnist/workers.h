@@ -43,7 +43,7 @@ struct WorkerTrainingOptions {
   bool async = false;        // false: synchronous with backup workers
   int nodes = 2;             // size of the local cluster (when cluster is "")
   std::string cluster;       // "": start a local cluster; else a member's HOST:PORT
-  std::string secret_file;   // the cluster secret file (with cluster)
+  std::string tls_dir;       // the cluster's credentials directory (with cluster)
   std::string out = "runs";  // parent folder of the run folder
   bool json = false;         // JSON lines on stdout
 };

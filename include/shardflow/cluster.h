@@ -1,11 +1,12 @@
 // Clusters: node processes that host partitions and variable shards, and the
 // ClusterSession that runs a graph on them.
 //
+//   // Once: build/bin/shardflow certs init tls   (a cluster CA and credentials)
 //   // On each machine (or process): build/bin/shardflow node --listen HOST:PORT
-//   //   [--join HOST:PORT] --cluster-secret-file SECRET
+//   //   [--join HOST:PORT] --tls-dir tls
 //   sf::ClusterOptions o;
 //   o.address = "127.0.0.1:7000";
-//   SF_ASSIGN_OR_RETURN(o.secret, sf::ReadClusterSecret("secret"));
+//   o.tls_dir = "tls";
 //   auto s = sf::ClusterSession::Connect(g, o);   // same Run API as Session
 //   auto out = (*s)->Run({{"x", x}}, {"loss"});
 //
@@ -13,7 +14,7 @@
 // ("/job:worker/task:i/device:CPU:0", task i being the i-th member the
 // contacted node lists), partitions it, registers each partition on its
 // node, and runs steps; tensors between nodes travel node to node
-// (net/transport.h), never through the client. Variables live on the nodes
+// (Cap'n Proto RPC over mutual TLS, net/peer_rpc.h), never through the client. Variables live on the nodes
 // and outlive sessions: two sessions whose graphs name the same variable on
 // the same task share it (between-graph replication).
 // Thread-safety: ClusterNode and ClusterSession methods may be called from many
@@ -36,14 +37,17 @@ class OpRegistry;
 struct NodeOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT to listen on (port 0: any free one)
   std::string join;                    // a member's HOST:PORT to join ("": start a cluster)
-  std::string secret;                  // the cluster secret, at least 16 bytes (required)
+  // The cluster's credentials (`shardflow certs init DIR`): this node uses
+  // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
+  std::string tls_dir;
+  std::string tls_name;
+  // Plaintext, no authentication (logged as a warning): trusted networks
+  // and measuring what TLS costs only.
+  bool insecure = false;
   std::string name;                    // "" = "node@HOST:PORT"
   int compute_threads = 0;             // compute pool size; 0 = one per core
   int heartbeat_ms = 200;              // idle time before a heartbeat
   int peer_timeout_ms = 1000;          // silence after which a peer is down
-  // Members also monitor each other through CAF (BASP heartbeats every
-  // heartbeat_ms); a member silent this long is down. 0: peer_timeout_ms.
-  int watch_timeout_ms = 0;
   int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
   // The largest tensor an op of a partition here may allocate; past it the
@@ -61,8 +65,9 @@ struct NodeOptions {
 class ClusterNode {
  public:
   // Listens, joins opts.join when given (Unavailable naming it if it cannot
-  // be reached, PermissionDenied when it refuses the secret) and serves until
-  // Stop or destruction. InvalidArgument for a bad address or secret.
+  // be reached, PermissionDenied when TLS with it fails) and serves until
+  // Stop or destruction. InvalidArgument for a bad address, NotFound /
+  // FailedPrecondition / InvalidArgument for credentials (net/credentials.h).
   static Result<std::unique_ptr<ClusterNode>> Start(NodeOptions opts);
   ~ClusterNode();
   // Stops serving: closes connections, fails running steps, stops actors.
@@ -88,7 +93,11 @@ class ClusterNode {
 
 struct ClusterOptions {
   std::string address;            // any member's HOST:PORT (required)
-  std::string secret;             // the cluster secret (required)
+  // The cluster's credentials: tls_name.crt/.key in tls_dir ("" =
+  // "session"), a session's certificate; or insecure (plaintext).
+  std::string tls_dir;
+  std::string tls_name;
+  bool insecure = false;
   int max_tasks = 0;              // place on at most this many members (0: all)
   // Logical tasks the graph is placed over ("/job:worker/task:i"); 0: one
   // per member used at connect. Tasks are spread over the members (several
@@ -125,22 +134,30 @@ struct ClusterChange {
 };
 
 // Asks the node at address to drain (`shardflow node drain`): sessions move
-// its tasks away and it leaves. Waits up to wait_ms for it to be gone (0:
-// not at all). Unavailable naming the address when it cannot be reached,
-// PermissionDenied for a wrong secret, DeadlineExceeded when it is still
-// there after wait_ms.
-Status DrainNode(const std::string& address, const std::string& secret, int wait_ms);
+// its tasks away and it leaves. Changing membership takes a node's
+// credential: tls_name in tls_dir ("" = "node"), or insecure. Waits up to
+// wait_ms for it to be gone (0: not at all). Unavailable naming the address
+// when it cannot be reached, PermissionDenied when TLS fails or the node
+// refuses, DeadlineExceeded when it is still there after wait_ms.
+Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms,
+                 const std::string& tls_name = "", bool insecure = false);
 
-// Reads a cluster secret file: NotFound naming the path, InvalidArgument
-// when shorter than 16 bytes, FailedPrecondition when group or others may
-// read it.
-Result<std::string> ReadClusterSecret(const std::string& path);
+// Creates a cluster CA with the credentials "node" and "session" in dir
+// (`shardflow certs init`); FailedPrecondition when dir already has a CA.
+Status InitClusterCredentials(const std::string& dir);
+// Issues credential name for role "node" or "session" in dir, valid for
+// hosts (`shardflow certs issue`); InvalidArgument for a bad name or role.
+Status IssueClusterCredential(const std::string& dir, const std::string& role, const std::string& name,
+                              const std::vector<std::string>& hosts = {});
+// Makes fresh credentials in a new temporary directory (for local clusters
+// that need no setup step); its path. The caller removes it.
+Result<std::string> MakeTemporaryClusterCredentials();
 
 class ClusterSession : public SessionInterface {
  public:
   // Connects to options.address, learns the members and connects to each.
-  // Unavailable naming an unreachable member, PermissionDenied for a wrong
-  // secret. REQUIRES: g outlives the session and is not modified while it runs.
+  // Unavailable naming an unreachable member, PermissionDenied when TLS with
+  // a member fails. REQUIRES: g outlives the session and is not modified while it runs.
   static Result<std::unique_ptr<ClusterSession>> Connect(const Graph& g, ClusterOptions options);
   ~ClusterSession() override;
   ClusterSession(const ClusterSession&) = delete;

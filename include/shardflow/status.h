@@ -23,7 +23,7 @@ enum class Code : int {
   kAborted = 7,   // a step was aborted because another part failed
   kDataLoss = 8,  // corrupt or truncated data
   kUnavailable = 9,
-  kPermissionDenied = 10,  // a peer without the cluster secret
+  kPermissionDenied = 10,  // a peer refused by TLS, or a role that may not do this
   kDeadlineExceeded = 11,  // a remote request timed out
   kResourceExhausted = 12,  // a tensor past the allocation limit, memory gone
 };

@@ -3,7 +3,8 @@
     with sf.LocalCluster(nodes=2) as cluster:
         sess = sf.ClusterSession(g, cluster=cluster)
 
-The nodes listen on 127.0.0.1 only, share a fresh secret, and stop by
+The nodes listen on 127.0.0.1 only, trust fresh TLS credentials (a cluster CA
+made for them, in cluster.tls_dir), and stop by
 themselves: when close() runs, when the object is collected, when the
 interpreter exits, and (Linux's parent-death signal) when the Python process
 dies, with --lifetime-s as a last bound. (The parent-death signal follows the
@@ -14,7 +15,6 @@ you need it, such as the main thread.)
 import ctypes
 import os
 import re
-import secrets
 import signal
 import shutil
 import subprocess
@@ -25,7 +25,20 @@ import weakref
 
 from . import errors
 
-__all__ = ["LocalCluster", "find_shardflow_binary"]
+__all__ = ["LocalCluster", "find_shardflow_binary", "init_credentials", "issue_credential"]
+
+
+def init_credentials(directory):
+    """Creates a cluster CA with the credentials "node" and "session" in directory
+    (what `shardflow certs init` does). FailedPreconditionError if it has a CA."""
+    from . import _core
+    _core.init_cluster_credentials(str(directory))
+
+
+def issue_credential(directory, role, name, hosts=()):
+    """Issues credential name ("node" or "session" role) signed by directory's CA."""
+    from . import _core
+    _core.issue_cluster_credential(str(directory), str(role), str(name), [str(h) for h in hosts])
 
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
 
@@ -86,17 +99,15 @@ class LocalCluster:
             raise errors.InvalidArgumentError(f"a LocalCluster needs at least one node, got {nodes}")
         self.binary = binary or find_shardflow_binary()
         self._tmp = tempfile.mkdtemp(prefix="sf-cluster-")
-        self.secret = secrets.token_hex(24).encode()
-        self.secret_file = os.path.join(self._tmp, "secret")
-        fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self.secret)
+        from . import _core
+        self.tls_dir = os.path.join(self._tmp, "tls")
+        _core.init_cluster_credentials(self.tls_dir)
         self._procs = []
         self.addresses = []
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._tmp)
         try:
             for i in range(int(nodes)):
-                args = [self.binary, "node", "--listen", "127.0.0.1:0", "--cluster-secret-file", self.secret_file,
+                args = [self.binary, "node", "--listen", "127.0.0.1:0", "--tls-dir", self.tls_dir,
                         "--threads", str(int(threads)), "--lifetime-s", str(int(lifetime_s)),
                         "--name", f"local{i}"]
                 if self.addresses:
@@ -150,7 +161,7 @@ class LocalCluster:
         want = len(self.addresses)
         while True:
             try:
-                s = _core.cluster_session(g._g, self.addresses[0], self.secret, 0, 0, 5000, "", False)
+                s = _core.cluster_session(g._g, self.addresses[0], self.tls_dir, "", False, 0, 0, 5000, "", False)
                 n = len(s.tasks())
                 s.close()
                 if n >= want:
@@ -171,7 +182,7 @@ class LocalCluster:
         return [p.pid for p in self._procs]
 
     def close(self):
-        """Stops every node process and removes the secret (idempotent)."""
+        """Stops every node process and removes the credentials (idempotent)."""
         self._finalizer()
 
     def __enter__(self):

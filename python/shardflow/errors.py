@@ -75,7 +75,7 @@ class UnavailableError(OpError):
 
 
 class PermissionDeniedError(OpError, PermissionError):
-    """A peer without the cluster secret."""
+    """A peer refused by TLS (a certificate of another CA) or a role that may not do this."""
     code = 10
 
 

@@ -221,28 +221,26 @@ class Session(_BaseSession):
 class ClusterSession(_BaseSession):
     """Runs a graph on the nodes of a cluster (the C++ sf::ClusterSession).
 
-    address: any member's "HOST:PORT"; secret: the cluster secret (bytes or
-    str) or secret_file: a file holding it. Raises UnavailableError when a
-    member cannot be reached and PermissionDeniedError for a wrong secret.
+    address: any member's "HOST:PORT"; tls_dir: the cluster's credentials
+    directory (`shardflow certs init DIR`; the session uses its credential
+    tls_name, default "session"), or insecure=True for plaintext nodes.
+    Raises UnavailableError when a member cannot be reached and
+    PermissionDeniedError when TLS with it fails.
     """
 
-    def __init__(self, graph=None, address=None, secret=None, secret_file=None, tasks=0, max_tasks=0,
+    def __init__(self, graph=None, address=None, tls_dir=None, tls_name="", insecure=False, tasks=0, max_tasks=0,
                  request_timeout_ms=10000, checkpoint_dir="", elastic=True, cluster=None):
         graph = graph if graph is not None else _graph.get_default_graph()
         super().__init__(graph)
         if cluster is not None:
             address = address or cluster.address
-            secret = secret if secret is not None else cluster.secret
+            tls_dir = tls_dir if tls_dir is not None else cluster.tls_dir
         if not address:
             raise errors.InvalidArgumentError("ClusterSession needs an address (HOST:PORT) or a cluster")
-        if secret is None:
-            if secret_file is None:
-                raise errors.InvalidArgumentError("ClusterSession needs secret or secret_file")
-            secret = _core.read_cluster_secret(str(secret_file))
-        if isinstance(secret, str):
-            secret = secret.encode()
-        self._s = _core.cluster_session(graph._g, address, secret, tasks, max_tasks, request_timeout_ms,
-                                        checkpoint_dir, elastic)
+        if not tls_dir and not insecure:
+            raise errors.InvalidArgumentError("ClusterSession needs tls_dir (shardflow certs init) or insecure=True")
+        self._s = _core.cluster_session(graph._g, address, str(tls_dir or ""), tls_name, bool(insecure), tasks,
+                                        max_tasks, request_timeout_ms, checkpoint_dir, elastic)
 
     @property
     def tasks(self):

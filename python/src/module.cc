@@ -784,13 +784,16 @@ PYBIND11_MODULE(_core, m) {
           }
           return s;
         });
-  m.def("cluster_session", [](py::object graph, const std::string& address, const std::string& secret, int tasks,
-                              int max_tasks, int request_timeout_ms, const std::string& checkpoint_dir, bool elastic) {
+  m.def("cluster_session", [](py::object graph, const std::string& address, const std::string& tls_dir,
+                              const std::string& tls_name, bool insecure, int tasks, int max_tasks,
+                              int request_timeout_ms, const std::string& checkpoint_dir, bool elastic) {
           PyGraph& g = graph.cast<PyGraph&>();
           Check(g.g->status());
           ClusterOptions o;
           o.address = address;
-          o.secret = secret;
+          o.tls_dir = tls_dir;
+          o.tls_name = tls_name;
+          o.insecure = insecure;
           o.tasks = tasks;
           o.max_tasks = max_tasks;
           o.request_timeout_ms = request_timeout_ms;
@@ -806,7 +809,11 @@ PYBIND11_MODULE(_core, m) {
           s->s = Take(std::move(r));
           return s;
         });
-  m.def("read_cluster_secret", [](const std::string& path) { return py::bytes(Take(ReadClusterSecret(path))); });
+  m.def("init_cluster_credentials", [](const std::string& dir) { Check(InitClusterCredentials(dir)); });
+  m.def("issue_cluster_credential", [](const std::string& dir, const std::string& role, const std::string& name,
+                                       const std::vector<std::string>& hosts) {
+    Check(IssueClusterCredential(dir, role, name, hosts));
+  });
 
   // ---- checkpoint directories ---------------------------------------------------
   m.def("checkpoint_list", [](const std::string& dir) { return Take(Take(CheckpointDir::Open(dir))->List()); });

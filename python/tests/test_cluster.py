@@ -1,6 +1,8 @@
 """LocalCluster and ClusterSession: node processes on 127.0.0.1, steps across them, checkpoints, cleanup."""
 
 import os
+import shutil
+import tempfile
 import signal
 import subprocess
 import sys
@@ -79,13 +81,18 @@ def test_cluster_errors(cluster):
         x = sf.placeholder(sf.float32, [2], name="x")
         y = x * 2.0
     with pytest.raises(sf.errors.PermissionDeniedError):
-        sf.ClusterSession(g, address=cluster.address, secret=b"not the secret at all!!")
+        other = tempfile.mkdtemp(prefix="sf-other-ca-")
+        try:
+            sf.cluster.init_credentials(os.path.join(other, "tls"))
+            sf.ClusterSession(g, address=cluster.address, tls_dir=os.path.join(other, "tls"))
+        finally:
+            shutil.rmtree(other, ignore_errors=True)
     with sf.ClusterSession(g, cluster=cluster) as s:
         with pytest.raises(sf.errors.InvalidArgumentError):
             s.run(y, {x: [1.0, 2.0, 3.0]})
         np.testing.assert_array_equal(s.run(y, {x: [1.0, 2.0]}), [2.0, 4.0])
     with pytest.raises(sf.errors.UnavailableError):
-        sf.ClusterSession(g, address="127.0.0.1:1", secret=cluster.secret, request_timeout_ms=2000)
+        sf.ClusterSession(g, address="127.0.0.1:1", tls_dir=cluster.tls_dir, request_timeout_ms=2000)
 
 
 def test_nodes_stop_on_close():

@@ -203,12 +203,12 @@ TEST_CASE("Tutorial: shardflow/graph_io.h and shardflow/npy.h", "[tutorial]") {
   REQUIRE(s.ok());
 }
 
-// shardflow/cluster.h needs node processes and a secret file: compiled, and
+// shardflow/cluster.h needs node processes and credentials: compiled, and
 // run by the cluster tests' own programs.
 [[maybe_unused]] static Status ClusterTutorial(const Graph& g, const Tensor& x) {
   sf::ClusterOptions o;
   o.address = "127.0.0.1:7000";
-  SF_ASSIGN_OR_RETURN(o.secret, sf::ReadClusterSecret("secret"));
+  o.tls_dir = "tls";
   auto s = sf::ClusterSession::Connect(g, o);   // same Run API as Session
   SF_RETURN_IF_ERROR(s.status());
   auto out = (*s)->Run({{"x", x}}, {"loss"});

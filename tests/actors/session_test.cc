@@ -11,6 +11,7 @@
 #include "shardflow/ops.h"
 #include "shardflow/session.h"
 #include "tests/support/eval_graph.h"
+#include "tests/support/test_credentials.h"
 
 using namespace sf;
 
@@ -332,7 +333,7 @@ TEST_CASE("A Session and a ClusterNode may be destroyed on another thread than t
   auto s = std::make_unique<Session>(g);
   REQUIRE(s->Run({}, {c}).ok());
   NodeOptions no;
-  no.secret = "0123456789abcdef-secret";
+  no.tls_dir = sf::testing::TestTlsDir();
   auto node = ClusterNode::Start(no);
   REQUIRE(node.ok());
   std::unique_ptr<ClusterNode> n = std::move(node).value();

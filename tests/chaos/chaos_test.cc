@@ -93,7 +93,7 @@ class Killer {
 ClusterOptions ChaosOptions(const examples::LocalCluster& cluster, const std::string& dir) {
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   o.tasks = 6;
   o.checkpoint_dir = dir;
   return o;

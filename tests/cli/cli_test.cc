@@ -252,22 +252,21 @@ TEST_CASE("shardflow run computes MatMul and its gradients", "[cli]") {
 
 TEST_CASE("shardflow node drain refuses bad usage and names an unreachable node", "[cli]") {
   TempDir dir("sf_cli_drain");
-  {
-    std::ofstream f(dir / "secret");
-    f << "0123456789abcdef0123456789abcdef\n";
-  }
-  ::chmod((dir / "secret").c_str(), 0600);
-  auto r = RunCli(dir, "node drain --cluster-secret-file " + (dir / "secret"));
+  REQUIRE(RunCli(dir, "certs init " + (dir / "tls")).code == 0);
+  auto r = RunCli(dir, "node drain --tls-dir " + (dir / "tls"));
   CHECK(r.code == 2);
   CHECK(r.err.find("drain needs the node's HOST:PORT") != std::string::npos);
-  r = RunCli(dir, "node drain 127.0.0.1:1 127.0.0.1:2 --cluster-secret-file " + (dir / "secret"));
+  r = RunCli(dir, "node drain 127.0.0.1:1 127.0.0.1:2 --tls-dir " + (dir / "tls"));
   CHECK(r.code == 2);
   CHECK(r.err.find("drain takes one address") != std::string::npos);
   r = RunCli(dir, "node drain 127.0.0.1:1");
   CHECK(r.code == 2);
-  CHECK(r.err.find("--cluster-secret-file is required") != std::string::npos);
+  CHECK(r.err.find("give --tls-dir DIR or --insecure") != std::string::npos);
+  r = RunCli(dir, "node drain 127.0.0.1:1 --insecure --tls-dir " + (dir / "tls"));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("exactly one") != std::string::npos);
   // Port 1 on loopback: nobody listens.
-  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s 0 --cluster-secret-file " + (dir / "secret"));
+  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s 0 --tls-dir " + (dir / "tls"));
   CHECK(r.code == 1);
   INFO(r.err);
   CHECK(r.err.find("draining 127.0.0.1:1") != std::string::npos);
@@ -315,12 +314,8 @@ TEST_CASE("shardflow refuses a malformed number naming its option, and takes a g
 
 TEST_CASE("shardflow node refuses malformed numbers naming the option", "[cli]") {
   TempDir dir("sf_cli_node_numbers");
-  {
-    std::ofstream f(dir / "secret");
-    f << "0123456789abcdef0123456789abcdef\n";
-  }
-  ::chmod((dir / "secret").c_str(), 0600);
-  const std::string node = "node --listen 127.0.0.1:0 --cluster-secret-file " + (dir / "secret") + " ";
+  REQUIRE(RunCli(dir, "certs init " + (dir / "tls")).code == 0);
+  const std::string node = "node --listen 127.0.0.1:0 --tls-dir " + (dir / "tls") + " ";
   // --lifetime-s: a node that took a bad value anyway stops by itself (and fails the test).
   for (const char* bad : {"--threads abc", "--heartbeat-ms 1.5", "--peer-timeout-ms 99999999999",
                           "--drain-timeout-s soon", "--drain-timeout-s -1", "--threads"}) {
@@ -334,10 +329,10 @@ TEST_CASE("shardflow node refuses malformed numbers naming the option", "[cli]")
   auto r = RunCli(dir, node + "--lifetime-s 2 --log --bogus");
   CHECK(r.code == 2);
   CHECK(r.err.find("unknown option '--bogus'") != std::string::npos);
-  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s abc --cluster-secret-file " + (dir / "secret"));
+  r = RunCli(dir, "node drain 127.0.0.1:1 --wait-s abc --tls-dir " + (dir / "tls"));
   CHECK(r.code == 2);
   CHECK(r.err.find("--wait-s") != std::string::npos);
-  r = RunCli(dir, "node --listen 127.0.0.1:0 drain 127.0.0.1:1 --cluster-secret-file " + (dir / "secret"));
+  r = RunCli(dir, "node --listen 127.0.0.1:0 drain 127.0.0.1:1 --tls-dir " + (dir / "tls"));
   CHECK(r.code == 2);
   CHECK(r.err.find("'node drain' takes no --listen") != std::string::npos);
   for (const char* help : {"node --help", "node drain --help", "help", "ckpt -h"}) {

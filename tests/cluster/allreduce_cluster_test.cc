@@ -15,11 +15,12 @@
 #include <thread>
 
 #include "examples/common/local_cluster.h"
-#include "net/transport.h"
+#include "net/peer_rpc.h"
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/replication.h"
 #include "tests/support/wait.h"
+#include "tests/support/test_credentials.h"
 
 using namespace sf;
 using namespace std::chrono_literals;
@@ -58,7 +59,7 @@ struct Ranks {
   Status Connect(const examples::LocalCluster& c, int n, int tasks = 0, bool elastic = true) {
     ClusterOptions o;
     o.address = c.addresses()[0];
-    o.secret = c.secret();
+    o.tls_dir = c.tls_dir();
     o.tasks = tasks;
     o.elastic = elastic;
     for (int r = 0; r < n; ++r) {
@@ -238,7 +239,7 @@ TEST_CASE("Cluster all-reduce: a node killed or hung mid-reduction fails the oth
 TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own waiting reductions, no hang",
           "[cluster][allreduce]") {
   NodeOptions no;
-  no.secret = "0123456789abcdef0123456789abcdef";
+  no.tls_dir = sf::testing::TestTlsDir();
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
   no.join = (*n0)->address();
@@ -248,7 +249,7 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
   Ranks rs;
   ClusterOptions o;
   o.address = a0;
-  o.secret = no.secret;
+  o.tls_dir = no.tls_dir;
   o.elastic = false;
   for (int r = 0; r < 2; ++r) {
     rs.ranks.push_back(std::make_unique<Rank>(r, 2));
@@ -293,7 +294,7 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
 TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the reduction by name, then it goes on",
           "[cluster][allreduce]") {
   NodeOptions no;
-  no.secret = "0123456789abcdef0123456789abcdef";
+  no.tls_dir = sf::testing::TestTlsDir();
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
   no.join = (*n0)->address();
@@ -302,7 +303,7 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   Ranks rs;
   ClusterOptions o;
   o.address = (*n0)->address();
-  o.secret = no.secret;
+  o.tls_dir = no.tls_dir;
   for (int r = 0; r < 2; ++r) {
     rs.ranks.push_back(std::make_unique<Rank>(r, 2));
     auto s = ClusterSession::Connect(rs.ranks.back()->g, o);
@@ -317,9 +318,10 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   // elements); an authenticated peer sends it 3 instead.
   Result<std::vector<Tensor>> r1 = Status();
   std::thread t([&] { r1 = rs.sessions[1]->Run({{"x32", in[1]}}, std::vector<Output>{rs.ranks[1]->s32}); });
-  net::TransportOptions to;
-  to.secret = no.secret;
-  auto tr = net::Transport::Create(to, nullptr, nullptr);
+  net::EndpointOptions to;
+  to.role = net::Role::kSession;
+  to.tls_dir = no.tls_dir;
+  auto tr = net::Endpoint::Create(to, nullptr, nullptr);
   REQUIRE(tr.ok());
   auto c = (*tr)->Connect((*n1)->address());
   REQUIRE(c.ok());

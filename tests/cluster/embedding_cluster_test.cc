@@ -57,7 +57,7 @@ TEST_CASE("Cluster: sharded lookups and sparse SGD across processes match a refe
   REQUIRE(cluster.Start(2, 120).ok());
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   auto s = ClusterSession::Connect(g, o);
   REQUIRE(s.ok());
   REQUIRE((*s)->Run({}, std::vector<Output>{}, {init}).ok());

@@ -60,7 +60,7 @@ TEST_CASE("Cluster: hash table lookups and sparse Adagrad across processes match
   REQUIRE(cluster.Start(2, 120).ok());
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   auto s = ClusterSession::Connect(g, o);
   REQUIRE(s.ok());
   REQUIRE((*s)->Run({}, std::vector<Output>{}, {init}).ok());
@@ -156,7 +156,7 @@ TEST_CASE("Cluster: hash table shards move with their rows when members join and
   REQUIRE(cluster.Start(1, 120).ok());
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   o.tasks = 4;
   auto s = ClusterSession::Connect(g, o);
   REQUIRE(s.ok());
@@ -165,7 +165,7 @@ TEST_CASE("Cluster: hash table shards move with their rows when members join and
     if (i == 5) REQUIRE(cluster.AddNode(120).ok());
     if (i == 11) {
       const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow node drain " + cluster.addresses()[1] +
-                              " --cluster-secret-file " + cluster.secret_file() + " --wait-s 0 >/dev/null";
+                              " --tls-dir " + cluster.tls_dir() + " --wait-s 0 >/dev/null";
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
     // As in recovery_cluster_test: the session hears of a join or drain by a

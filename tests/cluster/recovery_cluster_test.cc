@@ -44,7 +44,7 @@ bool Contains(const Status& s, const std::string& what) {
 ClusterOptions Options(const examples::LocalCluster& c, int tasks, const std::string& ckpt = "") {
   ClusterOptions o;
   o.address = c.addresses()[0];
-  o.secret = c.secret();
+  o.tls_dir = c.tls_dir();
   o.tasks = tasks;
   o.checkpoint_dir = ckpt;
   return o;
@@ -240,7 +240,7 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
       // The CLI's drain, as an operator would run it: the node leaves after
       // the session moved its tasks away (before this step).
       const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow node drain " + cluster.addresses()[1] +
-                              " --cluster-secret-file " + cluster.secret_file() + " --wait-s 0 >/dev/null";
+                              " --tls-dir " + cluster.tls_dir() + " --wait-s 0 >/dev/null";
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
     // A join or drain reaches the session by a message, which the node sends

@@ -76,7 +76,7 @@ TEST_CASE("Cluster: synchronous replicas across processes equal averaged-gradien
   REQUIRE(cluster.Start(2, 120).ok());
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   GradientDescentOptimizer sgd(kLr);
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<ClusterSession>> sessions;
@@ -154,7 +154,7 @@ TEST_CASE("Cluster: a late backup worker's gradient is counted as dropped", "[cl
   REQUIRE(cluster.Start(2, 120).ok());
   ClusterOptions o;
   o.address = cluster.addresses()[0];
-  o.secret = cluster.secret();
+  o.tls_dir = cluster.tls_dir();
   GradientDescentOptimizer sgd(kLr);
   // N = 2 of 3 workers: one backup.
   std::vector<std::unique_ptr<Worker>> workers;

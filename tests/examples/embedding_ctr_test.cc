@@ -129,7 +129,7 @@ TEST_CASE("embedding_ctr learns the same model in-process and on clusters", "[ex
   sf::examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120, std::string(SF_BIN_DIR) + "/shardflow").ok());
   auto given = RunCommand(Program() + kSmall + " --cluster " + cluster.addresses()[0] +
-                          " --cluster-secret-file " + cluster.secret_file() + " 2>&1");
+                          " --tls-dir " + cluster.tls_dir() + " 2>&1");
   INFO(given.out);
   REQUIRE(given.code == 0);
   const std::string k = LastLine(given.out);
@@ -180,7 +180,7 @@ TEST_CASE("embedding_ctr refuses bad flags naming them", "[examples][embedding_c
   CHECK(r.out.find("--shards") != std::string::npos);
   r = RunCommand(Program() + " --cluster 127.0.0.1:1 2>&1");
   CHECK(r.code == 2);
-  CHECK(r.out.find("--cluster needs --cluster-secret-file") != std::string::npos);
+  CHECK(r.out.find("--cluster needs --tls-dir") != std::string::npos);
   r = RunCommand(Program() + " --table-optimizer adam --local 2>&1");
   CHECK(r.code == 2);
   CHECK(r.out.find("--table-optimizer must be adagrad or sgd") != std::string::npos);
@@ -192,7 +192,7 @@ TEST_CASE("embedding_ctr reports an unreachable cluster", "[examples][embedding_
   const std::string addr = cluster.addresses()[0];
   cluster.Kill(0);
   auto r = RunCommand(Program() + " --rows 1000 --steps 2 --test 100 --cluster " + addr +
-                      " --cluster-secret-file " + cluster.secret_file() + " 2>&1");
+                      " --tls-dir " + cluster.tls_dir() + " 2>&1");
   INFO(r.out);
   CHECK(r.code == 1);
   CHECK(r.out.find(addr) != std::string::npos);

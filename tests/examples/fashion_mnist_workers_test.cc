@@ -108,7 +108,7 @@ TEST_CASE("fashion_mnist --cluster trains on a cluster the user started, again a
   }
   sf::examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 300).ok());
-  const std::string where = " --cluster " + cluster.addresses()[0] + " --cluster-secret-file " + cluster.secret_file();
+  const std::string where = " --cluster " + cluster.addresses()[0] + " --tls-dir " + cluster.tls_dir();
   // The second run finds the shards' step counters where the first left
   // them: it must still train its own 25 steps from fresh values.
   for (int run = 0; run < 2; ++run) {
@@ -147,10 +147,10 @@ TEST_CASE("fashion_mnist rejects bad worker flags with a clear error", "[example
   auto pipeline = Train("--workers 2 --pipeline");
   CHECK(pipeline.code == 1);
   CHECK(pipeline.out.find("do not work with --workers") != std::string::npos);
-  auto secret = Train("--workers 2 --cluster 127.0.0.1:1");
-  CHECK(secret.code == 1);
-  CHECK(secret.out.find("needs --cluster-secret-file") != std::string::npos);
-  auto missing = Train("--workers 2 --cluster 127.0.0.1:1 --cluster-secret-file /nonexistent/secret");
+  auto no_tls = Train("--workers 2 --cluster 127.0.0.1:1");
+  CHECK(no_tls.code == 1);
+  CHECK(no_tls.out.find("needs --tls-dir") != std::string::npos);
+  auto missing = Train("--workers 2 --cluster 127.0.0.1:1 --tls-dir /nonexistent/tls");
   CHECK(missing.code == 1);
-  CHECK(missing.out.find("/nonexistent/secret") != std::string::npos);
+  CHECK(missing.out.find("/nonexistent/tls") != std::string::npos);
 }

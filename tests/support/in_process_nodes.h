@@ -8,26 +8,27 @@
 #include <string>
 
 #include "shardflow/cluster.h"
+#include "tests/support/test_credentials.h"
 
 namespace sf::testing {
 
 struct InProcessNodes {
-  std::string secret = "0123456789abcdef0123456789abcdef";
+  std::string tls_dir = TestTlsDir();
   std::unique_ptr<ClusterNode> first, second;
   // Options for a session contacting the first node.
   ClusterOptions SessionOptions() const {
     ClusterOptions o;
     o.address = first->address();
-    o.secret = secret;
+    o.tls_dir = tls_dir;
     return o;
   }
 };
 
-// Starts two nodes with `base` (its secret and join are set here); the
+// Starts two nodes with `base` (its credentials and join are set here); the
 // first start error otherwise.
 inline Result<InProcessNodes> StartInProcessNodes(NodeOptions base = {}) {
   InProcessNodes n;
-  base.secret = n.secret;
+  base.tls_dir = n.tls_dir;
   base.join.clear();
   SF_ASSIGN_OR_RETURN(n.first, ClusterNode::Start(base));
   base.join = n.first->address();

@@ -1,0 +1,61 @@
+#include "cli/certs_command.h"
+
+#include <iostream>
+
+#include "cli/flags.h"
+#include "shardflow/cluster.h"
+
+namespace sf {
+
+const char kCertsUsage[] =
+    "usage: shardflow certs init DIR\n"
+    "       shardflow certs issue DIR --role node|session --name NAME [--host HOST]...\n"
+    "\n"
+    "'init' creates DIR (mode 700) with a new cluster CA (ca.crt, ca.key) and two\n"
+    "credentials signed by it: node (node.crt, node.key) for 'shardflow node\n"
+    "--tls-dir DIR' and session (session.crt, session.key) for sessions\n"
+    "(sf::ClusterOptions::tls_dir). Keys are ECDSA P-256, written mode 600.\n"
+    "'issue' adds NAME.crt and NAME.key; the role is signed into the certificate:\n"
+    "only nodes may change membership, a session may only run work.\n"
+    "\n"
+    "  --role node|session   what the credential may do (default node)\n"
+    "  --name NAME           its name: 1 to 64 of [A-Za-z0-9._-] (required)\n"
+    "  --host HOST           a DNS name or IP address it is valid for; repeatable\n"
+    "\n"
+    "Copy DIR without ca.key to the machines that only run nodes or sessions.\n";
+
+void AddCertsFlags(CLI::App& certs, CertsFlags* f) {
+  certs.add_option("action", f->action);
+  certs.add_option("dir", f->dir);
+  certs.add_option("--role", f->role);
+  certs.add_option("--name", f->name);
+  certs.add_option("--host", f->hosts);
+}
+
+int CertsCommand(const CertsFlags& f) {
+  auto usage = [](const std::string& m) {
+    std::cerr << "shardflow certs: " << m << " (see 'shardflow certs --help')\n";
+    return 2;
+  };
+  if (f.action.empty() || f.dir.empty()) return usage("expected an action (init, issue) and a directory");
+  Status s;
+  if (f.action == "init") {
+    if (!f.name.empty() || !f.hosts.empty()) return usage("init takes no --name or --host");
+    s = InitClusterCredentials(f.dir);
+    if (s.ok()) std::cout << "cluster CA and credentials node, session written to " << f.dir << std::endl;
+  } else if (f.action == "issue") {
+    if (f.name.empty()) return usage("issue needs --name NAME");
+    if (f.role != "node" && f.role != "session") return usage("--role must be node or session, not '" + f.role + "'");
+    s = IssueClusterCredential(f.dir, f.role, f.name, f.hosts);
+    if (s.ok()) std::cout << f.role << " credential " << f.name << " written to " << f.dir << std::endl;
+  } else {
+    return usage("unknown action '" + f.action + "'");
+  }
+  if (!s.ok()) {
+    std::cerr << "shardflow certs: " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sf

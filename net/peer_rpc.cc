@@ -1,0 +1,1262 @@
+// Cap'n Proto RPC connections over mutual TLS (net/peer_rpc.h).
+//
+// Threads: one kj event loop (all sockets, TLS, RPC state) and a pool of
+// handler threads. Other threads reach the loop through Core::Post, an inbox
+// drained between kj events. Everything named Link lives on the loop
+// thread only; ConnImpl is the thread-safe face users hold.
+#include "net/peer_rpc.h"
+
+#include <capnp/message.h>
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
+#include <kj/async-io.h>
+#include <kj/compat/tls.h>
+#include <kj/debug.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <future>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "net/peer.capnp.h"
+#include "net/wire_envelope.h"
+
+namespace sf {
+namespace net {
+
+Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<Message>> reply;
+  c->RequestInline(std::move(body), timeout_ms, [&](Result<Message> r) {
+    std::lock_guard<std::mutex> l(mu);
+    reply.emplace(std::move(r));
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return reply.has_value(); });
+  return std::move(*reply);
+}
+
+Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms) {
+  auto r = Call(c, std::move(body), timeout_ms);
+  if (!r.ok()) return r.status();
+  if (auto* s = std::get_if<StatusReply>(&r->body)) return s->status;
+  return Internal(std::string("unexpected reply ") + BodyName(r->body));
+}
+
+Status ParseAddress(const std::string& address, std::string* host, uint16_t* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
+    return InvalidArgument("address '" + address + "' is not HOST:PORT");
+  const std::string p = address.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(p.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < 0 || v > 65535)
+    return InvalidArgument("address '" + address + "' has no valid port (0-65535)");
+  *host = address.substr(0, colon);
+  *port = static_cast<uint16_t>(v);
+  return Status::OK();
+}
+
+namespace {
+
+using VatId = capnp::rpc::twoparty::VatId;
+using Side = capnp::rpc::twoparty::Side;
+namespace rp = proto::rpc;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Describe(const kj::Exception& e) { return e.getDescription().cStr(); }
+
+// ------------------------------------------------------------ handler pool
+
+class HandlerPool;
+
+// Runs its tasks one at a time, in order, on the pool's threads.
+class Strand : public std::enable_shared_from_this<Strand> {
+ public:
+  explicit Strand(HandlerPool* pool) : pool_(pool) {}
+  void Add(std::function<void()> fn);
+  // Runs up to a few tasks; true when more remain (the strand is requeued).
+  bool RunSome();
+
+ private:
+  HandlerPool* pool_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> q_;  // GUARDED_BY(mu_)
+  bool scheduled_ = false;               // GUARDED_BY(mu_)
+};
+
+class HandlerPool {
+ public:
+  explicit HandlerPool(int n) {
+    for (int i = 0; i < std::max(1, n); ++i) threads_.emplace_back([this] { Work(); });
+  }
+  void Schedule(std::shared_ptr<Strand> s) {
+    std::lock_guard<std::mutex> l(mu_);
+    ready_.push_back(std::move(s));
+    cv_.notify_one();
+  }
+  // Runs what is queued, then ends the threads; a pool thread calling it is
+  // left for Join to detach.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+  }
+  void Join() {
+    const auto self = std::this_thread::get_id();
+    for (auto& t : threads_) {
+      if (!t.joinable()) continue;
+      if (t.get_id() == self) t.detach();
+      else t.join();
+    }
+  }
+  bool OnPoolThread() const {
+    for (const auto& t : threads_)
+      if (t.get_id() == std::this_thread::get_id()) return true;
+    return false;
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::shared_ptr<Strand> s;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !ready_.empty(); });
+        if (ready_.empty()) return;  // stopping and drained
+        s = std::move(ready_.front());
+        ready_.pop_front();
+      }
+      if (s->RunSome()) Schedule(std::move(s));
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Strand>> ready_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                          // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+void Strand::Add(std::function<void()> fn) {
+  bool schedule = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    q_.push_back(std::move(fn));
+    if (!scheduled_) schedule = scheduled_ = true;
+  }
+  if (schedule) pool_->Schedule(shared_from_this());
+}
+
+bool Strand::RunSome() {
+  for (int i = 0; i < 16; ++i) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (q_.empty()) {
+        scheduled_ = false;
+        return false;
+      }
+      fn = std::move(q_.front());
+      q_.pop_front();
+    }
+    fn();
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (q_.empty()) {
+    scheduled_ = false;
+    return false;
+  }
+  return true;
+}
+
+// ------------------------------------------------------------ metered stream
+
+// Forwards to the TLS (or plain) stream and records progress, so the loop
+// can tell a silent peer, a slow message and a peer that stopped reading.
+// Large reads and writes go in pieces, each one stamping progress.
+class Meter final : public kj::AsyncIoStream {
+ public:
+  explicit Meter(kj::Own<kj::AsyncIoStream> inner) : inner_(kj::mv(inner)) {
+    last_read_ms = last_write_ms = NowMs();
+  }
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
+    // Cap'n Proto reads a message's first word alone and then its body with
+    // minBytes = the body's size: that is a message under way.
+    if (minBytes <= 8) return inner_->tryRead(buffer, minBytes, maxBytes).then([this](size_t n) {
+      if (n > 0) last_read_ms = NowMs();
+      return n;
+    });
+    frame_start_ms = NowMs();
+    frame_bytes = 0;
+    in_frame = true;
+    return ReadAtLeast(static_cast<kj::byte*>(buffer), minBytes, maxBytes, 0);
+  }
+
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    kj::ArrayPtr<const kj::byte> one(static_cast<const kj::byte*>(buffer), size);
+    auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(1);
+    pieces[0] = one;
+    return WritePieces(kj::mv(pieces));
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return WritePieces(kj::heapArray(pieces));
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+  void abortRead() override { inner_->abortRead(); }
+
+  // Milliseconds the pending write has made no progress (0: none pending).
+  int64_t WriteStalledMs(int64_t now) const { return writing > 0 ? now - last_write_ms : 0; }
+  // True when a message under way arrives slower than min_rate bytes/s
+  // (after a second's grace).
+  bool SlowFrame(int64_t now, uint64_t min_rate) const {
+    if (!in_frame) return false;
+    const int64_t ms = now - frame_start_ms;
+    return ms > 1000 && frame_bytes * 1000 / static_cast<uint64_t>(ms) < min_rate;
+  }
+
+  int64_t last_read_ms = 0;
+  int64_t last_write_ms = 0;
+  int writing = 0;
+  bool in_frame = false;
+  int64_t frame_start_ms = 0;
+  uint64_t frame_bytes = 0;
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 20;
+
+  kj::Promise<size_t> ReadAtLeast(kj::byte* buf, size_t min, size_t max, size_t got) {
+    return inner_->tryRead(buf + got, 1, max - got).then([this, buf, min, max, got](size_t n) -> kj::Promise<size_t> {
+      const size_t total = got + n;
+      if (n > 0) {
+        last_read_ms = NowMs();
+        frame_bytes += n;
+      }
+      if (n == 0 || total >= min) {
+        in_frame = false;
+        return total;
+      }
+      return ReadAtLeast(buf, min, max, total);
+    });
+  }
+
+  kj::Promise<void> WritePieces(kj::Array<kj::ArrayPtr<const kj::byte>> pieces) {
+    ++writing;
+    last_write_ms = NowMs();
+    auto done = kj::defer([this] {
+      --writing;
+      last_write_ms = NowMs();
+    });
+    return WriteFrom(kj::mv(pieces), 0, 0).attach(kj::mv(done));
+  }
+
+  // Writes pieces[i] from offset on, at most kChunk bytes per write.
+  kj::Promise<void> WriteFrom(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, size_t i, size_t offset) {
+    std::vector<kj::ArrayPtr<const kj::byte>> chunk;
+    size_t bytes = 0;
+    while (i < pieces.size() && bytes < kChunk) {
+      auto p = pieces[i];
+      const size_t take = std::min(p.size() - offset, kChunk - bytes);
+      if (take > 0) chunk.push_back(p.slice(offset, offset + take));
+      bytes += take;
+      offset += take;
+      if (offset == p.size()) {
+        ++i;
+        offset = 0;
+      }
+    }
+    if (chunk.empty()) return kj::READY_NOW;
+    auto arr = kj::heapArray<kj::ArrayPtr<const kj::byte>>(chunk.data(), chunk.size());
+    auto view = arr.asPtr();
+    return inner_->write(view).attach(kj::mv(arr)).then(
+        [this, pieces = kj::mv(pieces), i, offset]() mutable -> kj::Promise<void> {
+          last_write_ms = NowMs();
+          return WriteFrom(kj::mv(pieces), i, offset);
+        });
+  }
+
+  kj::Own<kj::AsyncIoStream> inner_;
+};
+
+// ------------------------------------------------------------ the pieces
+
+class Core;
+struct Link;
+
+struct PendingRequest {
+  const char* what;
+  std::function<void(Result<Message>)> cb;
+  bool inline_reply;
+};
+
+class ConnImpl final : public Connection, public std::enable_shared_from_this<ConnImpl> {
+ public:
+  ConnImpl(std::shared_ptr<Core> core, uint64_t id, HandlerPool* pool, std::string peer_address)
+      : core_(std::move(core)), id_(id), strand_(std::make_shared<Strand>(pool)), peer_address_(std::move(peer_address)) {}
+
+  Status Send(const Message& m) override;
+  void Request(Body body, int timeout_ms, std::function<void(Result<Message>)> on_reply) override {
+    StartRequest(std::move(body), timeout_ms, std::move(on_reply), false);
+  }
+  void RequestInline(Body body, int timeout_ms, std::function<void(Result<Message>)> on_reply) override {
+    StartRequest(std::move(body), timeout_ms, std::move(on_reply), true);
+  }
+  void Close() override;
+  bool is_up() const override { return up_; }
+  const std::string& peer_name() const override { return peer_name_; }
+  const std::string& peer_address() const override { return peer_address_; }
+  const std::string& peer_listen_address() const override { return peer_listen_; }
+  Role peer_role() const override { return peer_role_; }
+
+  std::string Who() const {
+    if (!peer_name_.empty()) return "node '" + peer_name_ + "' (" + peer_address_ + ")";
+    return peer_address_;
+  }
+  std::string DownReason() {
+    std::lock_guard<std::mutex> l(mu_);
+    return down_why_.empty() ? "" : ": " + down_why_;
+  }
+
+  // Marks the connection down once (any thread): fails pending requests and,
+  // when it had been up, queues the down handler. False when already down.
+  bool MarkDown(const Status& why);
+  // Marks it up after hello (loop thread); false when it went down meanwhile.
+  bool MarkUp() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (down_) return false;
+    up_ = true;
+    was_up_ = true;
+    return true;
+  }
+  // Hands a message to the handler, in order (loop thread).
+  void Deliver(Message m);
+  // Adds a pending request; its id, or 0 when the connection is down.
+  uint64_t AddPending(const char* what, std::function<void(Result<Message>)>& cb, bool inline_reply) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (down_) return 0;  // cb is left to the caller
+    const uint64_t rid = next_rid_++;
+    pending_.emplace(rid, PendingRequest{what, std::move(cb), inline_reply});
+    return rid;
+  }
+  // Completes a pending request once (any thread); later results are dropped.
+  void Finish(uint64_t rid, Result<Message> r) {
+    PendingRequest p;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = pending_.find(rid);
+      if (it == pending_.end()) return;
+      p = std::move(it->second);
+      pending_.erase(it);
+    }
+    Complete(std::move(p), std::move(r));
+  }
+  const char* PendingWhat(uint64_t rid) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pending_.find(rid);
+    return it == pending_.end() ? nullptr : it->second.what;
+  }
+
+  uint64_t id() const { return id_; }
+  std::string peer_name_;
+  std::string peer_listen_;
+  Role peer_role_ = Role::kNode;
+
+ private:
+  void StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply);
+  void Complete(PendingRequest p, Result<Message> r) {
+    if (p.inline_reply) {
+      p.cb(std::move(r));
+      return;
+    }
+    auto cb = std::make_shared<std::function<void(Result<Message>)>>(std::move(p.cb));
+    auto res = std::make_shared<Result<Message>>(std::move(r));
+    strand_->Add([cb, res] { (*cb)(std::move(*res)); });
+  }
+
+  std::shared_ptr<Core> core_;
+  const uint64_t id_;
+  std::shared_ptr<Strand> strand_;
+  std::string peer_address_;
+  std::atomic<bool> up_{false};
+  std::mutex mu_;
+  bool down_ = false;                           // GUARDED_BY(mu_)
+  bool was_up_ = false;                         // GUARDED_BY(mu_)
+  std::string down_why_;                        // GUARDED_BY(mu_)
+  uint64_t next_rid_ = 1;                       // GUARDED_BY(mu_)
+  std::map<uint64_t, PendingRequest> pending_;  // GUARDED_BY(mu_)
+  friend class Core;
+  friend class PeerServer;
+};
+
+// Counts a connection against the endpoint's caps while it lives.
+struct Slot {
+  Core* core = nullptr;
+  std::string source;
+  uint64_t handshake = 0;  // its entry in Core::handshaking_ until hello (0: done)
+  ~Slot();
+  void HandshakeDone();
+};
+
+class PeerServer;
+
+// One connection's kj objects (loop thread only). Members are destroyed in
+// reverse order: tasks first, the stream last.
+struct Link {
+  std::shared_ptr<ConnImpl> conn;
+  kj::Own<Slot> slot;
+  Side side = Side::CLIENT;
+  kj::Own<Meter> meter;
+  // Requests whose bytes may still sit in the network's queue (a call that
+  // timed out or failed before its reply): kept until the queue empties.
+  std::vector<std::shared_ptr<Message>> keepalive;
+  kj::Own<capnp::TwoPartyVatNetwork> network;
+  kj::Own<capnp::RpcSystem<VatId>> rpc;
+  kj::Maybe<rp::Peer::Client> remote;
+  bool hello_done = false;
+  bool cert_checked = false;  // TLS: the role below is the certificate's
+  Role cert_role = Role::kNode;
+  uint64_t next_incoming = 2;  // even: never a pending request id of ours
+  std::unordered_map<uint64_t, kj::Own<kj::PromiseFulfiller<Message>>> incoming;
+  int64_t last_tick_ms = 0;
+  kj::Own<kj::TaskSet> tasks;
+};
+
+class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::ErrorHandler {
+ public:
+  Core(EndpointOptions o, Credential cred, Endpoint::MessageHandler m, Endpoint::DownHandler d)
+      : options(std::move(o)), credential(std::move(cred)), on_message(std::move(m)), on_down(std::move(d)),
+        pool(options.handler_threads) {
+    limits.max_frame_bytes = options.max_frame_bytes;
+  }
+
+  // Starts the loop thread; Internal when its TLS context cannot be made.
+  Status Start() {
+    std::promise<Status> ready;
+    auto f = ready.get_future();
+    loop_thread_ = std::thread([this, &ready] { LoopMain(&ready); });
+    return f.get();
+  }
+
+  // Runs fn on the loop thread between events; false when the loop ended.
+  bool Post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(inbox_mu_);
+    if (closed_) return false;
+    inbox_.push_back(std::move(fn));
+    if (wake_ && !signaled_) {
+      signaled_ = true;
+      wake_->fulfill();
+    }
+    return true;
+  }
+
+  bool OnLoopThread() const { return std::this_thread::get_id() == loop_id_; }
+
+  // Runs start() on the loop and waits for its result; Unavailable when the
+  // endpoint shuts down first.
+  template <class T>
+  Result<T> RunOnLoop(std::function<kj::Promise<Result<T>>()> start) {
+    struct State {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<Result<T>> r;
+      void Set(Result<T> v) {
+        std::lock_guard<std::mutex> l(mu);
+        if (!r) r.emplace(std::move(v));
+        cv.notify_all();
+      }
+    };
+    auto st = std::make_shared<State>();
+    const bool posted = Post([this, st, start] {
+      auto guard = kj::defer([st] { st->Set(Unavailable("the endpoint shut down")); });
+      tasks_->add(start()
+                      .then([st](Result<T> r) { st->Set(std::move(r)); },
+                            [st](kj::Exception&& e) { st->Set(Unavailable(Describe(e))); })
+                      .attach(kj::mv(guard)));
+    });
+    if (!posted) return Unavailable("the endpoint is shut down");
+    std::unique_lock<std::mutex> l(st->mu);
+    st->cv.wait(l, [&] { return st->r.has_value(); });
+    return std::move(*st->r);
+  }
+
+  kj::Promise<Result<uint16_t>> ListenOnLoop(std::string host, uint16_t port);
+  kj::Promise<Result<ConnectionPtr>> ConnectOnLoop(std::string address);
+
+  // Stops everything; idempotent.
+  void Shutdown() {
+    {
+      std::lock_guard<std::mutex> l(inbox_mu_);
+      if (shutting_down_) return;
+      shutting_down_ = true;
+    }
+    Post([this] { stop_requested_ = true; });
+    if (loop_thread_.joinable()) {
+      if (loop_thread_.get_id() == std::this_thread::get_id()) loop_thread_.detach();
+      else loop_thread_.join();
+    }
+    pool.Stop();
+    pool.Join();
+  }
+  ~Core() { Shutdown(); }
+
+  // Loop thread: a link's connection went down.
+  void Down(Link* link, const Status& why) {
+    auto it = links_.find(link->conn->id());
+    if (it == links_.end()) return;
+    if (link->conn->MarkDown(why) && options.log && why.code() != Code::kUnavailable)
+      Log("dropping " + link->conn->Who() + ": " + why.message());
+    graveyard_.push_back(kj::mv(it->second));
+    links_.erase(it);
+    // Wake the loop so the graveyard is emptied soon, not at the next post.
+    std::lock_guard<std::mutex> l(inbox_mu_);
+    if (wake_ && !signaled_) {
+      signaled_ = true;
+      wake_->fulfill();
+    }
+  }
+  void DownById(uint64_t id, const Status& why) {
+    auto it = links_.find(id);
+    if (it != links_.end()) Down(it->second.get(), why);
+  }
+  Link* FindLink(uint64_t id) {
+    auto it = links_.find(id);
+    return it == links_.end() ? nullptr : it->second.get();
+  }
+
+  void SendOnLoop(uint64_t id, std::shared_ptr<Message> m);
+  void ReplyOnLoop(uint64_t id, Message m);
+  void AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int timeout_ms);
+
+  // Rate-limited log line about a source (at most one per source per 10 s,
+  // and 20 a second in all).
+  void LogRefusal(const std::string& source, const std::string& why) {
+    if (!options.log) return;
+    const int64_t now = NowMs();
+    auto& last = refusal_log_[source];
+    if (last != 0 && now - last < 10000) return;
+    if (now / 1000 != log_second_) {
+      log_second_ = now / 1000;
+      log_count_ = 0;
+    }
+    if (++log_count_ > 20) return;
+    last = now;
+    if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded by sources, not by time
+    Log("refused peer " + source + ": " + why);
+  }
+  void Log(const std::string& line) const {
+    std::fprintf(stderr, "shardflow: %s%s\n", options.node_name.empty() ? "" : (options.node_name + ": ").c_str(),
+                 line.c_str());
+  }
+
+  const EndpointOptions options;
+  const Credential credential;
+  const Endpoint::MessageHandler on_message;
+  const Endpoint::DownHandler on_down;
+  WireLimits limits;
+  HandlerPool pool;
+
+  // Caps (loop thread).
+  int total_conns = 0;
+  std::unordered_map<std::string, int> per_source;
+  // Accepted peers not through TLS and hello yet, oldest first: the TLS
+  // stage (cancelled through its canceler) or a link awaiting hello.
+  struct Handshake {
+    kj::Own<kj::Canceler> canceler;
+    uint64_t link = 0;
+  };
+  std::map<uint64_t, Handshake> handshaking_;
+  uint64_t next_handshake_ = 1;
+  // Drops the oldest peer still handshaking (a silent one, most likely):
+  // room for a new peer when the cap or the descriptors run out. False
+  // when none is handshaking.
+  bool EvictOldestHandshake() {
+    if (handshaking_.empty()) return false;
+    auto it = handshaking_.begin();
+    Handshake h = kj::mv(it->second);
+    handshaking_.erase(it);
+    if (h.canceler) h.canceler->cancel("evicted: newer peers need the room");
+    if (h.link) DownById(h.link, ResourceExhausted("evicted while handshaking: newer peers need the room"));
+    return true;
+  }
+
+ private:
+  friend class PeerServer;
+  void taskFailed(kj::Exception&& e) override {
+    if (options.log && e.getType() != kj::Exception::Type::DISCONNECTED) Log("I/O task failed: " + Describe(e));
+  }
+  void LoopMain(std::promise<Status>* ready);
+  void AcceptLoop(kj::ConnectionReceiver& r);
+  void OnAccepted(kj::AuthenticatedStream s);
+  // Makes the link of an authenticated stream; its connection, not yet up.
+  Link* StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
+                  kj::Maybe<kj::Own<kj::PeerIdentity>> identity);
+  void Tick();
+  kj::Promise<void> TickLoop() {
+    return timer_->afterDelay(tick_ms_ * kj::MILLISECONDS).then([this] {
+      Tick();
+      return TickLoop();
+    });
+  }
+
+  std::thread loop_thread_;
+  std::thread::id loop_id_;
+  kj::Timer* timer_ = nullptr;
+  kj::Network* network_ = nullptr;
+  kj::Own<kj::TlsContext> tls_;
+  kj::Maybe<kj::TlsKeypair> keypair_;
+  kj::Maybe<kj::TlsCertificate> ca_cert_;
+  kj::Own<kj::TaskSet> tasks_;
+  std::vector<kj::Own<kj::ConnectionReceiver>> receivers_;
+  std::map<uint64_t, kj::Own<Link>> links_;
+  std::vector<kj::Own<Link>> graveyard_;
+  uint64_t next_link_id_ = 1;
+  int tick_ms_ = 50;
+  bool stop_requested_ = false;
+  std::unordered_map<std::string, int64_t> refusal_log_;
+  int64_t log_second_ = 0;
+  int log_count_ = 0;
+
+  std::mutex inbox_mu_;
+  std::deque<std::function<void()>> inbox_;                       // GUARDED_BY(inbox_mu_)
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> wake_;           // GUARDED_BY(inbox_mu_)
+  bool signaled_ = false;                                         // GUARDED_BY(inbox_mu_)
+  bool closed_ = false;                                           // GUARDED_BY(inbox_mu_)
+  bool shutting_down_ = false;                                    // GUARDED_BY(inbox_mu_)
+};
+
+Slot::~Slot() {
+  if (!core) return;
+  --core->total_conns;
+  HandshakeDone();
+  auto it = core->per_source.find(source);
+  if (it != core->per_source.end() && --it->second <= 0) core->per_source.erase(it);
+}
+
+void Slot::HandshakeDone() {
+  if (core && handshake != 0) core->handshaking_.erase(handshake);
+  handshake = 0;
+}
+
+// ------------------------------------------------------------ ConnImpl
+
+bool ConnImpl::MarkDown(const Status& why) {
+  std::map<uint64_t, PendingRequest> pending;
+  bool was_up = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (down_) return false;
+    down_ = true;
+    up_ = false;
+    down_why_ = why.message();
+    was_up = was_up_;
+    pending.swap(pending_);
+  }
+  for (auto& [rid, p] : pending)
+    Complete(std::move(p), Unavailable(std::string(p.what) + " to " + Who() + " failed: " + why.message()));
+  if (was_up && core_->on_down) {
+    auto self = shared_from_this();
+    strand_->Add([self, why] { self->core_->on_down(self, why); });
+  }
+  return true;
+}
+
+void ConnImpl::Deliver(Message m) {
+  if (!core_->on_message) return;
+  auto self = shared_from_this();
+  auto msg = std::make_shared<Message>(std::move(m));
+  strand_->Add([self, msg] { self->core_->on_message(self, std::move(*msg)); });
+}
+
+Status ConnImpl::Send(const Message& m) {
+  if (!up_) return Unavailable("connection to " + Who() + " is down" + DownReason());
+  auto copy = std::make_shared<Message>(m);  // tensors by reference
+  if (m.request_id != 0) {
+    auto core = core_;
+    const uint64_t id = id_;
+    if (!core->Post([core, id, copy] { core->ReplyOnLoop(id, std::move(*copy)); }))
+      return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
+    return Status::OK();
+  }
+  SF_RETURN_IF_ERROR(CheckEncodable(m).WithPrefix(std::string("encoding ") + BodyName(m.body)));
+  auto core = core_;
+  const uint64_t id = id_;
+  if (!core->Post([core, id, copy] { core->SendOnLoop(id, copy); }))
+    return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
+  return Status::OK();
+}
+
+void ConnImpl::StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply) {
+  const char* what = BodyName(body);
+  const uint64_t rid = AddPending(what, cb, inline_reply);
+  if (rid == 0) {
+    Complete(PendingRequest{what, std::move(cb), inline_reply},
+             Unavailable(std::string(what) + " to " + Who() + " failed: the connection is down" + DownReason()));
+    return;
+  }
+  auto m = std::make_shared<Message>();
+  m->body = std::move(body);
+  auto core = core_;
+  const uint64_t id = id_;
+  if (!core->Post([core, id, rid, m, timeout_ms] { core->AskOnLoop(id, rid, m, timeout_ms); }))
+    Finish(rid, Unavailable(std::string(what) + " to " + Who() + " failed: the endpoint shut down"));
+}
+
+void ConnImpl::Close() {
+  if (!MarkDown(Unavailable("connection to " + Who() + " closed"))) return;
+  auto core = core_;
+  const uint64_t id = id_;
+  core->Post([core, id] { core->DownById(id, Unavailable("closed")); });
+}
+
+// ------------------------------------------------------------ the served Peer
+
+class PeerServer final : public rp::Peer::Server {
+ public:
+  PeerServer(Core* core, Link* link) : core_(core), link_(link) {}
+
+  kj::Promise<void> hello(HelloContext context) override {
+    auto in = context.getParams().getInfo();
+    auto out = context.getResults();
+    auto info = out.initInfo();
+    info.setVersion(kWireVersion);
+    info.setName(core_->options.node_name);
+    info.setListenAddress(core_->options.listen_address);
+    info.setRole(RoleName(core_->credential.role));
+    Status s = Check(in);
+    auto st = out.initStatus();
+    st.setCode(static_cast<uint32_t>(s.code()));
+    st.setMessage(s.message());
+    if (!s.ok()) {
+      core_->LogRefusal(link_->conn->peer_address(), s.message());
+      // Answer first, then drop: the dialer learns why.
+      Core* core = core_;
+      const uint64_t id = link_->conn->id();
+      link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s); }));
+      return kj::READY_NOW;
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> ask(AskContext context) override {
+    if (!link_->hello_done) return KJ_EXCEPTION(FAILED, "hello first");
+    auto m = DecodeEnvelope(context.getParams().getMessage(), core_->limits);
+    context.releaseParams();
+    if (!m.ok()) return Malformed(m.status());
+    const uint64_t id = link_->next_incoming;
+    link_->next_incoming += 2;
+    auto paf = kj::newPromiseAndFulfiller<Message>();
+    link_->incoming.emplace(id, kj::mv(paf.fulfiller));
+    m->request_id = id;
+    link_->conn->Deliver(std::move(*m));
+    return paf.promise.then([context](Message reply) mutable {
+      // A return's bytes leave after this promise is done, with no way to
+      // know when: its tensors are copied, not referenced.
+      auto r = context.getResults().initReply();
+      Status s = EncodeEnvelope(reply, r, /*reference_tensors=*/false);
+      if (!s.ok()) {
+        Message e;
+        e.request_id = reply.request_id;
+        e.body = StatusReply{s.WithPrefix("the reply cannot be sent")};
+        Status s2 = EncodeEnvelope(e, context.getResults().initReply(), false);
+        if (!s2.ok()) throw KJ_EXCEPTION(FAILED, s2.message());
+      }
+    });
+  }
+
+  kj::Promise<void> tell(TellContext context) override {
+    if (!link_->hello_done) return KJ_EXCEPTION(FAILED, "hello first");
+    auto m = DecodeEnvelope(context.getParams().getMessage(), core_->limits);
+    context.releaseParams();
+    if (!m.ok()) return Malformed(m.status());
+    if (std::holds_alternative<Heartbeat>(m->body)) return kj::READY_NOW;
+    m->request_id = 0;
+    // Returns once handled: what a peer has queued here is bounded by the
+    // flow limit, whatever the handler's pace.
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    auto conn = link_->conn;
+    auto msg = std::make_shared<Message>(std::move(*m));
+    if (core_->on_message) {
+      conn->strand_->Add([conn, msg, done] {
+        conn->core_->on_message(conn, std::move(*msg));
+        (*done)->fulfill();
+      });
+    } else {
+      (*done)->fulfill();
+    }
+    return kj::mv(paf.promise);
+  }
+
+ private:
+  // Malformed bytes from an authenticated peer: it is dropped (the stream
+  // cannot be trusted further) and the call fails.
+  kj::Promise<void> Malformed(const Status& s) {
+    Core* core = core_;
+    const uint64_t id = link_->conn->id();
+    link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s.WithPrefix("malformed message")); }));
+    return KJ_EXCEPTION(FAILED, s.message());
+  }
+
+  Status Check(rp::HelloInfo::Reader in) {
+    if (link_->hello_done) return FailedPrecondition("hello twice");
+    if (in.getVersion() != kWireVersion)
+      return FailedPrecondition("peer speaks wire version " + std::to_string(in.getVersion()) +
+                                ", this node speaks " + std::to_string(kWireVersion));
+    auto claimed = ParseRole(in.getRole().cStr());
+    if (!claimed.ok()) return PermissionDenied(claimed.status().message());
+    if (link_->cert_checked && *claimed != link_->cert_role)
+      return PermissionDenied(std::string("peer claims role ") + RoleName(*claimed) + " but its certificate is for " +
+                              RoleName(link_->cert_role));
+    if (in.getName().size() > 1024 || in.getListenAddress().size() > 1024)
+      return InvalidArgument("hello names longer than 1024 bytes");
+    ConnImpl& c = *link_->conn;
+    c.peer_name_ = in.getName().cStr();
+    c.peer_listen_ = in.getListenAddress().cStr();
+    c.peer_role_ = link_->cert_checked ? link_->cert_role : *claimed;
+    if (!c.MarkUp()) return Unavailable("went down during hello");
+    link_->hello_done = true;
+    if (link_->slot) link_->slot->HandshakeDone();
+    return Status::OK();
+  }
+
+  Core* core_;
+  Link* link_;
+};
+
+// ------------------------------------------------------------ Core
+
+void Core::LoopMain(std::promise<Status>* ready) {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  loop_id_ = std::this_thread::get_id();
+  timer_ = &io.provider->getTimer();
+  network_ = &io.provider->getNetwork();
+  tasks_ = kj::heap<kj::TaskSet>(*this);
+  tick_ms_ = std::max(10, std::min(options.heartbeat_ms, options.peer_timeout_ms) / 4);
+  if (!options.insecure) {
+    try {
+      ca_cert_ = kj::TlsCertificate(kj::StringPtr(credential.ca_pem.c_str()));
+      keypair_ = kj::TlsKeypair{kj::TlsPrivateKey(kj::StringPtr(credential.key_pem.c_str())),
+                                kj::TlsCertificate(kj::StringPtr(credential.cert_pem.c_str()))};
+      kj::TlsContext::Options to;
+      to.useSystemTrustStore = false;
+      to.verifyClients = true;
+      to.trustedCertificates = kj::arrayPtr(&KJ_ASSERT_NONNULL(ca_cert_), 1);
+      to.defaultKeypair = KJ_ASSERT_NONNULL(keypair_);
+      to.timer = *timer_;
+      to.acceptTimeout = options.handshake_timeout_ms * kj::MILLISECONDS;
+      tls_ = kj::heap<kj::TlsContext>(kj::mv(to));
+    } catch (const kj::Exception& e) {
+      tasks_ = nullptr;
+      {
+        std::lock_guard<std::mutex> l(inbox_mu_);
+        closed_ = true;
+      }
+      ready->set_value(InvalidArgument("TLS credentials '" + credential.name + "': " + Describe(e)));
+      return;
+    }
+  }
+  tasks_->add(TickLoop());
+  ready->set_value(Status::OK());
+  while (!stop_requested_) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    {
+      std::lock_guard<std::mutex> l(inbox_mu_);
+      wake_ = kj::mv(paf.fulfiller);
+      signaled_ = !inbox_.empty();
+      if (signaled_) wake_->fulfill();
+    }
+    paf.promise.wait(io.waitScope);
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> l(inbox_mu_);
+      work.swap(inbox_);
+    }
+    for (auto& fn : work) fn();
+    graveyard_.clear();
+  }
+  // Shut down: every connection fails now, on this thread, with its kj objects.
+  {
+    std::lock_guard<std::mutex> l(inbox_mu_);
+    closed_ = true;
+    wake_ = nullptr;
+    inbox_.clear();
+  }
+  for (auto& [id, link] : links_) link->conn->MarkDown(Unavailable("the endpoint shut down"));
+  links_.clear();
+  graveyard_.clear();
+  receivers_.clear();
+  tasks_ = nullptr;
+  tls_ = nullptr;
+}
+
+kj::Promise<Result<uint16_t>> Core::ListenOnLoop(std::string host, uint16_t port) {
+  const std::string where = host + ":" + std::to_string(port);
+  return network_->parseAddress(host, port)
+      .then([this](kj::Own<kj::NetworkAddress> addr) -> Result<uint16_t> {
+        auto r = addr->listen();
+        const uint16_t bound = static_cast<uint16_t>(r->getPort());
+        receivers_.push_back(kj::mv(r));
+        AcceptLoop(*receivers_.back());
+        return bound;
+      })
+      .catch_([where](kj::Exception&& e) -> Result<uint16_t> {
+        return Unavailable("cannot listen on " + where + ": " + Describe(e));
+      });
+}
+
+void Core::AcceptLoop(kj::ConnectionReceiver& r) {
+  tasks_->add(r.acceptAuthenticated().then(
+      [this, &r](kj::AuthenticatedStream s) -> kj::Promise<void> {
+        OnAccepted(kj::mv(s));
+        AcceptLoop(r);
+        return kj::READY_NOW;
+      },
+      [this, &r](kj::Exception&& e) -> kj::Promise<void> {
+        // Out of descriptors (or another failed accept): free one by dropping
+        // the oldest handshake and retry, or retry shortly; never stop accepting.
+        LogRefusal("(accept)", Describe(e));
+        if (EvictOldestHandshake()) return kj::evalLater([this, &r] { AcceptLoop(r); });
+        return timer_->afterDelay(50 * kj::MILLISECONDS).then([this, &r] { AcceptLoop(r); });
+      }));
+}
+
+void Core::OnAccepted(kj::AuthenticatedStream s) {
+  std::string address = "unknown peer";
+  if (auto* id = dynamic_cast<kj::NetworkPeerIdentity*>(s.peerIdentity.get())) address = id->getAddress().toString().cStr();
+  std::string source = address;
+  const size_t colon = source.rfind(':');
+  if (colon != std::string::npos) source = source.substr(0, colon);
+  if (total_conns >= options.max_connections) return LogRefusal(source, "too many connections in all");
+  if (per_source[source] >= options.max_connections_per_source)
+    return LogRefusal(source, "too many connections from this address");
+  if (static_cast<int>(handshaking_.size()) >= options.max_handshakes) {
+    LogRefusal(source, "too many handshakes in flight: dropping the oldest");
+    EvictOldestHandshake();
+  }
+  auto slot = kj::heap<Slot>();
+  slot->core = this;
+  slot->source = source;
+  const uint64_t hs = slot->handshake = next_handshake_++;
+  handshaking_[hs];
+  ++total_conns;
+  ++per_source[source];
+  if (!tls_) {
+    if (Link* l = StartLink(Side::SERVER, kj::mv(s.stream), address, kj::mv(slot), nullptr)) handshaking_[hs].link = l->conn->id();
+    return;
+  }
+  auto canceler = kj::heap<kj::Canceler>();
+  kj::Canceler& cancel = *canceler;
+  handshaking_[hs].canceler = kj::mv(canceler);
+  auto deadline = timer_->afterDelay(options.handshake_timeout_ms * kj::MILLISECONDS).then([]() -> kj::AuthenticatedStream {
+    kj::throwFatalException(KJ_EXCEPTION(FAILED, "no TLS handshake within the deadline"));
+  });
+  tasks_->add(cancel.wrap(tls_->wrapServer(kj::mv(s)).exclusiveJoin(kj::mv(deadline)))
+                  .then(
+                      [this, address, hs, slot = kj::mv(slot)](kj::AuthenticatedStream t) mutable {
+                        Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), kj::mv(t.peerIdentity));
+                        auto it = handshaking_.find(hs);
+                        if (l && it != handshaking_.end()) it->second.link = l->conn->id();
+                      },
+                      [this, source](kj::Exception&& e) {
+                        LogRefusal(source, "TLS handshake failed: " + Describe(e));
+                      }));
+}
+
+Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
+                      kj::Maybe<kj::Own<kj::PeerIdentity>> identity) {
+  const uint64_t id = next_link_id_++;
+  auto link = kj::heap<Link>();
+  Link* l = link.get();
+  l->conn = std::make_shared<ConnImpl>(shared_from_this(), id, &pool, std::move(peer_address));
+  l->slot = kj::mv(slot);
+  l->side = side;
+  l->tasks = kj::heap<kj::TaskSet>(*this);
+  l->last_tick_ms = NowMs();
+  KJ_IF_MAYBE(ident, identity) {
+    if (auto* t = dynamic_cast<kj::TlsPeerIdentity*>(ident->get())) {
+      if (t->hasCertificate()) {
+        std::string name;
+        Status s = ParseCommonName(t->getCommonName().cStr(), &l->cert_role, &name);
+        if (!s.ok()) {
+          LogRefusal(l->conn->peer_address(), s.message());
+          return nullptr;  // link and stream dropped
+        }
+        l->cert_checked = true;
+      }
+    }
+  }
+  if (!options.insecure && !l->cert_checked) {
+    LogRefusal(l->conn->peer_address(), "no client certificate");
+    return nullptr;
+  }
+  l->meter = kj::heap<Meter>(kj::mv(stream));
+  capnp::ReaderOptions ro;
+  ro.traversalLimitInWords = options.max_frame_bytes / sizeof(capnp::word) + 4096;
+  ro.nestingLimit = 32;
+  l->network = kj::heap<capnp::TwoPartyVatNetwork>(*l->meter, side, ro);
+  rp::Peer::Client boot = kj::heap<PeerServer>(this, l);
+  l->rpc = kj::heap<capnp::RpcSystem<VatId>>(capnp::makeRpcServer(*l->network, kj::mv(boot)));
+  l->rpc->setFlowLimit(std::max<uint64_t>(options.max_peer_buffer_bytes / sizeof(capnp::word), 1 << 16));
+  capnp::MallocMessageBuilder vat;
+  auto vid = vat.initRoot<VatId>();
+  vid.setSide(side == Side::CLIENT ? Side::SERVER : Side::CLIENT);
+  l->remote = l->rpc->bootstrap(vid).castAs<rp::Peer>();
+  l->tasks->add(l->network->onDisconnect().then([this, l] {
+    Down(l, Unavailable("connection closed by " + l->conn->Who()));
+  }));
+  // A dialer gives up on its own deadline; this one drops the link too.
+  const int hello_ms = side == Side::SERVER ? options.handshake_timeout_ms : options.connect_timeout_ms;
+  l->tasks->add(timer_->afterDelay(std::max(1, hello_ms) * kj::MILLISECONDS).then([this, l, hello_ms] {
+    if (l->hello_done) return;
+    if (l->side == Side::SERVER)
+      LogRefusal(l->conn->peer_address(), "no hello within " + std::to_string(hello_ms) + " ms");
+    Down(l, DeadlineExceeded("no hello within " + std::to_string(hello_ms) + " ms"));
+  }));
+  links_.emplace(id, kj::mv(link));
+  return l;
+}
+
+kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
+  std::string host;
+  uint16_t port = 0;
+  Status ps = ParseAddress(address, &host, &port);
+  if (!ps.ok()) return Result<ConnectionPtr>(ps);
+  auto stage = std::make_shared<std::string>("connect");
+  auto work =
+      network_->parseAddress(host, port)
+          .then([](kj::Own<kj::NetworkAddress> a) { return a->connectAuthenticated().attach(kj::mv(a)); })
+          .then([this, stage](kj::AuthenticatedStream s) -> kj::Promise<kj::AuthenticatedStream> {
+            if (!tls_) return kj::mv(s);
+            *stage = "tls";
+            return tls_->wrapClient(kj::mv(s), kNodeHostName);
+          })
+          .then([this, stage, address](kj::AuthenticatedStream s) -> kj::Promise<Result<ConnectionPtr>> {
+            *stage = "hello";
+            Link* l = StartLink(Side::CLIENT, kj::mv(s.stream), address, kj::Own<Slot>(), kj::mv(s.peerIdentity));
+            if (!l) return Result<ConnectionPtr>(PermissionDenied("node " + address + " presented a certificate without a role"));
+            if (l->cert_checked && l->cert_role != Role::kNode) {
+              Down(l, PermissionDenied("not a node"));
+              return Result<ConnectionPtr>(PermissionDenied(address + " is not a node (its certificate is for a " +
+                                                            RoleName(l->cert_role) + ")"));
+            }
+            auto req = KJ_ASSERT_NONNULL(l->remote).helloRequest();
+            auto info = req.initInfo();
+            info.setVersion(kWireVersion);
+            info.setName(options.node_name);
+            info.setListenAddress(options.listen_address);
+            info.setRole(RoleName(credential.role));
+            const uint64_t id = l->conn->id();
+            return req.send().then([this, id, address](capnp::Response<rp::Peer::HelloResults> r) -> Result<ConnectionPtr> {
+              Link* l = FindLink(id);
+              if (!l) return Unavailable("connection to " + address + " went down during hello");
+              auto st = r.getStatus();
+              if (st.getCode() != 0) {
+                const auto code = st.getCode() <= static_cast<uint32_t>(Code::kResourceExhausted)
+                                      ? static_cast<Code>(st.getCode())
+                                      : Code::kUnavailable;
+                Status s(code, "refused by " + address + ": " + std::string(st.getMessage().cStr()));
+                Down(l, s);
+                return s;
+              }
+              auto info = r.getInfo();
+              if (info.getVersion() != kWireVersion) {
+                Status s = FailedPrecondition("node " + address + " speaks wire version " +
+                                              std::to_string(info.getVersion()) + ", this process speaks " +
+                                              std::to_string(kWireVersion));
+                Down(l, s);
+                return s;
+              }
+              if (info.getName().size() > 1024) {
+                Down(l, InvalidArgument("hello name too long"));
+                return InvalidArgument("node " + address + " sent a name longer than 1024 bytes");
+              }
+              l->conn->peer_name_ = info.getName().cStr();
+              l->conn->peer_listen_ = address;
+              l->conn->peer_role_ = Role::kNode;
+              l->hello_done = true;
+              if (!l->conn->MarkUp()) return Unavailable("connection to " + address + " went down during hello");
+              return ConnectionPtr(l->conn);
+            });
+          });
+  const int ms = options.connect_timeout_ms;
+  auto deadline = timer_->afterDelay(std::max(1, ms) * kj::MILLISECONDS).then([address, ms]() -> Result<ConnectionPtr> {
+    return Unavailable("cannot connect to " + address + ": no answer within " + std::to_string(ms) + " ms");
+  });
+  return work
+      .catch_([stage, address](kj::Exception&& e) -> Result<ConnectionPtr> {
+        if (*stage == "tls") return PermissionDenied("TLS handshake with " + address + " failed: " + Describe(e));
+        if (*stage == "hello") return Unavailable("hello with " + address + " failed: " + Describe(e));
+        return Unavailable("cannot connect to " + address + ": " + Describe(e));
+      })
+      .exclusiveJoin(kj::mv(deadline));
+}
+
+void Core::SendOnLoop(uint64_t id, std::shared_ptr<Message> m) {
+  Link* l = FindLink(id);
+  if (!l || !l->hello_done) return;
+  auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
+  Status s = EncodeEnvelope(*m, req.initMessage());
+  if (!s.ok()) {
+    Down(l, s.WithPrefix("encoding a message"));
+    return;
+  }
+  // The reply proves the bytes left; until then the tensors must live.
+  l->tasks->add(req.send().then([m](auto&&) {}, [this, id, m](kj::Exception&& e) {
+    if (Link* l = FindLink(id)) {
+      l->keepalive.push_back(m);
+      Down(l, Unavailable(std::string("sending ") + BodyName(m->body) + " failed: " + Describe(e)));
+    }
+  }));
+}
+
+void Core::ReplyOnLoop(uint64_t id, Message m) {
+  Link* l = FindLink(id);
+  if (!l) return;
+  auto it = l->incoming.find(m.request_id);
+  if (it == l->incoming.end()) return;  // not a request of this peer's, or answered
+  auto f = kj::mv(it->second);
+  l->incoming.erase(it);
+  f->fulfill(std::move(m));
+}
+
+void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int timeout_ms) {
+  Link* l = FindLink(id);
+  if (!l) return;  // its pending request was failed when it went down
+  std::shared_ptr<ConnImpl> conn = l->conn;
+  auto req = KJ_ASSERT_NONNULL(l->remote).askRequest();
+  Status s = EncodeEnvelope(*m, req.initMessage());
+  if (!s.ok()) {
+    conn->Finish(rid, s.WithPrefix(std::string("encoding ") + BodyName(m->body)));
+    return;
+  }
+  auto call = req.send().then(
+      [this, conn, rid](capnp::Response<rp::Peer::AskResults> r) {
+        auto reply = DecodeEnvelope(r.getReply(), limits);
+        if (!reply.ok()) {
+          conn->Finish(rid, reply.status().WithPrefix("reply from " + conn->Who()));
+          DownById(conn->id(), reply.status().WithPrefix("malformed reply"));
+          return;
+        }
+        conn->Finish(rid, std::move(*reply));
+      },
+      [this, conn, rid, m](kj::Exception&& e) {
+        if (Link* l = FindLink(conn->id())) l->keepalive.push_back(m);
+        conn->Finish(rid, Unavailable(std::string(BodyName(m->body)) + " to " + conn->Who() + " failed: " + Describe(e)));
+      });
+  auto deadline = timer_->afterDelay(std::max(1, timeout_ms) * kj::MILLISECONDS).then([this, conn, rid, m] {
+    if (Link* l = FindLink(conn->id())) l->keepalive.push_back(m);
+    conn->Finish(rid, DeadlineExceeded(std::string("request ") + BodyName(m->body) + " to " + conn->Who() + " timed out"));
+  });
+  l->tasks->add(call.exclusiveJoin(kj::mv(deadline)));
+}
+
+void Core::Tick() {
+  const int64_t now = NowMs();
+  std::vector<std::pair<Link*, Status>> down;
+  for (auto& [id, lp] : links_) {
+    Link* l = lp.get();
+    Meter& m = *l->meter;
+    // This thread ran late (a loaded machine): what it did not read is not
+    // the peer's silence.
+    if (now - l->last_tick_ms > 3 * tick_ms_ + 100) m.last_read_ms = std::max(m.last_read_ms, now - tick_ms_);
+    l->last_tick_ms = now;
+    if (l->network->getCurrentQueueCount() == 0) l->keepalive.clear();
+    if (now - m.last_read_ms > options.peer_timeout_ms) {
+      down.push_back({l, Unavailable("no message from " + l->conn->Who() + " for " +
+                                     std::to_string(now - m.last_read_ms) + " ms (peer hung or unreachable)")});
+      continue;
+    }
+    if (m.WriteStalledMs(now) > options.write_timeout_ms) {
+      down.push_back({l, ResourceExhausted(l->conn->Who() + " took none of our bytes for " +
+                                           std::to_string(m.WriteStalledMs(now)) + " ms (not reading)")});
+      continue;
+    }
+    if (m.SlowFrame(now, options.min_bytes_per_sec)) {
+      down.push_back({l, ResourceExhausted("a message from " + l->conn->Who() + " arrives at under " +
+                                           std::to_string(options.min_bytes_per_sec) + " bytes/s")});
+      continue;
+    }
+    if (l->hello_done && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {
+      m.last_write_ms = now;
+      auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
+      Message hb;
+      hb.body = Heartbeat{};
+      if (EncodeEnvelope(hb, req.initMessage()).ok()) l->tasks->add(req.send().ignoreResult());
+    }
+  }
+  for (auto& [l, why] : down) Down(l, why);
+}
+
+// ------------------------------------------------------------ Endpoint
+
+class EndpointImpl final : public Endpoint {
+ public:
+  explicit EndpointImpl(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  ~EndpointImpl() override { Shutdown(); }
+
+  Result<uint16_t> Listen(const std::string& host, uint16_t port) override {
+    if (core_->OnLoopThread()) return Internal("Listen called on the endpoint's I/O thread");
+    Core* c = core_.get();
+    return core_->RunOnLoop<uint16_t>([c, host, port] { return c->ListenOnLoop(host, port); });
+  }
+  Result<ConnectionPtr> Connect(const std::string& address) override {
+    if (core_->OnLoopThread()) return Internal("Connect called on the endpoint's I/O thread");
+    Core* c = core_.get();
+    return core_->RunOnLoop<ConnectionPtr>([c, address] { return c->ConnectOnLoop(address); });
+  }
+  void Shutdown() override { core_->Shutdown(); }
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, MessageHandler on_message,
+                                                   DownHandler on_down) {
+  if (options.heartbeat_ms <= 0 || options.peer_timeout_ms <= options.heartbeat_ms)
+    return InvalidArgument("peer_timeout_ms (" + std::to_string(options.peer_timeout_ms) +
+                           ") must exceed heartbeat_ms (" + std::to_string(options.heartbeat_ms) + ") > 0");
+  if (options.max_connections <= 0 || options.max_connections_per_source <= 0 || options.max_handshakes <= 0)
+    return InvalidArgument("connection caps must be positive");
+  if (options.max_frame_bytes < 4096) return InvalidArgument("max_frame_bytes must be at least 4096");
+  Credential cred;
+  if (options.insecure) {
+    cred.role = options.role;
+  } else {
+    if (options.tls_dir.empty())
+      return InvalidArgument("no TLS credentials: give a directory made by `shardflow certs init` (or run insecure)");
+    const std::string name = options.tls_name.empty() ? RoleName(options.role) : options.tls_name;
+    SF_ASSIGN_OR_RETURN(cred, LoadCredential(options.tls_dir, name));
+    if (cred.role != options.role)
+      return InvalidArgument("credential '" + name + "' in " + options.tls_dir + " is for a " + RoleName(cred.role) +
+                             ", this process is a " + RoleName(options.role));
+  }
+  auto core = std::make_shared<Core>(std::move(options), std::move(cred), std::move(on_message), std::move(on_down));
+  SF_RETURN_IF_ERROR(core->Start());
+  return std::unique_ptr<Endpoint>(new EndpointImpl(std::move(core)));
+}
+
+}  // namespace net
+}  // namespace sf

@@ -1,0 +1,133 @@
+// Connections between nodes and cluster sessions: Cap'n Proto RPC (the
+// Peer interface of net/peer.capnp) over mutual TLS, carrying net::Message
+// values as typed Envelopes (net/wire_envelope.h).
+//
+// One kj event-loop thread per Endpoint does all the I/O, TLS and RPC of
+// every connection: no thread per peer. Messages and replies are handed to
+// a small pool of handler threads, one message at a time per connection and
+// in arrival order, so a handler that blocks holds up only its own peer.
+//
+// What a peer can cost is bounded before and after authentication:
+//   - before its TLS handshake completes nothing of it is decoded, and the
+//     handshake has a deadline; connections are capped in total, per source
+//     address and while handshaking; running out of file descriptors refuses
+//     new peers (logged, rate-limited) and accepting resumes when they go;
+//   - after it, messages are capped in size (EndpointOptions::max_frame_bytes,
+//     refused by Cap'n Proto before the body is allocated), calls in flight
+//     per peer are capped in bytes (Cap'n Proto's flow limit: the peer's
+//     bytes stop being read), a message must arrive at a minimum rate, a
+//     peer must take our bytes within write_timeout_ms (else it is dropped
+//     and never blocks anyone else), and a peer silent for peer_timeout_ms
+//     is down (each side sends a heartbeat when idle for heartbeat_ms).
+// Roles come from the certificate (net/credentials.h): Connection::peer_role.
+//
+// Thread-safety: all methods may be called from many threads, except that
+// Connect and Call must not run on the endpoint's own event-loop thread
+// (no handler runs there).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "net/credentials.h"
+#include "net/messages.h"
+#include "shardflow/status.h"
+
+namespace sf {
+namespace net {
+
+struct EndpointOptions {
+  // Credentials: NAME.crt/NAME.key and ca.crt in tls_dir (net/credentials.h).
+  std::string tls_dir;
+  std::string tls_name;  // "" = "node" or "session" by `role`
+  // Plaintext and unauthenticated (a peer's claimed role is believed): only
+  // for trusted networks and for measuring what TLS costs.
+  bool insecure = false;
+  Role role = Role::kNode;       // the role claimed when insecure
+  std::string node_name;         // sent in hello; "" for a session
+  std::string listen_address;    // sent in hello; "" when not listening
+  int heartbeat_ms = 200;        // idle time before a heartbeat is sent
+  int peer_timeout_ms = 1000;    // silence after which a peer is down
+  int connect_timeout_ms = 2000; // TCP connect, TLS handshake and hello, in all
+  int handshake_timeout_ms = 2000;  // an accepted peer's TLS handshake and hello
+  int write_timeout_ms = 10000;  // a peer that takes none of our bytes this long is dropped
+  // A message under way must arrive at least this fast (after a 1 s grace).
+  uint64_t min_bytes_per_sec = 64 << 10;
+  uint64_t max_frame_bytes = uint64_t{1} << 31;       // largest message from a peer
+  uint64_t max_peer_buffer_bytes = uint64_t{1} << 31; // a peer's calls in flight here
+  int max_connections = 1024;
+  int max_connections_per_source = 256;
+  int max_handshakes = 64;       // accepted peers not yet through TLS and hello
+  int handler_threads = 4;
+  bool log = true;               // refusals and drops to stderr (rate-limited)
+};
+
+class Endpoint;
+
+// One authenticated peer. Destroying the last reference does not close it:
+// Close() or Endpoint::Shutdown() does.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Sends m: a reply when m.request_id is a request this side received,
+  // else a one-way message. Returns at once: Unavailable naming the peer
+  // when the connection is down, InvalidArgument naming the field when m
+  // cannot be encoded; a later failure takes the connection down.
+  virtual Status Send(const Message& m) = 0;
+  // Sends a request; on_reply runs with the reply (on a handler thread, in
+  // order with this connection's messages) or with DeadlineExceeded /
+  // Unavailable naming the peer and the request. Exactly one call.
+  virtual void Request(Body body, int timeout_ms, std::function<void(Result<Message>)> on_reply) = 0;
+  // As Request, but on_reply runs on the I/O thread: it must only hand the
+  // result over (Call uses it, so a blocked handler never waits on itself).
+  virtual void RequestInline(Body body, int timeout_ms, std::function<void(Result<Message>)> on_reply) = 0;
+  // Closes the connection; the endpoint's down handler runs once.
+  virtual void Close() = 0;
+  virtual bool is_up() const = 0;
+  virtual const std::string& peer_name() const = 0;     // from hello
+  virtual const std::string& peer_address() const = 0;  // "host:port" of the socket's peer
+  virtual const std::string& peer_listen_address() const = 0;  // from hello ("" when unknown)
+  virtual Role peer_role() const = 0;                   // from its certificate
+};
+using ConnectionPtr = std::shared_ptr<Connection>;
+
+class Endpoint {
+ public:
+  // Called for every message that is not a reply to our request.
+  using MessageHandler = std::function<void(const ConnectionPtr&, Message)>;
+  // Called once per connection that goes down, with why.
+  using DownHandler = std::function<void(const ConnectionPtr&, const Status&)>;
+
+  // Loads the credentials and starts the I/O thread. InvalidArgument for bad
+  // options or credentials, NotFound / FailedPrecondition for credential
+  // files as net::LoadCredential.
+  static Result<std::unique_ptr<Endpoint>> Create(EndpointOptions options, MessageHandler on_message,
+                                                  DownHandler on_down);
+  virtual ~Endpoint() = default;
+
+  // Listens on host:port (port 0 picks a free one); the bound port, or
+  // Unavailable naming the address.
+  virtual Result<uint16_t> Listen(const std::string& host, uint16_t port) = 0;
+  // Connects to "host:port", completes TLS and hello; Unavailable naming
+  // the address, PermissionDenied when TLS fails (a certificate of another
+  // CA, or a peer that is not a node), FailedPrecondition when it speaks
+  // another version (naming both).
+  virtual Result<ConnectionPtr> Connect(const std::string& address) = 0;
+  // Closes every connection and the listener and stops the threads; may be
+  // called from a handler (that thread is joined by the destructor).
+  virtual void Shutdown() = 0;
+};
+
+// Sends a request and blocks until its reply (or the Request's error).
+Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms);
+// Call for requests answered with StatusReply: that status, or why there is
+// none (Internal naming an unexpected reply).
+Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms);
+
+// Splits "host:port"; InvalidArgument naming the text otherwise.
+Status ParseAddress(const std::string& address, std::string* host, uint16_t* port);
+
+}  // namespace net
+}  // namespace sf
