@@ -2,10 +2,13 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 
 #include "cli/flags.h"
@@ -18,7 +21,7 @@ const char kNodeUsage[] =
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
-    "                      [--max-tensor-bytes N] [--log]\n"
+    "                      [--max-tensor-bytes N] [--max-open-files N] [--log]\n"
     "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--wait-s SECONDS]\n"
     "\n"
@@ -44,6 +47,8 @@ const char kNodeUsage[] =
     "  --max-tensor-bytes N        the largest tensor a partition's op may allocate;\n"
     "                              past it the step fails with ResourceExhausted\n"
     "                              naming the op (default: the machine's memory)\n"
+    "  --max-open-files N          lower the process's descriptor limit to N (a node out\n"
+    "                              of descriptors refuses new peers and recovers)\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -75,6 +80,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   // The seconds here and in --wait-s become int milliseconds: at most 2e6 s.
   node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
+  node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);
@@ -122,6 +128,15 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms)
     return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms");
   if (o.tls_dir.empty() == !o.insecure) return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
+  if (flags.max_open_files > 0) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = std::min<rlim_t>(static_cast<rlim_t>(flags.max_open_files), rl.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      std::cerr << "shardflow node: cannot set --max-open-files: " << std::strerror(errno) << "\n";
+      return 1;
+    }
+  }
   // Block the stop signals before any thread starts, so only sigtimedwait sees them.
   sigset_t stop;
   sigemptyset(&stop);

@@ -16,6 +16,7 @@ namespace sf {
 struct NodeFlags {
   NodeOptions options;  // listen, join, name, credentials, threads and the timeouts
   double lifetime_s = 0;  // 0: serve until a stop signal
+  int max_open_files = 0; // 0: leave the descriptor limit as it is
   double drain_timeout_s = NodeOptions{}.drain_timeout_ms / 1000.0;  // becomes options.drain_timeout_ms
   std::vector<std::string> drain_addresses;  // exactly one is right; checked by NodeCommand
   std::string drain_tls_dir;

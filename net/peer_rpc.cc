@@ -926,7 +926,9 @@ kj::Promise<Result<uint16_t>> Core::ListenOnLoop(std::string host, uint16_t port
 }
 
 void Core::AcceptLoop(kj::ConnectionReceiver& r) {
-  tasks_->add(r.acceptAuthenticated().then(
+  // evalNow: kj's accept throws at once when out of descriptors; that must
+  // reach the retry below, not end the loop.
+  tasks_->add(kj::evalNow([&r] { return r.acceptAuthenticated(); }).then(
       [this, &r](kj::AuthenticatedStream s) -> kj::Promise<void> {
         OnAccepted(kj::mv(s));
         AcceptLoop(r);

@@ -1,0 +1,169 @@
+// Node processes against hostile or broken peers: silent connections past
+// the node's descriptor limit, an oversized and trickled handshake, and a
+// session's credential trying to change the membership. Each test is
+// bounded in time and checks the node still serves afterwards.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "examples/common/local_cluster.h"
+#include "net/peer_rpc.h"
+#include "shardflow/cluster.h"
+#include "shardflow/ops.h"
+#include "tests/support/wait.h"
+
+using namespace sf;
+using namespace std::chrono_literals;
+
+namespace {
+
+int RawConnect(const std::string& addr) {
+  std::string host;
+  uint16_t port = 0;
+  if (!net::ParseAddress(addr, &host, &port).ok()) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A one-op graph on the first task; its step proves the node serves.
+struct Probe {
+  Graph g;
+  Output y;
+  Probe() {
+    auto s = g.DeviceScope("/job:worker/task:0");
+    y = ops::Mul(g, ops::Const(g, Tensor::FromVector<float>({1, 2}, {2})), ops::Const(g, Tensor::FromVector<float>({3, 4}, {2})));
+  }
+  Status Run(const examples::LocalCluster& c) {
+    ClusterOptions o;
+    o.address = c.addresses()[0];
+    o.tls_dir = c.tls_dir();
+    o.request_timeout_ms = 20000;
+    auto s = ClusterSession::Connect(g, o);
+    if (!s.ok()) return s.status();
+    auto r = (*s)->Run({}, std::vector<Output>{y});
+    if (!r.ok()) return r.status();
+    return (*r)[0].ToVector<float>() == std::vector<float>{3, 8} ? Status::OK() : Internal("wrong result");
+  }
+};
+
+// The node's resident memory in KiB (0 when unknown).
+int64_t RssKib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("Hostile: silent connections past the descriptor limit keep no real peer out", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--max-open-files", "64"});
+  REQUIRE(cluster.Start(1, 120).ok());
+  std::vector<int> silent;
+  for (int i = 0; i < 150; ++i) {
+    const int fd = RawConnect(cluster.addresses()[0]);
+    if (fd >= 0) silent.push_back(fd);
+  }
+  CHECK(silent.size() >= 64);  // more than the node has descriptors for
+  Probe p;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = p.Run(cluster);
+  INFO(s.ToString());
+  CHECK(s.ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+  for (int fd : silent) ::close(fd);
+  // And after they leave.
+  Status again = p.Run(cluster);
+  INFO(again.ToString());
+  CHECK(again.ok());
+}
+
+TEST_CASE("Hostile: an oversized, trickled handshake is dropped and costs no memory", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const int64_t before = RssKib(cluster.pid(0));
+  std::vector<int> fds;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = RawConnect(cluster.addresses()[0]);
+    REQUIRE(fd >= 0);
+    // A TLS record header claiming the largest record, and a Cap'n Proto
+    // segment table claiming 4 GiB: nothing of it may be allocated.
+    const uint8_t record[] = {0x16, 0x03, 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    REQUIRE(::write(fd, record, sizeof record) == sizeof record);
+    fds.push_back(fd);
+  }
+  // Trickle a byte a second into each: the handshake deadline (2 s) ends them.
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t closed = 0;
+  while (closed < fds.size() && std::chrono::steady_clock::now() - t0 < 15s) {
+    closed = 0;
+    for (int fd : fds) {
+      char b = 0;
+      if (::send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) ++closed;
+    }
+    testing::PauseFor(200ms);  // the trickle's pace is the point
+  }
+  CHECK(closed == fds.size());
+  const int64_t after = RssKib(cluster.pid(0));
+  INFO("RSS before " << before << " KiB, after " << after << " KiB");
+  CHECK(after - before < 64 * 1024);
+  for (int fd : fds) ::close(fd);
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Hostile: a session's credential cannot change the membership", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  net::EndpointOptions o;
+  o.role = net::Role::kSession;
+  o.tls_dir = cluster.tls_dir();
+  o.log = false;
+  auto e = net::Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(e.ok());
+  auto c = (*e)->Connect(cluster.addresses()[0]);
+  REQUIRE(c.ok());
+  net::Membership add;
+  add.members.push_back({"ghost", "127.0.0.1:9"});
+  auto r = net::Call(*c, add, 10000);
+  REQUIRE(r.ok());
+  auto* st = std::get_if<net::StatusReply>(&r->body);
+  REQUIRE(st);
+  CHECK(st->status.code() == Code::kPermissionDenied);
+  net::Membership drain;
+  drain.leaving.push_back({"", cluster.addresses()[0]});
+  auto d = net::Call(*c, drain, 10000);
+  REQUIRE(d.ok());
+  REQUIRE(std::get_if<net::StatusReply>(&d->body));
+  CHECK(std::get<net::StatusReply>(d->body).status.code() == Code::kPermissionDenied);
+  // DrainNode with the session's credential is refused the same way.
+  Status s = DrainNode(cluster.addresses()[0], cluster.tls_dir(), 0, "session");
+  CHECK(!s.ok());
+  // The membership is untouched: the one node, not draining.
+  auto m = net::Call(*c, net::ListMembers{}, 10000);
+  REQUIRE(m.ok());
+  auto& mem = std::get<net::Membership>(m->body);
+  CHECK(mem.members.size() == 1);
+  CHECK(mem.leaving.empty());
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
