@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -98,6 +99,14 @@ struct ClusterNode::Impl {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained, may exit
   std::thread drain_thread;                            // waits for sessions to move away
+  // Dropped members' last incarnations, by address: gossip naming one of
+  // them (or an older life) is stale and ignored. Bounded: oldest dropped first.
+  std::map<std::string, uint64_t> tombstones;          // GUARDED_BY(mu)
+  std::deque<std::string> tombstone_order;             // GUARDED_BY(mu)
+  // Where to rejoin through after losing every peer: the --join member and
+  // every member known since (bounded).
+  std::deque<std::string> seeds;                       // GUARDED_BY(mu)
+  std::thread rejoin_thread;                           // rejoins with back-off, never on a handler
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -165,6 +174,20 @@ struct ClusterNode::Impl {
                    std::vector<net::Member>* added) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
+    for (const net::Member& m : in) {
+      if (m.address.empty() || m.address == address) continue;
+      // Stale gossip: a life this node already saw die.
+      auto t = tombstones.find(m.address);
+      if (t != tombstones.end() && m.incarnation <= t->second) continue;
+      for (net::Member& k : members) {
+        if (k.address != m.address || m.incarnation <= k.incarnation) continue;
+        Log("member " + m.address + " restarted (incarnation " + std::to_string(k.incarnation) + " -> " +
+            std::to_string(m.incarnation) + ")");
+        k = m;
+        leaving.erase(m.address);
+        changed = true;
+      }
+    }
     for (const net::Member& m : in_leaving) {
       bool known = false;
       for (const net::Member& k : members) known = known || k.address == m.address;
@@ -174,15 +197,82 @@ struct ClusterNode::Impl {
     }
     for (const net::Member& m : in) {
       if (m.address.empty()) continue;
+      auto t = tombstones.find(m.address);
+      if (t != tombstones.end() && m.incarnation <= t->second) continue;
       bool known = false;
       for (const net::Member& k : members) known = known || k.address == m.address;
       if (known) continue;
       members.push_back(m);
       added->push_back(m);
+      RememberSeedLocked(m.address);
       changed = true;
       Log("member " + m.name + " (" + m.address + ") joined");
     }
     return changed;
+  }
+
+  void RememberSeedLocked(const std::string& addr) {
+    if (addr == address || std::find(seeds.begin(), seeds.end(), addr) != seeds.end()) return;
+    seeds.push_back(addr);
+    if (seeds.size() > 64) seeds.pop_front();
+  }
+
+  // Remembers that the life `inc` of the member at addr is over.
+  void TombstoneLocked(const std::string& addr, uint64_t inc) {
+    auto [it, fresh] = tombstones.emplace(addr, inc);
+    if (!fresh) {
+      it->second = std::max(it->second, inc);
+      return;
+    }
+    tombstone_order.push_back(addr);
+    if (tombstone_order.size() > 4096) {
+      tombstones.erase(tombstone_order.front());
+      tombstone_order.pop_front();
+    }
+  }
+
+  // A node that lost every peer (its process was stopped, its network cut)
+  // rejoins through its seeds, as a new life so the members' tombstones of
+  // the old one do not refuse it; with back-off, on its own thread.
+  void RejoinLoop() {
+    int backoff_ms = 250;
+    std::unique_lock<std::mutex> l(mu);
+    while (!stopped) {
+      idle.wait_for(l, std::chrono::milliseconds(backoff_ms));
+      if (stopped) break;
+      if (members.size() > 1 || seeds.empty() || draining) {
+        backoff_ms = 250;
+        continue;
+      }
+      std::vector<std::string> try_seeds(seeds.begin(), seeds.end());
+      members[0].incarnation = std::max(members[0].incarnation + 1, NowIncarnation());
+      l.unlock();
+      bool joined = false;
+      for (const std::string& seed : try_seeds) {
+        auto c = Peer(seed);
+        if (!c.ok()) continue;
+        auto reply = net::Call(*c, net::Membership{MemberList()}, 5000);
+        if (!reply.ok()) continue;
+        auto* mem = std::get_if<net::Membership>(&reply->body);
+        if (!mem) continue;
+        Log("rejoined through " + seed);
+        if (Merge(mem->members, mem->leaving)) {
+          Gossip();
+          NotifyWatchers();
+        }
+        joined = true;
+        break;
+      }
+      l.lock();
+      backoff_ms = joined ? 250 : std::min(backoff_ms * 2, 5000);
+    }
+  }
+
+  // Incarnations grow with time, so a restarted node outranks its past lives.
+  static uint64_t NowIncarnation() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
   }
 
   std::vector<net::Member> MemberList() const {
@@ -499,6 +589,8 @@ struct ClusterNode::Impl {
       for (const auto& r : running)
         if (r.second == c.get()) orphaned.insert(r.first);
       if (!lost.empty()) {
+        for (const net::Member& m : members)
+          if (m.address == lost) TombstoneLocked(m.address, m.incarnation);
         members.erase(std::remove_if(members.begin(), members.end(),
                                      [&](const net::Member& m) { return m.address == lost; }),
                       members.end());
@@ -524,6 +616,7 @@ struct ClusterNode::Impl {
     }
     idle.notify_all();
     if (drain_thread.joinable()) drain_thread.join();
+    if (rejoin_thread.joinable()) rejoin_thread.join();
     transport->Shutdown();
     // Fail what running steps wait on (queues, tensors from peers that can no
     // longer arrive) and wait for them: they use the queues, variables and
@@ -580,7 +673,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   impl->address = host + ":" + std::to_string(bound);
   impl->collectives->SetAddress(impl->address);
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
-  impl->members.push_back({impl->opts.name, impl->address});
+  impl->members.push_back({impl->opts.name, impl->address, Impl::NowIncarnation()});
+  if (!impl->opts.join.empty()) impl->seeds.push_back(impl->opts.join);
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
   if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
@@ -603,6 +697,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (!mem) return Unavailable("joining " + opts.join + ": unexpected reply " + net::BodyName(reply->body));
     if (p->Merge(mem->members)) p->Gossip();
   }
+  p->rejoin_thread = std::thread([p] { p->RejoinLoop(); });
   return node;
 }
 
@@ -638,6 +733,36 @@ Status IssueClusterCredential(const std::string& dir, const std::string& role, c
 }
 
 Result<std::string> MakeTemporaryClusterCredentials() { return net::MakeTemporaryCredentials(); }
+
+Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, const std::string& tls_dir,
+                                                   const std::string& tls_name, bool insecure) {
+  net::EndpointOptions to;
+  to.tls_dir = tls_dir;
+  to.tls_name = tls_name.empty() ? "session" : tls_name;
+  to.insecure = insecure;
+  to.role = net::Role::kSession;
+  to.handler_threads = 1;
+  to.log = false;
+  if (!insecure) {
+    // Any credential of the cluster may list: take the role it was issued for.
+    SF_ASSIGN_OR_RETURN(net::Credential cred, net::LoadCredential(tls_dir, to.tls_name));
+    to.role = cred.role;
+  }
+  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, nullptr));
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(address));
+  SF_ASSIGN_OR_RETURN(net::Message reply, net::Call(c, net::ListMembers{}, 10000));
+  auto* mem = std::get_if<net::Membership>(&reply.body);
+  if (!mem) return Internal(std::string("node ") + address + " answered ListMembers with " + net::BodyName(reply.body));
+  std::vector<MemberInfo> out;
+  for (const net::Member& m : mem->members) {
+    bool draining = false;
+    for (const net::Member& d : mem->leaving) draining = draining || d.address == m.address;
+    out.push_back({m.name, m.address, m.incarnation, draining ? "leaving" : "alive"});
+  }
+  c->Close();
+  endpoint->Shutdown();
+  return out;
+}
 
 Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms, const std::string& tls_name,
                  bool insecure) {

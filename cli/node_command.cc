@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <iostream>
 
 #include "cli/flags.h"
@@ -24,6 +25,8 @@ const char kNodeUsage[] =
     "                      [--max-tensor-bytes N] [--max-open-files N] [--log]\n"
     "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--wait-s SECONDS]\n"
+    "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
+    "                      [--json]\n"
     "\n"
     "Runs one member of a shardflow cluster: it hosts graph partitions, variable\n"
     "shards and queues for cluster sessions (sf::ClusterSession). Prints\n"
@@ -53,7 +56,11 @@ const char kNodeUsage[] =
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
     "tasks and their variables to other members before their next step, then\n"
-    "the node exits. It waits up to --wait-s (default 60) for the node to go.\n";
+    "the node exits. It waits up to --wait-s (default 60) for the node to go.\n"
+    "\n"
+    "'node members' prints the node's view of the membership: one line per member\n"
+    "(itself first) with its name, address, incarnation and state (alive, leaving);\n"
+    "with --json one JSON object per line. Any credential of the cluster may ask.\n";
 
 int NodeUsageError(const std::string& msg) {
   std::cerr << "shardflow node: " << msg << " (see 'shardflow node --help')\n";
@@ -88,6 +95,12 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   drain->add_option("--tls-name", f->drain_tls_name);
   drain->add_flag("--insecure", f->drain_insecure);
   drain->add_option("--wait-s", f->wait_s)->check(cli::Real(0, 2e6));
+  CLI::App* members = node.add_subcommand("members");
+  members->add_option("address", f->drain_addresses);
+  members->add_option("--tls-dir", f->drain_tls_dir);
+  members->add_option("--tls-name", f->drain_tls_name);
+  members->add_flag("--insecure", f->drain_insecure);
+  members->add_flag("--json", f->members_json);
 }
 
 namespace {
@@ -111,14 +124,54 @@ int DrainCommand(const NodeFlags& f) {
   return 0;
 }
 
+// Quotes s as a JSON string.
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// `shardflow node members HOST:PORT ...`.
+int MembersCommand(const NodeFlags& f) {
+  const auto& addresses = f.drain_addresses;
+  if (addresses.size() != 1) return NodeUsageError("members takes one node's HOST:PORT");
+  if (f.drain_tls_dir.empty() == !f.drain_insecure)
+    return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
+  auto m = ListClusterMembers(addresses[0], f.drain_tls_dir, f.drain_tls_name, f.drain_insecure);
+  if (!m.ok()) {
+    std::cerr << "shardflow node members: " << m.status().ToString() << "\n";
+    return 1;
+  }
+  for (const MemberInfo& i : *m) {
+    if (f.members_json)
+      std::cout << "{\"name\": " << JsonString(i.name) << ", \"address\": " << JsonString(i.address)
+                << ", \"incarnation\": " << i.incarnation << ", \"state\": " << JsonString(i.state) << "}\n";
+    else
+      std::cout << i.name << "  " << i.address << "  incarnation " << i.incarnation << "  " << i.state << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   if (!command.get_subcommands().empty()) {
+    const CLI::App* sub = command.get_subcommands()[0];
     for (const CLI::Option* opt : command.get_options()) {
       if (opt->count() > 0)
-        return NodeUsageError("'node drain' takes no " + opt->get_name() + "; give its options after 'drain'");
+        return NodeUsageError("'node " + sub->get_name() + "' takes no " + opt->get_name() + "; give its options after '" +
+                              sub->get_name() + "'");
     }
+    if (sub->get_name() == "members") return MembersCommand(flags);
     return DrainCommand(flags);
   }
   NodeOptions o = flags.options;

@@ -22,6 +22,7 @@ struct NodeFlags {
   std::string drain_tls_dir;
   std::string drain_tls_name;
   bool drain_insecure = false;
+  bool members_json = false;  // `node members --json`
   double wait_s = 60;  // how long drain waits for the node to go; 0: not at all
 };
 

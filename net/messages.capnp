@@ -56,6 +56,7 @@ struct Member {
   name @0 :Text;
   address @1 :Text;
   unusedWatchPort @2 :UInt16;  # wire version 1's CAF watch port; never set
+  incarnation @3 :UInt64;      # the node's life: a higher one replaces a lower
 }
 
 # Asks a node for the members it knows; carries nothing.

@@ -59,6 +59,11 @@ struct StatusReply {
 struct Member {
   std::string name;
   std::string address;     // "host:port"
+  // Which life of the node at `address` this is: set when it starts (and
+  // raised when it rejoins after losing every peer). A higher one replaces
+  // a lower one; a dropped member's is remembered, so stale gossip about it
+  // cannot bring it back.
+  uint64_t incarnation = 0;
 };
 // Asks a node for the members it knows (itself first); answered with Membership.
 struct ListMembers {};

@@ -119,6 +119,7 @@ struct Encoder {
       SF_RETURN_IF_ERROR(Text(ms[i].address, field));
       b[i].setName(AsText(ms[i].name));
       b[i].setAddress(AsText(ms[i].address));
+      b[i].setIncarnation(ms[i].incarnation);
     }
     return Status::OK();
   }
@@ -389,6 +390,7 @@ struct Decoder {
       auto r = list[i];
       SF_RETURN_IF_ERROR(Text(r.getName(), Field(field, i) + ".name", &out[i].name));
       SF_RETURN_IF_ERROR(Text(r.getAddress(), Field(field, i) + ".address", &out[i].address));
+      out[i].incarnation = r.getIncarnation();
     }
     return out;
   }

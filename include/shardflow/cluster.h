@@ -142,6 +142,21 @@ struct ClusterChange {
 Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms,
                  const std::string& tls_name = "", bool insecure = false);
 
+// One member in a node's view of the membership.
+struct MemberInfo {
+  std::string name;
+  std::string address;       // HOST:PORT
+  uint64_t incarnation = 0;  // its life: set at start, raised when it rejoins
+  std::string state;         // "alive" or "leaving" (draining)
+};
+
+// The members the node at address knows, itself first (`shardflow node
+// members`), asked with credential tls_name in tls_dir ("" = "session"; any
+// role may list) or insecure. Unavailable naming the address when it cannot
+// be reached, PermissionDenied when TLS fails.
+Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, const std::string& tls_dir,
+                                                   const std::string& tls_name = "", bool insecure = false);
+
 // Creates a cluster CA with the credentials "node" and "session" in dir
 // (`shardflow certs init`); FailedPrecondition when dir already has a CA.
 Status InitClusterCredentials(const std::string& dir);

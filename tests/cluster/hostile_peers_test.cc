@@ -9,7 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -166,4 +170,59 @@ TEST_CASE("Hostile: a session's credential cannot change the membership", "[clus
   CHECK(mem.leaving.empty());
   Probe p;
   CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Membership: a node resumed after SIGSTOP rejoins as a new incarnation", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  const std::string a0 = cluster.addresses()[0], a1 = cluster.addresses()[1];
+  auto members = [&](const std::string& at) {
+    auto m = ListClusterMembers(at, cluster.tls_dir());
+    return m.ok() ? *m : std::vector<MemberInfo>{};
+  };
+  auto incarnation_of = [&](const std::vector<MemberInfo>& ms, const std::string& addr) -> uint64_t {
+    for (const auto& m : ms)
+      if (m.address == addr) return m.incarnation;
+    return 0;
+  };
+  REQUIRE(testing::WaitFor([&] { return members(a0).size() == 2; }, 20s));
+  const auto before = members(a0);
+  CHECK(before[0].address == a0);
+  CHECK(before[0].state == "alive");
+  const uint64_t inc1 = incarnation_of(before, a1);
+  CHECK(inc1 > 0);
+  ::kill(cluster.pid(1), SIGSTOP);
+  const bool dropped = testing::WaitFor([&] { return members(a0).size() == 1; }, 10s);
+  ::kill(cluster.pid(1), SIGCONT);
+  REQUIRE(dropped);
+  // Resumed, it finds every peer gone and rejoins through its seed.
+  REQUIRE(testing::WaitFor([&] { return members(a0).size() == 2; }, 30s));
+  CHECK(incarnation_of(members(a0), a1) > inc1);
+  REQUIRE(testing::WaitFor([&] { return members(a1).size() == 2; }, 30s));
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Membership: shardflow node members prints one JSON line per member", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  REQUIRE(testing::WaitFor([&] {
+    auto m = ListClusterMembers(cluster.addresses()[0], cluster.tls_dir());
+    return m.ok() && m->size() == 2;
+  }, 20s));
+  const std::string cmd = examples::ProgramDir() + "/shardflow node members " + cluster.addresses()[0] +
+                          " --tls-dir " + cluster.tls_dir() + " --json";
+  std::FILE* f = ::popen(cmd.c_str(), "r");
+  REQUIRE(f);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  CHECK(::pclose(f) == 0);
+  INFO(out);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+  CHECK(out.find("\"address\": \"" + cluster.addresses()[0] + "\"") != std::string::npos);
+  CHECK(out.find("\"address\": \"" + cluster.addresses()[1] + "\"") != std::string::npos);
+  CHECK(out.find("\"incarnation\": ") != std::string::npos);
+  CHECK(out.find("\"state\": \"alive\"") != std::string::npos);
+  CHECK(out.find("\"name\": ") != std::string::npos);
 }

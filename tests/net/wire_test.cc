@@ -81,7 +81,7 @@ bool Same(const ListMembers&, const ListMembers&) { return true; }
 bool SameMembers(const std::vector<Member>& a, const std::vector<Member>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].name != b[i].name || a[i].address != b[i].address) return false;
+    if (a[i].name != b[i].name || a[i].address != b[i].address || a[i].incarnation != b[i].incarnation) return false;
   return true;
 }
 bool Same(const Membership& a, const Membership& b) {
@@ -146,7 +146,7 @@ std::vector<Message> EveryMessage() {
   add(StatusReply{InvalidArgument("feed x has shape [2]")});
   add(StatusReply{Status::OK()});
   add(ListMembers{});
-  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}, {"", ""}}, {{"c", "127.0.0.1:3"}}});
+  add(Membership{{{"a", "127.0.0.1:1", 1}, {"b", "127.0.0.1:2", ~uint64_t{0}}, {"", ""}}, {{"c", "127.0.0.1:3"}}});
   add(RegisterPartition{7, 9, "/job:w/task:1/device:cpu:0", {{"w0", "127.0.0.1:1"}, {"w1", "127.0.0.1:2"}},
                         bytes + std::string(5000, 'g'), {{"x", 0}, {"y", 3}}, {{"loss", 1}},
                         {"train", "", "assign_1"}});
