@@ -662,6 +662,12 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   to.heartbeat_ms = opts.heartbeat_ms;
   to.peer_timeout_ms = opts.peer_timeout_ms;
   to.log = true;
+  // Cheap and never blocking: a tensor into the rendezvous (its waiter
+  // continues on the compute pool), an abort or cleanup, an echo.
+  to.handle_inline = [](const net::Message& m) {
+    return std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
+           std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body);
+  };
   if (opts.insecure)
     std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");
   SF_ASSIGN_OR_RETURN(

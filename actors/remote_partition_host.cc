@@ -58,7 +58,10 @@ class RemotePartitionHost : public PartitionHost {
       if (it != task_of_.end()) task = it->second;
     }
     net::RunPartition r{o_.session_id, handle, step_id, std::move(feeds)};
-    o_.conn->Request(std::move(r), o_.step_timeout_ms,
+    // The reply is handled on the connection's I/O thread: what follows is
+    // bookkeeping and hand-offs (the step join, the session's callback
+    // thread), and a hop to a handler thread would cost every step.
+    o_.conn->RequestInline(std::move(r), o_.step_timeout_ms,
                      [this, step_id, task, done = std::move(done)](Result<net::Message> reply) {
                        Status s;
                        std::vector<Tensor> out;

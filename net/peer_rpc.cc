@@ -768,7 +768,8 @@ class PeerServer final : public rp::Peer::Server {
     auto paf = kj::newPromiseAndFulfiller<Message>();
     link_->incoming.emplace(id, kj::mv(paf.fulfiller));
     m->request_id = id;
-    link_->conn->Deliver(std::move(*m));
+    if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
+    else link_->conn->Deliver(std::move(*m));
     return paf.promise.then([context](Message reply) mutable {
       // A return's bytes leave after this promise is done, with no way to
       // know when: its tensors are copied, not referenced.
@@ -791,6 +792,10 @@ class PeerServer final : public rp::Peer::Server {
     if (!m.ok()) return Malformed(m.status());
     if (std::holds_alternative<Heartbeat>(m->body)) return kj::READY_NOW;
     m->request_id = 0;
+    if (Inline(*m)) {
+      core_->on_message(link_->conn, std::move(*m));
+      return kj::READY_NOW;
+    }
     // Returns once handled: what a peer has queued here is bounded by the
     // flow limit, whatever the handler's pace.
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -816,6 +821,10 @@ class PeerServer final : public rp::Peer::Server {
     const uint64_t id = link_->conn->id();
     link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s.WithPrefix("malformed message")); }));
     return KJ_EXCEPTION(FAILED, s.message());
+  }
+
+  bool Inline(const Message& m) const {
+    return core_->on_message && core_->options.handle_inline && core_->options.handle_inline(m);
   }
 
   Status Check(rp::HelloInfo::Reader in) {
