@@ -1,5 +1,6 @@
 // Sharded embedding tables: shard variables with per-shard initializers, and
-// lookups as one EmbeddingShardLookup per shard summed on the caller.
+// lookups as one EmbeddingShardLookup per shard summed on the caller (for a
+// fixed table of several shards, after one EmbeddingSplitIds of the ids).
 #include "shardflow/embedding.h"
 
 #include <algorithm>
