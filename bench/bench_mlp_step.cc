@@ -1,6 +1,11 @@
 // Training steps per second of the Fashion-MNIST MLP (784-512-256-10, SGD
 // with momentum) at a given batch size, on random inputs (the data does not
-// change the work). Summary keys: steps_per_sec, batch, steps.
+// change the work). Summary keys: steps_per_sec, batch, steps; for the MLP
+// also gemm_bound_steps_per_sec: the steps/s if a step cost only its eight
+// GEMMs (3 forward, 3 weight gradients, 2 input gradients), each timed by
+// this program on the step's shapes with the kernels' own GEMM (nn::Gemm on
+// a compute pool of the same threads), i.e. the step's flops over that GEMM
+// rate; gemm_gflops is the rate.
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -8,10 +13,57 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/models.h"
+#include "kernels/compute_pool.h"
+#include "kernels/cpu/nn_gemm.h"
 #include "shardflow/session.h"
 
 using namespace sf;
 using namespace sf::examples;
+
+namespace {
+
+// The MLP step's GEMMs as the kernels run them: {m, n, k, ta, tb}.
+struct GemmShape {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+std::vector<GemmShape> MlpStepGemms(int64_t batch) {
+  const int64_t d[] = {784, 512, 256, 10};
+  std::vector<GemmShape> v;
+  for (int l = 1; l <= 3; ++l) {
+    v.push_back({batch, d[l], d[l - 1], false, false});  // forward x w
+    v.push_back({d[l - 1], d[l], batch, true, false});   // dw = x^T dz
+    if (l > 1) v.push_back({batch, d[l - 1], d[l], false, true});  // dx = dz w^T (not for the input)
+  }
+  return v;
+}
+
+// Seconds of one pass over shapes with nn::Gemm on a pool of `threads`
+// (the median of many passes, warm), and the pass's flops.
+double GemmPassSeconds(const std::vector<GemmShape>& shapes, int threads, double* flops) {
+  ComputePool pool(threads);
+  std::vector<std::vector<float>> a, b, c;
+  *flops = 0;
+  for (const auto& s : shapes) {
+    a.emplace_back(s.m * s.k, 0.5f);
+    b.emplace_back(s.k * s.n, 0.25f);
+    c.emplace_back(s.m * s.n);
+    *flops += 2.0 * s.m * s.n * s.k;
+  }
+  std::vector<double> passes;
+  for (int rep = 0; rep < 220; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& s = shapes[i];
+      nn::Gemm<float>(&pool, a[i].data(), b[i].data(), c[i].data(), s.m, s.n, s.k, s.ta, s.tb);
+    }
+    if (rep >= 20) passes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(passes.begin(), passes.begin() + passes.size() / 2, passes.end());
+  return passes[passes.size() / 2];
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   Flags flags;
@@ -54,11 +106,23 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < steps; ++i) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double sps = steps / secs;
-  if (flags.GetBool("json"))
-    JsonLine().Add("system", "shardflow").Add("model", mo.model).Add("batch", batch).Add("steps", steps)
-        .Add("steps_per_sec", sps).Print();
-  else
+  // The GEMM bound, measured after the steps (the session's threads idle).
+  const bool mlp = mo.model == "mlp";
+  double gemm_flops = 0, gemm_secs = 0;
+  if (mlp) gemm_secs = GemmPassSeconds(MlpStepGemms(batch), so.compute_threads, &gemm_flops);
+  if (flags.GetBool("json")) {
+    JsonLine line;
+    line.Add("system", "shardflow").Add("model", mo.model).Add("batch", batch).Add("steps", steps)
+        .Add("steps_per_sec", sps);
+    if (mlp) line.Add("gemm_bound_steps_per_sec", 1.0 / gemm_secs).Add("gemm_gflops", gemm_flops / gemm_secs / 1e9)
+        .Add("vs_gemm_bound", sps * gemm_secs);
+    line.Print();
+  } else {
     std::printf("%s batch %lld: %.1f training steps/s (%.2f ms/step)\n", mo.model.c_str(), (long long)batch, sps,
                 1000.0 / sps);
+    if (mlp)
+      std::printf("GEMM bound: %.1f steps/s (the step's GEMMs alone at %.1f GFLOP/s); %.2f of it\n",
+                  1.0 / gemm_secs, gemm_flops / gemm_secs / 1e9, sps * gemm_secs);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 // Sharded embedding tables: shard variables with per-shard initializers, and
-// lookups as one EmbeddingShardLookup per shard summed on the caller.
+// lookups as one EmbeddingShardLookup per shard summed on the caller (for a
+// fixed table of several shards, after one EmbeddingSplitIds of the ids).
 #include "shardflow/embedding.h"
 
 #include <algorithm>
@@ -23,6 +24,24 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
                                   "' (expected sum, mean, sqrtn or none)"));
     return Output();
   }
+  // A fixed table of several shards gets its ids split once, so each shard's
+  // lookup (and sparse update) reads only its own ids instead of the batch.
+  const int64_t K = static_cast<int64_t>(t.shards.size());
+  int split = -1;
+  if (K > 1 && t.partition != "hash" && combiner != "none") {
+    AttrMap a;
+    a.Set("table", t.name);
+    a.Set("table_rows", t.rows);
+    a.Set("num_shards", K);
+    a.Set("partition", t.partition);
+    a.Set("combiner", combiner);
+    a.Set("segments", segments_kind);
+    if (num_segments >= 0) a.Set("num_segments", num_segments);
+    std::vector<Output> in = {ids};
+    if (segments.valid()) in.push_back(segments);
+    split = g.AddNode("EmbeddingSplitIds", in, std::move(a), t.name + "/split_ids");
+    if (split < 0) return Output();
+  }
   std::vector<Output> partials;
   for (size_t k = 0; k < t.shards.size(); ++k) {
     AttrMap a;
@@ -32,10 +51,13 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
     a.Set("shard", static_cast<int64_t>(k));
     a.Set("partition", t.partition);
     a.Set("combiner", combiner);
-    a.Set("segments", segments_kind);
+    a.Set("segments", split >= 0 ? "split" : segments_kind);
     if (num_segments >= 0) a.Set("num_segments", num_segments);
     std::vector<Output> in = {t.shards[k], ids};
     if (segments.valid()) in.push_back(segments);
+    if (split >= 0)
+      in = {t.shards[k], Output(&g, split, static_cast<int>(2 * k)), Output(&g, split, static_cast<int>(2 * k + 1)),
+            Output(&g, split, static_cast<int>(2 * K))};
     Output p = g.Add1("EmbeddingShardLookup", in, std::move(a),
                       t.name + "/lookup_" + std::to_string(k));
     if (!p.valid()) return Output();

@@ -96,6 +96,27 @@ Status ShardPart(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vec
                  std::vector<int64_t>* segs) {
   SF_RETURN_IF_ERROR(CheckShardSpec(s));
   const int64_t K = s.num_shards, k = s.shard;
+  if (q.local_rows) {
+    // Split before the shards: only this shard's ids, already local rows.
+    if (s.partition == EmbeddingPartition::kHash)
+      return InvalidArgument("embedding table '" + s.table + "': a hash table's ids are not split by row");
+    const int64_t n = q.ids.num_elements(), shard_rows = EmbeddingShardRows(s.rows, K, k, s.partition);
+    const int64_t* ids = q.ids.data<int64_t>();
+    const int64_t* seg = q.segment_ids.data<int64_t>();
+    rows->assign(ids, ids + n);
+    segs->assign(seg, seg + n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments))
+        return InvalidArgument("embedding table '" + s.table + "': segment id " + std::to_string(seg[i]) +
+                               " of shard " + std::to_string(k) + "'s id position " + std::to_string(i) +
+                               " is out of range [0, " + std::to_string(q.num_segments) + ")");
+      if (static_cast<uint64_t>(ids[i]) >= static_cast<uint64_t>(shard_rows))
+        return InvalidArgument("embedding table '" + s.table + "': local row " + std::to_string(ids[i]) +
+                               " of shard " + std::to_string(k) + " is out of range [0, " +
+                               std::to_string(shard_rows) + ")");
+    }
+    return Status::OK();
+  }
   if (s.partition == EmbeddingPartition::kHash)
     return CompactIds(
         s, q,
@@ -263,6 +284,9 @@ Status LocalRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n,
 }
 
 std::vector<float> SegmentWeights(const EmbeddingGather& q) {
+  // Split or deduplicated gathers carry the whole batch's weights.
+  if (q.weights.valid() && q.weights.dtype() == DType::kFloat32 && q.weights.num_elements() == q.num_segments)
+    return std::vector<float>(q.weights.data<float>(), q.weights.data<float>() + q.num_segments);
   std::vector<float> w(q.num_segments, 1.0f);
   if (q.combiner != EmbeddingCombiner::kSum) {
     std::vector<int64_t> count(q.num_segments, 0);
@@ -509,7 +533,7 @@ Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs) {
   SF_ASSIGN_OR_RETURN(a.spec.table, attrs.Get<std::string>("table"));
   SF_ASSIGN_OR_RETURN(a.spec.rows, attrs.Get<int64_t>("table_rows"));
   SF_ASSIGN_OR_RETURN(a.spec.num_shards, attrs.Get<int64_t>("num_shards"));
-  SF_ASSIGN_OR_RETURN(a.spec.shard, attrs.Get<int64_t>("shard"));
+  SF_ASSIGN_OR_RETURN(a.spec.shard, attrs.GetOr<int64_t>("shard", 0));
   SF_ASSIGN_OR_RETURN(std::string part, attrs.GetOr<std::string>("partition", "mod"));
   SF_ASSIGN_OR_RETURN(a.spec.partition, ParseEmbeddingPartition(part));
   SF_RETURN_IF_ERROR(CheckShardSpec(a.spec));
@@ -523,13 +547,16 @@ Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs) {
   if (seg == "dense") a.segments = EmbeddingSegments::kDense;
   else if (seg == "offsets") a.segments = EmbeddingSegments::kOffsets;
   else if (seg == "segment_ids") a.segments = EmbeddingSegments::kSegmentIds;
+  else if (seg == "split") a.segments = EmbeddingSegments::kSplit;
   else
     return InvalidArgument("embedding table '" + a.spec.table + "': unknown segments '" + seg +
-                           "' (expected dense, offsets or segment_ids)");
+                           "' (expected dense, offsets, segment_ids or split)");
   SF_ASSIGN_OR_RETURN(a.num_segments, attrs.GetOr<int64_t>("num_segments", -1));
   if (a.segments == EmbeddingSegments::kSegmentIds && a.num_segments < 0)
     return InvalidArgument("embedding table '" + a.spec.table +
                            "': segment ids need attr num_segments >= 0");
+  if (a.segments == EmbeddingSegments::kSplit && a.spec.partition == EmbeddingPartition::kHash)
+    return InvalidArgument("embedding table '" + a.spec.table + "': a hash table's ids are not split by row");
   if (a.no_combiner && a.segments != EmbeddingSegments::kDense)
     return InvalidArgument("embedding table '" + a.spec.table +
                            "': combiner none needs dense ids [batch, k]");
@@ -607,6 +634,119 @@ Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const 
   std::copy(sid.data<int64_t>(), sid.data<int64_t>() + n, seg);
   q->num_segments = a.num_segments;
   *out_prefix = {a.num_segments};
+  return Status::OK();
+}
+
+namespace {
+
+// Every id's shard and local row under fixed partitioning s, in one pass;
+// InvalidArgument naming the table and the first id outside [0, rows).
+Status ShardRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n, int64_t* row, int32_t* shard) {
+  const int64_t K = s.num_shards;
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<uint64_t>(ids[i]) >= static_cast<uint64_t>(s.rows)) return InvalidArgument(OutOfRange(s, ids[i]));
+  if (K == 1) {
+    std::copy(ids, ids + n, row);
+    std::fill(shard, shard + n, 0);
+    return Status::OK();
+  }
+  if (s.partition == EmbeddingPartition::kMod && (K & (K - 1)) == 0) {  // K = 2^b: shift and mask
+    const int b = __builtin_ctzll(static_cast<unsigned long long>(K));
+    for (int64_t i = 0; i < n; ++i) {
+      row[i] = ids[i] >> b;
+      shard[i] = static_cast<int32_t>(ids[i] & (K - 1));
+    }
+    return Status::OK();
+  }
+  if (s.partition == EmbeddingPartition::kMod) {
+    const FastDiv div(K);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t r;
+      div.Divide(ids[i], &row[i], &r);
+      shard[i] = static_cast<int32_t>(r);
+    }
+    return Status::OK();
+  }
+  const int64_t base = s.rows / K, extra = s.rows % K;
+  const int64_t split = extra * (base + 1);  // ids below it live in the bigger shards
+  const FastDiv big(base + 1), small(base);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k;
+    if (ids[i] < split) {
+      big.Divide(ids[i], &k, &row[i]);
+    } else {
+      small.Divide(ids[i] - split, &k, &row[i]);
+      k += extra;
+    }
+    shard[i] = static_cast<int32_t>(k);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
+                         EmbeddingIdSplit* out) {
+  const EmbeddingShardSpec& s = a.spec;
+  const std::string who = "embedding table '" + s.table + "'";
+  SF_RETURN_IF_ERROR(CheckShardSpec(s));
+  if (s.partition == EmbeddingPartition::kHash) return InvalidArgument(who + ": a hash table's ids are not split by row");
+  if (a.no_combiner) return InvalidArgument(who + ": combiner none keeps every id its own row: not split");
+  if (a.segments == EmbeddingSegments::kSplit) return InvalidArgument(who + ": ids are split already");
+  EmbeddingGather q;
+  Shape prefix;
+  SF_RETURN_IF_ERROR(BuildEmbeddingGather(a, ids, segments, &q, &prefix));
+  const int64_t n = q.ids.num_elements(), K = s.num_shards;
+  // Pass 1: every id's shard and local row (checked), and the shards' sizes.
+  thread_local std::vector<int64_t> local;  // per-thread scratch
+  thread_local std::vector<int32_t> shard_of;
+  local.resize(n);
+  shard_of.resize(n);
+  std::vector<int64_t> count(K, 0);
+  const int64_t* id = q.ids.data<int64_t>();
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments))
+      return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
+                             std::to_string(i) + " is out of range [0, " + std::to_string(q.num_segments) + ")");
+  SF_RETURN_IF_ERROR(ShardRowsOf(s, id, n, local.data(), shard_of.data()));
+  for (int64_t i = 0; i < n; ++i) ++count[shard_of[i]];
+  // Pass 2: each shard's rows and segments, in batch order.
+  out->rows.clear();
+  out->segments.clear();
+  std::vector<int64_t*> r(K), g(K);
+  for (int64_t k = 0; k < K; ++k) {
+    out->rows.emplace_back(DType::kInt64, Shape{count[k]});
+    out->segments.emplace_back(DType::kInt64, Shape{count[k]});
+    r[k] = out->rows.back().data<int64_t>();
+    g[k] = out->segments.back().data<int64_t>();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t k = shard_of[i];
+    *r[k]++ = local[i];
+    *g[k]++ = seg[i];
+  }
+  const std::vector<float> w = SegmentWeights(q);
+  out->weights = Tensor(DType::kFloat32, {q.num_segments});
+  std::copy(w.begin(), w.end(), out->weights.data<float>());
+  return Status::OK();
+}
+
+Status BuildSplitShardGather(const EmbeddingOpAttrs& a, const Tensor& rows, const Tensor& segments,
+                             const Tensor& weights, EmbeddingGather* q) {
+  const std::string who = "embedding table '" + a.spec.table + "'";
+  if (rows.dtype() != DType::kInt64 || rows.rank() != 1 || segments.dtype() != DType::kInt64 ||
+      segments.rank() != 1 || rows.num_elements() != segments.num_elements())
+    return InvalidArgument(who + ": a split lookup takes int64 rows and segment ids of one length, got " +
+                           rows.DebugString(0) + " and " + segments.DebugString(0));
+  if (weights.dtype() != DType::kFloat32 || weights.rank() != 1)
+    return InvalidArgument(who + ": a split lookup's weights must be a float32 vector, got " + weights.DebugString(0));
+  q->ids = rows;
+  q->segment_ids = segments;
+  q->weights = weights;
+  q->num_segments = weights.dim(0);
+  q->combiner = a.combiner;
+  q->local_rows = true;
   return Status::OK();
 }
 

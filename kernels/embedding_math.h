@@ -83,6 +83,10 @@ struct EmbeddingGather {
   Tensor unique_index;
   Tensor weights;
   int64_t step_id = 0;  // the step that looks up (a hash shard pins its rows)
+  // ids are this shard's local rows already, split out of the batch once for
+  // every shard by EmbeddingSplitIds (segments "split"), with weights taken
+  // over the whole batch: the shard reads only its own ids.
+  bool local_rows = false;
 };
 
 // The deduplicated gather a hash shard receives: the ids of q that shard
@@ -158,6 +162,9 @@ enum class EmbeddingSegments : uint8_t {
   kDense = 0,       // ids [batch, k]: example b holds row b
   kOffsets = 1,     // ids [n] + offsets [batch]: bag b is ids[offsets[b] : offsets[b+1])
   kSegmentIds = 2,  // ids [n] + segment ids [n] in [0, attr num_segments)
+  // One shard's part of a lookup, split once for all shards (EmbeddingSplitIds):
+  // local rows [n_k], their segment ids [n_k], the weights [num_segments].
+  kSplit = 3,
 };
 
 // The parsed attributes of an EmbeddingShardLookup / EmbeddingSparseApply* node.
@@ -169,10 +176,35 @@ struct EmbeddingOpAttrs {
   int64_t num_segments = -1;  // kSegmentIds
 };
 
-// Reads attrs table, table_rows, num_shards, shard, partition, combiner
-// ("sum", "mean", "sqrtn", "none"), segments ("dense", "offsets", "segment_ids") and
-// num_segments; InvalidArgument naming the attribute that is wrong.
+// Reads attrs table, table_rows, num_shards, shard (0 when absent: the
+// split op has none), partition, combiner ("sum", "mean", "sqrtn", "none"),
+// segments ("dense", "offsets", "segment_ids", "split") and num_segments;
+// InvalidArgument naming the attribute that is wrong.
 Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs);
+
+// A lookup's ids split by shard (the EmbeddingSplitIds op): per shard, the
+// local rows of its ids and their segment ids, in batch order; the weights
+// of each segment over the whole batch (1 for sum: SegmentWeights).
+struct EmbeddingIdSplit {
+  std::vector<Tensor> rows;      // int64 [n_k] per shard
+  std::vector<Tensor> segments;  // int64 [n_k] per shard
+  Tensor weights;                // float32 [num_segments]
+};
+
+// Splits one lookup's ids (inputs as for BuildEmbeddingGather; a.spec.shard
+// is ignored) over the table's fixed shards in two passes over the ids
+// (shard and row of each id, then each shard's part), so that each shard op
+// then reads only its own. InvalidArgument naming the table for an id out of
+// range, a bad segment or offset, a hash table or combiner none.
+Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
+                         EmbeddingIdSplit* out);
+
+// The gather of one shard from its part of a split (segments "split": local
+// rows, segment ids, weights), checked as far as it can be without the shard
+// (dtypes, sizes); the rows and segments are checked where they are read.
+// InvalidArgument naming the table.
+Status BuildSplitShardGather(const EmbeddingOpAttrs& a, const Tensor& rows, const Tensor& segments,
+                             const Tensor& weights, EmbeddingGather* q);
 
 // Builds the gather of one lookup from its run-time inputs (ids int32 or
 // int64; segments: offsets or segment ids, null for dense), and the shape of

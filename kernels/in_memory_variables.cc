@@ -13,8 +13,10 @@ Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape&
     return InvalidArgument("variable '" + var_name + "' has shape " + declared.ToString() +
                            ", cannot assign a value of shape " + ShapeString(value.shape()));
   if (mode == AssignMode::kAssign) {
-    // Copy so that later in-place updates never touch the caller's buffer.
-    *stored = value.Copy();
+    // Copy so that later in-place updates never touch the caller's buffer;
+    // a buffer nobody else holds (a restore's freshly read value) is taken
+    // as it is: copying a multi-GiB restore page-faulted all of it twice.
+    *stored = value.BufferIsUnique() ? value : value.Copy();
     return Status::OK();
   }
   if (!stored->valid())

@@ -58,7 +58,8 @@ Status CheckSameVariable(const std::string& name, DType have_dtype, const Partia
                          DType dtype, const PartialShape& shape);
 
 // Shared checks and arithmetic of Assign/AssignAdd/AssignSub: updates *stored
-// (invalid = uninitialised) with value; errors name the variable.
+// (invalid = uninitialised) with value (an Assign takes value's buffer when
+// nobody else holds it, else a copy); errors name the variable.
 Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape& declared,
                    AssignMode mode, const Tensor& value, Tensor* stored);
 

@@ -99,7 +99,7 @@ std::string Checksummed(const char* p, size_t n) {
 }
 
 // The payload of a checksummed value of n bytes; DataLoss prefixed by where.
-Status CheckChecksummed(const std::string& block, size_t n, const std::string& where) {
+Status CheckChecksummed(std::string_view block, size_t n, const std::string& where) {
   if (block.size() != n + 4)
     return DataLoss(where + ": block holds " + std::to_string(block.size()) + " bytes, expected " +
                     std::to_string(n + 4));
@@ -251,7 +251,7 @@ Status CheckpointWriter::WriteBlocks(CheckpointVariable& v, const char* base, in
     // Blocks [b0, b1) through one bulk writer (block keys ascend with the
     // block number, as it needs). One buffer serves every block: fresh
     // multi-MiB strings cost a page fault (and zeroing) per 4 KiB.
-    auto write_range = [&](int64_t b0, int64_t b1) -> Status {
+    auto write_range = [&](int64_t b0, int64_t b1, std::unique_ptr<KvBulkWriter>* out) -> Status {
       SF_ASSIGN_OR_RETURN(auto bulk, store_->NewBulkWriter());
       std::string block;
       for (int64_t b = b0; b < b1; ++b) {
@@ -261,18 +261,27 @@ Status CheckpointWriter::WriteBlocks(CheckpointVariable& v, const char* base, in
         PutChecksummed(base + r0 * row, n, &block[0]);
         SF_RETURN_IF_ERROR(bulk->Put(BlockKey(info_.id, v.name, v.shard, b), block));
       }
-      return bulk->Finish();
+      *out = std::move(bulk);  // finished with the others at Commit
+      return Status::OK();
     };
-    if (rows * row < kTwoWriterBytes || v.num_blocks < 2) return write_range(0, v.num_blocks);
+    std::unique_ptr<KvBulkWriter> lower_writer, upper_writer;
+    if (rows * row < kTwoWriterBytes || v.num_blocks < 2) {
+      SF_RETURN_IF_ERROR(write_range(0, v.num_blocks, &lower_writer));
+      bulk_.push_back(std::move(lower_writer));
+      return Status::OK();
+    }
     // Checksums and copies into the page cache keep one core busy while the
     // disk waits: a second writer takes the upper half of the blocks.
     const int64_t mid = v.num_blocks / 2;
     Status upper;
-    std::thread t([&] { upper = write_range(mid, v.num_blocks); });
-    Status lower = write_range(0, mid);
+    std::thread t([&] { upper = write_range(mid, v.num_blocks, &upper_writer); });
+    Status lower = write_range(0, mid, &lower_writer);
     t.join();
     SF_RETURN_IF_ERROR(lower);
-    return upper;
+    SF_RETURN_IF_ERROR(upper);
+    bulk_.push_back(std::move(lower_writer));
+    bulk_.push_back(std::move(upper_writer));
+    return Status::OK();
   }
   // Batches of about 64 MiB keep memory bounded for huge tables.
   KvBatch batch;
@@ -350,6 +359,9 @@ Status CheckpointWriter::AddTable(const CheckpointTable& t) {
 
 Result<int64_t> CheckpointWriter::Commit() {
   if (committed_) return FailedPrecondition(Name(info_.id) + " is already committed");
+  // Bulk-written blocks are durable once ingested (RocksDB syncs the files
+  // and its MANIFEST first), all in one step: before the manifest below.
+  SF_RETURN_IF_ERROR(store_->FinishBulk(&bulk_).WithPrefix(Name(info_.id)));
   // The synced manifest write also makes every earlier unsynced block write
   // durable (one write-ahead log, written in order).
   KvBatch b;
@@ -398,17 +410,37 @@ Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::str
   char* base = static_cast<char*>(t.raw_data());
   const std::string what = Name(info.id) + (info.parent >= 0 ? " (an increment on " + Name(info.parent) + ")" : "") +
                            ", variable '" + name + "', shard " + std::to_string(v->shard);
-  for (int64_t b = 0; b < v->num_blocks; ++b) {
-    const std::string where = what + ", block " + std::to_string(b);
-    auto block = store_->Get(BlockKey(info.id, name, v->shard, b));
-    if (!block.ok()) {
-      if (block.status().code() == Code::kNotFound) return DataLoss(where + ": block is missing");
-      return block.status().WithPrefix(where);
+  // Blocks [b0, b1) into the tensor through one reused buffer (a fresh
+  // multi-MiB string per block cost a page fault per 4 KiB).
+  auto read_range = [&](int64_t b0, int64_t b1) -> Status {
+    std::string scratch;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * v->rows_per_block, r1 = std::min(rows, r0 + v->rows_per_block);
+      const size_t n = static_cast<size_t>((r1 - r0) * row);
+      Status s = store_->ReadValue(BlockKey(info.id, name, v->shard, b), &scratch, [&](std::string_view block) {
+        const std::string where = what + ", block " + std::to_string(b);
+        SF_RETURN_IF_ERROR(CheckChecksummed(block, n, where));
+        if (n) std::memcpy(base + r0 * row, block.data() + 4, n);
+        return Status::OK();
+      });
+      if (s.code() == Code::kNotFound) return DataLoss(what + ", block " + std::to_string(b) + ": block is missing");
+      if (!s.ok() && s.code() != Code::kDataLoss) return s.WithPrefix(what + ", block " + std::to_string(b));
+      SF_RETURN_IF_ERROR(s);
     }
-    const int64_t r0 = b * v->rows_per_block, r1 = std::min(rows, r0 + v->rows_per_block);
-    const size_t n = static_cast<size_t>((r1 - r0) * row);
-    SF_RETURN_IF_ERROR(CheckChecksummed(*block, n, where));
-    if (n) std::memcpy(base + r0 * row, block->data() + 4, n);
+    return Status::OK();
+  };
+  if (rows * row < kTwoWriterBytes || v->num_blocks < 2) {
+    SF_RETURN_IF_ERROR(read_range(0, v->num_blocks));
+  } else {
+    // Checksums and copies out of the page cache (and the tensor's first
+    // touch of its pages) are CPU work: a second thread reads the upper half.
+    const int64_t mid = v->num_blocks / 2;
+    Status upper;
+    std::thread t([&] { upper = read_range(mid, v->num_blocks); });
+    Status lower = read_range(0, mid);
+    t.join();
+    SF_RETURN_IF_ERROR(lower);
+    SF_RETURN_IF_ERROR(upper);
   }
   if (v->stored_rows >= 0) {
     rows_out->assign(static_cast<size_t>(v->stored_rows), 0);

@@ -78,7 +78,8 @@ class CheckpointWriter {
   int64_t id() const { return info_.id; }
   // Writes value's row blocks (not yet visible). A value of 4 MiB or more
   // goes through the store's bulk writer (for RocksDB: table files written
-  // once and ingested, durable when Add returns; two threads from 64 MiB).
+  // once, two threads from 64 MiB), and every bulk-written variable of the
+  // checkpoint is made durable together at Commit (one ingestion).
   // InvalidArgument for a duplicate name, a name with whitespace or
   // '#', or a resource/invalid tensor.
   Status Add(const std::string& name, const Tensor& value, int shard = 0);
@@ -93,7 +94,9 @@ class CheckpointWriter {
   // Records a sharded embedding table (for restores into another shard count).
   // InvalidArgument for a bad name, count or partition.
   Status AddTable(const CheckpointTable& table);
-  // Commits: writes the manifest with a synced write; returns the id.
+  // Commits: makes the bulk-written blocks durable (KvStore::FinishBulk),
+  // then writes the manifest with a synced write; returns the id.
+  // Unavailable on a store failure (the checkpoint stays uncommitted).
   Result<int64_t> Commit();
 
  private:
@@ -104,6 +107,8 @@ class CheckpointWriter {
   Status WriteBlocks(CheckpointVariable& v, const char* base, int64_t n);
   CheckpointInfo info_;
   bool committed_ = false;
+  // Bulk writers of the variables added so far, finished together at Commit.
+  std::vector<std::unique_ptr<KvBulkWriter>> bulk_;
 };
 
 class CheckpointReader {
@@ -117,7 +122,8 @@ class CheckpointReader {
   Result<CheckpointInfo> Manifest(int64_t id);
   // The newest checkpoint whose manifest parses; NotFound when none.
   Result<int64_t> LatestCommitted();
-  // The value of one variable, every block's checksum checked: DataLoss
+  // The value of one variable, every block's checksum checked (blocks read
+  // into reused buffers, by two threads from 64 MiB): DataLoss
   // naming checkpoint, variable and block for a corrupt, missing or
   // wrongly sized block; NotFound for a variable not in the checkpoint.
   // For an increment's partial variable: its stored rows [stored_rows, ...],

@@ -73,6 +73,16 @@ class InMemoryKvStore : public KvStore {
     if (it == data_.end()) return NotFound("no key '" + key + "'");
     return it->second;
   }
+  Status ReadValue(const std::string& key, std::string* scratch,
+                   const std::function<Status(std::string_view)>& fn) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = data_.find(key);
+      if (it == data_.end()) return NotFound("no key '" + key + "'");
+      scratch->assign(it->second);  // a copy: fn runs unlocked and may write to the store
+    }
+    return fn(*scratch);
+  }
   Status Scan(const std::string& prefix,
               const std::function<bool(const std::string&, const std::string&)>& fn) override {
     // Copy first: fn may write to the store.
@@ -133,7 +143,17 @@ class RocksBulkWriter : public KvBulkWriter {
     return Status::OK();
   }
   Status Finish() override {
+    std::string file;
+    SF_RETURN_IF_ERROR(CloseFile(&file));
+    if (file.empty()) return Status::OK();
+    return Ingest(db_, db_path_, {file});
+  }
+  // Finishes the table file without ingesting it: *file is its path, or empty
+  // when nothing was put. The writer counts as finished (Ingest takes over).
+  // Unavailable on a write failure.
+  Status CloseFile(std::string* file) {
     if (finished_) return FailedPrecondition("bulk writer finished twice");
+    file->clear();
     if (!writer_) {
       finished_ = true;
       return Status::OK();
@@ -141,17 +161,26 @@ class RocksBulkWriter : public KvBulkWriter {
     rocksdb::Status s = writer_->Finish();
     if (!s.ok()) return Error("finish bulk file '" + file_ + "' in", s);
     writer_.reset();
+    finished_ = true;
+    *file = file_;
+    return Status::OK();
+  }
+  // Ingests finished table files in one step (their key ranges must not
+  // overlap: each holds other variables or other blocks), then removes our
+  // names of them; on failure the files are removed too. Unavailable on failure.
+  static Status Ingest(rocksdb::DB* db, const std::string& db_path, const std::vector<std::string>& files) {
     rocksdb::IngestExternalFileOptions io;
     io.move_files = true;  // a hard link, not a copy
     // The sequence number lives in RocksDB's MANIFEST; writing it into the
     // file too would rewrite part of a file just synced.
     io.write_global_seqno = false;
-    s = db_->IngestExternalFile({file_}, io);
-    if (!s.ok()) return Error("ingest bulk file '" + file_ + "' into", s);
-    finished_ = true;
-    // move_files hard-links the file into the database; drop our name.
+    rocksdb::Status s = db->IngestExternalFile(files, io);
+    // move_files hard-links the files into the database; drop our names.
     std::error_code ec;
-    std::filesystem::remove(file_, ec);
+    for (const auto& f : files) std::filesystem::remove(f, ec);
+    if (!s.ok())
+      return Status(Code::kUnavailable, "RocksDB ingest of " + std::to_string(files.size()) + " bulk file(s) into '" +
+                                            db_path + "' failed: " + s.ToString());
     return Status::OK();
   }
 
@@ -165,6 +194,9 @@ class RocksBulkWriter : public KvBulkWriter {
   std::string last_;
   bool finished_ = false;
 };
+
+// A memtable at least this big is flushed when the store closes.
+constexpr uint64_t kFlushAtCloseBytes = uint64_t{16} << 20;
 
 class RocksKvStore : public KvStore {
  public:
@@ -199,8 +231,13 @@ class RocksKvStore : public KvStore {
   ~RocksKvStore() override {
     // Without a flush the next open replays the write-ahead log (measured:
     // 0.6 s for a 256 MiB checkpoint), which would dominate a small
-    // incremental save that reopens the store. Best effort: the log stays.
-    db_->Flush(rocksdb::FlushOptions());
+    // incremental save that reopens the store. A small log (an increment's
+    // row indices and manifest: bulk-written blocks skip it) replays in
+    // milliseconds, less than the flush's table file and syncs cost at every
+    // save. Best effort: the log stays either way.
+    uint64_t memtable = 0;
+    db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtable);
+    if (memtable >= kFlushAtCloseBytes) db_->Flush(rocksdb::FlushOptions());
     db_->Close();
     delete db_;
   }
@@ -252,6 +289,39 @@ class RocksKvStore : public KvStore {
     const std::string file = path_ + "/" + kBulkFilePrefix + std::to_string(next_bulk_++) + ".sst";
     return std::unique_ptr<KvBulkWriter>(std::make_unique<RocksBulkWriter>(db_, path_, file));
   }
+  Status FinishBulk(std::vector<std::unique_ptr<KvBulkWriter>>* writers) override {
+    std::vector<std::string> files;
+    for (auto& w : *writers) {
+      auto* rw = dynamic_cast<RocksBulkWriter*>(w.get());
+      if (!rw) {  // not one of ours: finish it alone
+        SF_RETURN_IF_ERROR(w->Finish());
+        continue;
+      }
+      std::string file;
+      Status st = rw->CloseFile(&file);
+      if (!st.ok()) {  // closed files are no writer's any more: remove them
+        std::error_code ec;
+        for (const auto& f : files) std::filesystem::remove(f, ec);
+        return st;
+      }
+      if (!file.empty()) files.push_back(std::move(file));
+    }
+    writers->clear();
+    if (files.empty()) return Status::OK();
+    return RocksBulkWriter::Ingest(db_, path_, files);
+  }
+  Status ReadValue(const std::string& key, std::string* scratch,
+                   const std::function<Status(std::string_view)>& fn) override {
+    rocksdb::PinnableSlice value(scratch);
+    rocksdb::ReadOptions ro;
+    // A checkpoint's blocks are read once: caching them would only evict
+    // what others use.
+    ro.fill_cache = false;
+    rocksdb::Status s = db_->Get(ro, db_->DefaultColumnFamily(), key, &value);
+    if (s.IsNotFound()) return NotFound("no key '" + key + "' in " + path_);
+    if (!s.ok()) return Error("read from", s);
+    return fn(std::string_view(value.data(), value.size()));
+  }
 
  private:
   Status Error(const std::string& what, const rocksdb::Status& s) const {
@@ -275,6 +345,18 @@ Result<std::unique_ptr<KvBulkWriter>> KvStore::NewBulkWriter() {
   return std::unique_ptr<KvBulkWriter>(std::make_unique<BatchedBulkWriter>(this));
 }
 
+Status KvStore::FinishBulk(std::vector<std::unique_ptr<KvBulkWriter>>* writers) {
+  for (auto& w : *writers) SF_RETURN_IF_ERROR(w->Finish());
+  writers->clear();
+  return Status::OK();
+}
+
+Status KvStore::ReadValue(const std::string& key, std::string* scratch,
+                          const std::function<Status(std::string_view)>& fn) {
+  SF_ASSIGN_OR_RETURN(*scratch, Get(key));
+  return fn(*scratch);
+}
+
 Status KvStore::MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                          std::vector<bool>* found) {
   values->assign(keys.size(), std::string());
@@ -296,6 +378,11 @@ std::unique_ptr<KvStore> NewInMemoryKvStore() { return std::make_unique<InMemory
 Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing) {
   rocksdb::Options options;
   options.create_if_missing = create_if_missing;
+  // A write-ahead log left by a close without flush (a small memtable, see
+  // ~RocksKvStore) is replayed into the memtable and kept, not flushed into
+  // a table file at open: that flush (a file, its syncs and a new MANIFEST)
+  // would move the cost skipped at close to every open.
+  options.avoid_flush_during_recovery = true;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok())

@@ -70,6 +70,19 @@ class KvStore {
   // A writer for bulk data (see KvBulkWriter); the base implementation
   // applies Puts in unsynced batches of about 64 MiB. Unavailable on failure.
   virtual Result<std::unique_ptr<KvBulkWriter>> NewBulkWriter();
+  // Finishes every writer (each made by this store's NewBulkWriter) together:
+  // for RocksDB their table files are ingested in one step, one sync of its
+  // own MANIFEST for all of them instead of one per file (the fixed cost of
+  // a small checkpoint). The base implementation finishes them one by one.
+  // Unavailable on failure (some of the writers' keys may be visible then).
+  virtual Status FinishBulk(std::vector<std::unique_ptr<KvBulkWriter>>* writers);
+  // Calls fn with the value under key, valid only during the call: for
+  // RocksDB pinned where it lies in the store's cache, else read into
+  // *scratch, whose capacity is reused, so a reader of many multi-MiB values
+  // does not page-fault a fresh buffer for each. NotFound naming the key when
+  // absent, Unavailable on a read failure, else fn's status.
+  virtual Status ReadValue(const std::string& key, std::string* scratch,
+                           const std::function<Status(std::string_view)>& fn);
   // The keys (not values) starting with prefix, in order.
   Result<std::vector<std::string>> Keys(const std::string& prefix);
   // Reads many keys at once: (*found)[i] says whether keys[i] is present and

@@ -42,8 +42,8 @@ Output Dense(Graph& g, Params& p, Output in, int64_t fan_in, int64_t fan_out, co
     return ops::TruncatedNormal(g, {fan_in, fan_out}, std::sqrt(2.0 / fan_in), seed);
   });
   auto b = p.Make(g, name + "/b", [&] { return ops::Zeros(g, DType::kFloat32, {fan_out}); });
-  auto z = ops::BiasAdd(g, ops::MatMul(g, in, w), b);
-  return relu ? ops::Relu(g, z) : z;
+  // One kernel for product, bias and activation (same values and gradients).
+  return ops::FusedMatMul(g, in, w, b, relu ? "relu" : "none");
 }
 
 Output Conv(Graph& g, Params& p, Output in, int64_t k, int64_t cin, int64_t cout, const std::string& name,

@@ -47,6 +47,18 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
   if (comb != "sum" && comb != "mean" && comb != "sqrtn" && comb != "none")
     return c.Error(who + ": unknown combiner '" + comb + "' (expected sum, mean, sqrtn or none)");
   SF_ASSIGN_OR_RETURN(std::string seg, c.AttrOr<std::string>("segments", "dense"));
+  if (seg == "split") {
+    // This shard's part of an EmbeddingSplitIds: local rows, segment ids, weights.
+    if (part == "hash") return c.Error(who + ": a hash table's ids are not split by row");
+    if (comb == "none") return c.Error(who + ": combiner none needs dense ids [batch, k]");
+    if (c.num_inputs() < first + 3) return c.Error(who + ": a split lookup takes rows, segment ids and weights");
+    if (c.input_dtype(first) != DType::kInt64 || c.input_dtype(first + 1) != DType::kInt64 ||
+        c.input_dtype(first + 2) != DType::kFloat32)
+      return c.Error(who + ": a split lookup takes int64 rows and segment ids and float32 weights");
+    const PartialShape& w = c.input_shape(first + 2);
+    *prefix = PartialShape(Shape{w.rank_known() && w.rank() == 1 ? w.dim(0) : -1});
+    return Status::OK();
+  }
   if (!IsIndex(c.input_dtype(first)))
     return c.Error(who + ": ids must be int32 or int64, got " + DTypeName(c.input_dtype(first)));
   const PartialShape& ids = c.input_shape(first);
@@ -86,7 +98,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
       .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
       .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
-      .Inputs(2, 3).Stateful()
+      .Inputs(2, 4).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -101,7 +113,68 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .NotDifferentiable()
       .Summary("One embedding shard's partial lookup: rows of its ids (others skipped) combined "
                "per example (sum, or mean over all the example's ids), computed in the shard. "
-               "Inputs: shard handle, ids, [offsets or segment ids].")
+               "Inputs: shard handle, ids, [offsets or segment ids]; with segments \"split\": shard handle "
+               "and the shard's three outputs of an EmbeddingSplitIds.")
+      .Build()));
+
+  // One lookup's ids split over a fixed table's shards, once for all of them
+  // (graph/embedding.cc adds it for tables of 2 or more shards): outputs
+  // 2k and 2k+1 are shard k's local rows and their segment ids (int64
+  // vectors, batch order), output 2K the segment weights (float32).
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingSplitIds")
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
+      .RequiredAttr<int64_t>("num_shards").Attr("partition", "mod")
+      .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Inputs(1, 2)
+      .Shape([](InferenceContext& c) -> Status {
+        SF_ASSIGN_OR_RETURN(std::string table, c.Attr<std::string>("table"));
+        SF_ASSIGN_OR_RETURN(int64_t rows, c.Attr<int64_t>("table_rows"));
+        SF_ASSIGN_OR_RETURN(int64_t shards, c.Attr<int64_t>("num_shards"));
+        SF_ASSIGN_OR_RETURN(std::string part, c.AttrOr<std::string>("partition", "mod"));
+        SF_ASSIGN_OR_RETURN(std::string comb, c.AttrOr<std::string>("combiner", "sum"));
+        SF_ASSIGN_OR_RETURN(std::string seg, c.AttrOr<std::string>("segments", "dense"));
+        SF_ASSIGN_OR_RETURN(int64_t num, c.AttrOr<int64_t>("num_segments", -1));
+        const std::string who = "embedding table '" + table + "'";
+        if (part != "mod" && part != "range") return c.Error(who + ": only mod and range tables split ids by row");
+        if (shards < 1 || rows < shards || shards > (1 << 20))
+          return c.Error(who + ": " + std::to_string(shards) + " shards over " + std::to_string(rows) +
+                         " rows is not valid");
+        if (comb != "sum" && comb != "mean" && comb != "sqrtn")
+          return c.Error(who + ": split ids need a combiner (sum, mean or sqrtn), got '" + comb + "'");
+        if (!IsIndex(c.input_dtype(0)))
+          return c.Error(who + ": ids must be int32 or int64, got " + DTypeName(c.input_dtype(0)));
+        const PartialShape& ids = c.input_shape(0);
+        int64_t segments = -1;
+        if (seg == "dense") {
+          if (c.num_inputs() != 1) return c.Error(who + ": dense ids [batch, k] take no segments input");
+          if (ids.rank_known() && ids.rank() != 2) return c.Error(who + ": dense ids must be [batch, k], got " + ids.ToString());
+          if (ids.rank_known()) segments = ids.dim(0);
+        } else if (seg == "offsets" || seg == "segment_ids") {
+          if (c.num_inputs() != 2) return c.Error(who + ": bag ids need a " + seg + " input");
+          if (ids.rank_known() && ids.rank() != 1) return c.Error(who + ": bag ids must be a vector, got " + ids.ToString());
+          if (!IsIndex(c.input_dtype(1)))
+            return c.Error(who + ": " + seg + " must be int32 or int64, got " + DTypeName(c.input_dtype(1)));
+          if (seg == "offsets") {
+            const PartialShape& o = c.input_shape(1);
+            if (o.rank_known() && o.rank() == 1) segments = o.dim(0);
+          } else {
+            if (num < 0) return c.Error(who + ": segment ids need attr num_segments >= 0");
+            segments = num;
+          }
+        } else {
+          return c.Error(who + ": unknown segments '" + seg + "' (expected dense, offsets or segment_ids)");
+        }
+        for (int64_t k = 0; k < shards; ++k) {
+          c.set_output(static_cast<int>(2 * k), DType::kInt64, PartialShape(Shape{-1}));
+          c.set_output(static_cast<int>(2 * k + 1), DType::kInt64, PartialShape(Shape{-1}));
+        }
+        c.set_output(static_cast<int>(2 * shards), DType::kFloat32, PartialShape(Shape{segments}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("Splits one lookup's ids over a fixed table's num_shards shards once: per shard its local rows "
+               "and their segment ids (outputs 2k, 2k+1), then the segment weights (output 2K); each shard's "
+               "lookup and sparse update then read only their own ids.")
       .Build()));
 
   // The sparse form of each optimizer that has one (kernels/optimizer_spec.h).
@@ -109,7 +182,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
   for (const OptimizerSpec& op : kOptimizers) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 3).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 4).Stateful()
         .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
         .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
         .Attr("slot_init", std::vector<double>{})

@@ -163,6 +163,24 @@ Status BatchMatMulShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// FusedMatMul: MatMul's shape, with a bias vector matching its columns.
+Status FusedMatMulShape(InferenceContext& c) {
+  SF_RETURN_IF_ERROR(MatMulShape(c));
+  SF_ASSIGN_OR_RETURN(bool tb, c.AttrOr<bool>("transpose_b", false));
+  SF_ASSIGN_OR_RETURN(std::string act, c.AttrOr<std::string>("activation", "none"));
+  if (act != "none" && act != "relu")
+    return c.Error("FusedMatMul activation must be \"none\" or \"relu\", got \"" + act + "\"");
+  const PartialShape& b = c.input_shape(1);
+  const PartialShape& bias = c.input_shape(2);
+  if (bias.rank_known() && bias.rank() != 1) return c.Error("FusedMatMul bias must be rank 1, got " + bias.ToString());
+  const int64_t n = b.rank_known() ? b.dim(tb ? 0 : 1) : -1;
+  int64_t d;
+  if (bias.rank_known() && !MergeDim(n, bias.dim(0), &d))
+    return c.Error("FusedMatMul bias size must match the product's columns: b " + b.ToString() +
+                   (tb ? " (transposed)" : "") + ", bias " + bias.ToString());
+  return Status::OK();
+}
+
 Status BiasAddShape(InferenceContext& c) {
   SF_RETURN_IF_ERROR(RequireFloat(c, 0));
   SF_RETURN_IF_ERROR(c.RequireSameDTypes());
@@ -449,6 +467,23 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{dy[0], g.Add1("BiasAddGrad", {dy[0]})};
       })
       .Summary("x + bias over the last axis.").Build()));
+  // MatMul + BiasAdd (+ Relu) as one kernel (TensorFlow's _FusedMatMul):
+  // the bias is written into the output before the product accumulates onto
+  // it and the activation is applied to each block while it is in cache, so
+  // the output is not zero-filled, and bias and activation cost no pass of
+  // their own. The gradient is the unfused ops' gradient.
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FusedMatMul")
+      .InputNames({"a", "b", "bias"})
+      .Attr("transpose_a", false).Attr("transpose_b", false).Attr("activation", "none")
+      .Inputs(3).Shape(FusedMatMulShape)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        const bool relu = n.attrs.GetOr<std::string>("activation", "none").value() == "relu";
+        Output dz = relu ? g.Add1("ReluGrad", {dy[0], Out(g, n, 0)}) : dy[0];
+        auto d = MatMulGradImpl(g, n, dz, "MatMul");
+        return std::vector<Output>{d[0], d[1], g.Add1("BiasAddGrad", {dz})};
+      })
+      .Summary("activation(op(a) x op(b) + bias), activation \"none\" or \"relu\": MatMul, BiasAdd and "
+               "Relu in one kernel.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAddGrad").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
@@ -578,6 +613,13 @@ Output BatchMatMul(Graph& g, Output a, Output b, MatMulAttrs attrs) {
   return MatMulNode(g, "BatchMatMul", a, b, attrs.transpose_a, attrs.transpose_b);
 }
 Output BiasAdd(Graph& g, Output x, Output bias) { return g.Add1("BiasAdd", {x, bias}); }
+Output FusedMatMul(Graph& g, Output a, Output b, Output bias, const std::string& activation, MatMulAttrs attrs) {
+  AttrMap m;
+  m.Set("transpose_a", attrs.transpose_a);
+  m.Set("transpose_b", attrs.transpose_b);
+  m.Set("activation", activation);
+  return g.Add1("FusedMatMul", {a, b, bias}, std::move(m));
+}
 
 Output Conv2D(Graph& g, Output input, Output filter, Conv2DAttrs attrs) {
   AttrMap a;

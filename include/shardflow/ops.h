@@ -126,6 +126,12 @@ Output MatMul(Graph& g, Output a, Output b, MatMulAttrs attrs = {});
 // [..., M, K] x [..., K, N] with broadcast batch dims.
 Output BatchMatMul(Graph& g, Output a, Output b, MatMulAttrs attrs = {});
 Output BiasAdd(Graph& g, Output x, Output bias);  // bias over the last axis
+// activation(op(a) x op(b) + bias) in one kernel, activation "none" or
+// "relu": the same values and gradients as MatMul, BiasAdd and Relu, with
+// no zero-fill of the output and no passes of their own for bias and relu.
+// A bad activation or shape is an error of the graph naming the node.
+Output FusedMatMul(Graph& g, Output a, Output b, Output bias, const std::string& activation = "none",
+                   MatMulAttrs attrs = {});
 
 struct Conv2DAttrs {
   std::vector<int64_t> strides = {1, 1, 1, 1};  // NHWC

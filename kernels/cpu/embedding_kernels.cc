@@ -57,8 +57,17 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
     if (!id.ok()) return fail(id.status());
     EmbeddingGather q;
     Shape prefix;
-    Status s = BuildEmbeddingGather(attrs_, ctx->input(1),
-                                    ctx->num_inputs() > 2 ? &ctx->input(2) : nullptr, &q, &prefix);
+    Status s;
+    if (attrs_.segments == EmbeddingSegments::kSplit) {
+      // This shard's part of the batch, split once for all shards.
+      s = ctx->num_inputs() == 4 ? BuildSplitShardGather(attrs_, ctx->input(1), ctx->input(2), ctx->input(3), &q)
+                                 : InvalidArgument("embedding table '" + attrs_.spec.table +
+                                                   "': a split lookup takes rows, segment ids and weights");
+      prefix = {q.num_segments};
+    } else {
+      s = BuildEmbeddingGather(attrs_, ctx->input(1), ctx->num_inputs() > 2 ? &ctx->input(2) : nullptr, &q,
+                               &prefix);
+    }
     if (!s.ok()) return fail(s);
     if (attrs_.spec.partition == EmbeddingPartition::kHash) {
       // Only this shard's ids, each once, travel to the shard.
@@ -110,8 +119,15 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
     const bool has_segments = ctx->num_inputs() == first + 3;
     EmbeddingGather q;
     Shape prefix;
-    Status s = BuildEmbeddingGather(attrs_, ctx->input(first),
-                                    has_segments ? &ctx->input(first + 1) : nullptr, &q, &prefix);
+    Status s;
+    if (attrs_.segments == EmbeddingSegments::kSplit)
+      s = ctx->num_inputs() == first + 4
+              ? BuildSplitShardGather(attrs_, ctx->input(first), ctx->input(first + 1), ctx->input(first + 2), &q)
+              : InvalidArgument("embedding table '" + attrs_.spec.table +
+                                "': a split sparse update takes rows, segment ids, weights and the gradient");
+    else
+      s = BuildEmbeddingGather(attrs_, ctx->input(first), has_segments ? &ctx->input(first + 1) : nullptr, &q,
+                               &prefix);
     if (!s.ok()) return fail(s);
     // dy has the lookup's shape; as rows per segment it is [num_segments, dim].
     const Tensor& dy = ctx->input(ctx->num_inputs() - 1);
@@ -136,6 +152,32 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
   OptimizerKind optimizer_;
   int handles_, scalars_;
   Result<std::vector<double>> slot_init_;
+};
+
+// Splits a lookup's ids over the table's shards once (outputs: each shard's
+// local rows and segment ids, then the segment weights), so that each
+// shard's lookup and sparse update read only their own ids.
+class EmbeddingSplitIdsKernel : public OpKernel {
+ public:
+  EmbeddingSplitIdsKernel(const KernelInit& init, Status* s) {
+    auto a = ParseEmbeddingOpAttrs(*init.attrs);
+    if (!a.ok()) *s = a.status();
+    else attrs_ = *a;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    EmbeddingIdSplit split;
+    Status s = SplitEmbeddingIds(attrs_, ctx->input(0), ctx->num_inputs() > 1 ? &ctx->input(1) : nullptr, &split);
+    if (!s.ok()) return ctx->SetStatus(std::move(s));
+    const int64_t K = attrs_.spec.num_shards;
+    for (int64_t k = 0; k < K; ++k) {
+      ctx->set_output(static_cast<int>(2 * k), std::move(split.rows[k]));
+      ctx->set_output(static_cast<int>(2 * k + 1), std::move(split.segments[k]));
+    }
+    ctx->set_output(static_cast<int>(2 * K), std::move(split.weights));
+  }
+
+ private:
+  EmbeddingOpAttrs attrs_;
 };
 
 // Makes its input's shard an empty hash table shard (an initializer).
@@ -224,6 +266,7 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 
 void RegisterEmbeddingKernels(KernelRegistry& reg) {
   Reg(reg, "EmbeddingShardLookup", MakeFactory<EmbeddingShardLookupKernel>());
+  Reg(reg, "EmbeddingSplitIds", MakeFactory<EmbeddingSplitIdsKernel>());
   Reg(reg, "HashEmbeddingShardInit", MakeFactory<HashEmbeddingShardInitKernel>());
   Reg(reg, "HashEmbeddingShardStats", MakeFactory<HashEmbeddingShardStatsKernel>());
   for (const OptimizerSpec& spec : kOptimizers)

@@ -51,6 +51,59 @@ class MatMulKernel : public OpKernel {
   MatMulFlags f_;
 };
 
+// activation(op(a) op(b) + bias) (graph/ops/nn_ops.cc). Each thread's block
+// of the output is set to the bias rows, the product accumulates onto them
+// (Eigen's GEMM kernel always adds to its output: a plain MatMul pays a
+// zero-fill first) and the activation runs on the block while it is in cache.
+template <typename T>
+class FusedMatMulKernel : public OpKernel {
+ public:
+  FusedMatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {
+    auto act = init.AttrOr<std::string>("activation", "none");
+    if (!act.ok()) *s = act.status();
+    else if (*act == "relu") relu_ = true;
+    else if (*act != "none") *s = InvalidArgument("FusedMatMul activation must be \"none\" or \"relu\", got \"" + *act + "\"");
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& a = ctx->input(0);
+    const Tensor& b = ctx->input(1);
+    const Tensor& bias = ctx->input(2);
+    if (a.rank() != 2 || b.rank() != 2) {
+      ctx->SetStatus(InvalidArgument("FusedMatMul needs rank-2 inputs, got " + Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    const int64_t m = a.dim(f_.ta ? 1 : 0), k = a.dim(f_.ta ? 0 : 1);
+    const int64_t kb = b.dim(f_.tb ? 1 : 0), n = b.dim(f_.tb ? 0 : 1);
+    if (k != kb) {
+      ctx->SetStatus(InvalidArgument("FusedMatMul inner dimensions differ: " + Describe(a, f_.ta, b, f_.tb)));
+      return;
+    }
+    if (bias.rank() != 1 || bias.dim(0) != n || bias.dtype() != a.dtype()) {
+      ctx->SetStatus(InvalidArgument("FusedMatMul bias must be a vector of the product's " + std::to_string(n) +
+                                     " columns, got " + bias.DebugString(0)));
+      return;
+    }
+    Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
+    if (m == 0 || n == 0) return;
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    const T* pbias = bias.data<T>();
+    T* pc = c.data<T>();
+    using RM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    nn::GemmSplit(ctx->pool(), m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      Eigen::Map<RM> C(pc, m, n);
+      auto cb = C.block(r0, c0, r1 - r0, c1 - c0);
+      cb.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(pbias + c0, c1 - c0);
+      if (k > 0) nn::GemmBlock(pa, pb, pc, m, n, k, f_.ta, f_.tb, r0, r1, c0, c1, /*accumulate=*/true);
+      if (relu_) cb = cb.cwiseMax(T(0));
+    });
+  }
+
+ private:
+  MatMulFlags f_;
+  bool relu_ = false;
+};
+
 // Batch dims broadcast NumPy-style; each output matrix is one independent
 // product, so batches are split over the pool (one big batch splits its rows).
 template <typename T>
@@ -133,6 +186,8 @@ class BatchMatMulKernel : public OpKernel {
 void RegisterMatMulKernels(KernelRegistry& reg) {
   RegisterCPU<MatMulKernel<float>>(reg, "MatMul", {DType::kFloat32});
   RegisterCPU<MatMulKernel<double>>(reg, "MatMul", {DType::kFloat64});
+  RegisterCPU<FusedMatMulKernel<float>>(reg, "FusedMatMul", {DType::kFloat32});
+  RegisterCPU<FusedMatMulKernel<double>>(reg, "FusedMatMul", {DType::kFloat64});
   RegisterCPU<BatchMatMulKernel<float>>(reg, "BatchMatMul", {DType::kFloat32});
   RegisterCPU<BatchMatMulKernel<double>>(reg, "BatchMatMul", {DType::kFloat64});
 }

@@ -40,6 +40,28 @@ void GemmBlock(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, bo
   else with_a(A.middleCols(r0, r1 - r0).transpose());
 }
 
+// Calls block(r0, r1, c0, c1) over blocks covering an [m, n] output of a
+// product with inner size k, split over the pool's threads when the product
+// is big enough (pool may be null: one block, inline). Each block is one
+// thread's, so what a block writes no other block touches.
+template <typename Fn>
+void GemmSplit(ComputePool* pool, int64_t m, int64_t n, int64_t k, const Fn& block) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || m * n * k < kGemmParallelMin) {
+    block(int64_t{0}, m, int64_t{0}, n);
+    return;
+  }
+  // Split the longer side; blocks of at least 16 rows/columns keep the
+  // packed panels efficient.
+  if (m >= n) {
+    pool->ParallelFor(m, std::max<int64_t>(16, (m + threads - 1) / threads),
+                      [&](int64_t r0, int64_t r1) { block(r0, r1, int64_t{0}, n); });
+  } else {
+    pool->ParallelFor(n, std::max<int64_t>(16, (n + threads - 1) / threads),
+                      [&](int64_t c0, int64_t c1) { block(int64_t{0}, m, c0, c1); });
+  }
+}
+
 // C (=|+=) op(A) op(B) on the whole matrices, split over the pool's threads
 // when the product is big enough (pool may be null: inline).
 template <typename T>
@@ -50,24 +72,9 @@ void Gemm(ComputePool* pool, const T* a, const T* b, T* c, int64_t m, int64_t n,
     if (!accumulate) std::fill(c, c + m * n, T(0));
     return;
   }
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || m * n * k < kGemmParallelMin) {
-    GemmBlock(a, b, c, m, n, k, ta, tb, 0, m, 0, n, accumulate);
-    return;
-  }
-  // Split the longer side; blocks of at least 16 rows/columns keep the
-  // packed panels efficient.
-  if (m >= n) {
-    pool->ParallelFor(m, std::max<int64_t>(16, (m + threads - 1) / threads),
-                      [&](int64_t r0, int64_t r1) {
-                        GemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, 0, n, accumulate);
-                      });
-  } else {
-    pool->ParallelFor(n, std::max<int64_t>(16, (n + threads - 1) / threads),
-                      [&](int64_t c0, int64_t c1) {
-                        GemmBlock(a, b, c, m, n, k, ta, tb, 0, m, c0, c1, accumulate);
-                      });
-  }
+  GemmSplit(pool, m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    GemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate);
+  });
 }
 
 }  // namespace nn

@@ -76,6 +76,15 @@ void AddNNGradChecks(GradCheckTable& t) {
                [](Graph& g, const std::vector<Output>& x) { return ops::BatchMatMul(g, x[0], x[1]); }});
   t.push_back({"BiasAdd", "bias over the last axis", {{2, 3, 4}, {4}},
                [](Graph& g, const std::vector<Output>& x) { return ops::BiasAdd(g, x[0], x[1]); }});
+  t.push_back({"FusedMatMul", "a x b + bias", {{2, 3}, {3, 4}, {4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::FusedMatMul(g, x[0], x[1], x[2]); }});
+  // Relu: a bias offset of +-5 per column keeps every pre-activation (|a b| <= 3,
+  // |bias| <= 1) away from the kink; both signs, so some columns are cut.
+  t.push_back({"FusedMatMul", "relu(a^T x b^T + bias)", {{3, 2}, {4, 3}, {4}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 auto off = ops::Const(g, Tensor::FromVector<double>({5, -5, 5, -5}, {4}));
+                 return ops::FusedMatMul(g, x[0], x[1], ops::Add(g, x[2], off), "relu", {true, true});
+               }});
   t.push_back({"Conv2D", "3x3 SAME", {{1, 5, 5, 2}, {3, 3, 2, 3}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Conv2D(g, x[0], x[1]); }});
   t.push_back({"Conv2D", "3x2 VALID stride 2x1", {{2, 5, 4, 2}, {3, 2, 2, 2}},

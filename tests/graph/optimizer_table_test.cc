@@ -79,7 +79,7 @@ TEST_CASE("Every optimizer in the table has its ops and kernels, and no update o
       const OpDef* sparse = ops.Find(spec.sparse_op);
       REQUIRE(sparse != nullptr);
       CHECK(sparse->min_inputs == spec.handles + spec.scalars + 2);  // ids, dy
-      CHECK(sparse->max_inputs == spec.handles + spec.scalars + 3);  // and segments
+      CHECK(sparse->max_inputs == spec.handles + spec.scalars + 4);  // split: rows, segments, weights, dy
       CHECK(sparse->stateful);
       CHECK(kernels.Has(spec.sparse_op, DeviceType::kCPU, DType::kInvalid));
     } else {

@@ -84,6 +84,19 @@ void Check(const Case& c, ComputePool* pool, int64_t n, int64_t num_segments) {
   const int64_t* seg = q.segment_ids.data<int64_t>();
   std::vector<double> total(num_segments * c.dim, 0.0);  // the sum over every shard
   double expect_total = 0;
+  // The same lookup split once for all shards (EmbeddingSplitIds): each
+  // shard then gets only its ids, as local rows in batch order.
+  EmbeddingOpAttrs split_attrs;
+  split_attrs.spec = EmbeddingShardSpec{"tbl", c.rows, c.K, 0, c.part};
+  split_attrs.combiner = c.comb;
+  split_attrs.segments = EmbeddingSegments::kSegmentIds;
+  split_attrs.num_segments = num_segments;
+  EmbeddingIdSplit split;
+  REQUIRE(SplitEmbeddingIds(split_attrs, q.ids, &q.segment_ids, &split).ok());
+  REQUIRE(split.rows.size() == static_cast<size_t>(c.K));
+  REQUIRE(split.weights.num_elements() == num_segments);
+  for (int64_t s = 0; s < num_segments; ++s) REQUIRE(split.weights.data<float>()[s] == w[s]);
+  int64_t split_total = 0;
   for (int64_t k = 0; k < c.K; ++k) {
     EmbeddingShardSpec spec{"tbl", c.rows, c.K, k, c.part};
     Tensor table = RandomTable(EmbeddingShardRows(c.rows, c.K, k, c.part), c.dim, rng);
@@ -107,7 +120,33 @@ void Check(const Case& c, ComputePool* pool, int64_t n, int64_t num_segments) {
         want_vals[it->second][j] += double(dy.data<float>()[seg[i] * c.dim + j]) * w[seg[i]];
       }
     }
+    // Shard k's part of the split: exactly its ids, in order, as local rows.
+    std::vector<int64_t> mine_rows, mine_segs;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t shard, local;
+      Locate(c.rows, c.K, c.part, ids[i], &shard, &local);
+      if (shard == k) mine_rows.push_back(local), mine_segs.push_back(seg[i]);
+    }
+    REQUIRE(split.rows[k].ToVector<int64_t>() == mine_rows);
+    REQUIRE(split.segments[k].ToVector<int64_t>() == mine_segs);
+    split_total += split.rows[k].num_elements();
+    EmbeddingOpAttrs shard_attrs = split_attrs;
+    shard_attrs.spec.shard = k;
+    shard_attrs.segments = EmbeddingSegments::kSplit;
+    EmbeddingGather qk;
+    REQUIRE(BuildSplitShardGather(shard_attrs, split.rows[k], split.segments[k], split.weights, &qk).ok());
     Tensor out;
+    Tensor split_out;
+    REQUIRE(EmbeddingGatherCombine(spec, qk, table, &split_out, pool).ok());
+    REQUIRE(split_out.shape() == Shape{num_segments, c.dim});
+    for (int64_t i = 0; i < split_out.num_elements(); ++i)
+      REQUIRE(std::abs(split_out.data<float>()[i] - want[i]) < 1e-4);
+    Tensor split_rows, split_vals;
+    REQUIRE(EmbeddingSparseGrad(spec, qk, dy, &split_rows, &split_vals, pool).ok());
+    REQUIRE(split_rows.ToVector<int64_t>() == want_rows);
+    for (size_t u = 0; u < want_rows.size(); ++u)
+      for (int64_t j = 0; j < c.dim; ++j)
+        REQUIRE(std::abs(split_vals.data<float>()[u * c.dim + j] - want_vals[u][j]) < 1e-4);
     REQUIRE(EmbeddingGatherCombine(spec, q, table, &out, pool).ok());
     REQUIRE(out.shape() == Shape{num_segments, c.dim});
     for (int64_t i = 0; i < out.num_elements(); ++i) {
@@ -125,6 +164,7 @@ void Check(const Case& c, ComputePool* pool, int64_t n, int64_t num_segments) {
         REQUIRE(std::abs(vals.data<float>()[u * c.dim + j] - want_vals[u][j]) < 1e-4);
     }
   }
+  CHECK(split_total == n);  // every id went to one shard
   // Every id is in exactly one shard: the partials add up to the whole lookup.
   double got_total = 0;
   for (double x : total) got_total += x;
@@ -176,4 +216,40 @@ TEST_CASE("Embedding gather and gradient name the bad id or segment", "[embeddin
   CHECK(s.message().find("segment id 3") != std::string::npos);
   q.segment_ids.data<int64_t>()[4] = 1;
   CHECK(EmbeddingGatherCombine(spec, q, table, &out).ok());
+}
+
+TEST_CASE("Split ids name the bad id, segment or local row", "[embedding]") {
+  EmbeddingOpAttrs a;
+  a.spec = EmbeddingShardSpec{"tbl", 100, 3, 0, EmbeddingPartition::kMod};
+  a.segments = EmbeddingSegments::kSegmentIds;
+  a.num_segments = 2;
+  Tensor ids = Tensor::FromVector<int64_t>({1, 5, 99, 100}), segs = Tensor::FromVector<int64_t>({0, 0, 1, 1});
+  EmbeddingIdSplit split;
+  Status s = SplitEmbeddingIds(a, ids, &segs, &split);
+  CHECK(s.message().find("'tbl'") != std::string::npos);
+  CHECK(s.message().find("id 100") != std::string::npos);
+  ids.data<int64_t>()[3] = 4;
+  segs.data<int64_t>()[1] = 2;
+  s = SplitEmbeddingIds(a, ids, &segs, &split);
+  CHECK(s.message().find("segment id 2 of id position 1") != std::string::npos);
+  segs.data<int64_t>()[1] = 0;
+  REQUIRE(SplitEmbeddingIds(a, ids, &segs, &split).ok());
+  // ids 1, 5, 99, 4 mod 3: shard 0 gets 99 (row 33), shard 1 gets 1 and 4
+  // (rows 0, 1), shard 2 gets 5 (row 1).
+  CHECK(split.rows[0].ToVector<int64_t>() == std::vector<int64_t>{33});
+  CHECK(split.rows[1].ToVector<int64_t>() == std::vector<int64_t>{0, 1});
+  CHECK(split.segments[1].ToVector<int64_t>() == std::vector<int64_t>{0, 1});
+  CHECK(split.rows[2].ToVector<int64_t>() == std::vector<int64_t>{1});
+  // A local row past its shard (a hostile or wrong feed) is refused by the shard.
+  EmbeddingOpAttrs k1 = a;
+  k1.spec.shard = 1;
+  k1.segments = EmbeddingSegments::kSplit;
+  EmbeddingGather q;
+  REQUIRE(BuildSplitShardGather(k1, Tensor::FromVector<int64_t>({0, 34}), split.segments[1], split.weights, &q).ok());
+  Tensor out;
+  s = EmbeddingGatherCombine(k1.spec, q, Tensor::Zeros(DType::kFloat32, {33, 2}), &out);
+  CHECK(s.message().find("local row 34 of shard 1") != std::string::npos);
+  // A hash table is never split by row.
+  a.spec.partition = EmbeddingPartition::kHash;
+  CHECK(SplitEmbeddingIds(a, ids, &segs, &split).message().find("hash") != std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"
 
@@ -112,4 +113,80 @@ TEST_CASE("BatchMatMul reports mismatched inner and batch dims", "[nn][matmul]")
   ops::BatchMatMul(g2, ops::Placeholder(g2, DType::kFloat32, {2, 3, 4}),
                    ops::Placeholder(g2, DType::kFloat32, {2, 5, 2}));
   CHECK(g2.status().message().find("inner dimensions") != std::string::npos);
+}
+
+TEST_CASE("FusedMatMul matches MatMul + BiasAdd (+ Relu) in values and gradients", "[nn][matmul][fused]") {
+  // Shapes of the MLP's layers (the parallel path) and small odd ones.
+  for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {128, 784, 512}, {128, 256, 10}, {3, 5, 7}, {17, 130, 260}, {1, 64, 1000}}) {
+    for (int flags = 0; flags < 8; ++flags) {
+      const bool ta = flags & 1, tb = flags & 2, relu = flags & 4;
+      INFO("m=" << m << " k=" << k << " n=" << n << " ta=" << ta << " tb=" << tb << " relu=" << relu);
+      Graph g;
+      auto a = ops::Placeholder(g, DType::kFloat32, ta ? Shape{k, m} : Shape{m, k}, "a");
+      auto b = ops::Placeholder(g, DType::kFloat32, tb ? Shape{n, k} : Shape{k, n}, "b");
+      auto bias = ops::Placeholder(g, DType::kFloat32, {n}, "bias");
+      auto fused = ops::FusedMatMul(g, a, b, bias, relu ? "relu" : "none", {ta, tb});
+      auto z = ops::BiasAdd(g, ops::MatMul(g, a, b, {ta, tb}), bias);
+      auto plain = relu ? ops::Relu(g, z) : z;
+      // A weighted sum, so each output element gets its own gradient.
+      auto r = ops::Const(g, Random(m * n, 7), {m, n});
+      auto gf = Gradients(g, {ops::Sum(g, fused * r)}, {a, b, bias});
+      auto gp = Gradients(g, {ops::Sum(g, plain * r)}, {a, b, bias});
+      REQUIRE(gf.ok());
+      REQUIRE(gp.ok());
+      REQUIRE(g.status().ok());
+      CHECK(fused.shape() == PartialShape({m, n}));
+      testing::Feeds feeds = {{a, Tensor::FromVector<float>(Random(m * k, 1), a.shape().dims())},
+                              {b, Tensor::FromVector<float>(Random(k * n, 2), b.shape().dims())},
+                              {bias, Tensor::FromVector<float>(Random(n, 3), {n})}};
+      std::vector<std::pair<Output, Output>> pairs = {{fused, plain}};
+      for (int i = 0; i < 3; ++i) pairs.push_back({(*gf)[i], (*gp)[i]});
+      for (size_t p = 0; p < pairs.size(); ++p) {
+        INFO("pair " << p << " (0: values, 1-3: gradients of a, b, bias)");
+        auto got = testing::Eval(g, pairs[p].first, feeds);
+        auto want = testing::Eval(g, pairs[p].second, feeds);
+        REQUIRE(got.ok());
+        REQUIRE(want.ok());
+        REQUIRE(got->shape() == want->shape());
+        auto x = got->ToVector<float>(), y = want->ToVector<float>();
+        double worst = 0;
+        int64_t positive = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
+          positive += y[i] > 0;
+        }
+        CHECK(worst < 1e-4);  // summation order differs (bias first), a missing term does not hide
+        // Relu really cut: some of the outputs are 0, some not.
+        if (p == 0 && relu && x.size() > 16) CHECK((positive > 0 && positive < int64_t(x.size())));
+      }
+    }
+  }
+}
+
+TEST_CASE("FusedMatMul refuses a bad activation or bias naming the op", "[nn][matmul][fused]") {
+  {
+    Graph g;
+    ops::FusedMatMul(g, ops::Const(g, Random(6, 1), {2, 3}), ops::Const(g, Random(12, 2), {3, 4}),
+                     ops::Const(g, Random(4, 3), {4}), "tanh");
+    REQUIRE_FALSE(g.status().ok());
+    CHECK(g.status().message().find("activation") != std::string::npos);
+  }
+  {
+    Graph g;
+    ops::FusedMatMul(g, ops::Const(g, Random(6, 1), {2, 3}), ops::Const(g, Random(12, 2), {3, 4}),
+                     ops::Const(g, Random(3, 3), {3}), "relu");
+    REQUIRE_FALSE(g.status().ok());
+    CHECK(g.status().message().find("bias") != std::string::npos);
+  }
+  {
+    // An unknown bias shape passes the graph; the kernel refuses it.
+    Graph g;
+    auto bias = ops::Placeholder(g, DType::kFloat32, PartialShape::Unknown(), "bias");
+    auto y = ops::FusedMatMul(g, ops::Const(g, Random(6, 1), {2, 3}), ops::Const(g, Random(12, 2), {3, 4}), bias);
+    REQUIRE(g.status().ok());
+    auto r = testing::Eval(g, y, {{bias, Tensor::FromVector<float>(Random(5, 3), {5})}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("FusedMatMul bias") != std::string::npos);
+  }
 }

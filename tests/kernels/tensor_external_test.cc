@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/in_memory_variables.h"
 #include "shardflow/tensor.h"
 
 using namespace sf;
@@ -61,4 +62,31 @@ TEST_CASE("WrapExternal refuses what it cannot wrap, naming why", "[kernels]") {
   auto empty = Tensor::WrapExternal(DType::kFloat32, {0, 3}, nullptr, noop);
   REQUIRE(empty.ok());
   CHECK(empty->num_elements() == 0);
+}
+
+TEST_CASE("Assign takes a buffer nobody else holds and copies any other", "[kernels]") {
+  Tensor stored;
+  {
+    // Only the message holds it (a restore's freshly read value): taken as is.
+    Tensor fresh = Tensor::FromVector<float>({1, 2, 3}, {3});
+    const float* p = fresh.data<float>();
+    REQUIRE(ApplyAssign("v", DType::kFloat32, PartialShape({3}), AssignMode::kAssign, fresh, &stored).ok());
+    CHECK(stored.data<float>() == p);
+  }
+  // Someone else still holds it: a copy, so in-place updates never reach theirs.
+  Tensor held = Tensor::FromVector<float>({4, 5, 6}, {3});
+  Tensor other = held;
+  REQUIRE(ApplyAssign("v", DType::kFloat32, PartialShape({3}), AssignMode::kAssign, held, &stored).ok());
+  CHECK_FALSE(stored.SharesBufferWith(held));
+  CHECK(stored.ToVector<float>() == std::vector<float>{4, 5, 6});
+  // Lent memory is never taken, even with one holder.
+  alignas(64) float data[3] = {7, 8, 9};
+  {
+    auto lent = Tensor::WrapExternal(DType::kFloat32, {3}, data, [] {});
+    REQUIRE(lent.ok());
+    REQUIRE(ApplyAssign("v", DType::kFloat32, PartialShape({3}), AssignMode::kAssign, *lent, &stored).ok());
+    CHECK(stored.data<float>() != data);
+  }
+  stored.data<float>()[0] = 0;
+  CHECK(data[0] == 7);
 }

@@ -217,6 +217,14 @@ std::map<std::string, Maker> Makers() {
     c.xs = {a, b};
     return c;
   };
+  m["FusedMatMul"] = [](Graph& g) {
+    Case c;
+    Output a = Feed(g, c, DType::kFloat32, {2, 0}), b = Feed(g, c, DType::kFloat32, {0, 3}, "b");
+    Output bias = Feed(g, c, DType::kFloat32, {3}, "bias");
+    c.fetches = {ops::FusedMatMul(g, a, b, bias, "relu")};
+    c.xs = {a, b, bias};
+    return c;
+  };
   m["BiasAdd"] = [](Graph& g) {
     Case c;
     Output x = Feed(g, c, DType::kFloat32, {2, 0}), b = Feed(g, c, DType::kFloat32, {0}, "bias");
@@ -304,6 +312,15 @@ std::map<std::string, Maker> Makers() {
     EmbeddingTable table = NewEmbeddingTable(g, "table", 4, 3, EmbeddingTableOptions{});
     c.setup.push_back(ops::GlobalVariablesInitializer(g));
     c.fetches = {ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt32, {0, 2}, "ids"))};
+    return c;
+  };
+  m["EmbeddingSplitIds"] = [](Graph& g) {  // two shards: the ids are split first
+    Case c;
+    EmbeddingTableOptions o;
+    o.num_shards = 2;
+    EmbeddingTable table = NewEmbeddingTable(g, "table2", 4, 3, o);
+    c.setup.push_back(ops::GlobalVariablesInitializer(g));
+    c.fetches = {ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt32, {0, 2}, "ids"), "mean")};
     return c;
   };
   m["Cond"] = [](Graph& g) {
