@@ -1,0 +1,415 @@
+// The oneDNN engines of dnnl_engines.h (the whole file needs oneDNN; without
+// it only ParsePrecision and the null factories are built).
+#include "kernels/cpu/dnnl_engines.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+
+#ifdef SF_HAVE_DNNL
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace sf {
+namespace nn {
+
+Status ParsePrecision(const KernelInit& init, Precision* out) {
+  SF_ASSIGN_OR_RETURN(std::string p, init.AttrOr<std::string>("precision", "fp32"));
+  if (p == "fp32") {
+    *out = Precision::kFp32;
+    return Status::OK();
+  }
+  if (p != "bf16")
+    return InvalidArgument("attr precision must be \"fp32\" or \"bf16\", got \"" + p + "\"");
+  SF_RETURN_IF_ERROR(Bf16Supported());
+  *out = Precision::kBf16;
+  return Status::OK();
+}
+
+#ifndef SF_HAVE_DNNL
+
+std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision) { return nullptr; }
+std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine() { return nullptr; }
+
+#else
+
+namespace {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// Every thread that touches oneDNN runs its primitives on itself alone: the
+// compute pool provides the parallelism (see the header).
+void PinOpenMpToThisThread() {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+// An uninitialised buffer of `bytes`, 64-byte aligned (what oneDNN likes).
+struct Scratch {
+  explicit Scratch(size_t bytes) : p(bytes ? static_cast<char*>(::operator new[](bytes, std::align_val_t(64))) : nullptr) {}
+  ~Scratch() {
+    if (p) ::operator delete[](p, std::align_val_t(64));
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  char* p;
+};
+
+// fp32 -> bf16 (round to nearest even; Eigen's vectorised cast).
+void ToBf16(const float* src, int64_t n, void* dst) {
+  Eigen::Map<Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>>(static_cast<Eigen::bfloat16*>(dst), n) =
+      Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, 1>>(src, n).cast<Eigen::bfloat16>();
+}
+
+// Runs fn(b0, b1) over [0, n) in one block per pool thread (at most n).
+template <typename F>
+void SplitBlocks(ComputePool* pool, int64_t n, F fn) {
+  const int64_t threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || n <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t per = (n + threads - 1) / threads;
+  pool->ParallelFor(n, per, [&](int64_t b0, int64_t b1) { fn(b0, b1); });
+}
+
+std::string WindowString(const Window& w, int64_t oc) {
+  return "input [" + std::to_string(w.n) + "," + std::to_string(w.h) + "," + std::to_string(w.w) + "," +
+         std::to_string(w.c) + "], filter [" + std::to_string(w.kh) + "," + std::to_string(w.kw) + "," +
+         std::to_string(w.c) + "," + std::to_string(oc) + "], strides " + std::to_string(w.sh) + "," +
+         std::to_string(w.sw);
+}
+
+enum class Pass { kForward, kBackwardInput, kBackwardFilter };
+
+// One cached convolution of a given sub-batch: its primitive, and the
+// reorders between the graph's HWIO fp32 filter and the layout it chose.
+struct ConvPlan {
+  int64_t n = 0;  // images per block
+  dnnl::primitive prim;
+  memory::desc src, wei, dst, scratch;  // src/dst: the NHWC activations (diff_* for the gradients)
+  memory::desc user_wei;                // HWIO fp32
+  bool reorder_wei = false;
+  dnnl::reorder wei_reorder;  // user -> prim (forward, backward input) or prim -> user (filter)
+};
+
+class DnnlConv : public ConvEngine {
+ public:
+  explicit DnnlConv(Precision p) : eng_(dnnl::engine::kind::cpu, 0), prec_(p) {}
+
+  Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in, const float* f,
+                 float* out) override {
+    return Run(Pass::kForward, pool, w, oc, in, f, out);
+  }
+  Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f, const float* dy,
+                       float* dx) override {
+    return Run(Pass::kBackwardInput, pool, w, oc, dy, f, dx);
+  }
+  Status BackwardFilter(ComputePool* pool, const Window& w, int64_t oc, const float* in,
+                        const float* dy, float* df) override {
+    return Run(Pass::kBackwardFilter, pool, w, oc, in, dy, df);
+  }
+
+ private:
+  // For kForward: a = input, b = filter, out = output; kBackwardInput: a = dy,
+  // b = filter, out = dx; kBackwardFilter: a = input, b = dy, out = df.
+  Status Run(Pass pass, ComputePool* pool, const Window& w, int64_t oc, const float* a, const float* b,
+             float* out) {
+    try {
+      PinOpenMpToThisThread();
+      const int64_t img_in = w.h * w.w * w.c, img_out = w.oh * w.ow * oc, fsize = w.kh * w.kw * w.c * oc;
+      // Partial filter gradients of the blocks after the first (which writes df itself).
+      std::vector<std::unique_ptr<Scratch>> partial;
+      std::mutex mu;  // guards partial and err
+      Status err;
+      SplitBlocks(pool, w.n, [&](int64_t b0, int64_t b1) {
+        try {
+          PinOpenMpToThisThread();
+          const ConvPlan& plan = PlanFor(pass, w, oc, b1 - b0);
+          float* target = out;
+          if (pass == Pass::kBackwardFilter && b0 != 0) {
+            auto buf = std::make_unique<Scratch>(fsize * sizeof(float));
+            target = reinterpret_cast<float*>(buf->p);
+            std::lock_guard<std::mutex> l(mu);
+            partial.push_back(std::move(buf));
+          }
+          RunBlock(pass, plan, w, oc, b0, b1, img_in, img_out, a, b, target);
+        } catch (const dnnl::error& e) {
+          std::lock_guard<std::mutex> l(mu);
+          if (err.ok()) err = Failed(pass, w, oc, e);
+        }
+      });
+      if (!err.ok()) return err;
+      using Vec = Eigen::Array<float, Eigen::Dynamic, 1>;
+      for (auto& p : partial)
+        if (p) Eigen::Map<Vec>(out, fsize) += Eigen::Map<const Vec>(reinterpret_cast<float*>(p->p), fsize);
+      return Status::OK();
+    } catch (const dnnl::error& e) {
+      return Failed(pass, w, oc, e);
+    }
+  }
+
+  static Status Failed(Pass pass, const Window& w, int64_t oc, const dnnl::error& e) {
+    static const char* names[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"};
+    return Internal(std::string("oneDNN ") + names[static_cast<int>(pass)] + " failed for " +
+                    WindowString(w, oc) + ": " + e.what());
+  }
+
+  void RunBlock(Pass pass, const ConvPlan& plan, const Window& w, int64_t oc, int64_t b0, int64_t b1,
+                int64_t img_in, int64_t img_out, const float* a, const float* b, float* out) {
+    dnnl::stream strm(eng_);
+    const bool bf16 = prec_ == Precision::kBf16;
+    const int64_t nb = b1 - b0;
+    Scratch scratch(plan.scratch.get_size());
+    memory scratch_m(plan.scratch, eng_, scratch.p);
+    // The activation operand(s) of this block, converted to bf16 when asked.
+    auto activation = [&](const float* base, int64_t per_image, const memory::desc& md,
+                          std::unique_ptr<Scratch>* keep) {
+      const float* p = base + b0 * per_image;
+      if (!bf16) return memory(md, eng_, const_cast<float*>(p));
+      *keep = std::make_unique<Scratch>(nb * per_image * 2);
+      ToBf16(p, nb * per_image, (*keep)->p);
+      return memory(md, eng_, (*keep)->p);
+    };
+    std::unique_ptr<Scratch> keep_a, keep_b, keep_w;
+    if (pass == Pass::kBackwardFilter) {
+      memory src = activation(a, img_in, plan.src, &keep_a);
+      memory ddst = activation(b, img_out, plan.dst, &keep_b);
+      memory user(plan.user_wei, eng_, out);
+      memory dwei = user;
+      if (plan.reorder_wei) {
+        keep_w = std::make_unique<Scratch>(plan.wei.get_size());
+        dwei = memory(plan.wei, eng_, keep_w->p);
+      }
+      plan.prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwei},
+                               {DNNL_ARG_SCRATCHPAD, scratch_m}});
+      if (plan.reorder_wei) plan.wei_reorder.execute(strm, dwei, user);
+      strm.wait();
+      return;
+    }
+    // The filter in the primitive's layout (and precision).
+    memory user(plan.user_wei, eng_, const_cast<float*>(b));
+    memory wei = user;
+    if (plan.reorder_wei) {
+      keep_w = std::make_unique<Scratch>(plan.wei.get_size());
+      wei = memory(plan.wei, eng_, keep_w->p);
+      plan.wei_reorder.execute(strm, user, wei);
+    }
+    if (pass == Pass::kForward) {
+      memory src = activation(a, img_in, plan.src, &keep_a);
+      memory dst(plan.dst, eng_, out + b0 * img_out);
+      plan.prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst},
+                               {DNNL_ARG_SCRATCHPAD, scratch_m}});
+    } else {
+      memory ddst = activation(a, img_out, plan.dst, &keep_a);
+      memory dsrc(plan.src, eng_, out + b0 * img_in);
+      plan.prim.execute(strm, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc},
+                               {DNNL_ARG_SCRATCHPAD, scratch_m}});
+    }
+    strm.wait();
+  }
+
+  // The plan of (pass, geometry, images per block), built on first use.
+  const ConvPlan& PlanFor(Pass pass, const Window& w, int64_t oc, int64_t nb) {
+    const std::vector<int64_t> key = {static_cast<int64_t>(pass), nb, w.h, w.w, w.c, w.kh, w.kw, oc,
+                                      w.sh, w.sw, w.pad_top, w.pad_left};
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& e : cache_)
+        if (e.first == key) return *e.second;
+    }
+    auto plan = Build(pass, w, oc, nb);
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& e : cache_)
+      if (e.first == key) return *e.second;  // another thread built it first
+    cache_.emplace_back(key, std::move(plan));
+    return *cache_.back().second;
+  }
+
+  std::unique_ptr<ConvPlan> Build(Pass pass, const Window& w, int64_t oc, int64_t nb) {
+    auto plan = std::make_unique<ConvPlan>();
+    plan->n = nb;
+    const dt act = prec_ == Precision::kBf16 ? dt::bf16 : dt::f32;
+    const memory::dims src_d = {nb, w.c, w.h, w.w}, wei_d = {oc, w.c, w.kh, w.kw},
+                       dst_d = {nb, oc, w.oh, w.ow}, strides = {w.sh, w.sw},
+                       pad_l = {w.pad_top, w.pad_left},
+                       pad_r = {std::max<int64_t>(0, (w.oh - 1) * w.sh + w.kh - w.h - w.pad_top),
+                                std::max<int64_t>(0, (w.ow - 1) * w.sw + w.kw - w.w - w.pad_left)};
+    // Inputs in bf16 when asked; what is written (dst, diff_src, diff_weights) stays fp32.
+    const memory::desc src_in(src_d, act, tag::nhwc), dst_in(dst_d, act, tag::nhwc);
+    const memory::desc src_out(src_d, dt::f32, tag::nhwc), dst_out(dst_d, dt::f32, tag::nhwc);
+    const memory::desc wei_any(wei_d, act, tag::any), dwei_any(wei_d, dt::f32, tag::any);
+    plan->user_wei = memory::desc(wei_d, dt::f32, tag::hwio);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const auto alg = dnnl::algorithm::convolution_direct;
+    // The forward descriptor also hints the backward ones.
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, alg, src_in, wei_any, dst_out,
+                                       strides, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng_);
+    if (pass == Pass::kForward) {
+      plan->prim = dnnl::convolution_forward(fpd);
+      plan->src = fpd.src_desc();
+      plan->wei = fpd.weights_desc();
+      plan->dst = fpd.dst_desc();
+      plan->scratch = fpd.scratchpad_desc();
+    } else if (pass == Pass::kBackwardInput) {
+      dnnl::convolution_backward_data::desc bd(alg, src_out, wei_any, dst_in, strides, pad_l, pad_r);
+      dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, eng_, fpd);
+      plan->prim = dnnl::convolution_backward_data(bpd);
+      plan->src = bpd.diff_src_desc();
+      plan->wei = bpd.weights_desc();
+      plan->dst = bpd.diff_dst_desc();
+      plan->scratch = bpd.scratchpad_desc();
+    } else {
+      dnnl::convolution_backward_weights::desc bd(alg, src_in, dwei_any, dst_in, strides, pad_l, pad_r);
+      dnnl::convolution_backward_weights::primitive_desc bpd(bd, attr, eng_, fpd);
+      plan->prim = dnnl::convolution_backward_weights(bpd);
+      plan->src = bpd.src_desc();
+      plan->wei = bpd.diff_weights_desc();
+      plan->dst = bpd.diff_dst_desc();
+      plan->scratch = bpd.scratchpad_desc();
+    }
+    plan->reorder_wei = plan->wei != plan->user_wei;
+    if (plan->reorder_wei) {
+      if (pass == Pass::kBackwardFilter)
+        plan->wei_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng_, plan->wei, eng_, plan->user_wei));
+      else
+        plan->wei_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng_, plan->user_wei, eng_, plan->wei));
+    }
+    return plan;
+  }
+
+  dnnl::engine eng_;
+  Precision prec_;
+  std::mutex mu_;
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<ConvPlan>>> cache_;  // guarded by mu_
+};
+
+// One cached block product: dims and strides of its operands.
+struct MatMulPlan {
+  dnnl::matmul prim;
+  memory::desc a, b, c, scratch;
+};
+
+class DnnlBf16MatMul : public MatMulEngine {
+ public:
+  DnnlBf16MatMul() : eng_(dnnl::engine::kind::cpu, 0) {}
+
+  Status Run(ComputePool* pool, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+             bool ta, bool tb) override {
+    try {
+      if (m == 0 || n == 0) return Status::OK();
+      if (k == 0) {
+        std::fill(c, c + m * n, 0.0f);
+        return Status::OK();
+      }
+      PinOpenMpToThisThread();
+      // Both operands in bf16 once, in their own layouts.
+      Scratch a16(m * k * 2), b16(k * n * 2);
+      SplitBlocks(pool, 2, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          if (i == 0) ToBf16(a, m * k, a16.p);
+          else ToBf16(b, k * n, b16.p);
+        }
+      });
+      // Blocks of C's longer side, one per thread (at least 16 rows or columns).
+      const int64_t threads = pool ? std::max(1, pool->num_threads()) : 1;
+      const bool by_rows = m >= n;
+      const int64_t side = by_rows ? m : n;
+      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, side / 16));
+      const int64_t per = (side + blocks - 1) / blocks;
+      std::mutex err_mu;
+      Status err;
+      auto block = [&](int64_t s0, int64_t s1) {
+        try {
+          PinOpenMpToThisThread();
+          const int64_t bm = by_rows ? s1 - s0 : m, bn = by_rows ? n : s1 - s0;
+          const MatMulPlan& p = PlanFor(bm, bn, m, n, k, ta, tb);
+          // Element (i, j) of op(A) is at i*sa0 + j*sa1 (likewise B); block offsets follow.
+          const auto* pa = reinterpret_cast<const uint16_t*>(a16.p);
+          const auto* pb = reinterpret_cast<const uint16_t*>(b16.p);
+          float* pc = c;
+          if (by_rows) {
+            pa += s0 * (ta ? 1 : k);
+            pc += s0 * n;
+          } else {
+            pb += s0 * (tb ? k : 1);
+            pc += s0;
+          }
+          Scratch scratch(p.scratch.get_size());
+          dnnl::stream strm(eng_);
+          p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.a, eng_, const_cast<uint16_t*>(pa))},
+                                {DNNL_ARG_WEIGHTS, memory(p.b, eng_, const_cast<uint16_t*>(pb))},
+                                {DNNL_ARG_DST, memory(p.c, eng_, pc)},
+                                {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng_, scratch.p)}});
+          strm.wait();
+        } catch (const dnnl::error& e) {
+          std::lock_guard<std::mutex> l(err_mu);
+          if (err.ok()) err = Failed(m, n, k, ta, tb, e);
+        }
+      };
+      if (blocks <= 1) block(0, side);
+      else pool->ParallelFor(side, per, block);
+      return err;
+    } catch (const dnnl::error& e) {
+      return Failed(m, n, k, ta, tb, e);
+    }
+  }
+
+ private:
+  static Status Failed(int64_t m, int64_t n, int64_t k, bool ta, bool tb, const dnnl::error& e) {
+    return Internal("oneDNN bf16 MatMul failed for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k) + (ta ? " (a transposed)" : "") + (tb ? " (b transposed)" : "") +
+                    ": " + e.what());
+  }
+
+  const MatMulPlan& PlanFor(int64_t bm, int64_t bn, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+    const std::vector<int64_t> key = {bm, bn, m, n, k, ta, tb};
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& e : cache_)
+        if (e.first == key) return *e.second;
+    }
+    auto p = std::make_unique<MatMulPlan>();
+    // Strides of the whole matrices: A [m,k] row-major is (k, 1); transposed, (1, m).
+    p->a = memory::desc({bm, k}, dt::bf16, ta ? memory::dims{1, m} : memory::dims{k, 1});
+    p->b = memory::desc({k, bn}, dt::bf16, tb ? memory::dims{1, k} : memory::dims{n, 1});
+    p->c = memory::desc({bm, bn}, dt::f32, memory::dims{n, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, p->b, p->c), attr, eng_);
+    p->prim = dnnl::matmul(pd);
+    p->scratch = pd.scratchpad_desc();
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& e : cache_)
+      if (e.first == key) return *e.second;
+    cache_.emplace_back(key, std::move(p));
+    return *cache_.back().second;
+  }
+
+  dnnl::engine eng_;
+  std::mutex mu_;
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<MatMulPlan>>> cache_;  // guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision precision) {
+  return std::make_unique<DnnlConv>(precision);
+}
+
+std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine() { return std::make_unique<DnnlBf16MatMul>(); }
+
+#endif  // SF_HAVE_DNNL
+
+}  // namespace nn
+}  // namespace sf
