@@ -1,6 +1,7 @@
 // Training steps per second of the Fashion-MNIST MLP (784-512-256-10, SGD
 // with momentum) at a given batch size, on random inputs (the data does not
-// change the work). Summary keys: steps_per_sec, batch, steps.
+// change the work), at --precision fp32 or bf16 (shardflow/precision.h).
+// Summary keys: steps_per_sec, precision, batch, steps.
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -8,6 +9,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/models.h"
+#include "shardflow/precision.h"
 #include "shardflow/session.h"
 
 using namespace sf;
@@ -16,7 +18,8 @@ using namespace sf::examples;
 int main(int argc, char** argv) {
   Flags flags;
   flags.Int("batch", 128, "batch size").Int("steps", 300, "timed steps").Int("warmup", 20, "untimed steps")
-      .String("model", "mlp", "mlp or cnn").Int("threads", 0, "compute threads (0 = one per core)")
+      .String("model", "mlp", "mlp or cnn")
+      .String("precision", "fp32", "fp32 or bf16 (bf16 needs an AVX512_BF16 CPU)").Int("threads", 0, "compute threads (0 = one per core)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_mlp_step");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
@@ -28,6 +31,12 @@ int main(int argc, char** argv) {
   Status bs = BuildClassifier(g, mo, &m);
   if (!bs.ok()) {
     std::fprintf(stderr, "bench_mlp_step: %s\n", bs.ToString().c_str());
+    return 1;
+  }
+  const std::string precision = flags.GetString("precision");
+  auto set = SetComputePrecision(g, precision);
+  if (!set.ok()) {
+    std::fprintf(stderr, "bench_mlp_step: %s\n", set.status().ToString().c_str());
     return 1;
   }
   SessionOptions so;
@@ -55,7 +64,7 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double sps = steps / secs;
   if (flags.GetBool("json"))
-    JsonLine().Add("system", "shardflow").Add("model", mo.model).Add("batch", batch).Add("steps", steps)
+    JsonLine().Add("system", "shardflow").Add("model", mo.model).Add("precision", precision).Add("batch", batch).Add("steps", steps)
         .Add("steps_per_sec", sps).Print();
   else
     std::printf("%s batch %lld: %.1f training steps/s (%.2f ms/step)\n", mo.model.c_str(), (long long)batch, sps,

@@ -37,6 +37,7 @@ Status ParsePrecision(const KernelInit& init, Precision* out) {
 
 std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision) { return nullptr; }
 std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine() { return nullptr; }
+std::unique_ptr<MaxPoolGradEngine> NewDnnlMaxPoolGradEngine() { return nullptr; }
 
 #else
 
@@ -401,7 +402,99 @@ class DnnlBf16MatMul : public MatMulEngine {
   std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<MatMulPlan>>> cache_;  // guarded by mu_
 };
 
+// One cached max pooling of a given sub-batch: the forward (for the
+// workspace of argmax positions) and the backward that reads it.
+struct PoolPlan {
+  dnnl::pooling_forward fwd;
+  dnnl::pooling_backward bwd;
+  memory::desc src, dst, ws, fwd_scratch, bwd_scratch;
+};
+
+class DnnlMaxPoolGrad : public MaxPoolGradEngine {
+ public:
+  DnnlMaxPoolGrad() : eng_(dnnl::engine::kind::cpu, 0) {}
+
+  Status Run(ComputePool* pool, const Window& w, const float* x, const float* dy, float* dx) override {
+    try {
+      PinOpenMpToThisThread();
+      const int64_t img_in = w.h * w.w * w.c, img_out = w.oh * w.ow * w.c;
+      std::mutex mu;
+      Status err;
+      SplitBlocks(pool, w.n, [&](int64_t b0, int64_t b1) {
+        try {
+          PinOpenMpToThisThread();
+          const PoolPlan& p = PlanFor(w, b1 - b0);
+          Scratch y(p.dst.get_size()), ws(p.ws.get_size());
+          Scratch s1(p.fwd_scratch.get_size()), s2(p.bwd_scratch.get_size());
+          dnnl::stream strm(eng_);
+          memory ws_m(p.ws, eng_, ws.p);
+          p.fwd.execute(strm, {{DNNL_ARG_SRC, memory(p.src, eng_, const_cast<float*>(x + b0 * img_in))},
+                               {DNNL_ARG_DST, memory(p.dst, eng_, y.p)},
+                               {DNNL_ARG_WORKSPACE, ws_m},
+                               {DNNL_ARG_SCRATCHPAD, memory(p.fwd_scratch, eng_, s1.p)}});
+          p.bwd.execute(strm, {{DNNL_ARG_DIFF_DST, memory(p.dst, eng_, const_cast<float*>(dy + b0 * img_out))},
+                               {DNNL_ARG_DIFF_SRC, memory(p.src, eng_, dx + b0 * img_in)},
+                               {DNNL_ARG_WORKSPACE, ws_m},
+                               {DNNL_ARG_SCRATCHPAD, memory(p.bwd_scratch, eng_, s2.p)}});
+          strm.wait();
+        } catch (const dnnl::error& e) {
+          std::lock_guard<std::mutex> l(mu);
+          if (err.ok()) err = Failed(w, e);
+        }
+      });
+      return err;
+    } catch (const dnnl::error& e) {
+      return Failed(w, e);
+    }
+  }
+
+ private:
+  static Status Failed(const Window& w, const dnnl::error& e) {
+    return Internal("oneDNN MaxPoolGrad failed for input [" + std::to_string(w.n) + "," + std::to_string(w.h) +
+                    "," + std::to_string(w.w) + "," + std::to_string(w.c) + "], window " + std::to_string(w.kh) +
+                    "x" + std::to_string(w.kw) + ": " + e.what());
+  }
+
+  const PoolPlan& PlanFor(const Window& w, int64_t nb) {
+    const std::vector<int64_t> key = {nb, w.h, w.w, w.c, w.kh, w.kw, w.sh, w.sw, w.pad_top, w.pad_left};
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& e : cache_)
+        if (e.first == key) return *e.second;
+    }
+    auto p = std::make_unique<PoolPlan>();
+    const memory::dims strides = {w.sh, w.sw}, kernel = {w.kh, w.kw}, pad_l = {w.pad_top, w.pad_left},
+                       pad_r = {std::max<int64_t>(0, (w.oh - 1) * w.sh + w.kh - w.h - w.pad_top),
+                                std::max<int64_t>(0, (w.ow - 1) * w.sw + w.kw - w.w - w.pad_left)};
+    p->src = memory::desc({nb, w.c, w.h, w.w}, dt::f32, tag::nhwc);
+    p->dst = memory::desc({nb, w.c, w.oh, w.ow}, dt::f32, tag::nhwc);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, p->src,
+                                   p->dst, strides, kernel, pad_l, pad_r);
+    dnnl::pooling_forward::primitive_desc fpd(fd, attr, eng_);
+    dnnl::pooling_backward::desc bd(dnnl::algorithm::pooling_max, p->src, p->dst, strides, kernel, pad_l, pad_r);
+    dnnl::pooling_backward::primitive_desc bpd(bd, attr, eng_, fpd);
+    p->fwd = dnnl::pooling_forward(fpd);
+    p->bwd = dnnl::pooling_backward(bpd);
+    p->ws = fpd.workspace_desc();
+    p->fwd_scratch = fpd.scratchpad_desc();
+    p->bwd_scratch = bpd.scratchpad_desc();
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& e : cache_)
+      if (e.first == key) return *e.second;
+    cache_.emplace_back(key, std::move(p));
+    return *cache_.back().second;
+  }
+
+  dnnl::engine eng_;
+  std::mutex mu_;
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<PoolPlan>>> cache_;  // guarded by mu_
+};
+
 }  // namespace
+
+std::unique_ptr<MaxPoolGradEngine> NewDnnlMaxPoolGradEngine() { return std::make_unique<DnnlMaxPoolGrad>(); }
 
 std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision precision) {
   return std::make_unique<DnnlConv>(precision);

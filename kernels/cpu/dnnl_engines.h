@@ -55,6 +55,19 @@ std::unique_ptr<ConvEngine> NewEigenConvEngine();
 // The oneDNN engine at `precision`; null when built without oneDNN.
 std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision precision);
 
+// MaxPoolGrad on float32 NHWC: dy routed to each window's first maximum.
+class MaxPoolGradEngine {
+ public:
+  virtual ~MaxPoolGradEngine() = default;
+  // dx[n,h,w,c] from the input x and dy[n,oh,ow,c] for window w (kh, kw
+  // being the pool's ksize). Internal naming the shapes when the library fails.
+  virtual Status Run(ComputePool* pool, const Window& w, const float* x, const float* dy, float* dx) = 0;
+};
+
+// The oneDNN MaxPoolGrad (max pooling forward for its workspace, then
+// backward); null when built without oneDNN.
+std::unique_ptr<MaxPoolGradEngine> NewDnnlMaxPoolGradEngine();
+
 // C[m,n] = op(A) op(B) in bf16 with fp32 accumulation (A [m,k] or [k,m] when
 // ta, B [k,n] or [n,k] when tb, row-major float32).
 class MatMulEngine {

@@ -210,3 +210,49 @@ TEST_CASE("A bad precision attr is refused naming it", "[kernels][dnnl]") {
   REQUIRE_FALSE(r2.ok());
   CHECK(r2.status().message().find("precision") != std::string::npos);
 }
+
+TEST_CASE("oneDNN MaxPoolGrad routes dy to the first maximum, ties included", "[kernels][dnnl]") {
+  auto engine = nn::NewDnnlMaxPoolGradEngine();
+  if (!BuiltWithDnnl()) {
+    CHECK(engine == nullptr);
+    return;
+  }
+  REQUIRE(engine != nullptr);
+  ComputePool pool(2);
+  struct PoolCase {
+    Shape in;
+    int64_t k, s;
+    bool same;
+  };
+  for (const PoolCase& pc : {PoolCase{{64, 28, 28, 32}, 2, 2, false}, PoolCase{{3, 7, 9, 5}, 2, 2, false},
+                             PoolCase{{3, 7, 9, 5}, 3, 2, true}, PoolCase{{2, 5, 5, 3}, 2, 2, true},
+                             PoolCase{{5, 6, 6, 17}, 3, 1, false}}) {
+    INFO("input " << ShapeString(pc.in) << " window " << pc.k << " stride " << pc.s << (pc.same ? " SAME" : " VALID"));
+    nn::Window w;
+    w.n = pc.in[0], w.h = pc.in[1], w.w = pc.in[2], w.c = pc.in[3];
+    w.kh = w.kw = pc.k;
+    w.sh = w.sw = pc.s;
+    REQUIRE(nn::ComputeWindow(pc.same, &w).ok());
+    // Values in {0, 1, 2}: most windows hold ties (as after a ReLU).
+    std::vector<float> x = Random(NumElements(pc.in), 11);
+    for (float& v : x) v = std::floor((v + 1) * 1.5f);
+    const auto dy = Random(w.n * w.oh * w.ow * w.c, 12);
+    std::vector<float> want(x.size(), 0.0f), got(x.size(), NAN);
+    for (int64_t n = 0; n < w.n; ++n)
+      for (int64_t oy = 0; oy < w.oh; ++oy)
+        for (int64_t ox = 0; ox < w.ow; ++ox)
+          for (int64_t c = 0; c < w.c; ++c) {
+            int64_t arg = -1;
+            for (int64_t ky = 0; ky < w.kh; ++ky)
+              for (int64_t kx = 0; kx < w.kw; ++kx) {
+                const int64_t iy = oy * w.sh - w.pad_top + ky, ix = ox * w.sw - w.pad_left + kx;
+                if (iy < 0 || iy >= w.h || ix < 0 || ix >= w.w) continue;
+                const int64_t at = ((n * w.h + iy) * w.w + ix) * w.c + c;
+                if (arg < 0 || x[at] > x[arg]) arg = at;
+              }
+            want[arg] += dy[((n * w.oh + oy) * w.ow + ox) * w.c + c];
+          }
+    REQUIRE(engine->Run(&pool, w, x.data(), dy.data(), got.data()).ok());
+    CHECK(RelError(got, want) < 1e-6);
+  }
+}
