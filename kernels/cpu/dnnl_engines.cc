@@ -64,11 +64,67 @@ struct Scratch {
   char* p;
 };
 
-// fp32 -> bf16 (round to nearest even; Eigen's vectorised cast).
-void ToBf16(const float* src, int64_t n, void* dst) {
-  Eigen::Map<Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>>(static_cast<Eigen::bfloat16*>(dst), n) =
-      Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, 1>>(src, n).cast<Eigen::bfloat16>();
+// The plan under `key`, made by make() on first use; guarded by its own mutex
+// (kernels run concurrently), built outside it.
+template <typename Plan>
+class PlanCache {
+ public:
+  template <typename Make>
+  const Plan& Get(const std::vector<int64_t>& key, Make make) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& e : cache_)
+        if (e.first == key) return *e.second;
+    }
+    auto p = std::make_unique<Plan>(make());
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& e : cache_)
+      if (e.first == key) return *e.second;  // another thread made it first
+    cache_.emplace_back(key, std::move(p));
+    return *cache_.back().second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<Plan>>> cache_;  // guarded by mu_
+};
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
 }
+
+// fp32 -> bf16 (round to nearest even) through oneDNN's reorders (vectorised;
+// Eigen's cast to bfloat16 is scalar and cost a third of a bf16 MLP step).
+class Bf16Converter {
+ public:
+  explicit Bf16Converter(const dnnl::engine& eng) : eng_(eng) {}
+  // dst (rows x cols, row-major bf16) = op(src) for an fp32 src stored
+  // [rows, cols], or [cols, rows] when transposed. Throws dnnl::error.
+  void Run(const float* src, void* dst, int64_t rows, int64_t cols, bool transposed) {
+    const Reorder& r = cache_.Get({rows, cols, transposed}, [&] {
+      memory::desc from({rows, cols}, dt::f32, transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+      memory::desc to({rows, cols}, dt::bf16, tag::ab);
+      dnnl::reorder::primitive_desc pd(eng_, from, eng_, to, UserScratchpad());
+      return Reorder{dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
+    });
+    Scratch scratch(r.scratch.get_size());
+    dnnl::stream strm(eng_);
+    r.prim.execute(strm, {{DNNL_ARG_FROM, memory(r.from, eng_, const_cast<float*>(src))},
+                          {DNNL_ARG_TO, memory(r.to, eng_, dst)},
+                          {DNNL_ARG_SCRATCHPAD, memory(r.scratch, eng_, scratch.p)}});
+    strm.wait();
+  }
+
+ private:
+  struct Reorder {
+    dnnl::reorder prim;
+    memory::desc from, to, scratch;
+  };
+  dnnl::engine eng_;
+  PlanCache<Reorder> cache_;
+};
 
 // Runs fn(b0, b1) over [0, n) in one block per pool thread (at most n).
 template <typename F>
@@ -104,7 +160,7 @@ struct ConvPlan {
 
 class DnnlConv : public ConvEngine {
  public:
-  explicit DnnlConv(Precision p) : eng_(dnnl::engine::kind::cpu, 0), prec_(p) {}
+  explicit DnnlConv(Precision p) : eng_(dnnl::engine::kind::cpu, 0), prec_(p), to_bf16_(eng_) {}
 
   Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in, const float* f,
                  float* out) override {
@@ -177,7 +233,7 @@ class DnnlConv : public ConvEngine {
       const float* p = base + b0 * per_image;
       if (!bf16) return memory(md, eng_, const_cast<float*>(p));
       *keep = std::make_unique<Scratch>(nb * per_image * 2);
-      ToBf16(p, nb * per_image, (*keep)->p);
+      to_bf16_.Run(p, (*keep)->p, 1, nb * per_image, false);
       return memory(md, eng_, (*keep)->p);
     };
     std::unique_ptr<Scratch> keep_a, keep_b, keep_w;
@@ -291,19 +347,24 @@ class DnnlConv : public ConvEngine {
 
   dnnl::engine eng_;
   Precision prec_;
+  Bf16Converter to_bf16_;
   std::mutex mu_;
   std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<ConvPlan>>> cache_;  // guarded by mu_
 };
 
-// One cached block product: dims and strides of its operands.
+// A cached block product.
 struct MatMulPlan {
   dnnl::matmul prim;
-  memory::desc a, b, c, scratch;
+  memory::desc src, dst, scratch;
 };
 
+// op(A) and op(B) are converted to row-major bf16 first (a transposed operand
+// is transposed by the conversion): oneDNN's fast bf16 matmul (brgemm) takes
+// only dense row-major blocks; strided or transposed ones fall to a slower
+// gemm. C's rows are then split over the pool, each block dense too.
 class DnnlBf16MatMul : public MatMulEngine {
  public:
-  DnnlBf16MatMul() : eng_(dnnl::engine::kind::cpu, 0) {}
+  DnnlBf16MatMul() : eng_(dnnl::engine::kind::cpu, 0), to_bf16_(eng_) {}
 
   Status Run(ComputePool* pool, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
              bool ta, bool tb) override {
@@ -314,52 +375,49 @@ class DnnlBf16MatMul : public MatMulEngine {
         return Status::OK();
       }
       PinOpenMpToThisThread();
-      // Both operands in bf16 once, in their own layouts.
       Scratch a16(m * k * 2), b16(k * n * 2);
-      SplitBlocks(pool, 2, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          if (i == 0) ToBf16(a, m * k, a16.p);
-          else ToBf16(b, k * n, b16.p);
-        }
-      });
-      // Blocks of C's longer side, one per thread (at least 16 rows or columns).
-      const int64_t threads = pool ? std::max(1, pool->num_threads()) : 1;
-      const bool by_rows = m >= n;
-      const int64_t side = by_rows ? m : n;
-      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, side / 16));
-      const int64_t per = (side + blocks - 1) / blocks;
-      std::mutex err_mu;
+      std::mutex mu;
       Status err;
-      auto block = [&](int64_t s0, int64_t s1) {
+      auto guarded = [&](auto fn) {
         try {
           PinOpenMpToThisThread();
-          const int64_t bm = by_rows ? s1 - s0 : m, bn = by_rows ? n : s1 - s0;
-          const MatMulPlan& p = PlanFor(bm, bn, m, n, k, ta, tb);
-          // Element (i, j) of op(A) is at i*sa0 + j*sa1 (likewise B); block offsets follow.
-          const auto* pa = reinterpret_cast<const uint16_t*>(a16.p);
-          const auto* pb = reinterpret_cast<const uint16_t*>(b16.p);
-          float* pc = c;
-          if (by_rows) {
-            pa += s0 * (ta ? 1 : k);
-            pc += s0 * n;
-          } else {
-            pb += s0 * (tb ? k : 1);
-            pc += s0;
-          }
-          Scratch scratch(p.scratch.get_size());
-          dnnl::stream strm(eng_);
-          p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.a, eng_, const_cast<uint16_t*>(pa))},
-                                {DNNL_ARG_WEIGHTS, memory(p.b, eng_, const_cast<uint16_t*>(pb))},
-                                {DNNL_ARG_DST, memory(p.c, eng_, pc)},
-                                {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng_, scratch.p)}});
-          strm.wait();
+          fn();
         } catch (const dnnl::error& e) {
-          std::lock_guard<std::mutex> l(err_mu);
+          std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(m, n, k, ta, tb, e);
         }
       };
-      if (blocks <= 1) block(0, side);
-      else pool->ParallelFor(side, per, block);
+      SplitBlocks(pool, 2, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          guarded([&] {
+            if (i == 0) to_bf16_.Run(a, a16.p, m, k, ta);
+            else to_bf16_.Run(b, b16.p, k, n, tb);
+          });
+      });
+      if (!err.ok()) return err;
+      // At least 16 rows per block keep the blocks efficient.
+      const int64_t threads = pool ? std::max(1, pool->num_threads()) : 1;
+      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, m / 16));
+      auto block = [&](int64_t r0, int64_t r1) {
+        guarded([&] {
+          const MatMulPlan& p = plans_.Get({r1 - r0, n, k}, [&] {
+            memory::desc sa({r1 - r0, k}, dt::bf16, tag::ab), sb({k, n}, dt::bf16, tag::ab),
+                sc({r1 - r0, n}, dt::f32, tag::ab);
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sa, sb, sc), UserScratchpad(), eng_);
+            return MatMulPlan{dnnl::matmul(pd), sa, sc, pd.scratchpad_desc()};
+          });
+          Scratch scratch(p.scratch.get_size());
+          dnnl::stream strm(eng_);
+          const memory::desc sb({k, n}, dt::bf16, tag::ab);
+          p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.src, eng_, a16.p + r0 * k * 2)},
+                                {DNNL_ARG_WEIGHTS, memory(sb, eng_, b16.p)},
+                                {DNNL_ARG_DST, memory(p.dst, eng_, c + r0 * n)},
+                                {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng_, scratch.p)}});
+          strm.wait();
+        });
+      };
+      if (blocks <= 1) block(0, m);
+      else pool->ParallelFor(m, (m + blocks - 1) / blocks, block);
       return err;
     } catch (const dnnl::error& e) {
       return Failed(m, n, k, ta, tb, e);
@@ -373,33 +431,9 @@ class DnnlBf16MatMul : public MatMulEngine {
                     ": " + e.what());
   }
 
-  const MatMulPlan& PlanFor(int64_t bm, int64_t bn, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
-    const std::vector<int64_t> key = {bm, bn, m, n, k, ta, tb};
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto& e : cache_)
-        if (e.first == key) return *e.second;
-    }
-    auto p = std::make_unique<MatMulPlan>();
-    // Strides of the whole matrices: A [m,k] row-major is (k, 1); transposed, (1, m).
-    p->a = memory::desc({bm, k}, dt::bf16, ta ? memory::dims{1, m} : memory::dims{k, 1});
-    p->b = memory::desc({k, bn}, dt::bf16, tb ? memory::dims{1, k} : memory::dims{n, 1});
-    p->c = memory::desc({bm, bn}, dt::f32, memory::dims{n, 1});
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, p->b, p->c), attr, eng_);
-    p->prim = dnnl::matmul(pd);
-    p->scratch = pd.scratchpad_desc();
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& e : cache_)
-      if (e.first == key) return *e.second;
-    cache_.emplace_back(key, std::move(p));
-    return *cache_.back().second;
-  }
-
   dnnl::engine eng_;
-  std::mutex mu_;
-  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<MatMulPlan>>> cache_;  // guarded by mu_
+  Bf16Converter to_bf16_;
+  PlanCache<MatMulPlan> plans_;
 };
 
 // One cached max pooling of a given sub-batch: the forward (for the
