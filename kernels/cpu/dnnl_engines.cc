@@ -391,7 +391,7 @@ class DnnlBf16MatMul : public MatMulEngine {
         for (int64_t i = i0; i < i1; ++i)
           guarded([&] {
             if (i == 0) to_bf16_.Run(a, a16.p, m, k, ta);
-            else to_bf16_.Run(b, b16.p, k, n, tb);
+            else to_bf16_.Run(b, b16.p, tb ? n : k, tb ? k : n, false);
           });
       });
       if (!err.ok()) return err;
@@ -400,15 +400,15 @@ class DnnlBf16MatMul : public MatMulEngine {
       const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, m / 16));
       auto block = [&](int64_t r0, int64_t r1) {
         guarded([&] {
-          const MatMulPlan& p = plans_.Get({r1 - r0, n, k}, [&] {
-            memory::desc sa({r1 - r0, k}, dt::bf16, tag::ab), sb({k, n}, dt::bf16, tag::ab),
+          const MatMulPlan& p = plans_.Get({r1 - r0, n, k, tb}, [&] {
+            memory::desc sa({r1 - r0, k}, dt::bf16, tag::ab), sb({k, n}, dt::bf16, tb ? tag::ba : tag::ab),
                 sc({r1 - r0, n}, dt::f32, tag::ab);
             dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sa, sb, sc), UserScratchpad(), eng_);
             return MatMulPlan{dnnl::matmul(pd), sa, sc, pd.scratchpad_desc()};
           });
           Scratch scratch(p.scratch.get_size());
           dnnl::stream strm(eng_);
-          const memory::desc sb({k, n}, dt::bf16, tag::ab);
+          const memory::desc sb({k, n}, dt::bf16, tb ? tag::ba : tag::ab);
           p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.src, eng_, a16.p + r0 * k * 2)},
                                 {DNNL_ARG_WEIGHTS, memory(sb, eng_, b16.p)},
                                 {DNNL_ARG_DST, memory(p.dst, eng_, c + r0 * n)},
