@@ -101,10 +101,35 @@ class Bf16Converter {
  public:
   explicit Bf16Converter(const dnnl::engine& eng) : eng_(eng) {}
   // dst (rows x cols, row-major bf16) = op(src) for an fp32 src stored
-  // [rows, cols], or [cols, rows] when transposed. Throws dnnl::error.
-  void Run(const float* src, void* dst, int64_t rows, int64_t cols, bool transposed) {
-    const Reorder& r = cache_.Get({rows, cols, transposed}, [&] {
-      memory::desc from({rows, cols}, dt::f32, transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+  // [rows, cols], or [cols, rows] when transposed; big ones split their rows
+  // over the pool (may be null). Throws dnnl::error (from the caller's block).
+  void Run(ComputePool* pool, const float* src, void* dst, int64_t rows, int64_t cols, bool transposed) {
+    const int64_t threads = pool ? pool->num_threads() : 1;
+    if (threads <= 1 || rows < 2 || rows * cols < (int64_t{1} << 18)) {
+      Block(src, dst, rows, cols, transposed, rows);
+      return;
+    }
+    std::mutex mu;
+    std::string error;
+    pool->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
+      try {
+        PinOpenMpToThisThread();
+        // Row r of op(src) starts at r * cols, or at column r when transposed.
+        Block(src + (transposed ? r0 : r0 * cols), static_cast<char*>(dst) + r0 * cols * 2, r1 - r0, cols,
+              transposed, rows);
+      } catch (const dnnl::error& e) {
+        std::lock_guard<std::mutex> l(mu);
+        if (error.empty()) error = e.what();
+      }
+    });
+    if (!error.empty()) throw dnnl::error(dnnl_runtime_error, error.c_str());
+  }
+
+ private:
+  // One block of rows; ld is the row count of the whole transposed operand.
+  void Block(const float* src, void* dst, int64_t rows, int64_t cols, bool transposed, int64_t ld) {
+    const Reorder& r = cache_.Get({rows, cols, transposed, transposed ? ld : 0}, [&] {
+      memory::desc from({rows, cols}, dt::f32, transposed ? memory::dims{1, ld} : memory::dims{cols, 1});
       memory::desc to({rows, cols}, dt::bf16, tag::ab);
       dnnl::reorder::primitive_desc pd(eng_, from, eng_, to, UserScratchpad());
       return Reorder{dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
@@ -117,7 +142,6 @@ class Bf16Converter {
     strm.wait();
   }
 
- private:
   struct Reorder {
     dnnl::reorder prim;
     memory::desc from, to, scratch;
@@ -233,7 +257,7 @@ class DnnlConv : public ConvEngine {
       const float* p = base + b0 * per_image;
       if (!bf16) return memory(md, eng_, const_cast<float*>(p));
       *keep = std::make_unique<Scratch>(nb * per_image * 2);
-      to_bf16_.Run(p, (*keep)->p, 1, nb * per_image, false);
+      to_bf16_.Run(nullptr, p, (*keep)->p, 1, nb * per_image, false);
       return memory(md, eng_, (*keep)->p);
     };
     std::unique_ptr<Scratch> keep_a, keep_b, keep_w;
@@ -387,12 +411,10 @@ class DnnlBf16MatMul : public MatMulEngine {
           if (err.ok()) err = Failed(m, n, k, ta, tb, e);
         }
       };
-      SplitBlocks(pool, 2, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-          guarded([&] {
-            if (i == 0) to_bf16_.Run(a, a16.p, m, k, ta);
-            else to_bf16_.Run(b, b16.p, tb ? n : k, tb ? k : n, false);
-          });
+      // B is converted as it lies (a transposed one is read as 'ba').
+      guarded([&] {
+        to_bf16_.Run(pool, a, a16.p, m, k, ta);
+        to_bf16_.Run(pool, b, b16.p, tb ? n : k, tb ? k : n, false);
       });
       if (!err.ok()) return err;
       // At least 16 rows per block keep the blocks efficient.
