@@ -477,7 +477,8 @@ Status RegisterNNOps(OpRegistry& reg) {
                            WindowAttrs(n, x.dtype()));
         return std::vector<Output>{dx, df};
       })
-      .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
+      .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding; precision \"bf16\": "
+               "bf16 inputs, fp32 accumulation and result).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput")
       .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
