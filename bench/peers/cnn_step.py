@@ -3,7 +3,7 @@
 (conv5x5x32-pool-conv5x5x64-pool-fc1024-fc10, SAME padding, 2x2 max pools),
 SGD with momentum, batch 64, random inputs. JSON lines with --json: one per
 timed round, then the summary (the last line) with steps_per_sec (the median
-round), as bench_cnn_step prints.
+round) and cpu_ms_per_step, as bench_cnn_step prints.
 
 Run it with Debian's python3-torch and OpenBLAS (see bench/compare_cnn_step);
 PyTorch's convolutions go through its own bundled oneDNN (mkldnn).
@@ -50,6 +50,7 @@ def main():
     for _ in range(a.warmup):
         step()
     rounds = []
+    cpu0 = time.process_time()  # CPU seconds of every thread of the process
     for r in range(a.rounds):
         t0 = time.perf_counter()
         for _ in range(a.steps):
@@ -58,11 +59,12 @@ def main():
         rounds.append(sps)
         if a.json:
             print(json.dumps({"system": "pytorch", "round": r, "steps_per_sec": round(sps, 2)}))
+    cpu_ms_per_step = 1000.0 * (time.process_time() - cpu0) / (a.steps * a.rounds)
     s = sorted(rounds)
     median = s[len(s) // 2]
     out = {"system": "pytorch", "torch": torch.__version__, "model": "cnn", "precision": a.precision,
            "batch": a.batch, "steps": a.steps * a.rounds, "threads": a.threads,
-           "min_steps_per_sec": round(s[0], 2), "max_steps_per_sec": round(s[-1], 2),
+           "cpu_ms_per_step": round(cpu_ms_per_step, 2), "min_steps_per_sec": round(s[0], 2), "max_steps_per_sec": round(s[-1], 2),
            "steps_per_sec": round(median, 2)}
     print(json.dumps(out) if a.json else f"pytorch cnn batch {a.batch}: {median:.1f} steps/s")
 
