@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -51,6 +52,13 @@ using tag = dnnl::memory::format_tag;
 // compute pool provides the parallelism (see the header).
 void PinOpenMpToThisThread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+// What a failed primitive (dnnl::error) or allocation (std::bad_alloc)
+// becomes: ResourceExhausted for memory, else Internal, prefixed with `what`.
+Status LibraryError(const std::string& what, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return ResourceExhausted(what + ": out of memory");
+  return Internal(what + ": " + e.what());
 }
 
 // An uninitialised buffer of `bytes`, 64-byte aligned (what oneDNN likes).
@@ -102,27 +110,28 @@ class Bf16Converter {
   explicit Bf16Converter(const dnnl::engine& eng) : eng_(eng) {}
   // dst (rows x cols, row-major bf16) = op(src) for an fp32 src stored
   // [rows, cols], or [cols, rows] when transposed; big ones split their rows
-  // over the pool (may be null). Throws dnnl::error (from the caller's block).
+  // over the pool (may be null). Throws dnnl::error or std::bad_alloc.
   void Run(ComputePool* pool, const float* src, void* dst, int64_t rows, int64_t cols, bool transposed) {
     const int64_t threads = pool ? pool->num_threads() : 1;
     if (threads <= 1 || rows < 2 || rows * cols < (int64_t{1} << 18)) {
       Block(src, dst, rows, cols, transposed, rows);
       return;
     }
+    // A block's exception is rethrown on the caller's thread (never out of a pool thread).
     std::mutex mu;
-    std::string error;
+    std::exception_ptr error;
     pool->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
       try {
         PinOpenMpToThisThread();
         // Row r of op(src) starts at r * cols, or at column r when transposed.
         Block(src + (transposed ? r0 : r0 * cols), static_cast<char*>(dst) + r0 * cols * 2, r1 - r0, cols,
               transposed, rows);
-      } catch (const dnnl::error& e) {
+      } catch (...) {
         std::lock_guard<std::mutex> l(mu);
-        if (error.empty()) error = e.what();
+        if (!error) error = std::current_exception();
       }
     });
-    if (!error.empty()) throw dnnl::error(dnnl_runtime_error, error.c_str());
+    if (error) std::rethrow_exception(error);
   }
 
  private:
@@ -223,7 +232,7 @@ class DnnlConv : public ConvEngine {
             partial.push_back(std::move(buf));
           }
           RunBlock(pass, plan, w, oc, b0, b1, img_in, img_out, a, b, target);
-        } catch (const dnnl::error& e) {
+        } catch (const std::exception& e) {
           std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(pass, w, oc, e);
         }
@@ -233,15 +242,15 @@ class DnnlConv : public ConvEngine {
       for (auto& p : partial)
         if (p) Eigen::Map<Vec>(out, fsize) += Eigen::Map<const Vec>(reinterpret_cast<float*>(p->p), fsize);
       return Status::OK();
-    } catch (const dnnl::error& e) {
+    } catch (const std::exception& e) {
       return Failed(pass, w, oc, e);
     }
   }
 
-  static Status Failed(Pass pass, const Window& w, int64_t oc, const dnnl::error& e) {
+  static Status Failed(Pass pass, const Window& w, int64_t oc, const std::exception& e) {
     static const char* names[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"};
-    return Internal(std::string("oneDNN ") + names[static_cast<int>(pass)] + " failed for " +
-                    WindowString(w, oc) + ": " + e.what());
+    return LibraryError(std::string("oneDNN ") + names[static_cast<int>(pass)] + " failed for " +
+                        WindowString(w, oc), e);
   }
 
   void RunBlock(Pass pass, const ConvPlan& plan, const Window& w, int64_t oc, int64_t b0, int64_t b1,
@@ -406,7 +415,7 @@ class DnnlBf16MatMul : public MatMulEngine {
         try {
           PinOpenMpToThisThread();
           fn();
-        } catch (const dnnl::error& e) {
+        } catch (const std::exception& e) {
           std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(m, n, k, ta, tb, e);
         }
@@ -441,16 +450,16 @@ class DnnlBf16MatMul : public MatMulEngine {
       if (blocks <= 1) block(0, m);
       else pool->ParallelFor(m, (m + blocks - 1) / blocks, block);
       return err;
-    } catch (const dnnl::error& e) {
+    } catch (const std::exception& e) {
       return Failed(m, n, k, ta, tb, e);
     }
   }
 
  private:
-  static Status Failed(int64_t m, int64_t n, int64_t k, bool ta, bool tb, const dnnl::error& e) {
-    return Internal("oneDNN bf16 MatMul failed for m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                    " k=" + std::to_string(k) + (ta ? " (a transposed)" : "") + (tb ? " (b transposed)" : "") +
-                    ": " + e.what());
+  static Status Failed(int64_t m, int64_t n, int64_t k, bool ta, bool tb, const std::exception& e) {
+    return LibraryError("oneDNN bf16 MatMul failed for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                            " k=" + std::to_string(k) + (ta ? " (a transposed)" : "") + (tb ? " (b transposed)" : ""),
+                        e);
   }
 
   dnnl::engine eng_;
@@ -493,22 +502,23 @@ class DnnlMaxPoolGrad : public MaxPoolGradEngine {
                                {DNNL_ARG_WORKSPACE, ws_m},
                                {DNNL_ARG_SCRATCHPAD, memory(p.bwd_scratch, eng_, s2.p)}});
           strm.wait();
-        } catch (const dnnl::error& e) {
+        } catch (const std::exception& e) {
           std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(w, e);
         }
       });
       return err;
-    } catch (const dnnl::error& e) {
+    } catch (const std::exception& e) {
       return Failed(w, e);
     }
   }
 
  private:
-  static Status Failed(const Window& w, const dnnl::error& e) {
-    return Internal("oneDNN MaxPoolGrad failed for input [" + std::to_string(w.n) + "," + std::to_string(w.h) +
-                    "," + std::to_string(w.w) + "," + std::to_string(w.c) + "], window " + std::to_string(w.kh) +
-                    "x" + std::to_string(w.kw) + ": " + e.what());
+  static Status Failed(const Window& w, const std::exception& e) {
+    return LibraryError("oneDNN MaxPoolGrad failed for input [" + std::to_string(w.n) + "," + std::to_string(w.h) +
+                            "," + std::to_string(w.w) + "," + std::to_string(w.c) + "], window " +
+                            std::to_string(w.kh) + "x" + std::to_string(w.kw),
+                        e);
   }
 
   const PoolPlan& PlanFor(const Window& w, int64_t nb) {

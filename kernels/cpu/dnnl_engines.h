@@ -33,18 +33,19 @@ enum class Precision { kFp32, kBf16 };
 // or no oneDNN).
 Status ParsePrecision(const KernelInit& init, Precision* out);
 
-// Conv2D and its two gradients on float32 NHWC input, HWIO filter.
+// Conv2D and its two gradients on float32 NHWC input, HWIO filter. Every
+// method's error: Internal naming the op and shapes when the library fails,
+// ResourceExhausted when a buffer cannot be allocated.
 class ConvEngine {
  public:
   virtual ~ConvEngine() = default;
-  // out[n,oh,ow,oc] = conv(in, f). Internal naming the shapes when the
-  // library fails.
+  // out[n,oh,ow,oc] = conv(in, f).
   virtual Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in,
                          const float* f, float* out) = 0;
-  // dx[n,h,w,c] = the gradient of Forward's input for dy. Internal on failure.
+  // dx[n,h,w,c] = the gradient of Forward's input for dy.
   virtual Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f,
                                const float* dy, float* dx) = 0;
-  // df[kh,kw,c,oc] = the gradient of Forward's filter for dy. Internal on failure.
+  // df[kh,kw,c,oc] = the gradient of Forward's filter for dy.
   virtual Status BackwardFilter(ComputePool* pool, const Window& w, int64_t oc, const float* in,
                                 const float* dy, float* df) = 0;
 };
@@ -60,7 +61,7 @@ class MaxPoolGradEngine {
  public:
   virtual ~MaxPoolGradEngine() = default;
   // dx[n,h,w,c] from the input x and dy[n,oh,ow,c] for window w (kh, kw
-  // being the pool's ksize). Internal naming the shapes when the library fails.
+  // being the pool's ksize). Errors as ConvEngine's.
   virtual Status Run(ComputePool* pool, const Window& w, const float* x, const float* dy, float* dx) = 0;
 };
 
@@ -73,7 +74,7 @@ std::unique_ptr<MaxPoolGradEngine> NewDnnlMaxPoolGradEngine();
 class MatMulEngine {
  public:
   virtual ~MatMulEngine() = default;
-  // Internal naming the sizes when the library fails.
+  // Errors as ConvEngine's (naming the sizes).
   virtual Status Run(ComputePool* pool, const float* a, const float* b, float* c, int64_t m,
                      int64_t n, int64_t k, bool ta, bool tb) = 0;
 };
