@@ -1,11 +1,12 @@
 // Training steps per second of the Fashion-MNIST MLP (784-512-256-10, SGD
 // with momentum) at a given batch size, on random inputs (the data does not
-// change the work). Summary keys: steps_per_sec, batch, steps; for the MLP
+// change the work), at --precision fp32 or bf16 (shardflow/precision.h).
+// Summary keys: steps_per_sec, precision, batch, steps; for the MLP
 // also gemm_bound_steps_per_sec: the steps/s if a step cost only its eight
 // GEMMs (3 forward, 3 weight gradients, 2 input gradients), each timed by
 // this program on the step's shapes with the kernels' own GEMM (nn::Gemm on
 // a compute pool of the same threads), i.e. the step's flops over that GEMM
-// rate; gemm_gflops is the rate.
+// rate; gemm_gflops is the rate (fp32: the bound of an fp32 step).
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -15,6 +16,7 @@
 #include "examples/common/models.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/nn_gemm.h"
+#include "shardflow/precision.h"
 #include "shardflow/session.h"
 
 using namespace sf;
@@ -68,7 +70,8 @@ double GemmPassSeconds(const std::vector<GemmShape>& shapes, int threads, double
 int main(int argc, char** argv) {
   Flags flags;
   flags.Int("batch", 128, "batch size").Int("steps", 300, "timed steps").Int("warmup", 20, "untimed steps")
-      .String("model", "mlp", "mlp or cnn").Int("threads", 0, "compute threads (0 = one per core)")
+      .String("model", "mlp", "mlp or cnn")
+      .String("precision", "fp32", "fp32 or bf16 (bf16 needs an AVX512_BF16 CPU)").Int("threads", 0, "compute threads (0 = one per core)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_mlp_step");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
@@ -80,6 +83,12 @@ int main(int argc, char** argv) {
   Status bs = BuildClassifier(g, mo, &m);
   if (!bs.ok()) {
     std::fprintf(stderr, "bench_mlp_step: %s\n", bs.ToString().c_str());
+    return 1;
+  }
+  const std::string precision = flags.GetString("precision");
+  auto set = SetComputePrecision(g, precision);
+  if (!set.ok()) {
+    std::fprintf(stderr, "bench_mlp_step: %s\n", set.status().ToString().c_str());
     return 1;
   }
   SessionOptions so;
@@ -112,8 +121,8 @@ int main(int argc, char** argv) {
   if (mlp) gemm_secs = GemmPassSeconds(MlpStepGemms(batch), so.compute_threads, &gemm_flops);
   if (flags.GetBool("json")) {
     JsonLine line;
-    line.Add("system", "shardflow").Add("model", mo.model).Add("batch", batch).Add("steps", steps)
-        .Add("steps_per_sec", sps);
+    line.Add("system", "shardflow").Add("model", mo.model).Add("precision", precision).Add("batch", batch)
+        .Add("steps", steps).Add("steps_per_sec", sps);
     if (mlp) line.Add("gemm_bound_steps_per_sec", 1.0 / gemm_secs).Add("gemm_gflops", gemm_flops / gemm_secs / 1e9)
         .Add("vs_gemm_bound", sps * gemm_secs);
     line.Print();

@@ -52,6 +52,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/models.h"
+#include "shardflow/precision.h"
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
 #include "examples/fashion_mnist/workers.h"
@@ -145,6 +146,8 @@ int main(int argc, char** argv) {
       .Double("momentum", 0.9, "momentum")
       .Int("seed", 1, "seed for initialisation and shuffling")
       .Int("limit", 0, "use only the first N training examples (0 = all)")
+      .String("precision", "fp32", "fp32, or bf16: matmuls and convolutions in bf16 with fp32 accumulation "
+              "and fp32 weights (needs an AVX512_BF16 CPU)")
       .String("data", kFashionMnistDir, "folder with the gzipped IDX files")
       .String("out", "runs", "parent folder of the run folder")
       .Bool("pipeline", "read and shuffle training batches through a RandomShuffleQueue")
@@ -178,6 +181,8 @@ int main(int argc, char** argv) {
   if (!test.ok()) return Fail(test.status());
   const int64_t n_train = flags.GetInt("limit") > 0 ? std::min(flags.GetInt("limit"), train->size()) : train->size();
 
+  const std::string precision = flags.GetString("precision");
+  if (Status ps = CheckComputePrecision(precision); !ps.ok()) return Fail(ps);
   const bool replicated = flags.GetInt("workers") != 0 || flags.GetBool("async") || flags.GetBool("sync") ||
                           flags.GetInt("backup-workers") != 0 || !flags.GetString("cluster").empty();
   if (replicated) {
@@ -185,6 +190,7 @@ int main(int argc, char** argv) {
       return Fail(InvalidArgument("--workers must be at least 1, got " + std::to_string(flags.GetInt("workers")) +
                                   " (--sync, --async, --backup-workers and --cluster need --workers N)"));
     if (flags.GetBool("sync") && flags.GetBool("async")) return Fail(InvalidArgument("--sync and --async exclude each other"));
+    if (precision != "fp32") return Fail(InvalidArgument("--precision bf16 does not work with --workers yet"));
     if (flags.GetBool("pipeline") || !ckpt_dir.empty() || stop_after > 0)
       return Fail(InvalidArgument("--pipeline, --checkpoint-dir and --stop-after-epoch do not work with --workers"));
     WorkerTrainingOptions wo;
@@ -221,6 +227,8 @@ int main(int argc, char** argv) {
     pipe = BuildPipeline(g, batch, mo.seed);
     if (!g.status().ok()) return Fail(g.status());
   }
+  // After the optimizer: its gradient products take the precision too.
+  if (auto set = SetComputePrecision(g, precision); !set.ok()) return Fail(set.status());
 
   Session session(g);
   auto init = session.Run({}, {}, {m.init});
@@ -244,8 +252,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  const std::string run_dir = flags.GetString("out") + "/fashion_mnist_" + mo.model + "_seed" +
-                              std::to_string(mo.seed);
+  const std::string run_dir = flags.GetString("out") + "/fashion_mnist_" + mo.model +
+                              (precision == "fp32" ? "" : "_" + precision) + "_seed" + std::to_string(mo.seed);
   std::filesystem::create_directories(run_dir);
   std::ofstream csv(run_dir + "/metrics.csv");
   csv << "epoch,train_loss,test_loss,test_accuracy,steps_per_sec,epoch_seconds\n";
@@ -423,7 +431,7 @@ int main(int argc, char** argv) {
   const double sps = total_train_secs > 0 ? total_steps / total_train_secs : 0.0;
   if (json) {
     JsonLine line;
-    line.Add("model", mo.model).Add("epochs", epochs).Add("test_accuracy", last_acc)
+    line.Add("model", mo.model).Add("precision", precision).Add("epochs", epochs).Add("test_accuracy", last_acc)
         .Add("train_steps_per_sec", sps).Add("epoch_seconds", epoch_secs);
     if (saver) line.Add("start_step", start_step).Add("global_step", final_step);
     if (pipeline)

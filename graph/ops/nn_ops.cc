@@ -265,7 +265,7 @@ Output ShapeTensor(Graph& g, Output x) {
 // Copies the window attrs of a node (strides, padding, ksize) into a map.
 AttrMap WindowAttrs(const Node& n, DType t) {
   AttrMap a;
-  for (const char* k : {"strides", "padding", "ksize"})
+  for (const char* k : {"strides", "padding", "ksize", "precision"})
     if (const AttrValue* v = n.attrs.Find(k)) a.Set(k, *v);
   a.Set("T", t);
   return a;
@@ -276,10 +276,13 @@ Output RowScale(Graph& g, Output dy, Output m) {
   return ops::Mul(g, ops::ExpandDims(g, dy, -1), m);
 }
 
-Output MatMulNode(Graph& g, const char* op, Output a, Output b, bool ta, bool tb) {
+// A gradient's product computes at its forward node's precision (MatMul only).
+Output MatMulNode(Graph& g, const char* op, Output a, Output b, bool ta, bool tb,
+                  const AttrValue* precision = nullptr) {
   AttrMap m;
   m.Set("transpose_a", ta);
   m.Set("transpose_b", tb);
+  if (precision) m.Set("precision", *precision);
   return g.Add1(op, {a, b}, std::move(m));
 }
 
@@ -288,19 +291,20 @@ std::vector<Output> MatMulGradImpl(Graph& g, const Node& n, Output dc, const cha
   const bool ta = n.attrs.GetOr<bool>("transpose_a", false).value();
   const bool tb = n.attrs.GetOr<bool>("transpose_b", false).value();
   Output a = n.inputs[0], b = n.inputs[1];
+  const AttrValue* p = n.attrs.Find("precision");
   Output da, db;
   if (!ta && !tb) {
-    da = MatMulNode(g, op, dc, b, false, true);
-    db = MatMulNode(g, op, a, dc, true, false);
+    da = MatMulNode(g, op, dc, b, false, true, p);
+    db = MatMulNode(g, op, a, dc, true, false, p);
   } else if (!ta && tb) {
-    da = MatMulNode(g, op, dc, b, false, false);
-    db = MatMulNode(g, op, dc, a, true, false);
+    da = MatMulNode(g, op, dc, b, false, false, p);
+    db = MatMulNode(g, op, dc, a, true, false, p);
   } else if (ta && !tb) {
-    da = MatMulNode(g, op, b, dc, false, true);
-    db = MatMulNode(g, op, a, dc, false, false);
+    da = MatMulNode(g, op, b, dc, false, true, p);
+    db = MatMulNode(g, op, a, dc, false, false, p);
   } else {
-    da = MatMulNode(g, op, b, dc, true, true);
-    db = MatMulNode(g, op, dc, a, true, true);
+    da = MatMulNode(g, op, b, dc, true, true, p);
+    db = MatMulNode(g, op, dc, a, true, true, p);
   }
   return {da, db};
 }
@@ -442,12 +446,13 @@ Status RegisterNNOps(OpRegistry& reg) {
   // ---- linear algebra ------------------------------------------------------
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("MatMul")
       .InputNames({"a", "b"})
-      .Attr("transpose_a", false).Attr("transpose_b", false)
+      .Attr("transpose_a", false).Attr("transpose_b", false).Attr("precision", "fp32")
       .Inputs(2).Shape(MatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return MatMulGradImpl(g, n, dy[0], "MatMul");
       })
-      .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b).").Build()));
+      .Summary("op(a) x op(b) of matrices (attrs transpose_a, transpose_b; precision \"bf16\": "
+               "bf16 inputs, fp32 accumulation and result).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BatchMatMul")
       .InputNames({"a", "b"})
@@ -497,7 +502,7 @@ Status RegisterNNOps(OpRegistry& reg) {
   // ---- convolution ---------------------------------------------------------
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2D")
       .InputNames({"input", "filter"})
-      .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME")
+      .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME").Attr("precision", "fp32")
       .Inputs(2).Shape(Conv2DShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         Output x = n.inputs[0], f = n.inputs[1];
@@ -507,11 +512,12 @@ Status RegisterNNOps(OpRegistry& reg) {
                            WindowAttrs(n, x.dtype()));
         return std::vector<Output>{dx, df};
       })
-      .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding).")
+      .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding; precision \"bf16\": "
+               "bf16 inputs, fp32 accumulation and result).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput")
       .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
-      .Attr("padding", "SAME")
+      .Attr("padding", "SAME").Attr("precision", "fp32")
       .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 1));
@@ -523,7 +529,7 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropFilter")
       .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
-      .Attr("padding", "SAME")
+      .Attr("padding", "SAME").Attr("precision", "fp32")
       .Inputs(3)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));

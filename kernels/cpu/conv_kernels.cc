@@ -4,12 +4,18 @@
 // is a row of KH*KW*C values, so each output pixel is one GEMM row, already
 // in NHWC order. Rows are processed in chunks so the im2col buffer stays
 // small (cache-sized), and chunks are split over the compute pool.
+//
+// float32 kernels run on oneDNN when the build has it (dnnl_engines.h); these
+// Eigen loops are then the fallback (float64, zero-size tensors, builds
+// without oneDNN) and the reference tests hold the oneDNN engine to.
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/dnnl_engines.h"
 #include "kernels/cpu/nn_gemm.h"
 #include "kernels/cpu/nn_kernels.h"
 
@@ -248,72 +254,119 @@ Status CheckDy(const char* op, const Window& w, int64_t oc, const Tensor& dy) {
   return Status::OK();
 }
 
-template <typename T>
-class Conv2DKernel : public OpKernel {
+class EigenConv : public nn::ConvEngine {
  public:
-  Conv2DKernel(const KernelInit& init, Status* s) { *s = nn::ParseWindowAttrs(init, false, &a_); }
+  Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in, const float* f,
+                 float* out) override {
+    ConvForward<float>(pool, w, oc, in, f, out);
+    return Status::OK();
+  }
+  Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f, const float* dy,
+                       float* dx) override {
+    ConvBackpropInput<float>(pool, w, oc, f, dy, dx);
+    return Status::OK();
+  }
+  Status BackwardFilter(ComputePool* pool, const Window& w, int64_t oc, const float* in,
+                        const float* dy, float* df) override {
+    ConvBackpropFilter<float>(pool, w, oc, in, dy, df);
+    return Status::OK();
+  }
+};
+
+// What every convolution kernel parses: the window attrs, the precision, and
+// (float32) the oneDNN engine when the build has one.
+template <typename T>
+class ConvKernelBase : public OpKernel {
+ public:
+  ConvKernelBase(const KernelInit& init, Status* s) {
+    *s = nn::ParseWindowAttrs(init, false, &a_);
+    nn::Precision p = nn::Precision::kFp32;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    if (!s->ok()) return;
+    if constexpr (std::is_same_v<T, float>) {
+      engine_ = nn::NewDnnlConvEngine(p);
+    } else if (p != nn::Precision::kFp32) {
+      *s = InvalidArgument("precision bf16 applies to float32 convolutions, not " +
+                           std::string(DTypeName(DTypeOf<T>::value)));
+    }
+  }
+
+ protected:
+  // The oneDNN engine, or null: Eigen (float64, builds without oneDNN, and
+  // tensors with a zero dimension, which need no library call).
+  nn::ConvEngine* Engine(const Window& w, int64_t oc) const {
+    const bool empty = w.n == 0 || w.c == 0 || oc == 0 || w.oh == 0 || w.ow == 0;
+    return empty ? nullptr : engine_.get();
+  }
+  nn::WindowAttrs a_;
+  std::unique_ptr<nn::ConvEngine> engine_;
+};
+
+template <typename T>
+class Conv2DKernel : public ConvKernelBase<T> {
+ public:
+  using ConvKernelBase<T>::ConvKernelBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
     const Tensor& f = ctx->input(1);
     Window w;
-    Status s = ConvWindow("Conv2D", in.shape(), f.shape(), a_, &w);
+    Status s = ConvWindow("Conv2D", in.shape(), f.shape(), this->a_, &w);
     if (!s.ok()) return ctx->SetStatus(s);
     const int64_t oc = f.dim(3);
     Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
+    if (nn::ConvEngine* e = this->Engine(w, oc))
+      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(), out.data<float>()));
     ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
   }
-
- private:
-  nn::WindowAttrs a_;
 };
 
 template <typename T>
-class Conv2DBackpropInputKernel : public OpKernel {
+class Conv2DBackpropInputKernel : public ConvKernelBase<T> {
  public:
-  Conv2DBackpropInputKernel(const KernelInit& init, Status* s) {
-    *s = nn::ParseWindowAttrs(init, false, &a_);
-  }
+  using ConvKernelBase<T>::ConvKernelBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& f = ctx->input(1);
     const Tensor& dy = ctx->input(2);
     Shape in_shape;
     Status s = nn::ShapeFromTensor(ctx->input(0), "Conv2DBackpropInput input_sizes", &in_shape);
     Window w;
-    if (s.ok()) s = ConvWindow("Conv2DBackpropInput", in_shape, f.shape(), a_, &w);
+    if (s.ok()) s = ConvWindow("Conv2DBackpropInput", in_shape, f.shape(), this->a_, &w);
     if (s.ok()) s = CheckDy("Conv2DBackpropInput", w, f.dim(3), dy);
     if (!s.ok()) return ctx->SetStatus(s);
     Tensor& dx = ctx->allocate_output(0, f.dtype(), in_shape);
+    if (nn::ConvEngine* e = this->Engine(w, f.dim(3)))
+      return ctx->SetStatus(
+          e->BackwardInput(ctx->pool(), w, f.dim(3), f.data<float>(), dy.data<float>(), dx.data<float>()));
     ConvBackpropInput<T>(ctx->pool(), w, f.dim(3), f.data<T>(), dy.data<T>(), dx.data<T>());
   }
-
- private:
-  nn::WindowAttrs a_;
 };
 
 template <typename T>
-class Conv2DBackpropFilterKernel : public OpKernel {
+class Conv2DBackpropFilterKernel : public ConvKernelBase<T> {
  public:
-  Conv2DBackpropFilterKernel(const KernelInit& init, Status* s) {
-    *s = nn::ParseWindowAttrs(init, false, &a_);
-  }
+  using ConvKernelBase<T>::ConvKernelBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
     const Tensor& dy = ctx->input(2);
     Shape f_shape;
     Status s = nn::ShapeFromTensor(ctx->input(1), "Conv2DBackpropFilter filter_sizes", &f_shape);
     Window w;
-    if (s.ok()) s = ConvWindow("Conv2DBackpropFilter", in.shape(), f_shape, a_, &w);
+    if (s.ok()) s = ConvWindow("Conv2DBackpropFilter", in.shape(), f_shape, this->a_, &w);
     if (s.ok()) s = CheckDy("Conv2DBackpropFilter", w, f_shape[3], dy);
     if (!s.ok()) return ctx->SetStatus(s);
     Tensor& df = ctx->allocate_output(0, in.dtype(), f_shape);
+    if (nn::ConvEngine* e = this->Engine(w, f_shape[3]))
+      return ctx->SetStatus(
+          e->BackwardFilter(ctx->pool(), w, f_shape[3], in.data<float>(), dy.data<float>(), df.data<float>()));
     ConvBackpropFilter<T>(ctx->pool(), w, f_shape[3], in.data<T>(), dy.data<T>(), df.data<T>());
   }
-
- private:
-  nn::WindowAttrs a_;
 };
 
 }  // namespace
+
+namespace nn {
+std::unique_ptr<ConvEngine> NewEigenConvEngine() { return std::make_unique<EigenConv>(); }
+}  // namespace nn
 
 void RegisterConvKernels(KernelRegistry& reg) {
   RegisterCPU<Conv2DKernel<float>>(reg, "Conv2D", {DType::kFloat32});

@@ -1,6 +1,10 @@
-// Kernels of MatMul and BatchMatMul: Eigen GEMM split over the compute pool.
+// Kernels of MatMul and BatchMatMul: Eigen GEMM split over the compute pool;
+// a float32 MatMul with attr precision "bf16" runs on oneDNN's bf16 matmul
+// (dnnl_engines.h) instead.
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/dnnl_engines.h"
 #include "kernels/cpu/nn_gemm.h"
 #include "kernels/cpu/nn_kernels.h"
 
@@ -29,7 +33,17 @@ std::string Describe(const Tensor& a, bool ta, const Tensor& b, bool tb) {
 template <typename T>
 class MatMulKernel : public OpKernel {
  public:
-  MatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {}
+  MatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {
+    nn::Precision p = nn::Precision::kFp32;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    if (!s->ok() || p == nn::Precision::kFp32) return;
+    if constexpr (std::is_same_v<T, float>) {
+      bf16_ = nn::NewDnnlBf16MatMulEngine();  // ParsePrecision checked that oneDNN is built in
+    } else {
+      *s = InvalidArgument("precision bf16 applies to float32 MatMul, not " +
+                           std::string(DTypeName(DTypeOf<T>::value)));
+    }
+  }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& a = ctx->input(0);
     const Tensor& b = ctx->input(1);
@@ -44,11 +58,15 @@ class MatMulKernel : public OpKernel {
       return;
     }
     Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
+    if (bf16_)
+      return ctx->SetStatus(bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n,
+                                       k, f_.ta, f_.tb));
     nn::Gemm<T>(ctx->pool(), a.data<T>(), b.data<T>(), c.data<T>(), m, n, k, f_.ta, f_.tb);
   }
 
  private:
   MatMulFlags f_;
+  std::unique_ptr<nn::MatMulEngine> bf16_;  // null: fp32 on Eigen
 };
 
 // activation(op(a) op(b) + bias) (graph/ops/nn_ops.cc). Each thread's block

@@ -1,12 +1,16 @@
 // Kernels of MaxPool, AvgPool and their gradients (NHWC). Channels are
 // innermost and contiguous, so each window cell is one vector operation over
 // C; SAME padding cells are skipped (never part of a max or an average).
+// float32 MaxPoolGrad runs on oneDNN when the build has it (dnnl_engines.h);
+// these loops are then its fallback and test reference.
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/compute_pool.h"
+#include "kernels/cpu/dnnl_engines.h"
 #include "kernels/cpu/nn_kernels.h"
 
 namespace sf {
@@ -106,7 +110,9 @@ class PoolKernel : public PoolKernelBase {
 template <typename T>
 class MaxPoolGradKernel : public PoolKernelBase {
  public:
-  using PoolKernelBase::PoolKernelBase;
+  MaxPoolGradKernel(const KernelInit& init, Status* s) : PoolKernelBase(init, s) {
+    if constexpr (std::is_same_v<T, float>) engine_ = nn::NewDnnlMaxPoolGradEngine();
+  }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
     const Tensor& dy = ctx->input(2);
@@ -115,6 +121,8 @@ class MaxPoolGradKernel : public PoolKernelBase {
     if (s.ok()) s = CheckDy("MaxPoolGrad", w, dy);
     if (!s.ok()) return ctx->SetStatus(s);
     Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    if (engine_ && out.num_elements() > 0 && dy.num_elements() > 0)
+      return ctx->SetStatus(engine_->Run(ctx->pool(), w, in.data<float>(), dy.data<float>(), out.data<float>()));
     const T* x = in.data<T>();
     const T* g = dy.data<T>();
     T* dx = out.data<T>();
@@ -158,6 +166,10 @@ class MaxPoolGradKernel : public PoolKernelBase {
       }
     });
   }
+
+ private:
+  // oneDNN's max pooling backward (float32, non-empty), ~10x these loops.
+  std::unique_ptr<nn::MaxPoolGradEngine> engine_;
 };
 
 // AvgPoolGrad(input_sizes, dy): dy / window size to every valid cell.

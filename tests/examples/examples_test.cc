@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "kernels/cpu_features.h"
 #include "tests/support/run_command.h"
 
 using sf::testing::JsonNumber;
@@ -48,4 +49,48 @@ TEST_CASE("fashion_mnist names the missing package and rejects bad flags", "[exa
   auto model = RunCommand(std::string(SF_BIN_DIR) + "/fashion_mnist --model rnn --limit 10 2>&1");
   CHECK(model.code == 1);
   CHECK(model.out.find("unknown model 'rnn'") != std::string::npos);
+}
+
+TEST_CASE("fashion_mnist --precision bf16 learns like fp32, or is refused naming what is missing", "[examples][bf16]") {
+  auto bad = RunCommand(std::string(SF_BIN_DIR) + "/fashion_mnist --precision fp16 --limit 10 2>&1");
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("unknown precision \"fp16\"") != std::string::npos);
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    WARN("dataset-fashion-mnist is not installed; skipping");
+    return;
+  }
+  auto dir = std::filesystem::temp_directory_path() / "sf_fashion_bf16_test";
+  std::filesystem::remove_all(dir);
+  auto r = RunCommand(std::string(SF_BIN_DIR) + "/fashion_mnist --precision bf16 --epochs 1 --limit 6400 --json --out " +
+                      dir.string() + " 2>&1");
+  INFO(r.out);
+  if (!sf::Bf16Supported().ok()) {
+    CHECK(r.code == 1);
+    CHECK(r.out.find("bf16") != std::string::npos);
+    return;
+  }
+  REQUIRE(r.code == 0);
+  const std::string summary = LastLine(r.out);
+  CHECK(summary.find("\"precision\": \"bf16\"") != std::string::npos);
+  CHECK(JsonNumber(summary, "test_accuracy") > 0.65);
+  CHECK(std::filesystem::exists(dir / "fashion_mnist_mlp_bf16_seed1" / "metrics.csv"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bench_cnn_step prints its rounds and a summary with steps_per_sec last", "[examples][bench]") {
+  for (const char* precision : {"fp32", "bf16"}) {
+    if (std::string(precision) == "bf16" && !sf::Bf16Supported().ok()) continue;
+    auto r = RunCommand(std::string(SF_BIN_DIR) + "/bench_cnn_step --json --batch 8 --steps 2 --rounds 2 --warmup 1 " +
+                        "--precision " + precision + " 2>&1");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const std::string summary = LastLine(r.out);
+    CHECK(JsonNumber(summary, "steps_per_sec") > 0);
+    CHECK(summary.find(std::string("\"precision\": \"") + precision + "\"") != std::string::npos);
+    // Forward, both gradients of both convolutions, and of both dense layers.
+    CHECK(JsonNumber(summary, "products_in_precision") == 12);
+  }
+  auto bad = RunCommand(std::string(SF_BIN_DIR) + "/bench_cnn_step --precision int8 2>&1");
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("unknown precision") != std::string::npos);
 }

@@ -17,12 +17,14 @@
 #include <set>
 
 #include "graph/op_registry.h"
+#include "kernels/cpu_features.h"
 #include "kernels/in_memory_variables.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/embedding.h"
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
+#include "shardflow/precision.h"
 #include "tests/support/eval_graph.h"
 
 using namespace sf;
@@ -240,6 +242,54 @@ std::map<std::string, Maker> Makers() {
     c.xs = {x, f};
     return c;
   };
+  // An empty batch: the float32 kernels' oneDNN engine hands it to Eigen.
+  m["Conv2D: empty batch"] = [](Graph& g) {
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {0, 5, 5, 2});
+    Output f = Feed(g, c, DType::kFloat32, {3, 3, 2, 4}, "filter");
+    c.fetches = {ops::Conv2D(g, x, f, ops::Conv2DAttrs{{1, 2, 2, 1}, "SAME"})};
+    c.xs = {x, f};
+    return c;
+  };
+  // The bf16 kernels (precision.h) on the same inputs, where this machine runs them;
+  // the gradients' products inherit the precision.
+  if (Bf16Supported().ok()) {
+    auto bf16 = [](Graph& g) { REQUIRE(SetComputePrecision(g, "bf16").ok()); };
+    m["MatMul: bf16, k = 0"] = [bf16](Graph& g) {
+      Case c;
+      Output a = Feed(g, c, DType::kFloat32, {2, 0}, "a"), b = Feed(g, c, DType::kFloat32, {0, 3}, "b");
+      c.fetches = {ops::MatMul(g, a, b)};
+      c.xs = {a, b};
+      bf16(g);
+      return c;
+    };
+    m["MatMul: bf16, m = 0"] = [bf16](Graph& g) {
+      Case c;
+      Output a = Feed(g, c, DType::kFloat32, {0, 4}, "a"), b = Feed(g, c, DType::kFloat32, {4, 3}, "b");
+      c.fetches = {ops::MatMul(g, a, b)};
+      c.xs = {a, b};
+      bf16(g);
+      return c;
+    };
+    m["Conv2D: bf16, no channels"] = [bf16](Graph& g) {
+      Case c;
+      Output x = Feed(g, c, DType::kFloat32, {1, 3, 3, 0});
+      Output f = Feed(g, c, DType::kFloat32, {2, 2, 0, 2}, "filter");
+      c.fetches = {ops::Conv2D(g, x, f, ops::Conv2DAttrs{{1, 1, 1, 1}, "SAME"})};
+      c.xs = {x, f};
+      bf16(g);
+      return c;
+    };
+    m["Conv2D: bf16, empty batch"] = [bf16](Graph& g) {
+      Case c;
+      Output x = Feed(g, c, DType::kFloat32, {0, 5, 5, 2});
+      Output f = Feed(g, c, DType::kFloat32, {3, 3, 2, 4}, "filter");
+      c.fetches = {ops::Conv2D(g, x, f, ops::Conv2DAttrs{{1, 1, 1, 1}, "VALID"})};
+      c.xs = {x, f};
+      bf16(g);
+      return c;
+    };
+  }
   for (const char* pool : {"MaxPool", "AvgPool"}) {
     m[pool] = [pool](Graph& g) {
       Case c;

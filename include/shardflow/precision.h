@@ -1,0 +1,36 @@
+// Mixed precision: which products of a graph run in bf16.
+//
+// Precision is an attribute of the ops that multiply (MatMul, Conv2D,
+// Conv2DBackpropInput, Conv2DBackpropFilter): "fp32" (the default) or "bf16",
+// which converts both inputs to bf16, accumulates in fp32 and writes an fp32
+// result. Tensors, variables (the master weights) and every other op stay fp32,
+// so no Cast nodes are added and a checkpoint does not depend on precision.
+// The attribute travels with the graph (graph files, cluster partitions), and
+// gradients built from a bf16 node are bf16 too. bf16 runs only where the CPU
+// has AVX512_BF16 and the build has oneDNN; elsewhere it is refused (graph
+// rewrite or kernel creation), never emulated.
+//
+//   sf::Graph g;  ... build the model, then the optimizer ...
+//   SF_RETURN_IF_ERROR(sf::SetComputePrecision(g, "bf16"));
+//   sf::Session s(g);
+#pragma once
+
+#include <string>
+
+#include "shardflow/graph.h"
+#include "shardflow/status.h"
+
+namespace sf {
+
+// OK when `precision` ("fp32" or "bf16") can run on this machine; InvalidArgument
+// for another name, FailedPrecondition saying what bf16 lacks here (the CPU's
+// AVX512_BF16 or oneDNN in the build).
+Status CheckComputePrecision(const std::string& precision);
+
+// Sets attr precision on every float32 MatMul, Conv2D, Conv2DBackpropInput and
+// Conv2DBackpropFilter node of g, and returns how many it set. Call it after
+// the gradients and the optimizer are built (they add products too) and before
+// a session is made from g. Errors as CheckComputePrecision, leaving g unchanged.
+Result<int> SetComputePrecision(Graph& g, const std::string& precision);
+
+}  // namespace sf

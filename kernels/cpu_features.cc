@@ -1,0 +1,33 @@
+#include "kernels/cpu_features.h"
+
+#include <cpuid.h>
+
+namespace sf {
+
+bool CpuHasAvx512Bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return (eax >> 5) & 1u;
+}
+
+bool BuiltWithDnnl() {
+#ifdef SF_HAVE_DNNL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Status Bf16Supported() {
+  if (!BuiltWithDnnl())
+    return FailedPrecondition(
+        "precision bf16 needs oneDNN, and this shardflow was built without it "
+        "(install libdnnl-dev and configure again)");
+  if (!CpuHasAvx512Bf16())
+    return FailedPrecondition(
+        "precision bf16 needs a CPU with AVX512_BF16, and this CPU does not have it (use fp32)");
+  return Status::OK();
+}
+
+}  // namespace sf

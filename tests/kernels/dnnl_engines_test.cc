@@ -1,0 +1,258 @@
+// The oneDNN engines against the Eigen ones (kernels/cpu/dnnl_engines.h):
+// every convolution shape the other tests use plus strided, padded (SAME and
+// VALID), odd and uneven-batch ones, forward and both gradients, in fp32 and
+// (on CPUs with AVX512_BF16) bf16; the bf16 matmul against Eigen's GEMM; and
+// the graph-level precision switch (shardflow/precision.h).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/compute_pool.h"
+#include "kernels/cpu/dnnl_engines.h"
+#include "kernels/cpu/nn_gemm.h"
+#include "kernels/cpu_features.h"
+#include "shardflow/gradients.h"
+#include "shardflow/ops.h"
+#include "shardflow/precision.h"
+#include "tests/support/eval_graph.h"
+
+using namespace sf;
+
+namespace {
+
+std::vector<float> Random(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// ||got - want|| / ||want||, the error measure that suits bf16 (whose
+// elements round at 2^-8 relative) as well as fp32.
+double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+struct ConvCase {
+  Shape in;
+  int64_t kh, kw, oc, sh, sw;
+  bool same;
+};
+
+nn::Window MakeWindow(const ConvCase& cc) {
+  nn::Window w;
+  w.n = cc.in[0];
+  w.h = cc.in[1];
+  w.w = cc.in[2];
+  w.c = cc.in[3];
+  w.kh = cc.kh;
+  w.kw = cc.kw;
+  w.sh = cc.sh;
+  w.sw = cc.sw;
+  REQUIRE(nn::ComputeWindow(cc.same, &w).ok());
+  return w;
+}
+
+const std::vector<ConvCase>& ConvCases() {
+  static const std::vector<ConvCase> cases = {
+      // The shapes of nn_conv_test.cc.
+      {{1, 5, 5, 2}, 3, 3, 3, 1, 1, true},  {{2, 7, 6, 3}, 3, 2, 4, 2, 2, true},
+      {{2, 7, 6, 3}, 3, 3, 2, 2, 1, false}, {{3, 9, 9, 4}, 1, 1, 5, 1, 1, false},
+      {{1, 8, 8, 2}, 5, 5, 3, 3, 3, true},  {{4, 20, 20, 8}, 3, 3, 16, 1, 1, true},
+      {{2, 6, 6, 3}, 1, 1, 2, 2, 2, true},  {{1, 40, 40, 16}, 3, 3, 32, 1, 1, true},
+      // Strided, padded, odd and uneven.
+      {{3, 11, 13, 5}, 5, 3, 7, 2, 3, true},   // odd everything, SAME, unequal strides
+      {{2, 9, 7, 3}, 4, 4, 6, 3, 2, false},    // even kernel, VALID with leftover rows
+      {{2, 10, 10, 4}, 3, 3, 5, 4, 4, false},  // stride larger than the kernel
+      {{5, 8, 8, 3}, 8, 8, 2, 1, 1, false},    // window = whole image
+      {{3, 6, 7, 2}, 4, 2, 3, 1, 1, true},     // even kernel, SAME (asymmetric padding)
+      {{7, 6, 6, 17}, 1, 1, 9, 1, 1, true},    // pointwise, odd channels, odd batch
+      {{5, 28, 28, 1}, 5, 5, 32, 1, 1, true},  // the Fashion-MNIST CNN's layers, odd batch
+      {{6, 14, 14, 32}, 5, 5, 64, 1, 1, true},
+  };
+  return cases;
+}
+
+void CheckConvEngine(nn::Precision p, double tol) {
+  ComputePool pool(2);
+  auto ref = nn::NewEigenConvEngine();
+  auto dnnl = nn::NewDnnlConvEngine(p);
+  REQUIRE(dnnl != nullptr);
+  for (const ConvCase& cc : ConvCases()) {
+    const nn::Window w = MakeWindow(cc);
+    INFO("input " << ShapeString(cc.in) << " kernel " << cc.kh << "x" << cc.kw << " oc " << cc.oc << " strides "
+                  << cc.sh << "," << cc.sw << (cc.same ? " SAME" : " VALID"));
+    const int64_t nx = NumElements(cc.in), nf = cc.kh * cc.kw * w.c * cc.oc, ny = w.n * w.oh * w.ow * cc.oc;
+    const auto x = Random(nx, 1), f = Random(nf, 2), dy = Random(ny, 3);
+    std::vector<float> y_ref(ny), dx_ref(nx), df_ref(nf);
+    REQUIRE(ref->Forward(&pool, w, cc.oc, x.data(), f.data(), y_ref.data()).ok());
+    REQUIRE(ref->BackwardInput(&pool, w, cc.oc, f.data(), dy.data(), dx_ref.data()).ok());
+    REQUIRE(ref->BackwardFilter(&pool, w, cc.oc, x.data(), dy.data(), df_ref.data()).ok());
+    // Twice: the second call runs the primitives cached by the first, and
+    // must give the same bits; outputs start as garbage, never read.
+    std::vector<float> first_y;
+    for (int run = 0; run < 2; ++run) {
+      std::vector<float> y(ny, NAN), dx(nx, NAN), df(nf, NAN);
+      Status s = dnnl->Forward(&pool, w, cc.oc, x.data(), f.data(), y.data());
+      REQUIRE(s.ok());
+      REQUIRE(dnnl->BackwardInput(&pool, w, cc.oc, f.data(), dy.data(), dx.data()).ok());
+      REQUIRE(dnnl->BackwardFilter(&pool, w, cc.oc, x.data(), dy.data(), df.data()).ok());
+      CHECK(RelError(y, y_ref) < tol);
+      CHECK(RelError(dx, dx_ref) < tol);
+      CHECK(RelError(df, df_ref) < tol);
+      if (run == 0) first_y = y;
+      else CHECK(y == first_y);
+    }
+    // Without a pool (one block, another cached plan) the same result.
+    std::vector<float> y1(ny);
+    REQUIRE(dnnl->Forward(nullptr, w, cc.oc, x.data(), f.data(), y1.data()).ok());
+    CHECK(RelError(y1, y_ref) < tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("oneDNN fp32 convolutions match the Eigen ones", "[kernels][dnnl]") {
+  if (!BuiltWithDnnl()) {
+    CHECK(nn::NewDnnlConvEngine(nn::Precision::kFp32) == nullptr);
+    return;
+  }
+  CheckConvEngine(nn::Precision::kFp32, 1e-5);
+}
+
+TEST_CASE("oneDNN bf16 convolutions stay within bf16 rounding of the fp32 ones", "[kernels][dnnl][bf16]") {
+  if (!Bf16Supported().ok()) return;  // refused on such machines: tested below
+  CheckConvEngine(nn::Precision::kBf16, 1e-2);
+}
+
+TEST_CASE("The bf16 matmul matches Eigen's GEMM over every transpose", "[kernels][dnnl][bf16]") {
+  if (!Bf16Supported().ok()) return;
+  ComputePool pool(2);
+  auto mm = nn::NewDnnlBf16MatMulEngine();
+  REQUIRE(mm != nullptr);
+  struct Dims {
+    int64_t m, n, k;
+  };
+  for (Dims d : {Dims{128, 512, 784}, Dims{784, 512, 128}, Dims{37, 5, 19}, Dims{3, 300, 7}, Dims{1, 1, 1},
+                 Dims{64, 10, 1024}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        INFO("m " << d.m << " n " << d.n << " k " << d.k << " ta " << ta << " tb " << tb);
+        const auto a = Random(d.m * d.k, 4), b = Random(d.k * d.n, 5);
+        std::vector<float> want(d.m * d.n), got(d.m * d.n, NAN);
+        nn::Gemm<float>(&pool, a.data(), b.data(), want.data(), d.m, d.n, d.k, ta, tb);
+        REQUIRE(mm->Run(&pool, a.data(), b.data(), got.data(), d.m, d.n, d.k, ta, tb).ok());
+        CHECK(RelError(got, want) < 1e-2);
+        CHECK(RelError(got, want) > 0);  // it really rounded to bf16
+      }
+}
+
+TEST_CASE("SetComputePrecision marks the products and bf16 trains like fp32", "[kernels][dnnl][bf16]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {4, 6, 6, 2}, "x");
+  auto f = ops::Const(g, Random(3 * 3 * 2 * 4, 7), {3, 3, 2, 4});
+  auto w = ops::Const(g, Random(6 * 6 * 4 * 3, 8), {6 * 6 * 4, 3});
+  auto h = ops::Reshape(g, ops::Conv2D(g, x, f), std::vector<int64_t>{4, 6 * 6 * 4});
+  auto loss = ops::Sum(g, ops::Square(g, ops::MatMul(g, h, w)));
+  auto grads = Gradients(g, {loss}, {f, w});
+  REQUIRE(grads.ok());
+  REQUIRE(g.status().ok());
+  CHECK(CheckComputePrecision("fp32").ok());
+  CHECK(CheckComputePrecision("fp16").code() == Code::kInvalidArgument);
+  CHECK(SetComputePrecision(g, "fp16").status().message().find("fp16") != std::string::npos);
+  const testing::Feeds feeds = {{x, Tensor::FromVector<float>(Random(4 * 6 * 6 * 2, 9), {4, 6, 6, 2})}};
+  auto fp32 = testing::EvalGraph(g, feeds, {loss, (*grads)[0], (*grads)[1]});
+  REQUIRE(fp32.ok());
+  if (!Bf16Supported().ok()) {
+    auto r = SetComputePrecision(g, "bf16");
+    CHECK(r.status().code() == Code::kFailedPrecondition);
+    return;
+  }
+  auto set = SetComputePrecision(g, "bf16");
+  REQUIRE(set.ok());
+  // Forward Conv2D and MatMul, the conv's two gradients, the MatMul's two.
+  CHECK(*set == 6);
+  auto bf16 = testing::EvalGraph(g, feeds, {loss, (*grads)[0], (*grads)[1]});
+  REQUIRE(bf16.ok());
+  for (int i = 0; i < 3; ++i) {
+    const double e = RelError((*bf16)[i].ToVector<float>(), (*fp32)[i].ToVector<float>());
+    CHECK(e < 2e-2);
+    CHECK(e > 0);
+  }
+}
+
+TEST_CASE("A bad precision attr is refused naming it", "[kernels][dnnl]") {
+  Graph g;
+  auto a = ops::Const(g, Random(4, 1), {2, 2});
+  AttrMap m;
+  m.Set("precision", std::string("fp8"));
+  auto c = g.Add1("MatMul", {a, a}, m);
+  REQUIRE(g.status().ok());
+  auto r = testing::Eval(g, c);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("precision") != std::string::npos);
+  CHECK(r.status().message().find("fp8") != std::string::npos);
+  // bf16 on float64 is refused too (oneDNN's bf16 takes float32 inputs).
+  Graph g2;
+  auto d = ops::Const(g2, Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2}));
+  AttrMap m2;
+  m2.Set("precision", std::string("bf16"));
+  auto c2 = g2.Add1("MatMul", {d, d}, m2);
+  auto r2 = testing::Eval(g2, c2);
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.status().message().find("precision") != std::string::npos);
+}
+
+TEST_CASE("oneDNN MaxPoolGrad routes dy to the first maximum, ties included", "[kernels][dnnl]") {
+  auto engine = nn::NewDnnlMaxPoolGradEngine();
+  if (!BuiltWithDnnl()) {
+    CHECK(engine == nullptr);
+    return;
+  }
+  REQUIRE(engine != nullptr);
+  ComputePool pool(2);
+  struct PoolCase {
+    Shape in;
+    int64_t k, s;
+    bool same;
+  };
+  for (const PoolCase& pc : {PoolCase{{64, 28, 28, 32}, 2, 2, false}, PoolCase{{3, 7, 9, 5}, 2, 2, false},
+                             PoolCase{{3, 7, 9, 5}, 3, 2, true}, PoolCase{{2, 5, 5, 3}, 2, 2, true},
+                             PoolCase{{5, 6, 6, 17}, 3, 1, false}}) {
+    INFO("input " << ShapeString(pc.in) << " window " << pc.k << " stride " << pc.s << (pc.same ? " SAME" : " VALID"));
+    nn::Window w;
+    w.n = pc.in[0], w.h = pc.in[1], w.w = pc.in[2], w.c = pc.in[3];
+    w.kh = w.kw = pc.k;
+    w.sh = w.sw = pc.s;
+    REQUIRE(nn::ComputeWindow(pc.same, &w).ok());
+    // Values in {0, 1, 2}: most windows hold ties (as after a ReLU).
+    std::vector<float> x = Random(NumElements(pc.in), 11);
+    for (float& v : x) v = std::floor((v + 1) * 1.5f);
+    const auto dy = Random(w.n * w.oh * w.ow * w.c, 12);
+    std::vector<float> want(x.size(), 0.0f), got(x.size(), NAN);
+    for (int64_t n = 0; n < w.n; ++n)
+      for (int64_t oy = 0; oy < w.oh; ++oy)
+        for (int64_t ox = 0; ox < w.ow; ++ox)
+          for (int64_t c = 0; c < w.c; ++c) {
+            int64_t arg = -1;
+            for (int64_t ky = 0; ky < w.kh; ++ky)
+              for (int64_t kx = 0; kx < w.kw; ++kx) {
+                const int64_t iy = oy * w.sh - w.pad_top + ky, ix = ox * w.sw - w.pad_left + kx;
+                if (iy < 0 || iy >= w.h || ix < 0 || ix >= w.w) continue;
+                const int64_t at = ((n * w.h + iy) * w.w + ix) * w.c + c;
+                if (arg < 0 || x[at] > x[arg]) arg = at;
+              }
+            want[arg] += dy[((n * w.oh + oy) * w.ow + ox) * w.c + c];
+          }
+    REQUIRE(engine->Run(&pool, w, x.data(), dy.data(), got.data()).ok());
+    CHECK(RelError(got, want) < 1e-6);
+  }
+}
