@@ -43,6 +43,7 @@
 #include "kernels/compute_pool.h"
 #include "kernels/rendezvous_service.h"
 #include "kernels/step_stacks.h"
+#include "kernels/step_trace.h"
 #include "runtime/executor.h"
 
 namespace sf {
@@ -60,6 +61,8 @@ struct NodeItem {
   int edge_begin = 0, edge_end = 0;  // into KernelPlan::edges
   int initial_pending = 0;           // data and control inputs
   std::string where;                 // "node 'N' (op OP)"
+  std::string name, op;              // for traces
+  const char* trace_category = "op";  // "op", "send", "recv", "variable", "embedding", "queue"
 };
 
 struct PlanEdge {
@@ -172,8 +175,9 @@ class ExecutorState : public StepBase {
   using Task = typename P::Task;
 
   static void Run(const KernelPlan& plan, const typename P::Plan& pplan, int64_t step_id,
-                  std::vector<Tensor> feeds, Executor::DoneFn done) {
+                  std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace) {
     auto* s = new ExecutorState(plan, pplan, step_id, std::move(feeds), std::move(done));
+    s->trace_ = trace;
     // The caller is an actor thread, which must stay free: ops start on the pool.
     if (!s->prop_.Start([s](const Task& t) { s->Schedule(t); }, [s](const Task& t) { s->Process(t); }))
       s->Finish();
@@ -200,21 +204,26 @@ class ExecutorState : public StepBase {
       Status st;
       bool ran = false;
       // An async kernel that took over, or the step's last op: the state
-      // may be gone, so only *local is read.
-      if (RunKernel(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
+      // may be gone, so only *local is read. The one branch a step without
+      // a trace pays per op picks the kernel runner.
+      const bool finished = trace_ ? RunKernel<true>(t, &buf, &st, &ran) : RunKernel<false>(t, &buf, &st, &ran);
+      if (finished && Done(t, &buf, st, ran, local)) return;
       if (!P::Pop(local, &t)) return;
     }
   }
 
   // Runs t's kernel if it should run; false when an async kernel took over
-  // (it continues in Done later).
+  // (it continues in Done later). Traced, an op that runs adds its event.
+  template <bool kTraced>
   bool RunKernel(const Task& t, typename P::OutBuf* buf, Status* st, bool* ran) {
     const NodeItem& item = plan_.nodes[P::Node(t)];
+    int64_t start = 0;
+    if constexpr (kTraced) start = trace_->Now();
     Tensor* outs = prop_.PrepareOutputs(t, buf);
     if (failed() || !prop_.ShouldRun(t, outs)) return true;
     *ran = true;
     if (item.is_async) {
-      StartAsync(t, item);
+      StartAsync<kTraced>(t, item, start);
       return false;
     }
     constexpr int kInline = 8;
@@ -231,10 +240,15 @@ class ExecutorState : public StepBase {
     Status thrown = Guarded(plan_, [&] { item.kernel->Compute(&ctx); });
     if (!thrown.ok()) *st = thrown;
     else if (!ctx.status().ok()) *st = ctx.status();
+    if constexpr (kTraced) trace_->Add(item.name, item.op, item.trace_category, start, trace_->Now());
     return true;
   }
 
-  void StartAsync(const Task& t, const NodeItem& item) {
+  // Traced, the op's event (its start, up to handing over) is added before
+  // the kernel starts, and its wait (up to the answer) when it answers:
+  // once the kernel has it, the step and its trace may be gone here.
+  template <bool kTraced>
+  void StartAsync(const Task& t, const NodeItem& item, int64_t start) {
     // The context, its inputs and outputs outlive this call: the kernel
     // finishes later, on whatever thread answers it.
     struct Pending {
@@ -248,7 +262,16 @@ class ExecutorState : public StepBase {
     Tensor* outs = prop_.PrepareOutputs(t, &p->buf);
     p->ctx = std::make_unique<OpKernelContext>(MakeContext(
         plan_, id_, p->inputs.data(), item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t)));
-    auto finish = [this, t, p](Status st) {
+    int64_t wait_start = 0;
+    if constexpr (kTraced) {
+      wait_start = trace_->Now();
+      trace_->Add(item.name, item.op, item.trace_category, start, wait_start);
+    }
+    auto finish = [this, t, p, wait_start](Status st) {
+      if constexpr (kTraced) {
+        const NodeItem& it = plan_.nodes[P::Node(t)];
+        trace_->Add(it.name, it.op, "wait", wait_start, trace_->Now());
+      }
       typename P::OutBuf buf = std::move(p->buf);
       delete p;
       typename P::Local local;
@@ -293,6 +316,7 @@ class ExecutorState : public StepBase {
   }
 
   P prop_;
+  StepTrace* trace_ = nullptr;  // null: no trace (set once, before the first op)
 };
 
 }  // namespace runtime

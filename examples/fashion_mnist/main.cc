@@ -54,6 +54,7 @@
 #include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
+#include "examples/common/trace.h"
 #include "examples/fashion_mnist/workers.h"
 #include "shardflow/checkpoint.h"
 #include "shardflow/ops.h"
@@ -161,9 +162,11 @@ int main(int argc, char** argv) {
       .Bool("async", "asynchronous replicas: apply each gradient on arrival, record its staleness")
       .String("cluster", "", "with --workers: a member HOST:PORT of your own cluster instead of a local one")
       .String("cluster-secret-file", "", "the secret file of --cluster");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
+  const TraceFlag trace(flags);
   const int64_t epochs = flags.GetInt("epochs"), batch = flags.GetInt("batch");
   if (epochs < 1 || batch < 1) return Fail(InvalidArgument("--epochs and --batch must be positive"));
   const std::string ckpt_dir = flags.GetString("checkpoint-dir");
@@ -203,6 +206,7 @@ int main(int argc, char** argv) {
     wo.secret_file = flags.GetString("cluster-secret-file");
     wo.out = flags.GetString("out");
     wo.json = json;
+    wo.trace = &trace;
     return TrainWithWorkers(wo, *train, *test);
   }
 
@@ -363,7 +367,8 @@ int main(int argc, char** argv) {
       const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
       Tensor lr = Tensor::Scalar<float>(static_cast<float>(
           LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
-      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss}, {m.train});
+      auto r = session.Run(trace.For(global_step - start_step), {{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss},
+                           {m.train});
       if (!r.ok()) return Fail(r.status());
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;
