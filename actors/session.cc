@@ -135,11 +135,11 @@ const Graph& Session::graph() const { return impl_->graph; }
 
 void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
                                 std::function<void(Result<std::vector<Tensor>>)> done) {
-  RunAsync(RunOptions{}, feeds, fetches, targets, std::move(done));
+  RunAsync(feeds, fetches, targets, RunOptions{}, std::move(done));
 }
 
-void SessionInterface::RunAsync(const RunOptions& options, const FeedMap& feeds, const Fetches& fetches,
-                                const Targets& targets, std::function<void(Result<std::vector<Tensor>>)> done) {
+void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                                const RunOptions& options, std::function<void(Result<std::vector<Tensor>>)> done) {
   const Graph& g = graph();
   auto named = ResolveFeeds(g, feeds);
   if (!named.ok()) return done(named.status());
@@ -160,17 +160,17 @@ void SessionInterface::RunAsync(const RunOptions& options, const FeedMap& feeds,
 
 Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds, const Fetches& fetches,
                                                   const Targets& targets) {
-  return Run(RunOptions{}, feeds, fetches, targets);
+  return Run(feeds, fetches, targets, RunOptions{});
 }
 
-Result<std::vector<Tensor>> SessionInterface::Run(const RunOptions& options, const FeedMap& feeds,
-                                                  const Fetches& fetches, const Targets& targets) {
+Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds, const Fetches& fetches,
+                                                  const Targets& targets, const RunOptions& options) {
   // A mutex and condition variable rather than std::promise: the same cost,
   // and thread sanitizers see the hand-over (libstdc++'s futures hide theirs).
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Result<std::vector<Tensor>>> result;
-  RunAsync(options, feeds, fetches, targets, [&](Result<std::vector<Tensor>> r) {
+  RunAsync(feeds, fetches, targets, options, [&](Result<std::vector<Tensor>> r) {
     std::lock_guard<std::mutex> l(mu);
     result.emplace(std::move(r));
     cv.notify_all();

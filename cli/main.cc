@@ -275,7 +275,7 @@ int RunCommand(const CLI::App& run, const RunFlags& flags) {
     Session session(g, options);
     RunOptions ro;
     ro.trace_file = flags.trace_file;
-    results = session.Run(ro, feeds, fetches, targets);
+    results = session.Run(feeds, fetches, targets, ro);
   }
   if (!results.ok()) return Fail(kExitRunError, results.status().ToString());
   if (results->size() != fetches.size()) {

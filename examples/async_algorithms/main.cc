@@ -225,14 +225,14 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
           const int64_t token = (*tok)[0].data<int64_t>()[0];
           if (token >= o.steps) break;
           feeds.emplace_back(towers[r].step_tag.name(), Tensor::Scalar<int64_t>(token));
-          auto res = s.Run(r == 0 ? o.trace->For(k) : RunOptions{}, feeds, {}, {towers[r].train_op});
+          auto res = s.Run(feeds, {}, {towers[r].train_op}, r == 0 ? o.trace->For(k) : RunOptions{});
           if (!res.ok()) return fail(res.status());
         } else {
           if (!waits.empty()) {
             auto w = s.Run({{clocks[r].name(), Tensor::Scalar<int64_t>(k)}}, {}, {waits[r]});
             if (!w.ok()) return fail(w.status());
           }
-          auto res = s.Run(r == 0 ? o.trace->For(k) : RunOptions{}, feeds, {}, {async_train});
+          auto res = s.Run(feeds, {}, {async_train}, r == 0 ? o.trace->For(k) : RunOptions{});
           if (!res.ok()) return fail(res.status());
         }
         ++worker_steps;

@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     Tensor ids, labels;
     data.Batch(batch, kIdsPerExample, rng, &ids, &labels);
     for (int attempt = 0;; ++attempt) {
-      auto r = s.Run(trace.For(step), {{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train});
+      auto r = s.Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train}, trace.For(step));
       report_changes();
       if (r.ok()) {
         ++step;

@@ -338,7 +338,7 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
     const Batch b = MakeBatch(features, c, c.batch, train_rng);
     rep->data_secs += SecondsSince(t0);
     t0 = Clock::now();
-    auto r = s.Run(c.trace->For(step - rep->start_step - 1), Feeds(features, b, true), {cg.loss}, {cg.train});
+    auto r = s.Run(Feeds(features, b, true), {cg.loss}, {cg.train}, c.trace->For(step - rep->start_step - 1));
     if (!r.ok()) return r.status().WithPrefix("step " + std::to_string(step));
     rep->train_secs += SecondsSince(t0);
     loss_sum += (*r)[0].template data<float>()[0];

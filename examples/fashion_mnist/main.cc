@@ -367,8 +367,8 @@ int main(int argc, char** argv) {
       const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
       Tensor lr = Tensor::Scalar<float>(static_cast<float>(
           LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
-      auto r = session.Run(trace.For(global_step - start_step), {{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss},
-                           {m.train});
+      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss}, {m.train},
+                           trace.For(global_step - start_step));
       if (!r.ok()) return Fail(r.status());
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;

@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     const int64_t longest = *std::max_element(b.lengths.begin(), b.lengths.end());
     const FeedMap f = feeds(b);
     auto t0 = std::chrono::steady_clock::now();
-    auto rl = session.Run(trace.For(step - 1), f, {loop_model->loss}, {loop_model->train});
+    auto rl = session.Run(f, {loop_model->loss}, {loop_model->train}, trace.For(step - 1));
     auto t1 = std::chrono::steady_clock::now();
     if (!rl.ok()) return Fail(rl.status());
     auto ru = session.Run(f, {unrolled_model->loss}, {unrolled_model->train});

@@ -268,7 +268,7 @@ class SyncTraining {
       feeds = TokenFeed(sg_, workers_, r + 1);
       targets.push_back("give_tokens");
     }
-    s_.RunAsync(trace_.For(r), feeds, {sg_.pulled_rounds, sg_.pulled_workers, sg_.applied}, targets,
+    s_.RunAsync(feeds, {sg_.pulled_rounds, sg_.pulled_workers, sg_.applied}, targets, trace_.For(r),
                 [this, r, last](Result<std::vector<Tensor>> res) {
                   if (!res.ok()) {
                     Abort(res.status().WithPrefix("chief round " + std::to_string(r)));

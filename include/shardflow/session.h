@@ -53,16 +53,17 @@ class SessionInterface {
   // typed feed, an unknown name, an object of another graph, a graph cycle,
   // or a kernel failure naming its op and node.
   Result<std::vector<Tensor>> Run(const FeedMap& feeds, const Fetches& fetches, const Targets& targets = {});
-  // Run with options (a trace file, shardflow/run_args.h); errors as Run,
-  // or Unavailable naming the trace file when it cannot be written.
-  Result<std::vector<Tensor>> Run(const RunOptions& options, const FeedMap& feeds, const Fetches& fetches,
-                                  const Targets& targets = {});
+  // Run with options (a trace file, shardflow/run_args.h) after the
+  // targets; errors as Run, or Unavailable naming the trace file when it
+  // cannot be written.
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                                  const RunOptions& options);
   // The same, returning at once; done runs on a runtime thread with the
   // result (it must not block on another Run).
   void RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
                 std::function<void(Result<std::vector<Tensor>>)> done);
   // RunAsync with options; errors as Run with options.
-  void RunAsync(const RunOptions& options, const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+  void RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets, const RunOptions& options,
                 std::function<void(Result<std::vector<Tensor>>)> done);
   // The graph the session runs.
   virtual const Graph& graph() const = 0;

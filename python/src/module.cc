@@ -394,7 +394,7 @@ struct PySession {
       RunOptions ro;
       ro.trace_file = trace_file;
       ro.trace_max_events = trace_max_events;
-      r = sess->Run(ro, fm, Fetches(std::move(f)), Targets(std::move(t)));
+      r = sess->Run(fm, Fetches(std::move(f)), Targets(std::move(t)), ro);
       fm.clear();
       sess.reset();  // a session closed meanwhile is destroyed here, without the GIL
     }

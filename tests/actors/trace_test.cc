@@ -69,7 +69,7 @@ TEST_CASE("Trace: a local step has an event for every op it ran, nested on named
   testing::TempDir dir("sf_trace");
   const std::string path = dir / "step.json";
   FeedMap feeds{{x, Tensor::FromVector(std::vector<float>(12, 1.0f), {4, 3})}};
-  auto r = s.Run(TraceTo(path), feeds, {loss}, {*train});
+  auto r = s.Run(feeds, {loss}, {*train}, TraceTo(path));
   REQUIRE(r.ok());
 
   TraceFile t;
@@ -130,7 +130,7 @@ TEST_CASE("Trace: a two-device step shows its send, its receive and the receive'
   Session s(g, so);
   testing::TempDir dir("sf_trace");
   const std::string path = dir / "two.json";
-  auto r = s.Run(TraceTo(path), {}, {b});
+  auto r = s.Run({}, {b}, {}, TraceTo(path));
   REQUIRE(r.ok());
   CHECK((*r)[0].data<float>()[1] == -6.0f);
 
@@ -174,7 +174,7 @@ TEST_CASE("Trace: a dequeue's wait for an element is on the timeline", "[trace]"
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Result<std::vector<Tensor>>> got;
-  s.RunAsync(TraceTo(path), {}, {deq[0]}, {}, [&](Result<std::vector<Tensor>> r) {
+  s.RunAsync({}, {deq[0]}, {}, TraceTo(path), [&](Result<std::vector<Tensor>> r) {
     std::lock_guard<std::mutex> l(mu);
     got.emplace(std::move(r));
     cv.notify_all();
@@ -202,9 +202,9 @@ TEST_CASE("Trace: events past the cap are counted in the file, not kept", "[trac
   Session s(g);
   testing::TempDir dir("sf_trace");
   TraceFile full, capped;
-  REQUIRE(s.Run(TraceTo(dir / "full.json"), {}, {y}).ok());
+  REQUIRE(s.Run({}, {y}, {}, TraceTo(dir / "full.json")).ok());
   REQUIRE(ReadTraceFile(dir / "full.json", &full) == "");
-  REQUIRE(s.Run(TraceTo(dir / "capped.json", 5), {}, {y}).ok());
+  REQUIRE(s.Run({}, {y}, {}, TraceTo(dir / "capped.json", 5)).ok());
   REQUIRE(ReadTraceFile(dir / "capped.json", &capped) == "");
   CHECK(full.dropped == 0);
   CHECK(full.events.size() >= 41);  // 21 constants, 20 adds, the partition, the step
@@ -219,7 +219,7 @@ TEST_CASE("Trace: a trace file that cannot be written is the step's error, namin
   Session s(g);
   testing::TempDir dir("sf_trace");
   const std::string path = dir / "no_such_dir/t.json";
-  auto r = s.Run(TraceTo(path), {}, {y});
+  auto r = s.Run({}, {y}, {}, TraceTo(path));
   REQUIRE(!r.ok());
   CHECK(r.status().code() == Code::kUnavailable);
   CHECK(r.status().message().find(path) != std::string::npos);

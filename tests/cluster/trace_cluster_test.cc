@@ -48,7 +48,7 @@ TEST_CASE("Trace: a cluster step has one process row per node, on the step's clo
   RunOptions ro;
   ro.trace_file = dir / "cluster.json";
   FeedMap feeds{{x, Tensor::FromVector(std::vector<float>(32, 0.25f), {8, 4})}};
-  auto r = (*s)->Run(ro, feeds, {loss}, {*train});
+  auto r = (*s)->Run(feeds, {loss}, {*train}, ro);
   REQUIRE(r.ok());
 
   testing::TraceFile t;
