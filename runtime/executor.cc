@@ -56,15 +56,14 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
     fed_output[it->second][f.index] = 1;
   }
   kp->nodes.resize(n);
+  kp->trace_info.resize(n);
   std::vector<std::vector<PlanEdge>> out_edges(n);
   int slots = 0;
   for (int i = 0; i < n; ++i) {
     NodeItem& it = kp->nodes[i];
     const Node& node = g.node(spec.nodes[i]);
     it.where = "node '" + node.name + "' (op " + node.op + ")";
-    it.name = node.name;
-    it.op = node.op;
-    it.trace_category = TraceCategoryOf(node);
+    kp->trace_info[i] = NodeTraceInfo{node.name, node.op, TraceCategoryOf(node)};
     it.output_begin = slots;
     it.num_outputs = node.num_outputs();
     kp->output_dtypes.insert(kp->output_dtypes.end(), node.output_dtypes.begin(), node.output_dtypes.end());

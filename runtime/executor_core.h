@@ -61,8 +61,13 @@ struct NodeItem {
   int edge_begin = 0, edge_end = 0;  // into KernelPlan::edges
   int initial_pending = 0;           // data and control inputs
   std::string where;                 // "node 'N' (op OP)"
-  std::string name, op;              // for traces
-  const char* trace_category = "op";  // "op", "send", "recv", "variable", "embedding", "queue"
+};
+
+// What a traced step records of a node; apart from NodeItem, so the plan
+// an untraced step walks stays as compact as before.
+struct NodeTraceInfo {
+  std::string name, op;
+  const char* category = "op";  // "op", "send", "recv", "variable", "embedding", "queue"
 };
 
 struct PlanEdge {
@@ -74,6 +79,7 @@ struct PlanEdge {
 // What is built once per partition, whatever the propagator.
 struct KernelPlan {
   std::vector<NodeItem> nodes;
+  std::vector<NodeTraceInfo> trace_info;  // per node
   std::vector<int> input_slots;       // per node, the value slot of each input
   std::vector<PlanEdge> edges;        // per node, its out-edges (data, then control)
   std::vector<DType> output_dtypes;   // per value slot, the declared dtype
@@ -196,18 +202,20 @@ class ExecutorState : public StepBase {
   // left or an async kernel takes over. The state may be gone on return.
   void Process(Task t) {
     typename P::Local local;
-    Loop(t, &local);
+    // The one branch on tracing, for t and the ops that follow it on this
+    // thread: a step without a trace runs the loop it ran before.
+    if (trace_) Loop<true>(t, &local);
+    else Loop<false>(t, &local);
   }
+  template <bool kTraced>
   void Loop(Task t, typename P::Local* local) {
     typename P::OutBuf buf;
     while (true) {
       Status st;
       bool ran = false;
       // An async kernel that took over, or the step's last op: the state
-      // may be gone, so only *local is read. The one branch a step without
-      // a trace pays per op picks the kernel runner.
-      const bool finished = trace_ ? RunKernel<true>(t, &buf, &st, &ran) : RunKernel<false>(t, &buf, &st, &ran);
-      if (finished && Done(t, &buf, st, ran, local)) return;
+      // may be gone, so only *local is read.
+      if (RunKernel<kTraced>(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
       if (!P::Pop(local, &t)) return;
     }
   }
@@ -240,7 +248,10 @@ class ExecutorState : public StepBase {
     Status thrown = Guarded(plan_, [&] { item.kernel->Compute(&ctx); });
     if (!thrown.ok()) *st = thrown;
     else if (!ctx.status().ok()) *st = ctx.status();
-    if constexpr (kTraced) trace_->Add(item.name, item.op, item.trace_category, start, trace_->Now());
+    if constexpr (kTraced) {
+      const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
+      trace_->Add(ti.name, ti.op, ti.category, start, trace_->Now());
+    }
     return true;
   }
 
@@ -264,20 +275,21 @@ class ExecutorState : public StepBase {
         plan_, id_, p->inputs.data(), item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t)));
     int64_t wait_start = 0;
     if constexpr (kTraced) {
+      const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
       wait_start = trace_->Now();
-      trace_->Add(item.name, item.op, item.trace_category, start, wait_start);
+      trace_->Add(ti.name, ti.op, ti.category, start, wait_start);
     }
     auto finish = [this, t, p, wait_start](Status st) {
       if constexpr (kTraced) {
-        const NodeItem& it = plan_.nodes[P::Node(t)];
-        trace_->Add(it.name, it.op, "wait", wait_start, trace_->Now());
+        const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
+        trace_->Add(ti.name, ti.op, "wait", wait_start, trace_->Now());
       }
       typename P::OutBuf buf = std::move(p->buf);
       delete p;
       typename P::Local local;
       if (Done(t, &buf, st, true, &local)) return;
       Task next;
-      if (P::Pop(&local, &next)) Loop(next, &local);
+      if (P::Pop(&local, &next)) Loop<kTraced>(next, &local);
     };
     // A kernel that throws before it started its work never calls back.
     Status thrown = Guarded(plan_, [&] {
