@@ -107,6 +107,13 @@ class RemotePartitionHost : public PartitionHost {
     const int64_t now = trace->Now(), round_trip = now - sent_ns;
     trace->Add("RunPartition on " + o_.where, "", "partition", sent_ns, now);
     const int64_t in_flight = std::max<int64_t>(0, round_trip - d->trace_elapsed_ns);
+    // A node keeps no more than it was asked to; one that sends more has
+    // the excess counted as dropped, so the coordinator's memory stays bounded.
+    const size_t cap = static_cast<size_t>(std::max<int64_t>(1, trace->max_events()));
+    if (d->trace.events.size() > cap) {
+      d->trace.dropped += static_cast<int64_t>(d->trace.events.size() - cap);
+      d->trace.events.resize(cap);
+    }
     trace->AddRemote(RemoteTrace{"node " + o_.where, sent_ns + in_flight / 2, std::move(d->trace)});
   }
 

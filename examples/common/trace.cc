@@ -13,7 +13,6 @@ RunOptions TraceFlag::For(int64_t step) const {
   RunOptions o;
   if (file_.empty() || step != step_) return o;
   o.trace_file = file_;
-  done_ = true;
   return o;
 }
 

@@ -23,15 +23,10 @@ class TraceFlag {
   // The options of training step `step` (counted from 0): the trace file on
   // the traced step, nothing on the others.
   RunOptions For(int64_t step) const;
-  // True when the traced step was run (and its file written).
-  bool done() const { return done_; }
-  // The trace file ("" when --trace is not given).
-  const std::string& file() const { return file_; }
 
  private:
   std::string file_;
   int64_t step_ = 10;
-  mutable bool done_ = false;
 };
 
 }  // namespace sf::examples
