@@ -460,15 +460,23 @@ struct ClusterNode::Impl {
                                   {}});
       return;
     }
+    // Asked for a timeline: recorded from here (at most kMaxTraceEvents,
+    // whatever the peer asked) and returned with the reply.
+    auto trace = r.trace_max_events > 0 ? std::make_shared<StepTrace>(r.trace_max_events) : nullptr;
     // The host's actor starts the step: this connection keeps reading.
-    host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step](Status s, std::vector<Tensor> out) {
-      Reply(c, request_id, net::RunPartitionDone{step, std::move(s), std::move(out)});
+    host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace](Status s, std::vector<Tensor> out) {
+      net::RunPartitionDone d{step, std::move(s), std::move(out)};
+      if (trace) {
+        d.trace_elapsed_ns = trace->Now();
+        d.trace = trace->Take().first;
+      }
+      Reply(c, request_id, std::move(d));
       std::lock_guard<std::mutex> l(mu);
       running.erase(running.find(step));
       if (running.empty()) idle.notify_all();
       // No CleanupStep comes from a client that went away.
       if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
-    });
+    }, trace.get());
   }
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m) {

@@ -135,7 +135,7 @@ struct ClusterSession::Impl {
   // when needed (blocking); done runs on the callback thread.
   void Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
              const std::vector<std::string>& targets, const std::string& key,
-             std::function<void(Result<std::vector<Tensor>>)> done);
+             std::function<void(Result<std::vector<Tensor>>)> done, const RunOptions& run_options = {});
   // The host of a task's device: the member the task is assigned to now.
   Result<std::shared_ptr<runtime::PartitionHost>> HostFor(const std::string& device);
   // The variables (shared names, slots included) placed on each task; the
@@ -498,7 +498,7 @@ void ClusterSession::Impl::StartCoordinator() {
   system = std::make_unique<caf::actor_system>(cfg);
   coordinator_actor = runtime::SpawnCoordinatorActor(*system, [this](runtime::RunCall& call) {
     Start(call.feeds, call.fetches, call.targets, runtime::RunSignature(call.feeds, call.fetches, call.targets),
-          std::move(call.done));
+          std::move(call.done), call.options);
   });
 }
 
@@ -641,11 +641,11 @@ Status ClusterSession::Restore(const std::string& dir, int64_t id, int64_t* glob
   return s;
 }
 
-void ClusterSession::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
-                              std::function<void(Result<std::vector<Tensor>>)> done) {
+void ClusterSession::StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                              std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) {
   Impl* impl = impl_.get();
   const std::string key = runtime::RunSignature(feeds, fetches, targets);
-  if (impl->CanStartInline(key)) return impl->Start(feeds, fetches, targets, key, std::move(done));
+  if (impl->CanStartInline(key)) return impl->Start(feeds, fetches, targets, key, std::move(done), options);
   // Counted while queued, so the destructor waits for it too.
   {
     std::lock_guard<std::mutex> l(impl->mu);
@@ -656,13 +656,13 @@ void ClusterSession::StartRun(NamedFeeds feeds, std::vector<std::string> fetches
     std::lock_guard<std::mutex> l(impl->mu);
     if (--impl->in_flight == 0) impl->cv.notify_all();
   };
-  caf::anon_send(impl->coordinator_actor,
-                 runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets), std::move(finish)});
+  caf::anon_send(impl->coordinator_actor, runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets),
+                                                           std::move(finish), options});
 }
 
 void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
                                  const std::vector<std::string>& targets, const std::string& key,
-                                 std::function<void(Result<std::vector<Tensor>>)> done) {
+                                 std::function<void(Result<std::vector<Tensor>>)> done, const RunOptions& run_options) {
   {
     std::lock_guard<std::mutex> l(mu);
     ++in_flight;
@@ -702,7 +702,7 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
   // plans. Registration is rare (once per signature) and serialized.
   auto plan = coordinator->Find(key);
   if (!plan) plan = coordinator->PlanFor(feeds, fetches, targets);
-  coordinator->StartStep(plan, feeds, std::move(step_done));
+  coordinator->StartStep(plan, feeds, std::move(step_done), run_options, "coordinator");
 }
 
 const Graph& ClusterSession::graph() const { return impl_->graph; }

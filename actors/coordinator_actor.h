@@ -25,6 +25,7 @@ struct RunCall {
   std::vector<std::string> fetches;
   std::vector<std::string> targets;
   Coordinator::DoneFn done;
+  RunOptions options;
 };
 
 }  // namespace runtime

@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "kernels/step_trace.h"
 #include "runtime/plan.h"
 
 namespace sf {
@@ -19,6 +20,7 @@ struct Hosted {
   std::shared_ptr<const void> keep;  // what the executor's graph lives in
   std::unique_ptr<Executor> executor;
   std::vector<Output> fed;
+  std::string device;  // names the partition's span in a trace
 };
 
 std::string Prefixed(const std::string& name, const std::string& what) {
@@ -35,8 +37,9 @@ struct PartitionTable {
   explicit PartitionTable(PartitionHostOptions o) : options(std::move(o)) {}
 
   // Starts one step of partition handle; done gets the host's refusal or
-  // the step's answer.
-  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) {
+  // the step's answer. With a trace, the partition's span and its ops'
+  // events are in it before done runs.
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace) {
     std::shared_ptr<Hosted> h;
     {
       std::shared_lock<std::shared_mutex> l(mu);
@@ -55,9 +58,17 @@ struct PartitionTable {
       if (!fs.ok()) return done(fs.WithPrefix(options.name), {});
     }
     Executor* ex = h->executor.get();
-    ex->RunStep(step_id, std::move(feeds), [h = std::move(h), done = std::move(done)](Status s, std::vector<Tensor> out) {
-      done(std::move(s), std::move(out));
-    });
+    if (trace) {
+      const int64_t start = trace->Now();
+      done = [h, trace, start, done = std::move(done)](Status s, std::vector<Tensor> out) {
+        trace->Add("partition " + h->device, "", "partition", start, trace->Now());
+        done(std::move(s), std::move(out));
+      };
+    }
+    ex->RunStep(
+        step_id, std::move(feeds),
+        [h = std::move(h), done = std::move(done)](Status s, std::vector<Tensor> out) { done(std::move(s), std::move(out)); },
+        trace);
   }
 
   const PartitionHostOptions options;
@@ -90,6 +101,7 @@ PartitionHostActor SpawnHost(caf::actor_system& sys, std::shared_ptr<PartitionTa
           h->keep = std::move(r.keep);
           h->executor = std::move(ex).value();
           h->fed = r.spec.fed;
+          h->device = r.device;
           {
             std::unique_lock<std::shared_mutex> l(t.mu);
             t.parts[r.handle] = std::move(h);
@@ -97,7 +109,7 @@ PartitionHostActor SpawnHost(caf::actor_system& sys, std::shared_ptr<PartitionTa
           r.done(Status::OK());
         },
         [self](RunPartition& r) {
-          self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done));
+          self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done), r.trace);
         },
         [self](AbortPartitionStep& a) {
           if (LocalRendezvous* steps = self->state.table->options.steps) steps->Abort(a.step_id, a.status);
@@ -132,8 +144,9 @@ class LocalPartitionHost : public PartitionHost {
   }
   // On the caller's thread: a mailbox turn would add a thread hop to every
   // step (the executor puts its ops on the pool either way).
-  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) override {
-    table_->Run(handle, step_id, std::move(feeds), std::move(done));
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
+           StepTrace* trace) override {
+    table_->Run(handle, step_id, std::move(feeds), std::move(done), trace);
   }
   void Abort(int64_t step_id, const Status& status) override {
     caf::anon_send(actor_, AbortPartitionStep{step_id, status});

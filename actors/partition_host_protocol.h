@@ -41,6 +41,7 @@ struct RunPartition {
   int64_t step_id = 0;
   std::vector<Tensor> feeds;
   Executor::DoneFn done;
+  StepTrace* trace = nullptr;  // null: none; else outlives done
 };
 // Fails what the step's partitions here wait for. No reply.
 struct AbortPartitionStep {

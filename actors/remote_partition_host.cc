@@ -1,5 +1,6 @@
 #include "actors/remote_partition_host.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -50,7 +51,8 @@ class RemotePartitionHost : public PartitionHost {
     return Status::OK();
   }
 
-  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) override {
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
+           StepTrace* trace) override {
     int task = -1;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -58,11 +60,13 @@ class RemotePartitionHost : public PartitionHost {
       if (it != task_of_.end()) task = it->second;
     }
     net::RunPartition r{o_.session_id, handle, step_id, std::move(feeds)};
+    const int64_t sent_ns = trace ? trace->Now() : 0;
+    if (trace) r.trace_max_events = std::max<int64_t>(1, trace->max_events());
     // The reply is handled on the connection's I/O thread: what follows is
     // bookkeeping and hand-offs (the step join, the session's callback
     // thread), and a hop to a handler thread would cost every step.
     o_.conn->RequestInline(std::move(r), o_.step_timeout_ms,
-                     [this, step_id, task, done = std::move(done)](Result<net::Message> reply) {
+                     [this, step_id, task, trace, sent_ns, done = std::move(done)](Result<net::Message> reply) {
                        Status s;
                        std::vector<Tensor> out;
                        if (!reply.ok()) {
@@ -70,6 +74,7 @@ class RemotePartitionHost : public PartitionHost {
                        } else if (auto* d = std::get_if<net::RunPartitionDone>(&reply->body)) {
                          s = std::move(d->status);
                          out = std::move(d->fetches);
+                         if (trace) AddNodeTrace(trace, sent_ns, d);
                        } else if (auto* e = std::get_if<net::StatusReply>(&reply->body); e && !e->status.ok()) {
                          s = e->status;  // the node could not send its answer (too large for a frame)
                        } else {
@@ -97,6 +102,24 @@ class RemotePartitionHost : public PartitionHost {
   }
 
  private:
+  // Puts the node's events on the coordinator's clock: the node's times
+  // count from the request's arrival, taken to be halfway through the
+  // part of the round trip the node did not spend on the step.
+  // The request's round trip is a span on the coordinator's own row.
+  void AddNodeTrace(StepTrace* trace, int64_t sent_ns, net::RunPartitionDone* d) const {
+    const int64_t now = trace->Now(), round_trip = now - sent_ns;
+    trace->Add("RunPartition on " + o_.where, "", "partition", sent_ns, now);
+    const int64_t in_flight = std::max<int64_t>(0, round_trip - d->trace_elapsed_ns);
+    // A node keeps no more than it was asked to; one that sends more has
+    // the excess counted as dropped, so the coordinator's memory stays bounded.
+    const size_t cap = static_cast<size_t>(std::max<int64_t>(1, trace->max_events()));
+    if (d->trace.events.size() > cap) {
+      d->trace.dropped += static_cast<int64_t>(d->trace.events.size() - cap);
+      d->trace.events.resize(cap);
+    }
+    trace->AddRemote(RemoteTrace{"node " + o_.where, sent_ns + in_flight / 2, std::move(d->trace)});
+  }
+
   struct Encoded {
     int num_nodes = 0;
     std::string bytes;

@@ -59,7 +59,7 @@ struct Session::Impl {
     coordinator = std::make_unique<runtime::Coordinator>(g, std::move(co));
     runtime::Coordinator* c = coordinator.get();
     coordinator_actor = runtime::SpawnCoordinatorActor(*system, [c](runtime::RunCall& call) {
-      c->StartStep(c->PlanFor(call.feeds, call.fetches, call.targets), call.feeds, std::move(call.done));
+      c->StartStep(c->PlanFor(call.feeds, call.fetches, call.targets), call.feeds, std::move(call.done), call.options);
     });
   }
 
@@ -113,8 +113,8 @@ Session::Session(const Graph& g, SessionOptions options) {
 
 Session::~Session() = default;
 
-void Session::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
-                       std::function<void(Result<std::vector<Tensor>>)> done) {
+void Session::StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                       std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) {
   Impl* impl = impl_.get();
   {
     std::lock_guard<std::mutex> l(impl->mu);
@@ -126,15 +126,20 @@ void Session::StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::
     if (--impl->in_flight == 0) impl->cv.notify_all();
   };
   if (auto plan = impl->coordinator->Find(runtime::RunSignature(feeds, fetches, targets)))
-    return impl->coordinator->StartStep(plan, feeds, std::move(finish));
-  caf::anon_send(impl->coordinator_actor,
-                 runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets), std::move(finish)});
+    return impl->coordinator->StartStep(plan, feeds, std::move(finish), options);
+  caf::anon_send(impl->coordinator_actor, runtime::RunCall{std::move(feeds), std::move(fetches), std::move(targets),
+                                                           std::move(finish), options});
 }
 
 const Graph& Session::graph() const { return impl_->graph; }
 
 void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
                                 std::function<void(Result<std::vector<Tensor>>)> done) {
+  RunAsync(feeds, fetches, targets, RunOptions{}, std::move(done));
+}
+
+void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                                const RunOptions& options, std::function<void(Result<std::vector<Tensor>>)> done) {
   const Graph& g = graph();
   auto named = ResolveFeeds(g, feeds);
   if (!named.ok()) return done(named.status());
@@ -150,17 +155,22 @@ void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, co
     if (!n.ok()) return done(n.status());
     target_names.push_back(std::move(n).value());
   }
-  StartRun(std::move(named).value(), std::move(fetch_names), std::move(target_names), std::move(done));
+  StartRun(options, std::move(named).value(), std::move(fetch_names), std::move(target_names), std::move(done));
 }
 
 Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds, const Fetches& fetches,
                                                   const Targets& targets) {
+  return Run(feeds, fetches, targets, RunOptions{});
+}
+
+Result<std::vector<Tensor>> SessionInterface::Run(const FeedMap& feeds, const Fetches& fetches,
+                                                  const Targets& targets, const RunOptions& options) {
   // A mutex and condition variable rather than std::promise: the same cost,
   // and thread sanitizers see the hand-over (libstdc++'s futures hide theirs).
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Result<std::vector<Tensor>>> result;
-  RunAsync(feeds, fetches, targets, [&](Result<std::vector<Tensor>> r) {
+  RunAsync(feeds, fetches, targets, options, [&](Result<std::vector<Tensor>> r) {
     std::lock_guard<std::mutex> l(mu);
     result.emplace(std::move(r));
     cv.notify_all();

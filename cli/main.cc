@@ -53,7 +53,7 @@ constexpr char kMainUsage[] =
 constexpr char kRunUsage[] =
     "usage: shardflow run --graph G.capnp [--feed NAME=FILE.npy]... [--fetch NAME]...\n"
     "                     [--target NODE]... [--gradients-of LOSS --wrt X1,X2,...]\n"
-    "                     [--out DIR] [--threads N]\n"
+    "                     [--out DIR] [--threads N] [--trace FILE]\n"
     "\n"
     "Loads the graph saved in G.capnp (sf::SaveGraph), feeds each placeholder NAME the\n"
     "array in FILE.npy, runs one step and writes each fetched tensor to DIR/NAME.npy.\n"
@@ -68,6 +68,8 @@ constexpr char kRunUsage[] =
     "  --out DIR            where the .npy files go (created if missing; required when\n"
     "                       something is fetched)\n"
     "  --threads N          compute threads (default: one per core)\n"
+    "  --trace FILE         write the step's timeline to FILE as Chrome trace-event\n"
+    "                       JSON (open it in https://ui.perfetto.dev)\n"
     "\n"
     "File names: '/' in a tensor name becomes '.' and ':' becomes '-', so\n"
     "'dense/MatMul:1' is written to DIR/dense.MatMul-1.npy.\n";
@@ -144,7 +146,7 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 // ---- shardflow run ----------------------------------------------------------
 
 struct RunFlags {
-  std::string graph_path, out_dir, loss_name, wrt;
+  std::string graph_path, out_dir, loss_name, wrt, trace_file;
   std::vector<std::string> feeds, fetch_names, target_names;
   int threads = 0;  // 0: not given
 };
@@ -160,6 +162,7 @@ void AddRunFlags(CLI::App& run, RunFlags* f) {
   run.add_option("--wrt", f->wrt);
   run.add_option("--out", f->out_dir);
   run.add_option("--threads", f->threads)->transform(cli::IntegerIn(1, 4096));
+  run.add_option("--trace", f->trace_file);
 }
 
 // Runs `shardflow run` with the parsed options; the process exit code.
@@ -187,6 +190,7 @@ int RunCommand(const CLI::App& run, const RunFlags& flags) {
   if (!writes && target_names.empty())
     return UsageError("run", "nothing to do: give --fetch, --target or --gradients-of");
   if (writes && out_dir.empty()) return UsageError("run", "--out DIR is required with --fetch or --wrt");
+  if (run.count("--trace") > 0 && flags.trace_file.empty()) return UsageError("run", "--trace needs a FILE");
   SessionOptions options;
   if (flags.threads > 0) options.compute_threads = flags.threads;
   std::vector<std::string> wrt_names;
@@ -271,7 +275,9 @@ int RunCommand(const CLI::App& run, const RunFlags& flags) {
   Result<std::vector<Tensor>> results = std::vector<Tensor>{};
   {
     Session session(g, options);
-    results = session.Run(feeds, fetches, targets);
+    RunOptions ro;
+    ro.trace_file = flags.trace_file;
+    results = session.Run(feeds, fetches, targets, ro);
   }
   if (!results.ok()) return Fail(kExitRunError, results.status().ToString());
   if (results->size() != fetches.size()) {
@@ -285,6 +291,9 @@ int RunCommand(const CLI::App& run, const RunFlags& flags) {
     s = WriteNpy(path, t);
     if (!s.ok()) return Fail(kExitRunError, s.ToString());
     std::cout << "wrote " << path << " " << DTypeName(t.dtype()) << ShapeString(t.shape()) << "\n";
+  }
+  if (!flags.trace_file.empty()) {
+    std::cout << "wrote the step's trace to " << flags.trace_file << "\n";
   }
   return 0;
 }

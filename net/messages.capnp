@@ -92,13 +92,33 @@ struct RunPartition {
   handle @1 :UInt64;
   stepId @2 :Int64;
   feeds @3 :List(T.Tensor);
+  traceMaxEvents @4 :Int64;  # > 0: record and return the step's timeline
 }
 
-# The result of RunPartition: status and fetched tensors.
+# One event of a partition's timeline (kernels/step_trace.h).
+struct TraceEvent {
+  name @0 :Text;
+  op @1 :Text;
+  category @2 :Text;
+  thread @3 :UInt32;  # index into PartitionTrace.threads
+  startNs @4 :Int64;
+  durNs @5 :Int64;
+}
+
+struct PartitionTrace {
+  events @0 :List(TraceEvent);
+  threads @1 :List(Text);
+  dropped @2 :Int64;
+  elapsedNs @3 :Int64;  # from the request's arrival to the reply
+}
+
+# The result of RunPartition: status and fetched tensors (and the timeline
+# when asked for).
 struct RunPartitionDone {
   stepId @0 :Int64;
   status @1 :Status;
   fetches @2 :List(T.Tensor);
+  trace @3 :PartitionTrace;
 }
 
 # One tensor of a step for the receiver's rendezvous.

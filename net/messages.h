@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "kernels/step_trace.h"
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
 
@@ -106,11 +107,19 @@ struct RunPartition {
   uint64_t handle = 0;
   int64_t step_id = 0;
   std::vector<Tensor> feeds;  // in RegisterPartition::feeds order
+  // > 0: record the step's timeline, keeping at most this many events
+  // (the node caps it at kMaxTraceEvents), and return it in the reply.
+  int64_t trace_max_events = 0;
 };
 struct RunPartitionDone {
   int64_t step_id = 0;
   Status status;
   std::vector<Tensor> fetches;  // in RegisterPartition::fetches order
+  // With RunPartition::trace_max_events: the events, their times since the
+  // node received the request, and the nanoseconds from then to this reply
+  // (what the coordinator aligns the node's clock with).
+  TraceData trace;
+  int64_t trace_elapsed_ns = 0;
 };
 
 // One tensor of a step for the receiving node's rendezvous (one-way).

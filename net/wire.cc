@@ -213,13 +213,40 @@ struct Encoder {
     b.setSessionId(m.session_id);
     b.setHandle(m.handle);
     b.setStepId(m.step_id);
+    b.setTraceMaxEvents(m.trace_max_events);
     return Tensors(m.feeds, b.initFeeds(m.feeds.size()), "RunPartition.feeds");
   }
   Status Put(const RunPartitionDone& m, EnvBody::Builder e) const {
     SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RunPartitionDone.fetches"));
+    SF_RETURN_IF_ERROR(ListSize(m.trace.events.size(), "RunPartitionDone.trace.events"));
+    SF_RETURN_IF_ERROR(ListSize(m.trace.threads.size(), "RunPartitionDone.trace.threads"));
     auto b = e.initRunPartitionDone();
     b.setStepId(m.step_id);
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "RunPartitionDone.status"));
+    if (!m.trace.events.empty() || !m.trace.threads.empty() || m.trace.dropped || m.trace_elapsed_ns) {
+      auto t = b.initTrace();
+      auto events = t.initEvents(m.trace.events.size());
+      for (size_t i = 0; i < m.trace.events.size(); ++i) {
+        const TraceEvent& ev = m.trace.events[i];
+        SF_RETURN_IF_ERROR(Text(ev.name, "RunPartitionDone.trace.events.name"));
+        SF_RETURN_IF_ERROR(Text(ev.op, "RunPartitionDone.trace.events.op"));
+        SF_RETURN_IF_ERROR(Text(ev.category, "RunPartitionDone.trace.events.category"));
+        auto o = events[i];
+        o.setName(AsText(ev.name));
+        o.setOp(AsText(ev.op));
+        o.setCategory(AsText(ev.category));
+        o.setThread(ev.thread);
+        o.setStartNs(ev.start_ns);
+        o.setDurNs(ev.dur_ns);
+      }
+      auto threads = t.initThreads(m.trace.threads.size());
+      for (size_t i = 0; i < m.trace.threads.size(); ++i) {
+        SF_RETURN_IF_ERROR(Text(m.trace.threads[i], "RunPartitionDone.trace.threads"));
+        threads.set(i, AsText(m.trace.threads[i]));
+      }
+      t.setDropped(m.trace.dropped);
+      t.setElapsedNs(m.trace_elapsed_ns);
+    }
     return Tensors(m.fetches, b.initFetches(m.fetches.size()), "RunPartitionDone.fetches");
   }
   Status Put(const SendTensor& m, EnvBody::Builder e) const {
@@ -308,6 +335,38 @@ struct Decoder {
     if (n > lim.max_list_elements)
       return InvalidArgument(field + " has " + std::to_string(n) + " elements; the limit is " +
                              std::to_string(lim.max_list_elements));
+    return Status::OK();
+  }
+
+  // A node's timeline: at most kMaxTraceEvents events, each naming one of
+  // the listed threads, with durations that are not negative.
+  Status Trace(w::PartitionTrace::Reader r, RunPartitionDone* m) const {
+    auto events = r.getEvents();
+    auto threads = r.getThreads();
+    if (events.size() > static_cast<uint64_t>(kMaxTraceEvents))
+      return InvalidArgument("RunPartitionDone.trace has " + std::to_string(events.size()) +
+                             " events; the limit is " + std::to_string(kMaxTraceEvents));
+    SF_RETURN_IF_ERROR(ListSize(threads.size(), "RunPartitionDone.trace.threads"));
+    m->trace.threads.resize(threads.size());
+    for (size_t i = 0; i < threads.size(); ++i)
+      SF_RETURN_IF_ERROR(Text(threads[i], "RunPartitionDone.trace.threads", &m->trace.threads[i]));
+    m->trace.events.resize(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      auto e = events[i];
+      TraceEvent& ev = m->trace.events[i];
+      SF_RETURN_IF_ERROR(Text(e.getName(), "RunPartitionDone.trace.events.name", &ev.name));
+      SF_RETURN_IF_ERROR(Text(e.getOp(), "RunPartitionDone.trace.events.op", &ev.op));
+      SF_RETURN_IF_ERROR(Text(e.getCategory(), "RunPartitionDone.trace.events.category", &ev.category));
+      ev.thread = e.getThread();
+      ev.start_ns = e.getStartNs();
+      ev.dur_ns = e.getDurNs();
+      if (ev.thread >= threads.size() || ev.dur_ns < 0)
+        return InvalidArgument(Field("RunPartitionDone.trace.events", i) + " names thread " +
+                               std::to_string(ev.thread) + " of " + std::to_string(threads.size()) +
+                               " or has a negative duration");
+    }
+    m->trace.dropped = r.getDropped();
+    m->trace_elapsed_ns = r.getElapsedNs();
     return Status::OK();
   }
 
@@ -466,6 +525,7 @@ struct Decoder {
         m.session_id = r.getSessionId();
         m.handle = r.getHandle();
         m.step_id = r.getStepId();
+        m.trace_max_events = r.getTraceMaxEvents();
         SF_ASSIGN_OR_RETURN(m.feeds, Tensors(r.getFeeds(), "RunPartition.feeds"));
         return Body(std::move(m));
       }
@@ -475,6 +535,7 @@ struct Decoder {
         m.step_id = r.getStepId();
         SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "RunPartitionDone.status", &m.status));
         SF_ASSIGN_OR_RETURN(m.fetches, Tensors(r.getFetches(), "RunPartitionDone.fetches"));
+        if (r.hasTrace()) SF_RETURN_IF_ERROR(Trace(r.getTrace(), &m));
         return Body(std::move(m));
       }
       case EnvBody::SEND_TENSOR: {

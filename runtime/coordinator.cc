@@ -5,6 +5,7 @@
 #include "graph/placement.h"
 #include "runtime/plan.h"
 #include "runtime/step_join.h"
+#include "runtime/trace_json.h"
 
 namespace sf {
 namespace runtime {
@@ -150,9 +151,22 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   return plan;
 }
 
-void Coordinator::StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done) {
+void Coordinator::StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done,
+                            const RunOptions& options, const std::string& trace_process) {
   if (!plan->error.ok()) return done(plan->error);
   if (Status s = ValidateFeeds(feeds, plan->feeds); !s.ok()) return done(s);
+  // The trace's origin is the step's start here; the partitions' events,
+  // the nodes' too, are on its clock.
+  std::shared_ptr<StepTrace> trace;
+  if (!options.trace_file.empty()) {
+    trace = std::make_shared<StepTrace>(options.trace_max_events);
+    done = [trace, file = options.trace_file, trace_process, done = std::move(done)](Result<std::vector<Tensor>> r) {
+      trace->Add("step", "", "step", 0, trace->Now());
+      Status written = WriteChromeTrace(file, trace_process, trace.get());
+      if (!written.ok() && r.ok()) r = written.WithPrefix("the step ran");
+      done(std::move(r));
+    };
+  }
   if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
   const int64_t step_id = next_step_++;
   // One partition has no peer to abort and leaves nothing in a rendezvous.
@@ -178,7 +192,8 @@ void Coordinator::StartStep(const std::shared_ptr<const Plan>& plan, const Named
     part.host->Run(part.handle, step_id, std::move(in),
                    [join, plan, fetch_index](Status s, std::vector<Tensor> out) {
                      join->Report(std::move(s), std::move(out), *fetch_index);
-                   });
+                   },
+                   trace.get());
   }
 }
 

@@ -70,8 +70,12 @@ class Coordinator {
                                       const std::vector<std::string>& targets);
   // Starts one step of plan with the run's feeds. done runs exactly once, on
   // whichever thread finishes the step (the caller's for a plan error, an
-  // invalid feed or a plan with nothing to run).
-  void StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done);
+  // invalid feed or a plan with nothing to run). With options.trace_file set
+  // the step's trace is written there before done runs (a write failure is
+  // the step's error: Unavailable naming the file); trace_process names
+  // this process's row in it.
+  void StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done,
+                 const RunOptions& options = {}, const std::string& trace_process = "session");
 
   // Drops every plan: the next run of each signature registers again (a
   // reconfiguration moved partitions). Steps in flight keep their plans.

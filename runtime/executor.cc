@@ -24,6 +24,20 @@ KernelInit MakeKernelInit(const Node& node, const ExecutorEnv& env) {
   return init;
 }
 
+// What an op's trace events are filed under, by what it does: transfers,
+// variable and embedding shard calls, queue calls, or plain compute.
+const char* TraceCategoryOf(const Node& node) {
+  const std::string& op = node.op;
+  if (op == "_Send") return "send";
+  if (op == "_Recv") return "recv";
+  if (op.find("Embedding") != std::string::npos) return "embedding";
+  if (op.find("Queue") != std::string::npos) return "queue";
+  if (op == "VarHandle") return "variable";
+  for (const Output& in : node.inputs)
+    if (in.dtype() == DType::kResource) return "variable";  // reads, assigns and updates of a variable
+  return "op";
+}
+
 // The topology and kernels of spec.nodes: value slots, input slots, out-edges
 // (each node's data edges, then its control edges) and one kernel per node
 // that runs (a fed node neither waits nor runs).
@@ -42,12 +56,14 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
     fed_output[it->second][f.index] = 1;
   }
   kp->nodes.resize(n);
+  kp->trace_info.resize(n);
   std::vector<std::vector<PlanEdge>> out_edges(n);
   int slots = 0;
   for (int i = 0; i < n; ++i) {
     NodeItem& it = kp->nodes[i];
     const Node& node = g.node(spec.nodes[i]);
     it.where = "node '" + node.name + "' (op " + node.op + ")";
+    kp->trace_info[i] = NodeTraceInfo{node.name, node.op, TraceCategoryOf(node)};
     it.output_begin = slots;
     it.num_outputs = node.num_outputs();
     kp->output_dtypes.insert(kp->output_dtypes.end(), node.output_dtypes.begin(), node.output_dtypes.end());
@@ -148,7 +164,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
   return ex;
 }
 
-void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) {
+void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, StepTrace* trace) {
   // A short list would leave fed slots empty (the frame propagator would read
   // past its feeds): refuse the step rather than run ops on missing values.
   if (feeds.size() != plan_->feed_slots.size()) {
@@ -158,9 +174,9 @@ void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done) 
     return;
   }
   if (frame_) {
-    RunFrameStep(*plan_, *frame_, step_id, std::move(feeds), std::move(done));
+    RunFrameStep(*plan_, *frame_, step_id, std::move(feeds), std::move(done), trace);
   } else {
-    ExecutorState<PlainPropagator>::Run(*plan_, *plain_, step_id, std::move(feeds), std::move(done));
+    ExecutorState<PlainPropagator>::Run(*plan_, *plain_, step_id, std::move(feeds), std::move(done), trace);
   }
 }
 

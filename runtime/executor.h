@@ -23,6 +23,8 @@
 
 namespace sf {
 
+class StepTrace;
+
 namespace runtime {
 
 struct KernelPlan;
@@ -61,8 +63,10 @@ class Executor {
   // Runs one step with feed values in spec.fed order; done gets the fetches in
   // spec.fetches order, or the first error ("node 'N' (op OP): ..."). done runs
   // on a compute thread (or inline for an empty partition, or with
-  // InvalidArgument when feeds.size() differs from spec.fed.size()).
-  void RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done);
+  // InvalidArgument when feeds.size() differs from spec.fed.size()). With a
+  // trace, each op that runs adds its event to it (and each asynchronous op
+  // its wait) before done runs; null costs one branch per op.
+  void RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, StepTrace* trace = nullptr);
 
   int num_nodes() const;
 

@@ -43,6 +43,7 @@
 #include "kernels/compute_pool.h"
 #include "kernels/rendezvous_service.h"
 #include "kernels/step_stacks.h"
+#include "kernels/step_trace.h"
 #include "runtime/executor.h"
 
 namespace sf {
@@ -62,6 +63,13 @@ struct NodeItem {
   std::string where;                 // "node 'N' (op OP)"
 };
 
+// What a traced step records of a node; apart from NodeItem, so the plan
+// an untraced step walks stays as compact as before.
+struct NodeTraceInfo {
+  std::string name, op;
+  const char* category = "op";  // "op", "send", "recv", "variable", "embedding", "queue"
+};
+
 struct PlanEdge {
   int dst;
   int src_output;
@@ -71,6 +79,7 @@ struct PlanEdge {
 // What is built once per partition, whatever the propagator.
 struct KernelPlan {
   std::vector<NodeItem> nodes;
+  std::vector<NodeTraceInfo> trace_info;  // per node
   std::vector<int> input_slots;       // per node, the value slot of each input
   std::vector<PlanEdge> edges;        // per node, its out-edges (data, then control)
   std::vector<DType> output_dtypes;   // per value slot, the declared dtype
@@ -172,8 +181,9 @@ class ExecutorState : public StepBase {
   using Task = typename P::Task;
 
   static void Run(const KernelPlan& plan, const typename P::Plan& pplan, int64_t step_id,
-                  std::vector<Tensor> feeds, Executor::DoneFn done) {
+                  std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace) {
     auto* s = new ExecutorState(plan, pplan, step_id, std::move(feeds), std::move(done));
+    s->trace_ = trace;
     // The caller is an actor thread, which must stay free: ops start on the pool.
     if (!s->prop_.Start([s](const Task& t) { s->Schedule(t); }, [s](const Task& t) { s->Process(t); }))
       s->Finish();
@@ -192,8 +202,12 @@ class ExecutorState : public StepBase {
   // left or an async kernel takes over. The state may be gone on return.
   void Process(Task t) {
     typename P::Local local;
-    Loop(t, &local);
+    // The one branch on tracing, for t and the ops that follow it on this
+    // thread: a step without a trace runs the loop it ran before.
+    if (trace_) Loop<true>(t, &local);
+    else Loop<false>(t, &local);
   }
+  template <bool kTraced>
   void Loop(Task t, typename P::Local* local) {
     typename P::OutBuf buf;
     while (true) {
@@ -201,20 +215,23 @@ class ExecutorState : public StepBase {
       bool ran = false;
       // An async kernel that took over, or the step's last op: the state
       // may be gone, so only *local is read.
-      if (RunKernel(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
+      if (RunKernel<kTraced>(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
       if (!P::Pop(local, &t)) return;
     }
   }
 
   // Runs t's kernel if it should run; false when an async kernel took over
-  // (it continues in Done later).
+  // (it continues in Done later). Traced, an op that runs adds its event.
+  template <bool kTraced>
   bool RunKernel(const Task& t, typename P::OutBuf* buf, Status* st, bool* ran) {
     const NodeItem& item = plan_.nodes[P::Node(t)];
+    int64_t start = 0;
+    if constexpr (kTraced) start = trace_->Now();
     Tensor* outs = prop_.PrepareOutputs(t, buf);
     if (failed() || !prop_.ShouldRun(t, outs)) return true;
     *ran = true;
     if (item.is_async) {
-      StartAsync(t, item);
+      StartAsync<kTraced>(t, item, start);
       return false;
     }
     constexpr int kInline = 8;
@@ -231,10 +248,18 @@ class ExecutorState : public StepBase {
     Status thrown = Guarded(plan_, [&] { item.kernel->Compute(&ctx); });
     if (!thrown.ok()) *st = thrown;
     else if (!ctx.status().ok()) *st = ctx.status();
+    if constexpr (kTraced) {
+      const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
+      trace_->Add(ti.name, ti.op, ti.category, start, trace_->Now());
+    }
     return true;
   }
 
-  void StartAsync(const Task& t, const NodeItem& item) {
+  // Traced, the op's event (its start, up to handing over) is added before
+  // the kernel starts, and its wait (up to the answer) when it answers:
+  // once the kernel has it, the step and its trace may be gone here.
+  template <bool kTraced>
+  void StartAsync(const Task& t, const NodeItem& item, int64_t start) {
     // The context, its inputs and outputs outlive this call: the kernel
     // finishes later, on whatever thread answers it.
     struct Pending {
@@ -248,13 +273,23 @@ class ExecutorState : public StepBase {
     Tensor* outs = prop_.PrepareOutputs(t, &p->buf);
     p->ctx = std::make_unique<OpKernelContext>(MakeContext(
         plan_, id_, p->inputs.data(), item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t)));
-    auto finish = [this, t, p](Status st) {
+    int64_t wait_start = 0;
+    if constexpr (kTraced) {
+      const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
+      wait_start = trace_->Now();
+      trace_->Add(ti.name, ti.op, ti.category, start, wait_start);
+    }
+    auto finish = [this, t, p, wait_start](Status st) {
+      if constexpr (kTraced) {
+        const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
+        trace_->Add(ti.name, ti.op, "wait", wait_start, trace_->Now());
+      }
       typename P::OutBuf buf = std::move(p->buf);
       delete p;
       typename P::Local local;
       if (Done(t, &buf, st, true, &local)) return;
       Task next;
-      if (P::Pop(&local, &next)) Loop(next, &local);
+      if (P::Pop(&local, &next)) Loop<kTraced>(next, &local);
     };
     // A kernel that throws before it started its work never calls back.
     Status thrown = Guarded(plan_, [&] {
@@ -293,6 +328,7 @@ class ExecutorState : public StepBase {
   }
 
   P prop_;
+  StepTrace* trace_ = nullptr;  // null: no trace (set once, before the first op)
 };
 
 }  // namespace runtime

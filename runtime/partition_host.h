@@ -27,8 +27,11 @@ class PartitionHost {
   virtual Status Register(uint64_t handle, const std::string& device, const Graph& g, const ExecutorSpec& spec,
                           std::shared_ptr<const void> keep) = 0;
   // Runs one step of partition handle with feeds in its spec.fed order;
-  // done (exactly once, on any thread) gets its fetches or the error.
-  virtual void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done) = 0;
+  // done (exactly once, on any thread) gets its fetches or the error. With
+  // a trace (null: none), the partition's events are in it before done runs
+  // (a remote host adds its node's as a RemoteTrace); it outlives done.
+  virtual void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
+                   StepTrace* trace) = 0;
   // Fails whatever the step's partitions here wait for (tensors from
   // partitions elsewhere), with status as the cause. One-way.
   virtual void Abort(int64_t step_id, const Status& status) = 0;

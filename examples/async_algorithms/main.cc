@@ -41,6 +41,7 @@
 
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
+#include "examples/common/trace.h"
 #include "examples/common/svg_plot.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
@@ -84,6 +85,7 @@ Dataset MakeDataset(int n, int dim, uint32_t seed) {
 struct Options {
   int workers, steps, batch, eval_every, staleness, backup;
   double lr;
+  const TraceFlag* trace = nullptr;  // --trace: worker 0's step (each algorithm rewrites the file)
 };
 
 struct Point {
@@ -223,14 +225,14 @@ Outcome Train(const std::string& algorithm, const Dataset& d, const Options& o) 
           const int64_t token = (*tok)[0].data<int64_t>()[0];
           if (token >= o.steps) break;
           feeds.emplace_back(towers[r].step_tag.name(), Tensor::Scalar<int64_t>(token));
-          auto res = s.Run(feeds, {}, {towers[r].train_op});
+          auto res = s.Run(feeds, {}, {towers[r].train_op}, r == 0 ? o.trace->For(k) : RunOptions{});
           if (!res.ok()) return fail(res.status());
         } else {
           if (!waits.empty()) {
             auto w = s.Run({{clocks[r].name(), Tensor::Scalar<int64_t>(k)}}, {}, {waits[r]});
             if (!w.ok()) return fail(w.status());
           }
-          auto res = s.Run(feeds, {}, {async_train});
+          auto res = s.Run(feeds, {}, {async_train}, r == 0 ? o.trace->For(k) : RunOptions{});
           if (!res.ok()) return fail(res.status());
         }
         ++worker_steps;
@@ -285,12 +287,14 @@ int main(int argc, char** argv) {
       .String("algorithms", "sync,async,ssp", "comma-separated subset of sync, async, ssp")
       .String("out_dir", "async_algorithms_out", "where losses.csv and curves.svg go")
       .Bool("json", "print JSON lines (one per algorithm, then the summary)");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "async_algorithms");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   Options o{static_cast<int>(flags.GetInt("workers")), static_cast<int>(flags.GetInt("steps")),
             static_cast<int>(flags.GetInt("batch")), static_cast<int>(flags.GetInt("eval_every")),
             static_cast<int>(flags.GetInt("staleness")), static_cast<int>(flags.GetInt("backup")),
-            flags.GetDouble("lr")};
+            flags.GetDouble("lr"), &trace};
   const int examples = static_cast<int>(flags.GetInt("examples"));
   if (o.workers < 1 || o.steps < 1 || o.batch < 1 || o.eval_every < 1 || o.staleness < 0 ||
       o.backup < 0 || o.backup >= o.workers || examples < o.batch || flags.GetInt("dim") < 1) {

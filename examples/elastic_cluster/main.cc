@@ -48,6 +48,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
+#include "examples/common/trace.h"
 #include "examples/common/zipf_clicks.h"
 #include "examples/elastic_cluster/script.h"
 #include "shardflow/cluster.h"
@@ -145,7 +146,9 @@ int main(int argc, char** argv) {
       .Double("lr", 0.2, "Adagrad learning rate")
       .Int("seed", 1, "seed of the data and the initialisation")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "elastic_cluster");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t rows = flags.GetInt("rows"), dim = flags.GetInt("dim"), shards = flags.GetInt("shards");
   const int64_t tasks = flags.GetInt("tasks"), batch = flags.GetInt("batch");
@@ -280,7 +283,7 @@ int main(int argc, char** argv) {
     Tensor ids, labels;
     data.Batch(batch, kIdsPerExample, rng, &ids, &labels);
     for (int attempt = 0;; ++attempt) {
-      auto r = s.Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train});
+      auto r = s.Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train}, trace.For(step));
       report_changes();
       if (r.ok()) {
         ++step;

@@ -60,6 +60,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
+#include "examples/common/trace.h"
 #include "examples/embedding_ctr/auc.h"
 #include "shardflow/cluster.h"
 #include "shardflow/embedding.h"
@@ -106,6 +107,7 @@ struct Config {
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: steps / 4)
   double checkpoint_every_s = 0;    // seconds between checkpoints (0: off)
+  const TraceFlag* trace = nullptr;  // --trace
 };
 
 // The three features of the log (see the top of the file).
@@ -336,7 +338,7 @@ Status Train(S& s, const CtrGraph& cg, const std::vector<Feature>& features, con
     const Batch b = MakeBatch(features, c, c.batch, train_rng);
     rep->data_secs += SecondsSince(t0);
     t0 = Clock::now();
-    auto r = s.Run(Feeds(features, b, true), {cg.loss}, {cg.train});
+    auto r = s.Run(Feeds(features, b, true), {cg.loss}, {cg.train}, c.trace->For(step - rep->start_step - 1));
     if (!r.ok()) return r.status().WithPrefix("step " + std::to_string(step));
     rep->train_secs += SecondsSince(t0);
     loss_sum += (*r)[0].template data<float>()[0];
@@ -412,7 +414,9 @@ int main(int argc, char** argv) {
       .String("tls-dir", "", "the cluster's credentials directory (with --cluster; shardflow certs init)")
       .Bool("local", "train in-process with a Session (no cluster)")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "embedding_ctr");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   Config c;
   c.rows = flags.GetInt("rows");
@@ -437,6 +441,7 @@ int main(int argc, char** argv) {
   c.checkpoint_dir = flags.GetString("checkpoint-dir");
   c.checkpoint_every = flags.GetInt("checkpoint-every");
   c.checkpoint_every_s = flags.GetDouble("checkpoint-every-s");
+  c.trace = &trace;
   const int64_t nodes = flags.GetInt("nodes");
   const std::string cluster_addr = flags.GetString("cluster");
   const std::string tls_dir = flags.GetString("tls-dir");

@@ -55,6 +55,7 @@
 #include "shardflow/precision.h"
 #include "examples/common/progress.h"
 #include "examples/common/svg_plot.h"
+#include "examples/common/trace.h"
 #include "examples/fashion_mnist/workers.h"
 #include "shardflow/checkpoint.h"
 #include "shardflow/ops.h"
@@ -164,9 +165,11 @@ int main(int argc, char** argv) {
       .Bool("async", "asynchronous replicas: apply each gradient on arrival, record its staleness")
       .String("cluster", "", "with --workers: a member HOST:PORT of your own cluster instead of a local one")
       .String("tls-dir", "", "the credentials directory of --cluster (shardflow certs init)");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "fashion_mnist");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
+  const TraceFlag trace(flags);
   const int64_t epochs = flags.GetInt("epochs"), batch = flags.GetInt("batch");
   if (epochs < 1 || batch < 1) return Fail(InvalidArgument("--epochs and --batch must be positive"));
   const std::string ckpt_dir = flags.GetString("checkpoint-dir");
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
     wo.tls_dir = flags.GetString("tls-dir");
     wo.out = flags.GetString("out");
     wo.json = json;
+    wo.trace = &trace;
     return TrainWithWorkers(wo, *train, *test);
   }
 
@@ -371,7 +375,8 @@ int main(int argc, char** argv) {
       const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
       Tensor lr = Tensor::Scalar<float>(static_cast<float>(
           LearningRateAt(mo.learning_rate, global_step, epochs * steps_per_epoch)));
-      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss}, {m.train});
+      auto r = session.Run({{"x", xb}, {"labels", yb}, {"lr", lr}}, {m.loss}, {m.train},
+                           trace.For(global_step - start_step));
       if (!r.ok()) return Fail(r.status());
       const double loss = (*r)[0].scalar_as<double>();
       loss_sum += loss;

@@ -214,8 +214,8 @@ int TrainWithWorkers(const WorkerTrainingOptions& o, const Dataset& train, const
                       {"lr", Tensor::Scalar<float>(static_cast<float>(
                                  LearningRateAt(o.model.learning_rate, t - base_step, total_steps)))}};
         if (!o.async) feeds.emplace_back(wk.sync.step_tag.name(), Tensor::Scalar<int64_t>(t));
-        auto r = wk.session->Run(feeds, {wk.m.loss},
-                                 {o.async ? wk.async_train : wk.sync.train_op});
+        const RunOptions ro = w == 0 && o.trace ? o.trace->For(k) : RunOptions{};
+        auto r = wk.session->Run(feeds, {wk.m.loss}, {o.async ? wk.async_train : wk.sync.train_op}, ro);
         if (!r.ok()) return error.Set(r.status().WithPrefix("worker " + std::to_string(w)));
         std::lock_guard<std::mutex> l(loss_mu);
         loss_sum += (*r)[0].scalar_as<double>();

@@ -30,6 +30,7 @@
 
 #include "examples/common/fashion_mnist_data.h"
 #include "examples/common/models.h"
+#include "examples/common/trace.h"
 
 namespace sf::examples {
 
@@ -46,6 +47,7 @@ struct WorkerTrainingOptions {
   std::string tls_dir;       // the cluster's credentials directory (with cluster)
   std::string out = "runs";  // parent folder of the run folder
   bool json = false;         // JSON lines on stdout
+  const TraceFlag* trace = nullptr;  // --trace: worker 0's step of that number (null: none)
 };
 
 // Trains with workers as described above and prints per-epoch results and

@@ -45,6 +45,7 @@
 
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
+#include "examples/common/trace.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
@@ -210,7 +211,9 @@ int main(int argc, char** argv) {
       .Int("log_every", 0, "log every N steps (0: about 20 lines)")
       .Int("eval_batches", 4, "held-out batches for the first and final loss")
       .Bool("json", "print JSON lines on stdout");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "rnn_sequence");
+  const TraceFlag trace(flags);  // traces a step of the while-loop model
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const bool json = flags.GetBool("json");
   const int64_t steps = flags.GetInt("steps"), batch = flags.GetInt("batch"), hidden = flags.GetInt("hidden");
@@ -292,7 +295,7 @@ int main(int argc, char** argv) {
     const int64_t longest = *std::max_element(b.lengths.begin(), b.lengths.end());
     const FeedMap f = feeds(b);
     auto t0 = std::chrono::steady_clock::now();
-    auto rl = session.Run(f, {loop_model->loss}, {loop_model->train});
+    auto rl = session.Run(f, {loop_model->loss}, {loop_model->train}, trace.For(step - 1));
     auto t1 = std::chrono::steady_clock::now();
     if (!rl.ok()) return Fail(rl.status());
     auto ru = session.Run(f, {unrolled_model->loss}, {unrolled_model->train});

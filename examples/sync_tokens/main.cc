@@ -50,6 +50,7 @@
 
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
+#include "examples/common/trace.h"
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
@@ -189,8 +190,9 @@ struct WorkerRead {
 // Runs the workers' and the chief's RunAsync chains and keeps what they saw.
 class SyncTraining {
  public:
-  SyncTraining(Session& s, const SyncGraph& sg, int64_t workers, int64_t rounds)
+  SyncTraining(Session& s, const SyncGraph& sg, int64_t workers, int64_t rounds, const TraceFlag& trace)
       : s_(s),
+        trace_(trace),
         sg_(sg),
         workers_(workers),
         rounds_(rounds),
@@ -266,7 +268,7 @@ class SyncTraining {
       feeds = TokenFeed(sg_, workers_, r + 1);
       targets.push_back("give_tokens");
     }
-    s_.RunAsync(feeds, {sg_.pulled_rounds, sg_.pulled_workers, sg_.applied}, targets,
+    s_.RunAsync(feeds, {sg_.pulled_rounds, sg_.pulled_workers, sg_.applied}, targets, trace_.For(r),
                 [this, r, last](Result<std::vector<Tensor>> res) {
                   if (!res.ok()) {
                     Abort(res.status().WithPrefix("chief round " + std::to_string(r)));
@@ -311,6 +313,7 @@ class SyncTraining {
   }
 
   Session& s_;
+  const TraceFlag& trace_;  // --trace: the chief's round of that number
   const SyncGraph& sg_;
   const int64_t workers_, rounds_;
   std::mutex mu_;
@@ -335,7 +338,9 @@ int main(int argc, char** argv) {
       .Int("dim", 8, "elements of the variable and of each gradient")
       .String("tokens", "per_worker", "per_worker (a token queue per worker) or shared (one for all)")
       .Bool("json", "print a JSON summary line on stdout");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "sync_tokens");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t workers = flags.GetInt("workers"), rounds = flags.GetInt("rounds"), dim = flags.GetInt("dim");
   const std::string token_mode = flags.GetString("tokens");
@@ -365,7 +370,7 @@ int main(int argc, char** argv) {
   auto first = session.Run(TokenFeed(sg, workers, 0), {}, {"first_tokens"});
   if (!first.ok()) return Fail(first.status());
 
-  SyncTraining training(session, sg, workers, rounds);
+  SyncTraining training(session, sg, workers, rounds, trace);
   const auto t0 = std::chrono::steady_clock::now();
   training.Start();
   Status ran = training.Wait();

@@ -222,8 +222,8 @@ class ClusterSession : public SessionInterface {
   struct Impl;
 
  protected:
-  void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
-                std::function<void(Result<std::vector<Tensor>>)> done) override;
+  void StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) override;
 
  private:
   explicit ClusterSession(std::unique_ptr<Impl> impl);

@@ -82,6 +82,22 @@ class Targets {
   std::vector<Target> list_;
 };
 
+// How one step runs, beyond what it computes.
+struct RunOptions {
+  // When set, the step's timeline is written to this file as Chrome
+  // trace-event JSON (open it in https://ui.perfetto.dev or
+  // chrome://tracing): every op on the thread that ran it, the waits of
+  // asynchronous ops (a Recv for its tensor, a dequeue, a variable or
+  // embedding shard's answer), each partition's span, one process row per
+  // cluster node. The step fails with Unavailable naming the file when it
+  // cannot be written. Default "": no trace, and no cost beyond one branch
+  // per op.
+  std::string trace_file;
+  // At most this many events are kept per process (default 100000, at most
+  // 4194304); the rest are counted in the file's "droppedEvents".
+  int64_t trace_max_events = 100000;
+};
+
 // Feeds: a value per placeholder (or any tensor), keyed by Output or name.
 using FeedMap = std::vector<std::pair<TensorRef, Tensor>>;
 // Feeds keyed by tensor name, as a step carries them.

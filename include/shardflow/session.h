@@ -53,9 +53,17 @@ class SessionInterface {
   // typed feed, an unknown name, an object of another graph, a graph cycle,
   // or a kernel failure naming its op and node.
   Result<std::vector<Tensor>> Run(const FeedMap& feeds, const Fetches& fetches, const Targets& targets = {});
+  // Run with options (a trace file, shardflow/run_args.h) after the
+  // targets; errors as Run, or Unavailable naming the trace file when it
+  // cannot be written.
+  Result<std::vector<Tensor>> Run(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                                  const RunOptions& options);
   // The same, returning at once; done runs on a runtime thread with the
   // result (it must not block on another Run).
   void RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
+                std::function<void(Result<std::vector<Tensor>>)> done);
+  // RunAsync with options; errors as Run with options.
+  void RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets, const RunOptions& options,
                 std::function<void(Result<std::vector<Tensor>>)> done);
   // The graph the session runs.
   virtual const Graph& graph() const = 0;
@@ -75,9 +83,9 @@ class SessionInterface {
 
  protected:
   // Starts one step of feeds, fetches and targets, all named in graph()
-  // (RunAsync resolved them); done as for RunAsync.
-  virtual void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
-                        std::function<void(Result<std::vector<Tensor>>)> done) = 0;
+  // (RunAsync resolved them), run as options say; done as for RunAsync.
+  virtual void StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                        std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) = 0;
 };
 
 // When a training loop checkpoints: every every_steps steps and/or every
@@ -151,8 +159,8 @@ class Session : public SessionInterface {
   struct Impl;
 
  protected:
-  void StartRun(NamedFeeds feeds, std::vector<std::string> fetches, std::vector<std::string> targets,
-                std::function<void(Result<std::vector<Tensor>>)> done) override;
+  void StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) override;
 
  private:
   std::unique_ptr<Impl> impl_;

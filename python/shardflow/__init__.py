@@ -34,7 +34,7 @@ from .ops import add_op
 from .gradients import gradients
 from .control_flow import cond, while_loop
 from .variables import Variable, global_variables_initializer, trainable_variables
-from .session import Session, ClusterSession, SessionOptions
+from .session import Session, ClusterSession, SessionOptions, RunOptions
 from . import train
 from . import random
 from . import embedding

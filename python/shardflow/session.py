@@ -35,6 +35,20 @@ class SessionOptions:
         self.num_cpu_devices = num_cpu_devices      # CPU devices to place and partition over
 
 
+class RunOptions:
+    """Options of one step, like the C++ RunOptions (shardflow/run_args.h).
+
+    trace_file: write the step's timeline there as Chrome trace-event JSON
+    (open it in https://ui.perfetto.dev); None or "": no trace.
+    trace_max_events: events kept per process; the rest are counted in the
+    file's "droppedEvents".
+    """
+
+    def __init__(self, trace_file=None, trace_max_events=100000):
+        self.trace_file = trace_file
+        self.trace_max_events = trace_max_events
+
+
 class _FetchPlan:
     """Flattens a nested fetch structure into fetch and target names, and rebuilds it."""
 
@@ -148,7 +162,9 @@ class _BaseSession:
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Runs one step; returns fetches' structure with arrays (None for operations) or raises sf.errors.*."""
-        # options and run_metadata are accepted for TensorFlow code and ignored.
+        # options: an sf.RunOptions (its trace_file is honoured; other objects,
+        # such as TensorFlow's, are ignored); run_metadata is accepted for
+        # TensorFlow code and ignored.
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         plan = _FetchPlan(self.graph, fetches)
@@ -165,7 +181,11 @@ class _BaseSession:
                 raise errors.InvalidArgumentError(f"feed {key.name!r} belongs to another graph than the session's")
             arr = _feed_value(key, value, key.name)
             feeds.append((key.name, arr, key.dtype.value))
-        values = self._s.run(feeds, plan.fetch_names, plan.target_names)
+        trace_file, max_events = "", 100000
+        if isinstance(options, RunOptions):
+            trace_file = str(options.trace_file or "")
+            max_events = int(options.trace_max_events)
+        values = self._s.run(feeds, plan.fetch_names, plan.target_names, trace_file, max_events)
         return plan.build(values)
 
     def close(self):

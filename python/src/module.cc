@@ -376,8 +376,11 @@ struct PySession {
     if (s) Close();
   }
 
+  // Runs one step (with a trace written to trace_file unless it is "");
+  // raises the step's error as its sf.errors class.
   std::vector<py::array> Run(const std::vector<std::tuple<std::string, py::array, int>>& feeds,
-                             const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
+                             const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                             const std::string& trace_file, int64_t trace_max_events) {
     std::shared_ptr<SessionInterface> sess = S();
     FeedMap fm;
     fm.reserve(feeds.size());
@@ -388,7 +391,10 @@ struct PySession {
     Result<std::vector<Tensor>> r = Status::OK();
     {
       py::gil_scoped_release nogil;
-      r = sess->Run(fm, Fetches(std::move(f)), Targets(std::move(t)));
+      RunOptions ro;
+      ro.trace_file = trace_file;
+      ro.trace_max_events = trace_max_events;
+      r = sess->Run(fm, Fetches(std::move(f)), Targets(std::move(t)), ro);
       fm.clear();
       sess.reset();  // a session closed meanwhile is destroyed here, without the GIL
     }
@@ -739,6 +745,7 @@ PYBIND11_MODULE(_core, m) {
   // ---- sessions -------------------------------------------------------------------
   py::class_<PySession>(m, "Session")
       .def("run", &PySession::Run, py::arg("feeds"), py::arg("fetches"), py::arg("targets"),
+           py::arg("trace_file") = "", py::arg("trace_max_events") = RunOptions().trace_max_events,
            "Runs one step with the GIL released; returns one array per fetch or raises the step's error.")
       .def("close", &PySession::Close, "Stops the session (idempotent).")
       .def_property_readonly("closed", [](PySession& s) { return !s.s; })

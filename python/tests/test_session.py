@@ -137,3 +137,22 @@ def test_symbolic_tensors_are_not_arrays(g):
         np.asarray(x)
     with pytest.raises(TypeError, match="truth value"):
         bool(x)
+
+
+def test_run_options_trace_file_writes_the_steps_timeline(g, tmp_path):
+    import json
+    x = sf.placeholder(sf.float32, [2], name="x")
+    y = sf.identity(x * 3.0, name="y")
+    path = tmp_path / "step.json"
+    with sf.Session(g) as s:
+        out = s.run(y, feed_dict={x: [1.0, 2.0]}, options=sf.RunOptions(trace_file=str(path)))
+        np.testing.assert_array_equal(out, [3, 6])
+        trace = json.loads(path.read_text())
+        events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        assert "y" in {e["name"] for e in events}
+        assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events)
+        assert trace["droppedEvents"] == 0
+        # A file that cannot be written is the step's error, naming it.
+        bad = tmp_path / "missing" / "t.json"
+        with pytest.raises(sf.errors.UnavailableError, match="missing"):
+            s.run(y, feed_dict={x: [1.0, 2.0]}, options=sf.RunOptions(trace_file=str(bad)))

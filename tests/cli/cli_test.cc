@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
+#include "tests/support/trace_file.h"
 #include "shardflow/graph_io.h"
 #include "shardflow/npy.h"
 #include "shardflow/ops.h"
@@ -87,6 +88,28 @@ TEST_CASE("shardflow run feeds .npy files and writes the fetches", "[cli]") {
   CHECK(c->dtype() == DType::kInt32);
   CHECK(c->ToVector<int32_t>() == std::vector<int32_t>{4, 5, 6});
   CHECK(r.out.find("scope.c-0.npy int32[3]") != std::string::npos);
+}
+
+TEST_CASE("shardflow run --trace writes the step's timeline", "[cli][trace]") {
+  TempDir dir("sf_cli_test");
+  const std::string graph = SaveTestGraph(dir);
+  REQUIRE(WriteNpy(dir / "x.npy", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {3, 2})).ok());
+  auto r = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") + " --fetch y --target group --out " +
+                           (dir / "out") + " --trace " + (dir / "t.json"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("wrote the step's trace to " + (dir / "t.json")) != std::string::npos);
+  testing::TraceFile t;
+  REQUIRE(testing::ReadTraceFile(dir / "t.json", &t) == "");
+  const auto names = t.OpNames();
+  CHECK(names.count("y") == 1);
+  CHECK(names.count("group") == 1);
+  CHECK(t.Of("step").size() == 1);
+  // A file that cannot be written is the run's error, naming it.
+  auto bad = RunCli(dir, "run --graph " + graph + " --feed x=" + (dir / "x.npy") + " --target group --trace " +
+                             (dir / "missing/t.json"));
+  CHECK(bad.code != 0);
+  CHECK(OneLineError(bad, dir / "missing/t.json"));
 }
 
 TEST_CASE("shardflow run --gradients-of writes grad_X.npy", "[cli]") {

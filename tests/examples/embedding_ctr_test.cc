@@ -14,6 +14,7 @@
 #include "examples/embedding_ctr/auc.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trace_file.h"
 
 using sf::examples::Auc;
 using sf::testing::JsonNumber;
@@ -196,4 +197,20 @@ TEST_CASE("embedding_ctr reports an unreachable cluster", "[examples][embedding_
   INFO(r.out);
   CHECK(r.code == 1);
   CHECK(r.out.find(addr) != std::string::npos);
+}
+
+TEST_CASE("embedding_ctr --trace writes a cluster step's timeline with its embedding calls", "[examples][trace]") {
+  sf::testing::TempDir dir("sf_ctr_trace");
+  const std::string path = dir / "ctr.json";
+  auto r = RunCommand(Program() + " --rows 10000 --dim 8 --steps 8 --batch 256 --test 1000 --json --nodes 2" +
+                      " --trace " + path + " --trace-step 3 2>&1");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  sf::testing::TraceFile t;
+  REQUIRE(sf::testing::ReadTraceFile(path, &t) == "");
+  CHECK(t.processes.size() == 3);  // the coordinator and two nodes
+  CHECK(t.Of("step").size() == 1);
+  CHECK(!t.Of("embedding").empty());
+  CHECK(!t.Of("send").empty());
+  CHECK(!t.Of("recv").empty());
 }

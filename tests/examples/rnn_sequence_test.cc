@@ -8,6 +8,8 @@
 #include <string>
 
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/trace_file.h"
 
 using sf::testing::JsonNumber;
 using sf::testing::LastLine;
@@ -75,4 +77,25 @@ TEST_CASE("rnn_sequence rejects bad flags with a clear message", "[examples][rnn
   auto steps = RunCommand(kProgram + " --steps many 2>&1");
   CHECK(steps.code == 2);
   CHECK(steps.out.find("--steps") != std::string::npos);
+}
+
+TEST_CASE("rnn_sequence --trace records a step of the loop model, every iteration's ops", "[examples][rnn][trace]") {
+  sf::testing::TempDir dir("sf_rnn_trace");
+  const std::string path = dir / "rnn.json";
+  auto r = RunCommand(kProgram + " --steps 4 --length 6 --min_length 6 --batch 4 --hidden 8 --seed 3 --json --trace " +
+                      path + " --trace-step 2 2>&1");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  sf::testing::TraceFile t;
+  REQUIRE(sf::testing::ReadTraceFile(path, &t) == "");
+  CHECK(t.Of("step").size() == 1);
+  // The forward loop runs 6 iterations and its gradient 6 more: each runs
+  // NextIteration, so the loop ops appear once per iteration.
+  int next_iterations = 0, stack_ops = 0;
+  for (const auto& e : t.events) {
+    if (e.op == "NextIteration") ++next_iterations;
+    if (e.op == "StackPush" || e.op == "StackPop") ++stack_ops;
+  }
+  CHECK(next_iterations >= 12);
+  CHECK(stack_ops > 0);
 }

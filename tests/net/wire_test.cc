@@ -94,10 +94,21 @@ bool Same(const RegisterPartition& a, const RegisterPartition& b) {
 }
 bool Same(const RunPartition& a, const RunPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.step_id == b.step_id &&
-         SameTensors(a.feeds, b.feeds);
+         SameTensors(a.feeds, b.feeds) && a.trace_max_events == b.trace_max_events;
+}
+bool SameTrace(const TraceData& a, const TraceData& b) {
+  if (a.threads != b.threads || a.dropped != b.dropped || a.events.size() != b.events.size()) return false;
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    const TraceEvent &x = a.events[i], &y = b.events[i];
+    if (x.name != y.name || x.op != y.op || x.category != y.category || x.thread != y.thread ||
+        x.start_ns != y.start_ns || x.dur_ns != y.dur_ns)
+      return false;
+  }
+  return true;
 }
 bool Same(const RunPartitionDone& a, const RunPartitionDone& b) {
-  return a.step_id == b.step_id && SameStatus(a.status, b.status) && SameTensors(a.fetches, b.fetches);
+  return a.step_id == b.step_id && SameStatus(a.status, b.status) && SameTensors(a.fetches, b.fetches) &&
+         SameTrace(a.trace, b.trace) && a.trace_elapsed_ns == b.trace_elapsed_ns;
 }
 bool Same(const SendTensor& a, const SendTensor& b) {
   return a.step_id == b.step_id && a.edge == b.edge && a.frame == b.frame && a.iteration == b.iteration &&
@@ -152,6 +163,19 @@ std::vector<Message> EveryMessage() {
                         {"train", "", "assign_1"}});
   add(RunPartition{7, 9, -42, TensorZoo()});
   add(RunPartitionDone{-1, Aborted("step 3 aborted by node b"), TensorZoo()});
+  {
+    RunPartition traced{7, 9, 12, {}};
+    traced.trace_max_events = 100000;
+    add(traced);
+    RunPartitionDone done{12, Status::OK(), {Patterned(DType::kFloat32, {2}, 1)}};
+    done.trace.threads = {"thread 0", "thread 7"};
+    done.trace.events = {{"MatMul", "MatMul", "op", 1, 1500, 2500},
+                         {"w", "ReadVariable", "wait", 0, 0, 0},
+                         {"partition /job:worker/task:1/device:CPU:0", "", "partition", 1, 10, 99999}};
+    done.trace.dropped = 3;
+    done.trace_elapsed_ns = 123456;
+    add(done);
+  }
   add(SendTensor{5, "a:0->b", "while/body", 17, true, Patterned(DType::kFloat32, {2, 2}, 3)});
   add(SendTensor{6, "", "", 0, false, Tensor()});
   add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms"), 0x1234567890abcdefULL});
@@ -478,4 +502,22 @@ TEST_CASE("a message over 4 GiB is refused before anything is copied", "[wire]")
   CHECK(f.status().code() == Code::kInvalidArgument);
   CHECK(f.status().message().find("RunPartition encodes to") != std::string::npos);
   CHECK(f.status().message().find("less than 4 GiB") != std::string::npos);
+}
+
+TEST_CASE("a node's trace naming a thread it does not list is refused by name", "[wire][trace]") {
+  RunPartitionDone d{1, Status::OK(), {}};
+  d.trace.threads = {"thread 0"};
+  d.trace.events = {{"a", "Add", "op", 1, 0, 5}};  // thread 1 of 1
+  auto frame = EncodeToString(Message{3, d});
+  REQUIRE(frame.ok());
+  auto back = DecodeFrameString(*frame);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.status().code() == Code::kInvalidArgument);
+  CHECK(back.status().message().find("RunPartitionDone.trace.events[0]") != std::string::npos);
+  d.trace.events = {{"a", "Add", "op", 0, 0, -5}};  // a negative duration
+  frame = EncodeToString(Message{3, d});
+  REQUIRE(frame.ok());
+  back = DecodeFrameString(*frame);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.status().message().find("negative duration") != std::string::npos);
 }

@@ -36,14 +36,15 @@ class TestHost : public runtime::PartitionHost {
     executors_[handle] = {std::move(keep), std::move(ex)};
     return Status::OK();
   }
-  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, runtime::Executor::DoneFn done) override {
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, runtime::Executor::DoneFn done,
+           StepTrace* trace) override {
     runtime::Executor* ex;
     {
       std::lock_guard<std::mutex> l(mu);
       ++runs;
       ex = executors_.at(handle).second.get();
     }
-    ex->RunStep(step_id, std::move(feeds), std::move(done));
+    ex->RunStep(step_id, std::move(feeds), std::move(done), trace);
   }
   void Abort(int64_t step_id, const Status& s) override {
     {
