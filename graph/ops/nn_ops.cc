@@ -479,7 +479,7 @@ Status RegisterNNOps(OpRegistry& reg) {
   // their own. The gradient is the unfused ops' gradient.
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FusedMatMul")
       .InputNames({"a", "b", "bias"})
-      .Attr("transpose_a", false).Attr("transpose_b", false).Attr("activation", "none")
+      .Attr("transpose_a", false).Attr("transpose_b", false).Attr("activation", "none").Attr("precision", "fp32")
       .Inputs(3).Shape(FusedMatMulShape)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         const bool relu = n.attrs.GetOr<std::string>("activation", "none").value() == "relu";
@@ -488,7 +488,7 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{d[0], d[1], g.Add1("BiasAddGrad", {dz})};
       })
       .Summary("activation(op(a) x op(b) + bias), activation \"none\" or \"relu\": MatMul, BiasAdd and "
-               "Relu in one kernel.").Build()));
+               "Relu in one kernel (precision as MatMul's).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("BiasAddGrad").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));

@@ -1,6 +1,7 @@
 // Kernels of MatMul and BatchMatMul: Eigen GEMM split over the compute pool;
 // a float32 MatMul with attr precision "bf16" runs on oneDNN's bf16 matmul
 // (dnnl_engines.h) instead.
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -81,6 +82,15 @@ class FusedMatMulKernel : public OpKernel {
     if (!act.ok()) *s = act.status();
     else if (*act == "relu") relu_ = true;
     else if (*act != "none") *s = InvalidArgument("FusedMatMul activation must be \"none\" or \"relu\", got \"" + *act + "\"");
+    nn::Precision p = nn::Precision::kFp32;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    if (!s->ok() || p == nn::Precision::kFp32) return;
+    if constexpr (std::is_same_v<T, float>) {
+      bf16_ = nn::NewDnnlBf16MatMulEngine();
+    } else {
+      *s = InvalidArgument("precision bf16 applies to float32 FusedMatMul, not " +
+                           std::string(DTypeName(DTypeOf<T>::value)));
+    }
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& a = ctx->input(0);
@@ -103,6 +113,20 @@ class FusedMatMulKernel : public OpKernel {
     }
     Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
     if (m == 0 || n == 0) return;
+    if (bf16_) {
+      // The bf16 product writes c; bias and activation follow in one pass.
+      if (k == 0) {
+        std::fill(c.data<T>(), c.data<T>() + m * n, T(0));
+      } else {
+        Status st = bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
+        if (!st.ok()) return ctx->SetStatus(st);
+      }
+      using RMf = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+      Eigen::Map<RMf> C(c.data<T>(), m, n);
+      C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias.data<T>(), n);
+      if (relu_) C = C.cwiseMax(T(0));
+      return;
+    }
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     const T* pbias = bias.data<T>();
@@ -120,6 +144,7 @@ class FusedMatMulKernel : public OpKernel {
  private:
   MatMulFlags f_;
   bool relu_ = false;
+  std::unique_ptr<nn::MatMulEngine> bf16_;  // null: fp32 on Eigen
 };
 
 // Batch dims broadcast NumPy-style; each output matrix is one independent
