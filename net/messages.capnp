@@ -14,35 +14,6 @@ struct Status {
   message @1 :Text;
 }
 
-# Dialer's first handshake message: who it is and its 32-byte nonce.
-struct Hello {
-  version @0 :UInt32;
-  nodeName @1 :Text;
-  listenAddress @2 :Text;
-  nonce @3 :Data;
-}
-
-# Listener's answer: its nonce and its proof over the dialer's nonce.
-struct Challenge {
-  nonce @0 :Data;
-  proof @1 :Data;
-}
-
-# Dialer's proof over the listener's nonce.
-struct AuthProof {
-  proof @0 :Data;
-}
-
-# The handshake succeeded; the listener's node name.
-struct Welcome {
-  nodeName @0 :Text;
-}
-
-# The handshake failed, and why.
-struct Refused {
-  reason @0 :Text;
-}
-
 # Keeps an idle connection alive; carries nothing.
 struct Heartbeat {}
 
@@ -181,24 +152,19 @@ struct Envelope {
   version @0 :UInt32;
   requestId @1 :UInt64;
   body :union {
-    hello @2 :Hello;
-    challenge @3 :Challenge;
-    authProof @4 :AuthProof;
-    welcome @5 :Welcome;
-    refused @6 :Refused;
-    heartbeat @7 :Heartbeat;
-    statusReply @8 :StatusReply;
-    listMembers @9 :ListMembers;
-    membership @10 :Membership;
-    registerPartition @11 :RegisterPartition;
-    runPartition @12 :RunPartition;
-    runPartitionDone @13 :RunPartitionDone;
-    sendTensor @14 :SendTensor;
-    abortStep @15 :AbortStep;
-    cleanupStep @16 :CleanupStep;
-    closeSession @17 :CloseSession;
-    echo @18 :Echo;
-    variables @19 :Variables;
-    collectiveChunk @20 :CollectiveChunk;
+    heartbeat @2 :Heartbeat;
+    statusReply @3 :StatusReply;
+    listMembers @4 :ListMembers;
+    membership @5 :Membership;
+    registerPartition @6 :RegisterPartition;
+    runPartition @7 :RunPartition;
+    runPartitionDone @8 :RunPartitionDone;
+    sendTensor @9 :SendTensor;
+    abortStep @10 :AbortStep;
+    cleanupStep @11 :CleanupStep;
+    closeSession @12 :CloseSession;
+    echo @13 :Echo;
+    variables @14 :Variables;
+    collectiveChunk @15 :CollectiveChunk;
   }
 }

@@ -22,33 +22,7 @@ namespace net {
 // The version of the message set; a peer with another one is refused.
 constexpr uint32_t kWireVersion = 2;
 
-// Handshake (net/transport.cc does it before any other message): the dialer
-// sends Hello with its nonce, the listener answers Challenge with its own
-// nonce and its proof over the dialer's nonce, the dialer answers AuthProof
-// with its proof over the listener's nonce; the listener then sends Welcome
-// or Refused. A proof is HMAC-SHA256(secret, role || nonce) (net/auth.h):
-// the secret never travels.
-struct Hello {
-  uint32_t version = kWireVersion;
-  std::string node_name;       // "" for a client
-  std::string listen_address;  // "host:port" where the sender listens ("" for a client)
-  std::string nonce;           // 32 random bytes
-};
-struct Challenge {
-  std::string nonce;  // 32 random bytes
-  std::string proof;  // listener's proof over Hello::nonce
-};
-struct AuthProof {
-  std::string proof;  // dialer's proof over Challenge::nonce
-};
-struct Welcome {
-  std::string node_name;
-};
-struct Refused {
-  std::string reason;
-};
-
-// Sent on an idle connection so a hung peer is noticed (net/transport.h).
+// Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
 struct Heartbeat {};
 
 // The answer to a request that returns only a status.
@@ -185,7 +159,7 @@ struct CollectiveChunk {
   int64_t epoch = 0;       // >= 0: the group's restarts after failures (older chunks are stale)
 };
 
-using Body = std::variant<Hello, Challenge, AuthProof, Welcome, Refused, Heartbeat, StatusReply,
+using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
                           Echo, Variables, CollectiveChunk>;

@@ -131,40 +131,6 @@ struct Encoder {
     return Status::OK();
   }
 
-  Status Put(const Hello& m, EnvBody::Builder e) const {
-    SF_RETURN_IF_ERROR(Text(m.node_name, "Hello.node_name"));
-    SF_RETURN_IF_ERROR(Text(m.listen_address, "Hello.listen_address"));
-    SF_RETURN_IF_ERROR(Text(m.nonce, "Hello.nonce"));
-    auto b = e.initHello();
-    b.setVersion(m.version);
-    b.setNodeName(AsText(m.node_name));
-    b.setListenAddress(AsText(m.listen_address));
-    b.setNonce(AsData(m.nonce));
-    return Status::OK();
-  }
-  Status Put(const Challenge& m, EnvBody::Builder e) const {
-    SF_RETURN_IF_ERROR(Text(m.nonce, "Challenge.nonce"));
-    SF_RETURN_IF_ERROR(Text(m.proof, "Challenge.proof"));
-    auto b = e.initChallenge();
-    b.setNonce(AsData(m.nonce));
-    b.setProof(AsData(m.proof));
-    return Status::OK();
-  }
-  Status Put(const AuthProof& m, EnvBody::Builder e) const {
-    SF_RETURN_IF_ERROR(Text(m.proof, "AuthProof.proof"));
-    e.initAuthProof().setProof(AsData(m.proof));
-    return Status::OK();
-  }
-  Status Put(const Welcome& m, EnvBody::Builder e) const {
-    SF_RETURN_IF_ERROR(Text(m.node_name, "Welcome.node_name"));
-    e.initWelcome().setNodeName(AsText(m.node_name));
-    return Status::OK();
-  }
-  Status Put(const Refused& m, EnvBody::Builder e) const {
-    SF_RETURN_IF_ERROR(Text(m.reason, "Refused.reason"));
-    e.initRefused().setReason(AsText(m.reason));
-    return Status::OK();
-  }
   Status Put(const Heartbeat&, EnvBody::Builder e) const {
     e.initHeartbeat();
     return Status::OK();
@@ -456,37 +422,6 @@ struct Decoder {
 
   Result<Body> Get(EnvBody::Reader e) const {
     switch (e.which()) {
-      case EnvBody::HELLO: {
-        auto r = e.getHello();
-        Hello m;
-        m.version = r.getVersion();
-        SF_RETURN_IF_ERROR(Text(r.getNodeName(), "Hello.node_name", &m.node_name));
-        SF_RETURN_IF_ERROR(Text(r.getListenAddress(), "Hello.listen_address", &m.listen_address));
-        SF_RETURN_IF_ERROR(Bytes(r.getNonce(), "Hello.nonce", &m.nonce));
-        return Body(std::move(m));
-      }
-      case EnvBody::CHALLENGE: {
-        auto r = e.getChallenge();
-        Challenge m;
-        SF_RETURN_IF_ERROR(Bytes(r.getNonce(), "Challenge.nonce", &m.nonce));
-        SF_RETURN_IF_ERROR(Bytes(r.getProof(), "Challenge.proof", &m.proof));
-        return Body(std::move(m));
-      }
-      case EnvBody::AUTH_PROOF: {
-        AuthProof m;
-        SF_RETURN_IF_ERROR(Bytes(e.getAuthProof().getProof(), "AuthProof.proof", &m.proof));
-        return Body(std::move(m));
-      }
-      case EnvBody::WELCOME: {
-        Welcome m;
-        SF_RETURN_IF_ERROR(Text(e.getWelcome().getNodeName(), "Welcome.node_name", &m.node_name));
-        return Body(std::move(m));
-      }
-      case EnvBody::REFUSED: {
-        Refused m;
-        SF_RETURN_IF_ERROR(Text(e.getRefused().getReason(), "Refused.reason", &m.reason));
-        return Body(std::move(m));
-      }
       case EnvBody::HEARTBEAT:
         return Body(Heartbeat{});
       case EnvBody::STATUS_REPLY: {
@@ -648,7 +583,7 @@ Status SplitSegments(const capnp::word* base, uint64_t words, std::vector<kj::Ar
 
 const char* BodyName(const Body& b) {
   static const char* const kNames[] = {
-      "Hello",         "Challenge",    "AuthProof",   "Welcome",          "Refused",    "Heartbeat",
+      "Heartbeat",
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
       "Variables",     "CollectiveChunk"};

@@ -46,11 +46,6 @@ inline std::vector<Message> SeedMessages() {
   std::vector<Message> m;
   uint64_t id = 1;
   auto add = [&](Body b) { m.push_back(Message{id++, std::move(b)}); };
-  add(Hello{kWireVersion, "node-a", "127.0.0.1:7001", std::string(32, 'n')});
-  add(Challenge{std::string(32, 'c'), std::string(32, 'p')});
-  add(AuthProof{std::string(32, 'q')});
-  add(Welcome{"node-b"});
-  add(Refused{"bad proof"});
   add(Heartbeat{});
   add(StatusReply{InvalidArgument("bad feed")});
   add(ListMembers{});
