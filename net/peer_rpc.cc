@@ -12,6 +12,8 @@
 #include <kj/async-io.h>
 #include <kj/compat/tls.h>
 #include <kj/debug.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <atomic>
 #include <chrono>
@@ -75,6 +77,17 @@ namespace {
 using VatId = capnp::rpc::twoparty::VatId;
 using Side = capnp::rpc::twoparty::Side;
 namespace rp = proto::rpc;
+
+// Small messages (a heartbeat, a reply, a TLS record's tail) must not wait
+// for the peer's delayed ACK behind Nagle's algorithm.
+void NoDelay(kj::AsyncIoStream& s) {
+  int one = 1;
+  try {
+    s.setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  } catch (const kj::Exception&) {
+    // not a TCP socket (a pipe in tests): nothing to tune
+  }
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -953,6 +966,7 @@ void Core::AcceptLoop(kj::ConnectionReceiver& r) {
 }
 
 void Core::OnAccepted(kj::AuthenticatedStream s) {
+  NoDelay(*s.stream);
   std::string address = "unknown peer";
   if (auto* id = dynamic_cast<kj::NetworkPeerIdentity*>(s.peerIdentity.get())) address = id->getAddress().toString().cStr();
   std::string source = address;
@@ -1058,6 +1072,7 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
       network_->parseAddress(host, port)
           .then([](kj::Own<kj::NetworkAddress> a) { return a->connectAuthenticated().attach(kj::mv(a)); })
           .then([this, stage](kj::AuthenticatedStream s) -> kj::Promise<kj::AuthenticatedStream> {
+            NoDelay(*s.stream);
             if (!tls_) return kj::mv(s);
             *stage = "tls";
             return tls_->wrapClient(kj::mv(s), kNodeHostName);
