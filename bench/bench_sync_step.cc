@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       .String("workers", "1,2,4,8", "worker counts")
       .String("bytes", "4,100000000", "total parameter bytes (4 = one scalar per shard)")
       .Int("steps", 30, "timed steps per configuration (100 MB runs use a fifth)")
+      .Bool("insecure", "nodes and sessions in plaintext (default: mutual TLS)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_sync_step");
   KeepTensorMemoryWarm();
@@ -98,11 +99,13 @@ int main(int argc, char** argv) {
   const int shards = static_cast<int>(flags.GetInt("shards"));
 
   LocalCluster cluster;
+  cluster.SetInsecure(flags.GetBool("insecure"));
   Status st = cluster.Start(nodes, 3600);
   if (!st.ok()) Die(st.ToString());
   ClusterOptions co;
   co.address = cluster.addresses()[0];
   co.tls_dir = cluster.tls_dir();
+  co.insecure = flags.GetBool("insecure");
 
   double anchor_ms = 0;
   for (int64_t total : ParseList(flags.GetString("bytes"))) {

@@ -22,7 +22,8 @@ interface Peer {
   hello @0 (info :HelloInfo) -> (info :HelloInfo, status :W.Status);
   # A request and its reply (net::Connection::Request).
   ask @1 (message :W.Envelope) -> (reply :W.Envelope);
-  # A one-way message; it returns once the receiver has handled it, which
-  # bounds what a sender can have queued at the receiver.
-  tell @2 (message :W.Envelope) -> ();
+  # One-way messages, in order (those sent in one turn of the sender's
+  # event loop travel together); it returns once the receiver has handled
+  # them, which bounds what a sender can have queued at the receiver.
+  tell @2 (messages :List(W.Envelope)) -> ();
 }

@@ -443,6 +443,9 @@ struct Link {
   // Requests whose bytes may still sit in the network's queue (a call that
   // timed out or failed before its reply): kept until the queue empties.
   std::vector<std::shared_ptr<Message>> keepalive;
+  // One-way messages of this turn, sent as one tell by Flush.
+  std::vector<std::shared_ptr<Message>> outbox;
+  bool flush_scheduled = false;
   kj::Own<capnp::TwoPartyVatNetwork> network;
   kj::Own<capnp::RpcSystem<VatId>> rpc;
   kj::Maybe<rp::Peer::Client> remote;
@@ -558,6 +561,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   }
 
   void SendOnLoop(uint64_t id, std::shared_ptr<Message> m);
+  void Flush(uint64_t id);
   void ReplyOnLoop(uint64_t id, Message m);
   void AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int timeout_ms);
 
@@ -800,29 +804,30 @@ class PeerServer final : public rp::Peer::Server {
 
   kj::Promise<void> tell(TellContext context) override {
     if (!link_->hello_done) return KJ_EXCEPTION(FAILED, "hello first");
-    auto m = DecodeEnvelope(context.getParams().getMessage(), core_->limits);
-    context.releaseParams();
-    if (!m.ok()) return Malformed(m.status());
-    if (std::holds_alternative<Heartbeat>(m->body)) return kj::READY_NOW;
-    m->request_id = 0;
-    if (Inline(*m)) {
-      core_->on_message(link_->conn, std::move(*m));
-      return kj::READY_NOW;
+    auto list = context.getParams().getMessages();
+    if (list.size() > core_->limits.max_list_elements)
+      return Malformed(InvalidArgument("a tell of " + std::to_string(list.size()) + " messages"));
+    std::vector<Message> queued;
+    for (auto env : list) {
+      auto m = DecodeEnvelope(env, core_->limits);
+      if (!m.ok()) return Malformed(m.status());
+      if (std::holds_alternative<Heartbeat>(m->body) || !core_->on_message) continue;
+      m->request_id = 0;
+      if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
+      else queued.push_back(std::move(*m));
     }
+    context.releaseParams();
+    if (queued.empty()) return kj::READY_NOW;
     // Returns once handled: what a peer has queued here is bounded by the
     // flow limit, whatever the handler's pace.
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
     auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
     auto conn = link_->conn;
-    auto msg = std::make_shared<Message>(std::move(*m));
-    if (core_->on_message) {
-      conn->strand_->Add([conn, msg, done] {
-        conn->core_->on_message(conn, std::move(*msg));
-        (*done)->fulfill();
-      });
-    } else {
+    auto msgs = std::make_shared<std::vector<Message>>(std::move(queued));
+    conn->strand_->Add([conn, msgs, done] {
+      for (auto& m : *msgs) conn->core_->on_message(conn, std::move(m));
       (*done)->fulfill();
-    }
+    });
     return kj::mv(paf.promise);
   }
 
@@ -1141,17 +1146,35 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
 void Core::SendOnLoop(uint64_t id, std::shared_ptr<Message> m) {
   Link* l = FindLink(id);
   if (!l || !l->hello_done) return;
+  // One call for what this turn sends (the inbox is drained in one go): a
+  // call costs three RPC messages, a tensor of a burst should not.
+  l->outbox.push_back(std::move(m));
+  if (l->flush_scheduled) return;
+  l->flush_scheduled = true;
+  l->tasks->add(kj::evalLater([this, id] { Flush(id); }));
+}
+
+void Core::Flush(uint64_t id) {
+  Link* l = FindLink(id);
+  if (!l) return;
+  l->flush_scheduled = false;
+  if (l->outbox.empty()) return;
+  auto batch = std::make_shared<std::vector<std::shared_ptr<Message>>>(std::move(l->outbox));
+  l->outbox.clear();
   auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
-  Status s = EncodeEnvelope(*m, req.initMessage());
-  if (!s.ok()) {
-    Down(l, s.WithPrefix("encoding a message"));
-    return;
+  auto list = req.initMessages(static_cast<unsigned>(batch->size()));
+  for (size_t i = 0; i < batch->size(); ++i) {
+    Status s = EncodeEnvelope(*(*batch)[i], list[static_cast<unsigned>(i)]);
+    if (!s.ok()) {
+      Down(l, s.WithPrefix("encoding a message"));
+      return;
+    }
   }
   // The reply proves the bytes left; until then the tensors must live.
-  l->tasks->add(req.send().then([m](auto&&) {}, [this, id, m](kj::Exception&& e) {
+  l->tasks->add(req.send().then([batch](auto&&) {}, [this, id, batch](kj::Exception&& e) {
     if (Link* l = FindLink(id)) {
-      l->keepalive.push_back(m);
-      Down(l, Unavailable(std::string("sending ") + BodyName(m->body) + " failed: " + Describe(e)));
+      for (auto& m : *batch) l->keepalive.push_back(m);
+      Down(l, Unavailable(std::string("sending ") + BodyName((*batch)[0]->body) + " failed: " + Describe(e)));
     }
   }));
 }
@@ -1228,7 +1251,7 @@ void Core::Tick() {
       auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
       Message hb;
       hb.body = Heartbeat{};
-      if (EncodeEnvelope(hb, req.initMessage()).ok()) l->tasks->add(req.send().ignoreResult());
+      if (EncodeEnvelope(hb, req.initMessages(1)[0]).ok()) l->tasks->add(req.send().ignoreResult());
     }
   }
   for (auto& [l, why] : down) Down(l, why);
