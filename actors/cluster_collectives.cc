@@ -159,7 +159,7 @@ Status Announce(Hub self, const std::string& key, const HubState::Group& g, int6
 }
 
 // Passes msg to rank dest of the group: its actor when it runs here, its
-// node over the transport, or the waiting list while its node is unknown.
+// node over its connection, or the waiting list while its node is unknown.
 void Deliver(Hub self, const std::string& key, HubState::Group& g, int64_t dest, CollectiveMsgPtr msg) {
   const std::string& addr = g.where[dest];
   if (addr.empty()) {

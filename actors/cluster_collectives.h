@@ -21,7 +21,7 @@
 // are keyed by group and generation, never by step).
 //
 // Failures: when a node that runs a rank of a group goes down (the
-// transport's down notification, or a failed send to it), every unfinished
+// connection's down notification, or a failed send to it), every unfinished
 // reduction of the group on this node fails with Unavailable naming that
 // node and rank, and so does every later contribution until that rank is
 // announced again from a live node. The group then starts over at

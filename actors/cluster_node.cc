@@ -75,7 +75,7 @@ struct ClusterNode::Impl {
   NodeOptions opts;
   std::string address;
   std::unique_ptr<CheckpointService> checkpoints = runtime::NewStoreCheckpointService();
-  std::unique_ptr<net::Endpoint> transport;
+  std::unique_ptr<net::Endpoint> endpoint;
   ComputePool pool;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
@@ -142,7 +142,7 @@ struct ClusterNode::Impl {
       auto it = peers.find(addr);
       if (it != peers.end() && it->second->is_up()) return it->second;
     }
-    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, transport->Connect(addr));
+    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(addr));
     net::ConnectionPtr winner;
     {
       std::lock_guard<std::mutex> l(mu);
@@ -413,7 +413,7 @@ struct ClusterNode::Impl {
         // session checks its caller's.
         ho.check_feeds = true;
         ho.name = "node " + opts.name;
-        ForgetCafThreadLogger forget;  // spawned on a transport thread
+        ForgetCafThreadLogger forget;  // spawned on a connection handler thread
         ss.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
       }
       graphs->rendezvous = ss.rendezvous;
@@ -625,7 +625,7 @@ struct ClusterNode::Impl {
     idle.notify_all();
     if (drain_thread.joinable()) drain_thread.join();
     if (rejoin_thread.joinable()) rejoin_thread.join();
-    transport->Shutdown();
+    endpoint->Shutdown();
     // Fail what running steps wait on (queues, tensors from peers that can no
     // longer arrive) and wait for them: they use the queues, variables and
     // rendezvous that Stop and the destructor tear down.
@@ -679,11 +679,11 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   if (opts.insecure)
     std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");
   SF_ASSIGN_OR_RETURN(
-      impl->transport,
+      impl->endpoint,
       net::Endpoint::Create(
           to, [p](const net::ConnectionPtr& c, net::Message m) { p->OnMessage(c, std::move(m)); },
           [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
-  SF_ASSIGN_OR_RETURN(uint16_t bound, impl->transport->Listen(host, port));
+  SF_ASSIGN_OR_RETURN(uint16_t bound, impl->endpoint->Listen(host, port));
   impl->address = host + ":" + std::to_string(bound);
   impl->collectives->SetAddress(impl->address);
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
@@ -789,12 +789,12 @@ Status DrainNode(const std::string& address, const std::string& tls_dir, int wai
   std::mutex mu;
   std::condition_variable cv;
   bool gone = false;
-  SF_ASSIGN_OR_RETURN(auto transport, net::Endpoint::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
+  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
                         std::lock_guard<std::mutex> l(mu);
                         gone = true;
                         cv.notify_all();
                       }));
-  auto c = transport->Connect(address);
+  auto c = endpoint->Connect(address);
   if (!c.ok()) return c.status().WithPrefix("draining " + address);
   bool replied = false;
   Status status;
@@ -815,7 +815,7 @@ Status DrainNode(const std::string& address, const std::string& tls_dir, int wai
   if (wait_ms > 0 && !cv.wait_for(l, std::chrono::milliseconds(wait_ms), [&] { return gone; }))
     return DeadlineExceeded("node " + address + " is still draining after " + std::to_string(wait_ms) + " ms");
   l.unlock();
-  transport->Shutdown();
+  endpoint->Shutdown();
   return Status::OK();
 }
 

@@ -1,7 +1,7 @@
 // The rendezvous of one cluster session on one node: a _Send whose receiving
 // device is on this node goes to the node's local rendezvous; one for
 // another task becomes a SendTensor message to that task's node, whose
-// transport handler puts it into its local rendezvous. Receives are always
+// connection handler puts it into its local rendezvous. Receives are always
 // local. (Actor-private header: include only from actors/.)
 // Thread-safety: all methods may be called from many threads.
 #pragma once

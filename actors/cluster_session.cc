@@ -58,7 +58,7 @@ std::string TaskDevice(int task) {
 struct ClusterSession::Impl {
   const Graph& graph;
   ClusterOptions options;
-  std::unique_ptr<net::Endpoint> transport;
+  std::unique_ptr<net::Endpoint> endpoint;
   int num_tasks = 0;
 
   // The assignment of tasks to members and the connections, changed only
@@ -73,7 +73,7 @@ struct ClusterSession::Impl {
   std::set<std::string> pending_restore;                // GUARDED_BY(conf_mu)
   std::atomic<bool> restore_pending{false};
 
-  // Hints that the membership changed (set by transport threads); the
+  // Hints that the membership changed (set by connection handler threads); the
   // reconfiguration before the next step finds out what exactly.
   std::atomic<bool> membership_changed{false};
   std::atomic<bool> member_down{false};
@@ -103,9 +103,9 @@ struct ClusterSession::Impl {
   int in_flight = 0;  // GUARDED_BY(mu)
 
   // RunAsync's callbacks run on this queue's thread, never on the
-  // transport's: a callback that takes a while would stop its connection's
-  // reader (or the timer) and the node would look hung (its heartbeats go
-  // unread).
+  // connection's I/O thread (a step's reply is handled there): a callback
+  // that takes a while would stop every connection's reads and heartbeats,
+  // and the nodes would look hung.
   runtime::SerialQueue callbacks;
   // The coordinator's own actor: registration and reconfiguration, which
   // wait on the network, run there, so RunAsync never blocks its caller.
@@ -173,7 +173,7 @@ Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
     auto it = conns.find(addr);
     if (it != conns.end() && it->second->is_up()) return it->second;
   }
-  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, transport->Connect(addr));
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(addr));
   // Listing the members makes the node tell us when they change.
   auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
   if (!r.ok()) return r.status().WithPrefix("listing the members of " + addr);
@@ -516,7 +516,7 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   to.peer_timeout_ms = options.peer_timeout_ms;
   to.handler_threads = 2;
   SF_ASSIGN_OR_RETURN(
-      impl->transport,
+      impl->endpoint,
       net::Endpoint::Create(
           to,
           [p](const net::ConnectionPtr&, net::Message m) {
@@ -527,7 +527,7 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
             }
           },
           [p](const net::ConnectionPtr&, const Status&) { p->member_down = true; }));
-  SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->transport->Connect(options.address));
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->endpoint->Connect(options.address));
   auto reply = Call(first, net::ListMembers{}, options.request_timeout_ms);
   if (!reply.ok()) return reply.status().WithPrefix("listing the members of " + options.address);
   auto* mem = std::get_if<net::Membership>(&reply->body);
@@ -579,7 +579,7 @@ ClusterSession::~ClusterSession() {
     impl_->coordinator_actor = nullptr;  // a detached actor's thread ends with its last reference
     impl_->system.reset();  // joins the coordinator's thread
   }
-  impl_->transport->Shutdown();
+  impl_->endpoint->Shutdown();
   impl_->callbacks.Stop();
 }
 
@@ -668,7 +668,7 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
     ++in_flight;
   }
   Impl* impl = this;
-  // Callbacks run on the callback thread, never on a transport thread.
+  // Callbacks run on the callback thread, never on a connection's I/O thread.
   auto finish = [impl, done = std::move(done)](Result<std::vector<Tensor>> r) {
     impl->Post([impl, done, r = std::make_shared<Result<std::vector<Tensor>>>(std::move(r))] {
       done(std::move(*r));

@@ -1,6 +1,6 @@
 // SerialQueue: one thread running posted functions in order, started by
 // the first Post. A cluster session's callbacks run on one, never on a
-// transport thread. Thread-safety: Post and Stop may be called from any
+// connection's I/O thread. Thread-safety: Post and Stop may be called from any
 // thread.
 #pragma once
 
