@@ -107,6 +107,19 @@ struct ClusterNode::Impl {
   // every member known since (bounded).
   std::deque<std::string> seeds;                       // GUARDED_BY(mu)
   std::thread rejoin_thread;                           // rejoins with back-off, never on a handler
+  // Steps peers sent tensors or aborts for that run no partition here (yet:
+  // a peer's tensor may beat the session's RunPartition). What they hold is
+  // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
+  // kEarlyStepTtlMs, so a peer cannot fill the node with steps that never run.
+  struct EarlyStep {
+    int64_t first_ms = 0;
+    int64_t bytes = 0;
+  };
+  std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
+  int64_t early_bytes = 0;                             // GUARDED_BY(mu)
+  static constexpr size_t kMaxEarlySteps = 4096;
+  static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
+  static constexpr int64_t kEarlyStepTtlMs = 60000;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -234,12 +247,71 @@ struct ClusterNode::Impl {
   // A node that lost every peer (its process was stopped, its network cut)
   // rejoins through its seeds, as a new life so the members' tombstones of
   // the old one do not refuse it; with back-off, on its own thread.
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void ForgetEarlyLocked(int64_t step) {
+    auto it = early_steps.find(step);
+    if (it == early_steps.end()) return;
+    early_bytes -= it->second.bytes;
+    early_steps.erase(it);
+  }
+
+  // Admits a peer's tensor (or abort) for a step; false, with why, when the
+  // step runs nothing here and the budget for such steps is spent.
+  bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why) {
+    std::lock_guard<std::mutex> l(mu);
+    if (running.count(step)) return true;
+    auto it = early_steps.find(step);
+    if (it == early_steps.end()) {
+      if (early_steps.size() >= kMaxEarlySteps) {
+        *why = "step " + std::to_string(step) + " runs no partition here and " + std::to_string(kMaxEarlySteps) +
+               " such steps are waiting already";
+        return false;
+      }
+      it = early_steps.emplace(step, EarlyStep{NowMs(), 0}).first;
+    }
+    if (early_bytes + bytes > kMaxEarlyBytes) {
+      *why = "step " + std::to_string(step) + " runs no partition here and tensors of such steps hold " +
+             std::to_string(early_bytes) + " bytes already";
+      return false;
+    }
+    it->second.bytes += bytes;
+    early_bytes += bytes;
+    return true;
+  }
+
+  // Forgets early steps that never ran within kEarlyStepTtlMs (mu held).
+  void ExpireEarlyLocked(std::vector<int64_t>* expired) {
+    const int64_t now = NowMs();
+    for (auto it = early_steps.begin(); it != early_steps.end();) {
+      if (now - it->second.first_ms < kEarlyStepTtlMs) {
+        ++it;
+        continue;
+      }
+      expired->push_back(it->first);
+      early_bytes -= it->second.bytes;
+      it = early_steps.erase(it);
+    }
+  }
+
   void RejoinLoop() {
     int backoff_ms = 250;
     std::unique_lock<std::mutex> l(mu);
     while (!stopped) {
       idle.wait_for(l, std::chrono::milliseconds(backoff_ms));
       if (stopped) break;
+      std::vector<int64_t> expired;
+      ExpireEarlyLocked(&expired);
+      if (!expired.empty()) {
+        l.unlock();
+        for (int64_t step : expired) rendezvous.Cleanup(step);
+        Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
+        l.lock();
+        continue;
+      }
       if (members.size() > 1 || seeds.empty() || draining) {
         backoff_ms = 250;
         continue;
@@ -445,7 +517,10 @@ struct ClusterNode::Impl {
       stopping = stopped;
       auto s = sessions.find(r.session_id);
       if (s != sessions.end()) host = s->second.host;
-      if (!stopping && host) running.emplace(step, c.get());
+      if (!stopping && host) {
+        running.emplace(step, c.get());
+        ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
+      }
     }
     if (stopping) {
       Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
@@ -485,16 +560,30 @@ struct ClusterNode::Impl {
         Overloaded{
             [&](net::RunPartition& r) { Run(c, id, std::move(r)); },
             [&](net::SendTensor& t) {
+              std::string why;
+              if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why)) {
+                Log("dropped a tensor from " + c->peer_address() + ": " + why);
+                return;
+              }
               RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
               Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
               if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
             },
             [&](net::AbortStep& a) {
+              std::string why;
+              if (!AdmitPeerStep(a.step_id, 0, &why)) {
+                Log("dropped an abort from " + c->peer_address() + ": " + why);
+                return;
+              }
               // A step may outlive its closed session: its table is the node's.
               if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
               else rendezvous.Abort(a.step_id, a.status);
             },
             [&](net::CleanupStep& a) {
+              {
+                std::lock_guard<std::mutex> l(mu);
+                ForgetEarlyLocked(a.step_id);
+              }
               if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
               else rendezvous.Cleanup(a.step_id);
             },

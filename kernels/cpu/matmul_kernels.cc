@@ -31,6 +31,20 @@ std::string Describe(const Tensor& a, bool ta, const Tensor& b, bool tb) {
          ShapeString(b.shape()) + (tb ? " (transposed)" : "");
 }
 
+// The m x k by k x n of op(a) op(b); InvalidArgument naming op for inputs
+// that are not matrices or whose inner dimensions differ.
+Status ProductDims(const char* op, const Tensor& a, const Tensor& b, const MatMulFlags& f, int64_t* m, int64_t* n,
+                   int64_t* k) {
+  if (a.rank() != 2 || b.rank() != 2)
+    return InvalidArgument(std::string(op) + " needs rank-2 inputs, got " + Describe(a, f.ta, b, f.tb));
+  *m = a.dim(f.ta ? 1 : 0);
+  *k = a.dim(f.ta ? 0 : 1);
+  *n = b.dim(f.tb ? 0 : 1);
+  if (*k != b.dim(f.tb ? 1 : 0))
+    return InvalidArgument(std::string(op) + " inner dimensions differ: " + Describe(a, f.ta, b, f.tb));
+  return Status::OK();
+}
+
 template <typename T>
 class MatMulKernel : public OpKernel {
  public:
@@ -48,16 +62,9 @@ class MatMulKernel : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& a = ctx->input(0);
     const Tensor& b = ctx->input(1);
-    if (a.rank() != 2 || b.rank() != 2) {
-      ctx->SetStatus(InvalidArgument("MatMul needs rank-2 inputs, got " + Describe(a, f_.ta, b, f_.tb)));
-      return;
-    }
-    const int64_t m = a.dim(f_.ta ? 1 : 0), k = a.dim(f_.ta ? 0 : 1);
-    const int64_t kb = b.dim(f_.tb ? 1 : 0), n = b.dim(f_.tb ? 0 : 1);
-    if (k != kb) {
-      ctx->SetStatus(InvalidArgument("MatMul inner dimensions differ: " + Describe(a, f_.ta, b, f_.tb)));
-      return;
-    }
+    int64_t m, n, k;
+    Status st = ProductDims("MatMul", a, b, f_, &m, &n, &k);
+    if (!st.ok()) return ctx->SetStatus(st);
     Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
     if (bf16_)
       return ctx->SetStatus(bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n,
@@ -96,16 +103,9 @@ class FusedMatMulKernel : public OpKernel {
     const Tensor& a = ctx->input(0);
     const Tensor& b = ctx->input(1);
     const Tensor& bias = ctx->input(2);
-    if (a.rank() != 2 || b.rank() != 2) {
-      ctx->SetStatus(InvalidArgument("FusedMatMul needs rank-2 inputs, got " + Describe(a, f_.ta, b, f_.tb)));
-      return;
-    }
-    const int64_t m = a.dim(f_.ta ? 1 : 0), k = a.dim(f_.ta ? 0 : 1);
-    const int64_t kb = b.dim(f_.tb ? 1 : 0), n = b.dim(f_.tb ? 0 : 1);
-    if (k != kb) {
-      ctx->SetStatus(InvalidArgument("FusedMatMul inner dimensions differ: " + Describe(a, f_.ta, b, f_.tb)));
-      return;
-    }
+    int64_t m, n, k;
+    Status st = ProductDims("FusedMatMul", a, b, f_, &m, &n, &k);
+    if (!st.ok()) return ctx->SetStatus(st);
     if (bias.rank() != 1 || bias.dim(0) != n || bias.dtype() != a.dtype()) {
       ctx->SetStatus(InvalidArgument("FusedMatMul bias must be a vector of the product's " + std::to_string(n) +
                                      " columns, got " + bias.DebugString(0)));
@@ -118,8 +118,8 @@ class FusedMatMulKernel : public OpKernel {
       if (k == 0) {
         std::fill(c.data<T>(), c.data<T>() + m * n, T(0));
       } else {
-        Status st = bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
-        if (!st.ok()) return ctx->SetStatus(st);
+        Status run = bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
+        if (!run.ok()) return ctx->SetStatus(run);
       }
       using RMf = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
       Eigen::Map<RMf> C(c.data<T>(), m, n);

@@ -28,6 +28,7 @@
 #include "shardflow/optimizers.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
+#include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 #include "tests/support/test_credentials.h"
 
@@ -105,22 +106,7 @@ ClusterOptions Options(const examples::LocalCluster& c) {
   return o;
 }
 
-// Connects to addr with a plain socket; -1 on failure.
-int RawConnect(const std::string& addr) {
-  std::string host;
-  uint16_t port = 0;
-  if (!net::ParseAddress(addr, &host, &port).ok()) return -1;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::RawConnect;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,6 +24,7 @@
 #include "net/peer_rpc.h"
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
+#include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 
 using namespace sf;
@@ -30,21 +32,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int RawConnect(const std::string& addr) {
-  std::string host;
-  uint16_t port = 0;
-  if (!net::ParseAddress(addr, &host, &port).ok()) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::RawConnect;
 
 // A one-op graph on the first task; its step proves the node serves.
 struct Probe {
@@ -225,4 +213,37 @@ TEST_CASE("Membership: shardflow node members prints one JSON line per member", 
   CHECK(out.find("\"incarnation\": ") != std::string::npos);
   CHECK(out.find("\"state\": \"alive\"") != std::string::npos);
   CHECK(out.find("\"name\": ") != std::string::npos);
+}
+
+TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded memory", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const int64_t before = RssKib(cluster.pid(0));
+  net::EndpointOptions o;
+  o.role = net::Role::kNode;  // an authenticated member gone rogue
+  o.tls_dir = cluster.tls_dir();
+  o.log = false;
+  auto e = net::Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(e.ok());
+  auto c = (*e)->Connect(cluster.addresses()[0]);
+  REQUIRE(c.ok());
+  // 6000 steps that never run (more than the node keeps), and 1.25 GiB of
+  // tensors for them (more than it holds for such steps).
+  Tensor big(DType::kFloat32, {int64_t{4} << 20});  // 16 MiB
+  std::memset(big.raw_data(), 0, big.bytes());
+  for (int i = 0; i < 80; ++i)
+    REQUIRE((*c)->Send(net::Message{0, net::SendTensor{1000000 + i, "edge", "", 0, false, big}}).ok());
+  for (int i = 0; i < 6000; ++i) {
+    REQUIRE((*c)->Send(net::Message{0, net::AbortStep{2000000 + i, Aborted("x"), 0}}).ok());
+    REQUIRE((*c)->Send(net::Message{0, net::SendTensor{3000000 + i, "e", "", 0, true, Tensor()}}).ok());
+  }
+  // Everything sent has been handled once an ask behind it is answered.
+  auto r = net::Call(*c, net::ListMembers{}, 120000);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  const int64_t after = RssKib(cluster.pid(0));
+  INFO("RSS before " << before << " KiB, after " << after << " KiB");
+  CHECK(after - before < 1200 * 1024);  // the 1 GiB budget and overheads, not all 1.25 GiB
+  Probe p;
+  CHECK(p.Run(cluster).ok());
 }

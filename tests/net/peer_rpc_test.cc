@@ -21,6 +21,7 @@
 #include "net/credentials.h"
 #include "net/peer_rpc.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 
 using namespace sf;
@@ -82,21 +83,7 @@ Tensor Filled(int64_t bytes) {
   return t;
 }
 
-int RawConnect(const std::string& address) {
-  std::string host;
-  uint16_t port = 0;
-  if (!ParseAddress(address, &host, &port).ok()) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::RawConnect;
 
 // True once the peer closed fd (read returns 0 or an error) within deadline.
 bool ClosedWithin(int fd, std::chrono::milliseconds deadline) {
