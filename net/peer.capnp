@@ -20,8 +20,10 @@ interface Peer {
   # it is refused. A peer of another version gets status FailedPrecondition
   # naming both versions.
   hello @0 (info :HelloInfo) -> (info :HelloInfo, status :W.Status);
-  # A request and its reply (net::Connection::Request).
-  ask @1 (message :W.Envelope) -> (reply :W.Envelope);
+  # A request and its reply (net::Connection::Request). A reply holding
+  # large tensors comes instead as a tell whose requestId is the ask's
+  # (byTell): a tell's tensors are referenced, a return's must be copied.
+  ask @1 (message :W.Envelope) -> (reply :W.Envelope, byTell :Bool);
   # One-way messages, in order (those sent in one turn of the sender's
   # event loop travel together); it returns once the receiver has handled
   # them, which bounds what a sender can have queued at the receiver.

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -87,6 +88,32 @@ void NoDelay(kj::AsyncIoStream& s) {
   } catch (const kj::Exception&) {
     // not a TCP socket (a pipe in tests): nothing to tune
   }
+}
+
+// Replies with at least this many tensor bytes travel as tells (no copy).
+constexpr size_t kReplyByTellBytes = size_t{1} << 20;
+// One-way messages of a turn are batched into one tell up to this size.
+constexpr size_t kBatchBytes = size_t{1} << 20;
+// The request id of the marker a handler's reply becomes when sent as a tell.
+constexpr uint64_t kSentByTell = ~uint64_t{0};
+
+// The bytes of m's tensors that an encoding could reference.
+size_t TensorBytes(const Message& m) {
+  size_t n = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.valid()) n += t.bytes();
+  };
+  std::visit(
+      [&](const auto& b) {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<B, Echo>) add(b.payload);
+        else if constexpr (std::is_same_v<B, RunPartitionDone>) for (const auto& t : b.fetches) add(t);
+        else if constexpr (std::is_same_v<B, Variables>) for (const auto& t : b.values) add(t);
+        else if constexpr (std::is_same_v<B, SendTensor>) add(b.value);
+        else if constexpr (std::is_same_v<B, CollectiveChunk>) add(b.chunk);
+      },
+      m.body);
+  return n;
 }
 
 int64_t NowMs() {
@@ -445,6 +472,7 @@ struct Link {
   std::vector<std::shared_ptr<Message>> keepalive;
   // One-way messages of this turn, sent as one tell by Flush.
   std::vector<std::shared_ptr<Message>> outbox;
+  size_t outbox_bytes = 0;
   bool flush_scheduled = false;
   kj::Own<capnp::TwoPartyVatNetwork> network;
   kj::Own<capnp::RpcSystem<VatId>> rpc;
@@ -453,7 +481,13 @@ struct Link {
   bool cert_checked = false;  // TLS: the role below is the certificate's
   Role cert_role = Role::kNode;
   uint64_t next_incoming = 2;  // even: never a pending request id of ours
-  std::unordered_map<uint64_t, kj::Own<kj::PromiseFulfiller<Message>>> incoming;
+  // Requests of the peer's being handled here, by our local id: how to
+  // answer, and the peer's own id for a reply sent as a tell.
+  struct Incoming {
+    kj::Own<kj::PromiseFulfiller<Message>> fulfiller;
+    uint64_t asker_id = 0;
+  };
+  std::unordered_map<uint64_t, Incoming> incoming;
   int64_t last_tick_ms = 0;
   kj::Own<kj::TaskSet> tasks;
 };
@@ -783,11 +817,15 @@ class PeerServer final : public rp::Peer::Server {
     const uint64_t id = link_->next_incoming;
     link_->next_incoming += 2;
     auto paf = kj::newPromiseAndFulfiller<Message>();
-    link_->incoming.emplace(id, kj::mv(paf.fulfiller));
+    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), m->request_id});
     m->request_id = id;
     if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
     else link_->conn->Deliver(std::move(*m));
     return paf.promise.then([context](Message reply) mutable {
+      if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
+        context.getResults().setByTell(true);
+        return;
+      }
       // A return's bytes leave after this promise is done, with no way to
       // know when: its tensors are copied, not referenced.
       auto r = context.getResults().initReply();
@@ -811,6 +849,11 @@ class PeerServer final : public rp::Peer::Server {
     for (auto env : list) {
       auto m = DecodeEnvelope(env, core_->limits);
       if (!m.ok()) return Malformed(m.status());
+      // The reply to one of our asks, sent as a tell (its tensors referenced).
+      if (m->request_id != 0) {
+        link_->conn->Finish(m->request_id, std::move(*m));
+        continue;
+      }
       if (std::holds_alternative<Heartbeat>(m->body) || !core_->on_message) continue;
       m->request_id = 0;
       if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
@@ -1147,8 +1190,12 @@ void Core::SendOnLoop(uint64_t id, std::shared_ptr<Message> m) {
   Link* l = FindLink(id);
   if (!l || !l->hello_done) return;
   // One call for what this turn sends (the inbox is drained in one go): a
-  // call costs three RPC messages, a tensor of a burst should not.
+  // call costs three RPC messages, a tensor of a burst should not. Big
+  // tensors are not batched: the receiver reads a call whole.
+  const size_t bytes = TensorBytes(*m) + 256;
+  if (!l->outbox.empty() && l->outbox_bytes + bytes > kBatchBytes) Flush(id);
   l->outbox.push_back(std::move(m));
+  l->outbox_bytes += bytes;
   if (l->flush_scheduled) return;
   l->flush_scheduled = true;
   l->tasks->add(kj::evalLater([this, id] { Flush(id); }));
@@ -1161,6 +1208,7 @@ void Core::Flush(uint64_t id) {
   if (l->outbox.empty()) return;
   auto batch = std::make_shared<std::vector<std::shared_ptr<Message>>>(std::move(l->outbox));
   l->outbox.clear();
+  l->outbox_bytes = 0;
   auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
   auto list = req.initMessages(static_cast<unsigned>(batch->size()));
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -1184,9 +1232,20 @@ void Core::ReplyOnLoop(uint64_t id, Message m) {
   if (!l) return;
   auto it = l->incoming.find(m.request_id);
   if (it == l->incoming.end()) return;  // not a request of this peer's, or answered
-  auto f = kj::mv(it->second);
+  Link::Incoming in = kj::mv(it->second);
   l->incoming.erase(it);
-  f->fulfill(std::move(m));
+  if (in.asker_id != 0 && TensorBytes(m) >= kReplyByTellBytes) {
+    // Large: the reply goes as a tell (referenced, kept alive until acked)
+    // and the return only says so; the asker matches it by its own id.
+    m.request_id = in.asker_id;
+    SendOnLoop(id, std::make_shared<Message>(std::move(m)));
+    Message marker;
+    marker.request_id = kSentByTell;
+    marker.body = Heartbeat{};
+    in.fulfiller->fulfill(std::move(marker));
+    return;
+  }
+  in.fulfiller->fulfill(std::move(m));
 }
 
 void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int timeout_ms) {
@@ -1194,6 +1253,7 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   if (!l) return;  // its pending request was failed when it went down
   std::shared_ptr<ConnImpl> conn = l->conn;
   auto req = KJ_ASSERT_NONNULL(l->remote).askRequest();
+  m->request_id = rid;  // a reply sent as a tell names it
   Status s = EncodeEnvelope(*m, req.initMessage());
   if (!s.ok()) {
     conn->Finish(rid, s.WithPrefix(std::string("encoding ") + BodyName(m->body)));
@@ -1201,6 +1261,7 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   }
   auto call = req.send().then(
       [this, conn, rid](capnp::Response<rp::Peer::AskResults> r) {
+        if (r.getByTell()) return;  // the reply is a tell of its own (Finish runs from it)
         auto reply = DecodeEnvelope(r.getReply(), limits);
         if (!reply.ok()) {
           conn->Finish(rid, reply.status().WithPrefix("reply from " + conn->Who()));
