@@ -1,4 +1,4 @@
-// Cluster credentials through OpenSSL (the library kj-tls itself uses):
+// Cluster credentials through OpenSSL (the library the TLS connections use):
 // ECDSA P-256 keys, X.509 v3 certificates signed by the cluster's CA.
 #include "net/credentials.h"
 

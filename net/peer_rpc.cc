@@ -10,7 +10,6 @@
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
-#include <kj/compat/tls.h>
 #include <kj/debug.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,6 +31,7 @@
 #include <vector>
 
 #include "net/peer.capnp.h"
+#include "net/tls_stream.h"
 #include "net/wire_envelope.h"
 
 namespace sf {
@@ -661,7 +661,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   void OnAccepted(kj::AuthenticatedStream s);
   // Makes the link of an authenticated stream; its connection, not yet up.
   Link* StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
-                  kj::Maybe<kj::Own<kj::PeerIdentity>> identity);
+                  const std::string* common_name);
   void Tick();
   kj::Promise<void> TickLoop() {
     return timer_->afterDelay(tick_ms_ * kj::MILLISECONDS).then([this] {
@@ -674,9 +674,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   std::thread::id loop_id_;
   kj::Timer* timer_ = nullptr;
   kj::Network* network_ = nullptr;
-  kj::Own<kj::TlsContext> tls_;
-  kj::Maybe<kj::TlsKeypair> keypair_;
-  kj::Maybe<kj::TlsCertificate> ca_cert_;
+  std::shared_ptr<TlsContext> tls_;  // null when insecure
   kj::Own<kj::TaskSet> tasks_;
   std::vector<kj::Own<kj::ConnectionReceiver>> receivers_;
   std::map<uint64_t, kj::Own<Link>> links_;
@@ -924,25 +922,16 @@ void Core::LoopMain(std::promise<Status>* ready) {
   tasks_ = kj::heap<kj::TaskSet>(*this);
   tick_ms_ = std::max(10, std::min(options.heartbeat_ms, options.peer_timeout_ms) / 4);
   if (!options.insecure) {
-    try {
-      ca_cert_ = kj::TlsCertificate(kj::StringPtr(credential.ca_pem.c_str()));
-      keypair_ = kj::TlsKeypair{kj::TlsPrivateKey(kj::StringPtr(credential.key_pem.c_str())),
-                                kj::TlsCertificate(kj::StringPtr(credential.cert_pem.c_str()))};
-      kj::TlsContext::Options to;
-      to.useSystemTrustStore = false;
-      to.verifyClients = true;
-      to.trustedCertificates = kj::arrayPtr(&KJ_ASSERT_NONNULL(ca_cert_), 1);
-      to.defaultKeypair = KJ_ASSERT_NONNULL(keypair_);
-      to.timer = *timer_;
-      to.acceptTimeout = options.handshake_timeout_ms * kj::MILLISECONDS;
-      tls_ = kj::heap<kj::TlsContext>(kj::mv(to));
-    } catch (const kj::Exception& e) {
+    auto ctx = TlsContext::Create(credential);
+    if (ctx.ok()) {
+      tls_ = *ctx;
+    } else {
       tasks_ = nullptr;
       {
         std::lock_guard<std::mutex> l(inbox_mu_);
         closed_ = true;
       }
-      ready->set_value(InvalidArgument("TLS credentials '" + credential.name + "': " + Describe(e)));
+      ready->set_value(ctx.status());
       return;
     }
   }
@@ -1041,13 +1030,13 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
   auto canceler = kj::heap<kj::Canceler>();
   kj::Canceler& cancel = *canceler;
   handshaking_[hs].canceler = kj::mv(canceler);
-  auto deadline = timer_->afterDelay(options.handshake_timeout_ms * kj::MILLISECONDS).then([]() -> kj::AuthenticatedStream {
+  auto deadline = timer_->afterDelay(options.handshake_timeout_ms * kj::MILLISECONDS).then([]() -> TlsStream {
     kj::throwFatalException(KJ_EXCEPTION(FAILED, "no TLS handshake within the deadline"));
   });
-  tasks_->add(cancel.wrap(tls_->wrapServer(kj::mv(s)).exclusiveJoin(kj::mv(deadline)))
+  tasks_->add(cancel.wrap(WrapTls(tls_, kj::mv(s.stream), false, "").exclusiveJoin(kj::mv(deadline)))
                   .then(
-                      [this, address, hs, slot = kj::mv(slot)](kj::AuthenticatedStream t) mutable {
-                        Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), kj::mv(t.peerIdentity));
+                      [this, address, hs, slot = kj::mv(slot)](TlsStream t) mutable {
+                        Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), &t.peer_common_name);
                         auto it = handshaking_.find(hs);
                         if (l && it != handshaking_.end()) it->second.link = l->conn->id();
                       },
@@ -1057,7 +1046,7 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
 }
 
 Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
-                      kj::Maybe<kj::Own<kj::PeerIdentity>> identity) {
+                      const std::string* common_name) {
   const uint64_t id = next_link_id_++;
   auto link = kj::heap<Link>();
   Link* l = link.get();
@@ -1066,18 +1055,14 @@ Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string 
   l->side = side;
   l->tasks = kj::heap<kj::TaskSet>(*this);
   l->last_tick_ms = NowMs();
-  KJ_IF_MAYBE(ident, identity) {
-    if (auto* t = dynamic_cast<kj::TlsPeerIdentity*>(ident->get())) {
-      if (t->hasCertificate()) {
-        std::string name;
-        Status s = ParseCommonName(t->getCommonName().cStr(), &l->cert_role, &name);
-        if (!s.ok()) {
-          LogRefusal(l->conn->peer_address(), s.message());
-          return nullptr;  // link and stream dropped
-        }
-        l->cert_checked = true;
-      }
+  if (common_name) {
+    std::string name;
+    Status s = ParseCommonName(*common_name, &l->cert_role, &name);
+    if (!s.ok()) {
+      LogRefusal(l->conn->peer_address(), s.message());
+      return nullptr;  // link and stream dropped
     }
+    l->cert_checked = true;
   }
   if (!options.insecure && !l->cert_checked) {
     LogRefusal(l->conn->peer_address(), "no client certificate");
@@ -1119,15 +1104,20 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
   auto work =
       network_->parseAddress(host, port)
           .then([](kj::Own<kj::NetworkAddress> a) { return a->connectAuthenticated().attach(kj::mv(a)); })
-          .then([this, stage](kj::AuthenticatedStream s) -> kj::Promise<kj::AuthenticatedStream> {
+          .then([this, stage](kj::AuthenticatedStream s) -> kj::Promise<TlsStream> {
             NoDelay(*s.stream);
-            if (!tls_) return kj::mv(s);
+            if (!tls_) {
+              TlsStream plain;
+              plain.stream = kj::mv(s.stream);
+              return kj::mv(plain);
+            }
             *stage = "tls";
-            return tls_->wrapClient(kj::mv(s), kNodeHostName);
+            return WrapTls(tls_, kj::mv(s.stream), true, kNodeHostName);
           })
-          .then([this, stage, address](kj::AuthenticatedStream s) -> kj::Promise<Result<ConnectionPtr>> {
+          .then([this, stage, address](TlsStream s) -> kj::Promise<Result<ConnectionPtr>> {
             *stage = "hello";
-            Link* l = StartLink(Side::CLIENT, kj::mv(s.stream), address, kj::Own<Slot>(), kj::mv(s.peerIdentity));
+            Link* l = StartLink(Side::CLIENT, kj::mv(s.stream), address, kj::Own<Slot>(),
+                                tls_ ? &s.peer_common_name : nullptr);
             if (!l) return Result<ConnectionPtr>(PermissionDenied("node " + address + " presented a certificate without a role"));
             if (l->cert_checked && l->cert_role != Role::kNode) {
               Down(l, PermissionDenied("not a node"));
