@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <atomic>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -97,9 +99,55 @@ std::string PartialShape::ToString() const {
   return out + "]";
 }
 
+namespace {
+
+// Large buffers freed while memory is kept warm, by rounded size: glibc maps
+// blocks over 32 MiB (its cap on M_MMAP_THRESHOLD) fresh every time, and the
+// kernel zeroes each page of them on first touch (a third of a 64 MiB
+// transfer between processes). Bounded by kWarmCacheBytes.
+constexpr size_t kWarmMinBytes = size_t{32} << 20;
+constexpr size_t kWarmCacheBytes = size_t{1} << 30;
+std::atomic<bool> g_keep_warm{false};
+struct WarmCache {
+  std::mutex mu;
+  std::multimap<size_t, void*> free;  // GUARDED_BY(mu): rounded size -> block
+  size_t bytes = 0;                   // GUARDED_BY(mu)
+};
+WarmCache& Warm() {
+  static WarmCache* c = new WarmCache;  // never destroyed: buffers may die after static destructors
+  return *c;
+}
+// Large blocks are kept in 2 MiB steps so tensors of similar sizes share them.
+size_t WarmRound(size_t rounded) { return (rounded + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1); }
+
+// A cached block of at least `rounded` bytes (at most a quarter more), or null.
+void* TakeWarm(size_t rounded) {
+  WarmCache& c = Warm();
+  std::lock_guard<std::mutex> l(c.mu);
+  auto it = c.free.lower_bound(rounded);
+  if (it == c.free.end() || it->first > rounded + rounded / 4) return nullptr;
+  void* p = it->second;
+  c.bytes -= it->first;
+  c.free.erase(it);
+  return p;
+}
+
+// Keeps a freed block for reuse; false when the cache is full.
+bool KeepWarm(void* p, size_t rounded) {
+  WarmCache& c = Warm();
+  std::lock_guard<std::mutex> l(c.mu);
+  if (c.bytes + rounded > kWarmCacheBytes) return false;
+  c.free.emplace(rounded, p);
+  c.bytes += rounded;
+  return true;
+}
+
+}  // namespace
+
 void KeepTensorMemoryWarm() {
   static std::once_flag once;
   std::call_once(once, [] {
+    g_keep_warm = true;
     // Blocks up to 1 GiB come from the heap (a 256 MiB tensor received
     // over the network needs its frame and its tensor), and the heap is
     // trimmed only when 1 GiB lies free at its top.
@@ -140,6 +188,14 @@ AllocationLimitScope::~AllocationLimitScope() { thread_limit = previous_; }
 Buffer::Buffer(size_t bytes) : size_(bytes) {
   // Round up: aligned_alloc wants a multiple of the alignment.
   size_t rounded = ((bytes + 63) / 64) * 64;
+  if (rounded >= kWarmMinBytes) {
+    rounded = WarmRound(rounded);
+    if (g_keep_warm.load(std::memory_order_relaxed) && (data_ = TakeWarm(rounded)) != nullptr) {
+      capacity_ = rounded;  // the block's own size, kept for its return to the cache
+      return;
+    }
+    capacity_ = rounded;
+  }
   data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (!data_) throw AllocationError("out of memory allocating " + std::to_string(bytes) + " bytes");
   // Huge buffers (embedding tables) are read at random rows: ask for 2 MiB
@@ -159,7 +215,7 @@ Buffer::Buffer(void* data, size_t bytes, std::function<void()> release)
 Buffer::~Buffer() {
   if (release_) {
     release_();
-  } else {
+  } else if (capacity_ == 0 || !g_keep_warm.load(std::memory_order_relaxed) || !KeepWarm(data_, capacity_)) {
     std::free(data_);
   }
 }

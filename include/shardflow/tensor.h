@@ -149,6 +149,7 @@ class Buffer {
  private:
   void* data_;
   size_t size_;
+  size_t capacity_ = 0;  // a large block's allocated size (kept warm when freed); 0 otherwise
   std::function<void()> release_;
 };
 
