@@ -55,6 +55,17 @@ struct Probe {
   }
 };
 
+// An endpoint holding the cluster's credential for role (fails the test otherwise).
+Result<std::unique_ptr<net::Endpoint>> Peer(const examples::LocalCluster& cluster, net::Role role) {
+  net::EndpointOptions o;
+  o.role = role;
+  o.tls_dir = cluster.tls_dir();
+  o.log = false;
+  auto e = net::Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(e.ok());
+  return e;
+}
+
 // The node's resident memory in KiB (0 when unknown).
 int64_t RssKib(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -126,12 +137,7 @@ TEST_CASE("Hostile: an oversized, trickled handshake is dropped and costs no mem
 TEST_CASE("Hostile: a session's credential cannot change the membership", "[cluster][hostile]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
-  net::EndpointOptions o;
-  o.role = net::Role::kSession;
-  o.tls_dir = cluster.tls_dir();
-  o.log = false;
-  auto e = net::Endpoint::Create(o, nullptr, nullptr);
-  REQUIRE(e.ok());
+  auto e = Peer(cluster, net::Role::kSession);
   auto c = (*e)->Connect(cluster.addresses()[0]);
   REQUIRE(c.ok());
   net::Membership add;
@@ -219,12 +225,7 @@ TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded mem
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   const int64_t before = RssKib(cluster.pid(0));
-  net::EndpointOptions o;
-  o.role = net::Role::kNode;  // an authenticated member gone rogue
-  o.tls_dir = cluster.tls_dir();
-  o.log = false;
-  auto e = net::Endpoint::Create(o, nullptr, nullptr);
-  REQUIRE(e.ok());
+  auto e = Peer(cluster, net::Role::kNode);  // an authenticated member gone rogue
   auto c = (*e)->Connect(cluster.addresses()[0]);
   REQUIRE(c.ok());
   // 6000 steps that never run (more than the node keeps), and 1.25 GiB of

@@ -18,18 +18,13 @@
 #include "shardflow/ops.h"
 #include "shardflow/precision.h"
 #include "tests/support/eval_graph.h"
+#include "tests/support/random_values.h"
 
 using namespace sf;
 
 namespace {
 
-std::vector<float> Random(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Random;
 
 // ||got - want|| / ||want||, the error measure that suits bf16 (whose
 // elements round at 2^-8 relative) as well as fp32.

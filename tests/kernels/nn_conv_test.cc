@@ -9,6 +9,7 @@
 
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"
+#include "tests/support/random_values.h"
 
 using namespace sf;
 
@@ -33,13 +34,7 @@ Geo MakeGeo(const Shape& in, int64_t kh, int64_t kw, int64_t oc, int64_t sh, int
   return g;
 }
 
-std::vector<float> Random(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Random;
 
 // Calls f(n, oy, ox, ky, kx, iy, ix) for every valid (window cell, output) pair.
 template <typename F>

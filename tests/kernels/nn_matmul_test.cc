@@ -8,18 +8,13 @@
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"
+#include "tests/support/random_values.h"
 
 using namespace sf;
 
 namespace {
 
-std::vector<float> Random(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Random;
 
 // Element (i, j) of op(M) for a row-major M of `cols` columns.
 float At(const std::vector<float>& m, int64_t cols, bool t, int64_t i, int64_t j) {
