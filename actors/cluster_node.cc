@@ -180,11 +180,6 @@ struct ClusterNode::Impl {
 
   // Adds unknown members and marks known ones leaving; true when anything changed.
   bool Merge(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving = {}) {
-    std::vector<net::Member> added;
-    return MergeLocked(in, in_leaving, &added);
-  }
-  bool MergeLocked(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving,
-                   std::vector<net::Member>* added) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
     for (const net::Member& m : in) {
@@ -216,7 +211,6 @@ struct ClusterNode::Impl {
       for (const net::Member& k : members) known = known || k.address == m.address;
       if (known) continue;
       members.push_back(m);
-      added->push_back(m);
       RememberSeedLocked(m.address);
       changed = true;
       Log("member " + m.name + " (" + m.address + ") joined");

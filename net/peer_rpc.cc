@@ -411,11 +411,6 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
     }
     Complete(std::move(p), std::move(r));
   }
-  const char* PendingWhat(uint64_t rid) {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = pending_.find(rid);
-    return it == pending_.end() ? nullptr : it->second.what;
-  }
 
   uint64_t id() const { return id_; }
   std::string peer_name_;
@@ -989,8 +984,11 @@ void Core::AcceptLoop(kj::ConnectionReceiver& r) {
   // reach the retry below, not end the loop.
   tasks_->add(kj::evalNow([&r] { return r.acceptAuthenticated(); }).then(
       [this, &r](kj::AuthenticatedStream s) -> kj::Promise<void> {
-        OnAccepted(kj::mv(s));
+        // Re-armed first: nothing one peer's setup throws may end accepting.
         AcceptLoop(r);
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { OnAccepted(kj::mv(s)); })) {
+          LogRefusal("(accept)", "setting up a peer failed: " + Describe(*e));
+        }
         return kj::READY_NOW;
       },
       [this, &r](kj::Exception&& e) -> kj::Promise<void> {
@@ -1033,7 +1031,8 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
   auto deadline = timer_->afterDelay(options.handshake_timeout_ms * kj::MILLISECONDS).then([]() -> TlsStream {
     kj::throwFatalException(KJ_EXCEPTION(FAILED, "no TLS handshake within the deadline"));
   });
-  tasks_->add(cancel.wrap(WrapTls(tls_, kj::mv(s.stream), false, "").exclusiveJoin(kj::mv(deadline)))
+  auto handshake = kj::evalNow([&] { return WrapTls(tls_, kj::mv(s.stream), false, ""); });
+  tasks_->add(cancel.wrap(handshake.exclusiveJoin(kj::mv(deadline)))
                   .then(
                       [this, address, hs, slot = kj::mv(slot)](TlsStream t) mutable {
                         Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), &t.peer_common_name);
@@ -1224,7 +1223,9 @@ void Core::ReplyOnLoop(uint64_t id, Message m) {
   if (it == l->incoming.end()) return;  // not a request of this peer's, or answered
   Link::Incoming in = kj::mv(it->second);
   l->incoming.erase(it);
-  if (in.asker_id != 0 && TensorBytes(m) >= kReplyByTellBytes) {
+  // A reply that cannot be encoded takes the return path, which answers
+  // with the error instead (a failed tell would drop the connection).
+  if (in.asker_id != 0 && TensorBytes(m) >= kReplyByTellBytes && CheckEncodable(m).ok()) {
     // Large: the reply goes as a tell (referenced, kept alive until acked)
     // and the return only says so; the asker matches it by its own id.
     m.request_id = in.asker_id;

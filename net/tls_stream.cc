@@ -232,13 +232,17 @@ TlsContext::~TlsContext() { SSL_CTX_free(static_cast<SSL_CTX*>(ctx_)); }
 
 kj::Promise<TlsStream> WrapTls(std::shared_ptr<TlsContext> ctx, kj::Own<kj::AsyncIoStream> inner, bool client,
                                const std::string& expected_host) {
-  auto s = kj::heap<Stream>(std::move(ctx), kj::mv(inner));
-  Stream* raw = s.get();
-  return raw->Handshake(client, expected_host).then([s = kj::mv(s)]() mutable {
+  // evalNow: OpenSSL refusing the stream or its host becomes a rejected
+  // promise, never an exception through the caller.
+  return kj::evalNow([&] {
+    auto s = kj::heap<Stream>(std::move(ctx), kj::mv(inner));
+    Stream* raw = s.get();
+    return raw->Handshake(client, expected_host).then([s = kj::mv(s)]() mutable {
     TlsStream out;
     out.peer_common_name = s->PeerCommonName();
     out.stream = kj::mv(s);
     return out;
+  });
   });
 }
 

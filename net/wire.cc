@@ -639,7 +639,9 @@ Status EncodeEnvelope(const Message& m, proto::wire::Envelope::Builder env, bool
 }
 
 Status CheckEncodable(const Message& m) {
-  capnp::MallocMessageBuilder scratch;
+  // Per one-way message: a small first segment (tensors are referenced, so
+  // the envelope itself is a few words), not the default 8 KiB calloc.
+  capnp::MallocMessageBuilder scratch(64);
   return EncodeEnvelope(m, scratch.initRoot<proto::wire::Envelope>());
 }
 

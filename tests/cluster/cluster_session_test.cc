@@ -394,19 +394,7 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   REQUIRE(t.ok());
   auto c = (*t)->Connect((*node)->address());
   REQUIRE(c.ok());
-  auto call = [&](net::Body body) {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<Result<net::Message>> reply;
-    (*c)->Request(std::move(body), 5000, [&](Result<net::Message> r) {
-      std::lock_guard<std::mutex> l(mu);
-      reply.emplace(std::move(r));
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return reply.has_value(); });
-    return std::move(*reply);
-  };
+  auto call = [&](net::Body body) { return net::Call(*c, std::move(body), 5000); };
   net::RegisterPartition reg;
   reg.session_id = 42;
   reg.handle = 1;
