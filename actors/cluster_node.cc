@@ -107,6 +107,12 @@ struct ClusterNode::Impl {
   // every member known since (bounded).
   std::deque<std::string> seeds;                       // GUARDED_BY(mu)
   std::thread rejoin_thread;                           // rejoins with back-off, never on a handler
+  // Live nodes gossip named at a life this node saw end, to be told so by
+  // the rejoin thread; and when each address was last told.
+  std::map<std::string, net::Member> to_tell_ended;    // GUARDED_BY(mu)
+  std::map<std::string, int64_t> ended_told_ms;        // GUARDED_BY(mu)
+  static constexpr size_t kMaxEndedQueued = 64;
+  static constexpr int64_t kEndedResendMs = 2000;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
   // a peer's tensor may beat the session's RunPartition). What they hold is
   // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
@@ -178,15 +184,29 @@ struct ClusterNode::Impl {
     return c->Send(m);
   }
 
-  // Adds unknown members and marks known ones leaving; true when anything changed.
-  bool Merge(const std::vector<net::Member>& in, const std::vector<net::Member>& in_leaving = {}) {
+  // Adds unknown members, marks known ones leaving and starts a new life of
+  // this node when the sender saw its current one end; true when anything
+  // changed. A live node named in gossip at a tombstoned life is told so
+  // (by the rejoin thread), because it may not know it was declared down.
+  bool Merge(const net::Membership& in) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
-    for (const net::Member& m : in) {
-      if (m.address.empty() || m.address == address) continue;
-      // Stale gossip: a life this node already saw die.
+    for (const net::Member& m : in.ended) {
+      if (m.address != address || m.incarnation < members[0].incarnation) continue;
+      const uint64_t next = std::max(members[0].incarnation + 1, NowIncarnation());
+      Log("a member saw this node's life " + std::to_string(members[0].incarnation) + " end; rejoining as " +
+          std::to_string(next));
+      members[0].incarnation = next;
+      changed = true;
+    }
+    auto stale = [&](const net::Member& m) {
       auto t = tombstones.find(m.address);
-      if (t != tombstones.end() && m.incarnation <= t->second) continue;
+      if (t == tombstones.end() || m.incarnation > t->second) return false;
+      QueueEndedLocked(m);
+      return true;
+    };
+    for (const net::Member& m : in.members) {
+      if (m.address.empty() || m.address == address || stale(m)) continue;
       for (net::Member& k : members) {
         if (k.address != m.address || m.incarnation <= k.incarnation) continue;
         Log("member " + m.address + " restarted (incarnation " + std::to_string(k.incarnation) + " -> " +
@@ -196,17 +216,15 @@ struct ClusterNode::Impl {
         changed = true;
       }
     }
-    for (const net::Member& m : in_leaving) {
+    for (const net::Member& m : in.leaving) {
       bool known = false;
       for (const net::Member& k : members) known = known || k.address == m.address;
       if (!known || !leaving.insert(m.address).second) continue;
       changed = true;
       Log("member " + m.address + " is draining");
     }
-    for (const net::Member& m : in) {
-      if (m.address.empty()) continue;
-      auto t = tombstones.find(m.address);
-      if (t != tombstones.end() && m.incarnation <= t->second) continue;
+    for (const net::Member& m : in.members) {
+      if (m.address.empty() || m.address == address || stale(m)) continue;
       bool known = false;
       for (const net::Member& k : members) known = known || k.address == m.address;
       if (known) continue;
@@ -216,6 +234,23 @@ struct ClusterNode::Impl {
       Log("member " + m.name + " (" + m.address + ") joined");
     }
     return changed;
+  }
+
+  // Queues telling the node at m.address that its life m.incarnation ended
+  // here, at most once per address per kEndedResendMs and for at most
+  // kMaxEndedQueued addresses, so stale gossip cannot make this node dial
+  // without bound.
+  void QueueEndedLocked(const net::Member& m) {
+    const int64_t now = NowMs();
+    auto [it, fresh] = ended_told_ms.emplace(m.address, now);
+    if (!fresh) {
+      if (now - it->second < kEndedResendMs) return;
+      it->second = now;
+    }
+    if (ended_told_ms.size() > kMaxEndedQueued * 16) ended_told_ms.clear();
+    if (to_tell_ended.size() >= kMaxEndedQueued) return;
+    to_tell_ended[m.address] = m;
+    idle.notify_all();
   }
 
   void RememberSeedLocked(const std::string& addr) {
@@ -293,10 +328,21 @@ struct ClusterNode::Impl {
 
   void RejoinLoop() {
     int backoff_ms = 250;
+    int64_t next_rejoin_ms = NowMs() + backoff_ms;
     std::unique_lock<std::mutex> l(mu);
     while (!stopped) {
-      idle.wait_for(l, std::chrono::milliseconds(backoff_ms));
+      idle.wait_for(l, std::chrono::milliseconds(std::max<int64_t>(1, next_rejoin_ms - NowMs())),
+                    [&] { return stopped || !to_tell_ended.empty(); });
       if (stopped) break;
+      if (!to_tell_ended.empty()) {
+        std::map<std::string, net::Member> tell;
+        tell.swap(to_tell_ended);
+        l.unlock();
+        TellEnded(tell);
+        l.lock();
+        continue;
+      }
+      if (NowMs() < next_rejoin_ms) continue;
       std::vector<int64_t> expired;
       ExpireEarlyLocked(&expired);
       if (!expired.empty()) {
@@ -304,10 +350,10 @@ struct ClusterNode::Impl {
         for (int64_t step : expired) rendezvous.Cleanup(step);
         Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
         l.lock();
-        continue;
       }
       if (members.size() > 1 || seeds.empty() || draining) {
         backoff_ms = 250;
+        next_rejoin_ms = NowMs() + backoff_ms;
         continue;
       }
       std::vector<std::string> try_seeds(seeds.begin(), seeds.end());
@@ -322,7 +368,7 @@ struct ClusterNode::Impl {
         auto* mem = std::get_if<net::Membership>(&reply->body);
         if (!mem) continue;
         Log("rejoined through " + seed);
-        if (Merge(mem->members, mem->leaving)) {
+        if (Merge(*mem)) {
           Gossip();
           NotifyWatchers();
         }
@@ -331,6 +377,22 @@ struct ClusterNode::Impl {
       }
       l.lock();
       backoff_ms = joined ? 250 : std::min(backoff_ms * 2, 5000);
+      next_rejoin_ms = NowMs() + backoff_ms;
+    }
+  }
+
+  // Tells each node that gossip named at a life this node saw end that the
+  // life is over, with this node's members, so it starts a new one (one-way;
+  // a node truly gone just fails the dial).
+  void TellEnded(const std::map<std::string, net::Member>& tell) {
+    for (const auto& [addr, m] : tell) {
+      net::Message msg;
+      net::Membership mem = MembershipNow();
+      mem.ended.push_back(m);
+      msg.body = std::move(mem);
+      Status s = SendTo(addr, msg);
+      Log("told " + addr + " its life " + std::to_string(m.incarnation) + " ended here" +
+          (s.ok() ? "" : std::string(" (failed: ") + s.message() + ")"));
     }
   }
 
@@ -601,7 +663,7 @@ struct ClusterNode::Impl {
               }
               bool drain_me = false;
               for (const net::Member& l : mem.leaving) drain_me = drain_me || l.address == address;
-              const bool changed = Merge(mem.members, mem.leaving);
+              const bool changed = Merge(mem);
               if (drain_me) StartDrain();
               // Members and sessions hear of the change before the asker's reply, so
               // a joiner (or `node drain`) that returns finds the cluster told.
@@ -792,7 +854,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (!reply.ok()) return reply.status().WithPrefix("joining " + opts.join);
     auto* mem = std::get_if<net::Membership>(&reply->body);
     if (!mem) return Unavailable("joining " + opts.join + ": unexpected reply " + net::BodyName(reply->body));
-    if (p->Merge(mem->members)) p->Gossip();
+    if (p->Merge(*mem)) p->Gossip();
   }
   p->rejoin_thread = std::thread([p] { p->RejoinLoop(); });
   return node;

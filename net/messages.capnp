@@ -37,6 +37,7 @@ struct ListMembers {}
 struct Membership {
   members @0 :List(Member);
   leaving @1 :List(Member);
+  ended @2 :List(Member);      # lives the sender saw end: one naming its receiver makes it start a new life
 }
 
 # One output of a partition's graph: node name and output index.

@@ -50,6 +50,9 @@ struct ListMembers {};
 struct Membership {
   std::vector<Member> members;
   std::vector<Member> leaving;
+  // Lives the sender saw end (and refuses in gossip): a node named here at
+  // its current incarnation was declared down while it still runs.
+  std::vector<Member> ended;
 };
 
 // One output of a partition's graph, by node name and index.

@@ -145,8 +145,10 @@ struct Encoder {
   Status Put(const Membership& m, EnvBody::Builder e) const {
     SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
     SF_RETURN_IF_ERROR(ListSize(m.leaving.size(), "Membership.leaving"));
+    SF_RETURN_IF_ERROR(ListSize(m.ended.size(), "Membership.ended"));
     auto b = e.initMembership();
     SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
+    SF_RETURN_IF_ERROR(Members(m.ended, b.initEnded(m.ended.size()), "Membership.ended"));
     return Members(m.leaving, b.initLeaving(m.leaving.size()), "Membership.leaving");
   }
   Status Put(const RegisterPartition& m, EnvBody::Builder e) const {
@@ -435,6 +437,7 @@ struct Decoder {
         Membership m;
         SF_ASSIGN_OR_RETURN(m.members, Members(e.getMembership().getMembers(), "Membership.members"));
         SF_ASSIGN_OR_RETURN(m.leaving, Members(e.getMembership().getLeaving(), "Membership.leaving"));
+        SF_ASSIGN_OR_RETURN(m.ended, Members(e.getMembership().getEnded(), "Membership.ended"));
         return Body(std::move(m));
       }
       case EnvBody::REGISTER_PARTITION: {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,6 +196,92 @@ TEST_CASE("Membership: a node resumed after SIGSTOP rejoins as a new incarnation
   REQUIRE(testing::WaitFor([&] { return members(a1).size() == 2; }, 30s));
   Probe p;
   CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Membership: a node told its life ended starts a new one and gossips it", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  const std::string a0 = cluster.addresses()[0], a1 = cluster.addresses()[1];
+  auto incarnation_at = [&](const std::string& at, const std::string& of) -> uint64_t {
+    auto m = ListClusterMembers(at, cluster.tls_dir());
+    if (m.ok())
+      for (const auto& k : *m)
+        if (k.address == of) return k.incarnation;
+    return 0;
+  };
+  REQUIRE(testing::WaitFor([&] { return incarnation_at(a0, a1) > 0; }, 20s));
+  const uint64_t inc1 = incarnation_at(a1, a1);
+  auto e = Peer(cluster, net::Role::kNode);
+  auto c = (*e)->Connect(a1);
+  REQUIRE(c.ok());
+  // An older life named as ended changes nothing.
+  net::Membership old;
+  old.ended.push_back({"", a1, inc1 - 1});
+  REQUIRE(net::Call(*c, old, 10000).ok());
+  CHECK(incarnation_at(a1, a1) == inc1);
+  // The current one makes the node start a new life, and its peers hear of it.
+  net::Membership now;
+  now.ended.push_back({"", a1, inc1});
+  REQUIRE(net::Call(*c, now, 10000).ok());
+  CHECK(incarnation_at(a1, a1) > inc1);
+  CHECK(testing::WaitFor([&] { return incarnation_at(a0, a1) > inc1; }, 10s));
+}
+
+TEST_CASE("Membership: a live node gossiping a life the cluster saw end is told so", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  auto members = [&] {
+    auto m = ListClusterMembers(a0, cluster.tls_dir());
+    return m.ok() ? *m : std::vector<MemberInfo>{};
+  };
+  // A fake member: it listens, answers nothing but hellos and heartbeats,
+  // and records the membership messages it is sent.
+  std::mutex mu;
+  std::vector<net::Membership> heard;
+  net::EndpointOptions o;
+  o.role = net::Role::kNode;
+  o.tls_dir = cluster.tls_dir();
+  o.log = false;
+  auto record = [&](const net::ConnectionPtr&, net::Message m) {
+    if (auto* mem = std::get_if<net::Membership>(&m.body)) {
+      std::lock_guard<std::mutex> l(mu);
+      heard.push_back(*mem);
+    }
+  };
+  auto fake = net::Endpoint::Create(o, record, nullptr);
+  REQUIRE(fake.ok());
+  auto port = (*fake)->Listen("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  const std::string self = "127.0.0.1:" + std::to_string(*port);
+  {
+    auto c = (*fake)->Connect(a0);
+    REQUIRE(c.ok());
+    REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 10}}}, 10000).ok());
+  }
+  REQUIRE(testing::WaitFor([&] { return members().size() == 2; }, 10s));
+  // Its connections drop: the node declares life 10 over.
+  (*fake)->Shutdown();
+  REQUIRE(testing::WaitFor([&] { return members().size() == 1; }, 10s));
+  fake = net::Endpoint::Create(o, record, nullptr);
+  REQUIRE(fake.ok());
+  REQUIRE((*fake)->Listen("127.0.0.1", *port).ok());
+  // Back, it still claims life 10: refused, and told that life ended.
+  auto c = (*fake)->Connect(a0);
+  REQUIRE(c.ok());
+  REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 10}}}, 10000).ok());
+  CHECK(members().size() == 1);
+  auto told = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& m : heard)
+      for (const auto& k : m.ended)
+        if (k.address == self && k.incarnation == 10) return true;
+    return false;
+  };
+  REQUIRE(testing::WaitFor(told, 10s));
+  // A new life is welcome.
+  REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 11}}}, 10000).ok());
+  CHECK(testing::WaitFor([&] { return members().size() == 2; }, 10s));
 }
 
 TEST_CASE("Membership: shardflow node members prints one JSON line per member", "[cluster][membership]") {

@@ -77,7 +77,7 @@ bool SameMembers(const std::vector<Member>& a, const std::vector<Member>& b) {
   return true;
 }
 bool Same(const Membership& a, const Membership& b) {
-  return SameMembers(a.members, b.members) && SameMembers(a.leaving, b.leaving);
+  return SameMembers(a.members, b.members) && SameMembers(a.leaving, b.leaving) && SameMembers(a.ended, b.ended);
 }
 bool Same(const RegisterPartition& a, const RegisterPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.device == b.device &&
@@ -144,7 +144,7 @@ std::vector<Message> EveryMessage() {
   add(StatusReply{InvalidArgument("feed x has shape [2]")});
   add(StatusReply{Status::OK()});
   add(ListMembers{});
-  add(Membership{{{"a", "127.0.0.1:1", 1}, {"b", "127.0.0.1:2", ~uint64_t{0}}, {"", ""}}, {{"c", "127.0.0.1:3"}}});
+  add(Membership{{{"a", "127.0.0.1:1", 1}, {"b", "127.0.0.1:2", ~uint64_t{0}}, {"", ""}}, {{"c", "127.0.0.1:3"}}, {{"d", "127.0.0.1:4", 7}}});
   add(RegisterPartition{7, 9, "/job:w/task:1/device:cpu:0", {{"w0", "127.0.0.1:1"}, {"w1", "127.0.0.1:2"}},
                         bytes + std::string(5000, 'g'), {{"x", 0}, {"y", 3}}, {{"loss", 1}},
                         {"train", "", "assign_1"}});
