@@ -122,10 +122,26 @@ struct ClusterNode::Impl {
     int64_t bytes = 0;
   };
   std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
+  // Steps whose client asked for progress reports (RunPartition.progress_ms):
+  // the executor counts their finished ops, and the progress thread tells
+  // the client when the count moved, at most every interval_ms.
+  struct Watched {
+    std::weak_ptr<net::Connection> client;
+    uint64_t session_id = 0;
+    int64_t step = 0;
+    int interval_ms = 0;
+    std::atomic<uint64_t> ops{0};
+    uint64_t reported = 0;   // progress thread only
+    int64_t reported_ms = 0;  // progress thread only
+  };
+  std::set<std::shared_ptr<Watched>> watched;          // GUARDED_BY(mu)
+  std::condition_variable watch_cv;                    // watched grew, or stopping
+  std::thread progress_thread;
   int64_t early_bytes = 0;                             // GUARDED_BY(mu)
   static constexpr size_t kMaxEarlySteps = 4096;
   static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
   static constexpr int64_t kEarlyStepTtlMs = 60000;
+  static constexpr int kMinProgressMs = 20;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -594,8 +610,21 @@ struct ClusterNode::Impl {
     // Asked for a timeline: recorded from here (at most kMaxTraceEvents,
     // whatever the peer asked) and returned with the reply.
     auto trace = r.trace_max_events > 0 ? std::make_shared<StepTrace>(r.trace_max_events) : nullptr;
+    std::shared_ptr<Watched> watch;
+    if (r.progress_ms > 0) {
+      watch = std::make_shared<Watched>();
+      watch->client = c;
+      watch->session_id = r.session_id;
+      watch->step = step;
+      // A peer asking for a report every millisecond gets one every kMinProgressMs.
+      watch->interval_ms = std::max(r.progress_ms, kMinProgressMs);
+      watch->reported_ms = NowMs();
+      std::lock_guard<std::mutex> l(mu);
+      watched.insert(watch);
+      watch_cv.notify_all();
+    }
     // The host's actor starts the step: this connection keeps reading.
-    host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace](Status s, std::vector<Tensor> out) {
+    host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace, watch](Status s, std::vector<Tensor> out) {
       net::RunPartitionDone d{step, std::move(s), std::move(out)};
       if (trace) {
         d.trace_elapsed_ns = trace->Now();
@@ -603,11 +632,41 @@ struct ClusterNode::Impl {
       }
       Reply(c, request_id, std::move(d));
       std::lock_guard<std::mutex> l(mu);
+      if (watch) watched.erase(watch);
       running.erase(running.find(step));
       if (running.empty()) idle.notify_all();
       // No CleanupStep comes from a client that went away.
       if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
-    }, trace.get());
+    }, trace.get(), watch ? &watch->ops : nullptr);
+  }
+
+  // Tells clients whose steps here finished ops since the last report (one
+  // StepProgress each, at most every interval_ms), so their no-progress
+  // deadlines restart; sleeps while no step is watched.
+  void ProgressLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    while (!stopped) {
+      if (watched.empty()) {
+        watch_cv.wait(l, [&] { return stopped || !watched.empty(); });
+        continue;
+      }
+      watch_cv.wait_for(l, std::chrono::milliseconds(kMinProgressMs / 2));
+      const int64_t now = NowMs();
+      std::vector<std::pair<net::ConnectionPtr, net::Message>> out;
+      for (const auto& w : watched) {
+        const uint64_t ops = w->ops.load(std::memory_order_relaxed);
+        if (ops == w->reported || now - w->reported_ms < w->interval_ms) continue;
+        auto c = w->client.lock();
+        if (!c) continue;
+        w->reported = ops;
+        w->reported_ms = now;
+        out.push_back({std::move(c), net::Message{0, net::StepProgress{w->session_id, w->step, ops}}});
+      }
+      if (out.empty()) continue;
+      l.unlock();
+      for (auto& [c, m] : out) c->Send(m);  // a client gone has no deadline to restart
+      l.lock();
+    }
   }
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m) {
@@ -768,8 +827,10 @@ struct ClusterNode::Impl {
       stopped = true;
     }
     idle.notify_all();
+    watch_cv.notify_all();
     if (drain_thread.joinable()) drain_thread.join();
     if (rejoin_thread.joinable()) rejoin_thread.join();
+    if (progress_thread.joinable()) progress_thread.join();
     endpoint->Shutdown();
     // Fail what running steps wait on (queues, tensors from peers that can no
     // longer arrive) and wait for them: they use the queues, variables and
@@ -857,6 +918,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (p->Merge(*mem)) p->Gossip();
   }
   p->rejoin_thread = std::thread([p] { p->RejoinLoop(); });
+  p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   return node;
 }
 

@@ -31,6 +31,7 @@
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
 #include "actors/remote_partition_host.h"
+#include "actors/step_deadlines.h"
 #include "actors/serial_queue.h"
 #include "actors/task_balance.h"
 #include "graph/device_name.h"
@@ -43,7 +44,9 @@ namespace sf {
 
 namespace {
 
-// How long a step may take: failures are found by heartbeats, not by this.
+// A backstop for a step and for what has no deadline of its own: dead and
+// hung nodes are found by heartbeats, steps that stopped progressing by
+// StepDeadlines (ClusterOptions::step_progress_timeout_ms).
 constexpr int kStepTimeoutMs = 24 * 3600 * 1000;
 
 using net::Call;
@@ -58,8 +61,17 @@ std::string TaskDevice(int task) {
 struct ClusterSession::Impl {
   const Graph& graph;
   ClusterOptions options;
+  // Before the endpoint: its handlers report progress into it until it is gone.
+  std::shared_ptr<runtime::StepDeadlines> deadlines;  // null: no no-progress deadline
   std::unique_ptr<net::Endpoint> endpoint;
   int num_tasks = 0;
+
+  // Moving a variable waits behind the steps using its shard: as long as a step may stall.
+  int VariablesTimeoutMs() const {
+    return options.step_progress_timeout_ms > 0
+               ? std::max(options.request_timeout_ms, options.step_progress_timeout_ms)
+               : kStepTimeoutMs;
+  }
 
   // The assignment of tasks to members and the connections, changed only
   // while steps are paused (gate below); read under conf_mu.
@@ -228,7 +240,7 @@ Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVa
   // One variable per message: a big table and its slots together could pass
   // a frame's limit.
   for (const std::string& name : names) {
-    auto r = Call(c, net::Variables{false, {name}, {}}, kStepTimeoutMs);
+    auto r = Call(c, net::Variables{false, {name}, {}}, VariablesTimeoutMs());
     if (!r.ok()) return r.status().WithPrefix("reading variable '" + name + "' from " + addr);
     if (auto* e = std::get_if<net::StatusReply>(&r->body); e && !e->status.ok())
       return e->status.WithPrefix("reading variable '" + name + "' from " + addr);
@@ -247,7 +259,7 @@ Status ClusterSession::Impl::AssignVariables(const std::string& addr,
   // Variables before their slots, so a slot lands in its variable's shard actor.
   std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, value] : values) {
-    Status s = CallStatus(c, net::Variables{true, {name}, {std::move(value)}}, kStepTimeoutMs);
+    Status s = CallStatus(c, net::Variables{true, {name}, {std::move(value)}}, VariablesTimeoutMs());
     if (!s.ok()) return s.WithPrefix("assigning variable '" + name + "' on " + addr);
   }
   return Status::OK();
@@ -470,6 +482,7 @@ Result<std::shared_ptr<runtime::PartitionHost>> ClusterSession::Impl::HostFor(co
   ro.tasks = std::move(tasks);
   ro.request_timeout_ms = options.request_timeout_ms;
   ro.step_timeout_ms = kStepTimeoutMs;
+  ro.deadlines = deadlines;
   // A member the step needed is gone: the next step reconfigures first
   // (its connection's down report may have come before a failed
   // reconfiguration used it up).
@@ -515,11 +528,22 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   to.heartbeat_ms = options.heartbeat_ms;
   to.peer_timeout_ms = options.peer_timeout_ms;
   to.handler_threads = 2;
+  // A node's progress report only restarts a deadline: no thread hop.
+  to.handle_inline = [](const net::Message& m) { return std::holds_alternative<net::StepProgress>(m.body); };
+  if (options.step_progress_timeout_ms < 0)
+    return InvalidArgument("ClusterOptions::step_progress_timeout_ms is negative (" +
+                           std::to_string(options.step_progress_timeout_ms) + ")");
+  if (options.step_progress_timeout_ms > 0)
+    impl->deadlines = std::make_shared<runtime::StepDeadlines>(options.step_progress_timeout_ms);
   SF_ASSIGN_OR_RETURN(
       impl->endpoint,
       net::Endpoint::Create(
           to,
           [p](const net::ConnectionPtr&, net::Message m) {
+            if (auto* sp = std::get_if<net::StepProgress>(&m.body)) {
+              if (p->deadlines) p->deadlines->Progress(sp->step_id);
+              return;
+            }
             // A node tells its watchers when members join, drain or die.
             if (auto* mem = std::get_if<net::Membership>(&m.body)) {
               p->Learn(*mem);

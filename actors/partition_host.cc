@@ -39,7 +39,8 @@ struct PartitionTable {
   // Starts one step of partition handle; done gets the host's refusal or
   // the step's answer. With a trace, the partition's span and its ops'
   // events are in it before done runs.
-  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace) {
+  void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace,
+           std::atomic<uint64_t>* progress) {
     std::shared_ptr<Hosted> h;
     {
       std::shared_lock<std::shared_mutex> l(mu);
@@ -68,7 +69,7 @@ struct PartitionTable {
     ex->RunStep(
         step_id, std::move(feeds),
         [h = std::move(h), done = std::move(done)](Status s, std::vector<Tensor> out) { done(std::move(s), std::move(out)); },
-        trace);
+        trace, progress);
   }
 
   const PartitionHostOptions options;
@@ -109,7 +110,7 @@ PartitionHostActor SpawnHost(caf::actor_system& sys, std::shared_ptr<PartitionTa
           r.done(Status::OK());
         },
         [self](RunPartition& r) {
-          self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done), r.trace);
+          self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done), r.trace, nullptr);
         },
         [self](AbortPartitionStep& a) {
           if (LocalRendezvous* steps = self->state.table->options.steps) steps->Abort(a.step_id, a.status);
@@ -145,8 +146,8 @@ class LocalPartitionHost : public PartitionHost {
   // On the caller's thread: a mailbox turn would add a thread hop to every
   // step (the executor puts its ops on the pool either way).
   void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
-           StepTrace* trace) override {
-    table_->Run(handle, step_id, std::move(feeds), std::move(done), trace);
+           StepTrace* trace, std::atomic<uint64_t>* progress) override {
+    table_->Run(handle, step_id, std::move(feeds), std::move(done), trace, progress);
   }
   void Abort(int64_t step_id, const Status& status) override {
     caf::anon_send(actor_, AbortPartitionStep{step_id, status});

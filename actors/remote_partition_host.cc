@@ -52,7 +52,7 @@ class RemotePartitionHost : public PartitionHost {
   }
 
   void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
-           StepTrace* trace) override {
+           StepTrace* trace, std::atomic<uint64_t>*) override {
     int task = -1;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -62,11 +62,29 @@ class RemotePartitionHost : public PartitionHost {
     net::RunPartition r{o_.session_id, handle, step_id, std::move(feeds)};
     const int64_t sent_ns = trace ? trace->Now() : 0;
     if (trace) r.trace_max_events = std::max<int64_t>(1, trace->max_events());
+    // The reply and the deadline race: whichever comes first answers.
+    auto answer = std::make_shared<Answer>();
+    answer->done = std::move(done);
+    if (o_.deadlines) {
+      r.progress_ms = o_.deadlines->report_ms();
+      const std::string what = "step " + std::to_string(step_id) + " on task " + std::to_string(task) + " (" +
+                               o_.where + ")";
+      answer->token = o_.deadlines->Watch(step_id, [answer, what](int64_t idle_ms) {
+        if (Executor::DoneFn d = answer->Take())
+          d(DeadlineExceeded(what + ": no op of the step finished anywhere for " + std::to_string(idle_ms) +
+                             " ms (ClusterOptions::step_progress_timeout_ms)"),
+            {});
+      });
+    }
     // The reply is handled on the connection's I/O thread: what follows is
     // bookkeeping and hand-offs (the step join, the session's callback
     // thread), and a hop to a handler thread would cost every step.
     o_.conn->RequestInline(std::move(r), o_.step_timeout_ms,
-                     [this, step_id, task, trace, sent_ns, done = std::move(done)](Result<net::Message> reply) {
+                     [this, step_id, task, trace, sent_ns, answer](Result<net::Message> reply) {
+                       if (o_.deadlines) o_.deadlines->Finish(answer->token);
+                       // Expired: the step (and its trace) may be gone.
+                       Executor::DoneFn done = answer->Take();
+                       if (!done) return;
                        Status s;
                        std::vector<Tensor> out;
                        if (!reply.ok()) {
@@ -102,6 +120,20 @@ class RemotePartitionHost : public PartitionHost {
   }
 
  private:
+  // A run's callback, taken once: by the reply or by the deadline.
+  struct Answer {
+    std::mutex mu;
+    Executor::DoneFn done;  // GUARDED_BY(mu); empty once given
+    uint64_t token = 0;
+    // The callback, the first time; empty after.
+    Executor::DoneFn Take() {
+      std::lock_guard<std::mutex> l(mu);
+      Executor::DoneFn d = std::move(done);
+      done = nullptr;
+      return d;
+    }
+  };
+
   // Puts the node's events on the coordinator's clock: the node's times
   // count from the request's arrival, taken to be halfway through the
   // part of the round trip the node did not spend on the step.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/step_deadlines.h"
 #include "net/peer_rpc.h"
 #include "runtime/partition_host.h"
 
@@ -21,7 +22,11 @@ struct RemoteHostOptions {
   uint64_t session_id = 0;       // the registrations' session
   std::vector<net::Member> tasks;  // the session's tasks: task i's member
   int request_timeout_ms = 10000;  // for a registration
-  int step_timeout_ms = 0;         // for a step (failures are found by heartbeats)
+  int step_timeout_ms = 0;         // a backstop for a step (failures are found by heartbeats)
+  // The session's no-progress deadlines (null: only the backstop): a run
+  // asks its node for progress reports and fails with DeadlineExceeded when
+  // the step's partitions all went quiet for deadlines->timeout_ms().
+  std::shared_ptr<StepDeadlines> deadlines;
   // Called when a step finds the member unavailable (the session then
   // reconfigures before its next step).
   std::function<void()> on_unavailable;

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
       .String("bytes", "4,100000000", "total parameter bytes (4 = one scalar per shard)")
       .Int("steps", 30, "timed steps per configuration (100 MB runs use a fifth)")
       .Bool("insecure", "nodes and sessions in plaintext (default: mutual TLS)")
+      .Int("step-progress-timeout-ms", 60000, "ClusterOptions::step_progress_timeout_ms (0: no deadline)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_sync_step");
   KeepTensorMemoryWarm();
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   co.address = cluster.addresses()[0];
   co.tls_dir = cluster.tls_dir();
   co.insecure = flags.GetBool("insecure");
+  co.step_progress_timeout_ms = static_cast<int>(flags.GetInt("step-progress-timeout-ms"));
 
   double anchor_ms = 0;
   for (int64_t total : ParseList(flags.GetString("bytes"))) {

@@ -65,6 +65,16 @@ struct RunPartition {
   stepId @2 :Int64;
   feeds @3 :List(T.Tensor);
   traceMaxEvents @4 :Int64;  # > 0: record and return the step's timeline
+  progressMs @5 :Int32;      # > 0: send a StepProgress at most this often while ops finish
+}
+
+# One-way, node to session: the partition's step finished ops since the
+# last report (its count so far), so the session's no-progress deadline
+# restarts.
+struct StepProgress {
+  sessionId @0 :UInt64;
+  stepId @1 :Int64;
+  ops @2 :UInt64;
 }
 
 # One event of a partition's timeline (kernels/step_trace.h).
@@ -167,5 +177,6 @@ struct Envelope {
     echo @13 :Echo;
     variables @14 :Variables;
     collectiveChunk @15 :CollectiveChunk;
+    stepProgress @16 :StepProgress;
   }
 }

@@ -87,6 +87,16 @@ struct RunPartition {
   // > 0: record the step's timeline, keeping at most this many events
   // (the node caps it at kMaxTraceEvents), and return it in the reply.
   int64_t trace_max_events = 0;
+  // > 0: while the step's ops finish, send the client a StepProgress at
+  // most this often (its no-progress deadline restarts on each).
+  int32_t progress_ms = 0;
+};
+// One-way, node to session: the partition of step step_id finished ops
+// (ops so far) since its last report.
+struct StepProgress {
+  uint64_t session_id = 0;
+  int64_t step_id = 0;
+  uint64_t ops = 0;
 };
 struct RunPartitionDone {
   int64_t step_id = 0;
@@ -165,7 +175,7 @@ struct CollectiveChunk {
 using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
-                          Echo, Variables, CollectiveChunk>;
+                          Echo, Variables, CollectiveChunk, StepProgress>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

@@ -182,6 +182,7 @@ struct Encoder {
     b.setHandle(m.handle);
     b.setStepId(m.step_id);
     b.setTraceMaxEvents(m.trace_max_events);
+    b.setProgressMs(m.progress_ms);
     return Tensors(m.feeds, b.initFeeds(m.feeds.size()), "RunPartition.feeds");
   }
   Status Put(const RunPartitionDone& m, EnvBody::Builder e) const {
@@ -238,6 +239,13 @@ struct Encoder {
     auto b = e.initCleanupStep();
     b.setStepId(m.step_id);
     b.setSessionId(m.session_id);
+    return Status::OK();
+  }
+  Status Put(const StepProgress& m, EnvBody::Builder e) const {
+    auto b = e.initStepProgress();
+    b.setSessionId(m.session_id);
+    b.setStepId(m.step_id);
+    b.setOps(m.ops);
     return Status::OK();
   }
   Status Put(const CloseSession& m, EnvBody::Builder e) const {
@@ -464,6 +472,9 @@ struct Decoder {
         m.handle = r.getHandle();
         m.step_id = r.getStepId();
         m.trace_max_events = r.getTraceMaxEvents();
+        m.progress_ms = r.getProgressMs();
+        if (m.progress_ms < 0)
+          return InvalidArgument("RunPartition.progress_ms is negative (" + std::to_string(m.progress_ms) + ")");
         SF_ASSIGN_OR_RETURN(m.feeds, Tensors(r.getFeeds(), "RunPartition.feeds"));
         return Body(std::move(m));
       }
@@ -497,6 +508,10 @@ struct Decoder {
       }
       case EnvBody::CLEANUP_STEP:
         return Body(CleanupStep{e.getCleanupStep().getStepId(), e.getCleanupStep().getSessionId()});
+      case EnvBody::STEP_PROGRESS: {
+        auto r = e.getStepProgress();
+        return Body(StepProgress{r.getSessionId(), r.getStepId(), r.getOps()});
+      }
       case EnvBody::CLOSE_SESSION:
         return Body(CloseSession{e.getCloseSession().getSessionId()});
       case EnvBody::ECHO: {
@@ -589,7 +604,7 @@ const char* BodyName(const Body& b) {
       "Heartbeat",
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
-      "Variables",     "CollectiveChunk"};
+      "Variables",     "CollectiveChunk", "StepProgress"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }

@@ -164,7 +164,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& g, const Executo
   return ex;
 }
 
-void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, StepTrace* trace) {
+void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, StepTrace* trace,
+                       std::atomic<uint64_t>* progress) {
   // A short list would leave fed slots empty (the frame propagator would read
   // past its feeds): refuse the step rather than run ops on missing values.
   if (feeds.size() != plan_->feed_slots.size()) {
@@ -174,9 +175,10 @@ void Executor::RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, 
     return;
   }
   if (frame_) {
-    RunFrameStep(*plan_, *frame_, step_id, std::move(feeds), std::move(done), trace);
+    RunFrameStep(*plan_, *frame_, step_id, std::move(feeds), std::move(done), trace, progress);
   } else {
-    ExecutorState<PlainPropagator>::Run(*plan_, *plain_, step_id, std::move(feeds), std::move(done), trace);
+    ExecutorState<PlainPropagator>::Run(*plan_, *plain_, step_id, std::move(feeds), std::move(done), trace,
+                                        progress);
   }
 }
 

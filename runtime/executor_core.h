@@ -181,9 +181,11 @@ class ExecutorState : public StepBase {
   using Task = typename P::Task;
 
   static void Run(const KernelPlan& plan, const typename P::Plan& pplan, int64_t step_id,
-                  std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace) {
+                  std::vector<Tensor> feeds, Executor::DoneFn done, StepTrace* trace,
+                  std::atomic<uint64_t>* progress) {
     auto* s = new ExecutorState(plan, pplan, step_id, std::move(feeds), std::move(done));
     s->trace_ = trace;
+    s->progress_ = progress;
     // The caller is an actor thread, which must stay free: ops start on the pool.
     if (!s->prop_.Start([s](const Task& t) { s->Schedule(t); }, [s](const Task& t) { s->Process(t); }))
       s->Finish();
@@ -313,6 +315,7 @@ class ExecutorState : public StepBase {
       Fail(CheckOutputsSlow(plan_, item, prop_.Outputs(t, buf)).WithPrefix(item.where));
     }
     if (item.kernel) prop_.ReleaseInputs(t);
+    if (progress_) progress_->fetch_add(1, std::memory_order_relaxed);
     if (!prop_.Propagate(t, buf, local, [this](const Task& k) { Schedule(k); })) return false;
     Finish();
     return true;
@@ -329,6 +332,7 @@ class ExecutorState : public StepBase {
 
   P prop_;
   StepTrace* trace_ = nullptr;  // null: no trace (set once, before the first op)
+  std::atomic<uint64_t>* progress_ = nullptr;  // null: nobody watches (set once, before the first op)
 };
 
 }  // namespace runtime

@@ -390,8 +390,8 @@ void DeleteFrames(FrameT* f, bool is_root, Describe&& describe) {
 }  // namespace
 
 void RunFrameStep(const KernelPlan& kp, const FramePlan& p, int64_t step_id, std::vector<Tensor> feeds,
-                  Executor::DoneFn done, StepTrace* trace) {
-  ExecutorState<FramePropagator>::Run(kp, p, step_id, std::move(feeds), std::move(done), trace);
+                  Executor::DoneFn done, StepTrace* trace, std::atomic<uint64_t>* progress) {
+  ExecutorState<FramePropagator>::Run(kp, p, step_id, std::move(feeds), std::move(done), trace, progress);
 }
 
 void FramePropagator::Finish(Status* status, std::vector<Tensor>* out) {

@@ -222,7 +222,7 @@ class FramePropagator {
 // Runs one step with the core over this propagator (instantiated in
 // frame_propagator.cc, beside the propagator, so its calls inline).
 void RunFrameStep(const KernelPlan& kp, const FramePlan& p, int64_t step_id, std::vector<Tensor> feeds,
-                  Executor::DoneFn done, StepTrace* trace);
+                  Executor::DoneFn done, StepTrace* trace, std::atomic<uint64_t>* progress);
 
 }  // namespace runtime
 }  // namespace sf

@@ -105,6 +105,11 @@ struct ClusterOptions {
   // variables, when members join, drain or die.
   int tasks = 0;
   int request_timeout_ms = 10000; // for registering partitions and membership calls
+  // A step fails with DeadlineExceeded once no op of it finished on any
+  // node for this long (ops that wait, on an empty queue or a tensor that
+  // never comes, are no progress); a step that keeps computing runs as long
+  // as it needs. Moving variables waits as long. 0: no such deadline.
+  int step_progress_timeout_ms = 60000;
   int heartbeat_ms = 200;
   int peer_timeout_ms = 1000;
   // Where Recover restores a lost member's variables from (the newest

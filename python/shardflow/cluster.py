@@ -161,7 +161,7 @@ class LocalCluster:
         want = len(self.addresses)
         while True:
             try:
-                s = _core.cluster_session(g._g, self.addresses[0], self.tls_dir, "", False, 0, 0, 5000, "", False)
+                s = _core.cluster_session(g._g, self.addresses[0], self.tls_dir, "", False, 0, 0, 5000, "", False, 60000)
                 n = len(s.tasks())
                 s.close()
                 if n >= want:

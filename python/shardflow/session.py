@@ -244,12 +244,15 @@ class ClusterSession(_BaseSession):
     address: any member's "HOST:PORT"; tls_dir: the cluster's credentials
     directory (`shardflow certs init DIR`; the session uses its credential
     tls_name, default "session"), or insecure=True for plaintext nodes.
+    step_progress_timeout_ms: a step fails with DeadlineExceededError once
+    none of its ops finished on any node for this long (0: never).
     Raises UnavailableError when a member cannot be reached and
     PermissionDeniedError when TLS with it fails.
     """
 
     def __init__(self, graph=None, address=None, tls_dir=None, tls_name="", insecure=False, tasks=0, max_tasks=0,
-                 request_timeout_ms=10000, checkpoint_dir="", elastic=True, cluster=None):
+                 request_timeout_ms=10000, checkpoint_dir="", elastic=True, cluster=None,
+                 step_progress_timeout_ms=60000):
         graph = graph if graph is not None else _graph.get_default_graph()
         super().__init__(graph)
         if cluster is not None:
@@ -260,7 +263,8 @@ class ClusterSession(_BaseSession):
         if not tls_dir and not insecure:
             raise errors.InvalidArgumentError("ClusterSession needs tls_dir (shardflow certs init) or insecure=True")
         self._s = _core.cluster_session(graph._g, address, str(tls_dir or ""), tls_name, bool(insecure), tasks,
-                                        max_tasks, request_timeout_ms, checkpoint_dir, elastic)
+                                        max_tasks, request_timeout_ms, checkpoint_dir, elastic,
+                                        step_progress_timeout_ms)
 
     @property
     def tasks(self):

@@ -793,7 +793,8 @@ PYBIND11_MODULE(_core, m) {
         });
   m.def("cluster_session", [](py::object graph, const std::string& address, const std::string& tls_dir,
                               const std::string& tls_name, bool insecure, int tasks, int max_tasks,
-                              int request_timeout_ms, const std::string& checkpoint_dir, bool elastic) {
+                              int request_timeout_ms, const std::string& checkpoint_dir, bool elastic,
+                              int step_progress_timeout_ms) {
           PyGraph& g = graph.cast<PyGraph&>();
           Check(g.g->status());
           ClusterOptions o;
@@ -804,6 +805,7 @@ PYBIND11_MODULE(_core, m) {
           o.tasks = tasks;
           o.max_tasks = max_tasks;
           o.request_timeout_ms = request_timeout_ms;
+          o.step_progress_timeout_ms = step_progress_timeout_ms;
           o.checkpoint_dir = checkpoint_dir;
           o.elastic = elastic;
           Result<std::unique_ptr<ClusterSession>> r = Status::OK();

@@ -122,3 +122,22 @@ def test_nodes_stop_when_the_python_process_dies():
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_a_step_with_no_progress_fails_after_its_deadline(cluster):
+    g = sf.Graph()
+    with g.as_default():
+        with g.device("/job:worker/task:0"):
+            q = sf.FIFOQueue([sf.float32], shapes=[[]])
+            x = q.dequeue()
+            enq = q.enqueue([sf.constant(np.float32(3))])
+    with sf.ClusterSession(g, cluster=cluster, step_progress_timeout_ms=500) as s:
+        t0 = time.monotonic()
+        with pytest.raises(sf.errors.DeadlineExceededError, match="no op of the step finished"):
+            s.run(x)
+        assert time.monotonic() - t0 >= 0.5
+        s.run(enq)  # ends the abandoned dequeue
+        s.run(enq)
+        assert s.run(x) == np.float32(3)
+    with pytest.raises(sf.errors.InvalidArgumentError, match="step_progress_timeout_ms"):
+        sf.ClusterSession(g, cluster=cluster, step_progress_timeout_ms=-1)

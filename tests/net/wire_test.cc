@@ -86,7 +86,8 @@ bool Same(const RegisterPartition& a, const RegisterPartition& b) {
 }
 bool Same(const RunPartition& a, const RunPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.step_id == b.step_id &&
-         SameTensors(a.feeds, b.feeds) && a.trace_max_events == b.trace_max_events;
+         SameTensors(a.feeds, b.feeds) && a.trace_max_events == b.trace_max_events &&
+         a.progress_ms == b.progress_ms;
 }
 bool SameTrace(const TraceData& a, const TraceData& b) {
   if (a.threads != b.threads || a.dropped != b.dropped || a.events.size() != b.events.size()) return false;
@@ -111,6 +112,9 @@ bool Same(const AbortStep& a, const AbortStep& b) {
 }
 bool Same(const CleanupStep& a, const CleanupStep& b) { return a.step_id == b.step_id && a.session_id == b.session_id; }
 bool Same(const CloseSession& a, const CloseSession& b) { return a.session_id == b.session_id; }
+bool Same(const StepProgress& a, const StepProgress& b) {
+  return a.session_id == b.session_id && a.step_id == b.step_id && a.ops == b.ops;
+}
 bool Same(const Echo& a, const Echo& b) { return SameTensor(a.payload, b.payload); }
 bool Same(const Variables& a, const Variables& b) {
   if (a.assign != b.assign || a.names != b.names || a.values.size() != b.values.size()) return false;
@@ -149,6 +153,7 @@ std::vector<Message> EveryMessage() {
                         bytes + std::string(5000, 'g'), {{"x", 0}, {"y", 3}}, {{"loss", 1}},
                         {"train", "", "assign_1"}});
   add(RunPartition{7, 9, -42, TensorZoo()});
+  add(RunPartition{7, 9, 42, {}, 3, 250});
   add(RunPartitionDone{-1, Aborted("step 3 aborted by node b"), TensorZoo()});
   {
     RunPartition traced{7, 9, 12, {}};
@@ -168,6 +173,7 @@ std::vector<Message> EveryMessage() {
   add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms"), 0x1234567890abcdefULL});
   add(CleanupStep{-8, 77});
   add(CloseSession{~uint64_t{0}});
+  add(StepProgress{5, -3, ~uint64_t{0}});
   add(Echo{Patterned(DType::kFloat64, {1000}, 9)});
   add(Echo{Tensor()});
   add(Variables{true, {"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), Tensor()}});

@@ -37,7 +37,7 @@ class TestHost : public runtime::PartitionHost {
     return Status::OK();
   }
   void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, runtime::Executor::DoneFn done,
-           StepTrace* trace) override {
+           StepTrace* trace, std::atomic<uint64_t>*) override {
     runtime::Executor* ex;
     {
       std::lock_guard<std::mutex> l(mu);
