@@ -111,6 +111,19 @@ struct ClusterNode::Impl {
   // the rejoin thread; and when each address was last told.
   std::map<std::string, net::Member> to_tell_ended;    // GUARDED_BY(mu)
   std::map<std::string, int64_t> ended_told_ms;        // GUARDED_BY(mu)
+  // Addresses that failed verification, and when (bounded).
+  std::map<std::string, int64_t> unverified_ms;        // GUARDED_BY(mu)
+  // Membership changes peers asked for, handled in order by the membership
+  // thread: they dial (to verify newcomers, to gossip), and a handler
+  // thread must never wait on a dial.
+  struct MembershipJob {
+    net::ConnectionPtr from;
+    uint64_t request_id = 0;
+    net::Membership membership;
+  };
+  std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
+  std::condition_variable membership_cv;               // a job came, or stopping
+  std::thread membership_thread;
   static constexpr size_t kMaxEndedQueued = 64;
   static constexpr int64_t kEndedResendMs = 2000;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
@@ -142,6 +155,8 @@ struct ClusterNode::Impl {
   static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
   static constexpr int64_t kEarlyStepTtlMs = 60000;
   static constexpr int kMinProgressMs = 20;
+  static constexpr size_t kMaxMembershipJobs = 256;
+  static constexpr int64_t kVerifyRetryMs = 5000;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -200,11 +215,13 @@ struct ClusterNode::Impl {
     return c->Send(m);
   }
 
-  // Adds unknown members, marks known ones leaving and starts a new life of
-  // this node when the sender saw its current one end; true when anything
-  // changed. A live node named in gossip at a tombstoned life is told so
-  // (by the rejoin thread), because it may not know it was declared down.
-  bool Merge(const net::Membership& in) {
+  // Updates known members, marks them leaving and starts a new life of this
+  // node when the sender saw its current one end; true when anything
+  // changed. Members not known yet go to *unknown, to be verified before
+  // they are listed (AddVerified). A live node named in gossip at a
+  // tombstoned life is told so (by the rejoin thread), because it may not
+  // know it was declared down.
+  bool Merge(const net::Membership& in, std::vector<net::Member>* unknown) {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
     for (const net::Member& m : in.ended) {
@@ -243,6 +260,47 @@ struct ClusterNode::Impl {
       if (m.address.empty() || m.address == address || stale(m)) continue;
       bool known = false;
       for (const net::Member& k : members) known = known || k.address == m.address;
+      for (const net::Member& k : *unknown) known = known || k.address == m.address;
+      if (!known) unknown->push_back(m);
+    }
+    return changed;
+  }
+
+  // Lists the members of unknown that are really nodes: each address is
+  // dialed (TLS with the cluster's CA, a node's certificate) and must say in
+  // its hello that it listens there, so no peer can list ghosts or another
+  // host's address. An address that failed is not dialed again for
+  // kVerifyRetryMs. Dials, so never on a handler thread; true when any was
+  // listed.
+  bool AddVerified(const std::vector<net::Member>& unknown) {
+    bool changed = false;
+    for (const net::Member& m : unknown) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        auto f = unverified_ms.find(m.address);
+        if (f != unverified_ms.end() && NowMs() - f->second < kVerifyRetryMs) continue;
+      }
+      Status why;
+      auto c = Peer(m.address);
+      if (!c.ok()) {
+        why = c.status();
+      } else if ((*c)->peer_role() != net::Role::kNode) {
+        why = PermissionDenied("it holds a session's credential");
+      } else if ((*c)->peer_listen_address() != m.address) {
+        why = InvalidArgument("the node there says it listens on '" + (*c)->peer_listen_address() + "'");
+      }
+      std::lock_guard<std::mutex> l(mu);
+      if (!why.ok()) {
+        if (unverified_ms.size() >= 4096) unverified_ms.clear();
+        unverified_ms[m.address] = NowMs();
+        Log("not listing " + m.address + ": " + why.message());
+        continue;
+      }
+      unverified_ms.erase(m.address);
+      auto t = tombstones.find(m.address);
+      if (t != tombstones.end() && m.incarnation <= t->second) continue;
+      bool known = false;
+      for (const net::Member& k : members) known = known || k.address == m.address;
       if (known) continue;
       members.push_back(m);
       RememberSeedLocked(m.address);
@@ -250,6 +308,37 @@ struct ClusterNode::Impl {
       Log("member " + m.name + " (" + m.address + ") joined");
     }
     return changed;
+  }
+
+  // Merge, then list the unknown members that verify; true when anything changed.
+  bool Absorb(const net::Membership& in) {
+    std::vector<net::Member> unknown;
+    bool changed = Merge(in, &unknown);
+    if (!unknown.empty() && AddVerified(unknown)) changed = true;
+    return changed;
+  }
+
+  void MembershipLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    while (true) {
+      membership_cv.wait(l, [&] { return stopped || !membership_jobs.empty(); });
+      if (stopped) break;
+      MembershipJob job = std::move(membership_jobs.front());
+      membership_jobs.pop_front();
+      l.unlock();
+      bool drain_me = false;
+      for (const net::Member& m : job.membership.leaving) drain_me = drain_me || m.address == address;
+      const bool changed = Absorb(job.membership);
+      if (drain_me) StartDrain();
+      // Members and sessions hear of the change before the asker's reply, so
+      // a joiner (or `node drain`) that returns finds the cluster told.
+      if (changed) {
+        Gossip();
+        NotifyWatchers();
+      }
+      Reply(job.from, job.request_id, MembershipNow());
+      l.lock();
+    }
   }
 
   // Queues telling the node at m.address that its life m.incarnation ended
@@ -384,7 +473,7 @@ struct ClusterNode::Impl {
         auto* mem = std::get_if<net::Membership>(&reply->body);
         if (!mem) continue;
         Log("rejoined through " + seed);
-        if (Merge(*mem)) {
+        if (Absorb(*mem)) {
           Gossip();
           NotifyWatchers();
         }
@@ -720,17 +809,17 @@ struct ClusterNode::Impl {
                                                                c->peer_address() + " holds a session credential")});
                 return;
               }
-              bool drain_me = false;
-              for (const net::Member& l : mem.leaving) drain_me = drain_me || l.address == address;
-              const bool changed = Merge(mem);
-              if (drain_me) StartDrain();
-              // Members and sessions hear of the change before the asker's reply, so
-              // a joiner (or `node drain`) that returns finds the cluster told.
-              if (changed) {
-                Gossip();
-                NotifyWatchers();
+              {
+                std::lock_guard<std::mutex> l(mu);
+                if (membership_jobs.size() < kMaxMembershipJobs) {
+                  membership_jobs.push_back({c, id, std::move(mem)});
+                  membership_cv.notify_all();
+                  return;
+                }
               }
-              Reply(c, id, MembershipNow());
+              Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
+                                                              std::to_string(kMaxMembershipJobs) +
+                                                              " membership changes waiting; try again")});
             },
             [&](net::CloseSession& cs) {
               {
@@ -828,6 +917,8 @@ struct ClusterNode::Impl {
     }
     idle.notify_all();
     watch_cv.notify_all();
+    membership_cv.notify_all();
+    if (membership_thread.joinable()) membership_thread.join();
     if (drain_thread.joinable()) drain_thread.join();
     if (rejoin_thread.joinable()) rejoin_thread.join();
     if (progress_thread.joinable()) progress_thread.join();
@@ -896,6 +987,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   impl->members.push_back({impl->opts.name, impl->address, Impl::NowIncarnation()});
   if (!impl->opts.join.empty()) impl->seeds.push_back(impl->opts.join);
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
+  p->progress_thread = std::thread([p] { p->ProgressLoop(); });
+  p->membership_thread = std::thread([p] { p->MembershipLoop(); });
   if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
     if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);
@@ -915,10 +1008,10 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (!reply.ok()) return reply.status().WithPrefix("joining " + opts.join);
     auto* mem = std::get_if<net::Membership>(&reply->body);
     if (!mem) return Unavailable("joining " + opts.join + ": unexpected reply " + net::BodyName(reply->body));
-    if (p->Merge(*mem)) p->Gossip();
+    if (p->Absorb(*mem)) p->Gossip();
   }
+  // After the join: alone until it answered, the node would rejoin meanwhile.
   p->rejoin_thread = std::thread([p] { p->RejoinLoop(); });
-  p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   return node;
 }
 

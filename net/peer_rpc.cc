@@ -616,6 +616,8 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   }
 
   const EndpointOptions options;
+  // Sent in hello: options.listen_address, or the first address listened on (loop thread only).
+  std::string listen_address_ = options.listen_address;
   const Credential credential;
   const Endpoint::MessageHandler on_message;
   const Endpoint::DownHandler on_down;
@@ -785,7 +787,7 @@ class PeerServer final : public rp::Peer::Server {
     auto info = out.initInfo();
     info.setVersion(kWireVersion);
     info.setName(core_->options.node_name);
-    info.setListenAddress(core_->options.listen_address);
+    info.setListenAddress(core_->listen_address_);
     info.setRole(RoleName(core_->credential.role));
     Status s = Check(in);
     auto st = out.initStatus();
@@ -967,9 +969,12 @@ void Core::LoopMain(std::promise<Status>* ready) {
 kj::Promise<Result<uint16_t>> Core::ListenOnLoop(std::string host, uint16_t port) {
   const std::string where = host + ":" + std::to_string(port);
   return network_->parseAddress(host, port)
-      .then([this](kj::Own<kj::NetworkAddress> addr) -> Result<uint16_t> {
+      .then([this, host](kj::Own<kj::NetworkAddress> addr) -> Result<uint16_t> {
         auto r = addr->listen();
         const uint16_t bound = static_cast<uint16_t>(r->getPort());
+        // Peers' hellos carry where this endpoint listens, so a node can
+        // check an address it was told is really a node's (read on this thread).
+        if (listen_address_.empty()) listen_address_ = host + ":" + std::to_string(bound);
         receivers_.push_back(kj::mv(r));
         AcceptLoop(*receivers_.back());
         return bound;
@@ -1127,7 +1132,7 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
             auto info = req.initInfo();
             info.setVersion(kWireVersion);
             info.setName(options.node_name);
-            info.setListenAddress(options.listen_address);
+            info.setListenAddress(listen_address_);
             info.setRole(RoleName(credential.role));
             const uint64_t id = l->conn->id();
             return req.send().then([this, id, address](capnp::Response<rp::Peer::HelloResults> r) -> Result<ConnectionPtr> {
@@ -1150,12 +1155,14 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
                 Down(l, s);
                 return s;
               }
-              if (info.getName().size() > 1024) {
+              if (info.getName().size() > 1024 || info.getListenAddress().size() > 1024) {
                 Down(l, InvalidArgument("hello name too long"));
-                return InvalidArgument("node " + address + " sent a name longer than 1024 bytes");
+                return InvalidArgument("node " + address + " sent a name or address longer than 1024 bytes");
               }
               l->conn->peer_name_ = info.getName().cStr();
-              l->conn->peer_listen_ = address;
+              // What the node says, not what was dialed: a node checks a
+              // member's address by dialing it and comparing the two.
+              l->conn->peer_listen_ = info.getListenAddress().cStr();
               l->conn->peer_role_ = Role::kNode;
               l->hello_done = true;
               if (!l->conn->MarkUp()) return Unavailable("connection to " + address + " went down during hello");

@@ -284,6 +284,63 @@ TEST_CASE("Membership: a live node gossiping a life the cluster saw end is told 
   CHECK(testing::WaitFor([&] { return members().size() == 2; }, 10s));
 }
 
+TEST_CASE("Hostile: members a peer lists are dialed and verified before they are listed", "[cluster][membership][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  auto listed = [&] {
+    std::vector<std::string> out;
+    auto m = ListClusterMembers(a0, cluster.tls_dir());
+    if (m.ok())
+      for (const auto& k : *m) out.push_back(k.address);
+    return out;
+  };
+  // Nothing listens at the first ghost. The second is an endpoint that
+  // says it listens elsewhere; the third holds a session's credential.
+  const int dead_port = [] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t n = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+    ::close(fd);  // the port is free again: nothing listens there
+    return static_cast<int>(ntohs(a.sin_port));
+  }();
+  net::EndpointOptions o;
+  o.role = net::Role::kNode;
+  o.tls_dir = cluster.tls_dir();
+  o.log = false;
+  o.listen_address = "127.0.0.1:1";
+  auto liar = net::Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(liar.ok());
+  auto liar_port = (*liar)->Listen("127.0.0.1", 0);
+  REQUIRE(liar_port.ok());
+  auto session = Peer(cluster, net::Role::kSession);
+  auto session_port = (*session)->Listen("127.0.0.1", 0);
+  REQUIRE(session_port.ok());
+  const std::string ghost1 = "127.0.0.1:" + std::to_string(dead_port);
+  const std::string ghost2 = "127.0.0.1:" + std::to_string(*liar_port);
+  const std::string ghost3 = "127.0.0.1:" + std::to_string(*session_port);
+  auto e = Peer(cluster, net::Role::kNode);
+  auto c = (*e)->Connect(a0);
+  REQUIRE(c.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = net::Call(*c, net::Membership{{{"g1", ghost1, 1}, {"g2", ghost2, 1}, {"g3", ghost3, 1}}}, 20000);
+  REQUIRE(r.ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+  CHECK(listed() == std::vector<std::string>{a0});
+  // Told again at once, the node does not dial them again (nor list them).
+  REQUIRE(net::Call(*c, net::Membership{{{"g1", ghost1, 2}, {"g2", ghost2, 2}, {"g3", ghost3, 2}}}, 20000).ok());
+  CHECK(listed() == std::vector<std::string>{a0});
+  // A real node still joins.
+  REQUIRE(cluster.AddNode(120).ok());
+  CHECK(testing::WaitFor([&] { return listed().size() == 2; }, 20s));
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
+
 TEST_CASE("Membership: shardflow node members prints one JSON line per member", "[cluster][membership]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
