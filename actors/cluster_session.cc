@@ -78,6 +78,10 @@ struct ClusterSession::Impl {
   mutable std::mutex conf_mu;
   std::vector<std::string> assignment;                  // GUARDED_BY(conf_mu): member by task
   std::map<std::string, net::ConnectionPtr> conns;      // GUARDED_BY(conf_mu): by member address
+  // Members dialed again after their connection went down: a node forgets
+  // the partitions of a client whose connection went away, so the next
+  // reconfiguration registers them anew even when no task moves.
+  std::set<std::string> redialed;                       // GUARDED_BY(conf_mu)
   uint64_t session_id = 0;                              // GUARDED_BY(conf_mu)
   std::vector<ClusterChange> changes;                   // GUARDED_BY(conf_mu)
   std::set<std::string> ever_used;                      // GUARDED_BY(conf_mu): members given tasks
@@ -190,7 +194,9 @@ Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
   auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
   if (!r.ok()) return r.status().WithPrefix("listing the members of " + addr);
   std::lock_guard<std::mutex> l(conf_mu);
-  conns[addr] = c;
+  auto& slot = conns[addr];
+  if (slot) redialed.insert(addr);
+  slot = c;
   return c;
 }
 
@@ -347,19 +353,22 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   }
   // The new assignment and session id; the old registrations are dropped.
   std::vector<net::ConnectionPtr> old_conns;
+  bool register_again = change.changed() || roll_back_all;
   {
     std::lock_guard<std::mutex> l(conf_mu);
+    for (const auto& a : now) register_again = register_again || redialed.count(a);
+    redialed.clear();
     assignment = now;
     ever_used.insert(now.begin(), now.end());
-    if (change.changed() || roll_back_all) {
+    if (register_again) {
       std::random_device rd;
       session_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     }
     for (const auto& kv : conns)
       if (kv.second->is_up()) old_conns.push_back(kv.second);
-    if (change.changed() || roll_back_all) hosts.clear();
+    if (register_again) hosts.clear();
   }
-  if (change.changed() || roll_back_all) {
+  if (register_again) {
     for (const auto& c : old_conns) CallStatus(c, net::CloseSession{old_session}, 2000);  // best effort
     coordinator->Reset();
   }

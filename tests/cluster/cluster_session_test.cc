@@ -232,6 +232,35 @@ TEST_CASE("Cluster: a killed or hung node fails the step with its name, no hang"
   }
 }
 
+TEST_CASE("Cluster: a session whose connection to a live member dropped registers its partitions again",
+          "[cluster]") {
+  Model m;
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  ClusterOptions o = Options(cluster);
+  o.tasks = 2;  // the model's two tasks, on the one node
+  auto s = ClusterSession::Connect(m.g, o);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
+  REQUIRE((*s)->Run(m.Batch(0), std::vector<Output>{m.loss}, {m.train}).ok());
+  // Stopped long enough for the session to drop its connection (the step
+  // fails naming the node); resumed, the node sees the connection gone and
+  // forgets the session's partitions, and stays the cluster's member.
+  ::kill(cluster.pid(0), SIGSTOP);
+  auto failed = (*s)->Run(m.Batch(1), std::vector<Output>{m.loss}, {m.train});
+  ::kill(cluster.pid(0), SIGCONT);
+  REQUIRE(!failed.ok());
+  // The session dials again and registers anew: steps run again.
+  Status last;
+  CHECK(testing::WaitFor([&] {
+    auto r = (*s)->Run(m.Batch(1), std::vector<Output>{m.loss}, {m.train});
+    last = r.status();
+    return r.ok();
+  }, 30s));
+  INFO(last.ToString());
+  CHECK(last.ok());
+}
+
 TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[cluster]") {
   NodeOptions no;
   no.tls_dir = sf::testing::TestTlsDir();
