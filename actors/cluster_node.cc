@@ -97,7 +97,8 @@ struct ClusterNode::Impl {
   // Clients (sessions) that listed the members: told when membership changes.
   std::vector<std::weak_ptr<net::Connection>> watchers;  // GUARDED_BY(mu)
   bool draining = false;                               // GUARDED_BY(mu)
-  bool left = false;                                   // GUARDED_BY(mu): drained, may exit
+  bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
+  std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
   std::thread drain_thread;                            // waits for sessions to move away
   // Dropped members' last incarnations, by address: gossip naming one of
   // them (or an older life) is stale and ignored. Bounded: oldest dropped first.
@@ -226,6 +227,7 @@ struct ClusterNode::Impl {
     bool changed = false;
     for (const net::Member& m : in.ended) {
       if (m.address != address || m.incarnation < members[0].incarnation) continue;
+      if (ReplacedLocked(in.members, m.incarnation)) return false;
       const uint64_t next = std::max(members[0].incarnation + 1, NowIncarnation());
       Log("a member saw this node's life " + std::to_string(members[0].incarnation) + " end; rejoining as " +
           std::to_string(next));
@@ -339,6 +341,22 @@ struct ClusterNode::Impl {
       Reply(job.from, job.request_id, MembershipNow());
       l.lock();
     }
+  }
+
+  // A node of this one's name at another address, newer than this one's
+  // life `life` that ended: it replaced this node, which then leaves rather
+  // than serve twice under one name. True when so (mu held).
+  bool ReplacedLocked(const std::vector<net::Member>& in, uint64_t life) {
+    if (!replaced_by.empty()) return true;
+    for (const net::Member& m : in) {
+      if (m.name != opts.name || m.address == address || m.incarnation <= life) continue;
+      replaced_by = m.name + " (" + m.address + ")";
+      Log("replaced by " + replaced_by + " while away; leaving");
+      left = true;
+      idle.notify_all();
+      return true;
+    }
+    return false;
   }
 
   // Queues telling the node at m.address that its life m.incarnation ended
@@ -456,12 +474,13 @@ struct ClusterNode::Impl {
         Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
         l.lock();
       }
-      if (members.size() > 1 || seeds.empty() || draining) {
+      if (members.size() > 1 || seeds.empty() || draining || !replaced_by.empty()) {
         backoff_ms = 250;
         next_rejoin_ms = NowMs() + backoff_ms;
         continue;
       }
       std::vector<std::string> try_seeds(seeds.begin(), seeds.end());
+      const uint64_t life = members[0].incarnation;  // the life the others saw end
       members[0].incarnation = std::max(members[0].incarnation + 1, NowIncarnation());
       l.unlock();
       bool joined = false;
@@ -472,6 +491,10 @@ struct ClusterNode::Impl {
         if (!reply.ok()) continue;
         auto* mem = std::get_if<net::Membership>(&reply->body);
         if (!mem) continue;
+        {
+          std::lock_guard<std::mutex> g(mu);
+          if (ReplacedLocked(mem->members, life)) break;
+        }
         Log("rejoined through " + seed);
         if (Absorb(*mem)) {
           Gossip();
@@ -1030,6 +1053,11 @@ void ClusterNode::Drain() {
   impl_->StartDrain();
   impl_->Gossip();
   impl_->NotifyWatchers();
+}
+
+std::string ClusterNode::ReplacedBy() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->replaced_by;
 }
 
 std::vector<std::string> ClusterNode::Members() const {

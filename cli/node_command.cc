@@ -216,7 +216,9 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
     const int sig = sigtimedwait(&stop, nullptr, &tick);
     if (sig > 0) break;  // a stop signal
     if ((*node)->WaitLeft(0)) {
-      std::cerr << "shardflow node " << (*node)->name() << ": drained, leaving\n";
+      const std::string by = (*node)->ReplacedBy();
+      std::cerr << "shardflow node " << (*node)->name() << ": "
+                << (by.empty() ? "drained" : "replaced by " + by + " while away") << ", leaving\n";
       break;
     }
     const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -81,8 +81,13 @@ class ClusterNode {
   // node's tasks (and their variables) away before their next step.
   void Drain();
   // Waits up to timeout_ms for a draining node to have left (no session uses
-  // it any more, or the drain timeout passed); true when it has.
+  // it any more, or the drain timeout passed), or for a replaced one (below)
+  // to give up; true when it has.
   bool WaitLeft(int timeout_ms);
+  // Why the node left when it was replaced: it was away (stopped, cut off)
+  // and, rejoining, found a newer node of its name at another address,
+  // which took its place. "" when it was not replaced.
+  std::string ReplacedBy() const;
 
   struct Impl;
 

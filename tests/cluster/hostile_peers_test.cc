@@ -198,6 +198,34 @@ TEST_CASE("Membership: a node resumed after SIGSTOP rejoins as a new incarnation
   CHECK(p.Run(cluster).ok());
 }
 
+TEST_CASE("Membership: a node resumed after it was replaced leaves instead of rejoining", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  auto members = [&] {
+    auto m = ListClusterMembers(a0, cluster.tls_dir());
+    return m.ok() ? *m : std::vector<MemberInfo>{};
+  };
+  cluster.SetNodeArgs({"--name", "worker-7"});
+  auto a1 = cluster.AddNode(120);
+  REQUIRE(a1.ok());
+  REQUIRE(testing::WaitFor([&] { return members().size() == 2; }, 20s));
+  ::kill(cluster.pid(1), SIGSTOP);
+  const bool dropped = testing::WaitFor([&] { return members().size() == 1; }, 10s);
+  // Its replacement: a new node of the same name, at another address.
+  auto a2 = dropped ? cluster.AddNode(120) : Result<std::string>(Internal("not dropped"));
+  const bool replaced = a2.ok() && testing::WaitFor([&] { return members().size() == 2; }, 20s);
+  ::kill(cluster.pid(1), SIGCONT);
+  REQUIRE(dropped);
+  REQUIRE(replaced);
+  // Resumed, the old one finds worker-7 elsewhere and exits by itself.
+  CHECK(cluster.WaitExit(1, 30000));
+  const auto now = members();
+  REQUIRE(now.size() == 2);
+  CHECK(now[1].address == *a2);
+  CHECK(now[1].name == "worker-7");
+}
+
 TEST_CASE("Membership: a node told its life ended starts a new one and gossips it", "[cluster][membership]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
