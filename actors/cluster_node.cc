@@ -185,6 +185,28 @@ struct ClusterNode::Impl {
     if (opts.log) std::fprintf(stderr, "shardflow node %s: %s\n", opts.name.c_str(), line.c_str());
   }
 
+  // Logs line at most once a second per kind (a fixed string), with how many
+  // were not logged: a peer's flood of refused messages must not become one
+  // of log lines.
+  void LogLimited(const char* kind, const std::string& line) {
+    const int64_t now = NowMs();
+    int64_t skipped = 0;
+    {
+      std::lock_guard<std::mutex> l(log_mu);
+      auto& [last_ms, quiet] = log_limits[kind];
+      if (last_ms != 0 && now - last_ms < 1000) {
+        ++quiet;
+        return;
+      }
+      last_ms = now;
+      skipped = quiet;
+      quiet = 0;
+    }
+    Log(skipped ? line + " (and " + std::to_string(skipped) + " more like it)" : line);
+  }
+  std::mutex log_mu;
+  std::map<std::string, std::pair<int64_t, int64_t>> log_limits;  // GUARDED_BY(log_mu): kind -> last ms, not logged
+
   // The connection to the member at address, dialed on first use.
   Result<net::ConnectionPtr> Peer(const std::string& addr) {
     {
@@ -787,21 +809,21 @@ struct ClusterNode::Impl {
         Overloaded{
             [&](net::RunPartition& r) { Run(c, id, std::move(r)); },
             [&](net::SendTensor& t) {
+              // Partitions run on nodes only: a session has no tensor to send a node.
+              if (c->peer_role() != net::Role::kNode)
+                return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
+                                                        ": only nodes send tensors between partitions");
               std::string why;
-              if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why)) {
-                Log("dropped a tensor from " + c->peer_address() + ": " + why);
-                return;
-              }
+              if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why))
+                return LogLimited("early tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
               RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
               Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
               if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
             },
             [&](net::AbortStep& a) {
               std::string why;
-              if (!AdmitPeerStep(a.step_id, 0, &why)) {
-                Log("dropped an abort from " + c->peer_address() + ": " + why);
-                return;
-              }
+              if (!AdmitPeerStep(a.step_id, 0, &why))
+                return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + why);
               // A step may outlive its closed session: its table is the node's.
               if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
               else rendezvous.Abort(a.step_id, a.status);
@@ -854,9 +876,15 @@ struct ClusterNode::Impl {
             },
             [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
             [&](net::Echo& e) { Reply(c, id, net::Echo{std::move(e.payload)}); },
-            [&](net::CollectiveChunk& cc) { collectives->OnChunk(c.get(), std::move(cc)); },
+            [&](net::CollectiveChunk& cc) {
+              // All-reduce rings run between nodes; a session takes no part.
+              if (c->peer_role() != net::Role::kNode)
+                return LogLimited("session chunk", "dropped an all-reduce chunk from session " + c->peer_address() +
+                                                       ": only nodes take part in collectives");
+              collectives->OnChunk(c.get(), std::move(cc));
+            },
             [&](auto&) {
-              Log(std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
+              LogLimited("unexpected", std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
               Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
                                                             net::BodyName(m.body))});
             },
