@@ -315,11 +315,11 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   for (auto& r : rs.Round(DType::kFloat32, in)) REQUIRE(r.ok());
 
   // Rank 1 starts generation 1 and waits for rank 0's first chunk (50
-  // elements); an authenticated peer sends it 3 instead.
+  // elements); an authenticated node sends it 3 instead.
   Result<std::vector<Tensor>> r1 = Status();
   std::thread t([&] { r1 = rs.sessions[1]->Run({{"x32", in[1]}}, std::vector<Output>{rs.ranks[1]->s32}); });
   net::EndpointOptions to;
-  to.role = net::Role::kSession;
+  to.role = net::Role::kNode;
   to.tls_dir = no.tls_dir;
   auto tr = net::Endpoint::Create(to, nullptr, nullptr);
   REQUIRE(tr.ok());
