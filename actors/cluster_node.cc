@@ -40,6 +40,7 @@ namespace {
 // for its _Sends) and the host of its partitions.
 struct SessionState {
   const net::Connection* client = nullptr;  // the session is dropped when it goes down
+  std::set<uint64_t> handles;               // its registered partitions (bounded)
   std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
   std::shared_ptr<runtime::PartitionHost> host;  // the last reference stops its actor
 };
@@ -157,6 +158,10 @@ struct ClusterNode::Impl {
   static constexpr int64_t kEarlyStepTtlMs = 60000;
   static constexpr int kMinProgressMs = 20;
   static constexpr size_t kMaxMembershipJobs = 256;
+  static constexpr size_t kMaxSessionsPerClient = 256;
+  static constexpr size_t kMaxSessions = 4096;
+  static constexpr size_t kMaxPartitionsPerSession = 4096;
+  static constexpr size_t kMaxPartitions = 65536;
   static constexpr int64_t kVerifyRetryMs = 5000;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
@@ -674,7 +679,36 @@ struct ClusterNode::Impl {
       // A client that went down meanwhile was already forgotten by OnDown:
       // registering for it would keep the session forever.
       if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
+      auto existing = sessions.find(r.session_id);
+      if (existing == sessions.end()) {
+        // What one client (or all) may make this node hold is bounded.
+        size_t mine = 0;
+        for (const auto& kv : sessions) mine += kv.second.client == client.get();
+        if (mine >= kMaxSessionsPerClient)
+          return ResourceExhausted("client " + client->peer_address() + " has " + std::to_string(mine) +
+                                   " sessions on node " + opts.name + " already (at most " +
+                                   std::to_string(kMaxSessionsPerClient) + ")");
+        if (sessions.size() >= kMaxSessions)
+          return ResourceExhausted("node " + opts.name + " holds " + std::to_string(sessions.size()) +
+                                   " sessions already (at most " + std::to_string(kMaxSessions) + ")");
+      } else if (existing->second.client != client.get()) {
+        return PermissionDenied("session " + std::to_string(r.session_id) + " on node " + opts.name +
+                                " belongs to another client");
+      } else if (!existing->second.handles.count(r.handle) &&
+                 existing->second.handles.size() >= kMaxPartitionsPerSession) {
+        return ResourceExhausted("session " + std::to_string(r.session_id) + " has " +
+                                 std::to_string(kMaxPartitionsPerSession) + " partitions on node " + opts.name +
+                                 " already");
+      }
+      if (existing == sessions.end() || !existing->second.handles.count(r.handle)) {
+        size_t partitions = 0;
+        for (const auto& kv : sessions) partitions += kv.second.handles.size();
+        if (partitions >= kMaxPartitions)
+          return ResourceExhausted("node " + opts.name + " holds " + std::to_string(partitions) +
+                                   " partitions already (at most " + std::to_string(kMaxPartitions) + ")");
+      }
       SessionState& ss = sessions[r.session_id];
+      ss.handles.insert(r.handle);
       if (!ss.host) {
         std::vector<std::string> tasks;
         for (const auto& t : r.tasks) tasks.push_back(t.address);
@@ -722,7 +756,8 @@ struct ClusterNode::Impl {
       std::lock_guard<std::mutex> l(mu);
       stopping = stopped;
       auto s = sessions.find(r.session_id);
-      if (s != sessions.end()) host = s->second.host;
+      // Another client's session is as unknown to this one as no session.
+      if (s != sessions.end() && s->second.client == c.get()) host = s->second.host;
       if (!stopping && host) {
         running.emplace(step, c.get());
         ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
@@ -869,7 +904,9 @@ struct ClusterNode::Impl {
             [&](net::CloseSession& cs) {
               {
                 std::lock_guard<std::mutex> l(mu);
-                sessions.erase(cs.session_id);
+                // Only its own client closes a session (an unknown one is closed already).
+                auto it = sessions.find(cs.session_id);
+                if (it != sessions.end() && it->second.client == c.get()) sessions.erase(it);
                 idle.notify_all();
               }
               Reply(c, id, net::StatusReply{Status::OK()});

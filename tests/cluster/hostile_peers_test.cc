@@ -24,6 +24,7 @@
 #include "examples/common/local_cluster.h"
 #include "net/peer_rpc.h"
 #include "shardflow/cluster.h"
+#include "shardflow/graph_io.h"
 #include "shardflow/ops.h"
 #include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
@@ -464,6 +465,63 @@ TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded mem
   // freed buffers warm, so RSS shows the peak in flight as well, and is
   // only checked against what was sent plus that.
   CHECK(after - before < 2560 * 1024);
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Hostile: a session's client may hold boundedly many sessions, and only its own", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto y = ops::Neg(g, x);
+  REQUIRE(g.status().ok());
+  auto bytes = GraphToBytes(g);
+  REQUIRE(bytes.ok());
+  auto reg = [&](uint64_t session, uint64_t handle) {
+    net::RegisterPartition r;
+    r.session_id = session;
+    r.handle = handle;
+    r.device = "/job:worker/task:0/device:CPU:0";
+    r.tasks = {{"task0", a0}};
+    r.graph_def = *bytes;
+    r.feeds = {{"x", 0}};
+    r.fetches = {{g.node(y.node).name, 0}};
+    return r;
+  };
+  auto status_of = [](const Result<net::Message>& r) {
+    if (!r.ok()) return r.status();
+    auto* s = std::get_if<net::StatusReply>(&r->body);
+    return s ? s->status : Internal("unexpected reply");
+  };
+  auto e = Peer(cluster, net::Role::kSession);
+  auto c = (*e)->Connect(a0);
+  REQUIRE(c.ok());
+  // 256 sessions for one client, then no more.
+  for (uint64_t s = 1; s <= 256; ++s) REQUIRE(status_of(net::Call(*c, reg(s, 1), 10000)).ok());
+  Status over = status_of(net::Call(*c, reg(257, 1), 10000));
+  INFO(over.ToString());
+  CHECK(over.code() == Code::kResourceExhausted);
+  CHECK(over.message().find("256 sessions") != std::string::npos);
+  // Another client can neither register into, run nor close this one's sessions.
+  auto e2 = Peer(cluster, net::Role::kSession);
+  auto c2 = (*e2)->Connect(a0);
+  REQUIRE(c2.ok());
+  CHECK(status_of(net::Call(*c2, reg(1, 2), 10000)).code() == Code::kPermissionDenied);
+  net::RunPartition rp{1, 1, 7, {Tensor::FromVector(std::vector<float>{1, -2}, {2})}};
+  auto theirs = net::Call(*c2, rp, 10000);
+  REQUIRE(theirs.ok());
+  REQUIRE(std::get_if<net::RunPartitionDone>(&theirs->body));
+  CHECK(std::get<net::RunPartitionDone>(theirs->body).status.code() == Code::kNotFound);
+  REQUIRE(status_of(net::Call(*c2, net::CloseSession{1}, 10000)).ok());
+  auto mine = net::Call(*c, rp, 10000);
+  REQUIRE(mine.ok());
+  REQUIRE(std::get_if<net::RunPartitionDone>(&mine->body));
+  CHECK(std::get<net::RunPartitionDone>(mine->body).status.ok());
+  // Closing one of its own makes room for another.
+  REQUIRE(status_of(net::Call(*c, net::CloseSession{1}, 10000)).ok());
+  CHECK(status_of(net::Call(*c, reg(257, 1), 10000)).ok());
   Probe p;
   CHECK(p.Run(cluster).ok());
 }
