@@ -68,6 +68,12 @@ Result<std::unique_ptr<net::Endpoint>> Peer(const examples::LocalCluster& cluste
   return e;
 }
 
+// The members the node at `at` lists (none when it cannot be asked).
+std::vector<MemberInfo> MembersAt(const examples::LocalCluster& cluster, const std::string& at) {
+  auto m = ListClusterMembers(at, cluster.tls_dir());
+  return m.ok() ? *m : std::vector<MemberInfo>{};
+}
+
 // The node's resident memory in KiB (0 when unknown).
 int64_t RssKib(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -172,10 +178,7 @@ TEST_CASE("Membership: a node resumed after SIGSTOP rejoins as a new incarnation
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
   const std::string a0 = cluster.addresses()[0], a1 = cluster.addresses()[1];
-  auto members = [&](const std::string& at) {
-    auto m = ListClusterMembers(at, cluster.tls_dir());
-    return m.ok() ? *m : std::vector<MemberInfo>{};
-  };
+  auto members = [&](const std::string& at) { return MembersAt(cluster, at); };
   auto incarnation_of = [&](const std::vector<MemberInfo>& ms, const std::string& addr) -> uint64_t {
     for (const auto& m : ms)
       if (m.address == addr) return m.incarnation;
@@ -203,10 +206,7 @@ TEST_CASE("Membership: a node resumed after it was replaced leaves instead of re
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   const std::string a0 = cluster.addresses()[0];
-  auto members = [&] {
-    auto m = ListClusterMembers(a0, cluster.tls_dir());
-    return m.ok() ? *m : std::vector<MemberInfo>{};
-  };
+  auto members = [&] { return MembersAt(cluster, a0); };
   cluster.SetNodeArgs({"--name", "worker-7"});
   auto a1 = cluster.AddNode(120);
   REQUIRE(a1.ok());
@@ -260,10 +260,7 @@ TEST_CASE("Membership: a live node gossiping a life the cluster saw end is told 
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   const std::string a0 = cluster.addresses()[0];
-  auto members = [&] {
-    auto m = ListClusterMembers(a0, cluster.tls_dir());
-    return m.ok() ? *m : std::vector<MemberInfo>{};
-  };
+  auto members = [&] { return MembersAt(cluster, a0); };
   // A fake member: it listens, answers nothing but hellos and heartbeats,
   // and records the membership messages it is sent.
   std::mutex mu;
