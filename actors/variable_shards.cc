@@ -359,7 +359,11 @@ ActorVariables::ActorVariables(caf::actor_system& sys, std::set<std::string> gra
 
 void ActorVariables::AddGraphVariables(const std::set<std::string>& names) {
   std::lock_guard<std::mutex> l(mu_);
-  graph_variables_.insert(names.begin(), names.end());
+  // Only colocation hints: past the bound they are dropped, not kept without one.
+  for (const auto& n : names) {
+    if (graph_variables_.size() >= kMaxVariables) break;
+    graph_variables_.insert(n);
+  }
 }
 
 ActorVariables::~ActorVariables() { Shutdown(); }
@@ -391,6 +395,11 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
     SF_RETURN_IF_ERROR(CheckSameVariable(name, v.dtype, v.shape, dtype, shape));
     return it->second;
   }
+  // Each variable costs a definition, and a new colocation group an actor:
+  // bounded, so a peer naming variables without end cannot exhaust the node.
+  if (vars_.size() >= kMaxVariables)
+    return ResourceExhausted("variable '" + name + "' refused: " + std::to_string(vars_.size()) +
+                             " variables exist here already (at most " + std::to_string(kMaxVariables) + ")");
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
   if (s == shards_.end()) s = shards_.emplace(key, SpawnVariableShard(sys_, pool_)).first;

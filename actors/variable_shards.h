@@ -39,6 +39,9 @@ class ActorVariables : public VariableService,
                        public ReplicationService,
                        public CollectiveService {
  public:
+  // Variables one store holds at most (each a definition, each colocation
+  // group an actor); Resolve refuses more with ResourceExhausted.
+  static constexpr size_t kMaxVariables = size_t{1} << 18;
   // graph_variables: the shared names of the graph's VarHandles, used to
   // colocate "<var>/..." with "<var>".
   ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables);

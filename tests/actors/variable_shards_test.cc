@@ -372,3 +372,21 @@ TEST_CASE("Variable shard on CAF's deterministic coordinator: a sync wait fails 
   REQUIRE(value);
   CHECK((*value)->ToVector<float>() == std::vector<float>{0, 1});
 }
+
+TEST_CASE("Variable shards: a store holds at most kMaxVariables variables", "[variables]") {
+  System s;
+  // All in one colocation group ("t"), so one actor: the bound is on definitions.
+  ActorVariables vars(s.sys, {"t"});
+  REQUIRE(vars.Resolve("t", DType::kFloat32, PartialShape({1})).ok());
+  size_t resolved = 1;
+  for (size_t i = 1; i < ActorVariables::kMaxVariables; ++i)
+    resolved += vars.Resolve("t/" + std::to_string(i), DType::kFloat32, PartialShape({1})).ok();
+  REQUIRE(resolved == ActorVariables::kMaxVariables);
+  auto over = vars.Resolve("t/more", DType::kFloat32, PartialShape({1}));
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().code() == Code::kResourceExhausted);
+  CHECK(over.status().message().find("'t/more'") != std::string::npos);
+  CHECK(over.status().message().find(std::to_string(ActorVariables::kMaxVariables)) != std::string::npos);
+  // Those that exist still resolve.
+  CHECK(vars.Resolve("t/7", DType::kFloat32, PartialShape({1})).ok());
+}
