@@ -282,6 +282,10 @@ Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& s
                              QueueKindName(spec.kind) + " cannot share its name");
     return it->second;
   }
+  // Each queue is an actor: bounded, so graphs naming queues without end cannot exhaust the process.
+  if (queues_.size() >= kMaxQueues)
+    return ResourceExhausted("queue '" + name + "' refused: " + std::to_string(queues_.size()) +
+                             " queues exist here already (at most " + std::to_string(kMaxQueues) + ")");
   const int64_t id = static_cast<int64_t>(queues_.size());
   auto e = std::make_unique<Entry>();
   e->name = name;

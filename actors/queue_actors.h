@@ -24,6 +24,8 @@ namespace runtime {
 
 class ActorQueues : public QueueService {
  public:
+  // Queues one store holds at most; Resolve refuses more with ResourceExhausted.
+  static constexpr size_t kMaxQueues = size_t{1} << 16;
   explicit ActorQueues(caf::actor_system& sys);
   ~ActorQueues() override;
 

@@ -140,3 +140,16 @@ TEST_CASE("Queue actor: close fails waiting dequeues; cancel_pending fails waiti
   REQUIRE(waiting);
   CHECK(waiting->status().code() == Code::kAborted);
 }
+
+TEST_CASE("Queue actor: a store holds at most kMaxQueues queues", "[queue]") {
+  Deterministic d;
+  size_t made = 0;
+  for (size_t i = 0; i < runtime::ActorQueues::kMaxQueues; ++i)
+    made += d.queues->Resolve("q" + std::to_string(i), FloatFifo(1)).ok();
+  REQUIRE(made == runtime::ActorQueues::kMaxQueues);
+  auto over = d.queues->Resolve("one-more", FloatFifo(1));
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().code() == Code::kResourceExhausted);
+  CHECK(over.status().message().find("'one-more'") != std::string::npos);
+  CHECK(d.queues->Resolve("q7", FloatFifo(1)).ok());  // existing ones still resolve
+}
