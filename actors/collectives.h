@@ -98,6 +98,8 @@ class CollectiveGroup {
   ~CollectiveGroup();
   int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
   // Contributes rank's value to its next reduction (REQUIRES: 0 <= rank < size()).
+  // value is read, never written or copied whole, until done runs; the
+  // reference held meanwhile keeps anyone else from writing it in place.
   void Contribute(int64_t rank, Tensor value, std::function<void(Result<Tensor>)> done);
 
  private:
