@@ -121,10 +121,10 @@ void Sum(void* out, const void* a, const void* b, void* also, int64_t len) {
 void Process(Self self, int64_t id, RankState::Instance& in, CollectiveMsg& m) {
   RankState& st = self->state;
   const int64_t n = st.n, last = 2 * (n - 1), s = m.step;
-  const std::string who = "all-reduce group '" + st.key + "': rank " + std::to_string(st.rank);
+  auto who = [&] { return "all-reduce group '" + st.key + "': rank " + std::to_string(st.rank); };
   if (m.total != in.buf.num_elements() || m.dtype != in.buf.dtype()) {
     Fail(self, id, in,
-         InvalidArgument(who + " has " + std::to_string(in.buf.num_elements()) + " " + DTypeName(in.buf.dtype()) +
+         InvalidArgument(who() + " has " + std::to_string(in.buf.num_elements()) + " " + DTypeName(in.buf.dtype()) +
                          " elements but rank " + std::to_string(Mod(st.rank - 1, n)) + " sent " +
                          std::to_string(m.total) + " " + DTypeName(m.dtype) +
                          " (every rank must contribute the same shape)"),
@@ -138,7 +138,7 @@ void Process(Self self, int64_t id, RankState::Instance& in, CollectiveMsg& m) {
   const int64_t k = m.offset >= b ? (m.offset - b) / in.piece : -1;
   if (m.offset < b || (m.offset - b) % in.piece != 0 || k >= Pieces(in, c)) {
     Fail(self, id, in,
-         InvalidArgument(who + " got a chunk at offset " + std::to_string(m.offset) + " at step " +
+         InvalidArgument(who() + " got a chunk at offset " + std::to_string(m.offset) + " at step " +
                          std::to_string(s) + ", where no piece of elements [" + std::to_string(b) + ", " +
                          std::to_string(e) + ") starts"),
          true);
@@ -147,7 +147,7 @@ void Process(Self self, int64_t id, RankState::Instance& in, CollectiveMsg& m) {
   const int64_t want = std::min(in.piece, e - m.offset);
   if (m.value.dtype() != in.buf.dtype() || m.value.num_elements() != want) {
     Fail(self, id, in,
-         InvalidArgument(who + " got a chunk of " + std::to_string(m.value.num_elements()) + " " +
+         InvalidArgument(who() + " got a chunk of " + std::to_string(m.value.num_elements()) + " " +
                          DTypeName(m.value.dtype()) + " elements at step " + std::to_string(s) + " where " +
                          std::to_string(want) + " " + DTypeName(in.buf.dtype()) + " belong (offset " +
                          std::to_string(m.offset) + ")"),
@@ -157,7 +157,7 @@ void Process(Self self, int64_t id, RankState::Instance& in, CollectiveMsg& m) {
   const int64_t slot = in.first[s] + k;
   if (in.seen[slot]) {
     Fail(self, id, in,
-         InvalidArgument(who + " got the chunk at offset " + std::to_string(m.offset) + " of step " +
+         InvalidArgument(who() + " got the chunk at offset " + std::to_string(m.offset) + " of step " +
                          std::to_string(s) + " twice"),
          true);
     return;
