@@ -177,6 +177,7 @@ void Deliver(Hub self, const std::string& key, HubState::Group& g, int64_t dest,
   c.generation = msg->instance;
   c.from_rank = Mod(dest - 1, g.n);
   c.step = msg->step;
+  c.offset = msg->offset;
   c.total = msg->total;
   c.address = self->state.self;
   c.status = msg->error;
@@ -267,6 +268,7 @@ void FromWire(Hub self, CollectiveHubMsg& h) {
   m->kind = CollectiveMsg::kChunk;
   m->instance = c.generation;
   m->step = c.step;
+  m->offset = c.offset;
   m->total = c.total;
   m->dtype = c.chunk.dtype();
   m->value = std::move(c.chunk);

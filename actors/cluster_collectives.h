@@ -5,10 +5,11 @@
 // each rank runs (a node address), the rank actors of the ranks that run
 // here (actors/collectives.h: the same ring algorithm as in one process),
 // and chunks waiting for a rank whose node is not known yet. A rank actor
-// hands each outgoing chunk to the hub, which passes it to the successor
-// rank's actor when that rank runs here, or sends it as one
-// net::CollectiveChunk straight to the successor's node (never through a
-// client). So each rank sends 2 (n - 1) / n of the tensor, node to node.
+// hands each outgoing piece of a chunk (collectives.h: pipelining) to the
+// hub, which passes it to the successor rank's actor when that rank runs
+// here, or sends it as one net::CollectiveChunk (its offset says which
+// piece) straight to the successor's node (never through a client). So
+// each rank sends 2 (n - 1) / n of the tensor, node to node.
 //
 // Where ranks run: the first time a rank contributes on a node, the node
 // announces "group G rank r is here" (a CollectiveChunk with step -1) to

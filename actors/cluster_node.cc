@@ -1056,10 +1056,12 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   to.peer_timeout_ms = opts.peer_timeout_ms;
   to.log = true;
   // Cheap and never blocking: a tensor into the rendezvous (its waiter
-  // continues on the compute pool), an abort or cleanup, an echo.
+  // continues on the compute pool), an abort or cleanup, an echo, an
+  // all-reduce piece (posted to the collectives hub).
   to.handle_inline = [](const net::Message& m) {
     return std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
-           std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body);
+           std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body) ||
+           std::holds_alternative<net::CollectiveChunk>(m.body);
   };
   if (opts.insecure)
     std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");

@@ -9,6 +9,16 @@
 // ring once more, overwriting). Each rank sends 2 (n - 1) / n of the tensor,
 // whatever n is. A contribution or chunk that arrives early waits in its
 // rank's state: nothing blocks a thread.
+//
+// Pipelining: each chunk travels as pieces of at most piece_bytes. Piece k
+// of a chunk at step s + 1 depends only on piece k at step s, so a rank
+// adds and forwards every piece the moment it arrives, in any order, and
+// sending, receiving and adding overlap along the ring instead of each step
+// waiting for a whole chunk. Copies are avoided where the data allows:
+// step 0 sends views of the contribution (which is only read, never
+// copied), a reduce-scatter piece is summed into the received buffer and
+// forwarded as it is, an all-gather piece is copied into place and
+// forwarded as it is. The result is a fresh tensor no message refers to.
 #pragma once
 
 #include <functional>
@@ -52,6 +62,7 @@ struct CollectiveMsg {
   std::function<void(CollectiveMsgPtr)> forward;
   int64_t instance = 0;      // kChunk: which reduction (the k-th call of every rank)
   int64_t step = 0;          // kChunk: 0 .. 2 (n - 1) - 1
+  int64_t offset = 0;        // kChunk: where value starts in the tensor (elements)
   int64_t total = 0;         // kChunk: the sender's element count (shapes must agree)
   DType dtype = DType::kInvalid;  // kChunk
   Tensor value;              // kContribute: the whole tensor; kChunk: one chunk
@@ -67,19 +78,28 @@ using CollectiveSpawner = caf::typed_actor<caf::reacts_to<CollectiveTaskPtr>>;
 // outlives the actor system, whose destructor waits for that reference.
 CollectiveSpawner SpawnCollectiveSpawner(caf::actor_system& sys);
 
+// Ring chunks travel in pieces of at most this many bytes (every rank of a
+// group must use the same size: a piece is recognised by its offset). 1 MiB
+// keeps the per-message cost small against the bytes and still gives a
+// 64 MiB reduction dozens of pieces in flight.
+constexpr int64_t kDefaultPieceBytes = int64_t{1} << 20;
+
 // One rank actor of group `key` (rank of group_size); it learns where to
 // send from a kInit message, and kFailAll ends its unfinished reductions
-// (and every later one) with the message's error.
+// (and every later one) with the message's error. REQUIRES: piece_bytes > 0.
 CollectiveRankActor SpawnCollectiveRank(caf::actor_system& sys, const std::string& key, int64_t rank,
-                                        int64_t group_size);
+                                        int64_t group_size, int64_t piece_bytes = kDefaultPieceBytes);
 
 // A ring of group_size rank actors for group `key`.
 class CollectiveGroup {
  public:
-  CollectiveGroup(caf::actor_system& sys, std::string key, int64_t group_size);
+  CollectiveGroup(caf::actor_system& sys, std::string key, int64_t group_size,
+                  int64_t piece_bytes = kDefaultPieceBytes);
   ~CollectiveGroup();
   int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
   // Contributes rank's value to its next reduction (REQUIRES: 0 <= rank < size()).
+  // value is read, never written or copied whole, until done runs; the
+  // reference held meanwhile keeps anyone else from writing it in place.
   void Contribute(int64_t rank, Tensor value, std::function<void(Result<Tensor>)> done);
 
  private:

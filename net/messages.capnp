@@ -156,6 +156,7 @@ struct CollectiveChunk {
   status @7 :Status;
   chunk @8 :T.Tensor;
   epoch @9 :Int64;
+  offset @10 :Int64;
 }
 
 # One frame's message: wire version, request id (0 = one-way) and the body.

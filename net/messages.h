@@ -20,7 +20,8 @@ namespace sf {
 namespace net {
 
 // The version of the message set; a peer with another one is refused.
-constexpr uint32_t kWireVersion = 2;
+// 3: CollectiveChunk.offset (ring chunks travel in pieces).
+constexpr uint32_t kWireVersion = 3;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
 struct Heartbeat {};
@@ -170,6 +171,9 @@ struct CollectiveChunk {
   Status status;
   Tensor chunk;            // 1-D
   int64_t epoch = 0;       // >= 0: the group's restarts after failures (older chunks are stale)
+  // >= 0: where chunk starts in the sender's tensor (elements); a ring
+  // chunk travels as several pieces so the ranks add while bytes flow.
+  int64_t offset = 0;
 };
 
 using Body = std::variant<Heartbeat, StatusReply,

@@ -1,4 +1,4 @@
-// TLS 1.3 over memory BIOs (net/tls_stream.h): OpenSSL encrypts into and
+// TLS 1.3 over buffer BIOs (net/tls_stream.h): OpenSSL encrypts into and
 // decrypts from buffers; this file moves the ciphertext in large pieces.
 #include "net/tls_stream.h"
 
@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace sf {
@@ -34,6 +36,94 @@ std::string OpenSslErrors() {
   return out.empty() ? "no OpenSSL error queued" : out;
 }
 
+// Bytes appended without zeroing or per-byte copies (std::vector would do
+// one or the other).
+struct Bytes {
+  std::unique_ptr<kj::byte[]> data;
+  size_t size = 0, capacity = 0;
+  Bytes() = default;
+  Bytes(Bytes&& o) noexcept { *this = std::move(o); }
+  Bytes& operator=(Bytes&& o) noexcept {
+    data = std::move(o.data);
+    size = std::exchange(o.size, 0);
+    capacity = std::exchange(o.capacity, 0);
+    return *this;
+  }
+  void Reserve(size_t n) {
+    if (n <= capacity) return;
+    std::unique_ptr<kj::byte[]> bigger(new kj::byte[n]);
+    if (size > 0) std::memcpy(bigger.get(), data.get(), size);
+    data = std::move(bigger);
+    capacity = n;
+  }
+  void Append(const void* p, size_t n) {
+    if (size + n > capacity) Reserve(std::max(size + n, 2 * capacity));
+    std::memcpy(data.get() + size, p, n);
+    size += n;
+  }
+};
+
+// The ciphertext between the socket and OpenSSL, one per stream: the read
+// BIO hands out [pos, end) of what the socket read into `in`, the write BIO
+// appends to `out`, which the next socket write takes whole.
+struct Ciphertext {
+  kj::Array<kj::byte> in;
+  size_t pos = 0, end = 0;
+  Bytes out;
+};
+
+int ReadCiphertext(BIO* b, char* data, size_t len, size_t* got) {
+  auto* c = static_cast<Ciphertext*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  const size_t n = std::min(len, c->end - c->pos);
+  if (n == 0) {
+    BIO_set_retry_read(b);  // empty means "wait for more", not end of stream
+    return 0;
+  }
+  std::memcpy(data, c->in.begin() + c->pos, n);
+  c->pos += n;
+  *got = n;
+  return 1;
+}
+
+int WriteCiphertext(BIO* b, const char* data, size_t len, size_t* put) {
+  auto* c = static_cast<Ciphertext*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  c->out.Append(data, len);
+  *put = len;
+  return 1;
+}
+
+long ReadCtrl(BIO* b, int cmd, long, void*) {
+  auto* c = static_cast<Ciphertext*>(BIO_get_data(b));
+  if (cmd == BIO_CTRL_PENDING) return static_cast<long>(c->end - c->pos);
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+long WriteCtrl(BIO* b, int cmd, long, void*) {
+  auto* c = static_cast<Ciphertext*>(BIO_get_data(b));
+  if (cmd == BIO_CTRL_PENDING) return static_cast<long>(c->out.size);
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+int InitBio(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+BIO_METHOD* NewMethod(bool read) {
+  BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                               read ? "shardflow ciphertext in" : "shardflow ciphertext out");
+  if (!m) return nullptr;
+  const bool ok = (read ? BIO_meth_set_read_ex(m, ReadCiphertext) : BIO_meth_set_write_ex(m, WriteCiphertext)) == 1 &&
+                  BIO_meth_set_ctrl(m, read ? ReadCtrl : WriteCtrl) == 1 && BIO_meth_set_create(m, InitBio) == 1;
+  if (!ok) {
+    BIO_meth_free(m);
+    return nullptr;
+  }
+  return m;
+}
+
 [[noreturn]] void Fail(const std::string& what, SSL* ssl) {
   std::string why = OpenSslErrors();
   const long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
@@ -44,14 +134,22 @@ std::string OpenSslErrors() {
 class Stream final : public kj::AsyncIoStream {
  public:
   Stream(std::shared_ptr<TlsContext> ctx, kj::Own<kj::AsyncIoStream> inner)
-      : ctx_(std::move(ctx)), inner_(kj::mv(inner)), read_buf_(kj::heapArray<kj::byte>(kReadChunk)),
-        last_write_(kj::Promise<void>(kj::READY_NOW).fork()) {
+      : ctx_(std::move(ctx)), inner_(kj::mv(inner)), last_write_(kj::Promise<void>(kj::READY_NOW).fork()) {
+    bufs_.in = kj::heapArray<kj::byte>(kReadChunk);
     ssl_ = SSL_new(static_cast<SSL_CTX*>(ctx_->ssl_ctx()));
     if (!ssl_) Fail("SSL_new", nullptr);
-    BIO* rbio = BIO_new(BIO_s_mem());
-    BIO* wbio = BIO_new(BIO_s_mem());
-    BIO_set_mem_eof_return(rbio, -1);  // empty means "wait for more", not end of stream
-    SSL_set_bio(ssl_, rbio, wbio);      // ssl_ owns both
+    BIO* rbio = BIO_new(static_cast<BIO_METHOD*>(ctx_->read_method()));
+    BIO* wbio = BIO_new(static_cast<BIO_METHOD*>(ctx_->write_method()));
+    if (!rbio || !wbio) {
+      BIO_free(rbio);
+      BIO_free(wbio);
+      SSL_free(ssl_);
+      ssl_ = nullptr;
+      Fail("BIO_new", nullptr);
+    }
+    BIO_set_data(rbio, &bufs_);
+    BIO_set_data(wbio, &bufs_);
+    SSL_set_bio(ssl_, rbio, wbio);  // ssl_ owns both
     rbio_ = rbio;
     wbio_ = wbio;
   }
@@ -108,24 +206,35 @@ class Stream final : public kj::AsyncIoStream {
     });
   }
 
-  // Reads ciphertext into OpenSSL; false at the end of the stream.
+  // Reads ciphertext for OpenSSL (after what it has not taken yet); false
+  // at the end of the stream.
   kj::Promise<bool> Fill() {
-    return inner_->tryRead(read_buf_.begin(), 1, read_buf_.size()).then([this](size_t n) {
-      if (n == 0) return false;
-      if (BIO_write(rbio_, read_buf_.begin(), static_cast<int>(n)) != static_cast<int>(n)) Fail("buffering ciphertext", ssl_);
-      return true;
+    Ciphertext& c = bufs_;
+    if (c.pos > 0) {
+      std::memmove(c.in.begin(), c.in.begin() + c.pos, c.end - c.pos);
+      c.end -= c.pos;
+      c.pos = 0;
+    }
+    if (c.end == c.in.size()) return true;  // OpenSSL has a full buffer to take first
+    return inner_->tryRead(c.in.begin() + c.end, 1, c.in.size() - c.end).then([this](size_t n) {
+      bufs_.end += n;
+      return n > 0;
     });
   }
 
   // Sends whatever OpenSSL has written, after any write already under way.
   kj::Promise<void> Flush() {
-    const size_t pending = BIO_ctrl_pending(wbio_);
-    if (pending == 0) return last_write_.addBranch();
-    auto out = kj::heapArray<kj::byte>(pending);
-    if (BIO_read(wbio_, out.begin(), static_cast<int>(pending)) != static_cast<int>(pending)) Fail("draining ciphertext", ssl_);
-    auto p = last_write_.addBranch().then([this, out = kj::mv(out)]() mutable {
-      auto view = out.asPtr();
-      return inner_->write(view.begin(), view.size()).attach(kj::mv(out));
+    if (bufs_.out.size == 0) return last_write_.addBranch();
+    Bytes out = std::move(bufs_.out);
+    // The next records go to a buffer of their own: this one is under way.
+    bufs_.out = std::move(spare_);
+    bufs_.out.size = 0;
+    auto p = last_write_.addBranch().then([this, out = std::move(out)]() mutable {
+      const kj::byte* data = out.data.get();
+      const size_t size = out.size;
+      return inner_->write(data, size).then([this, out = std::move(out)]() mutable {
+        if (out.capacity > spare_.capacity) spare_ = std::move(out);
+      });
     });
     last_write_ = p.fork();
     return last_write_.addBranch();
@@ -156,6 +265,11 @@ class Stream final : public kj::AsyncIoStream {
 
   // Encrypts pieces from (i, offset) on, a chunk per write.
   kj::Promise<void> WriteFrom(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, size_t i, size_t offset) {
+    size_t left = 0;
+    for (size_t j = i; j < pieces.size() && left < kWriteChunk; ++j) left += pieces[j].size() - (j == i ? offset : 0);
+    // Room for this turn's records at once: growing the buffer record by
+    // record would copy the ciphertext again (a record adds 22 bytes per 16 KiB).
+    if (left >= kReadChunk) bufs_.out.Reserve(bufs_.out.size + std::min(left, kWriteChunk) + (kWriteChunk >> 8));
     size_t done = 0;
     while (i < pieces.size() && done < kWriteChunk) {
       auto p = pieces[i];
@@ -180,7 +294,8 @@ class Stream final : public kj::AsyncIoStream {
 
   std::shared_ptr<TlsContext> ctx_;
   kj::Own<kj::AsyncIoStream> inner_;
-  kj::Array<kj::byte> read_buf_;
+  Ciphertext bufs_;                // the BIOs' data: outlives ssl_ (destroyed after it)
+  Bytes spare_;                    // a sent write buffer, kept for its capacity
   kj::ForkedPromise<void> last_write_;
   SSL* ssl_ = nullptr;
   BIO* rbio_ = nullptr;  // owned by ssl_
@@ -194,6 +309,9 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(const Credential& cred) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
   if (!ctx) return Internal("SSL_CTX_new: " + OpenSslErrors());
   c->ctx_ = ctx;
+  c->read_method_ = NewMethod(true);
+  c->write_method_ = NewMethod(false);
+  if (!c->read_method_ || !c->write_method_) return Internal("BIO_meth_new: " + OpenSslErrors());
   auto bad = [&](const std::string& what) {
     return InvalidArgument("TLS credential '" + cred.name + "': " + what + ": " + OpenSslErrors());
   };
@@ -228,7 +346,11 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(const Credential& cred) {
   return c;
 }
 
-TlsContext::~TlsContext() { SSL_CTX_free(static_cast<SSL_CTX*>(ctx_)); }
+TlsContext::~TlsContext() {
+  SSL_CTX_free(static_cast<SSL_CTX*>(ctx_));
+  BIO_meth_free(static_cast<BIO_METHOD*>(read_method_));
+  BIO_meth_free(static_cast<BIO_METHOD*>(write_method_));
+}
 
 kj::Promise<TlsStream> WrapTls(std::shared_ptr<TlsContext> ctx, kj::Own<kj::AsyncIoStream> inner, bool client,
                                const std::string& expected_host) {

@@ -4,7 +4,10 @@
 // Why not kj-tls's TlsConnection: it hands OpenSSL one 16 KiB record per
 // turn and system call in each direction, which held a 64 MiB transfer to a
 // fifth of loopback TCP here (docs/PERFORMANCE.md); here a turn reads up to
-// 256 KiB of ciphertext and writes up to 1 MiB of plaintext.
+// 256 KiB of ciphertext and writes up to 1 MiB of plaintext. OpenSSL reads
+// ciphertext straight from the buffer the socket read into and writes its
+// records into the buffer the next socket write sends (its memory BIOs
+// would copy every byte once more each way).
 // Thread-safety: a context may be shared; a stream belongs to one event loop.
 #pragma once
 
@@ -27,10 +30,15 @@ class TlsContext {
   static Result<std::shared_ptr<TlsContext>> Create(const Credential& cred);
   ~TlsContext();
   void* ssl_ctx() const { return ctx_; }  // SSL_CTX*
+  // BIO_METHOD*s of the streams' ciphertext buffers (net/tls_stream.cc).
+  void* read_method() const { return read_method_; }
+  void* write_method() const { return write_method_; }
 
  private:
   TlsContext() = default;
   void* ctx_ = nullptr;
+  void* read_method_ = nullptr;
+  void* write_method_ = nullptr;
 };
 
 // A stream after its handshake, and the common name its peer's certificate carries.

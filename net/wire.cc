@@ -275,6 +275,7 @@ struct Encoder {
     b.setStep(m.step);
     b.setTotal(m.total);
     b.setEpoch(m.epoch);
+    b.setOffset(m.offset);
     b.setAddress(AsText(m.address));
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
     return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
@@ -530,6 +531,7 @@ struct Decoder {
         m.step = r.getStep();
         m.total = r.getTotal();
         m.epoch = r.getEpoch();
+        m.offset = r.getOffset();
         const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
         if (m.group_size < 1 || m.group_size > 4096)
           return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
@@ -542,11 +544,14 @@ struct Decoder {
         if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
         if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
         if (m.epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m.epoch) + " is negative");
+        if (m.offset < 0 || m.offset > m.total)
+          return InvalidArgument(where + ": offset " + std::to_string(m.offset) + " is not in [0, total = " +
+                                 std::to_string(m.total) + "]");
         SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "CollectiveChunk.status", &m.status));
         SF_ASSIGN_OR_RETURN(m.chunk, Tensor(r.getChunk(), "CollectiveChunk.chunk"));
-        if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total))
-          return InvalidArgument(where + ": chunk " + ShapeString(m.chunk.shape()) +
-                                 " is not 1-D or holds more than total = " + std::to_string(m.total) + " elements");
+        if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total - m.offset))
+          return InvalidArgument(where + ": chunk " + ShapeString(m.chunk.shape()) + " is not 1-D or holds more than total = " +
+                                 std::to_string(m.total) + " elements from offset " + std::to_string(m.offset));
         return Body(std::move(m));
       }
       case EnvBody::VARIABLES: {

@@ -118,7 +118,8 @@ void CheckSums(Ranks& rs, int rounds) {
   const int n = static_cast<int>(rs.ranks.size());
   int k = 0;
   for (int round = 0; round < rounds; ++round) {
-    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{1} << 20}) {
+    // 786437 floats: chunks of whole 1 MiB pieces and a ragged last one.
+    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{1} << 20, int64_t{786437}}) {
       for (DType dt : {DType::kFloat32, DType::kFloat64}) {
         std::vector<Tensor> in;
         for (int r = 0; r < n; ++r) in.push_back(Contribution(dt, r, k, size));

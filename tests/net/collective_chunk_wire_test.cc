@@ -45,6 +45,13 @@ TEST_CASE("CollectiveChunk round-trips, announcements and errors included", "[wi
   REQUIRE(c.group_key == "grads");
   REQUIRE(c.generation == 4);
   REQUIRE(c.chunk.data<double>()[1] == -2);
+  CollectiveChunk piece = Good();
+  piece.offset = 3;  // the last two of five elements
+  auto piece_frame = EncodeToString(Message{0, piece});
+  REQUIRE(piece_frame.ok());
+  auto piece_back = DecodeFrameString(*piece_frame);
+  REQUIRE(piece_back.ok());
+  REQUIRE(std::get<CollectiveChunk>(piece_back->body).offset == 3);
   CollectiveChunk announce = Good();
   announce.step = -1;
   announce.chunk = Tensor();
@@ -70,7 +77,10 @@ TEST_CASE("CollectiveChunk fields out of range are refused by name", "[wire]") {
       {"generation -1", [](CollectiveChunk& c) { c.generation = -1; }},
       {"total -1", [](CollectiveChunk& c) { c.total = -1; }},
       {"epoch -1", [](CollectiveChunk& c) { c.epoch = -1; }},
+      {"offset -1", [](CollectiveChunk& c) { c.offset = -1; }},
+      {"offset 6", [](CollectiveChunk& c) { c.offset = 6; }},
       {"holds more than total", [](CollectiveChunk& c) { c.total = 1; }},
+      {"from offset 4", [](CollectiveChunk& c) { c.offset = 4; }},
       {"is not 1-D", [](CollectiveChunk& c) { c.chunk = Tensor(DType::kFloat64, {1, 2}); }},
   };
   for (const Case& k : cases) {
