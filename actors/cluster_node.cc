@@ -100,6 +100,7 @@ struct ClusterNode::Impl {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
+  uint64_t life_seen = 0;                              // GUARDED_BY(mu): this node's incarnation when it last had peers
   std::thread drain_thread;                            // waits for sessions to move away
   // Dropped members' last incarnations, by address: gossip naming one of
   // them (or an older life) is stale and ignored. Bounded: oldest dropped first.
@@ -501,27 +502,33 @@ struct ClusterNode::Impl {
         Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
         l.lock();
       }
+      // The life the others last saw: a replacement is newer than it, not
+      // than the lives this node took while trying to rejoin.
+      if (members.size() > 1) life_seen = members[0].incarnation;
       if (members.size() > 1 || seeds.empty() || draining || !replaced_by.empty()) {
         backoff_ms = 250;
         next_rejoin_ms = NowMs() + backoff_ms;
         continue;
       }
       std::vector<std::string> try_seeds(seeds.begin(), seeds.end());
-      const uint64_t life = members[0].incarnation;  // the life the others saw end
+      const uint64_t life = life_seen ? life_seen : members[0].incarnation;  // the life the others saw end
       members[0].incarnation = std::max(members[0].incarnation + 1, NowIncarnation());
       l.unlock();
       bool joined = false;
       for (const std::string& seed : try_seeds) {
         auto c = Peer(seed);
         if (!c.ok()) continue;
+        // Looked at before joining: a replaced node must not be listed, even briefly.
+        auto listed = net::Call(*c, net::ListMembers{}, 5000);
+        if (!listed.ok()) continue;
+        if (auto* now = std::get_if<net::Membership>(&listed->body)) {
+          std::lock_guard<std::mutex> g(mu);
+          if (ReplacedLocked(now->members, life)) break;
+        }
         auto reply = net::Call(*c, net::Membership{MemberList()}, 5000);
         if (!reply.ok()) continue;
         auto* mem = std::get_if<net::Membership>(&reply->body);
         if (!mem) continue;
-        {
-          std::lock_guard<std::mutex> g(mu);
-          if (ReplacedLocked(mem->members, life)) break;
-        }
         Log("rejoined through " + seed);
         if (Absorb(*mem)) {
           Gossip();

@@ -221,6 +221,7 @@ TEST_CASE("Membership: a node resumed after it was replaced leaves instead of re
   REQUIRE(replaced);
   // Resumed, the old one finds worker-7 elsewhere and exits by itself.
   CHECK(cluster.WaitExit(1, 30000));
+  CHECK(testing::WaitFor([&] { return members().size() == 2; }, 10s));
   const auto now = members();
   REQUIRE(now.size() == 2);
   CHECK(now[1].address == *a2);
