@@ -1,5 +1,6 @@
 #include "actors/cluster_collectives.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <utility>
@@ -48,14 +49,26 @@ struct HubState {
     std::vector<Status> down;              // by rank: its node went down (until announced again)
     std::vector<CollectiveRankActor> local;  // by rank: its actor, when it runs here
     std::vector<std::vector<CollectiveMsgPtr>> waiting;  // by rank: chunks for it, its node unknown
+    int64_t last_ms = 0;                   // when a chunk or contribution last named it
   };
   ClusterCollectivesHooks hooks;
   std::string self;
   Status stopped;                              // non-OK once FailAll ran
   std::map<const void*, std::string> conn_addr;  // the node each connection's chunks came from
   std::map<std::string, Group> groups;
-  std::vector<CollectiveRankActor> retired;    // actors of failed groups (stopped with the hub)
+  int64_t swept_ms = 0;                        // when idle groups were last forgotten
 };
+
+// Groups a node keeps at most, and how long one no rank here ever used
+// lives after its last message: a peer announcing groups without end
+// cannot grow the hub without bound, nor keep a real group out for good.
+constexpr size_t kMaxGroups = 4096;
+constexpr int64_t kIdleGroupMs = 60000;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 using Hub = HubActor::stateful_pointer<HubState>;
 
@@ -65,11 +78,31 @@ void Log(Hub self, const std::string& line) {
   if (self->state.hooks.log) self->state.hooks.log(line);
 }
 
+// Forgets groups no rank of this node ever ran in that nothing named for
+// kIdleGroupMs (what peers announced and never used); at most every 10 s.
+void ForgetIdleGroups(Hub self, int64_t now) {
+  if (now - self->state.swept_ms < 10000) return;
+  self->state.swept_ms = now;
+  for (auto it = self->state.groups.begin(); it != self->state.groups.end();) {
+    bool local = false;
+    for (const auto& a : it->second.local) local = local || static_cast<bool>(a);
+    if (!local && now - it->second.last_ms >= kIdleGroupMs) it = self->state.groups.erase(it);
+    else ++it;
+  }
+}
+
 // The group `key` of size n, created on first use; null (and *error set)
-// when this node knows it with another size.
+// when this node knows it with another size, or holds kMaxGroups others.
 HubState::Group* FindOrCreate(Hub self, const std::string& key, int64_t n, const std::string& who, Status* error) {
+  const int64_t now = NowMs();
   auto it = self->state.groups.find(key);
   if (it == self->state.groups.end()) {
+    ForgetIdleGroups(self, now);
+    if (self->state.groups.size() >= kMaxGroups) {
+      *error = ResourceExhausted("all-reduce group '" + key + "' (from " + who + ") refused: node " + self->state.self +
+                                 " holds " + std::to_string(kMaxGroups) + " groups already");
+      return nullptr;
+    }
     HubState::Group g;
     g.n = n;
     g.where.resize(n);
@@ -78,6 +111,7 @@ HubState::Group* FindOrCreate(Hub self, const std::string& key, int64_t n, const
     g.waiting.resize(n);
     it = self->state.groups.emplace(key, std::move(g)).first;
   }
+  it->second.last_ms = now;
   if (it->second.n != n) {
     *error = InvalidArgument("all-reduce group '" + key + "' has " + std::to_string(it->second.n) +
                              " ranks on node " + self->state.self + " but " + who + " says " + std::to_string(n));
@@ -114,11 +148,13 @@ CollectiveRankActor& RankActor(Hub self, const std::string& key, HubState::Group
 void ResetGroup(Hub self, HubState::Group& g, const Status& why) {
   for (auto& a : g.local) {
     if (!a) continue;
+    // Replaced by a fresh actor: this one fails what it holds and quits,
+    // so resets a peer provokes leave no actors behind.
     auto m = std::make_shared<CollectiveMsg>();
     m->kind = CollectiveMsg::kFailAll;
     m->error = why;
+    m->retire = true;
     self->send(a, std::move(m));
-    self->state.retired.push_back(std::move(a));
     a = CollectiveRankActor();
   }
   for (auto& w : g.waiting) w.clear();
@@ -310,9 +346,7 @@ void Handle(Hub self, const CollectiveHubMsgPtr& hp) {
       for (auto& kv : st.groups)
         for (auto& a : kv.second.local)
           if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
-      for (auto& a : st.retired) self->send_exit(a, caf::exit_reason::user_shutdown);
       st.groups.clear();
-      st.retired.clear();
       self->quit();
       return;
   }

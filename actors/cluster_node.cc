@@ -180,7 +180,7 @@ struct ClusterNode::Impl {
                        for (const auto& m : MemberList()) out.push_back(m.address);
                        return out;
                      },
-                     [this](const std::string& line) { Log(line); }});
+                     [this](const std::string& line) { LogLimited("collectives", line); }});
     variables->SetAllReduce([this](const std::string& key, int64_t n, int64_t rank, Tensor v,
                                    std::function<void(Result<Tensor>)> done) {
       collectives->AllReduce(key, n, rank, std::move(v), std::move(done));

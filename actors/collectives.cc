@@ -234,6 +234,7 @@ void Handle(Self self, const CollectiveMsgPtr& msg) {
           kv.second.done(m.error);
         }
       st.instances.clear();
+      if (m.retire) self->quit();
       return;
     }
     case CollectiveMsg::kContribute: {

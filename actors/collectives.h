@@ -68,6 +68,7 @@ struct CollectiveMsg {
   Tensor value;              // kContribute: the whole tensor; kChunk: one chunk
   Status error;              // kChunk: a failed reduction, passed round the ring; kFailAll: why
   std::function<void(Result<Tensor>)> done;  // kContribute
+  bool retire = false;       // kFailAll: the actor then quits (nobody sends it more)
 };
 
 using CollectiveSpawner = caf::typed_actor<caf::reacts_to<CollectiveTaskPtr>>;

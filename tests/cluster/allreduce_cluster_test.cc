@@ -351,3 +351,50 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   for (auto& r : good) REQUIRE(r.ok());
   REQUIRE(MaxError(*good[0], in) < 3e-7);
 }
+
+TEST_CASE("Cluster all-reduce: groups a peer announces are bounded; a real group beyond the bound fails by name",
+          "[cluster][allreduce][hostile]") {
+  NodeOptions no;
+  no.tls_dir = sf::testing::TestTlsDir();
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  // An authenticated node announces 4096 groups it never uses.
+  net::EndpointOptions to;
+  to.role = net::Role::kNode;
+  to.tls_dir = no.tls_dir;
+  auto e = net::Endpoint::Create(to, nullptr, nullptr);
+  REQUIRE(e.ok());
+  auto c = (*e)->Connect((*n0)->address());
+  REQUIRE(c.ok());
+  for (int i = 0; i < 4096; ++i) {
+    net::CollectiveChunk a;
+    a.group_key = "ghost" + std::to_string(i);
+    a.group_size = 2;
+    a.from_rank = 1;
+    a.step = -1;
+    a.address = "127.0.0.1:1";
+    REQUIRE((*c)->Send(net::Message{0, a}).ok());
+  }
+  REQUIRE(net::Call(*c, net::ListMembers{}, 30000).ok());  // all handled by now
+  // A real one-rank group on the node is refused, naming the bound.
+  Graph g;
+  Output s;
+  {
+    auto d = g.DeviceScope("/job:worker/task:0");
+    s = ops::AllReduce(g, ops::Placeholder(g, DType::kFloat32, {-1}, "x"), "real", 1, 0);
+  }
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.tls_dir = no.tls_dir;
+  auto sess = ClusterSession::Connect(g, o);
+  REQUIRE(sess.ok());
+  // The announcements were posted to the node's hub before the ask above
+  // was answered, so before this contribution.
+  auto r = (*sess)->Run({{"x", Contribution(DType::kFloat32, 0, 0, 10)}}, std::vector<Output>{s});
+  REQUIRE(!r.ok());
+  const Status last = r.status();
+  INFO(last.ToString());
+  CHECK(last.code() == Code::kResourceExhausted);
+  CHECK(last.message().find("all-reduce group 'real'") != std::string::npos);
+  CHECK(last.message().find("4096 groups") != std::string::npos);
+}
