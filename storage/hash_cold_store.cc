@@ -69,7 +69,7 @@ Result<std::unique_ptr<HashColdStore>> OpenHashColdStore(const std::string& cold
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Unavailable("hash embedding table '" + table + "': cannot create cold tier '" + dir + "': " + ec.message());
-  auto kv = OpenRocksDb(dir, /*create_if_missing=*/true);
+  auto kv = OpenRocksDb(dir, /*create_if_missing=*/true, RocksDbUse::kCache);
   if (!kv.ok()) return kv.status().WithPrefix("hash embedding table '" + table + "': cold tier");
   return NewKvHashColdStore(std::move(*kv), dir);
 }
