@@ -1,5 +1,6 @@
 #include "storage/kv_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -212,7 +213,11 @@ class RocksKvStore : public KvStore {
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
     std::vector<rocksdb::PinnableSlice> pinned(n);
     std::vector<rocksdb::Status> st(n);
-    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data());
+    // Keys given in order need not be sorted again (RocksDB sorts them by
+    // string comparisons, a cost of its own for thousands of keys).
+    const bool sorted = std::is_sorted(keys.begin(), keys.end());
+    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data(),
+                  sorted);
     values->assign(n, std::string());
     found->assign(n, false);
     for (size_t i = 0; i < n; ++i) {
