@@ -257,8 +257,8 @@ class RocksKvStore : public KvStore {
     for (const auto& k : batch.deletes) wb.Delete(k);
     rocksdb::WriteOptions wo;
     wo.sync = sync;
-    // A cache's writes need not survive a crash; logging them cost about a
-    // third of a cold tier's write time (a copy of every row into the log).
+    // A cache's writes need not survive a crash; logging them would copy
+    // every demoted row a second time, into the log file.
     wo.disableWAL = use_ == RocksDbUse::kCache && !sync;
     rocksdb::Status s = db_->Write(wo, &wb);
     if (!s.ok()) return Error("write to", s);
