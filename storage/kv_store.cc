@@ -1,5 +1,6 @@
 #include "storage/kv_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -7,7 +8,11 @@
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
+#include <rocksdb/table.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 
@@ -208,7 +213,11 @@ class RocksKvStore : public KvStore {
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
     std::vector<rocksdb::PinnableSlice> pinned(n);
     std::vector<rocksdb::Status> st(n);
-    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data());
+    // Keys given in order need not be sorted again (RocksDB sorts them by
+    // string comparisons, a cost of its own for thousands of keys).
+    const bool sorted = std::is_sorted(keys.begin(), keys.end());
+    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), pinned.data(), st.data(),
+                  sorted);
     values->assign(n, std::string());
     found->assign(n, false);
     for (size_t i = 0; i < n; ++i) {
@@ -227,7 +236,7 @@ class RocksKvStore : public KvStore {
   }
 
  public:
-  RocksKvStore(std::string path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
+  RocksKvStore(std::string path, rocksdb::DB* db, RocksDbUse use) : path_(std::move(path)), db_(db), use_(use) {}
   ~RocksKvStore() override {
     // Without a flush the next open replays the write-ahead log (measured:
     // 0.6 s for a 256 MiB checkpoint), which would dominate a small
@@ -235,9 +244,10 @@ class RocksKvStore : public KvStore {
     // row indices and manifest: bulk-written blocks skip it) replays in
     // milliseconds, less than the flush's table file and syncs cost at every
     // save. Best effort: the log stays either way.
+    // A cache is emptied when it is opened again: flushing it is wasted work.
     uint64_t memtable = 0;
     db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtable);
-    if (memtable >= kFlushAtCloseBytes) db_->Flush(rocksdb::FlushOptions());
+    if (use_ == RocksDbUse::kCheckpoints && memtable >= kFlushAtCloseBytes) db_->Flush(rocksdb::FlushOptions());
     db_->Close();
     delete db_;
   }
@@ -247,6 +257,9 @@ class RocksKvStore : public KvStore {
     for (const auto& k : batch.deletes) wb.Delete(k);
     rocksdb::WriteOptions wo;
     wo.sync = sync;
+    // A cache's writes need not survive a crash; logging them would copy
+    // every demoted row a second time, into the log file.
+    wo.disableWAL = use_ == RocksDbUse::kCache && !sync;
     rocksdb::Status s = db_->Write(wo, &wb);
     if (!s.ok()) return Error("write to", s);
     return Status::OK();
@@ -260,7 +273,10 @@ class RocksKvStore : public KvStore {
   }
   Status Scan(const std::string& prefix,
               const std::function<bool(const std::string&, const std::string&)>& fn) override {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    rocksdb::ReadOptions ro;
+    // A cache's hashed memtable iterates in key order only when asked to.
+    ro.total_order_seek = true;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
       if (!fn(it->key().ToString(), it->value().ToString())) break;
     if (!it->status().ok()) return Error("scan", it->status());
@@ -329,6 +345,7 @@ class RocksKvStore : public KvStore {
   }
   const std::string path_;
   rocksdb::DB* db_;
+  const RocksDbUse use_;
   std::atomic<uint64_t> next_bulk_{0};
 };
 
@@ -375,9 +392,26 @@ Status KvStore::MultiGet(const std::vector<std::string>& keys, std::vector<std::
 
 std::unique_ptr<KvStore> NewInMemoryKvStore() { return std::make_unique<InMemoryKvStore>(); }
 
-Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing) {
+Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing, RocksDbUse use) {
   rocksdb::Options options;
   options.create_if_missing = create_if_missing;
+  if (use == RocksDbUse::kCache) {
+    // The skip list memtable was half a cold tier's time (perf): every put,
+    // delete and point read walks ~log2(memtable entries) cache-missing
+    // nodes. Hashing whole keys (a cold tier's are 9 bytes; the capped
+    // transform keeps shorter keys in its domain) makes them about constant
+    // time; the memtable is sorted only when flushed or scanned.
+    options.prefix_extractor.reset(rocksdb::NewCappedPrefixTransform(9));
+    options.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(/*bucket_count=*/1 << 18));
+    options.allow_concurrent_memtable_write = false;  // the hashed memtables cannot
+    // Most misses are new ids: a Bloom filter answers them without a block read.
+    rocksdb::BlockBasedTableOptions table;
+    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+    options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+    options.compression = rocksdb::kNoCompression;  // float rows barely compress
+    // Else RocksDB flushes unlogged writes at close, which a cache never reads.
+    options.avoid_flush_during_shutdown = true;
+  }
   // A write-ahead log left by a close without flush (a small memtable, see
   // ~RocksKvStore) is replayed into the memtable and kept, not flushed into
   // a table file at open: that flush (a file, its syncs and a new MANIFEST)
@@ -392,7 +426,7 @@ Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool creat
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(path, ec))
     if (e.path().filename().string().rfind(kBulkFilePrefix, 0) == 0) std::filesystem::remove(e.path(), ec);
-  return std::unique_ptr<KvStore>(std::make_unique<RocksKvStore>(path, db));
+  return std::unique_ptr<KvStore>(std::make_unique<RocksKvStore>(path, db, use));
 }
 
 }  // namespace sf

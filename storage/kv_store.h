@@ -97,8 +97,23 @@ class KvStore {
 // A fresh, empty store kept in memory.
 std::unique_ptr<KvStore> NewInMemoryKvStore();
 
+// What a RocksDB database is for; OpenRocksDb tunes it to that.
+enum class RocksDbUse {
+  // Checkpoints: writes go through the write-ahead log; a big memtable is
+  // flushed at close.
+  kCheckpoints,
+  // A cache whose contents need not outlive the process (the cold tier of
+  // hash tables, storage/hash_cold_store.h): no write-ahead log (a crash or
+  // a close may lose the memtable), no flush at close, a hashed memtable
+  // (point reads and writes in about constant time, ordered scans cost a
+  // sort of the memtable), Bloom filters and no compression in table files.
+  kCache,
+};
+
 // Opens (creating it when create_if_missing) the RocksDB database in
-// directory path. Unavailable naming the path when it cannot be opened.
-Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing = true);
+// directory path, tuned for use. Unavailable naming the path when it cannot
+// be opened.
+Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing = true,
+                                             RocksDbUse use = RocksDbUse::kCheckpoints);
 
 }  // namespace sf

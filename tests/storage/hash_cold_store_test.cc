@@ -5,6 +5,8 @@
 // store keeps what it is given.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <random>
 
 #include "kernels/embedding_math.h"
@@ -186,4 +188,190 @@ TEST_CASE("Cold tier: the RocksDB store reads back what it was given, in batches
   auto bad = OpenHashColdStore(dir / "file", "users", 0);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("'users'") != std::string::npos);
+}
+
+namespace {
+
+// The ids a cold store holds, stale copies included.
+std::vector<int64_t> StoredIds(HashColdStore& store) {
+  std::vector<int64_t> ids;
+  REQUIRE(store.Scan([&](int64_t id, const std::string&) { ids.push_back(id); }).ok());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("Cold tier: a promoted row's stale cold copy is never read, counted or saved",
+          "[hash_embedding][cold]") {
+  HashShardConfig c = Config();
+  c.ram_budget_bytes = 1;  // the 16-row floor
+  HashEmbeddingShard ref(Config());
+  HashEmbeddingShard s(c);
+  auto owned = NewKvHashColdStore(NewInMemoryKvStore(), "mem");
+  HashColdStore* store = owned.get();
+  REQUIRE(s.SetColdStore(std::move(owned)).ok());
+  std::vector<int64_t> first, second;
+  for (int64_t i = 0; i < 16; ++i) first.push_back(i);
+  for (int64_t i = 100; i < 116; ++i) second.push_back(i);
+  Tensor a, b;
+  int64_t step = 0;
+  for (const auto* batch : {&first, &second}) {  // the second batch demotes the first
+    REQUIRE(Lookup(ref, *batch, step, &a).ok());
+    REQUIRE(Lookup(s, *batch, step, &b).ok());
+    REQUIRE(Apply(ref, *batch, step).ok());
+    REQUIRE(Apply(s, *batch, step).ok());
+    ++step;
+  }
+  REQUIRE(s.Metrics().cold_rows == 16);
+  // Promote 0..3 and train them: the store keeps their old bytes.
+  const std::vector<int64_t> back = {0, 1, 2, 3};
+  REQUIRE(Lookup(ref, back, step, &a).ok());
+  REQUIRE(Lookup(s, back, step, &b).ok());
+  CHECK(a.ToVector<float>() == b.ToVector<float>());
+  REQUIRE(Apply(ref, back, step).ok());
+  REQUIRE(Apply(s, back, step).ok());
+  ++step;
+  const std::vector<int64_t> stored = StoredIds(*store);
+  for (int64_t id : back) {
+    INFO("id " << id);
+    HashRowState row;
+    CHECK(s.RowOf(id, &row));  // hot
+    CHECK(std::count(stored.begin(), stored.end(), id) == 1);  // and a stale copy in the store
+  }
+  // Cold rows are the stored ids that are not hot: counted once, saved once.
+  const HashShardMetrics m = s.Metrics();
+  int64_t cold = 0;
+  for (int64_t id : stored) {
+    HashRowState row;
+    if (!s.RowOf(id, &row)) ++cold;
+  }
+  CHECK(m.cold_rows == cold);
+  CHECK(m.rows + m.cold_rows == ref.Metrics().rows);
+  auto all = s.AllRowsWithCold();
+  REQUIRE(all.ok());
+  CHECK(*all == ref.AllRows());  // the trained hot rows, not their stale copies
+  // A saved state restores the exact rows, with a cold tier and without.
+  auto state = s.Serialize();
+  REQUIRE(state.ok());
+  auto restored = HashEmbeddingShard::Deserialize(*state, "cold");
+  REQUIRE(restored.ok());
+  CHECK((*restored)->AllRows() == ref.AllRows());
+  CHECK((*restored)->Metrics().rows == ref.Metrics().rows);
+  REQUIRE((*restored)->SetColdStore(NewKvHashColdStore(NewInMemoryKvStore(), "mem2")).ok());
+  auto again = (*restored)->AllRowsWithCold();
+  REQUIRE(again.ok());
+  CHECK(*again == ref.AllRows());
+  CHECK((*restored)->Metrics().rows + (*restored)->Metrics().cold_rows == ref.Metrics().rows);
+  // Demoting a promoted row overwrites its stale copy with the trained bytes.
+  REQUIRE(Lookup(ref, second, step, &a).ok());
+  REQUIRE(Lookup(s, second, step, &b).ok());
+  REQUIRE(Apply(ref, second, step).ok());
+  REQUIRE(Apply(s, second, step).ok());
+  ++step;
+  REQUIRE(Lookup(ref, back, step, &a).ok());
+  REQUIRE(Lookup(s, back, step, &b).ok());
+  CHECK(a.ToVector<float>() == b.ToVector<float>());
+  all = s.AllRowsWithCold();
+  REQUIRE(all.ok());
+  CHECK(*all == ref.AllRows());
+}
+
+TEST_CASE("Cold tier: a row evicted by ttl_steps while its stale copy is stored comes back fresh",
+          "[hash_embedding][cold]") {
+  HashShardConfig c = Config();
+  c.ttl_steps = 8;
+  HashShardConfig cold = c;
+  cold.ram_budget_bytes = 1;  // the 16-row floor
+  HashEmbeddingShard ref(c);
+  HashEmbeddingShard s(cold);
+  auto owned = NewKvHashColdStore(NewInMemoryKvStore(), "mem");
+  HashColdStore* store = owned.get();
+  REQUIRE(s.SetColdStore(std::move(owned)).ok());
+  std::vector<int64_t> first, second;
+  for (int64_t i = 0; i < 16; ++i) first.push_back(i);
+  for (int64_t i = 100; i < 116; ++i) second.push_back(i);
+  Tensor a, b;
+  int64_t step = 0;
+  auto both = [&](const std::vector<int64_t>& batch) {
+    if (!batch.empty()) {
+      REQUIRE(Lookup(ref, batch, step, &a).ok());
+      REQUIRE(Lookup(s, batch, step, &b).ok());
+      CHECK(a.ToVector<float>() == b.ToVector<float>());
+    }
+    REQUIRE(Apply(ref, batch, step).ok());
+    REQUIRE(Apply(s, batch, step).ok());
+    ++step;
+  };
+  both(first);
+  both(second);   // demotes 0..15
+  both({0});      // promotes 0, its stale copy stays; 0 is last seen at step 2
+  const auto stored = StoredIds(*store);
+  REQUIRE(std::count(stored.begin(), stored.end(), 0) == 1);
+  while (step < 14) both({});  // 0 expires hot and is swept
+  HashRowState row;
+  REQUIRE_FALSE(s.RowOf(0, &row));
+  // Gone from every view before any lookup deletes its copy...
+  auto all = s.AllRowsWithCold();
+  REQUIRE(all.ok());
+  CHECK(all->count(0) == 0);
+  auto state = s.Serialize();
+  REQUIRE(state.ok());
+  auto restored = HashEmbeddingShard::Deserialize(*state, "cold");
+  REQUIRE(restored.ok());
+  CHECK_FALSE((*restored)->RowOf(0, &row));
+  // ...and the next lookup reads a fresh row (as the reference), not the stale copy.
+  both({0});
+  const auto after = StoredIds(*store);
+  CHECK(std::count(after.begin(), after.end(), 0) == 0);
+  REQUIRE(s.RowOf(0, &row));
+  HashRowState want;
+  REQUIRE(ref.RowOf(0, &want));
+  CHECK(row == want);
+}
+
+TEST_CASE("Cold tier: the RocksDB cache store keeps keys of any length in order across table files",
+          "[hash_embedding][cold][storage]") {
+  testing::TempDir dir("sf_cold_cache");
+  auto kv = OpenRocksDb(dir / "db", true, RocksDbUse::kCache);
+  REQUIRE(kv.ok());
+  // Table files (bulk-written) and the hashed memtable together, short keys too.
+  auto w = (*kv)->NewBulkWriter();
+  REQUIRE(w.ok());
+  for (const char* k : {"a", "r\x01", "r\x03"}) REQUIRE((*w)->Put(k, std::string("sst ") + k).ok());
+  REQUIRE((*w)->Finish().ok());
+  std::mt19937_64 rng(5);
+  std::map<std::string, std::string> want = {{"a", "sst a"}, {"r\x01", "sst r\x01"}, {"r\x03", "sst r\x03"}};
+  for (int i = 0; i < 2000; ++i) {
+    std::string k = "r" + std::to_string(rng() % 100000);
+    want[k] = std::to_string(i);
+    REQUIRE((*kv)->Put(k, want[k]).ok());
+  }
+  REQUIRE((*kv)->Put("r\x03", "mem").ok());  // the memtable's newer value wins
+  want["r\x03"] = "mem";
+  std::vector<std::string> keys;
+  for (const auto& kv2 : want) keys.push_back(kv2.first);
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  REQUIRE((*kv)->MultiGet(keys, &values, &found).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    INFO(keys[i]);
+    REQUIRE(found[i]);
+    CHECK(values[i] == want[keys[i]]);
+  }
+  std::map<std::string, std::string> scanned;
+  std::string last;
+  REQUIRE((*kv)->Scan("", [&](const std::string& k, const std::string& v) {
+    CHECK(k > last);  // in key order
+    last = k;
+    scanned[k] = v;
+    return true;
+  }).ok());
+  CHECK(scanned == want);
+  REQUIRE((*kv)->DeletePrefix("r").ok());
+  auto left = (*kv)->Keys("");
+  REQUIRE(left.ok());
+  CHECK(*left == std::vector<std::string>{"a"});
+  // A synced write still works (it goes through the log).
+  CHECK((*kv)->Put("s", "synced", /*sync=*/true).ok());
+  CHECK(*(*kv)->Get("s") == "synced");
 }
