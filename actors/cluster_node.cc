@@ -127,6 +127,12 @@ struct ClusterNode::Impl {
   std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
   std::condition_variable membership_cv;               // a job came, or stopping
   std::thread membership_thread;
+  // The hub's messages for nodes not connected yet, by address (DialLoop).
+  std::map<std::string, std::deque<net::Message>> undialed;  // GUARDED_BY(mu)
+  int64_t undialed_bytes = 0;                          // GUARDED_BY(mu)
+  std::condition_variable dial_cv;                     // a message queued, or stopping
+  std::thread dial_thread;
+  static constexpr int64_t kMaxUndialedBytes = int64_t{1} << 30;
   static constexpr size_t kMaxEndedQueued = 64;
   static constexpr int64_t kEndedResendMs = 2000;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
@@ -174,7 +180,7 @@ struct ClusterNode::Impl {
     queues = std::make_unique<runtime::ActorQueues>(*system);
     collectives = std::make_unique<runtime::ClusterCollectives>(
         *system, runtime::ClusterCollectivesHooks{
-                     [this](const std::string& to, const net::Message& m) { return SendTo(to, m); },
+                     [this](const std::string& to, const net::Message& m) { return SendFromHub(to, m); },
                      [this] {
                        std::vector<std::string> out;
                        for (const auto& m : MemberList()) out.push_back(m.address);
@@ -242,6 +248,72 @@ struct ClusterNode::Impl {
   Status SendTo(const std::string& addr, const net::Message& m) {
     SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Peer(addr));
     return c->Send(m);
+  }
+
+  static int64_t QueuedBytes(const net::Message& m) {
+    auto* cc = std::get_if<net::CollectiveChunk>(&m.body);
+    return 256 + (cc && cc->chunk.valid() ? static_cast<int64_t>(cc->chunk.bytes()) : 0);
+  }
+
+  // The all-reduce hub's sends. The hub is an actor on the CAF threads the
+  // variable shards share, so it must never wait on a dial: over a live
+  // connection a message goes at once; otherwise it waits (in order, at most
+  // kMaxUndialedBytes in all) for the dialer thread, which reports a failed
+  // dial to the hub as that node being down.
+  Status SendFromHub(const std::string& to, const net::Message& m) {
+    net::ConnectionPtr c;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return Unavailable("node " + opts.name + " is stopping");
+      if (!undialed.count(to)) {
+        auto it = peers.find(to);
+        if (it != peers.end() && it->second->is_up()) c = it->second;
+      }
+      if (!c) {
+        const int64_t bytes = QueuedBytes(m);
+        if (undialed_bytes + bytes > kMaxUndialedBytes)
+          return ResourceExhausted("node " + opts.name + " has " + std::to_string(undialed_bytes) +
+                                   " bytes waiting for connections to be dialed");
+        undialed[to].push_back(m);
+        undialed_bytes += bytes;
+        dial_cv.notify_all();
+        return Status::OK();
+      }
+    }
+    return c->Send(m);
+  }
+
+  void DialLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    while (true) {
+      dial_cv.wait(l, [&] { return stopped || !undialed.empty(); });
+      if (stopped) break;
+      const std::string to = undialed.begin()->first;
+      l.unlock();
+      auto c = Peer(to);
+      l.lock();
+      // Sent in batches, the entry kept until it is empty: what the hub
+      // sends meanwhile queues behind them, in order.
+      while (true) {
+        auto q = undialed.find(to);
+        if (q == undialed.end()) break;
+        if (q->second.empty()) {
+          undialed.erase(q);
+          break;
+        }
+        std::deque<net::Message> batch;
+        batch.swap(q->second);
+        for (const auto& m : batch) undialed_bytes -= QueuedBytes(m);
+        l.unlock();
+        Status s = c.ok() ? Status::OK() : c.status();
+        for (const auto& m : batch)
+          if (s.ok()) s = (*c)->Send(m);
+        if (!s.ok()) collectives->OnPeerDown(nullptr, to, s);
+        l.lock();
+      }
+    }
+    undialed.clear();
+    undialed_bytes = 0;
   }
 
   // Updates known members, marks them leaving and starts a new life of this
@@ -1013,7 +1085,9 @@ struct ClusterNode::Impl {
     idle.notify_all();
     watch_cv.notify_all();
     membership_cv.notify_all();
+    dial_cv.notify_all();
     if (membership_thread.joinable()) membership_thread.join();
+    if (dial_thread.joinable()) dial_thread.join();
     if (drain_thread.joinable()) drain_thread.join();
     if (rejoin_thread.joinable()) rejoin_thread.join();
     if (progress_thread.joinable()) progress_thread.join();
@@ -1086,6 +1160,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
   p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   p->membership_thread = std::thread([p] { p->MembershipLoop(); });
+  p->dial_thread = std::thread([p] { p->DialLoop(); });
   if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
     if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);

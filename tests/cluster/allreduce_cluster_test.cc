@@ -6,7 +6,11 @@
 // the other ranks' steps by name, quickly.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -397,4 +401,93 @@ TEST_CASE("Cluster all-reduce: groups a peer announces are bounded; a real group
   CHECK(last.code() == Code::kResourceExhausted);
   CHECK(last.message().find("all-reduce group 'real'") != std::string::npos);
   CHECK(last.message().find("4096 groups") != std::string::npos);
+}
+
+TEST_CASE("Cluster all-reduce: a node's hub never waits on a dial to a peer that does not answer",
+          "[cluster][allreduce][hostile]") {
+  NodeOptions no;
+  no.tls_dir = sf::testing::TestTlsDir();
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  // Three addresses that accept connections and never answer a TLS hello:
+  // a dial to each takes the whole connect timeout.
+  std::vector<int> holes;
+  std::vector<std::string> hole_addrs;
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    holes.push_back(fd);
+    hole_addrs.push_back("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  }
+  // An authenticated node says rank 1 of groups bh0..bh2 runs there.
+  net::EndpointOptions to;
+  to.role = net::Role::kNode;
+  to.tls_dir = no.tls_dir;
+  auto e = net::Endpoint::Create(to, nullptr, nullptr);
+  REQUIRE(e.ok());
+  auto c = (*e)->Connect((*n0)->address());
+  REQUIRE(c.ok());
+  for (int i = 0; i < 3; ++i) {
+    net::CollectiveChunk a;
+    a.group_key = "bh" + std::to_string(i);
+    a.group_size = 2;
+    a.from_rank = 1;
+    a.step = -1;
+    a.address = hole_addrs[i];
+    REQUIRE((*c)->Send(net::Message{0, a}).ok());
+  }
+  REQUIRE(net::Call(*c, net::ListMembers{}, 30000).ok());
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.tls_dir = no.tls_dir;
+  // Rank 0 of each contributes here: its first piece is for the silent peer.
+  std::vector<std::unique_ptr<Graph>> graphs;
+  std::vector<std::unique_ptr<ClusterSession>> stuck;
+  std::vector<std::thread> runs;
+  std::vector<Status> results(3);
+  for (int i = 0; i < 3; ++i) {
+    graphs.push_back(std::make_unique<Graph>());
+    Output s;
+    {
+      auto d = graphs.back()->DeviceScope("/job:worker/task:0");
+      s = ops::AllReduce(*graphs.back(), ops::Placeholder(*graphs.back(), DType::kFloat32, {-1}, "x"),
+                         "bh" + std::to_string(i), 2, 0);
+    }
+    auto sess = ClusterSession::Connect(*graphs.back(), o);
+    REQUIRE(sess.ok());
+    stuck.push_back(std::move(*sess));
+    ClusterSession* p = stuck.back().get();
+    runs.emplace_back([p, s, &results, i] {
+      results[i] = p->Run({{"x", Contribution(DType::kFloat32, 0, 0, 10)}}, std::vector<Output>{s}).status();
+    });
+  }
+  // Meanwhile a one-rank group on the same node is served at once.
+  Graph g;
+  Output solo;
+  {
+    auto d = g.DeviceScope("/job:worker/task:0");
+    solo = ops::AllReduce(g, ops::Placeholder(g, DType::kFloat32, {-1}, "x"), "solo", 1, 0);
+  }
+  auto sess = ClusterSession::Connect(g, o);
+  REQUIRE(sess.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*sess)->Run({{"x", Contribution(DType::kFloat32, 0, 0, 10)}}, std::vector<Output>{solo});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.status().ToString() << " after " << secs << " s");
+  REQUIRE(r.ok());
+  CHECK(secs < 1.5);  // three dials in the hub would take 3 x 2 s
+  // The silent peers are found down and their groups fail by name.
+  for (auto& t : runs) t.join();
+  for (int i = 0; i < 3; ++i) {
+    INFO(results[i].ToString());
+    CHECK(results[i].code() == Code::kUnavailable);
+    CHECK(results[i].message().find(hole_addrs[i]) != std::string::npos);
+  }
+  for (int fd : holes) ::close(fd);
 }
