@@ -170,6 +170,7 @@ struct ClusterNode::Impl {
   static constexpr size_t kMaxPartitionsPerSession = 4096;
   static constexpr size_t kMaxPartitions = 65536;
   static constexpr int64_t kVerifyRetryMs = 5000;
+  static constexpr size_t kMaxVerifyPerMessage = 64;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -376,7 +377,16 @@ struct ClusterNode::Impl {
   // listed.
   bool AddVerified(const std::vector<net::Member>& unknown) {
     bool changed = false;
+    // A dial to an address that never answers takes the connect timeout:
+    // one message may cost at most kMaxVerifyPerMessage of them (members
+    // left out are named again by later gossip).
+    size_t dialed = 0;
     for (const net::Member& m : unknown) {
+      if (dialed++ >= kMaxVerifyPerMessage) {
+        Log("verifying at most " + std::to_string(kMaxVerifyPerMessage) + " new members per message; " +
+            std::to_string(unknown.size() - kMaxVerifyPerMessage) + " left for later gossip");
+        break;
+      }
       {
         std::lock_guard<std::mutex> l(mu);
         auto f = unverified_ms.find(m.address);
@@ -898,7 +908,10 @@ struct ClusterNode::Impl {
         watch_cv.wait(l, [&] { return stopped || !watched.empty(); });
         continue;
       }
-      watch_cv.wait_for(l, std::chrono::milliseconds(kMinProgressMs / 2));
+      // Half the shortest interval asked for: a report is at most that late.
+      int tick_ms = 1000;
+      for (const auto& w : watched) tick_ms = std::min(tick_ms, w->interval_ms / 2);
+      watch_cv.wait_for(l, std::chrono::milliseconds(std::max(kMinProgressMs / 2, tick_ms)));
       const int64_t now = NowMs();
       std::vector<std::pair<net::ConnectionPtr, net::Message>> out;
       for (const auto& w : watched) {
