@@ -49,18 +49,20 @@ inline std::vector<Message> SeedMessages() {
   add(Heartbeat{});
   add(StatusReply{InvalidArgument("bad feed")});
   add(ListMembers{});
-  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}});
+  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}, {{"b", "127.0.0.1:2"}}, {{"c", "127.0.0.1:3", 9}}});
   add(RegisterPartition{1, 2, "/job:w/task:0/device:cpu:0", {{"w0", "127.0.0.1:1"}}, "graphdefbytes", {{"x", 0}},
                         {{"y", 1}, {"z", 0}}, {"train"}});
   add(RunPartition{1, 2, 3,
                    {SeedTensor(DType::kFloat32, {2, 3}, 1), SeedTensor(DType::kInt64, {}, 2), Tensor(),
-                    SeedTensor(DType::kBool, {5}, 3), SeedTensor(DType::kFloat16, {0, 4}, 4)}});
+                    SeedTensor(DType::kBool, {5}, 3), SeedTensor(DType::kFloat16, {0, 4}, 4)},
+                   0, 250});
   add(RunPartitionDone{3, Status::OK(),
                        {SeedTensor(DType::kFloat64, {2}, 5), SeedTensor(DType::kInt32, {1, 1, 3}, 6)}});
   add(SendTensor{4, "a:0->b", "", 0, false, SeedTensor(DType::kBFloat16, {3}, 7)});
   add(AbortStep{5, Aborted("step aborted")});
   add(CleanupStep{6});
   add(CloseSession{7});
+  add(StepProgress{7, 8, 1234});
   add(Echo{SeedTensor(DType::kFloat32, {1024}, 8)});
   add(CollectiveChunk{"grads", 3, 2, 1, 2, 9, "127.0.0.1:7002", Status::OK(), SeedTensor(DType::kFloat64, {3}, 11)});
   add(Variables{true, {"w", "emb/part_1"}, {SeedTensor(DType::kFloat32, {2, 2}, 9), SeedTensor(DType::kInt64, {3}, 10)}});
