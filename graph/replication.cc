@@ -4,6 +4,8 @@
 // The ordinary node stays in the graph unreferenced; a session prunes it.
 #include "shardflow/replication.h"
 
+#include <set>
+
 #include "kernels/optimizer_spec.h"
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
@@ -75,6 +77,27 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
     }
   }
   if (t.handles.empty()) return InvalidArgument(where + ": there are no variables to train");
+  // An embedding table's shard passes no dense gradient back (its lookups
+  // get sparse updates, Optimizer::Minimize): without this check it would
+  // be left untrained without a word.
+  std::set<Output> handle_set(t.handles.begin(), t.handles.end());
+  std::vector<Output> lookups;
+  for (int n = 0; n < g.num_nodes(); ++n) {
+    const Node& node = g.node(n);
+    if (node.op == "EmbeddingShardLookup" && !node.inputs.empty() && handle_set.count(node.inputs[0]))
+      lookups.push_back(Output(&g, n, 0));
+  }
+  if (!lookups.empty()) {
+    SF_ASSIGN_OR_RETURN(std::vector<Output> dys, Gradients(g, {loss}, lookups, {}, /*allow_unconnected=*/true));
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      if (!dys[i].valid()) continue;
+      auto table = lookups[i].op().attrs.GetOr<std::string>("table", "?");
+      return Unimplemented(where + ": the loss trains embedding table '" + (table.ok() ? *table : "?") +
+                           "', and synchronous replication does not aggregate sparse updates yet; give "
+                           "var_list the dense variables only and train the table with Minimize "
+                           "(asynchronous sparse updates)");
+    }
+  }
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
                       Gradients(g, {loss}, t.handles, {}, /*allow_unconnected=*/true));
   const std::string prefix = "replica_" + std::to_string(replica);

@@ -58,7 +58,8 @@ class SyncReplicas {
   // Adds replica `replica`'s gradients of loss (w.r.t. var_list: reads made by
   // ops::Variable, or every trainable variable) and its synchronous updates.
   // InvalidArgument for N < 1, N + b < N, a replica out of range, or a loss
-  // that depends on no variable.
+  // that depends on no variable; Unimplemented naming the table when the loss
+  // trains an embedding table among them (sparse updates are not aggregated).
   Result<SyncReplicaTrainOp> Minimize(Graph& g, Output loss, int replica,
                                       const std::vector<Output>& var_list = {});
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "shardflow/embedding.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
 #include "shardflow/replication.h"
@@ -583,4 +584,24 @@ TEST_CASE("Ring all-reduce refuses mismatched shapes and bad ranks naming the gr
   }());
   REQUIRE_FALSE(g2.status().ok());
   CHECK_THAT(g2.status().message(), Catch::Contains("all-reduce group 'k'"));
+}
+
+TEST_CASE("SyncReplicas refuses a loss that trains embedding tables, naming the table", "[replication]") {
+  for (bool hash : {false, true}) {
+    Graph g;
+    EmbeddingTable t = hash ? NewHashEmbeddingTable(g, "users", 4, {}) : NewEmbeddingTable(g, "users", 100, 4);
+    auto ids = ops::Placeholder(g, DType::kInt64, {-1, 2}, "ids");
+    auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1, 1, 1, 1}, {4, 1}));
+    auto loss = ops::Sum(g, ops::MatMul(g, ops::EmbeddingLookup(g, t, ids, "sum"), w));
+    REQUIRE(g.status().ok());
+    GradientDescentOptimizer sgd(0.1);
+    SyncReplicas sync(sgd, {2, 2});
+    auto r = sync.Minimize(g, loss, 0);
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kUnimplemented);
+    CHECK(r.status().message().find("'users'") != std::string::npos);
+    // Listing only the dense variables is fine: the table is then not SyncReplicas' to train.
+    CHECK(sync.Minimize(g, loss, 0, {w}).ok());
+  }
 }
