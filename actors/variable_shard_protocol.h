@@ -98,6 +98,11 @@ struct ApplySyncGradient {
   SyncApplyRequest req;
   std::function<void(Result<int64_t>)> done;
 };
+// One worker's sparse gradient for a synchronous step of embedding shard req.req.var_ids[0].
+struct ApplySparseSyncGradient {
+  SparseSyncApplyRequest req;
+  std::function<void(Result<int64_t>)> done;
+};
 // Sent by the shard to itself timeout_ms after an ApplySyncGradient: fails
 // that waiter (if still waiting) with Unavailable. No reply.
 struct SyncWaitTimeout {
@@ -152,6 +157,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::InitHashShard)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueryHashShard)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySyncGradient)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparseSyncGradient)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SyncWaitTimeout)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AbortSyncSteps)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVersioned)
@@ -167,7 +173,7 @@ using VariableShardActor = caf::typed_actor<
     caf::reacts_to<DefineVariable>, caf::reacts_to<ReadVariable>, caf::reacts_to<AssignVariable>,
     caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
     caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
-    caf::reacts_to<ApplySyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
+    caf::reacts_to<ApplySyncGradient>, caf::reacts_to<ApplySparseSyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
     caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
     caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>>;
 

@@ -301,6 +301,18 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         if (timeout_ms > 0)
           self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
       },
+      [self](ApplySparseSyncGradient& m) {
+        ShardState& st = self->state;
+        const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
+        ShardState::Var* v = st.Find(id);
+        if (!v) return m.done(NoVariable(id));
+        const int64_t waiter = ++st.next_waiter;
+        const int64_t timeout_ms = m.req.timeout_ms;
+        st.Replica(id).OfferSparseSync(v->name, std::move(m.req), waiter, std::move(m.done),
+                                       [&st](const SparseApplyRequest& req) { return ApplySparseUpdate(st, req); });
+        if (timeout_ms > 0)
+          self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
+      },
       [self](const SyncWaitTimeout& m) {
         ShardState& st = self->state;
         if (const ShardState::Var* v = st.Find(m.id)) st.Replica(m.id).TimeoutWaiter(v->name, m.waiter);
@@ -603,6 +615,14 @@ void ActorVariables::ApplySync(SyncApplyRequest req, std::function<void(Result<i
     return done(NotFound(std::string("synchronous ") + OptimizerName(req.req.optimizer) +
                          ": unknown variable"));
   caf::anon_send(shard, ApplySyncGradient{std::move(req), std::move(done)});
+}
+
+void ActorVariables::SparseApplySync(SparseSyncApplyRequest req, std::function<void(Result<int64_t>)> done) {
+  VariableShardActor shard;
+  if (req.req.var_ids.empty() || !ShardOf(req.req.var_ids[0], &shard))
+    return done(NotFound(std::string("synchronous sparse ") + OptimizerName(req.req.optimizer) +
+                         ": unknown embedding shard"));
+  caf::anon_send(shard, ApplySparseSyncGradient{std::move(req), std::move(done)});
 }
 
 void ActorVariables::AbortSync(int64_t id, std::function<void(Status)> done) {

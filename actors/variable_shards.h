@@ -55,6 +55,7 @@ class ActorVariables : public VariableService,
   std::string NameOf(int64_t id) const override;
   // ReplicationService (kernels/replica_state.h): handled by the variable's shard actor.
   void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
+  void SparseApplySync(SparseSyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
   void AbortSync(int64_t id, std::function<void(Status)> done) override;
   void ReadWithVersion(int64_t id,
                        std::function<void(Result<std::pair<Tensor, int64_t>>)> done) override;

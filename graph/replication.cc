@@ -4,6 +4,7 @@
 // The ordinary node stays in the graph unreferenced; a session prunes it.
 #include "shardflow/replication.h"
 
+#include <algorithm>
 #include <set>
 
 #include "kernels/optimizer_spec.h"
@@ -77,9 +78,9 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
     }
   }
   if (t.handles.empty()) return InvalidArgument(where + ": there are no variables to train");
-  // An embedding table's shard passes no dense gradient back (its lookups
-  // get sparse updates, Optimizer::Minimize): without this check it would
-  // be left untrained without a word.
+  // An embedding table's shard passes no dense gradient back: each of its
+  // lookups gets the optimizer's sparse update, re-issued as a synchronous
+  // one (EmbeddingSparseApplySync).
   std::set<Output> handle_set(t.handles.begin(), t.handles.end());
   std::vector<Output> lookups;
   for (int n = 0; n < g.num_nodes(); ++n) {
@@ -87,15 +88,20 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
     if (node.op == "EmbeddingShardLookup" && !node.inputs.empty() && handle_set.count(node.inputs[0]))
       lookups.push_back(Output(&g, n, 0));
   }
+  std::vector<Output> lookup_grads;
   if (!lookups.empty()) {
-    SF_ASSIGN_OR_RETURN(std::vector<Output> dys, Gradients(g, {loss}, lookups, {}, /*allow_unconnected=*/true));
-    for (size_t i = 0; i < lookups.size(); ++i) {
-      if (!dys[i].valid()) continue;
+    SF_ASSIGN_OR_RETURN(lookup_grads, Gradients(g, {loss}, lookups, {}, /*allow_unconnected=*/true));
+  }
+  // A shard's step counts one contribution per worker: two trained lookups
+  // of one shard would count one worker twice.
+  std::set<Output> trained_shards;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    if (!lookup_grads[i].valid()) continue;
+    if (!trained_shards.insert(lookups[i].op().inputs[0]).second) {
       auto table = lookups[i].op().attrs.GetOr<std::string>("table", "?");
-      return Unimplemented(where + ": the loss trains embedding table '" + (table.ok() ? *table : "?") +
-                           "', and synchronous replication does not aggregate sparse updates yet; give "
-                           "var_list the dense variables only and train the table with Minimize "
-                           "(asynchronous sparse updates)");
+      return Unimplemented(where + ": embedding table '" + (table.ok() ? *table : "?") +
+                           "' is looked up more than once in the loss; synchronous replication takes one "
+                           "lookup per table (concatenate the ids into one lookup)");
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
@@ -113,6 +119,26 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
                                             "ApplyGradientSync", std::move(a)));
     updates.push_back(id);
     handles.push_back(t.handles[i]);
+    t.counted_in.push_back(Output(&g, id, 0));
+  }
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    if (!lookup_grads[i].valid()) continue;
+    const Output shard = lookups[i].op().inputs[0];
+    SF_ASSIGN_OR_RETURN(int sparse, opt_.ApplySparseOne(g, shard, lookups[i].node, lookup_grads[i]));
+    const Node& apply = g.node(sparse);
+    const OptimizerSpec* spec = FindOptimizerByOp(apply.op);
+    if (!spec || !spec->sparse_op || apply.op != spec->sparse_op)
+      return Internal(opt_.name() + " built a '" + apply.op + "' node, not a sparse update");
+    std::vector<Output> inputs = apply.inputs;
+    inputs.push_back(t.step_tag);
+    AttrMap attrs = apply.attrs;
+    attrs.Set("optimizer", std::string(spec->name));
+    attrs.Set("num_required", static_cast<int64_t>(o_.replicas_to_aggregate));
+    attrs.Set("timeout_ms", o_.timeout_ms);
+    const int id = g.AddNode("EmbeddingSparseApplySync", inputs, std::move(attrs));
+    if (id < 0) return g.status();
+    updates.push_back(id);
+    if (std::find(handles.begin(), handles.end(), shard) == handles.end()) handles.push_back(shard);
     t.counted_in.push_back(Output(&g, id, 0));
   }
   if (updates.empty()) return InvalidArgument(where + ": the loss depends on none of the variables");

@@ -16,16 +16,40 @@ ReplicaState::~ReplicaState() {
     w.done(Aborted("stale-synchronous wait abandoned: the variable's shard shut down"));
 }
 
+ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_required, int64_t step_tag,
+                                          SyncDone* done) {
+  if (num_required < 1) {
+    (*done)(InvalidArgument(where + ": synchronous replication needs num_required >= 1, got " +
+                            std::to_string(num_required)));
+    return nullptr;
+  }
+  if (num_required_ != 0 && num_required != num_required_) {
+    (*done)(InvalidArgument(where + ": a worker asks for " + std::to_string(num_required) +
+                            " gradients per step but others asked for " + std::to_string(num_required_)));
+    return nullptr;
+  }
+  if (step_tag < 0) {
+    (*done)(InvalidArgument(where + ": the step tag must be >= 0, got " + std::to_string(step_tag)));
+    return nullptr;
+  }
+  num_required_ = num_required;
+  if (step_tag < step_) {  // stale: its step was applied without it
+    ++dropped_;
+    (*done)(int64_t{-1});
+    return nullptr;
+  }
+  Bucket& b = buckets_[step_tag];
+  if (b.count >= num_required_) {  // a future step that already has its N
+    ++dropped_;
+    (*done)(int64_t{-1});
+    return nullptr;
+  }
+  return &b;
+}
+
 void ReplicaState::OfferSync(const std::string& var, const Tensor& value, SyncApplyRequest req,
                              int64_t waiter_id, SyncDone done, const ApplyFn& apply) {
   const std::string where = "variable '" + var + "'";
-  if (req.num_required < 1)
-    return done(InvalidArgument(where + ": synchronous replication needs num_required >= 1, got " +
-                                std::to_string(req.num_required)));
-  if (num_required_ != 0 && req.num_required != num_required_)
-    return done(InvalidArgument(where + ": a worker asks for " + std::to_string(req.num_required) +
-                                " gradients per step but others asked for " +
-                                std::to_string(num_required_)));
   if (!value.valid())
     return done(FailedPrecondition(where + " is updated before it was initialised"));
   const Tensor& g = req.req.grad;
@@ -35,45 +59,103 @@ void ReplicaState::OfferSync(const std::string& var, const Tensor& value, SyncAp
   if (g.dtype() != DType::kFloat32 && g.dtype() != DType::kFloat64)
     return done(InvalidArgument(where + ": the gradient must be float32 or float64, got " +
                                 DTypeName(g.dtype())));
-  if (req.step_tag < 0)
-    return done(InvalidArgument(where + ": the step tag must be >= 0, got " +
-                                std::to_string(req.step_tag)));
-  num_required_ = req.num_required;
-  if (req.step_tag < step_) {  // stale: its step was applied without it
-    ++dropped_;
-    return done(int64_t{-1});
-  }
-  Bucket& b = buckets_[req.step_tag];
-  if (b.count >= num_required_) {  // a future step that already has its N
-    ++dropped_;
-    return done(int64_t{-1});
-  }
-  if (b.count == 0) {
-    b.sum = g.Copy();  // never accumulate into the caller's buffer
-    b.proto = req.req;
-    b.proto.grad = Tensor();
+  Bucket* b = Admit(where, req.num_required, req.step_tag, &done);
+  if (!b) return;
+  if (b->count > 0 && b->sparse)
+    return done(InvalidArgument(where + " takes sparse and dense gradients in one synchronous step"));
+  if (b->count == 0) {
+    b->sum = g.Copy();  // never accumulate into the caller's buffer
+    b->proto = req.req;
+    b->proto.grad = Tensor();
   } else if (g.dtype() == DType::kFloat32) {
-    b.sum.flat<float>() += g.flat<float>();
+    b->sum.flat<float>() += g.flat<float>();
   } else {
-    b.sum.flat<double>() += g.flat<double>();
+    b->sum.flat<double>() += g.flat<double>();
   }
-  ++b.count;
-  b.waiters.push_back(Waiter{waiter_id, std::move(done)});
-  ApplyReady(var, apply);
+  ++b->count;
+  b->waiters.push_back(Waiter{waiter_id, std::move(done)});
+  ApplyReady(var, &apply, nullptr);
 }
 
-void ReplicaState::ApplyReady(const std::string& var, const ApplyFn& apply) {
+void ReplicaState::OfferSparseSync(const std::string& var, SparseSyncApplyRequest req, int64_t waiter_id,
+                                   SyncDone done, const SparseApplyFn& apply) {
+  const std::string where = "embedding shard '" + var + "'";
+  const Tensor& ix = req.req.indices;
+  const Tensor& vals = req.req.values;
+  if (ix.dtype() != DType::kInt64 || ix.rank() != 1 || vals.dtype() != DType::kFloat32 || vals.rank() != 2 ||
+      vals.dim(0) != ix.dim(0))
+    return done(InvalidArgument(where + ": a sparse gradient is int64 rows [m] and float32 values [m, dim], got " +
+                                DTypeName(ix.dtype()) + ShapeString(ix.shape()) + " and " +
+                                DTypeName(vals.dtype()) + ShapeString(vals.shape())));
+  Bucket* b = Admit(where, req.num_required, req.step_tag, &done);
+  if (!b) return;
+  if (b->count > 0 && !b->sparse)
+    return done(InvalidArgument(where + " takes sparse and dense gradients in one synchronous step"));
+  if (b->count > 0 && b->values[0].dim(1) != vals.dim(1))
+    return done(InvalidArgument(where + ": a worker's rows are " + std::to_string(vals.dim(1)) +
+                                " wide, the step's first were " + std::to_string(b->values[0].dim(1))));
+  if (b->count == 0) {
+    b->sparse = true;
+    b->sparse_proto = req.req;
+    b->sparse_proto.indices = Tensor();
+    b->sparse_proto.values = Tensor();
+  }
+  // The latest step that looked the rows up (a hash shard's last-seen step).
+  b->sparse_proto.step_id = std::max(b->sparse_proto.step_id, req.req.step_id);
+  b->indices.push_back(std::move(req.req.indices));
+  b->values.push_back(std::move(req.req.values));
+  ++b->count;
+  b->waiters.push_back(Waiter{waiter_id, std::move(done)});
+  ApplyReady(var, nullptr, &apply);
+}
+
+namespace {
+
+// The step's sparse update: every contributor's rows, their gradients
+// scaled by 1 / count, as one request (duplicate rows are summed by the apply).
+SparseApplyRequest MergeSparse(SparseApplyRequest proto, const std::vector<Tensor>& indices,
+                               const std::vector<Tensor>& values, int64_t count) {
+  int64_t m = 0;
+  for (const Tensor& t : indices) m += t.dim(0);
+  const int64_t dim = values.empty() ? 0 : values[0].dim(1);
+  Tensor ix(DType::kInt64, {m});
+  Tensor vs(DType::kFloat32, {m, dim});
+  const float scale = 1.0f / static_cast<float>(count);
+  int64_t at = 0;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const int64_t n = indices[k].dim(0);
+    std::copy_n(indices[k].data<int64_t>(), n, ix.data<int64_t>() + at);
+    const float* src = values[k].data<float>();
+    float* dst = vs.data<float>() + at * dim;
+    for (int64_t i = 0; i < n * dim; ++i) dst[i] = src[i] * scale;
+    at += n;
+  }
+  proto.indices = std::move(ix);
+  proto.values = std::move(vs);
+  proto.indices_unique = false;
+  return proto;
+}
+
+}  // namespace
+
+void ReplicaState::ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse) {
   for (;;) {
     auto it = buckets_.find(step_);
     if (it == buckets_.end() || it->second.count < num_required_) return;
     Bucket b = std::move(it->second);
     buckets_.erase(it);
-    ApplyRequest r = std::move(b.proto);
-    r.grad = std::move(b.sum);
-    const double scale = 1.0 / static_cast<double>(b.count);
-    if (r.grad.dtype() == DType::kFloat32) r.grad.flat<float>() = r.grad.flat<float>() * static_cast<float>(scale);
-    else r.grad.flat<double>() = r.grad.flat<double>() * scale;
-    Status s = apply(r);
+    Status s;
+    if (b.sparse) {
+      s = sparse ? (*sparse)(MergeSparse(std::move(b.sparse_proto), b.indices, b.values, b.count))
+                 : Internal("a sparse synchronous step of '" + var + "' completed by a dense gradient");
+    } else {
+      ApplyRequest r = std::move(b.proto);
+      r.grad = std::move(b.sum);
+      const double scale = 1.0 / static_cast<double>(b.count);
+      if (r.grad.dtype() == DType::kFloat32) r.grad.flat<float>() = r.grad.flat<float>() * static_cast<float>(scale);
+      else r.grad.flat<double>() = r.grad.flat<double>() * scale;
+      s = dense ? (*dense)(r) : Internal("a dense synchronous step of '" + var + "' completed by a sparse gradient");
+    }
     if (!s.ok()) {
       // The step's gradients cannot be applied: count them dropped and tell
       // every contributor; the step does not advance.

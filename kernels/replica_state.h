@@ -31,6 +31,8 @@ class ReplicaState {
   // Applies an optimizer update (the averaged gradient) to the variable and
   // its slots; the shard's ordinary apply path.
   using ApplyFn = std::function<Status(const ApplyRequest&)>;
+  // Applies a sparse optimizer update (an embedding shard's ordinary path).
+  using SparseApplyFn = std::function<Status(const SparseApplyRequest&)>;
   using SyncDone = std::function<void(Result<int64_t>)>;
 
   ReplicaState() = default;
@@ -44,6 +46,10 @@ class ReplicaState {
   // checks). waiter_id identifies the wait for TimeoutWaiter.
   void OfferSync(const std::string& var, const Tensor& value, SyncApplyRequest req,
                  int64_t waiter_id, SyncDone done, const ApplyFn& apply);
+  // One worker's sparse contribution (see SparseSyncApplyRequest); `var`
+  // names the shard in errors. A shard takes dense or sparse gradients, not both.
+  void OfferSparseSync(const std::string& var, SparseSyncApplyRequest req, int64_t waiter_id, SyncDone done,
+                       const SparseApplyFn& apply);
   // Answers waiter_id (if still waiting) with Unavailable; its gradient stays
   // in its bucket and counts when the step is applied.
   void TimeoutWaiter(const std::string& var, int64_t waiter_id);
@@ -74,13 +80,21 @@ class ReplicaState {
     int64_t count = 0;
     ApplyRequest proto;  // optimizer, ids, hyperparameters of the first contributor
     std::vector<Waiter> waiters;
+    // Sparse: every contributor's rows and gradients, kept apart until applied.
+    bool sparse = false;
+    SparseApplyRequest sparse_proto;
+    std::vector<Tensor> indices, values;
   };
   struct SspWaiter {
     int64_t clock, staleness;
     std::function<void(Status)> done;
   };
-  // Applies every full bucket at the current step, in order.
-  void ApplyReady(const std::string& var, const ApplyFn& apply);
+  // Applies every full bucket at the current step, in order (dense or
+  // sparse: the function for the bucket's kind is set).
+  void ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse);
+  // Checks N and the tag and finds the contribution's bucket; null (and done
+  // answered) when it does not count.
+  Bucket* Admit(const std::string& where, int64_t num_required, int64_t step_tag, SyncDone* done);
   void ReleaseSsp();
 
   int64_t step_ = 0, accepted_ = 0, dropped_ = 0;

@@ -14,6 +14,7 @@
 
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
+#include "kernels/embedding_math.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -30,6 +31,18 @@ struct SyncApplyRequest {
   int64_t timeout_ms = 0;    // > 0: the wait for the step fails after this long
 };
 
+// One worker's sparse gradient of an embedding shard (its rows and their
+// gradients) for a synchronous step: the shard concatenates the first
+// num_required of the step, scales them by 1 / num_required and applies them
+// as one sparse update (rows that several workers touched summed first), so
+// each row gets one update by the average, as a dense variable does.
+struct SparseSyncApplyRequest {
+  SparseApplyRequest req;    // req.indices, req.values: this worker's rows
+  int64_t step_tag = 0;
+  int64_t num_required = 1;
+  int64_t timeout_ms = 0;
+};
+
 // What QueryReplica reads about a variable.
 enum class ReplicaQuery : uint8_t {
   kSyncStats = 0,   // int64 [3]: applied steps (= the current step), accepted, dropped gradients
@@ -41,6 +54,8 @@ class ReplicationService {
   virtual ~ReplicationService() = default;
   // Contributes a gradient to a synchronous step: answers the step it counted in once applied, -1 at once when stale (or the step had its N); InvalidArgument naming the variable for a bad gradient or N, Aborted by AbortSync or shutdown, Unavailable after timeout_ms (the gradient still counts).
   virtual void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) = 0;
+  // The same for an embedding shard's sparse gradient (SparseSyncApplyRequest); InvalidArgument naming the shard for rows of another width or a shard that also takes dense gradients.
+  virtual void SparseApplySync(SparseSyncApplyRequest req, std::function<void(Result<int64_t>)> done) = 0;
   // Fails every worker waiting on variable id's pending steps with Aborted and drops (counts) their gradients; NotFound for an unknown id.
   virtual void AbortSync(int64_t id, std::function<void(Status)> done) = 0;
   // The value and its version (optimizer updates applied so far), read together; FailedPrecondition naming a never-initialised variable.

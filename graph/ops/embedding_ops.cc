@@ -206,6 +206,39 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
         .NotDifferentiable().Summary(op.sparse_summary).Build()));
   }
 
+  // Synchronous replication of a sparse update (SyncReplicas): an
+  // optimizer's sparse form's inputs and the step tag.
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingSparseApplySync").Inputs(5, 16).Stateful()
+      .RequiredAttr<std::string>("optimizer").RequiredAttr<int64_t>("num_required").Attr("timeout_ms", int64_t{0})
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
+      .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Attr("slot_init", std::vector<double>{})
+      .Shape([](InferenceContext& c) -> Status {
+        auto opt = c.Attr<std::string>("optimizer");
+        if (!opt.ok()) return opt.status();
+        SF_ASSIGN_OR_RETURN(OptimizerKind kind, ParseOptimizer(*opt));
+        const OptimizerSpec& spec = SpecOf(kind);
+        if (!spec.sparse_op) return c.Error(*opt + " has no sparse update");
+        const int fixed = spec.handles + spec.scalars;
+        const int tag = c.num_inputs() - 1;
+        if (tag < fixed + 2 || tag > fixed + 4)
+          return c.Error(*opt + ": " + std::to_string(c.num_inputs()) + " inputs do not make the sparse update's " +
+                         std::to_string(fixed + 2) + " to " + std::to_string(fixed + 4) + " and the step tag");
+        for (int i = 0; i < spec.handles; ++i)
+          if (c.input_dtype(i) != DType::kResource)
+            return c.Error("input " + std::to_string(i) + " must be a handle, got " + DTypeName(c.input_dtype(i)));
+        if (c.input_dtype(tag) != DType::kInt64)
+          return c.Error(std::string("the step tag must be int64, got ") + DTypeName(c.input_dtype(tag)));
+        c.set_output(0, DType::kInt64, PartialShape(Shape{}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("Synchronous replication of an embedding shard's sparse update: the sparse update's inputs "
+               "(attr optimizer's sparse form) and the step tag; the shard applies the first num_required "
+               "workers' rows of the step, averaged, as one update. Output: the step it counted in, or -1 "
+               "when stale (counted as dropped).")
+      .Build()));
+
   // Hash tables (kernels/hash_embedding.h): the initializer that makes a
   // shard variable a hash table shard, and its metrics.
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardInit").Inputs(1).Stateful()

@@ -13,6 +13,8 @@
 
 namespace sf {
 
+class SyncReplicas;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -60,6 +62,7 @@ class Optimizer {
   Output ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value);
 
  private:
+  friend class SyncReplicas;  // wraps the sparse updates it builds
   Output lr_tensor_;
 };
 

@@ -59,7 +59,8 @@ class SyncReplicas {
   // ops::Variable, or every trainable variable) and its synchronous updates.
   // InvalidArgument for N < 1, N + b < N, a replica out of range, or a loss
   // that depends on no variable; Unimplemented naming the table when the loss
-  // trains an embedding table among them (sparse updates are not aggregated).
+  // looks up one trained embedding table twice. Embedding table shards among
+  // the variables get synchronous sparse updates (EmbeddingSparseApplySync).
   Result<SyncReplicaTrainOp> Minimize(Graph& g, Output loss, int replica,
                                       const std::vector<Output>& var_list = {});
 

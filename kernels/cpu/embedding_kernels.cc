@@ -6,6 +6,7 @@
 #include "kernels/embedding_math.h"
 #include "kernels/optimizer_spec.h"
 #include "kernels/embedding_shard_service.h"
+#include "kernels/replication_service.h"
 
 namespace sf {
 namespace {
@@ -102,56 +103,108 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
     if (s->ok() && !slot_init_.ok()) *s = slot_init_.status();
   }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    auto fail = [&](Status s) {
-      ctx->SetStatus(std::move(s));
-      done();
-    };
-    if (!ctx->embeddings()) return fail(MissingService(op_, "an embedding shard service"));
-    SparseApplyRequest req;
-    req.optimizer = optimizer_;
-    for (int i = 0; i < handles_; ++i) {
-      auto id = ShardHandle(ctx->input(i), attrs_.spec.table);
-      if (!id.ok()) return fail(id.status());
-      req.var_ids.push_back(*id);
+    if (!ctx->embeddings()) {
+      ctx->SetStatus(MissingService(op_, "an embedding shard service"));
+      return done();
     }
-    for (int i = 0; i < scalars_; ++i) req.scalars.push_back(ctx->input(handles_ + i));
-    const int first = handles_ + scalars_;
-    const bool has_segments = ctx->num_inputs() == first + 3;
-    EmbeddingGather q;
-    Shape prefix;
-    Status s;
-    if (attrs_.segments == EmbeddingSegments::kSplit)
-      s = ctx->num_inputs() == first + 4
-              ? BuildSplitShardGather(attrs_, ctx->input(first), ctx->input(first + 1), ctx->input(first + 2), &q)
-              : InvalidArgument("embedding table '" + attrs_.spec.table +
-                                "': a split sparse update takes rows, segment ids, weights and the gradient");
-    else
-      s = BuildEmbeddingGather(attrs_, ctx->input(first), has_segments ? &ctx->input(first + 1) : nullptr, &q,
-                               &prefix);
-    if (!s.ok()) return fail(s);
-    // dy has the lookup's shape; as rows per segment it is [num_segments, dim].
-    const Tensor& dy = ctx->input(ctx->num_inputs() - 1);
-    const int64_t dim = dy.rank() > 0 ? dy.dim(dy.rank() - 1) : 0;
-    auto dy2 = dy.Reshaped({q.num_segments, dim});
-    if (!dy2.ok())
-      return fail(InvalidArgument("embedding table '" + attrs_.spec.table + "': gradient " +
-                                  ShapeString(dy.shape()) + " does not match the lookup's " +
-                                  std::to_string(q.num_segments) + " rows"));
-    s = EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req.indices, &req.values, ctx->pool());
-    if (!s.ok()) return fail(s);
-    req.indices_unique = true;  // EmbeddingSparseGrad merged duplicates
-    req.step_id = ctx->step_id();
-    if (slot_init_.ok()) req.slot_init = *slot_init_;
+    SparseApplyRequest req;
+    Status s = BuildRequest(ctx, ctx->num_inputs(), &req);
+    if (!s.ok()) {
+      ctx->SetStatus(std::move(s));
+      return done();
+    }
     ctx->embeddings()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {
       ctx->SetStatus(std::move(st));
       done();
     });
   }
 
- private:
+ protected:
+  // The update of the sparse op's inputs 0..num_inputs: the shard's unique
+  // rows and their summed gradients. Errors name the table.
+  Status BuildRequest(OpKernelContext* ctx, int num_inputs, SparseApplyRequest* req) const {
+    req->optimizer = optimizer_;
+    for (int i = 0; i < handles_; ++i) {
+      SF_ASSIGN_OR_RETURN(int64_t id, ShardHandle(ctx->input(i), attrs_.spec.table));
+      req->var_ids.push_back(id);
+    }
+    for (int i = 0; i < scalars_; ++i) req->scalars.push_back(ctx->input(handles_ + i));
+    const int first = handles_ + scalars_;
+    const bool has_segments = num_inputs == first + 3;
+    EmbeddingGather q;
+    Shape prefix;
+    if (attrs_.segments == EmbeddingSegments::kSplit) {
+      if (num_inputs != first + 4)
+        return InvalidArgument("embedding table '" + attrs_.spec.table +
+                               "': a split sparse update takes rows, segment ids, weights and the gradient");
+      SF_RETURN_IF_ERROR(
+          BuildSplitShardGather(attrs_, ctx->input(first), ctx->input(first + 1), ctx->input(first + 2), &q));
+    } else {
+      SF_RETURN_IF_ERROR(BuildEmbeddingGather(attrs_, ctx->input(first),
+                                              has_segments ? &ctx->input(first + 1) : nullptr, &q, &prefix));
+    }
+    // dy has the lookup's shape; as rows per segment it is [num_segments, dim].
+    const Tensor& dy = ctx->input(num_inputs - 1);
+    const int64_t dim = dy.rank() > 0 ? dy.dim(dy.rank() - 1) : 0;
+    auto dy2 = dy.Reshaped({q.num_segments, dim});
+    if (!dy2.ok())
+      return InvalidArgument("embedding table '" + attrs_.spec.table + "': gradient " + ShapeString(dy.shape()) +
+                             " does not match the lookup's " + std::to_string(q.num_segments) + " rows");
+    SF_RETURN_IF_ERROR(EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req->indices, &req->values, ctx->pool()));
+    req->indices_unique = true;  // EmbeddingSparseGrad merged duplicates
+    req->step_id = ctx->step_id();
+    if (slot_init_.ok()) req->slot_init = *slot_init_;
+    return Status::OK();
+  }
+
   OptimizerKind optimizer_;
   int handles_, scalars_;
   Result<std::vector<double>> slot_init_;
+};
+
+// EmbeddingSparseApplySync: the sparse update's request, contributed to the
+// shard's synchronous step (the last input is the step tag).
+class EmbeddingSparseApplySyncKernel : public EmbeddingSparseApplyKernel {
+ public:
+  EmbeddingSparseApplySyncKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
+      : EmbeddingSparseApplyKernel(init, s, optimizer) {
+    auto n = init.attrs->Get<int64_t>("num_required");
+    auto t = init.attrs->GetOr<int64_t>("timeout_ms", 0);
+    if (s->ok() && !n.ok()) *s = n.status();
+    if (s->ok() && !t.ok()) *s = t.status();
+    if (n.ok()) num_required_ = *n;
+    if (t.ok()) timeout_ms_ = *t;
+  }
+  void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
+    auto fail = [&](Status s) {
+      ctx->SetStatus(std::move(s));
+      done();
+    };
+    if (!ctx->replication()) return fail(MissingService(op_, "a replication service"));
+    const Tensor& tag = ctx->input(ctx->num_inputs() - 1);
+    if (tag.dtype() != DType::kInt64 || tag.num_elements() != 1)
+      return fail(InvalidArgument("embedding table '" + attrs_.spec.table + "': the step tag must be one int64, got " +
+                                  DTypeName(tag.dtype()) + ShapeString(tag.shape())));
+    SparseSyncApplyRequest sreq;
+    Status s = BuildRequest(ctx, ctx->num_inputs() - 1, &sreq.req);
+    if (!s.ok()) return fail(s);
+    sreq.step_tag = tag.data<int64_t>()[0];
+    sreq.num_required = num_required_;
+    sreq.timeout_ms = timeout_ms_;
+    ctx->replication()->SparseApplySync(std::move(sreq), [ctx, done = std::move(done)](Result<int64_t> r) {
+      if (!r.ok()) {
+        ctx->SetStatus(r.status());
+      } else {
+        Tensor out(DType::kInt64, {});
+        out.data<int64_t>()[0] = *r;
+        ctx->set_output(0, std::move(out));
+      }
+      done();
+    });
+  }
+
+ private:
+  int64_t num_required_ = 1, timeout_ms_ = 0;
 };
 
 // Splits a lookup's ids over the table's shards once (outputs: each shard's
@@ -249,6 +302,18 @@ class HashEmbeddingShardStatsKernel : public AsyncShardKernel {
   std::string op_, table_;
 };
 
+KernelFactory SparseApplySyncFactory() {
+  return [](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
+    SF_ASSIGN_OR_RETURN(std::string opt, init.attrs->Get<std::string>("optimizer"));
+    SF_ASSIGN_OR_RETURN(OptimizerKind kind, ParseOptimizer(opt));
+    if (!SpecOf(kind).sparse_op) return InvalidArgument(opt + " has no sparse update");
+    Status s;
+    auto k = std::make_unique<EmbeddingSparseApplySyncKernel>(init, &s, kind);
+    if (!s.ok()) return s;
+    return std::unique_ptr<OpKernel>(std::move(k));
+  };
+}
+
 KernelFactory SparseApplyFactory(OptimizerKind optimizer) {
   return [=](const KernelInit& init) -> Result<std::unique_ptr<OpKernel>> {
     Status s;
@@ -267,6 +332,7 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 void RegisterEmbeddingKernels(KernelRegistry& reg) {
   Reg(reg, "EmbeddingShardLookup", MakeFactory<EmbeddingShardLookupKernel>());
   Reg(reg, "EmbeddingSplitIds", MakeFactory<EmbeddingSplitIdsKernel>());
+  Reg(reg, "EmbeddingSparseApplySync", SparseApplySyncFactory());
   Reg(reg, "HashEmbeddingShardInit", MakeFactory<HashEmbeddingShardInitKernel>());
   Reg(reg, "HashEmbeddingShardStats", MakeFactory<HashEmbeddingShardStatsKernel>());
   for (const OptimizerSpec& spec : kOptimizers)

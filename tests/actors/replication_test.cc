@@ -586,22 +586,116 @@ TEST_CASE("Ring all-reduce refuses mismatched shapes and bad ranks naming the gr
   CHECK_THAT(g2.status().message(), Catch::Contains("all-reduce group 'k'"));
 }
 
-TEST_CASE("SyncReplicas refuses a loss that trains embedding tables, naming the table", "[replication]") {
+TEST_CASE("Sync replicas average an embedding table's sparse updates: one Adagrad update per step", "[replication]") {
+  // Replica r's loss: sum(lookup(ids_r) * c_r), so d loss / d row is known.
+  // The reference: the same table trained without replication on one lookup
+  // of both replicas' ids with half the weights, i.e. the averaged gradient
+  // applied once per step.
+  constexpr int kWorkers = 2, kSteps = 3, kB = 3, kD = 2;
   for (bool hash : {false, true}) {
+    INFO((hash ? "hash table" : "fixed table"));
     Graph g;
-    EmbeddingTable t = hash ? NewHashEmbeddingTable(g, "users", 4, {}) : NewEmbeddingTable(g, "users", 100, 4);
-    auto ids = ops::Placeholder(g, DType::kInt64, {-1, 2}, "ids");
-    auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1, 1, 1, 1}, {4, 1}));
-    auto loss = ops::Sum(g, ops::MatMul(g, ops::EmbeddingLookup(g, t, ids, "sum"), w));
+    auto table = [&](const std::string& name) {
+      if (hash) {
+        HashEmbeddingTableOptions o;
+        o.seed = 7;
+        return NewHashEmbeddingTable(g, name, kD, o);
+      }
+      EmbeddingTableOptions o;
+      o.seed = 7;
+      return NewEmbeddingTable(g, name, 10, kD, o);
+    };
+    EmbeddingTable t = table("users"), ref = table("reference");
+    std::vector<Output> ids, losses;
+    for (int r = 0; r < kWorkers; ++r) {
+      ids.push_back(ops::Placeholder(g, DType::kInt64, {kB, 2}, "ids" + std::to_string(r)));
+      std::vector<float> c;
+      for (int i = 0; i < kB * kD; ++i) c.push_back(0.5f + 0.25f * i + r);
+      losses.push_back(ops::Sum(g, ops::Mul(g, ops::EmbeddingLookup(g, t, ids.back(), "sum"),
+                                            ops::Const(g, c, {kB, kD}))));
+    }
+    std::vector<float> half;
+    for (int r = 0; r < kWorkers; ++r)
+      for (int i = 0; i < kB * kD; ++i) half.push_back((0.5f + 0.25f * i + r) / kWorkers);
+    auto both = ops::Concat(g, {ids[0], ids[1]}, 0);
+    auto ref_loss = ops::Sum(g, ops::Mul(g, ops::EmbeddingLookup(g, ref, both, "sum"),
+                                         ops::Const(g, half, {kWorkers * kB, kD})));
+    AdagradOptimizer adagrad(0.3);
+    SyncReplicas sync(adagrad, {kWorkers, kWorkers});
+    std::vector<SyncReplicaTrainOp> towers;
+    for (int r = 0; r < kWorkers; ++r) {
+      auto tower = sync.Minimize(g, losses[r], r, t.shards);
+      REQUIRE(tower.ok());
+      towers.push_back(*tower);
+    }
+    AdagradOptimizer plain(0.3);
+    auto ref_train = plain.Minimize(g, ref_loss, ref.shards);
+    REQUIRE(ref_train.ok());
+    auto probe_ids = ops::Placeholder(g, DType::kInt64, {10, 1}, "probe");
+    auto probe = ops::EmbeddingLookup(g, t, probe_ids, "sum");
+    auto probe_ref = ops::EmbeddingLookup(g, ref, probe_ids, "sum");
+    auto init = ops::GlobalVariablesInitializer(g);
     REQUIRE(g.status().ok());
-    GradientDescentOptimizer sgd(0.1);
-    SyncReplicas sync(sgd, {2, 2});
-    auto r = sync.Minimize(g, loss, 0);
-    INFO(r.status().ToString());
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::kUnimplemented);
-    CHECK(r.status().message().find("'users'") != std::string::npos);
-    // Listing only the dense variables is fine: the table is then not SyncReplicas' to train.
-    CHECK(sync.Minimize(g, loss, 0, {w}).ok());
+    Session s(g);
+    REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+    auto batch = [](int r, int step) {
+      std::vector<int64_t> v;
+      for (int i = 0; i < kB * 2; ++i) v.push_back((3 * r + 5 * step + 7 * i) % 10);  // rows shared across replicas
+      return Tensor::FromVector(v, {kB, 2});
+    };
+    for (int step = 0; step < kSteps; ++step) {
+      const int64_t token = Token(s, towers[0]);
+      std::vector<std::thread> threads;
+      std::atomic<int> failures{0};
+      for (int r = 0; r < kWorkers; ++r)
+        threads.emplace_back([&, r] {
+          auto out = s.Run({{"ids" + std::to_string(r), batch(r, step)}, {towers[r].step_tag.name(), Tensor::Scalar<int64_t>(token)}},
+                           towers[r].counted_in, {towers[r].train_op});
+          if (!out.ok() || (*out)[0].data<int64_t>()[0] != step) ++failures;
+        });
+      for (auto& th : threads) th.join();
+      REQUIRE(failures == 0);
+      REQUIRE(s.Run({{"ids0", batch(0, step)}, {"ids1", batch(1, step)}}, std::vector<Output>{}, {*ref_train}).ok());
+    }
+    std::vector<int64_t> all;
+    for (int64_t i = 0; i < 10; ++i) all.push_back(i);
+    auto got = s.Run({{"probe", Tensor::FromVector(all, {10, 1})}}, std::vector<Output>{probe, probe_ref});
+    REQUIRE(got.ok());
+    auto a = (*got)[0].ToVector<float>(), b = (*got)[1].ToVector<float>();
+    REQUIRE(a.size() == b.size());
+    bool moved = false;
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
+    // And training happened (the reference moved from the initial rows).
+    auto init_rows = [&] {
+      Session fresh(g);
+      REQUIRE(fresh.Run({}, std::vector<Output>{}, {init}).ok());
+      auto r = fresh.Run({{"probe", Tensor::FromVector(all, {10, 1})}}, std::vector<Output>{probe});
+      REQUIRE(r.ok());
+      return (*r)[0].ToVector<float>();
+    }();
+    for (size_t i = 0; i < a.size(); ++i) moved = moved || std::abs(a[i] - init_rows[i]) > 1e-3;
+    CHECK(moved);
+    // A stale tag is dropped, not applied.
+    auto stale = s.Run({{"ids0", batch(0, 0)}, {towers[0].step_tag.name(), Tensor::Scalar<int64_t>(0)}},
+                       towers[0].counted_in, {towers[0].train_op});
+    REQUIRE(stale.ok());
+    CHECK((*stale)[0].data<int64_t>()[0] == -1);
   }
+}
+
+TEST_CASE("SyncReplicas refuses two trained lookups of one table, naming it", "[replication]") {
+  Graph g;
+  EmbeddingTable t = NewHashEmbeddingTable(g, "users", 4, {});
+  auto a = ops::Placeholder(g, DType::kInt64, {-1, 2}, "a");
+  auto b = ops::Placeholder(g, DType::kInt64, {-1, 2}, "b");
+  auto loss = ops::Add(g, ops::Sum(g, ops::EmbeddingLookup(g, t, a, "sum")),
+                       ops::Sum(g, ops::EmbeddingLookup(g, t, b, "sum")));
+  REQUIRE(g.status().ok());
+  GradientDescentOptimizer sgd(0.1);
+  SyncReplicas sync(sgd, {2, 2});
+  auto r = sync.Minimize(g, loss, 0);
+  INFO(r.status().ToString());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kUnimplemented);
+  CHECK(r.status().message().find("'users'") != std::string::npos);
 }

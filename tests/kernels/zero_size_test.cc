@@ -413,6 +413,7 @@ const std::map<std::string, std::string>& NeedsSession() {
       {"QueueDequeueMany", "queue service"}, {"QueueClose", "queue service"},
       {"QueueSize", "queue service"},
       {"ApplyGradientSync", "replication service"}, {"ApplyGradientAsync", "replication service"},
+      {"EmbeddingSparseApplySync", "replication service"},
       {"ReadVariableWithVersion", "replication service"}, {"SyncReplicaStats", "replication service"},
       {"StalenessStats", "replication service"}, {"AbortSyncStep", "replication service"},
       {"StaleSyncWait", "replication service"}, {"AllReduce", "collective service"},
