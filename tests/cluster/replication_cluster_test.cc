@@ -10,6 +10,8 @@
 
 #include "examples/common/local_cluster.h"
 #include "shardflow/cluster.h"
+#include "shardflow/embedding.h"
+#include "shardflow/session.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
 #include "shardflow/replication.h"
@@ -193,4 +195,113 @@ TEST_CASE("Cluster: a late backup worker's gradient is counted as dropped", "[cl
   REQUIRE(st[0] == 1);  // applied steps
   REQUIRE(st[1] == 2);  // accepted gradients
   REQUIRE(st[2] == 1);  // dropped: the late one, counted, not lost
+}
+
+TEST_CASE("Cluster: synchronous replicas average a hash embedding table's sparse updates across processes",
+          "[cluster][replication]") {
+  constexpr int kB = 3, kD = 2, kTableSteps = 3;
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  auto weights = [](int r) {
+    std::vector<float> c;
+    for (int i = 0; i < kB * kD; ++i) c.push_back(0.5f + 0.25f * i + r);
+    return c;
+  };
+  auto batch = [](int r, int step) {
+    std::vector<int64_t> v;
+    for (int i = 0; i < kB * 2; ++i) v.push_back(1000003 * ((3 * r + 5 * step + 7 * i) % 10) - 7);
+    return Tensor::FromVector(v, {kB, 2});
+  };
+  std::vector<int64_t> probe_ids;
+  for (int64_t i = 0; i < 10; ++i) probe_ids.push_back(1000003 * i - 7);
+  // Each worker's graph: the table on task 0, its loss on task r.
+  struct TableWorker {
+    Graph g;
+    EmbeddingTable t;
+    SyncReplicaTrainOp tower;
+    Output probe;
+    Operation init;
+  };
+  std::vector<std::unique_ptr<TableWorker>> workers;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  AdagradOptimizer adagrad(0.3);
+  SyncReplicas sync(adagrad, {kWorkers, kWorkers});
+  for (int r = 0; r < kWorkers; ++r) {
+    auto w = std::make_unique<TableWorker>();
+    {
+      auto d = w->g.DeviceScope("/job:worker/task:0");
+      HashEmbeddingTableOptions o;
+      o.seed = 7;
+      w->t = NewHashEmbeddingTable(w->g, "users", kD, o);
+    }
+    // The lookups sit with the table's shard; the rest of the loss on task r.
+    auto ids = ops::Placeholder(w->g, DType::kInt64, {kB, 2}, "ids");
+    auto emb = ops::EmbeddingLookup(w->g, w->t, ids, "sum");
+    auto p = ops::Placeholder(w->g, DType::kInt64, {10, 1}, "probe");
+    w->probe = ops::EmbeddingLookup(w->g, w->t, p, "sum");
+    Output loss;
+    {
+      auto d = w->g.DeviceScope("/job:worker/task:" + std::to_string(r));
+      loss = ops::Sum(w->g, ops::Mul(w->g, emb, ops::Const(w->g, weights(r), {kB, kD})));
+    }
+    w->init = ops::GlobalVariablesInitializer(w->g);
+    auto tower = sync.Minimize(w->g, loss, r, w->t.shards);
+    REQUIRE(tower.ok());
+    w->tower = *tower;
+    REQUIRE(w->g.status().ok());
+    ClusterOptions co;
+    co.address = cluster.addresses()[0];
+    co.tls_dir = cluster.tls_dir();
+    co.step_progress_timeout_ms = 10000;
+    auto s = ClusterSession::Connect(w->g, co);
+    REQUIRE(s.ok());
+    sessions.push_back(std::move(*s));
+    workers.push_back(std::move(w));
+  }
+  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
+  for (int step = 0; step < kTableSteps; ++step) {
+    auto tok = sessions[0]->Run({}, std::vector<Output>{workers[0]->tower.global_step});
+    REQUIRE(tok.ok());
+    const int64_t token = (*tok)[0].data<int64_t>()[0];
+    std::vector<Status> st(kWorkers);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorkers; ++r)
+      threads.emplace_back([&, r] {
+        auto out = sessions[r]->Run({{"ids", batch(r, step)}, {workers[r]->tower.step_tag.name(), Tensor::Scalar<int64_t>(token)}},
+                                    workers[r]->tower.counted_in, {workers[r]->tower.train_op});
+        st[r] = out.ok() && (*out)[0].data<int64_t>()[0] == step ? Status::OK() : Internal(out.status().ToString());
+      });
+    for (auto& th : threads) th.join();
+    INFO(st[0].ToString() << " / " << st[1].ToString());
+    for (const auto& s : st) REQUIRE(s.ok());
+  }
+  auto got = sessions[1]->Run({{"probe", Tensor::FromVector(probe_ids, {10, 1})}}, std::vector<Output>{workers[1]->probe});
+  REQUIRE(got.ok());
+  // The reference, in one process: the averaged gradient applied once per step.
+  Graph rg;
+  HashEmbeddingTableOptions o;
+  o.seed = 7;
+  EmbeddingTable ref = NewHashEmbeddingTable(rg, "users", kD, o);
+  auto ids0 = ops::Placeholder(rg, DType::kInt64, {kB, 2}, "ids0");
+  auto ids1 = ops::Placeholder(rg, DType::kInt64, {kB, 2}, "ids1");
+  std::vector<float> half;
+  for (int r = 0; r < kWorkers; ++r)
+    for (float c : weights(r)) half.push_back(c / kWorkers);
+  auto ref_loss = ops::Sum(rg, ops::Mul(rg, ops::EmbeddingLookup(rg, ref, ops::Concat(rg, {ids0, ids1}, 0), "sum"),
+                                        ops::Const(rg, half, {kWorkers * kB, kD})));
+  AdagradOptimizer plain(0.3);
+  auto train = plain.Minimize(rg, ref_loss, ref.shards);
+  REQUIRE(train.ok());
+  auto p = ops::Placeholder(rg, DType::kInt64, {10, 1}, "probe");
+  auto probe = ops::EmbeddingLookup(rg, ref, p, "sum");
+  auto init = ops::GlobalVariablesInitializer(rg);
+  Session s(rg);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+  for (int step = 0; step < kTableSteps; ++step)
+    REQUIRE(s.Run({{"ids0", batch(0, step)}, {"ids1", batch(1, step)}}, std::vector<Output>{}, {*train}).ok());
+  auto want = s.Run({{"probe", Tensor::FromVector(probe_ids, {10, 1})}}, std::vector<Output>{probe});
+  REQUIRE(want.ok());
+  auto a = (*got)[0].ToVector<float>(), b = (*want)[0].ToVector<float>();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
 }
