@@ -210,6 +210,21 @@ std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
 // actors/variable_shard_protocol.h. Each answers through the message's done
 // (taken by mutable reference: the message is the handler's alone, nothing
 // is copied).
+// One worker's contribution to a synchronous step of the variable its
+// request names, handed to the variable's ReplicaState by `offer`; the
+// waiter's timeout is a delayed message to the shard itself.
+template <typename Msg, typename Offer>
+void OfferSyncStep(ShardPointer self, Msg& m, Offer offer) {
+  ShardState& st = self->state;
+  const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
+  ShardState::Var* v = st.Find(id);
+  if (!v) return m.done(NoVariable(id));
+  const int64_t waiter = ++st.next_waiter;
+  const int64_t timeout_ms = m.req.timeout_ms;
+  offer(st, *v, id, waiter, m);
+  if (timeout_ms > 0) self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
+}
+
 VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* pool) {
   self->state.pool = pool;
   return {
@@ -290,28 +305,17 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       // Replication (kernels/replica_state.h): the variable's ReplicaState
       // keeps the waiting workers' callbacks.
       [self](ApplySyncGradient& m) {
-        ShardState& st = self->state;
-        const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
-        ShardState::Var* v = st.Find(id);
-        if (!v) return m.done(NoVariable(id));
-        const int64_t waiter = ++st.next_waiter;
-        const int64_t timeout_ms = m.req.timeout_ms;
-        st.Replica(id).OfferSync(v->name, v->value, std::move(m.req), waiter, std::move(m.done),
-                                 [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
-        if (timeout_ms > 0)
-          self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
+        OfferSyncStep(self, m, [](ShardState& st, ShardState::Var& v, int64_t id, int64_t waiter, ApplySyncGradient& m) {
+          st.Replica(id).OfferSync(v.name, v.value, std::move(m.req), waiter, std::move(m.done),
+                                     [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
+        });
       },
       [self](ApplySparseSyncGradient& m) {
-        ShardState& st = self->state;
-        const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
-        ShardState::Var* v = st.Find(id);
-        if (!v) return m.done(NoVariable(id));
-        const int64_t waiter = ++st.next_waiter;
-        const int64_t timeout_ms = m.req.timeout_ms;
-        st.Replica(id).OfferSparseSync(v->name, std::move(m.req), waiter, std::move(m.done),
-                                       [&st](const SparseApplyRequest& req) { return ApplySparseUpdate(st, req); });
-        if (timeout_ms > 0)
-          self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
+        OfferSyncStep(self, m, [](ShardState& st, ShardState::Var& v, int64_t id, int64_t waiter,
+                                  ApplySparseSyncGradient& m) {
+          st.Replica(id).OfferSparseSync(v.name, std::move(m.req), waiter, std::move(m.done),
+                                           [&st](const SparseApplyRequest& req) { return ApplySparseUpdate(st, req); });
+        });
       },
       [self](const SyncWaitTimeout& m) {
         ShardState& st = self->state;

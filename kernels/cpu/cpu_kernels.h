@@ -15,6 +15,10 @@ void RegisterStateKernels(KernelRegistry& reg);
 void RegisterRandomKernels(KernelRegistry& reg);
 void RegisterTrainingKernels(KernelRegistry& reg);
 void RegisterReplicationKernels(KernelRegistry& reg);
+
+// The callback of a synchronous contribution: the step it counted in (-1:
+// stale) as the kernel's int64 scalar output 0, or the error; then done.
+std::function<void(Result<int64_t>)> AnswerSyncStep(OpKernelContext* ctx, std::function<void()> done);
 void RegisterControlFlowKernels(KernelRegistry& reg);
 void RegisterQueueKernels(KernelRegistry& reg);
 void RegisterSendRecvKernels(KernelRegistry& reg);

@@ -191,16 +191,7 @@ class EmbeddingSparseApplySyncKernel : public EmbeddingSparseApplyKernel {
     sreq.step_tag = tag.data<int64_t>()[0];
     sreq.num_required = num_required_;
     sreq.timeout_ms = timeout_ms_;
-    ctx->replication()->SparseApplySync(std::move(sreq), [ctx, done = std::move(done)](Result<int64_t> r) {
-      if (!r.ok()) {
-        ctx->SetStatus(r.status());
-      } else {
-        Tensor out(DType::kInt64, {});
-        out.data<int64_t>()[0] = *r;
-        ctx->set_output(0, std::move(out));
-      }
-      done();
-    });
+    ctx->replication()->SparseApplySync(std::move(sreq), AnswerSyncStep(ctx, std::move(done)));
   }
 
  private:

@@ -120,16 +120,7 @@ class TaggedApplyKernel : public AsyncKernelBase {
     sreq.step_tag = tag;
     sreq.num_required = num_required_;
     sreq.timeout_ms = timeout_ms_;
-    ctx->replication()->ApplySync(std::move(sreq), [ctx, done = std::move(done)](Result<int64_t> r) {
-      if (!r.ok()) {
-        ctx->SetStatus(r.status());
-      } else {
-        Tensor out(DType::kInt64, {});
-        out.data<int64_t>()[0] = *r;
-        ctx->set_output(0, std::move(out));
-      }
-      done();
-    });
+    ctx->replication()->ApplySync(std::move(sreq), AnswerSyncStep(ctx, std::move(done)));
     return Status::OK();
   }
 
@@ -280,6 +271,19 @@ class AllReduceKernel : public AsyncKernelBase {
 };
 
 }  // namespace
+
+std::function<void(Result<int64_t>)> AnswerSyncStep(OpKernelContext* ctx, std::function<void()> done) {
+  return [ctx, done = std::move(done)](Result<int64_t> r) {
+    if (!r.ok()) {
+      ctx->SetStatus(r.status());
+    } else {
+      Tensor out(DType::kInt64, {});
+      out.data<int64_t>()[0] = *r;
+      ctx->set_output(0, std::move(out));
+    }
+    done();
+  };
+}
 
 void RegisterReplicationKernels(KernelRegistry& reg) {
   RegisterCPU<ApplyGradientSyncKernel>(reg, "ApplyGradientSync", {DType::kInvalid});
