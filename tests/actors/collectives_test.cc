@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/collectives.h"
+#include "tests/support/caf_system.h"
 #include "tests/support/random_values.h"
 #include "tests/support/wait.h"
 
@@ -23,16 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-caf::actor_system_config& Configure(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("scheduler.max-threads", size_t{2});
-  return cfg;
-}
-
-struct System {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{Configure(cfg)};
-};
+using System = testing::CafSystem;
 
 Tensor Input(DType dt, int r, int64_t size) {
   const std::vector<float> v = testing::Random(size, 1000 + r);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "actors/variable_shards.h"
+#include "tests/support/caf_system.h"
 #include "tests/support/deterministic.h"
 
 using namespace sf;
@@ -26,16 +27,7 @@ Status WaitApply(ActorVariables& vars, ApplyRequest req) {
   return f.get();
 }
 
-caf::actor_system_config& Configure(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("scheduler.max-threads", size_t{2});
-  return cfg;
-}
-
-struct System {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{Configure(cfg)};
-};
+using System = testing::CafSystem;
 
 }  // namespace
 

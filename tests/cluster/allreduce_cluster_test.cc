@@ -6,11 +6,7 @@
 // the other ranks' steps by name, quickly.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -23,6 +19,7 @@
 #include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/replication.h"
+#include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 #include "tests/support/test_credentials.h"
 
@@ -370,15 +367,8 @@ TEST_CASE("Cluster all-reduce: groups a peer announces are bounded; a real group
   REQUIRE(e.ok());
   auto c = (*e)->Connect((*n0)->address());
   REQUIRE(c.ok());
-  for (int i = 0; i < 4096; ++i) {
-    net::CollectiveChunk a;
-    a.group_key = "ghost" + std::to_string(i);
-    a.group_size = 2;
-    a.from_rank = 1;
-    a.step = -1;
-    a.address = "127.0.0.1:1";
-    REQUIRE((*c)->Send(net::Message{0, a}).ok());
-  }
+  for (int i = 0; i < 4096; ++i)
+    REQUIRE((*c)->Send(net::Message{0, testing::Announcement("ghost" + std::to_string(i), 2, 1, "127.0.0.1:1")}).ok());
   REQUIRE(net::Call(*c, net::ListMembers{}, 30000).ok());  // all handled by now
   // A real one-rank group on the node is refused, naming the bound.
   Graph g;
@@ -412,18 +402,10 @@ TEST_CASE("Cluster all-reduce: a node's hub never waits on a dial to a peer that
   // Three addresses that accept connections and never answer a TLS hello:
   // a dial to each takes the whole connect timeout.
   std::vector<int> holes;
-  std::vector<std::string> hole_addrs;
+  std::vector<std::string> hole_addrs(3);
   for (int i = 0; i < 3; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd, 16) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    holes.push_back(fd);
-    hole_addrs.push_back("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+    holes.push_back(testing::RawListen(&hole_addrs[i]));
+    REQUIRE(holes.back() >= 0);
   }
   // An authenticated node says rank 1 of groups bh0..bh2 runs there.
   net::EndpointOptions to;
@@ -433,15 +415,8 @@ TEST_CASE("Cluster all-reduce: a node's hub never waits on a dial to a peer that
   REQUIRE(e.ok());
   auto c = (*e)->Connect((*n0)->address());
   REQUIRE(c.ok());
-  for (int i = 0; i < 3; ++i) {
-    net::CollectiveChunk a;
-    a.group_key = "bh" + std::to_string(i);
-    a.group_size = 2;
-    a.from_rank = 1;
-    a.step = -1;
-    a.address = hole_addrs[i];
-    REQUIRE((*c)->Send(net::Message{0, a}).ok());
-  }
+  for (int i = 0; i < 3; ++i)
+    REQUIRE((*c)->Send(net::Message{0, testing::Announcement("bh" + std::to_string(i), 2, 1, hole_addrs[i])}).ok());
   REQUIRE(net::Call(*c, net::ListMembers{}, 30000).ok());
   ClusterOptions o;
   o.address = (*n0)->address();

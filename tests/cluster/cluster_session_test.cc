@@ -28,6 +28,7 @@
 #include "shardflow/optimizers.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/session.h"
+#include "tests/support/neg_partition.h"
 #include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 #include "tests/support/test_credentials.h"
@@ -409,12 +410,7 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   no.tls_dir = sf::testing::TestTlsDir();
   auto node = ClusterNode::Start(no);
   REQUIRE(node.ok());
-  Graph g;
-  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
-  auto y = ops::Neg(g, x);
-  REQUIRE(g.status().ok());
-  auto bytes = GraphToBytes(g);
-  REQUIRE(bytes.ok());
+  const testing::NegPartition neg;
 
   net::EndpointOptions to;
   to.role = net::Role::kSession;
@@ -424,16 +420,7 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   auto c = (*t)->Connect((*node)->address());
   REQUIRE(c.ok());
   auto call = [&](net::Body body) { return net::Call(*c, std::move(body), 5000); };
-  net::RegisterPartition reg;
-  reg.session_id = 42;
-  reg.handle = 1;
-  reg.device = "/job:worker/task:0/device:CPU:0";
-  reg.tasks = {{"task0", (*node)->address()}};
-  reg.graph_def = *bytes;
-  reg.feeds = {{"x", 0}};
-  reg.fetches = {{g.node(y.node).name, 0}};
-  reg.targets = {"x", g.node(y.node).name};
-  auto r = call(reg);
+  auto r = call(neg.Registration(42, 1, (*node)->address()));
   REQUIRE(r.ok());
   REQUIRE(std::get<net::StatusReply>(r->body).status.ok());
 

@@ -26,6 +26,7 @@
 #include "shardflow/cluster.h"
 #include "shardflow/graph_io.h"
 #include "shardflow/ops.h"
+#include "tests/support/neg_partition.h"
 #include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 
@@ -324,17 +325,6 @@ TEST_CASE("Hostile: members a peer lists are dialed and verified before they are
   };
   // Nothing listens at the first ghost. The second is an endpoint that
   // says it listens elsewhere; the third holds a session's credential.
-  const int dead_port = [] {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-    ::close(fd);  // the port is free again: nothing listens there
-    return static_cast<int>(ntohs(a.sin_port));
-  }();
   net::EndpointOptions o;
   o.role = net::Role::kNode;
   o.tls_dir = cluster.tls_dir();
@@ -347,7 +337,7 @@ TEST_CASE("Hostile: members a peer lists are dialed and verified before they are
   auto session = Peer(cluster, net::Role::kSession);
   auto session_port = (*session)->Listen("127.0.0.1", 0);
   REQUIRE(session_port.ok());
-  const std::string ghost1 = "127.0.0.1:" + std::to_string(dead_port);
+  const std::string ghost1 = testing::UnusedAddress();
   const std::string ghost2 = "127.0.0.1:" + std::to_string(*liar_port);
   const std::string ghost3 = "127.0.0.1:" + std::to_string(*session_port);
   auto e = Peer(cluster, net::Role::kNode);
@@ -406,14 +396,8 @@ TEST_CASE("Hostile: a session's tensors and all-reduce chunks are dropped, not k
     REQUIRE(c.ok());
     for (int i = 0; i < 5000; ++i)
       REQUIRE((*c)->Send(net::Message{0, net::SendTensor{first_step + i, "edge", "", 0, false, t}}).ok());
-    for (int i = 0; role == net::Role::kSession && i < 1000; ++i) {
-      net::CollectiveChunk cc;
-      cc.group_key = "g" + std::to_string(i);
-      cc.group_size = 2;
-      cc.step = -1;
-      cc.address = "127.0.0.1:1";
-      REQUIRE((*c)->Send(net::Message{0, cc}).ok());
-    }
+    for (int i = 0; role == net::Role::kSession && i < 1000; ++i)
+      REQUIRE((*c)->Send(net::Message{0, testing::Announcement("g" + std::to_string(i), 2, 1, "127.0.0.1:1")}).ok());
     // Everything sent has been handled once an ask behind it is answered.
     auto r = net::Call(*c, net::ListMembers{}, 120000);
     INFO(r.status().ToString());
@@ -471,23 +455,8 @@ TEST_CASE("Hostile: a session's client may hold boundedly many sessions, and onl
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   const std::string a0 = cluster.addresses()[0];
-  Graph g;
-  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
-  auto y = ops::Neg(g, x);
-  REQUIRE(g.status().ok());
-  auto bytes = GraphToBytes(g);
-  REQUIRE(bytes.ok());
-  auto reg = [&](uint64_t session, uint64_t handle) {
-    net::RegisterPartition r;
-    r.session_id = session;
-    r.handle = handle;
-    r.device = "/job:worker/task:0/device:CPU:0";
-    r.tasks = {{"task0", a0}};
-    r.graph_def = *bytes;
-    r.feeds = {{"x", 0}};
-    r.fetches = {{g.node(y.node).name, 0}};
-    return r;
-  };
+  const testing::NegPartition neg;
+  auto reg = [&](uint64_t session, uint64_t handle) { return neg.Registration(session, handle, a0); };
   auto status_of = [](const Result<net::Message>& r) {
     if (!r.ok()) return r.status();
     auto* s = std::get_if<net::StatusReply>(&r->body);

@@ -199,39 +199,60 @@ std::vector<int64_t> StoredIds(HashColdStore& store) {
   return ids;
 }
 
+std::vector<int64_t> Ids(int64_t first, int64_t n) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(first + i);
+  return ids;
+}
+
+// A shard of config c under the 16-row RAM floor with an in-memory cold
+// store, and the same shard all in RAM as the reference, stepped together.
+struct TieredAndReference {
+  HashEmbeddingShard ref, s;
+  HashColdStore* store = nullptr;
+  int64_t step = 0;
+  Tensor a, b;  // the last lookups of ref and s
+
+  explicit TieredAndReference(HashShardConfig c) : ref(c), s(Tiered(c)) {
+    auto owned = NewKvHashColdStore(NewInMemoryKvStore(), "mem");
+    store = owned.get();
+    REQUIRE(s.SetColdStore(std::move(owned)).ok());
+  }
+  // Looks ids up in both (the same rows either way), without a step.
+  void Look(const std::vector<int64_t>& ids) {
+    REQUIRE(Lookup(ref, ids, step, &a).ok());
+    REQUIRE(Lookup(s, ids, step, &b).ok());
+    CHECK(a.ToVector<float>() == b.ToVector<float>());
+  }
+  // One training step of batch (none looked up when it is empty) in both.
+  void Step(const std::vector<int64_t>& batch) {
+    if (!batch.empty()) Look(batch);
+    REQUIRE(Apply(ref, batch, step).ok());
+    REQUIRE(Apply(s, batch, step).ok());
+    ++step;
+  }
+
+ private:
+  static HashShardConfig Tiered(HashShardConfig c) {
+    c.ram_budget_bytes = 1;  // the 16-row floor
+    return c;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("Cold tier: a promoted row's stale cold copy is never read, counted or saved",
           "[hash_embedding][cold]") {
-  HashShardConfig c = Config();
-  c.ram_budget_bytes = 1;  // the 16-row floor
-  HashEmbeddingShard ref(Config());
-  HashEmbeddingShard s(c);
-  auto owned = NewKvHashColdStore(NewInMemoryKvStore(), "mem");
-  HashColdStore* store = owned.get();
-  REQUIRE(s.SetColdStore(std::move(owned)).ok());
-  std::vector<int64_t> first, second;
-  for (int64_t i = 0; i < 16; ++i) first.push_back(i);
-  for (int64_t i = 100; i < 116; ++i) second.push_back(i);
-  Tensor a, b;
-  int64_t step = 0;
-  for (const auto* batch : {&first, &second}) {  // the second batch demotes the first
-    REQUIRE(Lookup(ref, *batch, step, &a).ok());
-    REQUIRE(Lookup(s, *batch, step, &b).ok());
-    REQUIRE(Apply(ref, *batch, step).ok());
-    REQUIRE(Apply(s, *batch, step).ok());
-    ++step;
-  }
+  TieredAndReference t(Config());
+  HashEmbeddingShard& s = t.s;
+  const std::vector<int64_t> first = Ids(0, 16), second = Ids(100, 16);
+  t.Step(first);
+  t.Step(second);  // demotes the first
   REQUIRE(s.Metrics().cold_rows == 16);
   // Promote 0..3 and train them: the store keeps their old bytes.
   const std::vector<int64_t> back = {0, 1, 2, 3};
-  REQUIRE(Lookup(ref, back, step, &a).ok());
-  REQUIRE(Lookup(s, back, step, &b).ok());
-  CHECK(a.ToVector<float>() == b.ToVector<float>());
-  REQUIRE(Apply(ref, back, step).ok());
-  REQUIRE(Apply(s, back, step).ok());
-  ++step;
-  const std::vector<int64_t> stored = StoredIds(*store);
+  t.Step(back);
+  const std::vector<int64_t> stored = StoredIds(*t.store);
   for (int64_t id : back) {
     INFO("id " << id);
     HashRowState row;
@@ -246,68 +267,42 @@ TEST_CASE("Cold tier: a promoted row's stale cold copy is never read, counted or
     if (!s.RowOf(id, &row)) ++cold;
   }
   CHECK(m.cold_rows == cold);
-  CHECK(m.rows + m.cold_rows == ref.Metrics().rows);
+  CHECK(m.rows + m.cold_rows == t.ref.Metrics().rows);
   auto all = s.AllRowsWithCold();
   REQUIRE(all.ok());
-  CHECK(*all == ref.AllRows());  // the trained hot rows, not their stale copies
+  CHECK(*all == t.ref.AllRows());  // the trained hot rows, not their stale copies
   // A saved state restores the exact rows, with a cold tier and without.
   auto state = s.Serialize();
   REQUIRE(state.ok());
   auto restored = HashEmbeddingShard::Deserialize(*state, "cold");
   REQUIRE(restored.ok());
-  CHECK((*restored)->AllRows() == ref.AllRows());
-  CHECK((*restored)->Metrics().rows == ref.Metrics().rows);
+  CHECK((*restored)->AllRows() == t.ref.AllRows());
+  CHECK((*restored)->Metrics().rows == t.ref.Metrics().rows);
   REQUIRE((*restored)->SetColdStore(NewKvHashColdStore(NewInMemoryKvStore(), "mem2")).ok());
   auto again = (*restored)->AllRowsWithCold();
   REQUIRE(again.ok());
-  CHECK(*again == ref.AllRows());
-  CHECK((*restored)->Metrics().rows + (*restored)->Metrics().cold_rows == ref.Metrics().rows);
+  CHECK(*again == t.ref.AllRows());
+  CHECK((*restored)->Metrics().rows + (*restored)->Metrics().cold_rows == t.ref.Metrics().rows);
   // Demoting a promoted row overwrites its stale copy with the trained bytes.
-  REQUIRE(Lookup(ref, second, step, &a).ok());
-  REQUIRE(Lookup(s, second, step, &b).ok());
-  REQUIRE(Apply(ref, second, step).ok());
-  REQUIRE(Apply(s, second, step).ok());
-  ++step;
-  REQUIRE(Lookup(ref, back, step, &a).ok());
-  REQUIRE(Lookup(s, back, step, &b).ok());
-  CHECK(a.ToVector<float>() == b.ToVector<float>());
+  t.Step(second);
+  t.Look(back);
   all = s.AllRowsWithCold();
   REQUIRE(all.ok());
-  CHECK(*all == ref.AllRows());
+  CHECK(*all == t.ref.AllRows());
 }
 
 TEST_CASE("Cold tier: a row evicted by ttl_steps while its stale copy is stored comes back fresh",
           "[hash_embedding][cold]") {
   HashShardConfig c = Config();
   c.ttl_steps = 8;
-  HashShardConfig cold = c;
-  cold.ram_budget_bytes = 1;  // the 16-row floor
-  HashEmbeddingShard ref(c);
-  HashEmbeddingShard s(cold);
-  auto owned = NewKvHashColdStore(NewInMemoryKvStore(), "mem");
-  HashColdStore* store = owned.get();
-  REQUIRE(s.SetColdStore(std::move(owned)).ok());
-  std::vector<int64_t> first, second;
-  for (int64_t i = 0; i < 16; ++i) first.push_back(i);
-  for (int64_t i = 100; i < 116; ++i) second.push_back(i);
-  Tensor a, b;
-  int64_t step = 0;
-  auto both = [&](const std::vector<int64_t>& batch) {
-    if (!batch.empty()) {
-      REQUIRE(Lookup(ref, batch, step, &a).ok());
-      REQUIRE(Lookup(s, batch, step, &b).ok());
-      CHECK(a.ToVector<float>() == b.ToVector<float>());
-    }
-    REQUIRE(Apply(ref, batch, step).ok());
-    REQUIRE(Apply(s, batch, step).ok());
-    ++step;
-  };
-  both(first);
-  both(second);   // demotes 0..15
-  both({0});      // promotes 0, its stale copy stays; 0 is last seen at step 2
-  const auto stored = StoredIds(*store);
+  TieredAndReference t(c);
+  HashEmbeddingShard& s = t.s;
+  t.Step(Ids(0, 16));
+  t.Step(Ids(100, 16));  // demotes 0..15
+  t.Step({0});           // promotes 0, its stale copy stays; 0 is last seen at step 2
+  const auto stored = StoredIds(*t.store);
   REQUIRE(std::count(stored.begin(), stored.end(), 0) == 1);
-  while (step < 14) both({});  // 0 expires hot and is swept
+  while (t.step < 14) t.Step({});  // 0 expires hot and is swept
   HashRowState row;
   REQUIRE_FALSE(s.RowOf(0, &row));
   // Gone from every view before any lookup deletes its copy...
@@ -320,12 +315,12 @@ TEST_CASE("Cold tier: a row evicted by ttl_steps while its stale copy is stored 
   REQUIRE(restored.ok());
   CHECK_FALSE((*restored)->RowOf(0, &row));
   // ...and the next lookup reads a fresh row (as the reference), not the stale copy.
-  both({0});
-  const auto after = StoredIds(*store);
+  t.Step({0});
+  const auto after = StoredIds(*t.store);
   CHECK(std::count(after.begin(), after.end(), 0) == 0);
   REQUIRE(s.RowOf(0, &row));
   HashRowState want;
-  REQUIRE(ref.RowOf(0, &want));
+  REQUIRE(t.ref.RowOf(0, &want));
   CHECK(row == want);
 }
 

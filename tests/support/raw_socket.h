@@ -1,5 +1,5 @@
-// A plain TCP connection to a node, for tests that play a peer speaking
-// garbage, nothing at all, or too slowly.
+// Plain sockets for tests that play a peer speaking garbage, nothing at
+// all, or too slowly, and addresses where no node answers.
 #pragma once
 
 #include <arpa/inet.h>
@@ -30,6 +30,46 @@ inline int RawConnect(const std::string& address) {
     return -1;
   }
   return fd;
+}
+
+// A socket listening on 127.0.0.1 (ephemeral port) that never accepts:
+// connections to it complete and then hear nothing. Its descriptor (the
+// caller closes it), or -1; *address gets "127.0.0.1:port".
+inline int RawListen(std::string* address) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  *address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  return fd;
+}
+
+// "127.0.0.1:port" where nothing listens (a port just bound and released).
+inline std::string UnusedAddress() {
+  std::string address;
+  const int fd = RawListen(&address);
+  if (fd >= 0) ::close(fd);
+  return address;
+}
+
+// The all-reduce announcement "rank `rank` of group `key` (of group_size
+// ranks) runs at `address`", as a node sends it to its peers.
+inline net::CollectiveChunk Announcement(const std::string& key, int64_t group_size, int64_t rank,
+                                         const std::string& address) {
+  net::CollectiveChunk a;
+  a.group_key = key;
+  a.group_size = group_size;
+  a.from_rank = rank;
+  a.step = -1;
+  a.address = address;
+  return a;
 }
 
 }  // namespace sf::testing
