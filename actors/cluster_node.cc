@@ -145,15 +145,15 @@ struct ClusterNode::Impl {
   };
   std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
   // Steps whose client asked for progress reports (RunPartition.progress_ms):
-  // the executor counts their finished ops, and the progress thread tells
-  // the client when the count moved, at most every interval_ms.
+  // the executor sets `finished` when an op finished, and the progress
+  // thread clears it and tells the client, at most every interval_ms.
   struct Watched {
     std::weak_ptr<net::Connection> client;
     uint64_t session_id = 0;
     int64_t step = 0;
     int interval_ms = 0;
-    std::atomic<uint64_t> ops{0};
-    uint64_t reported = 0;   // progress thread only
+    std::atomic<uint64_t> finished{0};
+    uint64_t reports = 0;     // progress thread only
     int64_t reported_ms = 0;  // progress thread only
   };
   std::set<std::shared_ptr<Watched>> watched;          // GUARDED_BY(mu)
@@ -895,10 +895,10 @@ struct ClusterNode::Impl {
       if (running.empty()) idle.notify_all();
       // No CleanupStep comes from a client that went away.
       if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
-    }, trace.get(), watch ? &watch->ops : nullptr);
+    }, trace.get(), watch ? &watch->finished : nullptr);
   }
 
-  // Tells clients whose steps here finished ops since the last report (one
+  // Tells clients whose steps here finished an op since the last report (one
   // StepProgress each, at most every interval_ms), so their no-progress
   // deadlines restart; sleeps while no step is watched.
   void ProgressLoop() {
@@ -915,13 +915,11 @@ struct ClusterNode::Impl {
       const int64_t now = NowMs();
       std::vector<std::pair<net::ConnectionPtr, net::Message>> out;
       for (const auto& w : watched) {
-        const uint64_t ops = w->ops.load(std::memory_order_relaxed);
-        if (ops == w->reported || now - w->reported_ms < w->interval_ms) continue;
+        if (now - w->reported_ms < w->interval_ms || w->finished.exchange(0, std::memory_order_relaxed) == 0) continue;
         auto c = w->client.lock();
         if (!c) continue;
-        w->reported = ops;
         w->reported_ms = now;
-        out.push_back({std::move(c), net::Message{0, net::StepProgress{w->session_id, w->step, ops}}});
+        out.push_back({std::move(c), net::Message{0, net::StepProgress{w->session_id, w->step, ++w->reports}}});
       }
       if (out.empty()) continue;
       l.unlock();

@@ -68,9 +68,9 @@ struct RunPartition {
   progressMs @5 :Int32;      # > 0: send a StepProgress at most this often while ops finish
 }
 
-# One-way, node to session: the partition's step finished ops since the
-# last report (its count so far), so the session's no-progress deadline
-# restarts.
+# One-way, node to session: the partition's step finished an op since the
+# last report (ops: the reports so far), so the session's no-progress
+# deadline restarts.
 struct StepProgress {
   sessionId @0 :UInt64;
   stepId @1 :Int64;

@@ -92,8 +92,8 @@ struct RunPartition {
   // most this often (its no-progress deadline restarts on each).
   int32_t progress_ms = 0;
 };
-// One-way, node to session: the partition of step step_id finished ops
-// (ops so far) since its last report.
+// One-way, node to session: the partition of step step_id finished an op
+// since its last report (ops: the reports so far).
 struct StepProgress {
   uint64_t session_id = 0;
   int64_t step_id = 0;

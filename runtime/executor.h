@@ -66,9 +66,9 @@ class Executor {
   // InvalidArgument when feeds.size() differs from spec.fed.size()). With a
   // trace, each op that runs adds its event to it (and each asynchronous op
   // its wait) before done runs; null costs one branch per op. With progress,
-  // each op that finishes (or is skipped) adds one to it (relaxed), so a
-  // watcher can tell a step that computes from one that waits; it must
-  // outlive done.
+  // an op that finishes (or is skipped) sets it to 1 (relaxed) when it is 0,
+  // so a watcher that exchanges it back to 0 can tell a step that computes
+  // from one that waits; it must outlive done.
   void RunStep(int64_t step_id, std::vector<Tensor> feeds, DoneFn done, StepTrace* trace = nullptr,
                std::atomic<uint64_t>* progress = nullptr);
 

@@ -315,7 +315,9 @@ class ExecutorState : public StepBase {
       Fail(CheckOutputsSlow(plan_, item, prop_.Outputs(t, buf)).WithPrefix(item.where));
     }
     if (item.kernel) prop_.ReleaseInputs(t);
-    if (progress_) progress_->fetch_add(1, std::memory_order_relaxed);
+    // Written only when the watcher cleared it: most ops only read a line
+    // the compute threads share, instead of all of them incrementing it.
+    if (progress_ && progress_->load(std::memory_order_relaxed) == 0) progress_->store(1, std::memory_order_relaxed);
     if (!prop_.Propagate(t, buf, local, [this](const Task& k) { Schedule(k); })) return false;
     Finish();
     return true;

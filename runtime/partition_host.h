@@ -30,7 +30,7 @@ class PartitionHost {
   // done (exactly once, on any thread) gets its fetches or the error. With
   // a trace (null: none), the partition's events are in it before done runs
   // (a remote host adds its node's as a RemoteTrace); it outlives done.
-  // With progress (null: none), each op that finishes here adds one to it
+  // With progress (null: none), an op that finishes here sets it to 1
   // (Executor::RunStep); a remote host ignores it (its node counts).
   virtual void Run(uint64_t handle, int64_t step_id, std::vector<Tensor> feeds, Executor::DoneFn done,
                    StepTrace* trace, std::atomic<uint64_t>* progress = nullptr) = 0;
