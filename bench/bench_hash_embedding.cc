@@ -13,12 +13,16 @@
 // optimizers), their ratio, and each optimizer's pair.
 //
 // --cold: the cold tier instead. A stream of --steps + --warmup distinct
-// batches, Zipf(--zipf, 1.05 is the issue's) over --distinct-ids ids,
-// trains a hash table with Adagrad twice: all in RAM, then with
-// --ram-budget-mib per shard and the rest in RocksDB under --cold-dir (a
-// fresh directory under /tmp by default, removed at the end). The summary
-// has peak_rss_bytes, hit_rate, examples_per_sec, ram_examples_per_sec,
-// cold_rows, disk_bytes and seconds.
+// batches, Zipf(--zipf, 1.05 is the issue's) over --distinct-ids ids (drawn
+// by rejection-inversion as each step needs them, untimed, so a stream of any
+// length over any id space costs no memory), trains a hash table with Adagrad
+// twice: all in RAM for the first --ram-steps steps (0: not at all, for
+// streams whose table cannot fit), then with --ram-budget-mib per shard (or
+// --ram-budget-gib for the whole table) and the rest in RocksDB under
+// --cold-dir (a fresh directory under /tmp by default, removed at the end),
+// with --ttl-steps expiry when given. The summary has peak_rss_bytes,
+// hit_rate, examples_per_sec, ram_examples_per_sec, cold_rows, disk_bytes and
+// seconds (the whole run, batches drawn included).
 //
 // --policies: the overhead of admission and eviction. The hash table runs
 // with Adagrad as is and with min_count 2, ttl_steps 10 and max_rows of a
@@ -50,6 +54,7 @@ struct BenchConfig {
   int64_t rows = 10'000'000, dim = 32, batch = 4096, ids_per_example = 8;
   int64_t steps = 30, warmup = 5, num_batches = 16;
   double zipf = 1.1;
+  bool stream = false;           // --cold: batches drawn per step (bench::MakeStreamBatch)
   int64_t ram_budget_bytes = 0;  // --cold: per shard
   // --policies: admission and eviction on the hash table
   int64_t min_count = 0, ttl_steps = 0, max_rows = 0;
@@ -125,14 +130,25 @@ Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const st
   BenchResult r;
   r.init_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t next = 0;
+  double run_secs = 0;  // a stream's time in Run, its batches' drawing left out
   auto step = [&]() -> Status {
     const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(ids.size()));
     return s.Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train}).status();
   };
-  for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(step());
+  const bench::ZipfSampler zipf(c.rows, c.zipf);
+  Tensor batch_ids, batch_labels;
+  auto stream_step = [&]() -> Status {
+    bench::MakeStreamBatch(zipf, c.rows, next++, c.batch, c.ids_per_example, &batch_ids, &batch_labels);
+    const auto start = std::chrono::steady_clock::now();
+    Status st = s.Run({{"ids", batch_ids}, {"labels", batch_labels}}, std::vector<Output>{}, {*train}).status();
+    run_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return st;
+  };
+  for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(c.stream ? stream_step() : step());
   t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < c.steps; ++i) SF_RETURN_IF_ERROR(step());
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run_secs = 0;
+  for (int64_t i = 0; i < c.steps; ++i) SF_RETURN_IF_ERROR(c.stream ? stream_step() : step());
+  const double secs = c.stream ? run_secs : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.ms_per_step = 1000.0 * secs / c.steps;
   r.examples_per_sec = c.batch * c.steps / secs;
   r.rows_after = c.rows;
@@ -172,6 +188,9 @@ int main(int argc, char** argv) {
       .Bool("policies", "benchmark admission and eviction instead (see the top of the file)")
       .Int("distinct-ids", 20'000'000, "--cold: the id space of the Zipf stream")
       .Int("ram-budget-mib", 64, "--cold: RAM for hot rows per shard")
+      .Double("ram-budget-gib", 0, "--cold: RAM for the whole table's hot rows, split over the shards (instead of --ram-budget-mib)")
+      .Int("ram-steps", -1, "--cold: timed steps of the all-in-RAM run (-1: --steps; 0: none)")
+      .Int("ttl-steps", 0, "--cold: the table's ttl_steps (0: no expiry)")
       .String("cold-dir", "", "--cold: where the RocksDB cold tiers go (default: a fresh /tmp directory)")
       .Double("zipf", 1.1, "Zipf exponent of the ids (the issue's cold run: 1.05)")
       .Bool("json", "print JSON lines");
@@ -217,9 +236,15 @@ int main(int argc, char** argv) {
   }
   if (flags.GetBool("cold")) {
     c.rows = flags.GetInt("distinct-ids");
-    c.num_batches = c.steps + c.warmup;  // a stream: every step a new batch
-    if (c.rows < shards || flags.GetInt("ram-budget-mib") < 1) {
-      std::fprintf(stderr, "bench_hash_embedding: --cold needs --distinct-ids >= shards and --ram-budget-mib >= 1\n");
+    c.stream = true;
+    c.ttl_steps = flags.GetInt("ttl-steps");
+    const double gib = flags.GetDouble("ram-budget-gib");
+    const int64_t per_shard = gib > 0 ? static_cast<int64_t>(gib * double(1 << 30)) / std::max(1, shards)
+                                      : flags.GetInt("ram-budget-mib") << 20;
+    const int64_t ram_steps = flags.GetInt("ram-steps") < 0 ? c.steps : flags.GetInt("ram-steps");
+    if (c.rows < shards || shards < 1 || per_shard < (1 << 20) || c.ttl_steps < 0) {
+      std::fprintf(stderr, "bench_hash_embedding: --cold needs --distinct-ids >= shards >= 1, a RAM budget of at "
+                           "least 1 MiB per shard and --ttl-steps >= 0\n");
       return 2;
     }
     std::string dir = flags.GetString("cold-dir");
@@ -233,19 +258,23 @@ int main(int argc, char** argv) {
       dir = tmpl;
       made = true;
     }
-    std::vector<Tensor> ids, labels;
-    MakeBatches(c, &ids, &labels);
     const auto t0 = std::chrono::steady_clock::now();
-    auto ram = RunOne(c, shards, true, "adagrad", ids, labels);
-    if (!ram.ok()) {
-      std::fprintf(stderr, "bench_hash_embedding: all in RAM: %s\n", ram.status().ToString().c_str());
-      return 1;
+    BenchResult ram;
+    if (ram_steps > 0) {
+      BenchConfig r = c;
+      r.steps = ram_steps;
+      auto rr = RunOne(r, shards, true, "adagrad", {}, {});
+      if (!rr.ok()) {
+        std::fprintf(stderr, "bench_hash_embedding: all in RAM: %s\n", rr.status().ToString().c_str());
+        return 1;
+      }
+      ram = *rr;
     }
     BenchConfig cold = c;
-    cold.ram_budget_bytes = flags.GetInt("ram-budget-mib") << 20;
+    cold.ram_budget_bytes = per_shard;
     cold.cold_dir = dir;
     HashEmbeddingMetrics m;
-    auto r = RunOne(cold, shards, true, "adagrad", ids, labels, &m);
+    auto r = RunOne(cold, shards, true, "adagrad", {}, {}, &m);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (made) std::filesystem::remove_all(dir);
     if (!r.ok()) {
@@ -255,11 +284,12 @@ int main(int argc, char** argv) {
     const double hits = static_cast<double>(m.hot_hits + m.cold_hits);
     JsonLine()
         .Add("system", "shardflow").Add("summary", true).Add("cold", true).Add("shards", shards)
-        .Add("distinct_ids", c.rows).Add("zipf", c.zipf).Add("ram_budget_bytes", cold.ram_budget_bytes)
-        .Add("examples_per_sec", r->examples_per_sec).Add("ram_examples_per_sec", ram->examples_per_sec)
-        .Add("cold_over_ram", ram->examples_per_sec > 0 ? r->examples_per_sec / ram->examples_per_sec : 0.0)
+        .Add("distinct_ids", c.rows).Add("zipf", c.zipf).Add("steps", c.steps).Add("ttl_steps", c.ttl_steps)
+        .Add("ram_budget_bytes", cold.ram_budget_bytes * shards).Add("ram_budget_bytes_per_shard", cold.ram_budget_bytes)
+        .Add("examples_per_sec", r->examples_per_sec).Add("ram_examples_per_sec", ram.examples_per_sec)
+        .Add("cold_over_ram", ram.examples_per_sec > 0 ? r->examples_per_sec / ram.examples_per_sec : 0.0)
         .Add("hit_rate", hits > 0 ? static_cast<double>(m.hot_hits) / hits : 0.0)
-        .Add("hot_rows", m.rows).Add("cold_rows", m.cold_rows).Add("hot_bytes", m.bytes)
+        .Add("hot_rows", m.rows).Add("cold_rows", m.cold_rows).Add("evicted", m.evicted).Add("hot_bytes", m.bytes)
         .Add("disk_bytes", m.disk_bytes).Add("peak_rss_bytes", PeakRssBytes()).Add("seconds", secs)
         .Print();
     return 0;

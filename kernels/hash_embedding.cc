@@ -25,6 +25,14 @@ constexpr int64_t kStateMagic = 0x5346485348415331;  // "SFHSHAS1"
 constexpr int64_t kStateVersion = 1;
 constexpr int64_t kRowWords = 4;  // id, used, last_seen, freq; then the packed floats
 constexpr int64_t kInFlightSteps = 64;
+// Cold rows are swept for ttl expiry once per kColdSweepEvery steps, each
+// sweep reading max(1024, the lookup's ids) stored rows per step since the
+// last (at most kColdSweepAtMost steps' worth): about as many rows scanned
+// per step as a step looks up. A sweep reads RocksDB's table files, not its
+// memtables (KvStore::ScanSome): a scan of a cache sorts its hashed
+// memtables first, and that sort made a ttl run 2x slower (measured with a
+// sweep every 16 steps).
+constexpr int64_t kColdSweepEvery = 16, kColdSweepAtMost = 1024;
 
 int64_t Bits(double d) {
   int64_t b;
@@ -330,6 +338,46 @@ Status HashEmbeddingShard::DropColdCopies() {
   return Status::OK();
 }
 
+Status HashEmbeddingShard::SweepColdTier(int64_t budget) {
+  // What the scan shows may be an older copy of a row stored again since:
+  // its candidates are read again, and only rows still expired go.
+  std::vector<int64_t> maybe;
+  std::string cursor = cold_sweep_cursor_;
+  Status r = cold_->ScanSome(&cursor, budget, [&](int64_t id, const std::string& b) {
+    int64_t last_seen;
+    // A hot id's stored row is a stale copy, not a cold row; a malformed
+    // one is left for the lookup that reads it to report.
+    if (b.size() < sizeof last_seen || Find(id) >= 0) return;
+    std::memcpy(&last_seen, b.data(), sizeof last_seen);
+    if (ExpiredSince(last_seen)) maybe.push_back(id);
+  });
+  if (!r.ok()) return r.WithPrefix(Who(c_) + ": sweeping expired rows from the cold tier");
+  std::sort(maybe.begin(), maybe.end());
+  maybe.erase(std::unique(maybe.begin(), maybe.end()), maybe.end());
+  std::vector<int64_t> gone;
+  if (!maybe.empty()) {
+    std::vector<std::string> rows;
+    std::vector<bool> found;
+    r = cold_->MultiGet(maybe, &rows, &found);
+    if (!r.ok()) return r.WithPrefix(Who(c_) + ": sweeping expired rows from the cold tier");
+    for (size_t i = 0; i < maybe.size(); ++i) {
+      int64_t last_seen;
+      if (!found[i] || rows[i].size() < sizeof last_seen) continue;
+      std::memcpy(&last_seen, rows[i].data(), sizeof last_seen);
+      if (ExpiredSince(last_seen)) gone.push_back(maybe[i]);
+    }
+  }
+  if (!gone.empty()) {
+    Status w = cold_->Write({}, gone);
+    if (!w.ok()) return w.WithPrefix(Who(c_) + ": deleting expired rows from the cold tier");
+    cold_rows_ -= static_cast<int64_t>(gone.size());
+    evicted_ += static_cast<int64_t>(gone.size());
+  }
+  cold_sweep_cursor_ = std::move(cursor);
+  cold_swept_at_ = step_;
+  return Status::OK();
+}
+
 Result<int64_t> HashEmbeddingShard::Demote(int64_t n) {
   // Queued deletes go first, in their own write: in one batch a delete of an
   // id demoted again would win over its put.
@@ -368,6 +416,8 @@ Status HashEmbeddingShard::SetColdStore(std::unique_ptr<HashColdStore> store) {
   cold_ = std::move(store);
   cold_rows_ = 0;
   cold_drop_.clear();
+  cold_sweep_cursor_.clear();
+  cold_swept_at_ = -1;
   for (Meta& m : meta_) m.cold_copy = false;
   return FitBudget();
 }
@@ -493,6 +543,9 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   if (cold_) {
     Status d = DropColdCopies();  // before the read, or it would find them
     if (!d.ok()) return d;
+    const int64_t since = step_ - cold_swept_at_;
+    if (c_.ttl_steps > 0 && cold_rows_ > 0 && since >= kColdSweepEvery)
+      SF_RETURN_IF_ERROR(SweepColdTier(std::min(since, kColdSweepAtMost) * std::max<int64_t>(1024, m)));
   }
   if (cold_ && cold_rows_ > 0) {
     for (int64_t u = 0; u < m; ++u) {

@@ -54,6 +54,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -101,12 +102,26 @@ class HashColdStore {
   // store on failure (a full disk), nothing written then.
   virtual Status Write(const std::vector<std::pair<int64_t, std::string>>& puts,
                        const std::vector<int64_t>& deletes) = 0;
+  // Calls fn(id, bytes) for the stored rows of ids >= from, in id order,
+  // until fn returns false; Unavailable on a read failure.
+  virtual Status ScanFrom(int64_t from, const std::function<bool(int64_t, const std::string&)>& fn) = 0;
   // Calls fn(id, bytes) for every stored row; Unavailable on a read failure.
-  virtual Status Scan(const std::function<void(int64_t, const std::string&)>& fn) = 0;
+  Status Scan(const std::function<void(int64_t, const std::string&)>& fn) {
+    return ScanFrom(std::numeric_limits<int64_t>::min(), [&](int64_t id, const std::string& b) {
+      fn(id, b);
+      return true;
+    });
+  }
   // Removes every row; Unavailable on failure.
   virtual Status Clear() = 0;
   // About how many bytes the store holds on disk.
   virtual int64_t DiskBytes() = 0;
+  // Calls fn(id, bytes) for up to max_rows stored rows from where *cursor
+  // points ("": the start) and moves it on ("" after the last): called again
+  // and again it comes to every row, in no set order, possibly with a stale
+  // value (KvStore::ScanSome). Unavailable on a read failure.
+  virtual Status ScanSome(std::string* cursor, int64_t max_rows,
+                          const std::function<void(int64_t, const std::string&)>& fn) = 0;
 };
 
 // OK for a usable config; else InvalidArgument naming the table and the field.
@@ -234,9 +249,13 @@ class HashEmbeddingShard {
   // rows arrived (a restore): demotes the excess, then packs the rows into
   // an arena of HotRowLimit() slots (pins follow their rows).
   Status FitBudget();
-  bool Expired(const Meta& m) const {
-    return c_.ttl_steps > 0 && step_ - m.last_seen > c_.ttl_steps;
-  }
+  bool Expired(const Meta& m) const { return ExpiredSince(m.last_seen); }
+  bool ExpiredSince(int64_t last_seen) const { return c_.ttl_steps > 0 && step_ - last_seen > c_.ttl_steps; }
+  // Deletes the cold rows expired by ttl_steps among the next `budget`
+  // stored ones (continuing where the last sweep stopped, wrapping at the
+  // end), so rows never read again leave the disk and the counts too;
+  // Unavailable naming the table when the store fails (nothing counted).
+  Status SweepColdTier(int64_t budget);
   // Count-min: adds count to id's counters, returns the new estimate.
   int64_t FilterAdd(int64_t id, int64_t count);
   void MarkSlot(int64_t slot) { if (!all_dirty_) dirty_slot_[slot] = 1; }
@@ -289,6 +308,9 @@ class HashEmbeddingShard {
   // held a stale copy of them. Deleted before the store is read again.
   std::vector<int64_t> cold_drop_;
   int64_t cold_rows_ = 0, hot_hits_ = 0, cold_hits_ = 0;
+  // Where the next SweepColdTier starts, and the step of the last one.
+  std::string cold_sweep_cursor_;
+  int64_t cold_swept_at_ = -1;
 };
 
 // True when t looks like a HashEmbeddingShard state (its header's magic).

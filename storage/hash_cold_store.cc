@@ -55,14 +55,19 @@ class KvHashColdStore : public HashColdStore {
     // Not synced: the tier is a cache; checkpoints make a table durable.
     return Named(kv_->Write(b, /*sync=*/false));
   }
-  Status Scan(const std::function<void(int64_t, const std::string&)>& fn) override {
-    return Named(kv_->Scan("r", [&](const std::string& k, const std::string& v) {
-      if (k.size() == 9) fn(IdOf(k), v);
-      return true;
+  Status ScanFrom(int64_t from, const std::function<bool(int64_t, const std::string&)>& fn) override {
+    return Named(kv_->ScanFrom("r", Key(from), [&](const std::string& k, const std::string& v) {
+      return k.size() != 9 || fn(IdOf(k), v);
     }));
   }
   Status Clear() override { return Named(kv_->DeletePrefix("r")); }
   int64_t DiskBytes() override { return kv_->DiskBytes(); }
+  Status ScanSome(std::string* cursor, int64_t max_rows,
+                  const std::function<void(int64_t, const std::string&)>& fn) override {
+    return Named(kv_->ScanSome("r", cursor, max_rows, [&](const std::string& k, const std::string& v) {
+      if (k.size() == 9) fn(IdOf(k), v);
+    }));
+  }
 
  private:
   Status Named(Status s) const { return s.ok() ? s : s.WithPrefix("cold tier '" + where_ + "'"); }

@@ -13,6 +13,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 
@@ -88,13 +89,13 @@ class InMemoryKvStore : public KvStore {
     }
     return fn(*scratch);
   }
-  Status Scan(const std::string& prefix,
-              const std::function<bool(const std::string&, const std::string&)>& fn) override {
+  Status ScanFrom(const std::string& prefix, const std::string& from,
+                  const std::function<bool(const std::string&, const std::string&)>& fn) override {
     // Copy first: fn may write to the store.
     std::vector<std::pair<std::string, std::string>> hits;
     {
       std::lock_guard<std::mutex> l(mu_);
-      for (auto it = data_.lower_bound(prefix); it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      for (auto it = data_.lower_bound(std::max(prefix, from)); it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
         hits.push_back(*it);
     }
     for (const auto& kv : hits)
@@ -229,10 +230,59 @@ class RocksKvStore : public KvStore {
     return Status::OK();
   }
   int64_t DiskBytes() override {
-    uint64_t sst = 0, wal = 0;
+    uint64_t sst = 0;
     db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &sst);
-    db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &wal);
-    return static_cast<int64_t>(sst + wal);
+    // Unflushed writes are on disk in the log too, except in a cache, which
+    // keeps none: its memtables are memory.
+    return static_cast<int64_t>(sst) + (use_ == RocksDbUse::kCache ? 0 : MemtableBytes());
+  }
+  int64_t MemtableBytes() {
+    uint64_t mem = 0;
+    db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &mem);
+    return static_cast<int64_t>(mem);
+  }
+  Status ScanSome(const std::string& prefix, std::string* cursor, int64_t max_keys,
+                  const std::function<void(const std::string&, const std::string&)>& fn) override {
+    // The cursor: a table file's number (8 bytes, big-endian) and the last
+    // key read from it. Files compacted away meanwhile are skipped; their
+    // keys are in newer files, which come later.
+    uint64_t file = 0;
+    std::string after;
+    if (cursor->size() >= 8) {
+      for (int i = 0; i < 8; ++i) file = (file << 8) | static_cast<unsigned char>((*cursor)[i]);
+      after = cursor->substr(8);
+    }
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db_->GetLiveFilesMetaData(&files);
+    std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.file_number < b.file_number; });
+    const rocksdb::Options options = db_->GetOptions();
+    int64_t seen = 0;
+    for (const rocksdb::LiveFileMetaData& f : files) {
+      if (f.file_number < file) continue;
+      rocksdb::SstFileReader reader(options);
+      if (!reader.Open(f.directory + "/" + f.relative_filename).ok()) continue;  // compacted away
+      rocksdb::ReadOptions ro;
+      ro.total_order_seek = true;
+      ro.fill_cache = false;
+      std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
+      const bool resume = f.file_number == file && !after.empty();
+      for (it->Seek(resume ? std::max(prefix, after) : prefix); it->Valid() && it->key().starts_with(prefix);
+           it->Next()) {
+        if (resume && it->key().ToString() == after) continue;
+        if (seen++ == max_keys) {
+          std::string c(8, '\0');
+          for (int i = 7, n = 0; i >= 0; --i, ++n) c[i] = static_cast<char>((f.file_number >> (8 * n)) & 0xff);
+          *cursor = c + after;
+          return Status::OK();
+        }
+        after = it->key().ToString();
+        fn(after, it->value().ToString());
+      }
+      if (!it->status().ok()) return Error("scan a table file of", it->status());
+      after.clear();
+    }
+    cursor->clear();
+    return Status::OK();
   }
 
  public:
@@ -271,13 +321,13 @@ class RocksKvStore : public KvStore {
     if (!s.ok()) return Error("read from", s);
     return v;
   }
-  Status Scan(const std::string& prefix,
-              const std::function<bool(const std::string&, const std::string&)>& fn) override {
+  Status ScanFrom(const std::string& prefix, const std::string& from,
+                  const std::function<bool(const std::string&, const std::string&)>& fn) override {
     rocksdb::ReadOptions ro;
     // A cache's hashed memtable iterates in key order only when asked to.
     ro.total_order_seek = true;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
+    for (it->Seek(std::max(prefix, from)); it->Valid() && it->key().starts_with(prefix); it->Next())
       if (!fn(it->key().ToString(), it->value().ToString())) break;
     if (!it->status().ok()) return Error("scan", it->status());
     return Status::OK();
@@ -372,6 +422,22 @@ Status KvStore::ReadValue(const std::string& key, std::string* scratch,
                           const std::function<Status(std::string_view)>& fn) {
   SF_ASSIGN_OR_RETURN(*scratch, Get(key));
   return fn(*scratch);
+}
+
+Status KvStore::ScanSome(const std::string& prefix, std::string* cursor, int64_t max_keys,
+                         const std::function<void(const std::string&, const std::string&)>& fn) {
+  int64_t seen = 0;
+  std::string next;
+  SF_RETURN_IF_ERROR(ScanFrom(prefix, std::max(prefix, *cursor), [&](const std::string& k, const std::string& v) {
+    if (seen++ == max_keys) {
+      next = k;
+      return false;
+    }
+    fn(k, v);
+    return true;
+  }));
+  *cursor = next;
+  return Status::OK();
 }
 
 Status KvStore::MultiGet(const std::vector<std::string>& keys, std::vector<std::string>* values,

@@ -50,8 +50,13 @@ class KvStore {
   virtual Result<std::string> Get(const std::string& key) = 0;
   // Calls fn(key, value) in key order for every key starting with prefix,
   // until fn returns false. Unavailable on a read failure.
-  virtual Status Scan(const std::string& prefix,
-                      const std::function<bool(const std::string&, const std::string&)>& fn) = 0;
+  Status Scan(const std::string& prefix, const std::function<bool(const std::string&, const std::string&)>& fn) {
+    return ScanFrom(prefix, prefix, fn);
+  }
+  // Scan, starting at the first key >= from (a sweep resuming where it
+  // stopped). Unavailable on a read failure.
+  virtual Status ScanFrom(const std::string& prefix, const std::string& from,
+                          const std::function<bool(const std::string&, const std::string&)>& fn) = 0;
   // Removes key (absent keys are fine); Unavailable on failure.
   virtual Status Delete(const std::string& key, bool sync = false) {
     KvBatch b;
@@ -92,6 +97,17 @@ class KvStore {
                           std::vector<bool>* found);
   // About how many bytes the store holds on disk (0 in memory).
   virtual int64_t DiskBytes() { return 0; }
+  // Calls fn(key, value) for up to max_keys keys starting with prefix, from
+  // where *cursor points ("" : the start), and moves *cursor past them (to ""
+  // after the last). Called again and again it visits every key, but not in
+  // one order, and a value may be stale: RocksDB reads its table files one by
+  // one, not the memtables a scan must sort first (a cache's hashed ones),
+  // so keys written since the last flush wait for the next and a key newer
+  // elsewhere shows its older value too; a caller checks what it finds with
+  // MultiGet. The base implementation scans in key order. Unavailable on a
+  // read failure.
+  virtual Status ScanSome(const std::string& prefix, std::string* cursor, int64_t max_keys,
+                          const std::function<void(const std::string&, const std::string&)>& fn);
 };
 
 // A fresh, empty store kept in memory.

@@ -70,7 +70,13 @@ class FlakyStore : public HashColdStore {
     if (*fail_) return Unavailable("cold tier 'flaky': no space left on device");
     return inner_->Write(puts, deletes);
   }
-  Status Scan(const std::function<void(int64_t, const std::string&)>& fn) override { return inner_->Scan(fn); }
+  Status ScanFrom(int64_t from, const std::function<bool(int64_t, const std::string&)>& fn) override {
+    return inner_->ScanFrom(from, fn);
+  }
+  Status ScanSome(std::string* cursor, int64_t max_rows,
+                  const std::function<void(int64_t, const std::string&)>& fn) override {
+    return inner_->ScanSome(cursor, max_rows, fn);
+  }
   Status Clear() override { return inner_->Clear(); }
   int64_t DiskBytes() override { return 0; }
 
@@ -179,6 +185,14 @@ TEST_CASE("Cold tier: the RocksDB store reads back what it was given, in batches
   std::vector<int64_t> ids;
   REQUIRE((*store)->Scan([&](int64_t id, const std::string&) { ids.push_back(id); }).ok());
   CHECK(ids == std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 7});  // in id order
+  // A sweep resumes at an id, and stops when asked.
+  REQUIRE((*store)->Write({{-3, "a"}, {9, "b"}, {12, "c"}}, {}).ok());
+  ids.clear();
+  REQUIRE((*store)->ScanFrom(-3, [&](int64_t id, const std::string&) {
+    ids.push_back(id);
+    return id < 9;
+  }).ok());
+  CHECK(ids == std::vector<int64_t>{-3, 7, 9});
   REQUIRE((*store)->Clear().ok());
   ids.clear();
   REQUIRE((*store)->Scan([&](int64_t id, const std::string&) { ids.push_back(id); }).ok());
@@ -369,4 +383,91 @@ TEST_CASE("Cold tier: the RocksDB cache store keeps keys of any length in order 
   // A synced write still works (it goes through the log).
   CHECK((*kv)->Put("s", "synced", /*sync=*/true).ok());
   CHECK(*(*kv)->Get("s") == "synced");
+}
+
+TEST_CASE("Cold tier: rows expired by ttl_steps while cold leave the store and the counts unread",
+          "[hash_embedding][cold]") {
+  HashShardConfig c = Config();
+  c.ttl_steps = 20;
+  TieredAndReference t(c);
+  HashEmbeddingShard& s = t.s;
+  t.Step(Ids(0, 16));
+  while (t.step < 30) t.Step(Ids(100, 16));  // 0..15 go cold at step 1 and are never read again
+  REQUIRE(t.step == 30);
+  while (t.step < 40) t.Step(Ids(200, 16));  // 100..115 go cold at step 30, last seen at 29
+  // A sweep (the first at step 15, the next at 31) deleted 0..15 once they
+  // were 20 steps old, and only them: 100..115 are cold and live.
+  const auto stored = StoredIds(*t.store);
+  CHECK(stored == Ids(100, 16));
+  const HashShardMetrics m = s.Metrics();
+  CHECK(m.cold_rows == 16);
+  CHECK(m.evicted == t.ref.Metrics().evicted);  // the reference evicts them hot
+  CHECK(m.evicted == 16);
+  auto all = s.AllRowsWithCold();
+  REQUIRE(all.ok());
+  CHECK(*all == t.ref.AllRows());
+  // An expired id looked up again starts fresh, as in the reference.
+  t.Step({3});
+  HashRowState row, want;
+  REQUIRE(s.RowOf(3, &row));
+  REQUIRE(t.ref.RowOf(3, &want));
+  CHECK(row == want);
+}
+
+namespace {
+
+// A store whose bounded scans also show an old, expired copy of one id, as
+// RocksDB's table files do after the row was stored again.
+class StaleScanStore : public HashColdStore {
+ public:
+  explicit StaleScanStore(int64_t stale_id) : inner_(NewKvHashColdStore(NewInMemoryKvStore(), "stale")), id_(stale_id) {}
+  Status MultiGet(const std::vector<int64_t>& ids, std::vector<std::string>* v, std::vector<bool>* f) override {
+    return inner_->MultiGet(ids, v, f);
+  }
+  Status Write(const std::vector<std::pair<int64_t, std::string>>& puts, const std::vector<int64_t>& deletes) override {
+    return inner_->Write(puts, deletes);
+  }
+  Status ScanFrom(int64_t from, const std::function<bool(int64_t, const std::string&)>& fn) override {
+    return inner_->ScanFrom(from, fn);
+  }
+  Status ScanSome(std::string* cursor, int64_t max_rows,
+                  const std::function<void(int64_t, const std::string&)>& fn) override {
+    ++scans;
+    fn(id_, std::string(2 * sizeof(int64_t) + 4 * sizeof(float), '\0'));  // last seen at step 0
+    return inner_->ScanSome(cursor, max_rows, fn);
+  }
+  Status Clear() override { return inner_->Clear(); }
+  int64_t DiskBytes() override { return 0; }
+  int scans = 0;
+
+ private:
+  std::unique_ptr<HashColdStore> inner_;
+  int64_t id_;
+};
+
+}  // namespace
+
+TEST_CASE("Cold tier: a sweep deletes a row only when its stored value is expired, not an old copy's",
+          "[hash_embedding][cold]") {
+  HashShardConfig c = Config();
+  c.ttl_steps = 20;
+  c.ram_budget_bytes = 1;  // the 16-row floor
+  HashEmbeddingShard s(c);
+  auto owned = std::make_unique<StaleScanStore>(/*stale_id=*/100);
+  StaleScanStore* store = owned.get();
+  REQUIRE(s.SetColdStore(std::move(owned)).ok());
+  Tensor out;
+  auto step = [&](int64_t first, int64_t at) {
+    REQUIRE(Lookup(s, Ids(first, 16), at, &out).ok());
+    REQUIRE(Apply(s, Ids(first, 16), at).ok());
+  };
+  int64_t at = 0;
+  step(0, at++);
+  while (at < 30) step(100, at++);
+  while (at < 40) step(200, at++);  // 100..115 cold now, last seen at 29
+  CHECK(store->scans >= 2);
+  const auto stored = StoredIds(*store);
+  CHECK(stored == Ids(100, 16));  // 0..15 expired and went; 100 stays
+  CHECK(s.Metrics().cold_rows == 16);
+  CHECK(s.Metrics().evicted == 16);
 }

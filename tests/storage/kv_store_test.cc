@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
 
 #include "storage/kv_store.h"
 #include "tests/support/temp_dir.h"
@@ -231,4 +232,56 @@ TEST_CASE("kv stores: bulk writers finished together, values read through a reus
   auto kv = OpenRocksDb(dir / "db", false);  // durable across reopen
   REQUIRE(kv.ok());
   CHECK(*(*kv)->Get("q/2") == "q/v");
+}
+
+namespace {
+
+// Every key ScanSome shows over calls of max_keys each, from the start until
+// its cursor comes back to it, with the values it showed.
+std::map<std::string, std::string> ScanAround(KvStore& kv, const std::string& prefix, int64_t max_keys) {
+  std::map<std::string, std::string> seen;
+  std::string cursor;
+  int calls = 0;
+  do {
+    int64_t n = 0;
+    REQUIRE(kv.ScanSome(prefix, &cursor, max_keys, [&](const std::string& k, const std::string& v) {
+      CHECK(k.compare(0, prefix.size(), prefix) == 0);
+      CHECK(seen.count(k) == 0);  // once per round
+      seen[k] = v;
+      ++n;
+    }).ok());
+    CHECK(n <= max_keys);
+    REQUIRE(++calls < 100);
+  } while (!cursor.empty());
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("kv stores: a bounded scan resumes where it stopped and comes round to every key", "[storage]") {
+  auto mem = NewInMemoryKvStore();
+  for (int i = 0; i < 10; ++i) REQUIRE(mem->Put("r" + std::to_string(i), "v" + std::to_string(i)).ok());
+  REQUIRE(mem->Put("s", "other prefix").ok());
+  const auto all = ScanAround(*mem, "r", 3);
+  CHECK(all.size() == 10);
+  CHECK(all.at("r7") == "v7");
+  // RocksDB: the table files' keys (a bulk write makes one file per writer),
+  // whatever is in the memtable left for after a flush, and an older value
+  // in a table file shown as it is there.
+  TempDir dir("sf_kv_some");
+  auto kv = OpenRocksDb(dir / "db", true, RocksDbUse::kCache);
+  REQUIRE(kv.ok());
+  for (int w = 0; w < 2; ++w) {
+    auto bw = (*kv)->NewBulkWriter();
+    REQUIRE(bw.ok());
+    for (int i = 0; i < 5; ++i) REQUIRE((*bw)->Put("r" + std::to_string(w) + std::to_string(i), "old").ok());
+    REQUIRE((*bw)->Finish().ok());
+  }
+  REQUIRE((*kv)->Put("r03", "new").ok());        // in the memtable only
+  REQUIRE((*kv)->Put("r99", "unflushed").ok());
+  const auto files = ScanAround(**kv, "r", 2);
+  CHECK(files.size() == 10);
+  CHECK(files.count("r99") == 0);
+  CHECK(files.at("r03") == "old");
+  CHECK(*(*kv)->Get("r03") == "new");
 }
