@@ -13,7 +13,7 @@
 // optimizers), their ratio, and each optimizer's pair.
 //
 // --cold: the cold tier instead. A stream of --steps + --warmup distinct
-// batches, Zipf(--zipf, 1.05 is the issue's) over --distinct-ids ids (drawn
+// batches, Zipf(--zipf, by default 1.05 here: the issue's) over --distinct-ids ids (drawn
 // by rejection-inversion as each step needs them, untimed, so a stream of any
 // length over any id space costs no memory), trains a hash table with Adagrad
 // twice: all in RAM for the first --ram-steps steps (0: not at all, for
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       .Int("ram-steps", -1, "--cold: timed steps of the all-in-RAM run (-1: --steps; 0: none)")
       .Int("ttl-steps", 0, "--cold: the table's ttl_steps (0: no expiry)")
       .String("cold-dir", "", "--cold: where the RocksDB cold tiers go (default: a fresh /tmp directory)")
-      .Double("zipf", 1.1, "Zipf exponent of the ids (the issue's cold run: 1.05)")
+      .Double("zipf", 0, "Zipf exponent of the ids (default 1.1, with --cold 1.05: the issue's cold run)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_hash_embedding");
   KeepTensorMemoryWarm();  // as bench_embedding: big tensors keep their pages
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   c.steps = flags.GetInt("steps");
   c.warmup = flags.GetInt("warmup");
   const int shards = static_cast<int>(flags.GetInt("shards"));
-  c.zipf = flags.GetDouble("zipf");
+  c.zipf = flags.GetDouble("zipf") > 0 ? flags.GetDouble("zipf") : flags.GetBool("cold") ? 1.05 : 1.1;
   if (flags.GetBool("policies")) {
     std::vector<Tensor> ids, labels;
     MakeBatches(c, &ids, &labels);

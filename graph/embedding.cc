@@ -53,6 +53,7 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
     a.Set("combiner", combiner);
     a.Set("segments", split >= 0 ? "split" : segments_kind);
     if (num_segments >= 0) a.Set("num_segments", num_segments);
+    if (t.read_only) a.Set("read_only", true);
     std::vector<Output> in = {t.shards[k], ids};
     if (segments.valid()) in.push_back(segments);
     if (split >= 0)
@@ -68,6 +69,12 @@ Output Lookup(Graph& g, const EmbeddingTable& t, Output ids, Output segments,
 }
 
 }  // namespace
+
+EmbeddingTable ReadOnlyView(const EmbeddingTable& table) {
+  EmbeddingTable v = table;
+  v.read_only = true;
+  return v;
+}
 
 int64_t EmbeddingTableShardRows(const EmbeddingTable& t, int64_t k) {
   if (t.hash) return 0;

@@ -227,6 +227,14 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
   for (size_t j = 0; j < lookups.size(); ++j) {
     const Output dy = grads[handles.size() + j];
     if (!dy.valid()) continue;
+    const Node& lookup = g.node(lookups[j].second);
+    auto read_only = lookup.attrs.GetOr<bool>("read_only", false);
+    if (!read_only.ok() || *read_only) {
+      auto table = lookup.attrs.GetOr<std::string>("table", "?");
+      return InvalidArgument(name() + ".Minimize: the loss reads embedding table '" + (table.ok() ? *table : "?") +
+                             "' through a read-only view (" + lookup.name +
+                             "), which cannot train it: look it up through the table itself");
+    }
     SF_ASSIGN_OR_RETURN(int id, ApplySparseOne(g, handles[lookups[j].first], lookups[j].second, dy));
     updates.push_back(id);
   }

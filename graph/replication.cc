@@ -97,6 +97,12 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
   std::set<Output> trained_shards;
   for (size_t i = 0; i < lookups.size(); ++i) {
     if (!lookup_grads[i].valid()) continue;
+    auto read_only = lookups[i].op().attrs.GetOr<bool>("read_only", false);
+    if (!read_only.ok() || *read_only) {
+      auto table = lookups[i].op().attrs.GetOr<std::string>("table", "?");
+      return InvalidArgument(where + ": the loss reads embedding table '" + (table.ok() ? *table : "?") +
+                             "' through a read-only view, which cannot train it");
+    }
     if (!trained_shards.insert(lookups[i].op().inputs[0]).second) {
       auto table = lookups[i].op().attrs.GetOr<std::string>("table", "?");
       return Unimplemented(where + ": embedding table '" + (table.ok() ? *table : "?") +

@@ -322,6 +322,7 @@ Status BuildHashShardGather(const EmbeddingShardSpec& s, const EmbeddingGather& 
   out->num_segments = q.num_segments;
   out->combiner = q.combiner;
   out->step_id = q.step_id;
+  out->read_only = q.read_only;
   return Status::OK();
 }
 
@@ -552,6 +553,7 @@ Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs) {
     return InvalidArgument("embedding table '" + a.spec.table + "': unknown segments '" + seg +
                            "' (expected dense, offsets, segment_ids or split)");
   SF_ASSIGN_OR_RETURN(a.num_segments, attrs.GetOr<int64_t>("num_segments", -1));
+  SF_ASSIGN_OR_RETURN(a.read_only, attrs.GetOr<bool>("read_only", false));
   if (a.segments == EmbeddingSegments::kSegmentIds && a.num_segments < 0)
     return InvalidArgument("embedding table '" + a.spec.table +
                            "': segment ids need attr num_segments >= 0");

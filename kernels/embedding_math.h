@@ -87,6 +87,9 @@ struct EmbeddingGather {
   // every shard by EmbeddingSplitIds (segments "split"), with weights taken
   // over the whole batch: the shard reads only its own ids.
   bool local_rows = false;
+  // An evaluation's lookup (EmbeddingTable::read_only): a hash shard makes
+  // no row, counts no sighting and moves no row's last step or frequency.
+  bool read_only = false;
 };
 
 // The deduplicated gather a hash shard receives: the ids of q that shard
@@ -174,6 +177,7 @@ struct EmbeddingOpAttrs {
   bool no_combiner = false;  // combiner "none": every id its own output row (dense only)
   EmbeddingSegments segments = EmbeddingSegments::kDense;
   int64_t num_segments = -1;  // kSegmentIds
+  bool read_only = false;     // EmbeddingShardLookup of a read-only table view
 };
 
 // Reads attrs table, table_rows, num_shards, shard (0 when absent: the

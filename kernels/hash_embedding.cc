@@ -261,10 +261,10 @@ int64_t HashEmbeddingShard::HotRowLimit() const {
   return std::max<int64_t>(16, c_.ram_budget_bytes / HotRowBytes());
 }
 
-Result<int64_t> HashEmbeddingShard::TakeSlot() {
+Result<int64_t> HashEmbeddingShard::TakeSlot(bool new_row) {
   const int64_t cap = static_cast<int64_t>(meta_.size());
   const int64_t limit = HotRowLimit();
-  if (c_.max_rows > 0 && rows_ + cold_rows_ >= c_.max_rows) {
+  if (new_row && c_.max_rows > 0 && rows_ + cold_rows_ >= c_.max_rows) {
     const int64_t want = std::max<int64_t>(1, c_.max_rows / 16) + (rows_ + cold_rows_ - c_.max_rows);
     if (EvictByPolicy(want) == 0)
       return FailedPrecondition(Who(c_) + ": max_rows " + std::to_string(c_.max_rows) +
@@ -355,16 +355,18 @@ Status HashEmbeddingShard::SweepColdTier(int64_t budget) {
   std::sort(maybe.begin(), maybe.end());
   maybe.erase(std::unique(maybe.begin(), maybe.end()), maybe.end());
   std::vector<int64_t> gone;
-  if (!maybe.empty()) {
+  constexpr size_t kPiece = 4096;  // rows read at once: a sweep's memory stays small
+  for (size_t at = 0; at < maybe.size(); at += kPiece) {
+    const std::vector<int64_t> piece(maybe.begin() + at, maybe.begin() + std::min(maybe.size(), at + kPiece));
     std::vector<std::string> rows;
     std::vector<bool> found;
-    r = cold_->MultiGet(maybe, &rows, &found);
+    r = cold_->MultiGet(piece, &rows, &found);
     if (!r.ok()) return r.WithPrefix(Who(c_) + ": sweeping expired rows from the cold tier");
-    for (size_t i = 0; i < maybe.size(); ++i) {
+    for (size_t i = 0; i < piece.size(); ++i) {
       int64_t last_seen;
       if (!found[i] || rows[i].size() < sizeof last_seen) continue;
       std::memcpy(&last_seen, rows[i].data(), sizeof last_seen);
-      if (ExpiredSince(last_seen)) gone.push_back(maybe[i]);
+      if (ExpiredSince(last_seen)) gone.push_back(piece[i]);
     }
   }
   if (!gone.empty()) {
@@ -527,12 +529,27 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
       return InvalidArgument(who + ": position " + std::to_string(p) + " of the lookup is out of range");
     ++count[ui[p]];
   }
-  // This lookup pins what it touches until its step's update arrives.
-  ++tick_;
-  auto f = std::find_if(in_flight_.begin(), in_flight_.end(),
-                        [&](const InFlight& x) { return x.step_id == q.step_id; });
-  if (f == in_flight_.end()) f = in_flight_.insert(in_flight_.end(), InFlight{q.step_id, step_, {}});
-  std::vector<int64_t>& pinned = f->slots;
+  // A training lookup pins what it touches until its step's update arrives;
+  // a read-only one (evaluation, serving) only while it reads, and changes
+  // nothing of the model: no row made, no sighting counted, no row expired,
+  // no last step or frequency moved (a cold row it reads is promoted, as a
+  // cache would).
+  const bool ro = q.read_only;
+  std::vector<int64_t> ro_pins;
+  struct Unpin {
+    HashEmbeddingShard* self;
+    std::vector<int64_t>* pins;
+    ~Unpin() { self->Release(InFlight{0, 0, std::move(*pins)}); }
+  } unpin{this, &ro_pins};
+  std::vector<int64_t>* pins = &ro_pins;
+  if (!ro) {
+    ++tick_;
+    auto f = std::find_if(in_flight_.begin(), in_flight_.end(),
+                          [&](const InFlight& x) { return x.step_id == q.step_id; });
+    if (f == in_flight_.end()) f = in_flight_.insert(in_flight_.end(), InFlight{q.step_id, step_, {}});
+    pins = &f->slots;
+  }
+  std::vector<int64_t>& pinned = *pins;
   std::vector<int64_t> slot(static_cast<size_t>(m), -1);
   constexpr int64_t kAhead = 8;  // probes are cache misses: overlap a few
   // The misses, read from the cold tier in one batch before anything moves.
@@ -544,7 +561,7 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     Status d = DropColdCopies();  // before the read, or it would find them
     if (!d.ok()) return d;
     const int64_t since = step_ - cold_swept_at_;
-    if (c_.ttl_steps > 0 && cold_rows_ > 0 && since >= kColdSweepEvery)
+    if (!ro && c_.ttl_steps > 0 && cold_rows_ > 0 && since >= kColdSweepEvery)
       SF_RETURN_IF_ERROR(SweepColdTier(std::min(since, kColdSweepAtMost) * std::max<int64_t>(1024, m)));
   }
   if (cold_ && cold_rows_ > 0) {
@@ -565,6 +582,10 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   for (int64_t u = 0; u < m; ++u) {
     if (u + kAhead < m) PrefetchBucket(ids[u + kAhead]);
     int64_t s = Find(ids[u]);
+    if (s >= 0 && Expired(meta_[s]) && ro) {
+      slot[u] = -2;  // gone by ttl_steps: reads zeros, left for a training lookup to evict
+      continue;
+    }
     if (s >= 0 && Expired(meta_[s]) && meta_[s].pins == 0) {
       Evict(s);
       s = -1;
@@ -576,10 +597,17 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     slot[u] = s;
   }
   for (int64_t u = 0; u < m; ++u) {
-    if (slot[u] >= 0) continue;
+    if (slot[u] == -2) slot[u] = -1;
+    if (slot[u] >= 0 || (ro && Find(ids[u]) >= 0)) continue;
     int64_t s = -1;
     if (cold_ && miss_of.size() > 0 && miss_of[u] >= 0 && cold_found[miss_of[u]]) {
-      SF_ASSIGN_OR_RETURN(int64_t fresh, TakeSlot());
+      if (ro) {
+        int64_t last_seen = 0;
+        const std::string& b = cold_rows[miss_of[u]];
+        if (b.size() >= sizeof last_seen) std::memcpy(&last_seen, b.data(), sizeof last_seen);
+        if (ExpiredSince(last_seen)) continue;  // gone: zeros, and the row stays for a training lookup
+      }
+      SF_ASSIGN_OR_RETURN(int64_t fresh, TakeSlot(/*new_row=*/false));
       Status d = DecodeRow(fresh, ids[u], cold_rows[miss_of[u]]);
       if (!d.ok()) {
         meta_[fresh] = Meta();
@@ -600,6 +628,7 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
         s = fresh;
       }
     }
+    if (s < 0 && ro) continue;  // no row: reads zeros, and no sighting is counted
     if (s < 0) {
       bool admit = true;
       if (c_.min_count > 1) admit = FilterAdd(ids[u], count[u]) >= c_.min_count;
@@ -617,7 +646,7 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     pinned.push_back(s);
     slot[u] = s;
   }
-  for (int64_t u = 0; u < m; ++u) {
+  for (int64_t u = 0; u < m && !ro; ++u) {
     const int64_t s = slot[u];
     if (s < 0) continue;
     Meta& meta = meta_[s];

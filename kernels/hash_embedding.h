@@ -237,7 +237,9 @@ class HashEmbeddingShard {
   void IndexInsert(int64_t id, int64_t slot);
   void IndexErase(int64_t id);
   void IndexRebuild(int64_t min_capacity);
-  Result<int64_t> TakeSlot();            // a free slot, made by eviction, demotion or growth
+  // A free slot, made by eviction (for a new row under max_rows: a promoted
+  // one adds none), demotion or growth.
+  Result<int64_t> TakeSlot(bool new_row = true);
   Result<int64_t> Allocate(int64_t id);  // a fresh row's slot
   void InitRow(int64_t slot, int64_t id);
   void Evict(int64_t slot);

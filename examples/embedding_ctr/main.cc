@@ -208,13 +208,13 @@ FeedMap Feeds(const std::vector<Feature>& features, const Batch& b, bool with_la
 
 // Names of what the training loop runs.
 struct CtrGraph {
-  std::string init, train, loss, logits;
+  std::string init, train, loss, logits;  // logits: evaluation's, through read-only table views
   std::vector<std::string> metrics;  // --hash: each hash shard's metrics
 };
 
 // Builds the model of the top of the file; the graph's error on failure.
 Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& c, CtrGraph* cg) {
-  std::vector<Output> bags;
+  std::vector<Output> bags, eval_bags;
   std::vector<Output> table_reads;  // for the table optimizer's var_list
   for (size_t t = 0; t < features.size(); ++t) {
     const Feature& f = features[t];
@@ -237,6 +237,9 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
     auto ids = ops::Placeholder(g, DType::kInt64, {-1}, f.name + "_ids");
     auto offsets = ops::Placeholder(g, DType::kInt64, {-1}, f.name + "_offsets");
     bags.push_back(ops::EmbeddingLookupBag(g, table, ids, offsets, c.combiner));
+    // Evaluation reads the tables through a view: it makes no hash row and
+    // counts no sighting, so the held-out set never changes the model.
+    eval_bags.push_back(ops::EmbeddingLookupBag(g, ReadOnlyView(table), ids, offsets, c.combiner));
     // Minimize takes variable reads; a read of the shard stands for it (it is
     // never run: nothing fetches it).
     // A hash table's shard handles stand for themselves.
@@ -245,16 +248,19 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
     if (c.hash)
       for (const Output& m : ops::HashEmbeddingShardMetrics(g, table)) cg->metrics.push_back(m.name());
   }
-  auto x = ops::Concat(g, bags, 1);
   const int64_t width = c.dim * static_cast<int64_t>(features.size());
   const double a1 = std::sqrt(6.0 / static_cast<double>(width + c.hidden));
   auto w1 = ops::Variable(g, "mlp/w1", ops::RandomUniform(g, {width, c.hidden}, -a1, a1, c.seed * 16 + 8));
   auto b1 = ops::Variable(g, "mlp/b1", ops::Zeros(g, DType::kFloat32, {c.hidden}));
-  auto h = ops::Relu(g, ops::MatMul(g, x, w1) + b1);
   const double a2 = std::sqrt(6.0 / static_cast<double>(c.hidden + 1));
   auto w2 = ops::Variable(g, "mlp/w2", ops::RandomUniform(g, {c.hidden, 1}, -a2, a2, c.seed * 16 + 9));
   auto b2 = ops::Variable(g, "mlp/b2", ops::Zeros(g, DType::kFloat32, {1}));
-  auto logits = ops::Identity(g, ops::MatMul(g, h, w2) + b2, "logits");
+  auto mlp_logits = [&](const std::vector<Output>& in, const std::string& name) {
+    auto h = ops::Relu(g, ops::MatMul(g, ops::Concat(g, in, 1), w1) + b1);
+    return ops::Identity(g, ops::MatMul(g, h, w2) + b2, name);
+  };
+  auto logits = mlp_logits(bags, "logits");
+  auto eval_logits = mlp_logits(eval_bags, "eval_logits");
   auto y = ops::Placeholder(g, DType::kFloat32, {-1, 1}, "labels");
   // Logistic loss, stable form: softplus(z) - y z.
   auto loss = ops::Identity(g, ops::Mean(g, ops::Softplus(g, logits) - y * logits), "loss");
@@ -272,7 +278,7 @@ Status BuildGraph(Graph& g, const std::vector<Feature>& features, const Config& 
   cg->init = init.name();
   cg->train = train.name();
   cg->loss = loss.name();
-  cg->logits = logits.name();
+  cg->logits = eval_logits.name();
   return Status::OK();
 }
 

@@ -98,6 +98,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
       .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
       .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Attr("read_only", false)
       .Inputs(2, 4).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
@@ -114,7 +115,8 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .Summary("One embedding shard's partial lookup: rows of its ids (others skipped) combined "
                "per example (sum, or mean over all the example's ids), computed in the shard. "
                "Inputs: shard handle, ids, [offsets or segment ids]; with segments \"split\": shard handle "
-               "and the shard's three outputs of an EmbeddingSplitIds.")
+               "and the shard's three outputs of an EmbeddingSplitIds. read_only: an evaluation's lookup, "
+               "which makes no hash row, counts no sighting and trains nothing.")
       .Build()));
 
   // One lookup's ids split over a fixed table's shards, once for all of them

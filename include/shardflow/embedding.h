@@ -97,8 +97,18 @@ struct EmbeddingTable {
   std::string partition = "mod";   // "hash" for a hash table
   std::vector<Output> shards;      // VarHandle per shard
   bool hash = false;               // made by NewHashEmbeddingTable
+  // Lookups through this view only read (ReadOnlyView).
+  bool read_only = false;
   bool valid() const { return !shards.empty(); }
 };
+
+// The same table for evaluation or serving: its lookups read the rows as
+// they are and change nothing. A hash table makes no row for an id it does
+// not hold (reading its default value, zeros), counts no sighting for
+// admission, expires nothing and moves no row's last step or frequency, so
+// evaluating between training steps leaves the table as it was. A loss
+// that reads a table through a view cannot train it (Minimize refuses).
+EmbeddingTable ReadOnlyView(const EmbeddingTable& table);
 
 // Adds a table: K VarHandles and K initializer Assigns (run by
 // ops::GlobalVariablesInitializer). On bad options (rows < K, dim < 1, an

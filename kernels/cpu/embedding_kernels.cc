@@ -73,6 +73,7 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
     if (attrs_.spec.partition == EmbeddingPartition::kHash) {
       // Only this shard's ids, each once, travel to the shard.
       q.step_id = ctx->step_id();
+      q.read_only = attrs_.read_only;
       EmbeddingGather mine;
       s = BuildHashShardGather(attrs_.spec, q, &mine);
       if (!s.ok()) return fail(s);

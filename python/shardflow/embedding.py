@@ -30,6 +30,17 @@ class EmbeddingTable:
     dim = property(lambda self: self._t.dim)
     partition = property(lambda self: self._t.partition)
 
+    read_only = property(lambda self: self._t.read_only)
+
+    def read_only_view(self):
+        """The same table for evaluation or serving: lookups through the view read the rows as they are
+        and change nothing (a hash table makes no row, counts no sighting for admission, expires
+        nothing); a loss read through it cannot train it (minimize raises)."""
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._t = _core.read_only_view(self._t)
+        return view
+
     def _ids(self, ids):
         with self.graph.as_default():
             return _graph.convert_to_tensor(ids)._ref()

@@ -639,6 +639,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("dim", &EmbeddingTable::dim)
       .def_readonly("partition", &EmbeddingTable::partition)
       .def_readonly("hash", &EmbeddingTable::hash)
+      .def_readonly("read_only", &EmbeddingTable::read_only)
       .def_property_readonly("shards", [](const EmbeddingTable& t) {
         std::vector<Out> r;
         for (const Output& o : t.shards) r.push_back(ToOut(o));
@@ -684,6 +685,7 @@ PYBIND11_MODULE(_core, m) {
           g.CheckNoError();
           return t;
         });
+  m.def("read_only_view", [](const EmbeddingTable& t) { return ReadOnlyView(t); });
   m.def("embedding_lookup", [](PyGraph& g, const EmbeddingTable& t, const std::string& kind, const Out& ids,
                                py::object extra, int64_t num_segments, const std::string& combiner) {
           Output o;

@@ -187,6 +187,24 @@ def test_hash_embedding_table_any_int64_id_with_admission(g):
         sf.embedding.HashEmbeddingTable("users3", dim=4, colour="red")
 
 
+def test_hash_embedding_read_only_view_counts_no_sighting(g):
+    table = sf.embedding.HashEmbeddingTable("seen", dim=4, num_shards=2, min_count=2)
+    ids = sf.placeholder(sf.int64, [None, 1], name="ids")
+    emb = table.lookup(ids)
+    view = table.read_only_view()
+    assert view.read_only and not table.read_only
+    probe = {ids: np.array([[777]], np.int64)}
+    with sf.Session(g) as s:
+        s.run(sf.global_variables_initializer())
+        for _ in range(3):  # evaluation reads zeros and counts nothing
+            np.testing.assert_array_equal(s.run(view.lookup(ids), probe), np.zeros((1, 4)))
+        np.testing.assert_array_equal(s.run(emb, probe), np.zeros((1, 4)))  # the first sighting
+        assert np.all(s.run(emb, probe) != 0)  # the second: admitted, a uniform row
+        np.testing.assert_array_equal(s.run(view.lookup(ids), probe), s.run(emb, probe))
+    with pytest.raises(sf.errors.InvalidArgumentError, match="read-only"):
+        sf.train.AdagradOptimizer(0.5).minimize(sf.ops.sum(view.lookup(ids)))
+
+
 def test_checkpoints_with_saver(g, tmp_path):
     w = sf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="w")
     inc = w.assign_add(np.ones((2, 3), np.float32))

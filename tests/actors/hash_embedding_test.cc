@@ -238,6 +238,60 @@ TEST_CASE("Hash tables: metrics per shard, admission and eviction in a session",
   CHECK(evicted > 0);
 }
 
+TEST_CASE("Hash tables: evaluating through a read-only view leaves the table as it was", "[hash_embedding]") {
+  for (bool hash : {true, false}) {
+    Graph g;
+    EmbeddingTable t;
+    if (hash) {
+      HashEmbeddingTableOptions o;
+      o.num_shards = 2;
+      o.min_count = 2;
+      t = NewHashEmbeddingTable(g, "v", 3, o);
+    } else {
+      EmbeddingTableOptions o;
+      o.num_shards = 2;
+      t = NewEmbeddingTable(g, "v", 1000, 3, o);
+    }
+    auto ids = ops::Placeholder(g, DType::kInt64, {-1, 1}, "ids");
+    auto train = AdagradOptimizer(0.1).Minimize(g, ops::Sum(g, ops::EmbeddingLookup(g, t, ids, "sum")));
+    REQUIRE(train.ok());
+    auto eval = ops::EmbeddingLookup(g, ReadOnlyView(t), ids, "sum");
+    std::vector<Output> reads;
+    for (const Output& h : t.shards) reads.push_back(ops::ReadVariable(g, h, hash ? DType::kInt64 : DType::kFloat32));
+    Operation init = ops::GlobalVariablesInitializer(g);
+    REQUIRE(g.status().ok());
+    Session s(g, Devices(2));
+    REQUIRE(s.Run({}, std::vector<Output>{}, {init}).ok());
+    const Tensor seen = Tensor::FromVector<int64_t>({1, 2, 3, 1, 2, 3}, {6, 1});
+    for (int i = 0; i < 3; ++i) REQUIRE(s.Run({{"ids", seen}}, std::vector<Output>{}, {*train}).ok());
+    auto before = s.Run({}, reads);
+    REQUIRE(before.ok());
+    const Tensor probe = Tensor::FromVector<int64_t>({1, 7, 8, 9}, {4, 1});
+    Result<std::vector<Tensor>> out = std::vector<Tensor>{};
+    for (int i = 0; i < 3; ++i) out = s.Run({{"ids", probe}}, {eval});
+    REQUIRE(out.ok());
+    auto after = s.Run({}, reads);
+    REQUIRE(after.ok());
+    for (size_t k = 0; k < before->size(); ++k)
+      CHECK((hash ? SameBits((*before)[k], (*after)[k])
+                  : (*before)[k].ToVector<float>() == (*after)[k].ToVector<float>()));
+    if (hash) {  // ids never trained read zeros; 1 its trained row
+      const std::vector<float> v = (*out)[0].ToVector<float>();
+      CHECK(v[0] != 0.0f);
+      CHECK(std::vector<float>(v.begin() + 3, v.end()) == std::vector<float>(9, 0.0f));
+    }
+  }
+  // A view cannot train its table.
+  Graph g;
+  auto t = NewHashEmbeddingTable(g, "w", 3, {});
+  auto ids = ops::Placeholder(g, DType::kInt64, {-1, 1}, "ids");
+  auto loss = ops::Sum(g, ops::EmbeddingLookup(g, ReadOnlyView(t), ids, "sum"));
+  auto train = AdagradOptimizer(0.1).Minimize(g, loss);
+  REQUIRE_FALSE(train.ok());
+  CHECK(train.status().message().find("'w'") != std::string::npos);
+  CHECK(train.status().message().find("read-only") != std::string::npos);
+}
+
 TEST_CASE("Hash tables: a full checkpoint plus increments restores bit-identical", "[hash_embedding][checkpoint]") {
   testing::TempDir dir("sf_hash_ckpt");
   Graph g;

@@ -24,7 +24,8 @@ HashShardConfig Config(int64_t dim = 4) {
 }
 
 // Looks ids up (each its own example) in step step_id; the [n, dim] result.
-Tensor Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step_id, Status* status = nullptr) {
+Tensor Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step_id, Status* status = nullptr,
+              bool read_only = false) {
   EmbeddingShardSpec spec;
   spec.table = s.config().table;
   spec.num_shards = s.config().num_shards;
@@ -38,6 +39,7 @@ Tensor Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t st
   q.segment_ids = Tensor::FromVector(seg);
   q.num_segments = n;
   q.step_id = step_id;
+  q.read_only = read_only;
   EmbeddingGather mine;
   Status st = BuildHashShardGather(spec, q, &mine);
   REQUIRE(st.ok());
@@ -99,6 +101,52 @@ TEST_CASE("Hash shard: any int64 id, rows made on first lookup, deterministic va
   Tensor b = Lookup(t, {1234567890123}, 1);
   for (int64_t j = 0; j < 4; ++j) CHECK(b.data<float>()[j] == a.data<float>()[4 * 4 + j]);
   for (int64_t i = 0; i < a.num_elements(); ++i) CHECK(std::abs(a.data<float>()[i]) <= 0.5f);
+}
+
+TEST_CASE("Hash shard property: a read-only lookup reads the rows as they are and changes nothing",
+          "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.min_count = 2;
+  c.ttl_steps = 40;  // swept every 10 steps
+  c.max_rows = 4;
+  HashEmbeddingShard s(c);
+  int64_t step = 0;
+  for (int i = 0; i < 2; ++i) {  // 1, 2 and 3 are admitted at their second sighting
+    Lookup(s, {1, 2, 3}, step);
+    REQUIRE(Apply(s, OptimizerKind::kAdagrad, {1, 2, 3}, step++).ok());
+  }
+  const Tensor trained = Lookup(s, {1, 2}, step, nullptr, /*read_only=*/true);
+  auto before = s.Serialize();
+  REQUIRE(before.ok());
+  const HashShardMetrics m0 = s.Metrics();
+  Tensor ro;
+  for (int i = 0; i < 5; ++i) ro = Lookup(s, {1, 2, 99, 100, 101}, step, nullptr, /*read_only=*/true);
+  // 1 and 2 read their trained rows, the others zeros: no row made (not
+  // even under max_rows, which would evict one), no sighting counted.
+  for (int64_t j = 0; j < 8; ++j) CHECK(ro.data<float>()[j] == trained.data<float>()[j]);
+  for (int64_t j = 8; j < ro.num_elements(); ++j) CHECK(ro.data<float>()[j] == 0.0f);
+  auto after = s.Serialize();
+  REQUIRE(after.ok());
+  CHECK(SameBits(*before, *after));  // rows, last steps, frequencies, sketch, counters
+  CHECK(s.Metrics().rows == m0.rows);
+  CHECK(s.Metrics().rejected == m0.rejected);
+  // 99 was read five times, but its first training sighting is its first.
+  Lookup(s, {99}, step);
+  REQUIRE(Apply(s, OptimizerKind::kAdagrad, {99}, step++).ok());
+  CHECK(s.Metrics().rows == m0.rows);
+  CHECK(s.Metrics().rejected == m0.rejected + 1);
+  // A row past ttl_steps (last seen at shard step 1) reads zeros and is
+  // left for a training lookup (or the sweep at step 50) to evict.
+  while (s.Metrics().step < 45) REQUIRE(Apply(s, OptimizerKind::kAdagrad, {}, step++).ok());
+  const int64_t evicted = s.Metrics().evicted;
+  HashRowState row;
+  REQUIRE(s.RowOf(1, &row));
+  ro = Lookup(s, {1}, step, nullptr, /*read_only=*/true);
+  for (int64_t j = 0; j < 4; ++j) CHECK(ro.data<float>()[j] == 0.0f);
+  CHECK(s.RowOf(1, &row));
+  CHECK(s.Metrics().evicted == evicted);
+  Lookup(s, {1}, step);
+  CHECK(s.Metrics().evicted == evicted + 1);
 }
 
 TEST_CASE("Hash shard property: an id seen fewer than min_count times never gets a row", "[hash_embedding]") {

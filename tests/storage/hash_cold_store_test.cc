@@ -27,7 +27,8 @@ HashShardConfig Config() {
   return c;
 }
 
-Status Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step, Tensor* out) {
+Status Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t step, Tensor* out,
+              bool read_only = false) {
   EmbeddingShardSpec spec;
   spec.table = "cold";
   spec.partition = EmbeddingPartition::kHash;
@@ -38,6 +39,7 @@ Status Lookup(HashEmbeddingShard& s, const std::vector<int64_t>& ids, int64_t st
   q.segment_ids = Tensor::FromVector(seg);
   q.num_segments = static_cast<int64_t>(ids.size());
   q.step_id = step;
+  q.read_only = read_only;
   EmbeddingGather mine;
   SF_RETURN_IF_ERROR(BuildHashShardGather(spec, q, &mine));
   return s.GatherCombine(mine, out);
@@ -470,4 +472,29 @@ TEST_CASE("Cold tier: a sweep deletes a row only when its stored value is expire
   CHECK(stored == Ids(100, 16));  // 0..15 expired and went; 100 stays
   CHECK(s.Metrics().cold_rows == 16);
   CHECK(s.Metrics().evicted == 16);
+}
+
+TEST_CASE("Cold tier: a read-only lookup reads cold rows as they are and expires none", "[hash_embedding][cold]") {
+  HashShardConfig c = Config();
+  c.ttl_steps = 40;
+  TieredAndReference t(c);
+  HashEmbeddingShard& s = t.s;
+  t.Step(Ids(0, 16));
+  t.Step(Ids(100, 16));  // 0..15 go cold
+  Tensor a, b;
+  REQUIRE(Lookup(t.ref, {0, 5, 100, 999}, t.step, &a, /*read_only=*/true).ok());
+  REQUIRE(Lookup(s, {0, 5, 100, 999}, t.step, &b, /*read_only=*/true).ok());
+  CHECK(a.ToVector<float>() == b.ToVector<float>());
+  CHECK(b.data<float>()[0] != 0.0f);  // a cold row's value, not zeros
+  CHECK(s.Metrics().rows + s.Metrics().cold_rows == 32);  // 999 got no row
+  while (t.step < 42) t.Step({});  // 0..15 (last seen at 0) expire, no lookup sweeps them
+  const HashShardMetrics m = s.Metrics();
+  REQUIRE(Lookup(t.ref, {0}, t.step, &a, /*read_only=*/true).ok());
+  REQUIRE(Lookup(s, {0}, t.step, &b, /*read_only=*/true).ok());
+  CHECK(a.ToVector<float>() == b.ToVector<float>());
+  CHECK(b.ToVector<float>() == std::vector<float>(4, 0.0f));
+  CHECK(s.Metrics().evicted == m.evicted);
+  CHECK(s.Metrics().cold_rows == m.cold_rows);
+  const auto stored = StoredIds(*t.store);
+  CHECK(std::count(stored.begin(), stored.end(), 0) == 1);
 }
