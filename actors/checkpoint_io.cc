@@ -2,6 +2,7 @@
 #include "actors/checkpoint_io.h"
 
 #include <algorithm>
+#include <future>
 #include <mutex>
 
 #include "kernels/checkpoint_service.h"
@@ -341,6 +342,78 @@ Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string
   out.id = id;
   out.global_step = info->global_step;
   return out;
+}
+
+Result<bool> RestoreInPlace(const Graph& g, const std::string& dir, int64_t id, VariableService* vars,
+                            int64_t* global_step) {
+  if (!vars->CanRefill() || dir.empty()) return false;
+  std::lock_guard<std::mutex> dir_lock(DirMutex(dir));
+  auto kv = OpenCheckpointDir(dir, false);
+  if (!kv.ok()) return false;
+  CheckpointReader reader(kv->get());
+  if (id < 0) {
+    auto latest = reader.LatestCommitted();
+    if (!latest.ok()) return false;
+    id = *latest;
+  }
+  auto info = reader.Manifest(id);
+  if (!info.ok() || info->parent >= 0) return false;
+  for (const auto& gt : GraphTables(g)) {
+    const CheckpointTable* ct = info->FindTable(gt.first);
+    if (ct && (ct->rows != gt.second.rows || ct->num_shards != gt.second.num_shards ||
+               ct->partition != gt.second.partition))
+      return false;  // resharded row by row
+  }
+  struct Target {
+    std::string name;
+    int64_t var;
+    const CheckpointVariable* saved;
+  };
+  std::vector<Target> targets;
+  std::set<std::string> seen;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != "VarHandle") continue;
+    if (n.attrs.Get<std::string>("_hash_embedding").ok()) return false;  // a shard state, deserialized
+    auto name = n.attrs.Get<std::string>("shared_name");
+    auto dtype = n.attrs.Get<DType>("dtype");
+    if (!name.ok() || !dtype.ok() || !seen.insert(*name).second) continue;
+    auto shape = n.attrs.GetOr<PartialShape>("shape", PartialShape());
+    const PartialShape declared = shape.ok() ? *shape : PartialShape();
+    const CheckpointVariable* v = info->Find(*name);
+    if (!v || v->stored_rows >= 0 || v->dtype != *dtype || !declared.CompatibleWith(PartialShape(v->shape)))
+      return false;
+    auto var = vars->Resolve(*name, *dtype, declared);
+    if (!var.ok()) return false;
+    targets.push_back(Target{*name, *var, v});
+  }
+  // Every block is checked before any variable changes: a corrupt
+  // checkpoint restores nothing (and the full path names the block).
+  for (const Target& t : targets)
+    if (!reader.CheckVariable(*info, t.name).ok()) return false;
+  for (const Target& t : targets) {
+    std::promise<Status> filled;
+    std::future<Status> done = filled.get_future();
+    vars->Refill(
+        t.var,
+        [&](Tensor* value) -> Status {
+          const CheckpointVariable& v = *t.saved;
+          // Its own memory when nobody else holds it (a step's snapshot keeps
+          // the old value then, and the variable gets a fresh tensor).
+          if (!value->valid() || value->dtype() != v.dtype || value->shape() != v.shape || !value->BufferIsUnique())
+            *value = Tensor(v.dtype, v.shape);
+          Status s = reader.ReadInto(*info, t.name, value);
+          if (!s.ok()) *value = Tensor();
+          return s;
+        },
+        [&filled](Status s) { filled.set_value(std::move(s)); });
+    Status s = done.get();
+    if (!s.ok())
+      return s.WithPrefix("restoring checkpoint " + std::to_string(id) + " in '" + dir + "' (every block checked " +
+                          "first), variable '" + t.name + "' is uninitialised now");
+  }
+  if (global_step) *global_step = info->global_step;
+  return true;
 }
 
 }  // namespace runtime

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/checkpoint_service.h"
+#include "kernels/variable_service.h"
 #include "shardflow/graph.h"
 #include "storage/checkpoint.h"
 #include "storage/kv_store.h"
@@ -109,6 +110,18 @@ struct GraphCheckpoint {
 // readable id), InvalidArgument naming a variable whose dtype or shape differs.
 Result<GraphCheckpoint> ReadCheckpointForGraph(const Graph& g, const std::string& dir, int64_t id,
                                                const std::set<std::string>* only = nullptr);
+
+// Restores checkpoint id (the newest committed when < 0) of dir into g's
+// variables in their own memory (VariableService::Refill), so a restore
+// writes no fresh pages: only for a full checkpoint holding every graph
+// variable with its dtype and shape, tables in the graph's layout, no hash
+// tables, and a service that can refill. Every block's checksum is checked
+// before any variable changes. False (nothing changed) when it does not
+// apply or a check fails: ReadCheckpointForGraph then restores, or reports
+// the error. An error only if a read fails after the checks (naming the
+// variable, which is left uninitialised rather than half written).
+Result<bool> RestoreInPlace(const Graph& g, const std::string& dir, int64_t id, VariableService* vars,
+                            int64_t* global_step);
 
 }  // namespace runtime
 }  // namespace sf

@@ -59,6 +59,12 @@ struct AssignVariable {
   Tensor value;
   std::function<void(Result<Tensor>)> done;
 };
+// A value written where the variable lives (VariableService::Refill).
+struct RefillVariable {
+  int64_t id = -1;
+  std::function<Status(Tensor*)> fill;
+  std::function<void(Status)> done;
+};
 // One dense optimizer update of a variable and its slots (all in this shard).
 struct ApplyDense {
   ApplyRequest req;
@@ -151,6 +157,7 @@ struct SnapshotDirtyShard {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::DefineVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AssignVariable)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::RefillVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplyDense)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::GatherRows)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparse)
@@ -175,7 +182,7 @@ using VariableShardActor = caf::typed_actor<
     caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
     caf::reacts_to<ApplySyncGradient>, caf::reacts_to<ApplySparseSyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
     caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
-    caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>>;
+    caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>, caf::reacts_to<RefillVariable>>;
 
 }  // namespace runtime
 }  // namespace sf

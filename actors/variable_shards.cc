@@ -276,6 +276,15 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         v->MarkAll();
         m.done(v->value);
       },
+      [self](RefillVariable& m) {
+        ShardState::Var* v = self->state.Find(m.id);
+        if (!v) return m.done(NoVariable(m.id));
+        if (v->hash)
+          return m.done(Unimplemented("variable '" + v->name + "' is a hash embedding table shard: it is assigned"));
+        Status s = m.fill(&v->value);
+        v->MarkAll();
+        m.done(s);
+      },
       [self](ApplyDense& m) { m.done(ApplyUpdate(self->state, m.req)); },
       // Sharded embeddings: lookups and sparse updates run here, beside the rows.
       [self](GatherRows& m) {
@@ -460,6 +469,12 @@ void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
   caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done)});
+}
+
+void ActorVariables::Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  caf::anon_send(shard, RefillVariable{id, std::move(fill), std::move(done)});
 }
 
 void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {

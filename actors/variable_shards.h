@@ -52,6 +52,8 @@ class ActorVariables : public VariableService,
   void Assign(int64_t id, AssignMode mode, Tensor value,
               std::function<void(Result<Tensor>)> done) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
+  void Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) override;
+  bool CanRefill() const override { return true; }
   std::string NameOf(int64_t id) const override;
   // ReplicationService (kernels/replica_state.h): handled by the variable's shard actor.
   void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;

@@ -49,6 +49,21 @@ class VariableService {
   virtual void Apply(ApplyRequest req, std::function<void(Status)> done) = 0;
   // The name given to Resolve, for error messages ("" when unknown).
   virtual std::string NameOf(int64_t id) const = 0;
+  // Runs fill on the variable's value where the variable lives, in order with
+  // its reads and updates (a restore into the variable's own memory): fill
+  // may overwrite *value in place when it holds the only reference
+  // (Tensor::BufferIsUnique) or replace it; the variable then counts as
+  // wholly changed. A failed fill leaves *value as fill left it (fill clears
+  // what it half wrote). Unimplemented for services that cannot (the caller
+  // assigns instead, nothing changed); NotFound for an unknown id; fill's
+  // error otherwise.
+  virtual void Refill(int64_t id, std::function<Status(Tensor* value)> fill, std::function<void(Status)> done) {
+    (void)id;
+    (void)fill;
+    done(Unimplemented("variables cannot be refilled in place here"));
+  }
+  // Whether Refill is implemented.
+  virtual bool CanRefill() const { return false; }
 };
 
 }  // namespace sf

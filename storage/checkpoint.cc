@@ -403,49 +403,14 @@ Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::str
   if (v->stored_rows >= 0 && !rows_out)
     return InvalidArgument(Name(info.id) + ": variable '" + name +
                            "' holds changed rows only (an increment): read it with ReadAll");
-  const int64_t row = RowBytes(*v), rows = StoredRows(*v);
   Shape shape = v->shape;
   if (v->stored_rows >= 0) shape[0] = v->stored_rows;
   Tensor t(v->dtype, shape);
-  char* base = static_cast<char*>(t.raw_data());
-  const std::string what = Name(info.id) + (info.parent >= 0 ? " (an increment on " + Name(info.parent) + ")" : "") +
-                           ", variable '" + name + "', shard " + std::to_string(v->shard);
-  // Blocks [b0, b1) into the tensor through one reused buffer (a fresh
-  // multi-MiB string per block cost a page fault per 4 KiB).
-  auto read_range = [&](int64_t b0, int64_t b1) -> Status {
-    std::string scratch;
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * v->rows_per_block, r1 = std::min(rows, r0 + v->rows_per_block);
-      const size_t n = static_cast<size_t>((r1 - r0) * row);
-      Status s = store_->ReadValue(BlockKey(info.id, name, v->shard, b), &scratch, [&](std::string_view block) {
-        const std::string where = what + ", block " + std::to_string(b);
-        SF_RETURN_IF_ERROR(CheckChecksummed(block, n, where));
-        if (n) std::memcpy(base + r0 * row, block.data() + 4, n);
-        return Status::OK();
-      });
-      if (s.code() == Code::kNotFound) return DataLoss(what + ", block " + std::to_string(b) + ": block is missing");
-      if (!s.ok() && s.code() != Code::kDataLoss) return s.WithPrefix(what + ", block " + std::to_string(b));
-      SF_RETURN_IF_ERROR(s);
-    }
-    return Status::OK();
-  };
-  if (rows * row < kTwoWriterBytes || v->num_blocks < 2) {
-    SF_RETURN_IF_ERROR(read_range(0, v->num_blocks));
-  } else {
-    // Checksums and copies out of the page cache (and the tensor's first
-    // touch of its pages) are CPU work: a second thread reads the upper half.
-    const int64_t mid = v->num_blocks / 2;
-    Status upper;
-    std::thread t([&] { upper = read_range(mid, v->num_blocks); });
-    Status lower = read_range(0, mid);
-    t.join();
-    SF_RETURN_IF_ERROR(lower);
-    SF_RETURN_IF_ERROR(upper);
-  }
+  SF_RETURN_IF_ERROR(ReadBlocks(info, *v, static_cast<char*>(t.raw_data())));
   if (v->stored_rows >= 0) {
     rows_out->assign(static_cast<size_t>(v->stored_rows), 0);
     if (v->stored_rows > 0) {
-      const std::string where = what + ", row indices";
+      const std::string where = What(info, *v) + ", row indices";
       auto idx = store_->Get(RowsKey(info.id, name, v->shard));
       if (!idx.ok()) {
         if (idx.status().code() == Code::kNotFound) return DataLoss(where + ": block is missing");
@@ -460,6 +425,62 @@ Result<Tensor> CheckpointReader::Read(const CheckpointInfo& info, const std::str
     }
   }
   return t;
+}
+
+std::string CheckpointReader::What(const CheckpointInfo& info, const CheckpointVariable& v) {
+  return Name(info.id) + (info.parent >= 0 ? " (an increment on " + Name(info.parent) + ")" : "") + ", variable '" +
+         v.name + "', shard " + std::to_string(v.shard);
+}
+
+Status CheckpointReader::ReadBlocks(const CheckpointInfo& info, const CheckpointVariable& v, char* base) {
+  const int64_t row = RowBytes(v), rows = StoredRows(v);
+  const std::string what = What(info, v);
+  // Blocks [b0, b1) into base through one reused buffer (a fresh
+  // multi-MiB string per block cost a page fault per 4 KiB).
+  auto read_range = [&](int64_t b0, int64_t b1) -> Status {
+    std::string scratch;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * v.rows_per_block, r1 = std::min(rows, r0 + v.rows_per_block);
+      const size_t n = static_cast<size_t>((r1 - r0) * row);
+      Status s = store_->ReadValue(BlockKey(info.id, v.name, v.shard, b), &scratch, [&](std::string_view block) {
+        const std::string where = what + ", block " + std::to_string(b);
+        SF_RETURN_IF_ERROR(CheckChecksummed(block, n, where));
+        if (n && base) std::memcpy(base + r0 * row, block.data() + 4, n);
+        return Status::OK();
+      });
+      if (s.code() == Code::kNotFound) return DataLoss(what + ", block " + std::to_string(b) + ": block is missing");
+      if (!s.ok() && s.code() != Code::kDataLoss) return s.WithPrefix(what + ", block " + std::to_string(b));
+      SF_RETURN_IF_ERROR(s);
+    }
+    return Status::OK();
+  };
+  if (rows * row < kTwoWriterBytes || v.num_blocks < 2) return read_range(0, v.num_blocks);
+  // Checksums and copies out of the page cache (and a fresh tensor's first
+  // touch of its pages) are CPU work: a second thread reads the upper half.
+  const int64_t mid = v.num_blocks / 2;
+  Status upper;
+  std::thread t([&] { upper = read_range(mid, v.num_blocks); });
+  Status lower = read_range(0, mid);
+  t.join();
+  SF_RETURN_IF_ERROR(lower);
+  return upper;
+}
+
+Status CheckpointReader::CheckVariable(const CheckpointInfo& info, const std::string& name) {
+  const CheckpointVariable* v = info.Find(name);
+  if (!v) return NotFound(Name(info.id) + " has no variable '" + name + "'");
+  return ReadBlocks(info, *v, nullptr);
+}
+
+Status CheckpointReader::ReadInto(const CheckpointInfo& info, const std::string& name, Tensor* dest) {
+  const CheckpointVariable* v = info.Find(name);
+  if (!v) return NotFound(Name(info.id) + " has no variable '" + name + "'");
+  if (v->stored_rows >= 0)
+    return InvalidArgument(Name(info.id) + ": variable '" + name + "' holds changed rows only (an increment)");
+  if (!dest->valid() || dest->dtype() != v->dtype || dest->shape() != v->shape)
+    return InvalidArgument(Name(info.id) + ": variable '" + name + "' is " + DTypeName(v->dtype) + " " +
+                           ShapeString(v->shape) + ", not the tensor given to read it into");
+  return ReadBlocks(info, *v, static_cast<char*>(dest->raw_data()));
 }
 
 Result<std::vector<CheckpointInfo>> CheckpointReader::Chain(int64_t id) {

@@ -130,6 +130,13 @@ class CheckpointReader {
   // with their indices in *rows (required then: InvalidArgument without).
   Result<Tensor> Read(const CheckpointInfo& info, const std::string& name,
                       std::vector<int64_t>* rows = nullptr);
+  // Checks every block's checksum of one variable without keeping its
+  // value; errors as Read.
+  Status CheckVariable(const CheckpointInfo& info, const std::string& name);
+  // Reads a whole variable (not an increment's rows) into *dest, which must
+  // have its dtype and shape (InvalidArgument otherwise); errors as Read,
+  // *dest partly written then.
+  Status ReadInto(const CheckpointInfo& info, const std::string& name, Tensor* dest);
   // The manifests from the full base up to checkpoint id, in order; DataLoss
   // naming the increment whose ancestor is missing or corrupt.
   Result<std::vector<CheckpointInfo>> Chain(int64_t id);
@@ -145,6 +152,11 @@ class CheckpointReader {
   Result<int64_t> LatestReadable(int64_t max_id = -1, std::vector<Status>* skipped = nullptr);
 
  private:
+  // "checkpoint N, variable 'x', shard k" for errors.
+  static std::string What(const CheckpointInfo& info, const CheckpointVariable& v);
+  // The blocks of v into base (null: checksums checked only), by two threads
+  // from 64 MiB; errors as Read.
+  Status ReadBlocks(const CheckpointInfo& info, const CheckpointVariable& v, char* base);
   KvStore* store_;
 };
 

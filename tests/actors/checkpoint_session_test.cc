@@ -95,6 +95,40 @@ TEST_CASE("Session Save and Restore round-trip variables and optimizer slots", "
   CHECK(m.Values(s) == m.Values(s2));
 }
 
+TEST_CASE("Restore writes into the variables' own memory unless a snapshot of them is held",
+          "[session][checkpoint]") {
+  sf::testing::TempDir dir("sf_ckpt_session");
+  Model m;
+  Session s(m.g);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  const auto saved = m.Values(s);
+  auto id = s.Save(dir.path, 3);
+  REQUIRE(id.ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  // Where w's value lives (a read shares the variable's buffer).
+  auto where = [&] {
+    auto r = s.Run({}, std::vector<Output>{m.reads.at("w")});
+    REQUIRE(r.ok());
+    return reinterpret_cast<uintptr_t>((*r)[0].raw_data());
+  };
+  const uintptr_t before = where();
+  REQUIRE(before == where());
+  REQUIRE(s.Restore(dir.path, *id).ok());
+  CHECK(where() == before);  // the same memory, refilled
+  CHECK(m.Values(s) == saved);
+  // A value read before the restore keeps what it read: the variable gets
+  // fresh memory instead.
+  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  auto held = s.Run({}, std::vector<Output>{m.reads.at("w")});
+  REQUIRE(held.ok());
+  const std::vector<double> trained = (*held)[0].ToVector<double>();
+  REQUIRE(trained != saved.at("w"));
+  REQUIRE(s.Restore(dir.path, *id).ok());
+  CHECK((*held)[0].ToVector<double>() == trained);
+  CHECK(m.Values(s) == saved);
+}
+
 TEST_CASE("Restore into a graph with another variable shape names the variable", "[session][checkpoint]") {
   sf::testing::TempDir dir("sf_ckpt_session");
   {
