@@ -42,6 +42,12 @@ struct Model {
     REQUIRE(g.status().ok());
   }
 
+  // Runs `steps` training steps in s (after the initializer when init).
+  void Train(Session& s, int steps, bool init = false) const {
+    if (init) REQUIRE(s.Run({}, std::vector<Output>{}, {this->init}).ok());
+    for (int i = 0; i < steps; ++i) REQUIRE(s.Run(Feeds(), std::vector<Output>{}, {train}).ok());
+  }
+
   FeedMap Feeds() const {
     return {{"x", Tensor::FromVector<float>({1, 2, 3, 4, -1, 0.5f}, {3, 2})},
             {"y", Tensor::FromVector<float>({1, 0, 2}, {3, 1})}};
@@ -66,8 +72,7 @@ TEST_CASE("Session Save and Restore round-trip variables and optimizer slots", "
   sf::testing::TempDir dir("sf_ckpt_session");
   Model m;
   Session s(m.g);
-  REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
-  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  m.Train(s, 3, /*init=*/true);
   const auto saved = m.Values(s);
   REQUIRE(saved.size() >= 4);  // w, b and Adam's slots
   bool has_slot = false;
@@ -100,12 +105,11 @@ TEST_CASE("Restore writes into the variables' own memory unless a snapshot of th
   sf::testing::TempDir dir("sf_ckpt_session");
   Model m;
   Session s(m.g);
-  REQUIRE(s.Run({}, std::vector<Output>{}, {m.init}).ok());
-  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  m.Train(s, 3, /*init=*/true);
   const auto saved = m.Values(s);
   auto id = s.Save(dir.path, 3);
   REQUIRE(id.ok());
-  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  m.Train(s, 3);
   // Where w's value lives (a read shares the variable's buffer).
   auto where = [&] {
     auto r = s.Run({}, std::vector<Output>{m.reads.at("w")});
@@ -119,7 +123,7 @@ TEST_CASE("Restore writes into the variables' own memory unless a snapshot of th
   CHECK(m.Values(s) == saved);
   // A value read before the restore keeps what it read: the variable gets
   // fresh memory instead.
-  for (int i = 0; i < 3; ++i) REQUIRE(s.Run(m.Feeds(), std::vector<Output>{}, {m.train}).ok());
+  m.Train(s, 3);
   auto held = s.Run({}, std::vector<Output>{m.reads.at("w")});
   REQUIRE(held.ok());
   const std::vector<double> trained = (*held)[0].ToVector<double>();
