@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   flags.Int("rows", 10'000'000, "table rows").Int("dim", 32, "embedding width")
       .Int("batch", 4096, "examples per batch").Int("ids", 8, "ids per example")
       .Int("steps", 30, "timed steps").Int("warmup", 5, "untimed steps")
-      .String("shards", "1,2,4", "shard counts (num_cpu_devices = shards)")
+      .String("shards", "1,2,4", "shard counts (num_cpu_devices = shards, unless --devices)")
+      .Int("devices", 0, "one process: num_cpu_devices (0: as many as shards)")
       .String("processes", "1", "1: one process; 2: a local cluster of two node processes (e.g. 1,2)")
       .Bool("json", "print JSON lines");
   ParseOrExit(flags, argc, argv, "bench_embedding");
@@ -130,9 +131,14 @@ int main(int argc, char** argv) {
   std::vector<Tensor> ids, labels;
   MakeBatches(c, &ids, &labels);
   const bool json = flags.GetBool("json");
-  SessionFactory local = [](const Graph& g, int shards) -> Result<Owned> {
+  const int devices = static_cast<int>(flags.GetInt("devices"));
+  if (devices < 0) {
+    std::fprintf(stderr, "bench_embedding: --devices must be >= 0, got %d\n", devices);
+    return 2;
+  }
+  SessionFactory local = [devices](const Graph& g, int shards) -> Result<Owned> {
     SessionOptions so;
-    so.num_cpu_devices = shards;
+    so.num_cpu_devices = devices > 0 ? devices : shards;
     Owned o;
     o.session = std::make_unique<Session>(g, so);
     return o;
@@ -164,7 +170,7 @@ int main(int argc, char** argv) {
     if (r->examples_per_sec > best) best = r->examples_per_sec, best_shards = k, best_processes = procs;
     if (json)
       JsonLine().Add("system", "shardflow").Add("shards", k).Add("processes", procs)
-          .Add("rows", c.rows).Add("dim", c.dim).Add("batch", c.batch)
+          .Add("devices", procs == 1 ? (devices > 0 ? devices : k) : 0).Add("rows", c.rows).Add("dim", c.dim).Add("batch", c.batch)
           .Add("examples_per_sec", r->examples_per_sec).Add("lookups_per_sec", r->lookups_per_sec)
           .Add("ms_per_step", r->ms_per_step).Add("init_secs", r->init_secs).Print();
     else
