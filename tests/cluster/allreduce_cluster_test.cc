@@ -320,12 +320,8 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   // elements); an authenticated node sends it 3 instead.
   Result<std::vector<Tensor>> r1 = Status();
   std::thread t([&] { r1 = rs.sessions[1]->Run({{"x32", in[1]}}, std::vector<Output>{rs.ranks[1]->s32}); });
-  net::EndpointOptions to;
-  to.role = net::Role::kNode;
-  to.tls_dir = no.tls_dir;
-  auto tr = net::Endpoint::Create(to, nullptr, nullptr);
-  REQUIRE(tr.ok());
-  auto c = (*tr)->Connect((*n1)->address());
+  std::unique_ptr<net::Endpoint> tr;
+  auto c = testing::ConnectAs(net::Role::kNode, no.tls_dir, (*n1)->address(), &tr);
   REQUIRE(c.ok());
   net::CollectiveChunk bad;
   bad.group_key = "sum32";
@@ -347,7 +343,7 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   REQUIRE(!r0.ok());
   REQUIRE(r0.status().message().find("got a chunk of 3 float32") != std::string::npos);
   // ... and generation 2 sums correctly.
-  (*tr)->Shutdown();
+  tr->Shutdown();
   auto good = rs.Round(DType::kFloat32, in);
   for (auto& r : good) REQUIRE(r.ok());
   REQUIRE(MaxError(*good[0], in) < 3e-7);
@@ -360,12 +356,8 @@ TEST_CASE("Cluster all-reduce: groups a peer announces are bounded; a real group
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
   // An authenticated node announces 4096 groups it never uses.
-  net::EndpointOptions to;
-  to.role = net::Role::kNode;
-  to.tls_dir = no.tls_dir;
-  auto e = net::Endpoint::Create(to, nullptr, nullptr);
-  REQUIRE(e.ok());
-  auto c = (*e)->Connect((*n0)->address());
+  std::unique_ptr<net::Endpoint> e;
+  auto c = testing::ConnectAs(net::Role::kNode, no.tls_dir, (*n0)->address(), &e);
   REQUIRE(c.ok());
   for (int i = 0; i < 4096; ++i)
     REQUIRE((*c)->Send(net::Message{0, testing::Announcement("ghost" + std::to_string(i), 2, 1, "127.0.0.1:1")}).ok());
@@ -408,12 +400,8 @@ TEST_CASE("Cluster all-reduce: a node's hub never waits on a dial to a peer that
     REQUIRE(holes.back() >= 0);
   }
   // An authenticated node says rank 1 of groups bh0..bh2 runs there.
-  net::EndpointOptions to;
-  to.role = net::Role::kNode;
-  to.tls_dir = no.tls_dir;
-  auto e = net::Endpoint::Create(to, nullptr, nullptr);
-  REQUIRE(e.ok());
-  auto c = (*e)->Connect((*n0)->address());
+  std::unique_ptr<net::Endpoint> e;
+  auto c = testing::ConnectAs(net::Role::kNode, no.tls_dir, (*n0)->address(), &e);
   REQUIRE(c.ok());
   for (int i = 0; i < 3; ++i)
     REQUIRE((*c)->Send(net::Message{0, testing::Announcement("bh" + std::to_string(i), 2, 1, hole_addrs[i])}).ok());

@@ -412,12 +412,8 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   REQUIRE(node.ok());
   const testing::NegPartition neg;
 
-  net::EndpointOptions to;
-  to.role = net::Role::kSession;
-  to.tls_dir = no.tls_dir;
-  auto t = net::Endpoint::Create(to, nullptr, nullptr);
-  REQUIRE(t.ok());
-  auto c = (*t)->Connect((*node)->address());
+  std::unique_ptr<net::Endpoint> t;
+  auto c = testing::ConnectAs(net::Role::kSession, no.tls_dir, (*node)->address(), &t);
   REQUIRE(c.ok());
   auto call = [&](net::Body body) { return net::Call(*c, std::move(body), 5000); };
   auto r = call(neg.Registration(42, 1, (*node)->address()));
@@ -446,7 +442,7 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   auto missing = run({});
   REQUIRE(missing.status.code() == Code::kInvalidArgument);
   REQUIRE(Contains(missing.status, "feeds"));
-  (*t)->Shutdown();
+  t->Shutdown();
 }
 
 TEST_CASE("Cluster: a hung member is dropped by the others' heartbeats", "[cluster]") {

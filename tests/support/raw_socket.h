@@ -72,4 +72,16 @@ inline net::CollectiveChunk Announcement(const std::string& key, int64_t group_s
   return a;
 }
 
+// An authenticated peer a test plays: a connection to address with the
+// role's credentials from tls_dir, over an endpoint kept in *endpoint (it
+// must outlive the connection). The endpoint's or the dial's error.
+inline Result<net::ConnectionPtr> ConnectAs(net::Role role, const std::string& tls_dir, const std::string& address,
+                                            std::unique_ptr<net::Endpoint>* endpoint) {
+  net::EndpointOptions o;
+  o.role = role;
+  o.tls_dir = tls_dir;
+  SF_ASSIGN_OR_RETURN(*endpoint, net::Endpoint::Create(o, nullptr, nullptr));
+  return (*endpoint)->Connect(address);
+}
+
 }  // namespace sf::testing
