@@ -266,9 +266,10 @@ class RocksKvStore : public KvStore {
       ro.fill_cache = false;
       std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
       const bool resume = f.file_number == file && !after.empty();
-      for (it->Seek(resume ? std::max(prefix, after) : prefix); it->Valid() && it->key().starts_with(prefix);
-           it->Next()) {
-        if (resume && it->key().ToString() == after) continue;
+      if (!resume) after.clear();  // a key of the cursor's file, gone by now, or of the last file
+      it->Seek(resume ? std::max(prefix, after) : prefix);
+      if (resume && it->Valid() && it->key() == rocksdb::Slice(after)) it->Next();  // read last time
+      for (; it->Valid() && it->key().starts_with(prefix); it->Next()) {
         if (seen++ == max_keys) {
           std::string c(8, '\0');
           for (int i = 7, n = 0; i >= 0; --i, ++n) c[i] = static_cast<char>((f.file_number >> (8 * n)) & 0xff);
@@ -279,7 +280,6 @@ class RocksKvStore : public KvStore {
         fn(after, it->value().ToString());
       }
       if (!it->status().ok()) return Error("scan a table file of", it->status());
-      after.clear();
     }
     cursor->clear();
     return Status::OK();
