@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "actors/caf_thread_logger.h"
 #include "actors/cluster_collectives.h"
@@ -327,7 +328,9 @@ struct ClusterNode::Impl {
     std::lock_guard<std::mutex> l(mu);
     bool changed = false;
     for (const net::Member& m : in.ended) {
-      if (m.address != address || m.incarnation < members[0].incarnation) continue;
+      // Only the current life can have been seen to end (an older one is
+      // over, a newer one never was): once, however often the message says so.
+      if (m.address != address || m.incarnation != members[0].incarnation) continue;
       if (ReplacedLocked(in.members, m.incarnation)) return false;
       const uint64_t next = std::max(members[0].incarnation + 1, NowIncarnation());
       Log("a member saw this node's life " + std::to_string(members[0].incarnation) + " end; rejoining as " +
@@ -359,13 +362,21 @@ struct ClusterNode::Impl {
       changed = true;
       Log("member " + m.address + " is draining");
     }
+    // New addresses, each once, by a set: a peer's message may name millions
+    // of members. A dial to an address that never answers takes the connect
+    // timeout, so one message gets at most kMaxVerifyPerMessage verified
+    // (members left out are named again by later gossip).
+    std::unordered_set<std::string> seen;
+    for (const net::Member& k : members) seen.insert(k.address);
+    size_t left_out = 0;
     for (const net::Member& m : in.members) {
-      if (m.address.empty() || m.address == address || stale(m)) continue;
-      bool known = false;
-      for (const net::Member& k : members) known = known || k.address == m.address;
-      for (const net::Member& k : *unknown) known = known || k.address == m.address;
-      if (!known) unknown->push_back(m);
+      if (m.address.empty() || m.address == address || stale(m) || !seen.insert(m.address).second) continue;
+      if (unknown->size() < kMaxVerifyPerMessage) unknown->push_back(m);
+      else ++left_out;
     }
+    if (left_out)
+      Log("verifying at most " + std::to_string(kMaxVerifyPerMessage) + " new members per message; " +
+          std::to_string(left_out) + " left for later gossip");
     return changed;
   }
 
@@ -377,16 +388,7 @@ struct ClusterNode::Impl {
   // listed.
   bool AddVerified(const std::vector<net::Member>& unknown) {
     bool changed = false;
-    // A dial to an address that never answers takes the connect timeout:
-    // one message may cost at most kMaxVerifyPerMessage of them (members
-    // left out are named again by later gossip).
-    size_t dialed = 0;
     for (const net::Member& m : unknown) {
-      if (dialed++ >= kMaxVerifyPerMessage) {
-        Log("verifying at most " + std::to_string(kMaxVerifyPerMessage) + " new members per message; " +
-            std::to_string(unknown.size() - kMaxVerifyPerMessage) + " left for later gossip");
-        break;
-      }
       {
         std::lock_guard<std::mutex> l(mu);
         auto f = unverified_ms.find(m.address);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -250,6 +251,18 @@ TEST_CASE("Membership: a node told its life ended starts a new one and gossips i
   old.ended.push_back({"", a1, inc1 - 1});
   REQUIRE(net::Call(*c, old, 10000).ok());
   CHECK(incarnation_at(a1, a1) == inc1);
+  // Nor does a life the node never had, named 100k times beside 100k ghost
+  // members (the node looks at each once, and dials at most 64 of them).
+  net::Membership future;
+  future.ended.assign(100'000, net::Member{"", a1, std::numeric_limits<uint64_t>::max()});
+  for (int i = 0; i < 100'000; ++i)
+    future.members.push_back(
+        {"ghost", "127.0.0." + std::to_string(2 + i / 50'000) + ":" + std::to_string(1 + i % 50'000), 1});
+  REQUIRE(net::Call(*c, future, 30000).ok());
+  CHECK(incarnation_at(a1, a1) == inc1);
+  auto listed = ListClusterMembers(a1, cluster.tls_dir());
+  REQUIRE(listed.ok());
+  CHECK(listed->size() == 2);
   // The current one makes the node start a new life, and its peers hear of it.
   net::Membership now;
   now.ended.push_back({"", a1, inc1});
