@@ -32,6 +32,14 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
     (*done)(InvalidArgument(where + ": the step tag must be >= 0, got " + std::to_string(step_tag)));
     return nullptr;
   }
+  // Workers wait for step t before step t + 1, so a tag far ahead is no
+  // worker's: its bucket would hold gradients until that step, never.
+  if (step_tag > step_ + kMaxStepsAhead) {
+    (*done)(InvalidArgument(where + ": step tag " + std::to_string(step_tag) + " is more than " +
+                            std::to_string(kMaxStepsAhead) + " steps ahead of the current step " +
+                            std::to_string(step_)));
+    return nullptr;
+  }
   num_required_ = num_required;
   if (step_tag < step_) {  // stale: its step was applied without it
     ++dropped_;
@@ -213,9 +221,9 @@ void ReplicaState::StaleSyncWait(const std::string& var, int64_t worker, int64_t
                                  int64_t num_workers, int64_t staleness,
                                  std::function<void(Status)> done) {
   const std::string where = "variable '" + var + "'";
-  if (num_workers < 1)
-    return done(InvalidArgument(where + ": stale-synchronous barrier needs num_workers >= 1, got " +
-                                std::to_string(num_workers)));
+  if (num_workers < 1 || num_workers > kMaxSspWorkers)
+    return done(InvalidArgument(where + ": stale-synchronous barrier needs 1 <= num_workers <= " +
+                                std::to_string(kMaxSspWorkers) + ", got " + std::to_string(num_workers)));
   if (!clocks_.empty() && static_cast<int64_t>(clocks_.size()) != num_workers)
     return done(InvalidArgument(where + ": stale-synchronous barrier has " +
                                 std::to_string(clocks_.size()) + " workers, a worker says " +

@@ -9,7 +9,9 @@
 // advances and every contributor is answered with the step. Later buckets
 // that are already full are applied in turn. A gradient arriving at a bucket
 // that already holds its N is dropped like a stale one: no gradient is ever
-// lost without being counted.
+// lost without being counted. A tag more than kMaxStepsAhead past the
+// current step is refused (InvalidArgument): no bucket waits for a step that
+// no worker can reach.
 //
 // Waiting is a stored callback, answered by a later call (another worker's
 // gradient, a timeout, an abort, or the destructor): no thread ever sleeps.
@@ -97,6 +99,10 @@ class ReplicaState {
   Bucket* Admit(const std::string& where, int64_t num_required, int64_t step_tag, SyncDone* done);
   void ReleaseSsp();
 
+  // How far ahead of the current step a tag may be (InvalidArgument beyond).
+  static constexpr int64_t kMaxStepsAhead = 1024;
+  // Workers of an SSP barrier at most (each has a clock here).
+  static constexpr int64_t kMaxSspWorkers = 65536;
   int64_t step_ = 0, accepted_ = 0, dropped_ = 0;
   int64_t num_required_ = 0;  // 0 until the first contribution
   std::map<int64_t, Bucket> buckets_;  // by step tag, all >= step_
