@@ -21,7 +21,8 @@ namespace net {
 
 // The version of the message set; a peer with another one is refused.
 // 3: CollectiveChunk.offset (ring chunks travel in pieces).
-constexpr uint32_t kWireVersion = 3;
+// 4: one Cap'n Proto interface per service (net/peer.capnp), handed out by role.
+constexpr uint32_t kWireVersion = 4;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
 struct Heartbeat {};

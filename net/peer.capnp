@@ -1,6 +1,10 @@
-# The one capability each end of a connection exports to the other (Cap'n
-# Proto RPC over mutual TLS, net/peer_rpc.h). Every message is a typed
-# Envelope (net/messages.capnp), decoded by net/wire.h with its limits.
+# What the two ends of a connection export to each other (Cap'n Proto RPC
+# over mutual TLS, net/peer_rpc.h). The bootstrap capability only says
+# hello; it hands back the services the caller's certificate entitles it
+# to, one interface each, and a null capability for the rest: a session
+# gets no membership, rendezvous or collectives to call at all. Every
+# parameter is a typed struct of net/messages.capnp, decoded by net/wire.h
+# with its limits; replies are Envelopes (a result or a status).
 @0xe9ec53bd5def4a24;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -16,16 +20,83 @@ struct HelloInfo {
 }
 
 interface Peer {
-  # The first call on a connection: who each side is. Any other call before
-  # it is refused. A peer of another version gets status FailedPrecondition
-  # naming both versions.
-  hello @0 (info :HelloInfo) -> (info :HelloInfo, status :W.Status);
-  # A request and its reply (net::Connection::Request). A reply holding
-  # large tensors comes instead as a tell whose requestId is the ask's
-  # (byTell): a tell's tensors are referenced, a return's must be copied.
-  ask @1 (message :W.Envelope) -> (reply :W.Envelope, byTell :Bool);
-  # One-way messages, in order (those sent in one turn of the sender's
-  # event loop travel together); it returns once the receiver has handled
-  # them, which bounds what a sender can have queued at the receiver.
-  tell @2 (messages :List(W.Envelope)) -> ();
+  # The only call of the bootstrap capability: who each side is, and what
+  # each may call on the other. The dialer passes the services it serves
+  # (a session: its channel only); the answer holds those the dialer's
+  # role may call. A peer of another version gets status
+  # FailedPrecondition naming both versions, and no services.
+  hello @0 (info :HelloInfo, services :Services) -> (info :HelloInfo, status :W.Status, services :Services);
+}
+
+# One side's services as the other may call them; null where its role may not.
+struct Services {
+  channel @0 :Channel;              # every peer
+  partitions @1 :PartitionHost;     # nodes serve it to nodes and sessions
+  variables @2 :VariableStore;      # nodes serve it to nodes and sessions
+  members @3 :Members;              # nodes serve it to nodes and sessions
+  membership @4 :Membership;        # nodes only
+  rendezvous @5 :Rendezvous;        # nodes only
+  collectives @6 :Collectives;      # nodes only
+  diagnostics @7 :Diagnostics;      # every peer
+}
+
+# A request's answer: an Envelope (the result, or a StatusReply). A reply
+# holding large tensors comes instead through the asker's Channel.replies
+# (byTell), where its tensors are referenced; a return's must be copied.
+# `id` of each request is the asker's own number for it, which such a
+# reply names.
+struct Reply {
+  reply @0 :W.Envelope;
+  byTell @1 :Bool;
+}
+
+# One-way methods take lists: what the sender queued in one turn of its
+# event loop travels as one call. Each returns once the receiver has
+# handled its messages; the sender keeps a window of bytes in flight per
+# connection, and the receiver stops reading past its flow limit.
+
+interface Channel {
+  heartbeat @0 () -> ();                                # sent when idle: the peer is alive
+  replies @1 (replies :List(W.Envelope)) -> ();         # large replies to our asks (byTell)
+  progress @2 (reports :List(W.StepProgress)) -> ();    # a node's steps moved (to their session)
+  members @3 (views :List(W.Membership)) -> ();         # the membership changed (to watchers that are no nodes)
+}
+
+interface PartitionHost {
+  registerPartition @0 (request :W.RegisterPartition, id :UInt64) -> Reply;
+  run @1 (request :W.RunPartition, id :UInt64) -> Reply;       # RunPartitionDone
+  closeSession @2 (request :W.CloseSession, id :UInt64) -> Reply;
+  abort @3 (steps :List(W.AbortStep)) -> ();
+  cleanup @4 (steps :List(W.CleanupStep)) -> ();
+}
+
+interface VariableStore {
+  # Reads (the reply's Variables) or assigns (a StatusReply) by name.
+  variables @0 (request :W.Variables, id :UInt64) -> Reply;
+}
+
+interface Members {
+  # This node's view of the membership; the asker is told of changes.
+  list @0 (id :UInt64) -> Reply;
+}
+
+interface Membership {
+  # A join or exchange: the reply is the receiver's Membership.
+  exchange @0 (request :W.Membership, id :UInt64) -> Reply;
+  gossip @1 (updates :List(W.Membership)) -> ();
+}
+
+interface Rendezvous {
+  # Tensors between partitions of a step.
+  send @0 (tensors :List(W.SendTensor)) -> ();
+}
+
+interface Collectives {
+  # All-reduce ring pieces and group announcements.
+  chunks @0 (chunks :List(W.CollectiveChunk)) -> ();
+}
+
+interface Diagnostics {
+  # Answers with the payload (round trips and bandwidth).
+  echo @0 (request :W.Echo, id :UInt64) -> Reply;
 }

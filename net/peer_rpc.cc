@@ -116,6 +116,83 @@ size_t TensorBytes(const Message& m) {
   return n;
 }
 
+// The services of net/peer.capnp, as bits of a peer's offer.
+enum : uint32_t {
+  kChannelService = 1,
+  kPartitionsService = 2,
+  kVariablesService = 4,
+  kMembersService = 8,
+  kMembershipService = 16,
+  kRendezvousService = 32,
+  kCollectivesService = 64,
+  kDiagnosticsService = 128,
+  // Not a service: this node may send the peer (a session or another
+  // watcher without membership) views of the membership on its channel.
+  kMembershipViews = 256,
+};
+
+const char* ServiceName(uint32_t s) {
+  switch (s) {
+    case kChannelService: return "channel";
+    case kPartitionsService: return "partition host";
+    case kVariablesService: return "variable store";
+    case kMembersService: return "member list";
+    case kMembershipService: return "membership";
+    case kRendezvousService: return "rendezvous";
+    case kCollectivesService: return "collectives";
+    case kDiagnosticsService: return "diagnostics";
+  }
+  return "unknown";
+}
+
+// How a message body travels: the service whose method carries it, and
+// whether it is asked (a request with a reply) or told (one-way). A body
+// with neither (StatusReply, RunPartitionDone) is only ever a reply.
+struct Route {
+  uint32_t service = 0;
+  bool ask = false;
+  bool tell = false;
+};
+
+Route RouteOf(const Body& body) {
+  return std::visit(
+      [](const auto& b) -> Route {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<B, Heartbeat> || std::is_same_v<B, StepProgress>) return {kChannelService, false, true};
+        else if constexpr (std::is_same_v<B, ListMembers>) return {kMembersService, true, false};
+        else if constexpr (std::is_same_v<B, Membership>) return {kMembershipService, true, true};
+        else if constexpr (std::is_same_v<B, RegisterPartition> || std::is_same_v<B, RunPartition> ||
+                           std::is_same_v<B, CloseSession>)
+          return {kPartitionsService, true, false};
+        else if constexpr (std::is_same_v<B, AbortStep> || std::is_same_v<B, CleanupStep>)
+          return {kPartitionsService, false, true};
+        else if constexpr (std::is_same_v<B, SendTensor>) return {kRendezvousService, false, true};
+        else if constexpr (std::is_same_v<B, CollectiveChunk>) return {kCollectivesService, false, true};
+        else if constexpr (std::is_same_v<B, Variables>) return {kVariablesService, true, false};
+        else if constexpr (std::is_same_v<B, Echo>) return {kDiagnosticsService, true, false};
+        else return {};
+      },
+      body);
+}
+
+// OK when body can go to a peer offering `offered` as a request (ask) or
+// one-way; InvalidArgument for the wrong form, PermissionDenied naming the
+// service when the peer gave this process none (its role may not use it).
+Status CheckRoute(const Body& body, bool ask, uint32_t offered, const std::string& who) {
+  const Route r = RouteOf(body);
+  if (ask && !r.ask)
+    return InvalidArgument(std::string(BodyName(body)) + " is not a request (it is " +
+                           (r.tell ? "sent one-way)" : "only a reply)"));
+  if (!ask && !r.tell)
+    return InvalidArgument(std::string(BodyName(body)) + " is not a one-way message (it is " +
+                           (r.ask ? "a request)" : "only a reply)"));
+  if (!ask && std::holds_alternative<Membership>(body) && (offered & kMembershipViews)) return Status::OK();
+  if ((offered & r.service) == 0)
+    return PermissionDenied(who + " offers this process no " + ServiceName(r.service) + " service, which " +
+                            BodyName(body) + " needs (the role of this process's certificate may not use it)");
+  return Status::OK();
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -416,6 +493,9 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
   std::string peer_name_;
   std::string peer_listen_;
   Role peer_role_ = Role::kNode;
+  // The services the peer offers this process (bits of kChannelService...),
+  // set before the connection is up.
+  std::atomic<uint32_t> services_{0};
 
  private:
   void StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply);
@@ -442,6 +522,7 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
   std::map<uint64_t, PendingRequest> pending_;  // GUARDED_BY(mu_)
   friend class Core;
   friend class PeerServer;
+  friend class Service;
 };
 
 // Counts a connection against the endpoint's caps while it lives.
@@ -471,7 +552,18 @@ struct Link {
   bool flush_scheduled = false;
   kj::Own<capnp::TwoPartyVatNetwork> network;
   kj::Own<capnp::RpcSystem<VatId>> rpc;
-  kj::Maybe<rp::Peer::Client> remote;
+  kj::Maybe<rp::Peer::Client> remote;  // the dialed side's bootstrap (hello only)
+  // What the peer offers this process; null capabilities where it offers none.
+  struct Remote {
+    rp::Channel::Client channel = nullptr;
+    rp::PartitionHost::Client partitions = nullptr;
+    rp::VariableStore::Client variables = nullptr;
+    rp::Members::Client members = nullptr;
+    rp::Membership::Client membership = nullptr;
+    rp::Rendezvous::Client rendezvous = nullptr;
+    rp::Collectives::Client collectives = nullptr;
+    rp::Diagnostics::Client diagnostics = nullptr;
+  } services;
   bool hello_done = false;
   bool cert_checked = false;  // TLS: the role below is the certificate's
   Role cert_role = Role::kNode;
@@ -744,6 +836,7 @@ Status ConnImpl::Send(const Message& m) {
       return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
     return Status::OK();
   }
+  SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/false, services_, Who()));
   SF_RETURN_IF_ERROR(CheckEncodable(m).WithPrefix(std::string("encoding ") + BodyName(m.body)));
   auto core = core_;
   const uint64_t id = id_;
@@ -754,6 +847,10 @@ Status ConnImpl::Send(const Message& m) {
 
 void ConnImpl::StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply) {
   const char* what = BodyName(body);
+  if (up_) {
+    Status route = CheckRoute(body, /*ask=*/true, services_, Who());
+    if (!route.ok()) return Complete(PendingRequest{what, std::move(cb), inline_reply}, route);
+  }
   const uint64_t rid = AddPending(what, cb, inline_reply);
   if (rid == 0) {
     Complete(PendingRequest{what, std::move(cb), inline_reply},
@@ -775,47 +872,26 @@ void ConnImpl::Close() {
   core->Post([core, id] { core->DownById(id, Unavailable("closed")); });
 }
 
-// ------------------------------------------------------------ the served Peer
+// ------------------------------------------------------------ the served services
 
-class PeerServer final : public rp::Peer::Server {
+// A request of the peer's, handled like any message: its reply is the
+// call's return (or, when large, a call on the asker's Channel).
+class Service {
  public:
-  PeerServer(Core* core, Link* link) : core_(core), link_(link) {}
+  Service(Core* core, Link* link) : core_(core), link_(link) {}
 
-  kj::Promise<void> hello(HelloContext context) override {
-    auto in = context.getParams().getInfo();
-    auto out = context.getResults();
-    auto info = out.initInfo();
-    info.setVersion(kWireVersion);
-    info.setName(core_->options.node_name);
-    info.setListenAddress(core_->listen_address_);
-    info.setRole(RoleName(core_->credential.role));
-    Status s = Check(in);
-    auto st = out.initStatus();
-    st.setCode(static_cast<uint32_t>(s.code()));
-    st.setMessage(s.message());
-    if (!s.ok()) {
-      core_->LogRefusal(link_->conn->peer_address(), s.message());
-      // Answer first, then drop: the dialer learns why.
-      Core* core = core_;
-      const uint64_t id = link_->conn->id();
-      link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s); }));
-      return kj::READY_NOW;
-    }
-    return kj::READY_NOW;
-  }
-
-  kj::Promise<void> ask(AskContext context) override {
-    if (!link_->hello_done) return KJ_EXCEPTION(FAILED, "hello first");
-    auto m = DecodeEnvelope(context.getParams().getMessage(), core_->limits);
-    context.releaseParams();
-    if (!m.ok()) return Malformed(m.status());
+ protected:
+  template <class Ctx>
+  kj::Promise<void> Ask(Ctx context, Body body, uint64_t asker_id) {
+    Message m;
+    m.body = std::move(body);
     const uint64_t id = link_->next_incoming;
     link_->next_incoming += 2;
     auto paf = kj::newPromiseAndFulfiller<Message>();
-    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), m->request_id});
-    m->request_id = id;
-    if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
-    else link_->conn->Deliver(std::move(*m));
+    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker_id});
+    m.request_id = id;
+    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
+    else link_->conn->Deliver(std::move(m));
     return paf.promise.then([context](Message reply) mutable {
       if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
         context.getResults().setByTell(true);
@@ -823,8 +899,7 @@ class PeerServer final : public rp::Peer::Server {
       }
       // A return's bytes leave after this promise is done, with no way to
       // know when: its tensors are copied, not referenced.
-      auto r = context.getResults().initReply();
-      Status s = EncodeEnvelope(reply, r, /*reference_tensors=*/false);
+      Status s = EncodeEnvelope(reply, context.getResults().initReply(), /*reference_tensors=*/false);
       if (!s.ok()) {
         Message e;
         e.request_id = reply.request_id;
@@ -835,29 +910,40 @@ class PeerServer final : public rp::Peer::Server {
     });
   }
 
-  kj::Promise<void> tell(TellContext context) override {
-    if (!link_->hello_done) return KJ_EXCEPTION(FAILED, "hello first");
-    auto list = context.getParams().getMessages();
-    if (list.size() > core_->limits.max_list_elements)
-      return Malformed(InvalidArgument("a tell of " + std::to_string(list.size()) + " messages"));
-    std::vector<Message> queued;
-    for (auto env : list) {
-      auto m = DecodeEnvelope(env, core_->limits);
-      if (!m.ok()) return Malformed(m.status());
-      // The reply to one of our asks, sent as a tell (its tensors referenced).
-      if (m->request_id != 0) {
-        link_->conn->Finish(m->request_id, std::move(*m));
-        continue;
-      }
-      if (std::holds_alternative<Heartbeat>(m->body) || !core_->on_message) continue;
-      m->request_id = 0;
-      if (Inline(*m)) core_->on_message(link_->conn, std::move(*m));
-      else queued.push_back(std::move(*m));
-    }
+  // A request whose parameters are (request :T, id).
+  template <class T, class Ctx>
+  kj::Promise<void> AskStruct(Ctx context) {
+    auto p = context.getParams();
+    T m;
+    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
+    const uint64_t asker = p.getId();
     context.releaseParams();
+    if (!s.ok()) return Malformed(s);
+    return Ask(kj::mv(context), Body(std::move(m)), asker);
+  }
+
+  // One-way messages of kind T: handled in order; the call returns once
+  // they are, which bounds what a sender can have queued here.
+  template <class T, class List>
+  kj::Promise<void> TellStructs(List list) {
+    if (list.size() > core_->limits.max_list_elements)
+      return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " messages"));
+    std::vector<Message> queued;
+    for (auto r : list) {
+      T m;
+      Status s = DecodeStruct<T>(r, core_->limits, &m);
+      if (!s.ok()) return Malformed(s);
+      Message msg;
+      msg.body = std::move(m);
+      if (!core_->on_message) continue;
+      if (Inline(msg)) core_->on_message(link_->conn, std::move(msg));
+      else queued.push_back(std::move(msg));
+    }
+    return Queue(std::move(queued));
+  }
+
+  kj::Promise<void> Queue(std::vector<Message> queued) {
     if (queued.empty()) return kj::READY_NOW;
-    // Returns once handled: what a peer has queued here is bounded by the
-    // flow limit, whatever the handler's pace.
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
     auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
     auto conn = link_->conn;
@@ -869,7 +955,6 @@ class PeerServer final : public rp::Peer::Server {
     return kj::mv(paf.promise);
   }
 
- private:
   // Malformed bytes from an authenticated peer: it is dropped (the stream
   // cannot be trusted further) and the call fails.
   kj::Promise<void> Malformed(const Status& s) {
@@ -883,7 +968,186 @@ class PeerServer final : public rp::Peer::Server {
     return core_->on_message && core_->options.handle_inline && core_->options.handle_inline(m);
   }
 
-  Status Check(rp::HelloInfo::Reader in) {
+  Core* core_;
+  Link* link_;
+};
+
+class ChannelServer final : public rp::Channel::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> heartbeat(HeartbeatContext) override { return kj::READY_NOW; }
+  kj::Promise<void> replies(RepliesContext context) override {
+    auto list = context.getParams().getReplies();
+    if (list.size() > core_->limits.max_list_elements)
+      return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " replies"));
+    for (auto env : list) {
+      auto m = DecodeEnvelope(env, core_->limits);
+      if (!m.ok()) return Malformed(m.status());
+      if (m->request_id == 0) return Malformed(InvalidArgument("a reply that names no request"));
+      link_->conn->Finish(m->request_id, std::move(*m));
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> progress(ProgressContext context) override {
+    auto p = TellStructs<StepProgress>(context.getParams().getReports());
+    context.releaseParams();
+    return p;
+  }
+  kj::Promise<void> members(MembersContext context) override {
+    // Nodes change membership only through the Membership service, which
+    // is handed to nodes alone; views are for watchers.
+    if (core_->credential.role == Role::kNode)
+      return Malformed(PermissionDenied("a membership view sent to a node's channel"));
+    auto p = TellStructs<Membership>(context.getParams().getViews());
+    context.releaseParams();
+    return p;
+  }
+};
+
+class PartitionHostServer final : public rp::PartitionHost::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> registerPartition(RegisterPartitionContext c) override { return AskStruct<RegisterPartition>(c); }
+  kj::Promise<void> run(RunContext c) override { return AskStruct<RunPartition>(c); }
+  kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct<CloseSession>(c); }
+  kj::Promise<void> abort(AbortContext c) override {
+    auto p = TellStructs<AbortStep>(c.getParams().getSteps());
+    c.releaseParams();
+    return p;
+  }
+  kj::Promise<void> cleanup(CleanupContext c) override {
+    auto p = TellStructs<CleanupStep>(c.getParams().getSteps());
+    c.releaseParams();
+    return p;
+  }
+};
+
+class VariableStoreServer final : public rp::VariableStore::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> variables(VariablesContext c) override { return AskStruct<Variables>(c); }
+};
+
+class MembersServer final : public rp::Members::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> list(ListContext c) override {
+    const uint64_t asker = c.getParams().getId();
+    c.releaseParams();
+    return Ask(c, Body(ListMembers{}), asker);
+  }
+};
+
+class MembershipServer final : public rp::Membership::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
+  kj::Promise<void> gossip(GossipContext c) override {
+    auto p = TellStructs<Membership>(c.getParams().getUpdates());
+    c.releaseParams();
+    return p;
+  }
+};
+
+class RendezvousServer final : public rp::Rendezvous::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> send(SendContext c) override {
+    auto p = TellStructs<SendTensor>(c.getParams().getTensors());
+    c.releaseParams();
+    return p;
+  }
+};
+
+class CollectivesServer final : public rp::Collectives::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> chunks(ChunksContext c) override {
+    auto p = TellStructs<CollectiveChunk>(c.getParams().getChunks());
+    c.releaseParams();
+    return p;
+  }
+};
+
+class DiagnosticsServer final : public rp::Diagnostics::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> echo(EchoContext c) override { return AskStruct<Echo>(c); }
+};
+
+// The services this process lets a peer of peer_role call: a node serves
+// partitions, variables and the member list to every peer, membership
+// changes, tensors and collectives to nodes only; everyone serves the
+// channel and diagnostics.
+void BuildServices(Core* core, Link* l, Role self, Role peer_role, rp::Services::Builder b) {
+  b.setChannel(kj::heap<ChannelServer>(core, l));
+  b.setDiagnostics(kj::heap<DiagnosticsServer>(core, l));
+  if (self != Role::kNode) return;
+  b.setPartitions(kj::heap<PartitionHostServer>(core, l));
+  b.setVariables(kj::heap<VariableStoreServer>(core, l));
+  b.setMembers(kj::heap<MembersServer>(core, l));
+  if (peer_role != Role::kNode) return;
+  b.setMembership(kj::heap<MembershipServer>(core, l));
+  b.setRendezvous(kj::heap<RendezvousServer>(core, l));
+  b.setCollectives(kj::heap<CollectivesServer>(core, l));
+}
+
+// Keeps the services a peer handed over; InvalidArgument when it gave no
+// channel (every peer must take heartbeats and replies).
+Status TakeServices(Link* l, Role self, rp::Services::Reader s) {
+  if (!s.hasChannel()) return InvalidArgument("the peer's hello offers no channel");
+  Link::Remote& r = l->services;
+  uint32_t mask = 0;
+  r.channel = s.getChannel();
+  mask |= kChannelService;
+  if (s.hasPartitions()) r.partitions = s.getPartitions(), mask |= kPartitionsService;
+  if (s.hasVariables()) r.variables = s.getVariables(), mask |= kVariablesService;
+  if (s.hasMembers()) r.members = s.getMembers(), mask |= kMembersService;
+  if (s.hasMembership()) r.membership = s.getMembership(), mask |= kMembershipService;
+  if (s.hasRendezvous()) r.rendezvous = s.getRendezvous(), mask |= kRendezvousService;
+  if (s.hasCollectives()) r.collectives = s.getCollectives(), mask |= kCollectivesService;
+  if (s.hasDiagnostics()) r.diagnostics = s.getDiagnostics(), mask |= kDiagnosticsService;
+  if (self == Role::kNode && !s.hasMembership()) mask |= kMembershipViews;
+  l->conn->services_ = mask;
+  return Status::OK();
+}
+
+// The bootstrap: hello only, on the side that was dialed.
+class PeerServer final : public rp::Peer::Server {
+ public:
+  PeerServer(Core* core, Link* link) : core_(core), link_(link) {}
+
+  kj::Promise<void> hello(HelloContext context) override {
+    auto params = context.getParams();
+    auto in = params.getInfo();
+    auto out = context.getResults();
+    auto info = out.initInfo();
+    info.setVersion(kWireVersion);
+    info.setName(core_->options.node_name);
+    info.setListenAddress(core_->listen_address_);
+    info.setRole(RoleName(core_->credential.role));
+    Status s = refused_ ? FailedPrecondition("hello after a refused hello") : Check(in, params.getServices());
+    auto st = out.initStatus();
+    st.setCode(static_cast<uint32_t>(s.code()));
+    st.setMessage(s.message());
+    if (!s.ok()) {
+      refused_ = true;
+      core_->LogRefusal(link_->conn->peer_address(), s.message());
+      // Answer first, then drop once the answer had time to leave: the
+      // dialer learns why (dropped at once, the answer could die queued).
+      Core* core = core_;
+      const uint64_t id = link_->conn->id();
+      link_->tasks->add(core->timer_->afterDelay(100 * kj::MILLISECONDS).then([core, id, s] { core->DownById(id, s); }));
+      return kj::READY_NOW;
+    }
+    BuildServices(core_, link_, core_->credential.role, link_->conn->peer_role_, out.initServices());
+    return kj::READY_NOW;
+  }
+
+ private:
+  bool refused_ = false;
+  Status Check(rp::HelloInfo::Reader in, rp::Services::Reader services) {
+    if (link_->side == Side::CLIENT) return PermissionDenied("hello goes to the side that was dialed");
     if (link_->hello_done) return FailedPrecondition("hello twice");
     if (in.getVersion() != kWireVersion)
       return FailedPrecondition("peer speaks wire version " + std::to_string(in.getVersion()) +
@@ -895,6 +1159,7 @@ class PeerServer final : public rp::Peer::Server {
                               RoleName(link_->cert_role));
     if (in.getName().size() > 1024 || in.getListenAddress().size() > 1024)
       return InvalidArgument("hello names longer than 1024 bytes");
+    SF_RETURN_IF_ERROR(TakeServices(link_, core_->credential.role, services));
     ConnImpl& c = *link_->conn;
     c.peer_name_ = in.getName().cStr();
     c.peer_listen_ = in.getListenAddress().cStr();
@@ -1134,6 +1399,8 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
             info.setName(options.node_name);
             info.setListenAddress(listen_address_);
             info.setRole(RoleName(credential.role));
+            // Only nodes are dialed (a TLS peer of another role was refused above).
+            BuildServices(this, l, credential.role, Role::kNode, req.initServices());
             const uint64_t id = l->conn->id();
             return req.send().then([this, id, address](capnp::Response<rp::Peer::HelloResults> r) -> Result<ConnectionPtr> {
               Link* l = FindLink(id);
@@ -1164,6 +1431,11 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
               // member's address by dialing it and comparing the two.
               l->conn->peer_listen_ = info.getListenAddress().cStr();
               l->conn->peer_role_ = Role::kNode;
+              Status taken = TakeServices(l, credential.role, r.getServices());
+              if (!taken.ok()) {
+                Down(l, taken);
+                return InvalidArgument("node " + address + ": " + taken.message());
+              }
               l->hello_done = true;
               if (!l->conn->MarkUp()) return Unavailable("connection to " + address + " went down during hello");
               return ConnectionPtr(l->conn);
@@ -1197,30 +1469,144 @@ void Core::SendOnLoop(uint64_t id, std::shared_ptr<Message> m) {
   l->tasks->add(kj::evalLater([this, id] { Flush(id); }));
 }
 
+namespace {
+
+using Batch = std::vector<std::shared_ptr<Message>>;
+
+// The method a one-way message goes by: replies to the peer's asks share
+// one (Channel.replies), the rest one per body kind.
+size_t TellKey(const Message& m) { return m.request_id != 0 ? ~size_t{0} : m.body.index(); }
+
+template <class T, class List>
+Status FillList(List list, const Batch& batch, size_t from) {
+  for (unsigned k = 0; k < list.size(); ++k)
+    SF_RETURN_IF_ERROR(EncodeStruct<T>(std::get<T>(batch[from + k]->body), list[k]));
+  return Status::OK();
+}
+
+// Starts the one call carrying batch[from, from + n), all of one TellKey;
+// its promise, or why it cannot be sent.
+Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const std::string& who, const Batch& batch,
+                                   size_t from, unsigned n) {
+  const Message& first = *batch[from];
+  if (first.request_id != 0) {
+    auto req = r.channel.repliesRequest();
+    auto list = req.initReplies(n);
+    for (unsigned k = 0; k < n; ++k) SF_RETURN_IF_ERROR(EncodeEnvelope(*batch[from + k], list[k]));
+    return kj::Promise<void>(req.send().ignoreResult());
+  }
+  SF_RETURN_IF_ERROR(CheckRoute(first.body, /*ask=*/false, offered, who));
+  return std::visit(
+      [&](const auto& b) -> Result<kj::Promise<void>> {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<B, Heartbeat>) {
+          return kj::Promise<void>(r.channel.heartbeatRequest().send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, StepProgress>) {
+          auto req = r.channel.progressRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initReports(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, AbortStep>) {
+          auto req = r.partitions.abortRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initSteps(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, CleanupStep>) {
+          auto req = r.partitions.cleanupRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initSteps(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, Membership>) {
+          if ((offered & kMembershipService) == 0) {  // a view for a watcher
+            auto req = r.channel.membersRequest();
+            SF_RETURN_IF_ERROR(FillList<B>(req.initViews(n), batch, from));
+            return kj::Promise<void>(req.send().ignoreResult());
+          }
+          auto req = r.membership.gossipRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initUpdates(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, SendTensor>) {
+          auto req = r.rendezvous.sendRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initTensors(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else if constexpr (std::is_same_v<B, CollectiveChunk>) {
+          auto req = r.collectives.chunksRequest();
+          SF_RETURN_IF_ERROR(FillList<B>(req.initChunks(n), batch, from));
+          return kj::Promise<void>(req.send().ignoreResult());
+        } else {
+          return InvalidArgument(std::string(BodyName(first.body)) + " cannot be sent one-way");
+        }
+      },
+      first.body);
+}
+
+// Starts the call for request m (id rid) on the peer's service for it.
+Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, uint32_t offered, const std::string& who,
+                                                        const Message& m, uint64_t rid) {
+  SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/true, offered, who));
+  using P = kj::Promise<capnp::Response<rp::Reply>>;
+  return std::visit(
+      [&](const auto& b) -> Result<P> {
+        using B = std::decay_t<decltype(b)>;
+        auto typed = [&](auto req) -> Result<P> {
+          req.setId(rid);
+          SF_RETURN_IF_ERROR(EncodeStruct<B>(b, req.initRequest()));
+          return P(req.send());
+        };
+        if constexpr (std::is_same_v<B, RegisterPartition>) return typed(r.partitions.registerPartitionRequest());
+        else if constexpr (std::is_same_v<B, RunPartition>) return typed(r.partitions.runRequest());
+        else if constexpr (std::is_same_v<B, CloseSession>) return typed(r.partitions.closeSessionRequest());
+        else if constexpr (std::is_same_v<B, Variables>) return typed(r.variables.variablesRequest());
+        else if constexpr (std::is_same_v<B, Membership>) return typed(r.membership.exchangeRequest());
+        else if constexpr (std::is_same_v<B, Echo>) return typed(r.diagnostics.echoRequest());
+        else if constexpr (std::is_same_v<B, ListMembers>) {
+          auto req = r.members.listRequest();
+          req.setId(rid);
+          return P(req.send());
+        } else {
+          return InvalidArgument(std::string(BodyName(m.body)) + " is not a request");
+        }
+      },
+      m.body);
+}
+
+}  // namespace
+
 void Core::Flush(uint64_t id) {
   Link* l = FindLink(id);
   if (!l) return;
   l->flush_scheduled = false;
-  if (l->outbox.empty()) return;
-  auto batch = std::make_shared<std::vector<std::shared_ptr<Message>>>(std::move(l->outbox));
+  Batch out = std::move(l->outbox);
   l->outbox.clear();
   l->outbox_bytes = 0;
-  auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
-  auto list = req.initMessages(static_cast<unsigned>(batch->size()));
-  for (size_t i = 0; i < batch->size(); ++i) {
-    Status s = EncodeEnvelope(*(*batch)[i], list[static_cast<unsigned>(i)]);
-    if (!s.ok()) {
-      Down(l, s.WithPrefix("encoding a message"));
+  size_t i = 0;
+  while (i < out.size()) {
+    // One call per run of one method, of at most kBatchBytes (or one
+    // message). Every call goes now: asks are never held behind one-way
+    // messages sent before them, and what a peer has not handled is
+    // bounded by its flow limit (it stops reading) and our write deadline.
+    size_t j = i + 1, bytes = TensorBytes(*out[i]) + 256;
+    while (j < out.size() && TellKey(*out[j]) == TellKey(*out[i])) {
+      const size_t b = TensorBytes(*out[j]) + 256;
+      if (bytes + b > kBatchBytes) break;
+      bytes += b;
+      ++j;
+    }
+    auto batch = std::make_shared<Batch>(out.begin() + i, out.begin() + j);
+    auto call = TellCall(l->services, l->conn->services_, l->conn->Who(), *batch, 0,
+                         static_cast<unsigned>(batch->size()));
+    if (!call.ok()) {
+      Down(l, call.status().WithPrefix("sending a message"));
       return;
     }
+    // The return proves the bytes left; until then the tensors must live.
+    l->tasks->add(call->then(
+        [batch] {},
+        [this, id, batch](kj::Exception&& e) {
+          if (Link* l = FindLink(id)) {
+            for (auto& m : *batch) l->keepalive.push_back(m);
+            Down(l, Unavailable(std::string("sending ") + BodyName((*batch)[0]->body) + " failed: " + Describe(e)));
+          }
+        }));
+    i = j;
   }
-  // The reply proves the bytes left; until then the tensors must live.
-  l->tasks->add(req.send().then([batch](auto&&) {}, [this, id, batch](kj::Exception&& e) {
-    if (Link* l = FindLink(id)) {
-      for (auto& m : *batch) l->keepalive.push_back(m);
-      Down(l, Unavailable(std::string("sending ") + BodyName((*batch)[0]->body) + " failed: " + Describe(e)));
-    }
-  }));
 }
 
 void Core::ReplyOnLoop(uint64_t id, Message m) {
@@ -1250,16 +1636,15 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   Link* l = FindLink(id);
   if (!l) return;  // its pending request was failed when it went down
   std::shared_ptr<ConnImpl> conn = l->conn;
-  auto req = KJ_ASSERT_NONNULL(l->remote).askRequest();
-  m->request_id = rid;  // a reply sent as a tell names it
-  Status s = EncodeEnvelope(*m, req.initMessage());
-  if (!s.ok()) {
-    conn->Finish(rid, s.WithPrefix(std::string("encoding ") + BodyName(m->body)));
+  m->request_id = rid;  // a reply sent through our channel names it
+  auto started = AskCall(l->services, conn->services_, conn->Who(), *m, rid);
+  if (!started.ok()) {
+    conn->Finish(rid, started.status().WithPrefix(std::string("encoding ") + BodyName(m->body)));
     return;
   }
-  auto call = req.send().then(
-      [this, conn, rid](capnp::Response<rp::Peer::AskResults> r) {
-        if (r.getByTell()) return;  // the reply is a tell of its own (Finish runs from it)
+  auto call = started->then(
+      [this, conn, rid](capnp::Response<rp::Reply> r) {
+        if (r.getByTell()) return;  // the reply comes through our channel (Finish runs from it)
         auto reply = DecodeEnvelope(r.getReply(), limits);
         if (!reply.ok()) {
           conn->Finish(rid, reply.status().WithPrefix("reply from " + conn->Who()));
@@ -1307,10 +1692,7 @@ void Core::Tick() {
     }
     if (l->hello_done && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {
       m.last_write_ms = now;
-      auto req = KJ_ASSERT_NONNULL(l->remote).tellRequest();
-      Message hb;
-      hb.body = Heartbeat{};
-      if (EncodeEnvelope(hb, req.initMessages(1)[0]).ok()) l->tasks->add(req.send().ignoreResult());
+      l->tasks->add(l->services.channel.heartbeatRequest().send().ignoreResult());
     }
   }
   for (auto& [l, why] : down) Down(l, why);

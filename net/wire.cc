@@ -131,34 +131,30 @@ struct Encoder {
     return Status::OK();
   }
 
-  Status Put(const Heartbeat&, EnvBody::Builder e) const {
-    e.initHeartbeat();
+  Status Put(const Heartbeat&, w::Heartbeat::Builder) const {
     return Status::OK();
   }
-  Status Put(const StatusReply& m, EnvBody::Builder e) const {
-    return StatusTo(m.status, e.initStatusReply().initStatus(), "StatusReply.status");
+  Status Put(const StatusReply& m, w::StatusReply::Builder b) const {
+    return StatusTo(m.status, b.initStatus(), "StatusReply.status");
   }
-  Status Put(const ListMembers&, EnvBody::Builder e) const {
-    e.initListMembers();
+  Status Put(const ListMembers&, w::ListMembers::Builder) const {
     return Status::OK();
   }
-  Status Put(const Membership& m, EnvBody::Builder e) const {
+  Status Put(const Membership& m, w::Membership::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
     SF_RETURN_IF_ERROR(ListSize(m.leaving.size(), "Membership.leaving"));
     SF_RETURN_IF_ERROR(ListSize(m.ended.size(), "Membership.ended"));
-    auto b = e.initMembership();
     SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
     SF_RETURN_IF_ERROR(Members(m.ended, b.initEnded(m.ended.size()), "Membership.ended"));
     return Members(m.leaving, b.initLeaving(m.leaving.size()), "Membership.leaving");
   }
-  Status Put(const RegisterPartition& m, EnvBody::Builder e) const {
+  Status Put(const RegisterPartition& m, w::RegisterPartition::Builder b) const {
     SF_RETURN_IF_ERROR(Text(m.device, "RegisterPartition.device"));
     if (m.graph_def.size() > kMaxBlobBytes)
       return InvalidArgument("RegisterPartition.graph_def has " + std::to_string(m.graph_def.size()) +
                              " bytes; at most 536870911 fit in one frame field");
     SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RegisterPartition.feeds"));
     SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RegisterPartition.fetches"));
-    auto b = e.initRegisterPartition();
     b.setSessionId(m.session_id);
     b.setHandle(m.handle);
     b.setDevice(AsText(m.device));
@@ -175,9 +171,8 @@ struct Encoder {
     }
     return Status::OK();
   }
-  Status Put(const RunPartition& m, EnvBody::Builder e) const {
+  Status Put(const RunPartition& m, w::RunPartition::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RunPartition.feeds"));
-    auto b = e.initRunPartition();
     b.setSessionId(m.session_id);
     b.setHandle(m.handle);
     b.setStepId(m.step_id);
@@ -185,11 +180,10 @@ struct Encoder {
     b.setProgressMs(m.progress_ms);
     return Tensors(m.feeds, b.initFeeds(m.feeds.size()), "RunPartition.feeds");
   }
-  Status Put(const RunPartitionDone& m, EnvBody::Builder e) const {
+  Status Put(const RunPartitionDone& m, w::RunPartitionDone::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RunPartitionDone.fetches"));
     SF_RETURN_IF_ERROR(ListSize(m.trace.events.size(), "RunPartitionDone.trace.events"));
     SF_RETURN_IF_ERROR(ListSize(m.trace.threads.size(), "RunPartitionDone.trace.threads"));
-    auto b = e.initRunPartitionDone();
     b.setStepId(m.step_id);
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "RunPartitionDone.status"));
     if (!m.trace.events.empty() || !m.trace.threads.empty() || m.trace.dropped || m.trace_elapsed_ns) {
@@ -218,10 +212,9 @@ struct Encoder {
     }
     return Tensors(m.fetches, b.initFetches(m.fetches.size()), "RunPartitionDone.fetches");
   }
-  Status Put(const SendTensor& m, EnvBody::Builder e) const {
+  Status Put(const SendTensor& m, w::SendTensor::Builder b) const {
     SF_RETURN_IF_ERROR(Text(m.edge, "SendTensor.edge"));
     SF_RETURN_IF_ERROR(Text(m.frame, "SendTensor.frame"));
-    auto b = e.initSendTensor();
     b.setStepId(m.step_id);
     b.setEdge(AsText(m.edge));
     b.setFrame(AsText(m.frame));
@@ -229,33 +222,29 @@ struct Encoder {
     b.setIsDead(m.is_dead);
     return Tensor(m.value, b.initValue(), "SendTensor.value");
   }
-  Status Put(const AbortStep& m, EnvBody::Builder e) const {
-    auto b = e.initAbortStep();
+  Status Put(const AbortStep& m, w::AbortStep::Builder b) const {
     b.setStepId(m.step_id);
     b.setSessionId(m.session_id);
     return StatusTo(m.status, b.initStatus(), "AbortStep.status");
   }
-  Status Put(const CleanupStep& m, EnvBody::Builder e) const {
-    auto b = e.initCleanupStep();
+  Status Put(const CleanupStep& m, w::CleanupStep::Builder b) const {
     b.setStepId(m.step_id);
     b.setSessionId(m.session_id);
     return Status::OK();
   }
-  Status Put(const StepProgress& m, EnvBody::Builder e) const {
-    auto b = e.initStepProgress();
+  Status Put(const StepProgress& m, w::StepProgress::Builder b) const {
     b.setSessionId(m.session_id);
     b.setStepId(m.step_id);
     b.setOps(m.ops);
     return Status::OK();
   }
-  Status Put(const CloseSession& m, EnvBody::Builder e) const {
-    e.initCloseSession().setSessionId(m.session_id);
+  Status Put(const CloseSession& m, w::CloseSession::Builder b) const {
+    b.setSessionId(m.session_id);
     return Status::OK();
   }
-  Status Put(const Variables& m, EnvBody::Builder e) const {
+  Status Put(const Variables& m, w::Variables::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.names.size(), "Variables.names"));
     SF_RETURN_IF_ERROR(ListSize(m.values.size(), "Variables.values"));
-    auto b = e.initVariables();
     b.setAssign(m.assign);
     auto names = b.initNames(m.names.size());
     for (size_t i = 0; i < m.names.size(); ++i) {
@@ -264,10 +253,9 @@ struct Encoder {
     }
     return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
   }
-  Status Put(const CollectiveChunk& m, EnvBody::Builder e) const {
+  Status Put(const CollectiveChunk& m, w::CollectiveChunk::Builder b) const {
     SF_RETURN_IF_ERROR(Text(m.group_key, "CollectiveChunk.group_key"));
     SF_RETURN_IF_ERROR(Text(m.address, "CollectiveChunk.address"));
-    auto b = e.initCollectiveChunk();
     b.setGroupKey(AsText(m.group_key));
     b.setGroupSize(m.group_size);
     b.setGeneration(m.generation);
@@ -280,8 +268,8 @@ struct Encoder {
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
     return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
   }
-  Status Put(const Echo& m, EnvBody::Builder e) const {
-    return Tensor(m.payload, e.initEcho().initPayload(), "Echo.payload");
+  Status Put(const Echo& m, w::Echo::Builder b) const {
+    return Tensor(m.payload, b.initPayload(), "Echo.payload");
   }
 };
 
@@ -431,140 +419,147 @@ struct Decoder {
     return out;
   }
 
+  Status Read(w::Heartbeat::Reader, Heartbeat*) const { return Status::OK(); }
+  Status Read(w::StatusReply::Reader r, StatusReply* m) const {
+    return StatusFrom(r.getStatus(), "StatusReply.status", &m->status);
+  }
+  Status Read(w::ListMembers::Reader, ListMembers*) const { return Status::OK(); }
+  Status Read(w::Membership::Reader r, Membership* m) const {
+    SF_ASSIGN_OR_RETURN(m->members, Members(r.getMembers(), "Membership.members"));
+    SF_ASSIGN_OR_RETURN(m->leaving, Members(r.getLeaving(), "Membership.leaving"));
+    SF_ASSIGN_OR_RETURN(m->ended, Members(r.getEnded(), "Membership.ended"));
+    return Status::OK();
+  }
+  Status Read(w::RegisterPartition::Reader r, RegisterPartition* m) const {
+    m->session_id = r.getSessionId();
+    m->handle = r.getHandle();
+    SF_RETURN_IF_ERROR(Text(r.getDevice(), "RegisterPartition.device", &m->device));
+    SF_RETURN_IF_ERROR(Bytes(r.getGraphDef(), "RegisterPartition.graph_def", &m->graph_def, false));
+    SF_ASSIGN_OR_RETURN(m->feeds, OutputRefs(r.getFeeds(), "RegisterPartition.feeds"));
+    SF_ASSIGN_OR_RETURN(m->fetches, OutputRefs(r.getFetches(), "RegisterPartition.fetches"));
+    SF_ASSIGN_OR_RETURN(m->tasks, Members(r.getTasks(), "RegisterPartition.tasks"));
+    auto targets = r.getTargets();
+    SF_RETURN_IF_ERROR(ListSize(targets.size(), "RegisterPartition.targets"));
+    m->targets.resize(targets.size());
+    for (size_t i = 0; i < targets.size(); ++i)
+      SF_RETURN_IF_ERROR(Text(targets[i], Field("RegisterPartition.targets", i), &m->targets[i]));
+    return Status::OK();
+  }
+  Status Read(w::RunPartition::Reader r, RunPartition* m) const {
+    m->session_id = r.getSessionId();
+    m->handle = r.getHandle();
+    m->step_id = r.getStepId();
+    m->trace_max_events = r.getTraceMaxEvents();
+    m->progress_ms = r.getProgressMs();
+    if (m->progress_ms < 0)
+      return InvalidArgument("RunPartition.progress_ms is negative (" + std::to_string(m->progress_ms) + ")");
+    SF_ASSIGN_OR_RETURN(m->feeds, Tensors(r.getFeeds(), "RunPartition.feeds"));
+    return Status::OK();
+  }
+  Status Read(w::RunPartitionDone::Reader r, RunPartitionDone* m) const {
+    m->step_id = r.getStepId();
+    SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "RunPartitionDone.status", &m->status));
+    SF_ASSIGN_OR_RETURN(m->fetches, Tensors(r.getFetches(), "RunPartitionDone.fetches"));
+    if (r.hasTrace()) SF_RETURN_IF_ERROR(Trace(r.getTrace(), m));
+    return Status::OK();
+  }
+  Status Read(w::SendTensor::Reader r, SendTensor* m) const {
+    m->step_id = r.getStepId();
+    SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m->edge));
+    SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
+    m->iteration = r.getIteration();
+    m->is_dead = r.getIsDead();
+    SF_ASSIGN_OR_RETURN(m->value, Tensor(r.getValue(), "SendTensor.value"));
+    return Status::OK();
+  }
+  Status Read(w::AbortStep::Reader r, AbortStep* m) const {
+    m->step_id = r.getStepId();
+    m->session_id = r.getSessionId();
+    return StatusFrom(r.getStatus(), "AbortStep.status", &m->status);
+  }
+  Status Read(w::CleanupStep::Reader r, CleanupStep* m) const {
+    *m = CleanupStep{r.getStepId(), r.getSessionId()};
+    return Status::OK();
+  }
+  Status Read(w::StepProgress::Reader r, StepProgress* m) const {
+    *m = StepProgress{r.getSessionId(), r.getStepId(), r.getOps()};
+    return Status::OK();
+  }
+  Status Read(w::CloseSession::Reader r, CloseSession* m) const {
+    *m = CloseSession{r.getSessionId()};
+    return Status::OK();
+  }
+  Status Read(w::Echo::Reader r, Echo* m) const {
+    SF_ASSIGN_OR_RETURN(m->payload, Tensor(r.getPayload(), "Echo.payload"));
+    return Status::OK();
+  }
+  Status Read(w::CollectiveChunk::Reader r, CollectiveChunk* out) const {
+    CollectiveChunk& m = *out;
+    SF_RETURN_IF_ERROR(Text(r.getGroupKey(), "CollectiveChunk.group_key", &m.group_key));
+    SF_RETURN_IF_ERROR(Text(r.getAddress(), "CollectiveChunk.address", &m.address));
+    m.group_size = r.getGroupSize();
+    m.generation = r.getGeneration();
+    m.from_rank = r.getFromRank();
+    m.step = r.getStep();
+    m.total = r.getTotal();
+    m.epoch = r.getEpoch();
+    m.offset = r.getOffset();
+    const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
+    if (m.group_size < 1 || m.group_size > 4096)
+      return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
+    if (m.from_rank < 0 || m.from_rank >= m.group_size)
+      return InvalidArgument(where + ": from_rank " + std::to_string(m.from_rank) + " is not in [0, " +
+                             std::to_string(m.group_size) + ")");
+    if (m.step < -1 || m.step >= 2 * (m.group_size - 1))
+      return InvalidArgument(where + ": step " + std::to_string(m.step) + " is not in [-1, " +
+                             std::to_string(2 * (m.group_size - 1)) + ")");
+    if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
+    if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
+    if (m.epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m.epoch) + " is negative");
+    if (m.offset < 0 || m.offset > m.total)
+      return InvalidArgument(where + ": offset " + std::to_string(m.offset) + " is not in [0, total = " +
+                             std::to_string(m.total) + "]");
+    SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "CollectiveChunk.status", &m.status));
+    SF_ASSIGN_OR_RETURN(m.chunk, Tensor(r.getChunk(), "CollectiveChunk.chunk"));
+    if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total - m.offset))
+      return InvalidArgument(where + ": chunk " + ShapeString(m.chunk.shape()) + " is not 1-D or holds more than total = " +
+                             std::to_string(m.total) + " elements from offset " + std::to_string(m.offset));
+    return Status::OK();
+  }
+  Status Read(w::Variables::Reader r, Variables* m) const {
+    m->assign = r.getAssign();
+    SF_RETURN_IF_ERROR(ListSize(r.getNames().size(), "Variables.names"));
+    m->names.resize(r.getNames().size());
+    for (size_t i = 0; i < m->names.size(); ++i)
+      SF_RETURN_IF_ERROR(Text(r.getNames()[i], Field("Variables.names", i), &m->names[i]));
+    SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "Variables.values"));
+    return Status::OK();
+  }
+
+  template <class T, class R>
+  Result<Body> As(R r) const {
+    T m;
+    SF_RETURN_IF_ERROR(Read(r, &m));
+    return Body(std::move(m));
+  }
+
   Result<Body> Get(EnvBody::Reader e) const {
     switch (e.which()) {
-      case EnvBody::HEARTBEAT:
-        return Body(Heartbeat{});
-      case EnvBody::STATUS_REPLY: {
-        StatusReply m;
-        SF_RETURN_IF_ERROR(StatusFrom(e.getStatusReply().getStatus(), "StatusReply.status", &m.status));
-        return Body(std::move(m));
-      }
-      case EnvBody::LIST_MEMBERS:
-        return Body(ListMembers{});
-      case EnvBody::MEMBERSHIP: {
-        Membership m;
-        SF_ASSIGN_OR_RETURN(m.members, Members(e.getMembership().getMembers(), "Membership.members"));
-        SF_ASSIGN_OR_RETURN(m.leaving, Members(e.getMembership().getLeaving(), "Membership.leaving"));
-        SF_ASSIGN_OR_RETURN(m.ended, Members(e.getMembership().getEnded(), "Membership.ended"));
-        return Body(std::move(m));
-      }
-      case EnvBody::REGISTER_PARTITION: {
-        auto r = e.getRegisterPartition();
-        RegisterPartition m;
-        m.session_id = r.getSessionId();
-        m.handle = r.getHandle();
-        SF_RETURN_IF_ERROR(Text(r.getDevice(), "RegisterPartition.device", &m.device));
-        SF_RETURN_IF_ERROR(Bytes(r.getGraphDef(), "RegisterPartition.graph_def", &m.graph_def, false));
-        SF_ASSIGN_OR_RETURN(m.feeds, OutputRefs(r.getFeeds(), "RegisterPartition.feeds"));
-        SF_ASSIGN_OR_RETURN(m.fetches, OutputRefs(r.getFetches(), "RegisterPartition.fetches"));
-        SF_ASSIGN_OR_RETURN(m.tasks, Members(r.getTasks(), "RegisterPartition.tasks"));
-        auto targets = r.getTargets();
-        SF_RETURN_IF_ERROR(ListSize(targets.size(), "RegisterPartition.targets"));
-        m.targets.resize(targets.size());
-        for (size_t i = 0; i < targets.size(); ++i)
-          SF_RETURN_IF_ERROR(Text(targets[i], Field("RegisterPartition.targets", i), &m.targets[i]));
-        return Body(std::move(m));
-      }
-      case EnvBody::RUN_PARTITION: {
-        auto r = e.getRunPartition();
-        RunPartition m;
-        m.session_id = r.getSessionId();
-        m.handle = r.getHandle();
-        m.step_id = r.getStepId();
-        m.trace_max_events = r.getTraceMaxEvents();
-        m.progress_ms = r.getProgressMs();
-        if (m.progress_ms < 0)
-          return InvalidArgument("RunPartition.progress_ms is negative (" + std::to_string(m.progress_ms) + ")");
-        SF_ASSIGN_OR_RETURN(m.feeds, Tensors(r.getFeeds(), "RunPartition.feeds"));
-        return Body(std::move(m));
-      }
-      case EnvBody::RUN_PARTITION_DONE: {
-        auto r = e.getRunPartitionDone();
-        RunPartitionDone m;
-        m.step_id = r.getStepId();
-        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "RunPartitionDone.status", &m.status));
-        SF_ASSIGN_OR_RETURN(m.fetches, Tensors(r.getFetches(), "RunPartitionDone.fetches"));
-        if (r.hasTrace()) SF_RETURN_IF_ERROR(Trace(r.getTrace(), &m));
-        return Body(std::move(m));
-      }
-      case EnvBody::SEND_TENSOR: {
-        auto r = e.getSendTensor();
-        SendTensor m;
-        m.step_id = r.getStepId();
-        SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m.edge));
-        SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m.frame));
-        m.iteration = r.getIteration();
-        m.is_dead = r.getIsDead();
-        SF_ASSIGN_OR_RETURN(m.value, Tensor(r.getValue(), "SendTensor.value"));
-        return Body(std::move(m));
-      }
-      case EnvBody::ABORT_STEP: {
-        auto r = e.getAbortStep();
-        AbortStep m;
-        m.step_id = r.getStepId();
-        m.session_id = r.getSessionId();
-        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "AbortStep.status", &m.status));
-        return Body(std::move(m));
-      }
-      case EnvBody::CLEANUP_STEP:
-        return Body(CleanupStep{e.getCleanupStep().getStepId(), e.getCleanupStep().getSessionId()});
-      case EnvBody::STEP_PROGRESS: {
-        auto r = e.getStepProgress();
-        return Body(StepProgress{r.getSessionId(), r.getStepId(), r.getOps()});
-      }
-      case EnvBody::CLOSE_SESSION:
-        return Body(CloseSession{e.getCloseSession().getSessionId()});
-      case EnvBody::ECHO: {
-        Echo m;
-        SF_ASSIGN_OR_RETURN(m.payload, Tensor(e.getEcho().getPayload(), "Echo.payload"));
-        return Body(std::move(m));
-      }
-      case EnvBody::COLLECTIVE_CHUNK: {
-        auto r = e.getCollectiveChunk();
-        CollectiveChunk m;
-        SF_RETURN_IF_ERROR(Text(r.getGroupKey(), "CollectiveChunk.group_key", &m.group_key));
-        SF_RETURN_IF_ERROR(Text(r.getAddress(), "CollectiveChunk.address", &m.address));
-        m.group_size = r.getGroupSize();
-        m.generation = r.getGeneration();
-        m.from_rank = r.getFromRank();
-        m.step = r.getStep();
-        m.total = r.getTotal();
-        m.epoch = r.getEpoch();
-        m.offset = r.getOffset();
-        const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
-        if (m.group_size < 1 || m.group_size > 4096)
-          return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
-        if (m.from_rank < 0 || m.from_rank >= m.group_size)
-          return InvalidArgument(where + ": from_rank " + std::to_string(m.from_rank) + " is not in [0, " +
-                                 std::to_string(m.group_size) + ")");
-        if (m.step < -1 || m.step >= 2 * (m.group_size - 1))
-          return InvalidArgument(where + ": step " + std::to_string(m.step) + " is not in [-1, " +
-                                 std::to_string(2 * (m.group_size - 1)) + ")");
-        if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
-        if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
-        if (m.epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m.epoch) + " is negative");
-        if (m.offset < 0 || m.offset > m.total)
-          return InvalidArgument(where + ": offset " + std::to_string(m.offset) + " is not in [0, total = " +
-                                 std::to_string(m.total) + "]");
-        SF_RETURN_IF_ERROR(StatusFrom(r.getStatus(), "CollectiveChunk.status", &m.status));
-        SF_ASSIGN_OR_RETURN(m.chunk, Tensor(r.getChunk(), "CollectiveChunk.chunk"));
-        if (m.chunk.valid() && (m.chunk.rank() != 1 || m.chunk.num_elements() > m.total - m.offset))
-          return InvalidArgument(where + ": chunk " + ShapeString(m.chunk.shape()) + " is not 1-D or holds more than total = " +
-                                 std::to_string(m.total) + " elements from offset " + std::to_string(m.offset));
-        return Body(std::move(m));
-      }
-      case EnvBody::VARIABLES: {
-        auto r = e.getVariables();
-        Variables m;
-        m.assign = r.getAssign();
-        SF_RETURN_IF_ERROR(ListSize(r.getNames().size(), "Variables.names"));
-        m.names.resize(r.getNames().size());
-        for (size_t i = 0; i < m.names.size(); ++i)
-          SF_RETURN_IF_ERROR(Text(r.getNames()[i], Field("Variables.names", i), &m.names[i]));
-        SF_ASSIGN_OR_RETURN(m.values, Tensors(r.getValues(), "Variables.values"));
-        return Body(std::move(m));
-      }
+      case EnvBody::HEARTBEAT: return As<Heartbeat>(e.getHeartbeat());
+      case EnvBody::STATUS_REPLY: return As<StatusReply>(e.getStatusReply());
+      case EnvBody::LIST_MEMBERS: return As<ListMembers>(e.getListMembers());
+      case EnvBody::MEMBERSHIP: return As<Membership>(e.getMembership());
+      case EnvBody::REGISTER_PARTITION: return As<RegisterPartition>(e.getRegisterPartition());
+      case EnvBody::RUN_PARTITION: return As<RunPartition>(e.getRunPartition());
+      case EnvBody::RUN_PARTITION_DONE: return As<RunPartitionDone>(e.getRunPartitionDone());
+      case EnvBody::SEND_TENSOR: return As<SendTensor>(e.getSendTensor());
+      case EnvBody::ABORT_STEP: return As<AbortStep>(e.getAbortStep());
+      case EnvBody::CLEANUP_STEP: return As<CleanupStep>(e.getCleanupStep());
+      case EnvBody::STEP_PROGRESS: return As<StepProgress>(e.getStepProgress());
+      case EnvBody::CLOSE_SESSION: return As<CloseSession>(e.getCloseSession());
+      case EnvBody::ECHO: return As<Echo>(e.getEcho());
+      case EnvBody::COLLECTIVE_CHUNK: return As<CollectiveChunk>(e.getCollectiveChunk());
+      case EnvBody::VARIABLES: return As<Variables>(e.getVariables());
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");
@@ -655,7 +650,7 @@ Status EncodeEnvelope(const Message& m, proto::wire::Envelope::Builder env, bool
     env.setRequestId(m.request_id);
     Encoder enc{capnp::Orphanage::getForMessageContaining(env), &externals, /*whole_words_only=*/true,
                 reference_tensors};
-    return std::visit([&](const auto& body) { return enc.Put(body, env.getBody()); }, m.body);
+    return std::visit([&](const auto& body) { return enc.Put(body, WireOf<std::decay_t<decltype(body)>>::Init(env.getBody())); }, m.body);
   } catch (const kj::Exception& e) {
     return InvalidArgument(std::string("cannot encode ") + BodyName(m.body) + ": " + e.getDescription().cStr());
   }
@@ -685,6 +680,46 @@ Result<Message> DecodeEnvelope(proto::wire::Envelope::Reader env, const WireLimi
   }
 }
 
+template <class T>
+Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool reference_tensors) {
+  std::vector<std::pair<const void*, size_t>> externals;
+  try {
+    Encoder enc{capnp::Orphanage::getForMessageContaining(b), &externals, /*whole_words_only=*/true,
+                reference_tensors};
+    return enc.Put(m, b);
+  } catch (const kj::Exception& e) {
+    return InvalidArgument(std::string("cannot encode ") + BodyName(Body(m)) + ": " + e.getDescription().cStr());
+  }
+}
+
+template <class T>
+Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out) {
+  try {
+    Decoder dec{limits};
+    return dec.Read(r, out);
+  } catch (const kj::Exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.what());
+  }
+}
+
+#define SF_WIRE_STRUCT(T)                                                                        \
+  template Status EncodeStruct<T>(const T&, WireOf<T>::Proto::Builder, bool);                     \
+  template Status DecodeStruct<T>(WireOf<T>::Proto::Reader, const WireLimits&, T*);
+SF_WIRE_STRUCT(Membership)
+SF_WIRE_STRUCT(RegisterPartition)
+SF_WIRE_STRUCT(RunPartition)
+SF_WIRE_STRUCT(SendTensor)
+SF_WIRE_STRUCT(AbortStep)
+SF_WIRE_STRUCT(CleanupStep)
+SF_WIRE_STRUCT(StepProgress)
+SF_WIRE_STRUCT(CloseSession)
+SF_WIRE_STRUCT(Echo)
+SF_WIRE_STRUCT(Variables)
+SF_WIRE_STRUCT(CollectiveChunk)
+#undef SF_WIRE_STRUCT
+
 Result<Frame> EncodeFrame(const Message& m) {
   Frame f;
   f.state_ = std::make_unique<Frame::State>();
@@ -694,7 +729,7 @@ Result<Frame> EncodeFrame(const Message& m) {
     env.setVersion(kWireVersion);
     env.setRequestId(m.request_id);
     Encoder enc{s.builder.getOrphanage(), &s.externals};
-    SF_RETURN_IF_ERROR(std::visit([&](const auto& body) { return enc.Put(body, env.getBody()); }, m.body));
+    SF_RETURN_IF_ERROR(std::visit([&](const auto& body) { return enc.Put(body, WireOf<std::decay_t<decltype(body)>>::Init(env.getBody())); }, m.body));
   } catch (const kj::Exception& e) {
     return InvalidArgument(std::string("cannot encode ") + BodyName(m.body) + ": " + e.getDescription().cStr());
   }

@@ -10,6 +10,42 @@
 namespace sf {
 namespace net {
 
+// The Cap'n Proto struct each message body is written as (WireOf<T>::Proto),
+// and how the Envelope's union holds it: RPC methods take the struct
+// itself as a parameter, frames and replies the Envelope.
+template <class T>
+struct WireOf;
+#define SF_WIRE_OF(T)                                                                                   \
+  template <>                                                                                           \
+  struct WireOf<T> {                                                                                    \
+    using Proto = proto::wire::T;                                                                       \
+    static Proto::Builder Init(proto::wire::Envelope::Body::Builder e) { return e.init##T(); }          \
+  };
+SF_WIRE_OF(Heartbeat)
+SF_WIRE_OF(StatusReply)
+SF_WIRE_OF(ListMembers)
+SF_WIRE_OF(Membership)
+SF_WIRE_OF(RegisterPartition)
+SF_WIRE_OF(RunPartition)
+SF_WIRE_OF(RunPartitionDone)
+SF_WIRE_OF(SendTensor)
+SF_WIRE_OF(AbortStep)
+SF_WIRE_OF(CleanupStep)
+SF_WIRE_OF(StepProgress)
+SF_WIRE_OF(CloseSession)
+SF_WIRE_OF(Echo)
+SF_WIRE_OF(Variables)
+SF_WIRE_OF(CollectiveChunk)
+#undef SF_WIRE_OF
+
+// Writes m into b, its struct as an RPC parameter, with EncodeEnvelope's
+// tensor referencing and errors (never throws).
+template <class T>
+Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool reference_tensors = true);
+// Reads r into *out with DecodeEnvelope's checks and errors (never throws).
+template <class T>
+Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out);
+
 // Writes m into env (version kWireVersion). With reference_tensors, tensors
 // of 4 KiB or more whose size is whole words are referenced, not copied: m
 // must then outlive env's message. InvalidArgument naming the field when a

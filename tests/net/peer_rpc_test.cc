@@ -462,7 +462,7 @@ TEST_CASE("RPC: a peer that stops reading is dropped and blocks no one else", "[
   auto to_other = (*sender)->Connect(other.address);
   REQUIRE(to_other.ok());
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 64 && (*to_stalled)->is_up(); ++i) (*to_stalled)->Send(Message{0, Echo{Filled(4 << 20)}});
+  for (int i = 0; i < 64 && (*to_stalled)->is_up(); ++i) (*to_stalled)->Send(Message{0, SendTensor{i, "e", "", 0, false, Filled(4 << 20)}});
   // Meanwhile the other peer is served at once.
   REQUIRE(Call(*to_other, Echo{Filled(1000)}, 5000).ok());
   REQUIRE(testing::WaitFor([&] { return downs > 0; }, 30s));
