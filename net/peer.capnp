@@ -89,6 +89,19 @@ interface Membership {
 interface Rendezvous {
   # Tensors between partitions of a step.
   send @0 (tensors :List(W.SendTensor)) -> ();
+  # A tensor larger than one call (1 MiB), streamed: its pieces in order,
+  # one call each, and no other streamed tensor begun on the connection
+  # until its last piece. The receiver writes each piece into the tensor
+  # it allocated at the first, so no message holds the whole of it.
+  sendPiece @1 (piece :TensorPiece) -> ();
+}
+
+struct TensorPiece {
+  # On the first piece only: the message, whose value gives the dtype and
+  # shape and holds no data.
+  header @0 :W.SendTensor;
+  offset @1 :UInt64;   # where data goes among the value's bytes: the bytes received so far
+  data @2 :Data;
 }
 
 interface Collectives {

@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/tensor_proto.h"
 #include "net/peer.capnp.h"
 #include "net/tls_stream.h"
 #include "net/wire_envelope.h"
@@ -564,6 +565,14 @@ struct Link {
     rp::Collectives::Client collectives = nullptr;
     rp::Diagnostics::Client diagnostics = nullptr;
   } services;
+  // The tensor this peer is streaming to us (Rendezvous.sendPiece), if any.
+  struct Assembly {
+    SendTensor message;
+    uint64_t total = 0;
+    uint64_t got = 0;
+    int64_t start_ms = 0;
+  };
+  std::unique_ptr<Assembly> assembly;
   bool hello_done = false;
   bool cert_checked = false;  // TLS: the role below is the certificate's
   Role cert_role = Role::kNode;
@@ -1057,6 +1066,55 @@ class RendezvousServer final : public rp::Rendezvous::Server, Service {
     c.releaseParams();
     return p;
   }
+
+  kj::Promise<void> sendPiece(SendPieceContext c) override {
+    auto piece = c.getParams().getPiece();
+    if (piece.hasHeader()) {
+      if (link_->assembly) return Malformed(InvalidArgument("a streamed tensor began before the last one ended"));
+      auto a = std::make_unique<Link::Assembly>();
+      DType dtype = DType::kInvalid;
+      Shape shape;
+      Status s = DecodeStreamedHeader(piece.getHeader(), core_->limits, &a->message, &dtype, &shape, &a->total);
+      if (!s.ok()) return Malformed(s);
+      // No larger than one message or all the peer may have in flight here.
+      const uint64_t cap = std::max(core_->options.max_frame_bytes, core_->options.max_peer_buffer_bytes);
+      if (a->total > cap)
+        return Malformed(InvalidArgument("a streamed tensor of " + std::to_string(a->total) + " bytes; the limit is " +
+                                         std::to_string(cap)));
+      try {
+        a->message.value = Tensor(dtype, std::move(shape));
+      } catch (const std::exception& e) {
+        return Malformed(ResourceExhausted(std::string("a streamed tensor cannot be allocated: ") + e.what()));
+      }
+      a->start_ms = NowMs();
+      link_->assembly = std::move(a);
+    }
+    if (!link_->assembly) return Malformed(InvalidArgument("a tensor piece without a streamed tensor begun"));
+    Link::Assembly& a = *link_->assembly;
+    auto data = piece.getData();
+    if (piece.getOffset() != a.got || data.size() > a.total - a.got)
+      return Malformed(InvalidArgument("a tensor piece of " + std::to_string(data.size()) + " bytes at offset " +
+                                       std::to_string(piece.getOffset()) + " of a tensor of " +
+                                       std::to_string(a.total) + " bytes, " + std::to_string(a.got) + " received"));
+    auto* dst = static_cast<uint8_t*>(a.message.value.raw_data()) + a.got;
+    if (data.size() > 0) std::memcpy(dst, data.begin(), data.size());
+    if (a.message.value.dtype() == DType::kBool)  // any nonzero byte is true, as decoded whole
+      for (size_t i = 0; i < data.size(); ++i) dst[i] = dst[i] != 0;
+    a.got += data.size();
+    c.releaseParams();
+    if (a.got < a.total) return kj::READY_NOW;
+    Message m;
+    m.body = std::move(a.message);
+    link_->assembly.reset();
+    if (!core_->on_message) return kj::READY_NOW;
+    if (Inline(m)) {
+      core_->on_message(link_->conn, std::move(m));
+      return kj::READY_NOW;
+    }
+    std::vector<Message> one;
+    one.push_back(std::move(m));
+    return Queue(std::move(one));
+  }
 };
 
 class CollectivesServer final : public rp::Collectives::Server, Service {
@@ -1537,6 +1595,47 @@ Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const std:
       first.body);
 }
 
+// Streams one large SendTensor as pieces of kBatchBytes, each a call that
+// references its slice of the tensor (the last is copied when it is not
+// whole words); the promise of them all.
+Result<kj::Promise<void>> PieceCalls(Link::Remote& r, const SendTensor& st) {
+  const Tensor& v = st.value;
+  const auto* base = static_cast<const capnp::byte*>(v.raw_data());
+  const uint64_t total = v.bytes();
+  kj::Vector<kj::Promise<void>> calls;
+  for (uint64_t off = 0; off < total; off += kBatchBytes) {
+    const uint64_t len = std::min<uint64_t>(kBatchBytes, total - off);
+    auto req = r.rendezvous.sendPieceRequest();
+    auto piece = req.initPiece();
+    if (off == 0) {
+      SendTensor header = st;
+      header.value = Tensor();
+      auto h = piece.initHeader();
+      SF_RETURN_IF_ERROR(EncodeStruct<SendTensor>(header, h));
+      auto value = h.initValue();
+      value.setDtype(DTypeToProto(v.dtype()));
+      auto shape = value.initShape(v.rank());
+      for (int i = 0; i < v.rank(); ++i) shape.set(i, v.dim(i));
+    }
+    piece.setOffset(off);
+    if (len % sizeof(capnp::word) == 0) {
+      piece.adoptData(capnp::Orphanage::getForMessageContaining(piece).referenceExternalData(
+          capnp::Data::Reader(base + off, len)));
+    } else {
+      auto d = piece.initData(static_cast<unsigned>(len));
+      std::memcpy(d.begin(), base + off, len);
+    }
+    calls.add(req.send().ignoreResult());
+  }
+  return kj::joinPromises(calls.releaseAsArray());
+}
+
+// True for a message that goes as pieces (Rendezvous.sendPiece).
+bool Streamed(const Message& m) {
+  auto* st = std::get_if<SendTensor>(&m.body);
+  return m.request_id == 0 && st && st->value.valid() && st->value.bytes() > kBatchBytes;
+}
+
 // Starts the call for request m (id rid) on the peer's service for it.
 Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, uint32_t offered, const std::string& who,
                                                         const Message& m, uint64_t rid) {
@@ -1590,8 +1689,15 @@ void Core::Flush(uint64_t id) {
       ++j;
     }
     auto batch = std::make_shared<Batch>(out.begin() + i, out.begin() + j);
-    auto call = TellCall(l->services, l->conn->services_, l->conn->Who(), *batch, 0,
-                         static_cast<unsigned>(batch->size()));
+    auto call = [&]() -> Result<kj::Promise<void>> {
+      const Message& first = *(*batch)[0];
+      if (!Streamed(first))
+        return TellCall(l->services, l->conn->services_, l->conn->Who(), *batch, 0,
+                        static_cast<unsigned>(batch->size()));
+      // A streamed tensor is alone in its run: it exceeds kBatchBytes.
+      SF_RETURN_IF_ERROR(CheckRoute(first.body, /*ask=*/false, l->conn->services_, l->conn->Who()));
+      return PieceCalls(l->services, std::get<SendTensor>(first.body));
+    }();
     if (!call.ok()) {
       Down(l, call.status().WithPrefix("sending a message"));
       return;
@@ -1683,6 +1789,12 @@ void Core::Tick() {
     if (m.WriteStalledMs(now) > options.write_timeout_ms) {
       down.push_back({l, ResourceExhausted(l->conn->Who() + " took none of our bytes for " +
                                            std::to_string(m.WriteStalledMs(now)) + " ms (not reading)")});
+      continue;
+    }
+    if (l->assembly && now - l->assembly->start_ms > 1000 &&
+        l->assembly->got < static_cast<uint64_t>(now - l->assembly->start_ms - 1000) * options.min_bytes_per_sec / 1000) {
+      down.push_back({l, ResourceExhausted("a tensor " + l->conn->Who() + " streams arrives at under " +
+                                           std::to_string(options.min_bytes_per_sec) + " bytes/s")});
       continue;
     }
     if (m.SlowFrame(now, options.min_bytes_per_sec)) {

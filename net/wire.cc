@@ -335,7 +335,10 @@ struct Decoder {
     return Status::OK();
   }
 
-  Result<sf::Tensor> Tensor(proto::Tensor::Reader r, const std::string& field) const {
+  // A tensor's dtype and shape, checked (rank, dims, element count), and its
+  // byte count; the data is not looked at.
+  Status TensorMeta(proto::Tensor::Reader r, const std::string& field, DType* dtype_out, Shape* shape_out,
+                    uint64_t* bytes) const {
     const auto raw = static_cast<uint16_t>(r.getDtype());
     if (raw > static_cast<uint16_t>(DType::kResource))
       return InvalidArgument(field + ": unknown dtype enumerant " + std::to_string(raw));
@@ -344,13 +347,14 @@ struct Decoder {
     if (dims.size() > lim.max_rank)
       return InvalidArgument(field + ": tensor rank " + std::to_string(dims.size()) + " exceeds the limit " +
                              std::to_string(lim.max_rank));
-    auto data = r.getData();
+    *dtype_out = dtype;
+    *bytes = 0;
     if (dtype == DType::kInvalid) {
-      if (dims.size() != 0 || data.size() != 0)
-        return InvalidArgument(field + ": a tensor of dtype invalid carries a shape or data");
-      return sf::Tensor();
+      if (dims.size() != 0) return InvalidArgument(field + ": a tensor of dtype invalid carries a shape or data");
+      return Status::OK();
     }
-    Shape shape;
+    Shape& shape = *shape_out;
+    shape.clear();
     shape.reserve(dims.size());
     uint64_t n = 1;
     for (int64_t d : dims) {
@@ -361,7 +365,26 @@ struct Decoder {
       n *= static_cast<uint64_t>(d);
     }
     const uint64_t elem = DTypeSize(dtype);
-    if (n > data.size() / elem || n * elem != data.size())
+    if (n > std::numeric_limits<uint64_t>::max() / elem)
+      return InvalidArgument(field + ": tensor " + DTypeName(dtype) + ShapeString(shape) + " has " + std::to_string(n) +
+                             " elements of " + std::to_string(elem) + " bytes, more than any data bytes can hold");
+    *bytes = n * elem;
+    return Status::OK();
+  }
+
+  Result<sf::Tensor> Tensor(proto::Tensor::Reader r, const std::string& field) const {
+    DType dtype;
+    Shape shape;
+    uint64_t bytes = 0;
+    SF_RETURN_IF_ERROR(TensorMeta(r, field, &dtype, &shape, &bytes));
+    auto data = r.getData();
+    if (dtype == DType::kInvalid) {
+      if (data.size() != 0) return InvalidArgument(field + ": a tensor of dtype invalid carries a shape or data");
+      return sf::Tensor();
+    }
+    const uint64_t elem = DTypeSize(dtype);
+    const uint64_t n = bytes / elem;
+    if (bytes != data.size())
       return InvalidArgument(field + ": tensor " + DTypeName(dtype) + ShapeString(shape) + " has " +
                              std::to_string(n) + " elements of " + std::to_string(elem) + " bytes but " +
                              std::to_string(data.size()) + " data bytes");
@@ -470,6 +493,20 @@ struct Decoder {
     m->iteration = r.getIteration();
     m->is_dead = r.getIsDead();
     SF_ASSIGN_OR_RETURN(m->value, Tensor(r.getValue(), "SendTensor.value"));
+    return Status::OK();
+  }
+  // A streamed SendTensor's header: its value names dtype and shape, no data.
+  Status ReadStreamedHeader(w::SendTensor::Reader r, SendTensor* m, DType* dtype, Shape* shape, uint64_t* bytes) const {
+    m->step_id = r.getStepId();
+    SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m->edge));
+    SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
+    m->iteration = r.getIteration();
+    m->is_dead = r.getIsDead();
+    auto v = r.getValue();
+    if (v.getData().size() != 0) return InvalidArgument("a streamed SendTensor's header carries data");
+    SF_RETURN_IF_ERROR(TensorMeta(v, "SendTensor.value", dtype, shape, bytes));
+    if (*dtype == DType::kInvalid || *dtype == DType::kResource)
+      return InvalidArgument(std::string("a streamed SendTensor of dtype ") + DTypeName(*dtype));
     return Status::OK();
   }
   Status Read(w::AbortStep::Reader r, AbortStep* m) const {
@@ -697,6 +734,18 @@ Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limit
   try {
     Decoder dec{limits};
     return dec.Read(r, out);
+  } catch (const kj::Exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    return DataLoss(std::string("malformed message: ") + e.what());
+  }
+}
+
+Status DecodeStreamedHeader(proto::wire::SendTensor::Reader r, const WireLimits& limits, SendTensor* out,
+                            DType* dtype, Shape* shape, uint64_t* bytes) {
+  try {
+    Decoder dec{limits};
+    return dec.ReadStreamedHeader(r, out, dtype, shape, bytes);
   } catch (const kj::Exception& e) {
     return DataLoss(std::string("malformed message: ") + e.getDescription().cStr());
   } catch (const std::exception& e) {

@@ -46,6 +46,14 @@ Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool refer
 template <class T>
 Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out);
 
+// The first piece of a SendTensor streamed in pieces (net/peer.capnp's
+// Rendezvous.sendPiece): the message without its value, and the value's
+// dtype, shape and byte count, checked as a tensor's are; its value must
+// hold no data. InvalidArgument naming the field, DataLoss for malformed
+// input; never throws.
+Status DecodeStreamedHeader(proto::wire::SendTensor::Reader r, const WireLimits& limits, SendTensor* out,
+                            DType* dtype, Shape* shape, uint64_t* bytes);
+
 // Writes m into env (version kWireVersion). With reference_tensors, tensors
 // of 4 KiB or more whose size is whole words are referenced, not copied: m
 // must then outlive env's message. InvalidArgument naming the field when a

@@ -9,13 +9,18 @@
 #include <capnp/message.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "net/credentials.h"
 #include "net/peer.capnp.h"
 #include "net/peer_rpc.h"
 #include "net/wire_envelope.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 using namespace sf::net;
@@ -162,4 +167,173 @@ TEST_CASE("Services: a connection refuses what the peer did not offer, naming th
   // What the session may use still works, and the node saw none of the refused.
   REQUIRE(Call(*c, Echo{Tensor::Scalar<float>(2.f)}, 5000).ok());
   CHECK(node.messages == 1);
+}
+
+namespace {
+
+// A node endpoint that keeps the tensors it is sent.
+struct TensorSink {
+  std::unique_ptr<Endpoint> e;
+  uint16_t port = 0;
+  std::mutex mu;
+  std::vector<SendTensor> got;
+  std::atomic<int> downs{0};
+  std::string why;  // GUARDED_BY(mu): the last down's reason
+  explicit TensorSink(bool insecure, uint64_t max_frame_bytes = uint64_t{1} << 31) {
+    EndpointOptions o;
+    o.max_frame_bytes = max_frame_bytes;
+    o.role = Role::kNode;
+    o.insecure = insecure;
+    o.tls_dir = testing::TestTlsDir();
+    o.log = false;
+    // Hand-made clients send no heartbeats: only what is tested drops them.
+    o.peer_timeout_ms = 60000;
+    auto r = Endpoint::Create(
+        o,
+        [this](const ConnectionPtr&, Message m) {
+          if (auto* t = std::get_if<SendTensor>(&m.body)) {
+            std::lock_guard<std::mutex> l(mu);
+            got.push_back(std::move(*t));
+          }
+        },
+        [this](const ConnectionPtr&, const Status& s) {
+          std::lock_guard<std::mutex> l(mu);
+          why = s.message();
+          ++downs;
+        });
+    REQUIRE(r.ok());
+    e = std::move(*r);
+    auto p = e->Listen("127.0.0.1", 0);
+    REQUIRE(p.ok());
+    port = *p;
+  }
+  size_t Count() {
+    std::lock_guard<std::mutex> l(mu);
+    return got.size();
+  }
+};
+
+Tensor Pattern(DType dtype, int64_t n) {
+  Tensor t(dtype, {n});
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.bytes(); ++i) p[i] = static_cast<uint8_t>(i * 131 + 7);
+  if (dtype == DType::kBool)
+    for (size_t i = 0; i < t.bytes(); ++i) p[i] = p[i] & 1;
+  return t;
+}
+
+// A connected insecure node client that has said hello, and its rendezvous.
+struct RawNode {
+  capnp::EzRpcClient client;
+  rp::Rendezvous::Client rendezvous = nullptr;
+  explicit RawNode(uint16_t port) : client("127.0.0.1", port) {
+    auto hello = client.getMain<rp::Peer>().helloRequest();
+    FillHello(hello, "node", true);
+    auto r = hello.send().wait(client.getWaitScope());
+    REQUIRE(r.getStatus().getCode() == 0);
+    rendezvous = r.getServices().getRendezvous();
+  }
+  // Sends one piece; false when the call failed (the node dropped us).
+  bool Piece(const Tensor* header_value, uint64_t offset, kj::ArrayPtr<const capnp::byte> data) {
+    auto req = rendezvous.sendPieceRequest();
+    auto p = req.initPiece();
+    if (header_value) {
+      auto h = p.initHeader();
+      h.setStepId(1);
+      h.setEdge("a->b");
+      auto v = h.initValue();
+      v.setDtype(proto::DType::INT32);
+      auto shape = v.initShape(header_value->rank());
+      for (int i = 0; i < header_value->rank(); ++i) shape.set(i, header_value->dim(i));
+    }
+    p.setOffset(offset);
+    p.setData(data);
+    try {
+      req.send().wait(client.getWaitScope());
+      return true;
+    } catch (const kj::Exception&) {
+      return false;
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Services: a tensor larger than a call streams in pieces and arrives whole", "[rpc]") {
+  // No message may exceed 2 MiB: a 5 MiB tensor arrives only in pieces
+  // (up to the peer buffer, 2 GiB by default).
+  TensorSink sink(/*insecure=*/false, /*max_frame_bytes=*/2 << 20);
+  EndpointOptions o;
+  o.role = Role::kNode;
+  o.tls_dir = testing::TestTlsDir();
+  o.log = false;
+  auto sender = Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(sender.ok());
+  auto c = (*sender)->Connect("127.0.0.1:" + std::to_string(sink.port));
+  REQUIRE(c.ok());
+  // Whole pieces; a last piece of partial words; bools; and a small one between.
+  const std::vector<Tensor> sent = {Pattern(DType::kFloat32, (5 << 20) / 4), Pattern(DType::kInt32, (3 << 20) / 4 + 1),
+                                    Pattern(DType::kInt32, 16), Pattern(DType::kBool, (1 << 20) + 3)};
+  for (size_t i = 0; i < sent.size(); ++i)
+    REQUIRE((*c)->Send(Message{0, SendTensor{static_cast<int64_t>(i), "e" + std::to_string(i), "", 0, false, sent[i]}}).ok());
+  REQUIRE(sf::testing::WaitFor([&] { return sink.Count() == sent.size(); }, std::chrono::seconds(20)));
+  std::lock_guard<std::mutex> l(sink.mu);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    INFO(i);
+    const SendTensor& t = sink.got[i];  // in order
+    CHECK(t.edge == "e" + std::to_string(i));
+    CHECK(t.value.dtype() == sent[i].dtype());
+    CHECK(t.value.shape() == sent[i].shape());
+    REQUIRE(t.value.bytes() == sent[i].bytes());
+    CHECK(std::memcmp(t.value.raw_data(), sent[i].raw_data(), sent[i].bytes()) == 0);
+  }
+  CHECK(sink.downs == 0);
+}
+
+TEST_CASE("Services: a peer that breaks the piece stream is dropped", "[rpc]") {
+  TensorSink sink(/*insecure=*/true);
+  const Tensor shape_of = Tensor(DType::kInt32, {1 << 20});  // 4 MiB declared
+  std::vector<capnp::byte> chunk(1 << 20, 1);
+  const kj::ArrayPtr<const capnp::byte> piece(chunk.data(), chunk.size());
+  SECTION("a piece with no tensor begun") {
+    RawNode n(sink.port);
+    CHECK_FALSE(n.Piece(nullptr, 0, piece));
+  }
+  SECTION("a piece at the wrong offset") {
+    RawNode n(sink.port);
+    REQUIRE(n.Piece(&shape_of, 0, piece));
+    CHECK_FALSE(n.Piece(nullptr, 2 << 20, piece));
+  }
+  SECTION("a second tensor begun before the first ended") {
+    RawNode n(sink.port);
+    REQUIRE(n.Piece(&shape_of, 0, piece));
+    CHECK_FALSE(n.Piece(&shape_of, 0, piece));
+  }
+  SECTION("more bytes than declared") {
+    RawNode n(sink.port);
+    const Tensor small(DType::kInt32, {1000});
+    CHECK_FALSE(n.Piece(&small, 0, piece));
+  }
+  SECTION("a tensor larger than any message may be, before it is allocated") {
+    RawNode n(sink.port);
+    auto req = n.rendezvous.sendPieceRequest();
+    auto v = req.initPiece().initHeader().initValue();
+    v.setDtype(proto::DType::INT32);
+    auto s = v.initShape(2);
+    s.set(0, int64_t{1} << 20);
+    s.set(1, int64_t{1} << 20);  // 4 TiB
+    CHECK_THROWS(req.send().wait(n.client.getWaitScope()));
+  }
+  SECTION("a tensor begun and never finished") {
+    RawNode n(sink.port);
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(n.Piece(&shape_of, 0, {}));
+    // Nothing of 4 MiB arrives: after the grace second it is under the
+    // minimum rate (the sink would wait 60 s for a silent peer).
+    REQUIRE(sf::testing::WaitFor([&] { return sink.downs > 0; }, std::chrono::seconds(20)));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    std::lock_guard<std::mutex> l(sink.mu);
+    CHECK(sink.why.find("streams arrives at under") != std::string::npos);
+  }
+  CHECK(sink.Count() == 0);
 }
