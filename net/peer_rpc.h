@@ -1,6 +1,8 @@
-// Connections between nodes and cluster sessions: Cap'n Proto RPC (the
-// Peer interface of net/peer.capnp) over mutual TLS, carrying net::Message
-// values as typed Envelopes (net/wire_envelope.h).
+// Connections between nodes and cluster sessions: Cap'n Proto RPC (one
+// interface per service, net/peer.capnp, handed out at hello by the peer's
+// role) over mutual TLS, carrying net::Message values as their typed
+// structs (net/wire_envelope.h). Send and Request refuse at once, naming
+// the service, a message the peer gave this process no capability for.
 //
 // One kj event-loop thread per Endpoint does all the I/O, TLS and RPC of
 // every connection: no thread per peer. Messages and replies are handed to
