@@ -951,6 +951,15 @@ class Service {
     return Queue(std::move(queued));
   }
 
+  // TellStructs over a list of context's parameters, which are released
+  // once decoded.
+  template <class T, class Ctx, class List>
+  kj::Promise<void> TellReleasing(Ctx& context, List list) {
+    auto p = TellStructs<T>(list);
+    context.releaseParams();
+    return p;
+  }
+
   kj::Promise<void> Queue(std::vector<Message> queued) {
     if (queued.empty()) return kj::READY_NOW;
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -997,10 +1006,8 @@ class ChannelServer final : public rp::Channel::Server, Service {
     }
     return kj::READY_NOW;
   }
-  kj::Promise<void> progress(ProgressContext context) override {
-    auto p = TellStructs<StepProgress>(context.getParams().getReports());
-    context.releaseParams();
-    return p;
+  kj::Promise<void> progress(ProgressContext c) override {
+    return TellReleasing<StepProgress>(c, c.getParams().getReports());
   }
   kj::Promise<void> members(MembersContext context) override {
     // Nodes change membership only through the Membership service, which
@@ -1019,15 +1026,9 @@ class PartitionHostServer final : public rp::PartitionHost::Server, Service {
   kj::Promise<void> registerPartition(RegisterPartitionContext c) override { return AskStruct<RegisterPartition>(c); }
   kj::Promise<void> run(RunContext c) override { return AskStruct<RunPartition>(c); }
   kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct<CloseSession>(c); }
-  kj::Promise<void> abort(AbortContext c) override {
-    auto p = TellStructs<AbortStep>(c.getParams().getSteps());
-    c.releaseParams();
-    return p;
-  }
+  kj::Promise<void> abort(AbortContext c) override { return TellReleasing<AbortStep>(c, c.getParams().getSteps()); }
   kj::Promise<void> cleanup(CleanupContext c) override {
-    auto p = TellStructs<CleanupStep>(c.getParams().getSteps());
-    c.releaseParams();
-    return p;
+    return TellReleasing<CleanupStep>(c, c.getParams().getSteps());
   }
 };
 
@@ -1051,21 +1052,13 @@ class MembershipServer final : public rp::Membership::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
-  kj::Promise<void> gossip(GossipContext c) override {
-    auto p = TellStructs<Membership>(c.getParams().getUpdates());
-    c.releaseParams();
-    return p;
-  }
+  kj::Promise<void> gossip(GossipContext c) override { return TellReleasing<Membership>(c, c.getParams().getUpdates()); }
 };
 
 class RendezvousServer final : public rp::Rendezvous::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> send(SendContext c) override {
-    auto p = TellStructs<SendTensor>(c.getParams().getTensors());
-    c.releaseParams();
-    return p;
-  }
+  kj::Promise<void> send(SendContext c) override { return TellReleasing<SendTensor>(c, c.getParams().getTensors()); }
 
   kj::Promise<void> sendPiece(SendPieceContext c) override {
     auto piece = c.getParams().getPiece();
@@ -1121,9 +1114,7 @@ class CollectivesServer final : public rp::Collectives::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> chunks(ChunksContext c) override {
-    auto p = TellStructs<CollectiveChunk>(c.getParams().getChunks());
-    c.releaseParams();
-    return p;
+    return TellReleasing<CollectiveChunk>(c, c.getParams().getChunks());
   }
 };
 
