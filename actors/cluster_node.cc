@@ -117,6 +117,8 @@ struct ClusterNode::Impl {
   std::map<std::string, int64_t> ended_told_ms;        // GUARDED_BY(mu)
   // Addresses that failed verification, and when (bounded).
   std::map<std::string, int64_t> unverified_ms;        // GUARDED_BY(mu)
+  // Addresses whose last dial failed: when, and why (at most 4096).
+  std::map<std::string, std::pair<int64_t, Status>> failed_dials;  // GUARDED_BY(mu)
   // Membership changes peers asked for, handled in order by the membership
   // thread: they dial (to verify newcomers, to gossip), and a handler
   // thread must never wait on a dial.
@@ -171,6 +173,11 @@ struct ClusterNode::Impl {
   static constexpr size_t kMaxPartitionsPerSession = 4096;
   static constexpr size_t kMaxPartitions = 65536;
   static constexpr int64_t kVerifyRetryMs = 5000;
+  // An address whose dial failed is not dialed again this soon: a step
+  // sending to a node that is gone fails at once instead of holding its
+  // compute thread for a connect timeout each time, and gossip to it costs
+  // nothing either.
+  static constexpr int64_t kRedialMs = 2000;
   static constexpr size_t kMaxVerifyPerMessage = 64;
 
   explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
@@ -228,8 +235,23 @@ struct ClusterNode::Impl {
       if (stopped) return Unavailable("node " + opts.name + " is stopping");
       auto it = peers.find(addr);
       if (it != peers.end() && it->second->is_up()) return it->second;
+      auto f = failed_dials.find(addr);
+      if (f != failed_dials.end()) {
+        const int64_t ago = NowMs() - f->second.first;
+        if (ago < kRedialMs)
+          return Unavailable(f->second.second.message() + " (" + std::to_string(ago) + " ms ago; not dialed again for " +
+                             std::to_string(kRedialMs) + " ms)");
+        failed_dials.erase(f);
+      }
     }
-    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(addr));
+    auto dialed = endpoint->Connect(addr);
+    if (!dialed.ok()) {
+      std::lock_guard<std::mutex> l(mu);
+      if (failed_dials.size() >= 4096) failed_dials.clear();
+      failed_dials[addr] = {NowMs(), dialed.status()};
+      return dialed.status();
+    }
+    net::ConnectionPtr c = std::move(*dialed);
     net::ConnectionPtr winner;
     {
       std::lock_guard<std::mutex> l(mu);

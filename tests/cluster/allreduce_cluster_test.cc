@@ -454,3 +454,50 @@ TEST_CASE("Cluster all-reduce: a node's hub never waits on a dial to a peer that
   }
   for (int fd : holes) ::close(fd);
 }
+
+TEST_CASE("Cluster: an address whose dial just failed is not dialed again at once",
+          "[cluster][allreduce][hostile]") {
+  NodeOptions no;
+  no.tls_dir = sf::testing::TestTlsDir();
+  auto n0 = ClusterNode::Start(no);
+  REQUIRE(n0.ok());
+  // Accepts connections and never answers a TLS hello: a dial takes the whole connect timeout.
+  std::string hole_addr;
+  const int hole = testing::RawListen(&hole_addr);
+  REQUIRE(hole >= 0);
+  std::unique_ptr<net::Endpoint> e;
+  auto c = testing::ConnectAs(net::Role::kNode, no.tls_dir, (*n0)->address(), &e);
+  REQUIRE(c.ok());
+  ClusterOptions o;
+  o.address = (*n0)->address();
+  o.tls_dir = no.tls_dir;
+  // Rank 0 of a group whose rank 1 is said to run at the hole: its first
+  // piece waits for a dial there. Returns the run's status and seconds.
+  auto run_group = [&](const std::string& key) {
+    REQUIRE((*c)->Send(net::Message{0, testing::Announcement(key, 2, 1, hole_addr)}).ok());
+    REQUIRE(net::Call(*c, net::ListMembers{}, 30000).ok());
+    Graph g;
+    Output s;
+    {
+      auto d = g.DeviceScope("/job:worker/task:0");
+      s = ops::AllReduce(g, ops::Placeholder(g, DType::kFloat32, {-1}, "x"), key, 2, 0);
+    }
+    auto sess = ClusterSession::Connect(g, o);
+    REQUIRE(sess.ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = (*sess)->Run({{"x", Contribution(DType::kFloat32, 0, 0, 10)}}, std::vector<Output>{s}).status();
+    return std::make_pair(st, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto [first, first_secs] = run_group("redial_a");
+  INFO(first.ToString() << " after " << first_secs << " s");
+  CHECK(first.code() == Code::kUnavailable);
+  CHECK(first_secs > 1.0);  // the dial's own timeout (2 s)
+  // Right after: refused without a dial, naming the first failure.
+  auto [second, second_secs] = run_group("redial_b");
+  INFO(second.ToString() << " after " << second_secs << " s");
+  CHECK(second.code() == Code::kUnavailable);
+  CHECK(second.message().find("not dialed again") != std::string::npos);
+  CHECK(second.message().find(hole_addr) != std::string::npos);
+  CHECK(second_secs < 1.0);  // a dial would take 2 s
+  ::close(hole);
+}
