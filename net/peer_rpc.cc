@@ -573,6 +573,8 @@ struct Link {
     int64_t start_ms = 0;
   };
   std::unique_ptr<Assembly> assembly;
+  int64_t heartbeat_sent_ms = 0;  // when the heartbeat in flight left (0: none)
+  uint64_t unanswered_bytes = 0;  // of one-way calls sent and not yet returned
   bool hello_done = false;
   bool cert_checked = false;  // TLS: the role below is the certificate's
   Role cert_role = Role::kNode;
@@ -1693,9 +1695,12 @@ void Core::Flush(uint64_t id) {
       Down(l, call.status().WithPrefix("sending a message"));
       return;
     }
+    l->unanswered_bytes += bytes;
     // The return proves the bytes left; until then the tensors must live.
     l->tasks->add(call->then(
-        [batch] {},
+        [this, id, batch, bytes] {
+          if (Link* l = FindLink(id)) l->unanswered_bytes -= bytes;
+        },
         [this, id, batch](kj::Exception&& e) {
           if (Link* l = FindLink(id)) {
             for (auto& m : *batch) l->keepalive.push_back(m);
@@ -1793,9 +1798,26 @@ void Core::Tick() {
                                            std::to_string(options.min_bytes_per_sec) + " bytes/s")});
       continue;
     }
-    if (l->hello_done && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {
+    // A peer that reads our calls but never answers them would keep every
+    // one (and what it references) here: its heartbeat must come back
+    // within the write deadline, and one is in flight at a time.
+    if (l->heartbeat_sent_ms != 0 && now - l->heartbeat_sent_ms > options.write_timeout_ms) {
+      down.push_back({l, ResourceExhausted(l->conn->Who() + " answered no heartbeat for " +
+                                           std::to_string(now - l->heartbeat_sent_ms) + " ms")});
+      continue;
+    }
+    if (l->unanswered_bytes > 2 * options.max_peer_buffer_bytes) {
+      down.push_back({l, ResourceExhausted(l->conn->Who() + " leaves " + std::to_string(l->unanswered_bytes) +
+                                           " bytes of our calls unanswered")});
+      continue;
+    }
+    if (l->hello_done && l->heartbeat_sent_ms == 0 && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {
       m.last_write_ms = now;
-      l->tasks->add(l->services.channel.heartbeatRequest().send().ignoreResult());
+      l->heartbeat_sent_ms = now;
+      const uint64_t id = l->conn->id();
+      l->tasks->add(l->services.channel.heartbeatRequest().send().then([this, id](auto&&) {
+        if (Link* l = FindLink(id)) l->heartbeat_sent_ms = 0;
+      }));
     }
   }
   for (auto& [l, why] : down) Down(l, why);

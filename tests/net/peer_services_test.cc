@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <capnp/ez-rpc.h>
+#include <kj/async-io.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
@@ -181,9 +182,10 @@ struct TensorSink {
   std::vector<SendTensor> got;
   std::atomic<int> downs{0};
   std::string why;  // GUARDED_BY(mu): the last down's reason
-  explicit TensorSink(bool insecure, uint64_t max_frame_bytes = uint64_t{1} << 31) {
+  explicit TensorSink(bool insecure, uint64_t max_frame_bytes = uint64_t{1} << 31, int write_timeout_ms = 10000) {
     EndpointOptions o;
     o.max_frame_bytes = max_frame_bytes;
+    o.write_timeout_ms = write_timeout_ms;
     o.role = Role::kNode;
     o.insecure = insecure;
     o.tls_dir = testing::TestTlsDir();
@@ -388,4 +390,35 @@ TEST_CASE("Services: mutated streamed-tensor headers never crash the decoder", "
   }
   CHECK(decoded > 0);
   CHECK(refused > 0);
+}
+
+namespace {
+
+// A channel that takes heartbeats and never answers them.
+class MuteChannel final : public rp::Channel::Server {
+ protected:
+  kj::Promise<void> heartbeat(HeartbeatContext) override { return kj::NEVER_DONE; }
+};
+
+}  // namespace
+
+TEST_CASE("Services: a peer that never answers our heartbeats is dropped", "[rpc][hostile]") {
+  // It reads (so no write stalls) and is not silent to the sink's 60 s
+  // timeout; only its missing answers can drop it, after the write deadline.
+  TensorSink sink(/*insecure=*/true, uint64_t{1} << 31, /*write_timeout_ms=*/1000);
+  capnp::EzRpcClient client("127.0.0.1", sink.port);
+  auto& ws = client.getWaitScope();
+  auto hello = client.getMain<rp::Peer>().helloRequest();
+  auto info = hello.initInfo();
+  info.setVersion(kWireVersion);
+  info.setRole("node");
+  hello.initServices().setChannel(kj::heap<MuteChannel>());
+  REQUIRE(hello.send().wait(ws).getStatus().getCode() == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (sink.downs == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15))
+    client.getIoProvider().getTimer().afterDelay(50 * kj::MILLISECONDS).wait(ws);  // serves the sink's calls
+  REQUIRE(sink.downs > 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(8));
+  std::lock_guard<std::mutex> l(sink.mu);
+  CHECK(sink.why.find("answered no heartbeat") != std::string::npos);
 }
