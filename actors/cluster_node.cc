@@ -827,7 +827,7 @@ struct ClusterNode::Impl {
         for (const auto& t : r.tasks) tasks.push_back(t.address);
         ss.client = client.get();
         ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
-            &rendezvous, address, std::move(tasks),
+            &rendezvous, address, std::move(tasks), r.session_id,
             [this](const std::string& to, const net::Message& m) { return SendTo(to, m); });
         runtime::PartitionHostOptions ho;
         ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
@@ -963,6 +963,10 @@ struct ClusterNode::Impl {
                 return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
                                                         ": only nodes send tensors between partitions");
               std::string why;
+              if (!HostOf(t.session_id))
+                return LogLimited("unknown session", "dropped a tensor from " + c->peer_address() + ": session " +
+                                                         std::to_string(t.session_id) + " has no partition on node " +
+                                                         opts.name);
               if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why))
                 return LogLimited("early tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
               RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};

@@ -5,9 +5,10 @@
 namespace sf {
 namespace runtime {
 
-ClusterRendezvous::ClusterRendezvous(LocalRendezvous* local, std::string self,
-                                     std::vector<std::string> tasks, SendFn send)
-    : local_(local), self_(std::move(self)), tasks_(std::move(tasks)), send_(std::move(send)) {}
+ClusterRendezvous::ClusterRendezvous(LocalRendezvous* local, std::string self, std::vector<std::string> tasks,
+                                     uint64_t session_id, SendFn send)
+    : local_(local), self_(std::move(self)), tasks_(std::move(tasks)), session_id_(session_id),
+      send_(std::move(send)) {}
 
 Result<std::string> ClusterRendezvous::Destination(const std::string& edge) {
   const size_t arrow = edge.rfind("->");
@@ -36,6 +37,7 @@ Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_d
   st.iteration = key.iteration;
   st.is_dead = is_dead;
   st.value = std::move(value);
+  st.session_id = session_id_;
   net::Message m;
   m.body = std::move(st);
   return send_(to, m);

@@ -23,8 +23,9 @@ class ClusterRendezvous : public RendezvousService {
   // Sends a message to the node at an address; Unavailable naming it when it
   // cannot.
   using SendFn = std::function<Status(const std::string& address, const net::Message&)>;
-  // tasks[i] is the address of task i; self is this node's address.
-  ClusterRendezvous(LocalRendezvous* local, std::string self, std::vector<std::string> tasks,
+  // tasks[i] is the address of task i; self is this node's address; the
+  // tensors it sends name session_id.
+  ClusterRendezvous(LocalRendezvous* local, std::string self, std::vector<std::string> tasks, uint64_t session_id,
                     SendFn send);
 
   // Local, or SendTensor to the receiving device's node; InvalidArgument
@@ -43,6 +44,7 @@ class ClusterRendezvous : public RendezvousService {
   LocalRendezvous* local_;
   const std::string self_;
   const std::vector<std::string> tasks_;
+  const uint64_t session_id_;
   SendFn send_;
   std::mutex mu_;
   std::unordered_map<std::string, std::string> device_address_;  // GUARDED_BY(mu_)

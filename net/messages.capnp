@@ -111,6 +111,7 @@ struct SendTensor {
   iteration @3 :Int64;
   isDead @4 :Bool;
   value @5 :T.Tensor;
+  sessionId @6 :UInt64;  # the step's session: refused where it has no partition
 }
 
 # Fails a step's pending and later receives on the receiver.

@@ -119,6 +119,10 @@ struct SendTensor {
   int64_t iteration = 0;
   bool is_dead = false;
   Tensor value;
+  // The session whose step it is: a node refuses tensors for a session
+  // that has no partition on it (a step may start after its tensors
+  // arrive; a session may not).
+  uint64_t session_id = 0;
 };
 
 // Fails a step's pending and later receives on the receiving node (one-way).

@@ -220,6 +220,7 @@ struct Encoder {
     b.setFrame(AsText(m.frame));
     b.setIteration(m.iteration);
     b.setIsDead(m.is_dead);
+    b.setSessionId(m.session_id);
     return Tensor(m.value, b.initValue(), "SendTensor.value");
   }
   Status Put(const AbortStep& m, w::AbortStep::Builder b) const {
@@ -492,6 +493,7 @@ struct Decoder {
     SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
     m->iteration = r.getIteration();
     m->is_dead = r.getIsDead();
+    m->session_id = r.getSessionId();
     SF_ASSIGN_OR_RETURN(m->value, Tensor(r.getValue(), "SendTensor.value"));
     return Status::OK();
   }
@@ -502,6 +504,7 @@ struct Decoder {
     SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
     m->iteration = r.getIteration();
     m->is_dead = r.getIsDead();
+    m->session_id = r.getSessionId();
     auto v = r.getValue();
     if (v.getData().size() != 0) return InvalidArgument("a streamed SendTensor's header carries data");
     SF_RETURN_IF_ERROR(TensorMeta(v, "SendTensor.value", dtype, shape, bytes));

@@ -424,15 +424,40 @@ TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded mem
   auto e = Peer(cluster, net::Role::kNode);  // an authenticated member gone rogue
   auto c = (*e)->Connect(cluster.addresses()[0]);
   REQUIRE(c.ok());
-  // 6000 steps that never run (more than the node keeps), and 1.25 GiB of
-  // tensors for them (more than it holds for such steps).
   Tensor big(DType::kFloat32, {int64_t{4} << 20});  // 16 MiB
   std::memset(big.raw_data(), 0, big.bytes());
-  for (int i = 0; i < 80; ++i)
-    REQUIRE((*c)->Send(net::Message{0, net::SendTensor{1000000 + i, "edge", "", 0, false, big}}).ok());
+  // Tensors naming a session with no partition on the node are refused as
+  // they arrive: 1.25 GiB of them, in rounds of 160 MiB (so little is in
+  // flight at once), leave nothing behind. Kept for steps to come, as the
+  // node keeps a known session's, they would hold 1 GiB.
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      net::SendTensor t{500000 + round * 10 + i, "edge", "", 0, false, big};
+      t.session_id = 4242;
+      REQUIRE((*c)->Send(net::Message{0, t}).ok());
+    }
+    REQUIRE(net::Call(*c, net::ListMembers{}, 120000).ok());
+  }
+  const int64_t after_unknown = RssKib(cluster.pid(0));
+  INFO("RSS before " << before << " KiB, after tensors for an unknown session " << after_unknown << " KiB");
+  CHECK(after_unknown - before < 512 * 1024);
+  // A session the node knows (registered by this peer) whose steps never
+  // run: 6000 steps (more than the node keeps), and 1.25 GiB of tensors for
+  // them (more than it holds for such steps).
+  const testing::NegPartition neg;
+  auto reg = net::Call(*c, neg.Registration(77, 1, cluster.addresses()[0]), 10000);
+  REQUIRE(reg.ok());
+  REQUIRE(std::get<net::StatusReply>(reg->body).status.ok());
+  for (int i = 0; i < 80; ++i) {
+    net::SendTensor t{1000000 + i, "edge", "", 0, false, big};
+    t.session_id = 77;
+    REQUIRE((*c)->Send(net::Message{0, t}).ok());
+  }
   for (int i = 0; i < 6000; ++i) {
     REQUIRE((*c)->Send(net::Message{0, net::AbortStep{2000000 + i, Aborted("x"), 0}}).ok());
-    REQUIRE((*c)->Send(net::Message{0, net::SendTensor{3000000 + i, "e", "", 0, true, Tensor()}}).ok());
+    net::SendTensor t{3000000 + i, "e", "", 0, true, Tensor()};
+    t.session_id = 77;
+    REQUIRE((*c)->Send(net::Message{0, t}).ok());
   }
   // Everything sent has been handled once an ask behind it is answered.
   auto r = net::Call(*c, net::ListMembers{}, 120000);
