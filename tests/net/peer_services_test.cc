@@ -279,13 +279,16 @@ TEST_CASE("Services: a tensor larger than a call streams in pieces and arrives w
   const std::vector<Tensor> sent = {Pattern(DType::kFloat32, (5 << 20) / 4), Pattern(DType::kInt32, (3 << 20) / 4 + 1),
                                     Pattern(DType::kInt32, 16), Pattern(DType::kBool, (1 << 20) + 3)};
   for (size_t i = 0; i < sent.size(); ++i)
-    REQUIRE((*c)->Send(Message{0, SendTensor{static_cast<int64_t>(i), "e" + std::to_string(i), "", 0, false, sent[i]}}).ok());
+    REQUIRE((*c)->Send(Message{0, SendTensor{static_cast<int64_t>(i), "e" + std::to_string(i), "", 0, false, sent[i],
+                                             900 + i}})
+                .ok());
   REQUIRE(sf::testing::WaitFor([&] { return sink.Count() == sent.size(); }, std::chrono::seconds(20)));
   std::lock_guard<std::mutex> l(sink.mu);
   for (size_t i = 0; i < sent.size(); ++i) {
     INFO(i);
     const SendTensor& t = sink.got[i];  // in order
     CHECK(t.edge == "e" + std::to_string(i));
+    CHECK(t.session_id == 900 + i);
     CHECK(t.value.dtype() == sent[i].dtype());
     CHECK(t.value.shape() == sent[i].shape());
     REQUIRE(t.value.bytes() == sent[i].bytes());

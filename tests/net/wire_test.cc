@@ -105,7 +105,7 @@ bool Same(const RunPartitionDone& a, const RunPartitionDone& b) {
 }
 bool Same(const SendTensor& a, const SendTensor& b) {
   return a.step_id == b.step_id && a.edge == b.edge && a.frame == b.frame && a.iteration == b.iteration &&
-         a.is_dead == b.is_dead && SameTensor(a.value, b.value);
+         a.is_dead == b.is_dead && a.session_id == b.session_id && SameTensor(a.value, b.value);
 }
 bool Same(const AbortStep& a, const AbortStep& b) {
   return a.step_id == b.step_id && a.session_id == b.session_id && SameStatus(a.status, b.status);
@@ -168,7 +168,7 @@ std::vector<Message> EveryMessage() {
     done.trace_elapsed_ns = 123456;
     add(done);
   }
-  add(SendTensor{5, "a:0->b", "while/body", 17, true, Patterned(DType::kFloat32, {2, 2}, 3)});
+  add(SendTensor{5, "a:0->b", "while/body", 17, true, Patterned(DType::kFloat32, {2, 2}, 3), 0xfeedULL});
   add(SendTensor{6, "", "", 0, false, Tensor()});
   add(AbortStep{8, DeadlineExceeded("node c silent for 1000 ms"), 0x1234567890abcdefULL});
   add(CleanupStep{-8, 77});
