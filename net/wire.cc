@@ -487,24 +487,24 @@ struct Decoder {
     if (r.hasTrace()) SF_RETURN_IF_ERROR(Trace(r.getTrace(), m));
     return Status::OK();
   }
-  Status Read(w::SendTensor::Reader r, SendTensor* m) const {
+  // A SendTensor's fields but its value.
+  Status SendTensorKey(w::SendTensor::Reader r, SendTensor* m) const {
     m->step_id = r.getStepId();
     SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m->edge));
     SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
     m->iteration = r.getIteration();
     m->is_dead = r.getIsDead();
     m->session_id = r.getSessionId();
+    return Status::OK();
+  }
+  Status Read(w::SendTensor::Reader r, SendTensor* m) const {
+    SF_RETURN_IF_ERROR(SendTensorKey(r, m));
     SF_ASSIGN_OR_RETURN(m->value, Tensor(r.getValue(), "SendTensor.value"));
     return Status::OK();
   }
   // A streamed SendTensor's header: its value names dtype and shape, no data.
   Status ReadStreamedHeader(w::SendTensor::Reader r, SendTensor* m, DType* dtype, Shape* shape, uint64_t* bytes) const {
-    m->step_id = r.getStepId();
-    SF_RETURN_IF_ERROR(Text(r.getEdge(), "SendTensor.edge", &m->edge));
-    SF_RETURN_IF_ERROR(Text(r.getFrame(), "SendTensor.frame", &m->frame));
-    m->iteration = r.getIteration();
-    m->is_dead = r.getIsDead();
-    m->session_id = r.getSessionId();
+    SF_RETURN_IF_ERROR(SendTensorKey(r, m));
     auto v = r.getValue();
     if (v.getData().size() != 0) return InvalidArgument("a streamed SendTensor's header carries data");
     SF_RETURN_IF_ERROR(TensorMeta(v, "SendTensor.value", dtype, shape, bytes));
