@@ -545,10 +545,18 @@ struct ClusterNode::Impl {
     early_steps.erase(it);
   }
 
-  // Admits a peer's tensor (or abort) for a step; false, with why, when the
-  // step runs nothing here and the budget for such steps is spent.
-  bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why) {
+  // Admits a peer's tensor (or abort) for a step; false, with why, when a
+  // tensor's session (if given) has no partition here, or the step runs
+  // nothing here and the budget for such steps is spent.
+  bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why, const uint64_t* session = nullptr) {
     std::lock_guard<std::mutex> l(mu);
+    if (session) {
+      auto s = sessions.find(*session);
+      if (s == sessions.end() || !s->second.host) {
+        *why = "session " + std::to_string(*session) + " has no partition on node " + opts.name;
+        return false;
+      }
+    }
     if (running.count(step)) return true;
     auto it = early_steps.find(step);
     if (it == early_steps.end()) {
@@ -963,12 +971,9 @@ struct ClusterNode::Impl {
                 return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
                                                         ": only nodes send tensors between partitions");
               std::string why;
-              if (!HostOf(t.session_id))
-                return LogLimited("unknown session", "dropped a tensor from " + c->peer_address() + ": session " +
-                                                         std::to_string(t.session_id) + " has no partition on node " +
-                                                         opts.name);
-              if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why))
-                return LogLimited("early tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
+              if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why,
+                                 &t.session_id))
+                return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
               RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
               Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
               if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());

@@ -178,8 +178,10 @@ Route RouteOf(const Body& body) {
 
 // OK when body can go to a peer offering `offered` as a request (ask) or
 // one-way; InvalidArgument for the wrong form, PermissionDenied naming the
-// service when the peer gave this process none (its role may not use it).
-Status CheckRoute(const Body& body, bool ask, uint32_t offered, const std::string& who) {
+// service (and the peer, by who(), called only then) when the peer gave
+// this process none (its role may not use it).
+template <class Who>
+Status CheckRoute(const Body& body, bool ask, uint32_t offered, const Who& who) {
   const Route r = RouteOf(body);
   if (ask && !r.ask)
     return InvalidArgument(std::string(BodyName(body)) + " is not a request (it is " +
@@ -189,7 +191,7 @@ Status CheckRoute(const Body& body, bool ask, uint32_t offered, const std::strin
                            (r.ask ? "a request)" : "only a reply)"));
   if (!ask && std::holds_alternative<Membership>(body) && (offered & kMembershipViews)) return Status::OK();
   if ((offered & r.service) == 0)
-    return PermissionDenied(who + " offers this process no " + ServiceName(r.service) + " service, which " +
+    return PermissionDenied(who() + " offers this process no " + ServiceName(r.service) + " service, which " +
                             BodyName(body) + " needs (the role of this process's certificate may not use it)");
   return Status::OK();
 }
@@ -847,7 +849,7 @@ Status ConnImpl::Send(const Message& m) {
       return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
     return Status::OK();
   }
-  SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/false, services_, Who()));
+  SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/false, services_, [this] { return Who(); }));
   SF_RETURN_IF_ERROR(CheckEncodable(m).WithPrefix(std::string("encoding ") + BodyName(m.body)));
   auto core = core_;
   const uint64_t id = id_;
@@ -859,7 +861,7 @@ Status ConnImpl::Send(const Message& m) {
 void ConnImpl::StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply) {
   const char* what = BodyName(body);
   if (up_) {
-    Status route = CheckRoute(body, /*ask=*/true, services_, Who());
+    Status route = CheckRoute(body, /*ask=*/true, services_, [this] { return Who(); });
     if (!route.ok()) return Complete(PendingRequest{what, std::move(cb), inline_reply}, route);
   }
   const uint64_t rid = AddPending(what, cb, inline_reply);
@@ -889,9 +891,19 @@ void ConnImpl::Close() {
 // call's return (or, when large, a call on the asker's Channel).
 class Service {
  public:
-  Service(Core* core, Link* link) : core_(core), link_(link) {}
+  Service(Core* core, Link* link) : core_(core), id_(link->conn->id()) {}
 
  protected:
+  // Finds this connection's link for the call being served (link_), false
+  // once the link is gone: a call Cap'n Proto queued keeps its server alive
+  // past the link that made it. Every entry point binds before using
+  // link_, and only synchronously (no continuation reads it).
+  bool Bind() {
+    link_ = core_->FindLink(id_);
+    return link_ != nullptr;
+  }
+  static kj::Promise<void> Gone() { return KJ_EXCEPTION(DISCONNECTED, "the connection is closed"); }
+
   template <class Ctx>
   kj::Promise<void> Ask(Ctx context, Body body, uint64_t asker_id) {
     Message m;
@@ -924,6 +936,7 @@ class Service {
   // A request whose parameters are (request :T, id).
   template <class T, class Ctx>
   kj::Promise<void> AskStruct(Ctx context) {
+    if (!Bind()) return Gone();
     auto p = context.getParams();
     T m;
     Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
@@ -946,17 +959,24 @@ class Service {
       if (!s.ok()) return Malformed(s);
       Message msg;
       msg.body = std::move(m);
-      if (!core_->on_message) continue;
-      if (Inline(msg)) core_->on_message(link_->conn, std::move(msg));
-      else queued.push_back(std::move(msg));
+      HandOver(std::move(msg), &queued);
     }
     return Queue(std::move(queued));
+  }
+
+  // A decoded one-way message: handled now when inline, else queued for
+  // the connection's strand.
+  void HandOver(Message m, std::vector<Message>* queued) {
+    if (!core_->on_message) return;
+    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
+    else queued->push_back(std::move(m));
   }
 
   // TellStructs over a list of context's parameters, which are released
   // once decoded.
   template <class T, class Ctx, class List>
   kj::Promise<void> TellReleasing(Ctx& context, List list) {
+    if (!Bind()) return Gone();
     auto p = TellStructs<T>(list);
     context.releaseParams();
     return p;
@@ -989,7 +1009,8 @@ class Service {
   }
 
   Core* core_;
-  Link* link_;
+  const uint64_t id_;
+  Link* link_ = nullptr;  // the bound call's (Bind)
 };
 
 class ChannelServer final : public rp::Channel::Server, Service {
@@ -997,6 +1018,7 @@ class ChannelServer final : public rp::Channel::Server, Service {
   using Service::Service;
   kj::Promise<void> heartbeat(HeartbeatContext) override { return kj::READY_NOW; }
   kj::Promise<void> replies(RepliesContext context) override {
+    if (!Bind()) return Gone();
     auto list = context.getParams().getReplies();
     if (list.size() > core_->limits.max_list_elements)
       return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " replies"));
@@ -1016,9 +1038,7 @@ class ChannelServer final : public rp::Channel::Server, Service {
     // is handed to nodes alone; views are for watchers.
     if (core_->credential.role == Role::kNode)
       return Malformed(PermissionDenied("a membership view sent to a node's channel"));
-    auto p = TellStructs<Membership>(context.getParams().getViews());
-    context.releaseParams();
-    return p;
+    return TellReleasing<Membership>(context, context.getParams().getViews());
   }
 };
 
@@ -1044,6 +1064,7 @@ class MembersServer final : public rp::Members::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> list(ListContext c) override {
+    if (!Bind()) return Gone();
     const uint64_t asker = c.getParams().getId();
     c.releaseParams();
     return Ask(c, Body(ListMembers{}), asker);
@@ -1063,6 +1084,7 @@ class RendezvousServer final : public rp::Rendezvous::Server, Service {
   kj::Promise<void> send(SendContext c) override { return TellReleasing<SendTensor>(c, c.getParams().getTensors()); }
 
   kj::Promise<void> sendPiece(SendPieceContext c) override {
+    if (!Bind()) return Gone();
     auto piece = c.getParams().getPiece();
     if (piece.hasHeader()) {
       if (link_->assembly) return Malformed(InvalidArgument("a streamed tensor began before the last one ended"));
@@ -1101,14 +1123,9 @@ class RendezvousServer final : public rp::Rendezvous::Server, Service {
     Message m;
     m.body = std::move(a.message);
     link_->assembly.reset();
-    if (!core_->on_message) return kj::READY_NOW;
-    if (Inline(m)) {
-      core_->on_message(link_->conn, std::move(m));
-      return kj::READY_NOW;
-    }
-    std::vector<Message> one;
-    one.push_back(std::move(m));
-    return Queue(std::move(one));
+    std::vector<Message> queued;
+    HandOver(std::move(m), &queued);
+    return Queue(std::move(queued));
   }
 };
 
@@ -1166,9 +1183,12 @@ Status TakeServices(Link* l, Role self, rp::Services::Reader s) {
 // The bootstrap: hello only, on the side that was dialed.
 class PeerServer final : public rp::Peer::Server {
  public:
-  PeerServer(Core* core, Link* link) : core_(core), link_(link) {}
+  PeerServer(Core* core, Link* link) : core_(core), id_(link->conn->id()) {}
 
   kj::Promise<void> hello(HelloContext context) override {
+    // As Service::Bind: the call may come after the link is gone.
+    link_ = core_->FindLink(id_);
+    if (!link_) return KJ_EXCEPTION(DISCONNECTED, "the connection is closed");
     auto params = context.getParams();
     auto in = params.getInfo();
     auto out = context.getResults();
@@ -1222,7 +1242,8 @@ class PeerServer final : public rp::Peer::Server {
   }
 
   Core* core_;
-  Link* link_;
+  const uint64_t id_;
+  Link* link_ = nullptr;  // the current call's
 };
 
 // ------------------------------------------------------------ Core
@@ -1536,9 +1557,9 @@ Status FillList(List list, const Batch& batch, size_t from) {
 }
 
 // Starts the one call carrying batch[from, from + n), all of one TellKey;
-// its promise, or why it cannot be sent.
-Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const std::string& who, const Batch& batch,
-                                   size_t from, unsigned n) {
+// its promise, or why it cannot be sent. Connection::Send checked the
+// route against what the peer offers (fixed before the connection is up).
+Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const Batch& batch, size_t from, unsigned n) {
   const Message& first = *batch[from];
   if (first.request_id != 0) {
     auto req = r.channel.repliesRequest();
@@ -1546,41 +1567,31 @@ Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const std:
     for (unsigned k = 0; k < n; ++k) SF_RETURN_IF_ERROR(EncodeEnvelope(*batch[from + k], list[k]));
     return kj::Promise<void>(req.send().ignoreResult());
   }
-  SF_RETURN_IF_ERROR(CheckRoute(first.body, /*ask=*/false, offered, who));
+  using P = kj::Promise<void>;
   return std::visit(
-      [&](const auto& b) -> Result<kj::Promise<void>> {
+      [&](const auto& b) -> Result<P> {
         using B = std::decay_t<decltype(b)>;
+        // Fills the request's list (made by init) with the run and sends it.
+        auto send = [&](auto req, auto init) -> Result<P> {
+          SF_RETURN_IF_ERROR(FillList<B>(init(req), batch, from));
+          return P(req.send().ignoreResult());
+        };
         if constexpr (std::is_same_v<B, Heartbeat>) {
-          return kj::Promise<void>(r.channel.heartbeatRequest().send().ignoreResult());
+          return P(r.channel.heartbeatRequest().send().ignoreResult());
         } else if constexpr (std::is_same_v<B, StepProgress>) {
-          auto req = r.channel.progressRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initReports(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          return send(r.channel.progressRequest(), [n](auto& q) { return q.initReports(n); });
         } else if constexpr (std::is_same_v<B, AbortStep>) {
-          auto req = r.partitions.abortRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initSteps(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          return send(r.partitions.abortRequest(), [n](auto& q) { return q.initSteps(n); });
         } else if constexpr (std::is_same_v<B, CleanupStep>) {
-          auto req = r.partitions.cleanupRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initSteps(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          return send(r.partitions.cleanupRequest(), [n](auto& q) { return q.initSteps(n); });
         } else if constexpr (std::is_same_v<B, Membership>) {
-          if ((offered & kMembershipService) == 0) {  // a view for a watcher
-            auto req = r.channel.membersRequest();
-            SF_RETURN_IF_ERROR(FillList<B>(req.initViews(n), batch, from));
-            return kj::Promise<void>(req.send().ignoreResult());
-          }
-          auto req = r.membership.gossipRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initUpdates(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          if ((offered & kMembershipService) == 0)  // a view for a watcher
+            return send(r.channel.membersRequest(), [n](auto& q) { return q.initViews(n); });
+          return send(r.membership.gossipRequest(), [n](auto& q) { return q.initUpdates(n); });
         } else if constexpr (std::is_same_v<B, SendTensor>) {
-          auto req = r.rendezvous.sendRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initTensors(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          return send(r.rendezvous.sendRequest(), [n](auto& q) { return q.initTensors(n); });
         } else if constexpr (std::is_same_v<B, CollectiveChunk>) {
-          auto req = r.collectives.chunksRequest();
-          SF_RETURN_IF_ERROR(FillList<B>(req.initChunks(n), batch, from));
-          return kj::Promise<void>(req.send().ignoreResult());
+          return send(r.collectives.chunksRequest(), [n](auto& q) { return q.initChunks(n); });
         } else {
           return InvalidArgument(std::string(BodyName(first.body)) + " cannot be sent one-way");
         }
@@ -1629,10 +1640,9 @@ bool Streamed(const Message& m) {
   return m.request_id == 0 && st && st->value.valid() && st->value.bytes() > kBatchBytes;
 }
 
-// Starts the call for request m (id rid) on the peer's service for it.
-Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, uint32_t offered, const std::string& who,
-                                                        const Message& m, uint64_t rid) {
-  SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/true, offered, who));
+// Starts the call for request m (id rid) on the peer's service for it
+// (Connection::Request checked the route).
+Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const Message& m, uint64_t rid) {
   using P = kj::Promise<capnp::Response<rp::Reply>>;
   return std::visit(
       [&](const auto& b) -> Result<P> {
@@ -1682,15 +1692,11 @@ void Core::Flush(uint64_t id) {
       ++j;
     }
     auto batch = std::make_shared<Batch>(out.begin() + i, out.begin() + j);
-    auto call = [&]() -> Result<kj::Promise<void>> {
-      const Message& first = *(*batch)[0];
-      if (!Streamed(first))
-        return TellCall(l->services, l->conn->services_, l->conn->Who(), *batch, 0,
-                        static_cast<unsigned>(batch->size()));
-      // A streamed tensor is alone in its run: it exceeds kBatchBytes.
-      SF_RETURN_IF_ERROR(CheckRoute(first.body, /*ask=*/false, l->conn->services_, l->conn->Who()));
-      return PieceCalls(l->services, std::get<SendTensor>(first.body));
-    }();
+    // A streamed tensor is alone in its run: it exceeds kBatchBytes.
+    const Message& first = *(*batch)[0];
+    auto call = Streamed(first) ? PieceCalls(l->services, std::get<SendTensor>(first.body))
+                                : TellCall(l->services, l->conn->services_, *batch, 0,
+                                           static_cast<unsigned>(batch->size()));
     if (!call.ok()) {
       Down(l, call.status().WithPrefix("sending a message"));
       return;
@@ -1739,7 +1745,7 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   if (!l) return;  // its pending request was failed when it went down
   std::shared_ptr<ConnImpl> conn = l->conn;
   m->request_id = rid;  // a reply sent through our channel names it
-  auto started = AskCall(l->services, conn->services_, conn->Who(), *m, rid);
+  auto started = AskCall(l->services, *m, rid);
   if (!started.ok()) {
     conn->Finish(rid, started.status().WithPrefix(std::string("encoding ") + BodyName(m->body)));
     return;
