@@ -22,6 +22,7 @@
 #include "net/peer.capnp.h"
 #include "net/peer_rpc.h"
 #include "net/wire_envelope.h"
+#include "tests/support/raw_socket.h"
 #include "tests/support/test_credentials.h"
 #include "tests/support/wait.h"
 
@@ -31,30 +32,53 @@ namespace rp = sf::proto::rpc;
 
 namespace {
 
-// A node endpoint that answers Echo with Echo and counts what it is given.
-struct EchoNode {
-  std::unique_ptr<Endpoint> e;
+// A node endpoint that answers Echo with Echo, counts what it is given,
+// keeps the tensors it is sent and the reason of its last down connection.
+struct TestNode {
   uint16_t port = 0;
   std::atomic<int> messages{0};
-  explicit EchoNode(bool insecure) {
+  std::mutex mu;
+  std::vector<SendTensor> got;  // GUARDED_BY(mu)
+  std::atomic<int> downs{0};
+  std::string why;  // GUARDED_BY(mu): the last down's reason
+  // Last: destroyed first, so its handlers never run on the members above
+  // once they are gone (shutting down reports its connections down).
+  std::unique_ptr<Endpoint> e;
+  explicit TestNode(bool insecure, uint64_t max_frame_bytes = uint64_t{1} << 31, int write_timeout_ms = 10000) {
     EndpointOptions o;
     o.role = Role::kNode;
     o.insecure = insecure;
     o.tls_dir = testing::TestTlsDir();
     o.node_name = "node";
     o.log = false;
+    o.max_frame_bytes = max_frame_bytes;
+    o.write_timeout_ms = write_timeout_ms;
+    // Hand-made clients send no heartbeats: only what is tested drops them.
+    o.peer_timeout_ms = 60000;
     auto r = Endpoint::Create(
         o,
         [this](const ConnectionPtr& c, Message m) {
           ++messages;
           if (auto* e = std::get_if<Echo>(&m.body)) c->Send(Message{m.request_id, Echo{e->payload}});
+          if (auto* t = std::get_if<SendTensor>(&m.body)) {
+            std::lock_guard<std::mutex> l(mu);
+            got.push_back(std::move(*t));
+          }
         },
-        nullptr);
+        [this](const ConnectionPtr&, const Status& s) {
+          std::lock_guard<std::mutex> l(mu);
+          why = s.message();
+          ++downs;
+        });
     REQUIRE(r.ok());
     e = std::move(*r);
     auto p = e->Listen("127.0.0.1", 0);
     REQUIRE(p.ok());
     port = *p;
+  }
+  size_t Count() {
+    std::lock_guard<std::mutex> l(mu);
+    return got.size();
   }
 };
 
@@ -77,7 +101,7 @@ void FillHello(rp::Peer::HelloParams::Builder p, const char* role, bool with_cha
 
 TEST_CASE("Services: a peer is handed the capabilities its role may call, no others", "[rpc]") {
   // Insecure: the claimed role is believed, so one client can claim both.
-  EchoNode node(/*insecure=*/true);
+  TestNode node(/*insecure=*/true);
   for (const char* role : {"session", "node"}) {
     INFO(role);
     const bool is_node = std::string(role) == "node";
@@ -123,7 +147,7 @@ TEST_CASE("Services: a peer is handed the capabilities its role may call, no oth
 }
 
 TEST_CASE("Services: a hello without a channel, or twice, is refused", "[rpc]") {
-  EchoNode node(/*insecure=*/true);
+  TestNode node(/*insecure=*/true);
   {
     capnp::EzRpcClient client("127.0.0.1", node.port);
     auto hello = client.getMain<rp::Peer>().helloRequest();
@@ -148,14 +172,10 @@ TEST_CASE("Services: a hello without a channel, or twice, is refused", "[rpc]") 
 }
 
 TEST_CASE("Services: a connection refuses what the peer did not offer, naming the service", "[rpc]") {
-  EchoNode node(/*insecure=*/false);
-  EndpointOptions o;
-  o.role = Role::kSession;
-  o.tls_dir = testing::TestTlsDir();
-  o.log = false;
-  auto session = Endpoint::Create(o, nullptr, nullptr);
-  REQUIRE(session.ok());
-  auto c = (*session)->Connect("127.0.0.1:" + std::to_string(node.port));
+  TestNode node(/*insecure=*/false);
+  std::unique_ptr<Endpoint> session;
+  auto c = testing::ConnectAs(Role::kSession, testing::TestTlsDir(), "127.0.0.1:" + std::to_string(node.port),
+                              &session);
   REQUIRE(c.ok());
   Status s = (*c)->Send(Message{0, SendTensor{1, "edge", "", 0, false, Tensor::Scalar<float>(1.f)}});
   CHECK(s.code() == Code::kPermissionDenied);
@@ -174,48 +194,6 @@ TEST_CASE("Services: a connection refuses what the peer did not offer, naming th
 
 namespace {
 
-// A node endpoint that keeps the tensors it is sent.
-struct TensorSink {
-  std::unique_ptr<Endpoint> e;
-  uint16_t port = 0;
-  std::mutex mu;
-  std::vector<SendTensor> got;
-  std::atomic<int> downs{0};
-  std::string why;  // GUARDED_BY(mu): the last down's reason
-  explicit TensorSink(bool insecure, uint64_t max_frame_bytes = uint64_t{1} << 31, int write_timeout_ms = 10000) {
-    EndpointOptions o;
-    o.max_frame_bytes = max_frame_bytes;
-    o.write_timeout_ms = write_timeout_ms;
-    o.role = Role::kNode;
-    o.insecure = insecure;
-    o.tls_dir = testing::TestTlsDir();
-    o.log = false;
-    // Hand-made clients send no heartbeats: only what is tested drops them.
-    o.peer_timeout_ms = 60000;
-    auto r = Endpoint::Create(
-        o,
-        [this](const ConnectionPtr&, Message m) {
-          if (auto* t = std::get_if<SendTensor>(&m.body)) {
-            std::lock_guard<std::mutex> l(mu);
-            got.push_back(std::move(*t));
-          }
-        },
-        [this](const ConnectionPtr&, const Status& s) {
-          std::lock_guard<std::mutex> l(mu);
-          why = s.message();
-          ++downs;
-        });
-    REQUIRE(r.ok());
-    e = std::move(*r);
-    auto p = e->Listen("127.0.0.1", 0);
-    REQUIRE(p.ok());
-    port = *p;
-  }
-  size_t Count() {
-    std::lock_guard<std::mutex> l(mu);
-    return got.size();
-  }
-};
 
 Tensor Pattern(DType dtype, int64_t n) {
   Tensor t(dtype, {n});
@@ -266,14 +244,9 @@ struct RawNode {
 TEST_CASE("Services: a tensor larger than a call streams in pieces and arrives whole", "[rpc]") {
   // No message may exceed 2 MiB: a 5 MiB tensor arrives only in pieces
   // (up to the peer buffer, 2 GiB by default).
-  TensorSink sink(/*insecure=*/false, /*max_frame_bytes=*/2 << 20);
-  EndpointOptions o;
-  o.role = Role::kNode;
-  o.tls_dir = testing::TestTlsDir();
-  o.log = false;
-  auto sender = Endpoint::Create(o, nullptr, nullptr);
-  REQUIRE(sender.ok());
-  auto c = (*sender)->Connect("127.0.0.1:" + std::to_string(sink.port));
+  TestNode sink(/*insecure=*/false, /*max_frame_bytes=*/2 << 20);
+  std::unique_ptr<Endpoint> sender;
+  auto c = testing::ConnectAs(Role::kNode, testing::TestTlsDir(), "127.0.0.1:" + std::to_string(sink.port), &sender);
   REQUIRE(c.ok());
   // Whole pieces; a last piece of partial words; bools; and a small one between.
   const std::vector<Tensor> sent = {Pattern(DType::kFloat32, (5 << 20) / 4), Pattern(DType::kInt32, (3 << 20) / 4 + 1),
@@ -298,7 +271,7 @@ TEST_CASE("Services: a tensor larger than a call streams in pieces and arrives w
 }
 
 TEST_CASE("Services: a peer that breaks the piece stream is dropped", "[rpc]") {
-  TensorSink sink(/*insecure=*/true);
+  TestNode sink(/*insecure=*/true);
   const Tensor shape_of = Tensor(DType::kInt32, {1 << 20});  // 4 MiB declared
   std::vector<capnp::byte> chunk(1 << 20, 1);
   const kj::ArrayPtr<const capnp::byte> piece(chunk.data(), chunk.size());
@@ -408,7 +381,7 @@ class MuteChannel final : public rp::Channel::Server {
 TEST_CASE("Services: a peer that never answers our heartbeats is dropped", "[rpc][hostile]") {
   // It reads (so no write stalls) and is not silent to the sink's 60 s
   // timeout; only its missing answers can drop it, after the write deadline.
-  TensorSink sink(/*insecure=*/true, uint64_t{1} << 31, /*write_timeout_ms=*/1000);
+  TestNode sink(/*insecure=*/true, uint64_t{1} << 31, /*write_timeout_ms=*/1000);
   capnp::EzRpcClient client("127.0.0.1", sink.port);
   auto& ws = client.getWaitScope();
   auto hello = client.getMain<rp::Peer>().helloRequest();
