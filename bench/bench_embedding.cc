@@ -10,6 +10,7 @@
 // RunEmbeddingBench takes a session factory: --processes 2 runs the same
 // workload on a local cluster of two `shardflow node` processes (the shards
 // spread over both, each lookup and sparse update on its shard's node).
+// --trace FILE writes one step's timeline (the last shard count run wins).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
+#include "examples/common/trace.h"
 #include "shardflow/cluster.h"
 #include "shardflow/embedding.h"
 #include "shardflow/ops.h"
@@ -56,7 +58,8 @@ void MakeBatches(const BenchConfig& c, std::vector<Tensor>* ids, std::vector<Ten
 }
 
 Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const SessionFactory& factory,
-                                      const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
+                                      const std::vector<Tensor>& ids, const std::vector<Tensor>& labels,
+                                      const TraceFlag& trace) {
   Graph g;
   EmbeddingTableOptions o;
   o.num_shards = shards;
@@ -84,7 +87,7 @@ Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const Se
   int64_t next = 0;
   auto step = [&]() -> Status {
     const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(ids.size()));
-    auto res = s->Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train});
+    auto res = s->Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train}, trace.For(next - 1));
     return res.status();
   };
   for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(step());
@@ -108,7 +111,9 @@ int main(int argc, char** argv) {
       .Int("devices", 0, "one process: num_cpu_devices (0: as many as shards)")
       .String("processes", "1", "1: one process; 2: a local cluster of two node processes (e.g. 1,2)")
       .Bool("json", "print JSON lines");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "bench_embedding");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   BenchConfig c;
   c.rows = flags.GetInt("rows");
@@ -162,7 +167,7 @@ int main(int argc, char** argv) {
   for (int procs : process_counts)
   for (int k : shard_counts) {
     if (procs == 2 && k < 2) continue;  // one shard on two processes leaves one idle
-    auto r = RunEmbeddingBench(c, k, procs == 1 ? local : cluster, ids, labels);
+    auto r = RunEmbeddingBench(c, k, procs == 1 ? local : cluster, ids, labels, trace);
     if (!r.ok()) {
       std::fprintf(stderr, "bench_embedding: %d shards: %s\n", k, r.status().ToString().c_str());
       return 1;
