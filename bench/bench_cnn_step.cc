@@ -10,8 +10,7 @@
 #include <chrono>
 #include <random>
 
-#include <sys/resource.h>
-
+#include "bench/process_usage.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/models.h"
@@ -59,13 +58,7 @@ int main(int argc, char** argv) {
     if (!r.ok()) fail(r.status());
   };
   for (int64_t i = 0; i < flags.GetInt("warmup"); ++i) step();
-  // CPU seconds this process has used (all threads).
-  auto cpu_seconds = [] {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  };
-  const double cpu0 = cpu_seconds();
+  const bench::ProcessUsage used0 = bench::ReadProcessUsage();
   std::vector<double> per_round;
   for (int64_t r = 0; r < rounds; ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -75,14 +68,16 @@ int main(int argc, char** argv) {
     if (flags.GetBool("json"))
       JsonLine().Add("system", "shardflow").Add("round", r).Add("steps_per_sec", sps).Print();
   }
-  const double cpu_ms_per_step = 1000.0 * (cpu_seconds() - cpu0) / static_cast<double>(steps * rounds);
+  const bench::ProcessUsage used1 = bench::ReadProcessUsage();
+  const double cpu_ms_per_step = 1000.0 * (used1.cpu_seconds - used0.cpu_seconds) / static_cast<double>(steps * rounds);
+  const double switches_per_step = (used1.context_switches - used0.context_switches) / static_cast<double>(steps * rounds);
   std::vector<double> sorted = per_round;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
   if (flags.GetBool("json"))
     JsonLine().Add("system", "shardflow").Add("model", "cnn").Add("precision", precision).Add("batch", batch)
         .Add("steps", steps * rounds).Add("products_in_precision", static_cast<int64_t>(*set))
-        .Add("cpu_ms_per_step", cpu_ms_per_step).Add("min_steps_per_sec", sorted.front()).Add("max_steps_per_sec", sorted.back())
+        .Add("cpu_ms_per_step", cpu_ms_per_step).Add("context_switches_per_step", switches_per_step).Add("min_steps_per_sec", sorted.front()).Add("max_steps_per_sec", sorted.back())
         .Add("steps_per_sec", median).Print();
   else
     std::printf("cnn %s batch %lld: %.1f training steps/s (%.2f ms/step; rounds %.1f-%.1f)\n", precision.c_str(),

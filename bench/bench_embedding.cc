@@ -3,7 +3,8 @@
 // drawn from Zipf(1.1) over the rows (ranks scattered by the fixed
 // permutation rank * 2654435761 mod rows), sum combiner, a linear layer
 // 32 -> 1, logistic loss, sparse SGD lr 0.1. One JSON line per shard count
-// (keys shards, processes, examples_per_sec, lookups_per_sec, ms_per_step)
+// (keys shards, processes, examples_per_sec, lookups_per_sec, ms_per_step,
+// and this process's cpu_ms_per_step and context_switches_per_step)
 // and a summary line. bench/peers/embedding.py is the same workload in
 // PyTorch; bench/compare_embedding runs both.
 //
@@ -18,6 +19,7 @@
 #include <memory>
 #include <random>
 
+#include "bench/process_usage.h"
 #include "bench/zipf_batches.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
@@ -42,6 +44,7 @@ struct BenchConfig {
 
 struct BenchResult {
   double examples_per_sec = 0, lookups_per_sec = 0, ms_per_step = 0, init_secs = 0;
+  double cpu_ms_per_step = 0, context_switches_per_step = 0;  // this process's (not the nodes')
 };
 
 // A session and, for cluster runs, the node processes it runs on (declared
@@ -91,9 +94,13 @@ Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const Se
     return res.status();
   };
   for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(step());
+  const bench::ProcessUsage used0 = bench::ReadProcessUsage();
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < c.steps; ++i) SF_RETURN_IF_ERROR(step());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bench::ProcessUsage used1 = bench::ReadProcessUsage();
+  r.cpu_ms_per_step = 1000.0 * (used1.cpu_seconds - used0.cpu_seconds) / c.steps;
+  r.context_switches_per_step = (used1.context_switches - used0.context_switches) / c.steps;
   r.ms_per_step = 1000.0 * secs / c.steps;
   r.examples_per_sec = c.batch * c.steps / secs;
   r.lookups_per_sec = r.examples_per_sec * c.ids_per_example;
@@ -177,7 +184,8 @@ int main(int argc, char** argv) {
       JsonLine().Add("system", "shardflow").Add("shards", k).Add("processes", procs)
           .Add("devices", procs == 1 ? (devices > 0 ? devices : k) : 0).Add("rows", c.rows).Add("dim", c.dim).Add("batch", c.batch)
           .Add("examples_per_sec", r->examples_per_sec).Add("lookups_per_sec", r->lookups_per_sec)
-          .Add("ms_per_step", r->ms_per_step).Add("init_secs", r->init_secs).Print();
+          .Add("ms_per_step", r->ms_per_step).Add("cpu_ms_per_step", r->cpu_ms_per_step)
+          .Add("context_switches_per_step", r->context_switches_per_step).Add("init_secs", r->init_secs).Print();
     else
       std::printf("%d process(es), %d shards: %.0f examples/s, %.0f lookups/s (%.2f ms/step; init %.1f s)\n", procs, k,
                   r->examples_per_sec, r->lookups_per_sec, r->ms_per_step, r->init_secs);

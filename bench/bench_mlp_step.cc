@@ -7,15 +7,15 @@
 // this program on the step's shapes with the kernels' own GEMM (nn::Gemm on
 // a compute pool of the same threads), i.e. the step's flops over that GEMM
 // rate; gemm_gflops is the rate (fp32: the bound of an fp32 step).
-// context_switches_per_step counts the process's voluntary and involuntary
-// switches (getrusage) over the timed steps: each is a thread that slept and
-// was woken, a cost that varies by machine far more than the flops do.
+// cpu_ms_per_step and context_switches_per_step are the process's CPU time
+// and thread switches over the timed steps (bench/process_usage.h): a switch
+// is a thread that slept and was woken, a cost that varies by machine far
+// more than the flops do.
 #include <algorithm>
 #include <chrono>
 #include <random>
 
-#include <sys/resource.h>
-
+#include "bench/process_usage.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/models.h"
@@ -116,16 +116,14 @@ int main(int argc, char** argv) {
     if (!r.ok()) fail(r.status());
   };
   for (int64_t i = 0; i < flags.GetInt("warmup"); ++i) step();
-  auto switches = [] {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_nvcsw + u.ru_nivcsw);
-  };
-  const double switches0 = switches();
+  const bench::ProcessUsage used0 = bench::ReadProcessUsage();
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double switches_per_step = (switches() - switches0) / static_cast<double>(std::max<int64_t>(steps, 1));
+  const bench::ProcessUsage used1 = bench::ReadProcessUsage();
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(steps, 1));
+  const double cpu_ms_per_step = 1000.0 * (used1.cpu_seconds - used0.cpu_seconds) * per_step;
+  const double switches_per_step = (used1.context_switches - used0.context_switches) * per_step;
   const double sps = steps / secs;
   // The GEMM bound, measured after the steps (the session's threads idle).
   const bool mlp = mo.model == "mlp";
@@ -134,7 +132,8 @@ int main(int argc, char** argv) {
   if (flags.GetBool("json")) {
     JsonLine line;
     line.Add("system", "shardflow").Add("model", mo.model).Add("precision", precision).Add("batch", batch)
-        .Add("steps", steps).Add("steps_per_sec", sps).Add("context_switches_per_step", switches_per_step);
+        .Add("steps", steps).Add("steps_per_sec", sps).Add("cpu_ms_per_step", cpu_ms_per_step)
+        .Add("context_switches_per_step", switches_per_step);
     if (mlp) line.Add("gemm_bound_steps_per_sec", 1.0 / gemm_secs).Add("gemm_gflops", gemm_flops / gemm_secs / 1e9)
         .Add("vs_gemm_bound", sps * gemm_secs);
     line.Print();
