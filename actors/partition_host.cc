@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "kernels/run_counters.h"
 #include "kernels/step_trace.h"
 #include "runtime/plan.h"
 
@@ -34,7 +35,13 @@ std::string Prefixed(const std::string& name, const std::string& what) {
 // actor's turn (RunPartition) or on the requester's own thread
 // (LocalPartitionHost::Run): either way the step's ops start on the pool.
 struct PartitionTable {
-  explicit PartitionTable(PartitionHostOptions o) : options(std::move(o)) {}
+  explicit PartitionTable(PartitionHostOptions o) : options(WithCounters(std::move(o), &counters)) {}
+  // The session's stateful nodes count their runs here, across every
+  // executor this host builds (kernels/run_counters.h).
+  static PartitionHostOptions WithCounters(PartitionHostOptions o, RunCounters* c) {
+    if (!o.env.run_counters) o.env.run_counters = c;
+    return o;
+  }
 
   // Starts one step of partition handle; done gets the host's refusal or
   // the step's answer. With a trace, the partition's span and its ops'
@@ -72,6 +79,7 @@ struct PartitionTable {
         trace, progress);
   }
 
+  RunCounters counters;  // before options, which points at it
   const PartitionHostOptions options;
   std::shared_mutex mu;
   std::unordered_map<uint64_t, std::shared_ptr<Hosted>> parts;  // GUARDED_BY(mu)

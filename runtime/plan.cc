@@ -167,10 +167,16 @@ Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, Part
     DeviceStep d;
     d.device = device;
     d.partition = &pg;
+    // A feed the step does not need (as TensorFlow, a client may feed any
+    // tensor) is dropped here: the partition's executor has no node for it.
+    const std::set<int> kept(nodes.begin(), nodes.end());
+    for (size_t i = 0; i < l.feeds.size(); ++i) {
+      if (!kept.count(l.feeds[i].node)) continue;
+      d.spec.fed.push_back(l.feeds[i]);
+      d.feed_index.push_back(l.feed_index[i]);
+    }
     d.spec.nodes = std::move(nodes);
-    d.spec.fed = l.feeds;
     d.spec.fetches = l.fetches;
-    d.feed_index = l.feed_index;
     d.fetch_index = l.fetch_index;
     steps.push_back(std::move(d));
   }

@@ -369,20 +369,16 @@ Grads CumsumGrad(Graph& g, const Node& n, const Grads& dy) {
   return {ops::Cumsum(g, dy[0], axis, ops::ScanAttrs{exclusive, !reverse})};
 }
 
-// Cumprod, as TensorFlow: d/dx_i = (the sum over the outputs y_k that
-// include x_i of dy_k * y_k) / x_i, taken as 0 where x_i is 0 (the exact
-// value there needs the products without x_i; Prod's gradient, the case
-// that matters, never differentiates through it at first order).
+// Cumprod: the CumprodGrad kernel (reduction_kernels.cc), exact where x is
+// 0. TensorFlow divides the running sums by x there, which gives 0 (or NaN)
+// where a product of the others is needed.
 Grads CumprodGrad(Graph& g, const Node& n, const Grads& dy) {
   if (!dy[0].valid()) return Grads(1);
-  const Output x = n.inputs[0];
-  const int64_t axis = n.attrs.GetOr<int64_t>("axis", 0).value();
-  const bool exclusive = n.attrs.GetOr<bool>("exclusive", false).value();
-  const bool reverse = n.attrs.GetOr<bool>("reverse", false).value();
-  const Output sums = ops::Cumsum(g, ops::Mul(g, Y(g, n), dy[0]), axis, ops::ScanAttrs{exclusive, !reverse});
-  const Output zero = ops::Equal(g, x, ops::ZerosLike(g, x));
-  const Output safe_x = ops::Select(g, zero, ops::OnesLike(g, x), x);
-  return {ops::Select(g, zero, ops::ZerosLike(g, x), ops::Div(g, sums, safe_x))};
+  AttrMap a;
+  a.Set("axis", n.attrs.GetOr<int64_t>("axis", 0).value());
+  a.Set("exclusive", n.attrs.GetOr<bool>("exclusive", false).value());
+  a.Set("reverse", n.attrs.GetOr<bool>("reverse", false).value());
+  return {g.Add1("CumprodGrad", {n.inputs[0], dy[0]}, std::move(a))};
 }
 
 Grads SelectGrad(Graph& g, const Node& n, const Grads& dy) {
@@ -518,6 +514,10 @@ Status RegisterMathOps(OpRegistry& reg) {
       .Attr("axis", int64_t{0}).Attr("exclusive", false).Attr("reverse", false)
       .Shape(ScanShape).Grad(CumprodGrad)
       .Summary("Running products along attr axis (default 0; attrs exclusive, reverse).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("CumprodGrad").InputNames({"x", "dy"}).Inputs(2)
+      .Attr("axis", int64_t{0}).Attr("exclusive", false).Attr("reverse", false)
+      .Shape(ScanShape).NotDifferentiable()
+      .Summary("The gradient of Cumprod(x) (same attrs) for dy, exact where x holds zeros: no division.").Build()));
   return Status::OK();
 }
 

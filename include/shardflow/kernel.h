@@ -36,6 +36,7 @@ class QueueService;
 class RendezvousService;
 class CheckpointService;
 class StepStacks;
+class RunCounters;
 
 enum class DeviceType : uint8_t { kCPU = 0, kGPU = 1 };
 const char* DeviceTypeName(DeviceType d);
@@ -51,6 +52,7 @@ struct KernelServices {
   QueueService* queues = nullptr;
   RendezvousService* rendezvous = nullptr;      // null unless the step spans partitions
   CheckpointService* checkpoints = nullptr;     // the in-graph checkpoint ops' store
+  RunCounters* run_counters = nullptr;          // stateful nodes' runs, shared by a session's executors
 };
 
 // What a kernel knows when it is built.

@@ -230,6 +230,12 @@ Status ConvWindow(const char* op, const Shape& in, const Shape& f, const nn::Win
   if (in.size() != 4 || f.size() != 4)
     return InvalidArgument(std::string(op) + " needs input [N,H,W,C] and filter [KH,KW,C,OC], got " +
                            ShapeString(in) + " and " + ShapeString(f));
+  // A window of no rows or columns has no output size (oneDNN refused it
+  // with an opaque "could not create a descriptor"). No input channels is
+  // fine: a sum over nothing, zeros; no output channels, an empty output.
+  if (f[0] == 0 || f[1] == 0)
+    return InvalidArgument(std::string(op) + ": the filter's window must be at least 1 x 1, got filter " +
+                           ShapeString(f));
   if (in[3] != f[2])
     return InvalidArgument(std::string(op) + " input channels " + std::to_string(in[3]) +
                            " differ from the filter's " + std::to_string(f[2]) + ": input " +

@@ -3,6 +3,7 @@
 #include "kernels/cpu/cwise_common.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace sf {
 namespace {
@@ -21,11 +22,31 @@ struct MulF {
 struct DivF {
   template <class A, class B> static auto Apply(const A& a, const B& b) { return a / b; }
 };
+// NaN in either operand gives NaN, as in NumPy and PyTorch (Eigen's default
+// keeps whichever operand the comparison favours).
 struct MaxF {
-  template <class A, class B> static auto Apply(const A& a, const B& b) { return a.cwiseMax(b); }
+  template <class A, class B> static auto Apply(const A& a, const B& b) {
+    return a.template cwiseMax<Eigen::PropagateNaN>(b);
+  }
 };
 struct MinF {
-  template <class A, class B> static auto Apply(const A& a, const B& b) { return a.cwiseMin(b); }
+  template <class A, class B> static auto Apply(const A& a, const B& b) {
+    return a.template cwiseMin<Eigen::PropagateNaN>(b);
+  }
+};
+// Truncating integer division; the one quotient that overflows, the most
+// negative value over -1, wraps to itself (two's complement, as NumPy gives)
+// instead of trapping: x86 raises SIGFPE for it.
+template <typename T>
+struct IntQuotient {
+  T operator()(T a, T b) const {
+    using U = std::make_unsigned_t<T>;
+    return b == T(-1) ? static_cast<T>(U(0) - static_cast<U>(a)) : a / b;
+  }
+};
+template <typename T>
+struct IntDivF {
+  template <class A, class B> static auto Apply(const A& a, const B& b) { return a.binaryExpr(b, IntQuotient<T>()); }
 };
 template <typename T>
 struct PowF {
@@ -48,7 +69,7 @@ class IntDivKernel : public OpKernel {
                                      ShapeString(b.shape()) + ")"));
       return;
     }
-    cwise::BinaryCompute<T, T, DivF>(ctx, DTypeOf<T>::value);
+    cwise::BinaryCompute<T, T, IntDivF<T>>(ctx, DTypeOf<T>::value);
   }
 };
 

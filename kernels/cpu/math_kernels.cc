@@ -3,6 +3,9 @@
 // reduction kernels of the other math files.
 #include "kernels/cpu/cwise_common.h"
 
+#include <cmath>
+#include <type_traits>
+
 namespace sf {
 namespace {
 
@@ -14,11 +17,32 @@ struct AbsF { template <class X> static auto Apply(const X& x) { return x.abs();
 struct SquareF { template <class X> static auto Apply(const X& x) { return x.square(); } };
 struct SqrtF { template <class X> static auto Apply(const X& x) { return x.sqrt(); } };
 struct RsqrtF { template <class X> static auto Apply(const X& x) { return x.rsqrt(); } };
-struct ExpF { template <class X> static auto Apply(const X& x) { return x.exp(); } };
 struct LogF { template <class X> static auto Apply(const X& x) { return x.log(); } };
 struct SignF { template <class X> static auto Apply(const X& x) { return x.sign(); } };
 struct ReciprocalF { template <class X> static auto Apply(const X& x) { return x.inverse(); } };
 struct NotFn { bool operator()(bool v) const { return !v; } };
+
+// Exp: Eigen's vector exp clamps its argument (to about [-709.8, 709.8] for
+// double, [-88.4, 88.4] for float), so exp(-1000) came out 5.6e-309 instead
+// of 0, exp(89.f) finite instead of inf, and subnormal results were wrong.
+// Elements outside the range where it is exact (rare: their results are
+// subnormal, zero or infinite) are redone with std::exp.
+template <typename T>
+class ExpKernel : public OpKernel {
+ public:
+  ExpKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
+    const int64_t n = x.num_elements();
+    Assign(ctx, n, out.flat<T>(), x.flat<T>().exp());
+    constexpr T kExact = std::is_same_v<T, double> ? T(708) : T(87);
+    const T* in = x.data<T>();
+    T* y = out.data<T>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!(std::fabs(in[i]) <= kExact)) y[i] = std::exp(in[i]);
+  }
+};
 struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryExpr(NotFn()); } };
 
 template <typename F>
@@ -185,7 +209,8 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterUnary<SignF>(reg, "Sign", true);
   RegisterUnary<SqrtF>(reg, "Sqrt", false);
   RegisterUnary<RsqrtF>(reg, "Rsqrt", false);
-  RegisterUnary<ExpF>(reg, "Exp", false);
+  RegisterCPU<ExpKernel<float>>(reg, "Exp", {DType::kFloat32});
+  RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});
   RegisterUnary<LogF>(reg, "Log", false);
   RegisterUnary<ReciprocalF>(reg, "Reciprocal", false);
   RegisterCPU<UnaryKernel<bool, NotF>>(reg, "LogicalNot", {DType::kBool});

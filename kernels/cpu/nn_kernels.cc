@@ -4,11 +4,13 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "kernels/compute_pool.h"
+#include "kernels/run_counters.h"
 #include "kernels/cpu/nn_kernels.h"
 
 namespace sf {
@@ -59,7 +61,8 @@ struct SoftplusOp {
 };
 struct EluOp {
   template <typename T, typename X> static auto Apply(const X& x) {
-    return (x > x.constant(T(0))).select(x, x.exp() - x.constant(T(1)));
+    // expm1, not exp - 1: keeps the precision of small negative x.
+    return (x > x.constant(T(0))).select(x, x.expm1());
   }
 };
 
@@ -417,7 +420,8 @@ inline int64_t Hash32(uint64_t key, uint32_t i) {
 
 // Each Compute draws the next mask of a sequence fixed by the seed: element i
 // of call k keeps when hash(seed, k, i) >= rate, so the result does not
-// depend on how the work is split.
+// depend on how the work is split. Calls are counted per node for the
+// session (kernels/run_counters.h), across its sets of fetches.
 template <typename T>
 class DropoutKernel : public OpKernel {
  public:
@@ -430,7 +434,8 @@ class DropoutKernel : public OpKernel {
       *s = InvalidArgument("Dropout rate must be in [0, 1), got " + std::to_string(*rate));
     else {
       rate_ = *rate;
-      seed_ = SplitMix64(static_cast<uint64_t>(*seed));
+      seed_ = SplitMix64(*seed != 0 ? static_cast<uint64_t>(*seed) : SeedFromNodeName(init.node_name));
+      calls_ = init.run_counters ? init.run_counters->For(init.node_name) : std::make_shared<std::atomic<uint64_t>>(0);
     }
   }
   bool IsStateful() const override { return true; }
@@ -438,7 +443,10 @@ class DropoutKernel : public OpKernel {
     const Tensor& in = ctx->input(0);
     Tensor& y = ctx->allocate_output(0, in.dtype(), in.shape());
     Tensor& mask = ctx->allocate_output(1, in.dtype(), in.shape());
-    const uint64_t key = SplitMix64(seed_ ^ SplitMix64(calls_.fetch_add(1)));
+    // The call is salted so that (seed, call) and (call, seed) differ: the
+    // plain SplitMix64(seed) ^ SplitMix64(call) was symmetric, so seed 7's
+    // call 9 repeated seed 9's call 7, and any seed's call s seed 0's call 0.
+    const uint64_t key = SplitMix64(seed_ ^ SplitMix64(calls_->fetch_add(1) + 0x5851f42d4c957f2dULL));
     // Keep when a 32-bit hash of (key, i), as a fraction of 2^32, is >= rate.
     const int64_t threshold = static_cast<int64_t>(rate_ * 4294967296.0);
     const T scale = static_cast<T>(1.0 / (1.0 - rate_));
@@ -458,7 +466,7 @@ class DropoutKernel : public OpKernel {
  private:
   double rate_ = 0.0;
   uint64_t seed_ = 0;
-  std::atomic<uint64_t> calls_{0};
+  std::shared_ptr<std::atomic<uint64_t>> calls_;  // calls so far (shared by the node's kernels)
 };
 
 template <template <typename> class K>

@@ -95,7 +95,8 @@ class PoolKernel : public PoolKernelBase {
           for (int64_t iy = cl.y0; iy < cl.y1; ++iy)
             for (int64_t ix = cl.x0; ix < cl.x1; ++ix) {
               Eigen::Map<const Vec<T>> v(x + ((n * w.h + iy) * w.w + ix) * w.c, w.c);
-              if (kMax) acc = acc.max(v);
+              // A NaN in the window gives NaN, as in NumPy and PyTorch.
+              if (kMax) acc = acc.binaryExpr(v, Eigen::internal::scalar_max_op<T, T, Eigen::PropagateNaN>());
               else acc += v;
             }
           if (!kMax) acc /= static_cast<T>((cl.y1 - cl.y0) * (cl.x1 - cl.x0));

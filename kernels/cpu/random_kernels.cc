@@ -1,7 +1,9 @@
 // Kernels of the random ops.
 //
 // The output of a node's k-th run is a pure function of (seed, k, shape,
-// distribution): the kernel keeps only a run counter under a mutex. The
+// distribution): the kernel keeps only a run counter, the session's for the
+// node (kernels/run_counters.h) when it has one, so a new set of fetches
+// continues the node's sequence instead of restarting it. The
 // output is cut into fixed blocks of kBlock elements, each drawn from its own
 // std::mt19937_64 seeded with a hash of (seed, k, block index), so blocks can
 // be filled in parallel and the values never depend on the thread count.
@@ -9,11 +11,13 @@
 // written out rather than taken from <random> distributions, whose results
 // differ between standard libraries.
 #include <cmath>
-#include <mutex>
+#include <atomic>
+#include <memory>
 #include <random>
 
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/run_counters.h"
 
 namespace sf {
 namespace {
@@ -55,7 +59,8 @@ class RandomKernel : public OpKernel {
       }
     }
     shape_ = *shape;
-    seed_ = static_cast<uint64_t>(*seed);
+    seed_ = *seed != 0 ? static_cast<uint64_t>(*seed) : SeedFromNodeName(init.node_name);
+    runs_ = init.run_counters ? init.run_counters->For(init.node_name) : std::make_shared<std::atomic<uint64_t>>(0);
     a_ = *a;
     b_ = *b;
   }
@@ -63,11 +68,7 @@ class RandomKernel : public OpKernel {
   bool IsStateful() const override { return true; }
 
   void Compute(OpKernelContext* ctx) override {
-    uint64_t run;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      run = runs_++;
-    }
+    const uint64_t run = runs_->fetch_add(1);
     Tensor& out = ctx->allocate_output(0, DTypeOf<T>::value, shape_);
     const int64_t n = out.num_elements();
     const int64_t blocks = (n + kBlock - 1) / kBlock;
@@ -112,8 +113,7 @@ class RandomKernel : public OpKernel {
   Shape shape_;
   uint64_t seed_ = 0;
   double a_ = 0, b_ = 1;  // minval/maxval or mean/stddev
-  std::mutex mu_;
-  uint64_t runs_ = 0;  // GUARDED_BY(mu_)
+  std::shared_ptr<std::atomic<uint64_t>> runs_;  // runs so far (shared by the node's kernels)
 };
 
 }  // namespace

@@ -13,13 +13,12 @@
 #include <Eigen/Core>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/compute_pool.h"
 
 namespace sf {
 namespace {
-
-
 
 template <typename T>
 using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -36,17 +35,26 @@ struct ProdR {
   template <class V> static auto Redux(const V& v) { return v.prod(); }
   template <typename T> static T Identity() { return T(1); }
 };
+// Max and Min give NaN where any reduced element is NaN, as NumPy and
+// PyTorch do (Eigen's default keeps whichever operand the comparison favours,
+// so a NaN survived only as the first element).
 struct MaxR {
-  template <class A, class B> static void Accum(A& acc, const B& row) { acc = acc.max(row); }
-  template <class V> static auto Redux(const V& v) { return v.maxCoeff(); }
+  template <class A, class B> static void Accum(A& acc, const B& row) {
+    using T = typename A::Scalar;
+    acc = acc.binaryExpr(row, Eigen::internal::scalar_max_op<T, T, Eigen::PropagateNaN>());
+  }
+  template <class V> static auto Redux(const V& v) { return v.template maxCoeff<Eigen::PropagateNaN>(); }
   template <typename T> static T Identity() {
     return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                 : std::numeric_limits<T>::lowest();
   }
 };
 struct MinR {
-  template <class A, class B> static void Accum(A& acc, const B& row) { acc = acc.min(row); }
-  template <class V> static auto Redux(const V& v) { return v.minCoeff(); }
+  template <class A, class B> static void Accum(A& acc, const B& row) {
+    using T = typename A::Scalar;
+    acc = acc.binaryExpr(row, Eigen::internal::scalar_min_op<T, T, Eigen::PropagateNaN>());
+  }
+  template <class V> static auto Redux(const V& v) { return v.template minCoeff<Eigen::PropagateNaN>(); }
   template <typename T> static T Identity() {
     return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
                                                 : std::numeric_limits<T>::max();
@@ -65,11 +73,32 @@ void Split(OpKernelContext* ctx, int64_t items, int64_t work, int64_t work_per_i
   ctx->pool()->ParallelFor(items, min_block, fn);
 }
 
+// float32 sums: Eigen adds each SIMD lane's elements in sequence, an error
+// that grows with the count (2e-4 relative for a million values). Blocks of
+// kSumBlock values (rows) are summed in float and the blocks' sums in
+// double, which keeps a sum near float's own precision (NumPy sums pairwise
+// for the same reason).
+constexpr int64_t kSumBlock = 1024;
+constexpr int64_t kSumRows = 64;
+template <typename T, typename R>
+constexpr bool kBlockedSum = std::is_same_v<T, float> && std::is_same_v<R, SumR>;
+
 // out[i] = reduce(in[i, 0:len]) for i < rows.
 template <typename T, typename R>
 void InnerReduce(OpKernelContext* ctx, const T* in, int64_t rows, int64_t len, T* out) {
   Split(ctx, rows, rows * len, len, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = R::Redux(ConstVec<T>(in + i * len, len));
+    for (int64_t i = b; i < e; ++i) {
+      const T* row = in + i * len;
+      if constexpr (kBlockedSum<T, R>) {
+        if (len > kSumBlock) {
+          double total = 0;
+          for (int64_t k = 0; k < len; k += kSumBlock) total += ConstVec<T>(row + k, std::min(kSumBlock, len - k)).sum();
+          out[i] = static_cast<T>(total);
+          continue;
+        }
+      }
+      out[i] = R::Redux(ConstVec<T>(row, len));
+    }
   });
 }
 
@@ -84,6 +113,18 @@ void MiddleReduce(OpKernelContext* ctx, const T* in, int64_t outer, int64_t r, i
       const int64_t w = std::min(kChunk, inner - c0);
       const T* base = in + o * r * inner + c0;
       Vec<T> acc(out + o * inner + c0, w);
+      if constexpr (kBlockedSum<T, R>) {
+        if (r > kSumRows) {
+          Eigen::Array<double, Eigen::Dynamic, 1> total = Eigen::Array<double, Eigen::Dynamic, 1>::Zero(w);
+          for (int64_t j0 = 0; j0 < r; j0 += kSumRows) {
+            acc = ConstVec<T>(base + j0 * inner, w);
+            for (int64_t j = j0 + 1; j < std::min(r, j0 + kSumRows); ++j) acc += ConstVec<T>(base + j * inner, w);
+            total += acc.template cast<double>();
+          }
+          acc = total.template cast<T>();
+          continue;
+        }
+      }
       acc = ConstVec<T>(base, w);
       for (int64_t j = 1; j < r; ++j) R::Accum(acc, ConstVec<T>(base + j * inner, w));
     }
@@ -245,8 +286,10 @@ class ArgMaxKernel : public OpKernel {
         int64_t best = 0;
         T best_v = base[0];
         for (int64_t j = 1; j < len; ++j) {
-          if (base[j * inner] > best_v) {
-            best_v = base[j * inner];
+          // The first NaN wins, as in NumPy (and nothing beats it after).
+          const T v = base[j * inner];
+          if (v > best_v || (v != v && best_v == best_v)) {
+            best_v = v;
             best = j;
           }
         }
@@ -321,6 +364,83 @@ class ScanKernel : public OpKernel {
   bool exclusive_ = false, reverse_ = false;
 };
 
+// CumprodGrad(x, dy): the gradient of Cumprod(x) with the same attrs,
+// without dividing by x, so it is exact where x holds zeros. In scan order
+// q (reverse flips the axis), an inclusive scan gives
+//   dx_q = P_q * S_q,  P_q = prod_{p<q} x_p,  S_q = dy_q + x_{q+1} S_{q+1},
+// and an exclusive one dx_q = P_q * T_q with T_q = dy_{q+1} + x_{q+1} T_{q+1}:
+// one pass forward for P, one backward for S or T, rows of `inner` at once.
+template <typename T>
+class CumprodGradKernel : public OpKernel {
+ public:
+  CumprodGradKernel(const KernelInit& init, Status* s) {
+    auto a = init.AttrOr<int64_t>("axis", 0);
+    auto e = init.AttrOr<bool>("exclusive", false);
+    auto r = init.AttrOr<bool>("reverse", false);
+    for (const Status& st : {a.status(), e.status(), r.status()})
+      if (!st.ok() && s->ok()) *s = st;
+    if (!s->ok()) return;
+    axis_ = *a;
+    exclusive_ = *e;
+    reverse_ = *r;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& dy = ctx->input(1);
+    const int r = x.rank();
+    if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+      ctx->SetStatus(InvalidArgument("CumprodGrad: dy is " + dy.DebugString(0) + ", x is " + x.DebugString(0) +
+                                     "; they must match"));
+      return;
+    }
+    if (axis_ < -r || axis_ >= r) {
+      ctx->SetStatus(InvalidArgument("CumprodGrad axis " + std::to_string(axis_) + " is out of range for shape " +
+                                     ShapeString(x.shape())));
+      return;
+    }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + r : axis_);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < r; ++i) {
+      if (i < axis) outer *= x.dim(i);
+      if (i > axis) inner *= x.dim(i);
+    }
+    const int64_t len = x.dim(axis);
+    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
+    if (out.num_elements() == 0) return;
+    const T* xs = x.data<T>();
+    const T* gs = dy.data<T>();
+    T* dst = out.data<T>();
+    Split(ctx, outer, 3 * x.num_elements(), 3 * len * inner, [&](int64_t b, int64_t e) {
+      Eigen::Array<T, Eigen::Dynamic, 1> acc(inner);
+      for (int64_t o = b; o < e; ++o) {
+        auto at = [&](int64_t q) { return (o * len + (reverse_ ? len - 1 - q : q)) * inner; };
+        acc.setOnes();  // P_q: the product of the elements before q
+        for (int64_t q = 0; q < len; ++q) {
+          Vec<T>(dst + at(q), inner) = acc;
+          acc *= ConstVec<T>(xs + at(q), inner);
+        }
+        acc.setZero();  // exclusive: T_q; inclusive: x_{q+1} S_{q+1}
+        for (int64_t q = len - 1; q >= 0; --q) {
+          Vec<T> d(dst + at(q), inner);
+          ConstVec<T> xq(xs + at(q), inner), gq(gs + at(q), inner);
+          if (exclusive_) {
+            d *= acc;
+            acc = gq + xq * acc;
+          } else {
+            acc += gq;  // S_q
+            d *= acc;
+            acc *= xq;
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t axis_ = 0;
+  bool exclusive_ = false, reverse_ = false;
+};
+
 // SumToShape(grad, shape): sums grad over the axes that broadcasting from
 // `shape` expanded (leading extra axes and size-1 axes).
 template <typename T>
@@ -377,6 +497,7 @@ void RegisterForType(KernelRegistry& reg, DType t) {
   RegisterCPU<SumToShapeKernel<T>>(reg, "SumToShape", {t});
   RegisterCPU<ScanKernel<T, SumR>>(reg, "Cumsum", {t});
   RegisterCPU<ScanKernel<T, ProdR>>(reg, "Cumprod", {t});
+  RegisterCPU<CumprodGradKernel<T>>(reg, "CumprodGrad", {t});
 }
 
 }  // namespace

@@ -89,9 +89,12 @@ inline Status ResolveStridedSlice(const Shape& dims, const StridedSliceSpec& s,
     };
     const int64_t b = norm(s.begin[i], (s.begin_mask >> i) & 1, true);
     const int64_t e = norm(s.end[i], (s.end_mask >> i) & 1, false);
-    int64_t size = st > 0 ? (e - b + st - 1) / st : (b - e + (-st) - 1) / (-st);
+    // ceil(span / |stride|) without overflow: |stride| may be near 2^63 (and
+    // -stride overflows for INT64_MIN), while span is within [-1 - d, d + 1].
+    const int64_t span = st > 0 ? e - b : b - e;
+    const uint64_t step = st > 0 ? static_cast<uint64_t>(st) : uint64_t{0} - static_cast<uint64_t>(st);
     a.begin = b;
-    a.size = size < 0 ? 0 : size;
+    a.size = span <= 0 ? 0 : static_cast<int64_t>(1 + static_cast<uint64_t>(span - 1) / step);
   }
   return Status::OK();
 }

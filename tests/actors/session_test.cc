@@ -349,3 +349,59 @@ TEST_CASE("A Session and a ClusterNode may be destroyed on another thread than t
   else t.join();
   REQUIRE(in_time);
 }
+
+TEST_CASE("Session: a feed the fetches do not need is accepted, on one device and on two", "[session]") {
+  for (int devices : {1, 2}) {
+    INFO(devices << " device(s)");
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+    auto unused = ops::Placeholder(g, DType::kFloat32, {2}, "unused");
+    (void)unused;
+    Output y;
+    {
+      auto scope = g.DeviceScope("/device:CPU:" + std::to_string(devices - 1));
+      y = ops::Identity(g, x * x, "y");
+    }
+    REQUIRE(g.status().ok());
+    SessionOptions so;
+    so.num_cpu_devices = devices;
+    Session s(g, so);
+    // As in TensorFlow: it was an internal "not in the partition" error.
+    auto r = s.Run({{"x", Tensor::FromVector<float>({1, 3})}, {"unused", Tensor::FromVector<float>({5, 6})}},
+                   std::vector<Output>{y});
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK((*r)[0].ToVector<float>() == std::vector<float>{1, 9});
+  }
+}
+
+TEST_CASE("Session: a seeded random node continues its sequence under another set of fetches", "[session]") {
+  Graph g;
+  auto u = ops::RandomUniform(g, {3}, 0.0, 1.0, 1);
+  auto v = ops::Identity(g, u);
+  auto d7 = ops::Dropout(g, ops::Ones(g, DType::kFloat32, {64}), 0.5, 7);
+  auto d9 = ops::Dropout(g, ops::Ones(g, DType::kFloat32, {64}), 0.5, 9);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  auto first = s.Run({}, std::vector<Output>{u});
+  auto second = s.Run({}, std::vector<Output>{u});
+  auto third = s.Run({}, std::vector<Output>{v});  // a new plan, and new kernels
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE(third.ok());
+  CHECK((*first)[0].ToVector<float>() != (*second)[0].ToVector<float>());
+  // It repeated the first draw: the run count lived in each plan's kernel.
+  CHECK((*third)[0].ToVector<float>() != (*first)[0].ToVector<float>());
+  CHECK((*third)[0].ToVector<float>() != (*second)[0].ToVector<float>());
+  // Seed 7's call 9 was seed 9's call 7 (a key symmetric in seed and call).
+  std::vector<std::vector<float>> m7, m9;
+  for (int i = 0; i < 10; ++i) {
+    auto r = s.Run({}, std::vector<Output>{d7, d9});
+    REQUIRE(r.ok());
+    m7.push_back((*r)[0].ToVector<float>());
+    m9.push_back((*r)[1].ToVector<float>());
+  }
+  CHECK(m7[9] != m9[7]);
+  CHECK(m7[7] != m9[9]);
+  CHECK(m7[0] != m9[0]);
+}

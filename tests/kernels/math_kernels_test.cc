@@ -1,6 +1,11 @@
-// Direct tests of the math and shape kernels: dtype coverage, and the
-// small-tensor path that must stay off the thread pool (per-op overhead).
+// Direct tests of the math and shape kernels: dtype coverage, the
+// small-tensor path that must stay off the thread pool (per-op overhead), and
+// edge values an independent NumPy check found wrong (NaN, overflow, exp's
+// clamp, long float sums, Cumprod's gradient at zero).
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
 
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -123,4 +128,101 @@ TEST_CASE("Kernels report bad run-time input with the values involved", "[math]"
                       DType::kFloat32);
   REQUIRE_FALSE(an.ok());
   CHECK_THAT(an.status().message(), Catch::Contains("[1]"));
+}
+
+TEST_CASE("Edge values: NaN propagates through max and min, quotients and exps stay right", "[math]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // NaN in either operand of Maximum / Minimum, as NumPy: the old kernels
+  // kept the first operand's value when the second was NaN.
+  for (const char* op : {"Maximum", "Minimum"}) {
+    auto r = RunKernel(op, {Tensor::FromVector<float>({nan, 1, 2}), Tensor::FromVector<float>({1, nan, 0})},
+                       DType::kFloat32);
+    REQUIRE(r.ok());
+    INFO(op);
+    CHECK(std::isnan(r->data<float>()[0]));
+    CHECK(std::isnan(r->data<float>()[1]));
+    CHECK(r->data<float>()[2] == (std::string(op) == "Maximum" ? 2 : 0));
+  }
+  // Reductions: a NaN anywhere in the reduced row, not only first.
+  AttrMap rows;
+  rows.Set("axes", std::vector<int64_t>{1});
+  for (const char* op : {"Max", "Min"}) {
+    auto r = RunKernel(op, {Tensor::FromVector<float>({1, nan, 2, 3, 4, 5}, {2, 3})}, DType::kFloat32, rows);
+    REQUIRE(r.ok());
+    INFO(op);
+    CHECK(std::isnan(r->data<float>()[0]));
+    CHECK(r->data<float>()[1] == (std::string(op) == "Max" ? 5 : 3));
+  }
+  AttrMap axis1;
+  axis1.Set("axis", int64_t{1});
+  auto am = RunKernel("ArgMax", {Tensor::FromVector<float>({1, nan, 9, nan}, {1, 4})}, DType::kInt64, axis1);
+  REQUIRE(am.ok());
+  CHECK(am->data<int64_t>()[0] == 1);  // the first NaN, as NumPy
+  // The one overflowing integer quotient wraps (it trapped with SIGFPE).
+  auto q32 = RunKernel("Div", {Tensor::FromVector<int32_t>({std::numeric_limits<int32_t>::min(), 7}),
+                               Tensor::FromVector<int32_t>({-1, -1})},
+                       DType::kInt32);
+  REQUIRE(q32.ok());
+  CHECK(q32->data<int32_t>()[0] == std::numeric_limits<int32_t>::min());
+  CHECK(q32->data<int32_t>()[1] == -7);
+  auto q64 = RunKernel("Div", {Tensor::FromVector<int64_t>({std::numeric_limits<int64_t>::min()}),
+                               Tensor::FromVector<int64_t>({-1})},
+                       DType::kInt64);
+  REQUIRE(q64.ok());
+  CHECK(q64->data<int64_t>()[0] == std::numeric_limits<int64_t>::min());
+  // exp past Eigen's clamp (the vector path: 16 values).
+  std::vector<double> xd(16, -1000.0);
+  xd[1] = -720;
+  xd[2] = 710;
+  auto ed = RunKernel("Exp", {Tensor::FromVector<double>(xd)}, DType::kFloat64);
+  REQUIRE(ed.ok());
+  CHECK(ed->data<double>()[0] == 0.0);
+  CHECK(ed->data<double>()[1] == std::exp(-720.0));
+  CHECK(std::isinf(ed->data<double>()[2]));
+  std::vector<float> xf(16, -100.f);  // subnormal: 3.7e-44
+  xf[1] = 89.f;
+  auto ef = RunKernel("Exp", {Tensor::FromVector<float>(xf)}, DType::kFloat32);
+  REQUIRE(ef.ok());
+  CHECK(ef->data<float>()[0] == std::exp(-100.f));
+  CHECK(std::isinf(ef->data<float>()[1]));
+}
+
+TEST_CASE("float32 sums of many values keep float's precision", "[math]") {
+  // A million 0.1s: sequential per-lane sums were off by 2e-4 relative.
+  const int64_t n = 1'000'000;
+  const double exact = n * static_cast<double>(0.1f);
+  std::vector<float> v(n, 0.1f);
+  auto all = RunKernel("Sum", {Tensor::FromVector<float>(v)}, DType::kFloat32);
+  REQUIRE(all.ok());
+  CHECK(std::abs(all->data<float>()[0] - exact) / exact < 1e-6);
+  // The same over the outer axis of [n/4, 4] (the row-accumulating path).
+  AttrMap outer;
+  outer.Set("axes", std::vector<int64_t>{0});
+  auto cols = RunKernel("Sum", {Tensor::FromVector<float>(v, {n / 4, 4})}, DType::kFloat32, outer);
+  REQUIRE(cols.ok());
+  for (int i = 0; i < 4; ++i) CHECK(std::abs(cols->data<float>()[i] - exact / 4) / (exact / 4) < 2e-6);
+}
+
+TEST_CASE("CumprodGrad is exact where x holds zeros", "[math]") {
+  // x = [2, 0, 3, 4], dy = 1: d/dx of sum(cumprod(x)) is [1, 2 (1 + 3 + 12), 0, 0].
+  const Tensor x = Tensor::FromVector<double>({2, 0, 3, 4});
+  const Tensor dy = Tensor::FromVector<double>({1, 1, 1, 1});
+  auto g = RunKernel("CumprodGrad", {x, dy}, DType::kFloat64);
+  REQUIRE(g.ok());
+  CHECK(g->ToVector<double>() == std::vector<double>{1, 32, 0, 0});
+  // Exclusive: y = [1, 2, 0, 0]; d/dx = [1 + 0 + 0, 2 (1 + 3), 0, 0] = [1, 8, 0, 0].
+  AttrMap ex;
+  ex.Set("exclusive", true);
+  auto ge = RunKernel("CumprodGrad", {x, dy}, DType::kFloat64, ex);
+  REQUIRE(ge.ok());
+  CHECK(ge->ToVector<double>() == std::vector<double>{1, 8, 0, 0});
+  // Reverse mirrors the axis: reversed x [4, 3, 0, 2] gives the mirrored gradient.
+  AttrMap rev;
+  rev.Set("reverse", true);
+  auto gr = RunKernel("CumprodGrad", {Tensor::FromVector<double>({4, 3, 0, 2}), dy}, DType::kFloat64, rev);
+  REQUIRE(gr.ok());
+  CHECK(gr->ToVector<double>() == std::vector<double>{0, 0, 32, 1});
+  auto bad = RunKernel("CumprodGrad", {x, Tensor::FromVector<double>({1, 1})}, DType::kFloat64);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("must match"));
 }
