@@ -397,10 +397,29 @@ Status RegisterNNOps(OpRegistry& reg) {
         return Status::OK();
       })
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
-        // Only the loss output is differentiated (as TensorFlow without second order).
-        Output dlogits = RowScale(g, dy[0], Out(g, n, 1));
-        Output dlabels = RowScale(g, ops::Neg(g, dy[0]), ops::LogSoftmax(g, n.inputs[0]));
-        return std::vector<Output>{dlogits, dlabels};
+        // loss = -sum(labels * log softmax(logits)), backprop = softmax - labels.
+        std::vector<Output> grads(2);
+        const Output logits = n.inputs[0], labels = n.inputs[1];
+        if (dy[0].valid()) {
+          // d loss / d logits = softmax * sum(labels) - labels: backprop
+          // itself only for labels that sum to 1 (TensorFlow returns
+          // backprop for any labels, which is not the loss's derivative).
+          const Output backprop = Out(g, n, 1);
+          const Output mass = ops::Sum(g, labels, {-1}, ops::ReduceAttrs{true});
+          const Output exact = ops::Sub(g, ops::Mul(g, ops::Add(g, backprop, labels), mass), labels);
+          grads[0] = RowScale(g, dy[0], exact);
+          grads[1] = RowScale(g, ops::Neg(g, dy[0]), ops::LogSoftmax(g, logits));
+        }
+        if (dy.size() > 1 && dy[1].valid()) {
+          // Through backprop (a second-order use, e.g. a gradient penalty):
+          // softmax's adjoint for the logits, -dy for the labels. It was
+          // silently zero.
+          const Output d_logits = g.Add1("SoftmaxGrad", {ops::Softmax(g, logits), dy[1]});
+          const Output d_labels = ops::Neg(g, dy[1]);
+          grads[0] = grads[0].valid() ? ops::Add(g, grads[0], d_logits) : d_logits;
+          grads[1] = grads[1].valid() ? ops::Add(g, grads[1], d_labels) : d_labels;
+        }
+        return grads;
       })
       .Summary("Per-example softmax cross entropy (loss [batch], backprop [batch, classes]).")
       .Build()));

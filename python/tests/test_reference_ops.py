@@ -648,6 +648,10 @@ GRADS = {
                      [R(2, 3)]),
     "sparse_softmax_xent": (lambda l: sf.nn.sparse_softmax_cross_entropy_with_logits(np.array([2, 0], np.int32), l),
                             [R(2, 3)]),
+    # Labels that do not sum to 1, both inputs: the loss's own derivative, not softmax - labels.
+    "softmax_xent_any_labels": (lambda l, y: O.softmax_cross_entropy_with_logits(l, y)[0], [R(2, 3), R(2, 3)]),
+    # Through the backprop output (softmax - labels): it was silently zero.
+    "softmax_xent_backprop": (lambda l, y: O.softmax_cross_entropy_with_logits(l, y)[1], [R(2, 3), R(2, 3)]),
     "bias_add": (O.bias_add, [R(2, 3, 4), R(4)]), "l2_loss": (O.l2_loss, [R(3, 4)]),
     "select_bcast": (lambda a, b: O.select(np.array([True, False, True]), a, b), [R(2, 3), R(3)]),
     "cumsum_excl_rev": (lambda x: O.cumsum(x, axis=0, exclusive=True, reverse=True), [R(3, 4)]),
