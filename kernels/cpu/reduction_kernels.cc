@@ -302,12 +302,11 @@ class ArgMaxKernel : public OpKernel {
   int64_t axis_ = 0;
 };
 
-// Cumsum / Cumprod along one axis of the collapsed [outer, len, inner] view:
-// a running row of `inner` accumulators, so the inner loop is vectorised.
-template <typename T, typename R>
-class ScanKernel : public OpKernel {
+// The attrs of the scans (axis, exclusive, reverse) and the collapsed
+// [outer, len, inner] view of an input along the axis.
+class ScanKernelBase : public OpKernel {
  public:
-  ScanKernel(const KernelInit& init, Status* s) : op_(init.op) {
+  ScanKernelBase(const KernelInit& init, Status* s) : op_(init.op) {
     auto a = init.AttrOr<int64_t>("axis", 0);
     auto e = init.AttrOr<bool>("exclusive", false);
     auto r = init.AttrOr<bool>("reverse", false);
@@ -318,21 +317,43 @@ class ScanKernel : public OpKernel {
     exclusive_ = *e;
     reverse_ = *r;
   }
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
+
+ protected:
+  // x's view along the axis; false (the step's status set) when the axis is
+  // out of range for x.
+  bool Layout(OpKernelContext* ctx, const Tensor& x, int64_t* outer, int64_t* len, int64_t* inner) const {
     const int r = x.rank();
     if (axis_ < -r || axis_ >= r) {
       ctx->SetStatus(InvalidArgument(op_ + " axis " + std::to_string(axis_) +
                                      " is out of range for shape " + ShapeString(x.shape())));
-      return;
+      return false;
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + r : axis_);
-    int64_t outer = 1, inner = 1;
+    *outer = 1;
+    *inner = 1;
     for (int i = 0; i < r; ++i) {
-      if (i < axis) outer *= x.dim(i);
-      if (i > axis) inner *= x.dim(i);
+      if (i < axis) *outer *= x.dim(i);
+      if (i > axis) *inner *= x.dim(i);
     }
-    const int64_t len = x.dim(axis);
+    *len = x.dim(axis);
+    return true;
+  }
+
+  std::string op_;
+  int64_t axis_ = 0;
+  bool exclusive_ = false, reverse_ = false;
+};
+
+// Cumsum / Cumprod along one axis of the collapsed [outer, len, inner] view:
+// a running row of `inner` accumulators, so the inner loop is vectorised.
+template <typename T, typename R>
+class ScanKernel : public ScanKernelBase {
+ public:
+  using ScanKernelBase::ScanKernelBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    int64_t outer, len, inner;
+    if (!Layout(ctx, x, &outer, &len, &inner)) return;
     Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
     if (out.num_elements() == 0) return;
     const T* src = x.data<T>();
@@ -357,11 +378,6 @@ class ScanKernel : public OpKernel {
       }
     });
   }
-
- private:
-  std::string op_;
-  int64_t axis_ = 0;
-  bool exclusive_ = false, reverse_ = false;
 };
 
 // CumprodGrad(x, dy): the gradient of Cumprod(x) with the same attrs,
@@ -371,40 +387,19 @@ class ScanKernel : public OpKernel {
 // and an exclusive one dx_q = P_q * T_q with T_q = dy_{q+1} + x_{q+1} T_{q+1}:
 // one pass forward for P, one backward for S or T, rows of `inner` at once.
 template <typename T>
-class CumprodGradKernel : public OpKernel {
+class CumprodGradKernel : public ScanKernelBase {
  public:
-  CumprodGradKernel(const KernelInit& init, Status* s) {
-    auto a = init.AttrOr<int64_t>("axis", 0);
-    auto e = init.AttrOr<bool>("exclusive", false);
-    auto r = init.AttrOr<bool>("reverse", false);
-    for (const Status& st : {a.status(), e.status(), r.status()})
-      if (!st.ok() && s->ok()) *s = st;
-    if (!s->ok()) return;
-    axis_ = *a;
-    exclusive_ = *e;
-    reverse_ = *r;
-  }
+  using ScanKernelBase::ScanKernelBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& dy = ctx->input(1);
-    const int r = x.rank();
     if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
       ctx->SetStatus(InvalidArgument("CumprodGrad: dy is " + dy.DebugString(0) + ", x is " + x.DebugString(0) +
                                      "; they must match"));
       return;
     }
-    if (axis_ < -r || axis_ >= r) {
-      ctx->SetStatus(InvalidArgument("CumprodGrad axis " + std::to_string(axis_) + " is out of range for shape " +
-                                     ShapeString(x.shape())));
-      return;
-    }
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + r : axis_);
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < r; ++i) {
-      if (i < axis) outer *= x.dim(i);
-      if (i > axis) inner *= x.dim(i);
-    }
-    const int64_t len = x.dim(axis);
+    int64_t outer, len, inner;
+    if (!Layout(ctx, x, &outer, &len, &inner)) return;
     Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
     if (out.num_elements() == 0) return;
     const T* xs = x.data<T>();
@@ -435,10 +430,6 @@ class CumprodGradKernel : public OpKernel {
       }
     });
   }
-
- private:
-  int64_t axis_ = 0;
-  bool exclusive_ = false, reverse_ = false;
 };
 
 // SumToShape(grad, shape): sums grad over the axes that broadcasting from
