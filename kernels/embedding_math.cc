@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <type_traits>
 
 namespace sf {
@@ -343,10 +344,8 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
   SF_RETURN_IF_ERROR(ShardPart(s, q, &rows, &segs));
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t dim = table.dim(1);
-  *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
   const std::vector<float> w = SegmentWeights(q);
   const float* src = table.data<float>();
-  float* dst = out->data<float>();
   // Rows are scattered over a big table: fetch a few ids ahead so the cache
   // misses overlap (measured: the gather is bound by them).
   constexpr int64_t kAhead = 8;
@@ -356,25 +355,58 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
   const int64_t* sp = segs.data();
   const float* wp = w.data();
   const bool weighted = q.combiner != EmbeddingCombiner::kSum;  // sum: every weight is 1
-  auto gather = [=](int64_t begin, int64_t end) {
-    // Captured by value: the loop keeps them in registers, not reloaded
-    // after every store.
+  bool sorted = true;
+  for (int64_t i = 1; sorted && i < n; ++i) sorted = sp[i - 1] <= sp[i];
+  if (!sorted || n == 0) {
+    *out = Tensor::Zeros(DType::kFloat32, {q.num_segments, dim});
+    float* dst = out->data<float>();
     WithRowWidth(dim, [=](auto width) {
       constexpr int D = decltype(width)::value;
-      for (int64_t i = begin; i < end; ++i) {
-        if (i + kAhead < end) PrefetchRow(src + rp[i + kAhead] * dim, dim);
+      for (int64_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) PrefetchRow(src + rp[i + kAhead] * dim, dim);
         const int64_t sg = sp[i];
         AddRow<D>(dst + sg * dim, src + rp[i] * dim, weighted ? wp[sg] : 1.0f, dim);
       }
     });
+    return Status::OK();
+  }
+  // Segments in order (a dense [batch, k] lookup, or a split's part): each
+  // output row is written once, its first id set and the rest added while
+  // the row is in L1, and only rows no id reaches are zeroed, instead of
+  // zero-filling the whole output and then adding every id into it.
+  *out = Tensor(DType::kFloat32, {q.num_segments, dim});
+  float* dst = out->data<float>();
+  const int64_t num_segments = q.num_segments;
+  // Ids [begin, end) (starting where a segment starts) fill output rows
+  // [seg_lo, seg_hi): theirs, and the untouched ones up to the next block's.
+  auto gather = [=](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    const int64_t seg_lo = begin == 0 ? 0 : sp[begin];
+    const int64_t seg_hi = end == n ? num_segments : sp[end];
+    WithRowWidth(dim, [=](auto width) {
+      constexpr int D = decltype(width)::value;
+      int64_t next = seg_lo;  // the first row not written yet
+      for (int64_t i = begin; i < end;) {
+        const int64_t sg = sp[i];
+        if (sg > next) std::fill(dst + next * dim, dst + sg * dim, 0.0f);
+        float* row = dst + sg * dim;
+        const float wt = weighted ? wp[sg] : 1.0f;
+        if (i + kAhead < end) PrefetchRow(src + rp[i + kAhead] * dim, dim);
+        SetRow<D>(row, src + rp[i] * dim, wt, dim);
+        for (++i; i < end && sp[i] == sg; ++i) {
+          if (i + kAhead < end) PrefetchRow(src + rp[i + kAhead] * dim, dim);
+          AddRow<D>(row, src + rp[i] * dim, wt, dim);
+        }
+        next = sg + 1;
+      }
+      if (seg_hi > next) std::fill(dst + next * dim, dst + seg_hi * dim, 0.0f);
+    });
   };
-  bool sorted = pool != nullptr && pool->num_threads() > 1 && n >= 8192;
-  for (int64_t i = 1; sorted && i < n; ++i) sorted = sp[i - 1] <= sp[i];
-  if (!sorted) {
+  if (pool == nullptr || pool->num_threads() <= 1 || n < 8192) {
     gather(0, n);
     return Status::OK();
   }
-  // Blocks start where a segment starts, so no two threads add to one row.
+  // Blocks start where a segment starts, so no two threads write one row.
   auto boundary = [&](int64_t p) {
     while (p > 0 && p < n && sp[p] == sp[p - 1]) ++p;
     return p;
@@ -641,54 +673,61 @@ Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const 
 
 namespace {
 
-// Every id's shard and local row under fixed partitioning s, in one pass;
-// InvalidArgument naming the table and the first id outside [0, rows).
+// Every id's shard and local row under fixed partitioning s, in one pass
+// that also checks the range (an id outside it yields garbage row and shard
+// values, never read: the pass then reports it); InvalidArgument naming the
+// table and the first id outside [0, rows).
 Status ShardRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n, int64_t* row, int32_t* shard) {
   const int64_t K = s.num_shards;
-  for (int64_t i = 0; i < n; ++i)
-    if (static_cast<uint64_t>(ids[i]) >= static_cast<uint64_t>(s.rows)) return InvalidArgument(OutOfRange(s, ids[i]));
+  const uint64_t rows = static_cast<uint64_t>(s.rows);
+  bool bad = false;
   if (K == 1) {
-    std::copy(ids, ids + n, row);
-    std::fill(shard, shard + n, 0);
-    return Status::OK();
-  }
-  if (s.partition == EmbeddingPartition::kMod && (K & (K - 1)) == 0) {  // K = 2^b: shift and mask
+    for (int64_t i = 0; i < n; ++i) {
+      bad |= static_cast<uint64_t>(ids[i]) >= rows;
+      row[i] = ids[i];
+      shard[i] = 0;
+    }
+  } else if (s.partition == EmbeddingPartition::kMod && (K & (K - 1)) == 0) {  // K = 2^b: shift and mask
     const int b = __builtin_ctzll(static_cast<unsigned long long>(K));
     for (int64_t i = 0; i < n; ++i) {
+      bad |= static_cast<uint64_t>(ids[i]) >= rows;
       row[i] = ids[i] >> b;
       shard[i] = static_cast<int32_t>(ids[i] & (K - 1));
     }
-    return Status::OK();
-  }
-  if (s.partition == EmbeddingPartition::kMod) {
+  } else if (s.partition == EmbeddingPartition::kMod) {
     const FastDiv div(K);
     for (int64_t i = 0; i < n; ++i) {
+      bad |= static_cast<uint64_t>(ids[i]) >= rows;
       int64_t r;
       div.Divide(ids[i], &row[i], &r);
       shard[i] = static_cast<int32_t>(r);
     }
-    return Status::OK();
-  }
-  const int64_t base = s.rows / K, extra = s.rows % K;
-  const int64_t split = extra * (base + 1);  // ids below it live in the bigger shards
-  const FastDiv big(base + 1), small(base);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t k;
-    if (ids[i] < split) {
-      big.Divide(ids[i], &k, &row[i]);
-    } else {
-      small.Divide(ids[i] - split, &k, &row[i]);
-      k += extra;
+  } else {
+    const int64_t base = s.rows / K, extra = s.rows % K;
+    const int64_t split = extra * (base + 1);  // ids below it live in the bigger shards
+    const FastDiv big(base + 1), small(base);
+    for (int64_t i = 0; i < n; ++i) {
+      bad |= static_cast<uint64_t>(ids[i]) >= rows;
+      int64_t k;
+      if (ids[i] < split) {
+        big.Divide(ids[i], &k, &row[i]);
+      } else {
+        small.Divide(ids[i] - split, &k, &row[i]);
+        k += extra;
+      }
+      shard[i] = static_cast<int32_t>(k);
     }
-    shard[i] = static_cast<int32_t>(k);
   }
+  if (!bad) return Status::OK();
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<uint64_t>(ids[i]) >= rows) return InvalidArgument(OutOfRange(s, ids[i]));
   return Status::OK();
 }
 
 }  // namespace
 
 Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
-                         EmbeddingIdSplit* out) {
+                         EmbeddingIdSplit* out, ComputePool* pool) {
   const EmbeddingShardSpec& s = a.spec;
   const std::string who = "embedding table '" + s.table + "'";
   SF_RETURN_IF_ERROR(CheckShardSpec(s));
@@ -699,35 +738,68 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
   Shape prefix;
   SF_RETURN_IF_ERROR(BuildEmbeddingGather(a, ids, segments, &q, &prefix));
   const int64_t n = q.ids.num_elements(), K = s.num_shards;
-  // Pass 1: every id's shard and local row (checked), and the shards' sizes.
+  const int64_t* id = q.ids.data<int64_t>();
+  const int64_t* seg = q.segment_ids.data<int64_t>();
+  // Dense and offset lookups get their segment ids from BuildEmbeddingGather,
+  // in range by construction; a caller's own segment ids are checked here.
+  if (a.segments == EmbeddingSegments::kSegmentIds)
+    for (int64_t i = 0; i < n; ++i)
+      if (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments))
+        return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
+                               std::to_string(i) + " is out of range [0, " + std::to_string(q.num_segments) + ")");
+  // The batch in chunks, one per thread for big batches (the lookups all
+  // wait for the split): pass 1 gives every id its shard and local row and
+  // counts each chunk's ids per shard; pass 2 writes each chunk's ids at its
+  // offsets, so each shard's part stays in batch order.
   thread_local std::vector<int64_t> local;  // per-thread scratch
   thread_local std::vector<int32_t> shard_of;
   local.resize(n);
   shard_of.resize(n);
-  std::vector<int64_t> count(K, 0);
-  const int64_t* id = q.ids.data<int64_t>();
-  const int64_t* seg = q.segment_ids.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments))
-      return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
-                             std::to_string(i) + " is out of range [0, " + std::to_string(q.num_segments) + ")");
-  SF_RETURN_IF_ERROR(ShardRowsOf(s, id, n, local.data(), shard_of.data()));
-  for (int64_t i = 0; i < n; ++i) ++count[shard_of[i]];
-  // Pass 2: each shard's rows and segments, in batch order.
+  int64_t* lp = local.data();
+  int32_t* sp = shard_of.data();
+  const int64_t chunks =
+      pool != nullptr && pool->num_threads() > 1 && n >= 16384 ? std::min<int64_t>(pool->num_threads(), 8) : 1;
+  auto chunk_begin = [n, chunks](int64_t c) { return n * c / chunks; };
+  std::vector<int64_t> count(chunks * K, 0);  // [chunk][shard]
+  std::vector<Status> status(chunks);
+  auto each_chunk = [&](const std::function<void(int64_t)>& fn) {
+    if (chunks == 1) return fn(0);
+    pool->ParallelFor(chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) fn(c);
+    });
+  };
+  each_chunk([&](int64_t c) {
+    const int64_t b = chunk_begin(c), e = chunk_begin(c + 1);
+    status[c] = ShardRowsOf(s, id + b, e - b, lp + b, sp + b);
+    if (!status[c].ok()) return;
+    int64_t* cnt = count.data() + c * K;
+    for (int64_t i = b; i < e; ++i) ++cnt[sp[i]];
+  });
+  for (const Status& st : status) SF_RETURN_IF_ERROR(st);  // the first chunk's error: the first bad id
   out->rows.clear();
   out->segments.clear();
-  std::vector<int64_t*> r(K), g(K);
+  std::vector<int64_t> offset(chunks * K);  // where chunk c's ids of shard k start in its part
   for (int64_t k = 0; k < K; ++k) {
-    out->rows.emplace_back(DType::kInt64, Shape{count[k]});
-    out->segments.emplace_back(DType::kInt64, Shape{count[k]});
-    r[k] = out->rows.back().data<int64_t>();
-    g[k] = out->segments.back().data<int64_t>();
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      offset[c * K + k] = total;
+      total += count[c * K + k];
+    }
+    out->rows.emplace_back(DType::kInt64, Shape{total});
+    out->segments.emplace_back(DType::kInt64, Shape{total});
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t k = shard_of[i];
-    *r[k]++ = local[i];
-    *g[k]++ = seg[i];
-  }
+  each_chunk([&](int64_t c) {
+    std::vector<int64_t*> r(K), g(K);
+    for (int64_t k = 0; k < K; ++k) {
+      r[k] = out->rows[k].data<int64_t>() + offset[c * K + k];
+      g[k] = out->segments[k].data<int64_t>() + offset[c * K + k];
+    }
+    for (int64_t i = chunk_begin(c), e = chunk_begin(c + 1); i < e; ++i) {
+      const int32_t k = sp[i];
+      *r[k]++ = lp[i];
+      *g[k]++ = seg[i];
+    }
+  });
   const std::vector<float> w = SegmentWeights(q);
   out->weights = Tensor(DType::kFloat32, {q.num_segments});
   std::copy(w.begin(), w.end(), out->weights.data<float>());

@@ -198,10 +198,11 @@ struct EmbeddingIdSplit {
 // Splits one lookup's ids (inputs as for BuildEmbeddingGather; a.spec.shard
 // is ignored) over the table's fixed shards in two passes over the ids
 // (shard and row of each id, then each shard's part), so that each shard op
-// then reads only its own. InvalidArgument naming the table for an id out of
-// range, a bad segment or offset, a hash table or combiner none.
+// then reads only its own; big batches in chunks on pool's threads (null:
+// the caller's). InvalidArgument naming the table for an id out of range, a
+// bad segment or offset, a hash table or combiner none.
 Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
-                         EmbeddingIdSplit* out);
+                         EmbeddingIdSplit* out, ComputePool* pool = nullptr);
 
 // The gather of one shard from its part of a split (segments "split": local
 // rows, segment ids, weights), checked as far as it can be without the shard

@@ -211,7 +211,8 @@ class EmbeddingSplitIdsKernel : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     EmbeddingIdSplit split;
-    Status s = SplitEmbeddingIds(attrs_, ctx->input(0), ctx->num_inputs() > 1 ? &ctx->input(1) : nullptr, &split);
+    Status s = SplitEmbeddingIds(attrs_, ctx->input(0), ctx->num_inputs() > 1 ? &ctx->input(1) : nullptr, &split,
+                                 ctx->pool());
     if (!s.ok()) return ctx->SetStatus(std::move(s));
     const int64_t K = attrs_.spec.num_shards;
     for (int64_t k = 0; k < K; ++k) {

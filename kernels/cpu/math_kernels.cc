@@ -77,8 +77,19 @@ class AddNKernel : public OpKernel {
     }
     Tensor& out = ctx->allocate_output(0, x0.dtype(), x0.shape());
     const int64_t m = out.num_elements();
-    Assign(ctx, m, out.flat<T>(), x0.flat<T>() + ctx->input(1).flat<T>());
-    for (int i = 2; i < n; ++i) Assign(ctx, m, out.flat<T>(), out.flat<T>() + ctx->input(i).flat<T>());
+    // Up to four inputs per pass: one read of each and one write of the sum
+    // (and one dispatch to the pool), not a pass per input over the output.
+    auto in = [&](int i) { return ctx->input(i).flat<T>(); };
+    auto o = out.flat<T>();
+    int i = 0;
+    switch (n) {
+      case 2: Assign(ctx, m, o, in(0) + in(1)); i = 2; break;
+      case 3: Assign(ctx, m, o, in(0) + in(1) + in(2)); i = 3; break;
+      default: Assign(ctx, m, o, in(0) + in(1) + in(2) + in(3)); i = 4; break;
+    }
+    for (; i + 3 <= n; i += 3) Assign(ctx, m, o, o + in(i) + in(i + 1) + in(i + 2));
+    if (n - i == 2) Assign(ctx, m, o, o + in(i) + in(i + 1));
+    else if (n - i == 1) Assign(ctx, m, o, o + in(i));
   }
 };
 

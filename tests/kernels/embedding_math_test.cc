@@ -253,3 +253,36 @@ TEST_CASE("Split ids name the bad id, segment or local row", "[embedding]") {
   a.spec.partition = EmbeddingPartition::kHash;
   CHECK(SplitEmbeddingIds(a, ids, &segs, &split).message().find("hash") != std::string::npos);
 }
+
+TEST_CASE("A big split runs in chunks on the pool, with the same parts and the first bad id", "[embedding]") {
+  ComputePool pool(2);
+  for (auto partition : {EmbeddingPartition::kMod, EmbeddingPartition::kRange}) {
+    for (int64_t shards : {2, 3, 4}) {
+      INFO("partition " << static_cast<int>(partition) << ", " << shards << " shards");
+      EmbeddingOpAttrs a;
+      a.spec = EmbeddingShardSpec{"tbl", 1'000'003, shards, 0, partition};
+      a.segments = EmbeddingSegments::kDense;
+      std::mt19937_64 rng(7);
+      std::vector<int64_t> v(4096 * 8);
+      for (auto& x : v) x = static_cast<int64_t>(rng() % 1'000'003);
+      const Tensor ids = Tensor::FromVector<int64_t>(v, {4096, 8});
+      EmbeddingIdSplit one, chunked;
+      REQUIRE(SplitEmbeddingIds(a, ids, nullptr, &one).ok());
+      REQUIRE(SplitEmbeddingIds(a, ids, nullptr, &chunked, &pool).ok());
+      int64_t total = 0;
+      for (int64_t k = 0; k < shards; ++k) {
+        CHECK(chunked.rows[k].ToVector<int64_t>() == one.rows[k].ToVector<int64_t>());
+        CHECK(chunked.segments[k].ToVector<int64_t>() == one.segments[k].ToVector<int64_t>());
+        total += one.rows[k].num_elements();
+      }
+      CHECK(total == 4096 * 8);
+      // Bad ids in both chunks: the error names the first in the batch.
+      std::vector<int64_t> bad = v;
+      bad[30000] = -5;
+      bad[20000] = 1'000'003;
+      Status s = SplitEmbeddingIds(a, Tensor::FromVector<int64_t>(bad, {4096, 8}), nullptr, &chunked, &pool);
+      CHECK(s.message().find("1000003") != std::string::npos);
+      CHECK(s.message().find("-5") == std::string::npos);
+    }
+  }
+}

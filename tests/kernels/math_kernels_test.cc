@@ -226,3 +226,23 @@ TEST_CASE("CumprodGrad is exact where x holds zeros", "[math]") {
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("must match"));
 }
+
+TEST_CASE("AddN sums any number of inputs, small and split over the pool", "[math]") {
+  ComputePool pool(2);
+  for (int64_t len : {int64_t{5}, int64_t{100'003}}) {
+    for (int n = 1; n <= 9; ++n) {
+      INFO(n << " inputs of " << len);
+      std::vector<Tensor> ins;
+      std::vector<double> want(len, 0.0);
+      for (int k = 0; k < n; ++k) {
+        std::vector<double> v(len);
+        for (int64_t i = 0; i < len; ++i) v[i] = static_cast<double>((i * 7 + k * 13) % 101) - 50.0 + k * 0.25;
+        for (int64_t i = 0; i < len; ++i) want[i] += v[i];
+        ins.push_back(Tensor::FromVector<double>(v));
+      }
+      auto r = RunKernel("AddN", ins, DType::kFloat64, {}, &pool);
+      REQUIRE(r.ok());
+      CHECK(r->ToVector<double>() == want);
+    }
+  }
+}
