@@ -34,6 +34,21 @@ std::string LoopFrame(const Graph& g, int id) {
   return f.ok() ? *f : "";
 }
 
+// The loop frame node id is built in: the frame of the first Enter up its
+// first inputs ("" at the top level, or when the walk leaves a loop first).
+std::string FrameOf(const Graph& g, int id) {
+  const Node* n = &g.node(id);
+  for (int hop = 0; hop < 64; ++hop) {
+    if (n->op == "Enter") {
+      auto f = n->attrs.GetOr<std::string>("frame_name", "");
+      return f.ok() ? *f : "";
+    }
+    if (n->op == "Exit" || n->inputs.empty()) return "";
+    n = &g.node(n->inputs[0].node);
+  }
+  return "";
+}
+
 }  // namespace
 
 Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
@@ -75,6 +90,29 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
       if (!from_x[id] && node.op == "Exit" && frames_from_x.count(LoopFrame(g, id))) from_x[id] = 1;
     }
     if (from_x[id] && node.op == "Enter") frames_from_x.insert(LoopFrame(g, id));
+  }
+
+  // A loop's gradient reads the forward values back from stacks (StackPush
+  // in the loop, StackPop in the gradient's loop), joined by a stack name,
+  // not a data edge. A gradient through such values (a second-order
+  // gradient through a while loop) would leave them out, a wrong answer
+  // without an error: refuse it.
+  std::set<std::string> pushed_from_x;
+  for (int id = 0; id < n; ++id) {
+    const Node& node = g.node(id);
+    if (node.op == "StackPush" && !node.inputs.empty() && from_x[node.inputs[0].node])
+      pushed_from_x.insert(node.attrs.GetOr<std::string>("stack_name", "").value());
+  }
+  for (int id = 0; id < n && !pushed_from_x.empty(); ++id) {
+    const Node& node = g.node(id);
+    // Inside a loop body only the loop's Exit is seen to reach y: a pop in
+    // a frame that reaches y does.
+    if (node.op != "StackPop" || !(to_y[id] || frames_to_y.count(FrameOf(g, id)))) continue;
+    const std::string stack = node.attrs.GetOr<std::string>("stack_name", "").value();
+    if (pushed_from_x.count(stack))
+      return Unimplemented("the gradient goes through the values a while loop stored for its own gradient (node '" +
+                           node.name + "', stack '" + stack +
+                           "'): second-order gradients through while loops are not supported");
   }
 
   std::map<Output, std::vector<Output>> contributions;

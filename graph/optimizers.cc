@@ -5,6 +5,7 @@
 // kernels/optimizer_spec.h; the classes below only give the values.
 #include "shardflow/optimizers.h"
 
+#include <cmath>
 #include <map>
 
 #include "graph/op_registry.h"
@@ -182,6 +183,7 @@ Output Optimizer::LearningRate(Graph& g, Output grad, double constant) {
 
 Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<Output>& var_list) {
   SF_RETURN_IF_ERROR(g.status());
+  SF_RETURN_IF_ERROR(Validate());
   if (!loss.valid()) return InvalidArgument(name() + ".Minimize: the loss is invalid");
   std::vector<Output> handles;
   if (var_list.empty()) {
@@ -248,6 +250,7 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
 Result<Operation> Optimizer::ApplyGradients(Graph& g,
                                       const std::vector<std::pair<Output, Output>>& grads_and_vars) {
   SF_RETURN_IF_ERROR(g.status());
+  SF_RETURN_IF_ERROR(Validate());
   std::vector<int> updates;
   for (const auto& gv : grads_and_vars) {
     Output h = ops::VariableHandle(gv.second);
@@ -265,12 +268,34 @@ Result<Operation> Optimizer::ApplyGradients(Graph& g,
   return op;
 }
 
+std::string Optimizer::SlotScope(Graph& g, Output handle) {
+  const std::string var = SharedName(handle);
+  const auto key = std::make_pair(static_cast<const Graph*>(&g), var);
+  auto it = slot_scopes_.find(key);
+  if (it != slot_scopes_.end()) return it->second;
+  // Taken: some slot variable of var is named under the scope already.
+  auto taken = [&](const std::string& scope) {
+    const std::string prefix = var + "/" + scope + "/";
+    for (int i = 0; i < g.num_nodes(); ++i) {
+      const Node& n = g.node(i);
+      if (n.op != "VarHandle") continue;
+      auto s = n.attrs.GetOr<std::string>("shared_name", "");
+      if (s.ok() && s->compare(0, prefix.size(), prefix) == 0) return true;
+    }
+    return false;
+  };
+  std::string scope = name();
+  for (int k = 1; !var.empty() && taken(scope); ++k) scope = name() + "_" + std::to_string(k);
+  slot_scopes_.emplace(key, scope);
+  return scope;
+}
+
 Output Optimizer::Slot(Graph& g, Output handle, const std::string& slot_name, double init) {
-  return DenseSlot(g, name(), handle, slot_name, init);
+  return DenseSlot(g, SlotScope(g, handle), handle, slot_name, init);
 }
 
 Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value) {
-  return ScalarSlotOf(g, name(), handle, slot_name, std::move(value));
+  return ScalarSlotOf(g, SlotScope(g, handle), handle, slot_name, std::move(value));
 }
 
 // ---- sparse updates of embedding shards ------------------------------------
@@ -298,38 +323,55 @@ Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vect
 }
 
 Output Optimizer::FilledSlot(Graph& g, Output handle, const std::string& slot_name, double init) {
-  return FilledSlotOf(g, name(), handle, slot_name, init);
+  return FilledSlotOf(g, SlotScope(g, handle), handle, slot_name, init);
 }
 
 // ---- each optimizer: its slots' initial values and its hyperparameters ------
 
 Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, grad.dtype(), {}, false);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kGradientDescent, handle, grad.dtype(), {}, false);
   return AddUpdate(g, OptimizerKind::kGradientDescent, std::move(h), {LearningRate(g, grad, lr_)},
                    grad);
 }
 
 Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kGradientDescent).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy);
 }
 
 Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kMomentum, handle, grad.dtype(), {0.0}, false);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kMomentum, handle, grad.dtype(), {0.0}, false);
   AttrMap a;
   a.Set("use_nesterov", nesterov_);
   return AddUpdate(g, OptimizerKind::kMomentum, std::move(h),
                    {LearningRate(g, grad, lr_), Hyper(g, grad, momentum_)}, grad, std::move(a));
 }
 
+// An accumulator that starts at 0 divides 0 by 0 where a gradient is 0 (NaN
+// rows); TensorFlow refuses it too.
+static Status PositiveAccumulator(const std::string& opt, double init) {
+  if (init > 0 && std::isfinite(init)) return Status::OK();
+  return InvalidArgument(opt + ": initial_accumulator_value must be positive and finite, got " + std::to_string(init));
+}
+
+Status AdagradOptimizer::Validate() const { return PositiveAccumulator(name(), init_); }
+Status RowwiseAdagradOptimizer::Validate() const { return PositiveAccumulator(name(), init_); }
+Status FtrlOptimizer::Validate() const {
+  if (!(init_ >= 0) || !std::isfinite(init_))
+    return InvalidArgument(name() + ": initial_accumulator_value must be >= 0 and finite, got " + std::to_string(init_));
+  if (!(power_ <= 0))
+    return InvalidArgument(name() + ": learning_rate_power must be <= 0, got " + std::to_string(power_));
+  return Status::OK();
+}
+
 Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kAdagrad, handle, grad.dtype(), {init_}, false);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdagrad, handle, grad.dtype(), {init_}, false);
   return AddUpdate(g, OptimizerKind::kAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
 }
 
 Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kAdagrad, handle, dy.dtype(), {init_}, true);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdagrad, handle, dy.dtype(), {init_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdagrad).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
 }
@@ -339,7 +381,7 @@ Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   // step), advanced by the update itself beside the variable: no separate op
   // races them.
   const DType dt = grad.valid() ? grad.dtype() : DType::kFloat32;
-  auto h = UpdateHandles(g, name(), OptimizerKind::kAdam, handle, dt, {0.0, 0.0, beta1_, beta2_},
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdam, handle, dt, {0.0, 0.0, beta1_, beta2_},
                          false);
   return AddUpdate(g, OptimizerKind::kAdam, std::move(h),
                    {LearningRate(g, grad, lr_), Hyper(g, grad, beta1_), Hyper(g, grad, beta2_),
@@ -348,7 +390,7 @@ Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
 }
 
 Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kAdam, handle, DType::kFloat32,
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdam, handle, DType::kFloat32,
                          {0.0, 0.0, beta1_, beta2_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdam).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, beta1_), Hyper(g, dy, beta2_),
@@ -357,18 +399,18 @@ Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, O
 }
 
 Result<int> RowwiseAdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kRowwiseAdagrad, handle, grad.dtype(), {init_}, false);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kRowwiseAdagrad, handle, grad.dtype(), {init_}, false);
   return AddUpdate(g, OptimizerKind::kRowwiseAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
 }
 
 Result<int> RowwiseAdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kRowwiseAdagrad, handle, dy.dtype(), {init_}, true);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kRowwiseAdagrad, handle, dy.dtype(), {init_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kRowwiseAdagrad).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
 }
 
 Result<int> FtrlOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kFtrl, handle, grad.dtype(), {init_, 0.0}, false);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kFtrl, handle, grad.dtype(), {init_, 0.0}, false);
   return AddUpdate(g, OptimizerKind::kFtrl, std::move(h),
                    {LearningRate(g, grad, lr_), Hyper(g, grad, l1_), Hyper(g, grad, l2_),
                     Hyper(g, grad, power_)},
@@ -376,7 +418,7 @@ Result<int> FtrlOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
 }
 
 Result<int> FtrlOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, name(), OptimizerKind::kFtrl, handle, dy.dtype(), {init_, 0.0}, true);
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kFtrl, handle, dy.dtype(), {init_, 0.0}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kFtrl).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, l1_), Hyper(g, dy, l2_),
                          Hyper(g, dy, power_)},
@@ -385,7 +427,7 @@ Result<int> FtrlOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, O
 
 Result<int> RMSPropOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   // TF1's RMSPropOptimizer starts the mean square at one.
-  auto h = UpdateHandles(g, name(), OptimizerKind::kRMSProp, handle, grad.dtype(), {1.0, 0.0},
+  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kRMSProp, handle, grad.dtype(), {1.0, 0.0},
                          false);
   return AddUpdate(g, OptimizerKind::kRMSProp, std::move(h),
                    {LearningRate(g, grad, lr_), Hyper(g, grad, rho_), Hyper(g, grad, momentum_),

@@ -651,10 +651,14 @@ Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const 
     if (batch == 0 && n > 0) return InvalidArgument(who + ": " + std::to_string(n) + " ids but no bags");
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t end = b + 1 < batch ? o[b + 1] : n;
-      if ((b == 0 && o[0] != 0) || o[b] < 0 || o[b] > end || end > n)
+      if ((b == 0 && o[0] != 0) || o[b] < 0 || o[b] > end || end > n) {
+        // The offset that breaks the rule: this one, or the next (smaller
+        // than this one, or past the ids).
+        const int64_t bad = (b == 0 && o[0] != 0) || o[b] < 0 || b + 1 == batch ? b : b + 1;
         return InvalidArgument(who + ": offsets must start at 0 and be non-decreasing up to " +
-                               std::to_string(n) + " ids; offset " + std::to_string(b) + " is " +
-                               std::to_string(o[b]));
+                               std::to_string(n) + " ids; offset " + std::to_string(bad) + " is " +
+                               std::to_string(o[bad]));
+      }
       for (int64_t i = o[b]; i < end; ++i) seg[i] = b;
     }
     q->num_segments = batch;

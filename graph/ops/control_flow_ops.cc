@@ -201,9 +201,12 @@ class BuildContext {
       : g_(g), start_(start), pivot_(pivot_node), capture_(std::move(capture)),
         prev_(g.node_hook()) {
     g_.set_node_hook([this](std::vector<Output>* inputs, std::vector<int>* controls) {
-      for (Output& in : *inputs)
+      bool only_captured = gate_captured_ && !inputs->empty();
+      for (Output& in : *inputs) {
         if (in.valid() && in.graph == &g_ && in.node < start_) in = Capture(in);
-      if (inputs->empty() && pivot_ >= 0) controls->push_back(pivot_);
+        only_captured = only_captured && captured_values_.count(in) > 0;
+      }
+      if ((inputs->empty() || only_captured) && pivot_ >= 0) controls->push_back(pivot_);
       return Status::OK();
     });
   }
@@ -221,9 +224,17 @@ class BuildContext {
     Output c = capture_(v);
     g_.set_node_hook(mine);
     captured_[v] = c;
+    captured_values_.insert(c);
     return c;
   }
   void set_pivot(int pivot) { pivot_ = pivot; }
+  // In a loop, an outside value comes in through a constant Enter, alive in
+  // every iteration, the last (whose condition is false) included: a node
+  // fed by such values only must wait for the pivot too, or it runs in the
+  // last iteration and starts one more.
+  void set_gate_captured(bool on) { gate_captured_ = on; }
+  // True when v is what Capture brought an outside value in as.
+  bool IsCaptured(const Output& v) const { return captured_values_.count(v) > 0; }
   int start() const { return start_; }
 
  private:
@@ -233,6 +244,8 @@ class BuildContext {
   std::function<Output(Output)> capture_;
   Graph::NodeHook prev_;
   std::map<Output, Output> captured_;
+  std::set<Output> captured_values_;
+  bool gate_captured_ = false;
 };
 
 Status LoopError(Graph& g, const std::string& msg) {
@@ -342,6 +355,7 @@ Result<std::vector<Output>> WhileLoop(Graph& g, LoopCondFn cond_fn, LoopBodyFn b
     }
     SF_RETURN_IF_ERROR(g.status());
     ctx.set_pivot(body_in[0].node);
+    ctx.set_gate_captured(true);
     body_out = body_fn(g, body_in);
     SF_RETURN_IF_ERROR(g.status().WithPrefix(where + " body"));
     if (body_out.size() != loop_vars.size())
@@ -358,6 +372,9 @@ Result<std::vector<Output>> WhileLoop(Graph& g, LoopCondFn cond_fn, LoopBodyFn b
         return LoopError(g, var + " has shape " + loop_vars[i].shape().ToString() +
                                 " but the body returns shape " + body_out[i].shape().ToString());
       body_out[i] = ctx.Capture(body_out[i]);
+      // The body returned an outside value itself: pass it through a node
+      // that waits for the pivot (the hook adds the control input).
+      if (ctx.IsCaptured(body_out[i])) body_out[i] = ops::Identity(g, body_out[i], "body_out");
     }
     for (size_t i = 0; i < body_out.size(); ++i) {
       Output next = ops::NextIteration(g, body_out[i], "next_iteration");

@@ -325,7 +325,14 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("ReluGrad", {dy[0], Out(g, n, 0)})};
       })
       .Summary("max(x, 0).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  // The *Grad ops are differentiable too (second-order gradients: Hessians,
+  // gradient penalties): they were NotDifferentiable, and the walk dropped
+  // their terms without a word.
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReluGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // Linear in dy; piecewise constant in y.
+        return std::vector<Output>{g.Add1("ReluGrad", {dy[0], n.inputs[1]}), ops::ZerosLike(g, n.inputs[1])};
+      })
       .Summary("ReluGrad(dy, y): dy where y > 0, else 0.").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Sigmoid").Inputs(1).Shape(FloatUnchanged)
@@ -333,7 +340,13 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("SigmoidGrad", {Out(g, n, 0), dy[0]})};
       })
       .Summary("1 / (1 + exp(-x)).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SigmoidGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SigmoidGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // d/dy of dy0 y (1 - y) is dy0 (1 - 2y).
+        const Output y = n.inputs[0], d = n.inputs[1];
+        const Output one_minus_2y = ops::Sub(g, ops::OnesLike(g, y), ops::Add(g, y, y));
+        return std::vector<Output>{ops::Mul(g, ops::Mul(g, dy[0], d), one_minus_2y), g.Add1("SigmoidGrad", {y, dy[0]})};
+      })
       .Summary("SigmoidGrad(y, dy): dy * y * (1 - y).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Tanh").Inputs(1).Shape(FloatUnchanged)
@@ -341,7 +354,13 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("TanhGrad", {Out(g, n, 0), dy[0]})};
       })
       .Summary("tanh(x).").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TanhGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TanhGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // d/dy of dy0 (1 - y^2) is -2 y dy0.
+        const Output y = n.inputs[0], d = n.inputs[1];
+        const Output gy = ops::Neg(g, ops::Mul(g, ops::Mul(g, dy[0], d), ops::Add(g, y, y)));
+        return std::vector<Output>{gy, g.Add1("TanhGrad", {y, dy[0]})};
+      })
       .Summary("TanhGrad(y, dy): dy * (1 - y^2).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Softplus").Inputs(1).Shape(FloatUnchanged)
@@ -349,7 +368,13 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("SoftplusGrad", {dy[0], n.inputs[0]})};
       })
       .Summary("log(1 + exp(x)), computed stably.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftplusGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftplusGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // d/dx of dy0 sigmoid(x) is dy0 s (1 - s): SigmoidGrad(s, g dy0).
+        const Output d = n.inputs[0], x = n.inputs[1];
+        const Output gx = g.Add1("SigmoidGrad", {ops::Sigmoid(g, x), ops::Mul(g, dy[0], d)});
+        return std::vector<Output>{g.Add1("SoftplusGrad", {dy[0], x}), gx};
+      })
       .Summary("SoftplusGrad(dy, x): dy * sigmoid(x).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Elu").Inputs(1).Shape(FloatUnchanged)
@@ -357,7 +382,14 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("EluGrad", {dy[0], Out(g, n, 0)})};
       })
       .Summary("x if x > 0 else exp(x) - 1.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EluGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EluGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // dy0 (y + 1) where y <= 0: d/dy is dy0 there, 0 elsewhere.
+        const Output d = n.inputs[0], y = n.inputs[1];
+        const Output positive = ops::Greater(g, y, ops::ZerosLike(g, y));
+        const Output gy = ops::Select(g, positive, ops::ZerosLike(g, y), ops::Mul(g, dy[0], d));
+        return std::vector<Output>{g.Add1("EluGrad", {dy[0], y}), gy};
+      })
       .Summary("EluGrad(dy, y): dy if y > 0 else dy * (y + 1).").Build()));
 
   // ---- softmax and losses --------------------------------------------------
@@ -366,7 +398,16 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("SoftmaxGrad", {Out(g, n, 0), dy[0]})};
       })
       .Summary("exp(x) / sum(exp(x)) over the last axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // out = (d - sum(d y)) y: d/dy = g0 (d - sum(d y)) - d sum(g0 y); d/dd = SoftmaxGrad(y, g0).
+        const Output y = n.inputs[0], d = n.inputs[1];
+        const ops::ReduceAttrs keep{true};
+        const Output sdy = ops::Sum(g, ops::Mul(g, d, y), {-1}, keep);
+        const Output sgy = ops::Sum(g, ops::Mul(g, dy[0], y), {-1}, keep);
+        const Output gy = ops::Sub(g, ops::Mul(g, dy[0], ops::Sub(g, d, sdy)), ops::Mul(g, d, sgy));
+        return std::vector<Output>{gy, g.Add1("SoftmaxGrad", {y, dy[0]})};
+      })
       .Summary("SoftmaxGrad(y, dy): (dy - sum(dy * y, -1)) * y.").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmax").Inputs(1).Shape(LastAxisUnchanged)
@@ -374,7 +415,16 @@ Status RegisterNNOps(OpRegistry& reg) {
         return std::vector<Output>{g.Add1("LogSoftmaxGrad", {Out(g, n, 0), dy[0]})};
       })
       .Summary("x - log(sum(exp(x))) over the last axis.").Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair).NotDifferentiable()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LogSoftmaxGrad").Inputs(2).Shape(SameShapePair)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        // out = d - exp(y) sum(d): d/dy = -g0 exp(y) sum(d); d/dd = g0 - sum(g0 exp(y)).
+        const Output y = n.inputs[0], d = n.inputs[1];
+        const ops::ReduceAttrs keep{true};
+        const Output e = ops::Exp(g, y);
+        const Output gy = ops::Neg(g, ops::Mul(g, ops::Mul(g, dy[0], e), ops::Sum(g, d, {-1}, keep)));
+        const Output gd = ops::Sub(g, dy[0], ops::Sum(g, ops::Mul(g, dy[0], e), {-1}, keep));
+        return std::vector<Output>{gy, gd};
+      })
       .Summary("LogSoftmaxGrad(y, dy): dy - exp(y) * sum(dy, -1).").Build()));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SoftmaxCrossEntropyWithLogits")

@@ -6,7 +6,9 @@
 //   session.Run({{x, xb}, {y, yb}}, {loss}, {*train});
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardflow/graph.h"
@@ -29,6 +31,9 @@ class Optimizer {
   // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
   Result<Operation> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
   virtual std::string name() const = 0;
+  // Checks the hyperparameters given to the constructor; InvalidArgument
+  // naming the optimizer and the value (Minimize and ApplyGradients call it).
+  virtual Status Validate() const { return Status::OK(); }
   // Uses a scalar tensor as the learning rate instead of the constant given
   // to the constructor: a Placeholder fed each step, or a schedule computed in
   // the graph. It is cast to each gradient's dtype. Call before Minimize.
@@ -60,10 +65,17 @@ class Optimizer {
   // Creates (once per graph) a slot variable of any shape initialised to `value`
   // (Adam's scalar beta powers).
   Output ScalarSlot(Graph& g, Output handle, const std::string& slot_name, Tensor value);
+  // What this optimizer's slots of handle's variable are named under
+  // ("<var>/<scope>/<slot>"): name(), or name() + "_N" when another
+  // optimizer's slots of that variable already use it, so two optimizers of
+  // one kind on one variable keep their own state (as TensorFlow). The same
+  // optimizer object always gets the same scope for a variable of a graph.
+  std::string SlotScope(Graph& g, Output handle);
 
  private:
   friend class SyncReplicas;  // wraps the sparse updates it builds
   Output lr_tensor_;
+  std::map<std::pair<const Graph*, std::string>, std::string> slot_scopes_;  // (graph, variable) -> scope
 };
 
 class GradientDescentOptimizer : public Optimizer {
@@ -94,6 +106,7 @@ class AdagradOptimizer : public Optimizer {
   explicit AdagradOptimizer(double learning_rate, double initial_accumulator = 0.1)
       : lr_(learning_rate), init_(initial_accumulator) {}
   std::string name() const override { return "Adagrad"; }
+  Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
   Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
@@ -123,6 +136,7 @@ class RowwiseAdagradOptimizer : public Optimizer {
   explicit RowwiseAdagradOptimizer(double learning_rate, double initial_accumulator = 0.1)
       : lr_(learning_rate), init_(initial_accumulator) {}
   std::string name() const override { return "RowwiseAdagrad"; }
+  Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
   Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
@@ -138,6 +152,7 @@ class FtrlOptimizer : public Optimizer {
                          double learning_rate_power = -0.5, double initial_accumulator = 0.1)
       : lr_(learning_rate), l1_(l1), l2_(l2), power_(learning_rate_power), init_(initial_accumulator) {}
   std::string name() const override { return "Ftrl"; }
+  Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
   Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;

@@ -38,7 +38,7 @@ def cond(pred, true_fn, false_fn, name="cond"):
             with g.as_default():
                 outs, single = _outputs(fn(), key)
             shape[key] = single
-            return [t._ref() for t in outs]
+            return [_graph._ref_in(t, g, f"cond's {key} branch output") for t in outs]
         return run
 
     with g.as_default():
@@ -62,17 +62,18 @@ def while_loop(cond, body, loop_vars, name="while", parallel_iterations=10, maxi
 
     def c(refs):
         with g.as_default():
-            p = _graph.convert_to_tensor(cond(*wrap(refs)))
-        return p._ref()
+            p = cond(*wrap(refs))
+        return _graph._ref_in(p, g, "while_loop's condition")
 
     def b(refs):
         with g.as_default():
             r = body(*wrap(refs))
             outs, _ = _outputs(r, "body")
-        return [t._ref() for t in outs]
+        return [_graph._ref_in(t, g, "while_loop's body output") for t in outs]
 
     with g.as_default():
-        refs = _core.while_loop(g._g, c, b, [t._ref() for t in init], name, int(parallel_iterations),
+        refs = _core.while_loop(g._g, c, b, [_graph._ref_in(t, g, "while_loop's loop variable") for t in init], name,
+                                int(parallel_iterations),
                                 -1 if maximum_iterations is None else int(maximum_iterations))
     out = wrap(refs)
     return out[0] if single else out

@@ -42,8 +42,7 @@ class EmbeddingTable:
         return view
 
     def _ids(self, ids):
-        with self.graph.as_default():
-            return _graph.convert_to_tensor(ids)._ref()
+        return _graph._ref_in(ids, self.graph, "ids")
 
     def lookup(self, ids, combiner="sum"):
         """ids [batch, k] (int32/int64) -> [batch, dim] ("sum", "mean") or [batch, k, dim] ("none")."""

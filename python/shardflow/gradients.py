@@ -26,7 +26,8 @@ def gradients(ys, xs, grad_ys=None, allow_unconnected=False):
         with g.as_default():
             gy = [_graph.convert_to_tensor(v, dtype=y.dtype) for v, y in zip(grad_ys, ys)]
     with g.as_default():
-        refs = _core.gradients(g._g, [y._ref() for y in ys], [x._ref() for x in xs], [t._ref() for t in gy],
+        refs = _core.gradients(g._g, [y._ref() for y in ys], [x._ref() for x in xs],
+                               [_graph._ref_in(t, g, "grad_ys entry") for t in gy],
                                bool(allow_unconnected))
     out = [None if r is None else _graph.Tensor(g, *r) for r in refs]
     return out

@@ -471,7 +471,7 @@ def _numpy_value(value, dtype=None):
                     f"cannot convert {value!r} to {dtype.name} without losing its fractional part")
         return np.asarray(arr, dtype=npd), dtype
     arr = np.asarray(value)
-    if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+    if arr.dtype == np.float64 and not isinstance(value, (np.ndarray, np.floating)):
         arr = arr.astype(np.float32)  # Python floats are float32 by default, as in TensorFlow
     elif arr.dtype == np.int64 and not isinstance(value, (np.ndarray, np.integer)):
         if arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31):
@@ -506,6 +506,15 @@ def convert_to_tensor(value, dtype=None, name=None, graph=None):
         with graph.as_default():
             return constant(value, dtype=dtype, name=name or "Const")
     return constant(value, dtype=dtype, name=name or "Const")
+
+
+def _ref_in(value, graph, what, dtype=None):
+    """(node, index) of value as a tensor of graph; InvalidArgumentError naming what when it belongs to another graph."""
+    with graph.as_default():
+        t = convert_to_tensor(value, dtype=dtype)
+    if t.graph is not graph:
+        raise errors.InvalidArgumentError(f"{what} {t.name!r} belongs to another graph")
+    return t._ref()
 
 
 def _graph_of(*values):

@@ -31,9 +31,8 @@ class _Queue:
 
     def _comps(self, vals):
         vals = vals if isinstance(vals, (list, tuple)) else [vals]
-        with self.graph.as_default():
-            return [_graph.convert_to_tensor(v, dtype=d)._ref() for v, d in zip(vals, self.dtypes)] + \
-                [_graph.convert_to_tensor(v)._ref() for v in vals[len(self.dtypes):]]
+        return [_graph._ref_in(v, self.graph, "enqueued value", dtype=d) for v, d in zip(vals, self.dtypes)] + \
+            [_graph._ref_in(v, self.graph, "enqueued value") for v in vals[len(self.dtypes):]]
 
     def enqueue(self, vals, timeout_ms=0, name="enqueue"):
         """An Operation adding one element (one value per component)."""

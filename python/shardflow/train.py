@@ -7,6 +7,9 @@ checkpoints (Saver) and queue runners.
 """
 
 import threading
+import weakref
+
+import numpy as np
 
 from . import _core
 from . import errors
@@ -18,14 +21,14 @@ __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "Adagra
            "latest_checkpoint", "describe_checkpoint", "read_checkpoint_variable"]
 
 
-def _var_refs(var_list):
+def _var_refs(var_list, g):
     refs = []
     for v in var_list:
         shards = getattr(v, "shards", None)
         if shards is not None and not isinstance(v, _graph.Tensor):  # an EmbeddingTable
-            refs.extend(s._ref() for s in shards)
+            refs.extend(_graph._ref_in(s, g, "var_list table shard") for s in shards)
         else:
-            refs.append(_graph.convert_to_tensor(v)._ref())
+            refs.append(_graph._ref_in(v, g, "var_list entry"))
     return refs
 
 
@@ -40,12 +43,19 @@ class Optimizer:
         self._flag = flag
 
     def _core_optimizer(self, g):
+        # One C++ optimizer per graph for this object: it names its slots, so
+        # every minimize of this optimizer shares them and another optimizer's
+        # are its own (as TensorFlow).
+        cores = self.__dict__.setdefault("_cores", weakref.WeakKeyDictionary())
         lr = self.learning_rate
         numeric = not isinstance(lr, _graph.Tensor) and not hasattr(lr, "_as_graph_tensor")
-        opt = _core.optimizer(self._kind, [float(lr) if numeric else 0.0] + [float(p) for p in self._params],
-                              self._flag)
+        opt = cores.get(g)
+        if opt is None:
+            opt = _core.optimizer(self._kind, [float(lr) if numeric else 0.0] + [float(p) for p in self._params],
+                                  self._flag)
+            cores[g] = opt
         if not numeric:
-            opt.set_learning_rate(g._g, _graph.convert_to_tensor(lr)._ref())
+            opt.set_learning_rate(g._g, _graph._ref_in(lr, g, "learning rate"))
         return opt
 
     def minimize(self, loss, var_list=None, name=None):
@@ -53,7 +63,7 @@ class Optimizer:
         loss = _graph.convert_to_tensor(loss)
         g = loss.graph
         with g.as_default():
-            nid = self._core_optimizer(g).minimize(g._g, loss._ref(), _var_refs(var_list or []))
+            nid = self._core_optimizer(g).minimize(g._g, loss._ref(), _var_refs(var_list or [], g))
         return g._op(nid)
 
     def compute_gradients(self, loss, var_list):
@@ -69,7 +79,7 @@ class Optimizer:
         g = _graph.convert_to_tensor(pairs[0][0]).graph
         with g.as_default():
             nid = self._core_optimizer(g).apply_gradients(
-                g._g, [(_graph.convert_to_tensor(gr)._ref(), _graph.convert_to_tensor(v)._ref()) for gr, v in pairs])
+                g._g, [(_graph._ref_in(gr, g, "gradient"), _graph._ref_in(v, g, "variable")) for gr, v in pairs])
         return g._op(nid)
 
 
@@ -94,6 +104,9 @@ class AdagradOptimizer(Optimizer):
     _kind = "Adagrad"
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1):
+        if not (float(initial_accumulator_value) > 0 and np.isfinite(float(initial_accumulator_value))):
+            raise errors.InvalidArgumentError(
+                f"Adagrad: initial_accumulator_value must be positive and finite, got {initial_accumulator_value!r}")
         super().__init__(learning_rate, initial_accumulator_value)
 
 

@@ -35,6 +35,12 @@ class Variable:
         self.initial_value = init
 
     def _as_graph_tensor(self):
+        # Inside control_dependencies a use reads anew, after those ops (as
+        # TensorFlow's conversion does): the read built with the variable
+        # sits outside them and could see the value from before an assign.
+        g = self.graph
+        if g._current_control_inputs():
+            return self.read_value()
         return self._read
 
     @property

@@ -550,8 +550,10 @@ PYBIND11_MODULE(_core, m) {
           };
           std::vector<Output> r = Cond(*g.g, g.O(pred), branch(then_fn), branch(else_fn), name);
           guard.Rethrow(g);
-          if (r.empty()) g.Raise();
           g.CheckNoError();
+          if (r.empty())
+            throw StatusError(InvalidArgument("cond '" + name + "': the branches return no tensors, so there is "
+                                              "nothing to select (return the tensors the branches compute)"));
           return OutsToPy(r);
         }, "pred ? then_fn() : else_fn() built with Switch/Merge; the callables return lists of outputs.");
   m.def("while_loop", [](PyGraph& g, py::function cond_fn, py::function body_fn, const std::vector<Out>& vars,

@@ -123,6 +123,37 @@ TEST_CASE("WhileLoop sums match the closed form", "[control_flow]") {
   CHECK((*e)[1].scalar_as<int32_t>() == 45);
 }
 
+TEST_CASE("WhileLoop: a loop variable the body sets from outside values only", "[control_flow]") {
+  // (i + 1, z), (i + 1, z * z) and (i + 1, Identity(z)): those nodes, fed by
+  // constant Enters alone, ran in the last iteration too and started one
+  // more ("Merge never received its inputs").
+  for (int form = 0; form < 3; ++form) {
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat64, PartialShape({}), "x");
+    auto z = ops::Placeholder(g, DType::kFloat64, PartialShape({}), "z");
+    auto n = ops::Placeholder(g, DType::kInt32, PartialShape({}), "n");
+    auto r = WhileLoop(
+        g, [&](Graph& gg, const std::vector<Output>& v) { return ops::Less(gg, v[0], n); },
+        [&](Graph& gg, const std::vector<Output>& v) {
+          Output next = form == 0 ? z : form == 1 ? ops::Mul(gg, z, z) : ops::Identity(gg, z);
+          return std::vector<Output>{ops::Add(gg, v[0], ops::Const(gg, Tensor::Scalar<int32_t>(1))), next};
+        },
+        {ops::Const(g, Tensor::Scalar<int32_t>(0)), x});
+    REQUIRE(r.ok());
+    Session s(g);
+    for (int count : {0, 1, 3}) {
+      INFO("form " << form << ", " << count << " iterations");
+      auto out = s.Run({{"x", Tensor::Scalar<double>(1.5)}, {"z", Tensor::Scalar<double>(2.0)},
+                        {"n", Tensor::Scalar<int32_t>(count)}},
+                       *r);
+      INFO(out.status().ToString());
+      REQUIRE(out.ok());
+      CHECK((*out)[0].scalar_as<int32_t>() == count);
+      CHECK((*out)[1].scalar_as<double>() == (count == 0 ? 1.5 : form == 1 ? 4.0 : 2.0));
+    }
+  }
+}
+
 TEST_CASE("WhileLoop factorial (int64) and Fibonacci (float64)", "[control_flow]") {
   Graph g;
   auto fact = WhileLoop(

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "shardflow/ops.h"
@@ -86,6 +88,46 @@ TEST_CASE("Slots are variables named after their variable", "[session][train]") 
   auto m = s.Run({}, std::vector<std::string>{"w/Adam/beta1_power/handle"});
   REQUIRE(m.ok());
   CHECK((*m)[0].dtype() == DType::kResource);
+}
+
+TEST_CASE("Two optimizers of one kind on one variable keep their own slots", "[session][train]") {
+  Graph g;
+  auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1}, {1}));
+  MomentumOptimizer first(0.1, 0.9), second(0.1, 0.5);
+  auto t1 = first.Minimize(g, ops::Sum(g, w * w));
+  auto t2 = second.Minimize(g, ops::Sum(g, w * ops::Const(g, 3.0f)));
+  REQUIRE(t1.ok());
+  REQUIRE(t2.ok());
+  REQUIRE(first.Minimize(g, ops::Sum(g, w)).ok());  // the same optimizer again: its own slots
+  std::vector<std::string> names;
+  for (int i = 0; i < g.num_nodes(); ++i)
+    if (g.node(i).op == "VarHandle") names.push_back(*g.node(i).attrs.Get<std::string>("shared_name"));
+  CHECK(std::count(names.begin(), names.end(), "w/Momentum/momentum") == 1);
+  CHECK(std::count(names.begin(), names.end(), "w/Momentum_1/momentum") == 1);
+  CHECK(names.size() == 3);
+  Session s(g);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {ops::GlobalVariablesInitializer(g)}).ok());
+  // w = 1: the first step 1 - 0.1 * 2 = 0.8; the second optimizer's momentum
+  // starts at 0, so 0.8 - 0.1 * 3 = 0.5 (sharing the first's slot gave 0.4).
+  REQUIRE(s.Run({}, std::vector<Output>{}, {*t1}).ok());
+  REQUIRE(s.Run({}, std::vector<Output>{}, {*t2}).ok());
+  auto v = s.Run({}, std::vector<Output>{w});
+  REQUIRE(v.ok());
+  CHECK(std::abs((*v)[0].data<float>()[0] - 0.5f) < 1e-6);
+}
+
+TEST_CASE("Accumulator optimizers refuse an initial accumulator that gives NaN", "[session][train]") {
+  Graph g;
+  auto w = ops::Variable(g, "w", ops::Const(g, std::vector<float>{1, 0}, {2}));
+  auto loss = ops::Sum(g, w * w);
+  for (double init : {0.0, -1.0, std::nan("")}) {
+    auto r = AdagradOptimizer(0.1, init).Minimize(g, loss);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("initial_accumulator_value") != std::string::npos);
+  }
+  CHECK_FALSE(FtrlOptimizer(0.1, 0, 0, -0.5, -1.0).Minimize(g, loss).ok());
+  CHECK_FALSE(FtrlOptimizer(0.1, 0, 0, 0.5).Minimize(g, loss).ok());
+  CHECK(AdagradOptimizer(0.1, 0.1).Minimize(g, loss).ok());
 }
 
 TEST_CASE("Minimize needs a loss that depends on a variable", "[session][train]") {

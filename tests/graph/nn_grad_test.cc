@@ -45,6 +45,20 @@ void AddNNGradChecks(GradCheckTable& t) {
   t.push_back({"Elu", "elu of values away from 0", {{3, 4}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Elu(g, AwayFromZero(g, x[0])); },
                0.1, 1.0});
+  // The activations' gradient ops themselves (second-order gradients).
+  auto grad_op = [](const char* op, bool away_second) {
+    return [op, away_second](Graph& g, const std::vector<Output>& x) {
+      return g.Add1(op, {x[0], away_second ? AwayFromZero(g, x[1]) : x[1]});
+    };
+  };
+  t.push_back({"ReluGrad", "ReluGrad(dy, y), y away from 0", {{3, 4}, {3, 4}}, grad_op("ReluGrad", true), 0.1, 1.0});
+  t.push_back({"SigmoidGrad", "SigmoidGrad(y, dy)", {{3, 4}, {3, 4}}, grad_op("SigmoidGrad", false)});
+  t.push_back({"TanhGrad", "TanhGrad(y, dy)", {{3, 4}, {3, 4}}, grad_op("TanhGrad", false)});
+  t.push_back({"SoftplusGrad", "SoftplusGrad(dy, x)", {{3, 4}, {3, 4}}, grad_op("SoftplusGrad", false), -2, 2});
+  t.push_back({"EluGrad", "EluGrad(dy, y), y away from 0", {{3, 4}, {3, 4}}, grad_op("EluGrad", true), 0.1, 1.0});
+  t.push_back({"SoftmaxGrad", "SoftmaxGrad(y, dy) over the last axis", {{2, 3, 4}, {2, 3, 4}},
+               grad_op("SoftmaxGrad", false)});
+  t.push_back({"LogSoftmaxGrad", "LogSoftmaxGrad(y, dy)", {{3, 5}, {3, 5}}, grad_op("LogSoftmaxGrad", false)});
   t.push_back({"Softmax", "softmax over the last axis", {{2, 3, 4}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Softmax(g, x[0]); }, -2, 2});
   t.push_back({"LogSoftmax", "log softmax", {{3, 5}},
