@@ -226,6 +226,25 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
     SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
     updates.push_back(id);
   }
+  if (!UpdatesAdd()) {
+    // The lookups each shard's loss gradient comes through (views and
+    // lookups the loss does not use have none).
+    std::map<size_t, std::vector<int>> per_shard;
+    for (size_t j = 0; j < lookups.size(); ++j) {
+      auto view = g.node(lookups[j].second).attrs.GetOr<bool>("read_only", false);
+      if (grads[handles.size() + j].valid() && view.ok() && !*view)  // a view's own error comes below
+        per_shard[lookups[j].first].push_back(lookups[j].second);
+    }
+    for (const auto& [h, ls] : per_shard) {
+      if (ls.size() < 2) continue;
+      auto table = g.node(ls[0]).attrs.GetOr<std::string>("table", "?");
+      return Unimplemented(name() + ".Minimize: the loss looks embedding table '" + (table.ok() ? *table : "?") +
+                           "' up " + std::to_string(ls.size()) + " times ('" + g.node(ls[0]).name + "', '" +
+                           g.node(ls[1]).name + "'" + (ls.size() > 2 ? ", ..." : "") + "); " + name() +
+                           " would update its rows once per lookup, not once by the summed gradient: look the "
+                           "ids up in one lookup (concatenate them) and split its output, or use GradientDescent");
+    }
+  }
   for (size_t j = 0; j < lookups.size(); ++j) {
     const Output dy = grads[handles.size() + j];
     if (!dy.valid()) continue;

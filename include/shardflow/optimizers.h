@@ -34,6 +34,11 @@ class Optimizer {
   // Checks the hyperparameters given to the constructor; InvalidArgument
   // naming the optimizer and the value (Minimize and ApplyGradients call it).
   virtual Status Validate() const { return Status::OK(); }
+  // True when two updates by g1 and g2 equal one by g1 + g2 (plain gradient
+  // descent): only then may a loss look one embedding shard up more than
+  // once, each lookup updating it (a stateful optimizer's slots would see
+  // g1^2 + g2^2, not (g1 + g2)^2).
+  virtual bool UpdatesAdd() const { return false; }
   // Uses a scalar tensor as the learning rate instead of the constant given
   // to the constructor: a Placeholder fed each step, or a schedule computed in
   // the graph. It is cast to each gradient's dtype. Call before Minimize.
@@ -82,6 +87,7 @@ class GradientDescentOptimizer : public Optimizer {
  public:
   explicit GradientDescentOptimizer(double learning_rate) : lr_(learning_rate) {}
   std::string name() const override { return "GradientDescent"; }
+  bool UpdatesAdd() const override { return true; }
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
   Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
