@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -327,8 +328,8 @@ class Meter final : public kj::AsyncIoStream {
       if (n > 0) last_read_ms = NowMs();
       return n;
     });
-    frame_start_ms = NowMs();
-    frame_bytes = 0;
+    frame_start_ms = window_start_ms = NowMs();
+    frame_bytes = window_bytes = 0;
     in_frame = true;
     return ReadAtLeast(static_cast<kj::byte*>(buffer), minBytes, maxBytes, 0);
   }
@@ -348,13 +349,21 @@ class Meter final : public kj::AsyncIoStream {
 
   // Milliseconds the pending write has made no progress (0: none pending).
   int64_t WriteStalledMs(int64_t now) const { return writing > 0 ? now - last_write_ms : 0; }
-  // True when a message under way arrives slower than min_rate bytes/s
-  // (after a second's grace).
-  bool SlowFrame(int64_t now, uint64_t min_rate) const {
+  // True when a message under way arrived slower than min_rate bytes/s over
+  // the last window of a second or more (the window then starts again). A
+  // rate since the message began would let a peer send most of a big
+  // message fast and trickle the rest, holding its memory for minutes.
+  bool SlowFrame(int64_t now, uint64_t min_rate) {
     if (!in_frame) return false;
-    const int64_t ms = now - frame_start_ms;
-    return ms > 1000 && frame_bytes * 1000 / static_cast<uint64_t>(ms) < min_rate;
+    const int64_t ms = now - window_start_ms;
+    if (ms <= 1000) return false;
+    const bool slow = window_bytes * 1000 / static_cast<uint64_t>(ms) < min_rate;
+    window_start_ms = now;
+    window_bytes = 0;
+    return slow;
   }
+  // Bytes of the message under way received so far (0: none under way).
+  uint64_t FrameBytesHeld() const { return in_frame ? frame_bytes : 0; }
 
   int64_t last_read_ms = 0;
   int64_t last_write_ms = 0;
@@ -362,6 +371,8 @@ class Meter final : public kj::AsyncIoStream {
   bool in_frame = false;
   int64_t frame_start_ms = 0;
   uint64_t frame_bytes = 0;
+  int64_t window_start_ms = 0;  // the rate window (SlowFrame)
+  uint64_t window_bytes = 0;
 
  private:
   static constexpr size_t kChunk = size_t{1} << 20;
@@ -372,6 +383,7 @@ class Meter final : public kj::AsyncIoStream {
       if (n > 0) {
         last_read_ms = NowMs();
         frame_bytes += n;
+        window_bytes += n;
       }
       if (n == 0 || total >= min) {
         in_frame = false;
@@ -1519,7 +1531,20 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
   });
   return work
       .catch_([stage, address](kj::Exception&& e) -> Result<ConnectionPtr> {
-        if (*stage == "tls") return PermissionDenied("TLS handshake with " + address + " failed: " + Describe(e));
+        if (*stage == "tls") {
+          // A peer that closes mid-handshake may be full (out of connections
+          // or descriptors) or may have refused our certificate without an
+          // alert: not necessarily a credentials problem, so not PermissionDenied.
+          if (e.getType() == kj::Exception::Type::DISCONNECTED)
+            return Unavailable("TLS handshake with " + address + " failed: " + Describe(e) +
+                               " (the node closed the connection: it may be out of connections or file "
+                               "descriptors, or have refused this certificate; its log says which)");
+          const std::string why = Describe(e);
+          return PermissionDenied("TLS handshake with " + address + " failed: " + why +
+                                  (why.find("wrong version number") != std::string::npos
+                                       ? " (the node may be running --insecure, without TLS)"
+                                       : ""));
+        }
         if (*stage == "hello") return Unavailable("hello with " + address + " failed: " + Describe(e));
         return Unavailable("cannot connect to " + address + ": " + Describe(e));
       })
@@ -1826,6 +1851,33 @@ void Core::Tick() {
       }));
     }
   }
+  // What all peers' messages under way (and tensors streaming in) hold here,
+  // together: each peer is capped on its own, but a thousand of them near
+  // their caps would not be. Past the budget, the peers holding the most are
+  // dropped until it is met.
+  std::vector<std::pair<uint64_t, Link*>> held;
+  uint64_t total = 0;
+  for (auto& [id, lp] : links_) {
+    Link* l = lp.get();
+    const uint64_t b = l->meter->FrameBytesHeld() + (l->assembly ? l->assembly->got : 0);
+    if (b == 0) continue;
+    bool going = false;
+    for (auto& d : down) going = going || d.first == l;
+    if (going) continue;
+    held.push_back({b, l});
+    total += b;
+  }
+  if (total > options.max_inflight_bytes) {
+    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (auto& [b, l] : held) {
+      if (total <= options.max_inflight_bytes) break;
+      down.push_back({l, ResourceExhausted("the node holds " + std::to_string(total) + " bytes of messages under way "
+                                           "from its peers, past its budget of " +
+                                           std::to_string(options.max_inflight_bytes) + "; " + l->conn->Who() +
+                                           " holds the most (" + std::to_string(b) + ")")});
+      total -= b;
+    }
+  }
   for (auto& [l, why] : down) Down(l, why);
 }
 
@@ -1862,6 +1914,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, Mess
   if (options.max_connections <= 0 || options.max_connections_per_source <= 0 || options.max_handshakes <= 0)
     return InvalidArgument("connection caps must be positive");
   if (options.max_frame_bytes < 4096) return InvalidArgument("max_frame_bytes must be at least 4096");
+  if (options.max_inflight_bytes < 4096) return InvalidArgument("max_inflight_bytes must be at least 4096");
   Credential cred;
   if (options.insecure) {
     cred.role = options.role;

@@ -59,6 +59,9 @@ struct EndpointOptions {
   uint64_t min_bytes_per_sec = 64 << 10;
   uint64_t max_frame_bytes = uint64_t{1} << 31;       // largest message from a peer
   uint64_t max_peer_buffer_bytes = uint64_t{1} << 31; // a peer's calls in flight here
+  // All peers' messages under way (and tensors streaming in) together: past
+  // it the peers holding the most are dropped.
+  uint64_t max_inflight_bytes = uint64_t{4} << 30;
   int max_connections = 1024;
   int max_connections_per_source = 256;
   int max_handshakes = 64;       // accepted peers not yet through TLS and hello

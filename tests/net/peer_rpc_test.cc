@@ -431,6 +431,76 @@ TEST_CASE("RPC: a message trickled in is dropped at the minimum rate", "[rpc][ho
   REQUIRE(Call(*good, Echo{Filled(1000)}, 5000).ok());
 }
 
+TEST_CASE("RPC: a message sent fast, then trickled, is dropped at the minimum rate", "[rpc][hostile]") {
+  // 2 MiB of a 4 MiB message at once, then a byte every 100 ms: the rate
+  // since the message began stayed above 64 KiB/s for half a minute; the
+  // rate over the last second does not.
+  EndpointOptions o = Opts(Role::kNode, true);
+  o.handshake_timeout_ms = 60000;
+  o.peer_timeout_ms = 60000;
+  Server s(o);
+  const int fd = RawConnect(s.address);
+  REQUIRE(fd >= 0);
+  const uint32_t table[2] = {0, 512 * 1024};
+  REQUIRE(::write(fd, table, sizeof table) == sizeof table);
+  std::vector<char> fast(2 << 20, 0);
+  size_t sent = 0;
+  while (sent < fast.size()) {
+    const ssize_t n = ::send(fd, fast.data() + sent, fast.size() - sent, MSG_NOSIGNAL);
+    REQUIRE(n > 0);
+    sent += static_cast<size_t>(n);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    char b = 0;
+    if (::send(fd, &b, 1, MSG_NOSIGNAL) != 1) closed = true;
+    else closed = ClosedWithin(fd, 100ms);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(closed);
+  CHECK(secs < 6);
+  ::close(fd);
+}
+
+TEST_CASE("RPC: messages under way from many peers are held to the node's budget", "[rpc][hostile]") {
+  // Three peers each hold 3 MiB of a 4 MiB message; the budget is 4 MiB in
+  // all: the node keeps one, drops the others, and still serves.
+  EndpointOptions o = Opts(Role::kNode, true);
+  o.handshake_timeout_ms = 60000;
+  o.peer_timeout_ms = 60000;
+  o.min_bytes_per_sec = 1;  // the budget, not the rate rule, must act
+  o.max_inflight_bytes = 4 << 20;
+  Server s(o);
+  std::vector<int> fds;
+  for (int p = 0; p < 3; ++p) {
+    const int fd = RawConnect(s.address);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+    const uint32_t table[2] = {0, 512 * 1024};
+    REQUIRE(::write(fd, table, sizeof table) == sizeof table);
+    std::vector<char> body(3 << 20, 0);
+    size_t sent = 0;
+    while (sent < body.size()) {
+      const ssize_t n = ::send(fd, body.data() + sent, body.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;  // dropped already
+      sent += static_cast<size_t>(n);
+    }
+  }
+  int closed = 0;
+  REQUIRE(testing::WaitFor([&] {
+    closed = 0;
+    for (int fd : fds) closed += ClosedWithin(fd, 10ms) ? 1 : 0;
+    return closed >= 2;
+  }, 10s));
+  CHECK(closed == 2);
+  for (int fd : fds) ::close(fd);
+  auto fresh = Client(Opts(Role::kSession, true));
+  auto good = fresh->Connect(s.address);
+  REQUIRE(good.ok());
+  REQUIRE(Call(*good, Echo{Filled(1000)}, 5000).ok());
+}
+
 TEST_CASE("RPC: a peer that stops reading is dropped and blocks no one else", "[rpc][hostile]") {
   // The stalled peer: an endpoint whose handler blocks, so its flow limit
   // stops it reading; the server's writes to it stall.
