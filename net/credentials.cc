@@ -208,6 +208,10 @@ Status ParseCommonName(const std::string& cn, Role* role, std::string* name) {
   if (!r.ok()) return InvalidArgument("certificate name '" + cn + "': " + r.status().message());
   *role = *r;
   *name = cn.substr(colon + 1);
+  // As `certs issue` makes them: a certificate naming no one (a CA could
+  // sign "session:") names no peer in logs and errors.
+  if (name->empty() || name->size() > 64)
+    return InvalidArgument("certificate name '" + cn + "': the name after the role must be 1 to 64 characters");
   return Status::OK();
 }
 

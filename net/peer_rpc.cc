@@ -711,12 +711,13 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   void ReplyOnLoop(uint64_t id, Message m);
   void AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int timeout_ms);
 
-  // Rate-limited log line about a source (at most one per source per 10 s,
-  // and 20 a second in all).
+  // Rate-limited log line about a source (at most one per source and kind
+  // of refusal per 10 s, and 20 a second in all): keyed by the source alone,
+  // junk sent first hid a later, different refusal (an expired certificate).
   void LogRefusal(const std::string& source, const std::string& why) {
     if (!options.log) return;
     const int64_t now = NowMs();
-    auto& last = refusal_log_[source];
+    auto& last = refusal_log_[source + '\x1f' + why.substr(0, 48)];
     if (last != 0 && now - last < 10000) return;
     if (now / 1000 != log_second_) {
       log_second_ = now / 1000;
@@ -724,7 +725,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
     }
     if (++log_count_ > 20) return;
     last = now;
-    if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded by sources, not by time
+    if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded by sources and kinds, not by time
     Log("refused peer " + source + ": " + why);
   }
   void Log(const std::string& line) const {

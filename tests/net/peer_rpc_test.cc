@@ -273,6 +273,8 @@ TEST_CASE("RPC: credentials: init, issue, roles and names", "[rpc]") {
   CHECK(ParseCommonName("node:a", &r, &name).ok());
   CHECK(!ParseCommonName("admin:a", &r, &name).ok());
   CHECK(!ParseCommonName("nocolon", &r, &name).ok());
+  CHECK(!ParseCommonName("session:", &r, &name).ok());  // names no one
+  CHECK(!ParseCommonName("node:" + std::string(65, 'a'), &r, &name).ok());
 }
 
 TEST_CASE("RPC: a request nobody answers times out naming the peer", "[rpc]") {
