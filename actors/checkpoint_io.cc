@@ -14,10 +14,7 @@ namespace sf {
 namespace runtime {
 
 Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  auto kv = OpenRocksDb(dir, create);
-  if (!kv.ok() && !create) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
-  return kv;
+  return OpenCheckpointStore(dir, create);
 }
 
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {

@@ -442,14 +442,20 @@ Status CheckpointReader::ReadBlocks(const CheckpointInfo& info, const Checkpoint
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * v.rows_per_block, r1 = std::min(rows, r0 + v.rows_per_block);
       const size_t n = static_cast<size_t>((r1 - r0) * row);
+      bool checked = false;  // the error is the block check's own (it names the block)
       Status s = store_->ReadValue(BlockKey(info.id, v.name, v.shard, b), &scratch, [&](std::string_view block) {
         const std::string where = what + ", block " + std::to_string(b);
-        SF_RETURN_IF_ERROR(CheckChecksummed(block, n, where));
+        Status c = CheckChecksummed(block, n, where);
+        if (!c.ok()) {
+          checked = true;
+          return c;
+        }
         if (n && base) std::memcpy(base + r0 * row, block.data() + 4, n);
         return Status::OK();
       });
       if (s.code() == Code::kNotFound) return DataLoss(what + ", block " + std::to_string(b) + ": block is missing");
-      if (!s.ok() && s.code() != Code::kDataLoss) return s.WithPrefix(what + ", block " + std::to_string(b));
+      // The store's own failure (a damaged file is DataLoss, I/O Unavailable).
+      if (!s.ok() && !checked) return s.WithPrefix(what + ", block " + std::to_string(b));
       SF_RETURN_IF_ERROR(s);
     }
     return Status::OK();

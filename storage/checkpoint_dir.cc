@@ -21,12 +21,10 @@ CheckpointDir::CheckpointDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 CheckpointDir::~CheckpointDir() = default;
 
 Result<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  auto kv = OpenRocksDb(dir, /*create_if_missing=*/false);
-  if (!kv.ok()) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointStore(dir, /*create=*/false));
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
-  impl->kv = std::move(kv).value();
+  impl->kv = std::move(kv);
   impl->reader = std::make_unique<CheckpointReader>(impl->kv.get());
   return std::unique_ptr<CheckpointDir>(new CheckpointDir(std::move(impl)));
 }

@@ -30,6 +30,10 @@ Result<std::vector<std::string>> KvStore::Keys(const std::string& prefix) {
 
 namespace {
 
+// RocksDB's failures as ours: damaged files are DataLoss (retrying cannot
+// help), the rest Unavailable (I/O, locks, space).
+Code CodeOf(const rocksdb::Status& s) { return s.IsCorruption() ? Code::kDataLoss : Code::kUnavailable; }
+
 // KvStore's default bulk writer: unsynced batches of about 64 MiB through
 // Write, so memory stays bounded for huge variables.
 class BatchedBulkWriter : public KvBulkWriter {
@@ -192,7 +196,7 @@ class RocksBulkWriter : public KvBulkWriter {
 
  private:
   Status Error(const std::string& what, const rocksdb::Status& s) const {
-    return Status(Code::kUnavailable, "RocksDB " + what + " '" + db_path_ + "' failed: " + s.ToString());
+    return Status(CodeOf(s), "RocksDB " + what + " '" + db_path_ + "' failed: " + s.ToString());
   }
   rocksdb::DB* db_;
   const std::string db_path_, file_;
@@ -391,7 +395,7 @@ class RocksKvStore : public KvStore {
 
  private:
   Status Error(const std::string& what, const rocksdb::Status& s) const {
-    return Status(Code::kUnavailable, "RocksDB " + what + " '" + path_ + "' failed: " + s.ToString());
+    return Status(CodeOf(s), "RocksDB " + what + " '" + path_ + "' failed: " + s.ToString());
   }
   const std::string path_;
   rocksdb::DB* db_;
@@ -483,16 +487,33 @@ Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool creat
   // a table file at open: that flush (a file, its syncs and a new MANIFEST)
   // would move the cost skipped at close to every open.
   options.avoid_flush_during_recovery = true;
+  // A torn last record (a crash mid-save) is dropped; damage anywhere else
+  // fails the open as DataLoss. Point-in-time recovery stopped quietly at
+  // the first bad record of an old log and dropped every later one, so the
+  // newer checkpoints vanished and their ids were handed out again.
+  if (use != RocksDbUse::kCache) options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok())
-    return Status(Code::kUnavailable, "cannot open checkpoint store '" + path + "': " + s.ToString());
+    return Status(CodeOf(s), "cannot open checkpoint store '" + path + "': " + s.ToString());
   // The database is locked now: bulk files still here belong to a writer
   // that died before ingesting them.
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(path, ec))
     if (e.path().filename().string().rfind(kBulkFilePrefix, 0) == 0) std::filesystem::remove(e.path(), ec);
   return std::unique_ptr<KvStore>(std::make_unique<RocksKvStore>(path, db, use));
+}
+
+Result<std::unique_ptr<KvStore>> OpenCheckpointStore(const std::string& dir, bool create) {
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  std::error_code ec;
+  if (!create && !std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec))
+    return NotFound("no checkpoint store in '" + dir + "'");
+  auto kv = OpenRocksDb(dir, create);
+  if (!kv.ok() && kv.status().code() == Code::kDataLoss)
+    return DataLoss("the checkpoint store in '" + dir + "' is damaged: " + kv.status().message());
+  if (!kv.ok() && !create) return NotFound("no checkpoint store in '" + dir + "': " + kv.status().message());
+  return kv;
 }
 
 }  // namespace sf

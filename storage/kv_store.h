@@ -132,4 +132,10 @@ enum class RocksDbUse {
 Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool create_if_missing = true,
                                              RocksDbUse use = RocksDbUse::kCheckpoints);
 
+// Opens the checkpoint store in dir (RocksDbUse::kCheckpoints): created when
+// create; otherwise NotFound when dir holds no store (and nothing is made
+// there: RocksDB would make the directory, its LOCK and LOG), DataLoss naming
+// dir when its files are damaged.
+Result<std::unique_ptr<KvStore>> OpenCheckpointStore(const std::string& dir, bool create);
+
 }  // namespace sf
