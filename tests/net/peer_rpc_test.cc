@@ -99,6 +99,34 @@ bool ClosedWithin(int fd, std::chrono::milliseconds deadline) {
   return false;
 }
 
+// Starts a one-segment message of `words` words on raw connection fd, then
+// sends `body` bytes of it at once; the bytes sent (fewer when the peer
+// dropped us).
+size_t StartMessage(int fd, uint32_t words, size_t body) {
+  const uint32_t table[2] = {0, words};
+  if (::write(fd, table, sizeof table) != sizeof table) return 0;
+  std::vector<char> bytes(body, 0);
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  return sent;
+}
+
+// Sends a byte every 100 ms until the peer closes fd (at most 10 s); the
+// seconds it took, or -1 when it never closed.
+double TrickleUntilClosed(int fd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; ++i) {
+    char b = 0;
+    if (::send(fd, &b, 1, MSG_NOSIGNAL) != 1 || ClosedWithin(fd, 100ms))
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return -1;
+}
+
 }  // namespace
 
 TEST_CASE("RPC: mutual TLS admits a cluster peer, echoes and tells roles apart", "[rpc]") {
@@ -414,17 +442,9 @@ TEST_CASE("RPC: a message trickled in is dropped at the minimum rate", "[rpc][ho
   const int fd = RawConnect(s.address);
   REQUIRE(fd >= 0);
   // One segment of 128 Ki words (1 MiB): a message under way.
-  const uint32_t table[2] = {0, 128 * 1024};
-  REQUIRE(::write(fd, table, sizeof table) == sizeof table);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool closed = false;
-  for (int i = 0; i < 100 && !closed; ++i) {
-    char b = 0;
-    if (::send(fd, &b, 1, MSG_NOSIGNAL) != 1) closed = true;
-    else closed = ClosedWithin(fd, 100ms);
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(closed);
+  StartMessage(fd, 128 * 1024, 0);
+  const double secs = TrickleUntilClosed(fd);
+  CHECK(secs >= 0);
   CHECK(secs < 8);
   ::close(fd);
   auto fresh = Client(Opts(Role::kSession, true));
@@ -443,24 +463,9 @@ TEST_CASE("RPC: a message sent fast, then trickled, is dropped at the minimum ra
   Server s(o);
   const int fd = RawConnect(s.address);
   REQUIRE(fd >= 0);
-  const uint32_t table[2] = {0, 512 * 1024};
-  REQUIRE(::write(fd, table, sizeof table) == sizeof table);
-  std::vector<char> fast(2 << 20, 0);
-  size_t sent = 0;
-  while (sent < fast.size()) {
-    const ssize_t n = ::send(fd, fast.data() + sent, fast.size() - sent, MSG_NOSIGNAL);
-    REQUIRE(n > 0);
-    sent += static_cast<size_t>(n);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  bool closed = false;
-  for (int i = 0; i < 100 && !closed; ++i) {
-    char b = 0;
-    if (::send(fd, &b, 1, MSG_NOSIGNAL) != 1) closed = true;
-    else closed = ClosedWithin(fd, 100ms);
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(closed);
+  REQUIRE(StartMessage(fd, 512 * 1024, 2 << 20) == (2 << 20));
+  const double secs = TrickleUntilClosed(fd);
+  CHECK(secs >= 0);
   CHECK(secs < 6);
   ::close(fd);
 }
@@ -479,15 +484,7 @@ TEST_CASE("RPC: messages under way from many peers are held to the node's budget
     const int fd = RawConnect(s.address);
     REQUIRE(fd >= 0);
     fds.push_back(fd);
-    const uint32_t table[2] = {0, 512 * 1024};
-    REQUIRE(::write(fd, table, sizeof table) == sizeof table);
-    std::vector<char> body(3 << 20, 0);
-    size_t sent = 0;
-    while (sent < body.size()) {
-      const ssize_t n = ::send(fd, body.data() + sent, body.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;  // dropped already
-      sent += static_cast<size_t>(n);
-    }
+    StartMessage(fd, 512 * 1024, 3 << 20);  // fewer bytes when dropped already
   }
   int closed = 0;
   REQUIRE(testing::WaitFor([&] {
