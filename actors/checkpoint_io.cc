@@ -13,10 +13,6 @@
 namespace sf {
 namespace runtime {
 
-Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create) {
-  return OpenCheckpointStore(dir, create);
-}
-
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g) {
   std::map<std::string, CheckpointTable> tables;
   std::map<std::string, std::string> lookup_partition;
@@ -96,7 +92,7 @@ Result<std::unique_ptr<GraphCheckpointWriter>> GraphCheckpointWriter::Begin(cons
                                                                             int64_t global_step, int64_t parent) {
   std::unique_ptr<GraphCheckpointWriter> w(new GraphCheckpointWriter());
   w->dir_lock_ = std::unique_lock<std::mutex>(DirMutex(dir));
-  SF_ASSIGN_OR_RETURN(w->kv_, OpenCheckpointDir(dir, true));
+  SF_ASSIGN_OR_RETURN(w->kv_, OpenCheckpointStore(dir, true));
   SF_ASSIGN_OR_RETURN(w->writer_, CheckpointWriter::Begin(w->kv_.get(), global_step));
   // A base deleted (or compacted away) since gives a full checkpoint instead.
   w->incremental_ = parent >= 0 && w->writer_->SetParent(parent).ok();
@@ -169,7 +165,7 @@ Result<std::map<std::string, Tensor>> ReadNamed(CheckpointReader& reader, const 
 
 Result<CheckpointRead> ReadCheckpoint(const std::string& dir, int64_t id, const CheckpointSelect& select) {
   std::lock_guard<std::mutex> dir_lock(DirMutex(dir));
-  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointDir(dir, false));
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointStore(dir, false));
   CheckpointReader reader(kv.get());
   // Every block read is checksummed, so the newest intact checkpoint is
   // found by reading each candidate once, newest first.
@@ -345,7 +341,7 @@ Result<bool> RestoreInPlace(const Graph& g, const std::string& dir, int64_t id, 
                             int64_t* global_step) {
   if (!vars->CanRefill() || dir.empty()) return false;
   std::lock_guard<std::mutex> dir_lock(DirMutex(dir));
-  auto kv = OpenCheckpointDir(dir, false);
+  auto kv = OpenCheckpointStore(dir, false);
   if (!kv.ok()) return false;
   CheckpointReader reader(kv->get());
   if (id < 0) {

@@ -21,10 +21,6 @@
 namespace sf {
 namespace runtime {
 
-// Opens the checkpoint store in dir (created when create); for reading it
-// must exist: NotFound naming dir, InvalidArgument for an empty dir.
-Result<std::unique_ptr<KvStore>> OpenCheckpointDir(const std::string& dir, bool create);
-
 // The one way a checkpoint is written, for Session, ClusterSession and the
 // in-graph SaveCheckpoint op alike: opens the store in a directory, records
 // the graph's sharded tables, takes each variable whole (or, in an

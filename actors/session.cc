@@ -267,7 +267,7 @@ static Result<int64_t> WriteCheckpoint(Session::Impl* impl, const std::string& d
 }
 
 Result<int64_t> Session::CompactCheckpoint(const std::string& dir, int64_t id) {
-  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, false));
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointStore(dir, false));
   if (id < 0) {
     SF_ASSIGN_OR_RETURN(id, CheckpointReader(kv.get()).LatestCommitted());
   }
@@ -275,7 +275,7 @@ Result<int64_t> Session::CompactCheckpoint(const std::string& dir, int64_t id) {
 }
 
 Result<int64_t> Session::CheckpointStep(const std::string& dir, int64_t id) {
-  SF_ASSIGN_OR_RETURN(auto kv, runtime::OpenCheckpointDir(dir, false));
+  SF_ASSIGN_OR_RETURN(auto kv, OpenCheckpointStore(dir, false));
   CheckpointReader reader(kv.get());
   if (id < 0) {
     SF_ASSIGN_OR_RETURN(id, reader.LatestCommitted());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/run_counters.h"
+
 namespace sf {
 
 const Tensor* InferenceContext::input_constant(int i) const {
@@ -96,11 +98,7 @@ Result<PartialShape> BroadcastShapes(const PartialShape& a, const PartialShape& 
   return PartialShape(out);
 }
 
-int64_t SeedFromNodeName(Graph& g, const std::string& op) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char ch : g.ScopedName(op)) h = (h ^ ch) * 1099511628211ULL;
-  return static_cast<int64_t>(h >> 1) | 1;  // positive and never 0
-}
+int64_t SeedFromNodeName(Graph& g, const std::string& op) { return NodeNameSeed(g.ScopedName(op)); }
 
 Status RegisterStandardOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(RegisterCoreOps(reg));

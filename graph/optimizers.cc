@@ -220,12 +220,7 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
   for (const auto& l : lookups) xs.push_back(Output(&g, l.second, 0));
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
                       Gradients(g, {loss}, xs, {}, /*allow_unconnected=*/true));
-  std::vector<int> updates;
-  for (size_t i = 0; i < handles.size(); ++i) {
-    if (!grads[i].valid()) continue;  // the loss does not depend on this variable
-    SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
-    updates.push_back(id);
-  }
+  // Checked before any update or slot is added (the gradients are built).
   if (!UpdatesAdd()) {
     // The lookups each shard's loss gradient comes through (views and
     // lookups the loss does not use have none).
@@ -244,6 +239,12 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
                            " would update its rows once per lookup, not once by the summed gradient: look the "
                            "ids up in one lookup (concatenate them) and split its output, or use GradientDescent");
     }
+  }
+  std::vector<int> updates;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (!grads[i].valid()) continue;  // the loss does not depend on this variable
+    SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
+    updates.push_back(id);
   }
   for (size_t j = 0; j < lookups.size(); ++j) {
     const Output dy = grads[handles.size() + j];
@@ -347,14 +348,15 @@ Output Optimizer::FilledSlot(Graph& g, Output handle, const std::string& slot_na
 
 // ---- each optimizer: its slots' initial values and its hyperparameters ------
 
+// Plain gradient descent has no slots: no scope to find for them.
 Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
-  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kGradientDescent, handle, grad.dtype(), {}, false);
+  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, grad.dtype(), {}, false);
   return AddUpdate(g, OptimizerKind::kGradientDescent, std::move(h), {LearningRate(g, grad, lr_)},
                    grad);
 }
 
 Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
-  auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
+  auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kGradientDescent).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_)}, lookup, dy);
 }

@@ -3,7 +3,7 @@
 // builds new executors (new kernels) for every new set of feeds and fetches,
 // so a seeded random op counting its runs in its kernel restarted its
 // sequence for each one; TensorFlow shares such kernels across a session's
-// executors for the same reason. SeedFromNodeName gives an unseeded node
+// executors for the same reason. NodeNameSeed gives an unseeded node
 // its own seed.
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -17,13 +17,15 @@
 
 namespace sf {
 
-// The seed of a random node whose seed attr is 0 (as a graph written by
-// hand or by another front end may leave it): a stable hash (FNV-1a) of its
-// name, so two such nodes draw different numbers, the same in every run.
-inline uint64_t SeedFromNodeName(const std::string& node) {
+// The seed a random node named `node` gets when none is given: a stable
+// hash (FNV-1a) of the name, positive and never 0, so distinct nodes draw
+// different numbers, the same in every run. The graph builders use it
+// (SeedFromNodeName), and the kernels for a node whose seed attr is 0 (a
+// graph written by hand or by another front end).
+inline int64_t NodeNameSeed(const std::string& node) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : node) h = (h ^ c) * 1099511628211ULL;
-  return h == 0 ? 1 : h;
+  return static_cast<int64_t>(h >> 1) | 1;
 }
 
 class RunCounters {

@@ -129,14 +129,9 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   if (single) {
     DeviceStep& d = steps[0];
     d.spec = ExecutorSpec{run->order, {}, run->fetches};
-    // Feeds the pruned step does not need are dropped (PlanDeviceSteps does
-    // the same per partition): a client may feed any tensor, as in TensorFlow.
-    const std::set<int> kept(run->order.begin(), run->order.end());
-    for (size_t i = 0; i < plan->feeds.size(); ++i) {
-      if (!kept.count(plan->feeds[i].node)) continue;
-      d.spec.fed.push_back(plan->feeds[i]);
-      d.feed_index.push_back(static_cast<int>(i));
-    }
+    std::vector<int> all(plan->feeds.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    KeepNeededFeeds(plan->feeds, all, &d);
     for (size_t i = 0; i < run->fetches.size(); ++i) d.fetch_index.push_back(static_cast<int>(i));
   }
 

@@ -122,6 +122,17 @@ std::string RunSignature(const std::vector<std::pair<std::string, Tensor>>& feed
   return key;
 }
 
+void KeepNeededFeeds(const std::vector<Output>& feeds, const std::vector<int>& feed_index, DeviceStep* d) {
+  const std::set<int> kept(d->spec.nodes.begin(), d->spec.nodes.end());
+  d->spec.fed.clear();
+  d->feed_index.clear();
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    if (!kept.count(feeds[i].node)) continue;
+    d->spec.fed.push_back(feeds[i]);
+    d->feed_index.push_back(feed_index[i]);
+  }
+}
+
 Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, PartitionGraph>& parts,
                                                 const std::vector<int>& order,
                                                 const std::vector<Output>& feeds,
@@ -167,15 +178,8 @@ Result<std::vector<DeviceStep>> PlanDeviceSteps(const std::map<std::string, Part
     DeviceStep d;
     d.device = device;
     d.partition = &pg;
-    // A feed the step does not need (as TensorFlow, a client may feed any
-    // tensor) is dropped here: the partition's executor has no node for it.
-    const std::set<int> kept(nodes.begin(), nodes.end());
-    for (size_t i = 0; i < l.feeds.size(); ++i) {
-      if (!kept.count(l.feeds[i].node)) continue;
-      d.spec.fed.push_back(l.feeds[i]);
-      d.feed_index.push_back(l.feed_index[i]);
-    }
     d.spec.nodes = std::move(nodes);
+    KeepNeededFeeds(l.feeds, l.feed_index, &d);
     d.spec.fetches = l.fetches;
     d.fetch_index = l.fetch_index;
     steps.push_back(std::move(d));

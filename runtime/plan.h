@@ -61,6 +61,12 @@ struct DeviceStep {
   std::vector<int> fetch_index;
 };
 
+// Sets d->spec.fed and d->feed_index to the feeds (feed_index[i]: feeds[i]'s
+// place in the run's list) whose node is among d->spec.nodes: a client may
+// feed any tensor (as in TensorFlow), and the executor has no node for one
+// the step does not need. Never fails.
+void KeepNeededFeeds(const std::vector<Output>& feeds, const std::vector<int>& feed_index, DeviceStep* d);
+
 // For a step whose pruned nodes `order` (original ids) were partitioned into
 // `parts`: each device's nodes, closed over the _Recvs its share needs and
 // the _Sends other devices receive from. Devices with nothing to run are

@@ -135,7 +135,7 @@ Result<std::unique_ptr<KvStore>> OpenRocksDb(const std::string& path, bool creat
 // Opens the checkpoint store in dir (RocksDbUse::kCheckpoints): created when
 // create; otherwise NotFound when dir holds no store (and nothing is made
 // there: RocksDB would make the directory, its LOCK and LOG), DataLoss naming
-// dir when its files are damaged.
+// dir when its files are damaged, InvalidArgument for an empty dir.
 Result<std::unique_ptr<KvStore>> OpenCheckpointStore(const std::string& dir, bool create);
 
 }  // namespace sf

@@ -204,7 +204,7 @@ class BuildContext {
       bool only_captured = gate_captured_ && !inputs->empty();
       for (Output& in : *inputs) {
         if (in.valid() && in.graph == &g_ && in.node < start_) in = Capture(in);
-        only_captured = only_captured && captured_values_.count(in) > 0;
+        only_captured = only_captured && IsCaptured(in);
       }
       if ((inputs->empty() || only_captured) && pivot_ >= 0) controls->push_back(pivot_);
       return Status::OK();

@@ -39,6 +39,10 @@ class ExpKernel : public OpKernel {
     constexpr T kExact = std::is_same_v<T, double> ? T(708) : T(87);
     const T* in = x.data<T>();
     T* y = out.data<T>();
+    // A branch-free (vectorised) look first; the fix-up loop only when needed.
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i) any |= !(std::fabs(in[i]) <= kExact);
+    if (!any) return;
     for (int64_t i = 0; i < n; ++i)
       if (!(std::fabs(in[i]) <= kExact)) y[i] = std::exp(in[i]);
   }

@@ -434,7 +434,7 @@ class DropoutKernel : public OpKernel {
       *s = InvalidArgument("Dropout rate must be in [0, 1), got " + std::to_string(*rate));
     else {
       rate_ = *rate;
-      seed_ = SplitMix64(*seed != 0 ? static_cast<uint64_t>(*seed) : SeedFromNodeName(init.node_name));
+      seed_ = SplitMix64(*seed != 0 ? static_cast<uint64_t>(*seed) : static_cast<uint64_t>(NodeNameSeed(init.node_name)));
       calls_ = init.run_counters ? init.run_counters->For(init.node_name) : std::make_shared<std::atomic<uint64_t>>(0);
     }
   }

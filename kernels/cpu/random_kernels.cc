@@ -59,7 +59,7 @@ class RandomKernel : public OpKernel {
       }
     }
     shape_ = *shape;
-    seed_ = *seed != 0 ? static_cast<uint64_t>(*seed) : SeedFromNodeName(init.node_name);
+    seed_ = *seed != 0 ? static_cast<uint64_t>(*seed) : static_cast<uint64_t>(NodeNameSeed(init.node_name));
     runs_ = init.run_counters ? init.run_counters->For(init.node_name) : std::make_shared<std::atomic<uint64_t>>(0);
     a_ = *a;
     b_ = *b;

@@ -9,8 +9,6 @@ checkpoints (Saver) and queue runners.
 import threading
 import weakref
 
-import numpy as np
-
 from . import _core
 from . import errors
 from . import graph as _graph
@@ -104,9 +102,6 @@ class AdagradOptimizer(Optimizer):
     _kind = "Adagrad"
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1):
-        if not (float(initial_accumulator_value) > 0 and np.isfinite(float(initial_accumulator_value))):
-            raise errors.InvalidArgumentError(
-                f"Adagrad: initial_accumulator_value must be positive and finite, got {initial_accumulator_value!r}")
         super().__init__(learning_rate, initial_accumulator_value)
 
 
