@@ -139,7 +139,7 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
   }
   std::vector<Tensor*> ptrs;
   for (auto& t : updated) ptrs.push_back(&t);
-  Status s = ApplyOptimizerUpdate(req, ptrs);
+  Status s = ApplyOptimizerUpdate(req, ptrs, st.pool);
   if (s.ok()) {
     for (size_t i = 0; i < updated.size(); ++i) {
       st.vars[req.var_ids[i]].value = std::move(updated[i]);

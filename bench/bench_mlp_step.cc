@@ -7,6 +7,8 @@
 // this program on the step's shapes with the kernels' own GEMM (nn::Gemm on
 // a compute pool of the same threads), i.e. the step's flops over that GEMM
 // rate; gemm_gflops is the rate (fp32: the bound of an fp32 step).
+// --trace FILE writes one step's timeline (--trace-step, counted with the
+// warm-up steps). median_step_ms is the median of the timed steps' wall times.
 // cpu_ms_per_step and context_switches_per_step are the process's CPU time
 // and thread switches over the timed steps (bench/process_usage.h): a switch
 // is a thread that slept and was woken, a cost that varies by machine far
@@ -14,10 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <vector>
 
 #include "bench/process_usage.h"
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
+#include "examples/common/trace.h"
 #include "examples/common/models.h"
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/nn_gemm.h"
@@ -78,7 +82,9 @@ int main(int argc, char** argv) {
       .String("model", "mlp", "mlp or cnn")
       .String("precision", "fp32", "fp32 or bf16 (bf16 needs an AVX512_BF16 CPU)").Int("threads", 0, "compute threads (0 = one per core)")
       .Bool("json", "print JSON lines");
+  DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "bench_mlp_step");
+  const TraceFlag trace(flags);
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
   const int64_t batch = flags.GetInt("batch"), steps = flags.GetInt("steps");
   Graph g;
@@ -111,15 +117,30 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = u(rng);
   for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng() % 10);
   Tensor lr = Tensor::Scalar<float>(static_cast<float>(mo.learning_rate));
+  int64_t step_index = 0;  // counts warm-up steps too, as --trace-step does
   auto step = [&] {
-    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train});
+    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train},
+                   trace.For(step_index++));
     if (!r.ok()) fail(r.status());
   };
   for (int64_t i = 0; i < flags.GetInt("warmup"); ++i) step();
   const bench::ProcessUsage used0 = bench::ReadProcessUsage();
+  // Each step timed too: on a shared machine the median step shows the
+  // step's own cost, which a few preempted steps move in the mean.
+  std::vector<double> step_ms;
+  step_ms.reserve(steps);
   auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < steps; ++i) step();
+  for (int64_t i = 0; i < steps; ++i) {
+    const auto s0 = std::chrono::steady_clock::now();
+    step();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double median_step_ms = 0;
+  if (!step_ms.empty()) {
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+    median_step_ms = step_ms[step_ms.size() / 2];
+  }
   const bench::ProcessUsage used1 = bench::ReadProcessUsage();
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(steps, 1));
   const double cpu_ms_per_step = 1000.0 * (used1.cpu_seconds - used0.cpu_seconds) * per_step;
@@ -133,7 +154,7 @@ int main(int argc, char** argv) {
     JsonLine line;
     line.Add("system", "shardflow").Add("model", mo.model).Add("precision", precision).Add("batch", batch)
         .Add("steps", steps).Add("steps_per_sec", sps).Add("cpu_ms_per_step", cpu_ms_per_step)
-        .Add("context_switches_per_step", switches_per_step);
+        .Add("context_switches_per_step", switches_per_step).Add("median_step_ms", median_step_ms);
     if (mlp) line.Add("gemm_bound_steps_per_sec", 1.0 / gemm_secs).Add("gemm_gflops", gemm_flops / gemm_secs / 1e9)
         .Add("vs_gemm_bound", sps * gemm_secs);
     line.Print();

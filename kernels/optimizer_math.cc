@@ -3,7 +3,10 @@
 // place. The dense update is one span; RowUpdater runs one per row.
 #include "kernels/optimizer_math.h"
 
+#include "kernels/compute_pool.h"
+
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -128,8 +131,15 @@ void AdvanceScalarSlots(const UpdateParams<T>& p, T* const* scalar_slot) {
   }
 }
 
+// Elements per chunk of a dense update (16 KiB of float32 per array: a
+// variable and two slots stay in L1), and the smallest update split over the
+// pool (below it the hand-off costs more than the second core saves).
+constexpr int64_t kUpdateChunk = 4096;
+constexpr int64_t kParallelUpdate = 65536;
+
 template <typename T>
-void DenseUpdate(OptimizerKind kind, const ApplyRequest& req, const std::vector<Tensor*>& v) {
+void DenseUpdate(OptimizerKind kind, const ApplyRequest& req, const std::vector<Tensor*>& v,
+                 ComputePool* pool) {
   const UpdateParams<T> p = ReadParams<T>(kind, req.scalars, v, req.use_nesterov);
   T* slots[kMaxOptimizerSlots] = {};
   for (size_t i = 1; i < v.size(); ++i) slots[i - 1] = v[i]->data<T>();
@@ -144,7 +154,21 @@ void DenseUpdate(OptimizerKind kind, const ApplyRequest& req, const std::vector<
         UpdateSpan<K, RowView, T>(p, v[0]->data<T>() + off, row_slot, req.grad.data<T>() + off, width);
       }
     } else {
-      UpdateSpan<K, TensorView, T>(p, v[0]->data<T>(), slots, req.grad.data<T>(), n);
+      // In chunks that fit L1, so a formula's second pass over the variable
+      // and its slots (Momentum's accum, then var) reads what the first just
+      // wrote instead of memory; big variables split them over the pool.
+      // Element-wise formulas: the result does not depend on the split.
+      const int64_t chunks = (n + kUpdateChunk - 1) / kUpdateChunk;
+      auto run = [&](int64_t begin, int64_t end) {
+        T* chunk_slot[kMaxOptimizerSlots] = {};
+        for (int64_t c = begin; c < end; ++c) {
+          const int64_t off = c * kUpdateChunk, len = std::min(kUpdateChunk, n - off);
+          for (int s = 0; s < kRowSlots<K>; ++s) chunk_slot[s] = slots[s] + off;
+          UpdateSpan<K, TensorView, T>(p, v[0]->data<T>() + off, chunk_slot, req.grad.data<T>() + off, len);
+        }
+      };
+      if (pool && n >= kParallelUpdate) pool->ParallelFor(chunks, kParallelUpdate / kUpdateChunk / 2, run);
+      else run(0, chunks);
     }
     AdvanceScalarSlots<K>(p, slots + kRowSlots<K>);
   });
@@ -194,7 +218,8 @@ Status CheckOptimizerScalars(const OptimizerSpec& spec, const std::string& who,
   return Status::OK();
 }
 
-Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars) {
+Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars,
+                            ComputePool* pool) {
   if (req.optimizer >= OptimizerKind::kCount)
     return InvalidArgument("unknown optimizer " + std::to_string(static_cast<int>(req.optimizer)));
   const OptimizerSpec& spec = SpecOf(req.optimizer);
@@ -205,8 +230,8 @@ Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>&
                            DTypeName(dt));
   SF_RETURN_IF_ERROR(CheckOptimizerInputs(spec, who, vars, req.scalars, dt, req.grad.shape(),
                                           "the gradient"));
-  if (dt == DType::kFloat32) DenseUpdate<float>(req.optimizer, req, vars);
-  else DenseUpdate<double>(req.optimizer, req, vars);
+  if (dt == DType::kFloat32) DenseUpdate<float>(req.optimizer, req, vars, pool);
+  else DenseUpdate<double>(req.optimizer, req, vars, pool);
   return Status::OK();
 }
 

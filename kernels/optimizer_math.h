@@ -17,10 +17,14 @@
 
 namespace sf {
 
+class ComputePool;
+
 // Applies req to vars (the variable first, then its slots, as in
-// req.var_ids). Returns InvalidArgument naming the optimizer and the shapes or
-// dtypes that do not match; vars are unchanged then.
-Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars);
+// req.var_ids), splitting a big variable over pool (may be null). Returns
+// InvalidArgument naming the optimizer and the shapes or dtypes that do not
+// match; vars are unchanged then.
+Status ApplyOptimizerUpdate(const ApplyRequest& req, const std::vector<Tensor*>& vars,
+                            ComputePool* pool = nullptr);
 
 // The checks every update makes before it writes: vars and scalars as many
 // as spec says, every var a value of dtype dt and shape `shape` (scalar slots:

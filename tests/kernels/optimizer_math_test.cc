@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/compute_pool.h"
 #include "kernels/embedding_math.h"
 #include "kernels/optimizer_math.h"
 
@@ -241,4 +242,64 @@ TEST_CASE("Sparse optimizer errors name the optimizer and the slot", "[optimizer
   CHECK_FALSE(ApplySparseOptimizerUpdate(req, {&var}).ok());  // the slot missing
   req.optimizer = OptimizerKind::kCount;
   CHECK_FALSE(ApplySparseOptimizerUpdate(req, {&var, &acc}).ok());
+}
+
+TEST_CASE("A big dense update split into chunks over the pool equals updating it piece by piece",
+          "[optimizer]") {
+  // 133,000 elements: over the size split across the pool, and neither it nor
+  // its rows a multiple of the chunk, so chunk and vector tails are exercised.
+  const int64_t rows = 7000, dim = 19, piece = 50;
+  const std::vector<float> hypers = {0.1f, 0.9f, 0.999f, 1e-8f};
+  ComputePool pool(2);
+  for (const OptimizerSpec& spec : kOptimizers) {
+    INFO(spec.name);
+    const int row_slots = spec.handles - 1 - spec.scalar_slots;
+    std::vector<Tensor> whole;
+    for (int i = 0; i < spec.handles; ++i) {
+      if (i <= row_slots) whole.push_back(Table(rows, dim, static_cast<float>(i)));
+      else whole.push_back(Tensor::Scalar<float>(i == row_slots + 1 ? 0.9f : 0.999f));
+    }
+    std::vector<Tensor> scalars;
+    for (int i = 0; i < spec.scalars; ++i) scalars.push_back(Tensor::Scalar<float>(hypers[i]));
+    // The reference: each piece of `piece` rows a variable of its own.
+    std::vector<std::vector<Tensor>> pieces;
+    for (int64_t r = 0; r < rows; r += piece) {
+      std::vector<int64_t> idx;
+      for (int64_t k = r; k < r + piece; ++k) idx.push_back(k);
+      std::vector<Tensor> p;
+      for (int i = 0; i < spec.handles; ++i) p.push_back(i <= row_slots ? Rows(whole[i], idx) : whole[i].Copy());
+      pieces.push_back(std::move(p));
+    }
+    for (int step = 0; step < 2; ++step) {
+      ApplyRequest req;
+      req.optimizer = spec.kind;
+      req.scalars = scalars;
+      req.grad = Table(rows, dim, 20.0f + step);
+      std::vector<Tensor*> wp;
+      for (auto& t : whole) wp.push_back(&t);
+      REQUIRE(ApplyOptimizerUpdate(req, wp, &pool).ok());
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        std::vector<int64_t> idx;
+        for (int64_t r = k * piece; r < (static_cast<int64_t>(k) + 1) * piece; ++r) idx.push_back(r);
+        ApplyRequest preq = req;
+        preq.grad = Rows(req.grad, idx);
+        std::vector<Tensor*> pp;
+        for (auto& t : pieces[k]) pp.push_back(&t);
+        REQUIRE(ApplyOptimizerUpdate(preq, pp).ok());
+      }
+    }
+    for (int i = 0; i <= row_slots; ++i) {
+      INFO("variable " << i);
+      const float* got = whole[i].data<float>();
+      int64_t wrong = 0;
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        const float* want = pieces[k][i].data<float>();
+        for (int64_t j = 0; j < piece * dim; ++j)
+          if (!(std::fabs(got[k * piece * dim + j] - want[j]) <= 1e-6f * std::fabs(want[j]) + 1e-7f)) ++wrong;
+      }
+      CHECK(wrong == 0);
+    }
+    for (int i = row_slots + 1; i < spec.handles; ++i)  // scalar slots advance once per update
+      CHECK(whole[i].data<float>()[0] == pieces[0][i].data<float>()[0]);
+  }
 }
