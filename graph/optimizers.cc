@@ -220,35 +220,13 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
   for (const auto& l : lookups) xs.push_back(Output(&g, l.second, 0));
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
                       Gradients(g, {loss}, xs, {}, /*allow_unconnected=*/true));
-  // Checked before any update or slot is added (the gradients are built).
-  if (!UpdatesAdd()) {
-    // The lookups each shard's loss gradient comes through (views and
-    // lookups the loss does not use have none).
-    std::map<size_t, std::vector<int>> per_shard;
-    for (size_t j = 0; j < lookups.size(); ++j) {
-      auto view = g.node(lookups[j].second).attrs.GetOr<bool>("read_only", false);
-      if (grads[handles.size() + j].valid() && view.ok() && !*view)  // a view's own error comes below
-        per_shard[lookups[j].first].push_back(lookups[j].second);
-    }
-    for (const auto& [h, ls] : per_shard) {
-      if (ls.size() < 2) continue;
-      auto table = g.node(ls[0]).attrs.GetOr<std::string>("table", "?");
-      return Unimplemented(name() + ".Minimize: the loss looks embedding table '" + (table.ok() ? *table : "?") +
-                           "' up " + std::to_string(ls.size()) + " times ('" + g.node(ls[0]).name + "', '" +
-                           g.node(ls[1]).name + "'" + (ls.size() > 2 ? ", ..." : "") + "); " + name() +
-                           " would update its rows once per lookup, not once by the summed gradient: look the "
-                           "ids up in one lookup (concatenate them) and split its output, or use GradientDescent");
-    }
-  }
-  std::vector<int> updates;
-  for (size_t i = 0; i < handles.size(); ++i) {
-    if (!grads[i].valid()) continue;  // the loss does not depend on this variable
-    SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
-    updates.push_back(id);
-  }
+  // Each trained shard's lookups, in the order first seen; checked before
+  // any update or slot is added.
+  std::vector<size_t> shard_order;
+  std::map<size_t, std::pair<std::vector<int>, std::vector<Output>>> per_shard;
   for (size_t j = 0; j < lookups.size(); ++j) {
     const Output dy = grads[handles.size() + j];
-    if (!dy.valid()) continue;
+    if (!dy.valid()) continue;  // a lookup the loss does not use
     const Node& lookup = g.node(lookups[j].second);
     auto read_only = lookup.attrs.GetOr<bool>("read_only", false);
     if (!read_only.ok() || *read_only) {
@@ -257,7 +235,21 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
                              "' through a read-only view (" + lookup.name +
                              "), which cannot train it: look it up through the table itself");
     }
-    SF_ASSIGN_OR_RETURN(int id, ApplySparseOne(g, handles[lookups[j].first], lookups[j].second, dy));
+    auto& entry = per_shard[lookups[j].first];
+    if (entry.first.empty()) shard_order.push_back(lookups[j].first);
+    entry.first.push_back(lookups[j].second);
+    entry.second.push_back(dy);
+  }
+  std::vector<int> updates;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (!grads[i].valid()) continue;  // the loss does not depend on this variable
+    SF_ASSIGN_OR_RETURN(int id, ApplyOne(g, handles[i], grads[i]));
+    updates.push_back(id);
+  }
+  for (size_t h : shard_order) {
+    const auto& [shard_lookups, dys] = per_shard[h];
+    SF_ASSIGN_OR_RETURN(ShardSparseGradient sg, ShardGradient(g, shard_lookups, dys));
+    SF_ASSIGN_OR_RETURN(int id, ApplySparseOne(g, handles[h], sg));
     updates.push_back(id);
   }
   if (updates.empty())
@@ -320,24 +312,60 @@ Output Optimizer::ScalarSlot(Graph& g, Output handle, const std::string& slot_na
 
 // ---- sparse updates of embedding shards ------------------------------------
 
-Result<int> Optimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output) {
-  (void)handle;
-  auto table = g.node(lookup).attrs.GetOr<std::string>("table", "?");
-  return Unimplemented(name() + " has no sparse update for embedding table '" +
-                       (table.ok() ? *table : std::string("?")) +
-                       "' (use " + OptimizerNames(/*with_sparse_op=*/true) + ")");
+Result<ShardSparseGradient> ShardGradient(Graph& g, const std::vector<int>& lookups, const std::vector<Output>& dys) {
+  SF_RETURN_IF_ERROR(g.status());
+  if (lookups.empty() || lookups.size() != dys.size())
+    return InvalidArgument("ShardGradient: " + std::to_string(lookups.size()) + " lookups and " +
+                           std::to_string(dys.size()) + " gradients");
+  const Node& first = g.node(lookups[0]);
+  ShardSparseGradient sg;
+  auto table = first.attrs.GetOr<std::string>("table", "?");
+  sg.table = table.ok() ? *table : "?";
+  if (lookups.size() == 1) {
+    sg.inputs.assign(first.inputs.begin() + 1, first.inputs.end());
+    sg.inputs.push_back(dys[0]);
+    sg.attrs = first.attrs;
+    sg.grad = dys[0];
+    return sg;
+  }
+  // Each lookup's rows and row gradients beside the shard, then one update
+  // of them all: the shard sums a row read by several lookups once.
+  std::vector<Output> rows, values;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    const Node& l = g.node(lookups[i]);
+    if (l.inputs.empty() || !(l.inputs[0] == first.inputs[0]))
+      return InvalidArgument("ShardGradient: lookups '" + first.name + "' and '" + l.name +
+                             "' read different shards");
+    std::vector<Output> in = l.inputs;
+    in.push_back(dys[i]);
+    const int id = g.AddNode("EmbeddingSparseGrad", in, l.attrs, l.name + "/sparse_grad");
+    if (id < 0) return g.status();
+    rows.push_back(Output(&g, id, 0));
+    values.push_back(Output(&g, id, 1));
+  }
+  sg.inputs = {ops::Concat(g, rows, 0), ops::Concat(g, values, 0)};
+  SF_RETURN_IF_ERROR(g.status());
+  sg.attrs = first.attrs;
+  sg.attrs.Erase("read_only");
+  sg.attrs.Set("segments", std::string("rows"));
+  sg.attrs.Set("combiner", std::string("sum"));
+  sg.grad = sg.inputs[1];
+  return sg;
+}
+
+Result<int> Optimizer::ApplySparseOne(Graph&, Output, const ShardSparseGradient& grad) {
+  return Unimplemented(name() + " has no sparse update for embedding table '" + grad.table + "' (use " +
+                       OptimizerNames(/*with_sparse_op=*/true) + ")");
 }
 
 Result<int> Optimizer::AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
-                                      std::vector<Output> scalars, int lookup, Output dy,
+                                      std::vector<Output> scalars, const ShardSparseGradient& grad,
                                       const std::vector<double>& slot_init) {
   SF_RETURN_IF_ERROR(g.status());
-  const Node& l = g.node(lookup);
   std::vector<Output> in = std::move(handles);
   for (auto& s : scalars) in.push_back(s);
-  for (size_t i = 1; i < l.inputs.size(); ++i) in.push_back(l.inputs[i]);
-  in.push_back(dy);
-  AttrMap attrs = l.attrs;
+  for (const auto& x : grad.inputs) in.push_back(x);
+  AttrMap attrs = grad.attrs;
   if (!slot_init.empty()) attrs.Set("slot_init", slot_init);
   return AddApply(g, op, std::move(in), std::move(attrs));
 }
@@ -355,10 +383,11 @@ Result<int> GradientDescentOptimizer::ApplyOne(Graph& g, Output handle, Output g
                    grad);
 }
 
-Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+Result<int> GradientDescentOptimizer::ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& sg) {
+  const Output dy = sg.grad;
   auto h = UpdateHandles(g, name(), OptimizerKind::kGradientDescent, handle, dy.dtype(), {}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kGradientDescent).sparse_op, std::move(h),
-                        {LearningRate(g, dy, lr_)}, lookup, dy);
+                        {LearningRate(g, dy, lr_)}, sg);
 }
 
 Result<int> MomentumOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -391,10 +420,11 @@ Result<int> AdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
   return AddUpdate(g, OptimizerKind::kAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
 }
 
-Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+Result<int> AdagradOptimizer::ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& sg) {
+  const Output dy = sg.grad;
   auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdagrad, handle, dy.dtype(), {init_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdagrad).sparse_op, std::move(h),
-                        {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
+                        {LearningRate(g, dy, lr_)}, sg, {init_});
 }
 
 Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -410,13 +440,14 @@ Result<int> AdamOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
                    grad);
 }
 
-Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+Result<int> AdamOptimizer::ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& sg) {
+  const Output dy = sg.grad;
   auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kAdam, handle, DType::kFloat32,
                          {0.0, 0.0, beta1_, beta2_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kAdam).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, beta1_), Hyper(g, dy, beta2_),
                          Hyper(g, dy, eps_)},
-                        lookup, dy, {0.0, 0.0, beta1_, beta2_});
+                        sg, {0.0, 0.0, beta1_, beta2_});
 }
 
 Result<int> RowwiseAdagradOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -424,10 +455,11 @@ Result<int> RowwiseAdagradOptimizer::ApplyOne(Graph& g, Output handle, Output gr
   return AddUpdate(g, OptimizerKind::kRowwiseAdagrad, std::move(h), {LearningRate(g, grad, lr_)}, grad);
 }
 
-Result<int> RowwiseAdagradOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+Result<int> RowwiseAdagradOptimizer::ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& sg) {
+  const Output dy = sg.grad;
   auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kRowwiseAdagrad, handle, dy.dtype(), {init_}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kRowwiseAdagrad).sparse_op, std::move(h),
-                        {LearningRate(g, dy, lr_)}, lookup, dy, {init_});
+                        {LearningRate(g, dy, lr_)}, sg, {init_});
 }
 
 Result<int> FtrlOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
@@ -438,12 +470,13 @@ Result<int> FtrlOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {
                    grad);
 }
 
-Result<int> FtrlOptimizer::ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) {
+Result<int> FtrlOptimizer::ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& sg) {
+  const Output dy = sg.grad;
   auto h = UpdateHandles(g, SlotScope(g, handle), OptimizerKind::kFtrl, handle, dy.dtype(), {init_, 0.0}, true);
   return AddSparseApply(g, SpecOf(OptimizerKind::kFtrl).sparse_op, std::move(h),
                         {LearningRate(g, dy, lr_), Hyper(g, dy, l1_), Hyper(g, dy, l2_),
                          Hyper(g, dy, power_)},
-                        lookup, dy, {init_, 0.0});
+                        sg, {init_, 0.0});
 }
 
 Result<int> RMSPropOptimizer::ApplyOne(Graph& g, Output handle, Output grad) {

@@ -5,6 +5,7 @@
 #include "shardflow/replication.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "kernels/optimizer_spec.h"
@@ -78,9 +79,9 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
     }
   }
   if (t.handles.empty()) return InvalidArgument(where + ": there are no variables to train");
-  // An embedding table's shard passes no dense gradient back: each of its
-  // lookups gets the optimizer's sparse update, re-issued as a synchronous
-  // one (EmbeddingSparseApplySync).
+  // An embedding table's shard passes no dense gradient back: its lookups
+  // get the optimizer's sparse update, re-issued as a synchronous one
+  // (EmbeddingSparseApplySync).
   std::set<Output> handle_set(t.handles.begin(), t.handles.end());
   std::vector<Output> lookups;
   for (int n = 0; n < g.num_nodes(); ++n) {
@@ -92,9 +93,10 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
   if (!lookups.empty()) {
     SF_ASSIGN_OR_RETURN(lookup_grads, Gradients(g, {loss}, lookups, {}, /*allow_unconnected=*/true));
   }
-  // A shard's step counts one contribution per worker: two trained lookups
-  // of one shard would count one worker twice.
-  std::set<Output> trained_shards;
+  // A shard's step counts one contribution per worker: its trained lookups
+  // make one update (ShardGradient), in the order the shards are first seen.
+  std::vector<Output> trained_shards;
+  std::map<Output, std::pair<std::vector<int>, std::vector<Output>>> per_shard;
   for (size_t i = 0; i < lookups.size(); ++i) {
     if (!lookup_grads[i].valid()) continue;
     auto read_only = lookups[i].op().attrs.GetOr<bool>("read_only", false);
@@ -103,12 +105,11 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
       return InvalidArgument(where + ": the loss reads embedding table '" + (table.ok() ? *table : "?") +
                              "' through a read-only view, which cannot train it");
     }
-    if (!trained_shards.insert(lookups[i].op().inputs[0]).second) {
-      auto table = lookups[i].op().attrs.GetOr<std::string>("table", "?");
-      return Unimplemented(where + ": embedding table '" + (table.ok() ? *table : "?") +
-                           "' is looked up more than once in the loss; synchronous replication takes one "
-                           "lookup per table (concatenate the ids into one lookup)");
-    }
+    const Output shard = lookups[i].op().inputs[0];
+    auto& entry = per_shard[shard];
+    if (entry.first.empty()) trained_shards.push_back(shard);
+    entry.first.push_back(lookups[i].node);
+    entry.second.push_back(lookup_grads[i]);
   }
   SF_ASSIGN_OR_RETURN(std::vector<Output> grads,
                       Gradients(g, {loss}, t.handles, {}, /*allow_unconnected=*/true));
@@ -127,10 +128,10 @@ Result<SyncReplicaTrainOp> SyncReplicas::Minimize(Graph& g, Output loss, int rep
     handles.push_back(t.handles[i]);
     t.counted_in.push_back(Output(&g, id, 0));
   }
-  for (size_t i = 0; i < lookups.size(); ++i) {
-    if (!lookup_grads[i].valid()) continue;
-    const Output shard = lookups[i].op().inputs[0];
-    SF_ASSIGN_OR_RETURN(int sparse, opt_.ApplySparseOne(g, shard, lookups[i].node, lookup_grads[i]));
+  for (const Output& shard : trained_shards) {
+    const auto& [shard_lookups, dys] = per_shard[shard];
+    SF_ASSIGN_OR_RETURN(ShardSparseGradient sg, ShardGradient(g, shard_lookups, dys));
+    SF_ASSIGN_OR_RETURN(int sparse, opt_.ApplySparseOne(g, shard, sg));
     const Node& apply = g.node(sparse);
     const OptimizerSpec* spec = FindOptimizerByOp(apply.op);
     if (!spec || !spec->sparse_op || apply.op != spec->sparse_op)

@@ -581,9 +581,10 @@ Result<EmbeddingOpAttrs> ParseEmbeddingOpAttrs(const AttrMap& attrs) {
   else if (seg == "offsets") a.segments = EmbeddingSegments::kOffsets;
   else if (seg == "segment_ids") a.segments = EmbeddingSegments::kSegmentIds;
   else if (seg == "split") a.segments = EmbeddingSegments::kSplit;
+  else if (seg == "rows") a.segments = EmbeddingSegments::kRows;
   else
     return InvalidArgument("embedding table '" + a.spec.table + "': unknown segments '" + seg +
-                           "' (expected dense, offsets, segment_ids or split)");
+                           "' (expected dense, offsets, segment_ids, split or rows)");
   SF_ASSIGN_OR_RETURN(a.num_segments, attrs.GetOr<int64_t>("num_segments", -1));
   SF_ASSIGN_OR_RETURN(a.read_only, attrs.GetOr<bool>("read_only", false));
   if (a.segments == EmbeddingSegments::kSegmentIds && a.num_segments < 0)
@@ -616,6 +617,9 @@ Result<Tensor> AsInt64(const Tensor& t, const std::string& what) {
 Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
                             EmbeddingGather* q, Shape* out_prefix) {
   const std::string who = "embedding table '" + a.spec.table + "'";
+  if (a.segments == EmbeddingSegments::kSplit || a.segments == EmbeddingSegments::kRows)
+    return InvalidArgument(who + ": segments '" + (a.segments == EmbeddingSegments::kSplit ? "split" : "rows") +
+                           "' are not ids to gather");
   SF_ASSIGN_OR_RETURN(Tensor flat, AsInt64(ids, who + ": ids"));
   const int64_t n = flat.num_elements();
   SF_ASSIGN_OR_RETURN(q->ids, flat.Reshaped({n}));

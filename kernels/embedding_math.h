@@ -168,6 +168,10 @@ enum class EmbeddingSegments : uint8_t {
   // One shard's part of a lookup, split once for all shards (EmbeddingSplitIds):
   // local rows [n_k], their segment ids [n_k], the weights [num_segments].
   kSplit = 3,
+  // A sparse update's rows and their gradients, rows [n] and values [n, dim]
+  // (several lookups' EmbeddingSparseGrad outputs, concatenated): duplicate
+  // rows are summed into one update. Sparse updates only, never a lookup.
+  kRows = 4,
 };
 
 // The parsed attributes of an EmbeddingShardLookup / EmbeddingSparseApply* node.

@@ -7,7 +7,9 @@
 // Attributes shared by all of them (kernels/embedding_math.h parses them):
 // table, table_rows, num_shards, shard, partition ("mod" | "range" | "hash"),
 // combiner ("sum" | "mean" | "sqrtn" | "none"), segments ("dense" | "offsets" |
-// "segment_ids"), num_segments (segment_ids only).
+// "segment_ids", "split" for a shard's part of EmbeddingSplitIds, and "rows"
+// for a sparse update of several lookups' EmbeddingSparseGrad rows),
+// num_segments (segment_ids only).
 #include "graph/op_registry.h"
 #include "kernels/hash_embedding.h"
 #include "kernels/optimizer_spec.h"
@@ -88,6 +90,26 @@ Status CheckLookupInputs(InferenceContext& c, int first, bool has_segments, Part
   SF_ASSIGN_OR_RETURN(int64_t num, c.AttrOr<int64_t>("num_segments", -1));
   if (num < 0) return c.Error(who + ": segment ids need attr num_segments >= 0");
   *prefix = PartialShape(Shape{num});
+  return Status::OK();
+}
+
+// A sparse update of segments "rows": rows (int64 [n]) and their gradients
+// (float32 [n, dim]) at `first`, the last inputs.
+Status CheckRowsUpdate(InferenceContext& c, int first) {
+  SF_ASSIGN_OR_RETURN(std::string table, c.Attr<std::string>("table"));
+  const std::string who = "embedding table '" + table + "'";
+  if (c.input_dtype(0) != DType::kResource)
+    return c.Error(std::string("input 0 must be an embedding shard handle, got ") + DTypeName(c.input_dtype(0)));
+  if (c.num_inputs() != first + 2) return c.Error(who + ": a sparse update of rows takes the rows and their gradients");
+  if (c.input_dtype(first) != DType::kInt64 || c.input_dtype(first + 1) != DType::kFloat32)
+    return c.Error(who + ": a sparse update of rows takes int64 rows and float32 gradients, got " +
+                   DTypeName(c.input_dtype(first)) + " and " + DTypeName(c.input_dtype(first + 1)));
+  const PartialShape& r = c.input_shape(first);
+  const PartialShape& v = c.input_shape(first + 1);
+  if (r.rank_known() && r.rank() != 1) return c.Error(who + ": the rows must be a vector, got " + r.ToString());
+  if (v.rank_known() && v.rank() != 2) return c.Error(who + ": the gradients must be [rows, dim], got " + v.ToString());
+  if (r.rank_known() && v.rank_known() && r.dim(0) >= 0 && v.dim(0) >= 0 && r.dim(0) != v.dim(0))
+    return c.Error(who + ": " + std::to_string(r.dim(0)) + " rows but " + std::to_string(v.dim(0)) + " gradients");
   return Status::OK();
 }
 
@@ -179,6 +201,32 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
                "lookup and sparse update then read only their own ids.")
       .Build()));
 
+  // One lookup's sparse gradient as rows and row gradients, for one update of
+  // a shard that several lookups read (Optimizer::Minimize concatenates them
+  // into a sparse update of segments "rows").
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingSparseGrad")
+      .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows")
+      .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
+      .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
+      .Attr("read_only", false)
+      .Inputs(3, 5)
+      .Shape([](InferenceContext& c) -> Status {
+        PartialShape prefix;
+        SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 4, &prefix));
+        const int dy = c.num_inputs() - 1;
+        if (c.input_dtype(dy) != DType::kFloat32)
+          return c.Error(std::string("the gradient must be float32, got ") + DTypeName(c.input_dtype(dy)));
+        const PartialShape shard = ShardShape(c);
+        c.set_output(0, DType::kInt64, PartialShape(Shape{-1}));
+        c.set_output(1, DType::kFloat32, PartialShape(Shape{-1, shard.rank_known() ? shard.dim(1) : -1}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("One embedding lookup's sparse gradient: the shard's rows it read (each once) and their summed "
+               "gradients [rows, dim]. Inputs: shard handle (for placement), the lookup's ids (and segments), "
+               "the gradient of the lookup's output.")
+      .Build()));
+
   // The sparse form of each optimizer that has one (kernels/optimizer_spec.h).
   // slot_init: the slots' starting values, for the rows a hash table creates.
   for (const OptimizerSpec& op : kOptimizers) {
@@ -197,6 +245,8 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
             if (c.input_dtype(i) != DType::kFloat32)
               return c.Error("hyperparameter input " + std::to_string(i) + " must be float32, got " +
                              DTypeName(c.input_dtype(i)));
+          SF_ASSIGN_OR_RETURN(std::string seg, c.AttrOr<std::string>("segments", "dense"));
+          if (seg == "rows") return CheckRowsUpdate(c, fixed);
           PartialShape prefix;
           const bool has_segments = c.num_inputs() == fixed + 3;
           SF_RETURN_IF_ERROR(CheckLookupInputs(c, fixed, has_segments, &prefix));

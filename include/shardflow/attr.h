@@ -27,6 +27,8 @@ class AttrMap {
  public:
   void Set(const std::string& name, AttrValue v) { attrs_[name] = std::move(v); }
   bool Has(const std::string& name) const { return attrs_.count(name) != 0; }
+  // Removes the attribute name (nothing when it is absent).
+  void Erase(const std::string& name) { attrs_.erase(name); }
   const AttrValue* Find(const std::string& name) const {
     auto it = attrs_.find(name);
     return it == attrs_.end() ? nullptr : &it->second;

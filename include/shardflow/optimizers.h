@@ -17,6 +17,23 @@ namespace sf {
 
 class SyncReplicas;
 
+// The gradient of one embedding shard as its sparse update takes it.
+struct ShardSparseGradient {
+  std::string table;           // the table's name, for errors
+  std::vector<Output> inputs;  // the update's inputs after its handles and hyperparameters
+  AttrMap attrs;               // the update's attributes
+  Output grad;                 // the float32 gradient (the hyperparameters take its dtype)
+};
+
+// The sparse gradient of one shard from the gradients dys[i] of its
+// EmbeddingShardLookup nodes lookups[i] (at least one): a single lookup's
+// ids (and segments) and dy; several lookups' rows and row gradients
+// (EmbeddingSparseGrad each) concatenated into one update of segments
+// "rows", so a stateful optimizer sees the summed gradient once, as in
+// TensorFlow. Returns the graph's error, or InvalidArgument when the
+// lookups read different shards.
+Result<ShardSparseGradient> ShardGradient(Graph& g, const std::vector<int>& lookups, const std::vector<Output>& dys);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -25,8 +42,8 @@ class Optimizer {
   // returns the id of a NoOp that runs them all, or the error.
   // var_list may also hold VarHandles (an EmbeddingTable's shards).
   // Embedding table shards (include/shardflow/embedding.h) among them get
-  // sparse updates, one per EmbeddingShardLookup of the shard, built from the
-  // gradient of that lookup's output.
+  // one sparse update each, built from the gradients of the shard's
+  // EmbeddingShardLookup outputs (ShardGradient).
   Result<Operation> Minimize(Graph& g, Output loss, const std::vector<Output>& var_list = {});
   // Adds update ops for given (gradient, variable read) pairs; returns the NoOp id.
   Result<Operation> ApplyGradients(Graph& g, const std::vector<std::pair<Output, Output>>& grads_and_vars);
@@ -34,11 +51,6 @@ class Optimizer {
   // Checks the hyperparameters given to the constructor; InvalidArgument
   // naming the optimizer and the value (Minimize and ApplyGradients call it).
   virtual Status Validate() const { return Status::OK(); }
-  // True when two updates by g1 and g2 equal one by g1 + g2 (plain gradient
-  // descent): only then may a loss look one embedding shard up more than
-  // once, each lookup updating it (a stateful optimizer's slots would see
-  // g1^2 + g2^2, not (g1 + g2)^2).
-  virtual bool UpdatesAdd() const { return false; }
   // Uses a scalar tensor as the learning rate instead of the constant given
   // to the constructor: a Placeholder fed each step, or a schedule computed in
   // the graph. It is cast to each gradient's dtype. Call before Minimize.
@@ -50,17 +62,16 @@ class Optimizer {
   Output LearningRate(Graph& g, Output grad, double constant);
   // Adds the update of one variable (its handle) by grad, creating slots.
   virtual Result<int> ApplyOne(Graph& g, Output handle, Output grad) = 0;
-  // Adds the sparse update of one embedding shard (handle) from the gradient
-  // dy of one of its EmbeddingShardLookup nodes (include/shardflow/embedding.h).
-  // The default answers Unimplemented naming the optimizer: GradientDescent,
-  // Adagrad, RowwiseAdagrad, Adam (lazy) and Ftrl override it.
-  virtual Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy);
+  // Adds the sparse update of one embedding shard (handle) by its gradient
+  // (ShardGradient). The default answers Unimplemented naming the optimizer:
+  // GradientDescent, Adagrad, RowwiseAdagrad, Adam (lazy) and Ftrl override it.
+  virtual Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad);
   // Adds the EmbeddingSparseApply<op> node: handles (shard then slots), scalar
-  // hyperparameters, the lookup's ids (and segments), dy; the lookup's attrs.
+  // hyperparameters, then grad's inputs, with grad's attrs.
   // slot_init: the slots' initial values, which a hash table's shard uses for
   // the slots of each row it creates (its handles are the shard's own).
   Result<int> AddSparseApply(Graph& g, const std::string& op, std::vector<Output> handles,
-                             std::vector<Output> scalars, int lookup, Output dy,
+                             std::vector<Output> scalars, const ShardSparseGradient& grad,
                              const std::vector<double>& slot_init = {});
   // Like Slot, filled by a Fill op at run time (no dense constant in the graph:
   // embedding shards are big).
@@ -87,10 +98,9 @@ class GradientDescentOptimizer : public Optimizer {
  public:
   explicit GradientDescentOptimizer(double learning_rate) : lr_(learning_rate) {}
   std::string name() const override { return "GradientDescent"; }
-  bool UpdatesAdd() const override { return true; }
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
-  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad) override;
  private:
   double lr_;
 };
@@ -115,7 +125,7 @@ class AdagradOptimizer : public Optimizer {
   Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
-  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad) override;
  private:
   double lr_, init_;
 };
@@ -129,7 +139,7 @@ class AdamOptimizer : public Optimizer {
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
   // Lazy Adam for embedding shards: only the rows a step touches move their m and v.
-  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad) override;
  private:
   double lr_, beta1_, beta2_, eps_;
 };
@@ -145,7 +155,7 @@ class RowwiseAdagradOptimizer : public Optimizer {
   Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
-  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad) override;
  private:
   double lr_, init_;
 };
@@ -161,7 +171,7 @@ class FtrlOptimizer : public Optimizer {
   Status Validate() const override;
  protected:
   Result<int> ApplyOne(Graph& g, Output handle, Output grad) override;
-  Result<int> ApplySparseOne(Graph& g, Output handle, int lookup, Output dy) override;
+  Result<int> ApplySparseOne(Graph& g, Output handle, const ShardSparseGradient& grad) override;
  private:
   double lr_, l1_, l2_, power_, init_;
 };

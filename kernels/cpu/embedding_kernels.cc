@@ -95,6 +95,59 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
   }
 };
 
+// The rows and summed row gradients of one lookup of a shard from the
+// lookup's inputs ctx->input(first .. num_inputs - 2) and its output's
+// gradient dy (the last): what its sparse update applies. Errors name the table.
+Status LookupRowGradients(const EmbeddingOpAttrs& a, OpKernelContext* ctx, int first, int num_inputs,
+                          Tensor* rows, Tensor* values) {
+  const std::string who = "embedding table '" + a.spec.table + "'";
+  EmbeddingGather q;
+  Shape prefix;
+  if (a.segments == EmbeddingSegments::kSplit) {
+    if (num_inputs != first + 4)
+      return InvalidArgument(who + ": a split sparse gradient takes rows, segment ids, weights and the gradient");
+    SF_RETURN_IF_ERROR(BuildSplitShardGather(a, ctx->input(first), ctx->input(first + 1), ctx->input(first + 2), &q));
+  } else {
+    if (num_inputs != first + 2 && num_inputs != first + 3)
+      return InvalidArgument(who + ": a sparse gradient takes ids, [segments,] and the gradient");
+    const bool has_segments = num_inputs == first + 3;
+    SF_RETURN_IF_ERROR(BuildEmbeddingGather(a, ctx->input(first), has_segments ? &ctx->input(first + 1) : nullptr, &q,
+                                            &prefix));
+  }
+  // dy has the lookup's shape; as rows per segment it is [num_segments, dim].
+  const Tensor& dy = ctx->input(num_inputs - 1);
+  const int64_t dim = dy.rank() > 0 ? dy.dim(dy.rank() - 1) : 0;
+  auto dy2 = dy.Reshaped({q.num_segments, dim});
+  if (!dy2.ok())
+    return InvalidArgument(who + ": gradient " + ShapeString(dy.shape()) + " does not match the lookup's " +
+                           std::to_string(q.num_segments) + " rows");
+  return EmbeddingSparseGrad(a.spec, q, *dy2, rows, values, ctx->pool());
+}
+
+// EmbeddingSparseGrad: one lookup's rows and row gradients (outputs 0, 1), for
+// a sparse update in segments "rows" that merges several lookups of a shard.
+class EmbeddingSparseGradKernel : public OpKernel {
+ public:
+  EmbeddingSparseGradKernel(const KernelInit& init, Status* s) {
+    auto a = ParseEmbeddingOpAttrs(*init.attrs);
+    if (!a.ok()) *s = a.status();
+    else if (a->segments == EmbeddingSegments::kRows)
+      *s = InvalidArgument("embedding table '" + a->spec.table + "': a sparse gradient needs a lookup's segments");
+    else attrs_ = *a;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    Tensor rows, values;
+    // Input 0 is the shard's handle: it places this op beside the shard's update.
+    Status s = LookupRowGradients(attrs_, ctx, 1, ctx->num_inputs(), &rows, &values);
+    if (!s.ok()) return ctx->SetStatus(std::move(s));
+    ctx->set_output(0, std::move(rows));
+    ctx->set_output(1, std::move(values));
+  }
+
+ private:
+  EmbeddingOpAttrs attrs_;
+};
+
 class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
  public:
   EmbeddingSparseApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
@@ -131,28 +184,22 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
     }
     for (int i = 0; i < scalars_; ++i) req->scalars.push_back(ctx->input(handles_ + i));
     const int first = handles_ + scalars_;
-    const bool has_segments = num_inputs == first + 3;
-    EmbeddingGather q;
-    Shape prefix;
-    if (attrs_.segments == EmbeddingSegments::kSplit) {
-      if (num_inputs != first + 4)
-        return InvalidArgument("embedding table '" + attrs_.spec.table +
-                               "': a split sparse update takes rows, segment ids, weights and the gradient");
-      SF_RETURN_IF_ERROR(
-          BuildSplitShardGather(attrs_, ctx->input(first), ctx->input(first + 1), ctx->input(first + 2), &q));
+    if (attrs_.segments == EmbeddingSegments::kRows) {
+      // Several lookups' rows and gradients, concatenated: duplicates are summed by the shard.
+      if (num_inputs != first + 2)
+        return InvalidArgument("embedding table '" + attrs_.spec.table + "': a sparse update of rows takes the "
+                               "rows and their gradients");
+      const Tensor& rows = ctx->input(first);
+      if (rows.dtype() != DType::kInt64 || rows.rank() != 1)
+        return InvalidArgument("embedding table '" + attrs_.spec.table + "': the rows must be an int64 vector, got " +
+                               rows.DebugString(0));
+      req->indices = rows;
+      req->values = ctx->input(first + 1);
+      req->indices_unique = false;
     } else {
-      SF_RETURN_IF_ERROR(BuildEmbeddingGather(attrs_, ctx->input(first),
-                                              has_segments ? &ctx->input(first + 1) : nullptr, &q, &prefix));
+      SF_RETURN_IF_ERROR(LookupRowGradients(attrs_, ctx, first, num_inputs, &req->indices, &req->values));
+      req->indices_unique = true;  // EmbeddingSparseGrad merged duplicates
     }
-    // dy has the lookup's shape; as rows per segment it is [num_segments, dim].
-    const Tensor& dy = ctx->input(num_inputs - 1);
-    const int64_t dim = dy.rank() > 0 ? dy.dim(dy.rank() - 1) : 0;
-    auto dy2 = dy.Reshaped({q.num_segments, dim});
-    if (!dy2.ok())
-      return InvalidArgument("embedding table '" + attrs_.spec.table + "': gradient " + ShapeString(dy.shape()) +
-                             " does not match the lookup's " + std::to_string(q.num_segments) + " rows");
-    SF_RETURN_IF_ERROR(EmbeddingSparseGrad(attrs_.spec, q, *dy2, &req->indices, &req->values, ctx->pool()));
-    req->indices_unique = true;  // EmbeddingSparseGrad merged duplicates
     req->step_id = ctx->step_id();
     if (slot_init_.ok()) req->slot_init = *slot_init_;
     return Status::OK();
@@ -325,6 +372,7 @@ void Reg(KernelRegistry& reg, const std::string& op, KernelFactory f) {
 void RegisterEmbeddingKernels(KernelRegistry& reg) {
   Reg(reg, "EmbeddingShardLookup", MakeFactory<EmbeddingShardLookupKernel>());
   Reg(reg, "EmbeddingSplitIds", MakeFactory<EmbeddingSplitIdsKernel>());
+  Reg(reg, "EmbeddingSparseGrad", MakeFactory<EmbeddingSparseGradKernel>());
   Reg(reg, "EmbeddingSparseApplySync", SparseApplySyncFactory());
   Reg(reg, "HashEmbeddingShardInit", MakeFactory<HashEmbeddingShardInitKernel>());
   Reg(reg, "HashEmbeddingShardStats", MakeFactory<HashEmbeddingShardStatsKernel>());

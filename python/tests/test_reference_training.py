@@ -522,12 +522,8 @@ def test_large_batches_on_the_parallel_paths(K, opt):
 @pytest.mark.parametrize("hashed", [False, True], ids=["fixed", "hash"])
 @pytest.mark.parametrize("opt", [
     ("sgd", ()),
-    pytest.param(("adagrad", (1e-12,)), marks=pytest.mark.xfail(strict=True, reason=(
-        "not built: merging several lookups of one shard into one update; a stateful optimizer refuses "
-        "the loss instead (test_two_lookups_of_one_table_and_a_stateful_optimizer_are_refused)"))),
-    pytest.param(("adam", (0.9, 0.999, 1e-8)), marks=pytest.mark.xfail(strict=True, reason=(
-        "not built: merging several lookups of one shard into one update; a stateful optimizer refuses "
-        "the loss instead"))),
+    ("adagrad", (1e-12,)),
+    ("adam", (0.9, 0.999, 1e-8)),
 ], ids=opt_id)
 def test_two_lookups_of_one_table_update_once_by_the_summed_gradient(hashed, opt):
     kind, p = opt
@@ -546,21 +542,6 @@ def test_two_lookups_of_one_table_update_once_by_the_summed_gradient(hashed, opt
         s.run(init)
         s.run(train)
         np.testing.assert_allclose(s.run(row), E[1:2], rtol=1e-5)
-
-
-@pytest.mark.parametrize("hashed", [False, True], ids=["fixed", "hash"])
-@pytest.mark.parametrize("kind", ["adagrad", "adam"])
-def test_two_lookups_of_one_table_and_a_stateful_optimizer_are_refused(hashed, kind):
-    # Two updates would each move the slots (Adagrad's accumulator saw
-    # g1^2 + g2^2, Adam moved twice): refused, naming the table and the way out.
-    g = sf.Graph()
-    with g.as_default():
-        t = (sf.embedding.HashEmbeddingTable("t", dim=1, initializer="zeros") if hashed else
-             sf.embedding.EmbeddingTable("t", rows=4, dim=1, initializer="zeros"))
-        ids = sf.constant(np.array([[1]], np.int64))
-        loss = sf.ops.sum(t.lookup(ids)) + sf.ops.sum(t.lookup(ids))
-        with pytest.raises(sf.errors.UnimplementedError, match="looks embedding table 't' up 2 times"):
-            make_opt(kind, 1.0, (1e-12,) if kind == "adagrad" else (0.9, 0.999, 1e-8)).minimize(loss)
 
 
 def test_trainable_false_tables_and_var_list(g):

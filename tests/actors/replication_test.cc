@@ -586,14 +586,16 @@ TEST_CASE("Ring all-reduce refuses mismatched shapes and bad ranks naming the gr
   CHECK_THAT(g2.status().message(), Catch::Contains("all-reduce group 'k'"));
 }
 
-TEST_CASE("Sync replicas average an embedding table's sparse updates: one Adagrad update per step", "[replication]") {
+TEST_CASE("Sync replicas average an embedding table's sparse updates: one Adagrad update per step, however many lookups", "[replication]") {
   // Replica r's loss: sum(lookup(ids_r) * c_r), so d loss / d row is known.
   // The reference: the same table trained without replication on one lookup
   // of both replicas' ids with half the weights, i.e. the averaged gradient
   // applied once per step.
+  // With two_lookups each replica reads its ids' two columns in two lookups
+  // of the table (the same loss): still one update per shard and step.
   constexpr int kWorkers = 2, kSteps = 3, kB = 3, kD = 2;
-  for (bool hash : {false, true}) {
-    INFO((hash ? "hash table" : "fixed table"));
+  for (const auto& [hash, two_lookups] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    INFO((hash ? "hash table" : "fixed table") << (two_lookups ? ", two lookups per replica" : ""));
     Graph g;
     auto table = [&](const std::string& name) {
       if (hash) {
@@ -611,8 +613,11 @@ TEST_CASE("Sync replicas average an embedding table's sparse updates: one Adagra
       ids.push_back(ops::Placeholder(g, DType::kInt64, {kB, 2}, "ids" + std::to_string(r)));
       std::vector<float> c;
       for (int i = 0; i < kB * kD; ++i) c.push_back(0.5f + 0.25f * i + r);
-      losses.push_back(ops::Sum(g, ops::Mul(g, ops::EmbeddingLookup(g, t, ids.back(), "sum"),
-                                            ops::Const(g, c, {kB, kD}))));
+      Output emb = two_lookups
+                       ? ops::Add(g, ops::EmbeddingLookup(g, t, ops::Slice(g, ids.back(), {0, 0}, {kB, 1}), "sum"),
+                                  ops::EmbeddingLookup(g, t, ops::Slice(g, ids.back(), {0, 1}, {kB, 1}), "sum"))
+                       : ops::EmbeddingLookup(g, t, ids.back(), "sum");
+      losses.push_back(ops::Sum(g, ops::Mul(g, emb, ops::Const(g, c, {kB, kD}))));
     }
     std::vector<float> half;
     for (int r = 0; r < kWorkers; ++r)
@@ -681,21 +686,4 @@ TEST_CASE("Sync replicas average an embedding table's sparse updates: one Adagra
     REQUIRE(stale.ok());
     CHECK((*stale)[0].data<int64_t>()[0] == -1);
   }
-}
-
-TEST_CASE("SyncReplicas refuses two trained lookups of one table, naming it", "[replication]") {
-  Graph g;
-  EmbeddingTable t = NewHashEmbeddingTable(g, "users", 4, {});
-  auto a = ops::Placeholder(g, DType::kInt64, {-1, 2}, "a");
-  auto b = ops::Placeholder(g, DType::kInt64, {-1, 2}, "b");
-  auto loss = ops::Add(g, ops::Sum(g, ops::EmbeddingLookup(g, t, a, "sum")),
-                       ops::Sum(g, ops::EmbeddingLookup(g, t, b, "sum")));
-  REQUIRE(g.status().ok());
-  GradientDescentOptimizer sgd(0.1);
-  SyncReplicas sync(sgd, {2, 2});
-  auto r = sync.Minimize(g, loss, 0);
-  INFO(r.status().ToString());
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.status().code() == Code::kUnimplemented);
-  CHECK(r.status().message().find("'users'") != std::string::npos);
 }

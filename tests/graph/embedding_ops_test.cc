@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <set>
 
 #include "graph/placement.h"
@@ -209,4 +211,101 @@ TEST_CASE("Minimize with a var_list of table shards trains only them", "[embeddi
   REQUIRE(r.ok());
   CHECK((*r)[0].ToVector<float>() == std::vector<float>{2.0f});      // not in var_list
   CHECK((*r)[1].ToVector<float>() == std::vector<float>{-2.0f, -4.0f});  // ids 1 and 3 (x2)
+}
+
+TEST_CASE("Two lookups of one table make one update by their summed gradient, for every sparse optimizer",
+          "[embedding]") {
+  // Lookup a: ids [2, 2] summed, weighted element-wise; lookup b: ids [1, 3]
+  // averaged, weighted by cb; row 1 is read by both, row 4 twice by a.
+  const int64_t rows = 6, dim = 2;
+  const std::vector<int64_t> ids_a = {1, 4, 4, 0}, ids_b = {1, 5, 1};
+  const std::vector<float> cb = {-1.5f, 2.5f};
+  struct Case {
+    OptimizerKind kind;
+    std::function<std::unique_ptr<Optimizer>()> make;
+    std::vector<float> hypers, slot_init;
+  };
+  const std::vector<Case> cases = {
+      {OptimizerKind::kGradientDescent, [] { return std::make_unique<GradientDescentOptimizer>(0.5); }, {0.5f}, {}},
+      {OptimizerKind::kAdagrad, [] { return std::make_unique<AdagradOptimizer>(0.5, 0.1); }, {0.5f}, {0.1f}},
+      {OptimizerKind::kAdam, [] { return std::make_unique<AdamOptimizer>(0.5, 0.9, 0.999, 1e-8); },
+       {0.5f, 0.9f, 0.999f, 1e-8f}, {0, 0, 0.9f, 0.999f}},
+      {OptimizerKind::kRowwiseAdagrad, [] { return std::make_unique<RowwiseAdagradOptimizer>(0.5, 0.1); }, {0.5f}, {0.1f}},
+      {OptimizerKind::kFtrl, [] { return std::make_unique<FtrlOptimizer>(0.5, 0.01, 0.02, -0.5, 0.1); },
+       {0.5f, 0.01f, 0.02f, -0.5f}, {0.1f, 0}},
+  };
+  for (const Case& c : cases) {
+    for (const int64_t shards : {1, 3}) {
+      INFO(OptimizerName(c.kind) << ", " << shards << " shard(s)");
+      Graph g;
+      EmbeddingTableOptions o;
+      o.num_shards = shards;
+      o.initializer = "zeros";
+      auto t = NewEmbeddingTable(g, "emb", rows, dim, o);
+      auto a = ops::EmbeddingLookup(g, t, ops::Const(g, Tensor::FromVector(ids_a, {2, 2})), "sum");
+      auto b = ops::EmbeddingLookup(g, t, ops::Const(g, Tensor::FromVector(ids_b, {1, 3})), "mean");
+      auto wb = ops::Const(g, std::vector<float>{cb[0], cb[1]}, {1, 2});
+      auto loss = ops::Add(g, ops::Sum(g, ops::Mul(g, a, ops::Const(g, std::vector<float>{1, -2, 0.5f, 3}, {2, 2}))),
+                           ops::Sum(g, ops::Mul(g, b, wb)));
+      auto opt = c.make();
+      auto train = opt->Minimize(g, loss);
+      REQUIRE(train.ok());
+      int applies = 0;
+      for (int n = 0; n < g.num_nodes(); ++n)
+        if (g.node(n).op == SpecOf(c.kind).sparse_op) ++applies;
+      CHECK(applies == shards);  // one update per shard, however many lookups read it
+      Operation init = ops::GlobalVariablesInitializer(g);
+      std::vector<Output> reads;
+      for (const auto& s : t.shards) reads.push_back(ops::ReadVariable(g, s, DType::kFloat32));
+      REQUIRE(g.status().ok());
+      InMemoryVariables vars;
+      REQUIRE(testing::EvalGraph(g, {}, {}, {init}, &vars).ok());
+      // The reference: the whole table updated once per step by every id's
+      // gradient row (duplicates summed by the sparse update itself).
+      Tensor table = Tensor::Zeros(DType::kFloat32, {rows, dim});
+      const OptimizerSpec& spec = SpecOf(c.kind);
+      const int row_slots = spec.handles - 1 - spec.scalar_slots;
+      std::vector<Tensor> slots;
+      for (int i = 0; i < row_slots; ++i) {
+        slots.push_back(Tensor::Zeros(DType::kFloat32, {rows, dim}));
+        slots.back().flat<float>().setConstant(c.slot_init[i]);
+      }
+      for (int i = 0; i < spec.scalar_slots; ++i) slots.push_back(Tensor::Scalar<float>(c.slot_init[row_slots + i]));
+      // Lookup a's [2, 2] output is weighted element-wise by [[1, -2], [0.5, 3]]: example e's row gradient.
+      const std::vector<std::vector<float>> ga = {{1, -2}, {0.5f, 3}};
+      std::vector<int64_t> idx;
+      std::vector<float> val;
+      for (int e = 0; e < 2; ++e)
+        for (int k = 0; k < 2; ++k) {
+          idx.push_back(ids_a[e * 2 + k]);
+          val.insert(val.end(), ga[e].begin(), ga[e].end());
+        }
+      for (int64_t id : ids_b) {
+        idx.push_back(id);
+        val.push_back(cb[0] / 3);
+        val.push_back(cb[1] / 3);
+      }
+      for (int step = 0; step < 3; ++step) {
+        REQUIRE(testing::EvalGraph(g, {}, {}, {*train}, &vars).ok());
+        SparseApplyRequest req;
+        req.optimizer = c.kind;
+        for (float h : c.hypers) req.scalars.push_back(Tensor::Scalar<float>(h));
+        req.indices = Tensor::FromVector(idx);
+        req.values = Tensor::FromVector(val, {static_cast<int64_t>(idx.size()), dim});
+        std::vector<Tensor*> ptrs = {&table};
+        for (auto& s : slots) ptrs.push_back(&s);
+        REQUIRE(ApplySparseOptimizerUpdate(req, ptrs).ok());
+      }
+      auto r = testing::EvalGraph(g, {}, reads, {}, &vars);
+      REQUIRE(r.ok());
+      for (int64_t row = 0; row < rows; ++row) {
+        const Tensor& shard = (*r)[row % shards];
+        const int64_t local = row / shards;
+        for (int64_t j = 0; j < dim; ++j) {
+          INFO("row " << row << " column " << j);
+          CHECK(shard.data<float>()[local * dim + j] == Approx(table.data<float>()[row * dim + j]).epsilon(1e-5));
+        }
+      }
+    }
+  }
 }

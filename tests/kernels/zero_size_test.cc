@@ -373,6 +373,19 @@ std::map<std::string, Maker> Makers() {
     c.fetches = {ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt32, {0, 2}, "ids"), "mean")};
     return c;
   };
+  m["EmbeddingSparseGrad"] = [](Graph& g) {  // two lookups of one table: one merged update per shard
+    Case c;
+    EmbeddingTableOptions o;
+    o.num_shards = 2;
+    EmbeddingTable table = NewEmbeddingTable(g, "table3", 4, 3, o);
+    Output a = ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt32, {0, 2}, "ids"), "mean");
+    Output b = ops::EmbeddingLookup(g, table, Feed(g, c, DType::kInt64, {0, 1}, "ids2"));
+    auto train = AdamOptimizer(0.1).Minimize(g, ops::Add(g, ops::Sum(g, a), ops::Sum(g, b)));
+    if (train.ok()) c.targets.push_back(*train);
+    c.setup.push_back(ops::GlobalVariablesInitializer(g));
+    c.fetches = {a, b};
+    return c;
+  };
   m["Cond"] = [](Graph& g) {
     Case c;
     Output x = Feed(g, c, DType::kFloat32, {2, 0});
