@@ -147,6 +147,13 @@ struct ClusterNode::Impl {
     int64_t bytes = 0;
   };
   std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
+  // Steps their session cleaned up here, the latest kMaxEndedSteps: every
+  // Recv of an ended step has its tensor, so one arriving now (a late send
+  // of an aborted step, or a peer's junk) is refused, not held for
+  // kEarlyStepTtlMs under the early-step budget.
+  std::unordered_set<int64_t> ended_steps;             // GUARDED_BY(mu)
+  std::deque<int64_t> ended_order;                     // GUARDED_BY(mu): oldest first
+  static constexpr size_t kMaxEndedSteps = 65536;
   // Steps whose client asked for progress reports (RunPartition.progress_ms):
   // the executor sets `finished` when an op finished, and the progress
   // thread clears it and tells the client, at most every interval_ms.
@@ -558,6 +565,10 @@ struct ClusterNode::Impl {
       }
     }
     if (running.count(step)) return true;
+    if (ended_steps.count(step)) {
+      *why = "step " + std::to_string(step) + " has ended on node " + opts.name;
+      return false;
+    }
     auto it = early_steps.find(step);
     if (it == early_steps.end()) {
       if (early_steps.size() >= kMaxEarlySteps) {
@@ -987,10 +998,28 @@ struct ClusterNode::Impl {
               else rendezvous.Abort(a.step_id, a.status);
             },
             [&](net::CleanupStep& a) {
+              bool foreign = false;
               {
                 std::lock_guard<std::mutex> l(mu);
-                ForgetEarlyLocked(a.step_id);
+                // Only the session's own client ends its steps (a closed
+                // session's late cleanup still frees what its steps left).
+                auto s = sessions.find(a.session_id);
+                foreign = s != sessions.end() && s->second.client != c.get();
+                if (!foreign) {
+                  ForgetEarlyLocked(a.step_id);
+                  if (ended_steps.insert(a.step_id).second) {
+                    ended_order.push_back(a.step_id);
+                    if (ended_order.size() > kMaxEndedSteps) {
+                      ended_steps.erase(ended_order.front());
+                      ended_order.pop_front();
+                    }
+                  }
+                }
               }
+              if (foreign)
+                return LogLimited("foreign cleanup", "dropped a cleanup of step " + std::to_string(a.step_id) +
+                                                         " from " + c->peer_address() + ": session " +
+                                                         std::to_string(a.session_id) + " is another client's");
               if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
               else rendezvous.Cleanup(a.step_id);
             },

@@ -473,6 +473,39 @@ TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded mem
   CHECK(p.Run(cluster).ok());
 }
 
+TEST_CASE("Hostile: tensors for a step its session ended are refused, not held", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  auto e = Peer(cluster, net::Role::kNode);
+  auto c = (*e)->Connect(cluster.addresses()[0]);
+  REQUIRE(c.ok());
+  const testing::NegPartition neg;
+  auto reg = net::Call(*c, neg.Registration(77, 1, cluster.addresses()[0]), 10000);
+  REQUIRE(reg.ok());
+  REQUIRE(std::get<net::StatusReply>(reg->body).status.ok());
+  REQUIRE(net::Call(*c, net::ListMembers{}, 10000).ok());
+  const int64_t before = RssKib(cluster.pid(0));
+  // The session (this peer registered it) ends 80 steps, then 1.25 GiB of
+  // tensors for them arrive, in rounds of 160 MiB. Held as early steps'
+  // tensors, the node would keep 1 GiB of them for a minute.
+  for (int i = 0; i < 80; ++i) REQUIRE((*c)->Send(net::Message{0, net::CleanupStep{4000000 + i, 77}}).ok());
+  Tensor big(DType::kFloat32, {int64_t{4} << 20});  // 16 MiB
+  std::memset(big.raw_data(), 0, big.bytes());
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      net::SendTensor t{4000000 + round * 10 + i, "edge", "", 0, false, big};
+      t.session_id = 77;
+      REQUIRE((*c)->Send(net::Message{0, t}).ok());
+    }
+    REQUIRE(net::Call(*c, net::ListMembers{}, 120000).ok());
+  }
+  const int64_t after = RssKib(cluster.pid(0));
+  INFO("RSS before " << before << " KiB, after tensors for ended steps " << after << " KiB");
+  CHECK(after - before < 512 * 1024);
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+}
+
 TEST_CASE("Hostile: a session's client may hold boundedly many sessions, and only its own", "[cluster][hostile]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
