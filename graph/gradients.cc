@@ -19,36 +19,6 @@ namespace {
 
 bool CarriesGradient(DType t) { return IsFloating(t) || t == DType::kResource; }
 
-// The frame (loop) an Enter enters, or the one an Exit (built by WhileLoop:
-// Exit <- Switch <- Merge <- Enter) leaves; "" otherwise.
-std::string LoopFrame(const Graph& g, int id) {
-  const Node* n = &g.node(id);
-  if (n->op == "Exit") {
-    for (int hop = 0; hop < 3; ++hop) {
-      if (n->inputs.empty()) return "";
-      n = &g.node(n->inputs[0].node);
-    }
-  }
-  if (n->op != "Enter") return "";
-  auto f = n->attrs.GetOr<std::string>("frame_name", "");
-  return f.ok() ? *f : "";
-}
-
-// The loop frame node id is built in: the frame of the first Enter up its
-// first inputs ("" at the top level, or when the walk leaves a loop first).
-std::string FrameOf(const Graph& g, int id) {
-  const Node* n = &g.node(id);
-  for (int hop = 0; hop < 64; ++hop) {
-    if (n->op == "Enter") {
-      auto f = n->attrs.GetOr<std::string>("frame_name", "");
-      return f.ok() ? *f : "";
-    }
-    if (n->op == "Exit" || n->inputs.empty()) return "";
-    n = &g.node(n->inputs[0].node);
-  }
-  return "";
-}
-
 }  // namespace
 
 Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
@@ -65,31 +35,40 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
     if (!o.valid() || o.graph != &g) return InvalidArgument("Gradients: an x is not an output of this graph");
 
   const int n = g.num_nodes();
-  // Nodes that reach some y through data edges, and nodes reached from some x.
+  // Nodes that reach some y through data edges, and nodes reached from some
+  // x. A loop's back edges (NextIteration into Merge) point from a higher id
+  // to a lower one, so the passes repeat until nothing changes: a value
+  // entering a loop reaches only the loop variables that depend on it.
   std::vector<char> to_y(n, 0), from_x(n, 0);
   for (const Output& y : ys) to_y[y.node] = 1;
-  // A loop's Exit depends on every value entering the loop (through its
-  // back edges, which the id order does not see): loops count as units.
-  std::set<std::string> frames_to_y, frames_from_x;
-  for (int id = n - 1; id >= 0; --id) {
-    const Node& node = g.node(id);
-    if (!to_y[id] && node.op == "Enter" && frames_to_y.count(LoopFrame(g, id))) to_y[id] = 1;
-    if (!to_y[id]) continue;
-    if (node.op == "Exit") {
-      const std::string f = LoopFrame(g, id);
-      if (!f.empty()) frames_to_y.insert(f);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = n - 1; id >= 0; --id) {
+      if (!to_y[id]) continue;
+      for (const Output& in : g.node(id).inputs)
+        if (!to_y[in.node]) {
+          to_y[in.node] = 1;
+          changed = changed || in.node > id;
+        }
     }
-    for (const Output& in : node.inputs) to_y[in.node] = 1;
   }
   for (const Output& x : xs) from_x[x.node] = 1;
-  for (int id = 0; id < n; ++id) {
-    const Node& node = g.node(id);
-    if (!from_x[id]) {
-      for (const Output& in : node.inputs)
-        if (from_x[in.node]) { from_x[id] = 1; break; }
-      if (!from_x[id] && node.op == "Exit" && frames_from_x.count(LoopFrame(g, id))) from_x[id] = 1;
+  bool back_edges = false;
+  for (int id = 0; id < n && !back_edges; ++id)
+    for (const Output& in : g.node(id).inputs) back_edges = back_edges || in.node > id;
+  // Forward, a back edge's consumer was passed before its producer was
+  // marked: with back edges, passes repeat while they mark anything.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = 0; id < n; ++id) {
+      if (from_x[id]) continue;
+      for (const Output& in : g.node(id).inputs)
+        if (from_x[in.node]) {
+          from_x[id] = 1;
+          changed = back_edges;
+          break;
+        }
     }
-    if (from_x[id] && node.op == "Enter") frames_from_x.insert(LoopFrame(g, id));
   }
 
   // A loop's gradient reads the forward values back from stacks (StackPush
@@ -105,9 +84,7 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
   }
   for (int id = 0; id < n && !pushed_from_x.empty(); ++id) {
     const Node& node = g.node(id);
-    // Inside a loop body only the loop's Exit is seen to reach y: a pop in
-    // a frame that reaches y does.
-    if (node.op != "StackPop" || !(to_y[id] || frames_to_y.count(FrameOf(g, id)))) continue;
+    if (node.op != "StackPop" || !to_y[id]) continue;
     const std::string stack = node.attrs.GetOr<std::string>("stack_name", "").value();
     if (pushed_from_x.count(stack))
       return Unimplemented("the gradient goes through the values a while loop stored for its own gradient (node '" +
@@ -141,8 +118,9 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
       SF_ASSIGN_OR_RETURN(internal::LoopGradient lg,
                           internal::BuildWhileLoopGradient(g, id, [&](Output o) { return sum_of(o); }));
       for (int m : lg.loop_nodes) in_loop[m] = 1;
+      // Only a value that reaches y through the loop gets its gradient.
       for (const auto& ig : lg.input_grads)
-        if (ig.second.valid() && ig.first.node < n && from_x[ig.first.node] &&
+        if (ig.second.valid() && ig.first.node < n && from_x[ig.first.node] && to_y[ig.first.node] &&
             CarriesGradient(ig.first.dtype()))
           contributions[ig.first].push_back(ig.second);
       continue;

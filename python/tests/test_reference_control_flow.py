@@ -815,8 +815,6 @@ def test_while_gradient_of_nested_loop_is_unimplemented():
             sf.gradients(y, [x])
 
 
-@pytest.mark.xfail(strict=True, reason="a loop variable that does not depend on x (only on another loop variable) "
-                                       "gets a zeros Tensor, not None / the documented InvalidArgumentError")
 def test_while_gradient_unconnected_loop_input():
     g = sf.Graph()
     with g.as_default():

@@ -122,3 +122,40 @@ TEST_CASE("The gradient through Cond follows the taken branch only", "[control_f
   REQUIRE(f.ok());
   CHECK(f->ToVector<double>() == std::vector<double>{3, 3});
 }
+
+TEST_CASE("A value entering a loop gets a gradient only from the loop variables it reaches", "[control_flow]") {
+  // (i, a, b) -> (i + 1, a * x, b + z), three times: a = x^4, b = 4z. a
+  // does not depend on z (only b does), so d a / d z is unconnected.
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat64, PartialShape({}), "x");
+  auto z = ops::Placeholder(g, DType::kFloat64, PartialShape({}), "z");
+  auto loop = WhileLoop(
+      g, [](Graph& g, const std::vector<Output>& v) { return ops::Less(g, v[0], ops::Const(g, int32_t{3})); },
+      [&](Graph& g, const std::vector<Output>& v) {
+        return std::vector<Output>{ops::Add(g, v[0], ops::Const(g, int32_t{1})), ops::Mul(g, v[1], x),
+                                   ops::Add(g, v[2], z)};
+      },
+      {ops::Const(g, int32_t{0}), x, z}, {"unconnected_loop"});
+  REQUIRE(loop.ok());
+  const Output a = (*loop)[1], b = (*loop)[2];
+  auto only_a = Gradients(g, {a}, {x, z}, {}, /*allow_unconnected=*/true);
+  REQUIRE(only_a.ok());
+  CHECK((*only_a)[0].valid());
+  CHECK_FALSE((*only_a)[1].valid());
+  auto refused = Gradients(g, {a}, {z});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("'z'") != std::string::npos);
+  // Both: each gets its own loop variable's gradient, d(a + b)/dx = 4x^3, d/dz = 4.
+  auto both = Gradients(g, {ops::Add(g, a, b)}, {x, z});
+  REQUIRE(both.ok());
+  const std::vector<std::pair<Output, Tensor>> feeds = {{x, Tensor::Scalar<double>(1.5)}, {z, Tensor::Scalar<double>(2.0)}};
+  auto gx = testing::Eval(g, (*both)[0], feeds);
+  auto gz = testing::Eval(g, (*both)[1], feeds);
+  REQUIRE(gx.ok());
+  REQUIRE(gz.ok());
+  CHECK(gx->ToVector<double>()[0] == Approx(4 * 1.5 * 1.5 * 1.5));
+  CHECK(gz->ToVector<double>()[0] == Approx(4.0));
+  auto ga = testing::Eval(g, (*only_a)[0], feeds);
+  REQUIRE(ga.ok());
+  CHECK(ga->ToVector<double>()[0] == Approx(4 * 1.5 * 1.5 * 1.5));
+}
