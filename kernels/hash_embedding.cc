@@ -539,15 +539,17 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
   struct Unpin {
     HashEmbeddingShard* self;
     std::vector<int64_t>* pins;
-    ~Unpin() { self->Release(InFlight{0, 0, std::move(*pins)}); }
+    ~Unpin() { self->Release(InFlight{0, 0, std::move(*pins), {}}); }
   } unpin{this, &ro_pins};
   std::vector<int64_t>* pins = &ro_pins;
+  std::unordered_set<int64_t>* step_rejected = nullptr;
   if (!ro) {
     ++tick_;
     auto f = std::find_if(in_flight_.begin(), in_flight_.end(),
                           [&](const InFlight& x) { return x.step_id == q.step_id; });
-    if (f == in_flight_.end()) f = in_flight_.insert(in_flight_.end(), InFlight{q.step_id, step_, {}});
+    if (f == in_flight_.end()) f = in_flight_.insert(in_flight_.end(), InFlight{q.step_id, step_, {}, {}});
     pins = &f->slots;
+    step_rejected = &f->rejected;
   }
   std::vector<int64_t>& pinned = *pins;
   std::vector<int64_t> slot(static_cast<size_t>(m), -1);
@@ -631,13 +633,17 @@ Status HashEmbeddingShard::GatherCombine(const EmbeddingGather& q, Tensor* out) 
     if (s < 0 && ro) continue;  // no row: reads zeros, and no sighting is counted
     if (s < 0) {
       bool admit = true;
-      if (c_.min_count > 1) admit = FilterAdd(ids[u], count[u]) >= c_.min_count;
+      if (c_.min_count > 1) admit = FilterAdd(ids[u], count[u]) >= c_.min_count;  // every sighting counts
+      // One decision per id and step (InFlight::rejected): the sightings of
+      // a step's later lookups count for the steps after it.
+      if (admit && step_rejected && step_rejected->count(ids[u])) admit = false;
       if (admit && c_.admit_probability < 1.0) {
         rng_ += 0x9E3779B97F4A7C15ull;
         admit = static_cast<double>(MixId(static_cast<int64_t>(rng_)) >> 11) * 0x1.0p-53 < c_.admit_probability;
       }
       if (!admit) {
         ++rejected_;
+        if (step_rejected) step_rejected->insert(ids[u]);
         continue;
       }
       SF_ASSIGN_OR_RETURN(s, Allocate(ids[u]));

@@ -58,6 +58,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kernels/embedding_math.h"
@@ -224,6 +225,10 @@ class HashEmbeddingShard {
     int64_t step_id;
     int64_t at_step;             // the shard's step then
     std::vector<int64_t> slots;  // one pin each
+    // Ids a lookup of the step turned away: they stay out for the step's
+    // other lookups, so all of them read zeros for the id (and its update
+    // skips it) whatever order they ran in.
+    std::unordered_set<int64_t> rejected;
   };
   void Release(const InFlight& f);
   // Moves up to n unpinned rows (least recently used first) to the cold

@@ -16,6 +16,9 @@ independent NumPy model of the whole table (float64):
 where G is the sum over all lookups of each lookup's table gradient and r runs
 over the rows any lookup touched. Rows no lookup touched must not move.
 
+Not covered from Python: SyncReplicas (no Python API; the C++ tests cover it)
+and Ftrl / RowwiseAdagrad through Minimize (sf.train has neither optimizer).
+
 Tests failing because of a shardflow bug are xfail(strict=True) with the bug as reason.
 """
 
@@ -487,6 +490,68 @@ def test_two_tables_one_looked_up_twice(opt, Kt, Ku):
     np.testing.assert_array_equal(got_u[5:], Eu0[5:].astype(np.float32))
 
 
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize("opt", OPTS[:3], ids=opt_id)
+def test_large_batches_of_two_lookups_on_the_parallel_paths(K, opt):
+    # Many unique rows (>= 4096) and ids: the split sparse gradients and the merge of the rows use the pool.
+    kind, p = opt
+    rows, dim = 30000, 8
+    rng = np.random.default_rng(4)
+    g = sf.Graph()
+    with g.as_default():
+        t = sf.embedding.EmbeddingTable("t", rows=rows, dim=dim, num_shards=K, seed=3)
+        ids = sf.placeholder(sf.int64, [None], name="ids")
+        off = sf.placeholder(sf.int64, [None], name="off")
+        ids2 = sf.placeholder(sf.int64, [None, 2], name="ids2")
+        c = sf.placeholder(sf.float32, [None, dim], name="c")
+        c2 = sf.placeholder(sf.float32, [None, dim], name="c2")
+        loss = sf.ops.sum(t.lookup_bag(ids, off, combiner="mean") * c) + sf.ops.sum(t.lookup(ids2) * c2)
+        train = make_opt(kind, 0.1, p).minimize(loss)
+        every = _every_row(t, rows)
+        init = sf.global_variables_initializer()
+    with sf.Session(g, compute_threads=2) as s:
+        s.run(init)
+        E = s.run(every)[0].astype(np.float64)
+        E0, st = E.copy(), {}
+        for _ in range(2):
+            n = 16000
+            I, O = rng.integers(0, rows - 100, n), np.arange(0, n, 4)
+            I2 = rng.integers(0, rows - 100, (6000, 2))
+            C, C2 = rng.standard_normal((n // 4, dim)), rng.standard_normal((6000, dim))
+            G = np.zeros_like(E)
+            np.add.at(G, I, np.repeat(C, 4, axis=0) / 4)
+            np.add.at(G, I2[:, 0], C2)
+            np.add.at(G, I2[:, 1], C2)
+            E = np_sparse_step(kind, E, G, np.union1d(I, I2.ravel()), st, 0.1, p)
+            s.run(train, {ids: I, off: O, ids2: I2, c: C.astype(np.float32), c2: C2.astype(np.float32)})
+        got = s.run(every)[0]
+    np.testing.assert_allclose(got, E, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[-100:], E0[-100:].astype(np.float32))
+
+
+def test_var_list_of_one_shard_float64_rate_and_a_second_optimizer(g):
+    t = sf.embedding.EmbeddingTable("t", rows=4, dim=1, num_shards=2, initializer="zeros")
+    ids = sf.constant(np.array([[0, 1, 2, 3]]))
+    lr = sf.placeholder(sf.float64, [], name="lr")
+    loss = sf.ops.sum(t.lookup(ids)) + sf.ops.sum(t.lookup(ids, combiner="mean"))  # G = 1.25 per row
+    only_shard_1 = sf.train.AdamOptimizer(lr, 0.9, 0.999, 1e-8).minimize(loss, var_list=[t.shards[1]])
+    ada = sf.train.AdagradOptimizer(1.0, 1.0).minimize(loss)
+    ada_other = sf.train.AdagradOptimizer(1.0, 1.0).minimize(2.0 * loss)  # its own accumulator
+    every = _every_row(t, 4)
+    init = sf.global_variables_initializer()
+    with sf.Session(g) as s:
+        s.run(init)
+        s.run(only_shard_1, {lr: 0.5})  # mod: rows 1 and 3 live in shard 1; Adam's first step moves lr
+        np.testing.assert_allclose(s.run(every)[0, :, 0], [0, -0.5, 0, -0.5], rtol=1e-5)
+        s.run(init)
+        s.run(ada)
+        x1 = -1.25 / np.sqrt(1 + 1.25 ** 2)
+        np.testing.assert_allclose(s.run(every)[0, :, 0], [x1] * 4, rtol=1e-6)
+        s.run(ada_other)
+        x2 = x1 - 2.5 / np.sqrt(1 + 2.5 ** 2)
+        np.testing.assert_allclose(s.run(every)[0, :, 0], [x2] * 4, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------
 # Hash tables
 
@@ -582,6 +647,58 @@ def test_hash_row_made_by_two_lookups_in_one_step(opt):
     np.testing.assert_allclose(got1[:2], E1[:2], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got2[:2], E2[:2], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got2[2], [0, 0])  # never looked up
+
+
+def test_hash_ttl_remakes_a_row_read_by_two_lookups_with_fresh_slots(g):
+    t = sf.embedding.HashEmbeddingTable("h", dim=2, ttl_steps=2, seed=1, num_shards=2)
+    a = sf.placeholder(sf.int64, [None, None], name="a")
+    b = sf.placeholder(sf.int64, [None], name="b")
+    ea = t.lookup(a)
+    eb = t.lookup_segments(b, b * 0, 1, combiner="sqrtn")
+    train = sf.train.AdagradOptimizer(0.5).minimize(sf.ops.sum(ea) + sf.ops.sum(eb))
+    view = t.read_only_view().lookup(sf.constant(np.array([[5]], np.int64)))
+    init = sf.global_variables_initializer()
+    five = {a: np.array([[5]]), b: np.array([5, 5, 5, 5])}  # G = 1 + 4 / sqrt(4) = 3
+    other = {a: np.array([[6]]), b: np.array([7])}
+    with sf.Session(g) as s:
+        s.run(init)
+        e0 = s.run([ea, train], five)[0]
+        want = e0 - 0.5 * 3 / np.sqrt(0.1 + 9)
+        np.testing.assert_allclose(s.run(view), want, rtol=1e-6)
+        for _ in range(4):
+            s.run(train, other)
+        np.testing.assert_array_equal(s.run(view), np.zeros((1, 2)))  # expired
+        e1 = s.run([ea, train], five)[0]
+        np.testing.assert_array_equal(e1, e0)  # the same first row again
+        np.testing.assert_allclose(s.run(view), want, rtol=1e-6)  # a fresh accumulator: 0.1 + 9
+
+
+def test_hash_admission_is_one_decision_per_id_and_step(g):
+    # min_count=2 and id 77 read once by each of two lookups of one step:
+    # the first lookup to run turns it away, and it stays out for the other,
+    # so both read zeros and no gradient reaches a row (before, the other
+    # lookup made the row, which lookup read zeros varied from run to run,
+    # and the update applied both lookups' gradients). Both sightings count:
+    # the next step admits it, and both lookups read the new row.
+    t = sf.embedding.HashEmbeddingTable("h", dim=1, min_count=2, seed=3)
+    a = sf.placeholder(sf.int64, [None, None], name="a")
+    b = sf.placeholder(sf.int64, [None, None], name="b")
+    ea, eb = t.lookup(a), t.lookup(b)
+    train = sf.train.GradientDescentOptimizer(1.0).minimize(sf.ops.sum(ea) + 10.0 * sf.ops.sum(eb))
+    view = t.read_only_view().lookup(sf.constant(np.array([[77]])))
+    init = sf.global_variables_initializer()
+    feeds = {a: np.array([[77]]), b: np.array([[77]])}
+    for _ in range(5):  # either order of the two lookups
+        with sf.Session(g) as s:
+            s.run(init)
+            va, vb, _ = s.run([ea, eb, train], feeds)
+            np.testing.assert_array_equal(va, np.zeros((1, 1)))
+            np.testing.assert_array_equal(vb, np.zeros((1, 1)))
+            np.testing.assert_array_equal(s.run(view), np.zeros((1, 1)))  # no row made
+            va, vb, _ = s.run([ea, eb, train], feeds)
+            np.testing.assert_array_equal(va, vb)
+            assert np.all(va != 0)
+            np.testing.assert_allclose(s.run(view), va - 11.0, rtol=1e-6)  # d loss / d row = 1 + 10
 
 
 # ---------------------------------------------------------------------------

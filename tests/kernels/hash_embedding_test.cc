@@ -182,6 +182,35 @@ TEST_CASE("Hash shard property: an id seen fewer than min_count times never gets
   CHECK(s.Metrics().skipped > 0);  // gradients of ids without a row
 }
 
+TEST_CASE("Hash shard: an id a step's lookup turned away stays out for the step's other lookups", "[hash_embedding]") {
+  HashShardConfig c = Config();
+  c.min_count = 2;
+  HashEmbeddingShard s(c);
+  // Step 1: two lookups see id 7 once each (its second sighting comes in
+  // the second lookup); both read zeros and its update is skipped.
+  Tensor first = Lookup(s, {7, 9}, 1);
+  Tensor second = Lookup(s, {7}, 1);
+  for (int64_t j = 0; j < 4; ++j) {
+    CHECK(first.data<float>()[j] == 0.0f);
+    CHECK(second.data<float>()[j] == 0.0f);
+  }
+  HashRowState row;
+  CHECK_FALSE(s.RowOf(7, &row));
+  REQUIRE(Apply(s, OptimizerKind::kGradientDescent, {7, 7}, 1).ok());
+  CHECK_FALSE(s.RowOf(7, &row));
+  // Both sightings counted: step 2's first lookup admits it, and the
+  // step's other lookup reads the same row.
+  Tensor third = Lookup(s, {7}, 2);
+  CHECK(s.RowOf(7, &row));
+  Tensor fourth = Lookup(s, {7}, 2);
+  CHECK(third.ToVector<float>() == fourth.ToVector<float>());
+  CHECK(third.data<float>()[0] != 0.0f);
+  // Another step's rejection does not carry over: id 9 (seen once, in step
+  // 1) is admitted at its second sighting, in step 3.
+  Lookup(s, {9}, 3);
+  CHECK(s.RowOf(9, &row));
+}
+
 TEST_CASE("Hash shard property: admit_probability admits about that share, deterministically", "[hash_embedding]") {
   HashShardConfig c = Config();
   c.admit_probability = 0.25;
