@@ -23,62 +23,15 @@ Tests failing because of a shardflow bug are xfail(strict=True) with the bug as 
 """
 
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import shardflow as sf
+from reference_support import raw_sparse_apply, ref_combine, ref_sparse_update, ref_table_grad, run_error_case
 
 # ---------------------------------------------------------------------------
 # NumPy references
-
-
-def np_sparse_step(kind, E, G, touched, st, lr, p):
-    """One sparse step of `kind` on table E (float64); only rows `touched` move."""
-    E = E.copy()
-    r = np.asarray(sorted(set(int(x) for x in touched)), np.int64)
-    if kind == "sgd":
-        E[r] -= lr * G[r]
-    elif kind == "adagrad":
-        A = st.setdefault("a", np.full_like(E, p[0]))
-        A[r] += G[r] ** 2
-        E[r] -= lr * G[r] / np.sqrt(A[r])
-    elif kind == "adam":
-        b1, b2, eps = p
-        st["t"] = st.get("t", 0) + 1
-        M = st.setdefault("m", np.zeros_like(E))
-        V = st.setdefault("v", np.zeros_like(E))
-        M[r] = b1 * M[r] + (1 - b1) * G[r]
-        V[r] = b2 * V[r] + (1 - b2) * G[r] ** 2
-        alpha = lr * np.sqrt(1 - b2 ** st["t"]) / (1 - b1 ** st["t"])
-        E[r] -= alpha * M[r] / (np.sqrt(V[r]) + eps)
-    else:
-        raise ValueError(kind)
-    return E
-
-
-def np_combine(E, bags, combiner):
-    """(combined rows [len(bags), dim], weight of each bag's ids)."""
-    out = np.zeros((len(bags), E.shape[1]))
-    weights = []
-    for b, ids in enumerate(bags):
-        n = len(ids)
-        w = 0.0 if n == 0 else {"sum": 1.0, "mean": 1.0 / n, "sqrtn": 1.0 / np.sqrt(n)}[combiner]
-        weights.append(w)
-        for i in ids:
-            out[b] += w * E[i]
-    return out, weights
-
-
-def np_table_grad(shape, bags, weights, dy):
-    G = np.zeros(shape)
-    for b, ids in enumerate(bags):
-        for i in ids:
-            G[i] += weights[b] * dy[b]
-    return G
 
 
 def make_opt(kind, lr, p):
@@ -173,11 +126,11 @@ class Lookup:
     def model(self, E, bags, out_shape, T):
         """The lookup's output, and its table gradient for the loss 0.5 |emb - T|^2."""
         comb = "sum" if self.mode == "none" else self.combiner
-        out, w = np_combine(E, bags, comb)
+        out, w = ref_combine(E, bags, comb)
         if T is None:
             return out.reshape(out_shape[:-1] + (E.shape[1],)), None
         dy = out - T.reshape(out.shape)
-        return out.reshape(out_shape[:-1] + (E.shape[1],)), np_table_grad(E.shape, bags, w, dy)
+        return out.reshape(out_shape[:-1] + (E.shape[1],)), ref_table_grad(E.shape, bags, w, dy)
 
 
 def _every_row(t, n):
@@ -194,6 +147,22 @@ SHARDINGS = [(1, "mod"), (2, "mod"), (3, "mod"), (2, "range"), (3, "range")]
 ROWS, DIM = 13, 3
 COLD = [10, 11, 12]  # never looked up
 POOL = np.arange(10)
+
+
+def _step_batch(lookups, rng, pool, hot, E, id_of):
+    """One step's random batch for every lookup: the feeds (ids mapped by id_of, and each output's
+    upstream gradient T), the summed table gradient, the touched rows and the expected outputs."""
+    feeds, G, touched, wants = {}, np.zeros_like(E), set(), []
+    for lk in lookups:
+        vals, bags, shape = lk.batch(rng, pool, hot)
+        out, _ = lk.model(E, bags, shape, None)
+        T = rng.standard_normal(out.shape)
+        out, Gi = lk.model(E, bags, shape, T)
+        feeds.update(lk.feeds(vals, id_of, T))
+        G += Gi
+        touched |= {int(x) for b in bags for x in b}
+        wants.append(out)
+    return feeds, G, touched, wants
 
 
 def _run_fixed(kind, p, K, part, kinds, steps=4, seed=0, lr=0.1, devices=1, id_dtypes=None):
@@ -215,21 +184,12 @@ def _run_fixed(kind, p, K, part, kinds, steps=4, seed=0, lr=0.1, devices=1, id_d
         E, st = E0.copy(), {}
         for _ in range(steps):
             hot = rng.choice(POOL, 2, replace=False)
-            feeds, G, touched, wants = {}, np.zeros_like(E), set(), []
-            for lk in lookups:
-                vals, bags, shape = lk.batch(rng, POOL, hot)
-                out, _ = lk.model(E, bags, shape, None)
-                T = rng.standard_normal(out.shape)
-                out, Gi = lk.model(E, bags, shape, T)
-                feeds.update(lk.feeds(vals, lambda v: v, T))
-                G += Gi
-                touched |= {int(x) for b in bags for x in b}
-                wants.append(out)
+            feeds, G, touched, wants = _step_batch(lookups, rng, POOL, hot, E, lambda v: v)
             got_out = s.run([lk.emb for lk in lookups], feeds)
             for a, b in zip(got_out, wants):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
             s.run(train, feeds)
-            E = np_sparse_step(kind, E, G, touched, st, lr, p)
+            E = ref_sparse_update(kind, E, G, touched, st, lr, p)
         got = s.run(every)[0]
     return got, E, E0
 
@@ -253,9 +213,9 @@ def test_summed_update_differs_from_one_update_per_lookup(opt):
     E0 = rng.standard_normal((4, 2))
     g1 = np.zeros((4, 2)); g1[1] = [0.3, -0.2]
     g2 = np.zeros((4, 2)); g2[1] = [0.5, 0.4]
-    once = np_sparse_step(kind, E0, g1 + g2, [1], {}, 0.1, p)
+    once = ref_sparse_update(kind, E0, g1 + g2, [1], {}, 0.1, p)
     st = {}
-    twice = np_sparse_step(kind, np_sparse_step(kind, E0, g1, [1], st, 0.1, p), g2, [1], st, 0.1, p)
+    twice = ref_sparse_update(kind, ref_sparse_update(kind, E0, g1, [1], st, 0.1, p), g2, [1], st, 0.1, p)
     assert np.abs(once - twice).max() > 1e-3
 
 
@@ -344,7 +304,7 @@ def test_lazy_adam_moves_each_row_once_and_leaves_untouched_rows(K):
                 ids = f[ib][off[bag]:off[bag + 1]]
                 for i in ids:
                     G[i] += 2.0 / np.sqrt(len(ids))
-            E = np_sparse_step("adam", E, G, touched, st, lr, (b1, b2, eps))
+            E = ref_sparse_update("adam", E, G, touched, st, lr, (b1, b2, eps))
             s.run(train, f)
             np.testing.assert_allclose(s.run(every)[0], E, rtol=1e-5, atol=1e-7)
     assert np.all(E[3:] == 0)
@@ -396,7 +356,7 @@ def test_a_lookup_with_no_ids_beside_one_with_ids(K):
     with sf.Session(g) as s:
         s.run(init)
         s.run(train, {ia: np.array([[2, 2]]), ib: np.zeros(0, np.int64), ob: np.array([0, 0])})
-        E = np_sparse_step("adam", np.zeros((6, 2)), np.where(np.arange(6)[:, None] == 2, 2.0, 0.0) * np.ones((6, 2)),
+        E = ref_sparse_update("adam", np.zeros((6, 2)), np.where(np.arange(6)[:, None] == 2, 2.0, 0.0) * np.ones((6, 2)),
                            [2], {}, 0.1, (0.9, 0.999, 1e-3))
         np.testing.assert_allclose(s.run(every)[0], E, rtol=1e-5, atol=1e-7)
 
@@ -463,25 +423,25 @@ def test_two_tables_one_looked_up_twice(opt, Kt, Ku):
             bags_a = [list(r) for r in A]
             bags_b = [[B[j] for j in range(5) if S[j] == k] for k in range(3)]
             bags_u = [list(r) for r in U]
-            ea, wa = np_combine(Et, bags_a, "sum")
-            eb, wb = np_combine(Et, bags_b, "mean")
-            eu, wu = np_combine(Eu, bags_u, "sqrtn")
+            ea, wa = ref_combine(Et, bags_a, "sum")
+            eb, wb = ref_combine(Et, bags_b, "mean")
+            eu, wu = ref_combine(Eu, bags_u, "sqrtn")
             H = ea + eb + eu
             r = H @ W - Y
             dh = r @ W.T
-            Gt = np_table_grad(Et.shape, bags_a, wa, dh) + np_table_grad(Et.shape, bags_b, wb, dh)
-            Gu = np_table_grad(Eu.shape, bags_u, wu, dh)
+            Gt = ref_table_grad(Et.shape, bags_a, wa, dh) + ref_table_grad(Et.shape, bags_b, wb, dh)
+            Gu = ref_table_grad(Eu.shape, bags_u, wu, dh)
             gW = H.T @ r
             s.run(train, {ia: A, ib: B, sb: S, iu: U, y: Y.astype(np.float32)})
-            Et = np_sparse_step(kind, Et, Gt, set(A.ravel()) | set(B.ravel()), st_t, 0.05, p)
-            Eu = np_sparse_step(kind, Eu, Gu, set(U.ravel()), st_u, 0.05, p)
+            Et = ref_sparse_update(kind, Et, Gt, set(A.ravel()) | set(B.ravel()), st_t, 0.05, p)
+            Eu = ref_sparse_update(kind, Eu, Gu, set(U.ravel()), st_u, 0.05, p)
             if kind == "sgd":
                 W = W - 0.05 * gW
             elif kind == "adagrad":
                 st_w["a"] = st_w.get("a", np.full_like(W, p[0])) + gW ** 2
                 W = W - 0.05 * gW / np.sqrt(st_w["a"])
             else:
-                W = np_sparse_step("adam", W, gW, [0, 1], st_w, 0.05, p)
+                W = ref_sparse_update("adam", W, gW, [0, 1], st_w, 0.05, p)
         got_t, got_u, got_w = s.run(vt)[0], s.run(vu)[0], s.run(w)
     np.testing.assert_allclose(got_t, Et, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_u, Eu, rtol=1e-5, atol=1e-5)
@@ -522,7 +482,7 @@ def test_large_batches_of_two_lookups_on_the_parallel_paths(K, opt):
             np.add.at(G, I, np.repeat(C, 4, axis=0) / 4)
             np.add.at(G, I2[:, 0], C2)
             np.add.at(G, I2[:, 1], C2)
-            E = np_sparse_step(kind, E, G, np.union1d(I, I2.ravel()), st, 0.1, p)
+            E = ref_sparse_update(kind, E, G, np.union1d(I, I2.ravel()), st, 0.1, p)
             s.run(train, {ids: I, off: O, ids2: I2, c: C.astype(np.float32), c2: C2.astype(np.float32)})
         got = s.run(every)[0]
     np.testing.assert_allclose(got, E, rtol=1e-5, atol=1e-5)
@@ -599,20 +559,11 @@ def test_hash_table_several_lookups_match_numpy(opt, K, combo):
         st = {}
         for _ in range(4):
             hot = rng.choice(pool, 2, replace=False)
-            feeds, G, touched, wants = {}, np.zeros_like(E), set(), []
-            for lk in lookups:
-                vals, bags, shape = lk.batch(rng, pool, hot)
-                out, _ = lk.model(E, bags, shape, None)
-                T = rng.standard_normal(out.shape)
-                out, Gi = lk.model(E, bags, shape, T)
-                feeds.update(lk.feeds(vals, lambda v: every_ids[v], T))
-                G += Gi
-                touched |= {int(x) for b in bags for x in b}
-                wants.append(out)
+            feeds, G, touched, wants = _step_batch(lookups, rng, pool, hot, E, lambda v: every_ids[v])
             res = s.run([lk.emb for lk in lookups] + [train], feeds)
             for a, b in zip(res, wants):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-            E = np_sparse_step(kind, E, G, touched, st, 0.1, p)
+            E = ref_sparse_update(kind, E, G, touched, st, 0.1, p)
             made[list(touched)] = True
         got = s.run(view)[0]
     want = np.where(made[:, None], E, 0.0)  # a view reads rows never made as zeros
@@ -635,8 +586,8 @@ def test_hash_row_made_by_two_lookups_in_one_step(opt):
     E0 = _hash_initial_rows(2, 4, np.array([5, -3, 6], np.int64), 2)
     G = np.array([[3.0, 3.0], [2.0, 2.0], [0, 0]])
     st = {}
-    E1 = np_sparse_step(kind, E0, G, [0, 1], st, 0.3, p)
-    E2 = np_sparse_step(kind, E1, G, [0, 1], st, 0.3, p)
+    E1 = ref_sparse_update(kind, E0, G, [0, 1], st, 0.3, p)
+    E2 = ref_sparse_update(kind, E1, G, [0, 1], st, 0.3, p)
     with sf.Session(g) as s:
         s.run(init)
         s.run(train)
@@ -738,27 +689,8 @@ def test_ftrl_and_rowwise_adagrad_on_the_rows_of_two_lookups(hashed, kind):
         gb = sf.ops.embedding_sparse_grad(sh, ib, ob, db, combiner="mean", segments="offsets", **attrs)
         r = sf.ops.concat(ga[0], gb[0], axis=0)
         v = sf.ops.concat(ga[1], gb[1], axis=0)
-        c = lambda x: sf.constant(np.float32(x))  # noqa: E731
         rattrs = dict(attrs, segments="rows", combiner="sum")
-        if kind == "ftrl":
-            if hashed:
-                slots, extra = [sh, sh], dict(slot_init=[0.1, 0.0])
-            else:
-                slots = [sf.Variable(np.full((rows, dim), 0.1, np.float32), name="t/part_0/Ftrl/accumulator",
-                                     trainable=False).handle,
-                         sf.Variable(np.zeros((rows, dim), np.float32), name="t/part_0/Ftrl/linear",
-                                     trainable=False).handle]
-                extra = {}
-            op = sf.ops.embedding_sparse_apply_ftrl(sh, *slots, c(0.1), c(0.02), c(0.01), c(-0.5), r, v,
-                                                    **extra, **rattrs)
-        else:
-            if hashed:
-                slots, extra = [sh], dict(slot_init=[0.1])
-            else:
-                slots = [sf.Variable(np.full((rows, dim), 0.1, np.float32), name="t/part_0/R/accumulator",
-                                     trainable=False).handle]
-                extra = {}
-            op = sf.ops.embedding_sparse_apply_rowwise_adagrad(sh, *slots, c(0.2), r, v, **extra, **rattrs)
+        op = raw_sparse_apply(kind, hashed, sh, rows, dim, [r, v], rattrs)
         every = sf.constant(np.arange(rows).reshape(1, -1))
         make_rows = t.lookup(every, combiner="none")
         view = t.read_only_view().lookup(every, combiner="none")
@@ -774,8 +706,8 @@ def test_ftrl_and_rowwise_adagrad_on_the_rows_of_two_lookups(hashed, kind):
             O = np.array([0, 3])
             Da = rng.standard_normal((2, dim)).astype(np.float32)
             Db = rng.standard_normal((2, dim)).astype(np.float32)
-            G = np_table_grad(E.shape, [list(x) for x in I], [1.0, 1.0], Da.astype(np.float64))
-            G += np_table_grad(E.shape, [list(B[:3]), list(B[3:])], [1 / 3, 1.0], Db.astype(np.float64))
+            G = ref_table_grad(E.shape, [list(x) for x in I], [1.0, 1.0], Da.astype(np.float64))
+            G += ref_table_grad(E.shape, [list(B[:3]), list(B[3:])], [1 / 3, 1.0], Db.astype(np.float64))
             tch = sorted(set(I.ravel()) | set(B))
             if kind == "ftrl":
                 E[tch], A[tch], L[tch] = _ref_ftrl(E[tch], A[tch], L[tch], G[tch], 0.1, 0.02, 0.01, -0.5)
@@ -835,21 +767,10 @@ with sf.Session(g) as s: s.run(sf.global_variables_initializer()); s.run(op)
 }
 
 
-def _run_case(body):
-    code = ("import numpy as np, shardflow as sf\ng = sf.Graph()\nwith g.as_default():\n" +
-            textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") +
-            "\n    print('NO ERROR')\n")
-    wrapper = ("import sys, traceback\ntry:\n" + textwrap.indent(code, "    ") +
-               "\nexcept Exception as e:\n    print('EXC', type(e).__name__, e)\n")
-    p = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, f"crashed (rc {p.returncode}): {p.stderr[-2000:]}"
-    return p.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("case", sorted(_ERROR_CASES))
 def test_errors_are_clear(case):
     body, exc, pattern = _ERROR_CASES[case]
-    line = _run_case(body)
+    line = run_error_case(body)
     assert line.startswith(f"EXC {exc} "), line
     assert re.search(pattern, line), line
 

@@ -17,14 +17,12 @@ Tests that fail because of a shardflow bug are xfail(strict=True) with the bug a
 """
 
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import shardflow as sf
+from reference_support import raw_sparse_apply, ref_combine, ref_sparse_update, ref_table_grad, run_error_case
 
 # ---------------------------------------------------------------------------
 # NumPy references
@@ -57,57 +55,12 @@ def ref_dense_update(kind, w, g, st, lr, p):
     raise ValueError(kind)
 
 
-def ref_sparse_update(kind, E, G, touched, st, lr, p):
-    """One sparse step on table E (float64): only rows `touched` move (lazy Adam, one beta power per step)."""
-    E = E.copy()
-    t = np.asarray(touched, np.int64)
-    if kind == "sgd":
-        E[t] -= lr * G[t]
-    elif kind == "adagrad":
-        A = st.setdefault("a", np.full_like(E, p[0]))
-        A[t] += G[t] ** 2
-        E[t] -= lr * G[t] / np.sqrt(A[t])
-    elif kind == "adam":
-        b1, b2, eps = p
-        st["t"] = st.get("t", 0) + 1
-        M = st.setdefault("m", np.zeros_like(E))
-        V = st.setdefault("v", np.zeros_like(E))
-        M[t] = b1 * M[t] + (1 - b1) * G[t]
-        V[t] = b2 * V[t] + (1 - b2) * G[t] ** 2
-        alpha = lr * np.sqrt(1 - b2 ** st["t"]) / (1 - b1 ** st["t"])
-        E[t] -= alpha * M[t] / (np.sqrt(V[t]) + eps)
-    else:
-        raise ValueError(kind)
-    return E
-
-
 def ref_ftrl(w, acc, lin, g, lr, l1, l2, lr_power):
     acc_new = acc + g * g
     lin = lin + g - (acc_new ** (-lr_power) - acc ** (-lr_power)) / lr * w
     quad = acc_new ** (-lr_power) / lr + 2 * l2
     w = np.where(np.abs(lin) > l1, (np.sign(lin) * l1 - lin) / quad, 0.0)
     return w, acc_new, lin
-
-
-def ref_combine(E, bags, combiner):
-    """[len(bags), dim] combined rows and the weight of each bag's ids."""
-    out = np.zeros((len(bags), E.shape[1]))
-    weights = []
-    for b, ids in enumerate(bags):
-        n = len(ids)
-        w = 0.0 if n == 0 else {"sum": 1.0, "mean": 1.0 / n, "sqrtn": 1.0 / np.sqrt(n)}[combiner]
-        weights.append(w)
-        for i in ids:
-            out[b] += w * E[i]
-    return out, weights
-
-
-def ref_table_grad(shape, bags, weights, dy):
-    G = np.zeros(shape)
-    for b, ids in enumerate(bags):
-        for i in ids:
-            G[i] += weights[b] * dy[b]
-    return G
 
 
 def make_opt(kind, lr, p):
@@ -280,26 +233,7 @@ def test_sparse_ftrl_and_rowwise_adagrad_ops_on_tables(hashed, kind):
                  if k in ("table", "table_rows", "num_shards", "shard", "partition", "combiner", "segments")}
         dy = sf.placeholder(sf.float32, [None, dim], name="dy")
         sh = t.shards[0]
-        c = lambda v: sf.constant(np.float32(v))  # noqa: E731
-        if kind == "ftrl":
-            if hashed:
-                slots, extra = [sh, sh], dict(slot_init=[0.1, 0.0])
-            else:
-                slots = [sf.Variable(np.full((rows, dim), 0.1, np.float32), name="t/part_0/Ftrl/accumulator",
-                                     trainable=False).handle,
-                         sf.Variable(np.zeros((rows, dim), np.float32), name="t/part_0/Ftrl/linear",
-                                     trainable=False).handle]
-                extra = {}
-            op = sf.ops.embedding_sparse_apply_ftrl(sh, *slots, c(0.1), c(0.02), c(0.01), c(-0.5), ids, dy,
-                                                    **extra, **attrs)
-        else:
-            if hashed:
-                slots, extra = [sh], dict(slot_init=[0.1])
-            else:
-                slots = [sf.Variable(np.full((rows, dim), 0.1, np.float32), name="t/part_0/R/accumulator",
-                                     trainable=False).handle]
-                extra = {}
-            op = sf.ops.embedding_sparse_apply_rowwise_adagrad(sh, *slots, c(0.2), ids, dy, **extra, **attrs)
+        op = raw_sparse_apply(kind, hashed, sh, rows, dim, [ids, dy], attrs)
         every = sf.constant(np.arange(rows).reshape(1, -1))
         make_rows = t.lookup(every, combiner="none")
         view = t.read_only_view().lookup(every, combiner="none")
@@ -904,21 +838,10 @@ _OUT_OF_RANGE = [(1, "mod", -1), (1, "mod", 10), (2, "mod", 2 ** 62), (3, "mod",
                  (4, "range", -(2 ** 63))]
 
 
-def _run_case(body):
-    code = ("import numpy as np, shardflow as sf\ng = sf.Graph()\nwith g.as_default():\n" +
-            textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") +
-            "\n    print('NO ERROR')\n")
-    wrapper = ("import sys, traceback\ntry:\n" + textwrap.indent(code, "    ") +
-               "\nexcept Exception as e:\n    print('EXC', type(e).__name__, e)\n")
-    p = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, f"crashed (rc {p.returncode}): {p.stderr[-2000:]}"
-    return p.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("case", sorted(_ERROR_CASES))
 def test_errors_are_clear_exceptions(case):
     body, exc, pattern = _ERROR_CASES[case]
-    line = _run_case(body)
+    line = run_error_case(body)
     assert line.startswith(f"EXC {exc} "), line
     assert re.search(pattern, line), line
 
@@ -932,7 +855,7 @@ ids = sf.placeholder(sf.int64, [None, 2], name="ids"); e = t.lookup(ids)
 op = sf.train.AdagradOptimizer(0.1).minimize(sf.ops.sum(e)) if {train} else e
 with sf.Session(g) as s: s.run(sf.global_variables_initializer()); s.run(op, {{ids: np.array([[0, {bad}]])}})
 """
-    line = _run_case(body)
+    line = run_error_case(body)
     assert line.startswith("EXC InvalidArgumentError ") and "'tab'" in line and f"id {bad} " in line, line
 
 
@@ -943,7 +866,7 @@ ids = sf.placeholder(sf.int64, [None], name="ids"); off = sf.placeholder(sf.int6
 e = t.lookup_bag(ids, off)
 with sf.Session(g) as s: s.run(sf.global_variables_initializer()); s.run(e, {ids: np.array([1, 2, 3]), off: np.array([0, 5])})
 """
-    line = _run_case(body)
+    line = run_error_case(body)
     assert line.startswith("EXC InvalidArgumentError ") and "5" in line.split("ids;")[-1], line
 
 
@@ -954,7 +877,7 @@ w = sf.Variable(np.array([1.0, 0.0], np.float32), name="w")
 t = sf.train.AdagradOptimizer(0.1, initial_accumulator_value={init_value}).minimize(sf.ops.sum(w * w))
 with sf.Session(g) as s: s.run(sf.global_variables_initializer()); s.run(t); print('VALUE', s.run(w))
 """
-    line = _run_case(body)
+    line = run_error_case(body)
     assert line.startswith("EXC InvalidArgumentError ") and "initial_accumulator" in line, line
 
 
