@@ -85,6 +85,27 @@ int64_t RssKib(pid_t pid) {
   return 0;
 }
 
+// A zero-filled float32 tensor of 16 MiB.
+Tensor SixteenMib() {
+  Tensor big(DType::kFloat32, {int64_t{4} << 20});
+  std::memset(big.raw_data(), 0, big.bytes());
+  return big;
+}
+
+// Sends 80 copies of big (1.25 GiB) for session `session`'s steps first_step,
+// first_step + 1, ..., in rounds of 10 (160 MiB), each round waited for by an
+// ask behind it, so little is in flight at once.
+void SendInRounds(const net::ConnectionPtr& c, const Tensor& big, uint64_t session, int64_t first_step) {
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      net::SendTensor t{first_step + round * 10 + i, "edge", "", 0, false, big};
+      t.session_id = session;
+      REQUIRE(c->Send(net::Message{0, t}).ok());
+    }
+    REQUIRE(net::Call(c, net::ListMembers{}, 120000).ok());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Hostile: silent connections past the descriptor limit keep no real peer out", "[cluster][hostile]") {
@@ -424,20 +445,11 @@ TEST_CASE("Hostile: tensors and aborts for steps that never run cost bounded mem
   auto e = Peer(cluster, net::Role::kNode);  // an authenticated member gone rogue
   auto c = (*e)->Connect(cluster.addresses()[0]);
   REQUIRE(c.ok());
-  Tensor big(DType::kFloat32, {int64_t{4} << 20});  // 16 MiB
-  std::memset(big.raw_data(), 0, big.bytes());
+  const Tensor big = SixteenMib();
   // Tensors naming a session with no partition on the node are refused as
-  // they arrive: 1.25 GiB of them, in rounds of 160 MiB (so little is in
-  // flight at once), leave nothing behind. Kept for steps to come, as the
-  // node keeps a known session's, they would hold 1 GiB.
-  for (int round = 0; round < 8; ++round) {
-    for (int i = 0; i < 10; ++i) {
-      net::SendTensor t{500000 + round * 10 + i, "edge", "", 0, false, big};
-      t.session_id = 4242;
-      REQUIRE((*c)->Send(net::Message{0, t}).ok());
-    }
-    REQUIRE(net::Call(*c, net::ListMembers{}, 120000).ok());
-  }
+  // they arrive: 1.25 GiB of them leave nothing behind. Kept for steps to
+  // come, as the node keeps a known session's, they would hold 1 GiB.
+  SendInRounds(*c, big, 4242, 500000);
   const int64_t after_unknown = RssKib(cluster.pid(0));
   INFO("RSS before " << before << " KiB, after tensors for an unknown session " << after_unknown << " KiB");
   CHECK(after_unknown - before < 512 * 1024);
@@ -486,19 +498,10 @@ TEST_CASE("Hostile: tensors for a step its session ended are refused, not held",
   REQUIRE(net::Call(*c, net::ListMembers{}, 10000).ok());
   const int64_t before = RssKib(cluster.pid(0));
   // The session (this peer registered it) ends 80 steps, then 1.25 GiB of
-  // tensors for them arrive, in rounds of 160 MiB. Held as early steps'
-  // tensors, the node would keep 1 GiB of them for a minute.
+  // tensors for them arrive. Held as early steps' tensors, the node would
+  // keep 1 GiB of them for a minute.
   for (int i = 0; i < 80; ++i) REQUIRE((*c)->Send(net::Message{0, net::CleanupStep{4000000 + i, 77}}).ok());
-  Tensor big(DType::kFloat32, {int64_t{4} << 20});  // 16 MiB
-  std::memset(big.raw_data(), 0, big.bytes());
-  for (int round = 0; round < 8; ++round) {
-    for (int i = 0; i < 10; ++i) {
-      net::SendTensor t{4000000 + round * 10 + i, "edge", "", 0, false, big};
-      t.session_id = 77;
-      REQUIRE((*c)->Send(net::Message{0, t}).ok());
-    }
-    REQUIRE(net::Call(*c, net::ListMembers{}, 120000).ok());
-  }
+  SendInRounds(*c, SixteenMib(), 77, 4000000);
   const int64_t after = RssKib(cluster.pid(0));
   INFO("RSS before " << before << " KiB, after tensors for ended steps " << after << " KiB");
   CHECK(after - before < 512 * 1024);
