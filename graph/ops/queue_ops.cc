@@ -6,6 +6,8 @@
 // actor); the other ops reach it through the QueueService. Shape functions
 // check components against the queue's declared types and shapes when the
 // handle comes straight from a queue op, so most mistakes fail at build time.
+#include <limits>
+
 #include "graph/op_registry.h"
 #include "kernels/queue_service.h"
 #include "shardflow/ops.h"
@@ -288,6 +290,14 @@ std::vector<Output> QueueDequeueMany(Graph& g, Output queue, Output n, int64_t t
 std::vector<Output> QueueDequeueMany(Graph& g, Output queue, int64_t n, int64_t timeout_ms,
                                      const std::string& name) {
   if (!queue.valid()) return {};
+  // n travels as an int32 scalar, as in TensorFlow: one that does not fit is
+  // refused here, not cut down to a different count.
+  if (n > std::numeric_limits<int32_t>::max() || n < std::numeric_limits<int32_t>::min()) {
+    g.RecordError(InvalidArgument("QueueDequeueMany '" + name + "': n must be at most " +
+                                  std::to_string(std::numeric_limits<int32_t>::max()) + " (an int32), got " +
+                                  std::to_string(n)));
+    return {};
+  }
   return QueueDequeueMany(g, queue, Const(g, static_cast<int32_t>(n)), timeout_ms, name);
 }
 

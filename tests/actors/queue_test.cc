@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -650,4 +651,17 @@ TEST_CASE("Every queue kind carries elements with a dimension of 0", "[queue][ze
     }
     CHECK(s.Run({}, std::vector<Output>{}, {close}).ok());
   }
+}
+
+TEST_CASE("dequeue_many's n must fit int32: a bigger one is refused, not cut down", "[queue]") {
+  Graph g;
+  Output q = ops::FIFOQueue(g, {DType::kInt32}, {}, "q");
+  CHECK(ops::QueueDequeueMany(g, q, int64_t{1} << 31).empty());
+  REQUIRE_FALSE(g.status().ok());
+  CHECK(g.status().message().find("2147483647") != std::string::npos);
+  CHECK(g.status().message().find("2147483648") != std::string::npos);
+  Graph ok;
+  Output q2 = ops::FIFOQueue(ok, {DType::kInt32}, {}, "q");
+  CHECK(ops::QueueDequeueMany(ok, q2, std::numeric_limits<int32_t>::max()).size() == 1);
+  CHECK(ok.status().ok());
 }
