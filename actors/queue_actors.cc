@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <random>
+#include <unordered_set>
 
 #include "actors/caf_thread_logger.h"
 #include "actors/queue_protocol.h"
@@ -18,12 +19,14 @@ struct QueueState {
     std::vector<QueueElement> elems;
     size_t next;  // elements before it are already in the queue
     std::function<void(Status)> done;
+    int64_t step_id = 0;
   };
   struct DeqWaiter {
     int64_t id;
     int64_t n;
     bool many;
     std::function<void(Result<QueueTuple>)> done;
+    int64_t step_id = 0;
   };
 
   std::string name;
@@ -36,6 +39,13 @@ struct QueueState {
   std::deque<EnqWaiter> enq;
   std::deque<DeqWaiter> deq;
   int64_t next_waiter = 1;
+  // Steps cancelled lately (the latest kMaxCancelled): a request of one that
+  // arrives after its cancel (they come from different threads, unordered)
+  // is refused instead of waiting for a step that has already failed.
+  std::unordered_set<int64_t> cancelled;
+  std::deque<int64_t> cancelled_order;
+  static constexpr size_t kMaxCancelled = 4096;
+  Status cancel_status;  // the latest cancel's, for those late requests
 
   std::string Where() const { return std::string(QueueKindName(spec.kind)) + " '" + name + "'"; }
   bool HasRoom() const {
@@ -113,6 +123,39 @@ struct QueueState {
       }
     }
   }
+  // Fails the waiters of step step_id with s, then serves the rest (a
+  // removed head waiter may have blocked those behind it).
+  void FailStep(int64_t step_id, const Status& s) {
+    if (cancelled.insert(step_id).second) {
+      cancelled_order.push_back(step_id);
+      if (cancelled_order.size() > kMaxCancelled) {
+        cancelled.erase(cancelled_order.front());
+        cancelled_order.pop_front();
+      }
+    }
+    cancel_status = s;
+    std::vector<std::function<void(Status)>> enq_done;
+    std::vector<std::function<void(Result<QueueTuple>)>> deq_done;
+    for (auto it = enq.begin(); it != enq.end();) {
+      if (it->step_id != step_id) {
+        ++it;
+        continue;
+      }
+      enq_done.push_back(std::move(it->done));
+      it = enq.erase(it);
+    }
+    for (auto it = deq.begin(); it != deq.end();) {
+      if (it->step_id != step_id) {
+        ++it;
+        continue;
+      }
+      deq_done.push_back(std::move(it->done));
+      it = deq.erase(it);
+    }
+    for (auto& d : enq_done) d(s);
+    for (auto& d : deq_done) d(s);
+    if (!enq_done.empty() || !deq_done.empty()) Serve();
+  }
   // Fails every waiter with s.
   void FailAll(const Status& s, bool enqueues, bool dequeues) {
     if (enqueues) {
@@ -159,10 +202,14 @@ void Timeout(QueueState& st, const QueueWaitTimeout& m) {
   }
 }
 
-// After ShutdownQueue every request is answered Aborted at once; true when
-// done was answered so.
+// After ShutdownQueue every request is answered Aborted at once, and so is
+// one of a step cancelled before it arrived; true when done was answered so.
 template <typename Done>
-bool RefusedAtShutdown(const QueueState& st, Done& done) {
+bool Refused(const QueueState& st, Done& done, int64_t step_id = 0) {
+  if (step_id != 0 && st.cancelled.count(step_id)) {
+    done(st.cancel_status);
+    return true;
+  }
   if (!st.shut_down) return false;
   done(Aborted(st.Where() + ": the session is shutting down"));
   return true;
@@ -179,7 +226,7 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
   return {
       [self](EnqueueElements& m) {
         QueueState& st = self->state;
-        if (RefusedAtShutdown(st, m.done)) return;
+        if (Refused(st, m.done, m.step_id)) return;
         if (st.closed) return m.done(Aborted(st.Where() + " is closed"));
         if (st.enq.empty() && (st.spec.capacity < 0 ||
                                static_cast<int64_t>(st.items.size() + m.elems.size()) <= st.spec.capacity)) {
@@ -189,13 +236,13 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
           return;
         }
         const int64_t id = st.next_waiter++;
-        st.enq.push_back(QueueState::EnqWaiter{id, std::move(m.elems), 0, std::move(m.done)});
+        st.enq.push_back(QueueState::EnqWaiter{id, std::move(m.elems), 0, std::move(m.done), m.step_id});
         st.Serve();
         if (m.timeout_ms > 0 && !st.enq.empty() && st.enq.back().id == id) StartTimer(self, id, m.timeout_ms);
       },
       [self](DequeueElements& m) {
         QueueState& st = self->state;
-        if (RefusedAtShutdown(st, m.done)) return;
+        if (Refused(st, m.done, m.step_id)) return;
         if (st.deq.empty() && st.Available() >= m.n) {
           QueueState::DeqWaiter w{0, m.n, m.many, std::move(m.done)};
           st.Finish(w);
@@ -203,13 +250,13 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
           return;
         }
         const int64_t id = st.next_waiter++;
-        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.done)});
+        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.done), m.step_id});
         st.Serve();
         if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id) StartTimer(self, id, m.timeout_ms);
       },
       [self](CloseQueue& m) {
         QueueState& st = self->state;
-        if (RefusedAtShutdown(st, m.done)) return;
+        if (Refused(st, m.done)) return;
         st.closed = true;
         if (m.cancel_pending)
           st.FailAll(Aborted(st.Where() + " was closed; its pending enqueue was cancelled"), true, false);
@@ -218,7 +265,7 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
       },
       [self](QueueSize& m) {
         QueueState& st = self->state;
-        if (RefusedAtShutdown(st, m.done)) return;
+        if (Refused(st, m.done)) return;
         m.done(static_cast<int64_t>(st.items.size()));
       },
       [self](const QueueWaitTimeout& m) { Timeout(self->state, m); },
@@ -226,6 +273,10 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
         QueueState& st = self->state;
         st.shut_down = true;
         st.FailAll(Aborted(st.Where() + ": the session is shutting down"), true, true);
+      },
+      [self](CancelQueueStep& m) {
+        QueueState& st = self->state;
+        st.FailStep(m.step_id, Aborted("waiting on " + st.Where() + " was cancelled: " + m.why.message()));
       },
   };
 }
@@ -320,26 +371,26 @@ Result<QueueSpec> ActorQueues::SpecOf(int64_t id) const {
   return e->spec;
 }
 
-void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms,
-                          std::function<void(Status)> done) {
+void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done,
+                          int64_t step_id) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
   Status s = ValidateQueueTuple(e->name, e->spec, t);
   if (!s.ok()) return done(s);
-  EnqueueElements m{{}, timeout_ms, std::move(done)};
+  EnqueueElements m{{}, timeout_ms, std::move(done), step_id};
   m.elems.push_back(QueueElement{std::make_shared<const QueueTuple>(std::move(t)), -1});
   caf::anon_send(e->actor, std::move(m));
 }
 
-void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
-                              std::function<void(Status)> done) {
+void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, std::function<void(Status)> done,
+                              int64_t step_id) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
   auto n = ValidateQueueBatch(e->name, e->spec, batch);
   if (!n.ok()) return done(n.status());
-  EnqueueElements m{{}, timeout_ms, std::move(done)};
+  EnqueueElements m{{}, timeout_ms, std::move(done), step_id};
   // Rows of the batch, not copies: the elements share its buffers.
   auto src = std::make_shared<const QueueTuple>(std::move(batch));
   m.elems.reserve(*n);
@@ -347,16 +398,16 @@ void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
   caf::anon_send(e->actor, std::move(m));
 }
 
-void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms,
-                          std::function<void(Result<QueueTuple>)> done) {
+void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                          int64_t step_id) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  caf::anon_send(e->actor, DequeueElements{1, false, timeout_ms, std::move(done)});
+  caf::anon_send(e->actor, DequeueElements{1, false, timeout_ms, std::move(done), step_id});
 }
 
 void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
-                              std::function<void(Result<QueueTuple>)> done) {
+                              std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
@@ -366,7 +417,14 @@ void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
     return done(InvalidArgument("queue '" + e->name + "': dequeue_many of " + std::to_string(n) +
                                 " elements can never be served by a queue of capacity " +
                                 std::to_string(e->spec.capacity)));
-  caf::anon_send(e->actor, DequeueElements{n, true, timeout_ms, std::move(done)});
+  caf::anon_send(e->actor, DequeueElements{n, true, timeout_ms, std::move(done), step_id});
+}
+
+void ActorQueues::CancelStep(int64_t step_id, const Status& why) {
+  if (step_id == 0) return;  // requests without a step are never cancelled
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& e : queues_)
+    if (e->actor) caf::anon_send(e->actor, CancelQueueStep{step_id, why});
 }
 
 void ActorQueues::Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) {
@@ -410,20 +468,23 @@ class OwnedQueues : public QueueService {
     return q_->Resolve(name, spec);
   }
   Result<QueueSpec> SpecOf(int64_t id) const override { return q_->SpecOf(id); }
-  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done) override {
-    q_->Enqueue(id, std::move(t), timeout_ms, std::move(done));
+  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done,
+               int64_t step_id = 0) override {
+    q_->Enqueue(id, std::move(t), timeout_ms, std::move(done), step_id);
   }
-  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
-                   std::function<void(Status)> done) override {
-    q_->EnqueueMany(id, std::move(batch), timeout_ms, std::move(done));
+  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, std::function<void(Status)> done,
+                   int64_t step_id = 0) override {
+    q_->EnqueueMany(id, std::move(batch), timeout_ms, std::move(done), step_id);
   }
-  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done) override {
-    q_->Dequeue(id, timeout_ms, std::move(done));
+  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+               int64_t step_id = 0) override {
+    q_->Dequeue(id, timeout_ms, std::move(done), step_id);
   }
-  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
-                   std::function<void(Result<QueueTuple>)> done) override {
-    q_->DequeueMany(id, n, timeout_ms, std::move(done));
+  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                   int64_t step_id = 0) override {
+    q_->DequeueMany(id, n, timeout_ms, std::move(done), step_id);
   }
+  void CancelStep(int64_t step_id, const Status& why) override { q_->CancelStep(step_id, why); }
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override {
     q_->Close(id, cancel_pending, std::move(done));
   }

@@ -31,12 +31,16 @@ class ActorQueues : public QueueService {
 
   Result<int64_t> Resolve(const std::string& name, const QueueSpec& spec) override;
   Result<QueueSpec> SpecOf(int64_t id) const override;
-  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done) override;
-  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
-                   std::function<void(Status)> done) override;
-  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done) override;
-  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
-                   std::function<void(Result<QueueTuple>)> done) override;
+  void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done,
+               int64_t step_id = 0) override;
+  void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, std::function<void(Status)> done,
+                   int64_t step_id = 0) override;
+  void Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+               int64_t step_id = 0) override;
+  void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                   int64_t step_id = 0) override;
+  // Tells every queue (a failure is rare: no index of which queues a step used).
+  void CancelStep(int64_t step_id, const Status& why) override;
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override;
   void Size(int64_t id, std::function<void(Result<int64_t>)> done) override;
   std::string NameOf(int64_t id) const override;

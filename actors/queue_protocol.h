@@ -26,6 +26,7 @@ struct EnqueueElements {
   std::vector<QueueElement> elems;
   int64_t timeout_ms = 0;  // 0: wait forever for room
   std::function<void(Status)> done;
+  int64_t step_id = 0;  // the step waiting (CancelQueueStep)
 };
 // Dequeues n elements (stacked when many: DequeueMany).
 struct DequeueElements {
@@ -33,6 +34,7 @@ struct DequeueElements {
   bool many = false;
   int64_t timeout_ms = 0;  // 0: wait forever
   std::function<void(Result<QueueTuple>)> done;
+  int64_t step_id = 0;  // the step waiting (CancelQueueStep)
 };
 // Closes the queue (cancel_pending: fails the waiting enqueues).
 struct CloseQueue {
@@ -52,6 +54,11 @@ struct QueueWaitTimeout {
 // The session is shutting down: fails every waiter, and every later request,
 // with Aborted. No reply.
 struct ShutdownQueue {};
+// Step step_id failed: fails its waiting requests with why. No reply.
+struct CancelQueueStep {
+  int64_t step_id = 0;
+  Status why;
+};
 
 }  // namespace runtime
 }  // namespace sf
@@ -63,13 +70,15 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::CloseQueue)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueueSize)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueueWaitTimeout)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ShutdownQueue)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::CancelQueueStep)
 
 namespace sf {
 namespace runtime {
 
 using QueueActor = caf::typed_actor<caf::reacts_to<EnqueueElements>, caf::reacts_to<DequeueElements>,
                                     caf::reacts_to<CloseQueue>, caf::reacts_to<QueueSize>,
-                                    caf::reacts_to<QueueWaitTimeout>, caf::reacts_to<ShutdownQueue>>;
+                                    caf::reacts_to<QueueWaitTimeout>, caf::reacts_to<ShutdownQueue>,
+                                    caf::reacts_to<CancelQueueStep>>;
 
 }  // namespace runtime
 }  // namespace sf

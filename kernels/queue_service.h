@@ -92,23 +92,27 @@ class QueueService {
   // Adds one element, waiting while the queue is full. timeout_ms > 0 fails
   // a wait that lasts longer with Unavailable ("deadline exceeded"). A bad
   // element fails with InvalidArgument and changes nothing; a closed queue
-  // fails with Aborted.
+  // fails with Aborted. step_id names the step waiting (CancelStep).
   virtual void Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms,
-                       std::function<void(Status)> done) = 0;
+                       std::function<void(Status)> done, int64_t step_id = 0) = 0;
   // Adds every element of a batch (dimension 0 of each component), in order,
-  // as room frees up. A bad batch changes nothing; a timeout or a cancelling
-  // close leaves the elements already added in the queue.
+  // as room frees up. A bad batch changes nothing; a timeout, a cancelling
+  // close or a cancelled step leaves the elements already added in the queue.
   virtual void EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms,
-                           std::function<void(Status)> done) = 0;
+                           std::function<void(Status)> done, int64_t step_id = 0) = 0;
   // Removes one element, waiting while there is none. OutOfRange when the
   // queue is closed and empty.
   virtual void Dequeue(int64_t id, int64_t timeout_ms,
-                       std::function<void(Result<QueueTuple>)> done) = 0;
+                       std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
   // Removes n elements at once, stacked per component (a PaddingFIFOQueue pads
   // them to the batch's largest shape). OutOfRange when the queue is closed
   // and holds fewer than n; nothing is removed then.
   virtual void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
-                           std::function<void(Result<QueueTuple>)> done) = 0;
+                           std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
+  // Fails, with why, every request of step step_id (non-zero) still waiting
+  // in any queue: a failed step's dequeue takes no element a later one
+  // enqueues, and its enqueue adds no more. Requests that finished stay done.
+  virtual void CancelStep(int64_t step_id, const Status& why) = 0;
   // Closes the queue: later enqueues fail, waiting dequeues that can never be
   // served fail with OutOfRange; cancel_pending also fails waiting enqueues.
   virtual void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) = 0;

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kernels/compute_pool.h"
+#include "kernels/queue_service.h"
 #include "kernels/rendezvous_service.h"
 #include "kernels/step_stacks.h"
 #include "kernels/step_trace.h"
@@ -156,6 +157,9 @@ class StepBase {
       failed_.store(true, std::memory_order_relaxed);
     }
     if (first && plan_.env.rendezvous) plan_.env.rendezvous->Abort(id_, st);
+    // The step's waits on queues end too: a dequeue of a failed step would
+    // otherwise hold it open and take an element a later step enqueues.
+    if (first && plan_.env.queues) plan_.env.queues->CancelStep(id_, st);
   }
 
  protected:

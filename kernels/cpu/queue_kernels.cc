@@ -78,8 +78,8 @@ class EnqueueKernel : public QueueAccessKernel {
       ctx->SetStatus(std::move(s));
       done();
     };
-    if (kMany) ctx->queues()->EnqueueMany(id, std::move(t), timeout_ms_, std::move(cb));
-    else ctx->queues()->Enqueue(id, std::move(t), timeout_ms_, std::move(cb));
+    if (kMany) ctx->queues()->EnqueueMany(id, std::move(t), timeout_ms_, std::move(cb), ctx->step_id());
+    else ctx->queues()->Enqueue(id, std::move(t), timeout_ms_, std::move(cb), ctx->step_id());
   }
 };
 
@@ -115,13 +115,13 @@ class DequeueKernel : public QueueAccessKernel {
       }
       done();
     };
-    if (!kMany) return q->Dequeue(id, timeout_ms_, std::move(cb));
+    if (!kMany) return q->Dequeue(id, timeout_ms_, std::move(cb), ctx->step_id());
     const Tensor& n = ctx->input(1);
     if ((n.dtype() != DType::kInt32 && n.dtype() != DType::kInt64) || n.num_elements() != 1) {
       ctx->SetStatus(InvalidArgument("n must be an int32 or int64 scalar, got " + n.DebugString(0)));
       return done();
     }
-    q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb));
+    q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
   }
 
  private:

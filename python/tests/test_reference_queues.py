@@ -942,11 +942,6 @@ def test_concurrent_producers_and_consumers_lose_and_duplicate_nothing():
 
 # ---- steps that fail or sessions that close while a queue op waits ---------------------------
 
-@pytest.mark.xfail(strict=True,
-                   reason="a step whose other op fails does not cancel its waiting dequeue (TensorFlow "
-                          "cancels it: 'Dequeue operation was cancelled'): sess.run([q.dequeue(), bad]) "
-                          "hangs until an element arrives, then fails with bad's error and the element "
-                          "it dequeued is lost")
 def test_failing_step_cancels_its_waiting_dequeue():
     rc, out = run_snippet("""
         g = sf.Graph()

@@ -153,3 +153,43 @@ TEST_CASE("Queue actor: a store holds at most kMaxQueues queues", "[queue]") {
   CHECK(over.status().message().find("'one-more'") != std::string::npos);
   CHECK(d.queues->Resolve("q7", FloatFifo(1)).ok());  // existing ones still resolve
 }
+
+TEST_CASE("Queue actor: a cancelled step's waits end, before or after they arrive, and others keep theirs",
+          "[queue]") {
+  Deterministic d;
+  auto id = d.queues->Resolve("q", FloatFifo(1));
+  REQUIRE(id.ok());
+  // Step 7 waits to dequeue, step 8 too; step 9 fills the queue, step 10 waits for room.
+  std::optional<Result<QueueTuple>> s7, s8;
+  std::optional<Status> s9, s10;
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { s7.emplace(std::move(r)); }, 7);
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { s8.emplace(std::move(r)); }, 8);
+  d.Run();
+  d.queues->CancelStep(7, InvalidArgument("another op of step 7 failed"));
+  d.Run();
+  REQUIRE(s7);
+  REQUIRE_FALSE(s7->ok());
+  CHECK(s7->status().code() == Code::kAborted);
+  CHECK(s7->status().message().find("another op of step 7 failed") != std::string::npos);
+  CHECK(!s8);
+  // The first element goes to step 8, not to cancelled step 7.
+  d.queues->Enqueue(*id, One(1), 0, [&](Status s) { s9.emplace(s); }, 9);
+  d.Run();
+  REQUIRE(s8);
+  REQUIRE(s8->ok());
+  CHECK((**s8)[0].scalar_as<float>() == 1);
+  // A cancel that arrives before the request it cancels still ends it.
+  d.queues->Enqueue(*id, One(2), 0, [&](Status) {}, 11);  // fills the queue
+  d.Run();
+  d.queues->CancelStep(10, Aborted("step 10 failed"));
+  d.queues->Enqueue(*id, One(3), 0, [&](Status s) { s10.emplace(s); }, 10);
+  d.Run();
+  REQUIRE(s10);
+  CHECK(s10->code() == Code::kAborted);
+  std::optional<Result<QueueTuple>> last;
+  d.queues->Dequeue(*id, 0, [&](Result<QueueTuple> r) { last.emplace(std::move(r)); }, 12);
+  d.Run();
+  REQUIRE(last);
+  REQUIRE(last->ok());
+  CHECK((**last)[0].scalar_as<float>() == 2);  // step 10's element never went in
+}

@@ -665,3 +665,25 @@ TEST_CASE("dequeue_many's n must fit int32: a bigger one is refused, not cut dow
   CHECK(ops::QueueDequeueMany(ok, q2, std::numeric_limits<int32_t>::max()).size() == 1);
   CHECK(ok.status().ok());
 }
+
+TEST_CASE("A failed step's waiting dequeue is cancelled: it ends the step and takes no later element", "[queue]") {
+  ScalarQueue sq;
+  // The step dequeues from an empty queue and reshapes a fed vector of 3 into [2, 2].
+  auto p = ops::Placeholder(sq.g, DType::kFloat32, PartialShape({-1}), "p");
+  auto bad = ops::Reshape(sq.g, p, std::vector<int64_t>{2, 2});
+  REQUIRE(sq.g.status().ok());
+  Session s(sq.g);
+  Pending step;
+  s.RunAsync({{p, Tensor::FromVector<float>({1, 2, 3})}}, std::vector<Output>{sq.deq, bad}, {}, step.Callback());
+  // It fails by itself, with the reshape's error: its dequeue does not hold it open.
+  auto r = step.Wait();
+  REQUIRE_FALSE(r.ok());
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  // An element enqueued afterwards is the next dequeue's, not the failed step's.
+  REQUIRE(Enqueue(s, 5.f).ok());
+  auto got = Dequeue(s);
+  REQUIRE(got.ok());
+  CHECK(*got == 5.f);
+  CHECK(Size(s) == 0);
+}
