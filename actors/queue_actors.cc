@@ -134,24 +134,21 @@ struct QueueState {
       }
     }
     cancel_status = s;
-    std::vector<std::function<void(Status)>> enq_done;
-    std::vector<std::function<void(Result<QueueTuple>)>> deq_done;
-    for (auto it = enq.begin(); it != enq.end();) {
-      if (it->step_id != step_id) {
-        ++it;
-        continue;
+    // Taken out first, answered after: an answer may run a kernel's callback.
+    auto take = [step_id](auto& waiters) {
+      std::vector<decltype(waiters.front().done)> done;
+      for (auto it = waiters.begin(); it != waiters.end();) {
+        if (it->step_id != step_id) {
+          ++it;
+          continue;
+        }
+        done.push_back(std::move(it->done));
+        it = waiters.erase(it);
       }
-      enq_done.push_back(std::move(it->done));
-      it = enq.erase(it);
-    }
-    for (auto it = deq.begin(); it != deq.end();) {
-      if (it->step_id != step_id) {
-        ++it;
-        continue;
-      }
-      deq_done.push_back(std::move(it->done));
-      it = deq.erase(it);
-    }
+      return done;
+    };
+    auto enq_done = take(enq);
+    auto deq_done = take(deq);
     for (auto& d : enq_done) d(s);
     for (auto& d : deq_done) d(s);
     if (!enq_done.empty() || !deq_done.empty()) Serve();
