@@ -133,6 +133,8 @@ void Session::StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<
 
 const Graph& Session::graph() const { return impl_->graph; }
 
+void Session::CancelWaits() { impl_->queues->Shutdown(); }
+
 void SessionInterface::RunAsync(const FeedMap& feeds, const Fetches& fetches, const Targets& targets,
                                 std::function<void(Result<std::vector<Tensor>>)> done) {
   RunAsync(feeds, fetches, targets, RunOptions{}, std::move(done));

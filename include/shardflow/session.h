@@ -67,6 +67,12 @@ class SessionInterface {
                 std::function<void(Result<std::vector<Tensor>>)> done);
   // The graph the session runs.
   virtual const Graph& graph() const = 0;
+  // Ends the steps waiting on the session's queues (Aborted, and so is every
+  // later queue request), as TensorFlow's Session.close() cancels pending
+  // steps: what a closing owner calls before it lets go, when other threads
+  // may still run steps. The session itself lives on until its last owner
+  // destroys it. Sessions without queues of their own do nothing.
+  virtual void CancelWaits() {}
   // Checkpoints every initialised variable (and optimizer slot) into the
   // RocksDB store in dir under global_step, then keeps the newest keep_last
   // checkpoints (<= 0: all). Returns the id; Unavailable naming dir (or the
@@ -115,6 +121,7 @@ class Session : public SessionInterface {
   // Run and RunAsync come from SessionInterface; RunAsync's done must not
   // block on another Run (that would hold a compute thread).
   const Graph& graph() const override;
+  void CancelWaits() override;
   // SessionInterface's checkpoints: Save (plus retention) and Restore.
   Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;
   Result<int64_t> SaveIncrementalCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override;

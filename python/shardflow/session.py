@@ -189,7 +189,9 @@ class _BaseSession:
         return plan.build(values)
 
     def close(self):
-        """Stops the session; its variables (local) go with it. Idempotent."""
+        """Stops the session: a step another thread runs that waits on a queue ends with AbortedError
+        (as TensorFlow's close cancels pending steps), and the variables (local) go with the last
+        step still running. Idempotent."""
         if self._s is not None:
             self._s.close()
 

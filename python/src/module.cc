@@ -368,6 +368,9 @@ struct PySession {
     std::shared_ptr<SessionInterface> dying = std::move(s);
     {
       py::gil_scoped_release nogil;
+      // Steps other threads still run end if they wait on a queue, so the
+      // last of them, which destroys the session, does not wait forever.
+      if (dying) dying->CancelWaits();
       dying.reset();
     }
     DrainReleases();

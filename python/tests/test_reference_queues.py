@@ -978,10 +978,6 @@ def test_failing_step_cancels_its_waiting_dequeue():
     assert lines_with(out, "KEPT") == ["5"], out
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="Session.close() does not end a step waiting on a queue in another thread "
-                          "(TensorFlow's close cancels pending steps, which is how a Coordinator stops "
-                          "threads blocked in a dequeue): the waiting sess.run never returns")
 def test_session_close_ends_a_step_waiting_on_a_queue():
     rc, out = run_snippet("""
         g = sf.Graph()

@@ -687,3 +687,18 @@ TEST_CASE("A failed step's waiting dequeue is cancelled: it ends the step and ta
   CHECK(*got == 5.f);
   CHECK(Size(s) == 0);
 }
+
+TEST_CASE("CancelWaits ends a step waiting on a queue in another thread, and later queue requests", "[queue]") {
+  ScalarQueue sq;
+  REQUIRE(sq.g.status().ok());
+  Session s(sq.g);
+  Pending waiting;
+  s.RunAsync({}, std::vector<Output>{sq.deq}, {}, waiting.Callback());
+  s.CancelWaits();
+  auto r = waiting.Wait();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kAborted);
+  auto later = Dequeue(s);
+  REQUIRE_FALSE(later.ok());
+  CHECK(later.status().code() == Code::kAborted);
+}
