@@ -387,6 +387,13 @@ void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, 
   if (!e) return done(err);
   auto n = ValidateQueueBatch(e->name, e->spec, batch);
   if (!n.ok()) return done(n.status());
+  // Each row costs an element entry up front, whatever its bytes: a batch of
+  // zero-size rows may ask for no more entries than a tensor may take bytes.
+  const int64_t entry = static_cast<int64_t>(sizeof(QueueElement));
+  if (*n > AllocationLimit() / entry)
+    return done(ResourceExhausted("queue '" + e->name + "': enqueue_many of " + std::to_string(*n) +
+                                  " elements needs " + std::to_string(entry) + " bytes of bookkeeping each, past the " +
+                                  "allocation limit of " + std::to_string(AllocationLimit()) + " bytes"));
   EnqueueElements m{{}, timeout_ms, std::move(done), step_id};
   // Rows of the batch, not copies: the elements share its buffers.
   auto src = std::make_shared<const QueueTuple>(std::move(batch));

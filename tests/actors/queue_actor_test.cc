@@ -193,3 +193,28 @@ TEST_CASE("Queue actor: a cancelled step's waits end, before or after they arriv
   REQUIRE(last->ok());
   CHECK((**last)[0].scalar_as<float>() == 2);  // step 10's element never went in
 }
+
+TEST_CASE("Queue actor: enqueue_many's row entries count against the allocation limit, even for empty rows",
+          "[queue][bad_input]") {
+  Deterministic d;
+  QueueSpec spec;
+  spec.component_types = {DType::kFloat32};
+  auto id = d.queues->Resolve("rows", spec);
+  REQUIRE(id.ok());
+  AllocationLimitScope limit(int64_t{1} << 20);  // 1 MiB: about 43,000 row entries
+  std::optional<Status> big, small;
+  // 100,000 rows of nothing: no tensor bytes, but an entry each.
+  d.queues->EnqueueMany(*id, {Tensor(DType::kFloat32, {100000, 0})}, 0, [&](Status s) { big.emplace(s); });
+  d.queues->EnqueueMany(*id, {Tensor(DType::kFloat32, {1000, 0})}, 0, [&](Status s) { small.emplace(s); });
+  d.Run();
+  REQUIRE(big);
+  CHECK(big->code() == Code::kResourceExhausted);
+  CHECK(big->message().find("'rows'") != std::string::npos);
+  REQUIRE(small);
+  CHECK(small->ok());
+  std::optional<Result<int64_t>> size;
+  d.queues->Size(*id, [&](Result<int64_t> r) { size.emplace(r); });
+  d.Run();
+  REQUIRE(size);
+  CHECK(**size == 1000);  // the refused batch added nothing
+}
