@@ -4,13 +4,48 @@
 #include <chrono>
 #include <deque>
 #include <random>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "actors/caf_thread_logger.h"
 #include "actors/queue_protocol.h"
 
 namespace sf {
 namespace runtime {
+namespace {
+
+}  // namespace
+
+// Steps cancelled lately (the latest kMax) and why, shared by a store's queue
+// actors: a request of one that reaches its queue after the cancel (they
+// come from different threads, unordered) is refused instead of waiting for
+// a step that has already failed. CancelStep records a step before it tells
+// the queues, so a request either finds the record or is waiting when the
+// cancel arrives. Thread-safety: any thread.
+class CancelledSteps {
+ public:
+  void Add(int64_t step, const Status& why) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!why_.emplace(step, why).second) return;
+    order_.push_back(step);
+    if (order_.size() > kMax) {
+      why_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  // Why step was cancelled; OK when it was not (lately).
+  Status Of(int64_t step) const {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = why_.find(step);
+    return it == why_.end() ? Status::OK() : it->second;
+  }
+
+ private:
+  static constexpr size_t kMax = 4096;
+  mutable std::mutex mu_;
+  std::unordered_map<int64_t, Status> why_;  // GUARDED_BY(mu_)
+  std::deque<int64_t> order_;                // GUARDED_BY(mu_): oldest first
+};
+
 namespace {
 
 struct QueueState {
@@ -39,13 +74,7 @@ struct QueueState {
   std::deque<EnqWaiter> enq;
   std::deque<DeqWaiter> deq;
   int64_t next_waiter = 1;
-  // Steps cancelled lately (the latest kMaxCancelled): a request of one that
-  // arrives after its cancel (they come from different threads, unordered)
-  // is refused instead of waiting for a step that has already failed.
-  std::unordered_set<int64_t> cancelled;
-  std::deque<int64_t> cancelled_order;
-  static constexpr size_t kMaxCancelled = 4096;
-  Status cancel_status;  // the latest cancel's, for those late requests
+  std::shared_ptr<const CancelledSteps> cancelled;  // the store's
 
   std::string Where() const { return std::string(QueueKindName(spec.kind)) + " '" + name + "'"; }
   bool HasRoom() const {
@@ -126,14 +155,6 @@ struct QueueState {
   // Fails the waiters of step step_id with s, then serves the rest (a
   // removed head waiter may have blocked those behind it).
   void FailStep(int64_t step_id, const Status& s) {
-    if (cancelled.insert(step_id).second) {
-      cancelled_order.push_back(step_id);
-      if (cancelled_order.size() > kMaxCancelled) {
-        cancelled.erase(cancelled_order.front());
-        cancelled_order.pop_front();
-      }
-    }
-    cancel_status = s;
     // Taken out first, answered after: an answer may run a kernel's callback.
     auto take = [step_id](auto& waiters) {
       std::vector<decltype(waiters.front().done)> done;
@@ -201,11 +222,19 @@ void Timeout(QueueState& st, const QueueWaitTimeout& m) {
 
 // After ShutdownQueue every request is answered Aborted at once, and so is
 // one of a step cancelled before it arrived; true when done was answered so.
+// Why a request of a cancelled step fails.
+Status CancelledWait(const QueueState& st, const Status& why) {
+  return Aborted("waiting on " + st.Where() + " was cancelled: " + why.message());
+}
+
 template <typename Done>
 bool Refused(const QueueState& st, Done& done, int64_t step_id = 0) {
-  if (step_id != 0 && st.cancelled.count(step_id)) {
-    done(st.cancel_status);
-    return true;
+  if (step_id != 0) {
+    Status why = st.cancelled->Of(step_id);
+    if (!why.ok()) {
+      done(CancelledWait(st, why));
+      return true;
+    }
   }
   if (!st.shut_down) return false;
   done(Aborted(st.Where() + ": the session is shutting down"));
@@ -215,8 +244,10 @@ bool Refused(const QueueState& st, Done& done, int64_t step_id = 0) {
 // The behavior of a queue actor: one handler per message of
 // actors/queue_protocol.h (taken by mutable reference: the message is the
 // handler's alone, its elements move into the queue).
-QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueSpec spec) {
+QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueSpec spec,
+                                        std::shared_ptr<const CancelledSteps> cancelled) {
   QueueState& st = self->state;
+  st.cancelled = std::move(cancelled);
   st.name = std::move(name);
   st.spec = std::move(spec);
   st.rng.seed(st.spec.seed != 0 ? static_cast<uint64_t>(st.spec.seed) : std::random_device{}());
@@ -273,13 +304,14 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
       },
       [self](CancelQueueStep& m) {
         QueueState& st = self->state;
-        st.FailStep(m.step_id, Aborted("waiting on " + st.Where() + " was cancelled: " + m.why.message()));
+        st.FailStep(m.step_id, CancelledWait(st, m.why));
       },
   };
 }
 
-QueueActor SpawnQueue(caf::actor_system& sys, const std::string& name, const QueueSpec& spec) {
-  return sys.spawn(QueueBehavior, name, spec);
+QueueActor SpawnQueue(caf::actor_system& sys, const std::string& name, const QueueSpec& spec,
+                      std::shared_ptr<const CancelledSteps> cancelled) {
+  return sys.spawn(QueueBehavior, name, spec, std::move(cancelled));
 }
 
 bool SameSpec(const QueueSpec& a, const QueueSpec& b) {
@@ -295,7 +327,7 @@ struct ActorQueues::Entry {
   QueueActor actor;
 };
 
-ActorQueues::ActorQueues(caf::actor_system& sys) : sys_(sys) {}
+ActorQueues::ActorQueues(caf::actor_system& sys) : sys_(sys), cancelled_(std::make_shared<CancelledSteps>()) {}
 
 ActorQueues::~ActorQueues() {
   Shutdown();
@@ -338,7 +370,7 @@ Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& s
   auto e = std::make_unique<Entry>();
   e->name = name;
   e->spec = spec;
-  e->actor = SpawnQueue(sys_, name, spec);
+  e->actor = SpawnQueue(sys_, name, spec, cancelled_);
   queues_.push_back(std::move(e));
   ids_[name] = id;
   return id;
@@ -426,6 +458,7 @@ void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
 
 void ActorQueues::CancelStep(int64_t step_id, const Status& why) {
   if (step_id == 0) return;  // requests without a step are never cancelled
+  cancelled_->Add(step_id, why);  // first: a request arriving later finds it
   std::lock_guard<std::mutex> l(mu_);
   for (auto& e : queues_)
     if (e->actor) caf::anon_send(e->actor, CancelQueueStep{step_id, why});

@@ -22,6 +22,8 @@ class actor_system;
 namespace sf {
 namespace runtime {
 
+class CancelledSteps;
+
 class ActorQueues : public QueueService {
  public:
   // Queues one store holds at most; Resolve refuses more with ResourceExhausted.
@@ -62,6 +64,9 @@ class ActorQueues : public QueueService {
   std::vector<std::unique_ptr<Entry>> queues_;     // GUARDED_BY(mu_); entries never move
   std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
   bool shut_down_ = false;                         // GUARDED_BY(mu_)
+  // Shared with every queue actor of the store: one bounded record of the
+  // cancelled steps, not one per queue.
+  std::shared_ptr<CancelledSteps> cancelled_;
 };
 
 // A queue service with its own actor system of `scheduler_threads` threads
