@@ -60,6 +60,7 @@ struct QueueState {
     int64_t id;
     int64_t n;
     bool many;
+    bool up_to;  // closed with fewer than n left: takes them (at least one)
     std::function<void(Result<QueueTuple>)> done;
     int64_t step_id = 0;
   };
@@ -143,6 +144,14 @@ struct QueueState {
         // Closed: waiting enqueues exist only while the queue is full, so
         // nothing more can arrive for this one.
         if (!closed) break;
+        if (w.up_to && !items.empty()) {
+          DeqWaiter taken = std::move(w);
+          deq.pop_front();
+          taken.n = static_cast<int64_t>(items.size());
+          Finish(taken);
+          progress = true;
+          continue;
+        }
         auto done = std::move(w.done);
         const int64_t n = w.n;
         deq.pop_front();
@@ -272,13 +281,13 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
         QueueState& st = self->state;
         if (Refused(st, m.done, m.step_id)) return;
         if (st.deq.empty() && st.Available() >= m.n) {
-          QueueState::DeqWaiter w{0, m.n, m.many, std::move(m.done)};
+          QueueState::DeqWaiter w{0, m.n, m.many, m.up_to, std::move(m.done)};
           st.Finish(w);
           if (!st.enq.empty()) st.Serve();
           return;
         }
         const int64_t id = st.next_waiter++;
-        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, std::move(m.done), m.step_id});
+        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, m.up_to, std::move(m.done), m.step_id});
         st.Serve();
         if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id) StartTimer(self, id, m.timeout_ms);
       },
@@ -439,21 +448,32 @@ void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Res
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  caf::anon_send(e->actor, DequeueElements{1, false, timeout_ms, std::move(done), step_id});
+  caf::anon_send(e->actor, DequeueElements{1, false, false, timeout_ms, std::move(done), step_id});
 }
 
 void ActorQueues::DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
                               std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
+  DequeueBatch(id, n, false, timeout_ms, std::move(done), step_id);
+}
+
+void ActorQueues::DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms,
+                              std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
+  DequeueBatch(id, n, true, timeout_ms, std::move(done), step_id);
+}
+
+void ActorQueues::DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
+                               std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  if (n < 1) return done(InvalidArgument("queue '" + e->name + "': dequeue_many needs n >= 1, got " +
+  const char* what = up_to ? "dequeue_up_to" : "dequeue_many";
+  if (n < 1) return done(InvalidArgument("queue '" + e->name + "': " + what + " needs n >= 1, got " +
                                          std::to_string(n)));
   if (e->spec.capacity > 0 && n > e->spec.capacity)
-    return done(InvalidArgument("queue '" + e->name + "': dequeue_many of " + std::to_string(n) +
+    return done(InvalidArgument("queue '" + e->name + "': " + what + " of " + std::to_string(n) +
                                 " elements can never be served by a queue of capacity " +
                                 std::to_string(e->spec.capacity)));
-  caf::anon_send(e->actor, DequeueElements{n, true, timeout_ms, std::move(done), step_id});
+  caf::anon_send(e->actor, DequeueElements{n, true, up_to, timeout_ms, std::move(done), step_id});
 }
 
 void ActorQueues::CancelStep(int64_t step_id, const Status& why) {
@@ -520,6 +540,10 @@ class OwnedQueues : public QueueService {
   void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
                    int64_t step_id = 0) override {
     q_->DequeueMany(id, n, timeout_ms, std::move(done), step_id);
+  }
+  void DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                   int64_t step_id = 0) override {
+    q_->DequeueUpTo(id, n, timeout_ms, std::move(done), step_id);
   }
   void CancelStep(int64_t step_id, const Status& why) override { q_->CancelStep(step_id, why); }
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override {

@@ -41,6 +41,8 @@ class ActorQueues : public QueueService {
                int64_t step_id = 0) override;
   void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
                    int64_t step_id = 0) override;
+  void DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                   int64_t step_id = 0) override;
   // Tells every queue (a failure is rare: no index of which queues a step used).
   void CancelStep(int64_t step_id, const Status& why) override;
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override;
@@ -58,6 +60,9 @@ class ActorQueues : public QueueService {
   struct Entry;
   // The queue of id, or null after telling the caller why (through *error).
   const Entry* Find(int64_t id, Status* error) const;
+  // DequeueMany (up_to false) and DequeueUpTo: checks n, then asks the queue.
+  void DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
+                    std::function<void(Result<QueueTuple>)> done, int64_t step_id);
 
   caf::actor_system& sys_;
   mutable std::mutex mu_;

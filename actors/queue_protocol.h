@@ -28,10 +28,12 @@ struct EnqueueElements {
   std::function<void(Status)> done;
   int64_t step_id = 0;  // the step waiting (CancelQueueStep)
 };
-// Dequeues n elements (stacked when many: DequeueMany).
+// Dequeues n elements (stacked when many: DequeueMany; up_to: DequeueUpTo,
+// which takes what is left, fewer than n, once the queue is closed).
 struct DequeueElements {
   int64_t n = 1;
   bool many = false;
+  bool up_to = false;  // only with many
   int64_t timeout_ms = 0;  // 0: wait forever
   std::function<void(Result<QueueTuple>)> done;
   int64_t step_id = 0;  // the step waiting (CancelQueueStep)

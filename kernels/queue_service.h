@@ -109,6 +109,10 @@ class QueueService {
   // and holds fewer than n; nothing is removed then.
   virtual void DequeueMany(int64_t id, int64_t n, int64_t timeout_ms,
                            std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
+  // As DequeueMany, but once the queue is closed it takes the fewer than n
+  // elements left (at least one); OutOfRange only when closed and empty.
+  virtual void DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms,
+                           std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
   // Fails, with why, every request of step step_id (non-zero) still waiting
   // in any queue: a failed step's dequeue takes no element a later one
   // enqueues, and its enqueue adds no more. Requests that finished stay done.

@@ -1,6 +1,6 @@
 // Queue ops: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue (handles),
-// QueueEnqueue, QueueEnqueueMany, QueueDequeue, QueueDequeueMany, QueueClose,
-// QueueSize, and their builders (include/shardflow/queue_ops.h).
+// QueueEnqueue, QueueEnqueueMany, QueueDequeue, QueueDequeueMany,
+// QueueDequeueUpTo, QueueClose, QueueSize, and their builders (include/shardflow/queue_ops.h).
 //
 // A queue op yields a resource scalar naming the session's queue (one queue
 // actor); the other ops reach it through the QueueService. Shape functions
@@ -79,7 +79,9 @@ Status EnqueueShape(InferenceContext& c, bool many) {
   return Status::OK();
 }
 
-Status DequeueShape(InferenceContext& c, bool many) {
+// many: DequeueMany's [n, ...]; up_to: DequeueUpTo's [?, ...] (fewer than n
+// once the queue is closed).
+Status DequeueShape(InferenceContext& c, bool many, bool up_to = false) {
   SF_ASSIGN_OR_RETURN(const Node* q, QueueInput(c));
   SF_ASSIGN_OR_RETURN(std::vector<DType> types, c.Attr<std::vector<DType>>("component_types"));
   SF_RETURN_IF_ERROR(c.AttrOr<int64_t>("timeout_ms", 0).status());
@@ -98,8 +100,11 @@ Status DequeueShape(InferenceContext& c, bool many) {
     if (const Tensor* v = c.input_constant(1)) {
       if (v->num_elements() != 1) return c.Error("n must be a scalar, got " + v->DebugString(0));
       n = v->scalar_as<int64_t>();
-      if (n < 1) return c.Error("dequeue_many needs n >= 1, got " + std::to_string(n));
+      if (n < 1)
+        return c.Error(std::string(up_to ? "dequeue_up_to" : "dequeue_many") + " needs n >= 1, got " +
+                       std::to_string(n));
     }
+    if (up_to) n = -1;
   }
   for (size_t i = 0; i < types.size(); ++i) {
     PartialShape s = shapes[i];
@@ -163,6 +168,14 @@ Status RegisterQueueOps(OpRegistry& reg) {
       .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, true); }).NotDifferentiable()
       .Summary("Removes n (input 1) elements from a queue, stacked per component.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueUpTo")
+      .InputNames({"queue", "n"})
+      .RequiredAttr<std::vector<DType>>("component_types").Attr("timeout_ms", int64_t{0})
+      .Inputs(2).Stateful()
+      .Shape([](InferenceContext& c) { return DequeueShape(c, true, true); }).NotDifferentiable()
+      .Summary("As QueueDequeueMany, but a closed queue gives the fewer than n elements it has left "
+               "(OutOfRange once empty).")
+      .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueClose")
       .Attr("cancel_pending_enqueues", false)
       .Inputs(1).Stateful()
@@ -287,18 +300,41 @@ std::vector<Output> QueueDequeueMany(Graph& g, Output queue, Output n, int64_t t
   return Dequeue(g, "QueueDequeueMany", queue, {n}, timeout_ms, name);
 }
 
+namespace {
+
+// n travels as an int32 scalar, as in TensorFlow: one that does not fit is
+// refused here, not cut down to a different count.
+Output CountInput(Graph& g, const char* op, int64_t n, const std::string& name) {
+  if (n > std::numeric_limits<int32_t>::max() || n < std::numeric_limits<int32_t>::min()) {
+    g.RecordError(InvalidArgument(std::string(op) + " '" + name + "': n must be at most " +
+                                  std::to_string(std::numeric_limits<int32_t>::max()) + " (an int32), got " +
+                                  std::to_string(n)));
+    return Output();
+  }
+  return Const(g, static_cast<int32_t>(n));
+}
+
+}  // namespace
+
 std::vector<Output> QueueDequeueMany(Graph& g, Output queue, int64_t n, int64_t timeout_ms,
                                      const std::string& name) {
   if (!queue.valid()) return {};
-  // n travels as an int32 scalar, as in TensorFlow: one that does not fit is
-  // refused here, not cut down to a different count.
-  if (n > std::numeric_limits<int32_t>::max() || n < std::numeric_limits<int32_t>::min()) {
-    g.RecordError(InvalidArgument("QueueDequeueMany '" + name + "': n must be at most " +
-                                  std::to_string(std::numeric_limits<int32_t>::max()) + " (an int32), got " +
-                                  std::to_string(n)));
-    return {};
-  }
-  return QueueDequeueMany(g, queue, Const(g, static_cast<int32_t>(n)), timeout_ms, name);
+  Output count = CountInput(g, "QueueDequeueMany", n, name);
+  if (!count.valid()) return {};
+  return QueueDequeueMany(g, queue, count, timeout_ms, name);
+}
+
+std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, Output n, int64_t timeout_ms,
+                                     const std::string& name) {
+  return Dequeue(g, "QueueDequeueUpTo", queue, {n}, timeout_ms, name);
+}
+
+std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, int64_t n, int64_t timeout_ms,
+                                     const std::string& name) {
+  if (!queue.valid()) return {};
+  Output count = CountInput(g, "QueueDequeueUpTo", n, name);
+  if (!count.valid()) return {};
+  return QueueDequeueUpTo(g, queue, count, timeout_ms, name);
 }
 
 Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues, const std::string& name) {

@@ -55,6 +55,12 @@ std::vector<Output> QueueDequeueMany(Graph& g, Output queue, Output n, int64_t t
                                      const std::string& name = "");
 std::vector<Output> QueueDequeueMany(Graph& g, Output queue, int64_t n, int64_t timeout_ms = 0,
                                      const std::string& name = "");
+// As QueueDequeueMany, but once the queue is closed it gives the fewer than n
+// elements left ([?, ...]; OutOfRange when none is left); empty on error.
+std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, Output n, int64_t timeout_ms = 0,
+                                     const std::string& name = "");
+std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, int64_t n, int64_t timeout_ms = 0,
+                                     const std::string& name = "");
 // Closes the queue; returns the node id (a target), -1 on error.
 Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues = false,
                const std::string& name = "");

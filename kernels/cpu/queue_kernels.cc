@@ -83,7 +83,9 @@ class EnqueueKernel : public QueueAccessKernel {
   }
 };
 
-template <bool kMany>
+enum class DequeueKind { kOne, kMany, kUpTo };
+
+template <DequeueKind kKind>
 class DequeueKernel : public QueueAccessKernel {
  public:
   DequeueKernel(const KernelInit& init, Status* s) : QueueAccessKernel(init, s) {
@@ -115,13 +117,14 @@ class DequeueKernel : public QueueAccessKernel {
       }
       done();
     };
-    if (!kMany) return q->Dequeue(id, timeout_ms_, std::move(cb), ctx->step_id());
+    if (kKind == DequeueKind::kOne) return q->Dequeue(id, timeout_ms_, std::move(cb), ctx->step_id());
     const Tensor& n = ctx->input(1);
     if ((n.dtype() != DType::kInt32 && n.dtype() != DType::kInt64) || n.num_elements() != 1) {
       ctx->SetStatus(InvalidArgument("n must be an int32 or int64 scalar, got " + n.DebugString(0)));
       return done();
     }
-    q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
+    if (kKind == DequeueKind::kUpTo) q->DequeueUpTo(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
+    else q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
   }
 
  private:
@@ -169,8 +172,9 @@ void RegisterQueueKernels(KernelRegistry& reg) {
     RegisterCPU<QueueHandleKernel>(reg, op, {DType::kInvalid});
   RegisterCPU<EnqueueKernel<false>>(reg, "QueueEnqueue", {DType::kInvalid});
   RegisterCPU<EnqueueKernel<true>>(reg, "QueueEnqueueMany", {DType::kInvalid});
-  RegisterCPU<DequeueKernel<false>>(reg, "QueueDequeue", {DType::kInvalid});
-  RegisterCPU<DequeueKernel<true>>(reg, "QueueDequeueMany", {DType::kInvalid});
+  RegisterCPU<DequeueKernel<DequeueKind::kOne>>(reg, "QueueDequeue", {DType::kInvalid});
+  RegisterCPU<DequeueKernel<DequeueKind::kMany>>(reg, "QueueDequeueMany", {DType::kInvalid});
+  RegisterCPU<DequeueKernel<DequeueKind::kUpTo>>(reg, "QueueDequeueUpTo", {DType::kInvalid});
   RegisterCPU<CloseKernel>(reg, "QueueClose", {DType::kInvalid});
   RegisterCPU<SizeKernel>(reg, "QueueSize", {DType::kInvalid});
 }

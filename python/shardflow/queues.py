@@ -50,15 +50,22 @@ class _Queue:
 
     def dequeue(self, timeout_ms=0, name="dequeue"):
         """One element: a Tensor per component (one Tensor for a one-component queue)."""
-        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), None, int(timeout_ms), name))
+        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), None, int(timeout_ms), name,
+                                                False))
+
+    def _dequeue_n(self, n, timeout_ms, name, up_to):
+        n = n._ref() if isinstance(n, _graph.Tensor) else int(n)
+        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), n, int(timeout_ms), name,
+                                                up_to))
 
     def dequeue_many(self, n, timeout_ms=0, name="dequeue_many"):
         """n elements stacked per component ([n, ...]); n an int or an int Tensor."""
-        if isinstance(n, _graph.Tensor):
-            n = n._ref()
-        else:
-            n = int(n)
-        return self._unpack(_core.queue_dequeue(self.graph._g, self.queue_ref._ref(), n, int(timeout_ms), name))
+        return self._dequeue_n(n, timeout_ms, name, False)
+
+    def dequeue_up_to(self, n, timeout_ms=0, name="dequeue_up_to"):
+        """As dequeue_many, but once the queue is closed it returns the fewer than n elements left
+        ([?, ...]); OutOfRangeError only when the closed queue is empty (tf.QueueBase.dequeue_up_to)."""
+        return self._dequeue_n(n, timeout_ms, name, True)
 
     def close(self, cancel_pending_enqueues=False, name="close"):
         """An Operation closing the queue."""

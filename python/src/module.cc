@@ -623,11 +623,16 @@ PYBIND11_MODULE(_core, m) {
                               : ops::QueueEnqueue(*g.g, g.O(q), g.Os(comps), timeout_ms, name);
           return g.RetOp(op.node);
         });
-  m.def("queue_dequeue", [](PyGraph& g, const Out& q, py::object n, int64_t timeout_ms, const std::string& name) {
+  m.def("queue_dequeue", [](PyGraph& g, const Out& q, py::object n, int64_t timeout_ms, const std::string& name,
+                            bool up_to) {
           std::vector<Output> r;
           if (n.is_none()) r = ops::QueueDequeue(*g.g, g.O(q), timeout_ms, name);
-          else if (py::isinstance<py::int_>(n)) r = ops::QueueDequeueMany(*g.g, g.O(q), n.cast<int64_t>(), timeout_ms, name);
-          else r = ops::QueueDequeueMany(*g.g, g.O(q), g.O(n.cast<Out>()), timeout_ms, name);
+          else if (py::isinstance<py::int_>(n))
+            r = up_to ? ops::QueueDequeueUpTo(*g.g, g.O(q), n.cast<int64_t>(), timeout_ms, name)
+                      : ops::QueueDequeueMany(*g.g, g.O(q), n.cast<int64_t>(), timeout_ms, name);
+          else
+            r = up_to ? ops::QueueDequeueUpTo(*g.g, g.O(q), g.O(n.cast<Out>()), timeout_ms, name)
+                      : ops::QueueDequeueMany(*g.g, g.O(q), g.O(n.cast<Out>()), timeout_ms, name);
           if (r.empty()) g.Raise();
           g.CheckNoError();
           return OutsToPy(r);

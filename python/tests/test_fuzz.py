@@ -17,7 +17,8 @@ FUZZ = textwrap.dedent('''
     warnings.simplefilter("ignore")
     rng = random.Random(int(sys.argv[1]))
     # Ops that wait for other steps (barriers, collectives, stacks, dequeues) or write files.
-    skip = {"StaleSyncWait", "AllReduce", "ApplyGradientSync", "QueueDequeue", "QueueDequeueMany", "StackPop",
+    skip = {"StaleSyncWait", "AllReduce", "ApplyGradientSync", "QueueDequeue", "QueueDequeueMany", "QueueDequeueUpTo",
+            "StackPop",
             "SaveCheckpoint", "RestoreCheckpoint", "Enter", "Exit", "NextIteration", "LoopCond", "Merge", "Switch"}
     defs = [d for d in _core.op_defs() if not d["name"].startswith("_") and d["name"] not in skip]
     DT = [sf.float32, sf.int32, sf.int64, sf.bool_, sf.float64]

@@ -8,8 +8,7 @@ the interpreter (a step that never ends, huge sizes) run in a subprocess with a 
 marked xfail(strict) fail on a real shardflow deviation from TensorFlow named in the reason.
 
 Not covered because shardflow has no such API: tf.PriorityQueue, tf.train.Coordinator and
-operation_timeout_in_ms (queue ops take timeout_ms instead). dequeue_up_to is missing too: its
-test is an xfail that names the missing method.
+operation_timeout_in_ms (queue ops take timeout_ms instead).
 """
 
 import collections
@@ -504,9 +503,6 @@ def test_cancel_pending_enqueues_fails_them_and_keeps_what_was_added():
         assert outcome(s, d)[0] == "OutOfRangeError"
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="shardflow queues have no dequeue_up_to (tf.QueueBase.dequeue_up_to: after close it "
-                          "returns the remaining fewer-than-n elements instead of raising OutOfRange)")
 def test_dequeue_up_to_returns_the_remainder_after_close():
     g = sf.Graph()
     with g.as_default():
@@ -519,6 +515,58 @@ def test_dequeue_up_to_returns_the_remainder_after_close():
         s.run(close)
         np.testing.assert_array_equal(s.run(du), [0, 1, 2])
         np.testing.assert_array_equal(s.run(du), [3, 4])
+        assert outcome(s, du)[0] == "OutOfRangeError"
+
+
+def test_dequeue_up_to_static_shape_has_an_unknown_batch_dimension():
+    g = sf.Graph()
+    with g.as_default():
+        q = sf.FIFOQueue([sf.float32, sf.int32], shapes=[[2], []])
+        a, b = q.dequeue_up_to(4, timeout_ms=BACKSTOP_MS)
+        m, _ = q.dequeue_many(4, timeout_ms=BACKSTOP_MS)
+    assert list(a.shape) == [None, 2] and list(b.shape) == [None]
+    assert list(m.shape) == [4, 2]
+
+
+def test_dequeue_up_to_waits_while_open_and_a_close_releases_the_remainder():
+    g = sf.Graph()
+    with g.as_default():
+        q = sf.FIFOQueue([sf.int32], shapes=[[]])
+        enqm = q.enqueue_many([sf.constant(np.arange(2, dtype=np.int32))])
+        close = q.close()
+        du = q.dequeue_up_to(5, timeout_ms=BACKSTOP_MS)
+        du_short = q.dequeue_up_to(5, timeout_ms=50)
+        size = q.size()
+    with sf.Session(g) as s:
+        s.run(enqm)
+        # Open: it waits for all 5 and, timing out, takes nothing.
+        assert outcome(s, du_short)[0] != "ok"
+        assert int(s.run(size)) == 2
+        th, res = in_thread(lambda: outcome(s, du))
+        time.sleep(0.1)
+        assert th.is_alive()
+        s.run(close)
+        th.join(3)
+        assert not th.is_alive()
+        assert res[0][0] == "ok"
+        np.testing.assert_array_equal(res[0][1], [0, 1])
+        assert outcome(s, du)[0] == "OutOfRangeError"
+
+
+def test_padding_queue_dequeue_up_to_pads_the_remainder():
+    g = sf.Graph()
+    with g.as_default():
+        q = sf.PaddingFIFOQueue([sf.int32], shapes=[[None]])
+        p = ph(sf.int32, [None], "p")
+        enq = q.enqueue([p])
+        close = q.close()
+        du = q.dequeue_up_to(2, timeout_ms=BACKSTOP_MS)
+    with sf.Session(g) as s:
+        for v in ([1], [2, 3], [4, 5, 6]):
+            s.run(enq, {p: np.array(v, np.int32)})
+        s.run(close)
+        np.testing.assert_array_equal(s.run(du), [[1, 0], [2, 3]])
+        np.testing.assert_array_equal(s.run(du), [[4, 5, 6]])
         assert outcome(s, du)[0] == "OutOfRangeError"
 
 

@@ -101,7 +101,8 @@ TEST_CASE("Every op with every numeric attribute at an extreme: refused or run, 
   const OpRegistry& reg = StandardOpRegistry();
   // Ops whose steps wait on something no variant provides (a queue's
   // elements, other workers, a peer's tensor) are built but not run.
-  const std::set<std::string> waits = {"QueueDequeue", "QueueDequeueMany", "QueueEnqueue", "QueueEnqueueMany",
+  const std::set<std::string> waits = {"QueueDequeue", "QueueDequeueMany", "QueueDequeueUpTo", "QueueEnqueue",
+                                       "QueueEnqueueMany",
                                        "_Recv", "_Send", "ApplySyncGradient", "StaleSyncWait", "AllReduce",
                                        "SyncApply", "SyncApplySparse"};
   Graph big;

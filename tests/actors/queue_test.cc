@@ -240,6 +240,115 @@ TEST_CASE("PaddingFIFOQueue pads dequeue_many to the batch's largest shape", "[q
   CHECK(Contains(bad.status(), "needs a shape per component"));
 }
 
+TEST_CASE("dequeue_up_to waits for n while open and takes what is left once closed", "[queue]") {
+  Graph g;
+  ops::QueueOptions o;
+  o.shapes = {PartialShape({-1}), PartialShape(Shape{})};
+  auto q = ops::PaddingFIFOQueue(g, {DType::kFloat32, DType::kInt32}, o, "pad");
+  auto x = ops::Placeholder(g, DType::kFloat32, PartialShape({-1}), "x");
+  auto n = ops::Placeholder(g, DType::kInt32, PartialShape(Shape{}), "n");
+  ops::QueueEnqueue(g, q, {x, n}, 0, "enq");
+  auto up3 = ops::QueueDequeueUpTo(g, q, 3, 0, "up3");
+  auto up3_timeout = ops::QueueDequeueUpTo(g, q, 3, 40, "up3_timeout");
+  auto size = ops::QueueSize(g, q, "size");
+  ops::QueueClose(g, q, false, "close");
+  REQUIRE(g.status().ok());
+  // Fewer than n may come back, so dimension 0 is unknown.
+  CHECK(up3[0].shape() == PartialShape({-1, -1}));
+  CHECK(up3[1].shape() == PartialShape({-1}));
+  Session s(g);
+  auto enq = [&](std::vector<float> v) {
+    const int32_t len = static_cast<int32_t>(v.size());
+    return s.Run({{"x", Tensor::FromVector(v)}, {"n", Tensor::Scalar<int32_t>(len)}},
+                 std::vector<std::string>{}, {"enq"}).status();
+  };
+  for (auto v : {std::vector<float>{1}, {2, 3}, {4}, {5, 6, 7}, {8}}) REQUIRE(enq(v).ok());
+  // Open: exactly n, padded like dequeue_many.
+  auto full = s.Run({}, up3);
+  REQUIRE(full.ok());
+  CHECK((*full)[0].shape() == Shape{3, 2});
+  CHECK((*full)[0].ToVector<float>() == std::vector<float>{1, 0, 2, 3, 4, 0});
+  CHECK((*full)[1].ToVector<int>() == std::vector<int>{1, 2, 1});
+  // Open with two left: it waits (here until its timeout), and takes nothing.
+  auto waited = s.Run({}, up3_timeout);
+  REQUIRE(!waited.ok());
+  CHECK(waited.status().code() == Code::kUnavailable);
+  CHECK(Contains(waited.status(), "deadline exceeded"));
+  CHECK(s.Run({}, std::vector<Output>{size}).value()[0].scalar_as<int>() == 2);
+  // A dequeue_up_to already waiting when the queue closes gets the remainder.
+  Pending pending;
+  s.RunAsync({}, {"up3:0", "up3:1"}, {}, pending.Callback());
+  testing::PauseFor(20ms);  // lets it reach the queue before the close
+  REQUIRE(s.Run({}, std::vector<std::string>{}, {"close"}).ok());
+  auto rest = pending.Wait();
+  REQUIRE(rest.ok());
+  CHECK((*rest)[0].shape() == Shape{2, 3});
+  CHECK((*rest)[0].ToVector<float>() == std::vector<float>{5, 6, 7, 8, 0, 0});
+  CHECK((*rest)[1].ToVector<int>() == std::vector<int>{3, 1});
+  // Closed and empty: OutOfRange, as dequeue_many.
+  auto empty = s.Run({}, up3);
+  REQUIRE(!empty.ok());
+  CHECK(empty.status().code() == Code::kOutOfRange);
+  CHECK(Contains(empty.status(), "is closed and has 0 element(s)"));
+}
+
+TEST_CASE("dequeue_up_to on a closed shuffle queue drains what min_after_dequeue kept back", "[queue]") {
+  Graph g;
+  ops::QueueOptions o;
+  o.shapes = {PartialShape(Shape{})};
+  auto q = ops::RandomShuffleQueue(g, {DType::kInt32}, 10, 4, 7, o, "shuffle");
+  std::vector<int32_t> values{0, 1, 2, 3, 4, 5};
+  Operation fill = ops::QueueEnqueueMany(g, q, {ops::Const(g, values)});
+  auto up4 = ops::QueueDequeueUpTo(g, q, 4)[0];
+  auto up4_timeout = ops::QueueDequeueUpTo(g, q, 4, 40)[0];
+  Operation close = ops::QueueClose(g, q);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {fill}).ok());
+  // Open: 6 queued, 4 kept back to mix, so 4 cannot be taken yet.
+  auto waited = s.Run({}, std::vector<Output>{up4_timeout});
+  CHECK(waited.status().code() == Code::kUnavailable);
+  REQUIRE(s.Run({}, std::vector<Output>{}, {close}).ok());
+  std::vector<int> got;
+  for (int expect : {4, 2}) {
+    auto r = s.Run({}, std::vector<Output>{up4});
+    REQUIRE(r.ok());
+    CHECK((*r)[0].shape() == Shape{expect});
+    for (int v : (*r)[0].ToVector<int>()) got.push_back(v);
+  }
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<int>{0, 1, 2, 3, 4, 5});
+  CHECK(s.Run({}, std::vector<Output>{up4}).status().code() == Code::kOutOfRange);
+}
+
+TEST_CASE("dequeue_up_to refuses a count it can never serve, naming it", "[queue]") {
+  Graph g;
+  ops::QueueOptions o;
+  o.shapes = {PartialShape(Shape{})};
+  o.capacity = 4;
+  auto q = ops::FIFOQueue(g, {DType::kFloat32}, o, "q");
+  auto n = ops::Placeholder(g, DType::kInt32, PartialShape(Shape{}), "n");
+  auto up = ops::QueueDequeueUpTo(g, q, n, 0, "up");
+  REQUIRE(g.status().ok());
+  Session s(g);
+  auto zero = s.Run({{"n", Tensor::Scalar<int32_t>(0)}}, up);
+  CHECK(zero.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(zero.status(), "dequeue_up_to needs n >= 1, got 0"));
+  auto big = s.Run({{"n", Tensor::Scalar<int32_t>(5)}}, up);
+  CHECK(big.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(big.status(), "dequeue_up_to of 5 elements can never be served by a queue of capacity 4"));
+  // A constant count is checked when the graph is built.
+  Graph bad;
+  auto q2 = ops::FIFOQueue(bad, {DType::kFloat32}, o, "q");
+  ops::QueueDequeueUpTo(bad, q2, 0);
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(bad.status(), "dequeue_up_to needs n >= 1, got 0"));
+  Graph huge;
+  auto q3 = ops::FIFOQueue(huge, {DType::kFloat32}, o, "q");
+  CHECK(ops::QueueDequeueUpTo(huge, q3, int64_t{1} << 31).empty());
+  CHECK(Contains(huge.status(), "n must be at most 2147483647"));
+}
+
 TEST_CASE("A waiting dequeue is a pending reply served by a later step", "[queue]") {
   ScalarQueue sq;
   REQUIRE(sq.g.status().ok());
