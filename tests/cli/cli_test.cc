@@ -169,6 +169,19 @@ TEST_CASE("shardflow ops and --help", "[cli]") {
   }
 }
 
+TEST_CASE("docs/OPS.md is the table shardflow ops --markdown prints", "[cli]") {
+  TempDir dir("sf_cli_test");
+  auto r = RunCli(dir, "ops --markdown");
+  REQUIRE(r.code == 0);
+  // The doc is a title and an introduction (4 lines), then the generated table.
+  std::string doc = ReadFile(std::string(SF_SOURCE_DIR) + "/docs/OPS.md");
+  size_t at = 0;
+  for (int i = 0; i < 4 && at != std::string::npos; ++i) at = doc.find('\n', at) + 1;
+  REQUIRE(at != std::string::npos);
+  INFO("regenerate it: (head -4 docs/OPS.md; build/bin/shardflow ops --markdown) > /tmp/ops && mv /tmp/ops docs/OPS.md");
+  CHECK(doc.substr(at) == r.out);
+}
+
 TEST_CASE("shardflow errors are one line with exit code 2 (usage) or 1 (run)", "[cli]") {
   TempDir dir("sf_cli_test");
   const std::string graph = SaveTestGraph(dir);
