@@ -130,8 +130,13 @@ struct ClusterNode::Impl {
   std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
   std::condition_variable membership_cv;               // a job came, or stopping
   std::thread membership_thread;
-  // The hub's messages for nodes not connected yet, by address (DialLoop).
-  std::map<std::string, std::deque<net::Message>> undialed;  // GUARDED_BY(mu)
+  // Messages for nodes not connected yet, by address (DialLoop): the hub's,
+  // and tensors, whose `later` learns whether they went.
+  struct Undialed {
+    net::Message m;
+    std::function<void(Status)> later;  // null: the hub's
+  };
+  std::map<std::string, std::deque<Undialed>> undialed;  // GUARDED_BY(mu)
   int64_t undialed_bytes = 0;                          // GUARDED_BY(mu)
   std::condition_variable dial_cv;                     // a message queued, or stopping
   std::thread dial_thread;
@@ -282,36 +287,53 @@ struct ClusterNode::Impl {
   }
 
   static int64_t QueuedBytes(const net::Message& m) {
-    auto* cc = std::get_if<net::CollectiveChunk>(&m.body);
-    return 256 + (cc && cc->chunk.valid() ? static_cast<int64_t>(cc->chunk.bytes()) : 0);
+    int64_t bytes = 256;
+    if (auto* cc = std::get_if<net::CollectiveChunk>(&m.body); cc && cc->chunk.valid())
+      bytes += static_cast<int64_t>(cc->chunk.bytes());
+    if (auto* st = std::get_if<net::SendTensor>(&m.body); st && st->value.valid())
+      bytes += static_cast<int64_t>(st->value.bytes());
+    return bytes;
   }
 
-  // The all-reduce hub's sends. The hub is an actor on the CAF threads the
-  // variable shards share, so it must never wait on a dial: over a live
-  // connection a message goes at once; otherwise it waits (in order, at most
-  // kMaxUndialedBytes in all) for the dialer thread, which reports a failed
-  // dial to the hub as that node being down.
-  Status SendFromHub(const std::string& to, const net::Message& m) {
+  // Sends m to the member at `to` without ever waiting on a dial: over a
+  // live connection at once (false); otherwise m waits (in order, at most
+  // kMaxUndialedBytes in all) for the dialer thread (true), which calls
+  // later(status), or reports a failed dial of the hub's messages (later
+  // null) to the hub as that node being down. An address whose dial failed
+  // less than kRedialMs ago is refused at once.
+  Result<bool> SendOrQueue(const std::string& to, const net::Message& m, std::function<void(Status)> later) {
     net::ConnectionPtr c;
     {
       std::lock_guard<std::mutex> l(mu);
       if (stopped) return Unavailable("node " + opts.name + " is stopping");
+      // Behind messages already waiting for this address, to keep order.
       if (!undialed.count(to)) {
         auto it = peers.find(to);
         if (it != peers.end() && it->second->is_up()) c = it->second;
       }
       if (!c) {
+        auto f = failed_dials.find(to);
+        if (f != failed_dials.end() && NowMs() - f->second.first < kRedialMs)
+          return Unavailable(f->second.second.message() + " (" + std::to_string(NowMs() - f->second.first) +
+                             " ms ago; not dialed again for " + std::to_string(kRedialMs) + " ms)");
         const int64_t bytes = QueuedBytes(m);
         if (undialed_bytes + bytes > kMaxUndialedBytes)
           return ResourceExhausted("node " + opts.name + " has " + std::to_string(undialed_bytes) +
                                    " bytes waiting for connections to be dialed");
-        undialed[to].push_back(m);
+        undialed[to].push_back(Undialed{m, std::move(later)});
         undialed_bytes += bytes;
         dial_cv.notify_all();
-        return Status::OK();
+        return true;
       }
     }
-    return c->Send(m);
+    SF_RETURN_IF_ERROR(c->Send(m));
+    return false;
+  }
+
+  // The all-reduce hub's sends. The hub is an actor on the CAF threads the
+  // variable shards share, so it must never wait on a dial.
+  Status SendFromHub(const std::string& to, const net::Message& m) {
+    return SendOrQueue(to, m, nullptr).status();
   }
 
   void DialLoop() {
@@ -323,8 +345,8 @@ struct ClusterNode::Impl {
       l.unlock();
       auto c = Peer(to);
       l.lock();
-      // Sent in batches, the entry kept until it is empty: what the hub
-      // sends meanwhile queues behind them, in order.
+      // Sent in batches, the entry kept until it is empty: what is sent
+      // meanwhile queues behind them, in order.
       while (true) {
         auto q = undialed.find(to);
         if (q == undialed.end()) break;
@@ -332,19 +354,31 @@ struct ClusterNode::Impl {
           undialed.erase(q);
           break;
         }
-        std::deque<net::Message> batch;
+        std::deque<Undialed> batch;
         batch.swap(q->second);
-        for (const auto& m : batch) undialed_bytes -= QueuedBytes(m);
+        for (const auto& u : batch) undialed_bytes -= QueuedBytes(u.m);
         l.unlock();
         Status s = c.ok() ? Status::OK() : c.status();
-        for (const auto& m : batch)
-          if (s.ok()) s = (*c)->Send(m);
-        if (!s.ok()) collectives->OnPeerDown(nullptr, to, s);
+        bool hub_failed = false;
+        for (auto& u : batch) {
+          Status sent = s.ok() ? (*c)->Send(u.m) : s;
+          if (!sent.ok()) s = sent;
+          if (u.later) u.later(sent.WithPrefix("sending to " + to));
+          else hub_failed |= !sent.ok();
+        }
+        if (hub_failed) collectives->OnPeerDown(nullptr, to, s);
         l.lock();
       }
     }
+    // Stopping: what waits is told so, outside mu (a later aborts a step).
+    std::vector<std::function<void(Status)>> untold;
+    for (auto& [to, q] : undialed)
+      for (auto& u : q)
+        if (u.later) untold.push_back(std::move(u.later));
     undialed.clear();
     undialed_bytes = 0;
+    l.unlock();
+    for (auto& later : untold) later(Unavailable("node " + opts.name + " is stopping"));
   }
 
   // Updates known members, marks them leaving and starts a new life of this
@@ -847,7 +881,9 @@ struct ClusterNode::Impl {
         ss.client = client.get();
         ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
             &rendezvous, address, std::move(tasks), r.session_id,
-            [this](const std::string& to, const net::Message& m) { return SendTo(to, m); });
+            [this](const std::string& to, const net::Message& m, std::function<void(Status)> later) {
+              return SendOrQueue(to, m, std::move(later));
+            });
         runtime::PartitionHostOptions ho;
         ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
                                            checkpoints.get());

@@ -40,7 +40,64 @@ Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_d
   st.session_id = session_id_;
   net::Message m;
   m.body = std::move(st);
-  return send_(to, m);
+  const int64_t step = key.step_id;
+  {
+    // Counted first: the dial may end before send_ returns.
+    std::lock_guard<std::mutex> l(mu_);
+    ++waiting_[step].count;
+  }
+  std::weak_ptr<ClusterRendezvous> weak = weak_from_this();
+  Result<bool> queued = send_(to, m, [weak, step](Status s) {
+    if (auto self = weak.lock()) self->Sent(step, s);
+  });
+  if (!queued.ok() || !*queued) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = waiting_.find(step);
+    if (it != waiting_.end() && --it->second.count == 0 && it->second.failed.ok() && it->second.flushed.empty())
+      waiting_.erase(it);
+  }
+  return queued.ok() ? Status::OK() : queued.status();
+}
+
+void ClusterRendezvous::Sent(int64_t step_id, const Status& s) {
+  std::vector<std::function<void(Status)>> flushed;
+  Status failed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = waiting_.find(step_id);
+    if (it == waiting_.end()) return;
+    Waiting& w = it->second;
+    if (!s.ok() && w.failed.ok()) w.failed = s;
+    if (--w.count > 0) return;
+    if (w.flushed.empty()) {
+      // A failure waits for the step's Flush, which reports it.
+      if (w.failed.ok()) waiting_.erase(it);
+    } else {
+      flushed = std::move(w.flushed);
+      failed = w.failed;
+      waiting_.erase(it);
+    }
+  }
+  // The step's receives here fail at once, not at its deadline.
+  if (!s.ok()) local_->Abort(step_id, s);
+  for (auto& f : flushed) f(failed);
+}
+
+void ClusterRendezvous::Flush(int64_t step_id, std::function<void(Status)> done) {
+  Status failed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = waiting_.find(step_id);
+    if (it != waiting_.end()) {
+      if (it->second.count > 0) {
+        it->second.flushed.push_back(std::move(done));
+        return;
+      }
+      failed = it->second.failed;
+      waiting_.erase(it);
+    }
+  }
+  done(failed);
 }
 
 void ClusterRendezvous::RecvAsync(const RendezvousKey& key,

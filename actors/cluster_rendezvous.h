@@ -3,10 +3,15 @@
 // another task becomes a SendTensor message to that task's node, whose
 // connection handler puts it into its local rendezvous. Receives are always
 // local. (Actor-private header: include only from actors/.)
+//
+// Send never blocks: to a node not connected yet the message waits for the
+// node's dialer thread, and the step's partition reports its result only
+// after Flush, so a dial that fails still fails the step that sent.
 // Thread-safety: all methods may be called from many threads.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -18,11 +23,16 @@
 namespace sf {
 namespace runtime {
 
-class ClusterRendezvous : public RendezvousService {
+class ClusterRendezvous : public RendezvousService,
+                          public std::enable_shared_from_this<ClusterRendezvous> {
  public:
-  // Sends a message to the node at an address; Unavailable naming it when it
-  // cannot.
-  using SendFn = std::function<Status(const std::string& address, const net::Message&)>;
+  // Sends a message to the node at an address without waiting for a dial:
+  // false when it went (over a live connection), true when it waits for one
+  // to be dialed, after which `later` gets whether it went; Unavailable or
+  // ResourceExhausted naming the node when it cannot go at all (`later` is
+  // then never called).
+  using SendFn = std::function<Result<bool>(const std::string& address, const net::Message&,
+                                            std::function<void(Status)> later)>;
   // tasks[i] is the address of task i; self is this node's address; the
   // tensors it sends name session_id.
   ClusterRendezvous(LocalRendezvous* local, std::string self, std::vector<std::string> tasks, uint64_t session_id,
@@ -35,11 +45,25 @@ class ClusterRendezvous : public RendezvousService {
   void RecvAsync(const RendezvousKey& key, std::function<void(Status, Tensor, bool)> done) override;
   // Aborts the step locally (the session tells the other nodes).
   void Abort(int64_t step_id, const Status& status) override;
+  // Calls done once the step's sends waiting for a dial have gone, with the
+  // first failure among them (the step is aborted here too when one fails).
+  void Flush(int64_t step_id, std::function<void(Status)> done) override;
 
  private:
   // The address of the node hosting the receiving device of edge key
   // "...->DEVICE"; InvalidArgument otherwise.
   Result<std::string> Destination(const std::string& edge);
+  // A send of step_id waiting for a dial has gone (or failed with s).
+  void Sent(int64_t step_id, const Status& s);
+
+  // A step's sends waiting for dials: how many, the first failure, and the
+  // Flush waiting for them.
+  struct Waiting {
+    int64_t count = 0;
+    Status failed;
+    // One per partition of the step on this node that called Flush.
+    std::vector<std::function<void(Status)>> flushed;
+  };
 
   LocalRendezvous* local_;
   const std::string self_;
@@ -48,6 +72,8 @@ class ClusterRendezvous : public RendezvousService {
   SendFn send_;
   std::mutex mu_;
   std::unordered_map<std::string, std::string> device_address_;  // GUARDED_BY(mu_)
+  std::unordered_map<int64_t, Waiting> waiting_;                // GUARDED_BY(mu_)
+  // What `later` holds: the rendezvous may be gone when a dial ends.
 };
 
 }  // namespace runtime

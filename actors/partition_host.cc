@@ -73,9 +73,17 @@ struct PartitionTable {
         done(std::move(s), std::move(out));
       };
     }
+    // The result goes once the step's sends have left (Flush): a send still
+    // waiting for its connection may yet fail the step.
     ex->RunStep(
         step_id, std::move(feeds),
-        [h = std::move(h), done = std::move(done)](Status s, std::vector<Tensor> out) { done(std::move(s), std::move(out)); },
+        [h = std::move(h), rv = options.env.rendezvous, step_id, done = std::move(done)](
+            Status s, std::vector<Tensor> out) mutable {
+          if (!rv) return done(std::move(s), std::move(out));
+          rv->Flush(step_id, [h, s = std::move(s), out = std::move(out), done = std::move(done)](Status sent) mutable {
+            done(s.ok() ? std::move(sent) : std::move(s), std::move(out));
+          });
+        },
         trace, progress);
   }
 

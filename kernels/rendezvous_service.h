@@ -39,6 +39,13 @@ class RendezvousService {
   // Fails the step's pending and later receives with `status` (the first
   // abort wins), so a failing partition never leaves another one waiting.
   virtual void Abort(int64_t step_id, const Status& status) = 0;
+  // Calls done once every value step step_id sent has left, with the first
+  // failure to deliver one (a host reports a step's result only then); at
+  // once and OK where Send delivers before it returns.
+  virtual void Flush(int64_t step_id, std::function<void(Status)> done) {
+    (void)step_id;
+    done(Status::OK());
+  }
 };
 
 }  // namespace sf
