@@ -2,6 +2,7 @@
 #include "actors/checkpoint_io.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <future>
 #include <mutex>
 
@@ -122,6 +123,66 @@ Result<int64_t> GraphCheckpointWriter::Commit(int keep_last) {
 
 std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
   return std::make_unique<StoreCheckpointService>();
+}
+
+namespace {
+
+// A node's service for partitions its peers send: their dir names a
+// directory under root, so a session can neither write nor read anything
+// else the node's user may.
+class RootedCheckpointService : public CheckpointService {
+ public:
+  explicit RootedCheckpointService(std::string root) : root_(std::move(root)) {}
+
+  Result<int64_t> Save(const std::string& dir, int64_t step, const std::vector<std::string>& names,
+                       const std::vector<Tensor>& values) override {
+    SF_ASSIGN_OR_RETURN(std::string path, Under(dir));
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) return Internal("cannot create checkpoint directory '" + path + "': " + ec.message());
+    return inner_.Save(path, step, names, values);
+  }
+  Result<std::vector<Tensor>> Restore(const std::string& dir, const std::vector<std::string>& names,
+                                      int64_t* step) override {
+    SF_ASSIGN_OR_RETURN(std::string path, Under(dir));
+    return inner_.Restore(path, names, step);
+  }
+
+ private:
+  Result<std::string> Under(const std::string& dir) const {
+    if (root_.empty())
+      return FailedPrecondition("checkpoint directory '" + dir +
+                                "' refused: this node has no checkpoint root (shardflow node --checkpoint-dir DIR)");
+    SF_RETURN_IF_ERROR(CheckRelativeCheckpointDir(dir));
+    return root_ + "/" + dir;
+  }
+
+  const std::string root_;
+  StoreCheckpointService inner_;
+};
+
+}  // namespace
+
+Status CheckRelativeCheckpointDir(const std::string& dir) {
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  if (dir.size() > 4096) return InvalidArgument("checkpoint directory of " + std::to_string(dir.size()) + " bytes");
+  if (dir.front() == '/')
+    return InvalidArgument("checkpoint directory '" + dir + "' is absolute; on a node it is relative to its root");
+  if (dir.find('\0') != std::string::npos) return InvalidArgument("checkpoint directory holds a NUL byte");
+  size_t start = 0;
+  while (start <= dir.size()) {
+    size_t end = dir.find('/', start);
+    if (end == std::string::npos) end = dir.size();
+    if (dir.compare(start, end - start, "..") == 0)
+      return InvalidArgument("checkpoint directory '" + dir + "' leaves the node's checkpoint root ('..')");
+    start = end + 1;
+  }
+  return Status::OK();
+}
+
+std::unique_ptr<CheckpointService> NewRootedCheckpointService(std::string root) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return std::make_unique<RootedCheckpointService>(std::move(root));
 }
 
 namespace {

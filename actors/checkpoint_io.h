@@ -58,6 +58,16 @@ class GraphCheckpointWriter {
 // checkpoint directories, one open of a directory at a time in the process.
 std::unique_ptr<CheckpointService> NewStoreCheckpointService();
 
+// The same service for a cluster node, whose partitions come from peers:
+// each dir is a relative path under root (created when saved to). An
+// absolute dir or one with a ".." component is InvalidArgument naming it;
+// with root "" every call is FailedPrecondition (in-graph checkpoints off).
+std::unique_ptr<CheckpointService> NewRootedCheckpointService(std::string root);
+
+// OK when dir is a non-empty relative path without ".." components;
+// InvalidArgument naming dir otherwise.
+Status CheckRelativeCheckpointDir(const std::string& dir);
+
 // The graph's sharded embedding tables (VarHandles with "_embedding_table"),
 // by name: rows summed over the shards, the shard count and partitioning.
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g);

@@ -76,7 +76,7 @@ Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
 struct ClusterNode::Impl {
   NodeOptions opts;
   std::string address;
-  std::unique_ptr<CheckpointService> checkpoints = runtime::NewStoreCheckpointService();
+  std::unique_ptr<CheckpointService> checkpoints;  // rooted at opts.checkpoint_root
   std::unique_ptr<net::Endpoint> endpoint;
   ComputePool pool;
   caf::actor_system_config cfg;
@@ -192,7 +192,10 @@ struct ClusterNode::Impl {
   static constexpr int64_t kRedialMs = 2000;
   static constexpr size_t kMaxVerifyPerMessage = 64;
 
-  explicit Impl(NodeOptions o) : opts(std::move(o)), pool(opts.compute_threads) {
+  explicit Impl(NodeOptions o)
+      : opts(std::move(o)),
+        checkpoints(runtime::NewRootedCheckpointService(opts.checkpoint_root)),
+        pool(opts.compute_threads) {
     cfg.set("scheduler.policy", caf::atom("sharing"));
     cfg.set("scheduler.max-threads", static_cast<size_t>(2));
     system = std::make_unique<caf::actor_system>(cfg);

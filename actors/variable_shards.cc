@@ -428,6 +428,10 @@ std::string ActorVariables::ColocationKey(const std::string& name) const {
 
 Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
                                         const PartialShape& shape) {
+  if (name.empty() || name.size() > kMaxNameBytes)
+    return InvalidArgument("variable name of " + std::to_string(name.size()) + " bytes ('" + name.substr(0, 64) +
+                           (name.size() > 64 ? "...'" : "'") + ") refused: names are 1 to " +
+                           std::to_string(kMaxNameBytes) + " bytes");
   std::lock_guard<std::mutex> l(mu_);
   auto it = ids_.find(name);
   if (it != ids_.end()) {

@@ -42,6 +42,10 @@ class ActorVariables : public VariableService,
   // Variables one store holds at most (each a definition, each colocation
   // group an actor); Resolve refuses more with ResourceExhausted.
   static constexpr size_t kMaxVariables = size_t{1} << 18;
+  // The longest variable name Resolve accepts: finding a name's colocation
+  // group looks up each of its '/' prefixes, which costs the square of its
+  // length, under the store's lock.
+  static constexpr size_t kMaxNameBytes = 1024;
   // graph_variables: the shared names of the graph's VarHandles, used to
   // colocate "<var>/..." with "<var>".
   ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables);

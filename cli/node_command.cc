@@ -22,7 +22,8 @@ const char kNodeUsage[] =
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
-    "                      [--max-tensor-bytes N] [--max-open-files N] [--log]\n"
+    "                      [--max-tensor-bytes N] [--max-open-files N]\n"
+    "                      [--checkpoint-dir DIR] [--log]\n"
     "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--wait-s SECONDS]\n"
     "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
@@ -52,6 +53,10 @@ const char kNodeUsage[] =
     "                              naming the op (default: the machine's memory)\n"
     "  --max-open-files N          lower the process's descriptor limit to N (a node out\n"
     "                              of descriptors refuses new peers and recovers)\n"
+    "  --checkpoint-dir DIR        where in-graph SaveCheckpoint/RestoreCheckpoint ops\n"
+    "                              of partitions here write and read: their dir is a\n"
+    "                              relative path under DIR (default: none, those ops\n"
+    "                              fail; a session's own Save is not affected)\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -88,6 +93,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
+  node.add_option("--checkpoint-dir", o.checkpoint_root);
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);

@@ -314,8 +314,11 @@ Status GraphFromBytes(const std::string& bytes, Graph* g, const std::string& sou
   std::vector<NodeSpec> specs;
   try {
     capnp::ReaderOptions options;
-    // Graphs carry whole weight tensors: the default 64 MiB traversal limit is too small.
-    options.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
+    // Graphs carry whole weight tensors, so the default 64 MiB traversal
+    // limit is too small; but no limit at all lets pointers that alias one
+    // blob make a 1 MB file decode to gigabytes. A well-formed GraphDef is
+    // read about once (ReadNodes reads a few fields twice): twice its words.
+    options.traversalLimitInWords = 2 * words.size() + 4096;
     capnp::FlatArrayMessageReader reader(words, options);
     if (reader.getEnd() != words.end()) {
       return DataLoss(source + ": " +

@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <type_traits>
 #include <unordered_map>
 
@@ -280,13 +282,33 @@ struct Encoder {
 // and shape against the limits before allocating for it.
 struct Decoder {
   const WireLimits& lim;
+  // The byte ranges of the blobs copied so far. Cap'n Proto lets two
+  // pointers name the same bytes, and a peer's traversal limit counts an
+  // aliased blob once per pointer: without this check a 1 MiB message could
+  // make the decoder copy gigabytes. No encoder of ours writes aliases.
+  mutable std::map<const char*, const char*> blobs;
 
   static std::string Field(const std::string& list, size_t i) { return list + "[" + std::to_string(i) + "]"; }
+
+  // OK when [begin, begin + size) shares no byte with a blob already
+  // copied, and records it; DataLoss naming field otherwise.
+  Status Claim(const void* begin, size_t size, const std::string& field) const {
+    if (size == 0) return Status::OK();
+    const char* b = static_cast<const char*>(begin);
+    const char* e = b + size;
+    auto next = blobs.lower_bound(b);
+    if ((next != blobs.end() && next->first < e) || (next != blobs.begin() && std::prev(next)->second > b))
+      return DataLoss(field + " shares its bytes with another field of the message (aliased pointers, which no "
+                      "shardflow encoder writes)");
+    blobs.emplace_hint(next, b, e);
+    return Status::OK();
+  }
 
   Status Text(capnp::Text::Reader r, const std::string& field, std::string* out) const {
     if (r.size() > lim.max_text_bytes)
       return InvalidArgument(field + " has " + std::to_string(r.size()) + " bytes; the limit is " +
                              std::to_string(lim.max_text_bytes));
+    SF_RETURN_IF_ERROR(Claim(r.begin(), r.size(), field));
     out->assign(r.begin(), r.size());
     return Status::OK();
   }
@@ -294,6 +316,7 @@ struct Decoder {
     if (bounded && r.size() > lim.max_text_bytes)
       return InvalidArgument(field + " has " + std::to_string(r.size()) + " bytes; the limit is " +
                              std::to_string(lim.max_text_bytes));
+    SF_RETURN_IF_ERROR(Claim(r.begin(), r.size(), field));
     out->assign(reinterpret_cast<const char*>(r.begin()), r.size());
     return Status::OK();
   }
@@ -389,6 +412,7 @@ struct Decoder {
       return InvalidArgument(field + ": tensor " + DTypeName(dtype) + ShapeString(shape) + " has " +
                              std::to_string(n) + " elements of " + std::to_string(elem) + " bytes but " +
                              std::to_string(data.size()) + " data bytes");
+    SF_RETURN_IF_ERROR(Claim(data.begin(), data.size(), field));
     sf::Tensor t(dtype, std::move(shape));
     if (data.size() > 0) std::memcpy(t.raw_data(), data.begin(), data.size());
     if (dtype == DType::kBool) {

@@ -54,6 +54,12 @@ struct NodeOptions {
   // step fails with ResourceExhausted naming the node (a peer's graph
   // cannot take the process's memory). 0: the machine's physical memory.
   int64_t max_tensor_bytes = 0;
+  // Where in-graph SaveCheckpoint and RestoreCheckpoint ops of partitions
+  // here write and read: their dir attr is a relative path under it (no
+  // "..", not absolute), so a peer's graph cannot reach other files of the
+  // node's user. "" = those ops fail with FailedPrecondition. A session's
+  // Save and Restore (which write on the session's side) do not use it.
+  std::string checkpoint_root;
   // The ops partitions sent here may use (null: StandardOpRegistry()) and
   // the kernels they are built from (null: StandardKernelRegistry()); a
   // program serving ops of its own passes both. Must outlive the node.

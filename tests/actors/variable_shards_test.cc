@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <future>
 #include <optional>
 
@@ -381,4 +382,21 @@ TEST_CASE("Variable shards: a store holds at most kMaxVariables variables", "[va
   CHECK(over.status().message().find(std::to_string(ActorVariables::kMaxVariables)) != std::string::npos);
   // Those that exist still resolve.
   CHECK(vars.Resolve("t/7", DType::kFloat32, PartialShape({1})).ok());
+}
+
+TEST_CASE("Variable shards: a name longer than kMaxNameBytes is refused at once", "[variables]") {
+  System s;
+  ActorVariables vars(s.sys, {"t"});
+  // A million '/'s would make the colocation lookup quadratic under the lock.
+  const std::string slashes(size_t{1} << 20, '/');
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = vars.Resolve("t" + slashes, DType::kFloat32, PartialShape({1}));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find(std::to_string(ActorVariables::kMaxNameBytes)) != std::string::npos);
+  CHECK_FALSE(vars.Resolve("", DType::kFloat32, PartialShape({1})).ok());
+  // The longest allowed name, all '/', still resolves, into group "t".
+  const std::string longest = "t" + std::string(ActorVariables::kMaxNameBytes - 1, '/');
+  CHECK(vars.Resolve(longest, DType::kFloat32, PartialShape({1})).ok());
 }

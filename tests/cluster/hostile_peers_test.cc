@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -24,11 +25,13 @@
 
 #include "examples/common/local_cluster.h"
 #include "net/peer_rpc.h"
+#include "shardflow/checkpoint_ops.h"
 #include "shardflow/cluster.h"
 #include "shardflow/graph_io.h"
 #include "shardflow/ops.h"
 #include "tests/support/neg_partition.h"
 #include "tests/support/raw_socket.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
 
 using namespace sf;
@@ -549,4 +552,56 @@ TEST_CASE("Hostile: a session's client may hold boundedly many sessions, and onl
   CHECK(status_of(net::Call(*c, reg(257, 1), 10000)).ok());
   Probe p;
   CHECK(p.Run(cluster).ok());
+}
+
+TEST_CASE("Hostile: a session's in-graph checkpoints stay under the node's --checkpoint-dir", "[cluster][hostile]") {
+  testing::TempDir root("sf_node_ckpt_root");
+  testing::TempDir outside("sf_node_ckpt_outside");
+  // Each dir a session's graph may name: only a relative one lands, under root.
+  auto save = [](const examples::LocalCluster& c, const std::string& dir) -> Status {
+    Graph g;
+    auto scope = g.DeviceScope("/job:worker/task:0");
+    ops::Variable(g, "w", ops::Const(g, Tensor::FromVector<float>({1, 2}, {2})));
+    const Operation init = ops::GlobalVariablesInitializer(g);
+    Output saved = ops::SaveVariables(g, dir, ops::Const(g, Tensor::Scalar<int64_t>(3)));
+    if (!g.status().ok()) return g.status();
+    ClusterOptions o;
+    o.address = c.addresses()[0];
+    o.tls_dir = c.tls_dir();
+    auto s = ClusterSession::Connect(g, o);
+    if (!s.ok()) return s.status();
+    SF_RETURN_IF_ERROR((*s)->Run({}, std::vector<Output>{}, {init}).status());
+    return (*s)->Run({}, std::vector<Output>{saved}).status();
+  };
+  {
+    examples::LocalCluster cluster;
+    cluster.SetNodeArgs({"--checkpoint-dir", root.path});
+    REQUIRE(cluster.Start(1, 120).ok());
+    Status ok = save(cluster, "run1/ckpt");
+    INFO(ok.ToString());
+    REQUIRE(ok.ok());
+    CHECK(std::filesystem::exists(root.path + "/run1/ckpt"));
+    const std::string absolute = outside.path + "/stolen";
+    Status abs = save(cluster, absolute);
+    INFO(abs.ToString());
+    CHECK(abs.code() == Code::kInvalidArgument);
+    CHECK(abs.message().find(absolute) != std::string::npos);
+    CHECK(abs.message().find("absolute") != std::string::npos);
+    Status up = save(cluster, "run1/../../" + std::filesystem::path(outside.path).filename().string());
+    INFO(up.ToString());
+    CHECK(up.code() == Code::kInvalidArgument);
+    CHECK(up.message().find("'..'") != std::string::npos);
+    CHECK(std::filesystem::is_empty(outside.path));
+    Probe p;
+    CHECK(p.Run(cluster).ok());
+  }
+  {
+    examples::LocalCluster cluster;  // no --checkpoint-dir: in-graph checkpoints are off
+    REQUIRE(cluster.Start(1, 120).ok());
+    Status off = save(cluster, outside.path + "/x");
+    INFO(off.ToString());
+    CHECK(off.code() == Code::kFailedPrecondition);
+    CHECK(off.message().find("--checkpoint-dir") != std::string::npos);
+    CHECK(std::filesystem::is_empty(outside.path));
+  }
 }

@@ -280,9 +280,11 @@ TEST_CASE("Cluster: the in-graph Save op gathers variables from every node into 
           "[cluster][recovery]") {
   testing::TempDir dir("sf_cluster_save_op");
   SparseModel m;
-  Output save = ops::SaveVariables(m.g, dir.path, ops::Const(m.g, int64_t{3}));
+  // On a node the op's dir is relative to the node's --checkpoint-dir.
+  Output save = ops::SaveVariables(m.g, "ckpt", ops::Const(m.g, int64_t{3}));
   REQUIRE(save.valid());
   examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--checkpoint-dir", dir.path});
   REQUIRE(cluster.Start(2, 120).ok());
   auto s = ClusterSession::Connect(m.g, Options(cluster, 4));
   REQUIRE(s.ok());
@@ -293,7 +295,7 @@ TEST_CASE("Cluster: the in-graph Save op gathers variables from every node into 
   REQUIRE(id.ok());
   Session local(m.g);
   int64_t step = -1;
-  REQUIRE(local.Restore(dir.path, -1, &step).ok());
+  REQUIRE(local.Restore(dir.path + "/ckpt", -1, &step).ok());
   CHECK(step == 3);
   RequireClose(Params(local, m), Params(**s, m), 0.0f);
 }

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <capnp/any.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <unistd.h>
@@ -234,6 +235,64 @@ TEST_CASE("A big tensor survives the traversal limit", "[graph_def]") {
   const Tensor& t = std::get<Tensor>(*g2.node(0).attrs.Find("value"));
   CHECK(t.shape() == big.shape());
   CHECK(t.data<double>()[12345] == 7);
+}
+
+TEST_CASE("A GraphDef whose pointers alias one blob is refused, not decoded to many copies", "[graph_def]") {
+  // 200 Consts of 8 bytes and one of 16 KiB; then every small one's data
+  // pointer is rewritten to name the big blob. The file stays ~30 KB while
+  // a decoder that follows each pointer would copy 200 x 16 KiB: a hostile
+  // file or peer multiplies its size by thousands this way.
+  Graph g;
+  Tensor big = Tensor::Zeros(DType::kFloat64, {2048});
+  ops::Const(g, big, "big");
+  constexpr int kSmall = 200;
+  for (int i = 0; i < kSmall; ++i) ops::Const(g, Tensor::Scalar<double>(i + 0.5), "c" + std::to_string(i));
+  const std::string bytes = GraphToBytes(g).value();
+  kj::Array<capnp::word> in = kj::heapArray<capnp::word>(bytes.size() / 8);
+  std::memcpy(in.begin(), bytes.data(), bytes.size());
+  capnp::FlatArrayMessageReader reader(in);
+  // One segment, so every pointer is a near pointer with a plain offset.
+  capnp::MallocMessageBuilder one(1 << 16, capnp::AllocationStrategy::FIXED_SIZE);
+  one.setRoot(reader.getRoot<proto::GraphDef>());
+  auto segments = one.getSegmentsForOutput();
+  REQUIRE(segments.size() == 1);
+  auto* words = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(segments[0].begin()));
+  const size_t nwords = segments[0].size();
+  // Where a node's tensor struct starts (its data section, one word).
+  auto tensor_of = [&](int node) -> size_t {
+    for (auto a : one.getRoot<proto::GraphDef>().getNodes()[node].getAttrs())
+      if (a.getValue().isTensorValue()) {
+        capnp::AnyStruct::Builder any(a.getValue().getTensorValue());
+        return reinterpret_cast<const uint64_t*>(any.getDataSection().begin()) - words;
+      }
+    FAIL("no tensor attr");
+    return 0;
+  };
+  const size_t big_struct = tensor_of(0);
+  int aliased = 0;
+  for (int n = 1; n <= kSmall; ++n) {
+    const size_t target = tensor_of(n);
+    for (size_t q = 0; q < nwords; ++q) {
+      const uint64_t w = words[q];
+      const int32_t offset = static_cast<int32_t>(static_cast<uint32_t>(w)) >> 2;
+      // A struct pointer (tag 0) of one data word and two pointers at target.
+      if ((w & 3) != 0 || ((w >> 32) & 0xffff) != 1 || (w >> 48) != 2) continue;
+      if (static_cast<int64_t>(q) + 1 + offset != static_cast<int64_t>(target)) continue;
+      const int64_t to_big = static_cast<int64_t>(big_struct) - static_cast<int64_t>(q) - 1;
+      words[q] = (w & ~uint64_t{0xffffffff}) | static_cast<uint32_t>(to_big << 2);
+      ++aliased;
+      break;
+    }
+  }
+  REQUIRE(aliased == kSmall);
+  auto flat = capnp::messageToFlatArray(one);
+  const std::string hostile(reinterpret_cast<const char*>(flat.asBytes().begin()), flat.asBytes().size());
+  Graph out;
+  Status s = GraphFromBytes(hostile, &out, "aliased.capnp");
+  INFO(s.ToString());
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("aliased.capnp") != std::string::npos);
+  CHECK(s.message().find("traversal limit") != std::string::npos);
 }
 
 TEST_CASE("Bad GraphDef files give clear errors, never a crash", "[graph_def]") {

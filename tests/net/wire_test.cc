@@ -4,6 +4,7 @@
 
 #include <capnp/any.h>
 #include <capnp/message.h>
+#include <capnp/orphan.h>
 #include <capnp/serialize.h>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "net/messages.capnp.h"
 #include "net/wire.h"
+#include "net/wire_envelope.h"
 
 using namespace sf;
 using namespace sf::net;
@@ -516,4 +518,47 @@ TEST_CASE("a node's trace naming a thread it does not list is refused by name", 
   back = DecodeFrameString(*frame);
   REQUIRE_FALSE(back.ok());
   CHECK(back.status().message().find("negative duration") != std::string::npos);
+}
+
+TEST_CASE("fields whose pointers alias one blob are refused before they are copied", "[wire]") {
+  // Two values of a Variables message naming the same 64 KiB: a peer that
+  // crafts such pointers makes a small message stand for any number of
+  // copies (Cap'n Proto's traversal limit counts each pointer), so the
+  // decoder refuses bytes it has already copied once.
+  std::vector<uint64_t> blob(8192, 7);
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<proto::wire::Envelope>();
+  env.setVersion(kWireVersion);
+  auto vars = env.getBody().initVariables();
+  vars.setAssign(true);
+  auto names = vars.initNames(2);
+  names.set(0, "a");
+  names.set(1, "b");
+  auto values = vars.initValues(2);
+  auto orphanage = capnp::Orphanage::getForMessageContaining(env);
+  for (int i = 0; i < 2; ++i) {
+    values[i].setDtype(proto::DType::INT64);
+    values[i].initShape(1).set(0, static_cast<int64_t>(blob.size()));
+    values[i].adoptData(orphanage.referenceExternalData(
+        capnp::Data::Reader(reinterpret_cast<const uint8_t*>(blob.data()), blob.size() * 8)));
+  }
+  auto r = DecodeEnvelope(env.asReader());
+  INFO(r.status().ToString());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kDataLoss);
+  CHECK(r.status().message().find("Variables.values[1]") != std::string::npos);
+  CHECK(r.status().message().find("aliased") != std::string::npos);
+
+  // And two separate copies of the same bytes are fine.
+  capnp::MallocMessageBuilder b3;
+  auto env3 = b3.initRoot<proto::wire::Envelope>();
+  env3.setVersion(kWireVersion);
+  auto vars3 = env3.getBody().initVariables();
+  auto values3 = vars3.initValues(2);
+  for (int i = 0; i < 2; ++i) {
+    values3[i].setDtype(proto::DType::INT64);
+    values3[i].initShape(1).set(0, 4);
+    values3[i].setData(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(blob.data()), 32));
+  }
+  CHECK(DecodeEnvelope(env3.asReader()).ok());
 }
