@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "actors/caf_thread_logger.h"
@@ -94,6 +95,7 @@ struct ClusterNode::Impl {
   // Steps whose partitions run here: Stop aborts them and waits, because the
   // queues, variables and rendezvous they use die with the node.
   std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
+  std::unordered_map<const net::Connection*, size_t> running_per_client;  // GUARDED_BY(mu)
   std::condition_variable idle;                        // running or sessions shrank, or stopping
   std::set<std::string> leaving;                       // GUARDED_BY(mu): draining members, by address
   // Clients (sessions) that listed the members: told when membership changes.
@@ -184,6 +186,9 @@ struct ClusterNode::Impl {
   static constexpr size_t kMaxSessions = 4096;
   static constexpr size_t kMaxPartitionsPerSession = 4096;
   static constexpr size_t kMaxPartitions = 65536;
+  // Partition runs one client may have going here at once: each holds a
+  // step's state (and maybe a wait on a queue) until it ends.
+  static constexpr size_t kMaxRunningPerClient = 1024;
   static constexpr int64_t kVerifyRetryMs = 5000;
   // An address whose dial failed is not dialed again this soon: a step
   // sending to a node that is gone fails at once instead of holding its
@@ -922,6 +927,7 @@ struct ClusterNode::Impl {
   void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
     std::shared_ptr<runtime::PartitionHost> host;
     bool stopping = false;
+    bool full = false;
     const int64_t step = r.step_id;
     {
       std::lock_guard<std::mutex> l(mu);
@@ -929,10 +935,22 @@ struct ClusterNode::Impl {
       auto s = sessions.find(r.session_id);
       // Another client's session is as unknown to this one as no session.
       if (s != sessions.end() && s->second.client == c.get()) host = s->second.host;
-      if (!stopping && host) {
+      full = host && running_per_client[c.get()] >= kMaxRunningPerClient;
+      if (!stopping && host && !full) {
         running.emplace(step, c.get());
+        ++running_per_client[c.get()];
         ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
       }
+    }
+    if (full) {
+      Reply(c, request_id,
+            net::RunPartitionDone{step,
+                                  ResourceExhausted("node " + opts.name + ": step " + std::to_string(step) +
+                                                    " refused: this client has " +
+                                                    std::to_string(kMaxRunningPerClient) +
+                                                    " partition runs going here already"),
+                                  {}});
+      return;
     }
     if (stopping) {
       Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
@@ -974,6 +992,8 @@ struct ClusterNode::Impl {
       std::lock_guard<std::mutex> l(mu);
       if (watch) watched.erase(watch);
       running.erase(running.find(step));
+      if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
+        running_per_client.erase(n);
       if (running.empty()) idle.notify_all();
       // No CleanupStep comes from a client that went away.
       if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
@@ -1179,9 +1199,15 @@ struct ClusterNode::Impl {
       idle.notify_all();
     }
     collectives->OnPeerDown(c.get(), lost, why);
-    for (int64_t step : orphaned)
-      rendezvous.Abort(step, Aborted("step " + std::to_string(step) + " aborted: its client " +
-                                     c->peer_address() + " went away (" + why.message() + ")"));
+    for (int64_t step : orphaned) {
+      const Status gone = Aborted("step " + std::to_string(step) + " aborted: its client " + c->peer_address() +
+                                  " went away (" + why.message() + ")");
+      rendezvous.Abort(step, gone);
+      // A step blocked on a queue waits on no tensor: the abort above would
+      // not reach it, and it would hold its wait (and take the queue's next
+      // element) for good.
+      queues->CancelStep(step, gone);
+    }
     if (!lost.empty()) {
       Log("member " + lost + " is down: " + why.message());
       NotifyWatchers();

@@ -29,6 +29,7 @@
 #include "shardflow/cluster.h"
 #include "shardflow/graph_io.h"
 #include "shardflow/ops.h"
+#include "shardflow/queue_ops.h"
 #include "tests/support/neg_partition.h"
 #include "tests/support/raw_socket.h"
 #include "tests/support/temp_dir.h"
@@ -604,4 +605,147 @@ TEST_CASE("Hostile: a session's in-graph checkpoints stay under the node's --che
     CHECK(off.message().find("--checkpoint-dir") != std::string::npos);
     CHECK(std::filesystem::is_empty(outside.path));
   }
+}
+
+namespace {
+
+// A partition that dequeues one float from the node's queue "wedge" (shared
+// node-wide by name), as a session would register it by hand.
+struct WedgePartition {
+  Graph g;
+  Output value;
+  std::string bytes;
+  WedgePartition() {
+    ops::QueueOptions qo;
+    qo.shared_name = "wedge";
+    Output q = ops::FIFOQueue(g, {DType::kFloat32}, qo, "q");
+    value = ops::QueueDequeue(g, q)[0];
+    REQUIRE(g.status().ok());
+    bytes = GraphToBytes(g).value();
+  }
+  net::RegisterPartition Registration(uint64_t session, const std::string& node) const {
+    net::RegisterPartition r;
+    r.session_id = session;
+    r.handle = 1;
+    r.device = "/job:worker/task:0/device:CPU:0";
+    r.tasks = {{"task0", node}};
+    r.graph_def = bytes;
+    r.fetches = {{g.node(value.node).name, 0}};
+    r.targets = {g.node(value.node).name};
+    return r;
+  }
+};
+
+// A cluster session that enqueues `v` into "wedge" on task 0, or dequeues one
+// (waiting up to timeout_ms); the value dequeued.
+Result<float> WedgeOp(const examples::LocalCluster& c, bool enqueue, float v, int64_t timeout_ms = 0) {
+  Graph g;
+  auto scope = g.DeviceScope("/job:worker/task:0");
+  ops::QueueOptions qo;
+  qo.shared_name = "wedge";
+  Output q = ops::FIFOQueue(g, {DType::kFloat32}, qo, "q");
+  Operation enq = ops::QueueEnqueue(g, q, {ops::Const(g, Tensor::Scalar<float>(v))});
+  Output deq = ops::QueueDequeue(g, q, timeout_ms)[0];
+  if (!g.status().ok()) return g.status();
+  ClusterOptions o;
+  o.address = c.addresses()[0];
+  o.tls_dir = c.tls_dir();
+  SF_ASSIGN_OR_RETURN(auto s, ClusterSession::Connect(g, o));
+  if (enqueue) {
+    SF_RETURN_IF_ERROR(s->Run({}, std::vector<Output>{}, {enq}).status());
+    return v;
+  }
+  SF_ASSIGN_OR_RETURN(auto out, s->Run({}, std::vector<Output>{deq}));
+  return out[0].scalar_as<float>();
+}
+
+}  // namespace
+
+TEST_CASE("Hostile: a client that leaves steps waiting on a queue and goes away leaves no waits behind",
+          "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  const WedgePartition wedge;
+  // Before the endpoint, so they outlive its callbacks.
+  std::mutex mu;
+  std::vector<Result<net::Message>> replies;
+  auto e = Peer(cluster, net::Role::kSession);
+  auto c = (*e)->Connect(a0);
+  REQUIRE(c.ok());
+  REQUIRE(net::CallStatus(*c, wedge.Registration(9, a0), 10000).ok());
+  constexpr int kSteps = 8;
+  for (int i = 0; i < kSteps; ++i)
+    (*c)->Request(net::RunPartition{9, 1, 1000 + i, {}}, 60000, [&](Result<net::Message> r) {
+      std::lock_guard<std::mutex> l(mu);
+      replies.push_back(std::move(r));
+    });
+  // One element proves the steps wait: one of them takes it.
+  REQUIRE(WedgeOp(cluster, true, 1.0f).ok());
+  REQUIRE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return !replies.empty();
+  }, 10s));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    REQUIRE(replies[0].ok());
+    auto* done = std::get_if<net::RunPartitionDone>(&replies[0]->body);
+    REQUIRE(done);
+    REQUIRE(done->status.ok());
+    CHECK(done->fetches[0].scalar_as<float>() == 1.0f);
+  }
+  // The client goes, its other steps still waiting: they must not take the
+  // next elements, which a later session enqueues and dequeues itself.
+  (*c)->Close();
+  REQUIRE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return replies.size() == static_cast<size_t>(kSteps);
+  }, 10s));
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(WedgeOp(cluster, true, 2.0f + i).ok());
+    auto got = WedgeOp(cluster, false, 0, 5000);
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    CHECK(*got == 2.0f + i);
+  }
+}
+
+TEST_CASE("Hostile: one client may have boundedly many partition runs going on a node", "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  const WedgePartition wedge;
+  std::mutex mu;
+  std::vector<Status> refused;  // before the endpoint, so they outlive its callbacks
+  auto e = Peer(cluster, net::Role::kSession);
+  auto c = (*e)->Connect(a0);
+  REQUIRE(c.ok());
+  REQUIRE(net::CallStatus(*c, wedge.Registration(5, a0), 10000).ok());
+  constexpr int kMax = 1024;  // ClusterNode's kMaxRunningPerClient
+  for (int i = 0; i < kMax + 8; ++i)
+    (*c)->Request(net::RunPartition{5, 1, 5000 + i, {}}, 60000, [&](Result<net::Message> r) {
+      auto* done = r.ok() ? std::get_if<net::RunPartitionDone>(&r->body) : nullptr;
+      std::lock_guard<std::mutex> l(mu);
+      refused.push_back(done ? done->status : r.status());
+    });
+  REQUIRE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return refused.size() == 8;
+  }, 30s));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (const Status& s : refused) {
+      INFO(s.ToString());
+      CHECK(s.code() == Code::kResourceExhausted);
+      CHECK(s.message().find("1024 partition runs") != std::string::npos);
+    }
+  }
+  // Another client is not held up by this one's runs.
+  Probe p;
+  CHECK(p.Run(cluster).ok());
+  (*c)->Close();
+  REQUIRE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return refused.size() == static_cast<size_t>(kMax + 8);
+  }, 30s));
 }
