@@ -597,6 +597,24 @@ struct ClusterNode::Impl {
   // Admits a peer's tensor (or abort) for a step; false, with why, when a
   // tensor's session (if given) has no partition here, or the step runs
   // nothing here and the budget for such steps is spent.
+  // True when c, a session's client, names a step running here for another
+  // client: whatever session id it gives, it may not end or abort that step
+  // (nodes may: a step's parts on other nodes abort it). REQUIRES: mu held.
+  bool ForeignStepLocked(const net::ConnectionPtr& c, int64_t step) const {
+    if (c->peer_role() == net::Role::kNode) return false;
+    auto [b, e] = running.equal_range(step);
+    for (auto it = b; it != e; ++it)
+      if (it->second != c.get()) return true;
+    return false;
+  }
+  // ForeignStepLocked, or c naming a session that is another client's.
+  bool ForeignStep(const net::ConnectionPtr& c, uint64_t session_id, int64_t step) {
+    if (c->peer_role() == net::Role::kNode) return false;
+    std::lock_guard<std::mutex> l(mu);
+    auto s = sessions.find(session_id);
+    return (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, step);
+  }
+
   bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why, const uint64_t* session = nullptr) {
     std::lock_guard<std::mutex> l(mu);
     if (session) {
@@ -1050,6 +1068,10 @@ struct ClusterNode::Impl {
             },
             [&](net::AbortStep& a) {
               std::string why;
+              if (ForeignStep(c, a.session_id, a.step_id))
+                return LogLimited("foreign abort", "dropped an abort of step " + std::to_string(a.step_id) +
+                                                       " from session " + c->peer_address() +
+                                                       ": the step is another client's");
               if (!AdmitPeerStep(a.step_id, 0, &why))
                 return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + why);
               // A step may outlive its closed session: its table is the node's.
@@ -1063,7 +1085,7 @@ struct ClusterNode::Impl {
                 // Only the session's own client ends its steps (a closed
                 // session's late cleanup still frees what its steps left).
                 auto s = sessions.find(a.session_id);
-                foreign = s != sessions.end() && s->second.client != c.get();
+                foreign = (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, a.step_id);
                 if (!foreign) {
                   ForgetEarlyLocked(a.step_id);
                   if (ended_steps.insert(a.step_id).second) {
@@ -1078,7 +1100,7 @@ struct ClusterNode::Impl {
               if (foreign)
                 return LogLimited("foreign cleanup", "dropped a cleanup of step " + std::to_string(a.step_id) +
                                                          " from " + c->peer_address() + ": session " +
-                                                         std::to_string(a.session_id) + " is another client's");
+                                                         std::to_string(a.session_id) + " or the step is another client's");
               if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
               else rendezvous.Cleanup(a.step_id);
             },

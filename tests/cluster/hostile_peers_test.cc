@@ -19,11 +19,13 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "examples/common/local_cluster.h"
+#include "graph/partition.h"
 #include "net/peer_rpc.h"
 #include "shardflow/checkpoint_ops.h"
 #include "shardflow/cluster.h"
@@ -748,4 +750,66 @@ TEST_CASE("Hostile: one client may have boundedly many partition runs going on a
     std::lock_guard<std::mutex> l(mu);
     return refused.size() == static_cast<size_t>(kMax + 8);
   }, 30s));
+}
+
+TEST_CASE("Hostile: another client can neither abort nor end a step running here, whatever session it names",
+          "[cluster][hostile]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  const std::string a0 = cluster.addresses()[0];
+  // Session 9's partition: -x, x received from task 1 under "edge1".
+  Graph g;
+  Output x = ops::Recv(g, DType::kFloat32, PartialShape({2}), "edge1", "/job:worker/task:1/device:CPU:0",
+                       "/job:worker/task:0/device:CPU:0", "x");
+  Output y = ops::Neg(g, x);
+  REQUIRE(g.status().ok());
+  net::RegisterPartition reg;
+  reg.session_id = 9;
+  reg.handle = 1;
+  reg.device = "/job:worker/task:0/device:CPU:0";
+  reg.tasks = {{"task0", a0}, {"task1", "127.0.0.1:1"}};
+  reg.graph_def = GraphToBytes(g).value();
+  reg.fetches = {{g.node(y.node).name, 0}};
+  reg.targets = {g.node(y.node).name};
+  std::mutex mu;
+  std::optional<Result<net::Message>> reply;  // before the endpoints, so it outlives their callbacks
+  auto owner_ep = Peer(cluster, net::Role::kSession);
+  auto owner = (*owner_ep)->Connect(a0);
+  REQUIRE(owner.ok());
+  REQUIRE(net::CallStatus(*owner, reg, 10000).ok());
+  constexpr int64_t kStep = 424242;
+  (*owner)->Request(net::RunPartition{9, 1, kStep, {}}, 60000, [&](Result<net::Message> r) {
+    std::lock_guard<std::mutex> l(mu);
+    reply = std::move(r);
+  });
+  // The run has started once an ask sent behind it is answered.
+  REQUIRE(net::Call(*owner, net::ListMembers{}, 10000).ok());
+  // Another session's client aborts and ends the step, naming an unknown
+  // session and then the owner's.
+  auto rogue_ep = Peer(cluster, net::Role::kSession);
+  auto rogue = (*rogue_ep)->Connect(a0);
+  REQUIRE(rogue.ok());
+  for (uint64_t session : {uint64_t{777}, uint64_t{9}}) {
+    REQUIRE((*rogue)->Send(net::Message{0, net::AbortStep{kStep, Aborted("rogue abort"), session}}).ok());
+    REQUIRE((*rogue)->Send(net::Message{0, net::CleanupStep{kStep, session}}).ok());
+  }
+  REQUIRE(net::Call(*rogue, net::ListMembers{}, 10000).ok());
+  // The tensor the step waits for still arrives (from a node), and the step ends well.
+  auto node_ep = Peer(cluster, net::Role::kNode);
+  auto node = (*node_ep)->Connect(a0);
+  REQUIRE(node.ok());
+  net::SendTensor t{kStep, "edge1", "", 0, false, Tensor::FromVector<float>({1, -2}, {2})};
+  t.session_id = 9;
+  REQUIRE((*node)->Send(net::Message{0, t}).ok());
+  REQUIRE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return reply.has_value();
+  }, 20s));
+  std::lock_guard<std::mutex> l(mu);
+  REQUIRE(reply->ok());
+  auto* done = std::get_if<net::RunPartitionDone>(&(*reply)->body);
+  REQUIRE(done);
+  INFO(done->status.ToString());
+  REQUIRE(done->status.ok());
+  CHECK(done->fetches[0].ToVector<float>() == std::vector<float>{-1, 2});
 }
