@@ -99,6 +99,18 @@ int Size(Session& s) {
   return (*r)[0].scalar_as<int>();
 }
 
+// A padding queue "pad" of (float32 [-1], int32 scalar) elements, with an
+// enqueue "enq" fed by placeholders "x" and "n"; the queue.
+Output PaddingPairQueue(Graph& g) {
+  ops::QueueOptions o;
+  o.shapes = {PartialShape({-1}), PartialShape(Shape{})};
+  auto q = ops::PaddingFIFOQueue(g, {DType::kFloat32, DType::kInt32}, o, "pad");
+  auto x = ops::Placeholder(g, DType::kFloat32, PartialShape({-1}), "x");
+  auto n = ops::Placeholder(g, DType::kInt32, PartialShape(Shape{}), "n");
+  ops::QueueEnqueue(g, q, {x, n}, 0, "enq");
+  return q;
+}
+
 }  // namespace
 
 TEST_CASE("FIFOQueue keeps order through enqueue_many and dequeue_many", "[queue]") {
@@ -188,12 +200,7 @@ TEST_CASE("RandomShuffleQueue: seeded order is deterministic and keeps min_after
 
 TEST_CASE("PaddingFIFOQueue pads dequeue_many to the batch's largest shape", "[queue]") {
   Graph g;
-  ops::QueueOptions o;
-  o.shapes = {PartialShape({-1}), PartialShape(Shape{})};
-  auto q = ops::PaddingFIFOQueue(g, {DType::kFloat32, DType::kInt32}, o, "pad");
-  auto x = ops::Placeholder(g, DType::kFloat32, PartialShape({-1}), "x");
-  auto n = ops::Placeholder(g, DType::kInt32, PartialShape(Shape{}), "n");
-  ops::QueueEnqueue(g, q, {x, n}, 0, "enq");
+  Output q = PaddingPairQueue(g);
   auto batch = ops::QueueDequeueMany(g, q, 3);
   auto single = ops::QueueDequeue(g, q);
   auto bx = ops::Placeholder(g, DType::kFloat32, PartialShape({-1, -1}), "bx");
@@ -242,12 +249,7 @@ TEST_CASE("PaddingFIFOQueue pads dequeue_many to the batch's largest shape", "[q
 
 TEST_CASE("dequeue_up_to waits for n while open and takes what is left once closed", "[queue]") {
   Graph g;
-  ops::QueueOptions o;
-  o.shapes = {PartialShape({-1}), PartialShape(Shape{})};
-  auto q = ops::PaddingFIFOQueue(g, {DType::kFloat32, DType::kInt32}, o, "pad");
-  auto x = ops::Placeholder(g, DType::kFloat32, PartialShape({-1}), "x");
-  auto n = ops::Placeholder(g, DType::kInt32, PartialShape(Shape{}), "n");
-  ops::QueueEnqueue(g, q, {x, n}, 0, "enq");
+  Output q = PaddingPairQueue(g);
   auto up3 = ops::QueueDequeueUpTo(g, q, 3, 0, "up3");
   auto up3_timeout = ops::QueueDequeueUpTo(g, q, 3, 40, "up3_timeout");
   auto size = ops::QueueSize(g, q, "size");
