@@ -127,6 +127,20 @@ std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
 
 namespace {
 
+// OK when dir is a non-empty relative path without ".." components;
+// InvalidArgument naming dir otherwise.
+Status CheckRelativeCheckpointDir(const std::string& dir) {
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  if (dir.find('\0') != std::string::npos) return InvalidArgument("checkpoint directory holds a NUL byte");
+  const std::filesystem::path path(dir);
+  if (path.is_absolute())
+    return InvalidArgument("checkpoint directory '" + dir + "' is absolute; on a node it is relative to its root");
+  for (const auto& part : path)
+    if (part == "..")
+      return InvalidArgument("checkpoint directory '" + dir + "' leaves the node's checkpoint root ('..')");
+  return Status::OK();
+}
+
 // A node's service for partitions its peers send: their dir names a
 // directory under root, so a session can neither write nor read anything
 // else the node's user may.
@@ -162,23 +176,6 @@ class RootedCheckpointService : public CheckpointService {
 };
 
 }  // namespace
-
-Status CheckRelativeCheckpointDir(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  if (dir.size() > 4096) return InvalidArgument("checkpoint directory of " + std::to_string(dir.size()) + " bytes");
-  if (dir.front() == '/')
-    return InvalidArgument("checkpoint directory '" + dir + "' is absolute; on a node it is relative to its root");
-  if (dir.find('\0') != std::string::npos) return InvalidArgument("checkpoint directory holds a NUL byte");
-  size_t start = 0;
-  while (start <= dir.size()) {
-    size_t end = dir.find('/', start);
-    if (end == std::string::npos) end = dir.size();
-    if (dir.compare(start, end - start, "..") == 0)
-      return InvalidArgument("checkpoint directory '" + dir + "' leaves the node's checkpoint root ('..')");
-    start = end + 1;
-  }
-  return Status::OK();
-}
 
 std::unique_ptr<CheckpointService> NewRootedCheckpointService(std::string root) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();

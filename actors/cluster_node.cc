@@ -594,9 +594,6 @@ struct ClusterNode::Impl {
     early_steps.erase(it);
   }
 
-  // Admits a peer's tensor (or abort) for a step; false, with why, when a
-  // tensor's session (if given) has no partition here, or the step runs
-  // nothing here and the budget for such steps is spent.
   // True when c, a session's client, names a step running here for another
   // client: whatever session id it gives, it may not end or abort that step
   // (nodes may: a step's parts on other nodes abort it). REQUIRES: mu held.
@@ -615,6 +612,9 @@ struct ClusterNode::Impl {
     return (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, step);
   }
 
+  // Admits a peer's tensor (or abort) for a step; false, with why, when a
+  // tensor's session (if given) has no partition here, or the step runs
+  // nothing here and the budget for such steps is spent.
   bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why, const uint64_t* session = nullptr) {
     std::lock_guard<std::mutex> l(mu);
     if (session) {

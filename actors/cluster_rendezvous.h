@@ -73,7 +73,6 @@ class ClusterRendezvous : public RendezvousService,
   std::mutex mu_;
   std::unordered_map<std::string, std::string> device_address_;  // GUARDED_BY(mu_)
   std::unordered_map<int64_t, Waiting> waiting_;                // GUARDED_BY(mu_)
-  // What `later` holds: the rendezvous may be gone when a dial ends.
 };
 
 }  // namespace runtime

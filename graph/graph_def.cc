@@ -317,7 +317,7 @@ Status GraphFromBytes(const std::string& bytes, Graph* g, const std::string& sou
     // Graphs carry whole weight tensors, so the default 64 MiB traversal
     // limit is too small; but no limit at all lets pointers that alias one
     // blob make a 1 MB file decode to gigabytes. A well-formed GraphDef is
-    // read about once (ReadNodes reads a few fields twice): twice its words.
+    // read about once; twice its words leaves room for fields read again.
     options.traversalLimitInWords = 2 * words.size() + 4096;
     capnp::FlatArrayMessageReader reader(words, options);
     if (reader.getEnd() != words.end()) {
