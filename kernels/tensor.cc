@@ -106,6 +106,8 @@ namespace {
 // kernel zeroes each page of them on first touch (a third of a 64 MiB
 // transfer between processes). Bounded by kWarmCacheBytes.
 constexpr size_t kWarmMinBytes = size_t{32} << 20;
+// Below this a tensor's block is 16-byte aligned; from it, 64-byte aligned.
+constexpr size_t kSmallBytes = 4096;
 constexpr size_t kWarmCacheBytes = size_t{1} << 30;
 std::atomic<bool> g_keep_warm{false};
 struct WarmCache {
@@ -196,7 +198,13 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
     }
     capacity_ = rounded;
   }
-  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  // Small blocks come from malloc (16-byte aligned, all Eigen's maps ask):
+  // glibc's aligned_alloc skips its per-thread cache and splits a bigger
+  // chunk each time, which cost a third of an op's dispatch in a chain of
+  // scalar ops. From kSmallBytes up (what the wire references in place)
+  // blocks are 64-byte aligned.
+  data_ = rounded < kSmallBytes ? std::malloc(rounded == 0 ? 64 : rounded)
+                                : std::aligned_alloc(64, rounded);
   if (!data_) throw AllocationError("out of memory allocating " + std::to_string(bytes) + " bytes");
   // Huge buffers (embedding tables) are read at random rows: ask for 2 MiB
   // pages before the first touch, or every row access misses the TLB (a hint;

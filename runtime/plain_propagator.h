@@ -87,7 +87,8 @@ class PlainPropagator {
     const NodeItem& it = kp_.nodes[t];
     for (int e = it.edge_begin; e < it.edge_end; ++e) {
       const int k = kp_.edges[e].dst;
-      if (pending_[k].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // An op with one input edge is ready now: no counter to share.
+      if (kp_.nodes[k].initial_pending == 1 || pending_[k].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         if (local->next < 0) local->next = k;
         else sched(k);
       }
