@@ -297,16 +297,44 @@ void FramePropagator::Deliver(Frame* f, int64_t iter, int src, const std::vector
   }
 }
 
+void FramePropagator::DeliverOne(Frame* f, int64_t iter, int src, const Tensor& value, bool dead,
+                                 std::vector<Task>* ready) {
+  one_.resize(1);
+  one_[0] = value;
+  Deliver(f, iter, src, one_, dead, ready);
+  one_[0] = Tensor();  // the value lives in its consumers' inputs, not here
+}
+
+void FramePropagator::Recycle(Iter* it) {
+  constexpr size_t kMaxSpare = 64;  // iterations in flight at once rarely pass parallel_iterations
+  if (spare_iters_.size() >= kMaxSpare) {
+    delete it;
+    return;
+  }
+  // Inputs no op read (dead branches) are dropped now, not when reused.
+  for (Tensor& t : it->inputs) t = Tensor();
+  it->outstanding_ops = 0;
+  it->outstanding_frames = 0;
+  it->completed = 0;
+  spare_iters_.emplace_back(it);
+}
+
 FramePropagator::Iter* FramePropagator::NewIteration(Frame* f, std::vector<Task>* ready) {
-  Iter* it = new Iter();
+  Iter* it;
+  if (spare_iters_.empty()) {
+    it = new Iter();
+  } else {
+    it = spare_iters_.back().release();
+    spare_iters_.pop_back();
+  }
   const FramePlan::StaticFrame& sf = p_.frames[f->sframe];
-  it->inputs.resize(sf.num_inputs);
+  it->inputs.resize(sf.num_inputs);  // a spare's inputs were cleared when it was kept
   it->pending = sf.init_pending;
   it->dead.assign(sf.nodes.size(), 0);
   f->iters.push_back(it);
   const int64_t i = ++f->iteration_count;
   if (f != root_.get()) {
-    for (const auto& inv : f->invariants) Deliver(f, i, inv.first, {inv.second}, !inv.second.valid(), ready);
+    for (const auto& inv : f->invariants) DeliverOne(f, i, inv.first, inv.second, !inv.second.valid(), ready);
     for (int z : sf.zero_pending) {
       ++it->outstanding_ops;
       ++outstanding_;
@@ -352,14 +380,14 @@ void FramePropagator::Cleanup(Frame* f, std::vector<Task>* ready) {
           }
         }
       }
-      delete it;
+      Recycle(it);
       f->iters.pop_front();
       ++f->base_iter;
       if (!f->deferred.empty()) {
         std::vector<std::pair<int, Tensor>> deferred = std::move(f->deferred);
         f->deferred.clear();
         NewIteration(f, ready);
-        for (auto& d : deferred) Deliver(f, f->iteration_count, d.first, {d.second}, false, ready);
+        for (auto& d : deferred) DeliverOne(f, f->iteration_count, d.first, d.second, false, ready);
       }
     }
     if (f->pending_enters > 0 || !f->deferred.empty()) return;
@@ -367,7 +395,7 @@ void FramePropagator::Cleanup(Frame* f, std::vector<Task>* ready) {
     Frame* parent = f->parent;
     const int64_t piter = f->parent_iter;
     for (int x : sf.exits)
-      if (!f->live_exits.count(x)) Deliver(parent, piter, x, {Tensor()}, true, ready);
+      if (!f->live_exits.count(x)) DeliverOne(parent, piter, x, Tensor(), true, ready);
     parent->children.erase(std::make_pair(piter, f->sframe));
     --parent->iter(piter)->outstanding_frames;
     delete f;

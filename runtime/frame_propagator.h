@@ -111,7 +111,12 @@ class FramePropagator {
     bool dead;
   };
   using OutBuf = std::vector<Tensor>;  // invalid = dead
-  using Local = std::vector<Task>;
+  // The ops this thread runs next, and a buffer Propagate reuses for the
+  // ops an op made ready (one allocation per thread's run, not per op).
+  struct Local {
+    std::vector<Task> next;
+    std::vector<Task> ready;
+  };
 
   FramePropagator(const KernelPlan& kp, const FramePlan& p, StepBase* step, std::vector<Tensor> feeds);
   ~FramePropagator();
@@ -150,14 +155,15 @@ class FramePropagator {
   // op; the rest go to sched. True after the step's last op.
   template <typename Sched>
   bool Propagate(const Task& t, OutBuf* outs, Local* local, Sched&& sched) {
-    std::vector<Task> ready;
+    std::vector<Task>& ready = local->ready;
+    ready.clear();
     if (Complete(t, outs, &ready)) return true;
     bool have_other = false;
-    for (const Task& r : *local) have_other = have_other || !Cheap(r);
+    for (const Task& r : local->next) have_other = have_other || !Cheap(r);
     for (const Task& r : ready) {
       const bool cheap = Cheap(r);
       if (cheap || !have_other) {
-        local->push_back(r);
+        local->next.push_back(r);
         have_other = have_other || !cheap;
       } else {
         sched(r);
@@ -167,9 +173,9 @@ class FramePropagator {
   }
 
   static bool Pop(Local* l, Task* t) {
-    if (l->empty()) return false;
-    *t = l->back();
-    l->pop_back();
+    if (l->next.empty()) return false;
+    *t = l->next.back();
+    l->next.pop_back();
     return true;
   }
 
@@ -203,6 +209,10 @@ class FramePropagator {
   void Propagate(const Task& t, OutBuf* outs, bool dead, std::vector<Task>* ready);
   void Deliver(Frame* f, int64_t iter, int src, const std::vector<Tensor>& outs, bool dead,
                std::vector<Task>* ready);
+  // Deliver of one value (an invariant, a deferred NextIteration, a dead Exit).
+  void DeliverOne(Frame* f, int64_t iter, int src, const Tensor& value, bool dead, std::vector<Task>* ready);
+  // Keeps a finished iteration for NewIteration to reuse (or frees it).
+  void Recycle(Iter* it);
   Iter* NewIteration(Frame* f, std::vector<Task>* ready);
   Frame* ChildFrame(Frame* parent, int64_t iter, int sframe, std::vector<Task>* ready);
   void Cleanup(Frame* f, std::vector<Task>* ready);
@@ -217,6 +227,10 @@ class FramePropagator {
   std::vector<Tensor> fetched_;
   std::vector<char> fetched_dead_;
   StepStacks stacks_;  // the loop-gradient stacks, gone with the step
+  // Finished iterations kept for the next ones (GUARDED_BY(mu_)): a loop
+  // step would otherwise allocate an Iter and its three vectors per iteration.
+  std::vector<std::unique_ptr<Iter>> spare_iters_;
+  std::vector<Tensor> one_;  // GUARDED_BY(mu_): a single value being delivered
 };
 
 // Runs one step with the core over this propagator (instantiated in

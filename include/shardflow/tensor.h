@@ -1,4 +1,4 @@
-// Tensor: a dtype, a shape and a refcounted 64-byte-aligned buffer.
+// Tensor: a dtype, a shape and a refcounted buffer (64-byte aligned from 4 KiB, 16-byte below).
 //
 // Copying a Tensor shares the buffer (no bytes are copied); Copy() makes a deep
 // copy. Kernels view a tensor through Eigen maps (flat<T>(), matrix<T>(), ...).
@@ -129,7 +129,7 @@ class PartialShape {
 // already used once, never more.
 void KeepTensorMemoryWarm();
 
-// 64-byte-aligned, refcounted storage; or memory owned by someone else (a
+// Refcounted storage (64-byte aligned from 4 KiB, 16-byte below); or memory owned by someone else (a
 // NumPy array fed from Python), lent to tensors until the last one lets go.
 class Buffer {
  public:
