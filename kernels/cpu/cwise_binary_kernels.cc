@@ -3,6 +3,7 @@
 #include "kernels/cpu/cwise_common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 namespace sf {
@@ -48,11 +49,19 @@ template <typename T>
 struct IntDivF {
   template <class A, class B> static auto Apply(const A& a, const B& b) { return a.binaryExpr(b, IntQuotient<T>()); }
 };
+// std::pow per element, not Eigen's scalar_pow_op: its vectorised
+// generic_pow (Eigen 3.4) drops the sign of a -0 or -inf base raised to an odd
+// integer, so pow(-inf, 3) and pow(-0, -1) gave +inf instead of -inf (and
+// pow(-inf, -3), pow(-0, 3) +0, not -0) in every full SIMD packet; a short
+// tensor, evaluated scalar, was right. A functor
+// without a packetOp makes Eigen evaluate it one element at a time.
+template <typename T>
+struct StdPow {
+  T operator()(T a, T b) const { return std::pow(a, b); }
+};
 template <typename T>
 struct PowF {
-  template <class A, class B> static auto Apply(const A& a, const B& b) {
-    return a.binaryExpr(b, Eigen::internal::scalar_pow_op<T, T>());
-  }
+  template <class A, class B> static auto Apply(const A& a, const B& b) { return a.binaryExpr(b, StdPow<T>()); }
 };
 
 // Integer division by zero is undefined behaviour in C++, so it is refused

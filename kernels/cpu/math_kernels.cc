@@ -12,10 +12,17 @@ namespace {
 using cwise::Assign;
 using cwise::UnaryKernel;
 
-struct NegF { template <class X> static auto Apply(const X& x) { return -x; } };
+// -0.0 - x, not -x: Eigen 3.4's SSE/AVX/AVX-512 pnegate is 0.0 - x, which
+// gives +0.0 for -(+0.0) in every full SIMD packet (1 / -x then came out +inf).
+// -0.0 - x is -x for every float, NaN included; for integers it is 0 - x.
+struct NegF {
+  template <class X> static auto Apply(const X& x) {
+    using T = std::remove_cv_t<typename X::Scalar>;
+    return x.constant(T(-0.0)) - x;
+  }
+};
 struct AbsF { template <class X> static auto Apply(const X& x) { return x.abs(); } };
 struct SquareF { template <class X> static auto Apply(const X& x) { return x.square(); } };
-struct SqrtF { template <class X> static auto Apply(const X& x) { return x.sqrt(); } };
 struct RsqrtF { template <class X> static auto Apply(const X& x) { return x.rsqrt(); } };
 struct LogF { template <class X> static auto Apply(const X& x) { return x.log(); } };
 struct SignF { template <class X> static auto Apply(const X& x) { return x.sign(); } };
@@ -45,6 +52,24 @@ class ExpKernel : public OpKernel {
     if (!any) return;
     for (int64_t i = 0; i < n; ++i)
       if (!(std::fabs(in[i]) <= kExact)) y[i] = std::exp(in[i]);
+  }
+};
+// Sqrt: with EIGEN_FAST_MATH (Eigen's default) the AVX-512 psqrt is x *
+// rsqrt(x) refined by one Newton step: sqrt(inf) came out inf * 0 = NaN, and
+// float64 results were off by an ulp (sqrt(2.25) != 1.5), in every full SIMD
+// packet. std::sqrt per element (a functor with no packet op) is exact IEEE.
+template <typename T>
+struct ExactSqrt {
+  T operator()(T v) const { return std::sqrt(v); }
+};
+template <typename T>
+class SqrtKernel : public OpKernel {
+ public:
+  SqrtKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
+    Assign(ctx, x.num_elements(), out.flat<T>(), x.flat<T>().unaryExpr(ExactSqrt<T>()));
   }
 };
 struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryExpr(NotFn()); } };
@@ -222,7 +247,8 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterUnary<AbsF>(reg, "Abs", true);
   RegisterUnary<SquareF>(reg, "Square", true);
   RegisterUnary<SignF>(reg, "Sign", true);
-  RegisterUnary<SqrtF>(reg, "Sqrt", false);
+  RegisterCPU<SqrtKernel<float>>(reg, "Sqrt", {DType::kFloat32});
+  RegisterCPU<SqrtKernel<double>>(reg, "Sqrt", {DType::kFloat64});
   RegisterUnary<RsqrtF>(reg, "Rsqrt", false);
   RegisterCPU<ExpKernel<float>>(reg, "Exp", {DType::kFloat32});
   RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});

@@ -90,7 +90,9 @@ class PoolKernel : public PoolKernelBase {
         const int64_t n = item / w.oh, oy = item % w.oh;
         for (int64_t ox = 0; ox < w.ow; ++ox) {
           Eigen::Map<Vec<T>> acc(y + ((n * w.oh + oy) * w.ow + ox) * w.c, w.c);
-          acc.setConstant(kMax ? std::numeric_limits<T>::lowest() : T(0));
+          // -inf, not lowest(): a window of -inf values (masked cells) has max
+          // -inf; lowest() gave -3.4e38, a value none of its cells holds.
+          acc.setConstant(kMax ? -std::numeric_limits<T>::infinity() : T(0));
           const Cells cl = WindowCells(w, oy, ox);
           for (int64_t iy = cl.y0; iy < cl.y1; ++iy)
             for (int64_t ix = cl.x0; ix < cl.x1; ++ix) {
