@@ -62,14 +62,9 @@ template <typename T>
 struct ExactSqrt {
   T operator()(T v) const { return std::sqrt(v); }
 };
-template <typename T>
-class SqrtKernel : public OpKernel {
- public:
-  SqrtKernel(const KernelInit&, Status*) {}
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
-    Assign(ctx, x.num_elements(), out.flat<T>(), x.flat<T>().unaryExpr(ExactSqrt<T>()));
+struct SqrtF {
+  template <class X> static auto Apply(const X& x) {
+    return x.unaryExpr(ExactSqrt<std::remove_cv_t<typename X::Scalar>>());
   }
 };
 struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryExpr(NotFn()); } };
@@ -247,8 +242,7 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterUnary<AbsF>(reg, "Abs", true);
   RegisterUnary<SquareF>(reg, "Square", true);
   RegisterUnary<SignF>(reg, "Sign", true);
-  RegisterCPU<SqrtKernel<float>>(reg, "Sqrt", {DType::kFloat32});
-  RegisterCPU<SqrtKernel<double>>(reg, "Sqrt", {DType::kFloat64});
+  RegisterUnary<SqrtF>(reg, "Sqrt", false);
   RegisterUnary<RsqrtF>(reg, "Rsqrt", false);
   RegisterCPU<ExpKernel<float>>(reg, "Exp", {DType::kFloat32});
   RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});
