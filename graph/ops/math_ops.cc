@@ -436,6 +436,13 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Binary(reg, "Div", [](Graph& g, Output, Output b, Output y, Output dy) {
            return std::make_pair(ops::Div(g, dy, b), ops::Neg(g, ops::Div(g, Mul(g, dy, y), b)));
          }, "a / b with broadcasting (integer division by zero is an error)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "FloorDiv", 2, BinaryShape,
+         "floor(a / b) with broadcasting, as Python's // (integer division by zero is an error)."));
+  // d/da (a - b floor(a/b)) = 1, d/db = -floor(a/b), away from the jumps (as TensorFlow).
+  SF_RETURN_IF_ERROR(Binary(reg, "FloorMod", [](Graph& g, Output a, Output b, Output, Output dy) {
+           return std::make_pair(dy, ops::Neg(g, Mul(g, dy, ops::FloorDiv(g, a, b))));
+         }, "a - b * floor(a / b) with broadcasting, as Python's % (takes b's sign; integer division by zero is "
+            "an error)."));
   SF_RETURN_IF_ERROR(Binary(reg, "Pow", [](Graph& g, Output a, Output b, Output y, Output dy) {
            Output da = Mul(g, dy, Mul(g, b, ops::Pow(g, a, ops::Sub(g, b, Scalar(g, b, 1.0)))));
            // d/db a^b = a^b log a, taken as 0 where a <= 0 (log undefined).
@@ -527,6 +534,8 @@ Output Add(Graph& g, Output a, Output b) { return g.Add1("Add", {a, b}); }
 Output Sub(Graph& g, Output a, Output b) { return g.Add1("Sub", {a, b}); }
 Output Mul(Graph& g, Output a, Output b) { return g.Add1("Mul", {a, b}); }
 Output Div(Graph& g, Output a, Output b) { return g.Add1("Div", {a, b}); }
+Output FloorDiv(Graph& g, Output a, Output b) { return g.Add1("FloorDiv", {a, b}); }
+Output FloorMod(Graph& g, Output a, Output b) { return g.Add1("FloorMod", {a, b}); }
 Output Pow(Graph& g, Output a, Output b) { return g.Add1("Pow", {a, b}); }
 Output Maximum(Graph& g, Output a, Output b) { return g.Add1("Maximum", {a, b}); }
 Output Minimum(Graph& g, Output a, Output b) { return g.Add1("Minimum", {a, b}); }

@@ -58,6 +58,10 @@ Output Add(Graph& g, Output a, Output b);
 Output Sub(Graph& g, Output a, Output b);
 Output Mul(Graph& g, Output a, Output b);
 Output Div(Graph& g, Output a, Output b);
+// floor(a / b), as Python's // (1 // 0.1 is 9); int division by 0 fails at run time.
+Output FloorDiv(Graph& g, Output a, Output b);
+// a - b * floor(a / b), with b's sign, as Python's %; int division by 0 fails at run time.
+Output FloorMod(Graph& g, Output a, Output b);
 Output Pow(Graph& g, Output a, Output b);
 Output Maximum(Graph& g, Output a, Output b);
 Output Minimum(Graph& g, Output a, Output b);

@@ -432,8 +432,12 @@ class Tensor:
     def __rsub__(self, o): return _binary("Sub", o, self)
     def __mul__(self, o): return _binary("Mul", self, o)
     def __rmul__(self, o): return _binary("Mul", o, self)
-    def __truediv__(self, o): return _binary("Div", self, o)
-    def __rtruediv__(self, o): return _binary("Div", o, self)
+    def __truediv__(self, o): return _binary("Div", self, o, true_div=True)
+    def __rtruediv__(self, o): return _binary("Div", o, self, true_div=True)
+    def __floordiv__(self, o): return _binary("FloorDiv", self, o)
+    def __rfloordiv__(self, o): return _binary("FloorDiv", o, self)
+    def __mod__(self, o): return _binary("FloorMod", self, o)
+    def __rmod__(self, o): return _binary("FloorMod", o, self)
     def __pow__(self, o): return _binary("Pow", self, o)
     def __rpow__(self, o): return _binary("Pow", o, self)
     def __lt__(self, o): return _binary("Less", self, o)
@@ -441,7 +445,9 @@ class Tensor:
     def __gt__(self, o): return _binary("Greater", self, o)
     def __ge__(self, o): return _binary("GreaterEqual", self, o)
     def __and__(self, o): return _binary("LogicalAnd", self, o)
+    def __rand__(self, o): return _binary("LogicalAnd", o, self)
     def __or__(self, o): return _binary("LogicalOr", self, o)
+    def __ror__(self, o): return _binary("LogicalOr", o, self)
     def __invert__(self): return _unary("LogicalNot", self)
     def __neg__(self): return _unary("Neg", self)
     def __abs__(self): return _unary("Abs", self)
@@ -527,7 +533,7 @@ def _graph_of(*values):
     return get_default_graph()
 
 
-def _binary(op, a, b):
+def _binary(op, a, b, true_div=False):
     g = _graph_of(a, b)
     with g.as_default():
         # A plain number takes the dtype of the tensor on the other side (x * 2 stays float64).
@@ -537,7 +543,15 @@ def _binary(op, a, b):
         else:
             b = convert_to_tensor(b)
             a = convert_to_tensor(a, dtype=_scalar_dtype(a, b.dtype))
+        if true_div and a.dtype == b.dtype and a.dtype.is_integer:
+            # Python's / on integers is true division, as in TensorFlow and NumPy: int32 and
+            # int64 become float64 first (the Div op itself truncates integers).
+            a, b = _cast(g, a, _dt.float64), _cast(g, b, _dt.float64)
         return g._add(op, [a, b], []).outputs[0]
+
+
+def _cast(g, x, dtype):
+    return g._add("Cast", [x], [("DstT", "dtype", dtype.value)]).outputs[0]
 
 
 def _scalar_dtype(value, like):

@@ -121,7 +121,7 @@ def _forward(opname):
 
 
 for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-            "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__",
+            "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__",
             "__lt__", "__le__", "__gt__", "__ge__"):
     setattr(Variable, _op, _forward(_op))
 del _op

@@ -65,6 +65,10 @@ def test_operators_and_broadcasting(g):
         np.testing.assert_allclose(out[k], exprs[k][1], rtol=1e-6, err_msg=k)
     lt = run(g, x < 2.0, {x: a})
     np.testing.assert_array_equal(lt, a < 2)
+    both = run(g, [(x > 1.0) & (x < 4.0), True & (x < 2.0), (x < 1.0) | (x > 4.0), False | (x < 2.0), ~(x < 2.0)],
+               {x: a})
+    for got, want in zip(both, [(a > 1) & (a < 4), a < 2, (a < 1) | (a > 4), a < 2, ~(a < 2)]):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_scalar_takes_the_other_sides_dtype(g):
@@ -73,6 +77,37 @@ def test_scalar_takes_the_other_sides_dtype(g):
     assert (x * 2).dtype == sf.float64
     assert (i + 1).dtype == sf.int32
     assert (2.5 * x).dtype == sf.float64
+
+
+def test_division_operators_follow_python_and_numpy(g):
+    # / is true division (int32 and int64 give float64, as NumPy and TensorFlow); // and % floor,
+    # with %'s result taking the divisor's sign, for every sign of either side.
+    ai = np.array([7, -7, 7, -7, 6, 0, -1], np.int32)
+    bi = np.array([2, 2, -2, -2, -3, 5, 3], np.int32)
+    af, bf = np.array([1.0, -5.5, 5.5, -0.0, 4.0]), np.array([0.1, 2.0, -2.0, 3.0, -2.0])
+    x, y = sf.placeholder(sf.int32, [None]), sf.placeholder(sf.int32, [None])
+    u, v = sf.placeholder(sf.float64, [None]), sf.placeholder(sf.float64, [None])
+    i64 = sf.constant(np.array([3, -3], np.int64))
+    exprs = {"div": (x / y, ai / bi), "rdiv": (1 / x[:5], 1 / ai[:5]), "div_scalar": (x / 2, ai / 2),
+             "floordiv": (x // y, ai // bi), "mod": (x % y, ai % bi), "rmod": (10 % y, 10 % bi),
+             "floordiv_scalar": (x // 3, ai // 3), "mod_scalar": (x % -3, ai % -3),
+             "fdiv": (u // v, af // bf), "fmod": (u % v, af % bf), "i64_div": (i64 / 2, np.array([1.5, -1.5])),
+             "i64_mod": (i64 % 2, np.array([1, 1]))}
+    assert (x / y).dtype == sf.float64 and (x // y).dtype == sf.int32 and (x % y).dtype == sf.int32
+    keys = list(exprs)
+    out = run(g, {k: exprs[k][0] for k in keys}, {x: ai, y: bi, u: af, v: bf})
+    for k in keys:
+        assert out[k].dtype == exprs[k][1].dtype, k
+        np.testing.assert_array_equal(out[k], exprs[k][1], err_msg=k)
+    assert np.array_equal(np.signbit(out["fmod"]), np.signbit(af % bf))
+    with pytest.raises(sf.errors.InvalidArgumentError, match="integer division by zero in FloorMod"):
+        run(g, x % y, {x: ai, y: np.zeros(7, np.int32)})
+    # Variables forward the operators to their value.
+    w = sf.Variable(np.array([5, -5], np.int32))
+    init = sf.global_variables_initializer()
+    with sf.Session(g) as s:
+        s.run(init)
+        np.testing.assert_array_equal(s.run([w // 2, w % 2, w / 2]), [[2, -3], [1, 1], [2.5, -2.5]])
 
 
 def test_indexing_is_strided_slice(g):

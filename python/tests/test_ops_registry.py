@@ -73,6 +73,7 @@ A = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], np.float32)
 B = np.array([[0.5, 1.0, -1.0], [2.0, -0.5, 0.25]], np.float32)
 RUNS = [
     ("Add", [A, B], {}, A + B), ("Sub", [A, B], {}, A - B), ("Mul", [A, B], {}, A * B),
+    ("FloorDiv", [A, B], {}, np.floor_divide(A, B)), ("FloorMod", [A, B], {}, np.remainder(A, B)),
     ("Maximum", [A, B], {}, np.maximum(A, B)), ("Minimum", [A, B], {}, np.minimum(A, B)),
     ("Neg", [A], {}, -A), ("Abs", [A], {}, np.abs(A)), ("Square", [A], {}, A * A), ("Exp", [B], {}, np.exp(B)),
     ("Relu", [A], {}, np.maximum(A, 0)), ("Tanh", [B], {}, np.tanh(B)), ("Sigmoid", [B], {}, 1 / (1 + np.exp(-B))),

@@ -73,6 +73,20 @@ void AddMathGradChecks(GradCheckTable& t) {
   BinaryChecks(t, "Pow", ops::Pow, 0.5, 1.5);
   BinaryChecks(t, "Maximum", ops::Maximum, -1, 1);
   BinaryChecks(t, "Minimum", ops::Minimum, -1, 1);
+  // Inputs in [0.1, 0.9] mapped where floor(a / b) is constant (2, and -3 for
+  // a negative a), away from FloorMod's jumps; broadcasting as BinaryChecks.
+  for (double sign : {1.0, -1.0}) {
+    auto floor_mod = [sign](Graph& g, const Xs& x) {
+      Output a = ops::Mul(g, ops::Add(g, ops::Mul(g, x[0], ops::ScalarLike(g, x[0], 0.1)),
+                                      ops::ScalarLike(g, x[0], 2.5)), ops::ScalarLike(g, x[0], sign));
+      Output b = ops::Add(g, ops::Mul(g, x[1], ops::ScalarLike(g, x[1], 0.1)), ops::ScalarLike(g, x[1], 1.1));
+      return ops::FloorMod(g, a, b);
+    };
+    const std::string what = sign > 0 ? "a in [2.51, 2.59]" : "a in [-2.59, -2.51]";
+    Check(t, "FloorMod", what + ", same shape", {{2, 3}, {2, 3}}, floor_mod, 0.1, 0.9);
+    Check(t, "FloorMod", what + ", [2,3] with [3]", {{2, 3}, {3}}, floor_mod, 0.1, 0.9);
+    Check(t, "FloorMod", what + ", [2,1] with [1,3]", {{2, 1}, {1, 3}}, floor_mod, 0.1, 0.9);
+  }
 
   UnaryCheck(t, "Neg", ops::Neg, -1, 1);
   UnaryCheck(t, "Abs", ops::Abs, -1, 1);

@@ -39,7 +39,7 @@ Result<Tensor> RunKernel(const std::string& op, const std::vector<Tensor>& input
 
 TEST_CASE("Every float math op has float32 and float64 kernels", "[math]") {
   const KernelRegistry& reg = StandardKernelRegistry();
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Neg", "Abs",
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Pow", "Maximum", "Minimum", "Neg", "Abs",
                          "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Sign", "Reciprocal", "AddN", "Cast",
                          "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "Sum",
                          "Mean", "Max", "Min", "Prod", "ArgMax", "SumToShape", "ZerosLike", "OnesLike"}) {
@@ -185,6 +185,81 @@ TEST_CASE("Edge values: NaN propagates through max and min, quotients and exps s
   REQUIRE(ef.ok());
   CHECK(ef->data<float>()[0] == std::exp(-100.f));
   CHECK(std::isinf(ef->data<float>()[1]));
+}
+
+TEST_CASE("FloorDiv and FloorMod follow Python's // and % on every sign", "[math]") {
+  // Python's divmod, all four sign combinations plus exact quotients.
+  const std::vector<int64_t> a = {7, -7, 7, -7, 6, -6, 0, 1};
+  const std::vector<int64_t> b = {2, 2, -2, -2, 3, -3, 5, -1};
+  auto py_div = [](int64_t x, int64_t y) { return x / y - ((x % y != 0) && ((x < 0) != (y < 0))); };
+  for (DType t : {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64}) {
+    INFO(DTypeName(t));
+    Tensor ta = Tensor::FromVector<int64_t>(a), tb = Tensor::FromVector<int64_t>(b);
+    auto cast = [t](const Tensor& x) {
+      AttrMap attrs;
+      attrs.Set("DstT", t);
+      return *RunKernel("Cast", {x}, t, attrs);
+    };
+    auto d = RunKernel("FloorDiv", {cast(ta), cast(tb)}, t);
+    auto m = RunKernel("FloorMod", {cast(ta), cast(tb)}, t);
+    REQUIRE(d.ok());
+    REQUIRE(m.ok());
+    AttrMap to64;
+    to64.Set("DstT", DType::kFloat64);
+    Tensor d64 = *RunKernel("Cast", {*d}, DType::kFloat64, to64), m64 = *RunKernel("Cast", {*m}, DType::kFloat64, to64);
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i] << " // " << b[i]);
+      CHECK(d64.data<double>()[i] == static_cast<double>(py_div(a[i], b[i])));
+      CHECK(m64.data<double>()[i] == static_cast<double>(a[i] - b[i] * py_div(a[i], b[i])));
+    }
+  }
+  // Floats: the remainder's sign is the divisor's, and the quotient is
+  // Python's (1 // 0.1 == 9.0, not floor(1 / 0.1) == 10).
+  auto fd = RunKernel("FloorDiv", {Tensor::FromVector<double>({1.0, -0.0, 5.5, 1.0}),
+                                   Tensor::FromVector<double>({0.1, 3.0, -2.0, 0.0})}, DType::kFloat64);
+  auto fm = RunKernel("FloorMod", {Tensor::FromVector<double>({1.0, -0.0, 5.5, 1.0, -4.0}),
+                                   Tensor::FromVector<double>({0.1, 3.0, -2.0, 0.0, 2.0})}, DType::kFloat64);
+  REQUIRE(fd.ok());
+  REQUIRE(fm.ok());
+  CHECK(fd->data<double>()[0] == 9.0);
+  CHECK(fd->data<double>()[1] == 0.0);
+  CHECK(std::signbit(fd->data<double>()[1]));
+  CHECK(fd->data<double>()[2] == -3.0);
+  CHECK(std::isinf(fd->data<double>()[3]));
+  CHECK(fm->data<double>()[0] == std::fmod(1.0, 0.1));
+  CHECK(fm->data<double>()[2] == -0.5);
+  CHECK(std::isnan(fm->data<double>()[3]));
+  CHECK(fm->data<double>()[4] == 0.0);
+  CHECK_FALSE(std::signbit(fm->data<double>()[4]));
+  // The full-packet path (16 and more values) gives the same as the scalar one.
+  std::vector<float> xs, ys;
+  for (int i = 0; i < 37; ++i) {
+    xs.push_back(static_cast<float>(i - 18) * 0.75f);
+    ys.push_back(i % 2 ? 1.5f : -2.25f);
+  }
+  auto pm = RunKernel("FloorMod", {Tensor::FromVector<float>(xs), Tensor::FromVector<float>(ys)}, DType::kFloat32);
+  REQUIRE(pm.ok());
+  for (int i = 0; i < 37; ++i) {
+    const float r = pm->data<float>()[i];
+    INFO(xs[i] << " % " << ys[i] << " = " << r);
+    CHECK((r == 0 || (r < 0) == (ys[i] < 0)));
+    CHECK(std::fabs(r) < std::fabs(ys[i]));
+  }
+  // Integer edge cases: the most negative value over -1 wraps (no SIGFPE),
+  // and a zero divisor is an error naming the op.
+  auto w = RunKernel("FloorDiv", {Tensor::FromVector<int32_t>({std::numeric_limits<int32_t>::min()}),
+                                  Tensor::FromVector<int32_t>({-1})}, DType::kInt32);
+  REQUIRE(w.ok());
+  CHECK(w->data<int32_t>()[0] == std::numeric_limits<int32_t>::min());
+  auto wm = RunKernel("FloorMod", {Tensor::FromVector<int64_t>({std::numeric_limits<int64_t>::min()}),
+                                   Tensor::FromVector<int64_t>({-1})}, DType::kInt64);
+  REQUIRE(wm.ok());
+  CHECK(wm->data<int64_t>()[0] == 0);
+  for (const char* op : {"FloorDiv", "FloorMod"}) {
+    auto z = RunKernel(op, {Tensor::FromVector<int32_t>({1, 2}), Tensor::FromVector<int32_t>({1, 0})}, DType::kInt32);
+    REQUIRE_FALSE(z.ok());
+    CHECK_THAT(z.status().message(), Catch::Contains("integer division by zero in " + std::string(op)));
+  }
 }
 
 TEST_CASE("float32 sums of many values keep float's precision", "[math]") {
