@@ -109,7 +109,15 @@ Status ReduceShape(InferenceContext& c) {
   return Status::OK();
 }
 
-Status ArgMaxShape(InferenceContext& c) {
+// IsNan and its kin: a bool of x's shape, x float.
+Status FloatPredicateShape(InferenceContext& c) {
+  if (!IsFloating(c.input_dtype(0)))
+    return c.Error(std::string("x must be float32 or float64, got ") + DTypeName(c.input_dtype(0)));
+  c.set_output(0, DType::kBool, c.input_shape(0));
+  return Status::OK();
+}
+
+Status ArgExtremeShape(InferenceContext& c) {
   SF_ASSIGN_OR_RETURN(int64_t axis, c.Attr<int64_t>("axis"));
   const PartialShape& in = c.input_shape(0);
   if (!in.rank_known()) {
@@ -118,8 +126,7 @@ Status ArgMaxShape(InferenceContext& c) {
   }
   const int r = in.rank();
   if (axis < -r || axis >= r)
-    return c.Error("ArgMax axis " + std::to_string(axis) + " is out of range for shape " +
-                   in.ToString());
+    return c.Error("axis " + std::to_string(axis) + " is out of range for shape " + in.ToString());
   Shape out = in.dims();
   out.erase(out.begin() + (axis < 0 ? axis + r : axis));
   c.set_output(0, DType::kInt64, PartialShape(out));
@@ -443,6 +450,10 @@ Status RegisterMathOps(OpRegistry& reg) {
            return std::make_pair(dy, ops::Neg(g, Mul(g, dy, ops::FloorDiv(g, a, b))));
          }, "a - b * floor(a / b) with broadcasting, as Python's % (takes b's sign; integer division by zero is "
             "an error)."));
+  SF_RETURN_IF_ERROR(Binary(reg, "SquaredDifference", [](Graph& g, Output a, Output b, Output, Output dy) {
+           Output d = Mul(g, Scalar(g, dy, 2.0), Mul(g, dy, ops::Sub(g, a, b)));
+           return std::make_pair(d, ops::Neg(g, d));
+         }, "(a - b) ** 2 with broadcasting."));
   SF_RETURN_IF_ERROR(Binary(reg, "Pow", [](Graph& g, Output a, Output b, Output y, Output dy) {
            Output da = Mul(g, dy, Mul(g, b, ops::Pow(g, a, ops::Sub(g, b, Scalar(g, b, 1.0)))));
            // d/db a^b = a^b log a, taken as 0 where a <= 0 (log undefined).
@@ -478,6 +489,26 @@ Status RegisterMathOps(OpRegistry& reg) {
           return ops::Neg(g, Mul(g, dy, ops::Square(g, y)));
         }, "1 / x."));
   SF_RETURN_IF_ERROR(NotDiff(reg, "Sign", 1, UnchangedShape, "-1, 0 or 1 by the sign of x (not differentiable)."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Sin", [](Graph& g, Output x, Output, Output dy) { return Mul(g, dy, ops::Cos(g, x)); },
+        "sin(x)."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Cos", [](Graph& g, Output x, Output, Output dy) {
+          return ops::Neg(g, Mul(g, dy, ops::Sin(g, x)));
+        }, "cos(x)."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Log1p", [](Graph& g, Output x, Output, Output dy) {
+          return ops::Div(g, dy, ops::Add(g, x, Scalar(g, x, 1.0)));
+        }, "log(1 + x), exact for x near 0."));
+  SF_RETURN_IF_ERROR(Unary(reg, "Expm1", [](Graph& g, Output, Output y, Output dy) {
+          return Mul(g, dy, ops::Add(g, y, Scalar(g, y, 1.0)));
+        }, "exp(x) - 1, exact for x near 0."));
+  // Piecewise constant: no gradient, as in TensorFlow.
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Floor", 1, UnchangedShape, "The largest integer <= x (not differentiable)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Ceil", 1, UnchangedShape, "The smallest integer >= x (not differentiable)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "Round", 1, UnchangedShape,
+        "x rounded to the nearest integer, halves to even as NumPy and TensorFlow (not differentiable)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "IsNan", 1, FloatPredicateShape, "Whether x is NaN (bool; float inputs)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "IsInf", 1, FloatPredicateShape, "Whether x is +-inf (bool; float inputs)."));
+  SF_RETURN_IF_ERROR(NotDiff(reg, "IsFinite", 1, FloatPredicateShape,
+        "Whether x is neither NaN nor +-inf (bool; float inputs)."));
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AddN").Inputs(1, -1).Shape(AddNShape)
       .Grad([](Graph&, const Node& n, const Grads& dy) { return Grads(n.inputs.size(), dy[0]); })
@@ -506,8 +537,12 @@ Status RegisterMathOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(Reduction(reg, "Max", ExtremeGrad, "Maximum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Min", ExtremeGrad, "Minimum over attr axes (empty = all; keep_dims)."));
   SF_RETURN_IF_ERROR(Reduction(reg, "Prod", ProdGrad, "Product over attr axes (empty = all; keep_dims)."));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMax").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgMaxShape)
-      .NotDifferentiable().Summary("Index of the largest value along attr axis (int64).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMax").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgExtremeShape)
+      .NotDifferentiable().Summary("Index of the largest value along attr axis (int64; the first of ties or NaNs).")
+      .Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ArgMin").Inputs(1).RequiredAttr<int64_t>("axis").Shape(ArgExtremeShape)
+      .NotDifferentiable().Summary("Index of the smallest value along attr axis (int64; the first of ties or NaNs).")
+      .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SumToShape")
       .InputNames({"grad", "shape"})
       .Inputs(2).Shape(SumToShapeShape).Grad(SumToShapeGrad)
@@ -535,6 +570,17 @@ Output Sub(Graph& g, Output a, Output b) { return g.Add1("Sub", {a, b}); }
 Output Mul(Graph& g, Output a, Output b) { return g.Add1("Mul", {a, b}); }
 Output Div(Graph& g, Output a, Output b) { return g.Add1("Div", {a, b}); }
 Output FloorDiv(Graph& g, Output a, Output b) { return g.Add1("FloorDiv", {a, b}); }
+Output SquaredDifference(Graph& g, Output a, Output b) { return g.Add1("SquaredDifference", {a, b}); }
+Output Sin(Graph& g, Output x) { return g.Add1("Sin", {x}); }
+Output Cos(Graph& g, Output x) { return g.Add1("Cos", {x}); }
+Output Log1p(Graph& g, Output x) { return g.Add1("Log1p", {x}); }
+Output Expm1(Graph& g, Output x) { return g.Add1("Expm1", {x}); }
+Output Floor(Graph& g, Output x) { return g.Add1("Floor", {x}); }
+Output Ceil(Graph& g, Output x) { return g.Add1("Ceil", {x}); }
+Output Round(Graph& g, Output x) { return g.Add1("Round", {x}); }
+Output IsNan(Graph& g, Output x) { return g.Add1("IsNan", {x}); }
+Output IsInf(Graph& g, Output x) { return g.Add1("IsInf", {x}); }
+Output IsFinite(Graph& g, Output x) { return g.Add1("IsFinite", {x}); }
 Output FloorMod(Graph& g, Output a, Output b) { return g.Add1("FloorMod", {a, b}); }
 Output Pow(Graph& g, Output a, Output b) { return g.Add1("Pow", {a, b}); }
 Output Maximum(Graph& g, Output a, Output b) { return g.Add1("Maximum", {a, b}); }
@@ -596,6 +642,11 @@ Output ArgMax(Graph& g, Output x, int64_t axis) {
   AttrMap a;
   a.Set("axis", axis);
   return g.Add1("ArgMax", {x}, std::move(a));
+}
+Output ArgMin(Graph& g, Output x, int64_t axis) {
+  AttrMap a;
+  a.Set("axis", axis);
+  return g.Add1("ArgMin", {x}, std::move(a));
 }
 
 Output SumToShape(Graph& g, Output grad, Output shape) { return g.Add1("SumToShape", {grad, shape}); }

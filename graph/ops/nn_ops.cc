@@ -377,6 +377,15 @@ Status RegisterNNOps(OpRegistry& reg) {
       })
       .Summary("SoftplusGrad(dy, x): dy * sigmoid(x).").Build()));
 
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("LeakyRelu").Inputs(1).Shape(FloatUnchanged).Attr("alpha", 0.2)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        if (!dy[0].valid()) return std::vector<Output>(1);
+        const Output x = n.inputs[0];
+        const double alpha = n.attrs.GetOr<double>("alpha", 0.2).value();
+        return std::vector<Output>{ops::Select(g, ops::Greater(g, x, ops::ZerosLike(g, x)), dy[0],
+                                               ops::Mul(g, dy[0], ops::ScalarLike(g, dy[0], alpha)))};
+      })
+      .Summary("x if x > 0 else alpha * x (attr alpha, default 0.2).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Elu").Inputs(1).Shape(FloatUnchanged)
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
         return std::vector<Output>{g.Add1("EluGrad", {dy[0], Out(g, n, 0)})};
@@ -678,6 +687,11 @@ Output Sigmoid(Graph& g, Output x) { return g.Add1("Sigmoid", {x}); }
 Output Tanh(Graph& g, Output x) { return g.Add1("Tanh", {x}); }
 Output Softplus(Graph& g, Output x) { return g.Add1("Softplus", {x}); }
 Output Elu(Graph& g, Output x) { return g.Add1("Elu", {x}); }
+Output LeakyRelu(Graph& g, Output x, double alpha) {
+  AttrMap a;
+  a.Set("alpha", alpha);
+  return g.Add1("LeakyRelu", {x}, std::move(a));
+}
 Output Softmax(Graph& g, Output logits) { return g.Add1("Softmax", {logits}); }
 Output LogSoftmax(Graph& g, Output logits) { return g.Add1("LogSoftmax", {logits}); }
 

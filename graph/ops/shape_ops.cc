@@ -1,6 +1,7 @@
 // Shape ops: Shape, Size, Rank, ZerosLike, OnesLike, Fill, Reshape,
 // ExpandDims, Squeeze, and the Zeros / Ones builders.
 #include "graph/op_registry.h"
+#include "kernels/cpu/range_spec.h"
 #include "shardflow/ops.h"
 
 namespace sf {
@@ -148,6 +149,32 @@ Status FillShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// A vector of the inputs' dtype; its length when all three are constants
+// (and the same errors as the kernel then).
+Status RangeShape(InferenceContext& c) {
+  const char* names[3] = {"start", "limit", "delta"};
+  const DType t = c.input_dtype(0);
+  if (t != DType::kInt32 && t != DType::kInt64 && t != DType::kFloat32 && t != DType::kFloat64)
+    return c.Error(std::string("Range takes int32, int64, float32 or float64, got ") + DTypeName(t));
+  for (int i = 0; i < 3; ++i) {
+    if (c.input_dtype(i) != t)
+      return c.Error(std::string("Range's ") + names[i] + " is " + DTypeName(c.input_dtype(i)) + " but start is " +
+                     DTypeName(t));
+    const PartialShape& s = c.input_shape(i);
+    if (s.rank_known() && s.rank() != 0 && !(s.rank() == 1 && s.dims()[0] == 1))
+      return c.Error(std::string("Range's ") + names[i] + " must be a scalar, got shape " + s.ToString());
+  }
+  const Tensor *a = c.input_constant(0), *b = c.input_constant(1), *d = c.input_constant(2);
+  int64_t n = -1;
+  if (a != nullptr && b != nullptr && d != nullptr) {
+    auto len = RangeLengthOf(*a, *b, *d);
+    if (!len.ok()) return c.Error(len.status().message());
+    n = *len;
+  }
+  c.set_output(0, t, PartialShape({n}));
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RegisterShapeOps(OpRegistry& reg) {
@@ -189,6 +216,12 @@ Status RegisterShapeOps(OpRegistry& reg) {
       })
       .Summary("A tensor of shape dims (int vector) filled with a scalar value.").Build()));
 
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Range")
+      .InputNames({"start", "limit", "delta"})
+      .Inputs(3).Shape(RangeShape).NotDifferentiable()
+      .Summary("start, start + delta, ... up to limit (excluded), as TensorFlow's range; scalars of one dtype, "
+               "delta not 0 and pointing towards limit.").Build()));
+
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Reshape")
       .InputNames({"tensor", "shape"})
       .Inputs(2).Shape(ReshapeShape).Grad(ReshapeBackGrad)
@@ -215,6 +248,7 @@ Output Rank(Graph& g, Output x) { return g.Add1("Rank", {x}); }
 Output ZerosLike(Graph& g, Output x) { return g.Add1("ZerosLike", {x}); }
 Output OnesLike(Graph& g, Output x) { return g.Add1("OnesLike", {x}); }
 Output Fill(Graph& g, Output dims, Output value) { return g.Add1("Fill", {dims, value}); }
+Output Range(Graph& g, Output start, Output limit, Output delta) { return g.Add1("Range", {start, limit, delta}); }
 
 // A Fill of a Const shape keeps big zero/one tensors out of the graph itself.
 Output Zeros(Graph& g, DType dtype, const Shape& shape) {

@@ -63,6 +63,7 @@ Output FloorDiv(Graph& g, Output a, Output b);
 // a - b * floor(a / b), with b's sign, as Python's %; int division by 0 fails at run time.
 Output FloorMod(Graph& g, Output a, Output b);
 Output Pow(Graph& g, Output a, Output b);
+Output SquaredDifference(Graph& g, Output a, Output b);  // (a - b) ** 2
 Output Maximum(Graph& g, Output a, Output b);
 Output Minimum(Graph& g, Output a, Output b);
 Output Neg(Graph& g, Output x);
@@ -74,6 +75,19 @@ Output Exp(Graph& g, Output x);
 Output Log(Graph& g, Output x);
 Output Sign(Graph& g, Output x);
 Output Reciprocal(Graph& g, Output x);
+// Exact per element (the C library's), float32 and float64.
+Output Sin(Graph& g, Output x);
+Output Cos(Graph& g, Output x);
+Output Log1p(Graph& g, Output x);  // log(1 + x)
+Output Expm1(Graph& g, Output x);  // exp(x) - 1
+// Not differentiable; Round takes halves to even, as NumPy and TensorFlow.
+Output Floor(Graph& g, Output x);
+Output Ceil(Graph& g, Output x);
+Output Round(Graph& g, Output x);
+// bool tensors of x's shape, x float32 or float64.
+Output IsNan(Graph& g, Output x);
+Output IsInf(Graph& g, Output x);
+Output IsFinite(Graph& g, Output x);
 Output AddN(Graph& g, const std::vector<Output>& xs);
 Output Cast(Graph& g, Output x, DType to);
 
@@ -96,6 +110,8 @@ Output Sigmoid(Graph& g, Output x);
 Output Tanh(Graph& g, Output x);
 Output Softplus(Graph& g, Output x);
 Output Elu(Graph& g, Output x);
+// x if x > 0 else alpha * x.
+Output LeakyRelu(Graph& g, Output x, double alpha = 0.2);
 // Softmax over the last axis.
 Output Softmax(Graph& g, Output logits);
 Output LogSoftmax(Graph& g, Output logits);
@@ -111,6 +127,8 @@ Output Min(Graph& g, Output x, std::vector<int64_t> axes = {}, ReduceAttrs a = {
 Output Prod(Graph& g, Output x, std::vector<int64_t> axes = {}, ReduceAttrs a = {});
 // Index of the largest value along `axis` (int64 result).
 Output ArgMax(Graph& g, Output x, int64_t axis);
+// Index of the smallest value along `axis` (int64 result).
+Output ArgMin(Graph& g, Output x, int64_t axis);
 
 // ---- scans along one axis (may be negative) ---------------------------------
 struct ScanAttrs {
@@ -188,6 +206,10 @@ Output Gather(Graph& g, Output params, Output indices);
 Output OneHot(Graph& g, Output indices, int64_t depth, DType dtype = DType::kFloat32,
               double on = 1.0, double off = 0.0);
 Output Fill(Graph& g, Output dims, Output value);
+// [start, start + delta, ...) up to limit, excluded (scalars of one dtype:
+// int32, int64, float32 or float64); a zero delta, or one pointing away from
+// limit, fails with InvalidArgument (at build time when all three are constants).
+Output Range(Graph& g, Output start, Output limit, Output delta);
 Output Zeros(Graph& g, DType dtype, const Shape& shape);
 Output Ones(Graph& g, DType dtype, const Shape& shape);
 Output ZerosLike(Graph& g, Output x);

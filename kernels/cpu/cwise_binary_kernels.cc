@@ -1,5 +1,5 @@
 // Kernels of the broadcasting arithmetic ops: Add, Sub, Mul, Div, FloorDiv,
-// FloorMod, Pow, Maximum, Minimum.
+// FloorMod, Pow, SquaredDifference, Maximum, Minimum.
 #include "kernels/cpu/cwise_common.h"
 
 #include <algorithm>
@@ -19,6 +19,9 @@ struct SubF {
 };
 struct MulF {
   template <class A, class B> static auto Apply(const A& a, const B& b) { return a * b; }
+};
+struct SquaredDifferenceF {
+  template <class A, class B> static auto Apply(const A& a, const B& b) { return (a - b).square(); }
 };
 struct DivF {
   template <class A, class B> static auto Apply(const A& a, const B& b) { return a / b; }
@@ -181,6 +184,7 @@ void RegisterCwiseBinaryKernels(KernelRegistry& reg) {
   RegisterAllNumeric<AddF>(reg, "Add");
   RegisterAllNumeric<SubF>(reg, "Sub");
   RegisterAllNumeric<MulF>(reg, "Mul");
+  RegisterAllNumeric<SquaredDifferenceF>(reg, "SquaredDifference");
   RegisterAllNumeric<MaxF>(reg, "Maximum");
   RegisterAllNumeric<MinF>(reg, "Minimum");
   RegisterCPU<BinaryKernel<float, float, DivF>>(reg, "Div", {DType::kFloat32});

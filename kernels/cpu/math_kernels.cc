@@ -69,6 +69,43 @@ struct SqrtF {
 };
 struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryExpr(NotFn()); } };
 
+// Functions of the C library per element, exact to its ulp: Eigen's packet
+// sin, cos, log1p and expm1 are range-reduced approximations (its exp and
+// sqrt were off at the edges too), and a functor with no packet op makes
+// Eigen evaluate one element at a time. Round is half to even (nearbyint in
+// the default rounding mode), as TensorFlow's and NumPy's.
+template <typename Fn>
+struct StdUnaryF {
+  template <class X> static auto Apply(const X& x) {
+    using T = std::remove_cv_t<typename X::Scalar>;
+    return x.unaryExpr([](T v) { return static_cast<T>(Fn()(v)); });
+  }
+};
+struct FloorFn { template <class T> T operator()(T v) const { return std::floor(v); } };
+struct CeilFn { template <class T> T operator()(T v) const { return std::ceil(v); } };
+struct RoundFn { template <class T> T operator()(T v) const { return std::nearbyint(v); } };
+struct SinFn { template <class T> T operator()(T v) const { return std::sin(v); } };
+struct CosFn { template <class T> T operator()(T v) const { return std::cos(v); } };
+struct Log1pFn { template <class T> T operator()(T v) const { return std::log1p(v); } };
+struct Expm1Fn { template <class T> T operator()(T v) const { return std::expm1(v); } };
+
+// IsNan, IsInf, IsFinite: a bool per element of a float tensor.
+template <typename T, bool (*kPred)(T)>
+class FloatPredicateKernel : public OpKernel {
+ public:
+  FloatPredicateKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, DType::kBool, x.shape());
+    const T* in = x.data<T>();
+    bool* o = out.data<bool>();
+    for (int64_t i = 0, n = x.num_elements(); i < n; ++i) o[i] = kPred(in[i]);
+  }
+};
+template <typename T> bool IsNanOf(T v) { return std::isnan(v); }
+template <typename T> bool IsInfOf(T v) { return std::isinf(v); }
+template <typename T> bool IsFiniteOf(T v) { return std::isfinite(v); }
+
 template <typename F>
 void RegisterUnary(KernelRegistry& reg, const std::string& op, bool ints) {
   RegisterCPU<UnaryKernel<float, F>>(reg, op, {DType::kFloat32});
@@ -248,6 +285,19 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});
   RegisterUnary<LogF>(reg, "Log", false);
   RegisterUnary<ReciprocalF>(reg, "Reciprocal", false);
+  RegisterUnary<StdUnaryF<FloorFn>>(reg, "Floor", false);
+  RegisterUnary<StdUnaryF<CeilFn>>(reg, "Ceil", false);
+  RegisterUnary<StdUnaryF<RoundFn>>(reg, "Round", false);
+  RegisterUnary<StdUnaryF<SinFn>>(reg, "Sin", false);
+  RegisterUnary<StdUnaryF<CosFn>>(reg, "Cos", false);
+  RegisterUnary<StdUnaryF<Log1pFn>>(reg, "Log1p", false);
+  RegisterUnary<StdUnaryF<Expm1Fn>>(reg, "Expm1", false);
+  RegisterCPU<FloatPredicateKernel<float, IsNanOf<float>>>(reg, "IsNan", {DType::kFloat32});
+  RegisterCPU<FloatPredicateKernel<double, IsNanOf<double>>>(reg, "IsNan", {DType::kFloat64});
+  RegisterCPU<FloatPredicateKernel<float, IsInfOf<float>>>(reg, "IsInf", {DType::kFloat32});
+  RegisterCPU<FloatPredicateKernel<double, IsInfOf<double>>>(reg, "IsInf", {DType::kFloat64});
+  RegisterCPU<FloatPredicateKernel<float, IsFiniteOf<float>>>(reg, "IsFinite", {DType::kFloat32});
+  RegisterCPU<FloatPredicateKernel<double, IsFiniteOf<double>>>(reg, "IsFinite", {DType::kFloat64});
   RegisterCPU<UnaryKernel<bool, NotF>>(reg, "LogicalNot", {DType::kBool});
 
   RegisterCPU<AddNKernel<float>>(reg, "AddN", {DType::kFloat32});

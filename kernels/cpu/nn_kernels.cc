@@ -78,6 +78,26 @@ class UnaryKernel : public OpKernel {
   }
 };
 
+// LeakyRelu: x where x > 0, else alpha * x (NaN stays NaN), as TensorFlow.
+template <typename T>
+class LeakyReluKernel : public OpKernel {
+ public:
+  LeakyReluKernel(const KernelInit& init, Status* s) {
+    auto a = init.AttrOr<double>("alpha", 0.2);
+    if (!a.ok()) *s = a.status();
+    else alpha_ = static_cast<T>(*a);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor& out = ctx->allocate_output(0, in.dtype(), in.shape());
+    auto x = in.flat<T>();
+    Assign(ctx, out.flat<T>(), (x > x.constant(T(0))).select(x, x * x.constant(alpha_)), in.num_elements());
+  }
+
+ private:
+  T alpha_ = T(0.2);
+};
+
 // SoftplusGrad(dy, x): a = dy.
 struct SoftplusGradOp {
   template <typename T, typename A, typename B> static auto Apply(const A& dy, const B& x) {
@@ -524,6 +544,7 @@ void RegisterNNKernels(KernelRegistry& reg) {
   RegisterUnary<TanhOp>(reg, "Tanh");
   RegisterUnary<SoftplusOp>(reg, "Softplus");
   RegisterUnary<EluOp>(reg, "Elu");
+  RegisterFloat<LeakyReluKernel>(reg, "LeakyRelu");
   RegisterSelectGrad<ReluGradFn>(reg, "ReluGrad");
   RegisterBinaryGrad<SigmoidGradOp>(reg, "SigmoidGrad");
   RegisterBinaryGrad<TanhGradOp>(reg, "TanhGrad");

@@ -1,5 +1,5 @@
 // Kernels of the reductions: Sum, Mean, Max, Min, Prod (attrs axes,
-// keep_dims), ArgMax (attr axis), SumToShape (the gradient of
+// keep_dims), ArgMax and ArgMin (attr axis), SumToShape (the gradient of
 // broadcasting), and the scans Cumsum and Cumprod (attrs axis, exclusive,
 // reverse).
 //
@@ -245,12 +245,13 @@ class ReduceKernel : public OpKernel {
   bool keep_dims_ = false;
 };
 
-// Index of the first largest value along one axis; a loop over the collapsed
-// [outer, axis, inner] view (an index op, not arithmetic).
-template <typename T>
-class ArgMaxKernel : public OpKernel {
+// Index of the first largest (ArgMax) or smallest (ArgMin) value along one
+// axis; a loop over the collapsed [outer, axis, inner] view (an index op,
+// not arithmetic).
+template <typename T, bool kMin>
+class ArgExtremeKernel : public OpKernel {
  public:
-  ArgMaxKernel(const KernelInit& init, Status* s) {
+  ArgExtremeKernel(const KernelInit& init, Status* s) : op_(init.op) {
     auto a = init.Attr<int64_t>("axis");
     if (!a.ok()) *s = a.status();
     else axis_ = *a;
@@ -259,13 +260,13 @@ class ArgMaxKernel : public OpKernel {
     const Tensor& x = ctx->input(0);
     const int r = x.rank();
     if (axis_ < -r || axis_ >= r) {
-      ctx->SetStatus(InvalidArgument("ArgMax axis " + std::to_string(axis_) +
+      ctx->SetStatus(InvalidArgument(op_ + " axis " + std::to_string(axis_) +
                                      " is out of range for shape " + ShapeString(x.shape())));
       return;
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + r : axis_);
     if (x.dim(axis) == 0) {
-      ctx->SetStatus(InvalidArgument("ArgMax over an empty axis " + std::to_string(axis) +
+      ctx->SetStatus(InvalidArgument(op_ + " over an empty axis " + std::to_string(axis) +
                                      " of shape " + ShapeString(x.shape())));
       return;
     }
@@ -288,7 +289,7 @@ class ArgMaxKernel : public OpKernel {
         for (int64_t j = 1; j < len; ++j) {
           // The first NaN wins, as in NumPy (and nothing beats it after).
           const T v = base[j * inner];
-          if (v > best_v || (v != v && best_v == best_v)) {
+          if ((kMin ? v < best_v : v > best_v) || (v != v && best_v == best_v)) {
             best_v = v;
             best = j;
           }
@@ -299,6 +300,7 @@ class ArgMaxKernel : public OpKernel {
   }
 
  private:
+  std::string op_;
   int64_t axis_ = 0;
 };
 
@@ -484,7 +486,8 @@ void RegisterForType(KernelRegistry& reg, DType t) {
   RegisterCPU<ReduceKernel<T, MaxR>>(reg, "Max", {t});
   RegisterCPU<ReduceKernel<T, MinR>>(reg, "Min", {t});
   RegisterCPU<ReduceKernel<T, ProdR>>(reg, "Prod", {t});
-  RegisterCPU<ArgMaxKernel<T>>(reg, "ArgMax", {t});
+  RegisterCPU<ArgExtremeKernel<T, false>>(reg, "ArgMax", {t});
+  RegisterCPU<ArgExtremeKernel<T, true>>(reg, "ArgMin", {t});
   RegisterCPU<SumToShapeKernel<T>>(reg, "SumToShape", {t});
   RegisterCPU<ScanKernel<T, SumR>>(reg, "Cumsum", {t});
   RegisterCPU<ScanKernel<T, ProdR>>(reg, "Cumprod", {t});

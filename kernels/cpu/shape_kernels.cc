@@ -1,6 +1,7 @@
 // Kernels of the shape ops: Shape, Size, Rank, ZerosLike, OnesLike, Fill,
-// Reshape, ExpandDims, Squeeze. The layout ops share the input's buffer.
+// Range, Reshape, ExpandDims, Squeeze. The layout ops share the input's buffer.
 #include "kernels/cpu/cwise_common.h"
+#include "kernels/cpu/range_spec.h"
 
 namespace sf {
 namespace {
@@ -89,6 +90,32 @@ class FillKernel : public OpKernel {
       Assign(ctx, out.num_elements(), out.flat<T>(), out.flat<T>().constant(v.data<T>()[0]));
     });
     if (!ok) ctx->SetStatus(Unimplemented(std::string("Fill of ") + DTypeName(v.dtype())));
+  }
+};
+
+// Value i is start + i * delta (as NumPy's arange; TensorFlow adds delta
+// i times, which drifts for floats).
+class RangeKernel : public OpKernel {
+ public:
+  RangeKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& start = ctx->input(0);
+    auto n = RangeLengthOf(start, ctx->input(1), ctx->input(2));
+    if (!n.ok()) return ctx->SetStatus(n.status());
+    Tensor& out = ctx->allocate_output(0, start.dtype(), Shape{*n});
+    DispatchNumeric(start.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<T, bool>) {  // refused by RangeLengthOf
+        const T s0 = start.data<T>()[0], d = ctx->input(2).data<T>()[0];
+        T* o = out.data<T>();
+        if constexpr (std::is_floating_point_v<T>) {
+          for (int64_t i = 0; i < *n; ++i) o[i] = s0 + static_cast<T>(i) * d;
+        } else {  // unsigned: i * delta may pass T's range before start brings it back
+          using U = std::make_unsigned_t<T>;
+          for (int64_t i = 0; i < *n; ++i) o[i] = static_cast<T>(U(s0) + U(i) * U(d));
+        }
+      }
+    });
   }
 };
 
@@ -208,6 +235,7 @@ void RegisterShapeKernels(KernelRegistry& reg) {
   RegisterCPU<SizeKernel>(reg, "Size", {DType::kInvalid});
   RegisterCPU<RankKernel>(reg, "Rank", {DType::kInvalid});
   RegisterCPU<FillKernel>(reg, "Fill", {DType::kInvalid});
+  RegisterCPU<RangeKernel>(reg, "Range", {DType::kInvalid});
   RegisterCPU<ReshapeKernel>(reg, "Reshape", {DType::kInvalid});
   RegisterCPU<ExpandDimsKernel>(reg, "ExpandDims", {DType::kInvalid});
   RegisterCPU<SqueezeKernel>(reg, "Squeeze", {DType::kInvalid});

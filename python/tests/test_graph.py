@@ -110,6 +110,23 @@ def test_division_operators_follow_python_and_numpy(g):
         np.testing.assert_array_equal(s.run([w // 2, w % 2, w / 2]), [[2, -3], [1, 1], [2.5, -2.5]])
 
 
+def test_range_knows_its_length_from_constants_and_refuses_bad_ones(g):
+    r = sf.ops.range(0, 10, 3)
+    assert r.dtype == sf.int32 and r.shape.as_list() == [4]
+    n = sf.placeholder(sf.int64, [])
+    r2 = sf.ops.range(np.int64(0), n, np.int64(2))
+    assert r2.shape.as_list() == [None]
+    with sf.Session(g) as s:
+        np.testing.assert_array_equal(s.run(r), [0, 3, 6, 9])
+        np.testing.assert_array_equal(s.run(r2, {n: 7}), [0, 2, 4, 6])
+        with pytest.raises(sf.errors.InvalidArgumentError, match="start 0 is above limit -7"):
+            s.run(r2, {n: -7})
+    with pytest.raises(sf.errors.InvalidArgumentError, match="delta must not be 0"):
+        sf.ops.range(0, 10, 0)
+    with pytest.raises(sf.errors.InvalidArgumentError, match="limit is float32 but start is int32"):
+        sf.ops.range(0, np.float32(1), 1)
+
+
 def test_indexing_is_strided_slice(g):
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     x = sf.constant(a)

@@ -85,6 +85,14 @@ RUNS = [
     ("ArgMax", [A], {"axis": 1}, A.argmax(1)), ("Cast", [A], {"DstT": sf.int32}, A.astype(np.int32)),
     ("Softmax", [B], {}, np.exp(B) / np.exp(B).sum(1, keepdims=True)), ("AddN", [A, B, A], {}, A + B + A),
     ("Square", [np.zeros((0, 3), np.float32)], {}, np.zeros((0, 3), np.float32)),
+    ("SquaredDifference", [A, B], {}, (A - B) ** 2), ("Sin", [A], {}, np.sin(A)), ("Cos", [A], {}, np.cos(A)),
+    ("Log1p", [B + 1], {}, np.log1p(B + 1)), ("Expm1", [B], {}, np.expm1(B)), ("Floor", [A * 0.7], {}, np.floor(A * 0.7)),
+    ("Ceil", [A * 0.7], {}, np.ceil(A * 0.7)), ("Round", [A * 0.5], {}, np.round(A * 0.5)),
+    ("IsNan", [np.log(A)], {}, np.isnan(np.log(A))), ("IsFinite", [1 / (A - 1)], {}, np.isfinite(1 / (A - 1))),
+    ("IsInf", [1 / (A - 1)], {}, np.isinf(1 / (A - 1))), ("ArgMin", [A], {"axis": 1}, A.argmin(1)),
+    ("LeakyRelu", [A], {"alpha": 0.1}, np.where(A > 0, A, 0.1 * A)),
+    ("Range", [np.int64(2), np.int64(11), np.int64(3)], {}, np.arange(2, 11, 3)),
+    ("Range", [np.float32(1), np.float32(0), np.float32(-0.25)], {}, np.arange(1, 0, -0.25, dtype=np.float32)),
 ]
 
 

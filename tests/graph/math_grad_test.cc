@@ -96,6 +96,11 @@ void AddMathGradChecks(GradCheckTable& t) {
   UnaryCheck(t, "Exp", ops::Exp, -1, 1);
   UnaryCheck(t, "Log", ops::Log, 0.5, 2);
   UnaryCheck(t, "Reciprocal", ops::Reciprocal, 0.5, 2);
+  UnaryCheck(t, "Sin", ops::Sin, -3, 3);
+  UnaryCheck(t, "Cos", ops::Cos, -3, 3);
+  UnaryCheck(t, "Log1p", ops::Log1p, -0.5, 2);
+  UnaryCheck(t, "Expm1", ops::Expm1, -1, 1);
+  BinaryChecks(t, "SquaredDifference", ops::SquaredDifference, -1, 1);
 
   Check(t, "AddN", "three inputs", {{2, 3}, {2, 3}, {2, 3}},
         [](Graph& g, const Xs& x) { return ops::AddN(g, x); });

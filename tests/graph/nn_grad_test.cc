@@ -36,6 +36,13 @@ void AddNNGradChecks(GradCheckTable& t) {
   t.push_back({"Relu", "relu of values away from 0", {{3, 4}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Relu(g, AwayFromZero(g, x[0])); },
                0.1, 1.0});
+  for (double sign : {1.0, -1.0}) {
+    t.push_back({"LeakyRelu", sign > 0 ? "leaky relu of values above 0" : "leaky relu of values below 0", {{3, 4}},
+                 [sign](Graph& g, const std::vector<Output>& x) {
+                   return ops::LeakyRelu(g, ops::Mul(g, x[0], ops::ScalarLike(g, x[0], sign)), 0.3);
+                 },
+                 0.1, 1.0});
+  }
   t.push_back({"Sigmoid", "sigmoid", {{3, 4}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Sigmoid(g, x[0]); }, -3, 3});
   t.push_back({"Tanh", "tanh", {{3, 4}},

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -41,12 +42,15 @@ TEST_CASE("Every float math op has float32 and float64 kernels", "[math]") {
   const KernelRegistry& reg = StandardKernelRegistry();
   for (const char* op : {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Pow", "Maximum", "Minimum", "Neg", "Abs",
                          "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Sign", "Reciprocal", "AddN", "Cast",
+                         "SquaredDifference", "Sin", "Cos", "Log1p", "Expm1", "Floor", "Ceil", "Round",
+                         "ArgMin", "Range",
                          "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "Sum",
                          "Mean", "Max", "Min", "Prod", "ArgMax", "SumToShape", "ZerosLike", "OnesLike"}) {
     for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64}) {
       const bool float_only = std::string(op) == "Pow" || std::string(op) == "Sqrt" ||
                               std::string(op) == "Rsqrt" || std::string(op) == "Exp" ||
-                              std::string(op) == "Log" || std::string(op) == "Reciprocal";
+                              std::string(op) == "Log" || std::string(op) == "Reciprocal" ||
+                              std::set<std::string>{"Sin", "Cos", "Log1p", "Expm1", "Floor", "Ceil", "Round"}.count(op);
       if (float_only && !IsFloating(t)) continue;
       INFO(op << " " << DTypeName(t));
       CHECK(reg.Has(op, DeviceType::kCPU, t));
@@ -259,6 +263,123 @@ TEST_CASE("FloorDiv and FloorMod follow Python's // and % on every sign", "[math
     auto z = RunKernel(op, {Tensor::FromVector<int32_t>({1, 2}), Tensor::FromVector<int32_t>({1, 0})}, DType::kInt32);
     REQUIRE_FALSE(z.ok());
     CHECK_THAT(z.status().message(), Catch::Contains("integer division by zero in " + std::string(op)));
+  }
+}
+
+TEST_CASE("Sin, Cos, Log1p, Expm1, Floor, Ceil and Round are the C library's, in every SIMD packet", "[math]") {
+  // 40 values: full AVX-512 packets and a tail; edges included.
+  std::vector<double> xs = {0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e-10, -1e-10, 1e300, -0.75,
+                            std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                            std::numeric_limits<double>::quiet_NaN(), 3.0, 710.0};
+  while (xs.size() < 40) xs.push_back(static_cast<double>(xs.size()) * 0.37 - 7.0);
+  using Fn = double (*)(double);
+  const std::vector<std::pair<const char*, Fn>> fns = {
+      {"Sin", [](double v) { return std::sin(v); }},     {"Cos", [](double v) { return std::cos(v); }},
+      {"Log1p", [](double v) { return std::log1p(v); }}, {"Expm1", [](double v) { return std::expm1(v); }},
+      {"Floor", [](double v) { return std::floor(v); }}, {"Ceil", [](double v) { return std::ceil(v); }},
+      {"Round", [](double v) { return std::nearbyint(v); }}};
+  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b)); };
+  for (const auto& [op, fn] : fns) {
+    std::vector<float> xf(xs.begin(), xs.end());
+    auto d = RunKernel(op, {Tensor::FromVector<double>(xs)}, DType::kFloat64);
+    auto f = RunKernel(op, {Tensor::FromVector<float>(xf)}, DType::kFloat32);
+    REQUIRE(d.ok());
+    REQUIRE(f.ok());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      INFO(op << "(" << xs[i] << ")");
+      CHECK(same(d->data<double>()[i], fn(xs[i])));
+      const float want = static_cast<float>(fn(static_cast<double>(xf[i])));
+      // float: the float function, within an ulp of the rounded double one
+      CHECK((same(f->data<float>()[i], want) ||
+             std::fabs(f->data<float>()[i] - want) <= std::numeric_limits<float>::epsilon() * std::fabs(want)));
+    }
+  }
+  // Halves go to even, as NumPy's and TensorFlow's round.
+  auto r = RunKernel("Round", {Tensor::FromVector<float>({0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.4f})}, DType::kFloat32);
+  REQUIRE(r.ok());
+  CHECK(std::vector<float>(r->data<float>(), r->data<float>() + 6) == std::vector<float>{0, 2, 2, -0.f, -2, 2});
+}
+
+TEST_CASE("IsNan, IsInf and IsFinite give bools; SquaredDifference broadcasts", "[math]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::FromVector<float>({1, nan, inf, -inf, 0, -0.f}, {2, 3});
+  const std::vector<std::pair<const char*, std::vector<bool>>> want = {
+      {"IsNan", {false, true, false, false, false, false}},
+      {"IsInf", {false, false, true, true, false, false}},
+      {"IsFinite", {true, false, false, false, true, true}}};
+  for (const auto& [op, w] : want) {
+    auto r = RunKernel(op, {x}, DType::kBool);
+    REQUIRE(r.ok());
+    CHECK(r->dtype() == DType::kBool);
+    CHECK(r->shape() == Shape{2, 3});
+    for (int i = 0; i < 6; ++i) CHECK(r->data<bool>()[i] == w[i]);
+  }
+  auto sd = RunKernel("SquaredDifference", {Tensor::FromVector<int32_t>({1, 5, -3, 2}, {2, 2}),
+                                            Tensor::FromVector<int32_t>({4, -1})}, DType::kInt32);
+  REQUIRE(sd.ok());
+  CHECK(std::vector<int32_t>(sd->data<int32_t>(), sd->data<int32_t>() + 4) == std::vector<int32_t>{9, 36, 49, 9});
+}
+
+TEST_CASE("ArgMin takes the first smallest value, or the first NaN", "[math]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  AttrMap axis1;
+  axis1.Set("axis", int64_t{1});
+  auto a = RunKernel("ArgMin", {Tensor::FromVector<float>({3, 1, 1, 2, 5, nan, 0, nan}, {2, 4})}, DType::kInt64, axis1);
+  REQUIRE(a.ok());
+  CHECK(a->data<int64_t>()[0] == 1);
+  CHECK(a->data<int64_t>()[1] == 1);
+  AttrMap axis0;
+  axis0.Set("axis", int64_t{-2});
+  auto b = RunKernel("ArgMin", {Tensor::FromVector<int64_t>({3, 1, -7, 2}, {2, 2})}, DType::kInt64, axis0);
+  REQUIRE(b.ok());
+  CHECK(b->data<int64_t>()[0] == 1);
+  CHECK(b->data<int64_t>()[1] == 0);
+  AttrMap bad;
+  bad.Set("axis", int64_t{2});
+  auto c = RunKernel("ArgMin", {Tensor::FromVector<float>({1, 2})}, DType::kInt64, bad);
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(c.status().message(), Catch::Contains("ArgMin axis 2"));
+}
+
+TEST_CASE("Range: values, lengths at the edges of each dtype, and clear errors", "[math]") {
+  auto range = [](const Tensor& a, const Tensor& b, const Tensor& d) {
+    return RunKernel("Range", {a, b, d}, a.dtype());
+  };
+  auto i32 = [](int32_t v) { return Tensor::FromVector<int32_t>({v}, {}); };
+  auto r = range(i32(3), i32(-4), i32(-3));
+  REQUIRE(r.ok());
+  CHECK(std::vector<int32_t>(r->data<int32_t>(), r->data<int32_t>() + r->num_elements()) ==
+        std::vector<int32_t>{3, 0, -3});
+  // NumPy's arange(0, 1, 0.1): ten values, each start + i * delta.
+  auto f = RunKernel("Range", {Tensor::FromVector<double>({0.0}, {}), Tensor::FromVector<double>({1.0}, {}),
+                               Tensor::FromVector<double>({0.1}, {})}, DType::kFloat64);
+  REQUIRE(f.ok());
+  REQUIRE(f->num_elements() == 10);
+  for (int i = 0; i < 10; ++i) CHECK(f->data<double>()[i] == i * 0.1);
+  // The whole int32 range by a step that overflows start + i * delta midway.
+  const int32_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+  auto w = range(i32(lo), i32(hi), i32(1 << 30));
+  REQUIRE(w.ok());
+  CHECK(std::vector<int32_t>(w->data<int32_t>(), w->data<int32_t>() + w->num_elements()) ==
+        std::vector<int32_t>{lo, -(1 << 30), 0, 1 << 30});
+  auto e = range(i32(5), i32(5), i32(1));
+  REQUIRE(e.ok());
+  CHECK(e->num_elements() == 0);
+  const std::vector<std::pair<std::vector<Tensor>, std::string>> bad = {
+      {{i32(0), i32(5), i32(0)}, "delta must not be 0"},
+      {{i32(5), i32(0), i32(1)}, "start 5 is above limit 0"},
+      {{i32(0), i32(5), i32(-1)}, "start 0 is below limit 5"},
+      {{Tensor::FromVector<int32_t>({0, 1}), i32(5), i32(1)}, "start must be a scalar"},
+      {{i32(0), Tensor::FromVector<int64_t>({5}, {}), i32(1)}, "limit is int64 but start is int32"},
+      {{Tensor::FromVector<float>({0}, {}), Tensor::FromVector<float>({std::numeric_limits<float>::infinity()}, {}),
+        Tensor::FromVector<float>({1}, {})}, "must be finite"},
+      {{Tensor::FromVector<double>({0}, {}), Tensor::FromVector<double>({1e300}, {}),
+        Tensor::FromVector<double>({1e-300}, {})}, "more than 2^63 values"}};
+  for (const auto& [in, msg] : bad) {
+    auto b = RunKernel("Range", in, in[0].dtype());
+    INFO(msg);
+    REQUIRE_FALSE(b.ok());
+    CHECK_THAT(b.status().message(), Catch::Contains(msg));
   }
 }
 

@@ -154,6 +154,12 @@ std::map<std::string, Maker> Makers() {
     c.fetches = {ops::Fill(g, IntConst(g, {2, 0}), ops::Const(g, 1.0f))};
     return c;
   };
+  m["Range"] = [](Graph& g) {  // an empty range, with limits known only at run time
+    Case c;
+    Output lim = Feed(g, c, DType::kInt32, {}, "limit");
+    c.fetches = {ops::Range(g, lim, lim, ops::Const(g, int32_t{1}))};
+    return c;
+  };
   m["Reshape"] = [](Graph& g) {
     Case c;
     Output x = Feed(g, c, DType::kFloat32, {2, 0});
@@ -442,6 +448,7 @@ const std::map<std::string, std::string>& NeedsSession() {
 const std::map<std::string, std::string>& ExpectedErrors() {
   static const std::map<std::string, std::string> m = {
       {"ArgMax", "the index of the largest of no values"},
+      {"ArgMin", "the index of the smallest of no values"},
   };
   return m;
 }
