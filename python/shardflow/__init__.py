@@ -41,6 +41,12 @@ from . import embedding
 from . import nn
 from .queues import FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue
 from .cluster import LocalCluster
+from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math
+from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduce_sum, reduce_mean,  # noqa: F401
+                     reduce_max, reduce_min, reduce_prod, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
+                     fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, maximum,
+                     minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
+                     squared_difference)
 
 bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
 

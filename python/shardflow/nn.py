@@ -4,10 +4,17 @@ from . import _core
 from . import graph as _graph
 from . import ops
 
-__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
+__all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
            "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits"]
 
 relu = ops.relu
+
+
+def leaky_relu(features, alpha=0.2, name=None):
+    """features where > 0, else alpha * features."""
+    return ops.leaky_relu(features, alpha=float(alpha), name=name)
+
+
 sigmoid = ops.sigmoid
 tanh = ops.tanh
 softmax = ops.softmax

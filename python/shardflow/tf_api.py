@@ -1,0 +1,308 @@
+"""TensorFlow 1.x's names and signatures for the common ops (tf.reduce_sum, tf.matmul, tf.stack, ...).
+
+Each function builds the same nodes sf.ops does; they are here so TensorFlow code reads the same:
+`sf.reduce_sum(x, axis=1, keepdims=True)` is `sf.ops.sum(x, axes=[1], keep_dims=True)`. A
+function refuses, with InvalidArgumentError, an argument TensorFlow takes that it does not
+support, rather than ignoring it.
+"""
+
+import builtins
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import errors
+from . import graph as _graph
+from . import ops
+
+__all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "reduce_sum", "reduce_mean",
+           "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
+           "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
+           "one_hot", "where", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
+           "exp", "log", "abs", "sign", "negative", "floordiv", "floormod", "truediv", "divide", "squared_difference"]
+
+
+def _t(x, dtype=None):
+    return x if isinstance(x, _graph.Tensor) else _graph.convert_to_tensor(x, dtype=dtype)
+
+
+def _int_list(value, what):
+    if isinstance(value, (int, np.integer)):
+        return [int(value)]
+    try:
+        return [int(v) for v in value]
+    except TypeError:
+        raise errors.InvalidArgumentError(f"{what} must be an int or a list of ints, got {value!r}") from None
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
+    """a @ b (MatMul for matrices, BatchMatMul over leading batch dims)."""
+    a, b = _t(a), _t(b)
+    ra, rb = a.shape.rank, b.shape.rank
+    op = "MatMul" if (ra in (2, None) and rb in (2, None)) else "BatchMatMul"
+    return ops.add_op(op, [a, b], {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}, name=name)
+
+
+def reshape(tensor, shape, name=None):
+    """tensor with a new shape (a list with at most one -1, or an int tensor)."""
+    if not isinstance(shape, _graph.Tensor):
+        shape = np.asarray(shape, dtype=np.int32)
+    return ops.reshape(_t(tensor), shape, name=name)
+
+
+def concat(values, axis, name=None):
+    """values joined along axis."""
+    values = [_t(v) for v in values]
+    if not values:
+        raise errors.InvalidArgumentError("concat needs at least one tensor")
+    if len(values) == 1:
+        return _graph.identity(values[0], name=name or "concat")
+    return ops.concat(*values, axis=int(axis), name=name)
+
+
+def stack(values, axis=0, name=None):
+    """The tensors of values (one shape) along a new axis: N tensors of shape S give [N, *S] for axis 0."""
+    values = [_t(v) for v in values]
+    if not values:
+        raise errors.InvalidArgumentError("stack needs at least one tensor")
+    expanded = [ops.expand_dims(v, axis=int(axis)) for v in values]
+    return concat(expanded, axis=int(axis), name=name)
+
+
+def unstack(value, num=None, axis=0, name=None):
+    """The num slices of value along axis, each without that axis; num from the static shape if None."""
+    value = _t(value)
+    rank = value.shape.rank
+    if rank is None:
+        raise errors.InvalidArgumentError(f"unstack of {value.name!r} needs a known rank")
+    ax = int(axis) + rank if int(axis) < 0 else int(axis)
+    if not 0 <= ax < rank:
+        raise errors.InvalidArgumentError(f"unstack axis {axis} is out of range for shape {value.shape}")
+    n = value.shape[ax] if num is None else int(num)
+    if n is None:
+        raise errors.InvalidArgumentError(f"unstack of {value.name!r} along axis {axis} of unknown size: pass num")
+    if n == 1:
+        parts = [value]
+    else:
+        parts = ops.split(value, num_split=n, axis=ax, name=name)
+        parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
+    return [ops.squeeze(p, axes=[ax]) for p in parts]
+
+
+def split(value, num_or_size_splits, axis=0, name=None):
+    """value split into num_or_size_splits equal parts along axis (a list of sizes is not supported)."""
+    if not isinstance(num_or_size_splits, (int, np.integer)):
+        raise errors.InvalidArgumentError("split takes a number of equal parts; a list of sizes is not supported")
+    n = int(num_or_size_splits)
+    if n == 1:
+        return [_graph.identity(_t(value), name=name or "split")]
+    parts = ops.split(_t(value), num_split=n, axis=int(axis), name=name)
+    return list(parts) if isinstance(parts, (list, tuple)) else [parts]
+
+
+def cast(x, dtype, name=None):
+    """x converted to dtype."""
+    return ops.cast(_t(x), DstT=_dt.as_dtype(dtype), name=name)
+
+
+def _reduce(op, x, axis, keepdims, name):
+    x = _t(x)
+    if axis is None:
+        return op(x, axes=[], keep_dims=bool(keepdims), name=name)
+    axes = _int_list(axis, "axis")
+    if not axes:  # TensorFlow: an empty list of axes reduces nothing
+        return _graph.identity(x, name=name or "Identity")
+    return op(x, axes=axes, keep_dims=bool(keepdims), name=name)
+
+
+def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
+    """Sum over axis (None: all; [] none)."""
+    return _reduce(ops.sum, input_tensor, axis, keepdims, name)
+
+
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
+    """Mean over axis (None: all; [] none)."""
+    return _reduce(ops.mean, input_tensor, axis, keepdims, name)
+
+
+def reduce_max(input_tensor, axis=None, keepdims=False, name=None):
+    """Maximum over axis (None: all; [] none)."""
+    return _reduce(ops.max, input_tensor, axis, keepdims, name)
+
+
+def reduce_min(input_tensor, axis=None, keepdims=False, name=None):
+    """Minimum over axis (None: all; [] none)."""
+    return _reduce(ops.min, input_tensor, axis, keepdims, name)
+
+
+def reduce_prod(input_tensor, axis=None, keepdims=False, name=None):
+    """Product over axis (None: all; [] none)."""
+    return _reduce(ops.prod, input_tensor, axis, keepdims, name)
+
+
+def argmax(input, axis=None, output_type=_dt.int64, name=None):  # noqa: A002 - TensorFlow's name
+    """Index of the largest value along axis (0 if None, as TensorFlow 1.x)."""
+    out = ops.arg_max(_t(input), axis=0 if axis is None else int(axis), name=name)
+    return out if _dt.as_dtype(output_type) == _dt.int64 else cast(out, output_type)
+
+
+def argmin(input, axis=None, output_type=_dt.int64, name=None):  # noqa: A002
+    """Index of the smallest value along axis (0 if None, as TensorFlow 1.x)."""
+    out = ops.arg_min(_t(input), axis=0 if axis is None else int(axis), name=name)
+    return out if _dt.as_dtype(output_type) == _dt.int64 else cast(out, output_type)
+
+
+def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001 - TensorFlow's name
+    """[start, start + delta, ...) up to limit; range(n) is 0..n-1. int32 unless a value or dtype is float."""
+    if limit is None:
+        start, limit = 0, start
+    values = [start, limit, delta]
+    if dtype is None:
+        tensors = [v for v in values if isinstance(v, _graph.Tensor)]
+        if tensors:
+            dtype = tensors[0].dtype
+        elif any(isinstance(v, (float, np.floating)) for v in values):
+            dtype = _dt.float32
+        else:
+            dtype = _dt.int32
+    dtype = _dt.as_dtype(dtype)
+    values = [v if isinstance(v, _graph.Tensor) else _graph.convert_to_tensor(v, dtype=dtype) for v in values]
+    values = [v if v.dtype == dtype else cast(v, dtype) for v in values]
+    return ops.range(*values, name=name)
+
+
+def fill(dims, value, name=None):
+    """A tensor of shape dims filled with the scalar value."""
+    if not isinstance(dims, _graph.Tensor):
+        dims = np.asarray(_int_list(dims, "dims") if np.ndim(dims) else [], dtype=np.int32)
+    return ops.fill(dims, _t(value), name=name)
+
+
+def zeros(shape, dtype=_dt.float32, name=None):
+    """Zeros of shape and dtype."""
+    dtype = _dt.as_dtype(dtype)
+    return fill(shape, _graph.constant(np.zeros((), dtype.as_numpy_dtype)), name=name)
+
+
+def ones(shape, dtype=_dt.float32, name=None):
+    """Ones of shape and dtype."""
+    dtype = _dt.as_dtype(dtype)
+    return fill(shape, _graph.constant(np.ones((), dtype.as_numpy_dtype)), name=name)
+
+
+def zeros_like(tensor, name=None):
+    """Zeros of tensor's shape and dtype."""
+    return ops.zeros_like(_t(tensor), name=name)
+
+
+def ones_like(tensor, name=None):
+    """Ones of tensor's shape and dtype."""
+    return ops.ones_like(_t(tensor), name=name)
+
+
+def transpose(a, perm=None, name=None):
+    """a with its dims permuted (reversed if perm is None)."""
+    a = _t(a)
+    if perm is None:
+        if a.shape.rank is None:
+            raise errors.InvalidArgumentError(f"transpose of {a.name!r} without perm needs a known rank")
+        perm = list(reversed(builtins.range(a.shape.rank)))
+    return ops.transpose(a, perm=_int_list(perm, "perm"), name=name)
+
+
+def expand_dims(input, axis, name=None):  # noqa: A002
+    """input with a size-1 axis inserted at axis."""
+    return ops.expand_dims(_t(input), axis=int(axis), name=name)
+
+
+def squeeze(input, axis=None, name=None):  # noqa: A002
+    """input without its size-1 axes (all, or those in axis)."""
+    return ops.squeeze(_t(input), axes=[] if axis is None else _int_list(axis, "axis"), name=name)
+
+
+def shape(input, name=None):  # noqa: A002
+    """The shape of input as an int32 vector."""
+    return ops.shape(_t(input), name=name)
+
+
+def size(input, name=None):  # noqa: A002
+    """The number of elements of input (int32)."""
+    return ops.size(_t(input), name=name)
+
+
+def rank(input, name=None):  # noqa: A002
+    """The rank of input (int32)."""
+    return ops.rank(_t(input), name=name)
+
+
+def tile(input, multiples, name=None):  # noqa: A002
+    """input repeated multiples[i] times along axis i."""
+    return ops.tile(_t(input), multiples=_int_list(multiples, "multiples"), name=name)
+
+
+def gather(params, indices, axis=0, name=None):
+    """Rows of params at indices (axis 0 only)."""
+    if axis != 0:
+        raise errors.InvalidArgumentError(f"gather supports axis 0 only, got {axis}")
+    return ops.gather(_t(params), _t(indices), name=name)
+
+
+def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype=_dt.float32, name=None):
+    """[..., depth] with on_value at each index and off_value elsewhere."""
+    return ops.one_hot(_t(indices), depth=int(depth), dtype=_dt.as_dtype(dtype), on=float(on_value),
+                       off=float(off_value), name=name)
+
+
+def where(condition, x=None, y=None, name=None):
+    """condition ? x : y element-wise (the one-argument form, indices of true values, is not supported)."""
+    if x is None or y is None:
+        raise errors.InvalidArgumentError("where(condition) without x and y (the indices of true values) "
+                                          "is not supported")
+    x = _t(x)
+    return ops.select(_t(condition), x, _t(y, dtype=x.dtype), name=name)
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """t limited to [clip_value_min, clip_value_max] element-wise."""
+    t = _t(t)
+    lo, hi = _t(clip_value_min, dtype=t.dtype), _t(clip_value_max, dtype=t.dtype)
+    return ops.minimum(ops.maximum(t, lo), hi, name=name)
+
+
+def add_n(inputs, name=None):
+    """The sum of same-shape tensors."""
+    return ops.add_n(*[_t(v) for v in inputs], name=name)
+
+
+def stop_gradient(input, name=None):  # noqa: A002
+    """input, with a zero gradient."""
+    return ops.stop_gradient(_t(input), name=name)
+
+
+def _binary(op):
+    def fn(x, y, name=None):
+        x = _t(x)
+        return op(x, _t(y, dtype=x.dtype), name=name)
+    fn.__name__ = op.__name__
+    fn.__doc__ = op.__doc__
+    return fn
+
+
+maximum = _binary(ops.maximum)
+minimum = _binary(ops.minimum)
+floordiv = _binary(ops.floor_div)
+floormod = _binary(ops.floor_mod)
+squared_difference = _binary(ops.squared_difference)
+square, sqrt, exp, log, abs, sign, negative = (ops.square, ops.sqrt, ops.exp, ops.log, ops.abs, ops.sign,  # noqa: A001
+                                               ops.neg)
+
+
+def truediv(x, y, name=None):
+    """x / y; int32 and int64 become float64 first, as Python's / (and TensorFlow's)."""
+    return _t(x) / y if name is None else _graph.identity(_t(x) / y, name=name)
+
+
+divide = truediv
+sin, cos, log1p, expm1 = ops.sin, ops.cos, ops.log1p, ops.expm1
+floor, ceil, round, is_nan, is_inf, is_finite = (ops.floor, ops.ceil, ops.round, ops.is_nan,  # noqa: A001
+                                                 ops.is_inf, ops.is_finite)
