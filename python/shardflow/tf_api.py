@@ -174,7 +174,7 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001 -
 def fill(dims, value, name=None):
     """A tensor of shape dims filled with the scalar value."""
     if not isinstance(dims, _graph.Tensor):
-        dims = np.asarray(_int_list(dims, "dims") if np.ndim(dims) else [], dtype=np.int32)
+        dims = np.asarray(_int_list(dims, "dims"), dtype=np.int32)  # an int n is the shape [n], as TensorFlow
     return ops.fill(dims, _t(value), name=name)
 
 
