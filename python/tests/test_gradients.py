@@ -21,6 +21,11 @@ CASES = {
     "sqrt_max": lambda x: sf.ops.sum(sf.ops.sqrt(x) + sf.ops.maximum(x, 1.0)),
     "reshape_concat": lambda x: sf.ops.sum(sf.ops.reshape(sf.ops.concat(x, x * 2.0, axis=0),
                                                           np.array([4, 6], np.int32)) ** 2),
+    "sin_cos_log1p_expm1": lambda x: sf.ops.sum(sf.ops.sin(x) * sf.ops.cos(2.0 * x) + sf.ops.log1p(x) * sf.ops.expm1(x)),
+    "squared_difference": lambda x: sf.reduce_sum(sf.ops.squared_difference(x, sf.constant(W[:, :1].T))),
+    "floor_mod": lambda x: sf.reduce_sum(sf.ops.floor_mod(x * 3.0, 0.7) ** 2),  # X * 3 / 0.7 far from integers
+    "leaky_relu_stack": lambda x: sf.reduce_sum(sf.stack([sf.nn.leaky_relu(x - 1.0, 0.3), x], axis=1) ** 2),
+    "clip_reduce_max": lambda x: sf.reduce_sum(sf.clip_by_value(x, 0.7, 1.3) * sf.reduce_max(x, 1, keepdims=True)),
 }
 
 
