@@ -93,8 +93,37 @@ Status CompactIds(const EmbeddingShardSpec& s, const EmbeddingGather& q, LocalOf
 }
 
 // CompactIds with the shard's partitioning (see LocalRowsOf).
+// The shard's own ids as local rows and their segments, in the gather's
+// order: a view of q's own tensors when the ids were split before the shards
+// (no copy: the split made them already), else of *rows and *segs.
+struct ShardIds {
+  const int64_t* rows = nullptr;
+  const int64_t* segs = nullptr;
+  int64_t n = 0;
+};
+
+Status ShardPartInto(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vector<int64_t>* rows,
+                     std::vector<int64_t>* segs);
+
 Status ShardPart(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vector<int64_t>* rows,
-                 std::vector<int64_t>* segs) {
+                 std::vector<int64_t>* segs, ShardIds* out) {
+  SF_RETURN_IF_ERROR(ShardPartInto(s, q, rows, segs));
+  if (q.local_rows) {
+    out->rows = q.ids.data<int64_t>();
+    out->segs = q.segment_ids.data<int64_t>();
+    out->n = q.ids.num_elements();
+  } else {
+    out->rows = rows->data();
+    out->segs = segs->data();
+    out->n = static_cast<int64_t>(rows->size());
+  }
+  return Status::OK();
+}
+
+// ShardPart's work: checks a split gather's ids in place, or compacts the
+// shard's ids of an unsplit one into *rows and *segs.
+Status ShardPartInto(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vector<int64_t>* rows,
+                     std::vector<int64_t>* segs) {
   SF_RETURN_IF_ERROR(CheckShardSpec(s));
   const int64_t K = s.num_shards, k = s.shard;
   if (q.local_rows) {
@@ -104,9 +133,11 @@ Status ShardPart(const EmbeddingShardSpec& s, const EmbeddingGather& q, std::vec
     const int64_t n = q.ids.num_elements(), shard_rows = EmbeddingShardRows(s.rows, K, k, s.partition);
     const int64_t* ids = q.ids.data<int64_t>();
     const int64_t* seg = q.segment_ids.data<int64_t>();
-    rows->assign(ids, ids + n);
-    segs->assign(seg, seg + n);
-    for (int64_t i = 0; i < n; ++i) {
+    bool bad = false;  // a branch-free look first; the loop naming the position only when needed
+    for (int64_t i = 0; i < n; ++i)
+      bad |= (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments)) |
+             (static_cast<uint64_t>(ids[i]) >= static_cast<uint64_t>(shard_rows));
+    for (int64_t i = 0; bad && i < n; ++i) {
       if (static_cast<uint64_t>(seg[i]) >= static_cast<uint64_t>(q.num_segments))
         return InvalidArgument("embedding table '" + s.table + "': segment id " + std::to_string(seg[i]) +
                                " of shard " + std::to_string(k) + "'s id position " + std::to_string(i) +
@@ -308,13 +339,14 @@ Status BuildHashShardGather(const EmbeddingShardSpec& s, const EmbeddingGather& 
     return InvalidArgument("embedding table '" + s.table + "' is not a hash table");
   thread_local std::vector<int64_t> ids, segs, unique;  // per-thread scratch
   thread_local std::vector<int32_t> index;
-  SF_RETURN_IF_ERROR(ShardPart(s, q, &ids, &segs));
-  UniqueRows(ids.data(), static_cast<int64_t>(ids.size()), &unique, &index);
-  const int64_t n = static_cast<int64_t>(ids.size()), m = static_cast<int64_t>(unique.size());
+  ShardIds mine;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &ids, &segs, &mine));
+  UniqueRows(mine.rows, mine.n, &unique, &index);
+  const int64_t n = mine.n, m = static_cast<int64_t>(unique.size());
   out->ids = Tensor(DType::kInt64, {m});
   std::copy(unique.begin(), unique.end(), out->ids.data<int64_t>());
   out->segment_ids = Tensor(DType::kInt64, {n});
-  std::copy(segs.begin(), segs.end(), out->segment_ids.data<int64_t>());
+  std::copy(mine.segs, mine.segs + n, out->segment_ids.data<int64_t>());
   out->unique_index = Tensor(DType::kInt32, {n});
   std::copy(index.begin(), index.end(), out->unique_index.data<int32_t>());
   const std::vector<float> w = SegmentWeights(q);
@@ -341,8 +373,9 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
                            std::to_string(shard_rows));
   // Scratch kept per thread: a fresh vector per step costs page faults.
   thread_local std::vector<int64_t> rows, segs;
-  SF_RETURN_IF_ERROR(ShardPart(s, q, &rows, &segs));
-  const int64_t n = static_cast<int64_t>(rows.size());
+  ShardIds mine;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &rows, &segs, &mine));
+  const int64_t n = mine.n;
   const int64_t dim = table.dim(1);
   const std::vector<float> w = SegmentWeights(q);
   const float* src = table.data<float>();
@@ -351,8 +384,8 @@ Status EmbeddingGatherCombine(const EmbeddingShardSpec& s, const EmbeddingGather
   constexpr int64_t kAhead = 8;
   // `rows` and `segs` are thread_local: the blocks below may run on other
   // threads, so they read them through pointers taken here.
-  const int64_t* rp = rows.data();
-  const int64_t* sp = segs.data();
+  const int64_t* rp = mine.rows;
+  const int64_t* sp = mine.segs;
   const float* wp = w.data();
   const bool weighted = q.combiner != EmbeddingCombiner::kSum;  // sum: every weight is 1
   bool sorted = true;
@@ -459,9 +492,10 @@ Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q
   thread_local std::vector<int64_t> mine_rows, mine_segs, unique;  // per-thread scratch
   thread_local std::vector<int32_t> index, start;
   thread_local std::vector<int64_t> order;
-  SF_RETURN_IF_ERROR(ShardPart(s, q, &mine_rows, &mine_segs));
-  const int64_t n = static_cast<int64_t>(mine_rows.size());
-  UniqueRows(mine_rows.data(), n, &unique, &index);
+  ShardIds mine;
+  SF_RETURN_IF_ERROR(ShardPart(s, q, &mine_rows, &mine_segs, &mine));
+  const int64_t n = mine.n;
+  UniqueRows(mine.rows, n, &unique, &index);
   const int64_t m = static_cast<int64_t>(unique.size());
   *rows = Tensor(DType::kInt64, {m});
   std::copy(unique.begin(), unique.end(), rows->data<int64_t>());
@@ -477,7 +511,7 @@ Status EmbeddingSparseGrad(const EmbeddingShardSpec& s, const EmbeddingGather& q
     thread_local std::vector<int32_t> cursor;
     cursor.assign(start.begin(), start.end() - 1);
     // The segments themselves, so the sums below read no positions.
-    for (int64_t j = 0; j < n; ++j) order[cursor[index[j]]++] = mine_segs[j];
+    for (int64_t j = 0; j < n; ++j) order[cursor[index[j]]++] = mine.segs[j];
   }
   *values = Tensor(DType::kFloat32, {m, dim});
   const std::vector<float> w = SegmentWeights(q);
@@ -780,8 +814,13 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
     const int64_t b = chunk_begin(c), e = chunk_begin(c + 1);
     status[c] = ShardRowsOf(s, id + b, e - b, lp + b, sp + b);
     if (!status[c].ok()) return;
-    int64_t* cnt = count.data() + c * K;
+    // Counted in this thread's own array, then stored: the chunks' counters
+    // share a cache line in `count`, and incrementing them there from two
+    // threads bounced it between the cores on every id.
+    thread_local std::vector<int64_t> cnt;
+    cnt.assign(K, 0);
     for (int64_t i = b; i < e; ++i) ++cnt[sp[i]];
+    std::copy(cnt.begin(), cnt.end(), count.data() + c * K);
   });
   for (const Status& st : status) SF_RETURN_IF_ERROR(st);  // the first chunk's error: the first bad id
   out->rows.clear();
@@ -797,15 +836,26 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
     out->segments.emplace_back(DType::kInt64, Shape{total});
   }
   each_chunk([&](int64_t c) {
+    // Cursors as indices and the inputs in locals: with pointers captured by
+    // reference, every store of a cursor (an int64_t*) could alias them, and
+    // the compiler reloaded lp and seg for each id.
     std::vector<int64_t*> r(K), g(K);
+    std::vector<int64_t> at(K, 0);
     for (int64_t k = 0; k < K; ++k) {
       r[k] = out->rows[k].data<int64_t>() + offset[c * K + k];
       g[k] = out->segments[k].data<int64_t>() + offset[c * K + k];
     }
+    int64_t** const rr = r.data();
+    int64_t** const gg = g.data();
+    int64_t* const pos = at.data();
+    const int64_t* const local_rows = lp;
+    const int64_t* const segs_in = seg;
+    const int32_t* const shard_ids = sp;
     for (int64_t i = chunk_begin(c), e = chunk_begin(c + 1); i < e; ++i) {
-      const int32_t k = sp[i];
-      *r[k]++ = lp[i];
-      *g[k]++ = seg[i];
+      const int32_t k = shard_ids[i];
+      const int64_t j = pos[k]++;
+      rr[k][j] = local_rows[i];
+      gg[k][j] = segs_in[i];
     }
   });
   const std::vector<float> w = SegmentWeights(q);
