@@ -283,6 +283,43 @@ Status GatherShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// [num_segments, data dims after segment_ids'] when the ranks are known;
+// num_segments from a constant.
+Status UnsortedSegmentSumShape(InferenceContext& c) {
+  const DType t = c.input_dtype(0);
+  if (!IsFloating(t) && !IsInteger(t))
+    return c.Error(std::string("UnsortedSegmentSum: data must be numeric, got ") + DTypeName(t));
+  SF_RETURN_IF_ERROR(RequireIndexDType(c, 1, "UnsortedSegmentSum"));
+  if (c.input_dtype(2) != DType::kInt32 && c.input_dtype(2) != DType::kInt64)
+    return c.Error(std::string("UnsortedSegmentSum: num_segments must be int32 or int64, got ") +
+                   DTypeName(c.input_dtype(2)));
+  const PartialShape& d = c.input_shape(0);
+  const PartialShape& ids = c.input_shape(1);
+  const PartialShape& ns = c.input_shape(2);
+  if (ns.rank_known() && ns.rank() != 0)
+    return c.Error("UnsortedSegmentSum: num_segments must be a scalar, got shape " + ns.ToString());
+  int64_t segments = -1;
+  if (const Tensor* k = c.input_constant(2); k != nullptr && k->num_elements() == 1) {
+    segments = k->scalar_as<int64_t>();
+    if (segments < 0) return c.Error("UnsortedSegmentSum: num_segments must be >= 0, got " + std::to_string(segments));
+  }
+  if (!d.rank_known() || !ids.rank_known()) {
+    c.set_output(0, t, PartialShape::Unknown());
+    return Status::OK();
+  }
+  if (ids.rank() > d.rank())
+    return c.Error("UnsortedSegmentSum: segment_ids " + ids.ToString() + " must be a prefix of data's shape " +
+                   d.ToString());
+  for (int i = 0; i < ids.rank(); ++i)
+    if (ids.dims()[i] >= 0 && d.dims()[i] >= 0 && ids.dims()[i] != d.dims()[i])
+      return c.Error("UnsortedSegmentSum: segment_ids " + ids.ToString() + " must be a prefix of data's shape " +
+                     d.ToString());
+  Shape out{segments};
+  out.insert(out.end(), d.dims().begin() + ids.rank(), d.dims().end());
+  c.set_output(0, t, PartialShape(out));
+  return Status::OK();
+}
+
 Status OneHotShape(InferenceContext& c) {
   SF_RETURN_IF_ERROR(RequireIndexDType(c, 0, "OneHot"));
   SF_ASSIGN_OR_RETURN(int64_t depth, c.Attr<int64_t>("depth"));
@@ -531,6 +568,39 @@ Status RegisterArrayOps(OpRegistry& reg) {
       .InputNames({"params", "indices"})
       .Inputs(2).Shape(GatherShape).Grad(GatherGradFn)
       .Summary("Rows of params (input 0) at int indices (input 1) along axis 0.").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("UnsortedSegmentSum")
+      .InputNames({"data", "segment_ids", "num_segments"})
+      .Inputs(3).Shape(UnsortedSegmentSumShape)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        std::vector<Output> out(3);
+        if (dy[0].valid()) out[0] = ops::Gather(g, dy[0], n.inputs[1]);
+        return out;
+      })
+      .Summary("Sums of data's slices by segment: out[segment_ids[i...], ...] += data[i..., ...] "
+               "(segment_ids a prefix of data's shape, each in [0, num_segments)).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Unique")
+      .Inputs(1)
+      .Shape([](InferenceContext& c) -> Status {
+        const PartialShape& x = c.input_shape(0);
+        if (x.rank_known() && x.rank() != 1) return c.Error("Unique: x must be a vector, got shape " + x.ToString());
+        c.set_output(0, c.input_dtype(0), PartialShape({-1}));
+        c.set_output(1, DType::kInt32, x.rank_known() ? x : PartialShape({-1}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("The distinct values of a vector in order of first appearance (output 0) and each "
+               "element's int32 index into them (output 1).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Where")
+      .Inputs(1)
+      .Shape([](InferenceContext& c) -> Status {
+        if (c.input_dtype(0) != DType::kBool)
+          return c.Error(std::string("Where: condition must be bool, got ") + DTypeName(c.input_dtype(0)));
+        const PartialShape& x = c.input_shape(0);
+        c.set_output(0, DType::kInt64, PartialShape({-1, x.rank_known() ? x.rank() : -1}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("The coordinates of the true elements of a bool tensor, row-major: int64 [count, rank].").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("OneHot")
       .RequiredAttr<int64_t>("depth").Attr("dtype", DType::kFloat32).Attr("on", 1.0).Attr("off", 0.0)
       .Inputs(1).Shape(OneHotShape).NotDifferentiable()
@@ -614,6 +684,15 @@ Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings, const std::
   if (mode != "CONSTANT") a.Set("mode", mode);
   return g.Add1("Pad", {x}, std::move(a));
 }
+
+Output UnsortedSegmentSum(Graph& g, Output data, Output segment_ids, Output num_segments) {
+  return g.Add1("UnsortedSegmentSum", {data, segment_ids, num_segments});
+}
+std::pair<Output, Output> Unique(Graph& g, Output x) {
+  const int id = g.AddNode("Unique", {x});
+  return {Output(&g, id, 0), Output(&g, id, 1)};
+}
+Output Where(Graph& g, Output condition) { return g.Add1("Where", {condition}); }
 
 Output Gather(Graph& g, Output params, Output indices) {
   return g.Add1("Gather", {params, indices});

@@ -203,6 +203,15 @@ Output Pad(Graph& g, Output x, const std::vector<int64_t>& paddings,
            const std::string& mode = "CONSTANT");
 // Rows of params at indices along axis 0.
 Output Gather(Graph& g, Output params, Output indices);
+// Sums of data's slices by segment: out[segment_ids[i...], ...] += data[i..., ...]
+// (segment_ids a prefix of data's shape; an id outside [0, num_segments)
+// fails at run time naming it). Its gradient is a Gather.
+Output UnsortedSegmentSum(Graph& g, Output data, Output segment_ids, Output num_segments);
+// The distinct values of vector x in order of first appearance, and each
+// element's int32 index into them.
+std::pair<Output, Output> Unique(Graph& g, Output x);
+// The coordinates of condition's true elements: int64 [count, rank].
+Output Where(Graph& g, Output condition);
 Output OneHot(Graph& g, Output indices, int64_t depth, DType dtype = DType::kFloat32,
               double on = 1.0, double off = 0.0);
 Output Fill(Graph& g, Output dims, Output value);

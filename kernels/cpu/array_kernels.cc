@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <unordered_map>
+#include <vector>
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "kernels/compute_pool.h"
@@ -681,6 +684,18 @@ bool DispatchIndex(DType t, F&& f) {
   return true;
 }
 
+// Zeroes out (num rows x row) and adds row i of src into row ix[i], for each
+// of the n indices (already checked against out's rows): the gradient of a
+// gather, and UnsortedSegmentSum.
+template <typename T, typename I>
+void ScatterAddRows(const I* ix, int64_t n, const T* src, int64_t row, Tensor* out) {
+  out->flat<T>().setZero();
+  if (row == 0) return;
+  using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+  using CVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  for (int64_t i = 0; i < n; ++i) Vec(out->data<T>() + static_cast<int64_t>(ix[i]) * row, row) += CVec(src + i * row, row);
+}
+
 class GatherKernel : public OpKernel {
  public:
   GatherKernel(const KernelInit&, Status*) {}
@@ -746,12 +761,7 @@ class GatherGradKernel : public OpKernel {
       Status st = CheckIndices<I>(indices, rows, "GatherGrad");
       if (!st.ok()) return ctx->SetStatus(st);
       Tensor& out = ctx->allocate_output(0, dy.dtype(), shape);
-      out.flat<T>().setZero();
-      const I* ix = indices.data<I>();
-      using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-      using CVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-      for (int64_t i = 0; i < indices.num_elements(); ++i)
-        Vec(out.data<T>() + ix[i] * row, row) += CVec(dy.data<T>() + i * row, row);
+      ScatterAddRows<T, I>(indices.data<I>(), indices.num_elements(), dy.data<T>(), row, &out);
     });
     if (!known)
       ctx->SetStatus(InvalidArgument(std::string("GatherGrad: indices must be int32 or int64, got ") +
@@ -797,6 +807,105 @@ class OneHotKernel : public OpKernel {
   double on_ = 1.0, off_ = 0.0;
 };
 
+// ---- UnsortedSegmentSum / Unique / Where ------------------------------------
+
+// out[segment_ids[i...], ...] += data[i..., ...]; rows no id names stay 0.
+template <typename T>
+class UnsortedSegmentSumKernel : public OpKernel {
+ public:
+  UnsortedSegmentSumKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& data = ctx->input(0);
+    const Tensor& ids = ctx->input(1);
+    const Tensor& ns = ctx->input(2);
+    if (ns.num_elements() != 1 || !(ns.dtype() == DType::kInt32 || ns.dtype() == DType::kInt64))
+      return ctx->SetStatus(InvalidArgument("UnsortedSegmentSum: num_segments must be an int scalar, got " +
+                                            ns.DebugString(0)));
+    const int64_t segments = ns.scalar_as<int64_t>();
+    if (segments < 0)
+      return ctx->SetStatus(InvalidArgument("UnsortedSegmentSum: num_segments must be >= 0, got " +
+                                            std::to_string(segments)));
+    const int r = ids.rank();
+    bool prefix = r <= data.rank();
+    for (int i = 0; prefix && i < r; ++i) prefix = ids.dim(i) == data.dim(i);
+    if (!prefix)
+      return ctx->SetStatus(InvalidArgument("UnsortedSegmentSum: segment_ids " + ShapeString(ids.shape()) +
+                                            " must be a prefix of data's shape " + ShapeString(data.shape())));
+    Shape os{segments};
+    os.insert(os.end(), data.shape().begin() + r, data.shape().end());
+    Status st = CheckRuntimeShape(os, "UnsortedSegmentSum output");
+    if (!st.ok()) return ctx->SetStatus(st);
+    int64_t row = 1;
+    for (int i = r; i < data.rank(); ++i) row *= data.dim(i);
+    bool known = DispatchIndex(ids.dtype(), [&](auto tag) {
+      using I = typename decltype(tag)::type;
+      Status c = CheckIndices<I>(ids, segments, "UnsortedSegmentSum");
+      if (!c.ok()) return ctx->SetStatus(c);
+      Tensor& out = ctx->allocate_output(0, data.dtype(), os);
+      ScatterAddRows<T, I>(ids.data<I>(), ids.num_elements(), data.data<T>(), row, &out);
+    });
+    if (!known)
+      ctx->SetStatus(InvalidArgument(std::string("UnsortedSegmentSum: segment_ids must be int32 or int64, got ") +
+                                     DTypeName(ids.dtype())));
+  }
+};
+
+// The distinct values of a vector in order of first appearance, and each
+// element's index into them (int32). Values equal under == are one (so -0
+// and +0 are; every NaN is its own).
+template <typename T>
+class UniqueKernel : public OpKernel {
+ public:
+  UniqueKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    if (x.rank() != 1)
+      return ctx->SetStatus(InvalidArgument("Unique: x must be a vector, got shape " + ShapeString(x.shape())));
+    const int64_t n = x.num_elements();
+    if (n > std::numeric_limits<int32_t>::max())
+      return ctx->SetStatus(InvalidArgument("Unique: " + std::to_string(n) + " elements do not fit int32 indices"));
+    const T* in = x.data<T>();
+    std::unordered_map<T, int32_t> first;
+    first.reserve(static_cast<size_t>(std::min<int64_t>(n, 1 << 20)));
+    std::vector<T> values;
+    Tensor& idx = ctx->allocate_output(1, DType::kInt32, {n});
+    int32_t* o = idx.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      auto [it, fresh] = first.try_emplace(in[i], static_cast<int32_t>(values.size()));
+      if (fresh) values.push_back(in[i]);
+      o[i] = it->second;
+    }
+    Tensor& y = ctx->allocate_output(0, x.dtype(), {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), y.data<T>());
+  }
+};
+
+// The coordinates of the true elements of a bool tensor, in row-major
+// order: int64 [count, rank].
+class WhereKernel : public OpKernel {
+ public:
+  WhereKernel(const KernelInit&, Status*) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& c = ctx->input(0);
+    if (c.dtype() != DType::kBool)
+      return ctx->SetStatus(InvalidArgument(std::string("Where: condition must be bool, got ") + DTypeName(c.dtype())));
+    const bool* p = c.data<bool>();
+    const int64_t n = c.num_elements(), r = c.rank();
+    const int64_t count = std::count(p, p + n, true);
+    Tensor& out = ctx->allocate_output(0, DType::kInt64, {count, r});
+    int64_t* o = out.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!p[i]) continue;
+      int64_t rest = i;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        o[d] = rest % c.dim(static_cast<int>(d));
+        rest /= c.dim(static_cast<int>(d));
+      }
+      o += r;
+    }
+  }
+};
+
 }  // namespace
 
 void RegisterArrayKernels(KernelRegistry& reg) {
@@ -816,6 +925,15 @@ void RegisterArrayKernels(KernelRegistry& reg) {
   RegisterCPU<GatherGradKernel<double>>(reg, "GatherGrad", {DType::kFloat64});
   RegisterCPU<GatherGradKernel<int32_t>>(reg, "GatherGrad", {DType::kInt32});
   RegisterCPU<GatherGradKernel<int64_t>>(reg, "GatherGrad", {DType::kInt64});
+  RegisterCPU<UnsortedSegmentSumKernel<float>>(reg, "UnsortedSegmentSum", {DType::kFloat32});
+  RegisterCPU<UnsortedSegmentSumKernel<double>>(reg, "UnsortedSegmentSum", {DType::kFloat64});
+  RegisterCPU<UnsortedSegmentSumKernel<int32_t>>(reg, "UnsortedSegmentSum", {DType::kInt32});
+  RegisterCPU<UnsortedSegmentSumKernel<int64_t>>(reg, "UnsortedSegmentSum", {DType::kInt64});
+  RegisterCPU<UniqueKernel<float>>(reg, "Unique", {DType::kFloat32});
+  RegisterCPU<UniqueKernel<double>>(reg, "Unique", {DType::kFloat64});
+  RegisterCPU<UniqueKernel<int32_t>>(reg, "Unique", {DType::kInt32});
+  RegisterCPU<UniqueKernel<int64_t>>(reg, "Unique", {DType::kInt64});
+  RegisterCPU<WhereKernel>(reg, "Where", {DType::kBool});
   RegisterCPU<OneHotKernel<int32_t>>(reg, "OneHot", {DType::kInt32});
   RegisterCPU<OneHotKernel<int64_t>>(reg, "OneHot", {DType::kInt64});
 }

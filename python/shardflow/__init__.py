@@ -44,7 +44,8 @@ from .cluster import LocalCluster
 from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math
 from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduce_sum, reduce_mean,  # noqa: F401
                      reduce_max, reduce_min, reduce_prod, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
-                     fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, maximum,
+                     fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, unique,
+                     unsorted_segment_sum, maximum,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
                      squared_difference)
 

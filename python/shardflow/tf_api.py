@@ -18,7 +18,7 @@ from . import ops
 __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "reduce_sum", "reduce_mean",
            "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
-           "one_hot", "where", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
+           "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
            "exp", "log", "abs", "sign", "negative", "floordiv", "floormod", "truediv", "divide", "squared_difference"]
 
 
@@ -254,12 +254,25 @@ def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype=_dt.float32, name
 
 
 def where(condition, x=None, y=None, name=None):
-    """condition ? x : y element-wise (the one-argument form, indices of true values, is not supported)."""
+    """condition ? x : y element-wise; with condition alone, its true elements' coordinates (int64 [count, rank])."""
+    if x is None and y is None:
+        return ops.where(_t(condition), name=name)
     if x is None or y is None:
-        raise errors.InvalidArgumentError("where(condition) without x and y (the indices of true values) "
-                                          "is not supported")
+        raise errors.InvalidArgumentError("where takes both x and y, or neither")
     x = _t(x)
     return ops.select(_t(condition), x, _t(y, dtype=x.dtype), name=name)
+
+
+def unique(x, out_idx=_dt.int32, name=None):
+    """(y, idx): the distinct values of vector x in order of first appearance, and x's index into them."""
+    if _dt.as_dtype(out_idx) != _dt.int32:
+        raise errors.InvalidArgumentError("unique gives int32 indices only")
+    return ops.unique(_t(x), name=name)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
+    """out[segment_ids[i...], ...] = sum of data[i..., ...] (segment_ids a prefix of data's shape)."""
+    return ops.unsorted_segment_sum(_t(data), _t(segment_ids), _t(num_segments), name=name)
 
 
 def clip_by_value(t, clip_value_min, clip_value_max, name=None):

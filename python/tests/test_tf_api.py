@@ -93,8 +93,30 @@ def test_range_fill_zeros_ones_one_hot_where_cast():
     for k, (_, want) in cases.items():
         assert out[k].dtype == np.asarray(want).dtype, k
         np.testing.assert_array_equal(out[k], want, err_msg=k)
-    with pytest.raises(sf.errors.InvalidArgumentError, match="not supported"):
-        sf.where(sf.constant(A) > 0)
+    with pytest.raises(sf.errors.InvalidArgumentError, match="both x and y, or neither"):
+        sf.where(sf.constant(A) > 0, sf.constant(A))
+
+
+def test_where_unique_and_unsorted_segment_sum_against_numpy():
+    ids = np.array([5, -2, 5, 9, -2, 5], np.int64)
+    data = np.arange(18, dtype=np.float64).reshape(6, 3)
+    seg = np.array([2, 0, 2, 3, 0, 1], np.int32)
+    y, idx = sf.unique(ids)
+    x = sf.placeholder(sf.float64, [None, 3], name="data")
+    s = sf.math.unsorted_segment_sum(x, seg, 4)
+    assert s.shape.as_list() == [4, 3]
+    (ds,) = sf.gradients(sf.reduce_sum(s * np.arange(12.0).reshape(4, 3)), [x])
+    got = run({"where": sf.where(sf.constant(A) > 5), "y": y, "idx": idx, "s": s, "ds": ds}, {x: data})
+    np.testing.assert_array_equal(got["where"], np.argwhere(A > 5))
+    assert got["where"].dtype == np.int64
+    np.testing.assert_array_equal(got["y"], [5, -2, 9])
+    np.testing.assert_array_equal(got["idx"], [0, 1, 0, 2, 1, 0])
+    want = np.zeros((4, 3))
+    np.add.at(want, seg, data)
+    np.testing.assert_array_equal(got["s"], want)
+    np.testing.assert_array_equal(got["ds"], np.arange(12.0).reshape(4, 3)[seg])
+    with pytest.raises(sf.errors.InvalidArgumentError, match="index 4 .at position 3"):
+        run(sf.math.unsorted_segment_sum(x, np.array([0, 1, 2, 4, 0, 0], np.int32), 4), {x: data})
 
 
 def test_math_namespace_matches_numpy():

@@ -50,6 +50,11 @@ void AddArrayGradChecks(GradCheckTable& t) {
                [](Graph& g, X x) {
                  return ops::Gather(g, x[0], ops::Const(g, Tensor::FromVector<int64_t>({4, 0, 4, 2}, {2, 2})));
                }});
+  t.push_back({"UnsortedSegmentSum", "repeated and missing segments, ids a [2, 2] prefix", {{2, 2, 3}},
+               [](Graph& g, X x) {
+                 return ops::UnsortedSegmentSum(g, x[0], ops::Const(g, Tensor::FromVector<int32_t>({3, 0, 3, 1}, {2, 2})),
+                                                ops::Const(g, int32_t{5}));
+               }});
 }
 
 }  // namespace sf::testing

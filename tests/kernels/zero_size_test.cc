@@ -141,6 +141,14 @@ std::map<std::string, Maker> Makers() {
     c.xs = {p};
     return c;
   };
+  m["UnsortedSegmentSum"] = [](Graph& g) {  // rows of no width, and no ids at all
+    Case c;
+    Output d = Feed(g, c, DType::kFloat32, {2, 0}), e = Feed(g, c, DType::kFloat32, {0, 3}, "e");
+    c.fetches = {ops::UnsortedSegmentSum(g, d, IntConst(g, {1, 0}), ops::Const(g, int32_t{3})),
+                 ops::UnsortedSegmentSum(g, e, ops::Const(g, Tensor(DType::kInt32, {0})), ops::Const(g, int32_t{2}))};
+    c.xs = {d, e};
+    return c;
+  };
   m["Select"] = [](Graph& g) {
     Case c;
     Output cond = Feed(g, c, DType::kBool, {2, 0}, "cond");
