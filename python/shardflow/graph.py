@@ -562,6 +562,12 @@ def _scalar_dtype(value, like):
     if isinstance(value, (int, float, np.integer, np.floating)):
         if isinstance(value, (float, np.floating)) and like.is_integer and not float(value).is_integer():
             return None
+        # A NumPy scalar says its kind: np.int32(5) stays an integer beside a float tensor (an op's
+        # count or limit), where a plain 5 takes the other side's dtype.
+        if isinstance(value, np.integer) and not like.is_integer:
+            return None
+        if isinstance(value, np.floating) and not like.is_floating:
+            return None
         return like
     return like if isinstance(value, (list, tuple)) and like.is_floating else None
 

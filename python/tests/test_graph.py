@@ -77,6 +77,12 @@ def test_scalar_takes_the_other_sides_dtype(g):
     assert (x * 2).dtype == sf.float64
     assert (i + 1).dtype == sf.int32
     assert (2.5 * x).dtype == sf.float64
+    assert (x * np.float32(2)).dtype == sf.float64  # a NumPy float beside a float tensor adapts
+    # A NumPy integer keeps its kind beside a float tensor (an op's count or limit), as a plain int does not.
+    y = sf.ops.unsorted_segment_sum(x, np.array([0, 1], np.int32), np.int32(3))
+    assert y.graph.get_operation_by_name(y.name.split(":")[0]).inputs[2].dtype == sf.int32
+    with pytest.raises(sf.errors.InvalidArgumentError):
+        i * np.float32(2)  # int32 times a NumPy float32: mixed dtypes, refused as TensorFlow does
 
 
 def test_division_operators_follow_python_and_numpy(g):

@@ -638,3 +638,32 @@ def test_gradients_with_partially_known_shapes(name):
                 assert all(d is None or d == e for d, e in zip(y.shape.as_list(), out[0].shape)), (y.shape, out[0].shape)
             for got, want in zip(out[1:], numeric):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {ph_shapes}")
+
+
+# ---- segment sums, unique, where: random inputs against NumPy ---------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unsorted_segment_sum_unique_where_random(seed):
+    rng = np.random.default_rng(seed)
+    ids_shape = [(7,), (3, 4), (0,), (2, 0)][seed % 4]
+    rest = [(), (3,), (2, 2)][seed % 3]
+    segments = int(rng.integers(1, 6))
+    ids = rng.integers(0, segments, ids_shape).astype([np.int32, np.int64][seed % 2])
+    data = rng.standard_normal(ids_shape + rest)
+    want = np.zeros((segments,) + rest)
+    np.add.at(want, ids, data)
+    assert_same(run(lambda d, i: O.unsorted_segment_sum(d, i, np.int32(segments)), data, ids), want, rtol=1e-12,
+                atol=1e-12)
+    vals = rng.integers(-3, 4, int(rng.integers(0, 20))).astype(np.int64)
+    y, first = np.unique(vals, return_index=True)
+    order = np.argsort(first)
+    g = sf.Graph()
+    with g.as_default():
+        uy, uidx = sf.unique(sf.constant(vals))
+        cond = sf.constant(data > 0)
+        w = sf.where(cond)
+    with sf.Session(g) as s:
+        got_y, got_idx, got_w = s.run([uy, uidx, w])
+    np.testing.assert_array_equal(got_y, y[order])
+    np.testing.assert_array_equal(got_y[got_idx], vals)
+    np.testing.assert_array_equal(got_w, np.argwhere(data > 0))
