@@ -570,6 +570,7 @@ Output Sub(Graph& g, Output a, Output b) { return g.Add1("Sub", {a, b}); }
 Output Mul(Graph& g, Output a, Output b) { return g.Add1("Mul", {a, b}); }
 Output Div(Graph& g, Output a, Output b) { return g.Add1("Div", {a, b}); }
 Output FloorDiv(Graph& g, Output a, Output b) { return g.Add1("FloorDiv", {a, b}); }
+Output FloorMod(Graph& g, Output a, Output b) { return g.Add1("FloorMod", {a, b}); }
 Output SquaredDifference(Graph& g, Output a, Output b) { return g.Add1("SquaredDifference", {a, b}); }
 Output Sin(Graph& g, Output x) { return g.Add1("Sin", {x}); }
 Output Cos(Graph& g, Output x) { return g.Add1("Cos", {x}); }
@@ -581,7 +582,6 @@ Output Round(Graph& g, Output x) { return g.Add1("Round", {x}); }
 Output IsNan(Graph& g, Output x) { return g.Add1("IsNan", {x}); }
 Output IsInf(Graph& g, Output x) { return g.Add1("IsInf", {x}); }
 Output IsFinite(Graph& g, Output x) { return g.Add1("IsFinite", {x}); }
-Output FloorMod(Graph& g, Output a, Output b) { return g.Add1("FloorMod", {a, b}); }
 Output Pow(Graph& g, Output a, Output b) { return g.Add1("Pow", {a, b}); }
 Output Maximum(Graph& g, Output a, Output b) { return g.Add1("Maximum", {a, b}); }
 Output Minimum(Graph& g, Output a, Output b) { return g.Add1("Minimum", {a, b}); }

@@ -4,6 +4,7 @@
 // size: one instantiation serves float32, int32, ...
 #define EIGEN_USE_THREADS
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -663,14 +664,19 @@ class TileKernel : public OpKernel {
 // ---- Gather / GatherGrad / OneHot -----------------------------------------
 
 // Checks every index against [0, rows); the error names the first bad one.
+// `bound` says what rows counts in the message ("params has 5 rows").
 template <typename I>
-Status CheckIndices(const Tensor& indices, int64_t rows, const std::string& op) {
+Status CheckIndices(const Tensor& indices, int64_t rows, const std::string& op,
+                    const char* bound = "params has %lld rows") {
   const I* ix = indices.data<I>();
   for (int64_t i = 0; i < indices.num_elements(); ++i) {
-    if (ix[i] < 0 || ix[i] >= rows)
+    if (ix[i] < 0 || ix[i] >= rows) {
+      char b[96];
+      std::snprintf(b, sizeof b, bound, static_cast<long long>(rows));
       return InvalidArgument(op + ": index " + std::to_string(ix[i]) + " (at position " +
                              std::to_string(i) + " of indices " + ShapeString(indices.shape()) +
-                             ") is out of range: params has " + std::to_string(rows) + " rows");
+                             ") is out of range: " + b);
+    }
   }
   return Status::OK();
 }
@@ -839,7 +845,7 @@ class UnsortedSegmentSumKernel : public OpKernel {
     for (int i = r; i < data.rank(); ++i) row *= data.dim(i);
     bool known = DispatchIndex(ids.dtype(), [&](auto tag) {
       using I = typename decltype(tag)::type;
-      Status c = CheckIndices<I>(ids, segments, "UnsortedSegmentSum");
+      Status c = CheckIndices<I>(ids, segments, "UnsortedSegmentSum", "num_segments is %lld");
       if (!c.ok()) return ctx->SetStatus(c);
       Tensor& out = ctx->allocate_output(0, data.dtype(), os);
       ScatterAddRows<T, I>(ids.data<I>(), ids.num_elements(), data.data<T>(), row, &out);

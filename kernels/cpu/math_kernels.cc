@@ -72,8 +72,7 @@ struct NotF { template <class X> static auto Apply(const X& x) { return x.unaryE
 // Functions of the C library per element, exact to its ulp: Eigen's packet
 // sin, cos, log1p and expm1 are range-reduced approximations (its exp and
 // sqrt were off at the edges too), and a functor with no packet op makes
-// Eigen evaluate one element at a time. Round is half to even (nearbyint in
-// the default rounding mode), as TensorFlow's and NumPy's.
+// Eigen evaluate one element at a time.
 template <typename Fn>
 struct StdUnaryF {
   template <class X> static auto Apply(const X& x) {
@@ -81,9 +80,6 @@ struct StdUnaryF {
     return x.unaryExpr([](T v) { return static_cast<T>(Fn()(v)); });
   }
 };
-struct FloorFn { template <class T> T operator()(T v) const { return std::floor(v); } };
-struct CeilFn { template <class T> T operator()(T v) const { return std::ceil(v); } };
-struct RoundFn { template <class T> T operator()(T v) const { return std::nearbyint(v); } };
 struct SinFn { template <class T> T operator()(T v) const { return std::sin(v); } };
 struct CosFn { template <class T> T operator()(T v) const { return std::cos(v); } };
 struct Log1pFn { template <class T> T operator()(T v) const { return std::log1p(v); } };
@@ -102,6 +98,13 @@ class FloatPredicateKernel : public OpKernel {
     for (int64_t i = 0, n = x.num_elements(); i < n; ++i) o[i] = kPred(in[i]);
   }
 };
+// Floor, Ceil and Round are exact in Eigen's packets too (one rounding
+// instruction each); Round is rint, halves to even as TensorFlow's and
+// NumPy's (Eigen's round() takes them away from zero).
+struct FloorF { template <class X> static auto Apply(const X& x) { return x.floor(); } };
+struct CeilF { template <class X> static auto Apply(const X& x) { return x.ceil(); } };
+struct RoundF { template <class X> static auto Apply(const X& x) { return x.rint(); } };
+
 template <typename T> bool IsNanOf(T v) { return std::isnan(v); }
 template <typename T> bool IsInfOf(T v) { return std::isinf(v); }
 template <typename T> bool IsFiniteOf(T v) { return std::isfinite(v); }
@@ -285,9 +288,9 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});
   RegisterUnary<LogF>(reg, "Log", false);
   RegisterUnary<ReciprocalF>(reg, "Reciprocal", false);
-  RegisterUnary<StdUnaryF<FloorFn>>(reg, "Floor", false);
-  RegisterUnary<StdUnaryF<CeilFn>>(reg, "Ceil", false);
-  RegisterUnary<StdUnaryF<RoundFn>>(reg, "Round", false);
+  RegisterUnary<FloorF>(reg, "Floor", false);
+  RegisterUnary<CeilF>(reg, "Ceil", false);
+  RegisterUnary<RoundF>(reg, "Round", false);
   RegisterUnary<StdUnaryF<SinFn>>(reg, "Sin", false);
   RegisterUnary<StdUnaryF<CosFn>>(reg, "Cos", false);
   RegisterUnary<StdUnaryF<Log1pFn>>(reg, "Log1p", false);

@@ -54,6 +54,7 @@ TEST_CASE("UnsortedSegmentSum sums rows by segment, ids a prefix of data's shape
                                         I32(3)});
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("index -1 (at position 1"));
+  CHECK_THAT(bad.status().message(), Catch::Contains("out of range: num_segments is 3"));
   auto neg = Run("UnsortedSegmentSum", {Tensor::FromVector<float>({1}), Tensor::FromVector<int32_t>({0}), I32(-2)});
   REQUIRE_FALSE(neg.ok());
   CHECK_THAT(neg.status().message(), Catch::Contains("num_segments must be >= 0"));
