@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -23,9 +24,19 @@ struct LoopGradient {
 
 // Builds the backward loop of the loop that Exit node `exit_id` leaves.
 // grad_of(o) returns the summed gradient flowing into o (invalid if none).
-// Unimplemented for a loop nested in another loop.
+// A loop nested in another loop's body gets its gradient inside the
+// enclosing loop's backward body (its stacks indexed by both iterations).
 Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
                                             const std::function<Output(Output)>& grad_of);
+
+// Gradients (shardflow/gradients.h) whose walk stays among the nodes of
+// `within` (all nodes when null): a loop body's gradient must not follow the
+// back edges of the loops around it (through them the body's own Exit, and
+// the enclosing body, reach its outputs). Errors as Gradients'.
+Result<std::vector<Output>> GradientsWithin(Graph& g, const std::vector<Output>& ys,
+                                            const std::vector<Output>& xs,
+                                            const std::vector<Output>& grad_ys, bool allow_unconnected,
+                                            const std::set<int>* within);
 
 }  // namespace internal
 }  // namespace sf

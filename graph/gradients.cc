@@ -24,6 +24,15 @@ bool CarriesGradient(DType t) { return IsFloating(t) || t == DType::kResource; }
 Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
                                       const std::vector<Output>& xs,
                                       const std::vector<Output>& grad_ys, bool allow_unconnected) {
+  return internal::GradientsWithin(g, ys, xs, grad_ys, allow_unconnected, nullptr);
+}
+
+namespace internal {
+
+Result<std::vector<Output>> GradientsWithin(Graph& g, const std::vector<Output>& ys,
+                                            const std::vector<Output>& xs,
+                                            const std::vector<Output>& grad_ys, bool allow_unconnected,
+                                            const std::set<int>* within) {
   SF_RETURN_IF_ERROR(g.status());
   if (ys.empty()) return InvalidArgument("Gradients needs at least one y");
   if (!grad_ys.empty() && grad_ys.size() != ys.size())
@@ -40,13 +49,14 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
   // to a lower one, so the passes repeat until nothing changes: a value
   // entering a loop reaches only the loop variables that depend on it.
   std::vector<char> to_y(n, 0), from_x(n, 0);
+  auto inside = [within](int id) { return !within || within->count(id) > 0; };
   for (const Output& y : ys) to_y[y.node] = 1;
   for (bool changed = true; changed;) {
     changed = false;
     for (int id = n - 1; id >= 0; --id) {
       if (!to_y[id]) continue;
       for (const Output& in : g.node(id).inputs)
-        if (!to_y[in.node]) {
+        if (!to_y[in.node] && inside(in.node)) {
           to_y[in.node] = 1;
           changed = changed || in.node > id;
         }
@@ -61,7 +71,7 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
   for (bool changed = true; changed;) {
     changed = false;
     for (int id = 0; id < n; ++id) {
-      if (from_x[id]) continue;
+      if (from_x[id] || !inside(id)) continue;
       for (const Output& in : g.node(id).inputs)
         if (from_x[in.node]) {
           from_x[id] = 1;
@@ -161,4 +171,5 @@ Result<std::vector<Output>> Gradients(Graph& g, const std::vector<Output>& ys,
   return out;
 }
 
+}  // namespace internal
 }  // namespace sf

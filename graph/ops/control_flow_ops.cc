@@ -25,6 +25,16 @@ Status PredShape(InferenceContext& c, int i) {
   return Status::OK();
 }
 
+// A stack index: int32, a scalar or a vector (one iteration per enclosing loop).
+Status CheckStackIndex(InferenceContext& c, int i) {
+  if (c.input_dtype(i) != DType::kInt32)
+    return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(i)));
+  const PartialShape& s = c.input_shape(i);
+  if (s.rank_known() && s.rank() > 1)
+    return c.Error("the index must be a scalar or a vector, got shape " + s.ToString());
+  return Status::OK();
+}
+
 // The most specific shape every input satisfies: dims that differ become -1.
 PartialShape CommonShape(const InferenceContext& c) {
   PartialShape s = c.input_shape(0);
@@ -105,21 +115,20 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
       .RequiredAttr<std::string>("stack_name")
       .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
-        if (c.input_dtype(1) != DType::kInt32)
-          return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(1)));
+        SF_RETURN_IF_ERROR(CheckStackIndex(c, 1));
         SF_RETURN_IF_ERROR(c.Attr<std::string>("stack_name").status());
         return Status::OK();
       })
       .NotDifferentiable()
       .Summary("Saves a value for this step under (attr stack_name, index): a loop "
-               "gradient's forward half.").Build()));
+               "gradient's forward half. index: an int32 scalar, or a vector of one "
+               "iteration number per enclosing loop.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPop")
       .RequiredAttr<std::string>("stack_name").RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape())
       .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {
-        if (c.input_dtype(0) != DType::kInt32)
-          return c.Error(std::string("the index must be int32, got ") + DTypeName(c.input_dtype(0)));
+        SF_RETURN_IF_ERROR(CheckStackIndex(c, 0));
         SF_RETURN_IF_ERROR(c.Attr<std::string>("stack_name").status());
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
         SF_ASSIGN_OR_RETURN(PartialShape s, c.AttrOr<PartialShape>("shape", PartialShape()));
@@ -395,9 +404,27 @@ namespace internal {
 
 namespace {
 
-// Loop gradients being built on this thread: a loop inside the body of
-// another loop would need its stacks indexed by both iterations.
-thread_local int loop_grad_depth = 0;
+// A loop gradient being built on this thread. A loop inside its body builds
+// its own gradient inside this one's backward body, and reads this one's
+// iteration numbers: its stacks are indexed by the iterations of every
+// enclosing loop (outermost first) and its own, so each forward run of the
+// inner loop keeps its own values.
+struct LoopGradScope {
+  std::set<int>* fwd = nullptr;  // forward nodes whose values the backward pops
+  Output fwd_iter;               // the forward iteration number (int32 scalar, forward frame)
+  std::function<Output()> fwd_index;  // the push index in the forward frame (built when first asked)
+  Output bwd_index;              // the pop index in the backward body (set while it is built)
+};
+thread_local std::vector<LoopGradScope*> loop_grad_scopes;
+
+// The index `own` (an iteration number) extended by the index of the
+// enclosing loops, `outer` (an int32 scalar or vector in the same frame):
+// [outer..., own]. Invalid outer: own itself.
+Output NestedIndex(Graph& g, Output outer, Output own) {
+  if (!outer.valid()) return own;
+  if (outer.shape().rank_known() && outer.shape().rank() == 0) outer = ops::ExpandDims(g, outer, 0);
+  return ops::Concat(g, {outer, ops::ExpandDims(g, own, 0)}, 0);
+}
 
 // The structure of one WhileLoop, found from its LoopCond.
 struct LoopParts {
@@ -475,15 +502,18 @@ Result<LoopParts> FindLoop(Graph& g, int exit_id) {
 
 Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
                                             const std::function<Output(Output)>& grad_of) {
-  if (loop_grad_depth > 0)
-    return Unimplemented("the gradient of a WhileLoop inside another loop's body is not supported (node '" +
-                         g.node(exit_id).name + "')");
   SF_ASSIGN_OR_RETURN(LoopParts p, FindLoop(g, exit_id));
-  struct DepthGuard {
-    DepthGuard() { ++loop_grad_depth; }
-    ~DepthGuard() { --loop_grad_depth; }
-  } depth_guard;
-  // Build outside any branch or loop the caller may be building.
+  // The loop whose backward body is being built around this one, if any.
+  LoopGradScope* outer = loop_grad_scopes.empty() ? nullptr : loop_grad_scopes.back();
+  if (outer) {
+    const int first_input = g.node(p.enters[0]).inputs[0].node;
+    if (!outer->fwd->count(first_input) || !outer->bwd_index.valid())
+      return Internal("WhileLoop '" + p.frame + "': its gradient is built inside another loop's "
+                      "gradient, but the loop is not in that loop's body");
+  }
+  // Build the forward half outside any branch or loop the caller may be
+  // building; the backward loop of a nested loop goes inside the enclosing
+  // backward body (the caller's hook), a top-level one outside everything.
   Graph::NodeHook saved_hook = g.node_hook();
   g.set_node_hook(nullptr);
   struct HookRestore {
@@ -501,7 +531,10 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
   // produced once every push of every iteration is done (the pushes are
   // control inputs of the counter's next value), so the backward loop,
   // which reads it, pops only what was pushed.
-  Output zero = ops::Const(g, int32_t{0});
+  const int first_forward = g.num_nodes();
+  // Zero in every iteration of the enclosing forward loop (a Const would be
+  // outside it, alive once).
+  Output zero = outer ? ops::ZerosLike(g, outer->fwd_iter) : ops::Const(g, int32_t{0});
   Output c_enter = ops::Enter(g, zero, p.frame, false, p.parallel_iterations, "count_enter");
   Output c_merge = ops::Merge(g, {c_enter, c_enter}, "count_merge")[0];
   auto c_switch = ops::Switch(g, c_merge, p.loop_cond, "count_switch");
@@ -512,6 +545,32 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
   g.mutable_node(c_merge.node).inputs[1] = c_next;
   Output count = ops::Exit(g, c_switch[0], "count");
   SF_RETURN_IF_ERROR(g.status());
+  // The count is a value of the enclosing forward loop that this backward
+  // loop reads: the enclosing gradient pops it like the body's own values.
+  if (outer)
+    for (int id = first_forward; id < g.num_nodes(); ++id) outer->fwd->insert(id);
+
+  LoopGradScope self;
+  self.fwd = &p.nodes;
+  self.fwd_iter = c_index;
+  Output push_index;
+  // Built with no hook (the forward frame), on the first push.
+  self.fwd_index = [&]() -> Output {
+    if (push_index.valid()) return push_index;
+    Graph::NodeHook h = g.node_hook();
+    g.set_node_hook(nullptr);
+    Output o;
+    if (outer) o = ops::Enter(g, outer->fwd_index(), p.frame, /*is_constant=*/true, p.parallel_iterations,
+                              "outer_index");
+    push_index = NestedIndex(g, o, c_index);
+    g.set_node_hook(h);
+    return push_index;
+  };
+  loop_grad_scopes.push_back(&self);
+  struct ScopePop {
+    ~ScopePop() { loop_grad_scopes.pop_back(); }
+  } scope_pop;
+  if (outer) g.set_node_hook(saved_hook);
 
   // Which loop variables and read values carry a gradient.
   std::vector<size_t> vars;  // float loop variables
@@ -531,7 +590,11 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
   for (int e : caps) init.push_back(ops::ZerosLike(g, g.node(e).inputs[0]));
   SF_RETURN_IF_ERROR(g.status());
 
-  const std::set<int>& fwd = p.nodes;
+  const std::set<int>& fwd = p.nodes;  // grows when a nested loop adds its count
+  // The body's gradient walks this loop's nodes (nested loops' included)
+  // without its back edges.
+  std::set<int> body = p.nodes;
+  for (int id : p.next_iterations) body.erase(id);
   int trigger = -1;  // the ControlTrigger between the pushes and the count
   WhileLoopOptions opt;
   opt.name = "backward";
@@ -543,6 +606,9 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
         Output c = v[0];
         // The forward iteration this backward iteration undoes.
         Output r = ops::Sub(g, ops::Sub(g, count, c), ops::OnesLike(g, c));
+        // Nested: [the enclosing backward loops' iterations..., r], the
+        // enclosing index brought in by this body's context.
+        self.bwd_index = NestedIndex(g, outer ? outer->bwd_index : Output(), r);
         // Forward values the gradient reads come from the stacks; a loop
         // invariant is read from outside directly.
         std::map<Output, Output> popped;
@@ -563,7 +629,7 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
             Graph::NodeHook mine = g.node_hook();
             const std::string stack = p.frame + "/stack_" + std::to_string(g.num_nodes());
             g.set_node_hook(nullptr);
-            int push = ops::StackPush(g, in, c_index, stack);
+            int push = ops::StackPush(g, in, self.fwd_index(), stack);
             // A push in an untaken branch is dead; the trigger is not, so
             // it orders the pushes before the count without killing it.
             if (push >= 0 && trigger < 0) {
@@ -578,7 +644,7 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
               if (!s.ok()) g.RecordError(s);
             }
             g.set_node_hook(loop_hook);
-            Output pop = ops::StackPop(g, r, stack, in.dtype(), in.shape());
+            Output pop = ops::StackPop(g, self.bwd_index, stack, in.dtype(), in.shape());
             g.set_node_hook(mine);
             // The stacks belong to the step's state in one partition: the
             // pop runs where its push does.
@@ -599,7 +665,7 @@ Result<LoopGradient> BuildWhileLoopGradient(Graph& g, int exit_id,
           xs.push_back(p.body_in[vars[k]]);
         }
         for (int e : caps) xs.push_back(Output(&g, e));
-        auto grads = Gradients(g, ys, xs, seeds, /*allow_unconnected=*/true);
+        auto grads = GradientsWithin(g, ys, xs, seeds, /*allow_unconnected=*/true, &body);
         g.set_node_hook(loop_hook);
         if (!grads.ok()) {
           body_status = grads.status();

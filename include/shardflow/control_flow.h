@@ -18,7 +18,9 @@
 // Gradients (gradients.h) flow through a Cond's taken branch only, and
 // through a WhileLoop by a backward loop that runs the iterations in reverse,
 // popping the forward values it needs from per-step stacks the forward loop
-// pushes to (not yet for a loop nested in another loop's body: Unimplemented).
+// pushes to. A loop nested in another loop's body gets its backward loop
+// inside the enclosing backward body, its stacks indexed by the iterations of
+// both (of every enclosing loop, at any depth).
 #pragma once
 
 #include <functional>

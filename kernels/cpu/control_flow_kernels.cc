@@ -8,11 +8,20 @@
 namespace sf {
 namespace {
 
-Status IndexOf(const Tensor& t, int32_t* index) {
-  if (t.dtype() != DType::kInt32 || t.num_elements() != 1)
-    return InvalidArgument("the stack index must be an int32 scalar, got " +
+// The deepest loop nesting a stack index may have: far beyond any graph a
+// person builds, and it bounds what an index from a loaded graph can ask.
+constexpr int64_t kMaxStackIndexDepth = 64;
+
+// A stack index: an int32 scalar (one loop) or vector (one iteration number
+// per enclosing loop, outermost first).
+Status IndexOf(const Tensor& t, const int32_t** index, int* n) {
+  if (t.dtype() != DType::kInt32 || t.rank() > 1 || t.num_elements() < 1 ||
+      t.num_elements() > kMaxStackIndexDepth)
+    return InvalidArgument("the stack index must be an int32 scalar or a vector of 1 to " +
+                           std::to_string(kMaxStackIndexDepth) + " int32s, got " +
                            std::string(DTypeName(t.dtype())) + " of shape " + ShapeString(t.shape()));
-  *index = t.flat<int32_t>()(0);
+  *index = t.data<int32_t>();
+  *n = static_cast<int>(t.num_elements());
   return Status::OK();
 }
 
@@ -30,12 +39,13 @@ class StackPushKernel : public OpKernel {
     else name_ = *n;
   }
   void Compute(OpKernelContext* ctx) override {
-    int32_t index = 0;
-    Status st = IndexOf(ctx->input(1), &index);
+    const int32_t* index = nullptr;
+    int n = 0;
+    Status st = IndexOf(ctx->input(1), &index, &n);
     if (!st.ok()) return ctx->SetStatus(st);
     if (!ctx->step_stacks())
       return ctx->SetStatus(FailedPrecondition("StackPush '" + name_ + "' runs outside a control-flow step"));
-    ctx->step_stacks()->Push(name_, index, ctx->input(0));
+    ctx->step_stacks()->Push(name_, index, n, ctx->input(0));
   }
   bool IsStateful() const override { return true; }
 
@@ -51,15 +61,16 @@ class StackPopKernel : public OpKernel {
     else name_ = *n;
   }
   void Compute(OpKernelContext* ctx) override {
-    int32_t index = 0;
-    Status st = IndexOf(ctx->input(0), &index);
+    const int32_t* index = nullptr;
+    int n = 0;
+    Status st = IndexOf(ctx->input(0), &index, &n);
     if (!st.ok()) return ctx->SetStatus(st);
     // Nothing pushed means the forward value was dead (an untaken branch in
     // that iteration): the popped value is dead too (left unset).
     if (!ctx->step_stacks())
       return ctx->SetStatus(FailedPrecondition("StackPop '" + name_ + "' runs outside a control-flow step"));
     Tensor t;
-    if (ctx->step_stacks()->Pop(name_, index, &t)) ctx->set_output(0, std::move(t));
+    if (ctx->step_stacks()->Pop(name_, index, n, &t)) ctx->set_output(0, std::move(t));
   }
   bool IsStateful() const override { return true; }
 

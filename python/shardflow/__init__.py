@@ -47,7 +47,8 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, unique,
                      unsorted_segment_sum, maximum,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
-                     squared_difference)
+                     squared_difference, square, sqrt, exp, log, abs, sign, negative, sin, cos, tanh, sigmoid,
+                     pow)  # noqa: A001 - tf.abs, tf.pow
 
 bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
 

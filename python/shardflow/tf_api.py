@@ -19,7 +19,7 @@ __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "
            "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
            "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
-           "exp", "log", "abs", "sign", "negative", "floordiv", "floormod", "truediv", "divide", "squared_difference"]
+           "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference"]
 
 
 def _t(x, dtype=None):
@@ -294,6 +294,9 @@ def stop_gradient(input, name=None):  # noqa: A002
 
 def _binary(op):
     def fn(x, y, name=None):
+        # A Python value on either side takes the tensor's dtype, as in TensorFlow.
+        if not isinstance(x, _graph.Tensor) and isinstance(y, _graph.Tensor):
+            return op(_t(x, dtype=y.dtype), y, name=name)
         x = _t(x)
         return op(x, _t(y, dtype=x.dtype), name=name)
     fn.__name__ = op.__name__
@@ -317,5 +320,7 @@ def truediv(x, y, name=None):
 
 divide = truediv
 sin, cos, log1p, expm1 = ops.sin, ops.cos, ops.log1p, ops.expm1
+tanh, sigmoid, reciprocal, rsqrt = ops.tanh, ops.sigmoid, ops.reciprocal, ops.rsqrt
+pow = _binary(ops.pow)  # noqa: A001 - tf.math.pow
 floor, ceil, round, is_nan, is_inf, is_finite = (ops.floor, ops.ceil, ops.round, ops.is_nan,  # noqa: A001
                                                  ops.is_inf, ops.is_finite)

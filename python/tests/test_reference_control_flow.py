@@ -801,18 +801,134 @@ def test_gradient_inside_while_body_newton():
         np.testing.assert_allclose(s.run(x, {a: 2.0}), np.sqrt(2.0))
 
 
-def test_while_gradient_of_nested_loop_is_unimplemented():
-    # Documented in include/shardflow/control_flow.h.
+# ---- gradients of loops nested in loops (stacks indexed by both iterations) ----
+
+@pytest.mark.parametrize("outer_n,inner_n", [(0, 2), (1, 1), (2, 2), (3, 2), (2, 0), (4, 3)])
+def test_while_gradient_of_nested_loop(outer_n, inner_n):
+    # y = x ** (1 + outer_n * inner_n), built as repeated products.
     g = sf.Graph()
     with g.as_default():
         x = ph(sf.float64, [], "x")
 
         def body(i, y):
-            _, z = sf.while_loop(lambda j, z: j < 2, lambda j, z: (j + 1, z * x), [0, y])
+            _, z = sf.while_loop(lambda j, z: j < inner_n, lambda j, z: (j + 1, z * x), [0, y])
             return i + 1, z
-        _, y = sf.while_loop(lambda i, y: i < 2, body, [0, x])
-        with pytest.raises(E.UnimplementedError, match="inside another loop"):
-            sf.gradients(y, [x])
+        _, y = sf.while_loop(lambda i, y: i < outer_n, body, [0, x])
+        dx, = sf.gradients(y, [x])
+    p = 1 + outer_n * inner_n
+    with sf.Session(g) as s:
+        yv, dv = s.run([y, dx], {x: 1.3})
+    np.testing.assert_allclose(yv, 1.3 ** p, rtol=1e-12)
+    np.testing.assert_allclose(dv, p * 1.3 ** (p - 1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("par", [1, 2, 10])
+def test_while_gradient_nested_inner_length_depends_on_outer(par):
+    # The inner loop runs i times in outer iteration i, reading the outer loop
+    # variable (a different value each outer iteration) and an outside vector.
+    X = np.array([0.7, -1.2, 0.4])
+    W = np.array([0.5, 1.5, -0.25])
+
+    def ref(x, w):
+        acc = np.zeros(3)
+        h = x.copy()
+        for i in range(4):
+            t = np.zeros(3)
+            for j in range(i):
+                t = t + np.sin(h * w) * (j + 1)
+            h = h * 0.9 + t * 0.1
+            acc = acc + h
+        return float(np.sum(acc * acc))
+
+    g = sf.Graph()
+    with g.as_default():
+        x = ph(sf.float64, [3], "x")
+        w = ph(sf.float64, [3], "w")
+
+        def body(i, h, acc):
+            def inner(j, t):
+                return j + 1, t + sf.math.sin(h * w) * O.cast(j + 1, DstT=sf.float64)
+            _, t = sf.while_loop(lambda j, t: j < i, inner, [0, sf.zeros([3], sf.float64)],
+                                 parallel_iterations=par)
+            h2 = h * 0.9 + t * 0.1
+            return i + 1, h2, acc + h2
+        _, _, acc = sf.while_loop(lambda i, h, acc: i < 4, body, [0, x, sf.zeros([3], sf.float64)],
+                                  parallel_iterations=par)
+        loss = sf.reduce_sum(acc * acc)
+        dx, dw = sf.gradients(loss, [x, w])
+    with sf.Session(g) as s:
+        lv, dxv, dwv = s.run([loss, dx, dw], {x: X, w: W})
+    np.testing.assert_allclose(lv, ref(X, W), rtol=1e-12)
+    ex, ew = numeric_grad(ref, X, W)
+    np.testing.assert_allclose(dxv, ex, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dwv, ew, rtol=1e-6, atol=1e-8)
+
+
+def test_while_gradient_three_loops_deep_with_a_cond():
+    def ref(x):
+        y = x
+        for i in range(2):
+            for j in range(3):
+                for k in range(2):
+                    y = np.tanh(y) * 1.5 if (i + j + k) % 2 == 0 else y * x
+        return float(y)
+
+    g = sf.Graph()
+    with g.as_default():
+        x = ph(sf.float64, [], "x")
+
+        def l3(i, j):
+            def body(k, y):
+                odd = sf.math.floormod(i + j + k, 2) > 0
+                return k + 1, sf.cond(odd, lambda: y * x, lambda: sf.math.tanh(y) * 1.5)
+            return body
+
+        def l2(i):
+            def body(j, y):
+                _, y2 = sf.while_loop(lambda k, y: k < 2, l3(i, j), [0, y])
+                return j + 1, y2
+            return body
+
+        def l1(i, y):
+            _, y2 = sf.while_loop(lambda j, y: j < 3, l2(i), [0, y])
+            return i + 1, y2
+        _, y = sf.while_loop(lambda i, y: i < 2, l1, [0, x])
+        dx, = sf.gradients(y, [x])
+    with sf.Session(g) as s:
+        for xv in (0.3, -0.8):
+            yv, dv = s.run([y, dx], {x: xv})
+            np.testing.assert_allclose(yv, ref(xv), rtol=1e-12)
+            np.testing.assert_allclose(dv, numeric_grad(ref, xv)[0], rtol=1e-6, atol=1e-9)
+
+
+def test_while_gradient_nested_loop_trains_a_variable():
+    # A variable read inside the inner loop gets its gradient summed over
+    # every (outer, inner) iteration; one SGD step moves it to the reference.
+    def ref(v):
+        y = 1.0
+        for i in range(3):
+            for j in range(2):
+                y = y * v + 0.1 * j
+        return y * y
+
+    g = sf.Graph()
+    with g.as_default():
+        v = sf.Variable(np.float64(0.8), name="v")
+
+        def body(i, y):
+            _, y2 = sf.while_loop(lambda j, y: j < 2,
+                                  lambda j, y: (j + 1, y * v.value() + 0.1 * O.cast(j, DstT=sf.float64)),
+                                  [0, y])
+            return i + 1, y2
+        _, y = sf.while_loop(lambda i, y: i < 3, body, [0, sf.constant(np.float64(1.0))])
+        loss = y * y
+        train = sf.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = sf.global_variables_initializer()
+    with sf.Session(g) as s:
+        s.run(init)
+        s.run(train)
+        expected = 0.8 - 0.01 * numeric_grad(ref, 0.8)[0]
+        np.testing.assert_allclose(s.run(v.value()), expected, rtol=1e-9)
 
 
 def test_while_gradient_unconnected_loop_input():

@@ -139,6 +139,23 @@ def test_math_namespace_matches_numpy():
         np.testing.assert_allclose(out[k], want, rtol=1e-15, err_msg=k)
 
 
+def test_top_level_elementwise_names_as_tensorflow():
+    f = np.array([0.25, 1.5, 2.0, 3.7])
+    z = sf.constant(f)
+    cases = {
+        "tanh": (sf.tanh(z), np.tanh(f)), "sigmoid": (sf.sigmoid(z), 1 / (1 + np.exp(-f))),
+        "math.tanh": (sf.math.tanh(z), np.tanh(f)), "exp": (sf.exp(z), np.exp(f)), "log": (sf.log(z), np.log(f)),
+        "sqrt": (sf.sqrt(z), np.sqrt(f)), "square": (sf.square(z), f * f), "abs": (sf.abs(-z), f),
+        "sin": (sf.sin(z), np.sin(f)), "cos": (sf.cos(z), np.cos(f)), "pow": (sf.pow(z, 3), f ** 3),
+        "math.pow": (sf.math.pow(2.0, z), 2.0 ** f), "reciprocal": (sf.math.reciprocal(z), 1 / f),
+        "rsqrt": (sf.math.rsqrt(z), 1 / np.sqrt(f)), "negative": (sf.negative(z), -f), "sign": (sf.sign(-z), -np.sign(f)),
+    }
+    out = run({k: v[0] for k, v in cases.items()})
+    for k, (_, want) in cases.items():
+        np.testing.assert_allclose(out[k], want, rtol=1e-12, err_msg=k)
+    assert abs(-3) == 3 and pow(2, 3) == 8  # the package's names do not leak into this module's builtins
+
+
 def test_leaky_relu_and_its_gradient():
     x = sf.placeholder(sf.float32, [None], name="x")
     y = sf.nn.leaky_relu(x, alpha=0.1)
