@@ -121,3 +121,35 @@ TEST_CASE("A failed step drops what its loop-gradient stacks hold", "[executor]"
     CHECK((*r)[0].ToVector<float>() == std::vector<float>{1, 2});
   }
 }
+
+TEST_CASE("Stack indices of nested loops: one value per index vector", "[executor]") {
+  // A loop nested in a loop indexes its stacks by [outer, inner]: [1, 2] and
+  // [2, 1] are different slots, and a scalar 1 is not [1].
+  ComputePool pool(2);
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto i = ops::Placeholder(g, DType::kInt32, PartialShape(), "i");
+  auto at = ops::Const(g, Tensor::FromVector(std::vector<int32_t>{1, 2}, {2}));
+  const int push = ops::StackPush(g, x, at, "s");
+  auto pop = ops::StackPop(g, i, "s", DType::kFloat32, PartialShape({2}));
+  REQUIRE(g.AddControlInput(pop.node, push).ok());
+  auto y = ops::Identity(g, pop, "y");
+  REQUIRE(g.status().ok());
+  runtime::ExecutorSpec spec{{x.node, i.node, at.node, push, pop.node, y.node}, {x, i}, {y}};
+  auto ex = runtime::Executor::Create(g, spec, PoolOnly(&pool));
+  REQUIRE(ex.ok());
+  Tensor xv = Tensor::FromVector(std::vector<float>{3, 4}, {2});
+  auto same = RunOnce(**ex, {xv, Tensor::FromVector(std::vector<int32_t>{1, 2}, {2})});
+  REQUIRE(same.ok());
+  CHECK((*same)[0].ToVector<float>() == std::vector<float>{3, 4});
+  for (const Tensor& other : {Tensor::FromVector(std::vector<int32_t>{2, 1}, {2}), Tensor::Scalar<int32_t>(1),
+                              Tensor::FromVector(std::vector<int32_t>{1, 2, 0}, {3})}) {
+    auto r = RunOnce(**ex, {xv, other});
+    REQUIRE(!r.ok());
+    CHECK(r.status().message().find("is dead") != std::string::npos);
+  }
+  // A loaded graph cannot make a key of any length: deeper than 64 loops is refused.
+  auto deep = RunOnce(**ex, {xv, Tensor::FromVector(std::vector<int32_t>(65, 0), {65})});
+  REQUIRE(!deep.ok());
+  CHECK(deep.status().message().find("vector of 1 to 64 int32s") != std::string::npos);
+}
