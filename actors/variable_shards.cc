@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <optional>
 
 #include "kernels/compute_pool.h"
 #include "kernels/hash_embedding.h"
@@ -92,7 +93,78 @@ struct ShardState {
   }
 };
 
-using ShardPointer = VariableShardActor::stateful_pointer<ShardState>;
+}  // namespace
+
+// One shard's state, shared by its actor and by ActorVariables' direct path:
+// whoever holds mu changes it, so updates stay serialized and atomic. The
+// actor's handlers wait for mu (a direct holder keeps it for one read or
+// update); a direct caller only tries it and sends the message otherwise, so
+// no compute thread waits on a shard.
+struct ShardCore {
+  std::mutex mu;
+  ShardState st;  // GUARDED_BY(mu)
+};
+
+namespace {
+
+// The core this thread holds (in a handler or a direct call), or null: a
+// callback run under it that reaches a shard again takes the message path.
+thread_local const ShardCore* t_held = nullptr;
+
+// Holds a core for one actor handler.
+class Held {
+ public:
+  explicit Held(ShardCore& c) : c_(c), prev_(t_held) {
+    c_.mu.lock();
+    t_held = &c_;
+  }
+  ~Held() {
+    t_held = prev_;
+    c_.mu.unlock();
+  }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ShardState& st() { return c_.st; }
+
+ private:
+  ShardCore& c_;
+  const ShardCore* prev_;
+};
+
+// Runs fn(state) on this thread if the core is free (and this thread holds
+// no core); false, having run nothing, otherwise.
+template <typename Fn>
+bool TryHeld(ShardCore& c, Fn&& fn) {
+  if (t_held != nullptr || !c.mu.try_lock()) return false;
+  t_held = &c;
+  struct Release {
+    ShardCore& c;
+    ~Release() {
+      t_held = nullptr;
+      c.mu.unlock();
+    }
+  } release{c};
+  fn(c.st);
+  return true;
+}
+
+// The actor's own state: its core, emptied when the actor goes (the
+// variables' memory is freed and sync waiters are failed with it, as before
+// the core was shared), after which direct calls find no variable.
+struct ShardActorState {
+  std::shared_ptr<ShardCore> core;
+  ~ShardActorState() {
+    if (!core) return;
+    ShardState gone;
+    {
+      std::lock_guard<std::mutex> l(core->mu);
+      gone.pool = core->st.pool;
+      std::swap(gone, core->st);
+    }
+  }
+};
+
+using ShardPointer = VariableShardActor::stateful_pointer<ShardActorState>;
 
 // Gives a hash shard whose config names a cold_dir its cold tier, emptied
 // first (the shard's rows are all in RAM or in its saved state).
@@ -221,6 +293,29 @@ std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
   return vars;
 }
 
+// A dense variable's value (a copy-on-write snapshot); v null: NotFound.
+Result<Tensor> ReadDense(const ShardState::Var* v, int64_t id) {
+  if (!v) return NoVariable(id);
+  if (!v->value.valid()) return Uninitialised(v->name, "read");
+  return v->value;
+}
+
+// Stores, adds or subtracts value into a dense variable; its new value.
+Result<Tensor> AssignDense(ShardState::Var& v, AssignMode mode, const Tensor& value) {
+  SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, mode, value, &v.value));
+  v.MarkAll();
+  return v.value;
+}
+
+// Gathers and combines rows of a fixed (not hash) embedding shard.
+Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const EmbeddingShardSpec& spec,
+                           const EmbeddingGather& gather) {
+  if (!v.value.valid()) return Uninitialised(v.name, "read");
+  Tensor out;
+  SF_RETURN_IF_ERROR(EmbeddingGatherCombine(spec, gather, v.value, &out, st.pool));
+  return out;
+}
+
 // The behavior of a variable shard actor: one handler per message of
 // actors/variable_shard_protocol.h. Each answers through the message's done
 // (taken by mutable reference: the message is the handler's alone, nothing
@@ -230,7 +325,8 @@ std::vector<VarSnapshot> TakeDirtySnapshot(ShardState& st) {
 // waiter's timeout is a delayed message to the shard itself.
 template <typename Msg, typename Offer>
 void OfferSyncStep(ShardPointer self, Msg& m, Offer offer) {
-  ShardState& st = self->state;
+  Held held(*self->state.core);
+  ShardState& st = held.st();
   const int64_t id = m.req.req.var_ids.empty() ? -1 : m.req.req.var_ids[0];
   ShardState::Var* v = st.Find(id);
   if (!v) return m.done(NoVariable(id));
@@ -240,21 +336,25 @@ void OfferSyncStep(ShardPointer self, Msg& m, Offer offer) {
   if (timeout_ms > 0) self->delayed_send(self, std::chrono::milliseconds(timeout_ms), SyncWaitTimeout{id, waiter});
 }
 
-VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* pool) {
-  self->state.pool = pool;
+VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_ptr<ShardCore> core) {
+  self->state.core = std::move(core);
   return {
       [self](DefineVariable& m) {
-        self->state.vars[m.id] = ShardState::Var{std::move(m.name), m.dtype, std::move(m.shape), Tensor()};
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        st.vars[m.id] = ShardState::Var{std::move(m.name), m.dtype, std::move(m.shape), Tensor()};
       },
       [self](ReadVariable& m) {
-        const ShardState::Var* v = self->state.Find(m.id);
-        if (!v) m.done(NoVariable(m.id));
-        else if (v->hash) m.done(v->hash->Serialize());  // the state, or the cold tier's read error
-        else if (!v->value.valid()) m.done(Uninitialised(v->name, "read"));
-        else m.done(v->value);
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        const ShardState::Var* v = st.Find(m.id);
+        if (v && v->hash) m.done(v->hash->Serialize());  // the state, or the cold tier's read error
+        else m.done(ReadDense(v, m.id));
       },
       [self](AssignVariable& m) {
-        ShardState::Var* v = self->state.Find(m.id);
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         // A saved hash shard state (a restore or a move) makes the variable
         // that shard again, rows, slots and counts as saved.
@@ -271,13 +371,12 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
           v->hash = std::move(*h);
           return m.done(m.value);
         }
-        Status s = ApplyAssign(v->name, v->dtype, v->shape, m.mode, m.value, &v->value);
-        if (!s.ok()) return m.done(s);
-        v->MarkAll();
-        m.done(v->value);
+        m.done(AssignDense(*v, m.mode, m.value));
       },
       [self](RefillVariable& m) {
-        ShardState::Var* v = self->state.Find(m.id);
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         if (v->hash)
           return m.done(Unimplemented("variable '" + v->name + "' is a hash embedding table shard: it is assigned"));
@@ -285,10 +384,14 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         v->MarkAll();
         m.done(s);
       },
-      [self](ApplyDense& m) { m.done(ApplyUpdate(self->state, m.req)); },
+      [self](ApplyDense& m) {
+        Held held(*self->state.core);
+        m.done(ApplyUpdate(held.st(), m.req));
+      },
       // Sharded embeddings: lookups and sparse updates run here, beside the rows.
       [self](GatherRows& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         Tensor out;
@@ -301,14 +404,16 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
           else m.done(s);
           return;
         }
-        if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
-        Status s = EmbeddingGatherCombine(m.spec, m.gather, v->value, &out, st.pool);
-        if (s.ok()) m.done(std::move(out));
-        else m.done(s);
+        m.done(GatherDense(st, *v, m.spec, m.gather));
       },
-      [self](ApplySparse& m) { m.done(ApplySparseUpdate(self->state, m.req)); },
+      [self](ApplySparse& m) {
+        Held held(*self->state.core);
+        m.done(ApplySparseUpdate(held.st(), m.req));
+      },
       [self](InitHashShard& m) {
-        ShardState::Var* v = self->state.Find(m.id);
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         Status s = CheckHashShardConfig(m.config);
         if (!s.ok()) return m.done(s);
@@ -320,7 +425,9 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         m.done(Status::OK());
       },
       [self](QueryHashShard& m) {
-        const ShardState::Var* v = self->state.Find(m.id);
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         if (!v->hash)
           return m.done(FailedPrecondition("variable '" + v->name + "' is not an initialised hash table shard"));
@@ -342,31 +449,36 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         });
       },
       [self](const SyncWaitTimeout& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         if (const ShardState::Var* v = st.Find(m.id)) st.Replica(m.id).TimeoutWaiter(v->name, m.waiter);
       },
       [self](AbortSyncSteps& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         st.Replica(m.id).AbortSync(v->name);
         m.done(Status::OK());
       },
       [self](ReadVersioned& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         if (!v->value.valid()) return m.done(Uninitialised(v->name, "read"));
         m.done(std::make_pair(v->value, st.Replica(m.id).version()));
       },
       [self](QueryReplicaStats& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         if (!st.Find(m.id)) return m.done(NoVariable(m.id));
         const ReplicaState& r = st.Replica(m.id);
         m.done(m.what == ReplicaQuery::kSyncStats ? r.SyncStats() : r.StalenessStats());
       },
       [self](WaitStaleSync& m) {
-        ShardState& st = self->state;
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
         st.Replica(m.id).StaleSyncWait(v->name, m.worker, m.clock, m.num_workers, m.staleness,
@@ -374,8 +486,10 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
       },
       // Checkpoints. Copy-on-write values: later updates never touch these buffers.
       [self](SnapshotShard& m) {
+        Held held(*self->state.core);
+        ShardState& st = held.st();
         std::vector<std::pair<std::string, Tensor>> vars;
-        for (const auto& kv : self->state.vars) {
+        for (const auto& kv : st.vars) {
           if (kv.second.hash) {
             auto state = kv.second.hash->Serialize();  // invalid on a cold tier read error (see above)
             vars.emplace_back(kv.second.name, state.ok() ? std::move(*state) : Tensor());
@@ -384,14 +498,18 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, ComputePool* 
         }
         m.done(std::move(vars));
       },
-      [self](SnapshotDirtyShard& m) { m.done(TakeDirtySnapshot(self->state)); },
+      [self](SnapshotDirtyShard& m) {
+        Held held(*self->state.core);
+        ShardState& st = held.st(); m.done(TakeDirtySnapshot(st)); },
   };
 }
 
 }  // namespace
 
 VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool) {
-  return sys.spawn(VariableShard, pool);
+  auto core = std::make_shared<ShardCore>();
+  core->st.pool = pool;
+  return sys.spawn(VariableShard, std::move(core));
 }
 
 ActorVariables::ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables)
@@ -410,7 +528,7 @@ ActorVariables::~ActorVariables() { Shutdown(); }
 
 void ActorVariables::Shutdown() {
   std::lock_guard<std::mutex> l(mu_);
-  for (auto& kv : shards_) caf::anon_send_exit(kv.second, caf::exit_reason::user_shutdown);
+  for (auto& kv : shards_) caf::anon_send_exit(kv.second.actor, caf::exit_reason::user_shutdown);
   shards_.clear();
   groups_.clear();  // stops the all-reduce rings
   if (spawner_) caf::anon_send_exit(spawner_, caf::exit_reason::user_shutdown);
@@ -446,32 +564,58 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
                              " variables exist here already (at most " + std::to_string(kMaxVariables) + ")");
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
-  if (s == shards_.end()) s = shards_.emplace(key, SpawnVariableShard(sys_, pool_)).first;
+  if (s == shards_.end()) {
+    auto core = std::make_shared<ShardCore>();
+    core->st.pool = pool_;
+    VariableShardActor actor = sys_.spawn(VariableShard, core);
+    s = shards_.emplace(key, Shard{std::move(actor), std::move(core)}).first;
+  }
   const int64_t id = static_cast<int64_t>(vars_.size());
-  vars_.push_back(Var{name, dtype, shape, s->second});
+  // Defined here when the shard is free, so that direct calls find it;
+  // otherwise by a message enqueued before Resolve returns, which precedes
+  // every later request for id, and id stays on the message path.
+  const bool direct = TryHeld(*s->second.core, [&](ShardState& st) {
+    st.vars[id] = ShardState::Var{name, dtype, shape, Tensor()};
+  });
+  if (!direct) caf::anon_send(s->second.actor, DefineVariable{id, name, dtype, shape});
+  vars_.push_back(Var{name, dtype, shape, s->second.actor, direct ? s->second.core : nullptr});
   ids_[name] = id;
-  // Enqueued before Resolve returns, so it precedes every later request.
-  caf::anon_send(s->second, DefineVariable{id, name, dtype, shape});
   return id;
 }
 
-bool ActorVariables::ShardOf(int64_t id, VariableShardActor* out) const {
+bool ActorVariables::ShardOf(int64_t id, VariableShardActor* out, std::shared_ptr<ShardCore>* core) const {
   std::lock_guard<std::mutex> l(mu_);
   if (id < 0 || id >= static_cast<int64_t>(vars_.size())) return false;
   *out = vars_[id].shard;
+  if (core) *core = vars_[id].core;
   return true;
 }
 
 void ActorVariables::Read(int64_t id, std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
-  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::shared_ptr<ShardCore> core;
+  if (!ShardOf(id, &shard, &core)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::optional<Result<Tensor>> r;
+  if (core && TryHeld(*core, [&](ShardState& st) {
+        const ShardState::Var* v = st.Find(id);
+        if (!v || !v->hash) r = ReadDense(v, id);  // a hash shard's state is serialized by its actor
+      }) && r)
+    return done(std::move(*r));
   caf::anon_send(shard, ReadVariable{id, std::move(done)});
 }
 
 void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
                             std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
-  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::shared_ptr<ShardCore> core;
+  if (!ShardOf(id, &shard, &core)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::optional<Result<Tensor>> r;
+  if (core && !IsHashShardState(value) && TryHeld(*core, [&](ShardState& st) {
+        ShardState::Var* v = st.Find(id);
+        if (!v) r = NoVariable(id);
+        else if (!v->hash) r = AssignDense(*v, mode, value);
+      }) && r)
+    return done(std::move(*r));
   caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done)});
 }
 
@@ -483,9 +627,12 @@ void ActorVariables::Refill(int64_t id, std::function<Status(Tensor*)> fill, std
 
 void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
   VariableShardActor shard;
-  if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
+  std::shared_ptr<ShardCore> core;
+  if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard, &core))
     return done(NotFound(std::string("optimizer ") + OptimizerName(req.optimizer) +
                          ": unknown variable"));
+  Status s;
+  if (core && TryHeld(*core, [&](ShardState& st) { s = ApplyUpdate(st, req); })) return done(s);
   caf::anon_send(shard, ApplyDense{std::move(req), std::move(done)});
 }
 
@@ -517,7 +664,7 @@ std::vector<T> AskEveryShard(const std::vector<VariableShardActor>& shards) {
 std::vector<VariableShardActor> ActorVariables::Shards() const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<VariableShardActor> shards;
-  for (auto& kv : shards_) shards.push_back(kv.second);
+  for (auto& kv : shards_) shards.push_back(kv.second.actor);
   return shards;
 }
 
@@ -616,15 +763,31 @@ std::vector<VarSnapshot> ActorVariables::SnapshotDirty() {
 void ActorVariables::GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
                                    std::function<void(Result<Tensor>)> done) {
   VariableShardActor shard;
-  if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::shared_ptr<ShardCore> core;
+  if (!ShardOf(id, &shard, &core)) return done(NotFound("no variable with id " + std::to_string(id)));
+  std::optional<Result<Tensor>> r;
+  // Hash tables stay with their actor (their cold tier reads from disk).
+  if (core && spec.partition != EmbeddingPartition::kHash && TryHeld(*core, [&](ShardState& st) {
+        const ShardState::Var* v = st.Find(id);
+        if (!v) r = NoVariable(id);
+        else if (!v->hash) r = GatherDense(st, *v, spec, q);
+      }) && r)
+    return done(std::move(*r));
   caf::anon_send(shard, GatherRows{id, std::move(spec), std::move(q), std::move(done)});
 }
 
 void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Status)> done) {
   VariableShardActor shard;
-  if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard))
+  std::shared_ptr<ShardCore> core;
+  if (req.var_ids.empty() || !ShardOf(req.var_ids[0], &shard, &core))
     return done(NotFound(std::string("sparse optimizer ") + OptimizerName(req.optimizer) +
                          ": unknown variable"));
+  std::optional<Status> s;
+  if (core && TryHeld(*core, [&](ShardState& st) {
+        const ShardState::Var* v = st.Find(req.var_ids[0]);
+        if (!v || !v->hash) s = ApplySparseUpdate(st, req);
+      }) && s)
+    return done(*s);
   caf::anon_send(shard, ApplySparse{std::move(req), std::move(done)});
 }
 

@@ -30,6 +30,9 @@ class ComputePool;
 
 namespace runtime {
 
+// A shard's state, shared by its actor and ActorVariables (variable_shards.cc).
+struct ShardCore;
+
 // Spawns a variable shard actor; pool (may be null) splits its big
 // embedding gathers and sparse updates.
 VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool = nullptr);
@@ -124,11 +127,20 @@ class ActorVariables : public VariableService,
     DType dtype;
     PartialShape shape;
     VariableShardActor shard;
+    // The shard's state, which reads and updates of a dense variable use in
+    // the caller's thread when no one else holds it (no message, no thread
+    // hop); null keeps the variable on the message path.
+    std::shared_ptr<ShardCore> core;
+  };
+  struct Shard {
+    VariableShardActor actor;
+    std::shared_ptr<ShardCore> core;
   };
   // Every shard actor spawned so far.
   std::vector<VariableShardActor> Shards() const;
-  // The shard of id, or null (and done is told NotFound).
-  bool ShardOf(int64_t id, VariableShardActor* out) const;
+  // The shard of id (and its core when core is not null; itself null when
+  // id is message-only); false for an unknown id.
+  bool ShardOf(int64_t id, VariableShardActor* out, std::shared_ptr<ShardCore>* core = nullptr) const;
   // REQUIRES: mu_ held.
   std::string ColocationKey(const std::string& name) const;
 
@@ -138,7 +150,7 @@ class ActorVariables : public VariableService,
   mutable std::mutex mu_;
   std::vector<Var> vars_;                                  // GUARDED_BY(mu_)
   std::unordered_map<std::string, int64_t> ids_;           // GUARDED_BY(mu_)
-  std::unordered_map<std::string, VariableShardActor> shards_;  // GUARDED_BY(mu_), by key
+  std::unordered_map<std::string, Shard> shards_;  // GUARDED_BY(mu_), by key
   // All-reduce rings by group key (actors/collectives.h).
   std::unordered_map<std::string, std::unique_ptr<CollectiveGroup>> groups_;  // GUARDED_BY(mu_)
   CollectiveSpawner spawner_;  // spawns groups on a CAF thread; set by the constructor

@@ -236,10 +236,7 @@ class ExecutorState : public StepBase {
     Tensor* outs = prop_.PrepareOutputs(t, buf);
     if (failed() || !prop_.ShouldRun(t, outs)) return true;
     *ran = true;
-    if (item.is_async) {
-      StartAsync<kTraced>(t, item, start);
-      return false;
-    }
+    if (item.is_async) return StartAsync<kTraced>(t, item, start, buf, st);
     constexpr int kInline = 8;
     const Tensor* inline_inputs[kInline];
     std::vector<const Tensor*> heap_inputs;
@@ -264,14 +261,22 @@ class ExecutorState : public StepBase {
   // Traced, the op's event (its start, up to handing over) is added before
   // the kernel starts, and its wait (up to the answer) when it answers:
   // once the kernel has it, the step and its trace may be gone here.
+  // True when the kernel answered before ComputeAsync returned (a variable
+  // served in this thread, no message): its outputs are then in *buf and its
+  // status in *st, and this thread goes on with the step without a hop
+  // through the pool. False when the kernel took over.
   template <bool kTraced>
-  void StartAsync(const Task& t, const NodeItem& item, int64_t start) {
+  bool StartAsync(const Task& t, const NodeItem& item, int64_t start, typename P::OutBuf* buf, Status* st) {
     // The context, its inputs and outputs outlive this call: the kernel
     // finishes later, on whatever thread answers it.
     struct Pending {
       std::vector<const Tensor*> inputs;
       typename P::OutBuf buf;
       std::unique_ptr<OpKernelContext> ctx;
+      // kStarted until the starter returns from ComputeAsync (kTookOver) or
+      // the kernel answers first (kAnswered): the one that moves it second
+      // finishes the op, on its own thread or through the pool.
+      std::atomic<int> phase{kStarted};
     };
     auto* p = new Pending();
     p->inputs.resize(item.num_inputs);
@@ -285,27 +290,44 @@ class ExecutorState : public StepBase {
       wait_start = trace_->Now();
       trace_->Add(ti.name, ti.op, ti.category, start, wait_start);
     }
-    auto finish = [this, t, p, wait_start](Status st) {
+    auto trace_wait = [this, t, wait_start] {
       if constexpr (kTraced) {
         const NodeTraceInfo& ti = plan_.trace_info[P::Node(t)];
         trace_->Add(ti.name, ti.op, "wait", wait_start, trace_->Now());
       }
-      typename P::OutBuf buf = std::move(p->buf);
+    };
+    auto finish = [this, t, p, trace_wait](Status s) {
+      trace_wait();
+      typename P::OutBuf out = std::move(p->buf);
       delete p;
       typename P::Local local;
-      if (Done(t, &buf, st, true, &local)) return;
+      if (Done(t, &out, s, true, &local)) return;
       Task next;
       if (P::Pop(&local, &next)) Loop<kTraced>(next, &local);
     };
     // A kernel that throws before it started its work never calls back.
     Status thrown = Guarded(plan_, [&] {
       item.kernel->ComputeAsync(p->ctx.get(), [this, p, finish] {
+        int expected = kStarted;
+        if (p->phase.compare_exchange_strong(expected, kAnswered, std::memory_order_acq_rel)) return;
         // Continue on a compute thread: the callback may run on an actor thread.
         plan_.env.pool->Schedule([p, finish] { finish(p->ctx->status()); });
       });
     });
-    if (!thrown.ok()) finish(thrown);
+    if (!thrown.ok()) {
+      finish(thrown);
+      return false;
+    }
+    int expected = kStarted;
+    if (p->phase.compare_exchange_strong(expected, kTookOver, std::memory_order_acq_rel)) return false;
+    // Answered already: finish here, as a synchronous kernel would.
+    trace_wait();
+    *st = p->ctx->status();
+    *buf = std::move(p->buf);
+    delete p;
+    return true;
   }
+  static constexpr int kStarted = 0, kTookOver = 1, kAnswered = 2;
 
   // Records a finished (or skipped) op: checks its outputs, fails the step
   // on an error, releases its inputs and propagates. True when that was the
