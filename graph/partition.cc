@@ -33,6 +33,7 @@ class Partitioner {
       p.graph->mutable_node(b.node).inputs[b.input] = Output(p.graph.get(), p.local_id.at(b.src), b.out);
     }
     SF_RETURN_IF_ERROR(FlushSends());
+    FindSinkNoOps();
     for (int id = 0; id < g_.num_nodes(); ++id) SF_RETURN_IF_ERROR(AddControlEdges(id));
     SF_RETURN_IF_ERROR(AddControlLoops());
     SF_RETURN_IF_ERROR(FlushSends());
@@ -306,6 +307,25 @@ class Partitioner {
     return Status::OK();
   }
 
+  // A NoOp in the root frame that reads nothing and that nothing reads or
+  // waits for (a training step's grouping target) only marks the end of
+  // its control inputs; a step ends when every partition of it has, and
+  // PlanDeviceSteps runs every node of the run in its own partition, so its
+  // control inputs on other devices need no transfer: each would cost a
+  // step one more message between devices, on its critical path.
+  void FindSinkNoOps() {
+    std::vector<bool> read(g_.num_nodes(), false);
+    for (int id = 0; id < g_.num_nodes(); ++id) {
+      for (const Output& in : g_.node(id).inputs) read[in.node] = true;
+      for (int c : g_.node(id).control_inputs) read[c] = true;
+    }
+    const std::vector<int> frames = OutFrames();
+    for (int id = 0; id < g_.num_nodes(); ++id) {
+      const Node& n = g_.node(id);
+      if (n.op == "NoOp" && n.inputs.empty() && !read[id] && frames[id] == 0) sink_noops_.insert(id);
+    }
+  }
+
   Status AddControlEdges(int id) {
     const Node& n = g_.node(id);
     PartitionGraph& p = Part(dev_[id]);
@@ -315,6 +335,7 @@ class Partitioner {
         SF_RETURN_IF_ERROR(p.graph->AddControlInput(local, p.local_id.at(c)));
         continue;
       }
+      if (sink_noops_.count(id)) continue;
       auto k = std::make_pair(c, p.device);
       auto it = control_recvs_.find(k);
       if (it == control_recvs_.end()) {
@@ -345,6 +366,7 @@ class Partitioner {
   std::map<std::string, PartitionGraph> parts_;
   std::map<std::tuple<int, int, std::string>, int> recvs_;  // (src, out, dst) -> recv id in dst
   std::map<std::pair<int, std::string>, int> control_recvs_;  // (src, dst) -> recv id in dst
+  std::set<int> sink_noops_;  // original ids (FindSinkNoOps)
   std::vector<PendingSend> sends_;
   size_t flushed_ = 0;  // sends_ already added
   std::map<std::pair<std::string, int>, int> recv_src_;  // (device, recv id) -> original source

@@ -196,6 +196,37 @@ TEST_CASE("Control edges across devices become a dummy transfer", "[partition]")
     CHECK(b.graph->node(b.local_id.at(o.node)).control_inputs == std::vector<int>{recv.id});
 }
 
+TEST_CASE("A step's grouping NoOp waits for its control inputs on other devices without transfers",
+          "[partition]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
+  auto on_b = ops::Neg(g, x);
+  auto on_a = ops::Abs(g, x);
+  // A sink: reads nothing, nothing reads it or waits for it.
+  auto train = ops::NoOp(g, {on_a.node, on_b.node}, "train");
+  // Not a sink: another node waits for it, so it keeps its transfer.
+  auto group = ops::NoOp(g, {on_b.node}, "group");
+  auto after = ops::Identity(g, x);
+  REQUIRE(g.AddControlInput(after.node, group.node).ok());
+  REQUIRE(g.status().ok());
+  std::vector<std::string> placement(g.num_nodes(), kA);
+  placement[on_b.node] = kB;
+  auto parts = Partition(g, placement);
+  REQUIRE(parts.ok());
+  CheckEveryNodeOnce(g, placement, *parts);
+  const PartitionGraph& a = parts->at(kA);
+  const PartitionGraph& b = parts->at(kB);
+  // The sink keeps its control input on its own device and drops B's.
+  CHECK(a.graph->node(a.local_id.at(train.node)).control_inputs == std::vector<int>{a.local_id.at(on_a.node)});
+  // The other NoOp still receives B's control transfer: one dummy send from B.
+  std::set<std::string> keys;
+  for (int id : b.sends) keys.insert(Str(b.graph->node(id), "tensor_name"));
+  CHECK(keys.count("^" + on_b.op().name + "->" + kA) == 1);
+  const Node& group_a = a.graph->node(a.local_id.at(group.node));
+  REQUIRE(group_a.control_inputs.size() == 1);
+  CHECK(a.graph->node(group_a.control_inputs[0]).op == "_Recv");
+}
+
 TEST_CASE("A graph on one device is one partition without Send/Recv", "[partition]") {
   Graph g;
   auto x = ops::Placeholder(g, DType::kFloat32, {2}, "x");
