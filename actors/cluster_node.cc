@@ -1298,9 +1298,13 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   to.log = true;
   // Cheap and never blocking: a tensor into the rendezvous (its waiter
   // continues on the compute pool), an abort or cleanup, an echo, an
-  // all-reduce piece (posted to the collectives hub).
+  // all-reduce piece (posted to the collectives hub), a partition's step
+  // (its feeds checked against the partition, its ops started on the
+  // compute pool: a hop through a handler thread was on every step's
+  // critical path).
   to.handle_inline = [](const net::Message& m) {
-    return std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
+    return std::holds_alternative<net::RunPartition>(m.body) ||
+           std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
            std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body) ||
            std::holds_alternative<net::CollectiveChunk>(m.body);
   };
