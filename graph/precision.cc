@@ -16,8 +16,8 @@ Result<int> SetComputePrecision(Graph& g, const std::string& precision) {
   int set = 0;
   for (int id = 0; id < g.num_nodes(); ++id) {
     Node& n = g.mutable_node(id);
-    if (n.op != "MatMul" && n.op != "FusedMatMul" && n.op != "Conv2D" && n.op != "Conv2DBackpropInput" &&
-        n.op != "Conv2DBackpropFilter")
+    if (n.op != "MatMul" && n.op != "FusedMatMul" && n.op != "Conv2D" && n.op != "FusedConv2D" &&
+        n.op != "Conv2DBackpropInput" && n.op != "Conv2DBackpropFilter")
       continue;
     if (n.output_dtypes.empty() || n.output_dtypes[0] != DType::kFloat32) continue;
     n.attrs.Set("precision", precision);

@@ -53,8 +53,8 @@ Output Conv(Graph& g, Params& p, Output in, int64_t k, int64_t cin, int64_t cout
     return ops::TruncatedNormal(g, {k, k, cin, cout}, std::sqrt(2.0 / (k * k * cin)), seed);
   });
   auto b = p.Make(g, name + "/b", [&] { return ops::Zeros(g, DType::kFloat32, {cout}); });
-  auto c = ops::Relu(g, ops::BiasAdd(g, ops::Conv2D(g, in, w), b));
-  return ops::MaxPool(g, c);
+  // One kernel for convolution, bias and activation (same values and gradients).
+  return ops::MaxPool(g, ops::FusedConv2D(g, in, w, b, "relu"));
 }
 
 }  // namespace

@@ -236,6 +236,22 @@ Status Conv2DShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// FusedConv2D: Conv2D's shape, with a bias vector matching its output channels.
+Status FusedConv2DShape(InferenceContext& c) {
+  SF_RETURN_IF_ERROR(Conv2DShape(c));
+  SF_ASSIGN_OR_RETURN(std::string act, c.AttrOr<std::string>("activation", "none"));
+  if (act != "none" && act != "relu")
+    return c.Error("FusedConv2D activation must be \"none\" or \"relu\", got \"" + act + "\"");
+  const PartialShape& f = c.input_shape(1);
+  const PartialShape& bias = c.input_shape(2);
+  if (bias.rank_known() && bias.rank() != 1) return c.Error("FusedConv2D bias must be rank 1, got " + bias.ToString());
+  int64_t d;
+  if (bias.rank_known() && !MergeDim(f.rank_known() ? f.dim(3) : -1, bias.dim(0), &d))
+    return c.Error("FusedConv2D bias size must match the filter's output channels: filter " + f.ToString() +
+                   ", bias " + bias.ToString());
+  return Status::OK();
+}
+
 Status PoolShape(InferenceContext& c) {
   SF_RETURN_IF_ERROR(RequireFloat(c, 0));
   SF_ASSIGN_OR_RETURN(std::vector<int64_t> ksize, FourInts(c, "ksize", {1, 2, 2, 1}));
@@ -593,6 +609,26 @@ Status RegisterNNOps(OpRegistry& reg) {
       .Summary("2-D convolution: input NHWC, filter [KH,KW,C,OC] (attrs strides, padding; precision \"bf16\": "
                "bf16 inputs, fp32 accumulation and result).")
       .Build()));
+  // Conv2D + BiasAdd (+ Relu) as one kernel (TensorFlow's _FusedConv2D):
+  // oneDNN adds the bias and applies ReLU inside the convolution, so the
+  // output is written once instead of three times (each pass over a conv
+  // layer's output is memory-bound). The gradient is the unfused ops'.
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FusedConv2D")
+      .InputNames({"input", "filter", "bias"})
+      .Attr("strides", std::vector<int64_t>{1, 1, 1, 1}).Attr("padding", "SAME").Attr("precision", "fp32")
+      .Attr("activation", "none")
+      .Inputs(3).Shape(FusedConv2DShape)
+      .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
+        const bool relu = n.attrs.GetOr<std::string>("activation", "none").value() == "relu";
+        Output dz = relu ? g.Add1("ReluGrad", {dy[0], Out(g, n, 0)}) : dy[0];
+        Output x = n.inputs[0], f = n.inputs[1];
+        Output dx = g.Add1("Conv2DBackpropInput", {ShapeTensor(g, x), f, dz}, WindowAttrs(n, x.dtype()));
+        Output df = g.Add1("Conv2DBackpropFilter", {x, ShapeTensor(g, f), dz}, WindowAttrs(n, x.dtype()));
+        return std::vector<Output>{dx, df, g.Add1("BiasAddGrad", {dz})};
+      })
+      .Summary("activation(conv2d(input, filter) + bias), activation \"none\" or \"relu\": Conv2D, BiasAdd "
+               "and Relu in one kernel (attrs and precision as Conv2D's).")
+      .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Conv2DBackpropInput")
       .Attr("T", DType::kInvalid).Attr("strides", std::vector<int64_t>{1, 1, 1, 1})
       .Attr("padding", "SAME").Attr("precision", "fp32")
@@ -715,6 +751,15 @@ Output Conv2D(Graph& g, Output input, Output filter, Conv2DAttrs attrs) {
   a.Set("strides", attrs.strides);
   a.Set("padding", attrs.padding);
   return g.Add1("Conv2D", {input, filter}, std::move(a));
+}
+
+Output FusedConv2D(Graph& g, Output input, Output filter, Output bias, const std::string& activation,
+                   Conv2DAttrs attrs) {
+  AttrMap a;
+  a.Set("strides", attrs.strides);
+  a.Set("padding", attrs.padding);
+  a.Set("activation", activation);
+  return g.Add1("FusedConv2D", {input, filter, bias}, std::move(a));
 }
 
 Output MaxPool(Graph& g, Output input, PoolAttrs attrs) {

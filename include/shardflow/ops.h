@@ -161,6 +161,12 @@ struct Conv2DAttrs {
 };
 // input [N,H,W,C], filter [KH,KW,C,OC].
 Output Conv2D(Graph& g, Output input, Output filter, Conv2DAttrs attrs = {});
+// activation(Conv2D + bias [OC]) in one kernel, activation "none" or "relu":
+// the same values and gradients as Conv2D, BiasAdd and Relu, with the
+// output written once. A bad activation or shape is an error of the graph
+// naming the node.
+Output FusedConv2D(Graph& g, Output input, Output filter, Output bias, const std::string& activation = "none",
+                   Conv2DAttrs attrs = {});
 struct PoolAttrs {
   std::vector<int64_t> ksize = {1, 2, 2, 1};
   std::vector<int64_t> strides = {1, 2, 2, 1};

@@ -260,11 +260,28 @@ Status CheckDy(const char* op, const Window& w, int64_t oc, const Tensor& dy) {
   return Status::OK();
 }
 
+// out[r, c] = relu?(out[r, c] + bias[c]) over rows [0, rows), split over the
+// pool; bias may be null. A fused convolution's epilogue where the library
+// cannot fuse it (Eigen, float64).
+template <typename T>
+void ApplyEpilogue(ComputePool* pool, int64_t rows, int64_t oc, const T* bias, bool relu, T* out) {
+  if (!bias && !relu) return;
+  using Row = Eigen::Array<T, 1, Eigen::Dynamic>;
+  Split(pool, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(oc, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      Eigen::Map<Row> y(out + r * oc, oc);
+      if (bias) y += Eigen::Map<const Row>(bias, oc);
+      if (relu) y = y.max(T(0));
+    }
+  });
+}
+
 class EigenConv : public nn::ConvEngine {
  public:
   Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in, const float* f,
-                 float* out) override {
+                 const nn::ConvEpilogue& ep, float* out) override {
     ConvForward<float>(pool, w, oc, in, f, out);
+    ApplyEpilogue(pool, w.n * w.oh * w.ow, oc, ep.bias, ep.relu, out);
     return Status::OK();
   }
   Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f, const float* dy,
@@ -321,9 +338,46 @@ class Conv2DKernel : public ConvKernelBase<T> {
     const int64_t oc = f.dim(3);
     Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
     if (nn::ConvEngine* e = this->Engine(w, oc))
-      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(), out.data<float>()));
+      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(), {}, out.data<float>()));
     ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
   }
+};
+
+// FusedConv2D: Conv2D, BiasAdd and (activation "relu") Relu in one kernel:
+// oneDNN adds the bias and applies ReLU in the convolution itself; the Eigen
+// path runs them over the output right after.
+template <typename T>
+class FusedConv2DKernel : public ConvKernelBase<T> {
+ public:
+  FusedConv2DKernel(const KernelInit& init, Status* s) : ConvKernelBase<T>(init, s) {
+    if (!s->ok()) return;
+    auto act = init.Attr<std::string>("activation");
+    if (!act.ok()) *s = act.status();
+    else if (*act != "none" && *act != "relu")
+      *s = InvalidArgument("FusedConv2D activation must be \"none\" or \"relu\", got \"" + *act + "\"");
+    else relu_ = *act == "relu";
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& f = ctx->input(1);
+    const Tensor& bias = ctx->input(2);
+    Window w;
+    Status s = ConvWindow("FusedConv2D", in.shape(), f.shape(), this->a_, &w);
+    if (!s.ok()) return ctx->SetStatus(s);
+    const int64_t oc = f.dim(3);
+    if (bias.rank() != 1 || bias.dim(0) != oc)
+      return ctx->SetStatus(InvalidArgument("FusedConv2D bias must be a vector of the filter's " +
+                                            std::to_string(oc) + " output channels, got " + ShapeString(bias.shape())));
+    Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
+    if (nn::ConvEngine* e = this->Engine(w, oc))
+      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(),
+                                       nn::ConvEpilogue{bias.data<float>(), relu_}, out.data<float>()));
+    ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
+    ApplyEpilogue<T>(ctx->pool(), w.n * w.oh * w.ow, oc, bias.data<T>(), relu_, out.data<T>());
+  }
+
+ private:
+  bool relu_ = false;
 };
 
 template <typename T>
@@ -377,6 +431,8 @@ std::unique_ptr<ConvEngine> NewEigenConvEngine() { return std::make_unique<Eigen
 void RegisterConvKernels(KernelRegistry& reg) {
   RegisterCPU<Conv2DKernel<float>>(reg, "Conv2D", {DType::kFloat32});
   RegisterCPU<Conv2DKernel<double>>(reg, "Conv2D", {DType::kFloat64});
+  RegisterCPU<FusedConv2DKernel<float>>(reg, "FusedConv2D", {DType::kFloat32});
+  RegisterCPU<FusedConv2DKernel<double>>(reg, "FusedConv2D", {DType::kFloat64});
   RegisterCPU<Conv2DBackpropInputKernel<float>>(reg, "Conv2DBackpropInput", {DType::kFloat32});
   RegisterCPU<Conv2DBackpropInputKernel<double>>(reg, "Conv2DBackpropInput", {DType::kFloat64});
   RegisterCPU<Conv2DBackpropFilterKernel<float>>(reg, "Conv2DBackpropFilter", {DType::kFloat32});

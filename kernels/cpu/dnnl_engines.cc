@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <unordered_map>
 #include <new>
 #include <vector>
 
@@ -186,6 +187,7 @@ struct ConvPlan {
   int64_t n = 0;  // images per block
   dnnl::primitive prim;
   memory::desc src, wei, dst, scratch;  // src/dst: the NHWC activations (diff_* for the gradients)
+  memory::desc bias;                    // a fused forward's [oc] fp32 bias (empty: none)
   memory::desc user_wei;                // HWIO fp32
   bool reorder_wei = false;
   dnnl::reorder wei_reorder;  // user -> prim (forward, backward input) or prim -> user (filter)
@@ -196,23 +198,23 @@ class DnnlConv : public ConvEngine {
   explicit DnnlConv(Precision p) : eng_(dnnl::engine::kind::cpu, 0), prec_(p), to_bf16_(eng_) {}
 
   Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in, const float* f,
-                 float* out) override {
-    return Run(Pass::kForward, pool, w, oc, in, f, out);
+                 const ConvEpilogue& ep, float* out) override {
+    return Run(Pass::kForward, pool, w, oc, in, f, out, ep);
   }
   Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f, const float* dy,
                        float* dx) override {
-    return Run(Pass::kBackwardInput, pool, w, oc, dy, f, dx);
+    return Run(Pass::kBackwardInput, pool, w, oc, dy, f, dx, {});
   }
   Status BackwardFilter(ComputePool* pool, const Window& w, int64_t oc, const float* in,
                         const float* dy, float* df) override {
-    return Run(Pass::kBackwardFilter, pool, w, oc, in, dy, df);
+    return Run(Pass::kBackwardFilter, pool, w, oc, in, dy, df, {});
   }
 
  private:
   // For kForward: a = input, b = filter, out = output; kBackwardInput: a = dy,
   // b = filter, out = dx; kBackwardFilter: a = input, b = dy, out = df.
   Status Run(Pass pass, ComputePool* pool, const Window& w, int64_t oc, const float* a, const float* b,
-             float* out) {
+             float* out, const ConvEpilogue& ep) {
     try {
       PinOpenMpToThisThread();
       const int64_t img_in = w.h * w.w * w.c, img_out = w.oh * w.ow * oc, fsize = w.kh * w.kw * w.c * oc;
@@ -223,7 +225,7 @@ class DnnlConv : public ConvEngine {
       SplitBlocks(pool, w.n, [&](int64_t b0, int64_t b1) {
         try {
           PinOpenMpToThisThread();
-          const ConvPlan& plan = PlanFor(pass, w, oc, b1 - b0);
+          const ConvPlan& plan = PlanFor(pass, w, oc, b1 - b0, ep);
           float* target = out;
           if (pass == Pass::kBackwardFilter && b0 != 0) {
             auto buf = std::make_unique<Scratch>(fsize * sizeof(float));
@@ -231,7 +233,7 @@ class DnnlConv : public ConvEngine {
             std::lock_guard<std::mutex> l(mu);
             partial.push_back(std::move(buf));
           }
-          RunBlock(pass, plan, w, oc, b0, b1, img_in, img_out, a, b, target);
+          RunBlock(pass, plan, w, oc, b0, b1, img_in, img_out, a, b, ep.bias, target);
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(pass, w, oc, e);
@@ -254,7 +256,7 @@ class DnnlConv : public ConvEngine {
   }
 
   void RunBlock(Pass pass, const ConvPlan& plan, const Window& w, int64_t oc, int64_t b0, int64_t b1,
-                int64_t img_in, int64_t img_out, const float* a, const float* b, float* out) {
+                int64_t img_in, int64_t img_out, const float* a, const float* b, const float* bias, float* out) {
     dnnl::stream strm(eng_);
     const bool bf16 = prec_ == Precision::kBf16;
     const int64_t nb = b1 - b0;
@@ -296,8 +298,10 @@ class DnnlConv : public ConvEngine {
     if (pass == Pass::kForward) {
       memory src = activation(a, img_in, plan.src, &keep_a);
       memory dst(plan.dst, eng_, out + b0 * img_out);
-      plan.prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst},
-                               {DNNL_ARG_SCRATCHPAD, scratch_m}});
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch_m}};
+      if (bias) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, eng_, const_cast<float*>(bias)));
+      plan.prim.execute(strm, args);
     } else {
       memory ddst = activation(a, img_out, plan.dst, &keep_a);
       memory dsrc(plan.src, eng_, out + b0 * img_in);
@@ -308,15 +312,15 @@ class DnnlConv : public ConvEngine {
   }
 
   // The plan of (pass, geometry, images per block), built on first use.
-  const ConvPlan& PlanFor(Pass pass, const Window& w, int64_t oc, int64_t nb) {
+  const ConvPlan& PlanFor(Pass pass, const Window& w, int64_t oc, int64_t nb, const ConvEpilogue& ep) {
     const std::vector<int64_t> key = {static_cast<int64_t>(pass), nb, w.h, w.w, w.c, w.kh, w.kw, oc,
-                                      w.sh, w.sw, w.pad_top, w.pad_left};
+                                      w.sh, w.sw, w.pad_top, w.pad_left, ep.bias != nullptr, ep.relu};
     {
       std::lock_guard<std::mutex> l(mu_);
       for (auto& e : cache_)
         if (e.first == key) return *e.second;
     }
-    auto plan = Build(pass, w, oc, nb);
+    auto plan = Build(pass, w, oc, nb, ep);
     std::lock_guard<std::mutex> l(mu_);
     for (auto& e : cache_)
       if (e.first == key) return *e.second;  // another thread built it first
@@ -324,7 +328,7 @@ class DnnlConv : public ConvEngine {
     return *cache_.back().second;
   }
 
-  std::unique_ptr<ConvPlan> Build(Pass pass, const Window& w, int64_t oc, int64_t nb) {
+  std::unique_ptr<ConvPlan> Build(Pass pass, const Window& w, int64_t oc, int64_t nb, const ConvEpilogue& ep) {
     auto plan = std::make_unique<ConvPlan>();
     plan->n = nb;
     const dt act = prec_ == Precision::kBf16 ? dt::bf16 : dt::f32;
@@ -345,6 +349,21 @@ class DnnlConv : public ConvEngine {
     dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, alg, src_in, wei_any, dst_out,
                                        strides, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng_);
+    if (pass == Pass::kForward && (ep.bias || ep.relu)) {
+      // The fused forward: bias in the primitive, ReLU as its post-op.
+      dnnl::primitive_attr fused = attr;
+      if (ep.relu) {
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        fused.set_post_ops(po);
+      }
+      if (ep.bias) {
+        plan->bias = memory::desc({oc}, dt::f32, tag::a);
+        fd = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src_in, wei_any, plan->bias,
+                                             dst_out, strides, pad_l, pad_r);
+      }
+      fpd = dnnl::convolution_forward::primitive_desc(fd, fused, eng_);
+    }
     if (pass == Pass::kForward) {
       plan->prim = dnnl::convolution_forward(fpd);
       plan->src = fpd.src_desc();

@@ -33,15 +33,24 @@ enum class Precision { kFp32, kBf16 };
 // or no oneDNN).
 Status ParsePrecision(const KernelInit& init, Precision* out);
 
+// What a forward convolution applies to each output while it is in cache
+// (FusedConv2D): a bias per output channel (null: none), then ReLU. On this
+// machine a pass over a conv layer's output is memory-bound, so each pass
+// saved is worth more than its arithmetic.
+struct ConvEpilogue {
+  const float* bias = nullptr;  // [oc]
+  bool relu = false;
+};
+
 // Conv2D and its two gradients on float32 NHWC input, HWIO filter. Every
 // method's error: Internal naming the op and shapes when the library fails,
 // ResourceExhausted when a buffer cannot be allocated.
 class ConvEngine {
  public:
   virtual ~ConvEngine() = default;
-  // out[n,oh,ow,oc] = conv(in, f).
+  // out[n,oh,ow,oc] = epilogue(conv(in, f)).
   virtual Status Forward(ComputePool* pool, const Window& w, int64_t oc, const float* in,
-                         const float* f, float* out) = 0;
+                         const float* f, const ConvEpilogue& ep, float* out) = 0;
   // dx[n,h,w,c] = the gradient of Forward's input for dy.
   virtual Status BackwardInput(ComputePool* pool, const Window& w, int64_t oc, const float* f,
                                const float* dy, float* dx) = 0;

@@ -114,6 +114,15 @@ void AddNNGradChecks(GradCheckTable& t) {
                }});
   t.push_back({"Conv2D", "1x1 pointwise", {{2, 3, 3, 3}, {1, 1, 3, 2}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Conv2D(g, x[0], x[1]); }});
+  t.push_back({"FusedConv2D", "3x3 SAME + bias", {{1, 5, 5, 2}, {3, 3, 2, 3}, {3}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::FusedConv2D(g, x[0], x[1], x[2]); }});
+  // Relu: 1x1 windows over 2 channels (|conv| <= 2, |bias| <= 1) and a bias
+  // offset of +-5 per channel keep every pre-activation away from the kink.
+  t.push_back({"FusedConv2D", "relu(1x1 VALID stride 2 + bias)", {{2, 5, 4, 2}, {1, 1, 2, 2}, {2}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 auto off = ops::Const(g, Tensor::FromVector<double>({5, -5}, {2}));
+                 return ops::FusedConv2D(g, x[0], x[1], ops::Add(g, x[2], off), "relu", {{1, 2, 2, 1}, "VALID"});
+               }});
   t.push_back({"MaxPool", "2x2 VALID stride 2", {{1, 4, 4, 2}},
                [](Graph& g, const std::vector<Output>& x) { return ops::MaxPool(g, Distinct(g, x[0])); },
                0.0, 0.1});

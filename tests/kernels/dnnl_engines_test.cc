@@ -90,7 +90,7 @@ void CheckConvEngine(nn::Precision p, double tol) {
     const int64_t nx = NumElements(cc.in), nf = cc.kh * cc.kw * w.c * cc.oc, ny = w.n * w.oh * w.ow * cc.oc;
     const auto x = Random(nx, 1), f = Random(nf, 2), dy = Random(ny, 3);
     std::vector<float> y_ref(ny), dx_ref(nx), df_ref(nf);
-    REQUIRE(ref->Forward(&pool, w, cc.oc, x.data(), f.data(), y_ref.data()).ok());
+    REQUIRE(ref->Forward(&pool, w, cc.oc, x.data(), f.data(), {}, y_ref.data()).ok());
     REQUIRE(ref->BackwardInput(&pool, w, cc.oc, f.data(), dy.data(), dx_ref.data()).ok());
     REQUIRE(ref->BackwardFilter(&pool, w, cc.oc, x.data(), dy.data(), df_ref.data()).ok());
     // Twice: the second call runs the primitives cached by the first, and
@@ -98,7 +98,7 @@ void CheckConvEngine(nn::Precision p, double tol) {
     std::vector<float> first_y;
     for (int run = 0; run < 2; ++run) {
       std::vector<float> y(ny, NAN), dx(nx, NAN), df(nf, NAN);
-      Status s = dnnl->Forward(&pool, w, cc.oc, x.data(), f.data(), y.data());
+      Status s = dnnl->Forward(&pool, w, cc.oc, x.data(), f.data(), {}, y.data());
       REQUIRE(s.ok());
       REQUIRE(dnnl->BackwardInput(&pool, w, cc.oc, f.data(), dy.data(), dx.data()).ok());
       REQUIRE(dnnl->BackwardFilter(&pool, w, cc.oc, x.data(), dy.data(), df.data()).ok());
@@ -110,8 +110,25 @@ void CheckConvEngine(nn::Precision p, double tol) {
     }
     // Without a pool (one block, another cached plan) the same result.
     std::vector<float> y1(ny);
-    REQUIRE(dnnl->Forward(nullptr, w, cc.oc, x.data(), f.data(), y1.data()).ok());
+    REQUIRE(dnnl->Forward(nullptr, w, cc.oc, x.data(), f.data(), {}, y1.data()).ok());
     CHECK(RelError(y1, y_ref) < tol);
+    // Fused epilogues (FusedConv2D): bias, relu, both; the reference is the
+    // unfused output with the bias added and ReLU applied here.
+    const auto bias = Random(cc.oc, 4);
+    for (const nn::ConvEpilogue ep : {nn::ConvEpilogue{bias.data(), false}, nn::ConvEpilogue{nullptr, true},
+                                      nn::ConvEpilogue{bias.data(), true}}) {
+      INFO("bias " << (ep.bias != nullptr) << " relu " << ep.relu);
+      std::vector<float> want = y_ref;
+      for (int64_t i = 0; i < ny; ++i) {
+        if (ep.bias) want[i] += ep.bias[i % cc.oc];
+        if (ep.relu) want[i] = std::max(want[i], 0.0f);
+      }
+      std::vector<float> eigen(ny, NAN), fused(ny, NAN);
+      REQUIRE(ref->Forward(&pool, w, cc.oc, x.data(), f.data(), ep, eigen.data()).ok());
+      CHECK(RelError(eigen, want) < 1e-6);
+      REQUIRE(dnnl->Forward(&pool, w, cc.oc, x.data(), f.data(), ep, fused.data()).ok());
+      CHECK(RelError(fused, want) < tol);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"
 #include "tests/support/random_values.h"
@@ -253,4 +254,94 @@ TEST_CASE("Pools give hand-computed values", "[nn][pool]") {
   ops::MaxPool(g2, x2);  // a 2x2 VALID window does not fit a 1x1 image
   REQUIRE_FALSE(g2.status().ok());
   CHECK(g2.status().message().find("larger than the input") != std::string::npos);
+}
+
+TEST_CASE("FusedConv2D matches Conv2D + BiasAdd (+ Relu) in values and gradients", "[nn][conv][fused]") {
+  struct Case {
+    Shape in;
+    int64_t k, oc, stride;
+    std::string padding;
+  };
+  // The Fashion-MNIST CNN's layers (oneDNN, split over the pool), odd and strided ones.
+  for (const Case& cc : std::vector<Case>{{{5, 28, 28, 1}, 5, 32, 1, "SAME"},
+                                          {{6, 14, 14, 32}, 5, 64, 1, "SAME"},
+                                          {{3, 11, 9, 5}, 3, 7, 2, "VALID"},
+                                          {{2, 6, 6, 3}, 1, 4, 1, "SAME"}}) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      for (bool relu : {false, true}) {
+        INFO("input " << ShapeString(cc.in) << " k " << cc.k << " oc " << cc.oc << " stride " << cc.stride << " "
+                      << cc.padding << " " << DTypeName(dt) << " relu " << relu);
+        Graph g;
+        const Shape fshape{cc.k, cc.k, cc.in[3], cc.oc};
+        auto cast = [&](std::vector<float> v, Shape s) {
+          Tensor t = Tensor::FromVector<float>(v, s);
+          return dt == DType::kFloat32 ? t : Tensor::FromVector<double>(std::vector<double>(v.begin(), v.end()), s);
+        };
+        auto x = ops::Placeholder(g, dt, cc.in, "x");
+        auto f = ops::Placeholder(g, dt, fshape, "f");
+        auto bias = ops::Placeholder(g, dt, {cc.oc}, "bias");
+        const ops::Conv2DAttrs attrs{{1, cc.stride, cc.stride, 1}, cc.padding};
+        auto fused = ops::FusedConv2D(g, x, f, bias, relu ? "relu" : "none", attrs);
+        auto z = ops::BiasAdd(g, ops::Conv2D(g, x, f, attrs), bias);
+        auto plain = relu ? ops::Relu(g, z) : z;
+        REQUIRE(g.status().ok());
+        const int64_t ny = NumElements(fused.shape().dims());
+        REQUIRE(ny > 0);
+        auto r = ops::Const(g, cast(Random(ny, 7), fused.shape().dims()));
+        auto gf = Gradients(g, {ops::Sum(g, fused * r)}, {x, f, bias});
+        auto gp = Gradients(g, {ops::Sum(g, plain * r)}, {x, f, bias});
+        REQUIRE(gf.ok());
+        REQUIRE(gp.ok());
+        testing::Feeds feeds = {{x, cast(Random(NumElements(cc.in), 1), cc.in)},
+                                {f, cast(Random(NumElements(fshape), 2), fshape)},
+                                {bias, cast(Random(cc.oc, 3), {cc.oc})}};
+        std::vector<std::pair<Output, Output>> pairs = {{fused, plain}};
+        for (int i = 0; i < 3; ++i) pairs.push_back({(*gf)[i], (*gp)[i]});
+        for (size_t p = 0; p < pairs.size(); ++p) {
+          INFO("pair " << p << " (0: values, 1-3: gradients of x, f, bias)");
+          auto got = testing::Eval(g, pairs[p].first, feeds);
+          auto want = testing::Eval(g, pairs[p].second, feeds);
+          REQUIRE(got.ok());
+          REQUIRE(want.ok());
+          REQUIRE(got->shape() == want->shape());
+          auto a = got->ToVector<double>(), b = want->ToVector<double>();
+          double worst = 0;
+          int64_t positive = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0 + std::abs(b[i])));
+            positive += b[i] > 0;
+          }
+          CHECK(worst < (dt == DType::kFloat32 ? 1e-4 : 1e-12));
+          if (p == 0 && relu) CHECK((positive > 0 && positive < int64_t(a.size())));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("FusedConv2D refuses a bad activation or bias naming the op", "[nn][conv][fused]") {
+  auto x = [](Graph& g) { return ops::Const(g, Random(2 * 4 * 4 * 3, 1), {2, 4, 4, 3}); };
+  auto f = [](Graph& g) { return ops::Const(g, Random(3 * 3 * 3 * 5, 2), {3, 3, 3, 5}); };
+  {
+    Graph g;
+    ops::FusedConv2D(g, x(g), f(g), ops::Const(g, Random(5, 3), {5}), "tanh");
+    REQUIRE_FALSE(g.status().ok());
+    CHECK(g.status().message().find("activation") != std::string::npos);
+  }
+  {
+    Graph g;
+    ops::FusedConv2D(g, x(g), f(g), ops::Const(g, Random(4, 3), {4}), "relu");
+    REQUIRE_FALSE(g.status().ok());
+    CHECK(g.status().message().find("FusedConv2D bias") != std::string::npos);
+  }
+  {
+    // An unknown bias shape passes the graph; the kernel refuses it.
+    Graph g;
+    auto bias = ops::Placeholder(g, DType::kFloat32, PartialShape::Unknown(), "bias");
+    auto y = ops::FusedConv2D(g, x(g), f(g), bias, "relu");
+    REQUIRE(g.status().ok());
+    auto r = testing::Eval(g, y, {{bias, Tensor::FromVector<float>(Random(6, 3), {6})}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("FusedConv2D bias") != std::string::npos);
+  }
 }

@@ -256,6 +256,24 @@ std::map<std::string, Maker> Makers() {
     c.xs = {x, f};
     return c;
   };
+  m["FusedConv2D"] = [](Graph& g) {
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {1, 3, 3, 0});
+    Output f = Feed(g, c, DType::kFloat32, {2, 2, 0, 2}, "filter");
+    Output b = Feed(g, c, DType::kFloat32, {2}, "bias");
+    c.fetches = {ops::FusedConv2D(g, x, f, b, "relu", ops::Conv2DAttrs{{1, 1, 1, 1}, "SAME"})};
+    c.xs = {x, f, b};
+    return c;
+  };
+  m["FusedConv2D: no output channels"] = [](Graph& g) {
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {2, 4, 4, 3});
+    Output f = Feed(g, c, DType::kFloat32, {3, 3, 3, 0}, "filter");
+    Output b = Feed(g, c, DType::kFloat32, {0}, "bias");
+    c.fetches = {ops::FusedConv2D(g, x, f, b, "relu", ops::Conv2DAttrs{{1, 1, 1, 1}, "SAME"})};
+    c.xs = {x, f, b};
+    return c;
+  };
   // An empty batch: the float32 kernels' oneDNN engine hands it to Eigen.
   m["Conv2D: empty batch"] = [](Graph& g) {
     Case c;
@@ -291,6 +309,16 @@ std::map<std::string, Maker> Makers() {
       Output f = Feed(g, c, DType::kFloat32, {2, 2, 0, 2}, "filter");
       c.fetches = {ops::Conv2D(g, x, f, ops::Conv2DAttrs{{1, 1, 1, 1}, "SAME"})};
       c.xs = {x, f};
+      bf16(g);
+      return c;
+    };
+    m["FusedConv2D: bf16, empty batch"] = [bf16](Graph& g) {
+      Case c;
+      Output x = Feed(g, c, DType::kFloat32, {0, 5, 5, 2});
+      Output f = Feed(g, c, DType::kFloat32, {3, 3, 2, 4}, "filter");
+      Output b = Feed(g, c, DType::kFloat32, {4}, "bias");
+      c.fetches = {ops::FusedConv2D(g, x, f, b, "relu", ops::Conv2DAttrs{{1, 1, 1, 1}, "VALID"})};
+      c.xs = {x, f, b};
       bf16(g);
       return c;
     };
