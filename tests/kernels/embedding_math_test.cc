@@ -286,3 +286,56 @@ TEST_CASE("A big split runs in chunks on the pool, with the same parts and the f
     }
   }
 }
+
+TEST_CASE("A split's parts are each shard's ids in batch order, for any shard count and batch length",
+          "[embedding]") {
+  ComputePool pool(2);
+  std::mt19937_64 rng(11);
+  const int64_t rows = 1'000'003;
+  // Lengths around the 8-id vectors of the packed scatter and the chunked
+  // sizes; shard counts on both sides of where it stops being used (8).
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{1000}, int64_t{16389}, int64_t{40001}}) {
+    for (int64_t shards : {2, 3, 5, 8, 9, 16}) {
+      for (auto partition : {EmbeddingPartition::kMod, EmbeddingPartition::kRange}) {
+        INFO("n " << n << ", " << shards << " shards, partition " << static_cast<int>(partition));
+        EmbeddingOpAttrs a;
+        a.spec = EmbeddingShardSpec{"tbl", rows, shards, 0, partition};
+        a.segments = EmbeddingSegments::kSegmentIds;
+        a.num_segments = n;
+        std::vector<int64_t> v(n), seg(n);
+        for (int64_t i = 0; i < n; ++i) {
+          v[i] = static_cast<int64_t>(rng() % rows);
+          seg[i] = i;  // distinct, so a misplaced id shows
+        }
+        // The reference: each id's shard and local row, written here from the partition rules.
+        std::vector<std::vector<int64_t>> want_rows(shards), want_segs(shards);
+        const int64_t base = rows / shards, extra = rows % shards;
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t k, r;
+          if (partition == EmbeddingPartition::kMod) {
+            k = v[i] % shards;
+            r = v[i] / shards;
+          } else if (v[i] < extra * (base + 1)) {
+            k = v[i] / (base + 1);
+            r = v[i] % (base + 1);
+          } else {
+            k = extra + (v[i] - extra * (base + 1)) / base;
+            r = (v[i] - extra * (base + 1)) % base;
+          }
+          want_rows[k].push_back(r);
+          want_segs[k].push_back(seg[i]);
+        }
+        const Tensor ids = Tensor::FromVector<int64_t>(v), segs = Tensor::FromVector<int64_t>(seg);
+        for (ComputePool* p : {static_cast<ComputePool*>(nullptr), &pool}) {
+          EmbeddingIdSplit split;
+          REQUIRE(SplitEmbeddingIds(a, ids, &segs, &split, p).ok());
+          REQUIRE(split.rows.size() == static_cast<size_t>(shards));
+          for (int64_t k = 0; k < shards; ++k) {
+            CHECK(split.rows[k].ToVector<int64_t>() == want_rows[k]);
+            CHECK(split.segments[k].ToVector<int64_t>() == want_segs[k]);
+          }
+        }
+      }
+    }
+  }
+}
