@@ -474,23 +474,33 @@ TEST_CASE("Variable shards: calls served in the caller's thread and the actor's 
   CHECK(v.back() == float(kWriters * kUpdates));
 }
 
-TEST_CASE("Variable shards: an answer's callback may call the same shard again", "[variables]") {
-  System s;
-  ActorVariables vars(s.sys, {"w"});
+namespace {
+
+// Defines float32 variable "w" of shape [2] and sets it to {1, 2}; its id.
+int64_t DefineW12(ActorVariables& vars) {
   auto w = vars.Resolve("w", DType::kFloat32, PartialShape({2}));
   REQUIRE(w.ok());
   REQUIRE(Wait([&](auto done) {
             vars.Assign(*w, AssignMode::kAssign, Tensor::FromVector(std::vector<float>{1, 2}), done);
           }).ok());
+  return *w;
+}
+
+}  // namespace
+
+TEST_CASE("Variable shards: an answer's callback may call the same shard again", "[variables]") {
+  System s;
+  ActorVariables vars(s.sys, {"w"});
+  const int64_t w = DefineW12(vars);
   // Read -> (in its callback) AssignAdd -> (in its callback) Read: each call
   // is answered, whichever thread and path served the one before.
   std::promise<Result<Tensor>> last;
   auto f = last.get_future();
-  vars.Read(*w, [&](Result<Tensor> first) {
+  vars.Read(w, [&](Result<Tensor> first) {
     if (!first.ok()) return last.set_value(std::move(first));
-    vars.Assign(*w, AssignMode::kAdd, *first, [&](Result<Tensor> sum) {
+    vars.Assign(w, AssignMode::kAdd, *first, [&](Result<Tensor> sum) {
       if (!sum.ok()) return last.set_value(std::move(sum));
-      vars.Read(*w, [&](Result<Tensor> again) { last.set_value(std::move(again)); });
+      vars.Read(w, [&](Result<Tensor> again) { last.set_value(std::move(again)); });
     });
   });
   REQUIRE(f.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
@@ -502,11 +512,7 @@ TEST_CASE("Variable shards: an answer's callback may call the same shard again",
 TEST_CASE("Variable shards: once the shards are shut down, calls are answered NotFound", "[variables]") {
   System s;
   ActorVariables vars(s.sys, {"w"});
-  auto w = vars.Resolve("w", DType::kFloat32, PartialShape({2}));
-  REQUIRE(w.ok());
-  REQUIRE(Wait([&](auto done) {
-            vars.Assign(*w, AssignMode::kAssign, Tensor::FromVector(std::vector<float>{1, 2}), done);
-          }).ok());
+  const int64_t w = DefineW12(vars);
   vars.Shutdown();
   // The actor goes asynchronously; a direct call then finds its state gone
   // (before, a message to the gone actor was dropped, its caller never answered).
@@ -515,7 +521,7 @@ TEST_CASE("Variable shards: once the shards are shut down, calls are answered No
   while (std::chrono::steady_clock::now() < deadline) {
     auto p = std::make_shared<std::promise<Result<Tensor>>>();
     auto f = p->get_future();
-    vars.Read(*w, [p](Result<Tensor> r) { p->set_value(std::move(r)); });
+    vars.Read(w, [p](Result<Tensor> r) { p->set_value(std::move(r)); });
     if (f.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) continue;
     last = f.get().status();
     if (last.code() == Code::kNotFound) break;
