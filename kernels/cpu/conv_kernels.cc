@@ -151,7 +151,7 @@ template <typename T>
 void ConvForward(ComputePool* pool, const Window& w, int64_t oc, const T* in, const T* f, T* out) {
   const int64_t rows = w.n * w.oh * w.ow, kkc = w.kh * w.kw * w.c;
   if (IsPointwise(w)) {
-    nn::Gemm<T>(pool, in, f, out, rows, oc, w.c, false, false);
+    nn::Gemm<T>(pool, in, f, out, rows, oc, w.c, false, false, /*accumulate=*/false, /*library=*/false);
     return;
   }
   const int64_t chunk = ChunkRows(kkc);
@@ -170,7 +170,7 @@ void ConvBackpropInput(ComputePool* pool, const Window& w, int64_t oc, const T* 
                        T* dx) {
   const int64_t pix = w.oh * w.ow, kkc = w.kh * w.kw * w.c;
   if (IsPointwise(w)) {
-    nn::Gemm<T>(pool, dy, f, dx, w.n * pix, w.c, oc, false, true);
+    nn::Gemm<T>(pool, dy, f, dx, w.n * pix, w.c, oc, false, true, /*accumulate=*/false, /*library=*/false);
     return;
   }
   std::fill(dx, dx + w.n * w.h * w.w * w.c, T(0));
@@ -180,7 +180,8 @@ void ConvBackpropInput(ComputePool* pool, const Window& w, int64_t oc, const T* 
     std::vector<T> col(std::min(chunk, w.n * pix) * kkc);
     for (int64_t r = 0; r < w.n * pix; r += chunk) {
       const int64_t len = std::min(chunk, w.n * pix - r);
-      nn::Gemm<T>(pool, dy + r * oc, f, col.data(), len, kkc, oc, false, true);
+      nn::Gemm<T>(pool, dy + r * oc, f, col.data(), len, kkc, oc, false, true, /*accumulate=*/false,
+                  /*library=*/false);
       Col2ImAdd(w, col.data(), r, len, dx);
     }
     return;
@@ -203,7 +204,7 @@ void ConvBackpropFilter(ComputePool* pool, const Window& w, int64_t oc, const T*
                         T* df) {
   const int64_t rows = w.n * w.oh * w.ow, kkc = w.kh * w.kw * w.c;
   if (IsPointwise(w)) {
-    nn::Gemm<T>(pool, in, dy, df, w.c, oc, rows, true, false);
+    nn::Gemm<T>(pool, in, dy, df, w.c, oc, rows, true, false, /*accumulate=*/false, /*library=*/false);
     return;
   }
   std::fill(df, df + kkc * oc, T(0));

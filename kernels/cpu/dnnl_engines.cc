@@ -10,6 +10,7 @@
 #include <new>
 #include <vector>
 
+#include "kernels/cpu/nn_gemm.h"
 #include "kernels/cpu_features.h"
 
 #ifdef SF_HAVE_DNNL
@@ -40,6 +41,10 @@ Status ParsePrecision(const KernelInit& init, Precision* out) {
 std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision) { return nullptr; }
 std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine() { return nullptr; }
 std::unique_ptr<MaxPoolGradEngine> NewDnnlMaxPoolGradEngine() { return nullptr; }
+bool DnnlSgemmBlock(const float*, const float*, float*, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t,
+                    int64_t, int64_t, bool) {
+  return false;
+}
 
 #else
 
@@ -586,6 +591,19 @@ std::unique_ptr<ConvEngine> NewDnnlConvEngine(Precision precision) {
 }
 
 std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine() { return std::make_unique<DnnlBf16MatMul>(); }
+
+bool DnnlSgemmBlock(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                    int64_t r0, int64_t r1, int64_t c0, int64_t c1, bool accumulate) {
+  PinOpenMpToThisThread();
+  // Row-major blocks by pointer and leading dimension: rows r0.. of op(A)
+  // are rows of A, or columns of A stored [k, m]; columns c0.. of op(B)
+  // likewise.
+  const float* ab = ta ? a + r0 : a + r0 * k;
+  const float* bb = tb ? b + c0 * k : b + c0;
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', r1 - r0, c1 - c0, k, 1.0f, ab, ta ? m : k, bb,
+                                      tb ? k : n, accumulate ? 1.0f : 0.0f, c + r0 * n + c0, n);
+  return st == dnnl_success;
+}
 
 #endif  // SF_HAVE_DNNL
 

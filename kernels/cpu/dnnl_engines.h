@@ -91,5 +91,6 @@ class MatMulEngine {
 // The oneDNN bf16 matmul; null when built without oneDNN.
 std::unique_ptr<MatMulEngine> NewDnnlBf16MatMulEngine();
 
+
 }  // namespace nn
 }  // namespace sf

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -13,6 +14,15 @@
 
 namespace sf {
 namespace nn {
+
+// C[r0:r1, c0:c1] (=, or += when accumulate) op(A) op(B) in float32 with
+// oneDNN's sgemm on the calling thread alone (shapes as nn::GemmBlock's).
+// With `=` it writes C without reading it: Eigen's product zero-fills C and
+// then accumulates into it, three passes over C where a product with a short
+// inner dimension is bound by them. False (C untouched) when built without
+// oneDNN or when the library refuses; the caller then multiplies with Eigen.
+bool DnnlSgemmBlock(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                    int64_t r0, int64_t r1, int64_t c0, int64_t c1, bool accumulate);
 
 // Below this many multiply-adds a product runs inline: splitting costs more
 // than it saves.
@@ -63,16 +73,23 @@ void GemmSplit(ComputePool* pool, int64_t m, int64_t n, int64_t k, const Fn& blo
 }
 
 // C (=|+=) op(A) op(B) on the whole matrices, split over the pool's threads
-// when the product is big enough (pool may be null: inline).
+// when the product is big enough (pool may be null: inline). Eigen's product
+// (library = false: the reference other kernels are tested against), or,
+// for float32 in a build with oneDNN, oneDNN's sgemm per block: it writes C
+// without reading it first, and ran the step's products 1.5-2x faster on the
+// shapes measured (kernels/cpu/dnnl_engines.h, DnnlSgemmBlock).
 template <typename T>
 void Gemm(ComputePool* pool, const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k,
-          bool ta, bool tb, bool accumulate = false) {
+          bool ta, bool tb, bool accumulate = false, bool library = true) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, T(0));
     return;
   }
   GemmSplit(pool, m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (library && DnnlSgemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate)) return;
+    }
     GemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate);
   });
 }
