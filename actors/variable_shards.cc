@@ -500,16 +500,22 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
       },
       [self](SnapshotDirtyShard& m) {
         Held held(*self->state.core);
-        ShardState& st = held.st(); m.done(TakeDirtySnapshot(st)); },
+        m.done(TakeDirtySnapshot(held.st()));
+      },
   };
 }
 
 }  // namespace
 
-VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool) {
+// A new shard's state, splitting its big work over pool (may be null).
+std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool) {
   auto core = std::make_shared<ShardCore>();
   core->st.pool = pool;
-  return sys.spawn(VariableShard, std::move(core));
+  return core;
+}
+
+VariableShardActor SpawnVariableShard(caf::actor_system& sys, ComputePool* pool) {
+  return sys.spawn(VariableShard, NewShardCore(pool));
 }
 
 ActorVariables::ActorVariables(caf::actor_system& sys, std::set<std::string> graph_variables)
@@ -565,8 +571,7 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
   if (s == shards_.end()) {
-    auto core = std::make_shared<ShardCore>();
-    core->st.pool = pool_;
+    auto core = NewShardCore(pool_);
     VariableShardActor actor = sys_.spawn(VariableShard, core);
     s = shards_.emplace(key, Shard{std::move(actor), std::move(core)}).first;
   }

@@ -136,10 +136,7 @@ class FusedMatMulKernel : public OpKernel {
       Eigen::Map<RM> C(pc, m, n);
       auto cb = C.block(r0, c0, r1 - r0, c1 - c0);
       cb.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(pbias + c0, c1 - c0);
-      bool done = false;
-      if constexpr (std::is_same_v<T, float>)
-        done = k > 0 && nn::DnnlSgemmBlock(pa, pb, pc, m, n, k, f_.ta, f_.tb, r0, r1, c0, c1, /*accumulate=*/true);
-      if (k > 0 && !done) nn::GemmBlock(pa, pb, pc, m, n, k, f_.ta, f_.tb, r0, r1, c0, c1, /*accumulate=*/true);
+      if (k > 0) nn::GemmBlock(pa, pb, pc, m, n, k, f_.ta, f_.tb, r0, r1, c0, c1, /*accumulate=*/true);
       if (relu_) cb = cb.cwiseMax(T(0));
     });
   }

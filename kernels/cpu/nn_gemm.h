@@ -30,9 +30,15 @@ constexpr int64_t kGemmParallelMin = int64_t{1} << 18;
 
 // C[r0:r1, c0:c1] (=|+=) op(A) op(B) restricted to those rows and columns.
 // A is [m,k] row-major ([k,m] when ta), B is [k,n] ([n,k] when tb), C is [m,n].
+// library: float32 blocks go to oneDNN's sgemm when the build has it
+// (DnnlSgemmBlock), Eigen's product otherwise or when false (the reference
+// other kernels are tested against).
 template <typename T>
 void GemmBlock(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-               int64_t r0, int64_t r1, int64_t c0, int64_t c1, bool accumulate) {
+               int64_t r0, int64_t r1, int64_t c0, int64_t c1, bool accumulate, bool library = true) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (library && DnnlSgemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate)) return;
+  }
   using RM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   Eigen::Map<const RM> A(a, ta ? k : m, ta ? m : k);
   Eigen::Map<const RM> B(b, tb ? n : k, tb ? k : n);
@@ -73,11 +79,9 @@ void GemmSplit(ComputePool* pool, int64_t m, int64_t n, int64_t k, const Fn& blo
 }
 
 // C (=|+=) op(A) op(B) on the whole matrices, split over the pool's threads
-// when the product is big enough (pool may be null: inline). Eigen's product
-// (library = false: the reference other kernels are tested against), or,
-// for float32 in a build with oneDNN, oneDNN's sgemm per block: it writes C
-// without reading it first, and ran the step's products 1.5-2x faster on the
-// shapes measured (kernels/cpu/dnnl_engines.h, DnnlSgemmBlock).
+// when the product is big enough (pool may be null: inline); library as
+// GemmBlock's (oneDNN's sgemm ran the step's products 1.5-2x faster than
+// Eigen's on the shapes measured).
 template <typename T>
 void Gemm(ComputePool* pool, const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k,
           bool ta, bool tb, bool accumulate = false, bool library = true) {
@@ -87,10 +91,7 @@ void Gemm(ComputePool* pool, const T* a, const T* b, T* c, int64_t m, int64_t n,
     return;
   }
   GemmSplit(pool, m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (library && DnnlSgemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate)) return;
-    }
-    GemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate);
+    GemmBlock(a, b, c, m, n, k, ta, tb, r0, r1, c0, c1, accumulate, library);
   });
 }
 
