@@ -256,16 +256,18 @@ TEST_CASE("Split ids name the bad id, segment or local row", "[embedding]") {
 
 TEST_CASE("A big split runs in chunks on the pool, with the same parts and the first bad id", "[embedding]") {
   ComputePool pool(2);
+  // A power-of-two mod table splits in chunks from 262144 ids, others from 16384.
+  for (int64_t batch : {4096, 40000})
   for (auto partition : {EmbeddingPartition::kMod, EmbeddingPartition::kRange}) {
     for (int64_t shards : {2, 3, 4}) {
-      INFO("partition " << static_cast<int>(partition) << ", " << shards << " shards");
+      INFO("partition " << static_cast<int>(partition) << ", " << shards << " shards, batch " << batch);
       EmbeddingOpAttrs a;
       a.spec = EmbeddingShardSpec{"tbl", 1'000'003, shards, 0, partition};
       a.segments = EmbeddingSegments::kDense;
       std::mt19937_64 rng(7);
-      std::vector<int64_t> v(4096 * 8);
+      std::vector<int64_t> v(batch * 8);
       for (auto& x : v) x = static_cast<int64_t>(rng() % 1'000'003);
-      const Tensor ids = Tensor::FromVector<int64_t>(v, {4096, 8});
+      const Tensor ids = Tensor::FromVector<int64_t>(v, {batch, 8});
       EmbeddingIdSplit one, chunked;
       REQUIRE(SplitEmbeddingIds(a, ids, nullptr, &one).ok());
       REQUIRE(SplitEmbeddingIds(a, ids, nullptr, &chunked, &pool).ok());
@@ -275,12 +277,12 @@ TEST_CASE("A big split runs in chunks on the pool, with the same parts and the f
         CHECK(chunked.segments[k].ToVector<int64_t>() == one.segments[k].ToVector<int64_t>());
         total += one.rows[k].num_elements();
       }
-      CHECK(total == 4096 * 8);
+      CHECK(total == batch * 8);
       // Bad ids in both chunks: the error names the first in the batch.
       std::vector<int64_t> bad = v;
-      bad[30000] = -5;
-      bad[20000] = 1'000'003;
-      Status s = SplitEmbeddingIds(a, Tensor::FromVector<int64_t>(bad, {4096, 8}), nullptr, &chunked, &pool);
+      bad[batch * 8 - 2768] = -5;
+      bad[batch * 8 / 2 - 12768] = 1'000'003;
+      Status s = SplitEmbeddingIds(a, Tensor::FromVector<int64_t>(bad, {batch, 8}), nullptr, &chunked, &pool);
       CHECK(s.message().find("1000003") != std::string::npos);
       CHECK(s.message().find("-5") == std::string::npos);
     }
@@ -292,10 +294,12 @@ TEST_CASE("A split's parts are each shard's ids in batch order, for any shard co
   ComputePool pool(2);
   std::mt19937_64 rng(11);
   const int64_t rows = 1'000'003;
-  // Lengths around the 8-id vectors of the packed scatter and the chunked
-  // sizes; shard counts on both sides of where it stops being used (8).
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{1000}, int64_t{16389}, int64_t{40001}}) {
-    for (int64_t shards : {2, 3, 5, 8, 9, 16}) {
+  // Lengths around the 8-id vectors of the packed scatter and the sizes
+  // that split in chunks (16384, and 262144 for a power-of-two mod table);
+  // shard counts on both sides of where the packed scatter stops (16).
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{1000}, int64_t{16389}, int64_t{40001},
+                    int64_t{262151}}) {
+    for (int64_t shards : {2, 3, 4, 5, 8, 9, 16, 17}) {
       for (auto partition : {EmbeddingPartition::kMod, EmbeddingPartition::kRange}) {
         INFO("n " << n << ", " << shards << " shards, partition " << static_cast<int>(partition));
         EmbeddingOpAttrs a;
