@@ -155,8 +155,9 @@ TEST_CASE("The bf16 matmul matches Eigen's GEMM over every transpose", "[kernels
   struct Dims {
     int64_t m, n, k;
   };
+  // Split by C's rows (m >= n) and by its columns (n > m, odd widths included).
   for (Dims d : {Dims{128, 512, 784}, Dims{784, 512, 128}, Dims{37, 5, 19}, Dims{3, 300, 7}, Dims{1, 1, 1},
-                 Dims{64, 10, 1024}})
+                 Dims{64, 10, 1024}, Dims{5, 1001, 33}, Dims{16, 129, 64}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         INFO("m " << d.m << " n " << d.n << " k " << d.k << " ta " << ta << " tb " << tb);
