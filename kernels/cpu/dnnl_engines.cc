@@ -139,22 +139,12 @@ class Bf16Converter {
     });
     if (error) std::rethrow_exception(error);
   }
-  // dst (rows x cols, row-major bf16) = the fp32 rows x cols whose element
-  // (i, j) is src[i * row_stride + j * col_stride], on the calling thread.
-  // Throws dnnl::error or std::bad_alloc.
-  void Strided(const float* src, void* dst, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-    Convert(src, dst, rows, cols, row_stride, col_stride);
-  }
 
  private:
   // One block of rows; ld is the row count of the whole transposed operand.
   void Block(const float* src, void* dst, int64_t rows, int64_t cols, bool transposed, int64_t ld) {
-    if (transposed) Convert(src, dst, rows, cols, 1, ld);
-    else Convert(src, dst, rows, cols, cols, 1);
-  }
-  void Convert(const float* src, void* dst, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-    const Reorder& r = cache_.Get({rows, cols, row_stride, col_stride}, [&] {
-      memory::desc from({rows, cols}, dt::f32, memory::dims{row_stride, col_stride});
+    const Reorder& r = cache_.Get({rows, cols, transposed, transposed ? ld : 0}, [&] {
+      memory::desc from({rows, cols}, dt::f32, transposed ? memory::dims{1, ld} : memory::dims{cols, 1});
       memory::desc to({rows, cols}, dt::bf16, tag::ab);
       dnnl::reorder::primitive_desc pd(eng_, from, eng_, to, UserScratchpad());
       return Reorder{dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
@@ -422,18 +412,13 @@ class DnnlConv : public ConvEngine {
 // A cached block product.
 struct MatMulPlan {
   dnnl::matmul prim;
-  memory::desc src, wei, dst, scratch;
+  memory::desc src, dst, scratch;
 };
 
-// One pass over the pool: the product is split along the side of its bigger
-// operand (C's rows when A is the bigger, its columns when B is), and each
-// block converts its own share of that operand and all of the smaller one to
-// bf16, then multiplies. Converting both operands first and multiplying after
-// took three dispatches, and on this 2-core VM each costs tens of
-// microseconds: the bf16 product of a 128x784 by 784x512 was slower on two
-// threads than on one. A transposed operand is transposed by its conversion:
-// oneDNN's fast bf16 matmul (brgemm) wants dense row-major blocks. A column
-// block is multiplied dense and copied into C.
+// op(A) and op(B) are converted to row-major bf16 first (a transposed operand
+// is transposed by the conversion): oneDNN's fast bf16 matmul (brgemm) takes
+// only dense row-major blocks; strided or transposed ones fall to a slower
+// gemm. C's rows are then split over the pool, each block dense too.
 class DnnlBf16MatMul : public MatMulEngine {
  public:
   DnnlBf16MatMul() : eng_(dnnl::engine::kind::cpu, 0), to_bf16_(eng_) {}
@@ -447,25 +432,47 @@ class DnnlBf16MatMul : public MatMulEngine {
         return Status::OK();
       }
       PinOpenMpToThisThread();
-      const bool by_cols = n > m;
-      const int64_t len = by_cols ? n : m;
-      // At least 16 rows, or 64 columns, per block keep the blocks efficient.
-      const int64_t threads = pool ? std::max(1, pool->num_threads()) : 1;
-      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, len / (by_cols ? 64 : 16)));
+      Scratch a16(m * k * 2), b16(k * n * 2);
       std::mutex mu;
       Status err;
-      auto block = [&](int64_t b0, int64_t b1) {
+      auto guarded = [&](auto fn) {
         try {
           PinOpenMpToThisThread();
-          if (by_cols) Block(a, b, c, m, n, k, ta, tb, 0, m, b0, b1);
-          else Block(a, b, c, m, n, k, ta, tb, b0, b1, 0, n);
+          fn();
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> l(mu);
           if (err.ok()) err = Failed(m, n, k, ta, tb, e);
         }
       };
-      if (blocks <= 1) block(0, len);
-      else pool->ParallelFor(len, (len + blocks - 1) / blocks, block);
+      // B is converted as it lies (a transposed one is read as 'ba').
+      guarded([&] {
+        to_bf16_.Run(pool, a, a16.p, m, k, ta);
+        to_bf16_.Run(pool, b, b16.p, tb ? n : k, tb ? k : n, false);
+      });
+      if (!err.ok()) return err;
+      // At least 16 rows per block keep the blocks efficient.
+      const int64_t threads = pool ? std::max(1, pool->num_threads()) : 1;
+      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, m / 16));
+      auto block = [&](int64_t r0, int64_t r1) {
+        guarded([&] {
+          const MatMulPlan& p = plans_.Get({r1 - r0, n, k, tb}, [&] {
+            memory::desc sa({r1 - r0, k}, dt::bf16, tag::ab), sb({k, n}, dt::bf16, tb ? tag::ba : tag::ab),
+                sc({r1 - r0, n}, dt::f32, tag::ab);
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sa, sb, sc), UserScratchpad(), eng_);
+            return MatMulPlan{dnnl::matmul(pd), sa, sc, pd.scratchpad_desc()};
+          });
+          Scratch scratch(p.scratch.get_size());
+          dnnl::stream strm(eng_);
+          const memory::desc sb({k, n}, dt::bf16, tb ? tag::ba : tag::ab);
+          p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.src, eng_, a16.p + r0 * k * 2)},
+                                {DNNL_ARG_WEIGHTS, memory(sb, eng_, b16.p)},
+                                {DNNL_ARG_DST, memory(p.dst, eng_, c + r0 * n)},
+                                {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng_, scratch.p)}});
+          strm.wait();
+        });
+      };
+      if (blocks <= 1) block(0, m);
+      else pool->ParallelFor(m, (m + blocks - 1) / blocks, block);
       return err;
     } catch (const std::exception& e) {
       return Failed(m, n, k, ta, tb, e);
@@ -473,40 +480,6 @@ class DnnlBf16MatMul : public MatMulEngine {
   }
 
  private:
-  // C[r0:r1, c0:c1] = op(A)[r0:r1, :] op(B)[:, c0:c1] on the calling thread.
-  // Throws dnnl::error or std::bad_alloc.
-  void Block(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-             int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const int64_t mb = r1 - r0, nb = c1 - c0;
-    Scratch a16(mb * k * 2), b16(k * nb * 2);
-    // op(A)'s rows r0..r1: rows of A, or columns of a transposed A ([k, m]).
-    if (ta) to_bf16_.Strided(a + r0, a16.p, mb, k, 1, m);
-    else to_bf16_.Strided(a + r0 * k, a16.p, mb, k, k, 1);
-    // op(B)'s columns c0..c1, kept as they lie: a transposed B ([n, k])
-    // gives rows c0..c1 of it, read by the matmul as 'ba'.
-    if (tb) to_bf16_.Strided(b + c0 * k, b16.p, nb, k, k, 1);
-    else to_bf16_.Strided(b + c0, b16.p, k, nb, n, 1);
-    const MatMulPlan& p = plans_.Get({mb, nb, k, tb}, [&] {
-      memory::desc sa({mb, k}, dt::bf16, tag::ab), sb({k, nb}, dt::bf16, tb ? tag::ba : tag::ab),
-          sc({mb, nb}, dt::f32, tag::ab);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sa, sb, sc), UserScratchpad(), eng_);
-      return MatMulPlan{dnnl::matmul(pd), sa, sb, sc, pd.scratchpad_desc()};
-    });
-    // A column block is written dense and copied into C's rows: with C's
-    // row stride oneDNN leaves brgemm for a slower gemm.
-    const bool dense = nb == n;
-    Scratch scratch(p.scratch.get_size()), block(dense ? 0 : mb * nb * sizeof(float));
-    float* out = dense ? c + r0 * n : reinterpret_cast<float*>(block.p);
-    dnnl::stream strm(eng_);
-    p.prim.execute(strm, {{DNNL_ARG_SRC, memory(p.src, eng_, a16.p)},
-                          {DNNL_ARG_WEIGHTS, memory(p.wei, eng_, b16.p)},
-                          {DNNL_ARG_DST, memory(p.dst, eng_, out)},
-                          {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng_, scratch.p)}});
-    strm.wait();
-    if (!dense)
-      for (int64_t i = 0; i < mb; ++i) std::copy(out + i * nb, out + (i + 1) * nb, c + (r0 + i) * n + c0);
-  }
-
   static Status Failed(int64_t m, int64_t n, int64_t k, bool ta, bool tb, const std::exception& e) {
     return LibraryError("oneDNN bf16 MatMul failed for m=" + std::to_string(m) + " n=" + std::to_string(n) +
                             " k=" + std::to_string(k) + (ta ? " (a transposed)" : "") + (tb ? " (b transposed)" : ""),
