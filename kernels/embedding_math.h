@@ -201,9 +201,9 @@ struct EmbeddingIdSplit {
 
 // Splits one lookup's ids (inputs as for BuildEmbeddingGather; a.spec.shard
 // is ignored) over the table's fixed shards in two passes over the ids
-// (shard and row of each id, then each shard's part), so that each shard op
-// then reads only its own; big batches in chunks on pool's threads (null:
-// the caller's). InvalidArgument naming the table for an id out of range, a
+// (count each shard's ids, then write each shard's part), so that each shard
+// op then reads only its own; big batches in chunks on pool's threads (null
+// or small batches: the caller's). InvalidArgument naming the table for an id out of range, a
 // bad segment or offset, a hash table or combiner none.
 Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Tensor* segments,
                          EmbeddingIdSplit* out, ComputePool* pool = nullptr);
