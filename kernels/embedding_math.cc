@@ -768,29 +768,36 @@ Status ShardRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n, i
 }
 
 #if defined(__AVX512F__) && defined(__AVX512VL__)
+// Appends the lanes of r and g that m selects, in order, at rows + *j and
+// segs + *j, in a part of `count` ids: whole eight-lane stores while they
+// stay inside the part (the lanes past the packed ones are overwritten by the
+// next append), a masked store near its end. Masked stores, and compresses
+// straight to memory, are slow on AMD's Zen 4.
+inline void AppendPacked(__mmask8 m, __m512i r, __m512i g, int64_t count, int64_t* rows, int64_t* segs,
+                         int64_t* j) {
+  r = _mm512_maskz_compress_epi64(m, r);
+  g = _mm512_maskz_compress_epi64(m, g);
+  const int c = __builtin_popcount(m);
+  if (*j + 8 <= count) {
+    _mm512_storeu_si512(rows + *j, r);
+    _mm512_storeu_si512(segs + *j, g);
+  } else {
+    const __mmask8 w = static_cast<__mmask8>((1u << c) - 1);
+    _mm512_mask_storeu_epi64(rows + *j, w, r);
+    _mm512_mask_storeu_epi64(segs + *j, w, g);
+  }
+  *j += c;
+}
+
 // Writes, in order, the local rows and segments of positions [b, e) whose
-// shard is k to rows and segs (exactly as many as there are: masked stores).
-// count: how many there are. Whole eight-lane stores while they stay inside
-// the part (they write past the last packed id, overwritten by the next
-// step), a masked store at its end: masked stores are slow on AMD's Zen 4.
+// shard is k to rows and segs; count: how many there are.
 void CompressShardPart(const int32_t* shard, const int64_t* local, const int64_t* seg, int64_t b, int64_t e,
                        int32_t k, int64_t count, int64_t* rows, int64_t* segs) {
   const __m256i kk = _mm256_set1_epi32(k);
   int64_t j = 0, i = b;
   for (; i + 8 <= e; i += 8) {
     const __mmask8 m = _mm256_cmpeq_epi32_mask(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(shard + i)), kk);
-    const int c = __builtin_popcount(m);
-    const __m512i r = _mm512_maskz_compress_epi64(m, _mm512_loadu_si512(local + i));
-    const __m512i g = _mm512_maskz_compress_epi64(m, _mm512_loadu_si512(seg + i));
-    if (j + 8 <= count) {
-      _mm512_storeu_si512(rows + j, r);
-      _mm512_storeu_si512(segs + j, g);
-    } else {
-      const __mmask8 w = static_cast<__mmask8>((1u << c) - 1);
-      _mm512_mask_storeu_epi64(rows + j, w, r);
-      _mm512_mask_storeu_epi64(segs + j, w, g);
-    }
-    j += c;
+    AppendPacked(m, _mm512_loadu_si512(local + i), _mm512_loadu_si512(seg + i), count, rows, segs, &j);
   }
   for (; i < e; ++i)
     if (shard[i] == k) rows[j] = local[i], segs[j++] = seg[i];
@@ -829,18 +836,8 @@ void CompressModPow2(const int64_t* ids, const int64_t* seg, int64_t b, int64_t 
   for (; i + 8 <= e; i += 8) {
     const __m512i v = _mm512_loadu_si512(ids + i);
     const __mmask8 m = _mm512_cmpeq_epi64_mask(_mm512_and_si512(v, mask), kk);
-    const int c = __builtin_popcount(m);
-    const __m512i r = _mm512_maskz_compress_epi64(m, _mm512_srli_epi64(v, static_cast<unsigned>(shift)));
-    const __m512i g = _mm512_maskz_compress_epi64(m, _mm512_loadu_si512(seg + i));
-    if (j + 8 <= count) {
-      _mm512_storeu_si512(rows + j, r);
-      _mm512_storeu_si512(segs + j, g);
-    } else {
-      const __mmask8 w = static_cast<__mmask8>((1u << c) - 1);
-      _mm512_mask_storeu_epi64(rows + j, w, r);
-      _mm512_mask_storeu_epi64(segs + j, w, g);
-    }
-    j += c;
+    AppendPacked(m, _mm512_srli_epi64(v, static_cast<unsigned>(shift)), _mm512_loadu_si512(seg + i), count, rows,
+                 segs, &j);
   }
   for (; i < e; ++i)
     if ((ids[i] & (K - 1)) == k) rows[j] = ids[i] >> shift, segs[j++] = seg[i];
