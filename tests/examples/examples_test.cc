@@ -77,6 +77,29 @@ TEST_CASE("fashion_mnist --precision bf16 learns like fp32, or is refused naming
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("bench_gemm times square sizes and named products, in fp32 and bf16", "[examples][bench]") {
+  auto r = RunCommand(std::string(SF_BIN_DIR) + "/bench_gemm --json --sizes 32,48 --reps 1 2>&1");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("\"size\": 48") != std::string::npos);
+  CHECK(JsonNumber(LastLine(r.out), "mean_graph_over_eigen") > 0);
+  if (sf::Bf16Supported().ok()) {
+    auto b = RunCommand(std::string(SF_BIN_DIR) + "/bench_gemm --json --shapes 16x24x40,40x24x16:ta:tb --reps 1 " +
+                        "--precision bf16 2>&1");
+    INFO(b.out);
+    REQUIRE(b.code == 0);
+    CHECK(b.out.find("\"m\": 40, \"n\": 24, \"k\": 16, \"transpose_a\": true, \"transpose_b\": true") !=
+          std::string::npos);
+    CHECK(JsonNumber(LastLine(b.out), "mean_bf16_over_fp32") > 0);
+  }
+  for (const char* bad : {"--shapes 16x24", "--shapes 16x24x0", "--shapes 8x8x8:tc", "--sizes -3", "--precision int8"}) {
+    auto e = RunCommand(std::string(SF_BIN_DIR) + "/bench_gemm " + bad + " 2>&1");
+    INFO(bad << ": " << e.out);
+    CHECK(e.code == 1);
+    CHECK(e.out.find("bench_gemm:") != std::string::npos);
+  }
+}
+
 TEST_CASE("bench_cnn_step prints its rounds and a summary with steps_per_sec last", "[examples][bench]") {
   for (const char* precision : {"fp32", "bf16"}) {
     if (std::string(precision) == "bf16" && !sf::Bf16Supported().ok()) continue;
