@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -113,12 +114,13 @@ int main(int argc, char** argv) {
     std::stringstream ss(flags.GetString("sizes"));
     for (std::string tok; std::getline(ss, tok, ',');) {
       Shape3 sh;
+      size_t used = 0;
       try {
-        sh.m = sh.n = sh.k = std::stoll(tok);
+        sh.m = sh.n = sh.k = std::stoll(tok, &used);
       } catch (const std::exception&) {
         sh.m = 0;
       }
-      if (sh.m <= 0) {
+      if (sh.m <= 0 || used != tok.size()) {
         std::fprintf(stderr, "bench_gemm: --sizes: '%s' is not a positive size\n", tok.c_str());
         return 1;
       }
@@ -138,7 +140,6 @@ int main(int argc, char** argv) {
     // A is stored [k, m] when transposed, B [n, k].
     Tensor a = sh.ta ? Random(sh.k, sh.m, 1) : Random(sh.m, sh.k, 1);
     Tensor b = sh.tb ? Random(sh.n, sh.k, 2) : Random(sh.k, sh.n, 2);
-    // The graph in fp32, and in the asked precision (the same graph when fp32).
     auto make = [&](const std::string& p, Output* c) {
       auto g = std::make_unique<Graph>();
       auto pa = ops::Placeholder(*g, DType::kFloat32, a.shape(), "a");
@@ -150,10 +151,12 @@ int main(int argc, char** argv) {
       }
       return g;
     };
-    Output c32, cp;
-    auto g32 = make("fp32", &c32);
+    // The asked precision's graph, and with bf16 the same graph in fp32.
+    Output cp, c32;
     auto gp = make(precision, &cp);
-    Session s32(*g32, so), sp(*gp, so);
+    std::unique_ptr<Graph> g32 = bf16 ? make("fp32", &c32) : nullptr;
+    Session sp(*gp, so);
+    std::unique_ptr<Session> s32 = bf16 ? std::make_unique<Session>(*g32, so) : nullptr;
     auto run = [&](Session& s, const Output& c) {
       auto r = s.Run({{"a", a}, {"b", b}}, std::vector<Output>{c});
       if (!r.ok()) {
@@ -166,7 +169,7 @@ int main(int argc, char** argv) {
     double graph_s = 1e30, fp32_s = 1e30;
     for (int r = 0; r < (bf16 ? reps : 1); ++r) {
       graph_s = std::min(graph_s, BestSeconds([&] { run(sp, cp); }, bf16 ? 1 : reps));
-      if (bf16) fp32_s = std::min(fp32_s, BestSeconds([&] { run(s32, c32); }, 1));
+      if (bf16) fp32_s = std::min(fp32_s, BestSeconds([&] { run(*s32, c32); }, 1));
     }
     Tensor out(DType::kFloat32, {sh.m, sh.n});
     Eigen::array<Eigen::IndexPair<int>, 1> dims = {Eigen::IndexPair<int>(sh.ta ? 0 : 1, sh.tb ? 1 : 0)};

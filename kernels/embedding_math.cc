@@ -716,6 +716,14 @@ Status BuildEmbeddingGather(const EmbeddingOpAttrs& a, const Tensor& ids, const 
 
 namespace {
 
+// InvalidArgument naming the table and the first of ids[0, n) outside
+// [0, rows); OK when there is none.
+Status FirstOutOfRange(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<uint64_t>(ids[i]) >= static_cast<uint64_t>(s.rows)) return InvalidArgument(OutOfRange(s, ids[i]));
+  return Status::OK();
+}
+
 // Every id's shard and local row under fixed partitioning s, in one pass
 // that also checks the range (an id outside it yields garbage row and shard
 // values, never read: the pass then reports it); InvalidArgument naming the
@@ -761,10 +769,7 @@ Status ShardRowsOf(const EmbeddingShardSpec& s, const int64_t* ids, int64_t n, i
       shard[i] = static_cast<int32_t>(k);
     }
   }
-  if (!bad) return Status::OK();
-  for (int64_t i = 0; i < n; ++i)
-    if (static_cast<uint64_t>(ids[i]) >= rows) return InvalidArgument(OutOfRange(s, ids[i]));
-  return Status::OK();
+  return bad ? FirstOutOfRange(s, ids, n) : Status::OK();
 }
 
 #if defined(__AVX512F__) && defined(__AVX512VL__)
@@ -868,9 +873,10 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
         return InvalidArgument(who + ": segment id " + std::to_string(seg[i]) + " of id position " +
                                std::to_string(i) + " is out of range [0, " + std::to_string(q.num_segments) + ")");
   // The batch in chunks, one per thread for big batches (the lookups all
-  // wait for the split): pass 1 gives every id its shard and local row and
-  // counts each chunk's ids per shard; pass 2 writes each chunk's ids at its
-  // offsets, so each shard's part stays in batch order.
+  // wait for the split): pass 1 counts each chunk's ids per shard (giving
+  // every id its shard and local row first, except for a power-of-two mod
+  // table, whose shard and row come straight from the id); pass 2 writes
+  // each chunk's ids at its offsets, so each shard's part stays in batch order.
 #if defined(__AVX512F__) && defined(__AVX512VL__)
   const bool mod_pow2 = s.partition == EmbeddingPartition::kMod && K >= 2 && K <= 16 && (K & (K - 1)) == 0;
 #else
@@ -902,12 +908,8 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
     const int64_t b = chunk_begin(c), e = chunk_begin(c + 1);
 #if defined(__AVX512F__) && defined(__AVX512VL__)
     if (mod_pow2) {
-      if (CountModPow2(id, b, e, K, static_cast<uint64_t>(s.rows), count.data() + c * K)) return;
-      for (int64_t i = b; i < e; ++i)
-        if (static_cast<uint64_t>(id[i]) >= static_cast<uint64_t>(s.rows)) {
-          status[c] = InvalidArgument(OutOfRange(s, id[i]));
-          return;
-        }
+      if (!CountModPow2(id, b, e, K, static_cast<uint64_t>(s.rows), count.data() + c * K))
+        status[c] = FirstOutOfRange(s, id + b, e - b);
       return;
     }
 #endif
@@ -938,9 +940,8 @@ Status SplitEmbeddingIds(const EmbeddingOpAttrs& a, const Tensor& ids, const Ten
     const int64_t b = chunk_begin(c), e = chunk_begin(c + 1);
 #if defined(__AVX512F__) && defined(__AVX512VL__)
     // Few shards: one pass per shard, eight ids a step, packed in registers
-    // and written with a masked store. The scalar scatter below carries each
-    // cursor through memory from one id to the next; this has no such chain.
-    // (A compress straight to memory is microcoded on AMD's Zen 4: slower.)
+    // (AppendPacked). The scalar scatter below carries each cursor through
+    // memory from one id to the next; this has no such chain.
     if (mod_pow2) {
       const int shift = __builtin_ctzll(static_cast<unsigned long long>(K));
       for (int64_t k = 0; k < K; ++k)

@@ -92,7 +92,7 @@ TEST_CASE("bench_gemm times square sizes and named products, in fp32 and bf16", 
           std::string::npos);
     CHECK(JsonNumber(LastLine(b.out), "mean_bf16_over_fp32") > 0);
   }
-  for (const char* bad : {"--shapes 16x24", "--shapes 16x24x0", "--shapes 8x8x8:tc", "--sizes -3", "--precision int8"}) {
+  for (const char* bad : {"--shapes 16x24", "--shapes 16x24x0", "--shapes 8x8x8:tc", "--sizes -3", "--sizes 12abc", "--precision int8"}) {
     auto e = RunCommand(std::string(SF_BIN_DIR) + "/bench_gemm " + bad + " 2>&1");
     INFO(bad << ": " << e.out);
     CHECK(e.code == 1);
