@@ -98,6 +98,8 @@ constexpr size_t kReplyByTellBytes = size_t{1} << 20;
 constexpr size_t kBatchBytes = size_t{1} << 20;
 // The request id of the marker a handler's reply becomes when sent as a tell.
 constexpr uint64_t kSentByTell = ~uint64_t{0};
+// Events the I/O loop runs in a row before it polls the sockets and timers.
+constexpr unsigned kBusyPollEvents = 1024;
 
 // The bytes of m's tensors that an encoding could reference.
 size_t TensorBytes(const Message& m) {
@@ -349,6 +351,14 @@ class Meter final : public kj::AsyncIoStream {
 
   // Milliseconds the pending write has made no progress (0: none pending).
   int64_t WriteStalledMs(int64_t now) const { return writing > 0 ? now - last_write_ms : 0; }
+  // When the peer last showed it is alive: the last bytes read from it, the
+  // last progress of a write under way, or, after a long message of ours,
+  // the time the peer may spend taking it in (decoding it holds the peer's
+  // loop: 0.3 s for 256 MiB here, past a heartbeat; kDigestBytesPerMs).
+  int64_t HeardMs() const {
+    return std::max({last_read_ms, writing > 0 ? last_write_ms : int64_t{0},
+                     long_write_end_ms + static_cast<int64_t>(long_write_bytes / kDigestBytesPerMs)});
+  }
   // True when a message under way arrived slower than min_rate bytes/s over
   // the last window of a second or more (the window then starts again). A
   // rate since the message began would let a peer send most of a big
@@ -367,6 +377,8 @@ class Meter final : public kj::AsyncIoStream {
 
   int64_t last_read_ms = 0;
   int64_t last_write_ms = 0;
+  int64_t long_write_end_ms = 0;  // when the last write of more than kChunk bytes ended
+  uint64_t long_write_bytes = 0;  // and its size
   int writing = 0;
   bool in_frame = false;
   int64_t frame_start_ms = 0;
@@ -376,6 +388,9 @@ class Meter final : public kj::AsyncIoStream {
 
  private:
   static constexpr size_t kChunk = size_t{1} << 20;
+  // How fast a peer is assumed to take in a message once it has its bytes
+  // (decode and copy; a slow machine under load): 64 MB/s.
+  static constexpr uint64_t kDigestBytesPerMs = 64 * 1000;
 
   kj::Promise<size_t> ReadAtLeast(kj::byte* buf, size_t min, size_t max, size_t got) {
     return inner_->tryRead(buf + got, 1, max - got).then([this, buf, min, max, got](size_t n) -> kj::Promise<size_t> {
@@ -396,9 +411,15 @@ class Meter final : public kj::AsyncIoStream {
   kj::Promise<void> WritePieces(kj::Array<kj::ArrayPtr<const kj::byte>> pieces) {
     ++writing;
     last_write_ms = NowMs();
-    auto done = kj::defer([this] {
+    uint64_t bytes = 0;
+    for (const auto& p : pieces) bytes += p.size();
+    auto done = kj::defer([this, bytes] {
       --writing;
       last_write_ms = NowMs();
+      if (bytes > kChunk) {
+        long_write_end_ms = last_write_ms;
+        long_write_bytes = bytes;
+      }
     });
     return WriteFrom(kj::mv(pieces), 0, 0).attach(kj::mv(done));
   }
@@ -1283,6 +1304,11 @@ void Core::LoopMain(std::promise<Status>* ready) {
     }
   }
   tasks_->add(TickLoop());
+  // kj runs queued events without looking at the sockets or the timers until
+  // none is left, and a long message read or written in chunks is a chain of
+  // ready events: for a 256 MiB TLS echo this loop went 2 s without a tick,
+  // a heartbeat or another peer's bytes, and its peers dropped it as silent.
+  io.waitScope.setBusyPollInterval(kBusyPollEvents);
   ready->set_value(Status::OK());
   while (!stop_requested_) {
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -1809,9 +1835,15 @@ void Core::Tick() {
     if (now - l->last_tick_ms > 3 * tick_ms_ + 100) m.last_read_ms = std::max(m.last_read_ms, now - tick_ms_);
     l->last_tick_ms = now;
     if (l->network->getCurrentQueueCount() == 0) l->keepalive.clear();
-    if (now - m.last_read_ms > options.peer_timeout_ms) {
+    // A peer taking our bytes is not silent, though it sends none: it is
+    // reading a long message of ours (for a 256 MiB reply over TLS, longer
+    // than peer_timeout_ms here), and its own loop may be too busy to send a
+    // heartbeat until it is done. A peer that stops taking them is the
+    // write deadline's.
+    const int64_t heard = m.HeardMs();
+    if (now - heard > options.peer_timeout_ms) {
       down.push_back({l, Unavailable("no message from " + l->conn->Who() + " for " +
-                                     std::to_string(now - m.last_read_ms) + " ms (peer hung or unreachable)")});
+                                     std::to_string(now - heard) + " ms (peer hung or unreachable)")});
       continue;
     }
     if (m.WriteStalledMs(now) > options.write_timeout_ms) {

@@ -20,7 +20,11 @@
 //     bytes stop being read), a message must arrive at a minimum rate, a
 //     peer must take our bytes within write_timeout_ms (else it is dropped
 //     and never blocks anyone else), and a peer silent for peer_timeout_ms
-//     is down (each side sends a heartbeat when idle for heartbeat_ms).
+//     is down (each side sends a heartbeat when idle for heartbeat_ms). A
+//     peer taking a long message of ours is not silent, and after it has
+//     the bytes it gets time to decode them (a second per 64 MB);
+//   - one peer's long message does not hold up the others: the I/O loop
+//     looks at every socket and timer at least every 1024 events.
 // Roles come from the certificate (net/credentials.h): Connection::peer_role.
 //
 // Thread-safety: all methods may be called from many threads, except that

@@ -166,6 +166,31 @@ TEST_CASE("RPC: a 64 MiB tensor arrives intact, with TLS and without", "[rpc]") 
   }
 }
 
+TEST_CASE("RPC: an echo that takes longer than the peer timeout is not dropped as silence", "[rpc]") {
+  // While one side writes a long reply, the other's loop is busy reading it
+  // and sends no heartbeat; the writer heard nothing since the request. The
+  // node dropped a session this way in the middle of a 256 MiB TLS echo.
+  EndpointOptions so = Opts(Role::kNode), co = Opts(Role::kSession);
+  for (EndpointOptions* o : {&so, &co}) {
+    o->heartbeat_ms = 50;
+    o->peer_timeout_ms = 250;
+  }
+  Server s(so);
+  auto c = Client(co);
+  auto conn = c->Connect(s.address);
+  REQUIRE(conn.ok());
+  Tensor t = Filled(int64_t{256} << 20);
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = Call(*conn, Echo{t}, 60000);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    INFO("round trip " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+    CHECK(std::get<Echo>(r->body).payload.bytes() == t.bytes());
+  }
+  CHECK(s.downs == 0);
+}
+
 TEST_CASE("RPC: many concurrent echoes of ragged sizes arrive intact over TLS", "[rpc]") {
   // Sizes around a TLS record (16 KiB), the ciphertext read (256 KiB) and
   // the plaintext encrypted per turn (1 MiB), in flight together so records
