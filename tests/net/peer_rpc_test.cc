@@ -191,6 +191,41 @@ TEST_CASE("RPC: an echo that takes longer than the peer timeout is not dropped a
   CHECK(s.downs == 0);
 }
 
+TEST_CASE("RPC: a peer that hangs after taking a long message is still dropped as silent", "[rpc][hostile]") {
+  // The grace a long message buys its reader (a second per 64 MB) is
+  // bounded: a peer whose loop stops once it has 16 MiB of ours is dropped
+  // within the timeout plus a quarter second, not kept alive.
+  testing::Flag release;
+  EndpointOptions so = Opts(Role::kNode);
+  so.node_name = "hangs";
+  so.heartbeat_ms = 50;
+  so.peer_timeout_ms = 250;
+  // Runs on the server's I/O thread: while it waits, that loop reads,
+  // writes and ticks nothing, as a stopped process would.
+  so.handle_inline = [&](const Message& m) {
+    if (std::holds_alternative<Echo>(m.body)) release.WaitFor(30s);
+    return false;
+  };
+  auto hangs = Endpoint::Create(so, [](const ConnectionPtr&, Message) {}, nullptr);
+  REQUIRE(hangs.ok());
+  auto port = (*hangs)->Listen("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  EndpointOptions co = Opts(Role::kSession);
+  co.heartbeat_ms = 50;
+  co.peer_timeout_ms = 250;
+  auto c = Client(co);
+  auto conn = c->Connect("127.0.0.1:" + std::to_string(*port));
+  REQUIRE(conn.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Call(*conn, Echo{Filled(16 << 20)}, 30000);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  release.Set();
+  REQUIRE(!r.ok());
+  INFO(r.status().ToString());
+  CHECK(Contains(r.status(), "no message from"));
+  CHECK(secs < 5);
+}
+
 TEST_CASE("RPC: many concurrent echoes of ragged sizes arrive intact over TLS", "[rpc]") {
   // Sizes around a TLS record (16 KiB), the ciphertext read (256 KiB) and
   // the plaintext encrypted per turn (1 MiB), in flight together so records
