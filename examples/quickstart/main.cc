@@ -1,4 +1,6 @@
 // The README's first program, kept compiling and running by tests/examples.
+#include <cstdio>
+
 #include "shardflow/graph.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
@@ -21,7 +23,8 @@ int main() {
 
   Session session(g);                                   // in-process actor runtime
   session.Run({}, {}, {init});
-  Tensor xb(DType::kFloat32, {128, 784}), yb = Tensor::Zeros(DType::kInt32, {128});
+  Tensor xb = Tensor::Zeros(DType::kFloat32, {128, 784}), yb = Tensor::Zeros(DType::kInt32, {128});
   auto r = session.Run({{x, xb}, {labels, yb}}, {loss}, {*train});
-  return r.ok() ? 0 : 1;                                // errors are values, never exceptions
+  if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().ToString().c_str()), 1;  // errors are values
+  std::printf("{\"loss\": %g}\n", (*r)[0].scalar_as<float>());  // one JSON line: ln 10 on zeros
 }

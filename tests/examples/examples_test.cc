@@ -1,6 +1,7 @@
 // Runs the example programs as a user would and checks what they print.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -12,9 +13,11 @@ using sf::testing::LastLine;
 using sf::testing::RunCommand;
 
 TEST_CASE("The README's program runs", "[examples]") {
-  auto r = RunCommand(std::string(SF_BIN_DIR) + "/quickstart 2>&1");
+  auto r = RunCommand(std::string(SF_BIN_DIR) + "/quickstart --json");
   INFO(r.out);
   CHECK(r.code == 0);
+  // Zero inputs give zero logits: the mean cross entropy over 10 classes is ln 10.
+  CHECK(JsonNumber(LastLine(r.out), "loss") == Approx(std::log(10.0)).epsilon(1e-5));
 }
 
 TEST_CASE("fashion_mnist learns on a slice of the data and prints its summary keys", "[examples]") {
