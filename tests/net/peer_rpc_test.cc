@@ -67,6 +67,13 @@ struct Server {
   }
 };
 
+// o with a heartbeat every 50 ms and a peer silent for 250 ms down.
+EndpointOptions QuickToTimeOut(EndpointOptions o) {
+  o.heartbeat_ms = 50;
+  o.peer_timeout_ms = 250;
+  return o;
+}
+
 std::unique_ptr<Endpoint> Client(EndpointOptions o = Opts(Role::kSession)) {
   auto r = Endpoint::Create(o, nullptr, nullptr);
   INFO(r.status().ToString());
@@ -170,13 +177,8 @@ TEST_CASE("RPC: an echo that takes longer than the peer timeout is not dropped a
   // While one side writes a long reply, the other's loop is busy reading it
   // and sends no heartbeat; the writer heard nothing since the request. The
   // node dropped a session this way in the middle of a 256 MiB TLS echo.
-  EndpointOptions so = Opts(Role::kNode), co = Opts(Role::kSession);
-  for (EndpointOptions* o : {&so, &co}) {
-    o->heartbeat_ms = 50;
-    o->peer_timeout_ms = 250;
-  }
-  Server s(so);
-  auto c = Client(co);
+  Server s(QuickToTimeOut(Opts(Role::kNode)));
+  auto c = Client(QuickToTimeOut(Opts(Role::kSession)));
   auto conn = c->Connect(s.address);
   REQUIRE(conn.ok());
   Tensor t = Filled(int64_t{256} << 20);
@@ -196,25 +198,16 @@ TEST_CASE("RPC: a peer that hangs after taking a long message is still dropped a
   // bounded: a peer whose loop stops once it has 16 MiB of ours is dropped
   // within the timeout plus a quarter second, not kept alive.
   testing::Flag release;
-  EndpointOptions so = Opts(Role::kNode);
-  so.node_name = "hangs";
-  so.heartbeat_ms = 50;
-  so.peer_timeout_ms = 250;
+  EndpointOptions so = QuickToTimeOut(Opts(Role::kNode));
   // Runs on the server's I/O thread: while it waits, that loop reads,
   // writes and ticks nothing, as a stopped process would.
   so.handle_inline = [&](const Message& m) {
     if (std::holds_alternative<Echo>(m.body)) release.WaitFor(30s);
     return false;
   };
-  auto hangs = Endpoint::Create(so, [](const ConnectionPtr&, Message) {}, nullptr);
-  REQUIRE(hangs.ok());
-  auto port = (*hangs)->Listen("127.0.0.1", 0);
-  REQUIRE(port.ok());
-  EndpointOptions co = Opts(Role::kSession);
-  co.heartbeat_ms = 50;
-  co.peer_timeout_ms = 250;
-  auto c = Client(co);
-  auto conn = c->Connect("127.0.0.1:" + std::to_string(*port));
+  Server hangs(so);
+  auto c = Client(QuickToTimeOut(Opts(Role::kSession)));
+  auto conn = c->Connect(hangs.address);
   REQUIRE(conn.ok());
   const auto t0 = std::chrono::steady_clock::now();
   auto r = Call(*conn, Echo{Filled(16 << 20)}, 30000);
