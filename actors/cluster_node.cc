@@ -1063,6 +1063,9 @@ struct ClusterNode::Impl {
                                  &t.session_id))
                 return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
               RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
+              // The receiving step's cheap ops that follow (an update by a
+              // scalar, a send back) run here instead of waking the pool.
+              runtime::InlineCheapOps cheap;
               Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
               if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
             },

@@ -1,8 +1,10 @@
 #include "runtime/executor.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/optimizer_spec.h"
 #include "runtime/executor_core.h"
 #include "runtime/frame_propagator.h"
 #include "runtime/plain_propagator.h"
@@ -11,6 +13,18 @@ namespace sf {
 namespace runtime {
 
 namespace {
+
+thread_local bool t_inline_cheap = false;
+
+// Ops whose work is a hand-off (sends, receives, handles, reads) or in
+// proportion to their inputs, so small inputs make them cheap enough for an
+// I/O thread (InlineCheapOps).
+bool IsCheapOp(const std::string& op) {
+  static const std::unordered_set<std::string> kCheap = {
+      "NoOp", "Const", "Identity", "_Send", "_Recv", "VarHandle", "ReadVariable", "Assign", "AssignAdd",
+      "AssignSub", "AddN", "Add", "Sub", "Mul", "Neg", "Sum"};
+  return kCheap.count(op) > 0 || FindOptimizerByOp(op) != nullptr;
+}
 
 // The one place a KernelInit is built.
 KernelInit MakeKernelInit(const Node& node, const ExecutorEnv& env) {
@@ -102,6 +116,7 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
     if (!kernel.ok()) return kernel.status().WithPrefix(it.where);
     it.kernel = std::move(kernel).value();
     it.is_async = it.kernel->IsAsync();
+    it.cheap = IsCheapOp(node.op);
   }
   for (int i = 0; i < n; ++i) {
     NodeItem& it = kp->nodes[i];
@@ -129,6 +144,13 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
 }
 
 }  // namespace
+
+InlineCheapOps::InlineCheapOps() : prev_(t_inline_cheap) { t_inline_cheap = true; }
+InlineCheapOps::~InlineCheapOps() { t_inline_cheap = prev_; }
+bool InlineCheapOps::Active() { return t_inline_cheap; }
+
+InlineSuspended::InlineSuspended() : prev_(t_inline_cheap) { t_inline_cheap = false; }
+InlineSuspended::~InlineSuspended() { t_inline_cheap = prev_; }
 
 Status CheckOutputsSlow(const KernelPlan& plan, const NodeItem& item, const Tensor* outs) {
   const DType* declared = plan.output_dtypes.data() + item.output_begin;

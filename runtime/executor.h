@@ -51,6 +51,28 @@ struct ExecutorEnv : KernelServices {
   int64_t max_tensor_bytes = 0;
 };
 
+// While one lives on a thread, a step that resumes there when a _Recv gets
+// its tensor runs its next ops there as long as they are cheap: sends,
+// receives, variable handles, reads, small updates and small arithmetic
+// (at most kInlineCheapElements input elements). Any other op goes to the
+// pool. A node's I/O thread holds one while it hands a peer's tensor to the
+// rendezvous: otherwise every tensor between nodes woke a compute thread,
+// one wake-up per hop on a step's critical path. Work run inline under it
+// sees none, so callbacks from that work take the pool as before.
+class InlineCheapOps {
+ public:
+  InlineCheapOps();
+  ~InlineCheapOps();
+  InlineCheapOps(const InlineCheapOps&) = delete;
+  InlineCheapOps& operator=(const InlineCheapOps&) = delete;
+  // True on a thread inside one (and not inside work run inline under it).
+  static bool Active();
+
+ private:
+  bool prev_;
+};
+constexpr int64_t kInlineCheapElements = 4096;
+
 class Executor {
  public:
   // Builds the plan and one kernel per node from env.kernels; the error names
@@ -63,7 +85,8 @@ class Executor {
   // Runs one step with feed values in spec.fed order; done gets the fetches in
   // spec.fetches order, or the first error ("node 'N' (op OP): ..."). done runs
   // on a compute thread (or inline for an empty partition, or with
-  // InvalidArgument when feeds.size() differs from spec.fed.size()). With a
+  // InvalidArgument when feeds.size() differs from spec.fed.size(), or on a
+  // thread holding InlineCheapOps when the step's last ops ran there). With a
   // trace, each op that runs adds its event to it (and each asynchronous op
   // its wait) before done runs; null costs one branch per op. With progress,
   // an op that finishes (or is skipped) sets it to 1 (relaxed) when it is 0,

@@ -50,12 +50,26 @@
 namespace sf {
 namespace runtime {
 
+// Clears InlineCheapOps on this thread while alive: the work run inline
+// under one must not run more inline (callbacks it triggers take the pool).
+class InlineSuspended {
+ public:
+  InlineSuspended();
+  ~InlineSuspended();
+  InlineSuspended(const InlineSuspended&) = delete;
+  InlineSuspended& operator=(const InlineSuspended&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // One node of the plan, in topological order.
 struct NodeItem {
   std::unique_ptr<OpKernel> kernel;  // null for a fed node
   bool is_async = false;
   bool outputs_may_be_unset = false;  // control-flow kernels leave dead outputs unset
   bool error_as_is = false;           // _Recv: another partition's error, reported as is
+  bool cheap = false;                 // may run under InlineCheapOps when its inputs are small
   int num_inputs = 0, num_outputs = 0;
   int input_begin = 0;   // into KernelPlan::input_slots
   int output_begin = 0;  // the value slot of output 0
@@ -213,10 +227,20 @@ class ExecutorState : public StepBase {
     if (trace_) Loop<true>(t, &local);
     else Loop<false>(t, &local);
   }
-  template <bool kTraced>
+  template <bool kTraced, bool kCheapOnly = false>
   void Loop(Task t, typename P::Local* local) {
     typename P::OutBuf buf;
     while (true) {
+      if constexpr (kCheapOnly) {
+        // Off the I/O thread from the first op that is not cheap: it and
+        // what this thread was to run after it go to the pool.
+        if (!CheapHere(t)) {
+          Schedule(t);
+          Task next;
+          while (P::Pop(local, &next)) Schedule(next);
+          return;
+        }
+      }
       Status st;
       bool ran = false;
       // An async kernel that took over, or the step's last op: the state
@@ -224,6 +248,26 @@ class ExecutorState : public StepBase {
       if (RunKernel<kTraced>(t, &buf, &st, &ran) && Done(t, &buf, st, ran, local)) return;
       if (!P::Pop(local, &t)) return;
     }
+  }
+
+  // True when t may run on a thread holding InlineCheapOps: a cheap op whose
+  // inputs hold at most kInlineCheapElements elements.
+  bool CheapHere(const Task& t) {
+    const NodeItem& item = plan_.nodes[P::Node(t)];
+    if (!item.cheap) return false;
+    constexpr int kInline = 8;
+    const Tensor* inline_inputs[kInline];
+    std::vector<const Tensor*> heap_inputs;
+    const Tensor** inputs = inline_inputs;
+    if (item.num_inputs > kInline) {
+      heap_inputs.resize(item.num_inputs);
+      inputs = heap_inputs.data();
+    }
+    prop_.Inputs(t, inputs);
+    int64_t elements = 0;
+    for (int i = 0; i < item.num_inputs; ++i)
+      if (inputs[i]) elements += inputs[i]->num_elements();
+    return elements <= kInlineCheapElements;
   }
 
   // Runs t's kernel if it should run; false when an async kernel took over
@@ -296,26 +340,36 @@ class ExecutorState : public StepBase {
         trace_->Add(ti.name, ti.op, "wait", wait_start, trace_->Now());
       }
     };
-    auto finish = [this, t, p, trace_wait](Status s) {
+    // cheap_only: on a thread holding InlineCheapOps, which runs only the
+    // cheap ops that follow.
+    auto finish = [this, t, p, trace_wait](Status s, bool cheap_only) {
       trace_wait();
       typename P::OutBuf out = std::move(p->buf);
       delete p;
       typename P::Local local;
       if (Done(t, &out, s, true, &local)) return;
       Task next;
-      if (P::Pop(&local, &next)) Loop<kTraced>(next, &local);
+      if (!P::Pop(&local, &next)) return;
+      if (cheap_only) Loop<kTraced, true>(next, &local);
+      else Loop<kTraced>(next, &local);
     };
     // A kernel that throws before it started its work never calls back.
     Status thrown = Guarded(plan_, [&] {
       item.kernel->ComputeAsync(p->ctx.get(), [this, p, finish] {
         int expected = kStarted;
         if (p->phase.compare_exchange_strong(expected, kAnswered, std::memory_order_acq_rel)) return;
+        if (InlineCheapOps::Active()) {
+          InlineSuspended suspended;
+          finish(p->ctx->status(), true);
+          return;
+        }
         // Continue on a compute thread: the callback may run on an actor thread.
-        plan_.env.pool->Schedule([p, finish] { finish(p->ctx->status()); });
+        plan_.env.pool->Schedule([p, finish] { finish(p->ctx->status(), false); });
       });
     });
     if (!thrown.ok()) {
-      finish(thrown);
+      // Through the pool: this thread may be one that runs only cheap ops.
+      plan_.env.pool->Schedule([finish, thrown] { finish(thrown, false); });
       return false;
     }
     int expected = kStarted;

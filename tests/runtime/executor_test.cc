@@ -3,8 +3,11 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <thread>
 
+#include "graph/partition.h"
 #include "runtime/executor.h"
+#include "runtime/rendezvous.h"
 #include "kernels/compute_pool.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/ops.h"
@@ -152,4 +155,99 @@ TEST_CASE("Stack indices of nested loops: one value per index vector", "[executo
   auto deep = RunOnce(**ex, {xv, Tensor::FromVector(std::vector<int32_t>(65, 0), {65})});
   REQUIRE(!deep.ok());
   CHECK(deep.status().message().find("vector of 1 to 64 int32s") != std::string::npos);
+}
+
+namespace {
+
+// A LocalRendezvous that tells when a receive has started waiting.
+class WatchedRendezvous : public RendezvousService {
+ public:
+  Status Send(const RendezvousKey& key, Tensor value, bool is_dead) override {
+    return local.Send(key, std::move(value), is_dead);
+  }
+  void RecvAsync(const RendezvousKey& key, std::function<void(Status, Tensor, bool)> done) override {
+    local.RecvAsync(key, std::move(done));
+    std::lock_guard<std::mutex> l(mu);
+    ++receives;
+    cv.notify_all();
+  }
+  void Abort(int64_t step_id, const Status& status) override { local.Abort(step_id, status); }
+  // Waits up to 30 s for the first receive; false if none came.
+  bool WaitForReceive() {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(30), [&] { return receives > 0; });
+  }
+  runtime::LocalRendezvous local;
+
+ private:
+  std::mutex mu;
+  std::condition_variable cv;
+  int receives = 0;
+};
+
+// Where a step that waits on a _Recv ends: the thread its done ran on.
+struct RecvStep {
+  explicit RecvStep(int64_t elements) {
+    auto x = ops::Recv(g, DType::kFloat32, PartialShape({elements}), "x:0->here", "there", "here", "x");
+    auto y = ops::Mul(g, x, x);
+    spec = runtime::ExecutorSpec{{x.node, y.node}, {}, {y}};
+    value = Tensor::FromVector(std::vector<float>(static_cast<size_t>(elements), 2.0f), {elements});
+  }
+  // Starts step 7, hands x over on this thread (holding InlineCheapOps when
+  // asked) and returns the thread done ran on, with y's first element.
+  std::pair<std::thread::id, float> Run(bool inline_cheap) {
+    ComputePool pool(2);
+    WatchedRendezvous rdv;
+    runtime::ExecutorEnv env = PoolOnly(&pool);
+    env.rendezvous = &rdv;
+    auto ex = runtime::Executor::Create(g, spec, env);
+    REQUIRE(ex.ok());
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<std::pair<std::thread::id, float>> result;
+    (*ex)->RunStep(7, {}, [&](Status s, std::vector<Tensor> out) {
+      REQUIRE(s.ok());
+      std::lock_guard<std::mutex> l(mu);
+      result.emplace(std::this_thread::get_id(), out[0].data<float>()[0]);
+      cv.notify_all();
+    });
+    // The tensor must find the receive waiting: otherwise the _Recv takes
+    // it on its own (pool) thread.
+    REQUIRE(rdv.WaitForReceive());
+    {
+      std::optional<runtime::InlineCheapOps> cheap;
+      if (inline_cheap) cheap.emplace();
+      REQUIRE(rdv.Send({7, "x:0->here", "", 0}, value, false).ok());
+    }
+    std::unique_lock<std::mutex> l(mu);
+    REQUIRE(cv.wait_for(l, std::chrono::seconds(30), [&] { return result.has_value(); }));
+    return *result;
+  }
+  Graph g;
+  runtime::ExecutorSpec spec;
+  Tensor value;
+};
+
+}  // namespace
+
+TEST_CASE("Executor: under InlineCheapOps a received tensor's cheap ops run on the handing thread", "[executor]") {
+  const std::thread::id self = std::this_thread::get_id();
+  SECTION("small: the Mul and the step's end run here") {
+    RecvStep step(16);
+    auto [where, y] = step.Run(/*inline_cheap=*/true);
+    CHECK(where == self);
+    CHECK(y == 4.0f);
+  }
+  SECTION("over kInlineCheapElements: the Mul goes to the pool") {
+    RecvStep step(runtime::kInlineCheapElements + 1);
+    auto [where, y] = step.Run(true);
+    CHECK(where != self);
+    CHECK(y == 4.0f);
+  }
+  SECTION("without it: the pool, as before") {
+    RecvStep step(16);
+    auto [where, y] = step.Run(false);
+    CHECK(where != self);
+    CHECK(y == 4.0f);
+  }
 }
