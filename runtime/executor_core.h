@@ -255,19 +255,31 @@ class ExecutorState : public StepBase {
   bool CheapHere(const Task& t) {
     const NodeItem& item = plan_.nodes[P::Node(t)];
     if (!item.cheap) return false;
-    constexpr int kInline = 8;
-    const Tensor* inline_inputs[kInline];
-    std::vector<const Tensor*> heap_inputs;
-    const Tensor** inputs = inline_inputs;
-    if (item.num_inputs > kInline) {
-      heap_inputs.resize(item.num_inputs);
-      inputs = heap_inputs.data();
-    }
-    prop_.Inputs(t, inputs);
+    InputPtrs in;
+    const Tensor** inputs = GatherInputs(t, item, &in);
     int64_t elements = 0;
     for (int i = 0; i < item.num_inputs; ++i)
       if (inputs[i]) elements += inputs[i]->num_elements();
     return elements <= kInlineCheapElements;
+  }
+
+  // Where a running op's input pointers live: a small array, or the heap for
+  // ops with many inputs. Not copied: GatherInputs may point into it.
+  struct InputPtrs {
+    static constexpr int kInline = 8;
+    const Tensor* inline_inputs[kInline];
+    std::vector<const Tensor*> heap;
+  };
+  // Fills in with t's inputs and returns them. Forced inline: it is on every
+  // op's dispatch, which was written out in place before.
+  __attribute__((always_inline)) const Tensor** GatherInputs(const Task& t, const NodeItem& item, InputPtrs* in) {
+    const Tensor** inputs = in->inline_inputs;
+    if (item.num_inputs > InputPtrs::kInline) {
+      in->heap.resize(item.num_inputs);
+      inputs = in->heap.data();
+    }
+    prop_.Inputs(t, inputs);
+    return inputs;
   }
 
   // Runs t's kernel if it should run; false when an async kernel took over
@@ -281,15 +293,8 @@ class ExecutorState : public StepBase {
     if (failed() || !prop_.ShouldRun(t, outs)) return true;
     *ran = true;
     if (item.is_async) return StartAsync<kTraced>(t, item, start, buf, st);
-    constexpr int kInline = 8;
-    const Tensor* inline_inputs[kInline];
-    std::vector<const Tensor*> heap_inputs;
-    const Tensor** inputs = inline_inputs;
-    if (item.num_inputs > kInline) {
-      heap_inputs.resize(item.num_inputs);
-      inputs = heap_inputs.data();
-    }
-    prop_.Inputs(t, inputs);
+    InputPtrs in;
+    const Tensor** inputs = GatherInputs(t, item, &in);
     OpKernelContext ctx =
         MakeContext(plan_, id_, inputs, item.num_inputs, outs, item.num_outputs, prop_.FrameOf(t));
     Status thrown = Guarded(plan_, [&] { item.kernel->Compute(&ctx); });
