@@ -145,12 +145,9 @@ Status BuildKernelPlan(const Graph& g, const ExecutorSpec& spec, KernelPlan* kp)
 
 }  // namespace
 
-InlineCheapOps::InlineCheapOps() : prev_(t_inline_cheap) { t_inline_cheap = true; }
+InlineCheapOps::InlineCheapOps(bool on) : prev_(t_inline_cheap) { t_inline_cheap = on; }
 InlineCheapOps::~InlineCheapOps() { t_inline_cheap = prev_; }
 bool InlineCheapOps::Active() { return t_inline_cheap; }
-
-InlineSuspended::InlineSuspended() : prev_(t_inline_cheap) { t_inline_cheap = false; }
-InlineSuspended::~InlineSuspended() { t_inline_cheap = prev_; }
 
 Status CheckOutputsSlow(const KernelPlan& plan, const NodeItem& item, const Tensor* outs) {
   const DType* declared = plan.output_dtypes.data() + item.output_begin;

@@ -58,10 +58,12 @@ struct ExecutorEnv : KernelServices {
 // pool. A node's I/O thread holds one while it hands a peer's tensor to the
 // rendezvous: otherwise every tensor between nodes woke a compute thread,
 // one wake-up per hop on a step's critical path. Work run inline under it
-// sees none, so callbacks from that work take the pool as before.
+// sees none, so callbacks from that work take the pool as before: the
+// executor holds InlineCheapOps(false) around it.
 class InlineCheapOps {
  public:
-  InlineCheapOps();
+  // on: set for this thread while alive; false: cleared while alive.
+  explicit InlineCheapOps(bool on = true);
   ~InlineCheapOps();
   InlineCheapOps(const InlineCheapOps&) = delete;
   InlineCheapOps& operator=(const InlineCheapOps&) = delete;

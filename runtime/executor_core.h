@@ -50,19 +50,6 @@
 namespace sf {
 namespace runtime {
 
-// Clears InlineCheapOps on this thread while alive: the work run inline
-// under one must not run more inline (callbacks it triggers take the pool).
-class InlineSuspended {
- public:
-  InlineSuspended();
-  ~InlineSuspended();
-  InlineSuspended(const InlineSuspended&) = delete;
-  InlineSuspended& operator=(const InlineSuspended&) = delete;
-
- private:
-  bool prev_;
-};
-
 // One node of the plan, in topological order.
 struct NodeItem {
   std::unique_ptr<OpKernel> kernel;  // null for a fed node
@@ -364,7 +351,7 @@ class ExecutorState : public StepBase {
         int expected = kStarted;
         if (p->phase.compare_exchange_strong(expected, kAnswered, std::memory_order_acq_rel)) return;
         if (InlineCheapOps::Active()) {
-          InlineSuspended suspended;
+          InlineCheapOps suspended(false);  // what this work triggers takes the pool
           finish(p->ctx->status(), true);
           return;
         }
