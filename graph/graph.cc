@@ -119,6 +119,7 @@ int Graph::AddNode(const std::string& op, const std::vector<Output>& given_input
   const OpDef* def = registry_->Find(op);
   if (!def) return fail(NotFound("no op named '" + op + "' is registered"));
   if (Status s = CheckAttrsDeclared(*def, attrs); !s.ok()) return fail(s);
+  ApplyAttrDefaults(*def, &attrs);
   const int n = static_cast<int>(inputs.size());
   if (n < def->min_inputs || (def->max_inputs >= 0 && n > def->max_inputs)) {
     return fail(InvalidArgument("takes " + std::to_string(def->min_inputs) +

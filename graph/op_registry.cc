@@ -75,6 +75,14 @@ Status CheckAttrsDeclared(const OpDef& def, const AttrMap& attrs) {
   return Status::OK();
 }
 
+void ApplyAttrDefaults(const OpDef& def, AttrMap* attrs) {
+  for (const AttrDef& a : def.attrs) {
+    if (a.required || attrs->Has(a.name)) continue;
+    if (const DType* t = std::get_if<DType>(&a.default_value); t && *t == DType::kInvalid) continue;
+    attrs->Set(a.name, a.default_value);
+  }
+}
+
 Status UnchangedShape(InferenceContext& c) {
   c.set_output(0, c.input_dtype(0), c.input_shape(0));
   return Status::OK();

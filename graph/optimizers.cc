@@ -387,6 +387,7 @@ Result<ShardSparseGradient> ShardGradient(Graph& g, const std::vector<int>& look
     sg.inputs.assign(first.inputs.begin() + 1, first.inputs.end());
     sg.inputs.push_back(dys[0]);
     sg.attrs = first.attrs;
+    sg.attrs.Erase("read_only");  // the lookup's, not the update's
     sg.grad = dys[0];
     return sg;
   }

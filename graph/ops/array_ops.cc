@@ -154,7 +154,9 @@ Status ConcatShape(InferenceContext& c) {
 Status SplitShape(InferenceContext& c) {
   SF_ASSIGN_OR_RETURN(int64_t num, c.Attr<int64_t>("num_split"));
   SF_ASSIGN_OR_RETURN(int64_t axis_attr, c.Attr<int64_t>("axis"));
-  if (num < 1) return c.Error("Split: num_split must be >= 1, got " + std::to_string(num));
+  if (num < 1 || num > kMaxNodeOutputs)
+    return c.Error("Split: num_split must be in [1, " + std::to_string(kMaxNodeOutputs) + "], got " +
+                   std::to_string(num));
   const PartialShape& x = c.input_shape(0);
   PartialShape out;
   if (x.rank_known()) {

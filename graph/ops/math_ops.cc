@@ -320,51 +320,45 @@ Output ProductOfOthers(Graph& g, Output x, int64_t axis) {
                   ops::Cumprod(g, x, axis, ops::ScanAttrs{true, true}));
 }
 
-// Prod: d/dx_i = the product of the others reduced with x_i, as TensorFlow
-// computes it: the reduced axes moved to the front and flattened into one.
+// Prod: d/dx_i = the product of the others reduced with x_i. Over several
+// axes A = {a} + R the others of i factor into those along a of the product
+// over R, times the others of i over R within i's own row along a:
+//   prod_{j != i in A} x_j = prod_{j_a != i_a} prod_R x  *  prod_{j_R != i_R} x(i_a, j_R)
+// so one exclusive product per axis gives it, exact where some x are 0, and
+// needing neither a permutation nor the input's rank (TensorFlow transposes
+// the reduced axes to the front, which needs the rank to build).
+Output ProductOfOthersOver(Graph& g, Output x, const std::vector<int64_t>& axes) {
+  if (axes.size() == 1) return ProductOfOthers(g, x, axes[0]);
+  const std::vector<int64_t> rest(axes.begin() + 1, axes.end());
+  const Output outer = ProductOfOthers(g, ops::Prod(g, x, rest, ops::ReduceAttrs{true}), axes[0]);
+  return ops::Mul(g, outer, ProductOfOthersOver(g, x, rest));
+}
+
 Grads ProdGrad(Graph& g, const Node& n, const Grads& dy) {
   if (!dy[0].valid()) return Grads(1);
   const Output x = n.inputs[0];
   const Output dy_x = BroadcastLike(g, ToKeptShape(g, n, dy[0]), x);
+  if (!dy_x.valid()) return Grads(1);  // ToKeptShape recorded why
   const PartialShape& xs = x.shape();
   const ReduceAttrValues ra = ReadReduceAttrs(n);
-  if (!xs.rank_known()) {
-    if (!ra.axes.empty()) {
-      g.RecordError(Unimplemented("node '" + n.name + "' (op Prod): the gradient of a product over "
-                                  "some axes needs the input's rank at graph construction"));
-      return Grads(1);
-    }
+  std::vector<int64_t> axes;
+  if (xs.rank_known()) {
+    std::vector<bool> mask;
+    if (!ReductionMask(ra.axes, xs.rank(), xs.ToString(), &mask).ok()) return Grads(1);
+    for (int i = 0; i < xs.rank(); ++i)
+      if (mask[i]) axes.push_back(i);
+    if (axes.empty()) return {dy_x};  // a product of one value: x itself
+  } else if (ra.axes.empty()) {
+    // Every axis, of a rank unknown until run time: the others in x flattened.
     Output others = ProductOfOthers(g, ops::Reshape(g, x, std::vector<int64_t>{-1}), 0);
     return {ops::Mul(g, dy_x, ops::Reshape(g, others, ops::ShapeOf(g, x)))};
-  }
-  std::vector<bool> mask;
-  if (!ReductionMask(ra.axes, xs.rank(), xs.ToString(), &mask).ok()) return Grads(1);
-  std::vector<int64_t> perm, inverse(xs.rank());
-  for (int i = 0; i < xs.rank(); ++i)
-    if (mask[i]) perm.push_back(i);
-  const int64_t k = static_cast<int64_t>(perm.size());
-  if (k == 0) return {dy_x};  // a product of one value: x itself
-  if (k == 1) return {ops::Mul(g, dy_x, ProductOfOthers(g, x, perm[0]))};
-  for (int i = 0; i < xs.rank(); ++i)
-    if (!mask[i]) perm.push_back(i);
-  for (int i = 0; i < xs.rank(); ++i) inverse[perm[i]] = i;
-  const Output moved = ops::Transpose(g, x, perm);
-  // [reduced, kept]: from constants when every dim is known, else from x's
-  // shape at run time (a -1 in Reshape is ambiguous once a dim is 0).
-  Output flat;
-  if (xs.fully_defined()) {
-    int64_t r = 1, o = 1;
-    for (int i = 0; i < xs.rank(); ++i) (mask[i] ? r : o) *= xs.dim(i);
-    flat = ops::Reshape(g, moved, std::vector<int64_t>{r, o});
   } else {
-    const Output s = ops::ShapeOf(g, moved);
-    const ops::ReduceAttrs keep{true};
-    const Output r = ops::Prod(g, ops::Slice(g, s, {0}, {k}), {}, keep);
-    const Output o = ops::Prod(g, ops::Slice(g, s, {k}, {xs.rank() - k}), {}, keep);
-    flat = ops::Reshape(g, moved, ops::Concat(g, {r, o}, 0));
+    // Non-negative (ToKeptShape refused others above); each axis once.
+    axes = ra.axes;
+    std::sort(axes.begin(), axes.end());
+    axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   }
-  const Output others = ops::Reshape(g, ProductOfOthers(g, flat, 0), ShapeValue(g, moved));
-  return {ops::Mul(g, dy_x, ops::Transpose(g, others, inverse))};
+  return {ops::Mul(g, dy_x, ProductOfOthersOver(g, x, axes))};
 }
 
 // Cumsum is linear; its adjoint runs the other way.

@@ -77,10 +77,12 @@ Result<bool> PaddingSame(const InferenceContext& c) {
   return c.Error("attr padding must be \"SAME\" or \"VALID\", got \"" + p + "\"");
 }
 
-// Output size of one spatial dim (-1 when unknown); -2 when the window does not fit.
+// Output size of one spatial dim (-1 when unknown); -2 when the window does
+// not fit. An empty dim gives an empty output (as the kernels, and TensorFlow).
 int64_t WindowOut(int64_t in, int64_t k, int64_t s, bool same) {
   if (in < 0) return -1;
-  if (same) return (in + s - 1) / s;
+  if (in == 0) return 0;
+  if (same) return (in - 1) / s + 1;  // ceil(in / s), without overflow for any stride
   if (in < k) return -2;
   return (in - k) / s + 1;
 }
@@ -522,7 +524,16 @@ Status RegisterNNOps(OpRegistry& reg) {
         return Status::OK();
       })
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
-        return std::vector<Output>{RowScale(g, dy[0], Out(g, n, 1)), Output()};
+        // backprop = softmax(logits) - onehot(labels): the loss's gradient,
+        // and through output 1 (a second-order use) softmax's adjoint, as
+        // the dense op. Labels are indices: no gradient.
+        Output d_logits;
+        if (dy[0].valid()) d_logits = RowScale(g, dy[0], Out(g, n, 1));
+        if (dy.size() > 1 && dy[1].valid()) {
+          const Output through = g.Add1("SoftmaxGrad", {ops::Softmax(g, n.inputs[0]), dy[1]});
+          d_logits = d_logits.valid() ? ops::Add(g, d_logits, through) : through;
+        }
+        return std::vector<Output>{d_logits, Output()};
       })
       .Summary("Per-example softmax cross entropy with class-index labels.").Build()));
 
@@ -696,22 +707,35 @@ Status RegisterNNOps(OpRegistry& reg) {
 
   // ---- dropout -------------------------------------------------------------
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout")
+      .InputNames({"x", "rate_tensor"})
       .RequiredAttr<double>("rate").Attr("seed", int64_t{0})
-      .Inputs(1).Stateful()
+      .Inputs(1, 2).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
-        SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));
-        if (!(rate >= 0.0 && rate < 1.0))
-          return c.Error("Dropout rate must be in [0, 1), got " + std::to_string(rate));
+        if (c.num_inputs() == 2) {
+          // The rate as a tensor (TF 1.x's fed keep_prob): checked per step by the kernel.
+          if (c.attrs().Has("rate"))
+            return c.Error("Dropout takes its rate as the attr or as input 1, not both");
+          if (!IsFloating(c.input_dtype(1)))
+            return c.Error(std::string("Dropout rate input must be a float scalar, not ") + DTypeName(c.input_dtype(1)));
+          const PartialShape& r = c.input_shape(1);
+          if (r.rank_known() && r.rank() != 0) return c.Error("Dropout rate input must be a scalar, got " + r.ToString());
+        } else {
+          SF_ASSIGN_OR_RETURN(double rate, c.Attr<double>("rate"));
+          if (!(rate >= 0.0 && rate < 1.0))
+            return c.Error("Dropout rate must be in [0, 1), got " + std::to_string(rate));
+        }
         c.set_output(0, c.input_dtype(0), c.input_shape(0));
         c.set_output(1, c.input_dtype(0), c.input_shape(0));
         return Status::OK();
       })
       .Grad([](Graph& g, const Node& n, const std::vector<Output>& dy) {
-        return std::vector<Output>{ops::Mul(g, dy[0], Out(g, n, 1))};
+        std::vector<Output> grads(n.inputs.size());  // none for a rate input
+        grads[0] = ops::Mul(g, dy[0], Out(g, n, 1));
+        return grads;
       })
       .Summary("Outputs (x * mask, mask): mask is 0 with probability rate, else 1/(1-rate); "
-               "a seeded sequence (attrs rate, seed).")
+               "a seeded sequence (attrs rate, seed; or the rate as a scalar input 1).")
       .Build()));
   return Status::OK();
 }

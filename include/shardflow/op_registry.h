@@ -58,6 +58,11 @@ class InferenceContext {
 
 using ShapeFn = std::function<Status(InferenceContext&)>;
 
+// The most outputs one node may have (Split's num_split): a count attribute
+// is checked against it before any output is made, so a hostile graph cannot
+// make shape inference allocate without bound.
+constexpr int64_t kMaxNodeOutputs = 65536;
+
 // Adds the gradient subgraph of one node: given the gradient flowing into each
 // output (invalid when none flows; filled with zeros when others do), returns
 // one Output per input: the gradient with respect to it, or an invalid Output
@@ -157,6 +162,10 @@ bool IsRuntimeAttr(const std::string& name);
 // OK when every attribute in `attrs` is declared by `def` or is the
 // runtime's; else InvalidArgument naming the first unknown one and the op's.
 Status CheckAttrsDeclared(const OpDef& def, const AttrMap& attrs);
+// Sets every optional attribute of `def` that `attrs` leaves out to its
+// declared default (a DType defaulting to kInvalid stays unset), so shape
+// functions and kernels read one value: the registered one. Cannot fail.
+void ApplyAttrDefaults(const OpDef& def, AttrMap* attrs);
 
 // Common shape functions.
 // Output 0 = input 0's dtype and shape.

@@ -11,8 +11,10 @@
 #define EIGEN_USE_THREADS
 #endif
 
+#include <algorithm>
 #include <array>
 #include <string>
+#include <type_traits>
 
 #include <unsupported/Eigen/CXX11/Tensor>
 
@@ -26,6 +28,19 @@ namespace cwise {
 constexpr int64_t kParallelThreshold = 32768;
 
 constexpr int kMaxBroadcastRank = 5;
+
+// A float32 sum of n terms as blocks of kSumBlock terms, each summed in
+// float (vectorised) by block(first, count), and the blocks' sums added in
+// double: Eigen adds each SIMD lane's terms in sequence, an error that grows
+// with the count (2e-4 relative for a million values); this stays near
+// float's own precision (NumPy sums pairwise for the same reason).
+constexpr int64_t kSumBlock = 1024;
+template <typename BlockSum>
+double BlockedSum(int64_t n, const BlockSum& block) {
+  double total = 0;
+  for (int64_t k = 0; k < n; k += kSumBlock) total += static_cast<double>(block(k, std::min(kSumBlock, n - k)));
+  return total;
+}
 
 // How two shapes broadcast, after dropping size-1 output dims and merging
 // neighbouring dims that broadcast the same way.
@@ -163,7 +178,54 @@ class BinaryKernel : public OpKernel {
   void Compute(OpKernelContext* ctx) override { BinaryCompute<T, Out, F>(ctx, DTypeOf<Out>::value); }
 };
 
-// A unary element-wise kernel: out = F::Apply(x) (same dtype).
+// y[i] = apply(x)[i] for i < n, every element of a float tensor through
+// Eigen's packet path: the body on the pool's device as usual (its blocks
+// are whole packets), the last n % P elements in a packet-sized scratch.
+// Eigen evaluates that tail with its scalar functors, which differ from its
+// packet ones (by an ulp, or wholly where a packet function clamps), so a
+// value's answer depended on where it fell in the tensor.
+template <typename T, typename Apply>
+void AssignUnary(OpKernelContext* ctx, const T* x, T* y, int64_t n, const Apply& apply) {
+  using In = Eigen::TensorMap<Eigen::Tensor<const T, 1, Eigen::RowMajor>>;
+  using Out = Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor>>;
+  if constexpr (!std::is_floating_point_v<T>) {
+    Assign(ctx, n, Out(y, n), apply(In(x, n)));
+  } else {
+    constexpr int64_t P = Eigen::internal::packet_traits<T>::size;
+    const int64_t body = n - n % P;
+    if (body > 0) Assign(ctx, body, Out(y, body), apply(In(x, body)));
+    if (body == n) return;
+    alignas(64) T in[P], out[P];
+    for (int64_t i = 0; i < P; ++i) in[i] = x[body + std::min(i, n - body - 1)];
+    Out(out, P) = apply(In(in, P));
+    std::copy(out, out + (n - body), y + body);
+  }
+}
+
+// A unary functor may say where Eigen's packet function is inexact (it
+// clamps its argument: subnormal inputs or results) by declaring
+//   template <typename T> static bool Exact(T x);   // false: redo x
+//   template <typename T> static T Scalar(T x);     // the C library's answer
+template <typename F, typename = void>
+struct HasFixUp : std::false_type {};
+template <typename F>
+struct HasFixUp<F, std::void_t<decltype(F::template Exact<float>(0.0f))>> : std::true_type {};
+
+// Redoes with F::Scalar the elements of a float tensor where F is inexact
+// (nothing for a functor without fix-ups). A branch-free look first.
+template <typename T, typename F>
+void FixUp(const T* x, T* y, int64_t n) {
+  if constexpr (HasFixUp<F>::value && std::is_floating_point_v<T>) {
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i) any |= !F::template Exact<T>(x[i]);
+    if (!any) return;
+    for (int64_t i = 0; i < n; ++i)
+      if (!F::template Exact<T>(x[i])) y[i] = F::template Scalar<T>(x[i]);
+  }
+}
+
+// A unary element-wise kernel: out = F::Apply(x) (same dtype), one answer
+// per value wherever it falls in the tensor (AssignUnary, FixUp).
 template <typename T, typename F>
 class UnaryKernel : public OpKernel {
  public:
@@ -171,7 +233,9 @@ class UnaryKernel : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
-    Assign(ctx, x.num_elements(), out.flat<T>(), F::Apply(x.flat<T>()));
+    const int64_t n = x.num_elements();
+    AssignUnary(ctx, x.data<T>(), out.data<T>(), n, [](const auto& m) { return F::Apply(m); });
+    FixUp<T, F>(x.data<T>(), out.data<T>(), n);
   }
 };
 

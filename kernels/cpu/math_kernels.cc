@@ -4,6 +4,7 @@
 #include "kernels/cpu/cwise_common.h"
 
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 namespace sf {
@@ -23,8 +24,23 @@ struct NegF {
 };
 struct AbsF { template <class X> static auto Apply(const X& x) { return x.abs(); } };
 struct SquareF { template <class X> static auto Apply(const X& x) { return x.square(); } };
-struct RsqrtF { template <class X> static auto Apply(const X& x) { return x.rsqrt(); } };
-struct LogF { template <class X> static auto Apply(const X& x) { return x.log(); } };
+// Eigen's packet rsqrt and log clamp subnormal arguments to the smallest
+// normal (log of any subnormal float came out -87.34; rsqrt of a subnormal
+// double NaN or inf): those are redone with the C library.
+template <typename T>
+bool IsSubnormal(T x) {
+  return x > T(0) && x < std::numeric_limits<T>::min();
+}
+struct RsqrtF {
+  template <class X> static auto Apply(const X& x) { return x.rsqrt(); }
+  template <typename T> static bool Exact(T x) { return !IsSubnormal(x); }
+  template <typename T> static T Scalar(T x) { return T(1) / std::sqrt(x); }
+};
+struct LogF {
+  template <class X> static auto Apply(const X& x) { return x.log(); }
+  template <typename T> static bool Exact(T x) { return !IsSubnormal(x); }
+  template <typename T> static T Scalar(T x) { return std::log(x); }
+};
 struct SignF { template <class X> static auto Apply(const X& x) { return x.sign(); } };
 struct ReciprocalF { template <class X> static auto Apply(const X& x) { return x.inverse(); } };
 struct NotFn { bool operator()(bool v) const { return !v; } };
@@ -34,25 +50,12 @@ struct NotFn { bool operator()(bool v) const { return !v; } };
 // of 0, exp(89.f) finite instead of inf, and subnormal results were wrong.
 // Elements outside the range where it is exact (rare: their results are
 // subnormal, zero or infinite) are redone with std::exp.
-template <typename T>
-class ExpKernel : public OpKernel {
- public:
-  ExpKernel(const KernelInit&, Status*) {}
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor& out = ctx->allocate_output(0, x.dtype(), x.shape());
-    const int64_t n = x.num_elements();
-    Assign(ctx, n, out.flat<T>(), x.flat<T>().exp());
-    constexpr T kExact = std::is_same_v<T, double> ? T(708) : T(87);
-    const T* in = x.data<T>();
-    T* y = out.data<T>();
-    // A branch-free (vectorised) look first; the fix-up loop only when needed.
-    bool any = false;
-    for (int64_t i = 0; i < n; ++i) any |= !(std::fabs(in[i]) <= kExact);
-    if (!any) return;
-    for (int64_t i = 0; i < n; ++i)
-      if (!(std::fabs(in[i]) <= kExact)) y[i] = std::exp(in[i]);
+struct ExpF {
+  template <class X> static auto Apply(const X& x) { return x.exp(); }
+  template <typename T> static bool Exact(T x) {
+    return std::fabs(x) <= (std::is_same_v<T, double> ? T(708) : T(87));
   }
+  template <typename T> static T Scalar(T x) { return std::exp(x); }
 };
 // Sqrt: with EIGEN_FAST_MATH (Eigen's default) the AVX-512 psqrt is x *
 // rsqrt(x) refined by one Newton step: sqrt(inf) came out inf * 0 = NaN, and
@@ -284,8 +287,7 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterUnary<SignF>(reg, "Sign", true);
   RegisterUnary<SqrtF>(reg, "Sqrt", false);
   RegisterUnary<RsqrtF>(reg, "Rsqrt", false);
-  RegisterCPU<ExpKernel<float>>(reg, "Exp", {DType::kFloat32});
-  RegisterCPU<ExpKernel<double>>(reg, "Exp", {DType::kFloat64});
+  RegisterUnary<ExpF>(reg, "Exp", false);
   RegisterUnary<LogF>(reg, "Log", false);
   RegisterUnary<ReciprocalF>(reg, "Reciprocal", false);
   RegisterUnary<FloorF>(reg, "Floor", false);

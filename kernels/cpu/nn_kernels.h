@@ -29,8 +29,10 @@ struct WindowAttrs {
 // Parses strides, padding and (when with_ksize) ksize; InvalidArgument naming the attr.
 Status ParseWindowAttrs(const KernelInit& init, bool with_ksize, WindowAttrs* out);
 
-// Fills the output size and padding of `w` (input and window already set);
-// InvalidArgument naming the shapes when a VALID window does not fit.
+// Fills the output size and padding of `w` (input and window already set),
+// first clamping each stride to its axis's extent (the same output);
+// InvalidArgument naming the shapes when a VALID window does not fit a
+// non-empty input.
 Status ComputeWindow(bool same, Window* w);
 
 // The 4 dims held by an int32/int64 shape tensor; InvalidArgument otherwise.

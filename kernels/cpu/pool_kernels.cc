@@ -49,10 +49,19 @@ Status PoolWindow(const char* op, const Shape& in, const nn::WindowAttrs& a, Win
   w->h = in[1];
   w->w = in[2];
   w->c = in[3];
-  w->kh = a.ksize[1];
-  w->kw = a.ksize[2];
   w->sh = a.strides[1];
   w->sw = a.strides[2];
+  // A SAME window of at least (oh - 1) * stride + extent + 1 cells covers the
+  // whole axis at every output position, so a larger one pools the same
+  // cells: clamping it keeps the padding, the loops and oneDNN's workspace
+  // sized by the input, not by the attribute (ksize 2^31 crashed and hung).
+  auto clamp = [&](int64_t k, int64_t extent, int64_t stride) {
+    if (!a.same) return k;
+    const int64_t out = extent == 0 ? 0 : (extent - 1) / stride + 1;  // no overflow at any stride
+    return std::min(k, std::max<int64_t>(1, (out - 1) * std::min(stride, extent) + extent + 1));
+  };
+  w->kh = clamp(a.ksize[1], w->h, w->sh);
+  w->kw = clamp(a.ksize[2], w->w, w->sw);
   return nn::ComputeWindow(a.same, w);
 }
 

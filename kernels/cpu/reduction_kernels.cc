@@ -73,12 +73,10 @@ void Split(OpKernelContext* ctx, int64_t items, int64_t work, int64_t work_per_i
   ctx->pool()->ParallelFor(items, min_block, fn);
 }
 
-// float32 sums: Eigen adds each SIMD lane's elements in sequence, an error
-// that grows with the count (2e-4 relative for a million values). Blocks of
-// kSumBlock values (rows) are summed in float and the blocks' sums in
-// double, which keeps a sum near float's own precision (NumPy sums pairwise
-// for the same reason).
-constexpr int64_t kSumBlock = 1024;
+// float32 sums are blocked (cwise::BlockedSum): along the inner axis blocks
+// of kSumBlock values, across rows blocks of kSumRows rows, each summed in
+// float, the blocks' sums in double. Cumsum keeps its running sums in double.
+using cwise::kSumBlock;
 constexpr int64_t kSumRows = 64;
 template <typename T, typename R>
 constexpr bool kBlockedSum = std::is_same_v<T, float> && std::is_same_v<R, SumR>;
@@ -91,9 +89,8 @@ void InnerReduce(OpKernelContext* ctx, const T* in, int64_t rows, int64_t len, T
       const T* row = in + i * len;
       if constexpr (kBlockedSum<T, R>) {
         if (len > kSumBlock) {
-          double total = 0;
-          for (int64_t k = 0; k < len; k += kSumBlock) total += ConstVec<T>(row + k, std::min(kSumBlock, len - k)).sum();
-          out[i] = static_cast<T>(total);
+          out[i] = static_cast<T>(
+              cwise::BlockedSum(len, [&](int64_t k, int64_t count) { return ConstVec<T>(row + k, count).sum(); }));
           continue;
         }
       }
@@ -360,22 +357,22 @@ class ScanKernel : public ScanKernelBase {
     if (out.num_elements() == 0) return;
     const T* src = x.data<T>();
     T* dst = out.data<T>();
+    // A float32 running sum is kept in double (as PyTorch's): in float its
+    // error grows with the count, 300x PyTorch's over 1e6 values.
+    using Acc = std::conditional_t<kBlockedSum<T, R>, double, T>;
     Split(ctx, outer, x.num_elements(), len * inner, [&](int64_t b, int64_t e) {
-      Eigen::Array<T, Eigen::Dynamic, 1> acc(inner);
+      Eigen::Array<Acc, Eigen::Dynamic, 1> acc(inner);
       for (int64_t o = b; o < e; ++o) {
-        acc.setConstant(R::template Identity<T>());
+        acc.setConstant(static_cast<Acc>(R::template Identity<T>()));
         for (int64_t step = 0; step < len; ++step) {
           const int64_t j = reverse_ ? len - 1 - step : step;
           const int64_t at = (o * len + j) * inner;
           ConstVec<T> in(src + at, inner);
           Vec<T> y(dst + at, inner);
-          if (exclusive_) {
-            y = acc;
-            R::Accum(acc, in);
-          } else {
-            R::Accum(acc, in);
-            y = acc;
-          }
+          if (exclusive_) y = acc.template cast<T>();
+          if constexpr (std::is_same_v<Acc, T>) R::Accum(acc, in);
+          else acc += in.template cast<Acc>();
+          if (!exclusive_) y = acc.template cast<T>();
         }
       }
     });

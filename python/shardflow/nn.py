@@ -1,6 +1,7 @@
 """Neural-network helpers with TensorFlow's names, over the generated ops."""
 
 from . import _core
+from . import errors
 from . import graph as _graph
 from . import ops
 
@@ -33,7 +34,38 @@ def softmax_cross_entropy_with_logits(labels, logits, name=None):
     return ops.softmax_cross_entropy_with_logits(logits, labels, name=name)[0]
 
 
-def dropout(x, rate, seed=0):
-    """Zeroes each element with probability rate and scales the rest by 1/(1-rate); seed 0 derives one."""
+def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None):
+    """TF 1.x's tf.nn.dropout: keeps each element with probability keep_prob and scales it by 1 / keep_prob.
+
+    The second argument is keep_prob, as in TensorFlow 1.x (TF 2 renamed it to rate = 1 - keep_prob;
+    give rate= by keyword for that). Exactly one of the two; either may be a float or a scalar float
+    tensor (a fed placeholder). seed None or 0 derives one from the node's name. Raises
+    InvalidArgumentError for both or neither, or a value outside keep_prob in (0, 1] / rate in [0, 1),
+    and UnimplementedError for noise_shape.
+    """
+    if (keep_prob is None) == (rate is None):
+        raise errors.InvalidArgumentError(
+            "dropout takes exactly one of keep_prob (TF 1.x's second argument) and rate (= 1 - keep_prob)")
+    if noise_shape is not None:
+        raise errors.UnimplementedError("dropout's noise_shape is not supported: every element draws its own mask")
     x = _graph.convert_to_tensor(x)
-    return _graph.Tensor(x.graph, *_core.dropout(x.graph._g, x._ref(), float(rate), int(seed)))
+    seed = 0 if seed is None else int(seed)
+    given = keep_prob if keep_prob is not None else rate
+    if isinstance(given, _graph.Tensor):
+        g = x.graph
+        with g.as_default():
+            r = given if rate is not None else _graph.convert_to_tensor(1.0, dtype=given.dtype) - given
+            op = g._add("Dropout", [x, r], [("seed", "int", seed)], name or "dropout")
+        return op.outputs[0]
+    try:
+        value = float(given)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(f"dropout: keep_prob / rate must be a float or a scalar tensor, "
+                                          f"got {given!r:.60}") from None
+    if keep_prob is not None:
+        if not 0.0 < value <= 1.0:
+            raise errors.InvalidArgumentError(f"dropout: keep_prob must be in (0, 1], got {value}")
+        value = 1.0 - value
+    elif not 0.0 <= value < 1.0:
+        raise errors.InvalidArgumentError(f"dropout: rate must be in [0, 1), got {value}")
+    return _graph.Tensor(x.graph, *_core.dropout(x.graph._g, x._ref(), value, seed))

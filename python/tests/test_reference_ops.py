@@ -813,6 +813,41 @@ def test_dropout_statistics():
     assert abs((m == 0).mean() - 0.5) < 0.01
 
 
+def test_nn_dropout_second_argument_is_tf1_keep_prob():
+    # tf.nn.dropout(x, 0.8) keeps 80% in TF 1.x; it kept 19% here (read as TF 2's rate).
+    n = 100000
+    g = sf.Graph()
+    with g.as_default():
+        x = sf.placeholder(sf.float32, [None])
+        keep = sf.placeholder(sf.float32, [])
+        outs = [sf.nn.dropout(x, 0.8, seed=3), sf.nn.dropout(x, keep_prob=0.8, seed=4),
+                sf.nn.dropout(x, rate=0.2, seed=5), sf.nn.dropout(x, keep, seed=6)]
+        grad = sf.gradients(sf.reduce_sum(outs[3]), [x])[0]
+    with sf.Session(g) as s:
+        for k in (0.8, 0.3, 1.0):
+            ys = s.run(outs + [grad], {x: np.ones(n, np.float32), keep: k})
+            for y in ys[:3]:
+                assert abs((y != 0).mean() - 0.8) < 0.01
+                assert np.allclose(y[y != 0], 1 / 0.8)
+            fed = ys[3]
+            assert abs((fed != 0).mean() - k) < 0.01  # a fed keep_prob, per step
+            assert np.allclose(fed[fed != 0], 1 / k)
+            assert np.array_equal(ys[4], fed)  # d(sum)/dx is the mask
+        with pytest.raises(sf.errors.InvalidArgumentError, match="keep_prob"):
+            s.run(outs[3], {x: np.ones(4, np.float32), keep: 0.0})
+    with g.as_default():
+        with pytest.raises(sf.errors.InvalidArgumentError, match="exactly one"):
+            sf.nn.dropout(x, 0.5, rate=0.5)
+        with pytest.raises(sf.errors.InvalidArgumentError, match="exactly one"):
+            sf.nn.dropout(x)
+        with pytest.raises(sf.errors.InvalidArgumentError, match="keep_prob"):
+            sf.nn.dropout(x, 1.5)
+        with pytest.raises(sf.errors.InvalidArgumentError, match="rate"):
+            sf.nn.dropout(x, rate=1.0)
+        with pytest.raises(sf.errors.UnimplementedError, match="noise_shape"):
+            sf.nn.dropout(x, 0.5, noise_shape=[4])
+
+
 def test_dropout_masks_of_different_seeds_and_calls_differ():
     runs = _dropout_masks([7, 9], 10)
     assert not np.array_equal(runs[9][0], runs[7][1])  # seed 7's 10th mask vs seed 9's 8th

@@ -7,6 +7,7 @@
 // into the step's error.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -58,9 +59,12 @@ std::vector<AttrValue> Extremes(const AttrValue& v) {
   } else if (auto* l = std::get_if<Ints>(&v)) {
     for (int64_t x : ints) {
       out.push_back(Ints(l->size(), x));  // every element
-      Ints one = *l;
-      if (!one.empty()) one.back() = x;  // one element
-      out.push_back(one);
+      for (size_t i = 0; i < l->size(); ++i) {  // each element alone
+        Ints one = *l;
+        one[i] = x;
+        out.push_back(one);
+      }
+      if (l->size() == 4) out.push_back(Ints{1, x, x, 1});  // an NHWC window's or stride's spatial pair
     }
     out.push_back(Ints(1000, 1));  // a rank no tensor here has
   } else if (std::holds_alternative<PartialShape>(v)) {
@@ -77,15 +81,61 @@ struct Variant {
   std::vector<std::string> fetches, targets;
 };
 
-// Adds `op` with attrs to g over two [2, 3] placeholders of dtype t (its
-// minimum input count); false when g refuses it.
-bool AddVariant(Graph& g, const OpDef& def, DType t, const AttrMap& attrs, int serial, Variant* v) {
-  std::vector<Output> in;
-  for (int i = 0; i < def.min_inputs; ++i) {
-    const std::string name = "in" + std::to_string(serial) + "_" + std::to_string(i);
-    in.push_back(ops::Placeholder(g, t, PartialShape({2, 3}), name));
-    v->feeds.push_back({name, Tensor::Zeros(t, {2, 3})});
+const std::set<std::string> kWindowOps = {"MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "Conv2D",
+                                          "FusedConv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"};
+
+// The attrs of a windowed op that its forward op takes too.
+AttrMap ForwardAttrs(const AttrMap& attrs, bool pool) {
+  AttrMap f;
+  for (const char* k : {"strides", "padding", "ksize", "precision"}) {
+    if (!pool && std::string(k) == "ksize") continue;
+    if (pool && std::string(k) == "precision") continue;
+    if (const AttrValue* v = attrs.Find(k)) f.Set(k, *v);
   }
+  return f;
+}
+
+// The inputs of `op` in one variant, fed through v. The windowed ops get
+// [1, 4, 4, 2] images and a [3, 3, 2, 2] filter, their gradients the
+// forward op's output (with the same window attrs) as dy, so extreme
+// windows and strides reach the kernels; Split gets an input of unknown
+// dims fed [2, 0] (a count attr is then bounded by nothing but itself);
+// the rest two [2, 3] placeholders of dtype t (its minimum input count).
+std::vector<Output> MakeInputs(Graph& g, const OpDef& def, DType t, const AttrMap& attrs, int serial, Variant* v) {
+  int k = 0;
+  auto feed = [&](PartialShape ps, const Shape& fed) {
+    const std::string name = "in" + std::to_string(serial) + "_" + std::to_string(k++);
+    v->feeds.push_back({name, Tensor::Zeros(t, fed)});
+    return ops::Placeholder(g, t, std::move(ps), name);
+  };
+  const Shape image{1, 4, 4, 2}, filter{3, 3, 2, 2};
+  const std::string& op = def.name;
+  if (kWindowOps.count(op)) {
+    const bool pool = op.find("Pool") != std::string::npos;
+    const Output x = feed(PartialShape(image), image);
+    const AttrMap fa = ForwardAttrs(attrs, pool);
+    if (pool) {
+      const Output y = g.Add1(op.find("Max") != std::string::npos ? "MaxPool" : "AvgPool", {x}, fa);
+      if (op == "MaxPool" || op == "AvgPool") return {x};
+      if (op == "MaxPoolGrad") return {x, y, y};
+      return {ops::Const(g, std::vector<int32_t>{1, 4, 4, 2}), y};
+    }
+    const Output f = feed(PartialShape(filter), filter);
+    if (op == "Conv2D") return {x, f};
+    if (op == "FusedConv2D") return {x, f, feed(PartialShape({2}), {2})};
+    const Output dy = g.Add1("Conv2D", {x, f}, fa);
+    if (op == "Conv2DBackpropInput") return {ops::Const(g, std::vector<int32_t>{1, 4, 4, 2}), f, dy};
+    return {x, ops::Const(g, std::vector<int32_t>{3, 3, 2, 2}), dy};
+  }
+  if (op == "Split") return {feed(PartialShape::UnknownDims(2), {2, 0})};
+  std::vector<Output> in;
+  for (int i = 0; i < def.min_inputs; ++i) in.push_back(feed(PartialShape({2, 3}), {2, 3}));
+  return in;
+}
+
+// Adds `op` with attrs to g over MakeInputs's inputs; false when g refuses it.
+bool AddVariant(Graph& g, const OpDef& def, DType t, const AttrMap& attrs, int serial, Variant* v) {
+  const std::vector<Output> in = MakeInputs(g, def, t, attrs, serial, v);
   if (!g.status().ok()) return false;
   const int id = g.AddNode(def.name, in, attrs, "op" + std::to_string(serial));
   if (id < 0) return false;
@@ -114,13 +164,24 @@ TEST_CASE("Every op with every numeric attribute at an extreme: refused or run, 
     AttrMap base;
     for (const AttrDef& d : def->attrs)
       if (auto it = Defaults().find(d.name); it != Defaults().end()) base.Set(d.name, it->second);
+    const bool windowed = kWindowOps.count(name) > 0;
+    if (windowed) {
+      // NHWC windows: 4 values; SAME padding, so no window is refused for its size alone.
+      base.Set("strides", Ints{1, 1, 1, 1});
+      if (def->attrs.end() != std::find_if(def->attrs.begin(), def->attrs.end(),
+                                           [](const AttrDef& d) { return d.name == "ksize"; }))
+        base.Set("ksize", Ints{1, 2, 2, 1});
+      base.Set("padding", std::string("SAME"));
+    }
     for (const AttrDef& d : def->attrs) {
       const std::string& a = d.name;
       const AttrValue* v = base.Find(a);
       if (!v) continue;
-      for (const AttrValue& x : Extremes(*v)) {
+      for (const AttrValue& x : Extremes(*v)) for (const char* padding : {"SAME", "VALID"}) {
+        if (!windowed && std::string(padding) == "VALID") continue;  // one pass for the others
         ops_with_numeric_attrs.insert(name);
         AttrMap attrs = base;
+        if (windowed) attrs.Set("padding", std::string(padding));
         attrs.Set(a, x);
         for (DType t : {DType::kFloat32, DType::kInt32}) {
           // Built alone first: a refusal must not poison the shared graph.
@@ -143,6 +204,13 @@ TEST_CASE("Every op with every numeric attribute at an extreme: refused or run, 
   }
   INFO("built " << built << ", refused " << refused);
   CHECK(ops_with_numeric_attrs.size() >= 30);
+  // The window families reach their kernels with extreme windows and strides.
+  for (const char* op : {"MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "Conv2D", "Conv2DBackpropFilter"})
+    CHECK(std::any_of(variants.begin(), variants.end(), [&](const Variant& v) {
+      return v.what.rfind(std::string(op) + " ", 0) == 0 &&
+             (v.what.find("=[1,1099511627776") != std::string::npos ||
+              v.what.find("=[1,9223372036854775807") != std::string::npos);
+    }));
   CHECK(variants.size() >= 100);
   SessionOptions o;
   o.max_tensor_bytes = 64 << 20;

@@ -124,6 +124,15 @@ void AddMathGradChecks(GradCheckTable& t) {
   // No division by x in Prod's gradient: any sign, and axes moved at run time.
   Check(t, "Prod", "axes {0,2} of [2,3,2] at run time, any sign", {{2, 3, 2}},
         [](Graph& g, const Xs& x) { return ops::Prod(g, Dyn(g, x[0]), {0, 2}); });
+  // Rank unknown until run time (Unique keeps [2, 3, 4], distinct, in order,
+  // but its length is unknown): was refused as Unimplemented.
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0, 2}, std::vector<int64_t>{1}, std::vector<int64_t>{2, 0, 1}})
+    for (bool keep : {false, true})
+      Check(t, "Prod", "axes of a rank unknown at build time" + std::string(keep ? ", keep_dims" : ""), {{2, 3, 4}},
+            [axes, keep](Graph& g, const Xs& x) {
+              const Output unknown_rank = ops::Reshape(g, x[0], ops::Unique(g, ops::ShapeOf(g, x[0])).first);
+              return ops::Prod(g, unknown_rank, axes, ops::ReduceAttrs{keep});
+            });
   Check(t, "Prod", "axis 1 keep_dims, any sign", {{2, 3}},
         [](Graph& g, const Xs& x) { return ops::Prod(g, x[0], {1}, ops::ReduceAttrs{true}); });
 

@@ -77,6 +77,22 @@ void AddNNGradChecks(GradCheckTable& t) {
                  return ops::SparseSoftmaxCrossEntropyWithLogits(g, x[0], ops::Const(g, std::vector<int32_t>{2, 0, 3}));
                },
                -2, 2});
+  // Through backprop (output 1), a second-order use: its gradient into the
+  // logits was dropped (zero) without a word.
+  t.push_back({"SparseSoftmaxCrossEntropyWithLogits", "backprop wrt logits", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 const int id = g.AddNode("SparseSoftmaxCrossEntropyWithLogits",
+                                          {x[0], ops::Const(g, std::vector<int32_t>{2, 0, 3})});
+                 return Output(&g, id, 1);
+               },
+               -2, 2});
+  t.push_back({"SparseSoftmaxCrossEntropyWithLogits", "loss plus backprop wrt logits", {{3, 4}},
+               [](Graph& g, const std::vector<Output>& x) {
+                 const int id = g.AddNode("SparseSoftmaxCrossEntropyWithLogits",
+                                          {x[0], ops::Const(g, std::vector<int32_t>{1, 1, 0})});
+                 return ops::Add(g, ops::ExpandDims(g, Output(&g, id, 0), -1), Output(&g, id, 1));
+               },
+               -2, 2});
   t.push_back({"L2Loss", "half the sum of squares", {{2, 3}},
                [](Graph& g, const std::vector<Output>& x) { return ops::L2Loss(g, x[0]); }});
   t.push_back({"MatMul", "a x b", {{2, 3}, {3, 4}},

@@ -4,6 +4,7 @@
 // the declared kind, and no node lacks a required one.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -145,4 +146,70 @@ TEST_CASE("Declared input names fit the signature and clash with no attribute", 
     }
   }
   CHECK(named >= 10);
+}
+
+TEST_CASE("A node that leaves out an optional attribute gets its registered default", "[graph]") {
+  const OpRegistry& reg = StandardOpRegistry();
+  // Every op: the defaults land on the node's attributes, where shape
+  // functions and kernels read them (one value: the registered one).
+  int optional = 0;
+  for (const std::string& name : reg.Names()) {
+    const OpDef* d = reg.Find(name);
+    AttrMap m;
+    ApplyAttrDefaults(*d, &m);
+    for (const AttrDef& a : d->attrs) {
+      INFO("op " << name << " attr " << a.name);
+      const DType* t = std::get_if<DType>(&a.default_value);
+      if (a.required || (t && *t == DType::kInvalid)) {
+        CHECK_FALSE(m.Has(a.name));
+        continue;
+      }
+      ++optional;
+      REQUIRE(m.Has(a.name));
+      CHECK(AttrValueString(*m.Find(a.name)) == AttrValueString(a.default_value));
+    }
+    // A given value is kept.
+    for (const AttrDef& a : d->attrs) {
+      AttrMap given;
+      given.Set(a.name, std::string("given"));
+      ApplyAttrDefaults(*d, &given);
+      CHECK(std::get<std::string>(*given.Find(a.name)) == "given");
+    }
+  }
+  CHECK(optional >= 50);
+  // The ops the report named: OneHot without dtype, MirrorPadGrad without mode.
+  Graph g;
+  auto idx = ops::Const(g, std::vector<int32_t>{0, 2});
+  AttrMap oh;
+  oh.Set("depth", int64_t{3});
+  auto one_hot = g.Add1("OneHot", {idx}, oh);
+  AttrMap mp;
+  mp.Set("paddings", std::vector<int64_t>{1, 1});
+  auto grad = g.Add1("MirrorPadGrad", {ops::Const(g, std::vector<float>{1, 2, 3, 4, 5}, {5})}, mp);
+  REQUIRE(g.status().ok());
+  CHECK(one_hot.dtype() == DType::kFloat32);
+  CHECK(grad.shape() == PartialShape({3}));
+  CHECK(g.node(grad.node).attrs.Get<std::string>("mode").value() == "REFLECT");
+}
+
+TEST_CASE("Split refuses a num_split past the output limit before making outputs", "[graph]") {
+  for (int64_t num : {kMaxNodeOutputs + 1, int64_t{1} << 40, std::numeric_limits<int64_t>::max(), int64_t{0}}) {
+    INFO("num_split " << num);
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat32, PartialShape::UnknownDims(2));
+    AttrMap a;
+    a.Set("num_split", num);
+    a.Set("axis", int64_t{1});
+    CHECK(g.AddNode("Split", {x}, a) < 0);
+    CHECK(g.status().code() == Code::kInvalidArgument);
+    CHECK(g.status().message().find("num_split") != std::string::npos);
+  }
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, PartialShape::UnknownDims(2));
+  AttrMap a;
+  a.Set("num_split", kMaxNodeOutputs);
+  a.Set("axis", int64_t{1});
+  const int id = g.AddNode("Split", {x}, a);
+  REQUIRE(id >= 0);
+  CHECK(g.node(id).num_outputs() == kMaxNodeOutputs);
 }

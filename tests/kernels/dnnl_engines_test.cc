@@ -5,6 +5,7 @@
 // the graph-level precision switch (shardflow/precision.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "shardflow/gradients.h"
 #include "shardflow/ops.h"
 #include "shardflow/precision.h"
+#include "shardflow/session.h"
 #include "tests/support/eval_graph.h"
 #include "tests/support/random_values.h"
 
@@ -294,6 +296,164 @@ TEST_CASE("A bf16 FusedMatMul stays within bf16 rounding of the fp32 one, bias a
       CHECK(RelError(x, w) < 1e-2);
       if (k > 0) CHECK(RelError(x, w) > 0);  // the product really ran in bf16
       if (k == 0) CHECK(x == w);             // bias (and relu) alone
+    }
+  }
+}
+
+namespace {
+
+// A direct NHWC convolution in double, from the attributes as given (no
+// stride clamping): the reference the clamped windows are held to.
+struct DirectConv {
+  ConvCase cc;
+  int64_t oh, ow, pt, pl;
+  explicit DirectConv(const ConvCase& c) : cc(c) {
+    const int64_t h = c.in[1], w = c.in[2];
+    if (c.same) {
+      oh = h == 0 ? 0 : (h - 1) / c.sh + 1;
+      ow = w == 0 ? 0 : (w - 1) / c.sw + 1;
+      pt = std::max<int64_t>((oh - 1) * std::min(c.sh, h) + c.kh - h, 0) / 2;
+      pl = std::max<int64_t>((ow - 1) * std::min(c.sw, w) + c.kw - w, 0) / 2;
+    } else {
+      oh = (h - c.kh) / c.sh + 1;
+      ow = (w - c.kw) / c.sw + 1;
+      pt = pl = 0;
+    }
+  }
+  // pass 0: y from (x, f); 1: dx from (dy, f); 2: df from (x, dy).
+  std::vector<float> Run(int pass, const std::vector<float>& a, const std::vector<float>& b) const {
+    const int64_t n = cc.in[0], h = cc.in[1], w = cc.in[2], c = cc.in[3];
+    std::vector<double> out(pass == 0 ? n * oh * ow * cc.oc : pass == 1 ? n * h * w * c : cc.kh * cc.kw * c * cc.oc);
+    for (int64_t b0 = 0; b0 < n; ++b0)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox)
+          for (int64_t ky = 0; ky < cc.kh; ++ky)
+            for (int64_t kx = 0; kx < cc.kw; ++kx) {
+              const int64_t iy = oy * cc.sh + ky - pt, ix = ox * cc.sw + kx - pl;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              for (int64_t ci = 0; ci < c; ++ci)
+                for (int64_t o = 0; o < cc.oc; ++o) {
+                  const int64_t xi = ((b0 * h + iy) * w + ix) * c + ci, fi = ((ky * cc.kw + kx) * c + ci) * cc.oc + o,
+                                yi = ((b0 * oh + oy) * ow + ox) * cc.oc + o;
+                  if (pass == 0) out[yi] += double(a[xi]) * b[fi];
+                  else if (pass == 1) out[xi] += double(a[yi]) * b[fi];
+                  else out[fi] += double(a[xi]) * b[yi];
+                }
+            }
+    return std::vector<float>(out.begin(), out.end());
+  }
+};
+
+}  // namespace
+
+// oneDNN 2.6's bf16 filter gradient left the taps of a W stride larger than
+// the input width unwritten (garbage up to 1e37, different each run), and
+// its bf16 forward crashed at a stride of 31478: ComputeWindow clamps each
+// stride to its axis's extent, which leaves the output unchanged. Small
+// images, strides up to 2^16 and beyond, every pass, each three times (a
+// fresh plan, then cached ones), against a direct convolution of the
+// attributes as given.
+TEST_CASE("bf16 and fp32 convolutions of small images with strides past the input match a direct one",
+          "[kernels][dnnl][bf16]") {
+  if (!BuiltWithDnnl()) return;
+  std::vector<nn::Precision> precisions = {nn::Precision::kFp32};
+  if (Bf16Supported().ok()) precisions.push_back(nn::Precision::kBf16);
+  std::vector<ConvCase> cases = {
+      {{2, 8, 2, 3}, 3, 3, 1, 1, 3, true},       // the report's shape: tap kx = 2 covers only padding
+      {{2, 8, 2, 3}, 3, 3, 1, 1, 65536, true},   // its stride 65536 (the filter gradient's SIGSEGV)
+      {{2, 2, 8, 3}, 3, 3, 1, 3, 1, true},       // the same along H
+      {{3, 2, 2, 5}, 2, 1, 2, 2, 31478, true},   // the forward's crash
+      {{1, 8, 1, 5}, 4, 2, 3, 1, 3, true},
+      {{2, 7, 3, 4}, 2, 3, 2, 9, 7, false},
+      {{1, 1, 1, 2}, 3, 3, 2, int64_t{1} << 40, int64_t{1} << 40, true},
+  };
+  std::mt19937 rng(5);
+  auto pick = [&](int lo, int hi) { return int64_t(std::uniform_int_distribution<int>(lo, hi)(rng)); };
+  while (cases.size() < 60) {
+    ConvCase c{{pick(1, 3), pick(1, 6), pick(1, 6), pick(1, 4)}, pick(1, 4), pick(1, 4), pick(1, 4), pick(1, 12),
+               pick(1, 12), pick(0, 1) == 1};
+    if (pick(0, 3) == 0) c.sw = pick(13, 70000);
+    if (!c.same && (c.in[1] < c.kh || c.in[2] < c.kw)) continue;
+    cases.push_back(c);
+  }
+  ComputePool pool(2);
+  for (nn::Precision p : precisions) {
+    auto engine = nn::NewDnnlConvEngine(p);
+    REQUIRE(engine != nullptr);
+    const double tol = p == nn::Precision::kBf16 ? 1e-2 : 1e-5;
+    for (const ConvCase& cc : cases) {
+      INFO((p == nn::Precision::kBf16 ? "bf16" : "fp32") << " input " << ShapeString(cc.in) << " kernel " << cc.kh
+                                                          << "x" << cc.kw << " oc " << cc.oc << " strides " << cc.sh
+                                                          << "," << cc.sw << (cc.same ? " SAME" : " VALID"));
+      const nn::Window w = MakeWindow(cc);
+      const DirectConv direct(cc);
+      REQUIRE(w.oh == direct.oh);
+      REQUIRE(w.ow == direct.ow);
+      const int64_t nx = NumElements(cc.in), nf = cc.kh * cc.kw * w.c * cc.oc, ny = w.n * w.oh * w.ow * cc.oc;
+      // Values bf16 holds exactly, so only the accumulation differs.
+      auto exact = [](std::vector<float> v) {
+        for (float& x : v) x = std::round(x * 64) / 64;
+        return v;
+      };
+      const auto x = exact(Random(nx, 21)), f = exact(Random(nf, 22)), dy = exact(Random(ny, 23));
+      const auto y_ref = direct.Run(0, x, f), dx_ref = direct.Run(1, dy, f), df_ref = direct.Run(2, x, dy);
+      for (int run = 0; run < 3; ++run) {
+        std::vector<float> y(ny, NAN), dx(nx, NAN), df(nf, NAN);
+        REQUIRE(engine->Forward(&pool, w, cc.oc, x.data(), f.data(), {}, y.data()).ok());
+        REQUIRE(engine->BackwardInput(&pool, w, cc.oc, f.data(), dy.data(), dx.data()).ok());
+        REQUIRE(engine->BackwardFilter(&pool, w, cc.oc, x.data(), dy.data(), df.data()).ok());
+        CHECK(RelError(y, y_ref) < tol);
+        CHECK(RelError(dx, dx_ref) < tol);
+        CHECK(RelError(df, df_ref) < tol);
+      }
+    }
+  }
+}
+
+// The report's graph: a bf16 Conv2D's filter gradient at a stride past the
+// input beside a float32 Conv2D, on a two-thread session, run repeatedly:
+// the float32 result is the same every run and the bf16 gradient is finite
+// and within bf16 rounding of the fp32 one (0 where a tap covers only padding).
+TEST_CASE("A bf16 convolution's gradient at a large stride leaves a float32 convolution beside it intact",
+          "[kernels][dnnl][bf16]") {
+  if (!Bf16Supported().ok()) return;
+  for (int64_t stride : {int64_t{3}, int64_t{65536}}) {
+    INFO("stride " << stride);
+    Graph g;
+    auto x = ops::Const(g, Random(2 * 8 * 2 * 3, 31), {2, 8, 2, 3});
+    auto f = ops::Const(g, Random(3 * 3 * 3 * 1, 32), {3, 3, 3, 1});
+    auto x2 = ops::Const(g, Random(4 * 9 * 9 * 8, 33), {4, 9, 9, 8});
+    auto f2 = ops::Const(g, Random(3 * 3 * 8 * 8, 34), {3, 3, 8, 8});
+    AttrMap bf16, fp32;
+    for (AttrMap* m : {&bf16, &fp32}) {
+      m->Set("strides", std::vector<int64_t>{1, 1, stride, 1});
+      m->Set("padding", std::string("SAME"));
+    }
+    bf16.Set("precision", std::string("bf16"));
+    auto y16 = g.Add1("Conv2D", {x, f}, bf16);
+    auto y32 = g.Add1("Conv2D", {x, f}, fp32);
+    auto loss16 = ops::Sum(g, ops::Square(g, y16)), loss32 = ops::Sum(g, ops::Square(g, y32));
+    auto g16 = Gradients(g, {loss16}, {f}), g32 = Gradients(g, {loss32}, {f});
+    REQUIRE(g16.ok());
+    REQUIRE(g32.ok());
+    auto other = ops::Conv2D(g, x2, f2);
+    REQUIRE(g.status().ok());
+    auto want = testing::EvalGraph(g, {}, {other, (*g32)[0]});
+    REQUIRE(want.ok());
+    const std::vector<float> other_ref = (*want)[0].ToVector<float>(), df_ref = (*want)[1].ToVector<float>();
+    // Taps kx = 2 (stride 3 on a width of 2, SAME: padding 0 left, 1 right) see only padding.
+    for (int64_t i = 0; i < 3 * 3 * 3; ++i)
+      if ((i / 3) % 3 == 2) CHECK(df_ref[i] == 0.0f);
+    SessionOptions o;
+    o.compute_threads = 2;
+    Session s(g, o);
+    for (int run = 0; run < 30; ++run) {
+      auto r = s.Run({}, Fetches{(*g16)[0], other});
+      REQUIRE(r.ok());
+      const std::vector<float> df = (*r)[0].ToVector<float>();
+      for (float v : df) REQUIRE(std::isfinite(v));
+      CHECK(RelError(df, df_ref) < 1e-2);
+      REQUIRE(RelError((*r)[1].ToVector<float>(), other_ref) < 1e-5);
     }
   }
 }

@@ -4,6 +4,7 @@
 // clamp, long float sums, Cumprod's gradient at zero).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -441,4 +442,147 @@ TEST_CASE("AddN sums any number of inputs, small and split over the pool", "[mat
       CHECK(r->ToVector<double>() == want);
     }
   }
+}
+
+namespace {
+
+// RunKernel for a kernel of `outputs` outputs (all of out_dtype).
+Result<std::vector<Tensor>> RunKernelN(const std::string& op, const std::vector<Tensor>& inputs, DType out_dtype,
+                                       int outputs, const AttrMap& attrs = {}, ComputePool* pool = nullptr) {
+  const KernelRegistry& reg = StandardKernelRegistry();
+  SF_ASSIGN_OR_RETURN(const KernelFactory* f, reg.Find(op, DeviceType::kCPU, inputs[0].dtype()));
+  KernelInit init;
+  init.op = op;
+  init.node_name = op;
+  init.attrs = &attrs;
+  for (const Tensor& t : inputs) init.input_dtypes.push_back(t.dtype());
+  init.output_dtypes.assign(outputs, out_dtype);
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> k, (*f)(init));
+  std::vector<const Tensor*> ins;
+  for (const Tensor& t : inputs) ins.push_back(&t);
+  std::vector<Tensor> out(outputs);
+  OpKernelContext ctx(ins.data(), static_cast<int>(ins.size()), out.data(), outputs, pool, nullptr, 1);
+  k->Compute(&ctx);
+  if (!ctx.ok()) return ctx.status();
+  return out;
+}
+
+// The same value at every position of tensors of 1 to 70 elements (every
+// SIMD tail length): op's answer for it, which must be one answer.
+template <typename T>
+T OneAnswer(const std::string& op, T value) {
+  std::set<T> answers;
+  bool nan = false;
+  for (int64_t n = 1; n <= 70; ++n) {
+    auto r = RunKernel(op, {Tensor::FromVector<T>(std::vector<T>(n, value))}, DTypeOf<T>::value);
+    REQUIRE(r.ok());
+    for (int64_t i = 0; i < n; ++i) {
+      const T y = r->template data<T>()[i];
+      if (std::isnan(y)) nan = true;
+      else answers.insert(y);
+    }
+  }
+  INFO(op << "(" << value << ")");
+  REQUIRE(answers.size() + (nan ? 1 : 0) == 1);
+  return nan ? std::numeric_limits<T>::quiet_NaN() : *answers.begin();
+}
+
+// |got - want| / |want| (0 when both are 0).
+double Rel(double got, long double want) {
+  if (want == 0) return std::fabs(got);
+  return std::fabs(static_cast<double>((got - want) / want));
+}
+
+}  // namespace
+
+TEST_CASE("Softmax cross-entropy of large logits keeps float32's precision", "[math]") {
+  // Logits near 1e4 and 1e6: adding the max back lost log(sum) to rounding
+  // (relative loss error 3e-4 and 8.5e-3; PyTorch 7e-8 and 3e-8).
+  for (float scale : {1e4f, 1e6f}) {
+    INFO("logits near " << scale);
+    const std::vector<float> logits = {scale, scale - 0.5f * (scale / 1e4f), scale - 3 * (scale / 1e4f),
+                                       scale + 1 * (scale / 1e4f)};
+    const std::vector<float> probs = {0.25f, 0.25f, 0.25f, 0.25f};
+    long double mx = *std::max_element(logits.begin(), logits.end()), s = 0;
+    for (float x : logits) s += std::exp(static_cast<long double>(x) - mx);
+    const long double lse = std::log(s) + mx;
+    long double dense = 0;
+    for (size_t i = 0; i < 4; ++i) dense += probs[i] * (lse - logits[i]);
+    auto d = RunKernelN("SoftmaxCrossEntropyWithLogits",
+                        {Tensor::FromVector<float>(logits, {1, 4}), Tensor::FromVector<float>(probs, {1, 4})},
+                        DType::kFloat32, 2);
+    REQUIRE(d.ok());
+    CHECK(Rel((*d)[0].data<float>()[0], dense) < 1e-6);
+    auto sp = RunKernelN("SparseSoftmaxCrossEntropyWithLogits",
+                         {Tensor::FromVector<float>(logits, {1, 4}), Tensor::FromVector<int32_t>({2}, {1})},
+                         DType::kFloat32, 2);
+    REQUIRE(sp.ok());
+    CHECK(Rel((*sp)[0].data<float>()[0], lse - logits[2]) < 1e-6);
+  }
+}
+
+TEST_CASE("Log, Rsqrt, Exp, Sigmoid and Softplus give one right answer per value, subnormal and tails included",
+          "[math]") {
+  const float sub = 1e-40f, tiny = std::numeric_limits<float>::denorm_min();
+  // Eigen's packets clamped subnormal arguments: log of any of them -87.34.
+  CHECK(Rel(OneAnswer<float>("Log", sub), std::log(static_cast<long double>(sub))) < 1e-6);
+  CHECK(Rel(OneAnswer<float>("Log", tiny), std::log(static_cast<long double>(tiny))) < 1e-6);
+  CHECK(Rel(OneAnswer<double>("Log", 1e-310), std::log(1e-310L)) < 1e-12);
+  CHECK(Rel(OneAnswer<float>("Rsqrt", tiny), 1 / std::sqrt(static_cast<long double>(tiny))) < 1e-6);
+  CHECK(Rel(OneAnswer<double>("Rsqrt", 1e-310), 1 / std::sqrt(1e-310L)) < 1e-12);
+  CHECK(Rel(OneAnswer<double>("Rsqrt", 5e-324), 1 / std::sqrt(static_cast<long double>(5e-324))) < 1e-12);
+  CHECK(OneAnswer<float>("Log", 0.0f) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(OneAnswer<float>("Log", -1.0f)));
+  CHECK(Rel(OneAnswer<float>("Log", 3.0f), std::log(3.0L)) < 2e-7);
+  // Sigmoid and Softplus tails: results subnormal (packets gave 0).
+  for (float x : {-88.5f, -95.0f, -100.0f}) {
+    const long double want = std::exp(static_cast<long double>(x));  // both ~ e^x this far out
+    // A subnormal float holds fewer bits: compare within its spacing.
+    const double ulp = std::numeric_limits<float>::denorm_min();
+    CHECK(std::fabs(OneAnswer<float>("Sigmoid", x) - static_cast<double>(want)) <= ulp + 1e-6 * double(want));
+    CHECK(std::fabs(OneAnswer<float>("Softplus", x) - static_cast<double>(want)) <= ulp + 1e-6 * double(want));
+    CHECK(OneAnswer<float>("Sigmoid", x) > 0);
+  }
+  CHECK(OneAnswer<float>("Sigmoid", -200.0f) == 0.0f);
+  CHECK(Rel(OneAnswer<double>("Sigmoid", -720.0), std::exp(-720.0L)) < 1e-3);  // subnormal double
+  CHECK(OneAnswer<float>("Sigmoid", 100.0f) == 1.0f);
+  CHECK(Rel(OneAnswer<float>("Softplus", 100.0f), 100.0L) < 1e-7);
+  CHECK(OneAnswer<float>("Exp", -100.0f) > 0);
+  CHECK(OneAnswer<float>("Exp", 89.0f) == std::numeric_limits<float>::infinity());
+  // Ordinary values too: every position, one answer (packet and tail agree).
+  for (float x : {0.3f, -2.5f, 7.0f}) {
+    CHECK(Rel(OneAnswer<float>("Sigmoid", x), 1 / (1 + std::exp(-static_cast<long double>(x)))) < 1e-6);
+    CHECK(Rel(OneAnswer<float>("Softplus", x), std::log1p(std::exp(static_cast<long double>(x)))) < 1e-6);
+    CHECK(Rel(OneAnswer<float>("Tanh", x), std::tanh(static_cast<long double>(x))) < 1e-6);
+  }
+}
+
+TEST_CASE("float32 Cumsum and L2Loss of a million values keep float's precision", "[math]") {
+  const int64_t n = 1'000'000;
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = 0.1f + 0.001f * static_cast<float>(i % 7);
+  auto c = RunKernel("Cumsum", {Tensor::FromVector<float>(v)}, DType::kFloat32);
+  REQUIRE(c.ok());
+  long double run = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    run += v[i];
+    worst = std::max(worst, Rel(c->data<float>()[i], run));
+  }
+  CHECK(worst < 1e-7);  // a float running sum was off by ~1e-4 here
+  // Reverse and exclusive take the same path.
+  AttrMap rev;
+  rev.Set("reverse", true);
+  rev.Set("exclusive", true);
+  auto r = RunKernel("Cumsum", {Tensor::FromVector<float>(v)}, DType::kFloat32, rev);
+  REQUIRE(r.ok());
+  long double total = 0;
+  for (float x : v) total += x;
+  CHECK(r->data<float>()[n - 1] == 0.0f);
+  CHECK(Rel(r->data<float>()[0], total - v[0]) < 1e-7);
+  auto l2 = RunKernel("L2Loss", {Tensor::FromVector<float>(v)}, DType::kFloat32);
+  REQUIRE(l2.ok());
+  long double sq = 0;
+  for (float x : v) sq += static_cast<long double>(x) * x;
+  CHECK(Rel(l2->data<float>()[0], sq / 2) < 1e-6);
 }

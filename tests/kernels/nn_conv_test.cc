@@ -345,3 +345,88 @@ TEST_CASE("FusedConv2D refuses a bad activation or bias naming the op", "[nn][co
     CHECK(r.status().message().find("FusedConv2D bias") != std::string::npos);
   }
 }
+
+TEST_CASE("Conv2D and FusedConv2D of an empty spatial axis give the empty output, as TensorFlow", "[nn][conv]") {
+  for (const char* padding : {"VALID", "SAME"}) {
+    INFO(padding);
+    Graph g;
+    auto x = ops::Placeholder(g, DType::kFloat32, {1, 4, 0, 1}, "x");
+    auto f = ops::Const(g, std::vector<float>{1, 2}, {1, 1, 1, 2});
+    ops::Conv2DAttrs a;
+    a.padding = padding;
+    auto y = ops::Conv2D(g, x, f, a);
+    AttrMap fa;
+    fa.Set("padding", std::string(padding));
+    auto fy = g.Add1("FusedConv2D", {x, f, ops::Const(g, std::vector<float>{0.5f, -1}, {2})}, fa);
+    auto grads = Gradients(g, {ops::Sum(g, y)}, {x, f});
+    REQUIRE(grads.ok());
+    REQUIRE(g.status().ok());
+    CHECK(y.shape() == PartialShape({1, 4, 0, 2}));
+    auto r = testing::EvalGraph(g, {{x, Tensor::Zeros(DType::kFloat32, {1, 4, 0, 1})}}, {y, fy, (*grads)[0], (*grads)[1]});
+    REQUIRE(r.ok());
+    CHECK((*r)[0].shape() == Shape{1, 4, 0, 2});
+    CHECK((*r)[1].shape() == Shape{1, 4, 0, 2});
+    CHECK((*r)[2].shape() == Shape{1, 4, 0, 1});
+    CHECK((*r)[3].ToVector<float>() == std::vector<float>{0, 0});
+  }
+  // A window larger than a non-empty input is still refused.
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {1, 4, 1, 1});
+  ops::Conv2D(g, x, ops::Const(g, std::vector<float>{1, 2}, {1, 2, 1, 1}), ops::Conv2DAttrs{{1, 1, 1, 1}, "VALID"});
+  CHECK(g.status().message().find("larger than the input") != std::string::npos);
+}
+
+TEST_CASE("Windowed ops get their registered defaults when a node leaves the attributes out", "[nn][conv]") {
+  Graph g;
+  auto x = ops::Placeholder(g, DType::kFloat32, {1, 5, 5, 1}, "x");
+  auto f = ops::Const(g, std::vector<float>(9, 1.0f), {3, 3, 1, 1});
+  // Conv2D's registered padding is SAME (it ran VALID when left out).
+  auto c = g.Add1("Conv2D", {x, f});
+  auto fc = g.Add1("FusedConv2D", {x, f, ops::Const(g, std::vector<float>{1}, {1})});  // activation "none"
+  auto mp = g.Add1("MaxPool", {x});  // ksize and strides [1,2,2,1]
+  REQUIRE(g.status().ok());
+  CHECK(c.shape() == PartialShape({1, 5, 5, 1}));
+  CHECK(g.node(c.node).attrs.Get<std::string>("padding").value() == "SAME");
+  std::vector<float> v(25);
+  for (int i = 0; i < 25; ++i) v[i] = float(i);
+  auto r = testing::EvalGraph(g, {{x, Tensor::FromVector<float>(v, {1, 5, 5, 1})}}, {c, fc, mp});
+  REQUIRE(r.ok());
+  CHECK((*r)[0].shape() == Shape{1, 5, 5, 1});
+  CHECK((*r)[0].data<float>()[0] == 0 + 1 + 5 + 6);  // a corner window, padded
+  CHECK((*r)[1].data<float>()[0] == 0 + 1 + 5 + 6 + 1);
+  CHECK((*r)[2].shape() == Shape{1, 2, 2, 1});
+  CHECK((*r)[2].ToVector<float>() == std::vector<float>{6, 8, 16, 18});
+}
+
+TEST_CASE("Pools with windows and strides far past the input pool the whole input, quickly", "[nn][pool]") {
+  // ksize 2^31 - 1 on a 2x2 input grew MaxPoolGrad to gigabytes, then hung
+  // or crashed; windows are clamped to the padded input first.
+  const std::vector<float> v = {3, 9, 4, 1, 2, 8, 7, 5};  // [1, 2, 2, 2]
+  for (int64_t k : {int64_t{2147483647}, int64_t{1} << 40, std::numeric_limits<int64_t>::max()})
+    for (int64_t s : {int64_t{1}, int64_t{2147483647}, std::numeric_limits<int64_t>::max()}) {
+      INFO("ksize " << k << " stride " << s);
+      Graph g;
+      auto x = ops::Const(g, v, {1, 2, 2, 2});
+      ops::PoolAttrs a{{1, k, k, 1}, {1, s, s, 1}, "SAME"};
+      auto mp = ops::MaxPool(g, x, a), ap = ops::AvgPool(g, x, a);
+      auto grads = Gradients(g, {ops::Sum(g, mp), ops::Sum(g, ap)}, {x});
+      REQUIRE(grads.ok());
+      REQUIRE(g.status().ok());
+      auto r = testing::EvalGraph(g, {}, {mp, ap, (*grads)[0]});
+      REQUIRE(r.ok());
+      // Every output position's window covers the whole image.
+      const Tensor& m = (*r)[0];
+      REQUIRE(m.shape()[3] == 2);
+      for (int64_t i = 0; i < m.num_elements(); ++i) {
+        CHECK(m.data<float>()[i] == (i % 2 == 0 ? 7 : 9));
+        CHECK((*r)[1].data<float>()[i] == (i % 2 == 0 ? 4 : 5.75f));
+      }
+      const int64_t outputs = m.num_elements() / 2;
+      // dMax to the maximum's cell, dAvg spread evenly: each output adds 1/4 per cell.
+      const std::vector<float> dx = (*r)[2].ToVector<float>();
+      for (int i = 0; i < 8; ++i) {
+        const bool is_max = v[i] == 7 || v[i] == 9;
+        CHECK(dx[i] == Approx(outputs * ((is_max ? 1.0 : 0.0) + 0.25)));
+      }
+    }
+}
