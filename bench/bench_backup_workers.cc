@@ -72,7 +72,7 @@ Result1 Run(int backup, int steps, int base_ms, int dim, uint64_t seed) {
   Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok()) return out.error = g.status().ToString(), out;
   Session s(g);
-  if (auto r = s.Run({}, std::vector<Output>{}, {init}); !r.ok()) return out.error = r.status().ToString(), out;
+  if (auto r = s.Run({}, Fetches{}, {init}); !r.ok()) return out.error = r.status().ToString(), out;
 
   std::vector<float> xs(static_cast<size_t>(32) * dim), ys(32);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 17) / 17.0f;
@@ -86,7 +86,7 @@ Result1 Run(int backup, int steps, int base_ms, int dim, uint64_t seed) {
   for (int r = 0; r < workers; ++r) {
     threads.emplace_back([&, r] {
       for (;;) {
-        auto tok = s.Run({}, std::vector<Output>{towers[r].global_step});
+        auto tok = s.Run({}, Fetches{towers[r].global_step});
         if (!tok.ok()) {
           std::lock_guard<std::mutex> l(mu);
           error = tok.status().ToString();
@@ -99,7 +99,7 @@ Result1 Run(int backup, int steps, int base_ms, int dim, uint64_t seed) {
         const int ms = SlowWorker(seed, t, workers) == r ? 3 * base_ms : base_ms;
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
         auto res = s.Run({{"x", xt}, {"y", yt}, {towers[r].step_tag.name(), Tensor::Scalar<int64_t>(t)}},
-                         std::vector<Output>{}, {towers[r].train_op});
+                         Fetches{}, {towers[r].train_op});
         if (!res.ok()) {
           std::lock_guard<std::mutex> l(mu);
           error = res.status().ToString();
@@ -111,7 +111,7 @@ Result1 Run(int backup, int steps, int base_ms, int dim, uint64_t seed) {
   for (auto& t : threads) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!error.empty()) return out.error = error, out;
-  auto st = s.Run({}, std::vector<Output>{stats});
+  auto st = s.Run({}, Fetches{stats});
   if (!st.ok()) return out.error = st.status().ToString(), out;
   out.applied = (*st)[0].data<int64_t>()[0];
   out.dropped = (*st)[0].data<int64_t>()[2];

@@ -138,10 +138,10 @@ int main(int argc, char** argv) {
   {
     Session s(g);
     auto t0 = std::chrono::steady_clock::now();
-    auto r = s.Run({}, std::vector<Output>{}, {init, fill_accum.node});
+    auto r = s.Run({}, Fetches{}, {init, fill_accum.node});
     if (!r.ok()) Die(r.status().ToString());
     const double init_s = Seconds(t0);
-    auto before = s.Run({}, std::vector<Output>{probe});
+    auto before = s.Run({}, Fetches{probe});
     if (!before.ok()) Die(before.status().ToString());
     if (!flags.GetBool("json"))
       std::printf("%lld rows x %lld float32 (%.2f GiB) + Adagrad slot, initialised in %.1f s\n",
@@ -159,33 +159,33 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < num_touched; ++i)
       std::swap(perm[i], perm[i + static_cast<int64_t>(rng() % static_cast<uint64_t>(rows - i))]);
     perm.resize(static_cast<size_t>(num_touched));
-    r = s.Run({{"ids", Tensor::FromVector<int64_t>(perm, {num_touched, 1})}}, std::vector<Output>{}, {*train});
+    r = s.Run({{"ids", Tensor::FromVector<int64_t>(perm, {num_touched, 1})}}, Fetches{}, {*train});
     if (!r.ok()) Die(r.status().ToString());
-    auto stepped = s.Run({}, std::vector<Output>{probe});
+    auto stepped = s.Run({}, Fetches{probe});
     if (!stepped.ok()) Die(stepped.status().ToString());
     t0 = std::chrono::steady_clock::now();
     auto inc = s.SaveIncremental(ckpt_dir, 2);
     inc_save_s = Seconds(t0);
     if (!inc.ok()) Die(inc.status().ToString());
 
-    r = s.Run({}, std::vector<Output>{}, {zero_table.node, zero_accum.node});
+    r = s.Run({}, Fetches{}, {zero_table.node, zero_accum.node});
     if (!r.ok()) Die(r.status().ToString());
     t0 = std::chrono::steady_clock::now();
     Status rs = s.Restore(ckpt_dir, *id);
     restore_s = Seconds(t0);
     if (!rs.ok()) Die(rs.ToString());
-    auto after = s.Run({}, std::vector<Output>{probe});
+    auto after = s.Run({}, Fetches{probe});
     if (!after.ok()) Die(after.status().ToString());
     if ((*after)[0].scalar_as<double>() != (*before)[0].scalar_as<double>())
       Die("the restored variables differ from the saved ones");
 
-    r = s.Run({}, std::vector<Output>{}, {zero_table.node, zero_accum.node});
+    r = s.Run({}, Fetches{}, {zero_table.node, zero_accum.node});
     if (!r.ok()) Die(r.status().ToString());
     t0 = std::chrono::steady_clock::now();
     rs = s.Restore(ckpt_dir, *inc);
     inc_restore_s = Seconds(t0);
     if (!rs.ok()) Die(rs.ToString());
-    after = s.Run({}, std::vector<Output>{probe});
+    after = s.Run({}, Fetches{probe});
     if (!after.ok()) Die(after.status().ToString());
     if ((*after)[0].scalar_as<double>() != (*stepped)[0].scalar_as<double>())
       Die("the variables restored from the increment differ from the saved ones");

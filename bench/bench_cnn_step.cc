@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   SessionOptions so;
   so.compute_threads = static_cast<int>(flags.GetInt("threads"));
   Session s(g, so);
-  auto init = s.Run({}, std::vector<Output>{}, {m.init});
+  auto init = s.Run({}, Fetches{}, {m.init});
   if (!init.ok()) fail(init.status());
   Tensor x(DType::kFloat32, {batch, 784}), y(DType::kInt32, {batch});
   std::mt19937 rng(1);
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng() % 10);
   Tensor lr = Tensor::Scalar<float>(0.01f);
   auto step = [&] {
-    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train});
+    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, Fetches{m.loss}, {m.train});
     if (!r.ok()) fail(r.status());
   };
   for (int64_t i = 0; i < flags.GetInt("warmup"); ++i) step();

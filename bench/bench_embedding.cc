@@ -88,14 +88,14 @@ Result<BenchResult> RunEmbeddingBench(const BenchConfig& c, int shards, const Se
   SF_ASSIGN_OR_RETURN(Owned owned, factory(g, shards));
   SessionInterface* s = owned.session.get();
   auto t0 = std::chrono::steady_clock::now();
-  auto ir = s->Run({}, std::vector<Output>{}, {init});
+  auto ir = s->Run({}, Fetches{}, {init});
   if (!ir.ok()) return ir.status();
   BenchResult r;
   r.init_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t next = 0;
   auto step = [&]() -> Status {
     const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(ids.size()));
-    auto res = s->Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train}, trace.For(next - 1));
+    auto res = s->Run({{"ids", ids[i]}, {"labels", labels[i]}}, Fetches{}, {*train}, trace.For(next - 1));
     return res.status();
   };
   for (int64_t i = 0; i < c.warmup; ++i) SF_RETURN_IF_ERROR(step());

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     Session sp(*gp, so);
     std::unique_ptr<Session> s32 = bf16 ? std::make_unique<Session>(*g32, so) : nullptr;
     auto run = [&](Session& s, const Output& c) {
-      auto r = s.Run({{"a", a}, {"b", b}}, std::vector<Output>{c});
+      auto r = s.Run({{"a", a}, {"b", b}}, Fetches{c});
       if (!r.ok()) {
         std::fprintf(stderr, "bench_gemm: %s\n", r.status().ToString().c_str());
         std::exit(1);

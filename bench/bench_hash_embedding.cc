@@ -126,21 +126,21 @@ Result<BenchResult> RunOne(const BenchConfig& c, int shards, bool hash, const st
   so.num_cpu_devices = shards;
   Session s(g, so);
   auto t0 = std::chrono::steady_clock::now();
-  SF_RETURN_IF_ERROR(s.Run({}, std::vector<Output>{}, {init}).status());
+  SF_RETURN_IF_ERROR(s.Run({}, Fetches{}, {init}).status());
   BenchResult r;
   r.init_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t next = 0;
   double run_secs = 0;  // a stream's time in Run, its batches' drawing left out
   auto step = [&]() -> Status {
     const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(ids.size()));
-    return s.Run({{"ids", ids[i]}, {"labels", labels[i]}}, std::vector<Output>{}, {*train}).status();
+    return s.Run({{"ids", ids[i]}, {"labels", labels[i]}}, Fetches{}, {*train}).status();
   };
   const bench::ZipfSampler zipf(c.rows, c.zipf);
   Tensor batch_ids, batch_labels;
   auto stream_step = [&]() -> Status {
     bench::MakeStreamBatch(zipf, c.rows, next++, c.batch, c.ids_per_example, &batch_ids, &batch_labels);
     const auto start = std::chrono::steady_clock::now();
-    Status st = s.Run({{"ids", batch_ids}, {"labels", batch_labels}}, std::vector<Output>{}, {*train}).status();
+    Status st = s.Run({{"ids", batch_ids}, {"labels", batch_labels}}, Fetches{}, {*train}).status();
     run_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return st;
   };

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_mlp_step: %s\n", st.ToString().c_str());
     std::exit(1);
   };
-  auto init = s.Run({}, std::vector<Output>{}, {m.init});
+  auto init = s.Run({}, Fetches{}, {m.init});
   if (!init.ok()) fail(init.status());
   Tensor x(DType::kFloat32, {batch, 784}), y(DType::kInt32, {batch});
   std::mt19937 rng(1);
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   Tensor lr = Tensor::Scalar<float>(static_cast<float>(mo.learning_rate));
   int64_t step_index = 0;  // counts warm-up steps too, as --trace-step does
   auto step = [&] {
-    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, std::vector<Output>{m.loss}, {m.train},
+    auto r = s.Run({{"x", x}, {"labels", y}, {"lr", lr}}, Fetches{m.loss}, {m.train},
                    trace.For(step_index++));
     if (!r.ok()) fail(r.status());
   };

@@ -19,11 +19,11 @@ namespace {
 // Median seconds per step over `reps` timed batches of `steps` steps.
 double TimeSteps(Session& s, Output fetch, int steps, int reps) {
   std::vector<double> per;
-  for (int i = 0; i < 3; ++i) (void)s.Run({}, std::vector<Output>{fetch});
+  for (int i = 0; i < 3; ++i) (void)s.Run({}, Fetches{fetch});
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) {
-      auto res = s.Run({}, std::vector<Output>{fetch});
+      auto res = s.Run({}, Fetches{fetch});
       if (!res.ok()) {
         std::fprintf(stderr, "bench_op_overhead: %s\n", res.status().ToString().c_str());
         std::exit(1);

@@ -164,14 +164,14 @@ int main(int argc, char** argv) {
   Phase(c, "start", SecondsSince(t0), JsonLine().Add("nodes", c.nodes));
 
   t0 = Clock::now();
-  auto r = s.Run({}, std::vector<Output>{}, {init});
+  auto r = s.Run({}, Fetches{}, {init});
   if (!r.ok()) return Fail(r.status().WithPrefix("initialising"));
   Phase(c, "init", SecondsSince(t0));
 
   int64_t next = 0;
   auto step = [&]() -> Status {
     const size_t i = static_cast<size_t>(next++ % static_cast<int64_t>(batch_ids.size()));
-    return s.Run({{"ids", batch_ids[i]}, {"labels", batch_labels[i]}}, std::vector<Output>{}, {*train}).status();
+    return s.Run({{"ids", batch_ids[i]}, {"labels", batch_labels[i]}}, Fetches{}, {*train}).status();
   };
   // Steps timed after one warm-up step (which registers the partitions).
   auto steps = [&](int64_t n, const std::string& phase) -> Status {

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
         if (!s.ok()) Die(s.status().ToString());
         sessions.push_back(std::move(*s));
       }
-      auto r = sessions[0]->Run({}, std::vector<Output>{}, {graphs[0]->init});
+      auto r = sessions[0]->Run({}, Fetches{}, {graphs[0]->init});
       if (!r.ok()) Die(r.status().ToString());
       std::vector<double> times;
       for (int i = -2; i < steps; ++i) {  // two warm-up steps register the partitions
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
         std::vector<std::thread> threads;
         std::vector<Status> results(workers);
         auto run = [&](int w) {
-          auto out = sessions[w]->Run({}, std::vector<Output>{graphs[w]->fetch}, {graphs[w]->step},
+          auto out = sessions[w]->Run({}, Fetches{graphs[w]->fetch}, {graphs[w]->step},
                                       w == 0 ? options : RunOptions());
           results[w] = out.status();
         };

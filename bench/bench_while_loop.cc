@@ -21,11 +21,11 @@ namespace {
 // Median seconds per step over `reps` timed batches of `steps` steps.
 double TimeSteps(Session& s, const FeedMap& feeds, Output fetch, int steps, int reps) {
   std::vector<double> per;
-  for (int i = 0; i < 3; ++i) (void)s.Run(feeds, std::vector<Output>{fetch});
+  for (int i = 0; i < 3; ++i) (void)s.Run(feeds, Fetches{fetch});
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) {
-      auto res = s.Run(feeds, std::vector<Output>{fetch});
+      auto res = s.Run(feeds, Fetches{fetch});
       if (!res.ok()) {
         std::fprintf(stderr, "bench_while_loop: %s\n", res.status().ToString().c_str());
         std::exit(1);

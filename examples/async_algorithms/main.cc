@@ -27,12 +27,12 @@
 // --json it prints one line per algorithm and a summary last:
 // {"workers", "steps", "sync_final_loss", "sync_accuracy", "sync_steps_per_sec", ... for
 // async and ssp, "async_mean_staleness", "ssp_max_staleness", "sync_dropped"}.
-#include <sys/stat.h>
-
+#include <filesystem>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <system_error>
 #include <mutex>
 #include <random>
 #include <string>
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
       .Int("backup", 0, "sync: backup workers b (N - b gradients are averaged per step)")
       .Double("lr", 0.5, "learning rate")
       .String("algorithms", "sync,async,ssp", "comma-separated subset of sync, async, ssp")
-      .String("out_dir", "async_algorithms_out", "where losses.csv and curves.svg go")
+      .String("out_dir", "runs/async_algorithms", "where losses.csv and curves.svg go (runs/ is ignored by git)")
       .Bool("json", "print JSON lines (one per algorithm, then the summary)");
   DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "async_algorithms");
@@ -346,7 +346,8 @@ int main(int argc, char** argv) {
   }
 
   const std::string dir = flags.GetString("out_dir");
-  ::mkdir(dir.c_str(), 0755);
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(dir, mkdir_error);  // a failure shows as the fopen's below
   const std::string csv = dir + "/losses.csv";
   FILE* f = std::fopen(csv.c_str(), "w");
   if (!f) {
