@@ -6,8 +6,8 @@ namespace sf {
 
 Status CheckComputePrecision(const std::string& precision) {
   if (precision == "fp32") return Status::OK();
-  if (precision != "bf16")
-    return InvalidArgument("unknown precision \"" + precision + "\" (expected fp32 or bf16)");
+  if (precision != "bf16" && precision != "bf16_always")
+    return InvalidArgument("unknown precision \"" + precision + "\" (expected fp32, bf16 or bf16_always)");
   return Bf16Supported();
 }
 

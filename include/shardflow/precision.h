@@ -1,9 +1,13 @@
 // Mixed precision: which products of a graph run in bf16.
 //
 // Precision is an attribute of the ops that multiply (MatMul, Conv2D,
-// Conv2DBackpropInput, Conv2DBackpropFilter): "fp32" (the default) or "bf16",
-// which converts both inputs to bf16, accumulates in fp32 and writes an fp32
-// result. Tensors, variables (the master weights) and every other op stay fp32,
+// Conv2DBackpropInput, Conv2DBackpropFilter): "fp32" (the default), "bf16"
+// or "bf16_always". bf16 converts both inputs to bf16, accumulates in fp32
+// and writes an fp32 result. "bf16" does so where it pays: each product shape
+// runs in bf16 and in fp32 on its first three calls each and keeps the
+// faster, so on a CPU where bf16 products lose (AVX512_BF16 without AMX) the
+// model is never slower than in fp32; "bf16_always" runs bf16 whatever it
+// costs (bf16 rounding on every run, for tests and reproducible runs). Tensors, variables (the master weights) and every other op stay fp32,
 // so no Cast nodes are added and a checkpoint does not depend on precision.
 // The attribute travels with the graph (graph files, cluster partitions), and
 // gradients built from a bf16 node are bf16 too. bf16 runs only where the CPU
@@ -22,7 +26,7 @@
 
 namespace sf {
 
-// OK when `precision` ("fp32" or "bf16") can run on this machine; InvalidArgument
+// OK when `precision` ("fp32", "bf16" or "bf16_always") can run on this machine; InvalidArgument
 // for another name, FailedPrecondition saying what bf16 lacks here (the CPU's
 // AVX512_BF16 or oneDNN in the build).
 Status CheckComputePrecision(const std::string& precision);

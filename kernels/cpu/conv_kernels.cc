@@ -18,6 +18,7 @@
 #include "kernels/cpu/dnnl_engines.h"
 #include "kernels/cpu/nn_gemm.h"
 #include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/precision_choice.h"
 
 namespace sf {
 namespace nn {
@@ -315,10 +316,15 @@ class ConvKernelBase : public OpKernel {
   ConvKernelBase(const KernelInit& init, Status* s) {
     *s = nn::ParseWindowAttrs(init, false, &a_);
     nn::Precision p = nn::Precision::kFp32;
-    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    bool always = false;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p, &always);
     if (!s->ok()) return;
     if constexpr (std::is_same_v<T, float>) {
       engine_ = nn::NewDnnlConvEngine(p);
+      if (p == nn::Precision::kBf16 && !always) {
+        fp32_ = nn::NewDnnlConvEngine(nn::Precision::kFp32);
+        choice_ = std::make_unique<nn::PrecisionChoice>();
+      }
     } else if (p != nn::Precision::kFp32) {
       *s = InvalidArgument("precision bf16 applies to float32 convolutions, not " +
                            std::string(DTypeName(DTypeOf<T>::value)));
@@ -332,8 +338,18 @@ class ConvKernelBase : public OpKernel {
     const bool empty = w.n == 0 || w.c == 0 || oc == 0 || w.oh == 0 || w.ow == 0;
     return empty ? nullptr : engine_.get();
   }
+  // Runs pass (0 forward, 1 input gradient, 2 filter gradient) on the
+  // engine, or, for precision "bf16", on whichever of bf16 and fp32 is the
+  // faster for this window (PrecisionChoice).
+  Status RunEngine(int pass, const Window& w, int64_t oc, const std::function<Status(nn::ConvEngine*)>& fn) {
+    if (!choice_) return fn(engine_.get());
+    return choice_->Run({pass, w.n, w.h, w.w, w.c, w.kh, w.kw, oc, w.sh, w.sw, w.pad_top, w.pad_left},
+                        [&](nn::Precision p) { return fn(p == nn::Precision::kBf16 ? engine_.get() : fp32_.get()); });
+  }
   nn::WindowAttrs a_;
   std::unique_ptr<nn::ConvEngine> engine_;
+  std::unique_ptr<nn::ConvEngine> fp32_;         // "bf16": the fp32 engine it is timed against
+  std::unique_ptr<nn::PrecisionChoice> choice_;  // "bf16": bf16 or fp32 per window, the faster
 };
 
 template <typename T>
@@ -348,8 +364,10 @@ class Conv2DKernel : public ConvKernelBase<T> {
     if (!s.ok()) return ctx->SetStatus(s);
     const int64_t oc = f.dim(3);
     Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
-    if (nn::ConvEngine* e = this->Engine(w, oc))
-      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(), {}, out.data<float>()));
+    if (this->Engine(w, oc))
+      return ctx->SetStatus(this->RunEngine(0, w, oc, [&](nn::ConvEngine* e) {
+        return e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(), {}, out.data<float>());
+      }));
     ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
   }
 };
@@ -380,9 +398,11 @@ class FusedConv2DKernel : public ConvKernelBase<T> {
       return ctx->SetStatus(InvalidArgument("FusedConv2D bias must be a vector of the filter's " +
                                             std::to_string(oc) + " output channels, got " + ShapeString(bias.shape())));
     Tensor& out = ctx->allocate_output(0, in.dtype(), {w.n, w.oh, w.ow, oc});
-    if (nn::ConvEngine* e = this->Engine(w, oc))
-      return ctx->SetStatus(e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(),
-                                       nn::ConvEpilogue{bias.data<float>(), relu_}, out.data<float>()));
+    if (this->Engine(w, oc))
+      return ctx->SetStatus(this->RunEngine(0, w, oc, [&](nn::ConvEngine* e) {
+        return e->Forward(ctx->pool(), w, oc, in.data<float>(), f.data<float>(),
+                          nn::ConvEpilogue{bias.data<float>(), relu_}, out.data<float>());
+      }));
     ConvForward<T>(ctx->pool(), w, oc, in.data<T>(), f.data<T>(), out.data<T>());
     ApplyEpilogue<T>(ctx->pool(), w.n * w.oh * w.ow, oc, bias.data<T>(), relu_, out.data<T>());
   }
@@ -405,9 +425,10 @@ class Conv2DBackpropInputKernel : public ConvKernelBase<T> {
     if (s.ok()) s = CheckDy("Conv2DBackpropInput", w, f.dim(3), dy);
     if (!s.ok()) return ctx->SetStatus(s);
     Tensor& dx = ctx->allocate_output(0, f.dtype(), in_shape);
-    if (nn::ConvEngine* e = this->Engine(w, f.dim(3)))
-      return ctx->SetStatus(
-          e->BackwardInput(ctx->pool(), w, f.dim(3), f.data<float>(), dy.data<float>(), dx.data<float>()));
+    if (this->Engine(w, f.dim(3)))
+      return ctx->SetStatus(this->RunEngine(1, w, f.dim(3), [&](nn::ConvEngine* e) {
+        return e->BackwardInput(ctx->pool(), w, f.dim(3), f.data<float>(), dy.data<float>(), dx.data<float>());
+      }));
     ConvBackpropInput<T>(ctx->pool(), w, f.dim(3), f.data<T>(), dy.data<T>(), dx.data<T>());
   }
 };
@@ -426,9 +447,10 @@ class Conv2DBackpropFilterKernel : public ConvKernelBase<T> {
     if (s.ok()) s = CheckDy("Conv2DBackpropFilter", w, f_shape[3], dy);
     if (!s.ok()) return ctx->SetStatus(s);
     Tensor& df = ctx->allocate_output(0, in.dtype(), f_shape);
-    if (nn::ConvEngine* e = this->Engine(w, f_shape[3]))
-      return ctx->SetStatus(
-          e->BackwardFilter(ctx->pool(), w, f_shape[3], in.data<float>(), dy.data<float>(), df.data<float>()));
+    if (this->Engine(w, f_shape[3]))
+      return ctx->SetStatus(this->RunEngine(2, w, f_shape[3], [&](nn::ConvEngine* e) {
+        return e->BackwardFilter(ctx->pool(), w, f_shape[3], in.data<float>(), dy.data<float>(), df.data<float>());
+      }));
     ConvBackpropFilter<T>(ctx->pool(), w, f_shape[3], in.data<T>(), dy.data<T>(), df.data<T>());
   }
 };

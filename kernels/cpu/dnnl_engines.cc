@@ -23,14 +23,15 @@
 namespace sf {
 namespace nn {
 
-Status ParsePrecision(const KernelInit& init, Precision* out) {
+Status ParsePrecision(const KernelInit& init, Precision* out, bool* always) {
   SF_ASSIGN_OR_RETURN(std::string p, init.AttrOr<std::string>("precision", "fp32"));
+  if (always) *always = p == "bf16_always";
   if (p == "fp32") {
     *out = Precision::kFp32;
     return Status::OK();
   }
-  if (p != "bf16")
-    return InvalidArgument("attr precision must be \"fp32\" or \"bf16\", got \"" + p + "\"");
+  if (p != "bf16" && p != "bf16_always")
+    return InvalidArgument("attr precision must be \"fp32\", \"bf16\" or \"bf16_always\", got \"" + p + "\"");
   SF_RETURN_IF_ERROR(Bf16Supported());
   *out = Precision::kBf16;
   return Status::OK();

@@ -28,10 +28,10 @@ namespace nn {
 // fp32 accumulation and an fp32 result (the graph keeps fp32 tensors).
 enum class Precision { kFp32, kBf16 };
 
-// Reads attr "precision" ("fp32", the default, or "bf16"). InvalidArgument for
-// another value; FailedPrecondition when bf16 cannot run here (no AVX512_BF16
-// or no oneDNN).
-Status ParsePrecision(const KernelInit& init, Precision* out);
+// Reads attr "precision" ("fp32", the default, "bf16" or "bf16_always"; the
+// last sets *always, which may be null). InvalidArgument for another value;
+// FailedPrecondition when bf16 cannot run here (no AVX512_BF16 or no oneDNN).
+Status ParsePrecision(const KernelInit& init, Precision* out, bool* always = nullptr);
 
 // What a forward convolution applies to each output while it is in cache
 // (FusedConv2D): a bias per output channel (null: none), then ReLU. On this

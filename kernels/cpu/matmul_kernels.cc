@@ -8,6 +8,7 @@
 #include "kernels/cpu/dnnl_engines.h"
 #include "kernels/cpu/nn_gemm.h"
 #include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/precision_choice.h"
 
 namespace sf {
 namespace {
@@ -50,10 +51,12 @@ class MatMulKernel : public OpKernel {
  public:
   MatMulKernel(const KernelInit& init, Status* s) : f_(ParseFlags(init, s)) {
     nn::Precision p = nn::Precision::kFp32;
-    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    bool always = false;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p, &always);
     if (!s->ok() || p == nn::Precision::kFp32) return;
     if constexpr (std::is_same_v<T, float>) {
       bf16_ = nn::NewDnnlBf16MatMulEngine();  // ParsePrecision checked that oneDNN is built in
+      if (!always) choice_ = std::make_unique<nn::PrecisionChoice>();
     } else {
       *s = InvalidArgument("precision bf16 applies to float32 MatMul, not " +
                            std::string(DTypeName(DTypeOf<T>::value)));
@@ -66,15 +69,20 @@ class MatMulKernel : public OpKernel {
     Status st = ProductDims("MatMul", a, b, f_, &m, &n, &k);
     if (!st.ok()) return ctx->SetStatus(st);
     Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
-    if (bf16_)
-      return ctx->SetStatus(bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n,
-                                       k, f_.ta, f_.tb));
-    nn::Gemm<T>(ctx->pool(), a.data<T>(), b.data<T>(), c.data<T>(), m, n, k, f_.ta, f_.tb);
+    auto run = [&](nn::Precision p) -> Status {
+      if (p == nn::Precision::kBf16)
+        return bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
+      nn::Gemm<T>(ctx->pool(), a.data<T>(), b.data<T>(), c.data<T>(), m, n, k, f_.ta, f_.tb);
+      return Status::OK();
+    };
+    if (!bf16_) return ctx->SetStatus(run(nn::Precision::kFp32));
+    ctx->SetStatus(choice_ ? choice_->Run({m, n, k}, run) : run(nn::Precision::kBf16));
   }
 
  private:
   MatMulFlags f_;
-  std::unique_ptr<nn::MatMulEngine> bf16_;  // null: fp32 on Eigen
+  std::unique_ptr<nn::MatMulEngine> bf16_;      // null: fp32 on Eigen
+  std::unique_ptr<nn::PrecisionChoice> choice_;  // "bf16": bf16 or fp32 per shape, the faster
 };
 
 // activation(op(a) op(b) + bias) (graph/ops/nn_ops.cc). Each thread's block
@@ -90,10 +98,12 @@ class FusedMatMulKernel : public OpKernel {
     else if (*act == "relu") relu_ = true;
     else if (*act != "none") *s = InvalidArgument("FusedMatMul activation must be \"none\" or \"relu\", got \"" + *act + "\"");
     nn::Precision p = nn::Precision::kFp32;
-    if (s->ok()) *s = nn::ParsePrecision(init, &p);
+    bool always = false;
+    if (s->ok()) *s = nn::ParsePrecision(init, &p, &always);
     if (!s->ok() || p == nn::Precision::kFp32) return;
     if constexpr (std::is_same_v<T, float>) {
       bf16_ = nn::NewDnnlBf16MatMulEngine();
+      if (!always) choice_ = std::make_unique<nn::PrecisionChoice>();
     } else {
       *s = InvalidArgument("precision bf16 applies to float32 FusedMatMul, not " +
                            std::string(DTypeName(DTypeOf<T>::value)));
@@ -113,20 +123,34 @@ class FusedMatMulKernel : public OpKernel {
     }
     Tensor& c = ctx->allocate_output(0, a.dtype(), {m, n});
     if (m == 0 || n == 0) return;
-    if (bf16_) {
-      // The bf16 product writes c; bias and activation follow in one pass.
-      if (k == 0) {
-        std::fill(c.data<T>(), c.data<T>() + m * n, T(0));
-      } else {
-        Status run = bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
-        if (!run.ok()) return ctx->SetStatus(run);
-      }
-      using RMf = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-      Eigen::Map<RMf> C(c.data<T>(), m, n);
-      C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias.data<T>(), n);
-      if (relu_) C = C.cwiseMax(T(0));
-      return;
+    auto run = [&](nn::Precision p) -> Status {
+      if (p == nn::Precision::kBf16) return Bf16(ctx, a, b, bias, c, m, n, k);
+      Fp32(ctx, a, b, bias, c, m, n, k);
+      return Status::OK();
+    };
+    if (!bf16_) return ctx->SetStatus(run(nn::Precision::kFp32));
+    ctx->SetStatus(choice_ ? choice_->Run({m, n, k}, run) : run(nn::Precision::kBf16));
+  }
+
+ private:
+  // The bf16 product writes c; bias and activation follow in one pass.
+  Status Bf16(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c, int64_t m,
+              int64_t n, int64_t k) {
+    if (k == 0) {
+      std::fill(c.data<T>(), c.data<T>() + m * n, T(0));
+    } else {
+      Status run = bf16_->Run(ctx->pool(), a.data<float>(), b.data<float>(), c.data<float>(), m, n, k, f_.ta, f_.tb);
+      if (!run.ok()) return run;
     }
+    using RMf = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Eigen::Map<RMf> C(c.data<T>(), m, n);
+    C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias.data<T>(), n);
+    if (relu_) C = C.cwiseMax(T(0));
+    return Status::OK();
+  }
+
+  void Fp32(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c, int64_t m,
+            int64_t n, int64_t k) {
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     const T* pbias = bias.data<T>();
@@ -141,10 +165,10 @@ class FusedMatMulKernel : public OpKernel {
     });
   }
 
- private:
   MatMulFlags f_;
   bool relu_ = false;
-  std::unique_ptr<nn::MatMulEngine> bf16_;  // null: fp32 on Eigen
+  std::unique_ptr<nn::MatMulEngine> bf16_;      // null: fp32 on Eigen
+  std::unique_ptr<nn::PrecisionChoice> choice_;  // "bf16": bf16 or fp32 per shape, the faster
 };
 
 // Batch dims broadcast NumPy-style; each output matrix is one independent
