@@ -3,7 +3,7 @@
 //
 // Why not kj-tls's TlsConnection: it hands OpenSSL one 16 KiB record per
 // turn and system call in each direction, which held a 64 MiB transfer to a
-// fifth of loopback TCP here (docs/PERFORMANCE.md); here a turn reads up to
+// fifth of loopback TCP here (docs/PERFORMANCE_NOTES.md); here a turn reads up to
 // 256 KiB of ciphertext and writes up to 1 MiB of plaintext. OpenSSL reads
 // ciphertext straight from the buffer the socket read into and writes its
 // records into the buffer the next socket write sends (its memory BIOs
