@@ -83,6 +83,12 @@ constexpr int64_t kBulkVariableBytes = int64_t{4} << 20;
 // each with its own bulk writer for half of the blocks (measured at 1 GiB:
 // 10-15% faster on 2 cores).
 constexpr int64_t kTwoWriterBytes = int64_t{64} << 20;
+// A check pass (reading blocks only to verify them) of a variable that big
+// runs this many reads at once: from a cold disk the reads wait on I/O, and
+// more in flight kept the virtual disk busier (4 GiB: 4.1 s with 2, 3.2 s
+// with 4, 3.0 s with 8). A filling pass is CPU work (checksums, copies, first
+// touches) and runs two.
+constexpr int64_t kCheckReaders = 6;
 
 // Writes crc32 (little-endian) of p[0, n) and then the bytes to out[0, 4 + n).
 void PutChecksummed(const char* p, size_t n, char* out) {
@@ -462,14 +468,19 @@ Status CheckpointReader::ReadBlocks(const CheckpointInfo& info, const Checkpoint
   };
   if (rows * row < kTwoWriterBytes || v.num_blocks < 2) return read_range(0, v.num_blocks);
   // Checksums and copies out of the page cache (and a fresh tensor's first
-  // touch of its pages) are CPU work: a second thread reads the upper half.
-  const int64_t mid = v.num_blocks / 2;
-  Status upper;
-  std::thread t([&] { upper = read_range(mid, v.num_blocks); });
-  Status lower = read_range(0, mid);
-  t.join();
-  SF_RETURN_IF_ERROR(lower);
-  return upper;
+  // touch of its pages) are CPU work: two threads fill; a check waits on the
+  // disk more than it computes, so it keeps more reads in flight.
+  const int64_t parts = std::min<int64_t>(v.num_blocks, base ? 2 : kCheckReaders);
+  std::vector<Status> part_status(static_cast<size_t>(parts));
+  std::vector<std::thread> threads;
+  for (int64_t p = 1; p < parts; ++p)
+    threads.emplace_back([&, p] {
+      part_status[p] = read_range(v.num_blocks * p / parts, v.num_blocks * (p + 1) / parts);
+    });
+  part_status[0] = read_range(0, v.num_blocks / parts);
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : part_status) SF_RETURN_IF_ERROR(s);
+  return Status::OK();
 }
 
 Status CheckpointReader::CheckVariable(const CheckpointInfo& info, const std::string& name) {

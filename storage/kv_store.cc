@@ -143,7 +143,12 @@ class RocksBulkWriter : public KvBulkWriter {
       // Checkpoint blocks are float data that block compression barely
       // shrinks; trying costs CPU at every block.
       o.compression = rocksdb::kNoCompression;
-      writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), o);
+      // The written pages stay in the page cache (reclaimable): the usual
+      // restore is a recovery soon after the save, and with the pages
+      // dropped (SstFileWriter's default) it read 4 GiB back from disk
+      // (restore 0.44-0.88 of the save's rate; 1.0-1.44 with them kept).
+      writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), o, /*column_family=*/nullptr,
+                                                         /*invalidate_page_cache=*/false);
       rocksdb::Status s = writer_->Open(file_);
       if (!s.ok()) return Error("create bulk file '" + file_ + "' in", s);
     }
