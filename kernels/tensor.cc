@@ -158,7 +158,11 @@ void KeepTensorMemoryWarm() {
     // One arena: glibc's per-thread arenas cannot hold a block of 64 MiB or
     // more, so threads would mmap and unmap (and page-fault) every large
     // tensor they allocate, whatever the thresholds above say. Measured on a
-    // 64 MiB transfer between processes: 0.22 -> 0.77 of raw TCP.
+    // 64 MiB transfer between processes: 0.22 -> 0.77 of raw TCP (and still
+    // 1.0 against 0.58 on 2026-12-06, warm cache and all). The price is one
+    // lock for every thread's small allocations (a queue with 4 producers at
+    // 0.4 of its speed); shardflow's own programs use jemalloc instead
+    // (cli/malloc_conf.cc), where these calls change nothing.
     mallopt(M_ARENA_MAX, 1);
   });
 }
