@@ -5,10 +5,12 @@
 
 The same model and step as bench/bench_mlp_step.cc (784-512-256-10, SGD with
 momentum, a learning-rate placeholder, random inputs, batch 128, 20 warm-up
-and 300 timed steps), built and run through `import shardflow`. The two run
-alternately, --rounds times each, so both see the same machine; each reports
-its median. With --json the last line is {"python_steps_per_sec",
-"cpp_steps_per_sec", "ratio", ...}.
+and 300 timed steps), built and run through `import shardflow`, once with
+Session.run and once with a function from Session.make_callable (the feeds
+and fetches resolved once). The three run alternately, --rounds times each,
+so all see the same machine; each reports its median. With --json the last
+line is {"python_steps_per_sec" (run), "cpp_steps_per_sec", "ratio" (run over
+C++), "python_callable_steps_per_sec", "callable_ratio", ...}.
 """
 
 import argparse
@@ -20,9 +22,14 @@ import subprocess
 import sys
 import time
 
+try:  # shardflow before NumPy: when it cannot load, its error names the Python this build is for
+    import shardflow as sf
+except ImportError as e:
+    sys.exit(f"{e}" if e.name != "shardflow" else
+             f"{e} in {sys.executable}: shardflow is built for one interpreter (CMake's SF_PYTHON_EXECUTABLE, "
+             "/usr/bin/python3 by default): run this with it and PYTHONPATH=build/python after scripts/build, "
+             "or pip install --no-build-isolation . into this Python (README.md)")
 import numpy as np
-
-import shardflow as sf
 
 
 def build():
@@ -45,7 +52,7 @@ def build():
     return g, x, labels, lr, loss, train, init
 
 
-def python_round(batch, steps, warmup, threads):
+def python_round(batch, steps, warmup, threads, use_callable):
     g, x, labels, lr, loss, train, init = build()
     rng = np.random.default_rng(1)
     xb = rng.random((batch, 784), dtype=np.float32)
@@ -53,13 +60,21 @@ def python_round(batch, steps, warmup, threads):
     lrv = np.float32(0.05)
     with sf.Session(g, compute_threads=threads) as s:
         s.run(init)
-        feeds = {x: xb, labels: yb, lr: lrv}
-        fetches = [loss, train]
+        if use_callable:
+            step = s.make_callable([loss, train], [x, labels, lr])
+            args = (xb, yb, lrv)
+        else:
+            feeds = {x: xb, labels: yb, lr: lrv}
+            fetches = [loss, train]
+
+            def step():
+                return s.run(fetches, feeds)
+            args = ()
         for _ in range(warmup):
-            s.run(fetches, feeds)
+            step(*args)
         t0 = time.perf_counter()
         for _ in range(steps):
-            s.run(fetches, feeds)
+            step(*args)
         return steps / (time.perf_counter() - t0)
 
 
@@ -82,19 +97,23 @@ def main(argv=None):
     binary = os.path.join(os.environ.get("SF_BIN_DIR") or
                           os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sf.__file__))), "..", "bin"),
                           "bench_mlp_step")
-    py, cpp = [], []
+    py, pc, cpp = [], [], []
     for r in range(args.rounds):
         cpp.append(cpp_round(binary, args.batch, args.steps, args.warmup, args.threads))
-        py.append(python_round(args.batch, args.steps, args.warmup, args.threads))
+        py.append(python_round(args.batch, args.steps, args.warmup, args.threads, use_callable=False))
+        pc.append(python_round(args.batch, args.steps, args.warmup, args.threads, use_callable=True))
         if args.json:
-            print(json.dumps({"round": r, "python_steps_per_sec": py[-1], "cpp_steps_per_sec": cpp[-1]}), flush=True)
-    ps, cs = statistics.median(py), statistics.median(cpp)
+            print(json.dumps({"round": r, "python_steps_per_sec": py[-1], "cpp_steps_per_sec": cpp[-1],
+                              "python_callable_steps_per_sec": pc[-1]}), flush=True)
+    ps, pcs, cs = statistics.median(py), statistics.median(pc), statistics.median(cpp)
     summary = {"model": "mlp", "batch": args.batch, "steps": args.steps, "rounds": args.rounds,
-               "python_steps_per_sec": ps, "cpp_steps_per_sec": cs, "ratio": ps / cs}
+               "python_steps_per_sec": ps, "cpp_steps_per_sec": cs, "ratio": ps / cs,
+               "python_callable_steps_per_sec": pcs, "callable_ratio": pcs / cs}
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
-        print(f"MLP batch {args.batch}: Python {ps:.1f} steps/s, C++ {cs:.1f} steps/s, ratio {ps / cs:.3f}")
+        print(f"MLP batch {args.batch}: C++ {cs:.1f} steps/s; Python run() {ps:.1f} steps/s, ratio {ps / cs:.3f}; "
+              f"make_callable {pcs:.1f} steps/s, ratio {pcs / cs:.3f}")
     return 0
 
 

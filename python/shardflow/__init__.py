@@ -19,11 +19,26 @@ Every registered C++ op is in sf.ops (generated from the registry); errors
 are sf.errors.* exceptions carrying the C++ message.
 """
 
+
+def _built_for():
+    """The interpreter this copy was built for (CMake's SF_PYTHON_EXECUTABLE), in words."""
+    try:
+        from ._build_info import PYTHON, PYTHON_VERSION
+    except ImportError:
+        return "the interpreter CMake was configured with (SF_PYTHON_EXECUTABLE, /usr/bin/python3 by default)"
+    return f"{PYTHON} (Python {PYTHON_VERSION})"
+
+
 try:
+    import numpy as _np  # noqa: F401
     from . import _core  # noqa: F401  (the C++ module)
-except ImportError as _e:  # pragma: no cover - only without a build
-    raise ImportError("shardflow's C++ module (_core) is missing or does not load: build it with scripts/build "
-                      "and put build/python on PYTHONPATH (use Debian's /usr/bin/python3): " + str(_e)) from None
+except ImportError as _e:  # pragma: no cover - only with another interpreter or without a build
+    import sys as _sys
+    _missing = " (not built? scripts/build makes it in build/python)" if _e.name == "shardflow._core" else ""
+    raise ImportError(
+        f"shardflow cannot load in {_sys.executable} (Python {_sys.version_info.major}.{_sys.version_info.minor}): "
+        f"{_e}{_missing}. This build of shardflow is for {_built_for()}: run it with that interpreter, or "
+        "pip install --no-build-isolation the repository into the Python or venv you use (docs/PYTHON.md)") from None
 from . import errors
 from .dtypes import DType, as_dtype, float32, float64, int32, int64, bool_, float16, bfloat16, resource
 from .graph import (Graph, Tensor, Operation, TensorShape, get_default_graph, reset_default_graph,

@@ -155,6 +155,13 @@ def _feed_value(key, value, name):
     return arr
 
 
+def _trace_args(options):
+    """(trace_file, trace_max_events) of a step run with options (an sf.RunOptions; others are ignored)."""
+    if isinstance(options, RunOptions):
+        return str(options.trace_file or ""), int(options.trace_max_events)
+    return "", 100000
+
+
 class _BaseSession:
     def __init__(self, graph):
         self.graph = graph
@@ -170,23 +177,66 @@ class _BaseSession:
         plan = _FetchPlan(self.graph, fetches)
         feeds = []
         for key, value in (feed_dict or {}).items():
-            if isinstance(key, str):
-                key = self.graph.get_tensor_by_name(key)
-            conv = getattr(key, "_as_graph_tensor", None)
-            if conv is not None:
-                key = conv()
-            if not isinstance(key, _graph.Tensor):
-                raise TypeError(f"feed_dict keys are Tensors or names, got {type(key).__name__}")
-            if key.graph is not self.graph:
-                raise errors.InvalidArgumentError(f"feed {key.name!r} belongs to another graph than the session's")
+            key = self._feed_key(key, "feed_dict keys")
             arr = _feed_value(key, value, key.name)
             feeds.append((key.name, arr, key.dtype.value))
-        trace_file, max_events = "", 100000
-        if isinstance(options, RunOptions):
-            trace_file = str(options.trace_file or "")
-            max_events = int(options.trace_max_events)
-        values = self._s.run(feeds, plan.fetch_names, plan.target_names, trace_file, max_events)
+        values = self._s.run(feeds, plan.fetch_names, plan.target_names, *_trace_args(options))
         return plan.build(values)
+
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        """A function running run(fetches, feed_dict) with the feeds given positionally, as in TensorFlow 1.x.
+
+        f = sess.make_callable([loss, train], [x, labels]); loss_value, _ = f(xb, yb)
+
+        fetches are what run() takes (the result has their structure); feed_list
+        holds the tensors (or names) fed, in the order the function takes their
+        values. Names, dtypes, shapes and the step's fetch and target lists are
+        resolved here, once: a call converts its values by run()'s rules (an
+        ndarray of the feed's dtype and shape is lent as it is) and runs the step.
+        With accept_options the function also takes options= (sf.RunOptions)
+        and run_metadata= (ignored) as keywords. A call with the wrong number
+        of values raises InvalidArgumentError; the errors of run() otherwise.
+        """
+        if self._s is None or self._s.closed:
+            raise errors.FailedPreconditionError("the session is closed")
+        plan = _FetchPlan(self.graph, fetches)
+        keys = [self._feed_key(k, "feed_list entries") for k in (feed_list or [])]
+        names = [k.name for k in keys]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise errors.InvalidArgumentError(f"feed_list names {name!r} twice")
+        feeds = []
+        for k in keys:
+            npd = k.dtype.as_numpy_dtype
+            shape = k.shape
+            dims = None if shape.rank is None else [-1 if d is None else d for d in shape.dims]
+            feeds.append((k.name, k.dtype.value, None if npd is None else np.dtype(npd), dims))
+
+        def convert(i, value):
+            return _feed_value(keys[i], value, names[i])
+
+        step = _core.Callable(self._s, feeds, plan.fetch_names, plan.target_names, convert)
+        build = plan.build
+        if accept_options:
+            def run_callable(*feed_values, options=None, run_metadata=None):
+                return build(step(feed_values, *_trace_args(options)))
+        else:
+            def run_callable(*feed_values):
+                return build(step(feed_values))
+        return run_callable
+
+    def _feed_key(self, key, what):
+        """key (a Tensor, something convertible to one, or a name) as a Tensor of the session's graph."""
+        if isinstance(key, str):
+            key = self.graph.get_tensor_by_name(key)
+        conv = getattr(key, "_as_graph_tensor", None)
+        if conv is not None:
+            key = conv()
+        if not isinstance(key, _graph.Tensor):
+            raise TypeError(f"{what} are Tensors or names, got {type(key).__name__}")
+        if key.graph is not self.graph:
+            raise errors.InvalidArgumentError(f"feed {key.name!r} belongs to another graph than the session's")
+        return key
 
     def close(self):
         """Stops the session: a step another thread runs that waits on a queue ends with AbortedError

@@ -48,6 +48,7 @@ def test_custom_async_small():
 def test_benchmarks_small():
     mlp = run_json("bench/python/mlp_step.py", "--steps", "10", "--warmup", "2", "--rounds", "1")[-1]
     assert mlp["python_steps_per_sec"] > 0 and mlp["cpp_steps_per_sec"] > 0
+    assert mlp["python_callable_steps_per_sec"] > 0 and mlp["callable_ratio"] > 0
     ff = run_json("bench/python/feed_fetch.py", "--mib", "4", "--reps", "3")[-1]
     assert ff["feed_ms"] >= 0 and ff["fetch_ms"] >= 0
 

@@ -156,3 +156,90 @@ def test_run_options_trace_file_writes_the_steps_timeline(g, tmp_path):
         bad = tmp_path / "missing" / "t.json"
         with pytest.raises(sf.errors.UnavailableError, match="missing"):
             s.run(y, feed_dict={x: [1.0, 2.0]}, options=sf.RunOptions(trace_file=str(bad)))
+
+
+def _mlp(g):
+    x = sf.placeholder(sf.float32, [None, 4], name="x")
+    labels = sf.placeholder(sf.int32, [None], name="labels")
+    lr = sf.placeholder(sf.float32, [], name="lr")
+    w = sf.Variable(sf.random.truncated_normal([4, 3], stddev=0.5, seed=7), name="w")
+    logits = x @ w
+    loss = sf.reduce_mean(sf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    train = sf.train.GradientDescentOptimizer(lr).minimize(loss)
+    return x, labels, lr, w, logits, loss, train
+
+
+def test_make_callable_gives_what_run_gives(g):
+    x, labels, lr, w, logits, loss, train = _mlp(g)
+    init = sf.global_variables_initializer()
+    rng = np.random.default_rng(3)
+    xb, yb = rng.random((5, 4), dtype=np.float32), np.array([0, 1, 2, 1, 0], np.int32)
+    with sf.Session(g) as a, sf.Session(g) as b:
+        a.run(init)
+        b.run(init)
+        step = b.make_callable([loss, train], [x, labels, lr])
+        for _ in range(3):
+            want = a.run([loss, train], {x: xb, labels: yb, lr: 0.1})
+            got = step(xb, yb, 0.1)  # a Python float for a float32 scalar: converted as run() does
+            assert isinstance(got, list) and got[1] is None
+            np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(b.run(w), a.run(w))
+        # Structures, feeds by name and in another order, a single fetch, no feeds at all.
+        f = b.make_callable({"logits": logits, "w": "w"}, ["labels", "x:0"])
+        out = f(yb, xb.tolist())
+        np.testing.assert_array_equal(out["logits"], a.run(logits, {x: xb}))
+        np.testing.assert_array_equal(out["w"], a.run(w))
+        np.testing.assert_array_equal(b.make_callable(logits, [x])(xb), a.run(logits, {x: xb}))
+        np.testing.assert_array_equal(b.make_callable(w)(), a.run(w))
+        assert b.make_callable(sf.no_op())() is None
+
+
+def test_make_callable_checks_its_feeds(g, tmp_path):
+    x, labels, lr, w, logits, loss, train = _mlp(g)
+    with sf.Session(g) as s:
+        s.run(sf.global_variables_initializer())
+        f = s.make_callable(logits, [x])
+        with pytest.raises(sf.errors.InvalidArgumentError, match="takes 1 feed value.*got 2"):
+            f(np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32))
+        with pytest.raises(sf.errors.InvalidArgumentError, match="takes 1 feed value.*got 0"):
+            f()
+        # run()'s rules: shapes, dtypes (same-kind casting), symbolic values.
+        with pytest.raises(sf.errors.InvalidArgumentError, match="shape"):
+            f(np.zeros((2, 5), np.float32))
+        with pytest.raises(sf.errors.InvalidArgumentError, match="'x'"):
+            f(np.zeros((2, 4), np.complex64))
+        with pytest.raises(sf.errors.InvalidArgumentError, match="symbolic"):
+            f(x)
+        np.testing.assert_array_equal(f(np.zeros((2, 4), np.float64)), np.zeros((2, 3), np.float32))
+        np.testing.assert_array_equal(f(np.zeros((4, 2), np.float32).T), np.zeros((2, 3), np.float32))
+        np.testing.assert_array_equal(f(np.zeros((2, 4), ">f4")), np.zeros((2, 3), np.float32))
+        # A fetched feed does not alias the caller's array.
+        ident = s.make_callable(x, [x])
+        xb = np.ones((1, 4), np.float32)
+        out = ident(xb)
+        xb[0, 0] = 5
+        assert out[0, 0] == 1
+        # Errors when it is made: unknown names, twice the same feed, other graphs, bad fetches.
+        with pytest.raises(sf.errors.NotFoundError):
+            s.make_callable(logits, ["nope"])
+        with pytest.raises(sf.errors.InvalidArgumentError, match="twice"):
+            s.make_callable(logits, [x, "x"])
+        with pytest.raises(TypeError):
+            s.make_callable(logits, [3])
+        with pytest.raises(TypeError):
+            s.make_callable(object())
+        # A placeholder not fed fails each call as run() does.
+        with pytest.raises(sf.errors.InvalidArgumentError):
+            s.make_callable(logits)()
+        # Options, when accepted.
+        traced = s.make_callable(logits, [x], accept_options=True)
+        path = tmp_path / "step.json"
+        traced(np.zeros((1, 4), np.float32), options=sf.RunOptions(trace_file=str(path)), run_metadata=None)
+        assert path.exists()
+        with pytest.raises(TypeError):
+            f(np.zeros((1, 4), np.float32), options=sf.RunOptions())
+    # A closed session refuses the callables it made, and making new ones.
+    with pytest.raises(sf.errors.FailedPreconditionError):
+        f(np.zeros((1, 4), np.float32))
+    with pytest.raises(sf.errors.FailedPreconditionError):
+        s.make_callable(logits, [x])
