@@ -49,6 +49,7 @@ from .ops import add_op
 from .gradients import gradients
 from .control_flow import cond, while_loop
 from .variables import Variable, global_variables_initializer, trainable_variables
+initialize_all_variables = global_variables_initializer  # TF 1.x's older name
 from .session import Session, ClusterSession, SessionOptions, RunOptions
 from . import train
 from . import random
@@ -63,7 +64,11 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      unsorted_segment_sum, maximum,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
                      squared_difference, square, sqrt, exp, log, abs, sign, negative, sin, cos, tanh, sigmoid,
-                     pow)  # noqa: A001 - tf.abs, tf.pow
+                     pow,  # noqa: A001 - tf.abs, tf.pow
+                     # TF 1.x's names (tf.add, tf.random_normal, ...), with TF 1.x's meanings.
+                     add, subtract, multiply, equal, not_equal, less, less_equal, greater, greater_equal,
+                     logical_and, logical_or, logical_not, arg_max, arg_min, random_normal, random_uniform,
+                     truncated_normal)
 
 bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
 

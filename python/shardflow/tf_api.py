@@ -19,7 +19,10 @@ __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "
            "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
            "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
-           "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference"]
+           "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference",
+           "add", "subtract", "multiply", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+           "logical_and", "logical_or", "logical_not", "arg_max", "arg_min", "random_normal", "random_uniform",
+           "truncated_normal"]
 
 
 def _t(x, dtype=None):
@@ -105,7 +108,14 @@ def cast(x, dtype, name=None):
     return ops.cast(_t(x), DstT=_dt.as_dtype(dtype), name=name)
 
 
-def _reduce(op, x, axis, keepdims, name):
+def _reduce(op, x, axis, keepdims, name, reduction_indices=None, keep_dims=None):
+    # TF 1.x's spellings: reduction_indices= for axis, keep_dims= for keepdims.
+    if reduction_indices is not None:
+        if axis is not None:
+            raise errors.InvalidArgumentError("give axis or reduction_indices (its TF 1.x name), not both")
+        axis = reduction_indices
+    if keep_dims is not None:
+        keepdims = keep_dims
     x = _t(x)
     if axis is None:
         return op(x, axes=[], keep_dims=bool(keepdims), name=name)
@@ -115,29 +125,29 @@ def _reduce(op, x, axis, keepdims, name):
     return op(x, axes=axes, keep_dims=bool(keepdims), name=name)
 
 
-def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
+def reduce_sum(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Sum over axis (None: all; [] none)."""
-    return _reduce(ops.sum, input_tensor, axis, keepdims, name)
+    return _reduce(ops.sum, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
-def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Mean over axis (None: all; [] none)."""
-    return _reduce(ops.mean, input_tensor, axis, keepdims, name)
+    return _reduce(ops.mean, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
-def reduce_max(input_tensor, axis=None, keepdims=False, name=None):
+def reduce_max(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Maximum over axis (None: all; [] none)."""
-    return _reduce(ops.max, input_tensor, axis, keepdims, name)
+    return _reduce(ops.max, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
-def reduce_min(input_tensor, axis=None, keepdims=False, name=None):
+def reduce_min(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Minimum over axis (None: all; [] none)."""
-    return _reduce(ops.min, input_tensor, axis, keepdims, name)
+    return _reduce(ops.min, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
-def reduce_prod(input_tensor, axis=None, keepdims=False, name=None):
+def reduce_prod(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Product over axis (None: all; [] none)."""
-    return _reduce(ops.prod, input_tensor, axis, keepdims, name)
+    return _reduce(ops.prod, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
 def argmax(input, axis=None, output_type=_dt.int64, name=None):  # noqa: A002 - TensorFlow's name
@@ -311,6 +321,80 @@ floormod = _binary(ops.floor_mod)
 squared_difference = _binary(ops.squared_difference)
 square, sqrt, exp, log, abs, sign, negative = (ops.square, ops.sqrt, ops.exp, ops.log, ops.abs, ops.sign,  # noqa: A001
                                                ops.neg)
+
+
+# TF 1.x's names of binary ops, with TF 1.x's meanings (NumPy broadcasting; a Python value
+# takes the tensor's dtype).
+add = _binary(ops.add)
+subtract = _binary(ops.sub)
+multiply = _binary(ops.mul)
+equal = _binary(ops.equal)
+not_equal = _binary(ops.not_equal)
+less = _binary(ops.less)
+less_equal = _binary(ops.less_equal)
+greater = _binary(ops.greater)
+greater_equal = _binary(ops.greater_equal)
+logical_and = _binary(ops.logical_and)
+logical_or = _binary(ops.logical_or)
+logical_not = ops.logical_not
+
+
+def arg_max(input, dimension=None, name=None, output_type=_dt.int64):  # noqa: A002 - TF 1.x's name
+    """TF 1.x's tf.arg_max: argmax along dimension (0 if None)."""
+    return argmax(input, axis=dimension, output_type=output_type, name=name)
+
+
+def arg_min(input, dimension=None, name=None, output_type=_dt.int64):  # noqa: A002
+    """TF 1.x's tf.arg_min: argmin along dimension (0 if None)."""
+    return argmin(input, axis=dimension, output_type=output_type, name=name)
+
+
+def _random_shape(shape, what):
+    if isinstance(shape, _graph.Tensor):
+        raise errors.UnimplementedError(f"{what}: a shape given as a tensor is not supported; give a list of ints")
+    return _int_list(shape, f"{what} shape")
+
+
+def _scaled(unit, scale, shift, name):
+    """unit * scale + shift where scale or shift is a tensor (TF 1.x lets them be fed)."""
+    out = unit * scale + shift
+    return _graph.identity(out, name=name) if name else out
+
+
+def random_normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
+    """TF 1.x's tf.random_normal: normal values; mean and stddev may be tensors."""
+    from . import random as _random
+    shape = _random_shape(shape, "random_normal")
+    if isinstance(mean, _graph.Tensor) or isinstance(stddev, _graph.Tensor):
+        return _scaled(_random.normal(shape, 0.0, 1.0, dtype, seed or 0), _t(stddev, dtype), _t(mean, dtype), name)
+    out = _random.normal(shape, mean, stddev, dtype, seed or 0)
+    return _graph.identity(out, name=name) if name else out
+
+
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
+    """TF 1.x's tf.truncated_normal: normal values within 2 stddev of the mean; mean and stddev may be tensors."""
+    from . import random as _random
+    shape = _random_shape(shape, "truncated_normal")
+    if isinstance(mean, _graph.Tensor) or isinstance(stddev, _graph.Tensor):
+        return _scaled(_random.truncated_normal(shape, 0.0, 1.0, dtype, seed or 0), _t(stddev, dtype), _t(mean, dtype),
+                       name)
+    out = _random.truncated_normal(shape, mean, stddev, dtype, seed or 0)
+    return _graph.identity(out, name=name) if name else out
+
+
+def random_uniform(shape, minval=0, maxval=None, dtype=_dt.float32, seed=None, name=None):
+    """TF 1.x's tf.random_uniform: values in [minval, maxval) (maxval 1 for floats); bounds may be tensors."""
+    from . import random as _random
+    shape = _random_shape(shape, "random_uniform")
+    dt = _dt.as_dtype(dtype)
+    if dt not in (_dt.float32, _dt.float64):
+        raise errors.UnimplementedError(f"random_uniform of {dt.name} is not supported; draw floats and cast")
+    maxval = 1.0 if maxval is None else maxval
+    if isinstance(minval, _graph.Tensor) or isinstance(maxval, _graph.Tensor):
+        lo = _t(minval, dt)
+        return _scaled(_random.uniform(shape, 0.0, 1.0, dt, seed or 0), _t(maxval, dt) - lo, lo, name)
+    out = _random.uniform(shape, minval, maxval, dt, seed or 0)
+    return _graph.identity(out, name=name) if name else out
 
 
 def truediv(x, y, name=None):
