@@ -20,13 +20,11 @@ import json
 import sys
 import time
 
-try:  # shardflow before NumPy: when it cannot load, its error names the Python this build is for
+try:  # before NumPy: shardflow's own error names the Python its build is for
     import shardflow as sf
 except ImportError as e:
-    sys.exit(f"{e}" if e.name != "shardflow" else
-             f"{e} in {sys.executable}: shardflow is built for one interpreter (CMake's SF_PYTHON_EXECUTABLE, "
-             "/usr/bin/python3 by default): run this with it and PYTHONPATH=build/python after scripts/build, "
-             "or pip install --no-build-isolation . into this Python (README.md)")
+    sys.exit(f"{e}" + ("" if e.name != "shardflow" else
+                       " (README.md: /usr/bin/python3 with PYTHONPATH=build/python, or pip install .)"))
 import numpy as np
 
 SCALES = {"user": 1.5, "item": 2.0, "category": 1.5}
