@@ -34,6 +34,8 @@ class TensorShape:
     def __init__(self, dims):
         if isinstance(dims, TensorShape):
             dims = dims.dims
+        if isinstance(dims, (int, np.integer)) and not isinstance(dims, (bool, np.bool_)):
+            dims = (dims,)  # TF's shorthand: placeholder(shape=100) is a vector of 100
         if dims is None:
             self.dims = None
         else:

@@ -6,6 +6,7 @@ from . import graph as _graph
 from . import ops
 
 __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
+           "conv2d", "max_pool", "avg_pool",
            "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits"]
 
 relu = ops.relu
@@ -32,6 +33,43 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
 def softmax_cross_entropy_with_logits(labels, logits, name=None):
     """Per-example losses [batch] for label probabilities [batch, classes] (the op's first output)."""
     return ops.softmax_cross_entropy_with_logits(logits, labels, name=name)[0]
+
+
+def _nhwc_only(what, data_format, dilations=None):
+    if data_format != "NHWC":
+        raise errors.UnimplementedError(f"{what}: data_format {data_format!r} is not supported; only NHWC")
+    if dilations is not None and [int(d) for d in dilations] != [1, 1, 1, 1]:
+        raise errors.UnimplementedError(f"{what}: dilations {list(dilations)} are not supported; only [1, 1, 1, 1]")
+
+
+def _four(value, what):
+    if isinstance(value, int):  # TF's shorthand for the spatial dims
+        value = [1, value, value, 1]
+    return [int(v) for v in value]
+
+
+def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,  # noqa: A002 - TF 1.x's names
+           data_format="NHWC", dilations=None, name=None, filters=None):
+    """TF 1.x's tf.nn.conv2d(input, filter, strides, padding): NHWC input, HWIO filter, padding SAME or VALID."""
+    _nhwc_only("conv2d", data_format, dilations)
+    filter = filter if filter is not None else filters
+    if filter is None or strides is None or padding is None:
+        raise errors.InvalidArgumentError("conv2d needs input, filter, strides and padding (as TF 1.x)")
+    return ops.conv2d(input, filter, strides=_four(strides, "strides"), padding=str(padding), name=name)
+
+
+def max_pool(value, ksize, strides, padding, data_format="NHWC", name=None, input=None):  # noqa: A002
+    """TF 1.x's tf.nn.max_pool(value, ksize, strides, padding): the maximum over NHWC windows."""
+    _nhwc_only("max_pool", data_format)
+    return ops.max_pool(value if input is None else input, ksize=_four(ksize, "ksize"),
+                        strides=_four(strides, "strides"), padding=str(padding), name=name)
+
+
+def avg_pool(value, ksize, strides, padding, data_format="NHWC", name=None, input=None):  # noqa: A002
+    """TF 1.x's tf.nn.avg_pool(value, ksize, strides, padding): the mean over NHWC windows (padding excluded)."""
+    _nhwc_only("avg_pool", data_format)
+    return ops.avg_pool(value if input is None else input, ksize=_four(ksize, "ksize"),
+                        strides=_four(strides, "strides"), padding=str(padding), name=name)
 
 
 def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None):

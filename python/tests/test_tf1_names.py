@@ -71,3 +71,34 @@ def test_random_names_with_constant_and_fed_parameters():
     assert e.min() >= 0 and e.max() < 1
     with pytest.raises(tf.errors.UnimplementedError, match="int32"):
         tf.random_uniform([3], maxval=10, dtype=tf.int32)
+
+
+def test_nn_conv2d_and_pools_with_tf1_signatures():
+    x_np = np.arange(2 * 4 * 4 * 3, dtype=np.float32).reshape(2, 4, 4, 3) / 10
+    f_np = np.linspace(-1, 1, 2 * 2 * 3 * 5, dtype=np.float32).reshape(2, 2, 3, 5)
+    x = tf.placeholder(tf.float32, [None, 4, 4, 3])
+    conv = tf.nn.conv2d(x, f_np, strides=[1, 2, 2, 1], padding="VALID")
+    mp = tf.nn.max_pool(x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
+    ap = tf.nn.avg_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+    c, m, a = _run([conv, mp, ap], {x: x_np})
+    # References in NumPy.
+    want_c = np.zeros((2, 2, 2, 5), np.float32)
+    for i in range(2):
+        for j in range(2):
+            patch = x_np[:, 2 * i:2 * i + 2, 2 * j:2 * j + 2, :]
+            want_c[:, i, j, :] = np.tensordot(patch, f_np, axes=([1, 2, 3], [0, 1, 2]))
+    np.testing.assert_allclose(c, want_c, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m, x_np.reshape(2, 2, 2, 2, 2, 3).max(axis=(2, 4)))
+    want_a = np.stack([np.stack([x_np[:, i:i + 2, j:j + 2, :].mean(axis=(1, 2)) for j in range(3)], 1)
+                       for i in range(3)], 1)
+    np.testing.assert_allclose(a, want_a, rtol=1e-6)
+    with pytest.raises(tf.errors.UnimplementedError, match="NCHW"):
+        tf.nn.conv2d(x, f_np, strides=[1, 1, 1, 1], padding="SAME", data_format="NCHW")
+    with pytest.raises(tf.errors.UnimplementedError, match="dilations"):
+        tf.nn.conv2d(x, f_np, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 2, 2, 1])
+
+
+def test_placeholder_shape_as_an_int():
+    p = tf.placeholder(tf.float32, shape=100)
+    assert p.shape.as_list() == [100]
+    np.testing.assert_array_equal(_run(p * 2, {p: np.ones(100, np.float32)}), np.full(100, 2, np.float32))
