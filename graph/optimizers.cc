@@ -383,11 +383,11 @@ Result<ShardSparseGradient> ShardGradient(Graph& g, const std::vector<int>& look
   ShardSparseGradient sg;
   auto table = first.attrs.GetOr<std::string>("table", "?");
   sg.table = table.ok() ? *table : "?";
+  sg.attrs = first.attrs;
+  sg.attrs.Erase("read_only");  // the lookup's, not the update's
   if (lookups.size() == 1) {
     sg.inputs.assign(first.inputs.begin() + 1, first.inputs.end());
     sg.inputs.push_back(dys[0]);
-    sg.attrs = first.attrs;
-    sg.attrs.Erase("read_only");  // the lookup's, not the update's
     sg.grad = dys[0];
     return sg;
   }
@@ -408,8 +408,6 @@ Result<ShardSparseGradient> ShardGradient(Graph& g, const std::vector<int>& look
   }
   sg.inputs = {ops::Concat(g, rows, 0), ops::Concat(g, values, 0)};
   SF_RETURN_IF_ERROR(g.status());
-  sg.attrs = first.attrs;
-  sg.attrs.Erase("read_only");
   sg.attrs.Set("segments", std::string("rows"));
   sg.attrs.Set("combiner", std::string("sum"));
   sg.grad = sg.inputs[1];

@@ -14,18 +14,27 @@ PrecisionChoice::PrecisionChoice(Clock clock, int trials) : clock_(std::move(clo
 
 Status PrecisionChoice::Run(const std::vector<int64_t>& key, const std::function<Status(Precision)>& run) {
   Precision p;
+  bool measure = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    Entry& e = shapes_[key];
-    if (e.decided) {
-      p = e.choice;
+    auto it = shapes_.find(key);
+    // A kernel fed ever new shapes measures only the first kMaxShapes
+    // (bounded memory); the rest run as asked.
+    if (it == shapes_.end() && shapes_.size() < kMaxShapes) it = shapes_.emplace(key, Entry{}).first;
+    if (it == shapes_.end()) {
+      p = Precision::kBf16;
+    } else if (it->second.decided) {
+      p = it->second.choice;  // the steady state: one lookup, no timing
     } else {
       // The one with fewer runs so far; bf16 on a tie, so the first call is what was asked for.
+      const Entry& e = it->second;
       p = e.runs[static_cast<int>(Precision::kFp32)] < e.runs[static_cast<int>(Precision::kBf16)]
               ? Precision::kFp32
               : Precision::kBf16;
+      measure = true;
     }
   }
+  if (!measure) return run(p);  // unlocked: kernels run concurrently
   const int64_t t0 = clock_();
   Status s = run(p);
   const int64_t took = clock_() - t0;

@@ -28,13 +28,16 @@ class PrecisionChoice {
   using Clock = std::function<int64_t()>;
   static int64_t SteadyNanos();
 
+  // Shapes measured per object; a later new shape runs bf16 unmeasured.
+  static constexpr size_t kMaxShapes = 256;
+
   // trials: timed calls of each precision per shape before it decides.
   explicit PrecisionChoice(Clock clock = SteadyNanos, int trials = 3);
 
   // Runs run(precision) for the product of shape `key`: while the shape is
   // being measured, bf16 and fp32 in turn (bf16 first), timed by the clock;
-  // then the faster one, for good. Returns what run returned; a failed run
-  // is not counted.
+  // then the faster one, for good (past kMaxShapes shapes, bf16 unmeasured).
+  // Returns what run returned; a failed run is not counted.
   Status Run(const std::vector<int64_t>& key, const std::function<Status(Precision)>& run);
 
   // The decision for `key`: kBf16 or kFp32, or null while still measuring.

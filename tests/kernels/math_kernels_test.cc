@@ -16,9 +16,10 @@ using namespace sf;
 
 namespace {
 
-// Runs op's CPU kernel on inputs; pool may be null (small inputs never use it).
-Result<Tensor> RunKernel(const std::string& op, const std::vector<Tensor>& inputs, DType out_dtype,
-                         const AttrMap& attrs = {}, ComputePool* pool = nullptr) {
+// Runs op's CPU kernel on inputs, a kernel of `outputs` outputs (all of
+// out_dtype); pool may be null (small inputs never use it).
+Result<std::vector<Tensor>> RunKernelN(const std::string& op, const std::vector<Tensor>& inputs, DType out_dtype,
+                                       int outputs, const AttrMap& attrs = {}, ComputePool* pool = nullptr) {
   const KernelRegistry& reg = StandardKernelRegistry();
   SF_ASSIGN_OR_RETURN(const KernelFactory* f, reg.Find(op, DeviceType::kCPU, inputs[0].dtype()));
   KernelInit init;
@@ -26,15 +27,22 @@ Result<Tensor> RunKernel(const std::string& op, const std::vector<Tensor>& input
   init.node_name = op;
   init.attrs = &attrs;
   for (const Tensor& t : inputs) init.input_dtypes.push_back(t.dtype());
-  init.output_dtypes = {out_dtype};
+  init.output_dtypes.assign(outputs, out_dtype);
   SF_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> k, (*f)(init));
   std::vector<const Tensor*> ins;
   for (const Tensor& t : inputs) ins.push_back(&t);
-  Tensor out;
-  OpKernelContext ctx(ins.data(), static_cast<int>(ins.size()), &out, 1, pool, nullptr, 1);
+  std::vector<Tensor> out(outputs);
+  OpKernelContext ctx(ins.data(), static_cast<int>(ins.size()), out.data(), outputs, pool, nullptr, 1);
   k->Compute(&ctx);
   if (!ctx.ok()) return ctx.status();
   return out;
+}
+
+// The one output of op's kernel.
+Result<Tensor> RunKernel(const std::string& op, const std::vector<Tensor>& inputs, DType out_dtype,
+                         const AttrMap& attrs = {}, ComputePool* pool = nullptr) {
+  SF_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunKernelN(op, inputs, out_dtype, 1, attrs, pool));
+  return std::move(out[0]);
 }
 
 }  // namespace
@@ -445,27 +453,6 @@ TEST_CASE("AddN sums any number of inputs, small and split over the pool", "[mat
 }
 
 namespace {
-
-// RunKernel for a kernel of `outputs` outputs (all of out_dtype).
-Result<std::vector<Tensor>> RunKernelN(const std::string& op, const std::vector<Tensor>& inputs, DType out_dtype,
-                                       int outputs, const AttrMap& attrs = {}, ComputePool* pool = nullptr) {
-  const KernelRegistry& reg = StandardKernelRegistry();
-  SF_ASSIGN_OR_RETURN(const KernelFactory* f, reg.Find(op, DeviceType::kCPU, inputs[0].dtype()));
-  KernelInit init;
-  init.op = op;
-  init.node_name = op;
-  init.attrs = &attrs;
-  for (const Tensor& t : inputs) init.input_dtypes.push_back(t.dtype());
-  init.output_dtypes.assign(outputs, out_dtype);
-  SF_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> k, (*f)(init));
-  std::vector<const Tensor*> ins;
-  for (const Tensor& t : inputs) ins.push_back(&t);
-  std::vector<Tensor> out(outputs);
-  OpKernelContext ctx(ins.data(), static_cast<int>(ins.size()), out.data(), outputs, pool, nullptr, 1);
-  k->Compute(&ctx);
-  if (!ctx.ok()) return ctx.status();
-  return out;
-}
 
 // The same value at every position of tensors of 1 to 70 elements (every
 // SIMD tail length): op's answer for it, which must be one answer.

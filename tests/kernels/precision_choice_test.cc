@@ -96,3 +96,22 @@ TEST_CASE("PrecisionChoice passes a failed run's error on and does not count it"
   REQUIRE(choice.Decided({1}) != nullptr);
   CHECK(*choice.Decided({1}) == Precision::kFp32);
 }
+
+TEST_CASE("PrecisionChoice measures a bounded number of shapes; later ones run bf16 unmeasured", "[kernels][bf16]") {
+  int64_t now = 0;
+  nn::PrecisionChoice choice([&] { return now; }, 1);
+  auto fp32_faster = [&](Precision p) {
+    now += p == Precision::kBf16 ? 10 : 1;
+    return Status::OK();
+  };
+  for (int64_t s = 0; s < static_cast<int64_t>(nn::PrecisionChoice::kMaxShapes); ++s)
+    for (int i = 0; i < 2; ++i) REQUIRE(choice.Run({s}, fp32_faster).ok());
+  CHECK(*choice.Decided({0}) == Precision::kFp32);
+  const std::vector<int64_t> late = {-1};
+  for (int i = 0; i < 4; ++i)
+    REQUIRE(choice.Run(late, [](Precision p) {
+      CHECK(p == Precision::kBf16);
+      return Status::OK();
+    }).ok());
+  CHECK(choice.Decided(late) == nullptr);
+}
