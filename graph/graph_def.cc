@@ -17,7 +17,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/tensor_proto.h"
-#include "net/graph_def.capnp.h"
+#include "proto/graph_def.capnp.h"
 
 namespace sf {
 namespace {

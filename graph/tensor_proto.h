@@ -1,9 +1,9 @@
 // Conversion between sf::Tensor / PartialShape / DType and their Cap'n Proto
-// forms in net/tensor.capnp, for any message that carries tensors.
+// forms in proto/tensor.capnp, for any message that carries tensors.
 // Thread-safety: free functions over values.
 #pragma once
 
-#include "net/tensor.capnp.h"
+#include "proto/tensor.capnp.h"
 #include "shardflow/tensor.h"
 
 namespace sf {

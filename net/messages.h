@@ -1,6 +1,6 @@
 // The messages nodes and cluster sessions exchange, as plain C++ values.
 //
-// Each has one Cap'n Proto wire form in net/messages.capnp; net/wire.h
+// Each has one Cap'n Proto wire form in proto/messages.capnp; net/wire.h
 // encodes and decodes them (with size limits and a version check), so no
 // code outside net/ touches Cap'n Proto builders. In one process nothing is
 // encoded: these structs (tensors by reference) are what actors pass.
@@ -21,7 +21,7 @@ namespace net {
 
 // The version of the message set; a peer with another one is refused.
 // 3: CollectiveChunk.offset (ring chunks travel in pieces).
-// 4: one Cap'n Proto interface per service (net/peer.capnp), handed out by role.
+// 4: one Cap'n Proto interface per service (proto/peer.capnp), handed out by role.
 constexpr uint32_t kWireVersion = 4;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
@@ -64,7 +64,7 @@ struct OutputRef {
 };
 
 // Registers a partition of a cluster session's graph on a node; answered
-// with StatusReply. graph_def is net/graph_def.capnp bytes (shardflow/graph_io.h).
+// with StatusReply. graph_def is proto/graph_def.capnp bytes (shardflow/graph_io.h).
 struct RegisterPartition {
   uint64_t session_id = 0;
   uint64_t handle = 0;  // unique within the session

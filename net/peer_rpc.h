@@ -1,5 +1,5 @@
 // Connections between nodes and cluster sessions: Cap'n Proto RPC (one
-// interface per service, net/peer.capnp, handed out at hello by the peer's
+// interface per service, proto/peer.capnp, handed out at hello by the peer's
 // role) over mutual TLS, carrying net::Message values as their typed
 // structs (net/wire_envelope.h). Send and Request refuse at once, naming
 // the service, a message the peer gave this process no capability for.

@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "graph/tensor_proto.h"
-#include "net/messages.capnp.h"
+#include "proto/messages.capnp.h"
 #include "net/wire_envelope.h"
 
 namespace sf {

@@ -1,5 +1,5 @@
 // Wire form of net::Message: length-prefixed frames holding one Cap'n Proto
-// Envelope (net/messages.capnp).
+// Envelope (proto/messages.capnp).
 //
 // A frame is an 8-byte header (the magic "SFW1", then the body length as a
 // little-endian u32) followed by the body: a standard Cap'n Proto message

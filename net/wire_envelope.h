@@ -1,10 +1,10 @@
 // The Envelope form of net::Message for code that hands Cap'n Proto
-// builders and readers over itself (the RPC connection, net/peer_rpc.cc):
+// builders and readers over itself (the RPC connection, net/peer_send.cc and net/peer_services.cc):
 // the same encoder and hostile-input-safe decoder as net/wire.h's frames.
 // Thread-safety: free functions over values.
 #pragma once
 
-#include "net/messages.capnp.h"
+#include "proto/messages.capnp.h"
 #include "net/wire.h"
 
 namespace sf {
@@ -46,7 +46,7 @@ Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool refer
 template <class T>
 Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out);
 
-// The first piece of a SendTensor streamed in pieces (net/peer.capnp's
+// The first piece of a SendTensor streamed in pieces (proto/peer.capnp's
 // Rendezvous.sendPiece): the message without its value, and the value's
 // dtype, shape and byte count, checked as a tensor's are; its value must
 // hold no data. InvalidArgument naming the field, DataLoss for malformed

@@ -1,4 +1,4 @@
-// GraphDef: saving a Graph to a Cap'n Proto file (net/graph_def.capnp) and
+// GraphDef: saving a Graph to a Cap'n Proto file (proto/graph_def.capnp) and
 // loading it back.
 //
 //   SF_RETURN_IF_ERROR(sf::SaveGraph(g, "model.capnp"));

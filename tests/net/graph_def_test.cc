@@ -14,7 +14,7 @@
 #include "tests/support/temp_dir.h"
 #include "shardflow/graph_io.h"
 #include "graph/op_registry.h"
-#include "net/graph_def.capnp.h"
+#include "proto/graph_def.capnp.h"
 #include "shardflow/control_flow.h"
 #include "shardflow/ops.h"
 #include "tests/support/eval_graph.h"

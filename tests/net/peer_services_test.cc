@@ -1,4 +1,4 @@
-// The services a node hands a peer at hello (net/peer.capnp), seen from a
+// The services a node hands a peer at hello (proto/peer.capnp), seen from a
 // hand-made Cap'n Proto client that bypasses net::Connection: a session
 // gets no capability for membership, tensors or collectives at all, a node
 // gets every one, and each typed method works through its capability. And
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "net/credentials.h"
-#include "net/peer.capnp.h"
+#include "proto/peer.capnp.h"
 #include "net/peer_rpc.h"
 #include "net/wire_envelope.h"
 #include "tests/support/raw_socket.h"

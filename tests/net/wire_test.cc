@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "net/messages.capnp.h"
+#include "proto/messages.capnp.h"
 #include "net/wire.h"
 #include "net/wire_envelope.h"
 

@@ -3,7 +3,7 @@
 # hello; it hands back the services the caller's certificate entitles it
 # to, one interface each, and a null capability for the rest: a session
 # gets no membership, rendezvous or collectives to call at all. Every
-# parameter is a typed struct of net/messages.capnp, decoded by net/wire.h
+# parameter is a typed struct of proto/messages.capnp, decoded by net/wire.h
 # with its limits; replies are Envelopes (a result or a status).
 @0xe9ec53bd5def4a24;
 

@@ -46,7 +46,7 @@ struct OutputRef {
   index @1 :Int32;
 }
 
-# Registers a partition (graphDef is net/graph_def.capnp bytes) on a node.
+# Registers a partition (graphDef is proto/graph_def.capnp bytes) on a node.
 struct RegisterPartition {
   sessionId @0 :UInt64;
   handle @1 :UInt64;

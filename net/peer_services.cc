@@ -1,0 +1,377 @@
+// The Cap'n Proto interfaces a connection serves (proto/peer.capnp): each
+// decodes its call and hands the message to the endpoint's handler; hello
+// checks the peer and hands out what its role may call (net/peer_link.h).
+#include <cstring>
+
+#include "net/peer_link.h"
+
+namespace sf {
+namespace net {
+namespace detail {
+
+// ------------------------------------------------------------ the served services
+
+// A request of the peer's, handled like any message: its reply is the
+// call's return (or, when large, a call on the asker's Channel).
+class Service {
+ public:
+  Service(Core* core, Link* link) : core_(core), id_(link->conn->id()) {}
+
+ protected:
+  // Finds this connection's link for the call being served (link_), false
+  // once the link is gone: a call Cap'n Proto queued keeps its server alive
+  // past the link that made it. Every entry point binds before using
+  // link_, and only synchronously (no continuation reads it).
+  bool Bind() {
+    link_ = core_->FindLink(id_);
+    return link_ != nullptr;
+  }
+  static kj::Promise<void> Gone() { return KJ_EXCEPTION(DISCONNECTED, "the connection is closed"); }
+
+  template <class Ctx>
+  kj::Promise<void> Ask(Ctx context, Body body, uint64_t asker_id) {
+    Message m;
+    m.body = std::move(body);
+    const uint64_t id = link_->next_incoming;
+    link_->next_incoming += 2;
+    auto paf = kj::newPromiseAndFulfiller<Message>();
+    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker_id});
+    m.request_id = id;
+    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
+    else link_->conn->Deliver(std::move(m));
+    return paf.promise.then([context](Message reply) mutable {
+      if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
+        context.getResults().setByTell(true);
+        return;
+      }
+      // A return's bytes leave after this promise is done, with no way to
+      // know when: its tensors are copied, not referenced.
+      Status s = EncodeEnvelope(reply, context.getResults().initReply(), /*reference_tensors=*/false);
+      if (!s.ok()) {
+        Message e;
+        e.request_id = reply.request_id;
+        e.body = StatusReply{s.WithPrefix("the reply cannot be sent")};
+        Status s2 = EncodeEnvelope(e, context.getResults().initReply(), false);
+        if (!s2.ok()) throw KJ_EXCEPTION(FAILED, s2.message());
+      }
+    });
+  }
+
+  // A request whose parameters are (request :T, id).
+  template <class T, class Ctx>
+  kj::Promise<void> AskStruct(Ctx context) {
+    if (!Bind()) return Gone();
+    auto p = context.getParams();
+    T m;
+    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
+    const uint64_t asker = p.getId();
+    context.releaseParams();
+    if (!s.ok()) return Malformed(s);
+    return Ask(kj::mv(context), Body(std::move(m)), asker);
+  }
+
+  // One-way messages of kind T: handled in order; the call returns once
+  // they are, which bounds what a sender can have queued here.
+  template <class T, class List>
+  kj::Promise<void> TellStructs(List list) {
+    if (list.size() > core_->limits.max_list_elements)
+      return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " messages"));
+    std::vector<Message> queued;
+    for (auto r : list) {
+      T m;
+      Status s = DecodeStruct<T>(r, core_->limits, &m);
+      if (!s.ok()) return Malformed(s);
+      Message msg;
+      msg.body = std::move(m);
+      HandOver(std::move(msg), &queued);
+    }
+    return Queue(std::move(queued));
+  }
+
+  // A decoded one-way message: handled now when inline, else queued for
+  // the connection's strand.
+  void HandOver(Message m, std::vector<Message>* queued) {
+    if (!core_->on_message) return;
+    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
+    else queued->push_back(std::move(m));
+  }
+
+  // TellStructs over a list of context's parameters, which are released
+  // once decoded.
+  template <class T, class Ctx, class List>
+  kj::Promise<void> TellReleasing(Ctx& context, List list) {
+    if (!Bind()) return Gone();
+    auto p = TellStructs<T>(list);
+    context.releaseParams();
+    return p;
+  }
+
+  kj::Promise<void> Queue(std::vector<Message> queued) {
+    if (queued.empty()) return kj::READY_NOW;
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    auto conn = link_->conn;
+    auto msgs = std::make_shared<std::vector<Message>>(std::move(queued));
+    conn->strand_->Add([conn, msgs, done] {
+      for (auto& m : *msgs) conn->core_->on_message(conn, std::move(m));
+      (*done)->fulfill();
+    });
+    return kj::mv(paf.promise);
+  }
+
+  // Malformed bytes from an authenticated peer: it is dropped (the stream
+  // cannot be trusted further) and the call fails.
+  kj::Promise<void> Malformed(const Status& s) {
+    Core* core = core_;
+    const uint64_t id = link_->conn->id();
+    link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s.WithPrefix("malformed message")); }));
+    return KJ_EXCEPTION(FAILED, s.message());
+  }
+
+  bool Inline(const Message& m) const {
+    return core_->on_message && core_->options.handle_inline && core_->options.handle_inline(m);
+  }
+
+  Core* core_;
+  const uint64_t id_;
+  Link* link_ = nullptr;  // the bound call's (Bind)
+};
+
+class ChannelServer final : public rp::Channel::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> heartbeat(HeartbeatContext) override { return kj::READY_NOW; }
+  kj::Promise<void> replies(RepliesContext context) override {
+    if (!Bind()) return Gone();
+    auto list = context.getParams().getReplies();
+    if (list.size() > core_->limits.max_list_elements)
+      return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " replies"));
+    for (auto env : list) {
+      auto m = DecodeEnvelope(env, core_->limits);
+      if (!m.ok()) return Malformed(m.status());
+      if (m->request_id == 0) return Malformed(InvalidArgument("a reply that names no request"));
+      link_->conn->Finish(m->request_id, std::move(*m));
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> progress(ProgressContext c) override {
+    return TellReleasing<StepProgress>(c, c.getParams().getReports());
+  }
+  kj::Promise<void> members(MembersContext context) override {
+    // Nodes change membership only through the Membership service, which
+    // is handed to nodes alone; views are for watchers.
+    if (core_->credential.role == Role::kNode)
+      return Malformed(PermissionDenied("a membership view sent to a node's channel"));
+    return TellReleasing<Membership>(context, context.getParams().getViews());
+  }
+};
+
+class PartitionHostServer final : public rp::PartitionHost::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> registerPartition(RegisterPartitionContext c) override { return AskStruct<RegisterPartition>(c); }
+  kj::Promise<void> run(RunContext c) override { return AskStruct<RunPartition>(c); }
+  kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct<CloseSession>(c); }
+  kj::Promise<void> abort(AbortContext c) override { return TellReleasing<AbortStep>(c, c.getParams().getSteps()); }
+  kj::Promise<void> cleanup(CleanupContext c) override {
+    return TellReleasing<CleanupStep>(c, c.getParams().getSteps());
+  }
+};
+
+class VariableStoreServer final : public rp::VariableStore::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> variables(VariablesContext c) override { return AskStruct<Variables>(c); }
+};
+
+class MembersServer final : public rp::Members::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> list(ListContext c) override {
+    if (!Bind()) return Gone();
+    const uint64_t asker = c.getParams().getId();
+    c.releaseParams();
+    return Ask(c, Body(ListMembers{}), asker);
+  }
+};
+
+class MembershipServer final : public rp::Membership::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
+  kj::Promise<void> gossip(GossipContext c) override { return TellReleasing<Membership>(c, c.getParams().getUpdates()); }
+};
+
+class RendezvousServer final : public rp::Rendezvous::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> send(SendContext c) override { return TellReleasing<SendTensor>(c, c.getParams().getTensors()); }
+
+  kj::Promise<void> sendPiece(SendPieceContext c) override {
+    if (!Bind()) return Gone();
+    auto piece = c.getParams().getPiece();
+    if (piece.hasHeader()) {
+      if (link_->assembly) return Malformed(InvalidArgument("a streamed tensor began before the last one ended"));
+      auto a = std::make_unique<Link::Assembly>();
+      DType dtype = DType::kInvalid;
+      Shape shape;
+      Status s = DecodeStreamedHeader(piece.getHeader(), core_->limits, &a->message, &dtype, &shape, &a->total);
+      if (!s.ok()) return Malformed(s);
+      // No larger than one message or all the peer may have in flight here.
+      const uint64_t cap = std::max(core_->options.max_frame_bytes, core_->options.max_peer_buffer_bytes);
+      if (a->total > cap)
+        return Malformed(InvalidArgument("a streamed tensor of " + std::to_string(a->total) + " bytes; the limit is " +
+                                         std::to_string(cap)));
+      try {
+        a->message.value = Tensor(dtype, std::move(shape));
+      } catch (const std::exception& e) {
+        return Malformed(ResourceExhausted(std::string("a streamed tensor cannot be allocated: ") + e.what()));
+      }
+      a->start_ms = NowMs();
+      link_->assembly = std::move(a);
+    }
+    if (!link_->assembly) return Malformed(InvalidArgument("a tensor piece without a streamed tensor begun"));
+    Link::Assembly& a = *link_->assembly;
+    auto data = piece.getData();
+    if (piece.getOffset() != a.got || data.size() > a.total - a.got)
+      return Malformed(InvalidArgument("a tensor piece of " + std::to_string(data.size()) + " bytes at offset " +
+                                       std::to_string(piece.getOffset()) + " of a tensor of " +
+                                       std::to_string(a.total) + " bytes, " + std::to_string(a.got) + " received"));
+    auto* dst = static_cast<uint8_t*>(a.message.value.raw_data()) + a.got;
+    if (data.size() > 0) std::memcpy(dst, data.begin(), data.size());
+    if (a.message.value.dtype() == DType::kBool)  // any nonzero byte is true, as decoded whole
+      for (size_t i = 0; i < data.size(); ++i) dst[i] = dst[i] != 0;
+    a.got += data.size();
+    c.releaseParams();
+    if (a.got < a.total) return kj::READY_NOW;
+    Message m;
+    m.body = std::move(a.message);
+    link_->assembly.reset();
+    std::vector<Message> queued;
+    HandOver(std::move(m), &queued);
+    return Queue(std::move(queued));
+  }
+};
+
+class CollectivesServer final : public rp::Collectives::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> chunks(ChunksContext c) override {
+    return TellReleasing<CollectiveChunk>(c, c.getParams().getChunks());
+  }
+};
+
+class DiagnosticsServer final : public rp::Diagnostics::Server, Service {
+ public:
+  using Service::Service;
+  kj::Promise<void> echo(EchoContext c) override { return AskStruct<Echo>(c); }
+};
+
+// The services this process lets a peer of peer_role call: a node serves
+// partitions, variables and the member list to every peer, membership
+// changes, tensors and collectives to nodes only; everyone serves the
+// channel and diagnostics.
+void BuildServices(Core* core, Link* l, Role self, Role peer_role, rp::Services::Builder b) {
+  b.setChannel(kj::heap<ChannelServer>(core, l));
+  b.setDiagnostics(kj::heap<DiagnosticsServer>(core, l));
+  if (self != Role::kNode) return;
+  b.setPartitions(kj::heap<PartitionHostServer>(core, l));
+  b.setVariables(kj::heap<VariableStoreServer>(core, l));
+  b.setMembers(kj::heap<MembersServer>(core, l));
+  if (peer_role != Role::kNode) return;
+  b.setMembership(kj::heap<MembershipServer>(core, l));
+  b.setRendezvous(kj::heap<RendezvousServer>(core, l));
+  b.setCollectives(kj::heap<CollectivesServer>(core, l));
+}
+
+// Keeps the services a peer handed over; InvalidArgument when it gave no
+// channel (every peer must take heartbeats and replies).
+Status TakeServices(Link* l, Role self, rp::Services::Reader s) {
+  if (!s.hasChannel()) return InvalidArgument("the peer's hello offers no channel");
+  Link::Remote& r = l->services;
+  uint32_t mask = 0;
+  r.channel = s.getChannel();
+  mask |= kChannelService;
+  if (s.hasPartitions()) r.partitions = s.getPartitions(), mask |= kPartitionsService;
+  if (s.hasVariables()) r.variables = s.getVariables(), mask |= kVariablesService;
+  if (s.hasMembers()) r.members = s.getMembers(), mask |= kMembersService;
+  if (s.hasMembership()) r.membership = s.getMembership(), mask |= kMembershipService;
+  if (s.hasRendezvous()) r.rendezvous = s.getRendezvous(), mask |= kRendezvousService;
+  if (s.hasCollectives()) r.collectives = s.getCollectives(), mask |= kCollectivesService;
+  if (s.hasDiagnostics()) r.diagnostics = s.getDiagnostics(), mask |= kDiagnosticsService;
+  if (self == Role::kNode && !s.hasMembership()) mask |= kMembershipViews;
+  l->conn->services_ = mask;
+  return Status::OK();
+}
+
+// The bootstrap: hello only, on the side that was dialed.
+class PeerServer final : public rp::Peer::Server {
+ public:
+  PeerServer(Core* core, Link* link) : core_(core), id_(link->conn->id()) {}
+
+  kj::Promise<void> hello(HelloContext context) override {
+    // As Service::Bind: the call may come after the link is gone.
+    link_ = core_->FindLink(id_);
+    if (!link_) return KJ_EXCEPTION(DISCONNECTED, "the connection is closed");
+    auto params = context.getParams();
+    auto in = params.getInfo();
+    auto out = context.getResults();
+    auto info = out.initInfo();
+    info.setVersion(kWireVersion);
+    info.setName(core_->options.node_name);
+    info.setListenAddress(core_->listen_address_);
+    info.setRole(RoleName(core_->credential.role));
+    Status s = refused_ ? FailedPrecondition("hello after a refused hello") : Check(in, params.getServices());
+    auto st = out.initStatus();
+    st.setCode(static_cast<uint32_t>(s.code()));
+    st.setMessage(s.message());
+    if (!s.ok()) {
+      refused_ = true;
+      core_->LogRefusal(link_->conn->peer_address(), s.message());
+      // Answer first, then drop once the answer had time to leave: the
+      // dialer learns why (dropped at once, the answer could die queued).
+      Core* core = core_;
+      const uint64_t id = link_->conn->id();
+      link_->tasks->add(core->timer_->afterDelay(100 * kj::MILLISECONDS).then([core, id, s] { core->DownById(id, s); }));
+      return kj::READY_NOW;
+    }
+    BuildServices(core_, link_, core_->credential.role, link_->conn->peer_role_, out.initServices());
+    return kj::READY_NOW;
+  }
+
+ private:
+  bool refused_ = false;
+  Status Check(rp::HelloInfo::Reader in, rp::Services::Reader services) {
+    if (link_->side == Side::CLIENT) return PermissionDenied("hello goes to the side that was dialed");
+    if (link_->hello_done) return FailedPrecondition("hello twice");
+    if (in.getVersion() != kWireVersion)
+      return FailedPrecondition("peer speaks wire version " + std::to_string(in.getVersion()) +
+                                ", this node speaks " + std::to_string(kWireVersion));
+    auto claimed = ParseRole(in.getRole().cStr());
+    if (!claimed.ok()) return PermissionDenied(claimed.status().message());
+    if (link_->cert_checked && *claimed != link_->cert_role)
+      return PermissionDenied(std::string("peer claims role ") + RoleName(*claimed) + " but its certificate is for " +
+                              RoleName(link_->cert_role));
+    if (in.getName().size() > 1024 || in.getListenAddress().size() > 1024)
+      return InvalidArgument("hello names longer than 1024 bytes");
+    SF_RETURN_IF_ERROR(TakeServices(link_, core_->credential.role, services));
+    ConnImpl& c = *link_->conn;
+    c.peer_name_ = in.getName().cStr();
+    c.peer_listen_ = in.getListenAddress().cStr();
+    c.peer_role_ = link_->cert_checked ? link_->cert_role : *claimed;
+    if (!c.MarkUp()) return Unavailable("went down during hello");
+    link_->hello_done = true;
+    if (link_->slot) link_->slot->HandshakeDone();
+    return Status::OK();
+  }
+
+  Core* core_;
+  const uint64_t id_;
+  Link* link_ = nullptr;  // the current call's
+};
+
+rp::Peer::Client MakePeerServer(Core* core, Link* link) { return kj::heap<PeerServer>(core, link); }
+
+}  // namespace detail
+}  // namespace net
+}  // namespace sf
