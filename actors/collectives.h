@@ -58,7 +58,7 @@ struct CollectiveMsg {
   enum Kind { kInit, kContribute, kChunk, kFailAll } kind = kChunk;
   CollectiveRankActor next;  // kInit: the rank this one sends to
   // kInit, instead of next: hands each outgoing chunk to a router (the ring
-  // between node processes, actors/cluster_collectives.h).
+  // between node processes, cluster/cluster_collectives.h).
   std::function<void(CollectiveMsgPtr)> forward;
   int64_t instance = 0;      // kChunk: which reduction (the k-th call of every rank)
   int64_t step = 0;          // kChunk: 0 .. 2 (n - 1) - 1

@@ -116,7 +116,7 @@ class ActorVariables : public VariableService,
 
   // Routes AllReduce (after its size and rank checks) to `all_reduce`
   // instead of the in-process rings: a cluster node's ring between node
-  // processes (actors/cluster_collectives.h). REQUIRES: before the first AllReduce.
+  // processes (cluster/cluster_collectives.h). REQUIRES: before the first AllReduce.
   using AllReduceFn = std::function<void(const std::string&, int64_t, int64_t, Tensor,
                                          std::function<void(Result<Tensor>)>)>;
   void SetAllReduce(AllReduceFn all_reduce) { all_reduce_ = std::move(all_reduce); }

@@ -160,7 +160,7 @@ struct Variables {
 };
 
 // One step of a ring all-reduce between node processes (one-way; see
-// actors/cluster_collectives.h): rank from_rank's chunk for rank
+// cluster/cluster_collectives.h): rank from_rank's chunk for rank
 // (from_rank + 1) mod group_size, in the generation-th reduction of the
 // group. With step -1 it is an announcement instead: rank from_rank of the
 // group runs on the node at `address`. A non-OK status is a failed

@@ -1,7 +1,7 @@
 // PartitionHost: where a coordinator's partitions live and run, seen from
 // the coordinator. One interface for the host in this process (an actor,
 // actors/partition_host.h) and the host on a node (reached over the
-// network, actors/remote_partition_host.h): register, run, abort, cleanup.
+// network, cluster/remote_partition_host.h): register, run, abort, cleanup.
 // Thread-safety: every method may be called from many threads at once.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "actors/step_deadlines.h"
+#include "cluster/step_deadlines.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "actors/task_balance.h"
+#include "cluster/task_balance.h"
 
 #include <map>
 

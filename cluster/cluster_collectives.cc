@@ -1,4 +1,4 @@
-#include "actors/cluster_collectives.h"
+#include "cluster/cluster_collectives.h"
 
 #include <chrono>
 #include <map>

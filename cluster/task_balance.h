@@ -1,5 +1,5 @@
 // Which member runs each of a cluster session's logical tasks, when the
-// members change (a pure function; actors/cluster_session.cc calls it
+// members change (a pure function; cluster/cluster_session.cc calls it
 // with steps paused).
 #pragma once
 

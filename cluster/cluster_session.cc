@@ -1,7 +1,7 @@
 // ClusterSession (include/shardflow/cluster.h): the client's side of a graph
 // on a cluster. Planning and steps are the local Session's coordinator
 // (runtime/coordinator.h) over the tasks' devices, each device's partitions
-// hosted on the member its task is assigned to (actors/remote_partition_host.h):
+// hosted on the member its task is assigned to (cluster/remote_partition_host.h):
 // per run signature it prunes, places, partitions and registers once; a step
 // is one RunPartition request per partition, and the first failing partition
 // aborts the step on every node of the step, so no partition waits for a
@@ -30,10 +30,10 @@
 #include "actors/caf_thread_logger.h"
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
-#include "actors/remote_partition_host.h"
-#include "actors/step_deadlines.h"
+#include "cluster/remote_partition_host.h"
+#include "cluster/step_deadlines.h"
 #include "actors/serial_queue.h"
-#include "actors/task_balance.h"
+#include "cluster/task_balance.h"
 #include "graph/device_name.h"
 #include "net/peer_rpc.h"
 #include "runtime/coordinator.h"

@@ -1,7 +1,7 @@
 // The PartitionHost of a cluster session on one node: partitions register
 // and run over the session's connection to the member (net/messages.h's
 // RegisterPartition, RunPartition, AbortStep, CleanupStep); the node serves
-// them with its partition host actor (actors/cluster_node.cc).
+// them with its partition host actor (cluster/cluster_node.cc).
 #pragma once
 
 #include <functional>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/step_deadlines.h"
+#include "cluster/step_deadlines.h"
 #include "net/peer_rpc.h"
 #include "runtime/partition_host.h"
 

@@ -19,9 +19,9 @@
 #include <unordered_set>
 
 #include "actors/caf_thread_logger.h"
-#include "actors/cluster_collectives.h"
+#include "cluster/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
-#include "actors/cluster_rendezvous.h"
+#include "cluster/cluster_rendezvous.h"
 #include "actors/partition_host.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"

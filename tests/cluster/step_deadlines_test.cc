@@ -5,7 +5,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "actors/step_deadlines.h"
+#include "cluster/step_deadlines.h"
 #include "tests/support/wait.h"
 
 using namespace sf;

@@ -1,4 +1,4 @@
-#include "actors/cluster_rendezvous.h"
+#include "cluster/cluster_rendezvous.h"
 
 #include "graph/device_name.h"
 

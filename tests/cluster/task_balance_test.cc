@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "actors/task_balance.h"
+#include "cluster/task_balance.h"
 
 using sf::runtime::BalanceTasks;
 

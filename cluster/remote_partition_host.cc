@@ -1,4 +1,4 @@
-#include "actors/remote_partition_host.h"
+#include "cluster/remote_partition_host.h"
 
 #include <algorithm>
 #include <map>
