@@ -46,6 +46,7 @@ constexpr char kMainUsage[] =
     "  ops     list the registered ops\n"
     "  ckpt    list, inspect, verify or export the checkpoints in a directory\n"
     "  node    run a cluster member (hosts partitions and variable shards)\n"
+    "  cluster list a cluster's members from etcd\n"
     "  certs   make a cluster's TLS credentials (a CA, node and session certificates)\n"
     "\n"
     "'shardflow <command> --help' describes the options of one command.\n";
@@ -557,6 +558,9 @@ int Main(int argc, char** argv) {
   NodeFlags node_flags;
   CLI::App* node = app.add_subcommand("node");
   AddNodeFlags(*node, &node_flags);
+  NodeFlags cluster_flags;
+  CLI::App* cluster = app.add_subcommand("cluster");
+  AddClusterFlags(*cluster, &cluster_flags);
   CertsFlags certs_flags;
   CLI::App* certs = app.add_subcommand("certs");
   AddCertsFlags(*certs, &certs_flags);
@@ -568,8 +572,10 @@ int Main(int argc, char** argv) {
   if (r.help || r.command == help) {
     // `node drain --help` prints the node's text, which describes drain too.
     const CLI::App* about = r.help && r.help->get_parent() == node ? node : r.help;
+    if (r.help && r.help->get_parent() == cluster) about = cluster;
     const std::map<const CLI::App*, const char*> usage = {
-        {run, kRunUsage}, {graph, kGraphUsage}, {ops, kOpsUsage}, {ckpt, kCkptUsage}, {node, kNodeUsage}, {certs, kCertsUsage}};
+        {run, kRunUsage}, {graph, kGraphUsage}, {ops, kOpsUsage}, {ckpt, kCkptUsage}, {node, kNodeUsage}, {certs, kCertsUsage},
+        {cluster, kClusterUsage}};
     auto it = usage.find(about);
     std::cout << (it != usage.end() ? it->second : kMainUsage);
     return 0;
@@ -578,12 +584,13 @@ int Main(int argc, char** argv) {
     if (r.command->get_parent() == node || r.command == node) return NodeUsageError(r.error);
     return UsageError(command, r.error);
   }
-  if (r.command == &app) return UsageError("", "no command given (commands: run, graph, ops, ckpt, node, certs)");
+  if (r.command == &app) return UsageError("", "no command given (commands: run, graph, ops, ckpt, node, cluster, certs)");
   if (r.command == run) return RunCommand(*run, run_flags);
   if (r.command == graph) return GraphCommand(graph_flags);
   if (r.command == ops) return OpsCommand(markdown);
   if (r.command == ckpt) return CkptCommand(ckpt_flags);
   if (r.command == certs) return CertsCommand(certs_flags);
+  if (r.command == cluster || r.command->get_parent() == cluster) return ClusterCommand(*cluster, cluster_flags);
   return NodeCommand(*node, node_flags);
 }
 

@@ -19,6 +19,7 @@ namespace sf {
 
 const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
+    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S]]\n"
     "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
@@ -40,7 +41,15 @@ const char kNodeUsage[] =
     "  --tls-name NAME             which credential in DIR this node uses (default node)\n"
     "  --insecure                  plaintext and unauthenticated (trusted networks only;\n"
     "                              logged as a warning)\n"
-    "  --join HOST:PORT            a member of the cluster to join\n"
+    "  --etcd HOST:PORT[,...]      etcd's client addresses: the cluster's membership\n"
+    "                              lives there (the node registers under a lease; every\n"
+    "                              member and session follows the same list); etcd is\n"
+    "                              reached over mutual TLS with this node's credential\n"
+    "  --cluster NAME              the cluster's name in etcd (default 'default')\n"
+    "  --lease-ttl-s S             with --etcd: a hung node is gone after about S\n"
+    "                              seconds (default 2, at least 1)\n"
+    "  --join HOST:PORT            a member to join, without etcd (gossip; being\n"
+    "                              replaced by --etcd)\n"
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
@@ -81,6 +90,9 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   node.add_option("--listen", o.listen);
   node.add_option("--join", o.join);
+  node.add_option("--etcd", o.etcd);
+  node.add_option("--cluster", o.cluster);
+  node.add_option("--lease-ttl-s", o.lease_ttl_s)->transform(cli::IntegerIn(1, 3600));
   node.add_option("--tls-dir", o.tls_dir);
   node.add_option("--tls-name", o.tls_name);
   node.add_flag("--insecure", o.insecure);
@@ -107,6 +119,8 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   members->add_option("--tls-name", f->drain_tls_name);
   members->add_flag("--insecure", f->drain_insecure);
   members->add_flag("--json", f->members_json);
+  members->add_option("--etcd", f->members_etcd);
+  members->add_option("--cluster", f->members_cluster);
 }
 
 namespace {
@@ -149,10 +163,13 @@ std::string JsonString(const std::string& s) {
 // `shardflow node members HOST:PORT ...`.
 int MembersCommand(const NodeFlags& f) {
   const auto& addresses = f.drain_addresses;
-  if (addresses.size() != 1) return NodeUsageError("members takes one node's HOST:PORT");
+  if (addresses.size() != (f.members_etcd.empty() ? 1u : 0u))
+    return NodeUsageError("members takes one node's HOST:PORT, or --etcd HOST:PORT[,...]");
   if (f.drain_tls_dir.empty() == !f.drain_insecure)
     return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
-  auto m = ListClusterMembers(addresses[0], f.drain_tls_dir, f.drain_tls_name, f.drain_insecure);
+  auto m = f.members_etcd.empty()
+               ? ListClusterMembers(addresses[0], f.drain_tls_dir, f.drain_tls_name, f.drain_insecure)
+               : ListEtcdMembers(f.members_etcd, f.drain_tls_dir, f.members_cluster, f.drain_tls_name, f.drain_insecure);
   if (!m.ok()) {
     std::cerr << "shardflow node members: " << m.status().ToString() << "\n";
     return 1;
@@ -187,6 +204,7 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms)
     return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms");
   if (o.tls_dir.empty() == !o.insecure) return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
+  if (!o.etcd.empty() && !o.join.empty()) return NodeUsageError("give --etcd or --join, not both");
   if (flags.max_open_files > 0) {
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
@@ -233,5 +251,32 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   (*node)->Stop();
   return 0;
 }
+
+}  // namespace sf
+
+namespace sf {
+
+const char kClusterUsage[] =
+    "usage: shardflow cluster members --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
+    "                                 [--cluster NAME] [--json]\n"
+    "\n"
+    "Prints the members of a cluster whose membership lives in etcd (nodes started\n"
+    "with --etcd), in the order they joined: one line per member with its name,\n"
+    "address, incarnation (its life: the revision of its key in etcd) and state\n"
+    "(alive, leaving); with --json one JSON object per line. Any credential of\n"
+    "the cluster may read it (default: session).\n";
+
+void AddClusterFlags(CLI::App& cluster, NodeFlags* f) {
+  cluster.require_subcommand(1, 1);
+  CLI::App* members = cluster.add_subcommand("members");
+  members->add_option("--etcd", f->members_etcd)->required();
+  members->add_option("--cluster", f->members_cluster);
+  members->add_option("--tls-dir", f->drain_tls_dir);
+  members->add_option("--tls-name", f->drain_tls_name);
+  members->add_flag("--insecure", f->drain_insecure);
+  members->add_flag("--json", f->members_json);
+}
+
+int ClusterCommand(const CLI::App&, const NodeFlags& flags) { return MembersCommand(flags); }
 
 }  // namespace sf

@@ -23,6 +23,8 @@ struct NodeFlags {
   std::string drain_tls_name;
   bool drain_insecure = false;
   bool members_json = false;  // `node members --json`
+  std::string members_etcd;    // `node members --etcd` / `cluster members --etcd`: read etcd, not a node
+  std::string members_cluster = "default";
   double wait_s = 60;  // how long drain waits for the node to go; 0: not at all
 };
 
@@ -38,6 +40,13 @@ void AddNodeFlags(CLI::App& node, NodeFlags* flags);
 // exit code (2 for a usage error, 1 when the node cannot start or the drain
 // fails).
 int NodeCommand(const CLI::App& command, const NodeFlags& flags);
+
+// The text `shardflow cluster --help` prints.
+extern const char kClusterUsage[];
+// Declares `cluster members` on `cluster`, writing into *flags.
+void AddClusterFlags(CLI::App& cluster, NodeFlags* flags);
+// `shardflow cluster members --etcd ...`: prints the members etcd lists; the exit code.
+int ClusterCommand(const CLI::App& command, const NodeFlags& flags);
 
 // Prints a usage error of `shardflow node` as one line; returns exit code 2.
 int NodeUsageError(const std::string& msg);

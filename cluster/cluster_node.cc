@@ -22,6 +22,7 @@
 #include "cluster/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "cluster/cluster_rendezvous.h"
+#include "cluster/member_registry.h"
 #include "actors/partition_host.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
@@ -86,6 +87,13 @@ struct ClusterNode::Impl {
   std::unique_ptr<runtime::ActorQueues> queues;
   runtime::LocalRendezvous rendezvous;
   std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
+
+  // The membership client when the cluster's membership is in etcd
+  // (--etcd): members come from it alone, and none of the gossip below runs.
+  std::unique_ptr<cluster::MemberRegistry> registry;
+  // The same, for handlers that may run while Start still sets it up.
+  std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};
+  bool etcd_mode() const { return !opts.etcd.empty(); }
 
   mutable std::mutex mu;
   std::vector<net::Member> members;                    // GUARDED_BY(mu), self first
@@ -513,6 +521,22 @@ struct ClusterNode::Impl {
       l.unlock();
       bool drain_me = false;
       for (const net::Member& m : job.membership.leaving) drain_me = drain_me || m.address == address;
+      if (etcd_mode()) {
+        // etcd holds the membership: a node asks this one only to drain.
+        Status s;
+        if (drain_me) {
+          StartDrain();
+          auto* r = registry_ready.load();
+          s = r ? r->SetLeaving() : Unavailable("node " + opts.name + " is still registering in etcd");
+        } else {
+          s = FailedPrecondition("node " + opts.name + " keeps its cluster's membership in etcd: start nodes with "
+                                 "--etcd, not --join");
+        }
+        if (s.ok()) Reply(job.from, job.request_id, MembershipNow());
+        else Reply(job.from, job.request_id, net::StatusReply{s});
+        l.lock();
+        continue;
+      }
       const bool changed = Absorb(job.membership);
       if (drain_me) StartDrain();
       // Members and sessions hear of the change before the asker's reply, so
@@ -690,7 +714,7 @@ struct ClusterNode::Impl {
       // The life the others last saw: a replacement is newer than it, not
       // than the lives this node took while trying to rejoin.
       if (members.size() > 1) life_seen = members[0].incarnation;
-      if (members.size() > 1 || seeds.empty() || draining || !replaced_by.empty()) {
+      if (etcd_mode() || members.size() > 1 || seeds.empty() || draining || !replaced_by.empty()) {
         backoff_ms = 250;
         next_rejoin_ms = NowMs() + backoff_ms;
         continue;
@@ -748,6 +772,49 @@ struct ClusterNode::Impl {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
                                      .count());
+  }
+
+  // The members etcd lists now (registry's thread): they replace the
+  // node's list (itself first), draining ones are marked, sessions are
+  // told, and a node etcd says is draining starts to.
+  void OnMembers(const std::vector<cluster::MemberRecord>& records) {
+    bool drain_me = false;
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return;
+      std::vector<net::Member> next;
+      std::set<std::string> next_leaving;
+      next.push_back(members[0]);
+      for (const cluster::MemberRecord& r : records) {
+        if (r.address == address) {
+          next[0].incarnation = static_cast<uint64_t>(r.life);
+          drain_me = r.leaving;
+        } else {
+          next.push_back({r.name, r.address, static_cast<uint64_t>(r.life)});
+        }
+        if (r.leaving) next_leaving.insert(r.address);
+      }
+      auto same = [](const net::Member& a, const net::Member& b) {
+        return a.name == b.name && a.address == b.address && a.incarnation == b.incarnation;
+      };
+      changed = next.size() != members.size() || next_leaving != leaving ||
+                !std::equal(next.begin(), next.end(), members.begin(), same);
+      for (const net::Member& m : next) {
+        bool known = false;
+        for (const net::Member& k : members) known = known || same(k, m);
+        if (!known && m.address != address) Log("member " + m.name + " (" + m.address + ") joined");
+      }
+      for (const net::Member& k : members) {
+        bool kept = false;
+        for (const net::Member& m : next) kept = kept || same(k, m);
+        if (!kept && k.address != address) Log("member " + k.name + " (" + k.address + ") left");
+      }
+      members = std::move(next);
+      leaving = std::move(next_leaving);
+    }
+    if (drain_me) StartDrain();
+    if (changed) NotifyWatchers();
   }
 
   std::vector<net::Member> MemberList() const {
@@ -1213,7 +1280,11 @@ struct ClusterNode::Impl {
       // wait (and hold its step's state) forever.
       for (const auto& r : running)
         if (r.second == c.get()) orphaned.insert(r.first);
-      if (!lost.empty()) {
+      if (!lost.empty() && etcd_mode()) {
+        // etcd decides who is a member: report the peer, whose lease ends
+        // (a killed node is gone for everyone at once, not after its TTL).
+        if (auto* r = registry_ready.load()) r->ReportDownLater(lost);
+      } else if (!lost.empty()) {
         for (const net::Member& m : members)
           if (m.address == lost) TombstoneLocked(m.address, m.incarnation);
         members.erase(std::remove_if(members.begin(), members.end(),
@@ -1235,7 +1306,7 @@ struct ClusterNode::Impl {
     }
     if (!lost.empty()) {
       Log("member " + lost + " is down: " + why.message());
-      NotifyWatchers();
+      if (!etcd_mode()) NotifyWatchers();
     }
   }
 
@@ -1245,6 +1316,8 @@ struct ClusterNode::Impl {
       if (stopped) return;
       stopped = true;
     }
+    // Gone from etcd first: members and sessions see it leave at once.
+    if (registry) registry->Leave();
     idle.notify_all();
     watch_cv.notify_all();
     membership_cv.notify_all();
@@ -1289,6 +1362,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
+  if (!opts.etcd.empty() && !opts.join.empty())
+    return InvalidArgument("a node takes its membership from etcd (--etcd) or joins a member (--join), not both");
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
   net::EndpointOptions to;
@@ -1328,7 +1403,33 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   p->membership_thread = std::thread([p] { p->MembershipLoop(); });
   p->dial_thread = std::thread([p] { p->DialLoop(); });
-  if (!opts.join.empty()) {
+  if (!opts.etcd.empty()) {
+    // etcd holds the membership: register under a lease and follow the members' keys.
+    cluster::MemberRegistryOptions ro;
+    ro.etcd = opts.etcd;
+    ro.cluster = opts.cluster.empty() ? "default" : opts.cluster;
+    ro.name = p->opts.name;
+    ro.address = p->address;
+    ro.lease_ttl_s = opts.lease_ttl_s;
+    ro.request_timeout_ms = 5000;
+    if (!opts.insecure) {
+      auto cred = net::LoadCredential(opts.tls_dir, opts.tls_name.empty() ? "node" : opts.tls_name);
+      if (!cred.ok()) return cred.status().WithPrefix("etcd credential");
+      ro.credential = std::move(*cred);
+    }
+    ro.on_change = [p](const std::vector<cluster::MemberRecord>& records) { p->OnMembers(records); };
+    ro.on_replaced = [p](const std::string& holder) {
+      std::lock_guard<std::mutex> l(p->mu);
+      p->replaced_by = holder;
+      p->left = true;
+      p->idle.notify_all();
+    };
+    ro.log = [p](const std::string& line) { p->Log(line); };
+    auto registry = cluster::MemberRegistry::Start(std::move(ro));
+    if (!registry.ok()) return registry.status().WithPrefix("node " + p->opts.name + " joining through etcd " + opts.etcd);
+    p->registry = std::move(*registry);
+    p->registry_ready = p->registry.get();
+  } else if (!opts.join.empty()) {
     auto c = p->Peer(opts.join);
     if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);
     // Tell the member we exist; it answers with every member it knows.
@@ -1367,6 +1468,13 @@ bool ClusterNode::WaitLeft(int timeout_ms) {
 
 void ClusterNode::Drain() {
   impl_->StartDrain();
+  if (impl_->registry) {
+    // Every node and session learns it from etcd.
+    Status s = impl_->registry->SetLeaving();
+    if (!s.ok()) impl_->Log("draining: " + s.ToString());
+    impl_->NotifyWatchers();
+    return;
+  }
   impl_->Gossip();
   impl_->NotifyWatchers();
 }

@@ -229,8 +229,12 @@ Status InitCredentials(const std::string& dir) {
   return IssueCredential(dir, Role::kSession, "session");
 }
 
-Status IssueCredential(const std::string& dir, Role role, const std::string& name,
-                       const std::vector<std::string>& hosts) {
+namespace {
+
+// NAME.crt/NAME.key in dir signed by its CA, with common name cn, valid for
+// the DNS names in dns plus hosts (each a DNS name or an IP address).
+Status IssueSigned(const std::string& dir, const std::string& cn, const std::string& name,
+                   std::vector<std::string> dns, const std::vector<std::string>& hosts) {
   if (!ValidName(name))
     return InvalidArgument("credential name '" + name + "' must be 1 to 64 of [A-Za-z0-9._-]");
   if (name == "ca") return InvalidArgument("credential name 'ca' is the CA's own");
@@ -242,19 +246,30 @@ Status IssueCredential(const std::string& dir, Role role, const std::string& nam
   SF_ASSIGN_OR_RETURN(std::string ca_pem, ReadFile(dir + "/ca.crt"));
   SF_ASSIGN_OR_RETURN(PkeyPtr ca_key, ParseKey(*ca_key_pem, dir + "/ca.key"));
   SF_ASSIGN_OR_RETURN(X509Ptr ca, ParseCert(ca_pem, dir + "/ca.crt"));
-  std::vector<std::string> dns, ips;
-  if (role == Role::kNode) dns.push_back(kNodeHostName);
+  std::vector<std::string> ips;
   for (const auto& h : hosts) {
     if (h.empty()) return InvalidArgument("--host must not be empty");
     (IsIp(h) ? ips : dns).push_back(h);
   }
   SF_ASSIGN_OR_RETURN(PkeyPtr key, NewKey());
-  SF_ASSIGN_OR_RETURN(X509Ptr cert, MakeCert(key.get(), std::string(RoleName(role)) + ":" + name, ca.get(),
-                                             ca_key.get(), false, dns, ips));
+  SF_ASSIGN_OR_RETURN(X509Ptr cert, MakeCert(key.get(), cn, ca.get(), ca_key.get(), false, dns, ips));
   SF_ASSIGN_OR_RETURN(std::string key_pem, KeyPem(key.get()));
   SF_ASSIGN_OR_RETURN(std::string cert_pem, CertPem(cert.get()));
   SF_RETURN_IF_ERROR(WriteFile(key_path, key_pem, 0600));
   return WriteFile(crt_path, cert_pem, 0644);
+}
+
+}  // namespace
+
+Status IssueCredential(const std::string& dir, Role role, const std::string& name,
+                       const std::vector<std::string>& hosts) {
+  std::vector<std::string> dns;
+  if (role == Role::kNode) dns.push_back(kNodeHostName);
+  return IssueSigned(dir, std::string(RoleName(role)) + ":" + name, name, std::move(dns), hosts);
+}
+
+Status IssueEtcdCredential(const std::string& dir, const std::string& name, const std::vector<std::string>& hosts) {
+  return IssueSigned(dir, "etcd:" + name, name, {kEtcdHostName}, hosts);
 }
 
 Result<Credential> LoadCredential(const std::string& dir, const std::string& name) {

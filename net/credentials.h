@@ -53,6 +53,18 @@ Status InitCredentials(const std::string& dir);
 Status IssueCredential(const std::string& dir, Role role, const std::string& name,
                        const std::vector<std::string>& hosts = {});
 
+// The DNS name in every etcd server certificate; EtcdClient checks the etcd
+// it reached presents it (cluster/etcd_client.h).
+constexpr const char kEtcdHostName[] = "etcd.shardflow.internal";
+
+// Issues NAME.crt/NAME.key in dir for an etcd server, signed by its CA: common
+// name "etcd:NAME" (not a Role: ParseCommonName refuses it, so no node or
+// session accepts an etcd credential as a peer), valid for kEtcdHostName and
+// the DNS names or IP addresses in hosts, usable as TLS server and client (etcd
+// dials its own JSON gateway with it). The errors of IssueCredential.
+Status IssueEtcdCredential(const std::string& dir, const std::string& name,
+                           const std::vector<std::string>& hosts = {});
+
 // Reads credential `name` and the CA from dir. NotFound naming a missing
 // file, FailedPrecondition when a key file may be read by group or others,
 // InvalidArgument when the certificate was not signed by dir's CA or its

@@ -47,6 +47,7 @@ LocalCluster::~LocalCluster() {
       ::waitpid(p, &st, 0);
     }
   }
+  etcd_.reset();  // after the nodes: they leave etcd as they stop
   if (!dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -84,6 +85,11 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
   dir_ = tmpl;
   tls_dir_ = dir_ + "/tls";
   SF_RETURN_IF_ERROR(InitClusterCredentials(tls_dir_));
+  if (!insecure_) {
+    auto etcd = LocalEtcd::Start(tls_dir_);
+    if (!etcd.ok()) return etcd.status().WithPrefix("starting the local cluster's etcd");
+    etcd_ = std::move(*etcd);
+  }
   for (int i = 0; i < n; ++i) {
     auto a = Spawn(addresses_.empty() ? "" : addresses_[0], lifetime_s);
     if (!a.ok()) return a.status();
@@ -92,6 +98,7 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
 }
 
 Result<std::string> LocalCluster::AddNode(double lifetime_s) {
+  if (etcd_) return Spawn("", lifetime_s);
   // Join through a node that is still running (the first may have been killed).
   for (size_t i = 0; i < addresses_.size(); ++i)
     if (pids_[i] > 0) return Spawn(addresses_[i], lifetime_s);
@@ -110,7 +117,10 @@ Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime
     args.push_back("--tls-dir");
     args.push_back(tls_dir_);
   }
-  if (!join.empty()) {
+  if (etcd_) {
+    // A 1 s lease: a hung node is gone for everyone within about a second.
+    args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1"});
+  } else if (!join.empty()) {
     args.push_back("--join");
     args.push_back(join);
   }

@@ -6,9 +6,11 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "shardflow/cluster.h"
 #include "shardflow/status.h"
 
 namespace sf::examples {
@@ -20,12 +22,15 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  // Starts n nodes (each joins the first) with fresh TLS credentials (a
-  // cluster CA, node and session certificates) in a temporary directory; the shardflow binary is found beside this program
-  // (or at `binary`). Unavailable naming the node that failed to start.
+  // Starts an etcd (LocalEtcd) and n nodes that register in it, with fresh
+  // TLS credentials (a cluster CA, node, session and etcd certificates) in
+  // a temporary directory; the shardflow binary is found beside this
+  // program (or at `binary`). Unavailable naming the node (or etcd) that
+  // failed to start. Insecure clusters (SetInsecure) have no etcd: their
+  // nodes join the first by gossip.
   Status Start(int n, double lifetime_s = 600, const std::string& binary = "");
-  // Starts one more node joining the cluster (through a running node); its
-  // address. FailedPrecondition when none runs. A node dies with the thread
+  // Starts one more node joining the cluster; its address.
+  // FailedPrecondition when an insecure cluster has no node running to join. A node dies with the thread
   // that started it (PR_SET_PDEATHSIG), so start nodes from a thread that
   // lives as long as they are needed.
   Result<std::string> AddNode(double lifetime_s = 600);
@@ -44,6 +49,10 @@ class LocalCluster {
   void SetNodeArgs(std::vector<std::string> args) { node_args_ = std::move(args); }
   // Sends SIGKILL to node i and reaps it.
   void Kill(int i);
+  // The cluster's etcd ("HOST:PORT"; "" for an insecure cluster) and the
+  // server itself (to pause or restart it in failure tests; null when none).
+  std::string etcd_endpoint() const { return etcd_ ? etcd_->endpoint() : ""; }
+  LocalEtcd* etcd() { return etcd_.get(); }
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
   // reaps it; true when it did.
   bool WaitExit(int i, int timeout_ms);
@@ -51,6 +60,7 @@ class LocalCluster {
  private:
   Result<std::string> Spawn(const std::string& join, double lifetime_s);
 
+  std::unique_ptr<LocalEtcd> etcd_;  // destroyed after the nodes are stopped (see ~LocalCluster)
   std::string binary_;
   std::string dir_;
   std::string tls_dir_;

@@ -37,6 +37,12 @@ class OpRegistry;
 struct NodeOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT to listen on (port 0: any free one)
   std::string join;                    // a member's HOST:PORT to join ("": start a cluster)
+  // etcd's client addresses, "HOST:PORT[,HOST:PORT...]": the cluster's
+  // membership lives there (the node registers under a lease, and every
+  // member and session follows the same list). Exclusive with join.
+  std::string etcd;
+  std::string cluster = "default";     // the cluster's name in etcd (several may share one etcd)
+  int lease_ttl_s = 2;                 // with etcd: a hung node is gone after about this long
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;
@@ -173,6 +179,15 @@ struct MemberInfo {
 Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, const std::string& tls_dir,
                                                    const std::string& tls_name = "", bool insecure = false);
 
+// The members of cluster `cluster` as etcd lists them (`shardflow cluster
+// members --etcd`), in the order they joined; incarnation is each one's life
+// (its key's revision in etcd). etcd is "HOST:PORT[,HOST:PORT...]", reached
+// with credential tls_name in tls_dir ("" = "session") or, insecure, in
+// plaintext. Unavailable / PermissionDenied naming etcd when it cannot be read.
+Result<std::vector<MemberInfo>> ListEtcdMembers(const std::string& etcd, const std::string& tls_dir,
+                                                const std::string& cluster = "default",
+                                                const std::string& tls_name = "", bool insecure = false);
+
 // Creates a cluster CA with the credentials "node" and "session" in dir
 // (`shardflow certs init`); FailedPrecondition when dir already has a CA.
 Status InitClusterCredentials(const std::string& dir);
@@ -183,6 +198,34 @@ Status IssueClusterCredential(const std::string& dir, const std::string& role, c
 // Makes fresh credentials in a new temporary directory (for local clusters
 // that need no setup step); its path. The caller removes it.
 Result<std::string> MakeTemporaryClusterCredentials();
+
+// An etcd server (Debian's etcd 3.4) run as a child process on 127.0.0.1
+// with mutual TLS from a cluster credentials directory, for local clusters
+// and tests that need no setup step: nodes take `--etcd endpoint()`. It
+// keeps its data in a temporary directory removed when it is destroyed, and
+// dies with this process. Thread-safety: methods may be called from any thread.
+class LocalEtcd {
+ public:
+  // Starts etcd (issuing its credential "etcd" in tls_dir when missing) and
+  // waits until it answers; Unavailable with the end of etcd's log when it
+  // does not start, NotFound when /usr/bin/etcd is missing (apt-get install etcd-server).
+  static Result<std::unique_ptr<LocalEtcd>> Start(const std::string& tls_dir);
+  ~LocalEtcd();
+  // "127.0.0.1:PORT", its client address (the same after Restart).
+  const std::string& endpoint() const;
+  // SIGSTOP / SIGCONT (a hung etcd), a restart on the same data and port,
+  // SIGKILL; FailedPrecondition when it does not run.
+  Status Pause();
+  Status Resume();
+  Status Restart();
+  Status Kill();
+
+  struct Impl;
+
+ private:
+  explicit LocalEtcd(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 class ClusterSession : public SessionInterface {
  public:

@@ -445,12 +445,13 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   t->Shutdown();
 }
 
-TEST_CASE("Cluster: a hung member is dropped by the others' heartbeats", "[cluster]") {
+TEST_CASE("Cluster: a hung member is dropped when its lease in etcd ends", "[cluster]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   NodeOptions no;
   no.tls_dir = cluster.tls_dir();
-  no.join = cluster.addresses()[0];
+  no.etcd = cluster.etcd_endpoint();
+  no.lease_ttl_s = 1;
   auto node = ClusterNode::Start(no);
   INFO(node.status().ToString());
   REQUIRE(node.ok());
@@ -461,5 +462,39 @@ TEST_CASE("Cluster: a hung member is dropped by the others' heartbeats", "[clust
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::kill(cluster.pid(0), SIGCONT);
   CHECK((*node)->Members().size() == 1);
-  CHECK(secs < 2.5);  // the 1 s peer timeout, plus a heartbeat period
+  CHECK(secs < 2.5);  // the 1 s lease, and etcd's check of expired leases
+  // Resumed, it finds its lease gone and registers again as a new life.
+  CHECK(testing::WaitFor([&] { return (*node)->Members().size() == 2; }, 10s));
+}
+
+TEST_CASE("Cluster: a node takes its membership from etcd or from --join, not both", "[cluster]") {
+  NodeOptions no;
+  no.insecure = true;
+  no.etcd = "127.0.0.1:1";
+  no.join = "127.0.0.1:2";
+  auto node = ClusterNode::Start(no);
+  REQUIRE(node.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(node.status(), "--etcd"));
+}
+
+TEST_CASE("Cluster: a node whose etcd cannot be reached does not start, naming etcd", "[cluster]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  NodeOptions no;
+  no.tls_dir = cluster.tls_dir();
+  no.etcd = "127.0.0.1:1";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto node = ClusterNode::Start(no);
+  REQUIRE(!node.ok());
+  CHECK(Contains(node.status(), "127.0.0.1:1"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+  // A second node of a live node's name is refused, naming the holder.
+  auto first = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
+  REQUIRE(first.ok());
+  REQUIRE(first->size() == 1);
+  no.etcd = cluster.etcd_endpoint();
+  no.name = (*first)[0].name;
+  auto twin = ClusterNode::Start(no);
+  REQUIRE(twin.status().code() == Code::kFailedPrecondition);
+  CHECK(Contains(twin.status(), (*first)[0].address));
 }

@@ -256,99 +256,46 @@ TEST_CASE("Membership: a node resumed after it was replaced leaves instead of re
   CHECK(now[1].name == "worker-7");
 }
 
-TEST_CASE("Membership: a node told its life ended starts a new one and gossips it", "[cluster][membership]") {
+TEST_CASE("Membership: with etcd, no peer can add, end or replace a member by messages", "[cluster][membership]") {
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(2, 120).ok());
   const std::string a0 = cluster.addresses()[0], a1 = cluster.addresses()[1];
-  auto incarnation_at = [&](const std::string& at, const std::string& of) -> uint64_t {
+  auto listed = [&](const std::string& at) {
     auto m = ListClusterMembers(at, cluster.tls_dir());
-    if (m.ok())
-      for (const auto& k : *m)
-        if (k.address == of) return k.incarnation;
-    return 0;
+    return m.ok() ? *m : std::vector<MemberInfo>{};
   };
-  REQUIRE(testing::WaitFor([&] { return incarnation_at(a0, a1) > 0; }, 20s));
-  const uint64_t inc1 = incarnation_at(a1, a1);
+  REQUIRE(testing::WaitFor([&] { return listed(a0).size() == 2 && listed(a1).size() == 2; }, 20s));
+  const auto before0 = listed(a0), before = listed(a1);
   auto e = Peer(cluster, net::Role::kNode);
   auto c = (*e)->Connect(a1);
   REQUIRE(c.ok());
-  // An older life named as ended changes nothing.
-  net::Membership old;
-  old.ended.push_back({"", a1, inc1 - 1});
-  REQUIRE(net::Call(*c, old, 10000).ok());
-  CHECK(incarnation_at(a1, a1) == inc1);
-  // Nor does a life the node never had, named 100k times beside 100k ghost
-  // members (the node looks at each once, and dials at most 64 of them).
-  net::Membership future;
-  future.ended.assign(100'000, net::Member{"", a1, std::numeric_limits<uint64_t>::max()});
+  // A node credential claiming 100k ghost members and the end of a1's life:
+  // refused, naming etcd, and nothing changes anywhere.
+  net::Membership claim;
+  claim.ended.push_back({"", a1, before[0].incarnation});
   for (int i = 0; i < 100'000; ++i)
-    future.members.push_back(
-        {"ghost", "127.0.0." + std::to_string(2 + i / 50'000) + ":" + std::to_string(1 + i % 50'000), 1});
-  REQUIRE(net::Call(*c, future, 30000).ok());
-  CHECK(incarnation_at(a1, a1) == inc1);
-  auto listed = ListClusterMembers(a1, cluster.tls_dir());
-  REQUIRE(listed.ok());
-  CHECK(listed->size() == 2);
-  // The current one makes the node start a new life, and its peers hear of it.
-  net::Membership now;
-  now.ended.push_back({"", a1, inc1});
-  REQUIRE(net::Call(*c, now, 10000).ok());
-  CHECK(incarnation_at(a1, a1) > inc1);
-  CHECK(testing::WaitFor([&] { return incarnation_at(a0, a1) > inc1; }, 10s));
-}
-
-TEST_CASE("Membership: a live node gossiping a life the cluster saw end is told so", "[cluster][membership]") {
-  examples::LocalCluster cluster;
-  REQUIRE(cluster.Start(1, 120).ok());
-  const std::string a0 = cluster.addresses()[0];
-  auto members = [&] { return MembersAt(cluster, a0); };
-  // A fake member: it listens, answers nothing but hellos and heartbeats,
-  // and records the membership messages it is sent.
-  std::mutex mu;
-  std::vector<net::Membership> heard;
-  net::EndpointOptions o;
-  o.role = net::Role::kNode;
-  o.tls_dir = cluster.tls_dir();
-  o.log = false;
-  auto record = [&](const net::ConnectionPtr&, net::Message m) {
-    if (auto* mem = std::get_if<net::Membership>(&m.body)) {
-      std::lock_guard<std::mutex> l(mu);
-      heard.push_back(*mem);
+    claim.members.push_back({"ghost", "127.0.0." + std::to_string(2 + i / 50'000) + ":" + std::to_string(1 + i % 50'000), 1});
+  auto r = net::Call(*c, claim, 30000);
+  REQUIRE(r.ok());
+  auto* refused = std::get_if<net::StatusReply>(&r->body);
+  REQUIRE(refused);
+  CHECK(refused->status.code() == Code::kFailedPrecondition);
+  CHECK(refused->status.message().find("etcd") != std::string::npos);
+  // Each node lists itself first.
+  for (const auto& [at, was] : {std::make_pair(a0, before0), std::make_pair(a1, before)}) {
+    const auto now = listed(at);
+    REQUIRE(now.size() == 2);
+    for (size_t i = 0; i < now.size(); ++i) {
+      CHECK(now[i].address == was[i].address);
+      CHECK(now[i].incarnation == was[i].incarnation);
     }
-  };
-  auto fake = net::Endpoint::Create(o, record, nullptr);
-  REQUIRE(fake.ok());
-  auto port = (*fake)->Listen("127.0.0.1", 0);
-  REQUIRE(port.ok());
-  const std::string self = "127.0.0.1:" + std::to_string(*port);
-  {
-    auto c = (*fake)->Connect(a0);
-    REQUIRE(c.ok());
-    REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 10}}}, 10000).ok());
   }
-  REQUIRE(testing::WaitFor([&] { return members().size() == 2; }, 10s));
-  // Its connections drop: the node declares life 10 over.
-  (*fake)->Shutdown();
-  REQUIRE(testing::WaitFor([&] { return members().size() == 1; }, 10s));
-  fake = net::Endpoint::Create(o, record, nullptr);
-  REQUIRE(fake.ok());
-  REQUIRE((*fake)->Listen("127.0.0.1", *port).ok());
-  // Back, it still claims life 10: refused, and told that life ended.
-  auto c = (*fake)->Connect(a0);
-  REQUIRE(c.ok());
-  REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 10}}}, 10000).ok());
-  CHECK(members().size() == 1);
-  auto told = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    for (const auto& m : heard)
-      for (const auto& k : m.ended)
-        if (k.address == self && k.incarnation == 10) return true;
-    return false;
-  };
-  REQUIRE(testing::WaitFor(told, 10s));
-  // A new life is welcome.
-  REQUIRE(net::Call(*c, net::Membership{{{"fake", self, 11}}}, 10000).ok());
-  CHECK(testing::WaitFor([&] { return members().size() == 2; }, 10s));
+  // etcd's list is the same, in the same order.
+  auto from_etcd = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
+  REQUIRE(from_etcd.ok());
+  REQUIRE(from_etcd->size() == 2);
+  CHECK((*from_etcd)[0].address == a0);
+  CHECK((*from_etcd)[1].address == a1);
 }
 
 TEST_CASE("Hostile: members a peer lists are dialed and verified before they are listed", "[cluster][membership][hostile]") {
@@ -419,6 +366,44 @@ TEST_CASE("Membership: shardflow node members prints one JSON line per member", 
   CHECK(out.find("\"incarnation\": ") != std::string::npos);
   CHECK(out.find("\"state\": \"alive\"") != std::string::npos);
   CHECK(out.find("\"name\": ") != std::string::npos);
+}
+
+TEST_CASE("Membership: shardflow cluster members --etcd prints etcd's list, one JSON line per member", "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  REQUIRE(testing::WaitFor([&] {
+    auto m = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
+    return m.ok() && m->size() == 2;
+  }, 20s));
+  auto run = [&](const std::string& args, int* rc) {
+    const std::string cmd = examples::ProgramDir() + "/shardflow cluster members " + args + " 2>&1";
+    std::FILE* f = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (f && std::fgets(buf, sizeof buf, f)) out += buf;
+    *rc = f ? ::pclose(f) : -1;
+    return out;
+  };
+  int rc = 0;
+  const std::string out = run("--etcd " + cluster.etcd_endpoint() + " --tls-dir " + cluster.tls_dir() + " --json", &rc);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+  // In the order they joined.
+  const size_t first = out.find("\"address\": \"" + cluster.addresses()[0] + "\"");
+  const size_t second = out.find("\"address\": \"" + cluster.addresses()[1] + "\"");
+  CHECK(first != std::string::npos);
+  CHECK(second != std::string::npos);
+  CHECK(first < second);
+  CHECK(out.find("\"state\": \"alive\"") != std::string::npos);
+  // Another cluster's name in the same etcd has no members; a dead etcd is named.
+  const std::string other = run("--etcd " + cluster.etcd_endpoint() + " --tls-dir " + cluster.tls_dir() +
+                                " --cluster other --json", &rc);
+  CHECK(rc == 0);
+  CHECK(other.empty());
+  const std::string dead = run("--etcd 127.0.0.1:1 --tls-dir " + cluster.tls_dir(), &rc);
+  CHECK(rc != 0);
+  CHECK(dead.find("127.0.0.1:1") != std::string::npos);
 }
 
 TEST_CASE("Hostile: a session is given no rendezvous or collectives, so it cannot send tensors or chunks", "[cluster][hostile]") {

@@ -1,0 +1,302 @@
+// A node's membership client over etcd (cluster/member_registry.h).
+#include "cluster/member_registry.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "cluster/etcd_client.h"
+
+namespace sf {
+namespace cluster {
+
+namespace {
+
+Result<std::unique_ptr<EtcdClient>> Connect(const std::string& etcd, const std::optional<net::Credential>& credential,
+                                            int timeout_ms) {
+  EtcdClientOptions eo;
+  eo.endpoints = etcd;
+  eo.credential = credential;
+  eo.plaintext_for_tests = !credential.has_value();
+  eo.request_timeout = std::chrono::milliseconds(std::max(100, timeout_ms));
+  return EtcdClient::Create(std::move(eo));
+}
+
+}  // namespace
+
+struct MemberRegistry::Impl {
+  MemberRegistryOptions o;
+  std::string prefix;
+  std::string key;
+  std::unique_ptr<EtcdClient> etcd;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  MemberTable table{""};  // GUARDED_BY(mu)
+  EtcdLease lease;        // GUARDED_BY(mu)
+  int64_t life = 0;       // GUARDED_BY(mu)
+  bool leaving = false;   // GUARDED_BY(mu)
+  bool stopping = false;  // GUARDED_BY(mu)
+  bool lease_lost = false;    // GUARDED_BY(mu): the keepalive said so; the thread registers again
+  bool watch_broken = false;  // GUARDED_BY(mu): the watch ended; the thread re-reads and watches again
+  std::deque<std::string> reports;  // GUARDED_BY(mu): addresses of members reported down, to revoke
+  // Touched by Start and the registry thread only (Leave joins the thread first).
+  std::unique_ptr<EtcdKeepAlive> keepalive;
+  std::unique_ptr<EtcdWatch> watch;
+  std::thread thread;
+  std::mutex notify_mu;  // on_change and on_replaced one at a time, in order
+
+  void Log(const std::string& line) const {
+    if (o.log) o.log(line);
+  }
+
+  void Notify(const std::vector<MemberRecord>& members) {
+    std::lock_guard<std::mutex> l(notify_mu);
+    if (o.on_change) o.on_change(members);
+  }
+
+  // Grants a lease and creates this node's key under it. FailedPrecondition
+  // (and *holder set) when another live node has the name; the call's error otherwise.
+  Status Register(std::string* holder) {
+    SF_ASSIGN_OR_RETURN(EtcdLease granted, etcd->GrantLease(o.lease_ttl_s));
+    bool leave_state;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      leave_state = leaving;
+    }
+    const std::string value = EncodeMemberValue(o.address, leave_state);
+    auto give_up = [&](Status s) {
+      Status revoked = etcd->RevokeLease(granted.id);  // else its TTL ends it: nothing holds it
+      if (!revoked.ok()) Log("revoking an unused lease: " + revoked.ToString());
+      return s;
+    };
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      auto txn = etcd->Txn({EtcdCompare::CreateRevision(key, EtcdCompare::Op::kEqual, 0)},
+                           {EtcdOp::Put(key, value, granted.id)}, {EtcdOp::Get(key)});
+      if (!txn.ok()) return give_up(txn.status().WithPrefix("registering node " + o.name + " in etcd"));
+      if (txn->succeeded) {
+        auto ka = etcd->KeepAlive(granted, [this](const Status& why) {
+          Log("lease lost: " + why.message());
+          std::lock_guard<std::mutex> l(mu);
+          lease_lost = true;
+          cv.notify_all();
+        });
+        if (!ka.ok()) return give_up(ka.status());
+        keepalive = std::move(*ka);
+        std::lock_guard<std::mutex> l(mu);
+        lease = granted;
+        life = txn->revision;
+        return Status::OK();
+      }
+      if (txn->ranges.empty() || txn->ranges[0].kvs.empty()) continue;  // gone meanwhile: try again
+      const EtcdKeyValue& held = txn->ranges[0].kvs[0];
+      auto m = DecodeMember(prefix, held);
+      if (m.ok() && m->address != o.address) {
+        *holder = o.name + " (" + m->address + ")";
+        return give_up(FailedPrecondition("node name '" + o.name + "' is held by the live node at " + m->address +
+                                     " in cluster '" + o.cluster + "': give this node another name"));
+      }
+      // An earlier life at this address (a restart before its lease
+      // ended) or a malformed value: remove that key, then create ours, so
+      // everyone sees a new life.
+      auto del = etcd->Txn({EtcdCompare::ModRevision(key, EtcdCompare::Op::kEqual, held.mod_revision)},
+                           {EtcdOp::Delete(key)}, {});
+      if (!del.ok()) return give_up(del.status().WithPrefix("replacing an earlier life of node " + o.name));
+    }
+    return give_up(Aborted("node " + o.name + ": its key in etcd kept changing while registering"));
+  }
+
+  // Reads the members and watches them from that revision on; reports the list.
+  Status Rewatch() {
+    SF_ASSIGN_OR_RETURN(EtcdRangeResult r, etcd->Range(prefix + "members/"));
+    std::vector<std::string> bad;
+    std::vector<MemberRecord> now;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      table.Reset(r.kvs, &bad);
+      now = table.Members();
+    }
+    for (const auto& b : bad) Log("ignoring " + b);
+    SF_ASSIGN_OR_RETURN(watch, etcd->Watch(prefix + "members/", r.revision + 1,
+                                           [this](const std::vector<EtcdWatchEvent>& evs) { OnEvents(evs); }));
+    Notify(now);
+    return Status::OK();
+  }
+
+  void OnEvents(const std::vector<EtcdWatchEvent>& events) {
+    std::vector<std::string> bad;
+    std::vector<MemberRecord> now;
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopping) return;
+      for (const auto& e : events)
+        if (e.type == EtcdWatchEvent::Type::kError) {
+          Log("membership watch ended: " + e.error.message());
+          watch_broken = true;
+          cv.notify_all();
+        }
+      changed = table.Apply(events, &bad);
+      if (changed) now = table.Members();
+    }
+    for (const auto& b : bad) Log("ignoring " + b);
+    if (changed) Notify(now);
+  }
+
+  // Registers again after a lost lease, and watches again after a broken
+  // watch, with back-off, until Leave.
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu);
+    int backoff_ms = 100;
+    while (true) {
+      cv.wait(l, [&] { return stopping || lease_lost || watch_broken || !reports.empty(); });
+      if (stopping) return;
+      Status s;
+      if (!reports.empty()) {
+        const std::string address = std::move(reports.front());
+        reports.pop_front();
+        l.unlock();
+        Status r = RevokeMember(address);
+        Log(r.ok() ? "reported member " + address + " down" : r.ToString());
+        l.lock();
+        continue;
+      } else if (watch_broken) {
+        watch_broken = false;
+        l.unlock();
+        watch.reset();
+        s = Rewatch();
+        if (!s.ok()) Log("watching the members again failed: " + s.ToString());
+        l.lock();
+        if (!s.ok()) watch_broken = true;
+      } else {
+        lease_lost = false;
+        l.unlock();
+        keepalive.reset();
+        std::string holder;
+        s = Register(&holder);
+        if (!holder.empty()) {
+          Log("replaced by " + holder + " while away; leaving");
+          std::lock_guard<std::mutex> n(notify_mu);
+          if (o.on_replaced) o.on_replaced(holder);
+          l.lock();
+          return;  // a replaced node registers no more
+        }
+        if (s.ok()) Log("registered again as a new life");
+        else Log("registering again failed: " + s.ToString());
+        l.lock();
+        if (!s.ok()) lease_lost = true;
+      }
+      if (s.ok()) {
+        backoff_ms = 100;
+        continue;
+      }
+      cv.wait_for(l, std::chrono::milliseconds(backoff_ms), [&] { return stopping; });
+      backoff_ms = std::min(backoff_ms * 2, 2000);
+    }
+  }
+
+  // Ends the lease of the member at address; OK when it ended already.
+  Status RevokeMember(const std::string& address) {
+    int64_t id = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      const MemberRecord* m = table.FindAddress(address);
+      if (!m) return NotFound("no member listens at " + address);
+      if (m->name == o.name) return InvalidArgument("a node does not report itself down");
+      id = m->lease;
+    }
+    Status s = etcd->RevokeLease(id);
+    if (s.code() == Code::kNotFound) return Status::OK();  // it ended already
+    return s.WithPrefix("reporting the member at " + address + " down");
+  }
+
+  void Leave() {
+    int64_t id = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopping) return;
+      stopping = true;
+      id = lease.id;
+      cv.notify_all();
+    }
+    if (thread.joinable()) thread.join();
+    keepalive.reset();
+    watch.reset();
+    if (id != 0) {
+      Status s = etcd->RevokeLease(id);
+      if (!s.ok() && s.code() != Code::kNotFound) Log("revoking this node's lease: " + s.ToString());
+    }
+  }
+};
+
+Result<std::unique_ptr<MemberRegistry>> MemberRegistry::Start(MemberRegistryOptions options) {
+  if (options.etcd.empty()) return InvalidArgument("no etcd endpoints");
+  if (options.name.empty() || options.address.empty()) return InvalidArgument("a member needs a name and an address");
+  if (options.lease_ttl_s < 1) return InvalidArgument("lease TTL must be at least 1 s, not " +
+                                                       std::to_string(options.lease_ttl_s));
+  auto impl = std::make_unique<Impl>();
+  SF_ASSIGN_OR_RETURN(impl->prefix, ClusterPrefix(options.cluster));
+  impl->key = MemberKey(impl->prefix, options.name);
+  impl->table = MemberTable(impl->prefix);
+  SF_ASSIGN_OR_RETURN(impl->etcd, Connect(options.etcd, options.credential, options.request_timeout_ms));
+  impl->o = std::move(options);
+  std::string holder;
+  SF_RETURN_IF_ERROR(impl->Register(&holder));
+  Status watched = impl->Rewatch();
+  if (!watched.ok()) {
+    impl->Leave();
+    return watched.WithPrefix("watching the members in etcd");
+  }
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->Loop(); });
+  return std::unique_ptr<MemberRegistry>(new MemberRegistry(std::move(impl)));
+}
+
+MemberRegistry::MemberRegistry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MemberRegistry::~MemberRegistry() { impl_->Leave(); }
+
+std::vector<MemberRecord> MemberRegistry::Members() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->table.Members();
+}
+
+int64_t MemberRegistry::life() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->life;
+}
+
+Status MemberRegistry::SetLeaving() {
+  int64_t id = 0;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->leaving = true;
+    id = impl_->lease.id;
+  }
+  auto r = impl_->etcd->Put(impl_->key, EncodeMemberValue(impl_->o.address, true), id);
+  return r.ok() ? Status::OK() : r.status().WithPrefix("marking node " + impl_->o.name + " leaving in etcd");
+}
+
+Status MemberRegistry::ReportDown(const std::string& address) { return impl_->RevokeMember(address); }
+
+void MemberRegistry::ReportDownLater(const std::string& address) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->stopping || impl_->reports.size() >= 1024) return;  // bounded: members are few
+  impl_->reports.push_back(address);
+  impl_->cv.notify_all();
+}
+
+void MemberRegistry::Leave() { impl_->Leave(); }
+
+Result<std::vector<MemberRecord>> ReadMembers(const std::string& etcd, const std::optional<net::Credential>& credential,
+                                              const std::string& cluster, int timeout_ms) {
+  SF_ASSIGN_OR_RETURN(std::string prefix, ClusterPrefix(cluster));
+  SF_ASSIGN_OR_RETURN(auto client, Connect(etcd, credential, timeout_ms));
+  SF_ASSIGN_OR_RETURN(EtcdRangeResult r, client->Range(prefix + "members/"));
+  MemberTable t(prefix);
+  t.Reset(r.kvs);
+  return t.Members();
+}
+
+}  // namespace cluster
+}  // namespace sf

@@ -1,0 +1,90 @@
+// MemberRegistry: a node's membership client. The node registers itself in
+// etcd under a lease it keeps alive (PREFIX/members/NAME, cluster/
+// member_table.h), watches every member's key, and reports each change of
+// the list: etcd is the one source of truth, so every node and session sees
+// the same members in the same order, and a node whose lease ends (killed,
+// hung past the TTL, or reported down by a peer that lost its connection)
+// is gone for all of them at once.
+//
+// A node that loses its lease while it still runs (it was paused, or cut
+// off from etcd) registers again as a new life; if another node took its
+// name meanwhile, it was replaced and leaves (on_replaced).
+//
+// Thread-safety: every method may be called from any thread. on_change and
+// on_replaced run on the registry's own threads (never while a lock of the
+// registry is held), one at a time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/member_table.h"
+#include "net/credentials.h"
+#include "shardflow/status.h"
+
+namespace sf {
+namespace cluster {
+
+struct MemberRegistryOptions {
+  std::string etcd;     // "host:port[,host:port...]" of etcd's client URLs (required)
+  // The node's credential for mutual TLS with etcd; none: plaintext (only
+  // for clusters run --insecure, whose etcd listens without TLS).
+  std::optional<net::Credential> credential;
+  std::string cluster = "default";  // the etcd key namespace: several clusters may share one etcd
+  std::string name;                 // the node's name (required)
+  std::string address;              // "host:port" it listens on (required)
+  int lease_ttl_s = 2;              // a hung node is gone after about this long (etcd's minimum: 1)
+  int request_timeout_ms = 5000;    // each etcd call
+  // The members (in the order they joined) after each change, starting with
+  // the list read at Start.
+  std::function<void(const std::vector<MemberRecord>&)> on_change;
+  // This node lost its lease and another node now holds its name (which one).
+  std::function<void(const std::string& holder)> on_replaced;
+  std::function<void(const std::string&)> log;  // null: silent
+};
+
+class MemberRegistry {
+ public:
+  // Connects to etcd, registers the node and starts watching. InvalidArgument
+  // for bad options, FailedPrecondition naming the holder when a live node at
+  // another address has this name, Unavailable / DeadlineExceeded /
+  // PermissionDenied naming etcd when it cannot be reached.
+  static Result<std::unique_ptr<MemberRegistry>> Start(MemberRegistryOptions options);
+  // Revokes the node's lease (Leave) and stops the threads.
+  ~MemberRegistry();
+
+  // The members now, in the order they joined.
+  std::vector<MemberRecord> Members() const;
+  // This node's life (its key's create revision); 0 while unregistered.
+  int64_t life() const;
+  // Marks this node leaving (draining) in etcd; the call's error otherwise.
+  Status SetLeaving();
+  // Ends the lease of the member at address (a peer whose connection to it
+  // closed): it is gone for every node and session at once. NotFound when
+  // no member listens there; the call's error otherwise.
+  Status ReportDown(const std::string& address);
+  // ReportDown on the registry's thread (for callers that must not wait on
+  // etcd: a connection's handler); the outcome is logged.
+  void ReportDownLater(const std::string& address);
+  // Revokes this node's lease (its key goes at once) and stops renewing it;
+  // idempotent. The registry reports no more changes.
+  void Leave();
+
+  struct Impl;
+
+ private:
+  explicit MemberRegistry(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The members of cluster `cluster` read from etcd (`shardflow cluster
+// members`), in the order they joined; Unavailable / PermissionDenied naming
+// etcd when it cannot be read. Malformed keys are skipped.
+Result<std::vector<MemberRecord>> ReadMembers(const std::string& etcd, const std::optional<net::Credential>& credential,
+                                              const std::string& cluster, int timeout_ms = 5000);
+
+}  // namespace cluster
+}  // namespace sf
