@@ -20,7 +20,7 @@ namespace sf {
 const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S]]\n"
-    "                      [--join HOST:PORT] [--name NAME] [--threads N]\n"
+    "                      [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
     "                      [--max-tensor-bytes N] [--max-open-files N]\n"
@@ -48,8 +48,7 @@ const char kNodeUsage[] =
     "  --cluster NAME              the cluster's name in etcd (default 'default')\n"
     "  --lease-ttl-s S             with --etcd: a hung node is gone after about S\n"
     "                              seconds (default 2, at least 1)\n"
-    "  --join HOST:PORT            a member to join, without etcd (gossip; being\n"
-    "                              replaced by --etcd)\n"
+    "                              (without --etcd: a cluster of this node alone)\n"
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
@@ -89,7 +88,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   // examples/common/local_cluster.cc append their extra options to a base line.
   node.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   node.add_option("--listen", o.listen);
-  node.add_option("--join", o.join);
+  node.add_option("--join", f->join);
   node.add_option("--etcd", o.etcd);
   node.add_option("--cluster", o.cluster);
   node.add_option("--lease-ttl-s", o.lease_ttl_s)->transform(cli::IntegerIn(1, 3600));
@@ -204,7 +203,9 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms)
     return NodeUsageError("--heartbeat-ms must be at least 1 and below --peer-timeout-ms");
   if (o.tls_dir.empty() == !o.insecure) return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
-  if (!o.etcd.empty() && !o.join.empty()) return NodeUsageError("give --etcd or --join, not both");
+  if (!flags.join.empty())
+    return NodeUsageError("--join is gone: a cluster's membership lives in etcd; start every node with --etcd "
+                          "HOST:PORT (see docs/CLUSTER.md)");
   if (flags.max_open_files > 0) {
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);

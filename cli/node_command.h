@@ -14,7 +14,7 @@ namespace sf {
 
 // What `shardflow node` and `shardflow node drain` were given.
 struct NodeFlags {
-  NodeOptions options;  // listen, join, name, credentials, threads and the timeouts
+  NodeOptions options;  // listen, etcd, name, credentials, threads and the timeouts
   double lifetime_s = 0;  // 0: serve until a stop signal
   int max_open_files = 0; // 0: leave the descriptor limit as it is
   double drain_timeout_s = NodeOptions{}.drain_timeout_ms / 1000.0;  // becomes options.drain_timeout_ms
@@ -23,6 +23,7 @@ struct NodeFlags {
   std::string drain_tls_name;
   bool drain_insecure = false;
   bool members_json = false;  // `node members --json`
+  std::string join;            // the removed --join, refused with a pointer to --etcd
   std::string members_etcd;    // `node members --etcd` / `cluster members --etcd`: read etcd, not a node
   std::string members_cluster = "default";
   double wait_s = 60;  // how long drain waits for the node to go; 0: not at all

@@ -32,9 +32,10 @@ struct LocalEtcd::Impl {
   std::string endpoint;
 };
 
-Result<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& tls_dir) {
+Result<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& tls_dir, bool insecure) {
   cluster::EtcdProcessOptions o;
   o.credentials_dir = tls_dir;
+  o.plaintext = insecure;
   if (::access(o.etcd_binary.c_str(), X_OK) != 0)
     return NotFound("etcd is not installed at " + o.etcd_binary + " (apt-get install etcd-server; scripts/setup does)");
   auto impl = std::make_unique<Impl>(std::move(o));

@@ -111,27 +111,12 @@ struct ClusterNode::Impl {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
-  uint64_t life_seen = 0;                              // GUARDED_BY(mu): this node's incarnation when it last had peers
   std::thread drain_thread;                            // waits for sessions to move away
-  // Dropped members' last incarnations, by address: gossip naming one of
-  // them (or an older life) is stale and ignored. Bounded: oldest dropped first.
-  std::map<std::string, uint64_t> tombstones;          // GUARDED_BY(mu)
-  std::deque<std::string> tombstone_order;             // GUARDED_BY(mu)
-  // Where to rejoin through after losing every peer: the --join member and
-  // every member known since (bounded).
-  std::deque<std::string> seeds;                       // GUARDED_BY(mu)
-  std::thread rejoin_thread;                           // rejoins with back-off, never on a handler
-  // Live nodes gossip named at a life this node saw end, to be told so by
-  // the rejoin thread; and when each address was last told.
-  std::map<std::string, net::Member> to_tell_ended;    // GUARDED_BY(mu)
-  std::map<std::string, int64_t> ended_told_ms;        // GUARDED_BY(mu)
-  // Addresses that failed verification, and when (bounded).
-  std::map<std::string, int64_t> unverified_ms;        // GUARDED_BY(mu)
+  std::thread housekeeping_thread;                     // expires early steps
   // Addresses whose last dial failed: when, and why (at most 4096).
   std::map<std::string, std::pair<int64_t, Status>> failed_dials;  // GUARDED_BY(mu)
-  // Membership changes peers asked for, handled in order by the membership
-  // thread: they dial (to verify newcomers, to gossip), and a handler
-  // thread must never wait on a dial.
+  // Drain requests of peer nodes, handled in order by the membership thread
+  // (they write to etcd, which a handler thread must not wait on).
   struct MembershipJob {
     net::ConnectionPtr from;
     uint64_t request_id = 0;
@@ -151,8 +136,6 @@ struct ClusterNode::Impl {
   std::condition_variable dial_cv;                     // a message queued, or stopping
   std::thread dial_thread;
   static constexpr int64_t kMaxUndialedBytes = int64_t{1} << 30;
-  static constexpr size_t kMaxEndedQueued = 64;
-  static constexpr int64_t kEndedResendMs = 2000;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
   // a peer's tensor may beat the session's RunPartition). What they hold is
   // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
@@ -197,13 +180,11 @@ struct ClusterNode::Impl {
   // Partition runs one client may have going here at once: each holds a
   // step's state (and maybe a wait on a queue) until it ends.
   static constexpr size_t kMaxRunningPerClient = 1024;
-  static constexpr int64_t kVerifyRetryMs = 5000;
   // An address whose dial failed is not dialed again this soon: a step
   // sending to a node that is gone fails at once instead of holding its
   // compute thread for a connect timeout each time, and gossip to it costs
   // nothing either.
   static constexpr int64_t kRedialMs = 2000;
-  static constexpr size_t kMaxVerifyPerMessage = 64;
 
   explicit Impl(NodeOptions o)
       : opts(std::move(o)),
@@ -397,120 +378,9 @@ struct ClusterNode::Impl {
     for (auto& later : untold) later(Unavailable("node " + opts.name + " is stopping"));
   }
 
-  // Updates known members, marks them leaving and starts a new life of this
-  // node when the sender saw its current one end; true when anything
-  // changed. Members not known yet go to *unknown, to be verified before
-  // they are listed (AddVerified). A live node named in gossip at a
-  // tombstoned life is told so (by the rejoin thread), because it may not
-  // know it was declared down.
-  bool Merge(const net::Membership& in, std::vector<net::Member>* unknown) {
-    std::lock_guard<std::mutex> l(mu);
-    bool changed = false;
-    for (const net::Member& m : in.ended) {
-      // Only the current life can have been seen to end (an older one is
-      // over, a newer one never was): once, however often the message says so.
-      if (m.address != address || m.incarnation != members[0].incarnation) continue;
-      if (ReplacedLocked(in.members, m.incarnation)) return false;
-      const uint64_t next = std::max(members[0].incarnation + 1, NowIncarnation());
-      Log("a member saw this node's life " + std::to_string(members[0].incarnation) + " end; rejoining as " +
-          std::to_string(next));
-      members[0].incarnation = next;
-      changed = true;
-    }
-    auto stale = [&](const net::Member& m) {
-      auto t = tombstones.find(m.address);
-      if (t == tombstones.end() || m.incarnation > t->second) return false;
-      QueueEndedLocked(m);
-      return true;
-    };
-    for (const net::Member& m : in.members) {
-      if (m.address.empty() || m.address == address || stale(m)) continue;
-      for (net::Member& k : members) {
-        if (k.address != m.address || m.incarnation <= k.incarnation) continue;
-        Log("member " + m.address + " restarted (incarnation " + std::to_string(k.incarnation) + " -> " +
-            std::to_string(m.incarnation) + ")");
-        k = m;
-        leaving.erase(m.address);
-        changed = true;
-      }
-    }
-    for (const net::Member& m : in.leaving) {
-      bool known = false;
-      for (const net::Member& k : members) known = known || k.address == m.address;
-      if (!known || !leaving.insert(m.address).second) continue;
-      changed = true;
-      Log("member " + m.address + " is draining");
-    }
-    // New addresses, each once, by a set: a peer's message may name millions
-    // of members. A dial to an address that never answers takes the connect
-    // timeout, so one message gets at most kMaxVerifyPerMessage verified
-    // (members left out are named again by later gossip).
-    std::unordered_set<std::string> seen;
-    for (const net::Member& k : members) seen.insert(k.address);
-    size_t left_out = 0;
-    for (const net::Member& m : in.members) {
-      if (m.address.empty() || m.address == address || stale(m) || !seen.insert(m.address).second) continue;
-      if (unknown->size() < kMaxVerifyPerMessage) unknown->push_back(m);
-      else ++left_out;
-    }
-    if (left_out)
-      Log("verifying at most " + std::to_string(kMaxVerifyPerMessage) + " new members per message; " +
-          std::to_string(left_out) + " left for later gossip");
-    return changed;
-  }
-
-  // Lists the members of unknown that are really nodes: each address is
-  // dialed (TLS with the cluster's CA, a node's certificate) and must say in
-  // its hello that it listens there, so no peer can list ghosts or another
-  // host's address. An address that failed is not dialed again for
-  // kVerifyRetryMs. Dials, so never on a handler thread; true when any was
-  // listed.
-  bool AddVerified(const std::vector<net::Member>& unknown) {
-    bool changed = false;
-    for (const net::Member& m : unknown) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        auto f = unverified_ms.find(m.address);
-        if (f != unverified_ms.end() && NowMs() - f->second < kVerifyRetryMs) continue;
-      }
-      Status why;
-      auto c = Peer(m.address);
-      if (!c.ok()) {
-        why = c.status();
-      } else if ((*c)->peer_role() != net::Role::kNode) {
-        why = PermissionDenied("it holds a session's credential");
-      } else if ((*c)->peer_listen_address() != m.address) {
-        why = InvalidArgument("the node there says it listens on '" + (*c)->peer_listen_address() + "'");
-      }
-      std::lock_guard<std::mutex> l(mu);
-      if (!why.ok()) {
-        if (unverified_ms.size() >= 4096) unverified_ms.clear();
-        unverified_ms[m.address] = NowMs();
-        Log("not listing " + m.address + ": " + why.message());
-        continue;
-      }
-      unverified_ms.erase(m.address);
-      auto t = tombstones.find(m.address);
-      if (t != tombstones.end() && m.incarnation <= t->second) continue;
-      bool known = false;
-      for (const net::Member& k : members) known = known || k.address == m.address;
-      if (known) continue;
-      members.push_back(m);
-      RememberSeedLocked(m.address);
-      changed = true;
-      Log("member " + m.name + " (" + m.address + ") joined");
-    }
-    return changed;
-  }
-
-  // Merge, then list the unknown members that verify; true when anything changed.
-  bool Absorb(const net::Membership& in) {
-    std::vector<net::Member> unknown;
-    bool changed = Merge(in, &unknown);
-    if (!unknown.empty() && AddVerified(unknown)) changed = true;
-    return changed;
-  }
-
+  // Membership requests of peer nodes, in order, on their own thread (a
+  // drain writes to etcd, which a handler must not wait on). etcd holds the
+  // membership: a node asks this one only to drain itself.
   void MembershipLoop() {
     std::unique_lock<std::mutex> l(mu);
     while (true) {
@@ -521,91 +391,24 @@ struct ClusterNode::Impl {
       l.unlock();
       bool drain_me = false;
       for (const net::Member& m : job.membership.leaving) drain_me = drain_me || m.address == address;
-      if (etcd_mode()) {
-        // etcd holds the membership: a node asks this one only to drain.
-        Status s;
-        if (drain_me) {
-          StartDrain();
-          auto* r = registry_ready.load();
-          s = r ? r->SetLeaving() : Unavailable("node " + opts.name + " is still registering in etcd");
-        } else {
-          s = FailedPrecondition("node " + opts.name + " keeps its cluster's membership in etcd: start nodes with "
-                                 "--etcd, not --join");
-        }
-        if (s.ok()) Reply(job.from, job.request_id, MembershipNow());
-        else Reply(job.from, job.request_id, net::StatusReply{s});
-        l.lock();
-        continue;
-      }
-      const bool changed = Absorb(job.membership);
-      if (drain_me) StartDrain();
-      // Members and sessions hear of the change before the asker's reply, so
-      // a joiner (or `node drain`) that returns finds the cluster told.
-      if (changed) {
-        Gossip();
+      Status s;
+      if (drain_me) {
+        StartDrain();
+        auto* r = registry_ready.load();
+        if (r) s = r->SetLeaving();
+        else if (etcd_mode()) s = Unavailable("node " + opts.name + " is still registering in etcd");
         NotifyWatchers();
+      } else {
+        s = FailedPrecondition("node " + opts.name + " keeps no membership of its own: its cluster's members are " +
+                               "the nodes registered in etcd (start nodes with --etcd)");
       }
-      Reply(job.from, job.request_id, MembershipNow());
+      if (s.ok()) Reply(job.from, job.request_id, MembershipNow());
+      else Reply(job.from, job.request_id, net::StatusReply{s});
       l.lock();
     }
   }
 
-  // A node of this one's name at another address, newer than this one's
-  // life `life` that ended: it replaced this node, which then leaves rather
-  // than serve twice under one name. True when so (mu held).
-  bool ReplacedLocked(const std::vector<net::Member>& in, uint64_t life) {
-    if (!replaced_by.empty()) return true;
-    for (const net::Member& m : in) {
-      if (m.name != opts.name || m.address == address || m.incarnation <= life) continue;
-      replaced_by = m.name + " (" + m.address + ")";
-      Log("replaced by " + replaced_by + " while away; leaving");
-      left = true;
-      idle.notify_all();
-      return true;
-    }
-    return false;
-  }
 
-  // Queues telling the node at m.address that its life m.incarnation ended
-  // here, at most once per address per kEndedResendMs and for at most
-  // kMaxEndedQueued addresses, so stale gossip cannot make this node dial
-  // without bound.
-  void QueueEndedLocked(const net::Member& m) {
-    const int64_t now = NowMs();
-    auto [it, fresh] = ended_told_ms.emplace(m.address, now);
-    if (!fresh) {
-      if (now - it->second < kEndedResendMs) return;
-      it->second = now;
-    }
-    if (ended_told_ms.size() > kMaxEndedQueued * 16) ended_told_ms.clear();
-    if (to_tell_ended.size() >= kMaxEndedQueued) return;
-    to_tell_ended[m.address] = m;
-    idle.notify_all();
-  }
-
-  void RememberSeedLocked(const std::string& addr) {
-    if (addr == address || std::find(seeds.begin(), seeds.end(), addr) != seeds.end()) return;
-    seeds.push_back(addr);
-    if (seeds.size() > 64) seeds.pop_front();
-  }
-
-  // Remembers that the life `inc` of the member at addr is over.
-  void TombstoneLocked(const std::string& addr, uint64_t inc) {
-    auto [it, fresh] = tombstones.emplace(addr, inc);
-    if (!fresh) {
-      it->second = std::max(it->second, inc);
-      return;
-    }
-    tombstone_order.push_back(addr);
-    if (tombstone_order.size() > 4096) {
-      tombstones.erase(tombstone_order.front());
-      tombstone_order.pop_front();
-    }
-  }
-
-  // A node that lost every peer (its process was stopped, its network cut)
-  // rejoins through its seeds, as a new life so the members' tombstones of
-  // the old one do not refuse it; with back-off, on its own thread.
   static int64_t NowMs() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
@@ -686,92 +489,21 @@ struct ClusterNode::Impl {
     }
   }
 
-  void RejoinLoop() {
-    int backoff_ms = 250;
-    int64_t next_rejoin_ms = NowMs() + backoff_ms;
+  // Forgets, every 250 ms, the steps peers sent tensors for that never
+  // ran here (kEarlyStepTtlMs), until the node stops.
+  void HousekeepingLoop() {
     std::unique_lock<std::mutex> l(mu);
     while (!stopped) {
-      idle.wait_for(l, std::chrono::milliseconds(std::max<int64_t>(1, next_rejoin_ms - NowMs())),
-                    [&] { return stopped || !to_tell_ended.empty(); });
+      idle.wait_for(l, std::chrono::milliseconds(250), [&] { return stopped; });
       if (stopped) break;
-      if (!to_tell_ended.empty()) {
-        std::map<std::string, net::Member> tell;
-        tell.swap(to_tell_ended);
-        l.unlock();
-        TellEnded(tell);
-        l.lock();
-        continue;
-      }
-      if (NowMs() < next_rejoin_ms) continue;
       std::vector<int64_t> expired;
       ExpireEarlyLocked(&expired);
-      if (!expired.empty()) {
-        l.unlock();
-        for (int64_t step : expired) rendezvous.Cleanup(step);
-        Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
-        l.lock();
-      }
-      // The life the others last saw: a replacement is newer than it, not
-      // than the lives this node took while trying to rejoin.
-      if (members.size() > 1) life_seen = members[0].incarnation;
-      if (etcd_mode() || members.size() > 1 || seeds.empty() || draining || !replaced_by.empty()) {
-        backoff_ms = 250;
-        next_rejoin_ms = NowMs() + backoff_ms;
-        continue;
-      }
-      std::vector<std::string> try_seeds(seeds.begin(), seeds.end());
-      const uint64_t life = life_seen ? life_seen : members[0].incarnation;  // the life the others saw end
-      members[0].incarnation = std::max(members[0].incarnation + 1, NowIncarnation());
+      if (expired.empty()) continue;
       l.unlock();
-      bool joined = false;
-      for (const std::string& seed : try_seeds) {
-        auto c = Peer(seed);
-        if (!c.ok()) continue;
-        // Looked at before joining: a replaced node must not be listed, even briefly.
-        auto listed = net::Call(*c, net::ListMembers{}, 5000);
-        if (!listed.ok()) continue;
-        if (auto* now = std::get_if<net::Membership>(&listed->body)) {
-          std::lock_guard<std::mutex> g(mu);
-          if (ReplacedLocked(now->members, life)) break;
-        }
-        auto reply = net::Call(*c, net::Membership{MemberList()}, 5000);
-        if (!reply.ok()) continue;
-        auto* mem = std::get_if<net::Membership>(&reply->body);
-        if (!mem) continue;
-        Log("rejoined through " + seed);
-        if (Absorb(*mem)) {
-          Gossip();
-          NotifyWatchers();
-        }
-        joined = true;
-        break;
-      }
+      for (int64_t step : expired) rendezvous.Cleanup(step);
+      Log("forgot " + std::to_string(expired.size()) + " steps that peers sent tensors for but never ran here");
       l.lock();
-      backoff_ms = joined ? 250 : std::min(backoff_ms * 2, 5000);
-      next_rejoin_ms = NowMs() + backoff_ms;
     }
-  }
-
-  // Tells each node that gossip named at a life this node saw end that the
-  // life is over, with this node's members, so it starts a new one (one-way;
-  // a node truly gone just fails the dial).
-  void TellEnded(const std::map<std::string, net::Member>& tell) {
-    for (const auto& [addr, m] : tell) {
-      net::Message msg;
-      net::Membership mem = MembershipNow();
-      mem.ended.push_back(m);
-      msg.body = std::move(mem);
-      Status s = SendTo(addr, msg);
-      Log("told " + addr + " its life " + std::to_string(m.incarnation) + " ended here" +
-          (s.ok() ? "" : std::string(" (failed: ") + s.message() + ")"));
-    }
-  }
-
-  // Incarnations grow with time, so a restarted node outranks its past lives.
-  static uint64_t NowIncarnation() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
   }
 
   // The members etcd lists now (registry's thread): they replace the
@@ -872,17 +604,6 @@ struct ClusterNode::Impl {
       left = true;
       idle.notify_all();
     });
-  }
-
-  // Tells every other member the full list (after it changed).
-  void Gossip() {
-    net::Message m;
-    m.body = MembershipNow();
-    for (const net::Member& p : std::get<net::Membership>(m.body).members) {
-      if (p.address == address) continue;
-      Status s = SendTo(p.address, m);
-      if (!s.ok()) Log("cannot reach member " + p.address + ": " + s.ToString());
-    }
   }
 
   void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body) {
@@ -1280,18 +1001,10 @@ struct ClusterNode::Impl {
       // wait (and hold its step's state) forever.
       for (const auto& r : running)
         if (r.second == c.get()) orphaned.insert(r.first);
-      if (!lost.empty() && etcd_mode()) {
-        // etcd decides who is a member: report the peer, whose lease ends
-        // (a killed node is gone for everyone at once, not after its TTL).
+      // etcd decides who is a member: report the peer, whose lease ends
+      // (a killed node is gone for everyone at once, not after its TTL).
+      if (!lost.empty())
         if (auto* r = registry_ready.load()) r->ReportDownLater(lost);
-      } else if (!lost.empty()) {
-        for (const net::Member& m : members)
-          if (m.address == lost) TombstoneLocked(m.address, m.incarnation);
-        members.erase(std::remove_if(members.begin(), members.end(),
-                                     [&](const net::Member& m) { return m.address == lost; }),
-                      members.end());
-        leaving.erase(lost);
-      }
       idle.notify_all();
     }
     collectives->OnPeerDown(c.get(), lost, why);
@@ -1304,10 +1017,7 @@ struct ClusterNode::Impl {
       // element) for good.
       queues->CancelStep(step, gone);
     }
-    if (!lost.empty()) {
-      Log("member " + lost + " is down: " + why.message());
-      if (!etcd_mode()) NotifyWatchers();
-    }
+    if (!lost.empty()) Log("connection to member " + lost + " is down: " + why.message());
   }
 
   void Stop() {
@@ -1325,7 +1035,7 @@ struct ClusterNode::Impl {
     if (membership_thread.joinable()) membership_thread.join();
     if (dial_thread.joinable()) dial_thread.join();
     if (drain_thread.joinable()) drain_thread.join();
-    if (rejoin_thread.joinable()) rejoin_thread.join();
+    if (housekeeping_thread.joinable()) housekeeping_thread.join();
     if (progress_thread.joinable()) progress_thread.join();
     endpoint->Shutdown();
     // Fail what running steps wait on (queues, tensors from peers that can no
@@ -1362,8 +1072,6 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
-  if (!opts.etcd.empty() && !opts.join.empty())
-    return InvalidArgument("a node takes its membership from etcd (--etcd) or joins a member (--join), not both");
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
   net::EndpointOptions to;
@@ -1397,8 +1105,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   impl->address = host + ":" + std::to_string(bound);
   impl->collectives->SetAddress(impl->address);
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
-  impl->members.push_back({impl->opts.name, impl->address, Impl::NowIncarnation()});
-  if (!impl->opts.join.empty()) impl->seeds.push_back(impl->opts.join);
+  // Its life (incarnation) is its key's revision in etcd, set once registered.
+  impl->members.push_back({impl->opts.name, impl->address, 0});
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
   p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   p->membership_thread = std::thread([p] { p->MembershipLoop(); });
@@ -1429,29 +1137,10 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (!registry.ok()) return registry.status().WithPrefix("node " + p->opts.name + " joining through etcd " + opts.etcd);
     p->registry = std::move(*registry);
     p->registry_ready = p->registry.get();
-  } else if (!opts.join.empty()) {
-    auto c = p->Peer(opts.join);
-    if (!c.ok()) return c.status().WithPrefix("joining " + opts.join);
-    // Tell the member we exist; it answers with every member it knows.
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Result<net::Message> reply = Status(Code::kInternal, "no reply");
-    (*c)->Request(net::Membership{p->MemberList()}, 10000, [&](Result<net::Message> r) {
-      std::lock_guard<std::mutex> l(mu);
-      reply = std::move(r);
-      done = true;
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
-    if (!reply.ok()) return reply.status().WithPrefix("joining " + opts.join);
-    auto* mem = std::get_if<net::Membership>(&reply->body);
-    if (!mem) return Unavailable("joining " + opts.join + ": unexpected reply " + net::BodyName(reply->body));
-    if (p->Absorb(*mem)) p->Gossip();
+  } else {
+    p->Log("no --etcd: a cluster of this node alone");
   }
-  // After the join: alone until it answered, the node would rejoin meanwhile.
-  p->rejoin_thread = std::thread([p] { p->RejoinLoop(); });
+  p->housekeeping_thread = std::thread([p] { p->HousekeepingLoop(); });
   return node;
 }
 
@@ -1472,10 +1161,7 @@ void ClusterNode::Drain() {
     // Every node and session learns it from etcd.
     Status s = impl_->registry->SetLeaving();
     if (!s.ok()) impl_->Log("draining: " + s.ToString());
-    impl_->NotifyWatchers();
-    return;
   }
-  impl_->Gossip();
   impl_->NotifyWatchers();
 }
 

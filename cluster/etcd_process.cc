@@ -147,8 +147,9 @@ Status EtcdProcess::Start() {
   std::lock_guard<std::mutex> l(mu_);
   if (pid_ > 0) return FailedPrecondition("etcd: already running at 127.0.0.1:" + std::to_string(client_port_));
   const std::string& creds = options_.credentials_dir;
-  if (creds.empty()) return InvalidArgument("etcd: EtcdProcessOptions::credentials_dir is required");
-  if (!std::filesystem::exists(creds + "/" + options_.server_credential + ".crt")) {
+  if (creds.empty() && !options_.plaintext)
+    return InvalidArgument("etcd: EtcdProcessOptions::credentials_dir is required");
+  if (!options_.plaintext && !std::filesystem::exists(creds + "/" + options_.server_credential + ".crt")) {
     // 127.0.0.1 too: etcdctl and other Go clients check the address they dial.
     SF_RETURN_IF_ERROR(net::IssueEtcdCredential(creds, options_.server_credential, {"127.0.0.1"}));
   }
@@ -184,8 +185,9 @@ Status EtcdProcess::Launch() {
   const std::string crt = c + "/" + options_.server_credential + ".crt";
   const std::string key = c + "/" + options_.server_credential + ".key";
   const std::string ca = c + "/ca.crt";
-  const std::string client_url = "https://127.0.0.1:" + std::to_string(client_port_);
-  const std::string peer_url = "https://127.0.0.1:" + std::to_string(peer_port_);
+  const std::string scheme = options_.plaintext ? "http://" : "https://";
+  const std::string client_url = scheme + "127.0.0.1:" + std::to_string(client_port_);
+  const std::string peer_url = scheme + "127.0.0.1:" + std::to_string(peer_port_);
   std::vector<std::string> args = {options_.etcd_binary,
                                    "--name", "default",
                                    "--data-dir", dir_ + "/data",
@@ -195,11 +197,11 @@ Status EtcdProcess::Launch() {
                                    "--initial-advertise-peer-urls", peer_url,
                                    "--initial-cluster", "default=" + peer_url,
                                    "--election-timeout", std::to_string(options_.election_timeout_ms),
-                                   "--heartbeat-interval", std::to_string(options_.heartbeat_interval_ms),
-                                   "--cert-file", crt, "--key-file", key,
-                                   "--trusted-ca-file", ca, "--client-cert-auth",
-                                   "--peer-cert-file", crt, "--peer-key-file", key,
-                                   "--peer-trusted-ca-file", ca, "--peer-client-cert-auth"};
+                                   "--heartbeat-interval", std::to_string(options_.heartbeat_interval_ms)};
+  if (!options_.plaintext)
+    args.insert(args.end(), {"--cert-file", crt, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
+                             "--peer-cert-file", crt, "--peer-key-file", key, "--peer-trusted-ca-file", ca,
+                             "--peer-client-cert-auth"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -238,11 +240,15 @@ Status EtcdProcess::Launch() {
 Status EtcdProcess::WaitHealthy() {
   const auto deadline = Clock::now() + options_.start_timeout;
   const std::string where = "etcd at 127.0.0.1:" + std::to_string(client_port_);
-  auto cred = net::LoadCredential(options_.credentials_dir, options_.client_credential);
-  if (!cred.ok()) return cred.status().WithPrefix(where + ": the credential to check its health with");
   EtcdClientOptions o;
   o.endpoints = "127.0.0.1:" + std::to_string(client_port_);
-  o.credential = *cred;
+  if (options_.plaintext) {
+    o.plaintext_for_tests = true;
+  } else {
+    auto cred = net::LoadCredential(options_.credentials_dir, options_.client_credential);
+    if (!cred.ok()) return cred.status().WithPrefix(where + ": the credential to check its health with");
+    o.credential = *cred;
+  }
   o.request_timeout = std::chrono::milliseconds(1000);
   auto client = EtcdClient::Create(o);
   if (!client.ok()) return client.status();

@@ -33,7 +33,7 @@ struct EtcdProcessOptions {
   // The etcd binary. Default Debian's.
   std::string etcd_binary = "/usr/bin/etcd";
   // A cluster credentials directory (ca.crt; ca.key too unless it already
-  // holds the etcd credential). Required.
+  // holds the etcd credential). Required unless plaintext.
   std::string credentials_dir;
   // The etcd server's credential in it (NAME.crt/NAME.key). Default "etcd".
   std::string server_credential = "etcd";
@@ -48,7 +48,10 @@ struct EtcdProcessOptions {
   std::chrono::milliseconds start_timeout{20000};
   // How long Stop() waits after SIGTERM before SIGKILL. Default 5 s.
   std::chrono::milliseconds stop_timeout{5000};
-  // Where its temporary directory goes. Default $TMPDIR or /tmp.
+  // Plain HTTP on loopback, no TLS and no credentials: only for clusters
+  // run --insecure (measuring what TLS costs). Default false.
+  bool plaintext = false;
+    // Where its temporary directory goes. Default $TMPDIR or /tmp.
   std::string temp_parent;
 };
 

@@ -85,27 +85,22 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
   dir_ = tmpl;
   tls_dir_ = dir_ + "/tls";
   SF_RETURN_IF_ERROR(InitClusterCredentials(tls_dir_));
-  if (!insecure_) {
-    auto etcd = LocalEtcd::Start(tls_dir_);
-    if (!etcd.ok()) return etcd.status().WithPrefix("starting the local cluster's etcd");
-    etcd_ = std::move(*etcd);
-  }
+  auto etcd = LocalEtcd::Start(tls_dir_, insecure_);
+  if (!etcd.ok()) return etcd.status().WithPrefix("starting the local cluster's etcd");
+  etcd_ = std::move(*etcd);
   for (int i = 0; i < n; ++i) {
-    auto a = Spawn(addresses_.empty() ? "" : addresses_[0], lifetime_s);
+    auto a = Spawn(lifetime_s);
     if (!a.ok()) return a.status();
   }
   return Status::OK();
 }
 
 Result<std::string> LocalCluster::AddNode(double lifetime_s) {
-  if (etcd_) return Spawn("", lifetime_s);
-  // Join through a node that is still running (the first may have been killed).
-  for (size_t i = 0; i < addresses_.size(); ++i)
-    if (pids_[i] > 0) return Spawn(addresses_[i], lifetime_s);
-  return FailedPrecondition("no node of the local cluster is running to join");
+  if (!etcd_) return FailedPrecondition("the local cluster is not started");
+  return Spawn(lifetime_s);
 }
 
-Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime_s) {
+Result<std::string> LocalCluster::Spawn(double lifetime_s) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return Unavailable(std::string("pipe: ") + std::strerror(errno));
   const std::string lifetime = std::to_string(lifetime_s);
@@ -117,13 +112,8 @@ Result<std::string> LocalCluster::Spawn(const std::string& join, double lifetime
     args.push_back("--tls-dir");
     args.push_back(tls_dir_);
   }
-  if (etcd_) {
-    // A 1 s lease: a hung node is gone for everyone within about a second.
-    args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1"});
-  } else if (!join.empty()) {
-    args.push_back("--join");
-    args.push_back(join);
-  }
+  // A 1 s lease: a hung node is gone for everyone within about a second.
+  args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1"});
   args.insert(args.end(), node_args_.begin(), node_args_.end());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();

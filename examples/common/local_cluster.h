@@ -26,11 +26,11 @@ class LocalCluster {
   // TLS credentials (a cluster CA, node, session and etcd certificates) in
   // a temporary directory; the shardflow binary is found beside this
   // program (or at `binary`). Unavailable naming the node (or etcd) that
-  // failed to start. Insecure clusters (SetInsecure) have no etcd: their
-  // nodes join the first by gossip.
+  // failed to start. Insecure clusters (SetInsecure) run etcd and the nodes
+  // in plaintext.
   Status Start(int n, double lifetime_s = 600, const std::string& binary = "");
-  // Starts one more node joining the cluster; its address.
-  // FailedPrecondition when an insecure cluster has no node running to join. A node dies with the thread
+  // Starts one more node, which registers in the cluster's etcd; its
+  // address. FailedPrecondition before Start. A node dies with the thread
   // that started it (PR_SET_PDEATHSIG), so start nodes from a thread that
   // lives as long as they are needed.
   Result<std::string> AddNode(double lifetime_s = 600);
@@ -49,8 +49,8 @@ class LocalCluster {
   void SetNodeArgs(std::vector<std::string> args) { node_args_ = std::move(args); }
   // Sends SIGKILL to node i and reaps it.
   void Kill(int i);
-  // The cluster's etcd ("HOST:PORT"; "" for an insecure cluster) and the
-  // server itself (to pause or restart it in failure tests; null when none).
+  // The cluster's etcd ("HOST:PORT"; "" before Start) and the server
+  // itself (to pause or restart it in failure tests; null before Start).
   std::string etcd_endpoint() const { return etcd_ ? etcd_->endpoint() : ""; }
   LocalEtcd* etcd() { return etcd_.get(); }
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
@@ -58,7 +58,7 @@ class LocalCluster {
   bool WaitExit(int i, int timeout_ms);
 
  private:
-  Result<std::string> Spawn(const std::string& join, double lifetime_s);
+  Result<std::string> Spawn(double lifetime_s);
 
   std::unique_ptr<LocalEtcd> etcd_;  // destroyed after the nodes are stopped (see ~LocalCluster)
   std::string binary_;

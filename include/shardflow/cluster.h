@@ -3,7 +3,7 @@
 //
 //   // Once: build/bin/shardflow certs init tls   (a cluster CA and credentials)
 //   // On each machine (or process): build/bin/shardflow node --listen HOST:PORT
-//   //   [--join HOST:PORT] --tls-dir tls
+//   //   --etcd ETCD_HOST:PORT --tls-dir tls   (etcd holds the membership)
 //   sf::ClusterOptions o;
 //   o.address = "127.0.0.1:7000";
 //   o.tls_dir = "tls";
@@ -36,10 +36,9 @@ class OpRegistry;
 
 struct NodeOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT to listen on (port 0: any free one)
-  std::string join;                    // a member's HOST:PORT to join ("": start a cluster)
   // etcd's client addresses, "HOST:PORT[,HOST:PORT...]": the cluster's
   // membership lives there (the node registers under a lease, and every
-  // member and session follows the same list). Exclusive with join.
+  // member and session follows the same list). "": a cluster of this node alone.
   std::string etcd;
   std::string cluster = "default";     // the cluster's name in etcd (several may share one etcd)
   int lease_ttl_s = 2;                 // with etcd: a hung node is gone after about this long
@@ -76,9 +75,10 @@ struct NodeOptions {
 // One member of a cluster: serves partitions, variable shards and tensors.
 class ClusterNode {
  public:
-  // Listens, joins opts.join when given (Unavailable naming it if it cannot
-  // be reached, PermissionDenied when TLS with it fails) and serves until
-  // Stop or destruction. InvalidArgument for a bad address, NotFound /
+  // Listens, registers in opts.etcd when given (Unavailable / PermissionDenied
+  // naming etcd when it cannot be reached, FailedPrecondition naming the
+  // holder when a live node has this name) and serves until Stop or
+  // destruction. InvalidArgument for a bad address, NotFound /
   // FailedPrecondition / InvalidArgument for credentials (net/credentials.h).
   static Result<std::unique_ptr<ClusterNode>> Start(NodeOptions opts);
   ~ClusterNode();
@@ -168,7 +168,7 @@ Status DrainNode(const std::string& address, const std::string& tls_dir, int wai
 struct MemberInfo {
   std::string name;
   std::string address;       // HOST:PORT
-  uint64_t incarnation = 0;  // its life: set at start, raised when it rejoins
+  uint64_t incarnation = 0;  // its life: its key's revision in etcd (new when it registers again)
   std::string state;         // "alive" or "leaving" (draining)
 };
 
@@ -208,8 +208,10 @@ class LocalEtcd {
  public:
   // Starts etcd (issuing its credential "etcd" in tls_dir when missing) and
   // waits until it answers; Unavailable with the end of etcd's log when it
-  // does not start, NotFound when /usr/bin/etcd is missing (apt-get install etcd-server).
-  static Result<std::unique_ptr<LocalEtcd>> Start(const std::string& tls_dir);
+  // does not start, NotFound when /usr/bin/etcd is missing (apt-get install
+  // etcd-server). insecure: plain HTTP without credentials (tls_dir unused),
+  // for clusters whose nodes run insecure.
+  static Result<std::unique_ptr<LocalEtcd>> Start(const std::string& tls_dir, bool insecure = false);
   ~LocalEtcd();
   // "127.0.0.1:PORT", its client address (the same after Restart).
   const std::string& endpoint() const;

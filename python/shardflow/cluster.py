@@ -77,7 +77,7 @@ def _die_with_parent():
         _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _stop(procs, tmpdir):
+def _stop(procs, tmpdir, etcd):
     for p in procs:
         if p.poll() is None:
             p.terminate()
@@ -88,6 +88,7 @@ def _stop(procs, tmpdir):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    etcd.clear()  # after the nodes, which leave etcd as they stop; dropping it stops etcd
     shutil.rmtree(tmpdir, ignore_errors=True)
 
 
@@ -104,14 +105,17 @@ class LocalCluster:
         _core.init_cluster_credentials(self.tls_dir)
         self._procs = []
         self.addresses = []
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._tmp)
+        self._etcd = []
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._tmp, self._etcd)
         try:
+            # The cluster's membership lives in etcd: a real one, on a free port.
+            self._etcd.append(_core.LocalEtcd(self.tls_dir))
+            self.etcd = self._etcd[0].endpoint
             for i in range(int(nodes)):
                 args = [self.binary, "node", "--listen", "127.0.0.1:0", "--tls-dir", self.tls_dir,
                         "--threads", str(int(threads)), "--lifetime-s", str(int(lifetime_s)),
                         "--name", f"local{i}"]
-                if self.addresses:
-                    args += ["--join", self.addresses[0]]
+                args += ["--etcd", self.etcd, "--lease-ttl-s", "1"]
                 if log:
                     args.append("--log")
                 if _SETPRIV:

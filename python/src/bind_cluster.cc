@@ -46,6 +46,19 @@ void BindCluster(py::module_& m) {
                                        const std::vector<std::string>& hosts) {
     Check(IssueClusterCredential(dir, role, name, hosts));
   });
+  // The etcd a LocalCluster's nodes register in (shardflow/cluster.h LocalEtcd);
+  // dropping the object stops it.
+  py::class_<LocalEtcd, std::unique_ptr<LocalEtcd>>(m, "LocalEtcd")
+      .def(py::init([](const std::string& tls_dir, bool insecure) {
+             Result<std::unique_ptr<LocalEtcd>> r = Unavailable("not started");
+             {
+               py::gil_scoped_release nogil;
+               r = LocalEtcd::Start(tls_dir, insecure);
+             }
+             return Take(std::move(r));
+           }),
+           py::arg("tls_dir"), py::arg("insecure") = false)
+      .def_property_readonly("endpoint", &LocalEtcd::endpoint);
 }
 
 }  // namespace python

@@ -22,6 +22,7 @@
 #include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/test_etcd.h"
 
 using namespace sf;
 using namespace std::chrono_literals;
@@ -242,9 +243,10 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
           "[cluster][allreduce]") {
   NodeOptions no;
   no.tls_dir = sf::testing::TestTlsDir();
+  no.etcd = sf::testing::TestEtcd();
+  no.lease_ttl_s = 1;
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
-  no.join = (*n0)->address();
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
   const std::string a0 = (*n0)->address(), a1 = (*n1)->address();
@@ -297,9 +299,10 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
           "[cluster][allreduce]") {
   NodeOptions no;
   no.tls_dir = sf::testing::TestTlsDir();
+  no.etcd = sf::testing::TestEtcd();
+  no.lease_ttl_s = 1;
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
-  no.join = (*n0)->address();
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
   Ranks rs;

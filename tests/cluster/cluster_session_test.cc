@@ -32,6 +32,7 @@
 #include "tests/support/raw_socket.h"
 #include "tests/support/wait.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/test_etcd.h"
 
 using namespace sf;
 using namespace std::chrono_literals;
@@ -265,14 +266,14 @@ TEST_CASE("Cluster: a session whose connection to a live member dropped register
 TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[cluster]") {
   NodeOptions no;
   no.tls_dir = sf::testing::TestTlsDir();
+  no.etcd = sf::testing::TestEtcd();
+  no.lease_ttl_s = 1;
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
-  no.join = (*n0)->address();
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
-  // Membership spreads both ways.
-  REQUIRE((*n0)->Members().size() == 2);
-  REQUIRE((*n1)->Members().size() == 2);
+  // Both see both, through etcd.
+  REQUIRE(testing::WaitFor([&] { return (*n0)->Members().size() == 2 && (*n1)->Members().size() == 2; }, 10s));
 
   Graph g;
   Output x, r;
@@ -315,9 +316,10 @@ TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[c
 TEST_CASE("Cluster: stopping a node while its partition waits fails the step by name", "[cluster]") {
   NodeOptions no;
   no.tls_dir = sf::testing::TestTlsDir();
+  no.etcd = sf::testing::TestEtcd();
+  no.lease_ttl_s = 1;
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
-  no.join = (*n0)->address();
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
   const std::string victim = (*n1)->address();
@@ -465,16 +467,6 @@ TEST_CASE("Cluster: a hung member is dropped when its lease in etcd ends", "[clu
   CHECK(secs < 2.5);  // the 1 s lease, and etcd's check of expired leases
   // Resumed, it finds its lease gone and registers again as a new life.
   CHECK(testing::WaitFor([&] { return (*node)->Members().size() == 2; }, 10s));
-}
-
-TEST_CASE("Cluster: a node takes its membership from etcd or from --join, not both", "[cluster]") {
-  NodeOptions no;
-  no.insecure = true;
-  no.etcd = "127.0.0.1:1";
-  no.join = "127.0.0.1:2";
-  auto node = ClusterNode::Start(no);
-  REQUIRE(node.status().code() == Code::kInvalidArgument);
-  CHECK(Contains(node.status(), "--etcd"));
 }
 
 TEST_CASE("Cluster: a node whose etcd cannot be reached does not start, naming etcd", "[cluster]") {

@@ -10,6 +10,7 @@
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/test_etcd.h"
 
 using namespace sf;
 using namespace std::chrono_literals;
@@ -21,10 +22,11 @@ struct TwoNodes {
   TwoNodes() {
     NodeOptions no;
     no.tls_dir = sf::testing::TestTlsDir();
+    no.etcd = sf::testing::TestEtcd();
+    no.lease_ttl_s = 1;
     auto a = ClusterNode::Start(no);
     REQUIRE(a.ok());
     n0 = std::move(a).value();
-    no.join = n0->address();
     auto b = ClusterNode::Start(no);
     REQUIRE(b.ok());
     n1 = std::move(b).value();

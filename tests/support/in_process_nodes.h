@@ -1,7 +1,7 @@
-// Two cluster nodes in the test's own process (ClusterNode::Start), the
-// second joined to the first: for cluster tests that need the nodes to use
-// the test's registries or to be inspected directly. Node processes on
-// 127.0.0.1 are examples/common/local_cluster.h.
+// Two cluster nodes in the test's own process (ClusterNode::Start), both
+// registered in the test process's etcd: for cluster tests that need the
+// nodes to use the test's registries or to be inspected directly. Node
+// processes on 127.0.0.1 are examples/common/local_cluster.h.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 
 #include "shardflow/cluster.h"
 #include "tests/support/test_credentials.h"
+#include "tests/support/test_etcd.h"
 
 namespace sf::testing {
 
@@ -24,14 +25,16 @@ struct InProcessNodes {
   }
 };
 
-// Starts two nodes with `base` (its credentials and join are set here); the
-// first start error otherwise.
+// Starts two nodes with `base` (its credentials, etcd and a cluster name of
+// their own are set here); the first start error otherwise.
 inline Result<InProcessNodes> StartInProcessNodes(NodeOptions base = {}) {
+  static int clusters = 0;  // each pair is a cluster of its own in the one etcd
   InProcessNodes n;
   base.tls_dir = n.tls_dir;
-  base.join.clear();
+  base.etcd = TestEtcd();
+  base.cluster = "in-process-" + std::to_string(++clusters);
+  base.lease_ttl_s = 1;
   SF_ASSIGN_OR_RETURN(n.first, ClusterNode::Start(base));
-  base.join = n.first->address();
   SF_ASSIGN_OR_RETURN(n.second, ClusterNode::Start(base));
   return n;
 }
