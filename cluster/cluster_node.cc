@@ -23,6 +23,8 @@
 #include "actors/checkpoint_io.h"
 #include "cluster/cluster_rendezvous.h"
 #include "cluster/member_registry.h"
+#include "cluster/member_view.h"
+#include "cluster/peer_router.h"
 #include "actors/partition_host.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
@@ -94,10 +96,15 @@ struct ClusterNode::Impl {
   // The same, for handlers that may run while Start still sets it up.
   std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};
   bool etcd_mode() const { return !opts.etcd.empty(); }
+  // What sessions are told of the membership (its own lock).
+  cluster::MemberView view{net::Member{}};
+  // Connections to the other members, and messages waiting for a dial (its own lock).
+  cluster::PeerRouter router{cluster::PeerRouter::Hooks{
+      [this] { return opts.name; },
+      [this](const std::string& addr) { return endpoint->Connect(addr); },
+      [this](const std::string& to, const Status& why) { collectives->OnPeerDown(nullptr, to, why); }}};
 
   mutable std::mutex mu;
-  std::vector<net::Member> members;                    // GUARDED_BY(mu), self first
-  std::map<std::string, net::ConnectionPtr> peers;     // GUARDED_BY(mu), dialed, by address
   std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
   bool stopped = false;                                // GUARDED_BY(mu)
   // Steps whose partitions run here: Stop aborts them and waits, because the
@@ -105,16 +112,11 @@ struct ClusterNode::Impl {
   std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
   std::unordered_map<const net::Connection*, size_t> running_per_client;  // GUARDED_BY(mu)
   std::condition_variable idle;                        // running or sessions shrank, or stopping
-  std::set<std::string> leaving;                       // GUARDED_BY(mu): draining members, by address
-  // Clients (sessions) that listed the members: told when membership changes.
-  std::vector<std::weak_ptr<net::Connection>> watchers;  // GUARDED_BY(mu)
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
   std::thread drain_thread;                            // waits for sessions to move away
   std::thread housekeeping_thread;                     // expires early steps
-  // Addresses whose last dial failed: when, and why (at most 4096).
-  std::map<std::string, std::pair<int64_t, Status>> failed_dials;  // GUARDED_BY(mu)
   // Drain requests of peer nodes, handled in order by the membership thread
   // (they write to etcd, which a handler thread must not wait on).
   struct MembershipJob {
@@ -125,17 +127,6 @@ struct ClusterNode::Impl {
   std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
   std::condition_variable membership_cv;               // a job came, or stopping
   std::thread membership_thread;
-  // Messages for nodes not connected yet, by address (DialLoop): the hub's,
-  // and tensors, whose `later` learns whether they went.
-  struct Undialed {
-    net::Message m;
-    std::function<void(Status)> later;  // null: the hub's
-  };
-  std::map<std::string, std::deque<Undialed>> undialed;  // GUARDED_BY(mu)
-  int64_t undialed_bytes = 0;                          // GUARDED_BY(mu)
-  std::condition_variable dial_cv;                     // a message queued, or stopping
-  std::thread dial_thread;
-  static constexpr int64_t kMaxUndialedBytes = int64_t{1} << 30;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
   // a peer's tensor may beat the session's RunPartition). What they hold is
   // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
@@ -180,12 +171,6 @@ struct ClusterNode::Impl {
   // Partition runs one client may have going here at once: each holds a
   // step's state (and maybe a wait on a queue) until it ends.
   static constexpr size_t kMaxRunningPerClient = 1024;
-  // An address whose dial failed is not dialed again this soon: a step
-  // sending to a node that is gone fails at once instead of holding its
-  // compute thread for a connect timeout each time, and gossip to it costs
-  // nothing either.
-  static constexpr int64_t kRedialMs = 2000;
-
   explicit Impl(NodeOptions o)
       : opts(std::move(o)),
         checkpoints(runtime::NewRootedCheckpointService(opts.checkpoint_root)),
@@ -201,7 +186,7 @@ struct ClusterNode::Impl {
                      [this](const std::string& to, const net::Message& m) { return SendFromHub(to, m); },
                      [this] {
                        std::vector<std::string> out;
-                       for (const auto& m : MemberList()) out.push_back(m.address);
+                       for (const auto& m : view.Members()) out.push_back(m.address);
                        return out;
                      },
                      [this](const std::string& line) { LogLimited("collectives", line); }});
@@ -237,145 +222,10 @@ struct ClusterNode::Impl {
   std::mutex log_mu;
   std::map<std::string, std::pair<int64_t, int64_t>> log_limits;  // GUARDED_BY(log_mu): kind -> last ms, not logged
 
-  // The connection to the member at address, dialed on first use.
-  Result<net::ConnectionPtr> Peer(const std::string& addr) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (stopped) return Unavailable("node " + opts.name + " is stopping");
-      auto it = peers.find(addr);
-      if (it != peers.end() && it->second->is_up()) return it->second;
-      auto f = failed_dials.find(addr);
-      if (f != failed_dials.end()) {
-        const int64_t ago = NowMs() - f->second.first;
-        if (ago < kRedialMs)
-          return Unavailable(f->second.second.message() + " (" + std::to_string(ago) + " ms ago; not dialed again for " +
-                             std::to_string(kRedialMs) + " ms)");
-        failed_dials.erase(f);
-      }
-    }
-    auto dialed = endpoint->Connect(addr);
-    if (!dialed.ok()) {
-      std::lock_guard<std::mutex> l(mu);
-      if (failed_dials.size() >= 4096) failed_dials.clear();
-      failed_dials[addr] = {NowMs(), dialed.status()};
-      return dialed.status();
-    }
-    net::ConnectionPtr c = std::move(*dialed);
-    net::ConnectionPtr winner;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      auto& slot = peers[addr];
-      if (slot && slot->is_up()) {
-        winner = slot;
-      } else {
-        slot = c;
-        return c;
-      }
-    }
-    // Another thread dialed first. Closed outside mu: closing runs OnDown,
-    // which takes mu.
-    c->Close();
-    return winner;
-  }
-
-  Status SendTo(const std::string& addr, const net::Message& m) {
-    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Peer(addr));
-    return c->Send(m);
-  }
-
-  static int64_t QueuedBytes(const net::Message& m) {
-    int64_t bytes = 256;
-    if (auto* cc = std::get_if<net::CollectiveChunk>(&m.body); cc && cc->chunk.valid())
-      bytes += static_cast<int64_t>(cc->chunk.bytes());
-    if (auto* st = std::get_if<net::SendTensor>(&m.body); st && st->value.valid())
-      bytes += static_cast<int64_t>(st->value.bytes());
-    return bytes;
-  }
-
-  // Sends m to the member at `to` without ever waiting on a dial: over a
-  // live connection at once (false); otherwise m waits (in order, at most
-  // kMaxUndialedBytes in all) for the dialer thread (true), which calls
-  // later(status), or reports a failed dial of the hub's messages (later
-  // null) to the hub as that node being down. An address whose dial failed
-  // less than kRedialMs ago is refused at once.
-  Result<bool> SendOrQueue(const std::string& to, const net::Message& m, std::function<void(Status)> later) {
-    net::ConnectionPtr c;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (stopped) return Unavailable("node " + opts.name + " is stopping");
-      // Behind messages already waiting for this address, to keep order.
-      if (!undialed.count(to)) {
-        auto it = peers.find(to);
-        if (it != peers.end() && it->second->is_up()) c = it->second;
-      }
-      if (!c) {
-        auto f = failed_dials.find(to);
-        if (f != failed_dials.end() && NowMs() - f->second.first < kRedialMs)
-          return Unavailable(f->second.second.message() + " (" + std::to_string(NowMs() - f->second.first) +
-                             " ms ago; not dialed again for " + std::to_string(kRedialMs) + " ms)");
-        const int64_t bytes = QueuedBytes(m);
-        if (undialed_bytes + bytes > kMaxUndialedBytes)
-          return ResourceExhausted("node " + opts.name + " has " + std::to_string(undialed_bytes) +
-                                   " bytes waiting for connections to be dialed");
-        undialed[to].push_back(Undialed{m, std::move(later)});
-        undialed_bytes += bytes;
-        dial_cv.notify_all();
-        return true;
-      }
-    }
-    SF_RETURN_IF_ERROR(c->Send(m));
-    return false;
-  }
-
   // The all-reduce hub's sends. The hub is an actor on the CAF threads the
   // variable shards share, so it must never wait on a dial.
   Status SendFromHub(const std::string& to, const net::Message& m) {
-    return SendOrQueue(to, m, nullptr).status();
-  }
-
-  void DialLoop() {
-    std::unique_lock<std::mutex> l(mu);
-    while (true) {
-      dial_cv.wait(l, [&] { return stopped || !undialed.empty(); });
-      if (stopped) break;
-      const std::string to = undialed.begin()->first;
-      l.unlock();
-      auto c = Peer(to);
-      l.lock();
-      // Sent in batches, the entry kept until it is empty: what is sent
-      // meanwhile queues behind them, in order.
-      while (true) {
-        auto q = undialed.find(to);
-        if (q == undialed.end()) break;
-        if (q->second.empty()) {
-          undialed.erase(q);
-          break;
-        }
-        std::deque<Undialed> batch;
-        batch.swap(q->second);
-        for (const auto& u : batch) undialed_bytes -= QueuedBytes(u.m);
-        l.unlock();
-        Status s = c.ok() ? Status::OK() : c.status();
-        bool hub_failed = false;
-        for (auto& u : batch) {
-          Status sent = s.ok() ? (*c)->Send(u.m) : s;
-          if (!sent.ok()) s = sent;
-          if (u.later) u.later(sent.WithPrefix("sending to " + to));
-          else hub_failed |= !sent.ok();
-        }
-        if (hub_failed) collectives->OnPeerDown(nullptr, to, s);
-        l.lock();
-      }
-    }
-    // Stopping: what waits is told so, outside mu (a later aborts a step).
-    std::vector<std::function<void(Status)>> untold;
-    for (auto& [to, q] : undialed)
-      for (auto& u : q)
-        if (u.later) untold.push_back(std::move(u.later));
-    undialed.clear();
-    undialed_bytes = 0;
-    l.unlock();
-    for (auto& later : untold) later(Unavailable("node " + opts.name + " is stopping"));
+    return router.SendOrQueue(to, m, nullptr).status();
   }
 
   // Membership requests of peer nodes, in order, on their own thread (a
@@ -397,12 +247,12 @@ struct ClusterNode::Impl {
         auto* r = registry_ready.load();
         if (r) s = r->SetLeaving();
         else if (etcd_mode()) s = Unavailable("node " + opts.name + " is still registering in etcd");
-        NotifyWatchers();
+        view.NotifyWatchers();
       } else {
         s = FailedPrecondition("node " + opts.name + " keeps no membership of its own: its cluster's members are " +
                                "the nodes registered in etcd (start nodes with --etcd)");
       }
-      if (s.ok()) Reply(job.from, job.request_id, MembershipNow());
+      if (s.ok()) Reply(job.from, job.request_id, view.Snapshot());
       else Reply(job.from, job.request_id, net::StatusReply{s});
       l.lock();
     }
@@ -506,83 +356,17 @@ struct ClusterNode::Impl {
     }
   }
 
-  // The members etcd lists now (registry's thread): they replace the
-  // node's list (itself first), draining ones are marked, sessions are
-  // told, and a node etcd says is draining starts to.
+  // The members etcd lists now (registry's thread): sessions are told of a
+  // change, and a node etcd says is draining starts to.
   void OnMembers(const std::vector<cluster::MemberRecord>& records) {
-    bool drain_me = false;
-    bool changed = false;
     {
       std::lock_guard<std::mutex> l(mu);
       if (stopped) return;
-      std::vector<net::Member> next;
-      std::set<std::string> next_leaving;
-      next.push_back(members[0]);
-      for (const cluster::MemberRecord& r : records) {
-        if (r.address == address) {
-          next[0].incarnation = static_cast<uint64_t>(r.life);
-          drain_me = r.leaving;
-        } else {
-          next.push_back({r.name, r.address, static_cast<uint64_t>(r.life)});
-        }
-        if (r.leaving) next_leaving.insert(r.address);
-      }
-      auto same = [](const net::Member& a, const net::Member& b) {
-        return a.name == b.name && a.address == b.address && a.incarnation == b.incarnation;
-      };
-      changed = next.size() != members.size() || next_leaving != leaving ||
-                !std::equal(next.begin(), next.end(), members.begin(), same);
-      for (const net::Member& m : next) {
-        bool known = false;
-        for (const net::Member& k : members) known = known || same(k, m);
-        if (!known && m.address != address) Log("member " + m.name + " (" + m.address + ") joined");
-      }
-      for (const net::Member& k : members) {
-        bool kept = false;
-        for (const net::Member& m : next) kept = kept || same(k, m);
-        if (!kept && k.address != address) Log("member " + k.name + " (" + k.address + ") left");
-      }
-      members = std::move(next);
-      leaving = std::move(next_leaving);
     }
+    bool drain_me = false;
+    const bool changed = view.Update(records, &drain_me, [this](const std::string& line) { Log(line); });
     if (drain_me) StartDrain();
-    if (changed) NotifyWatchers();
-  }
-
-  std::vector<net::Member> MemberList() const {
-    std::lock_guard<std::mutex> l(mu);
-    return members;
-  }
-
-  // The members (self first) and which of them are draining.
-  net::Membership MembershipNow() const {
-    std::lock_guard<std::mutex> l(mu);
-    net::Membership m;
-    m.members = members;
-    for (const net::Member& k : members)
-      if (leaving.count(k.address)) m.leaving.push_back(k);
-    return m;
-  }
-
-  // Tells the sessions watching the membership that it changed (one-way), so
-  // they rebalance before their next step.
-  void NotifyWatchers() {
-    std::vector<net::ConnectionPtr> to;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      for (auto it = watchers.begin(); it != watchers.end();) {
-        auto c = it->lock();
-        if (c && c->is_up()) {
-          to.push_back(std::move(c));
-          ++it;
-        } else {
-          it = watchers.erase(it);
-        }
-      }
-    }
-    net::Message m;
-    m.body = MembershipNow();
-    for (const auto& c : to) c->Send(m);  // a client that went away needs no news
+    if (changed) view.NotifyWatchers();
   }
 
   // Starts leaving the cluster: sessions move this node's tasks away (they
@@ -593,8 +377,8 @@ struct ClusterNode::Impl {
       std::lock_guard<std::mutex> l(mu);
       if (draining || stopped) return;
       draining = true;
-      leaving.insert(address);
     }
+    view.MarkSelfLeaving();
     Log("draining: waiting for sessions to move away");
     drain_thread = std::thread([this] {
       std::unique_lock<std::mutex> l(mu);
@@ -696,7 +480,7 @@ struct ClusterNode::Impl {
         ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
             &rendezvous, address, std::move(tasks), r.session_id,
             [this](const std::string& to, const net::Message& m, std::function<void(Status)> later) {
-              return SendOrQueue(to, m, std::move(later));
+              return router.SendOrQueue(to, m, std::move(later));
             });
         runtime::PartitionHostOptions ho;
         ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
@@ -897,13 +681,8 @@ struct ClusterNode::Impl {
             },
             [&](net::RegisterPartition& r) { Reply(c, id, net::StatusReply{Register(c, r)}); },
             [&](net::ListMembers&) {
-              {
-                std::lock_guard<std::mutex> l(mu);
-                bool known = false;
-                for (const auto& w : watchers) known = known || w.lock() == c;
-                if (!known) watchers.push_back(c);
-              }
-              Reply(c, id, MembershipNow());
+              view.Watch(c);
+              Reply(c, id, view.Snapshot());
             },
             [&](net::Membership& mem) {
               // Only nodes change membership: a session's certificate may run work, no more.
@@ -979,17 +758,11 @@ struct ClusterNode::Impl {
   }
 
   void OnDown(const net::ConnectionPtr& c, const Status& why) {
-    std::string lost;
+    const std::string lost = router.Forget(c.get());
     std::set<int64_t> orphaned;
     {
       std::lock_guard<std::mutex> l(mu);
       if (stopped) return;
-      for (auto it = peers.begin(); it != peers.end(); ++it) {
-        if (it->second != c) continue;
-        lost = it->first;
-        peers.erase(it);
-        break;
-      }
       // A client that went away closes its sessions (running steps keep
       // what they use alive until they finish).
       for (auto it = sessions.begin(); it != sessions.end();) {
@@ -1031,9 +804,8 @@ struct ClusterNode::Impl {
     idle.notify_all();
     watch_cv.notify_all();
     membership_cv.notify_all();
-    dial_cv.notify_all();
     if (membership_thread.joinable()) membership_thread.join();
-    if (dial_thread.joinable()) dial_thread.join();
+    router.Stop();
     if (drain_thread.joinable()) drain_thread.join();
     if (housekeeping_thread.joinable()) housekeeping_thread.join();
     if (progress_thread.joinable()) progress_thread.join();
@@ -1055,8 +827,8 @@ struct ClusterNode::Impl {
       std::unique_lock<std::mutex> l(mu);
       idle.wait(l, [&] { return running.empty(); });
       sessions.clear();
-      peers.clear();
     }
+    router.Clear();
     for (int64_t step : steps) rendezvous.Cleanup(step);
     variables->Shutdown();
     queues->Stop();
@@ -1106,11 +878,10 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   impl->collectives->SetAddress(impl->address);
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
   // Its life (incarnation) is its key's revision in etcd, set once registered.
-  impl->members.push_back({impl->opts.name, impl->address, 0});
+  impl->view.SetSelf(impl->opts.name, impl->address);
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
   p->progress_thread = std::thread([p] { p->ProgressLoop(); });
   p->membership_thread = std::thread([p] { p->MembershipLoop(); });
-  p->dial_thread = std::thread([p] { p->DialLoop(); });
   if (!opts.etcd.empty()) {
     // etcd holds the membership: register under a lease and follow the members' keys.
     cluster::MemberRegistryOptions ro;
@@ -1162,7 +933,7 @@ void ClusterNode::Drain() {
     Status s = impl_->registry->SetLeaving();
     if (!s.ok()) impl_->Log("draining: " + s.ToString());
   }
-  impl_->NotifyWatchers();
+  impl_->view.NotifyWatchers();
 }
 
 std::string ClusterNode::ReplacedBy() const {
@@ -1172,7 +943,7 @@ std::string ClusterNode::ReplacedBy() const {
 
 std::vector<std::string> ClusterNode::Members() const {
   std::vector<std::string> out;
-  for (const auto& m : impl_->MemberList()) out.push_back(m.address);
+  for (const auto& m : impl_->view.Members()) out.push_back(m.address);
   return out;
 }
 
