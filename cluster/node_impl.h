@@ -1,0 +1,239 @@
+// The inside of a ClusterNode (include/shardflow/cluster.h), shared by its
+// files: cluster_node.cc (start, stop, messages, membership), node_steps.cc
+// (admitting peers' tensors and aborts for steps that do not run here yet,
+// and expiring them) and node_partitions.cc (registering and running
+// partitions, serving variables). Its parts with a job and a lock of their
+// own: cluster/member_registry.h (etcd), member_view.h (what sessions are
+// told), peer_router.h (connections to members). Not a public header.
+//
+// Thread-safety: fields marked GUARDED_BY(mu) are read and written under mu.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "actors/caf_thread_logger.h"
+#include "cluster/cluster_collectives.h"
+#include "actors/checkpoint_io.h"
+#include "cluster/cluster_rendezvous.h"
+#include "cluster/member_registry.h"
+#include "cluster/member_view.h"
+#include "cluster/peer_router.h"
+#include "actors/partition_host.h"
+#include "runtime/executor.h"
+#include "runtime/plan.h"
+#include "actors/queue_actors.h"
+#include "runtime/rendezvous.h"
+#include "actors/variable_shards.h"
+#include "shardflow/graph_io.h"
+#include "kernels/compute_pool.h"
+#include "net/credentials.h"
+#include "net/peer_rpc.h"
+#include "shardflow/cluster.h"
+
+namespace sf {
+
+struct ClusterNode::Impl {
+  // A cluster session's share of the node: its rendezvous (task addresses
+  // for its _Sends) and the host of its partitions.
+  struct SessionState {
+    const net::Connection* client = nullptr;  // the session is dropped when it goes down
+    std::set<uint64_t> handles;               // its registered partitions (bounded)
+    std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
+    std::shared_ptr<runtime::PartitionHost> host;  // the last reference stops its actor
+  };
+
+  // What a registered partition's executor points into: its graph and its
+  // session's rendezvous. Steps hold it, so closing a session never pulls
+  // either from under a step.
+  struct PartitionGraphs {
+    std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
+    std::unique_ptr<Graph> graph;
+  };
+
+  NodeOptions opts;
+  std::string address;
+  std::unique_ptr<CheckpointService> checkpoints;  // rooted at opts.checkpoint_root
+  std::unique_ptr<net::Endpoint> endpoint;
+  ComputePool pool;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::unique_ptr<runtime::ActorVariables> variables;
+  std::unique_ptr<runtime::ActorQueues> queues;
+  runtime::LocalRendezvous rendezvous;
+  std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
+
+  // The membership client when the cluster's membership is in etcd
+  // (--etcd): members come from it alone, and none of the gossip below runs.
+  std::unique_ptr<cluster::MemberRegistry> registry;
+  // The same, for handlers that may run while Start still sets it up.
+  std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};
+  bool etcd_mode() const { return !opts.etcd.empty(); }
+  // What sessions are told of the membership (its own lock).
+  cluster::MemberView view{net::Member{}};
+  // Connections to the other members, and messages waiting for a dial (its own lock).
+  cluster::PeerRouter router{cluster::PeerRouter::Hooks{
+      [this] { return opts.name; },
+      [this](const std::string& addr) { return endpoint->Connect(addr); },
+      [this](const std::string& to, const Status& why) { collectives->OnPeerDown(nullptr, to, why); }}};
+
+  mutable std::mutex mu;
+  std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
+  bool stopped = false;                                // GUARDED_BY(mu)
+  // Steps whose partitions run here: Stop aborts them and waits, because the
+  // queues, variables and rendezvous they use die with the node.
+  std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
+  std::unordered_map<const net::Connection*, size_t> running_per_client;  // GUARDED_BY(mu)
+  std::condition_variable idle;                        // running or sessions shrank, or stopping
+  bool draining = false;                               // GUARDED_BY(mu)
+  bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
+  std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
+  std::thread drain_thread;                            // waits for sessions to move away
+  std::thread housekeeping_thread;                     // expires early steps
+  // Drain requests of peer nodes, handled in order by the membership thread
+  // (they write to etcd, which a handler thread must not wait on).
+  struct MembershipJob {
+    net::ConnectionPtr from;
+    uint64_t request_id = 0;
+    net::Membership membership;
+  };
+  std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
+  std::condition_variable membership_cv;               // a job came, or stopping
+  std::thread membership_thread;
+  // Steps peers sent tensors or aborts for that run no partition here (yet:
+  // a peer's tensor may beat the session's RunPartition). What they hold is
+  // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
+  // kEarlyStepTtlMs, so a peer cannot fill the node with steps that never run.
+  struct EarlyStep {
+    int64_t first_ms = 0;
+    int64_t bytes = 0;
+  };
+  std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
+  // Steps their session cleaned up here, the latest kMaxEndedSteps: every
+  // Recv of an ended step has its tensor, so one arriving now (a late send
+  // of an aborted step, or a peer's junk) is refused, not held for
+  // kEarlyStepTtlMs under the early-step budget.
+  std::unordered_set<int64_t> ended_steps;             // GUARDED_BY(mu)
+  std::deque<int64_t> ended_order;                     // GUARDED_BY(mu): oldest first
+  static constexpr size_t kMaxEndedSteps = 65536;
+  // Steps whose client asked for progress reports (RunPartition.progress_ms):
+  // the executor sets `finished` when an op finished, and the progress
+  // thread clears it and tells the client, at most every interval_ms.
+  struct Watched {
+    std::weak_ptr<net::Connection> client;
+    uint64_t session_id = 0;
+    int64_t step = 0;
+    int interval_ms = 0;
+    std::atomic<uint64_t> finished{0};
+    uint64_t reports = 0;     // progress thread only
+    int64_t reported_ms = 0;  // progress thread only
+  };
+  std::set<std::shared_ptr<Watched>> watched;          // GUARDED_BY(mu)
+  std::condition_variable watch_cv;                    // watched grew, or stopping
+  std::thread progress_thread;
+  int64_t early_bytes = 0;                             // GUARDED_BY(mu)
+  static constexpr size_t kMaxEarlySteps = 4096;
+  static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
+  static constexpr int64_t kEarlyStepTtlMs = 60000;
+  static constexpr int kMinProgressMs = 20;
+  static constexpr size_t kMaxMembershipJobs = 256;
+  static constexpr size_t kMaxSessionsPerClient = 256;
+  static constexpr size_t kMaxSessions = 4096;
+  static constexpr size_t kMaxPartitionsPerSession = 4096;
+  static constexpr size_t kMaxPartitions = 65536;
+  // Partition runs one client may have going here at once: each holds a
+  // step's state (and maybe a wait on a queue) until it ends.
+  static constexpr size_t kMaxRunningPerClient = 1024;
+  // Makes the actor system, the shard and queue actors and the collectives hub.
+  explicit Impl(NodeOptions o);
+
+  void Log(const std::string& line) const;
+
+  // Logs line at most once a second per kind (a fixed string), with how many
+  // were not logged: a peer's flood of refused messages must not become one
+  // of log lines.
+  void LogLimited(const char* kind, const std::string& line);
+  std::mutex log_mu;
+  std::map<std::string, std::pair<int64_t, int64_t>> log_limits;  // GUARDED_BY(log_mu): kind -> last ms, not logged
+
+  // The all-reduce hub's sends. The hub is an actor on the CAF threads the
+  // variable shards share, so it must never wait on a dial.
+  Status SendFromHub(const std::string& to, const net::Message& m);
+
+  // Membership requests of peer nodes, in order, on their own thread (a
+  // drain writes to etcd, which a handler must not wait on). etcd holds the
+  // membership: a node asks this one only to drain itself.
+  void MembershipLoop();
+
+
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void ForgetEarlyLocked(int64_t step);
+
+  // True when c, a session's client, names a step running here for another
+  // client: whatever session id it gives, it may not end or abort that step
+  // (nodes may: a step's parts on other nodes abort it). REQUIRES: mu held.
+  bool ForeignStepLocked(const net::ConnectionPtr& c, int64_t step) const;
+  // ForeignStepLocked, or c naming a session that is another client's.
+  bool ForeignStep(const net::ConnectionPtr& c, uint64_t session_id, int64_t step);
+
+  // Admits a peer's tensor (or abort) for a step; false, with why, when a
+  // tensor's session (if given) has no partition here, or the step runs
+  // nothing here and the budget for such steps is spent.
+  bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why, const uint64_t* session = nullptr);
+
+  // Forgets early steps that never ran within kEarlyStepTtlMs (mu held).
+  void ExpireEarlyLocked(std::vector<int64_t>* expired);
+
+  // Forgets, every 250 ms, the steps peers sent tensors for that never
+  // ran here (kEarlyStepTtlMs), until the node stops.
+  void HousekeepingLoop();
+
+  // The members etcd lists now (registry's thread): sessions are told of a
+  // change, and a node etcd says is draining starts to.
+  void OnMembers(const std::vector<cluster::MemberRecord>& records);
+
+  // Starts leaving the cluster: sessions move this node's tasks away (they
+  // are told), and once none uses the node (or after the drain timeout) it
+  // has left and its process may exit.
+  void StartDrain();
+
+  void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body);
+
+  Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r);
+
+  // The host of a session's partitions; null when the session is unknown.
+  std::shared_ptr<runtime::PartitionHost> HostOf(uint64_t session_id);
+
+  void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r);
+
+  // Tells clients whose steps here finished an op since the last report (one
+  // StepProgress each, at most every interval_ms), so their no-progress
+  // deadlines restart; sleeps while no step is watched.
+  void ProgressLoop();
+
+  void OnMessage(const net::ConnectionPtr& c, net::Message m);
+
+  // Reads or assigns variables for a session; the reply is sent from the
+  // pool (a large one must not hold a shard actor's thread while it writes).
+  void ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v);
+
+  void OnDown(const net::ConnectionPtr& c, const Status& why);
+
+  void Stop();
+};
+
+}  // namespace sf

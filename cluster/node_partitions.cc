@@ -1,0 +1,269 @@
+// A node's partitions: registering a session's partitions, running their
+// steps (with progress reports), and serving variables (cluster/node_impl.h).
+#include "cluster/node_impl.h"
+
+namespace sf {
+
+namespace {
+
+// Finds output `ref` of g; InvalidArgument naming it otherwise.
+Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
+  auto id = g.FindNode(ref.node);
+  if (!id.ok()) return InvalidArgument("partition has no node '" + ref.node + "'");
+  if (ref.index < 0 || ref.index >= static_cast<int>(g.node(*id).output_dtypes.size()))
+    return InvalidArgument("node '" + ref.node + "' has no output " + std::to_string(ref.index));
+  return Output(&g, *id, ref.index);
+}
+
+}  // namespace
+
+void ClusterNode::Impl::Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body) {
+  if (request_id == 0) return;
+  net::Message m;
+  m.request_id = request_id;
+  m.body = std::move(body);
+  Status s = c->Send(m);
+  if (s.ok()) return;
+  // A reply that cannot be encoded (a tensor too large for a frame) still
+  // answers: the requester gets the error instead of waiting for good.
+  if (c->is_up()) {
+    net::Message e;
+    e.request_id = request_id;
+    e.body = net::StatusReply{s.WithPrefix("node " + opts.name + " cannot send its reply")};
+    if (c->Send(e).ok()) return;
+  }
+  Log("reply to " + c->peer_address() + " lost: " + s.ToString());
+}
+
+Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {
+  auto graphs = std::make_shared<PartitionGraphs>();
+  graphs->graph = std::make_unique<Graph>(opts.ops ? *opts.ops : StandardOpRegistry());
+  SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, graphs->graph.get(),
+                                    "partition " + std::to_string(r.handle) + " for " + r.device));
+  Graph& g = *graphs->graph;
+  runtime::ExecutorSpec spec;
+  std::vector<int> targets;
+  for (const auto& f : r.feeds) {
+    SF_ASSIGN_OR_RETURN(Output o, FindRef(g, f));
+    spec.fed.push_back(o);
+  }
+  for (const auto& f : r.fetches) {
+    SF_ASSIGN_OR_RETURN(Output o, FindRef(g, f));
+    spec.fetches.push_back(o);
+  }
+  for (const std::string& t : r.targets) {
+    auto id = g.FindNode(t);
+    if (!id.ok()) return InvalidArgument("partition has no target node '" + t + "'");
+    targets.push_back(*id);
+  }
+  SF_ASSIGN_OR_RETURN(spec.nodes, runtime::PruneAndSort(g, spec.fed, spec.fetches, targets));
+  std::set<std::string> var_names;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    if (g.node(i).op != "VarHandle") continue;
+    auto s = g.node(i).attrs.Get<std::string>("shared_name");
+    if (s.ok()) var_names.insert(*s);
+  }
+  variables->AddGraphVariables(var_names);
+  std::shared_ptr<runtime::PartitionHost> host;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    // A client that went down meanwhile was already forgotten by OnDown:
+    // registering for it would keep the session forever.
+    if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
+    auto existing = sessions.find(r.session_id);
+    if (existing == sessions.end()) {
+      // What one client (or all) may make this node hold is bounded.
+      size_t mine = 0;
+      for (const auto& kv : sessions) mine += kv.second.client == client.get();
+      if (mine >= kMaxSessionsPerClient)
+        return ResourceExhausted("client " + client->peer_address() + " has " + std::to_string(mine) +
+                                 " sessions on node " + opts.name + " already (at most " +
+                                 std::to_string(kMaxSessionsPerClient) + ")");
+      if (sessions.size() >= kMaxSessions)
+        return ResourceExhausted("node " + opts.name + " holds " + std::to_string(sessions.size()) +
+                                 " sessions already (at most " + std::to_string(kMaxSessions) + ")");
+    } else if (existing->second.client != client.get()) {
+      return PermissionDenied("session " + std::to_string(r.session_id) + " on node " + opts.name +
+                              " belongs to another client");
+    } else if (!existing->second.handles.count(r.handle) &&
+               existing->second.handles.size() >= kMaxPartitionsPerSession) {
+      return ResourceExhausted("session " + std::to_string(r.session_id) + " has " +
+                               std::to_string(kMaxPartitionsPerSession) + " partitions on node " + opts.name +
+                               " already");
+    }
+    if (existing == sessions.end() || !existing->second.handles.count(r.handle)) {
+      size_t partitions = 0;
+      for (const auto& kv : sessions) partitions += kv.second.handles.size();
+      if (partitions >= kMaxPartitions)
+        return ResourceExhausted("node " + opts.name + " holds " + std::to_string(partitions) +
+                                 " partitions already (at most " + std::to_string(kMaxPartitions) + ")");
+    }
+    SessionState& ss = sessions[r.session_id];
+    ss.handles.insert(r.handle);
+    if (!ss.host) {
+      std::vector<std::string> tasks;
+      for (const auto& t : r.tasks) tasks.push_back(t.address);
+      ss.client = client.get();
+      ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
+          &rendezvous, address, std::move(tasks), r.session_id,
+          [this](const std::string& to, const net::Message& m, std::function<void(Status)> later) {
+            return router.SendOrQueue(to, m, std::move(later));
+          });
+      runtime::PartitionHostOptions ho;
+      ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
+                                         checkpoints.get());
+      ho.env.max_tensor_bytes = opts.max_tensor_bytes;
+      ho.steps = &rendezvous;
+      // Kernels trust their inputs: a peer's feeds are checked as a local
+      // session checks its caller's.
+      ho.check_feeds = true;
+      ho.name = "node " + opts.name;
+      ForgetCafThreadLogger forget;  // spawned on a connection handler thread
+      ss.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
+    }
+    graphs->rendezvous = ss.rendezvous;
+    host = ss.host;
+  }
+  // Blocks this reader thread while the host builds the executor, as
+  // building it here did: the registration's reply follows it.
+  SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));
+  std::lock_guard<std::mutex> l(mu);
+  auto it = sessions.find(r.session_id);
+  if (it == sessions.end() || !client->is_up())  // closed or its client went away meanwhile
+    return Unavailable("session " + std::to_string(r.session_id) + " closed while registering");
+  return Status::OK();
+}
+
+std::shared_ptr<runtime::PartitionHost> ClusterNode::Impl::HostOf(uint64_t session_id) {
+  std::lock_guard<std::mutex> l(mu);
+  auto it = sessions.find(session_id);
+  return it == sessions.end() ? nullptr : it->second.host;
+}
+
+void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
+  std::shared_ptr<runtime::PartitionHost> host;
+  bool stopping = false;
+  bool full = false;
+  const int64_t step = r.step_id;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stopping = stopped;
+    auto s = sessions.find(r.session_id);
+    // Another client's session is as unknown to this one as no session.
+    if (s != sessions.end() && s->second.client == c.get()) host = s->second.host;
+    full = host && running_per_client[c.get()] >= kMaxRunningPerClient;
+    if (!stopping && host && !full) {
+      running.emplace(step, c.get());
+      ++running_per_client[c.get()];
+      ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
+    }
+  }
+  if (full) {
+    Reply(c, request_id,
+          net::RunPartitionDone{step,
+                                ResourceExhausted("node " + opts.name + ": step " + std::to_string(step) +
+                                                  " refused: this client has " +
+                                                  std::to_string(kMaxRunningPerClient) +
+                                                  " partition runs going here already"),
+                                {}});
+    return;
+  }
+  if (stopping) {
+    Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
+    return;
+  }
+  if (!host) {
+    Reply(c, request_id,
+          net::RunPartitionDone{step,
+                                NotFound("node " + opts.name + " has no partition " +
+                                         std::to_string(r.handle) + " of session " +
+                                         std::to_string(r.session_id)),
+                                {}});
+    return;
+  }
+  // Asked for a timeline: recorded from here (at most kMaxTraceEvents,
+  // whatever the peer asked) and returned with the reply.
+  auto trace = r.trace_max_events > 0 ? std::make_shared<StepTrace>(r.trace_max_events) : nullptr;
+  std::shared_ptr<Watched> watch;
+  if (r.progress_ms > 0) {
+    watch = std::make_shared<Watched>();
+    watch->client = c;
+    watch->session_id = r.session_id;
+    watch->step = step;
+    // A peer asking for a report every millisecond gets one every kMinProgressMs.
+    watch->interval_ms = std::max(r.progress_ms, kMinProgressMs);
+    watch->reported_ms = NowMs();
+    std::lock_guard<std::mutex> l(mu);
+    watched.insert(watch);
+    watch_cv.notify_all();
+  }
+  // The host's actor starts the step: this connection keeps reading.
+  host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace, watch](Status s, std::vector<Tensor> out) {
+    net::RunPartitionDone d{step, std::move(s), std::move(out)};
+    if (trace) {
+      d.trace_elapsed_ns = trace->Now();
+      d.trace = trace->Take().first;
+    }
+    Reply(c, request_id, std::move(d));
+    std::lock_guard<std::mutex> l(mu);
+    if (watch) watched.erase(watch);
+    running.erase(running.find(step));
+    if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
+      running_per_client.erase(n);
+    if (running.empty()) idle.notify_all();
+    // No CleanupStep comes from a client that went away.
+    if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
+  }, trace.get(), watch ? &watch->finished : nullptr);
+}
+
+void ClusterNode::Impl::ProgressLoop() {
+  std::unique_lock<std::mutex> l(mu);
+  while (!stopped) {
+    if (watched.empty()) {
+      watch_cv.wait(l, [&] { return stopped || !watched.empty(); });
+      continue;
+    }
+    // Half the shortest interval asked for: a report is at most that late.
+    int tick_ms = 1000;
+    for (const auto& w : watched) tick_ms = std::min(tick_ms, w->interval_ms / 2);
+    watch_cv.wait_for(l, std::chrono::milliseconds(std::max(kMinProgressMs / 2, tick_ms)));
+    const int64_t now = NowMs();
+    std::vector<std::pair<net::ConnectionPtr, net::Message>> out;
+    for (const auto& w : watched) {
+      if (now - w->reported_ms < w->interval_ms || w->finished.exchange(0, std::memory_order_relaxed) == 0) continue;
+      auto c = w->client.lock();
+      if (!c) continue;
+      w->reported_ms = now;
+      out.push_back({std::move(c), net::Message{0, net::StepProgress{w->session_id, w->step, ++w->reports}}});
+    }
+    if (out.empty()) continue;
+    l.unlock();
+    for (auto& [c, m] : out) c->Send(m);  // a client gone has no deadline to restart
+    l.lock();
+  }
+}
+
+void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v) {
+  if (!v.assign) {
+    variables->ReadNamed(v.names, [this, c, id](std::vector<std::pair<std::string, Tensor>> values) {
+      auto out = std::make_shared<net::Variables>();
+      for (auto& kv : values) {
+        out->names.push_back(std::move(kv.first));
+        out->values.push_back(std::move(kv.second));
+      }
+      pool.Schedule([this, c, id, out] { Reply(c, id, std::move(*out)); });
+    });
+    return;
+  }
+  if (v.names.size() != v.values.size())
+    return Reply(c, id, net::StatusReply{InvalidArgument(
+                            "Variables: " + std::to_string(v.names.size()) + " names but " +
+                            std::to_string(v.values.size()) + " values")});
+  std::vector<std::pair<std::string, Tensor>> values;
+  for (size_t i = 0; i < v.names.size(); ++i) values.emplace_back(std::move(v.names[i]), std::move(v.values[i]));
+  variables->AssignNamed(std::move(values), [this, c, id](Status s) {
+    pool.Schedule([this, c, id, s] { Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name)}); });
+  });
+}
+
+}  // namespace sf
