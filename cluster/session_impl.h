@@ -1,0 +1,175 @@
+// The inside of a ClusterSession (include/shardflow/cluster.h), shared by
+// its files: cluster_session.cc (connecting, steps, checkpoints, the public
+// methods) and session_reconfigure.cc (learning the members, moving tasks
+// and their variables, restoring lost ones). Not a public header.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/caf_thread_logger.h"
+#include "actors/checkpoint_io.h"
+#include "actors/coordinator_actor.h"
+#include "cluster/remote_partition_host.h"
+#include "cluster/step_deadlines.h"
+#include "actors/serial_queue.h"
+#include "cluster/task_balance.h"
+#include "graph/device_name.h"
+#include "net/peer_rpc.h"
+#include "runtime/coordinator.h"
+#include "runtime/plan.h"
+#include "shardflow/cluster.h"
+
+namespace sf {
+namespace cluster_session_detail {
+
+// A backstop for a step and for what has no deadline of its own: dead and
+// hung nodes are found by heartbeats, steps that stopped progressing by
+// StepDeadlines (ClusterOptions::step_progress_timeout_ms).
+inline constexpr int kStepTimeoutMs = 24 * 3600 * 1000;
+
+using net::Call;
+using net::CallStatus;
+
+inline std::string TaskDevice(int task) {
+  return "/job:worker/task:" + std::to_string(task) + "/device:CPU:0";
+}
+
+}  // namespace cluster_session_detail
+
+struct ClusterSession::Impl {
+  const Graph& graph;
+  ClusterOptions options;
+  // Before the endpoint: its handlers report progress into it until it is gone.
+  std::shared_ptr<runtime::StepDeadlines> deadlines;  // null: no no-progress deadline
+  std::unique_ptr<net::Endpoint> endpoint;
+  int num_tasks = 0;
+
+  // Moving a variable waits behind the steps using its shard: as long as a step may stall.
+  int VariablesTimeoutMs() const {
+    return options.step_progress_timeout_ms > 0
+               ? std::max(options.request_timeout_ms, options.step_progress_timeout_ms)
+               : cluster_session_detail::kStepTimeoutMs;
+  }
+
+  // The assignment of tasks to members and the connections, changed only
+  // while steps are paused (gate below); read under conf_mu.
+  mutable std::mutex conf_mu;
+  std::vector<std::string> assignment;                  // GUARDED_BY(conf_mu): member by task
+  std::map<std::string, net::ConnectionPtr> conns;      // GUARDED_BY(conf_mu): by member address
+  // Members dialed again after their connection went down: a node forgets
+  // the partitions of a client whose connection went away, so the next
+  // reconfiguration registers them anew even when no task moves.
+  std::set<std::string> redialed;                       // GUARDED_BY(conf_mu)
+  uint64_t session_id = 0;                              // GUARDED_BY(conf_mu)
+  std::vector<ClusterChange> changes;                   // GUARDED_BY(conf_mu)
+  std::set<std::string> ever_used;                      // GUARDED_BY(conf_mu): members given tasks
+  // Variables that lost their member and still wait for their checkpoint value.
+  std::set<std::string> pending_restore;                // GUARDED_BY(conf_mu)
+  std::atomic<bool> restore_pending{false};
+
+  // Hints that the membership changed (set by connection handler threads); the
+  // reconfiguration before the next step finds out what exactly.
+  std::atomic<bool> membership_changed{false};
+  std::atomic<bool> member_down{false};
+  // Every member address seen in a membership list: when every member we
+  // are connected to died, one of these may still lead to the cluster.
+  std::set<std::string> known;  // GUARDED_BY(conf_mu)
+  void Learn(const net::Membership& m) {
+    std::lock_guard<std::mutex> l(conf_mu);
+    for (const auto& k : m.members) known.insert(k.address);
+  }
+
+  // Steps pause while the session reconfigures: a reconfiguration waits for
+  // the steps in flight, and steps wait for it.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  int active_steps = 0;        // GUARDED_BY(gate_mu)
+  bool reconfiguring = false;  // GUARDED_BY(gate_mu)
+
+  // Plans and steps; its hosts are those below.
+  std::unique_ptr<runtime::Coordinator> coordinator;
+  // The hosts of the current session id, by member address: a
+  // reconfiguration drops them with the coordinator's plans.
+  std::map<std::string, std::shared_ptr<runtime::PartitionHost>> hosts;  // GUARDED_BY(conf_mu)
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;  // GUARDED_BY(mu)
+
+  // RunAsync's callbacks run on this queue's thread, never on the
+  // connection's I/O thread (a step's reply is handled there): a callback
+  // that takes a while would stop every connection's reads and heartbeats,
+  // and the nodes would look hung.
+  runtime::SerialQueue callbacks;
+  // The coordinator's own actor: registration and reconfiguration, which
+  // wait on the network, run there, so RunAsync never blocks its caller.
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  runtime::CoordinatorActor coordinator_actor;
+
+  Impl(const Graph& g, ClusterOptions o) : graph(g), options(std::move(o)) {}
+  // Builds the coordinator over num_tasks tasks and starts its actor.
+  void StartCoordinator();
+
+  // Runs fn on the callback thread.
+  void Post(std::function<void()> fn) { callbacks.Post(std::move(fn)); }
+  // True when a step of signature key can start on the caller's thread
+  // without waiting: no reconfiguration due or running, the plan
+  // registered. A hint (the state may change right after); Start is
+  // correct either way.
+  bool CanStartInline(const std::string& key) {
+    if (restore_pending || (options.elastic && (membership_changed || member_down))) return false;
+    {
+      std::lock_guard<std::mutex> l(gate_mu);
+      if (reconfiguring) return false;
+    }
+    return coordinator->Find(key) != nullptr;
+  }
+  // Starts a step of signature key, reconfiguring and registering first
+  // when needed (blocking); done runs on the callback thread.
+  void Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
+             const std::vector<std::string>& targets, const std::string& key,
+             std::function<void(Result<std::vector<Tensor>>)> done, const RunOptions& run_options = {});
+  // The host of a task's device: the member the task is assigned to now.
+  Result<std::shared_ptr<runtime::PartitionHost>> HostFor(const std::string& device);
+  // The variables (shared names, slots included) placed on each task; the
+  // placement's error when the graph cannot be placed.
+  Result<std::vector<std::vector<std::string>>> TaskVariables();
+
+  // The connection to member addr (dialed when missing or down).
+  Result<net::ConnectionPtr> Conn(const std::string& addr);
+  // The live members that may take tasks (not draining), in the cluster's
+  // order, and the draining ones, asked of any member that answers.
+  Status ListLive(std::vector<std::string>* live, std::set<std::string>* draining);
+  // The initialised variables among names on member addr.
+  Result<std::vector<std::pair<std::string, Tensor>>> ReadVariables(const std::string& addr,
+                                                                    const std::vector<std::string>& names);
+  // Assigns values (name, tensor) on member addr.
+  Status AssignVariables(const std::string& addr, std::vector<std::pair<std::string, Tensor>> values);
+  // Pauses steps (waits for those in flight) / lets them go on.
+  void PauseSteps();
+  void ResumeSteps();
+  // Recover with steps paused.
+  Result<ClusterChange> Reconfigure(bool roll_back_all);
+  // Assigns checkpoint values on the members holding their tasks (now:
+  // member by task; vars: variables by task), counting them into change.
+  Status AssignToOwners(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
+                        std::vector<runtime::CheckpointValue> values, ClusterChange* change);
+  // Assigns the pending variables from the newest checkpoint on their
+  // members (now: member by task); clears them on success.
+  Status RestorePending(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
+                        const std::string& who, ClusterChange* change);
+};
+
+}  // namespace sf

@@ -1,0 +1,283 @@
+// The encoder of net/wire.h's messages into their Cap'n Proto forms
+// (proto/messages.capnp): an internal header of net/wire.cc, kept apart so
+// neither half of the codec is one long file. Not a public header.
+#pragma once
+
+#include <capnp/message.h>
+#include <capnp/orphan.h>
+#include <kj/exception.h>
+
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <type_traits>
+#include <unordered_map>
+
+#include "graph/tensor_proto.h"
+#include "proto/messages.capnp.h"
+#include "net/wire.h"
+#include "net/wire_envelope.h"
+#include "net/wire_envelope.h"
+
+namespace sf {
+namespace net {
+namespace wire_detail {
+
+namespace w = proto::wire;
+using EnvBody = w::Envelope::Body;
+
+// Cap'n Proto blobs and lists hold fewer than 2^29 elements (Text also needs its NUL).
+constexpr uint64_t kMaxBlobBytes = (uint64_t{1} << 29) - 1;
+// Tensors at least this big are referenced as their own segment instead of
+// copied; below it a copy is cheaper than an extra iovec and segment.
+constexpr size_t kReferenceBytes = 4096;
+// A decoded message may have at most this many segments, plus one per
+// kReferenceBytes of body (what an encoder referencing tensors produces).
+constexpr uint64_t kBaseSegments = 64;
+// Deepest pointer chain of an Envelope: body struct, list, tensor, shape.
+constexpr int kNestingLimit = 8;
+// The highest sf::Code (include/shardflow/status.h); a peer's larger code is refused.
+constexpr uint32_t kMaxCode = static_cast<uint32_t>(Code::kResourceExhausted);
+
+// ---------------------------------------------------------------- encoding
+
+// Writes each Body alternative into the Envelope's union; InvalidArgument
+// naming the field when a value does not fit Cap'n Proto's limits.
+struct Encoder {
+  capnp::Orphanage orphanage;
+  // Tensor bytes referenced as external segments: (address, size).
+  std::vector<std::pair<const void*, size_t>>* externals;
+  // Reference only tensors of whole words: a message Cap'n Proto writes
+  // itself (RPC) would send a partial last word's padding bytes as they are.
+  bool whole_words_only = false;
+  // False: copy every tensor into the message (one whose lifetime the
+  // encoder's caller cannot follow, such as an RPC return).
+  bool reference = true;
+
+  static Status Text(const std::string& s, const char* field) {
+    if (s.size() >= kMaxBlobBytes)
+      return InvalidArgument(std::string(field) + " has " + std::to_string(s.size()) +
+                             " bytes; a Cap'n Proto Text holds fewer than 2^29");
+    return Status::OK();
+  }
+  static capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.c_str(), s.size()); }
+  static capnp::Data::Reader AsData(const std::string& s) {
+    return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+  }
+  static Status ListSize(size_t n, const char* field) {
+    if (n > kMaxBlobBytes)
+      return InvalidArgument(std::string(field) + " has " + std::to_string(n) +
+                             " elements; a Cap'n Proto list holds fewer than 2^29");
+    return Status::OK();
+  }
+
+  Status Tensor(const sf::Tensor& t, proto::Tensor::Builder b, const std::string& field) const {
+    const auto d = static_cast<uint8_t>(t.dtype());
+    if (d > static_cast<uint8_t>(DType::kResource))
+      return InvalidArgument(field + ": unknown dtype " + std::to_string(d));
+    b.setDtype(DTypeToProto(t.dtype()));
+    if (!t.valid()) return Status::OK();
+    if (t.bytes() > kMaxBlobBytes)
+      return InvalidArgument(field + ": tensor " + DTypeName(t.dtype()) + ShapeString(t.shape()) + " has " +
+                             std::to_string(t.bytes()) + " bytes; at most 536870911 fit in one frame field");
+    auto shape = b.initShape(t.rank());
+    for (int i = 0; i < t.rank(); ++i) shape.set(i, t.dim(i));
+    const size_t n = t.bytes();
+    if (n == 0) return Status::OK();
+    if (reference && n >= kReferenceBytes && (!whole_words_only || n % 8 == 0)) {
+      // Tensor buffers are 64-byte aligned and padded to 64 bytes, so the
+      // word-rounded segment Cap'n Proto references stays inside the buffer.
+      b.adoptData(orphanage.referenceExternalData(
+          capnp::Data::Reader(static_cast<const capnp::byte*>(t.raw_data()), n)));
+      externals->emplace_back(t.raw_data(), n);
+    } else {
+      auto data = b.initData(n);
+      std::memcpy(data.begin(), t.raw_data(), n);
+    }
+    return Status::OK();
+  }
+
+  Status StatusTo(const sf::Status& s, w::Status::Builder b, const char* field) const {
+    SF_RETURN_IF_ERROR(Text(s.message(), field));
+    b.setCode(static_cast<uint32_t>(s.code()));
+    b.setMessage(AsText(s.message()));
+    return Status::OK();
+  }
+
+  Status OutputRefs(const std::vector<OutputRef>& refs, capnp::List<w::OutputRef>::Builder b,
+                    const char* field) const {
+    for (size_t i = 0; i < refs.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(refs[i].node, field));
+      b[i].setNode(AsText(refs[i].node));
+      b[i].setIndex(refs[i].index);
+    }
+    return Status::OK();
+  }
+
+  Status Members(const std::vector<Member>& ms, capnp::List<w::Member>::Builder b, const char* field) const {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(ms[i].name, field));
+      SF_RETURN_IF_ERROR(Text(ms[i].address, field));
+      b[i].setName(AsText(ms[i].name));
+      b[i].setAddress(AsText(ms[i].address));
+      b[i].setIncarnation(ms[i].incarnation);
+    }
+    return Status::OK();
+  }
+
+  Status Tensors(const std::vector<sf::Tensor>& ts, capnp::List<proto::Tensor>::Builder b,
+                 const char* field) const {
+    for (size_t i = 0; i < ts.size(); ++i)
+      SF_RETURN_IF_ERROR(Tensor(ts[i], b[i], std::string(field) + "[" + std::to_string(i) + "]"));
+    return Status::OK();
+  }
+
+  Status Put(const Heartbeat&, w::Heartbeat::Builder) const {
+    return Status::OK();
+  }
+  Status Put(const StatusReply& m, w::StatusReply::Builder b) const {
+    return StatusTo(m.status, b.initStatus(), "StatusReply.status");
+  }
+  Status Put(const ListMembers&, w::ListMembers::Builder) const {
+    return Status::OK();
+  }
+  Status Put(const Membership& m, w::Membership::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
+    SF_RETURN_IF_ERROR(ListSize(m.leaving.size(), "Membership.leaving"));
+    SF_RETURN_IF_ERROR(ListSize(m.ended.size(), "Membership.ended"));
+    SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
+    SF_RETURN_IF_ERROR(Members(m.ended, b.initEnded(m.ended.size()), "Membership.ended"));
+    return Members(m.leaving, b.initLeaving(m.leaving.size()), "Membership.leaving");
+  }
+  Status Put(const RegisterPartition& m, w::RegisterPartition::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.device, "RegisterPartition.device"));
+    if (m.graph_def.size() > kMaxBlobBytes)
+      return InvalidArgument("RegisterPartition.graph_def has " + std::to_string(m.graph_def.size()) +
+                             " bytes; at most 536870911 fit in one frame field");
+    SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RegisterPartition.feeds"));
+    SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RegisterPartition.fetches"));
+    b.setSessionId(m.session_id);
+    b.setHandle(m.handle);
+    b.setDevice(AsText(m.device));
+    b.setGraphDef(AsData(m.graph_def));
+    SF_RETURN_IF_ERROR(OutputRefs(m.feeds, b.initFeeds(m.feeds.size()), "RegisterPartition.feeds"));
+    SF_RETURN_IF_ERROR(OutputRefs(m.fetches, b.initFetches(m.fetches.size()), "RegisterPartition.fetches"));
+    SF_RETURN_IF_ERROR(ListSize(m.tasks.size(), "RegisterPartition.tasks"));
+    SF_RETURN_IF_ERROR(Members(m.tasks, b.initTasks(m.tasks.size()), "RegisterPartition.tasks"));
+    SF_RETURN_IF_ERROR(ListSize(m.targets.size(), "RegisterPartition.targets"));
+    auto targets = b.initTargets(m.targets.size());
+    for (size_t i = 0; i < m.targets.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(m.targets[i], "RegisterPartition.targets"));
+      targets.set(i, AsText(m.targets[i]));
+    }
+    return Status::OK();
+  }
+  Status Put(const RunPartition& m, w::RunPartition::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RunPartition.feeds"));
+    b.setSessionId(m.session_id);
+    b.setHandle(m.handle);
+    b.setStepId(m.step_id);
+    b.setTraceMaxEvents(m.trace_max_events);
+    b.setProgressMs(m.progress_ms);
+    return Tensors(m.feeds, b.initFeeds(m.feeds.size()), "RunPartition.feeds");
+  }
+  Status Put(const RunPartitionDone& m, w::RunPartitionDone::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RunPartitionDone.fetches"));
+    SF_RETURN_IF_ERROR(ListSize(m.trace.events.size(), "RunPartitionDone.trace.events"));
+    SF_RETURN_IF_ERROR(ListSize(m.trace.threads.size(), "RunPartitionDone.trace.threads"));
+    b.setStepId(m.step_id);
+    SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "RunPartitionDone.status"));
+    if (!m.trace.events.empty() || !m.trace.threads.empty() || m.trace.dropped || m.trace_elapsed_ns) {
+      auto t = b.initTrace();
+      auto events = t.initEvents(m.trace.events.size());
+      for (size_t i = 0; i < m.trace.events.size(); ++i) {
+        const TraceEvent& ev = m.trace.events[i];
+        SF_RETURN_IF_ERROR(Text(ev.name, "RunPartitionDone.trace.events.name"));
+        SF_RETURN_IF_ERROR(Text(ev.op, "RunPartitionDone.trace.events.op"));
+        SF_RETURN_IF_ERROR(Text(ev.category, "RunPartitionDone.trace.events.category"));
+        auto o = events[i];
+        o.setName(AsText(ev.name));
+        o.setOp(AsText(ev.op));
+        o.setCategory(AsText(ev.category));
+        o.setThread(ev.thread);
+        o.setStartNs(ev.start_ns);
+        o.setDurNs(ev.dur_ns);
+      }
+      auto threads = t.initThreads(m.trace.threads.size());
+      for (size_t i = 0; i < m.trace.threads.size(); ++i) {
+        SF_RETURN_IF_ERROR(Text(m.trace.threads[i], "RunPartitionDone.trace.threads"));
+        threads.set(i, AsText(m.trace.threads[i]));
+      }
+      t.setDropped(m.trace.dropped);
+      t.setElapsedNs(m.trace_elapsed_ns);
+    }
+    return Tensors(m.fetches, b.initFetches(m.fetches.size()), "RunPartitionDone.fetches");
+  }
+  Status Put(const SendTensor& m, w::SendTensor::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.edge, "SendTensor.edge"));
+    SF_RETURN_IF_ERROR(Text(m.frame, "SendTensor.frame"));
+    b.setStepId(m.step_id);
+    b.setEdge(AsText(m.edge));
+    b.setFrame(AsText(m.frame));
+    b.setIteration(m.iteration);
+    b.setIsDead(m.is_dead);
+    b.setSessionId(m.session_id);
+    return Tensor(m.value, b.initValue(), "SendTensor.value");
+  }
+  Status Put(const AbortStep& m, w::AbortStep::Builder b) const {
+    b.setStepId(m.step_id);
+    b.setSessionId(m.session_id);
+    return StatusTo(m.status, b.initStatus(), "AbortStep.status");
+  }
+  Status Put(const CleanupStep& m, w::CleanupStep::Builder b) const {
+    b.setStepId(m.step_id);
+    b.setSessionId(m.session_id);
+    return Status::OK();
+  }
+  Status Put(const StepProgress& m, w::StepProgress::Builder b) const {
+    b.setSessionId(m.session_id);
+    b.setStepId(m.step_id);
+    b.setOps(m.ops);
+    return Status::OK();
+  }
+  Status Put(const CloseSession& m, w::CloseSession::Builder b) const {
+    b.setSessionId(m.session_id);
+    return Status::OK();
+  }
+  Status Put(const Variables& m, w::Variables::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "Variables.names"));
+    SF_RETURN_IF_ERROR(ListSize(m.values.size(), "Variables.values"));
+    b.setAssign(m.assign);
+    auto names = b.initNames(m.names.size());
+    for (size_t i = 0; i < m.names.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(m.names[i], "Variables.names"));
+      names.set(i, AsText(m.names[i]));
+    }
+    return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
+  }
+  Status Put(const CollectiveChunk& m, w::CollectiveChunk::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.group_key, "CollectiveChunk.group_key"));
+    SF_RETURN_IF_ERROR(Text(m.address, "CollectiveChunk.address"));
+    b.setGroupKey(AsText(m.group_key));
+    b.setGroupSize(m.group_size);
+    b.setGeneration(m.generation);
+    b.setFromRank(m.from_rank);
+    b.setStep(m.step);
+    b.setTotal(m.total);
+    b.setEpoch(m.epoch);
+    b.setOffset(m.offset);
+    b.setAddress(AsText(m.address));
+    SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
+    return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
+  }
+  Status Put(const Echo& m, w::Echo::Builder b) const {
+    return Tensor(m.payload, b.initPayload(), "Echo.payload");
+  }
+};
+
+
+}  // namespace wire_detail
+}  // namespace net
+}  // namespace sf
