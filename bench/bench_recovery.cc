@@ -15,10 +15,20 @@
 //   first_step  the first step after the recovery (registers the new
 //               partitions)
 //   recovery    detect + restore + first_step
+//   member_gone the kill until etcd no longer lists the killed node (a peer
+//               that loses its connection to it ends its lease); polled
+//               every 5 ms after the detect step, so it is the time the first
+//               listing without it came back (detect's time included)
+// and last, after the recovery, one more node is started and SIGSTOPped:
+//   hung_detect the SIGSTOP until etcd no longer lists it (its lease of 1 s
+//               expires; nothing reports a hung node)
+// Either fails the benchmark when etcd still lists the node after 10 s.
 // --json prints one line per phase {"phase", "seconds", ...} and last the
 // summary {"rows", "shards", "nodes", "detect_seconds", "restore_seconds",
 // "first_step_seconds", "recovery_seconds", "variables_restored",
-// "restored_mb", ...} (MB = 10^6 bytes).
+// "restored_mb", ..., "member_gone_seconds", "hung_detect_seconds"}
+// (MB = 10^6 bytes).
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,6 +72,29 @@ struct Config {
 
 // Rows of shard k of a "mod"-partitioned table: ids k, k + K, k + 2K, ...
 int64_t ShardRows(const Config& c, int64_t k) { return (c.rows - k + c.shards - 1) / c.shards; }
+
+// How long etcd may go on listing a killed or hung node.
+constexpr double kGoneDeadlineS = 10;
+
+// Polls the cluster's etcd every 5 ms until it lists a member at address
+// (listed) or no longer does (!listed); the seconds from t0 until the first
+// listing that showed it came back. DeadlineExceeded naming `what` after
+// deadline_s; etcd's error when it cannot be read.
+Result<double> WaitListed(const LocalCluster& cluster, const std::string& address, bool listed,
+                          Clock::time_point t0, double deadline_s, const std::string& what) {
+  while (true) {
+    auto members = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir(), "default", "", cluster.insecure());
+    if (!members.ok()) return members.status().WithPrefix("listing the members in etcd");
+    bool found = false;
+    for (const MemberInfo& m : *members) found = found || m.address == address;
+    const double seconds = SecondsSince(t0);
+    if (found == listed) return seconds;
+    if (seconds > deadline_s)
+      return DeadlineExceeded(what + ": etcd " + (listed ? "did not list " : "still listed ") + address + " after " +
+                              std::to_string(seconds) + " s");
+    ::usleep(5 * 1000);
+  }
+}
 
 // Prints a phase line: {"phase", "seconds"} and the extra fields.
 void Phase(const Config& c, const std::string& phase, double seconds, const JsonLine& extra = JsonLine()) {
@@ -204,12 +237,18 @@ int main(int argc, char** argv) {
   for (size_t t = 0; t < s.tasks().size(); ++t)
     if (s.tasks()[t] == victim_addr) victim_tasks.push_back(static_cast<int>(t));
 
+  const auto killed_at = Clock::now();
   cluster.Kill(victim);
   t0 = Clock::now();
   st = step();
   const double detect_s = SecondsSince(t0);
   if (st.ok()) return Fail(Internal("the step after killing " + victim_addr + " succeeded"));
   Phase(c, "detect", detect_s, JsonLine().Add("error", st.ToString()));
+  // After the detect step, so that polling etcd does not share the CPUs with it.
+  auto gone = WaitListed(cluster, victim_addr, false, killed_at, kGoneDeadlineS, "the killed node stayed a member");
+  if (!gone.ok()) return Fail(gone.status());
+  const double member_gone_s = *gone;
+  Phase(c, "member_gone", member_gone_s, JsonLine().Add("lost", victim_addr));
 
   t0 = Clock::now();
   auto change = s.Recover(false);
@@ -233,6 +272,21 @@ int main(int argc, char** argv) {
   st = steps(4, "train_after");
   if (!st.ok()) return Fail(st.WithPrefix("training after the recovery"));
 
+  // A hung node: one more node, SIGSTOPped once etcd lists it; it is gone
+  // when its lease expires. SIGCONT lets the cluster stop it at the end.
+  auto hung_addr = cluster.AddNode(3600);
+  if (!hung_addr.ok()) return Fail(hung_addr.status().WithPrefix("starting the node to hang"));
+  const int hung = static_cast<int>(cluster.addresses().size()) - 1;
+  auto listed = WaitListed(cluster, *hung_addr, true, Clock::now(), kGoneDeadlineS, "the added node did not register");
+  if (!listed.ok()) return Fail(listed.status());
+  t0 = Clock::now();
+  ::kill(cluster.pid(hung), SIGSTOP);
+  auto hung_gone = WaitListed(cluster, *hung_addr, false, t0, kGoneDeadlineS, "the hung node stayed a member");
+  ::kill(cluster.pid(hung), SIGCONT);
+  if (!hung_gone.ok()) return Fail(hung_gone.status());
+  const double hung_s = *hung_gone;
+  Phase(c, "hung_detect", hung_s, JsonLine().Add("hung", *hung_addr));
+
   const double total = detect_s + restore_s + first_s;
   if (c.json) {
     JsonLine()
@@ -250,10 +304,14 @@ int main(int argc, char** argv) {
         .Add("restored_mb", restored_mb)
         .Add("save_seconds", save_s)
         .Add("lost_tasks", static_cast<int64_t>(victim_tasks.size()))
+        .Add("member_gone_seconds", member_gone_s)
+        .Add("hung_detect_seconds", hung_s)
         .Print();
   } else {
     std::printf("recovery %.3f s: detect %.3f + restore %.3f (%lld variables, %.0f MB) + first step %.3f\n", total,
                 detect_s, restore_s, (long long)change->variables_restored, restored_mb, first_s);
+    std::printf("etcd dropped the killed node %.3f s after its kill, the hung node %.3f s after its SIGSTOP\n",
+                member_gone_s, hung_s);
   }
   return 0;
 }

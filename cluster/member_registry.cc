@@ -39,6 +39,9 @@ struct MemberRegistry::Impl {
   bool leaving = false;   // GUARDED_BY(mu)
   bool stopping = false;  // GUARDED_BY(mu)
   bool lease_lost = false;    // GUARDED_BY(mu): the keepalive said so; the thread registers again
+  // GUARDED_BY(mu): it said so only because etcd did not answer for a TTL:
+  // the lease may well live on (etcd keeps leases across its restarts).
+  bool lease_maybe_alive = false;
   bool watch_broken = false;  // GUARDED_BY(mu): the watch ended; the thread re-reads and watches again
   std::deque<std::string> reports;  // GUARDED_BY(mu): addresses of members reported down, to revoke
   // Touched by Start and the registry thread only (Leave joins the thread first).
@@ -76,14 +79,8 @@ struct MemberRegistry::Impl {
                            {EtcdOp::Put(key, value, granted.id)}, {EtcdOp::Get(key)});
       if (!txn.ok()) return give_up(txn.status().WithPrefix("registering node " + o.name + " in etcd"));
       if (txn->succeeded) {
-        auto ka = etcd->KeepAlive(granted, [this](const Status& why) {
-          Log("lease lost: " + why.message());
-          std::lock_guard<std::mutex> l(mu);
-          lease_lost = true;
-          cv.notify_all();
-        });
-        if (!ka.ok()) return give_up(ka.status());
-        keepalive = std::move(*ka);
+        Status kept = KeepLease(granted);
+        if (!kept.ok()) return give_up(kept);
         std::lock_guard<std::mutex> l(mu);
         lease = granted;
         life = txn->revision;
@@ -105,6 +102,30 @@ struct MemberRegistry::Impl {
       if (!del.ok()) return give_up(del.status().WithPrefix("replacing an earlier life of node " + o.name));
     }
     return give_up(Aborted("node " + o.name + ": its key in etcd kept changing while registering"));
+  }
+
+  // Refreshes lease in the background until it is lost (lease_lost).
+  Status KeepLease(const EtcdLease& l) {
+    SF_ASSIGN_OR_RETURN(keepalive, etcd->KeepAlive(l, [this](const Status& why) {
+      Log("lease lost: " + why.message());
+      std::lock_guard<std::mutex> g(mu);
+      lease_lost = true;
+      lease_maybe_alive = why.code() == Code::kUnavailable;
+      cv.notify_all();
+    }));
+    return Status::OK();
+  }
+
+  // After a keepalive gave up because etcd did not answer: true when the
+  // lease still lives (etcd was down or restarting, not this node) and is
+  // kept alive again, so this node stays the same member; false when it
+  // ended (register again); the error while etcd still does not answer.
+  Result<bool> Resume(const EtcdLease& l) {
+    auto left = etcd->LeaseTimeToLive(l.id);
+    if (!left.ok() && left.status().code() != Code::kNotFound) return left.status();
+    if (!left.ok() || *left <= 0) return false;
+    SF_RETURN_IF_ERROR(KeepLease(l));
+    return true;
   }
 
   // Reads the members and watches them from that revision on; reports the list.
@@ -171,10 +192,21 @@ struct MemberRegistry::Impl {
         if (!s.ok()) watch_broken = true;
       } else {
         lease_lost = false;
+        const bool maybe_alive = lease_maybe_alive;
+        const EtcdLease old = lease;
         l.unlock();
         keepalive.reset();
         std::string holder;
-        s = Register(&holder);
+        bool resumed = false;
+        bool still_maybe_alive = false;  // etcd has not said yet whether the old lease lives
+        if (maybe_alive) {
+          auto r = Resume(old);
+          if (!r.ok()) s = r.status();
+          still_maybe_alive = !r.ok();
+          resumed = r.ok() && *r;
+          if (resumed) Log("the lease outlived etcd's outage: still the same member");
+        }
+        if (s.ok() && !resumed) s = Register(&holder);
         if (!holder.empty()) {
           Log("replaced by " + holder + " while away; leaving");
           std::lock_guard<std::mutex> n(notify_mu);
@@ -182,10 +214,13 @@ struct MemberRegistry::Impl {
           l.lock();
           return;  // a replaced node registers no more
         }
-        if (s.ok()) Log("registered again as a new life");
-        else Log("registering again failed: " + s.ToString());
+        if (s.ok() && !resumed) Log("registered again as a new life");
+        if (!s.ok()) Log("registering again failed: " + s.ToString());
         l.lock();
-        if (!s.ok()) lease_lost = true;
+        if (!s.ok()) {
+          lease_lost = true;
+          lease_maybe_alive = still_maybe_alive;
+        }
       }
       if (s.ok()) {
         backoff_ms = 100;
