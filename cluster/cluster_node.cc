@@ -241,6 +241,7 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
 
 void ClusterNode::Impl::OnDown(const net::ConnectionPtr& c, const Status& why) {
   const std::string lost = router.Forget(c.get());
+  if (lost.empty()) Log("connection from " + c->peer_address() + " (" + net::RoleName(c->peer_role()) + ") is down: " + why.message());
   std::set<int64_t> orphaned;
   {
     std::lock_guard<std::mutex> l(mu);

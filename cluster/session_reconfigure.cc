@@ -158,7 +158,15 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   for (int t = 0; t < num_tasks; ++t) {
     if (old[t] == now[t]) continue;
     auto c = Conn(old[t]);
-    const bool old_alive = alive.count(old[t]) && c.ok();
+    bool old_alive = alive.count(old[t]) && c.ok();
+    if (!old_alive && c.ok()) {
+      // etcd no longer lists it (its lease ended while etcd or the node
+      // stalled), but if it answers, its variables are intact: they move by
+      // messages, never rolled back to the checkpoint (which would lose
+      // acknowledged updates). A hung node does not answer within the
+      // heartbeat timeout and is restored as before.
+      old_alive = Call(*c, net::ListMembers{}, std::max(1, 2 * options.peer_timeout_ms)).ok();
+    }
     {
       std::lock_guard<std::mutex> l(conf_mu);
       if (!ever_used.count(now[t])) added.insert(now[t]);

@@ -4,7 +4,11 @@
 // watches) come back by themselves.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <unistd.h>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -104,4 +108,70 @@ TEST_CASE("Cluster: a hung etcd stops no step, and the members register again on
     REQUIRE(r.ok());
   }
   RequireClose(Params(*s, m), Reference(m, step), 1e-5f);
+}
+
+// Not in the suite (hidden tag): many short steps back to back, for hunting
+// rare hangs of the step path. Run: build/bin/test_cluster "[stress]".
+TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][stress]") {
+  examples::LocalCluster cluster;
+  if (std::getenv("SF_STRESS_LOG")) cluster.SetNodeArgs({"--log"});
+  REQUIRE(cluster.Start(2, 300).ok());
+  REQUIRE(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
+  SparseModel m;
+  auto s = Connect(cluster, m);
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  const char* secs = std::getenv("SF_STRESS_SECONDS");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(secs ? std::atoi(secs) : 20);
+  // SF_STRESS_PAUSE_ETCD=1: etcd hangs for 2 s of every 4 meanwhile.
+  const bool pause_etcd = std::getenv("SF_STRESS_PAUSE_ETCD") != nullptr;
+  // SF_STRESS_DUMP=DIR: a step running past 8 s gets every node's threads
+  // (and this process's) dumped there by gdb, once.
+  std::atomic<int64_t> step_started_ms{0};
+  std::atomic<bool> done{false};
+  std::thread watchdog;
+  if (const char* dump = std::getenv("SF_STRESS_DUMP")) {
+    watchdog = std::thread([&, dir = std::string(dump)] {
+      auto now_ms = [] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
+      while (!done) {
+        std::this_thread::sleep_for(200ms);
+        const int64_t t = step_started_ms;
+        if (t == 0 || now_ms() - t < 8000) continue;
+        for (int i = 0; i < 2; ++i)
+          std::system(("gdb -p " + std::to_string(cluster.pid(i)) + " -batch -ex 'thread apply all bt' > " + dir +
+                       "/node" + std::to_string(i) + ".txt 2>&1").c_str());
+        std::system(("gdb -p " + std::to_string(::getpid()) + " -batch -ex 'thread apply all bt' > " + dir +
+                     "/test.txt 2>&1").c_str());
+        return;
+      }
+    });
+  }
+  int step = 0;
+  bool paused = false;
+  auto flipped = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < until) {
+    if (pause_etcd && std::chrono::steady_clock::now() - flipped > 2s) {
+      REQUIRE((paused ? cluster.etcd()->Resume() : cluster.etcd()->Pause()).ok());
+      paused = !paused;
+      flipped = std::chrono::steady_clock::now();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    step_started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(t0.time_since_epoch()).count();
+    auto r = Step(*s, m, step);
+    step_started_ms = 0;
+    if (!r.ok() || std::chrono::steady_clock::now() - t0 > 5s) {
+      done = true;
+      if (watchdog.joinable()) watchdog.join();
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("step " << step << ": " << r.status().ToString() << " in " << took << " s");
+    REQUIRE(r.ok());
+    REQUIRE(took < 5.0);
+    ++step;
+  }
+  done = true;
+  if (watchdog.joinable()) watchdog.join();
+  if (paused) REQUIRE(cluster.etcd()->Resume().ok());
+  RequireClose(Params(*s, m), Reference(m, step), 1e-4f);
 }
