@@ -166,6 +166,19 @@ TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][str
     }
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO("step " << step << ": " << r.status().ToString() << " in " << took << " s");
+    if (!r.ok() || took >= 5.0) {
+      const auto changes = s->Changes();
+      std::string last;
+      for (size_t i = changes.size() > 3 ? changes.size() - 3 : 0; i < changes.size(); ++i) {
+        const auto& c = changes[i];
+        last += "\n  change " + std::to_string(i) + ": moved " + std::to_string(c.moved_tasks.size()) + " restored " +
+                std::to_string(c.restored_tasks.size()) + " lost " + std::to_string(c.lost.size()) + " added " +
+                std::to_string(c.added.size()) + " drained " + std::to_string(c.drained.size());
+      }
+      std::string tasks;
+      for (const auto& t : s->tasks()) tasks += " " + t;
+      UNSCOPED_INFO(changes.size() << " changes so far; the last:" << last << "\n  tasks now:" << tasks);
+    }
     REQUIRE(r.ok());
     REQUIRE(took < 5.0);
     ++step;
