@@ -120,13 +120,7 @@ EtcdKeepAlive::~EtcdKeepAlive() {
     state_->stop = true;
     state_->cv.notify_all();
   }
-  if (!state_->thread.joinable()) return;
-  // From on_lost the thread cannot be joined; it returns right after it.
-  if (state_->thread.get_id() == std::this_thread::get_id()) {
-    state_->thread.detach();
-  } else {
-    state_->thread.join();
-  }
+  JoinUnlessSelf(state_->thread);
 }
 
 bool EtcdKeepAlive::lost() const { return state_->lost.load(); }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,15 @@
 
 namespace sf {
 namespace cluster {
+
+// Joins t, or detaches it when called on t itself (from a callback the
+// thread runs, which returns right after): the handles of watches and
+// keepalives may be destroyed from their own callbacks.
+inline void JoinUnlessSelf(std::thread& t) {
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id()) t.detach();
+  else t.join();
+}
 
 using EtcdClock = std::chrono::steady_clock;
 

@@ -209,14 +209,7 @@ EtcdWatch::~EtcdWatch() {
     if (state_->stream != nullptr) state_->stream->Cancel();
     state_->cv.notify_all();
   }
-  if (!state_->thread.joinable()) return;
-  // From its own callback the thread cannot be joined: it ends by itself
-  // once the callback returns (stop is set) and owns the state till then.
-  if (state_->thread.get_id() == std::this_thread::get_id()) {
-    state_->thread.detach();
-  } else {
-    state_->thread.join();
-  }
+  JoinUnlessSelf(state_->thread);
 }
 
 int64_t EtcdWatch::next_revision() const { return state_->next_revision.load(); }

@@ -48,16 +48,23 @@ std::unique_ptr<ClusterSession> Connect(const examples::LocalCluster& c, const S
   return std::move(s).value();
 }
 
+// Starts two nodes (living lifetime_s), waits until both list both, and
+// connects an initialised session of m over four tasks.
+std::unique_ptr<ClusterSession> StartTraining(examples::LocalCluster& cluster, const SparseModel& m, double lifetime_s) {
+  REQUIRE(cluster.Start(2, lifetime_s).ok());
+  REQUIRE(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
+  auto s = Connect(cluster, m);
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("Cluster: training goes on while etcd restarts, and membership follows etcd after it",
           "[cluster][etcd]") {
   examples::LocalCluster cluster;
-  REQUIRE(cluster.Start(2, 120).ok());
-  REQUIRE(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
   SparseModel m;
-  auto s = Connect(cluster, m);
-  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  auto s = StartTraining(cluster, m, 120);
   int step = 0;
   for (; step < 5; ++step) REQUIRE(Step(*s, m, step).ok());
   REQUIRE(cluster.etcd()->Restart().ok());
@@ -80,11 +87,8 @@ TEST_CASE("Cluster: training goes on while etcd restarts, and membership follows
 TEST_CASE("Cluster: a hung etcd stops no step, and the members register again once it answers",
           "[cluster][etcd]") {
   examples::LocalCluster cluster;
-  REQUIRE(cluster.Start(2, 120).ok());
-  REQUIRE(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
   SparseModel m;
-  auto s = Connect(cluster, m);
-  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  auto s = StartTraining(cluster, m, 120);
   int step = 0;
   for (; step < 3; ++step) REQUIRE(Step(*s, m, step).ok());
   REQUIRE(cluster.etcd()->Pause().ok());
@@ -115,11 +119,8 @@ TEST_CASE("Cluster: a hung etcd stops no step, and the members register again on
 TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][stress]") {
   examples::LocalCluster cluster;
   if (std::getenv("SF_STRESS_LOG")) cluster.SetNodeArgs({"--log"});
-  REQUIRE(cluster.Start(2, 300).ok());
-  REQUIRE(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
   SparseModel m;
-  auto s = Connect(cluster, m);
-  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  auto s = StartTraining(cluster, m, 300);
   const char* secs = std::getenv("SF_STRESS_SECONDS");
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(secs ? std::atoi(secs) : 20);
   // SF_STRESS_PAUSE_ETCD=1: etcd hangs for 2 s of every 4 meanwhile.
