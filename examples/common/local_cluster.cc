@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
+#include <chrono>
 
 #include "shardflow/cluster.h"
 
@@ -91,6 +93,27 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
   for (int i = 0; i < n; ++i) {
     auto a = Spawn(lifetime_s);
     if (!a.ok()) return a.status();
+  }
+  return WaitMembers(n, 20000);
+}
+
+Status LocalCluster::WaitMembers(int n, int timeout_ms) {
+  // Each node registered before it said it listens, but the others learn it
+  // from etcd's watch a moment later: a session connecting now would place
+  // its tasks over fewer members.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  Status last;
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    for (;;) {
+      auto m = ListClusterMembers(addresses_[i], tls_dir_, "", insecure_);
+      if (m.ok() && static_cast<int>(m->size()) >= n) break;
+      last = m.ok() ? FailedPrecondition("it lists " + std::to_string(m->size()) + " members") : m.status();
+      if (std::chrono::steady_clock::now() >= deadline)
+        return DeadlineExceeded("node " + addresses_[i] + " does not list all " + std::to_string(n) +
+                                " members after " + std::to_string(timeout_ms) + " ms: " + last.ToString());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   return Status::OK();
 }

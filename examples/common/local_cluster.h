@@ -53,6 +53,10 @@ class LocalCluster {
   // itself (to pause or restart it in failure tests; null before Start).
   std::string etcd_endpoint() const { return etcd_ ? etcd_->endpoint() : ""; }
   LocalEtcd* etcd() { return etcd_.get(); }
+  // Waits up to timeout_ms until every running node lists at least n
+  // members (Start does, for all it started); DeadlineExceeded naming the
+  // node that does not.
+  Status WaitMembers(int n, int timeout_ms);
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
   // reaps it; true when it did.
   bool WaitExit(int i, int timeout_ms);
