@@ -35,7 +35,6 @@ struct MemberRegistry::Impl {
   std::condition_variable cv;
   MemberTable table{""};  // GUARDED_BY(mu)
   EtcdLease lease;        // GUARDED_BY(mu)
-  int64_t life = 0;       // GUARDED_BY(mu)
   bool leaving = false;   // GUARDED_BY(mu)
   bool stopping = false;  // GUARDED_BY(mu)
   bool lease_lost = false;    // GUARDED_BY(mu): the keepalive said so; the thread registers again
@@ -83,7 +82,6 @@ struct MemberRegistry::Impl {
         if (!kept.ok()) return give_up(kept);
         std::lock_guard<std::mutex> l(mu);
         lease = granted;
-        life = txn->revision;
         return Status::OK();
       }
       if (txn->ranges.empty() || txn->ranges[0].kvs.empty()) continue;  // gone meanwhile: try again
@@ -267,7 +265,11 @@ struct MemberRegistry::Impl {
 
 Result<std::unique_ptr<MemberRegistry>> MemberRegistry::Start(MemberRegistryOptions options) {
   if (options.etcd.empty()) return InvalidArgument("no etcd endpoints");
-  if (options.name.empty() || options.address.empty()) return InvalidArgument("a member needs a name and an address");
+  if (options.address.empty()) return InvalidArgument("a member needs an address");
+  // Its name becomes an etcd key that every member decodes: one others
+  // would skip as malformed is refused here, by name.
+  if (!ValidMemberName(options.name))
+    return InvalidArgument("node name '" + options.name.substr(0, 80) + "' is not [A-Za-z0-9._@:-]{1,64}");
   if (options.lease_ttl_s < 1) return InvalidArgument("lease TTL must be at least 1 s, not " +
                                                        std::to_string(options.lease_ttl_s));
   auto impl = std::make_unique<Impl>();
@@ -291,16 +293,6 @@ Result<std::unique_ptr<MemberRegistry>> MemberRegistry::Start(MemberRegistryOpti
 MemberRegistry::MemberRegistry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MemberRegistry::~MemberRegistry() { impl_->Leave(); }
 
-std::vector<MemberRecord> MemberRegistry::Members() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->table.Members();
-}
-
-int64_t MemberRegistry::life() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->life;
-}
-
 Status MemberRegistry::SetLeaving() {
   int64_t id = 0;
   {
@@ -311,8 +303,6 @@ Status MemberRegistry::SetLeaving() {
   auto r = impl_->etcd->Put(impl_->key, EncodeMemberValue(impl_->o.address, true), id);
   return r.ok() ? Status::OK() : r.status().WithPrefix("marking node " + impl_->o.name + " leaving in etcd");
 }
-
-Status MemberRegistry::ReportDown(const std::string& address) { return impl_->RevokeMember(address); }
 
 void MemberRegistry::ReportDownLater(const std::string& address) {
   std::lock_guard<std::mutex> l(impl_->mu);

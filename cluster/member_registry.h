@@ -49,25 +49,19 @@ struct MemberRegistryOptions {
 class MemberRegistry {
  public:
   // Connects to etcd, registers the node and starts watching. InvalidArgument
-  // for bad options, FailedPrecondition naming the holder when a live node at
+  // for bad options (a name that is not [A-Za-z0-9._@:-]{1,64}), FailedPrecondition naming the holder when a live node at
   // another address has this name, Unavailable / DeadlineExceeded /
   // PermissionDenied naming etcd when it cannot be reached.
   static Result<std::unique_ptr<MemberRegistry>> Start(MemberRegistryOptions options);
   // Revokes the node's lease (Leave) and stops the threads.
   ~MemberRegistry();
 
-  // The members now, in the order they joined.
-  std::vector<MemberRecord> Members() const;
-  // This node's life (its key's create revision); 0 while unregistered.
-  int64_t life() const;
   // Marks this node leaving (draining) in etcd; the call's error otherwise.
   Status SetLeaving();
-  // Ends the lease of the member at address (a peer whose connection to it
-  // closed): it is gone for every node and session at once. NotFound when
-  // no member listens there; the call's error otherwise.
-  Status ReportDown(const std::string& address);
-  // ReportDown on the registry's thread (for callers that must not wait on
-  // etcd: a connection's handler); the outcome is logged.
+  // Ends, on the registry's thread (callers such as a connection's handler
+  // must not wait on etcd), the lease of the member at address, a peer whose
+  // connection to it closed: it is gone for every node and session at once.
+  // The outcome is logged.
   void ReportDownLater(const std::string& address);
   // Revokes this node's lease (its key goes at once) and stops renewing it;
   // idempotent. The registry reports no more changes.

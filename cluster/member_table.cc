@@ -2,23 +2,20 @@
 #include "cluster/member_table.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "net/peer_rpc.h"
 
 namespace sf {
 namespace cluster {
 
-namespace {
-
-bool ValidName(const std::string& s) {
+bool ValidMemberName(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '@' || c == ':'))
       return false;
   return true;
 }
-
-}  // namespace
 
 Result<std::string> ClusterPrefix(const std::string& cluster) {
   if (cluster.empty() || cluster.size() > 64 || cluster.find_first_not_of(
@@ -39,7 +36,7 @@ Result<MemberRecord> DecodeMember(const std::string& prefix, const EtcdKeyValue&
     return InvalidArgument("key '" + kv.key + "' is not under " + members);
   MemberRecord m;
   m.name = kv.key.substr(members.size());
-  if (!ValidName(m.name)) return InvalidArgument("member key '" + kv.key + "' has a malformed node name");
+  if (!ValidMemberName(m.name)) return InvalidArgument("member key '" + kv.key + "' has a malformed node name");
   const std::string& v = kv.value;
   const size_t a = v.find(' '), b = v.rfind(' ');
   if (v.compare(0, 3, "v1 ") != 0 || a == b)

@@ -30,6 +30,9 @@ struct MemberRecord {
   int64_t life = 0;
 };
 
+// True for a node name etcd's member keys can hold: [A-Za-z0-9._@:-]{1,64}
+// (the default, node@HOST:PORT, is one).
+bool ValidMemberName(const std::string& name);
 // The etcd key prefix of cluster `cluster`'s state: "/shardflow/CLUSTER/".
 // InvalidArgument unless cluster is [A-Za-z0-9._-]{1,64}.
 Result<std::string> ClusterPrefix(const std::string& cluster);

@@ -73,8 +73,8 @@ struct ClusterNode::Impl {
   runtime::LocalRendezvous rendezvous;
   std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
 
-  // The membership client when the cluster's membership is in etcd
-  // (--etcd): members come from it alone, and none of the gossip below runs.
+  // The membership client when the node was given etcd (--etcd): its
+  // members come from it alone (without it the node is a cluster of one).
   std::unique_ptr<cluster::MemberRegistry> registry;
   // The same, for handlers that may run while Start still sets it up.
   std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};

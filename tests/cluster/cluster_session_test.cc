@@ -480,6 +480,12 @@ TEST_CASE("Cluster: a node whose etcd cannot be reached does not start, naming e
   REQUIRE(!node.ok());
   CHECK(Contains(node.status(), "127.0.0.1:1"));
   CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+  // A name etcd's member keys cannot hold is refused by name, before etcd is asked.
+  no.name = "rack/7";
+  auto slashed = ClusterNode::Start(no);
+  REQUIRE(slashed.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(slashed.status(), "rack/7"));
+  no.name.clear();
   // A second node of a live node's name is refused, naming the holder.
   auto first = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(first.ok());

@@ -4,7 +4,9 @@
 // watches) come back by themselves.
 #include <catch2/catch.hpp>
 
-#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <chrono>
 #include <thread>
 #include <unistd.h>
@@ -58,6 +60,16 @@ std::unique_ptr<ClusterSession> StartTraining(examples::LocalCluster& cluster, c
   return s;
 }
 
+// Runs training steps *step .. *step + n - 1 (advancing *step); each must
+// succeed, and a failure names the step and `when`.
+void TrainSteps(ClusterSession& s, const SparseModel& m, int* step, int n, const char* when) {
+  for (int i = 0; i < n; ++i, ++*step) {
+    auto r = Step(s, m, *step);
+    INFO("step " << *step << " " << when << ": " << r.status().ToString());
+    REQUIRE(r.ok());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Cluster: training goes on while etcd restarts, and membership follows etcd after it",
@@ -66,14 +78,10 @@ TEST_CASE("Cluster: training goes on while etcd restarts, and membership follows
   SparseModel m;
   auto s = StartTraining(cluster, m, 120);
   int step = 0;
-  for (; step < 5; ++step) REQUIRE(Step(*s, m, step).ok());
+  TrainSteps(*s, m, &step, 5, "before etcd restarts");
   REQUIRE(cluster.etcd()->Restart().ok());
   // No step fails, and no update is lost or applied twice.
-  for (; step < 15; ++step) {
-    auto r = Step(*s, m, step);
-    INFO("step " << step << ": " << r.status().ToString());
-    REQUIRE(r.ok());
-  }
+  TrainSteps(*s, m, &step, 10, "after etcd restarted");
   RequireClose(Params(*s, m), Reference(m, step), 1e-5f);
   // The leases and the nodes' watches outlived the restart: both are still
   // members, and a node killed now is gone for etcd and for the survivor.
@@ -94,27 +102,18 @@ TEST_CASE("Cluster: a hung etcd stops no step, and the members register again on
   SparseModel m;
   auto s = StartTraining(cluster, m, 120);
   int step = 0;
-  for (; step < 3; ++step) REQUIRE(Step(*s, m, step).ok());
+  TrainSteps(*s, m, &step, 3, "before etcd hangs");
   REQUIRE(cluster.etcd()->Pause().ok());
   // Steps for three lease TTLs: none needs etcd.
   const auto until = std::chrono::steady_clock::now() + 3s;
-  while (std::chrono::steady_clock::now() < until) {
-    auto r = Step(*s, m, step);
-    INFO("step " << step << " with etcd hung: " << r.status().ToString());
-    REQUIRE(r.ok());
-    ++step;
-  }
+  while (std::chrono::steady_clock::now() < until) TrainSteps(*s, m, &step, 1, "with etcd hung");
   REQUIRE(cluster.etcd()->Resume().ok());
   // Their leases may have ended meanwhile: each registers again (a new life)
   // and both nodes list both members.
   CHECK(testing::WaitFor([&] { return EtcdMembers(cluster) == 2; }, 20s));
   CHECK(testing::WaitFor([&] { return NodeMembers(cluster, 0) == 2 && NodeMembers(cluster, 1) == 2; }, 20s));
   // And training goes on, every update kept once.
-  for (int i = 0; i < 3; ++i, ++step) {
-    auto r = Step(*s, m, step);
-    INFO("step " << step << " after etcd came back: " << r.status().ToString());
-    REQUIRE(r.ok());
-  }
+  TrainSteps(*s, m, &step, 3, "after etcd came back");
   RequireClose(Params(*s, m), Reference(m, step), 1e-5f);
 }
 
@@ -131,18 +130,27 @@ TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][str
   const bool pause_etcd = std::getenv("SF_STRESS_PAUSE_ETCD") != nullptr;
   // SF_STRESS_DUMP=DIR: a step running past 8 s gets every node's threads
   // (and this process's) dumped there by gdb, once.
-  std::atomic<int64_t> step_started_ms{0};
-  std::atomic<bool> done{false};
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  std::optional<std::chrono::steady_clock::time_point> step_started;  // GUARDED_BY(watch_mu)
+  bool done = false;                                                   // GUARDED_BY(watch_mu)
+  auto mark = [&](std::optional<std::chrono::steady_clock::time_point> started, bool finished) {
+    std::lock_guard<std::mutex> l(watch_mu);
+    step_started = started;
+    done = done || finished;
+    watch_cv.notify_all();
+  };
   std::thread watchdog;
   if (const char* dump = std::getenv("SF_STRESS_DUMP")) {
     watchdog = std::thread([&, dir = std::string(dump)] {
-      auto now_ms = [] {
-        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      };
-      while (!done) {
-        std::this_thread::sleep_for(200ms);
-        const int64_t t = step_started_ms;
-        if (t == 0 || now_ms() - t < 8000) continue;
+      std::unique_lock<std::mutex> l(watch_mu);
+      for (;;) {
+        // Until a step starts, then until it ends or has run 8 s.
+        watch_cv.wait(l, [&] { return done || step_started.has_value(); });
+        if (done) return;
+        const auto started = *step_started;
+        if (watch_cv.wait_until(l, started + 8s, [&] { return done || step_started != started; })) continue;
+        l.unlock();
         for (int i = 0; i < 2; ++i)
           std::system(("gdb -p " + std::to_string(cluster.pid(i)) + " -batch -ex 'thread apply all bt' > " + dir +
                        "/node" + std::to_string(i) + ".txt 2>&1").c_str());
@@ -162,13 +170,11 @@ TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][str
       flipped = std::chrono::steady_clock::now();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    step_started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(t0.time_since_epoch()).count();
+    mark(t0, false);
     auto r = Step(*s, m, step);
-    step_started_ms = 0;
-    if (!r.ok() || std::chrono::steady_clock::now() - t0 > 5s) {
-      done = true;
-      if (watchdog.joinable()) watchdog.join();
-    }
+    const bool stop = !r.ok() || std::chrono::steady_clock::now() - t0 > 5s;
+    mark(std::nullopt, stop);
+    if (stop && watchdog.joinable()) watchdog.join();  // before a REQUIRE below may leave
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO("step " << step << ": " << r.status().ToString() << " in " << took << " s");
     if (!r.ok() || took >= 5.0) {
@@ -188,7 +194,7 @@ TEST_CASE("Cluster: thousands of short steps back to back, none hangs", "[.][str
     REQUIRE(took < 5.0);
     ++step;
   }
-  done = true;
+  mark(std::nullopt, true);
   if (watchdog.joinable()) watchdog.join();
   if (paused) REQUIRE(cluster.etcd()->Resume().ok());
   RequireClose(Params(*s, m), Reference(m, step), 1e-4f);

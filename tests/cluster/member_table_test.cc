@@ -88,7 +88,13 @@ TEST_CASE("MemberTable: malformed keys and values are skipped and named, never l
   CHECK(bad.size() == 1);
 }
 
-TEST_CASE("MemberTable: cluster names are checked before they become etcd keys") {
+TEST_CASE("MemberTable: cluster and node names are checked before they become etcd keys") {
+  CHECK(ValidMemberName("node@127.0.0.1:7000"));
+  CHECK(ValidMemberName("worker-7.a_b"));
+  CHECK_FALSE(ValidMemberName(""));
+  CHECK_FALSE(ValidMemberName("rack/7"));
+  CHECK_FALSE(ValidMemberName("a b"));
+  CHECK_FALSE(ValidMemberName(std::string(65, 'a')));
   CHECK(ClusterPrefix("prod-1").ok());
   CHECK(*ClusterPrefix("prod-1") == "/shardflow/prod-1/");
   CHECK(ClusterPrefix("").status().code() == Code::kInvalidArgument);

@@ -15,24 +15,12 @@
 #include "cluster/etcd_client.h"
 #include "cluster/etcd_process.h"
 #include "net/credentials.h"
+#include "tests/support/test_credentials.h"
 
 namespace sf::testing {
 
-// A credentials directory made on first use and removed at exit; dies
-// (failing the test) when it cannot be made.
-inline const std::string& EtcdTlsDir() {
-  static const std::string dir = [] {
-    auto d = net::MakeTemporaryCredentials();
-    if (!d.ok()) throw std::runtime_error("etcd test credentials: " + d.status().ToString());
-    static std::string path = *d;
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    });
-    return *d;
-  }();
-  return dir;
-}
+// The test process's credentials directory (tests/support/test_credentials.h).
+inline const std::string& EtcdTlsDir() { return TestTlsDir(); }
 
 // A started etcd on EtcdTlsDir(); the test fails (with etcd's log) when it does not start.
 inline std::unique_ptr<cluster::EtcdProcess> StartEtcd() {

@@ -8,14 +8,14 @@
 #include <stdexcept>
 #include <string>
 
-#include "shardflow/cluster.h"
+#include "net/credentials.h"
 
 namespace sf::testing {
 
 // The directory; throws (failing the test) when it cannot be made.
 inline const std::string& TestTlsDir() {
   static const std::string dir = [] {
-    auto d = MakeTemporaryClusterCredentials();
+    auto d = net::MakeTemporaryCredentials();
     if (!d.ok()) throw std::runtime_error("test credentials: " + d.status().ToString());
     static std::string path = *d;
     std::atexit([] {
