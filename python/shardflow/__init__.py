@@ -41,7 +41,7 @@ except ImportError as _e:  # pragma: no cover - only with another interpreter or
         "pip install --no-build-isolation the repository into the Python or venv you use (docs/PYTHON.md)") from None
 from . import errors
 from .dtypes import DType, as_dtype, float32, float64, int32, int64, bool_, float16, bfloat16, resource
-from .graph import (Graph, Tensor, Operation, TensorShape, get_default_graph, reset_default_graph,
+from .graph import (Graph, Tensor, Operation, TensorShape, Dimension, get_default_graph, reset_default_graph,
                     convert_to_tensor, constant, placeholder, name_scope, device, control_dependencies,
                     group, identity, no_op)
 from . import ops
@@ -50,11 +50,13 @@ from .gradients import gradients
 from .control_flow import cond, while_loop
 from .variables import Variable, global_variables_initializer, trainable_variables
 initialize_all_variables = global_variables_initializer  # TF 1.x's older name
-from .session import Session, ClusterSession, SessionOptions, RunOptions
+from .session import Session, ClusterSession, SessionOptions, RunOptions, InteractiveSession, get_default_session
 from . import train
 from . import random
 from . import embedding
 from . import nn
+from . import flags, app, compat  # noqa: F401 - tf.flags, tf.app, tf.compat.v1
+from .compat import disable_v2_behavior, disable_eager_execution  # noqa: F401 - tf.compat.v1's
 from .queues import FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue
 from .cluster import LocalCluster
 from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math

@@ -21,7 +21,7 @@ from . import _core
 from . import dtypes as _dt
 from . import errors
 
-__all__ = ["Graph", "Tensor", "Operation", "TensorShape", "get_default_graph",
+__all__ = ["Graph", "Tensor", "Operation", "TensorShape", "Dimension", "get_default_graph",
            "reset_default_graph", "convert_to_tensor", "constant", "placeholder", "name_scope",
            "device", "control_dependencies", "group", "identity", "no_op"]
 
@@ -29,75 +29,179 @@ __all__ = ["Graph", "Tensor", "Operation", "TensorShape", "get_default_graph",
 class TensorShape:
     """A partial shape: unknown rank (dims is None) or dims with None for unknown ones."""
 
-    __slots__ = ("dims",)
+    __slots__ = ("_dims",)
 
     def __init__(self, dims):
         if isinstance(dims, TensorShape):
-            dims = dims.dims
+            dims = dims._dims
         if isinstance(dims, (int, np.integer)) and not isinstance(dims, (bool, np.bool_)):
             dims = (dims,)  # TF's shorthand: placeholder(shape=100) is a vector of 100
         if dims is None:
-            self.dims = None
+            self._dims = None
         else:
-            self.dims = tuple(None if (d is None or int(d) < 0) else int(d) for d in dims)
+            dims = [d.value if isinstance(d, Dimension) else d for d in dims]
+            self._dims = tuple(None if (d is None or int(d) < 0) else int(d) for d in dims)
+
+    @property
+    def dims(self):
+        """The dims as a tuple of ints and None (None when the rank is unknown)."""
+        return self._dims
 
     @classmethod
     def _from_core(cls, s):
         return cls(None if s is None else [None if d < 0 else d for d in s])
 
     def _to_core(self):
-        return None if self.dims is None else [-1 if d is None else d for d in self.dims]
+        return None if self._dims is None else [-1 if d is None else d for d in self._dims]
 
     @property
     def rank(self):
         """The number of dims, or None when unknown."""
-        return None if self.dims is None else len(self.dims)
+        return None if self._dims is None else len(self._dims)
 
     ndims = rank
 
     def is_fully_defined(self):
         """True when the rank and every dim are known."""
-        return self.dims is not None and all(d is not None for d in self.dims)
+        return self._dims is not None and all(d is not None for d in self._dims)
 
     def as_list(self):
         """The dims as a list; ValueError when the rank is unknown."""
-        if self.dims is None:
+        if self._dims is None:
             raise ValueError("as_list() is not defined on a shape of unknown rank")
-        return list(self.dims)
+        return list(self._dims)
 
     def num_elements(self):
         """The element count, or None when not fully defined."""
-        return int(np.prod(self.dims)) if self.is_fully_defined() else None
+        return int(np.prod(self._dims)) if self.is_fully_defined() else None
 
     def __len__(self):
-        if self.dims is None:
+        if self._dims is None:
             raise ValueError("the rank of this shape is unknown")
-        return len(self.dims)
+        return len(self._dims)
 
     def __iter__(self):
-        if self.dims is None:
+        if self._dims is None:
             raise ValueError("cannot iterate over a shape of unknown rank")
-        return iter(self.dims)
+        return iter(self._dims)
 
     def __getitem__(self, i):
-        if self.dims is None:
+        if self._dims is None:
             return None
-        return self.dims[i]
+        return self._dims[i]
 
     def __eq__(self, other):
         if isinstance(other, TensorShape):
-            return self.dims == other.dims
+            return self._dims == other._dims
         if isinstance(other, (list, tuple)):
-            return self.dims is not None and self.dims == tuple(other)
+            return self._dims is not None and self._dims == tuple(getattr(d, "value", d) for d in other)
         return NotImplemented
 
     def __hash__(self):
-        return hash(self.dims)
+        return hash(self._dims)
 
     def __repr__(self):
-        if self.dims is None:
+        if self._dims is None:
             return "TensorShape(None)"
-        return "TensorShape([%s])" % ", ".join("None" if d is None else str(d) for d in self.dims)
+        return "TensorShape([%s])" % ", ".join("None" if d is None else str(d) for d in self._dims)
+
+
+class Dimension:
+    """One dim of a TF 1.x shape (what get_shape()[i] gives): .value is an int, or None when unknown.
+
+    As in TF 1.x, int() of an unknown one raises TypeError, and comparing or
+    computing with an unknown one gives None (unknown).
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value):
+        if isinstance(value, Dimension):
+            value = value._value
+        if value is not None:
+            value = int(value)
+            if value < 0:
+                raise ValueError(f"a Dimension cannot be negative, got {value}")
+        self._value = value
+
+    @property
+    def value(self):
+        return self._value
+
+    def __int__(self):
+        if self._value is None:
+            raise TypeError("int() of an unknown Dimension (its value is None)")
+        return self._value
+
+    __index__ = __int__
+
+    def __repr__(self):
+        return f"Dimension({self._value})"
+
+    def __str__(self):
+        return "?" if self._value is None else str(self._value)
+
+    def __hash__(self):
+        return hash(self._value)
+
+    def _other(self, other):
+        return other._value if isinstance(other, Dimension) else (None if other is None else int(other))
+
+    def _compare(self, other, fn):
+        o = self._other(other)
+        return None if self._value is None or o is None else fn(self._value, o)
+
+    def __eq__(self, other):
+        try:
+            return self._compare(other, lambda a, b: a == b)
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __ne__(self, other):
+        try:
+            return self._compare(other, lambda a, b: a != b)
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __lt__(self, other): return self._compare(other, lambda a, b: a < b)
+    def __le__(self, other): return self._compare(other, lambda a, b: a <= b)
+    def __gt__(self, other): return self._compare(other, lambda a, b: a > b)
+    def __ge__(self, other): return self._compare(other, lambda a, b: a >= b)
+
+    def _arith(self, other, fn):
+        o = self._other(other)
+        return Dimension(None if self._value is None or o is None else fn(self._value, o))
+
+    def __add__(self, o): return self._arith(o, lambda a, b: a + b)
+    def __radd__(self, o): return self._arith(o, lambda a, b: b + a)
+    def __sub__(self, o): return self._arith(o, lambda a, b: a - b)
+    def __rsub__(self, o): return self._arith(o, lambda a, b: b - a)
+    def __mul__(self, o): return self._arith(o, lambda a, b: a * b)
+    def __rmul__(self, o): return self._arith(o, lambda a, b: b * a)
+    def __floordiv__(self, o): return self._arith(o, lambda a, b: a // b)
+    def __rfloordiv__(self, o): return self._arith(o, lambda a, b: b // a)
+    def __mod__(self, o): return self._arith(o, lambda a, b: a % b)
+
+
+class _TF1Shape(TensorShape):
+    """TensorShape as TF 1.x's get_shape() gave it: indexing gives Dimension objects (with .value)."""
+
+    __slots__ = ()
+
+    @property
+    def dims(self):
+        """The dims as a list of Dimension (None when the rank is unknown)."""
+        return None if self._dims is None else [Dimension(d) for d in self._dims]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return _TF1Shape(None if self._dims is None else self._dims[i])
+        return Dimension(None if self._dims is None else self._dims[i])
+
+    def __iter__(self):
+        if self._dims is None:
+            raise ValueError("cannot iterate over a shape of unknown rank")
+        return iter([Dimension(d) for d in self._dims])
 
 
 def _as_core_shape(shape):
@@ -338,6 +442,11 @@ class Operation:
         """{attribute: value} of the node."""
         return {k: _attr_from_core(kind, v) for k, (kind, v) in self.graph._g.node_attrs(self._node).items()}
 
+    def run(self, feed_dict=None, session=None):
+        """Runs this operation in session (default: the default session), as TF 1.x's Operation.run."""
+        from . import session as _session
+        _session._run_in_default(self, feed_dict, session, "execute operation")
+
     def __eq__(self, other):
         return isinstance(other, Operation) and other.graph is self.graph and other._node == self._node
 
@@ -392,7 +501,13 @@ class Tensor:
         return TensorShape._from_core(self.graph._g.output_shape((self._node, self._index)))
 
     def get_shape(self):
-        return self.shape
+        """The static shape as TF 1.x gave it: as_list(), ndims, and Dimension objects (.value) by index."""
+        return _TF1Shape(self.shape)
+
+    def eval(self, feed_dict=None, session=None):
+        """This tensor's value in session (default: the default session), as TF 1.x's Tensor.eval."""
+        from . import session as _session
+        return _session._run_in_default(self, feed_dict, session, "evaluate tensor")
 
     @property
     def device(self):

@@ -15,6 +15,8 @@ while a step runs, so several Python threads may run steps at once.
 """
 
 import collections.abc
+import contextlib
+import threading
 
 import numpy as np
 
@@ -23,7 +25,35 @@ from . import dtypes as _dt
 from . import errors
 from . import graph as _graph
 
-__all__ = ["Session", "ClusterSession", "SessionOptions"]
+__all__ = ["Session", "ClusterSession", "SessionOptions", "InteractiveSession", "get_default_session"]
+
+
+class _SessionStack(threading.local):
+    def __init__(self):
+        super().__init__()
+        self.stack = []
+
+
+_default_sessions = _SessionStack()
+
+
+def get_default_session():
+    """The innermost session of `with sess:` or `with sess.as_default():` in this thread, or None (TF 1.x's)."""
+    return _default_sessions.stack[-1] if _default_sessions.stack else None
+
+
+def _run_in_default(element, feed_dict, session, what):
+    """Runs element (a Tensor or Operation) in session or the default one, with TF 1.x's errors."""
+    if session is None:
+        session = get_default_session()
+        if session is None:
+            raise ValueError(f"Cannot {what} using `{'eval' if what.startswith('evaluate') else 'run'}()`: "
+                             "No default session is registered. Use `with sess.as_default():` or "
+                             f"pass an explicit session (session=sess)")
+    if session.graph is not element.graph:
+        raise ValueError(f"Cannot use the given session to {what}: the {what.split()[-1]}'s graph is "
+                         "different from the session's graph.")
+    return session.run(element, feed_dict)
 
 
 class SessionOptions:
@@ -249,10 +279,30 @@ class _BaseSession:
     def closed(self):
         return self._s is None or self._s.closed
 
+    @contextlib.contextmanager
+    def as_default(self):
+        """Makes this the default session inside the block: Tensor.eval() and Operation.run() use it (TF 1.x)."""
+        _default_sessions.stack.append(self)
+        try:
+            yield self
+        finally:
+            stack = _default_sessions.stack
+            if stack and stack[-1] is self:
+                stack.pop()
+            elif self in stack:
+                stack.remove(self)
+
     def __enter__(self):
+        # As TF 1.x: inside `with sess:` the session is the default one and its graph the default graph.
+        self._entered = [self.graph.as_default(), self.as_default()]
+        for cm in self._entered:
+            cm.__enter__()
         return self
 
     def __exit__(self, *exc):
+        for cm in reversed(getattr(self, "_entered", [])):
+            cm.__exit__(None, None, None)
+        self._entered = []
         self.close()
         return False
 
@@ -288,6 +338,33 @@ class Session(_BaseSession):
         self.options = options
         self._s = _core.local_session(graph._g, options.compute_threads, options.scheduler_threads,
                                       options.num_cpu_devices)
+
+
+class InteractiveSession(Session):
+    """A Session that makes itself the default session when made, until closed (TF 1.x's, for shells and notebooks).
+
+    x.eval() and op.run() then need no session. Given a graph, that graph is
+    also the default graph until close().
+    """
+
+    def __init__(self, graph=None, options=None, **kwargs):
+        explicit_graph = graph is not None
+        super().__init__(graph, options, **kwargs)
+        self._interactive = [self.as_default()]
+        if explicit_graph:
+            self._interactive.insert(0, self.graph.as_default())
+        for cm in self._interactive:
+            cm.__enter__()
+
+    def close(self):
+        """Closes the session and stops it being the default one (and its graph the default graph)."""
+        for cm in reversed(getattr(self, "_interactive", [])):
+            try:
+                cm.__exit__(None, None, None)
+            except (IndexError, ValueError):  # already left, e.g. from another thread's close
+                pass
+        self._interactive = []
+        super().close()
 
 
 class ClusterSession(_BaseSession):

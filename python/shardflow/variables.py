@@ -100,6 +100,22 @@ class Variable:
         """The variable's current value in session (a NumPy array)."""
         return session.run(self._read)
 
+    def eval(self, session=None):
+        """The variable's current value in session (default: the default session), as TF 1.x's Variable.eval."""
+        return self._read.eval(session=session)
+
+    def get_shape(self):
+        """The shape as TF 1.x's get_shape() gave it (as_list(), ndims, Dimension objects by index)."""
+        return self._read.get_shape()
+
+    @property
+    def initializer(self):
+        """The Operation assigning the initial value (what global_variables_initializer runs for this variable)."""
+        for op in self.graph.get_operations():
+            if op.type == "Assign" and op.inputs and op.inputs[0] == self.handle and op.name.endswith("/Assign"):
+                return op
+        raise errors.NotFoundError(f"variable {self.shared_name!r} has no initializer node")
+
     def __repr__(self):
         return f"<sf.Variable '{self.shared_name}' shape={self.shape} dtype={self.dtype.name}>"
 
