@@ -50,16 +50,20 @@ Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_d
   Result<bool> queued = send_(to, m, [weak, step](Status s) {
     if (auto self = weak.lock()) self->Sent(step, s);
   });
-  if (!queued.ok() || !*queued) {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = waiting_.find(step);
-    if (it != waiting_.end() && --it->second.count == 0 && it->second.failed.ok() && it->second.flushed.empty())
-      waiting_.erase(it);
-  }
+  // Gone at once (or refused, which the op reports itself). Another
+  // partition of the step on this node may have called Flush while this
+  // send was under way: the count reaching zero answers it here.
+  if (!queued.ok() || !*queued) Release(step, Status::OK());
   return queued.ok() ? Status::OK() : queued.status();
 }
 
 void ClusterRendezvous::Sent(int64_t step_id, const Status& s) {
+  // The step's receives here fail at once, not at its deadline.
+  if (!s.ok()) local_->Abort(step_id, s);
+  Release(step_id, s);
+}
+
+void ClusterRendezvous::Release(int64_t step_id, const Status& s) {
   std::vector<std::function<void(Status)>> flushed;
   Status failed;
   {
@@ -78,8 +82,6 @@ void ClusterRendezvous::Sent(int64_t step_id, const Status& s) {
       waiting_.erase(it);
     }
   }
-  // The step's receives here fail at once, not at its deadline.
-  if (!s.ok()) local_->Abort(step_id, s);
   for (auto& f : flushed) f(failed);
 }
 

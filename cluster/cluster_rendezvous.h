@@ -2,7 +2,7 @@
 // device is on this node goes to the node's local rendezvous; one for
 // another task becomes a SendTensor message to that task's node, whose
 // connection handler puts it into its local rendezvous. Receives are always
-// local. (Actor-private header: include only from actors/.)
+// local. (Private to the cluster's node code.)
 //
 // Send never blocks: to a node not connected yet the message waits for the
 // node's dialer thread, and the step's partition reports its result only
@@ -55,6 +55,9 @@ class ClusterRendezvous : public RendezvousService,
   Result<std::string> Destination(const std::string& edge);
   // A send of step_id waiting for a dial has gone (or failed with s).
   void Sent(int64_t step_id, const Status& s);
+  // One send of step_id is over (s: its failure, if any): when it was the
+  // step's last, the partitions' Flush callbacks waiting for it run.
+  void Release(int64_t step_id, const Status& s);
 
   // A step's sends waiting for dials: how many, the first failure, and the
   // Flush waiting for them.
