@@ -48,7 +48,7 @@ from . import ops
 from .ops import add_op
 from .gradients import gradients
 from .control_flow import cond, while_loop
-from .variables import Variable, global_variables_initializer, trainable_variables
+from .variables import Variable, global_variables_initializer, trainable_variables, global_variables
 initialize_all_variables = global_variables_initializer  # TF 1.x's older name
 from .session import Session, ClusterSession, SessionOptions, RunOptions, InteractiveSession, get_default_session
 from . import train
@@ -73,6 +73,18 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      truncated_normal)
 
 bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
+
+_NO_DTYPES = ("int8", "int16", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "string", "qint8")
+
+
+def __getattr__(name):
+    # TF 1.x's dtypes the runtime lacks: say so and what to use, instead of a bare AttributeError.
+    if name in _NO_DTYPES:
+        raise AttributeError(
+            f"shardflow has no {name} dtype: its tensors are float32, float64, float16, bfloat16, int32, int64 "
+            "and bool. Use tf.int32 for integer data (a uint8/int8/int16 NumPy array, such as MNIST's labels, "
+            "feeds an int32 placeholder with its values unchanged) and tf.float32 for images")
+    raise AttributeError(f"module 'shardflow' has no attribute '{name}'")
 
 __version__ = "0.1.0"
 

@@ -247,6 +247,8 @@ class Graph:
         self._g = _core_graph if _core_graph is not None else _core.Graph()
         self._control_stack = []
         self._ops = {}  # node id -> Operation, so identities stay stable
+        self._global_step = None  # tf.train.get_or_create_global_step's variable
+        self._var_store = {}  # tf.get_variable's variables by full name
 
     # ---- scopes ----
     @contextlib.contextmanager

@@ -1,13 +1,20 @@
 """Training: optimizers (their updates run in the variables' shard actors),
-checkpoints (Saver) and queue runners.
+checkpoints (TF 1.x's Saver, shardflow's CheckpointSaver) and queue runners.
 
     train = sf.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
-    saver = sf.train.Saver(keep_last=3)
-    saver.save(sess, "/tmp/ckpt", global_step=100)
+    saver = sf.train.Saver(max_to_keep=3)
+    path = saver.save(sess, "/tmp/model/ckpt", global_step=100)   # "/tmp/model/ckpt-100"
+    saver.restore(sess, sf.train.latest_checkpoint("/tmp/model"))
 """
 
+import ast
+import os
+import shutil
 import threading
+import time
 import weakref
+
+import numpy as np
 
 from . import _core
 from . import errors
@@ -15,8 +22,10 @@ from . import graph as _graph
 from .gradients import gradients
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer",
-           "AdamOptimizer", "RMSPropOptimizer", "Saver", "QueueRunner", "list_checkpoints",
-           "latest_checkpoint", "describe_checkpoint", "read_checkpoint_variable"]
+           "AdamOptimizer", "RMSPropOptimizer", "Saver", "CheckpointSaver", "CheckpointState", "QueueRunner",
+           "list_checkpoints", "latest_checkpoint", "latest_checkpoint_id", "get_checkpoint_state",
+           "checkpoint_exists", "describe_checkpoint", "read_checkpoint_variable", "get_global_step",
+           "create_global_step", "get_or_create_global_step", "global_step"]
 
 
 def _var_refs(var_list, g):
@@ -56,21 +65,33 @@ class Optimizer:
             opt.set_learning_rate(g._g, _graph._ref_in(lr, g, "learning rate"))
         return opt
 
-    def minimize(self, loss, var_list=None, name=None):
-        """The Operation that computes gradients of loss and updates var_list (default: all trainable variables and tables)."""
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1, aggregation_method=None,
+                 colocate_gradients_with_ops=False, name=None, grad_loss=None):
+        """The Operation that computes gradients of loss and updates var_list (default: all trainable variables
+        and tables); with global_step (a variable), it also adds 1 to it after the update, as TF 1.x."""
+        if grad_loss is not None:
+            raise errors.UnimplementedError("minimize(grad_loss=) is not supported")
         loss = _graph.convert_to_tensor(loss)
         g = loss.graph
         with g.as_default():
             nid = self._core_optimizer(g).minimize(g._g, loss._ref(), _var_refs(var_list or [], g))
-        return g._op(nid)
+        return _count_step(g, g._op(nid), global_step, name)
 
-    def compute_gradients(self, loss, var_list):
-        """[(gradient, variable)] for loss; a variable loss does not depend on gets None."""
+    def compute_gradients(self, loss, var_list=None, gate_gradients=1, aggregation_method=None,
+                          colocate_gradients_with_ops=False, grad_loss=None):
+        """[(gradient, variable)] for loss (var_list default: the trainable variables); a variable loss does not
+        depend on gets None."""
+        if grad_loss is not None:
+            raise errors.UnimplementedError("compute_gradients(grad_loss=) is not supported")
+        if var_list is None:
+            from .variables import trainable_variables
+            var_list = trainable_variables(_graph.convert_to_tensor(loss).graph)
         grads = gradients(loss, list(var_list), allow_unconnected=True)
         return list(zip(grads, var_list))
 
-    def apply_gradients(self, grads_and_vars, name=None):
-        """The Operation applying each (gradient, variable read) pair; pairs with a None gradient are skipped."""
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """The Operation applying each (gradient, variable read) pair; pairs with a None gradient are skipped.
+        With global_step (a variable), it also adds 1 to it after the update, as TF 1.x."""
         pairs = [(gr, v) for gr, v in grads_and_vars if gr is not None]
         if not pairs:
             raise errors.InvalidArgumentError("apply_gradients got no gradients")
@@ -78,7 +99,46 @@ class Optimizer:
         with g.as_default():
             nid = self._core_optimizer(g).apply_gradients(
                 g._g, [(_graph._ref_in(gr, g, "gradient"), _graph._ref_in(v, g, "variable")) for gr, v in pairs])
-        return g._op(nid)
+        return _count_step(g, g._op(nid), global_step, name)
+
+
+def _count_step(g, update, global_step, name):
+    if global_step is None:
+        return update
+    if not hasattr(global_step, "assign_add"):
+        raise errors.InvalidArgumentError(f"global_step must be a Variable (tf.train.get_or_create_global_step()), "
+                                          f"got {type(global_step).__name__}")
+    with g.as_default(), g.control_dependencies([update]):
+        inc = global_step.assign_add(1)
+    with g.as_default():
+        return _graph.group(update, inc, name=name or "train")
+
+
+def get_global_step(graph=None):
+    """The graph's global step variable, or None (TF 1.x's tf.train.get_global_step)."""
+    g = graph or _graph.get_default_graph()
+    return g._global_step
+
+
+def create_global_step(graph=None):
+    """Makes the graph's global step: an int64 variable named "global_step", 0, not trainable."""
+    from .variables import Variable
+    g = graph or _graph.get_default_graph()
+    if get_global_step(g) is not None:
+        raise ValueError('"global_step" already exists.')
+    with g.as_default():
+        g._global_step = Variable(np.int64(0), name="global_step", trainable=False)
+    return g._global_step
+
+
+def get_or_create_global_step(graph=None):
+    """The graph's global step variable, made if missing (TF 1.x's tf.train.get_or_create_global_step)."""
+    return get_global_step(graph) or create_global_step(graph)
+
+
+def global_step(sess, global_step_tensor):
+    """The global step's value in sess, as an int (TF 1.x's tf.train.global_step)."""
+    return int(sess.run(global_step_tensor))
 
 
 class GradientDescentOptimizer(Optimizer):
@@ -121,11 +181,12 @@ class RMSPropOptimizer(Optimizer):
         super().__init__(learning_rate, decay, momentum, epsilon)
 
 
-class Saver:
-    """Writes a session's checkpoints (every variable and slot, RocksDB) and restores them.
+class CheckpointSaver:
+    """shardflow's own checkpoints: a directory of numbered checkpoints (every variable and slot, RocksDB).
 
     The checkpoints are the C++ ones: `shardflow ckpt ls DIR` lists them and a
-    C++ Session restores them.
+    C++ Session restores them. (sf.train.Saver is TensorFlow 1.x's interface
+    over the same checkpoints, one directory per checkpoint path.)
     """
 
     def __init__(self, keep_last=5):
@@ -140,13 +201,207 @@ class Saver:
         return sess._restore(directory, checkpoint_id)
 
 
+class CheckpointState:
+    """What get_checkpoint_state reads from a directory's "checkpoint" file (TF 1.x's CheckpointState)."""
+
+    def __init__(self, model_checkpoint_path, all_model_checkpoint_paths):
+        self.model_checkpoint_path = model_checkpoint_path
+        self.all_model_checkpoint_paths = list(all_model_checkpoint_paths)
+
+    def __repr__(self):
+        return (f"model_checkpoint_path: {self.model_checkpoint_path!r}\n"
+                + "".join(f"all_model_checkpoint_paths: {p!r}\n" for p in self.all_model_checkpoint_paths))
+
+
+def _checkpoint_exists(path):
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, _MARK))
+
+
+# Written into each checkpoint path by Saver.save: marks the directory as a TF-style checkpoint (a shardflow
+# checkpoint directory holding one checkpoint), so max_to_keep deletes only what a Saver wrote.
+_MARK = "shardflow_checkpoint"
+
+
+def _quote(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _state_path(directory, latest_filename=None):
+    return os.path.join(directory, latest_filename or "checkpoint")
+
+
+def _write_state(directory, latest, all_paths, latest_filename=None):
+    # TF 1.x's text format; a path relative to a relative directory is written relative to it.
+    def rel(p):
+        if not os.path.isabs(directory) and not os.path.isabs(p):
+            return os.path.relpath(p, directory)
+        return p
+    lines = [f"model_checkpoint_path: {_quote(rel(latest))}"]
+    lines += [f"all_model_checkpoint_paths: {_quote(rel(p))}" for p in all_paths]
+    tmp = _state_path(directory, latest_filename) + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, _state_path(directory, latest_filename))
+
+
+def get_checkpoint_state(checkpoint_dir, latest_filename=None):
+    """The CheckpointState of checkpoint_dir's "checkpoint" file, or None when there is none (TF 1.x's).
+
+    Relative paths in it are taken relative to checkpoint_dir, as TensorFlow does.
+    """
+    path = _state_path(str(checkpoint_dir), latest_filename)
+    if not os.path.isfile(path):
+        return None
+    latest, all_paths = None, []
+    with open(path) as f:
+        for line in f:
+            key, _, value = line.strip().partition(":")
+            value = value.strip()
+            if not value:
+                continue
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                raise errors.DataLossError(f"{path}: cannot read the line {line.strip()!r}") from None
+            if not os.path.isabs(value):
+                value = os.path.join(str(checkpoint_dir), value)
+            if key == "model_checkpoint_path":
+                latest = value
+            elif key == "all_model_checkpoint_paths":
+                all_paths.append(value)
+    if latest is None:
+        raise errors.DataLossError(f"{path} names no model_checkpoint_path")
+    return CheckpointState(latest, all_paths)
+
+
+def latest_checkpoint(checkpoint_dir, latest_filename=None):
+    """The path of the newest checkpoint saved into checkpoint_dir by a Saver, or None (TF 1.x's)."""
+    state = get_checkpoint_state(checkpoint_dir, latest_filename)
+    if state is None or not _checkpoint_exists(state.model_checkpoint_path):
+        return None
+    return state.model_checkpoint_path
+
+
+def checkpoint_exists(checkpoint_prefix):
+    """True when checkpoint_prefix is a checkpoint a Saver wrote (TF 1.x's tf.train.checkpoint_exists)."""
+    return _checkpoint_exists(str(checkpoint_prefix))
+
+
+class Saver:
+    """TF 1.x's tf.train.Saver: save(sess, path, global_step) returns "path-step"; restore(sess, that path).
+
+    Each checkpoint path is a directory holding one shardflow checkpoint of every
+    variable and optimizer slot (where TensorFlow writes path.index and
+    path.data-* files); the directory of the path gets TensorFlow's "checkpoint"
+    state file, which latest_checkpoint and get_checkpoint_state read. The newest
+    max_to_keep checkpoints this Saver wrote are kept (None or 0: all), plus one
+    every keep_checkpoint_every_n_hours.
+
+    shardflow checkpoints every variable: var_list may be omitted or hold every
+    trainable variable (a list, as TF programs pass tf.global_variables() or
+    tf.trainable_variables()); a subset or a {name: variable} dict raises
+    UnimplementedError. A checkpoint restores into a session of a graph whose
+    variables have the same names.
+    """
+
+    def __init__(self, var_list=None, reshape=False, sharded=False, max_to_keep=5,
+                 keep_checkpoint_every_n_hours=10000.0, name=None, restore_sequentially=False, saver_def=None,
+                 builder=None, defer_build=False, allow_empty=False, write_version=None, pad_step_number=False,
+                 save_relative_paths=False, filename=None):
+        if var_list is not None:
+            _check_var_list(var_list)
+        if reshape:
+            raise errors.UnimplementedError("Saver(reshape=True) is not supported: a variable restores into its own shape")
+        self._max_to_keep = max_to_keep
+        self._keep_every_s = float(keep_checkpoint_every_n_hours) * 3600.0
+        self._next_keep_time = time.time() + self._keep_every_s
+        self._pad_step_number = bool(pad_step_number)
+        self._last = []  # [(path, time saved)], oldest first
+
+    @property
+    def last_checkpoints(self):
+        """The paths of the checkpoints this Saver wrote and keeps, oldest first."""
+        return [p for p, _ in self._last]
+
+    def save(self, sess, save_path, global_step=None, latest_filename=None, meta_graph_suffix="meta",
+             write_meta_graph=True, write_state=True, strip_default_attrs=False, save_debug_info=False):
+        """Checkpoints every variable of sess as save_path (or "save_path-<global_step>"); returns that path.
+
+        global_step may be an int or a Tensor/Variable (run in sess). The
+        directory gets the "checkpoint" state file unless write_state is False.
+        No meta graph is written (Graph.save writes the graph).
+        """
+        save_path = os.fspath(save_path)
+        if global_step is not None:
+            if not isinstance(global_step, (int, np.integer)):
+                global_step = int(sess.run(global_step))
+            step = int(global_step)
+            path = f"{save_path}-{step:08d}" if self._pad_step_number else f"{save_path}-{step}"
+        else:
+            step, path = 0, save_path
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)  # as TF's V2 checkpoint writer does
+        if os.path.exists(path) and not _checkpoint_exists(path):
+            raise errors.FailedPreconditionError(f"Saver.save: {path!r} exists and is not a checkpoint a Saver wrote")
+        sess._save(path, step, 1, False)
+        with open(os.path.join(path, _MARK), "w") as f:
+            f.write("a TF 1.x-style checkpoint written by shardflow's tf.train.Saver\n")
+        self._last = [(p, t) for p, t in self._last if p != path] + [(path, time.time())]
+        self._drop_old()
+        if write_state:
+            _write_state(parent or os.curdir, path, self.last_checkpoints, latest_filename)
+        return path
+
+    def _drop_old(self):
+        if not self._max_to_keep:
+            return
+        while len(self._last) > self._max_to_keep:
+            path, saved = self._last.pop(0)
+            if saved > self._next_keep_time:  # kept for keep_checkpoint_every_n_hours
+                self._next_keep_time += self._keep_every_s
+                continue
+            if _checkpoint_exists(path):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def restore(self, sess, save_path):
+        """Assigns sess's variables from the checkpoint at save_path (a path save() returned)."""
+        if save_path is None:
+            raise ValueError("Can't load save_path when it is None.")
+        save_path = os.fspath(save_path)
+        if not _checkpoint_exists(save_path):
+            raise ValueError(f"The passed save_path is not a valid checkpoint: {save_path}")
+        sess._restore(save_path, -1)
+
+    def recover_last_checkpoints(self, checkpoint_paths):
+        """Takes checkpoint_paths (e.g. get_checkpoint_state(dir).all_model_checkpoint_paths) as saved by this Saver."""
+        self._last = [(os.fspath(p), time.time()) for p in checkpoint_paths if _checkpoint_exists(os.fspath(p))]
+
+
+def _check_var_list(var_list):
+    if isinstance(var_list, dict):
+        raise errors.UnimplementedError("Saver({name: variable}) is not supported: shardflow checkpoints every "
+                                        "variable under its own name; give no var_list")
+    given = list(var_list)
+    if not given:
+        raise errors.UnimplementedError("Saver(var_list=[]) is not supported: shardflow checkpoints every variable")
+    g = _graph.convert_to_tensor(given[0]).graph
+    names = {_graph.convert_to_tensor(v).name for v in given}
+    from .variables import trainable_variables
+    missing = [t.name for t in trainable_variables(g) if t.name not in names]
+    if missing:
+        raise errors.UnimplementedError(
+            f"Saver(var_list=...) without {missing[:3]}: shardflow checkpoints every variable, so saving or "
+            "restoring a subset is not supported; give no var_list, or every variable")
+
+
 def list_checkpoints(directory):
-    """Every checkpoint id in directory, oldest first; NotFoundError when it holds none."""
+    """Every checkpoint id in a CheckpointSaver directory, oldest first; NotFoundError when it holds none."""
     return _core.checkpoint_list(str(directory))
 
 
-def latest_checkpoint(directory):
-    """The newest committed checkpoint id; NotFoundError when there is none."""
+def latest_checkpoint_id(directory):
+    """The newest committed checkpoint id of a CheckpointSaver directory; NotFoundError when there is none."""
     return _core.checkpoint_latest(str(directory))
 
 

@@ -14,7 +14,7 @@ from . import _core
 from . import errors
 from . import graph as _graph
 
-__all__ = ["Variable", "global_variables_initializer", "trainable_variables"]
+__all__ = ["Variable", "global_variables_initializer", "trainable_variables", "global_variables"]
 
 
 class Variable:
@@ -149,16 +149,25 @@ def global_variables_initializer(graph=None, name="init"):
     return g._op(_core.global_variables_initializer(g._g, name))
 
 
-def trainable_variables(graph=None):
-    """The reads of the graph's trainable variables, as Tensors (what minimize() updates by default)."""
-    g = graph or _graph.get_default_graph()
-    out = []
+def _variable_reads(g, trainable_only):
+    reads = {}
     for op in g.get_operations():
-        if op.type == "VarHandle":
-            attrs = op.node_def
-            if attrs.get("trainable", False):
-                for cand in g.get_operations():
-                    if cand.type == "ReadVariable" and cand.inputs and cand.inputs[0].op == op:
-                        out.append(cand.outputs[0])
-                        break
-    return out
+        if op.type == "ReadVariable" and op.inputs:
+            h = op.inputs[0].op
+            if h.type == "VarHandle" and h not in reads:
+                reads[h] = op.outputs[0]
+    return [r for h, r in reads.items() if not trainable_only or h.node_def.get("trainable", False)]
+
+
+def trainable_variables(graph=None, scope=None):
+    """The reads of the graph's trainable variables, as Tensors (what minimize() updates by default);
+    scope: only those whose name starts with it."""
+    g = graph or _graph.get_default_graph()
+    return [r for r in _variable_reads(g, True) if scope is None or r.name.startswith(scope)]
+
+
+def global_variables(graph=None, scope=None):
+    """The reads of every variable of the graph (trainable or not; optimizer slots too), as Tensors;
+    scope: only those whose name starts with it."""
+    g = graph or _graph.get_default_graph()
+    return [r for r in _variable_reads(g, False) if scope is None or r.name.startswith(scope)]

@@ -63,7 +63,7 @@ def test_cluster_session_runs_across_nodes(cluster, tmp_path):
             s.run(train, {x: xs, y: ys})
         assert s.run(loss, {x: xs, y: ys}) < 0.1 * first
         d = tmp_path / "ckpt"
-        saver = sf.train.Saver()
+        saver = sf.train.CheckpointSaver()
         saver.save(s, d, global_step=50)
         trained = s.run(w)
         s.run(w.assign(np.zeros((3, 1), np.float32)))
@@ -71,7 +71,7 @@ def test_cluster_session_runs_across_nodes(cluster, tmp_path):
         np.testing.assert_array_equal(s.run(w), trained)
     # A cluster's checkpoint restores in a local session.
     with sf.Session(g) as local:
-        sf.train.Saver().restore(local, d)
+        sf.train.CheckpointSaver().restore(local, d)
         np.testing.assert_array_equal(local.run(w), trained)
 
 

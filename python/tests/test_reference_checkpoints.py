@@ -83,7 +83,7 @@ def test_round_trip_dtypes_scalars_and_zero_size(tmp_path):
         vs = {n: sf.Variable(v, name=n) for n, v in vals.items()}
         with sf.Session(g) as s:
             s.run(sf.global_variables_initializer())
-            cid = sf.train.Saver().save(s, d, global_step=7)
+            cid = sf.train.CheckpointSaver().save(s, d, global_step=7)
     info = sf.train.describe_checkpoint(d, cid)
     assert info["global_step"] == 7 and info["parent"] == -1 and info["id"] == cid
     assert {n: list(sh) for n, _, sh in info["variables"]} == {n: list(np.shape(v)) for n, v in vals.items()}
@@ -91,7 +91,7 @@ def test_round_trip_dtypes_scalars_and_zero_size(tmp_path):
         r = sf.train.read_checkpoint_variable(d, cid, n)
         assert r.dtype == np.asarray(v).dtype and r.tobytes() == np.asarray(v).tobytes()
     with sf.Session(g) as s2:  # fresh, never initialised
-        assert sf.train.Saver().restore(s2, d) == 7
+        assert sf.train.CheckpointSaver().restore(s2, d) == 7
         got = s2.run(vs)
     for n, v in vals.items():
         assert got[n].dtype == np.asarray(v).dtype and got[n].shape == np.shape(v)
@@ -107,15 +107,15 @@ def test_restore_then_training_equals_uninterrupted(tmp_path, opt, hash_):
         s.run(m["init"])
         for b in BATCHES[:4]:
             s.run(m["train"], _feed(m, b))
-        sf.train.Saver().save(s, d, global_step=4)
-        saved = _allvars(d, sf.train.latest_checkpoint(d))
+        sf.train.CheckpointSaver().save(s, d, global_step=4)
+        saved = _allvars(d, sf.train.latest_checkpoint_id(d))
         ref_losses = [s.run([m["loss"], m["train"]], _feed(m, b))[0] for b in BATCHES[4:]]
         ref_final = _snap(s, m)
     g2, m2 = _model(opt, hash_=hash_)
     with sf.Session(g2, num_cpu_devices=2) as s:
-        assert sf.train.Saver().restore(s, d) == 4
+        assert sf.train.CheckpointSaver().restore(s, d) == 4
         # every variable and slot reads back as saved
-        sf.train.Saver().save(s, tmp_path / "again", 4)
+        sf.train.CheckpointSaver().save(s, tmp_path / "again", 4)
         again = _allvars(tmp_path / "again", 1)
         assert saved.keys() == again.keys()
         assert opt == "sgd" or any(k.startswith("w/") for k in saved)  # the optimizer's slots are saved
@@ -135,7 +135,7 @@ def test_incremental_chain_restores_every_link(tmp_path, hash_):
     states, full_vars = {}, {}
     with sf.Session(g, num_cpu_devices=2) as s:
         s.run(m["init"])
-        saver = sf.train.Saver(keep_last=10)
+        saver = sf.train.CheckpointSaver(keep_last=10)
         s.run(m["train"], _feed(m, BATCHES[0]))
         cid = saver.save(s, d, 0)
         states[cid] = _snap(s, m)
@@ -150,10 +150,10 @@ def test_incremental_chain_restores_every_link(tmp_path, hash_):
     for i in ids:
         g2, m2 = _model("adam", hash_=hash_)
         with sf.Session(g2, num_cpu_devices=2) as s:
-            assert sf.train.Saver().restore(s, d, i) == ids.index(i)
+            assert sf.train.CheckpointSaver().restore(s, d, i) == ids.index(i)
             assert np.array_equal(_snap(s, m2), states[i])
             if i in full_vars:  # slots too: a full save of the restored state equals the composed increment
-                sf.train.Saver().save(s, tmp_path / f"full{i}", 0)
+                sf.train.CheckpointSaver().save(s, tmp_path / f"full{i}", 0)
                 again = _allvars(tmp_path / f"full{i}", 1)
                 assert again.keys() == full_vars[i].keys()
                 for k in again:
@@ -179,7 +179,7 @@ def test_incremental_captures_assign_reinit_and_is_full_after_restore_or_other_d
     g, m = _dense_table_model()
     hist = []
     with sf.Session(g) as s:
-        sv = sf.train.Saver(keep_last=100)
+        sv = sf.train.CheckpointSaver(keep_last=100)
         step = lambda ids: s.run(m["train"], {m["ids"]: np.array(ids).reshape(-1, 1)})  # noqa: E731
         s.run(m["init"])
         hist.append(sv.save(s, d, 0))
@@ -197,7 +197,7 @@ def test_incremental_captures_assign_reinit_and_is_full_after_restore_or_other_d
     for i, ref in hist[1:]:
         g2, m2 = _dense_table_model()
         with sf.Session(g2) as s:
-            sf.train.Saver().restore(s, d, i)
+            sf.train.CheckpointSaver().restore(s, d, i)
             assert np.array_equal(_snap(s, m2), ref), i
 
 
@@ -226,7 +226,7 @@ def test_hash_incremental_chain_replays_like_uninterrupted(tmp_path, hopt, steps
     cids = []
     with sf.Session(g) as s:
         s.run(m["init"])
-        sv = sf.train.Saver(keep_last=100)
+        sv = sf.train.CheckpointSaver(keep_last=100)
         for k, ids in enumerate(steps):
             s.run(m["train"], {m["ids"]: np.array(ids).reshape(-1, 1)})
             cids.append(sv.save(s, d, k, incremental=k > 0))
@@ -234,7 +234,7 @@ def test_hash_incremental_chain_replays_like_uninterrupted(tmp_path, hopt, steps
     for k, cid in enumerate(cids):
         g2, m2 = _hash_model(**hopt)
         with sf.Session(g2) as s:
-            sf.train.Saver().restore(s, d, cid)
+            sf.train.CheckpointSaver().restore(s, d, cid)
             for ids in steps[k + 1:]:
                 s.run(m2["train"], {m2["ids"]: np.array(ids).reshape(-1, 1)})
             assert np.array_equal(s.run(m2["look"], {m2["allids"]: probe}), final), k
@@ -261,15 +261,15 @@ def test_restore_into_other_shard_count(tmp_path, opt, slot, k, part):
         s.run(m["init"])
         for b in BATCHES[:3]:
             s.run(m["train"], _feed(m, b))
-        cid = sf.train.Saver().save(s, d, 3)
+        cid = sf.train.CheckpointSaver().save(s, d, 3)
         ref = _snap(s, m)
         ref_losses = [s.run([m["loss"], m["train"]], _feed(m, b))[0] for b in BATCHES[3:6]]
     table, slots = _logical(d, cid, "", 2, "mod"), _logical(d, cid, slot, 2, "mod")
     g2, m2 = _model(opt, shards=k, part=part)
     with sf.Session(g2, num_cpu_devices=2) as s:
-        assert sf.train.Saver().restore(s, d) == 3
+        assert sf.train.CheckpointSaver().restore(s, d) == 3
         assert np.array_equal(_snap(s, m2), ref)
-        j = sf.train.Saver().save(s, tmp_path / "re", 3)
+        j = sf.train.CheckpointSaver().save(s, tmp_path / "re", 3)
         assert np.array_equal(_logical(tmp_path / "re", j, "", k, part), table)
         assert np.array_equal(_logical(tmp_path / "re", j, slot, k, part), slots)
         losses = [s.run([m2["loss"], m2["train"]], _feed(m2, b))[0] for b in BATCHES[3:6]]
@@ -283,15 +283,15 @@ def test_hash_table_restores_into_other_shard_count_from_a_chain(tmp_path, k):
     with sf.Session(g, num_cpu_devices=2) as s:
         s.run(m["init"])
         s.run(m["train"], _feed(m, BATCHES[0]))
-        sf.train.Saver().save(s, d, 0)
+        sf.train.CheckpointSaver().save(s, d, 0)
         s.run(m["train"], _feed(m, dict(BATCHES[1], ids=np.full((8, 2), 11))))
-        sf.train.Saver().save(s, d, 1, incremental=True)
+        sf.train.CheckpointSaver().save(s, d, 1, incremental=True)
         ref = _snap(s, m)
         ref_losses = [s.run([m["loss"], m["train"]], _feed(m, b))[0] for b in BATCHES[2:5]]
         ref_final = _snap(s, m)
     g2, m2 = _model("adagrad", shards=k, hash_=True)
     with sf.Session(g2, num_cpu_devices=2) as s:
-        sf.train.Saver().restore(s, d)
+        sf.train.CheckpointSaver().restore(s, d)
         assert np.array_equal(_snap(s, m2), ref)
         losses = [s.run([m2["loss"], m2["train"]], _feed(m2, b))[0] for b in BATCHES[2:5]]
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
@@ -303,13 +303,13 @@ def test_restore_into_other_row_count_names_the_table(tmp_path):
     g, m = _model("sgd")
     with sf.Session(g) as s:
         s.run(m["init"])
-        sf.train.Saver().save(s, d, 0)
+        sf.train.CheckpointSaver().save(s, d, 0)
     g2, m2 = _model("sgd", rows=24)
     with sf.Session(g2) as s:
         s.run(m2["init"])
         before = s.run(m2["w"])
         with pytest.raises(sf.errors.InvalidArgumentError, match="'emb' has 24 rows in the graph but 20"):
-            sf.train.Saver().restore(s, d)
+            sf.train.CheckpointSaver().restore(s, d)
         assert np.array_equal(s.run(m2["w"]), before)
 
 
@@ -322,7 +322,7 @@ def _saved_ab(d):
         sf.Variable(np.ones((2,), np.float64), name="b")
         with sf.Session(g) as s:
             s.run(sf.global_variables_initializer())
-            sf.train.Saver().save(s, d, 3)
+            sf.train.CheckpointSaver().save(s, d, 3)
 
 
 @pytest.mark.parametrize("specs,err,match", [
@@ -343,7 +343,7 @@ def test_mismatched_graph_is_an_error_and_assigns_nothing(tmp_path, specs, err, 
         with sf.Session(g) as s:
             s.run(sf.global_variables_initializer())
             with pytest.raises(err, match=match):
-                sf.train.Saver().restore(s, d)
+                sf.train.CheckpointSaver().restore(s, d)
             for v in s.run(vs):
                 assert (v == 7).all()
 
@@ -355,7 +355,7 @@ def test_checkpoint_with_an_extra_variable_restores_the_graphs_ones(tmp_path):
     with g.as_default():
         a = sf.Variable(np.full((3, 4), 7, np.float32), name="a")
         with sf.Session(g) as s:
-            assert sf.train.Saver().restore(s, d) == 3
+            assert sf.train.CheckpointSaver().restore(s, d) == 3
             assert (s.run(a) == 1).all()
 
 
@@ -375,13 +375,13 @@ def test_keep_last_latest_and_chain_retention(tmp_path):
     d, dc = tmp_path / "k", tmp_path / "chain"
     with sf.Session(g) as s:
         s.run(g.init)
-        sv = sf.train.Saver(keep_last=3)
+        sv = sf.train.CheckpointSaver(keep_last=3)
         ids = []
         for k in range(6):
             ids.append(sv.save(s, d, global_step=10 * k))
             s.run(inc)
         assert ids == sorted(ids) and len(set(ids)) == 6
-        assert sf.train.list_checkpoints(d) == ids[-3:] and sf.train.latest_checkpoint(d) == ids[-1]
+        assert sf.train.list_checkpoints(d) == ids[-3:] and sf.train.latest_checkpoint_id(d) == ids[-1]
         for k, i in enumerate(ids[-3:], start=3):
             assert sf.train.describe_checkpoint(d, i)["global_step"] == 10 * k
             assert (sf.train.read_checkpoint_variable(d, i, "v") == k).all()
@@ -392,7 +392,7 @@ def test_keep_last_latest_and_chain_retention(tmp_path):
         with pytest.raises(sf.errors.NotFoundError, match="'nope'"):
             sf.train.read_checkpoint_variable(d, ids[-1], "nope")
         # a chain keeps every link its kept increments need, until a full save lets it go
-        sv = sf.train.Saver(keep_last=2)
+        sv = sf.train.CheckpointSaver(keep_last=2)
         chain = [sv.save(s, dc, 0)]
         for k in range(1, 5):
             s.run(inc)
@@ -403,9 +403,9 @@ def test_keep_last_latest_and_chain_retention(tmp_path):
         s.run(inc)
         i = sv.save(s, dc, 6, incremental=True)
         assert sf.train.list_checkpoints(dc) == [f, i]
-        assert sf.train.latest_checkpoint(dc) == i
+        assert sf.train.latest_checkpoint_id(dc) == i
     with sf.Session(g) as s2:
-        assert sf.train.Saver().restore(s2, dc) == 6
+        assert sf.train.CheckpointSaver().restore(s2, dc) == 6
         assert (s2.run(v) == 12).all()
 
 
@@ -416,24 +416,24 @@ def test_save_to_bad_paths_is_a_clear_error(tmp_path):
     with sf.Session(g) as s:
         s.run(g.init)
         with pytest.raises(sf.errors.OpError, match="not a directory"):
-            sf.train.Saver().save(s, afile, 1)
+            sf.train.CheckpointSaver().save(s, afile, 1)
         with pytest.raises(sf.errors.OpError, match="afile"):
-            sf.train.Saver().save(s, afile / "sub", 1)
+            sf.train.CheckpointSaver().save(s, afile / "sub", 1)
         with pytest.raises(sf.errors.InvalidArgumentError, match="empty"):
-            sf.train.Saver().save(s, "", 1)
+            sf.train.CheckpointSaver().save(s, "", 1)
         if os.geteuid() != 0:  # root writes anyway
             ro = tmp_path / "ro"
             ro.mkdir()
             ro.chmod(0o500)
             try:
                 with pytest.raises(sf.errors.OpError):
-                    sf.train.Saver().save(s, ro / "c", 1)
+                    sf.train.CheckpointSaver().save(s, ro / "c", 1)
             finally:
                 ro.chmod(0o700)
         with pytest.raises(sf.errors.NotFoundError):
-            sf.train.Saver().restore(s, afile)
+            sf.train.CheckpointSaver().restore(s, afile)
         assert afile.read_text() == "x"
-    for fn in (sf.train.latest_checkpoint, sf.train.list_checkpoints):
+    for fn in (sf.train.latest_checkpoint_id, sf.train.list_checkpoints):
         with pytest.raises(sf.errors.NotFoundError):
             fn(tmp_path / "none")
 
@@ -442,10 +442,10 @@ def test_queries_of_a_missing_directory_create_nothing(tmp_path):
     g, v, inc = _counter()
     missing = tmp_path / "missing"
     with pytest.raises(sf.errors.NotFoundError):
-        sf.train.latest_checkpoint(missing)
+        sf.train.latest_checkpoint_id(missing)
     with sf.Session(g) as s:
         with pytest.raises(sf.errors.NotFoundError):
-            sf.train.Saver().restore(s, missing)
+            sf.train.CheckpointSaver().restore(s, missing)
     assert not missing.exists()
 
 
@@ -464,7 +464,7 @@ _WORKER = textwrap.dedent("""
         with sf.Session(g) as s:
             s.run(sf.global_variables_initializer())
             try:
-                step = sf.train.Saver().restore(s, d, ckid)
+                step = sf.train.CheckpointSaver().restore(s, d, ckid)
                 out["restore"] = "ok"
             except sf.errors.OpError as e:
                 step, out["restore"] = None, type(e).__name__ + ": " + str(e)
@@ -509,7 +509,7 @@ def two_checkpoints(tmp_path_factory):
             for k in (1, 2):
                 if k == 2:
                     s.run(ups)
-                assert sf.train.Saver().save(s, d, k) == k
+                assert sf.train.CheckpointSaver().save(s, d, k) == k
                 now = {os.path.basename(p) for p in glob.glob(str(d / "*")) if os.path.getsize(p) > 0}
                 files[k] = sorted(now - seen)
                 seen = now
@@ -605,7 +605,7 @@ def test_corrupt_increment_falls_back_before_the_chain(tmp_path):
     g, ids, train, init = build()
     with sf.Session(g) as s:
         s.run(init)
-        sv = sf.train.Saver(keep_last=10)
+        sv = sf.train.CheckpointSaver(keep_last=10)
         sv.save(s, d, 1)
         before = set(glob.glob(str(d / "*.sst")))
         s.run(train, {ids: np.arange(1100).reshape(-1, 1)})  # 4.5 MB of changed rows: a table file
@@ -619,9 +619,9 @@ def test_corrupt_increment_falls_back_before_the_chain(tmp_path):
     with sf.Session(g2) as s:
         s.run(init2)
         s.run(train2, {ids2: np.full((2, 1), 7)})
-        assert sf.train.Saver().restore(s, d) == 1  # the chain 3 -> 2 -> 1 is broken at 2
+        assert sf.train.CheckpointSaver().restore(s, d) == 1  # the chain 3 -> 2 -> 1 is broken at 2
         with pytest.raises(sf.errors.OpError, match=r"checkpoint 2 \(an increment on checkpoint 1\)"):
-            sf.train.Saver().restore(s, d, 3)
+            sf.train.CheckpointSaver().restore(s, d, 3)
     with pytest.raises(sf.errors.OpError, match="checkpoint 2"):
         sf.train.read_checkpoint_variable(d, 3, "emb/part_0")
 
@@ -648,7 +648,7 @@ def test_save_during_training_keeps_each_variable_consistent_with_its_slots(tmp_
     g, w, train, init = build()
     with sf.Session(g) as s:
         s.run(init)
-        sv = sf.train.Saver(keep_last=n_steps + 5)
+        sv = sf.train.CheckpointSaver(keep_last=n_steps + 5)
         for t in range(n_steps + 1):
             if t:
                 s.run(train)
@@ -671,7 +671,7 @@ def test_save_during_training_keeps_each_variable_consistent_with_its_slots(tmp_
                 done.set()
         th = threading.Thread(target=loop)
         th.start()
-        sv = sf.train.Saver(keep_last=1000)
+        sv = sf.train.CheckpointSaver(keep_last=1000)
         while not done.is_set():
             ids.append(sv.save(s, d, 0))
         th.join()

@@ -208,7 +208,7 @@ def test_hash_embedding_read_only_view_counts_no_sighting(g):
 def test_checkpoints_with_saver(g, tmp_path):
     w = sf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="w")
     inc = w.assign_add(np.ones((2, 3), np.float32))
-    saver = sf.train.Saver(keep_last=2)
+    saver = sf.train.CheckpointSaver(keep_last=2)
     d = tmp_path / "ckpt"
     with sf.Session(g) as s:
         s.run(sf.global_variables_initializer())
@@ -221,7 +221,7 @@ def test_checkpoints_with_saver(g, tmp_path):
         assert saver.restore(s, d) == 20
         np.testing.assert_array_equal(s.run(w), np.arange(6).reshape(2, 3) + 1)
         third = saver.save(s, d, global_step=30, incremental=True)
-    assert sf.train.latest_checkpoint(d) == third
+    assert sf.train.latest_checkpoint_id(d) == third
     assert sf.train.list_checkpoints(d) == [second, third]
     info = sf.train.describe_checkpoint(d, second)
     assert info["global_step"] == 20 and [v[0] for v in info["variables"]] == ["w"]
@@ -230,7 +230,7 @@ def test_checkpoints_with_saver(g, tmp_path):
         saver.restore(s2, d)
         np.testing.assert_array_equal(s2.run(w), np.arange(6).reshape(2, 3) + 1)
     with pytest.raises(sf.errors.NotFoundError):
-        sf.train.latest_checkpoint(tmp_path / "none")
+        sf.train.latest_checkpoint_id(tmp_path / "none")
 
 
 def test_graph_saved_in_cpp_runs_in_python(tmp_path, bin_dir):
