@@ -57,6 +57,12 @@ from . import embedding
 from . import nn
 from . import flags, app, compat  # noqa: F401 - tf.flags, tf.app, tf.compat.v1
 from .compat import disable_v2_behavior, disable_eager_execution  # noqa: F401 - tf.compat.v1's
+from .variable_scopes import (AUTO_REUSE, VariableScope, variable_scope, get_variable, get_variable_scope,  # noqa: F401
+                             GraphKeys, get_collection, get_collection_ref, add_to_collection)
+from .init_ops import (zeros_initializer, ones_initializer, constant_initializer,  # noqa: F401 - TF 1.x's names
+                       random_normal_initializer, truncated_normal_initializer, random_uniform_initializer,
+                       variance_scaling_initializer, glorot_uniform_initializer, glorot_normal_initializer)
+from . import layers, contrib  # noqa: F401 - tf.layers, tf.contrib.layers.xavier_initializer
 from .queues import FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue
 from .cluster import LocalCluster
 from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math

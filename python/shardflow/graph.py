@@ -249,6 +249,10 @@ class Graph:
         self._ops = {}  # node id -> Operation, so identities stay stable
         self._global_step = None  # tf.train.get_or_create_global_step's variable
         self._var_store = {}  # tf.get_variable's variables by full name
+        self._var_scopes = []  # tf.variable_scope's open scopes, innermost last
+        self._var_scope_counts = {}  # times each variable scope name was opened (unique default names)
+        self._collections = {}  # tf.add_to_collection's lists by key
+        self._name_scopes = []  # [name, core scope] of each open name_scope, innermost last
 
     # ---- scopes ----
     @contextlib.contextmanager
@@ -262,14 +266,38 @@ class Graph:
 
     @contextlib.contextmanager
     def name_scope(self, name):
-        """Prefixes the names of nodes added inside the block with "name/" (scopes nest)."""
+        """Prefixes the names of nodes added inside the block with "name/" (scopes nest); yields the full prefix ("outer/name/")."""
         if not isinstance(name, str) or not name:
             raise errors.InvalidArgumentError(f"a name scope needs a non-empty string, got {name!r}")
-        s = self._g.name_scope(name)
+        entry = [name, self._g.name_scope(name)]
+        self._name_scopes.append(entry)
         try:
-            yield name
+            yield self._g.scoped_name("")  # "outer/name/", as TF 1.x's `as scope`
         finally:
-            s.close()
+            entry[1].close()
+            self._name_scopes.remove(entry)
+
+    @contextlib.contextmanager
+    def _absolute_name_scope(self, prefix):
+        """Nodes added inside are named "prefix/..." whatever name scopes are open (tf.get_variable's names).
+
+        When a C++ builder has a scope of its own open (a cond branch, a loop
+        body), the open scopes are kept and prefix goes under them.
+        """
+        expected = "".join(n + "/" for n, _ in self._name_scopes)
+        lifted = self._g.scoped_name("") == expected
+        if lifted:
+            for entry in reversed(self._name_scopes):
+                entry[1].close()
+        inner = self._g.name_scope(prefix) if prefix else None
+        try:
+            yield
+        finally:
+            if inner is not None:
+                inner.close()
+            if lifted:
+                for entry in self._name_scopes:
+                    entry[1] = self._g.name_scope(entry[0])
 
     @contextlib.contextmanager
     def device(self, device_name):
@@ -755,9 +783,9 @@ def placeholder(dtype, shape=None, name="Placeholder"):
                   name).outputs[0]
 
 
-def name_scope(name):
-    """get_default_graph().name_scope(name)."""
-    return get_default_graph().name_scope(name)
+def name_scope(name, default_name=None, values=None):
+    """get_default_graph().name_scope(name or default_name), TF 1.x's signature (values is not used)."""
+    return get_default_graph().name_scope(name or default_name)
 
 
 def device(device_name):
