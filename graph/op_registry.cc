@@ -123,6 +123,7 @@ Status RegisterStandardOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(RegisterQueueOps(reg));
   SF_RETURN_IF_ERROR(RegisterSendRecvOps(reg));
   SF_RETURN_IF_ERROR(RegisterEmbeddingOps(reg));
+  SF_RETURN_IF_ERROR(RegisterReaderOps(reg));
   return Status::OK();
 }
 

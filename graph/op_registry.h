@@ -25,5 +25,6 @@ Status RegisterControlFlowOps(OpRegistry& reg);
 Status RegisterQueueOps(OpRegistry& reg);
 Status RegisterSendRecvOps(OpRegistry& reg);
 Status RegisterEmbeddingOps(OpRegistry& reg);  // graph/ops/embedding_ops.cc
+Status RegisterReaderOps(OpRegistry& reg);     // graph/ops/reader_ops.cc
 
 }  // namespace sf

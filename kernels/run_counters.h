@@ -4,7 +4,8 @@
 // so a seeded random op counting its runs in its kernel restarted its
 // sequence for each one; TensorFlow shares such kernels across a session's
 // executors for the same reason. NodeNameSeed gives an unseeded node
-// its own seed.
+// its own seed. A stateful node whose state is more than a count (a reader's
+// threads and position) keeps it here too (NodeState).
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace sf {
 
@@ -39,9 +41,21 @@ class RunCounters {
     return c;
   }
 
+  // The state of the node named `node` that every kernel of it in the
+  // session shares: made by make() (a std::shared_ptr<T>) on first use, the
+  // same object after. REQUIRES: one T per node name. Never fails.
+  template <typename T, typename Make>
+  std::shared_ptr<T> NodeState(const std::string& node, Make make) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& s = states_[node];
+    if (!s) s = make();
+    return std::static_pointer_cast<T>(s);
+  }
+
  private:
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<std::atomic<uint64_t>>> counters_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, std::shared_ptr<void>> states_;                     // GUARDED_BY(mu_)
 };
 
 }  // namespace sf

@@ -24,6 +24,7 @@ void RegisterQueueKernels(KernelRegistry& reg);
 void RegisterSendRecvKernels(KernelRegistry& reg);
 void RegisterEmbeddingKernels(KernelRegistry& reg);  // embedding_kernels.cc
 void RegisterCheckpointKernels(KernelRegistry& reg);  // checkpoint_kernels.cc
+void RegisterReaderKernels(KernelRegistry& reg);      // reader_kernels.cc
 
 // OK when every dim of `s` (a shape read from a run-time tensor) is >= 0 and
 // its element count times 8 bytes fits in int64; else InvalidArgument naming

@@ -17,6 +17,7 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterSendRecvKernels(reg);
   RegisterEmbeddingKernels(reg);
   RegisterCheckpointKernels(reg);
+  RegisterReaderKernels(reg);
 }
 
 const KernelRegistry& StandardKernelRegistry() {

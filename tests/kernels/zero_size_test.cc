@@ -475,6 +475,7 @@ const std::map<std::string, std::string>& NeedsSession() {
       {"StaleSyncWait", "replication service"}, {"AllReduce", "collective service"},
       {"SaveCheckpoint", "checkpoint service"}, {"RestoreCheckpoint", "checkpoint service"},
       {"_Send", "rendezvous"}, {"_Recv", "rendezvous"},
+      {"CriteoReader", "no inputs: it reads files (tests/kernels/criteo_reader_test.cc, tests/actors/reader_ops_test.cc)"},
   };
   return m;
 }
