@@ -48,9 +48,11 @@ from . import ops
 from .ops import add_op
 from .gradients import gradients
 from .control_flow import cond, while_loop
-from .variables import Variable, global_variables_initializer, trainable_variables, global_variables
+from .variables import (Variable, global_variables_initializer, trainable_variables, global_variables,
+                        local_variables_initializer)
 initialize_all_variables = global_variables_initializer  # TF 1.x's older name
-from .session import Session, ClusterSession, SessionOptions, RunOptions, InteractiveSession, get_default_session
+from .session import (Session, ClusterSession, SessionOptions, RunOptions, InteractiveSession, get_default_session,
+                      ConfigProto, GPUOptions)
 from . import train
 from . import random
 from . import embedding

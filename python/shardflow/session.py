@@ -25,7 +25,8 @@ from . import dtypes as _dt
 from . import errors
 from . import graph as _graph
 
-__all__ = ["Session", "ClusterSession", "SessionOptions", "InteractiveSession", "get_default_session"]
+__all__ = ["Session", "ClusterSession", "SessionOptions", "InteractiveSession", "get_default_session", "ConfigProto",
+           "GPUOptions"]
 
 
 class _SessionStack(threading.local):
@@ -326,9 +327,21 @@ class Session(_BaseSession):
     TypeError for an unknown one.
     """
 
-    def __init__(self, graph=None, options=None, **kwargs):
+    def __init__(self, graph=None, options=None, config=None, target="", **kwargs):
+        if isinstance(graph, str):  # TF 1.x's positional order: Session(target, graph, config)
+            graph, target, options = (options if isinstance(options, _graph.Graph) else None), graph, \
+                (None if isinstance(options, _graph.Graph) else options)
+        if target:
+            raise errors.UnimplementedError(f"Session(target={target!r}): a local Session has no target; run on "
+                                            "cluster nodes with sf.ClusterSession(graph, address=...)")
         graph = graph if graph is not None else _graph.get_default_graph()
         super().__init__(graph)
+        if config is not None:
+            if options is not None or kwargs:
+                raise TypeError("give config (TF 1.x's ConfigProto) or options, not both")
+            if not isinstance(config, ConfigProto):
+                raise TypeError(f"config must be a tf.ConfigProto, got {type(config).__name__}")
+            options = config._options()
         if options is None:
             options = SessionOptions(**kwargs)
         elif kwargs:
@@ -340,6 +353,47 @@ class Session(_BaseSession):
                                       options.num_cpu_devices)
 
 
+class GPUOptions:
+    """TF 1.x's GPUOptions; accepted for programs that set them, and without effect (shardflow runs on CPUs)."""
+
+    def __init__(self, allow_growth=False, per_process_gpu_memory_fraction=1.0, visible_device_list="",
+                 allocator_type="", force_gpu_compatible=False):
+        self.allow_growth = allow_growth
+        self.per_process_gpu_memory_fraction = per_process_gpu_memory_fraction
+        self.visible_device_list = visible_device_list
+        self.allocator_type = allocator_type
+        self.force_gpu_compatible = force_gpu_compatible
+
+
+class ConfigProto:
+    """TF 1.x's session configuration, as Session(config=) takes it.
+
+    intra_op_parallelism_threads sets the compute threads and
+    inter_op_parallelism_threads the scheduler threads (0: the defaults);
+    device_count={"CPU": n} the CPU devices to place over. GPU settings
+    (gpu_options, device_count's "GPU"), allow_soft_placement and
+    log_device_placement are accepted without effect: shardflow places every
+    op on a CPU device. Another field raises ValueError, as the protocol
+    message does.
+    """
+
+    def __init__(self, intra_op_parallelism_threads=0, inter_op_parallelism_threads=0, device_count=None,
+                 allow_soft_placement=False, log_device_placement=False, gpu_options=None, **unknown):
+        if unknown:
+            raise ValueError(f'Protocol message ConfigProto has no "{next(iter(unknown))}" field.')
+        self.intra_op_parallelism_threads = intra_op_parallelism_threads
+        self.inter_op_parallelism_threads = inter_op_parallelism_threads
+        self.device_count = dict(device_count or {})
+        self.allow_soft_placement = allow_soft_placement
+        self.log_device_placement = log_device_placement
+        self.gpu_options = gpu_options if gpu_options is not None else GPUOptions()
+
+    def _options(self):
+        return SessionOptions(compute_threads=int(self.intra_op_parallelism_threads),
+                              scheduler_threads=int(self.inter_op_parallelism_threads),
+                              num_cpu_devices=int(self.device_count.get("CPU", 1)))
+
+
 class InteractiveSession(Session):
     """A Session that makes itself the default session when made, until closed (TF 1.x's, for shells and notebooks).
 
@@ -347,9 +401,12 @@ class InteractiveSession(Session):
     also the default graph until close().
     """
 
-    def __init__(self, graph=None, options=None, **kwargs):
+    def __init__(self, graph=None, options=None, config=None, target="", **kwargs):
+        if isinstance(graph, str):  # TF 1.x's order: InteractiveSession(target, graph, config)
+            graph, target, options = (options if isinstance(options, _graph.Graph) else None), graph, \
+                (None if isinstance(options, _graph.Graph) else options)
         explicit_graph = graph is not None
-        super().__init__(graph, options, **kwargs)
+        super().__init__(graph, options, config=config, target=target, **kwargs)
         self._interactive = [self.as_default()]
         if explicit_graph:
             self._interactive.insert(0, self.graph.as_default())

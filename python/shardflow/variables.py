@@ -14,7 +14,8 @@ from . import _core
 from . import errors
 from . import graph as _graph
 
-__all__ = ["Variable", "global_variables_initializer", "trainable_variables", "global_variables"]
+__all__ = ["Variable", "global_variables_initializer", "trainable_variables", "global_variables",
+           "local_variables_initializer"]
 
 
 class Variable:
@@ -147,6 +148,11 @@ def global_variables_initializer(graph=None, name="init"):
     """An Operation running the initializer of every variable (and table) built so far."""
     g = graph or _graph.get_default_graph()
     return g._op(_core.global_variables_initializer(g._g, name))
+
+
+def local_variables_initializer(name="init_local"):
+    """TF 1.x's: a NoOp, since shardflow has no local variables (every variable is in global_variables_initializer)."""
+    return _graph.no_op(name)
 
 
 def _variable_reads(g, trainable_only):

@@ -176,3 +176,23 @@ def test_small_int_dtypes_are_refused_by_name_and_uint8_data_feeds_int32():
         got_y, got = sess.run([y, counts], {y: labels})
     np.testing.assert_array_equal(got_y, [3, 7, 255, 0])
     np.testing.assert_array_equal(got, np.eye(10)[[3, 7, 0]].sum(0))  # 255 is outside depth: a zero row, as TF
+
+
+def test_session_takes_tf1s_config_and_positional_target():
+    config = tf.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=1,
+                            allow_soft_placement=True, device_count={"CPU": 2})
+    config.gpu_options.allow_growth = True  # no effect: shardflow runs on CPUs
+    c = tf.constant([1.0, 2.0]) * 2.0
+    with tf.Session(config=config) as sess:
+        assert sess.options.compute_threads == 2 and sess.options.num_cpu_devices == 2
+        sess.run(tf.group(tf.global_variables_initializer(), tf.local_variables_initializer()))
+        np.testing.assert_array_equal(sess.run(c), [2, 4])
+    g = tf.Graph()
+    with g.as_default():
+        d = tf.constant(3.0)
+    with tf.Session("", g) as sess:  # TF 1.x's order: target, graph, config
+        assert sess.run(d) == 3.0
+    with pytest.raises(tf.errors.UnimplementedError, match="ClusterSession"):
+        tf.Session("grpc://localhost:2222")
+    with pytest.raises(ValueError, match='no "bogus" field'):
+        tf.ConfigProto(bogus=1)
