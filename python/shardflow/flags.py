@@ -91,7 +91,8 @@ class _Flag:
         except (TypeError, ValueError) as e:
             raise IllegalFlagValueError(f"flag --{self.name}={text}: {e}") from None
         if self.enum_values is not None and value not in self.enum_values:
-            raise IllegalFlagValueError(f"flag --{self.name}={text}: value should be one of <{'|'.join(self.enum_values)}>")
+            raise IllegalFlagValueError(
+                f"flag --{self.name}={text}: value should be one of <{'|'.join(self.enum_values)}>")
         return value
 
 

@@ -266,7 +266,10 @@ class Graph:
 
     @contextlib.contextmanager
     def name_scope(self, name):
-        """Prefixes the names of nodes added inside the block with "name/" (scopes nest); yields the full prefix ("outer/name/")."""
+        """Prefixes the names of nodes added inside the block with "name/" (scopes nest).
+
+        Yields the full prefix ("outer/name/"), as TF 1.x's `with tf.name_scope(...) as scope`.
+        """
         if not isinstance(name, str) or not name:
             raise errors.InvalidArgumentError(f"a name scope needs a non-empty string, got {name!r}")
         entry = [name, self._g.name_scope(name)]

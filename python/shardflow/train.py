@@ -311,7 +311,8 @@ class Saver:
         if var_list is not None:
             _check_var_list(var_list)
         if reshape:
-            raise errors.UnimplementedError("Saver(reshape=True) is not supported: a variable restores into its own shape")
+            raise errors.UnimplementedError(
+                "Saver(reshape=True) is not supported: a variable restores into its own shape")
         self._max_to_keep = max_to_keep
         self._keep_every_s = float(keep_checkpoint_every_n_hours) * 3600.0
         self._next_keep_time = time.time() + self._keep_every_s
