@@ -125,10 +125,6 @@ std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
   return std::make_unique<StoreCheckpointService>();
 }
 
-namespace {
-
-// OK when dir is a non-empty relative path without ".." components;
-// InvalidArgument naming dir otherwise.
 Status CheckRelativeCheckpointDir(const std::string& dir) {
   if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
   if (dir.find('\0') != std::string::npos) return InvalidArgument("checkpoint directory holds a NUL byte");
@@ -140,6 +136,8 @@ Status CheckRelativeCheckpointDir(const std::string& dir) {
       return InvalidArgument("checkpoint directory '" + dir + "' leaves the node's checkpoint root ('..')");
   return Status::OK();
 }
+
+namespace {
 
 // A node's service for partitions its peers send: their dir names a
 // directory under root, so a session can neither write nor read anything

@@ -64,6 +64,10 @@ std::unique_ptr<CheckpointService> NewStoreCheckpointService();
 // with root "" every call is FailedPrecondition (in-graph checkpoints off).
 std::unique_ptr<CheckpointService> NewRootedCheckpointService(std::string root);
 
+// OK when dir is a non-empty relative path without ".." components (a
+// directory under a node's checkpoint root); InvalidArgument naming dir otherwise.
+Status CheckRelativeCheckpointDir(const std::string& dir);
+
 // The graph's sharded embedding tables (VarHandles with "_embedding_table"),
 // by name: rows summed over the shards, the shard count and partitioning.
 std::map<std::string, CheckpointTable> GraphTables(const Graph& g);

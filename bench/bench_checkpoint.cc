@@ -21,6 +21,17 @@
 // incremental_restore_seconds restores that increment composed over the base.
 // The checkpoint directory and the raw file live in a fresh folder under
 // --dir (default /tmp), removed at the end.
+//
+//   build/bin/bench_checkpoint --nodes 3       # node checkpoints on a local cluster
+//
+// With --nodes N: a --rows x --dim table (default 10M x 32) in N shards with
+// their Adagrad slots, trained by a ClusterSession over N node processes on
+// 127.0.0.1 that share one --checkpoint-dir. ClusterSession::SaveOnNodes
+// (every node writes its own shards) is timed against ClusterSession::Save
+// (the old path: every value read into this process and written by it),
+// and RestoreFromNodes after zeroing the variables; client_peak_rss_growth_bytes
+// is how far this process's peak RSS rose during the node save
+// (client_path_peak_rss_growth_bytes: during the old path's save).
 #include <stdlib.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -37,6 +48,8 @@
 
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
 #include "shardflow/embedding.h"
 #include "shardflow/ops.h"
 #include "shardflow/optimizers.h"
@@ -80,6 +93,133 @@ double RawWriteSeconds(const std::string& path, int64_t bytes) {
   return Seconds(t0);
 }
 
+// This process's resident and peak resident bytes (/proc/self/status).
+std::pair<int64_t, int64_t> Rss() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  int64_t rss = 0, hwm = 0;
+  if (!f) return {0, 0};
+  char line[256];
+  while (std::fgets(line, sizeof(line), f)) {
+    long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) rss = kb * 1024;
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) hwm = kb * 1024;
+  }
+  std::fclose(f);
+  return {rss, hwm};
+}
+
+// Peak RSS growth of this process while fn runs: the peak is reset first
+// (clear_refs 5), so growth counts from the resident bytes before.
+template <class Fn>
+int64_t PeakGrowth(Fn fn) {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+  const int64_t before = Rss().first;
+  fn();
+  return std::max<int64_t>(0, Rss().second - before);
+}
+
+// --nodes N: node checkpoints against the client path on a local cluster.
+int RunNodes(const Flags& flags, const std::string& scratch) {
+  const int nodes = static_cast<int>(flags.GetInt("nodes"));
+  const int64_t rows = flags.GetInt("rows"), dim = flags.GetInt("dim");
+  if (rows < nodes || dim < 1) Die("--rows must be at least --nodes and --dim positive");
+  Graph g;
+  EmbeddingTableOptions o;
+  o.num_shards = nodes;
+  o.scale = 0.05;
+  o.seed = 1;
+  EmbeddingTable emb = NewEmbeddingTable(g, "embedding", rows, dim, o);
+  auto ids = ops::Placeholder(g, DType::kInt64, {-1, 1}, "ids");
+  auto loss = ops::Sum(g, ops::EmbeddingLookup(g, emb, ids, "sum"));
+  auto train = AdagradOptimizer(0.01).Minimize(g, loss);
+  if (!train.ok()) Die(train.status().ToString());
+  Operation init = ops::GlobalVariablesInitializer(g);
+  // Random accumulators (the initializer's constant would compress) and a
+  // probe summing every variable, to check the restore brought them back.
+  std::vector<Operation> fill, zero;
+  std::vector<Output> sums;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    if (g.node(i).op != "VarHandle") continue;
+    const Output v(&g, i, 0);
+    auto shape = g.node(i).attrs.Get<PartialShape>("shape");
+    if (!shape.ok() || !shape->fully_defined() || shape->dims().size() != 2) Die("variable without a 2-D shape");
+    const Shape s = shape->dims();
+    if (g.node(i).attrs.Get<std::string>("shared_name").value().find("accumulator") != std::string::npos)
+      fill.push_back(Operation(&g, ops::Assign(g, v, ops::RandomUniform(g, s, 0.1, 1.0, 2 + i)).node));
+    auto dims = ops::Const(g, std::vector<int32_t>{static_cast<int32_t>(s[0]), static_cast<int32_t>(s[1])});
+    zero.push_back(Operation(&g, ops::Assign(g, v, ops::Fill(g, dims, ops::Const(g, 0.0f))).node));
+    sums.push_back(ops::Sum(g, ops::ReadVariable(g, v, DType::kFloat32)));
+  }
+  Output probe = sums[0];
+  for (size_t i = 1; i < sums.size(); ++i) probe = ops::Add(g, probe, sums[i]);
+  if (!g.status().ok()) Die(g.status().ToString());
+
+  const std::string root = scratch + "/nodes";
+  std::filesystem::create_directories(root);
+  examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--checkpoint-dir", root});
+  Status started = cluster.Start(nodes, 3600);
+  if (!started.ok()) Die(started.ToString());
+  ClusterOptions co;
+  co.address = cluster.addresses()[0];
+  co.tls_dir = cluster.tls_dir();
+  co.tasks = nodes;
+  auto s = ClusterSession::Connect(g, co);
+  if (!s.ok()) Die(s.status().ToString());
+  auto r = (*s)->Run({}, Fetches{}, {init});
+  if (r.ok()) r = (*s)->Run({}, Fetches{}, fill);
+  if (!r.ok()) Die(r.status().ToString());
+  auto before = (*s)->Run({}, Fetches{probe});
+  if (!before.ok()) Die(before.status().ToString());
+  const int64_t bytes = 2 * rows * dim * 4;
+
+  Result<int64_t> id = Unavailable("not saved");
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t node_growth = PeakGrowth([&] { id = (*s)->SaveOnNodes("ck", 1); });
+  const double node_save_s = Seconds(t0);
+  if (!id.ok()) Die(id.status().ToString());
+  Result<int64_t> client_id = Unavailable("not saved");
+  t0 = std::chrono::steady_clock::now();
+  const int64_t client_growth = PeakGrowth([&] { client_id = (*s)->Save(scratch + "/client_ckpt", 1); });
+  const double client_save_s = Seconds(t0);
+  if (!client_id.ok()) Die(client_id.status().ToString());
+
+  r = (*s)->Run({}, Fetches{}, zero);
+  if (!r.ok()) Die(r.status().ToString());
+  t0 = std::chrono::steady_clock::now();
+  Status restored = (*s)->RestoreFromNodes("ck", *id);
+  const double node_restore_s = Seconds(t0);
+  if (!restored.ok()) Die(restored.ToString());
+  auto after = (*s)->Run({}, Fetches{probe});
+  if (!after.ok()) Die(after.status().ToString());
+  if ((*after)[0].scalar_as<double>() != (*before)[0].scalar_as<double>())
+    Die("the variables restored by the nodes differ from the saved ones");
+  s->reset();  // the session before its nodes (the cluster stops them with the object)
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+
+  const double mb = bytes / 1e6;
+  if (!flags.GetBool("json"))
+    std::printf("%d nodes, %lld x %lld table + Adagrad slot (%.2f GB): node save %.0f MB/s (%.1f s, client peak RSS "
+                "+%.1f MB), client save %.0f MB/s (%.1f s, +%.1f MB), node restore %.0f MB/s (%.1f s)\n",
+                nodes, (long long)rows, (long long)dim, bytes / 1e9, mb / node_save_s, node_save_s,
+                node_growth / 1e6, mb / client_save_s, client_save_s, client_growth / 1e6, mb / node_restore_s,
+                node_restore_s);
+  JsonLine line;
+  line.Add("nodes", static_cast<int64_t>(nodes)).Add("rows", rows).Add("dim", dim).Add("bytes", bytes)
+      .Add("node_save_seconds", node_save_s).Add("node_save_mb_per_sec", mb / node_save_s)
+      .Add("client_save_seconds", client_save_s).Add("client_save_mb_per_sec", mb / client_save_s)
+      .Add("node_vs_client_save", client_save_s / node_save_s)
+      .Add("node_restore_seconds", node_restore_s).Add("node_restore_mb_per_sec", mb / node_restore_s)
+      .Add("client_peak_rss_growth_bytes", node_growth)
+      .Add("client_path_peak_rss_growth_bytes", client_growth);
+  line.Print();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +228,8 @@ int main(int argc, char** argv) {
       .Int("dim", 32, "embedding width (float32 columns)")
       .Double("touched", 0.01, "fraction of rows one training step updates before the incremental save")
       .String("dir", "/tmp", "parent folder of the scratch folder (checkpoint and raw file)")
+      .Int("nodes", 0, "> 0: node checkpoints of a sharded table on this many local nodes (see above)")
+      .Int("rows", 10000000, "with --nodes: the table's rows")
       .Bool("json", "print the result as one JSON line");
   ParseOrExit(flags, argc, argv, "bench_checkpoint");
   KeepTensorMemoryWarm();  // this program opts in: big tensors keep their pages (shardflow/tensor.h)
@@ -101,6 +243,7 @@ int main(int argc, char** argv) {
   std::string tmpl = flags.GetString("dir") + "/sf_bench_checkpoint_XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) Die("cannot create a scratch folder in " + flags.GetString("dir"));
   const std::string scratch = tmpl, ckpt_dir = scratch + "/ckpt";
+  if (flags.GetInt("nodes") > 0) return RunNodes(flags, scratch);
 
   const double touched = flags.GetDouble("touched");
   if (!(touched > 0 && touched <= 1)) Die("--touched must be in (0, 1]");

@@ -31,6 +31,14 @@ ClusterNode::Impl::Impl(NodeOptions o)
   variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
   variables->SetComputePool(&pool);
   queues = std::make_unique<runtime::ActorQueues>(*system);
+  node_checkpoints = std::make_unique<cluster::NodeCheckpoints>(cluster::NodeCheckpoints::Hooks{
+      opts.checkpoint_root, opts.name,
+      [this](const std::vector<std::string>& names, std::function<void(cluster::NodeCheckpoints::Values)> done) {
+        variables->ReadNamed(names, std::move(done));
+      },
+      [this](cluster::NodeCheckpoints::Values values, std::function<void(Status)> done) {
+        variables->AssignNamed(std::move(values), std::move(done));
+      }});
   collectives = std::make_unique<runtime::ClusterCollectives>(
       *system, runtime::ClusterCollectivesHooks{
                    [this](const std::string& to, const net::Message& m) { return SendFromHub(to, m); },
@@ -222,6 +230,9 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
             Reply(c, id, net::StatusReply{Status::OK()});
           },
           [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
+          [&](net::SaveShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
+          [&](net::CommitShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
+          [&](net::RestoreShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::Echo& e) { Reply(c, id, net::Echo{std::move(e.payload)}); },
           [&](net::CollectiveChunk& cc) {
             // All-reduce rings run between nodes; a session takes no part.
@@ -313,6 +324,7 @@ void ClusterNode::Impl::Stop() {
   }
   router.Clear();
   for (int64_t step : steps) rendezvous.Cleanup(step);
+  node_checkpoints->Stop();  // it reads and assigns variables
   variables->Shutdown();
   queues->Stop();
   // As Session: stop the actors now. Members die in reverse order, which

@@ -25,6 +25,7 @@
 #include "actors/caf_thread_logger.h"
 #include "cluster/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
+#include "cluster/node_checkpoints.h"
 #include "cluster/cluster_rendezvous.h"
 #include "cluster/member_registry.h"
 #include "cluster/member_view.h"
@@ -72,6 +73,8 @@ struct ClusterNode::Impl {
   std::unique_ptr<runtime::ActorQueues> queues;
   runtime::LocalRendezvous rendezvous;
   std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
+  // Node checkpoints: this node's pieces under opts.checkpoint_root (its own thread).
+  std::unique_ptr<cluster::NodeCheckpoints> node_checkpoints;
 
   // The membership client when the node was given etcd (--etcd): its
   // members come from it alone (without it the node is a cluster of one).
@@ -230,6 +233,9 @@ struct ClusterNode::Impl {
   // Reads or assigns variables for a session; the reply is sent from the
   // pool (a large one must not hold a shard actor's thread while it writes).
   void ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v);
+  // Queues a node checkpoint request (SaveShards, CommitShards,
+  // RestoreShards) for node_checkpoints; its reply, or why it was refused.
+  void ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request);
 
   void OnDown(const net::ConnectionPtr& c, const Status& why);
 

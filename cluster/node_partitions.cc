@@ -266,4 +266,11 @@ void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id,
   });
 }
 
+void ClusterNode::Impl::ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request) {
+  Status queued = node_checkpoints->Post(std::move(request), [this, c, id](net::Body reply) {
+    Reply(c, id, std::move(reply));
+  });
+  if (!queued.ok()) Reply(c, id, net::StatusReply{queued});
+}
+
 }  // namespace sf

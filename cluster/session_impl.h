@@ -76,6 +76,9 @@ struct ClusterSession::Impl {
   std::set<std::string> ever_used;                      // GUARDED_BY(conf_mu): members given tasks
   // Variables that lost their member and still wait for their checkpoint value.
   std::set<std::string> pending_restore;                // GUARDED_BY(conf_mu)
+  // Node checkpoints whose pieces the next SaveOnNodes of a dir has every
+  // node delete (dropped by retention, or a failed save's), by dir.
+  std::map<std::string, std::vector<uint64_t>> node_checkpoint_drops;  // GUARDED_BY(conf_mu)
   std::atomic<bool> restore_pending{false};
 
   // Hints that the membership changed (set by connection handler threads); the
@@ -168,6 +171,11 @@ struct ClusterSession::Impl {
                         std::vector<runtime::CheckpointValue> values, ClusterChange* change);
   // Assigns the pending variables from the newest checkpoint on their
   // members (now: member by task); clears them on success.
+  // Has the node of each task t (now[t]) assign names[t] from node
+  // checkpoint id (-1: newest readable) in dir, all at once; what was
+  // restored (variables, bytes, checkpoint id and step), or the first error.
+  Result<ClusterChange> RestoreTasksFromNodes(const std::string& dir, int64_t id, const std::vector<std::string>& now,
+                                              const std::vector<std::vector<std::string>>& names);
   Status RestorePending(const std::vector<std::string>& now, const std::vector<std::vector<std::string>>& vars,
                         const std::string& who, ClusterChange* change);
 };

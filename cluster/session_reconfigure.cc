@@ -267,6 +267,26 @@ Status ClusterSession::Impl::RestorePending(const std::vector<std::string>& now,
     names = pending_restore;
   }
   if (names.empty()) return Status::OK();
+  if (!options.node_checkpoint_dir.empty()) {
+    // The nodes now holding the tasks read their variables themselves.
+    std::vector<std::vector<std::string>> wanted(vars.size());
+    for (size_t t = 0; t < vars.size(); ++t)
+      for (const auto& n : vars[t])
+        if (names.count(n)) wanted[t].push_back(n);
+    auto r = RestoreTasksFromNodes(options.node_checkpoint_dir, -1, now, wanted);
+    if (!r.ok())
+      return r.status().WithPrefix("restoring the variables of the tasks of " +
+                                   (who.empty() ? std::string("the session") : who) + " from node checkpoint '" +
+                                   options.node_checkpoint_dir + "'");
+    change->checkpoint_id = r->checkpoint_id;
+    change->global_step = r->global_step;
+    change->variables_restored += r->variables_restored;
+    change->bytes_restored += r->bytes_restored;
+    std::lock_guard<std::mutex> c(conf_mu);
+    for (const auto& n : names) pending_restore.erase(n);
+    restore_pending = !pending_restore.empty();
+    return Status::OK();
+  }
   if (options.checkpoint_dir.empty())
     return FailedPrecondition((who.empty() ? std::string("rolling back:") : "member " + who + " went down, and") +
                               " the variables of its tasks (" + *names.begin() +

@@ -159,6 +159,52 @@ struct Variables {
   std::vector<Tensor> values;  // one per name when assigning or answering
 };
 
+// Node checkpoints (cluster/node_checkpoints.h): a node writes the variables
+// of its tasks itself, under its --checkpoint-dir. SaveShards writes the
+// named variables held by the receiver as piece `task` of checkpoint
+// `token` (store DIR/pieces-TOKEN/task-TASK), after deleting the pieces of
+// the checkpoints in drop; answered with ShardsDone.
+struct SaveShards {
+  std::string dir;
+  uint64_t token = 0;
+  int32_t task = 0;
+  int64_t global_step = 0;
+  std::vector<std::string> names;
+  std::vector<uint64_t> drop;
+};
+
+// Commits checkpoint `token` (its pieces written): a record in store
+// DIR/index whose id is the checkpoint's, keeping the newest keep_last (0:
+// all); answered with ShardsDone (dropped: tokens retention removed).
+struct CommitShards {
+  std::string dir;
+  uint64_t token = 0;
+  int32_t tasks = 0;
+  int64_t global_step = 0;
+  int32_t keep_last = 0;
+};
+
+// Assigns the named variables on the receiver from piece `task` of a node
+// checkpoint in dir: of token, or with token 0 of record id of DIR/index
+// (-1: the newest readable); answered with ShardsDone.
+struct RestoreShards {
+  std::string dir;
+  uint64_t token = 0;
+  int64_t id = -1;
+  int32_t task = 0;
+  std::vector<std::string> names;
+};
+
+// What a node checkpoint request did.
+struct ShardsDone {
+  int64_t id = -1;
+  uint64_t token = 0;
+  int64_t global_step = 0;
+  int64_t variables = 0;
+  int64_t bytes = 0;
+  std::vector<uint64_t> dropped;
+};
+
 // One step of a ring all-reduce between node processes (one-way; see
 // cluster/cluster_collectives.h): rank from_rank's chunk for rank
 // (from_rank + 1) mod group_size, in the generation-th reduction of the
@@ -184,7 +230,8 @@ struct CollectiveChunk {
 using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
-                          Echo, Variables, CollectiveChunk, StepProgress>;
+                          Echo, Variables, CollectiveChunk, StepProgress, SaveShards, CommitShards,
+                          RestoreShards, ShardsDone>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

@@ -57,7 +57,9 @@ Route RouteOf(const Body& body) {
           return {kPartitionsService, false, true};
         else if constexpr (std::is_same_v<B, SendTensor>) return {kRendezvousService, false, true};
         else if constexpr (std::is_same_v<B, CollectiveChunk>) return {kCollectivesService, false, true};
-        else if constexpr (std::is_same_v<B, Variables>) return {kVariablesService, true, false};
+        else if constexpr (std::is_same_v<B, Variables> || std::is_same_v<B, SaveShards> ||
+                           std::is_same_v<B, CommitShards> || std::is_same_v<B, RestoreShards>)
+          return {kVariablesService, true, false};
         else if constexpr (std::is_same_v<B, Echo>) return {kDiagnosticsService, true, false};
         else return {};
       },

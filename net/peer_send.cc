@@ -159,6 +159,9 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         else if constexpr (std::is_same_v<B, RunPartition>) return typed(r.partitions.runRequest());
         else if constexpr (std::is_same_v<B, CloseSession>) return typed(r.partitions.closeSessionRequest());
         else if constexpr (std::is_same_v<B, Variables>) return typed(r.variables.variablesRequest());
+        else if constexpr (std::is_same_v<B, SaveShards>) return typed(r.variables.saveShardsRequest());
+        else if constexpr (std::is_same_v<B, CommitShards>) return typed(r.variables.commitShardsRequest());
+        else if constexpr (std::is_same_v<B, RestoreShards>) return typed(r.variables.restoreShardsRequest());
         else if constexpr (std::is_same_v<B, Membership>) return typed(r.membership.exchangeRequest());
         else if constexpr (std::is_same_v<B, Echo>) return typed(r.diagnostics.echoRequest());
         else if constexpr (std::is_same_v<B, ListMembers>) {

@@ -182,6 +182,9 @@ class VariableStoreServer final : public rp::VariableStore::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> variables(VariablesContext c) override { return AskStruct<Variables>(c); }
+  kj::Promise<void> saveShards(SaveShardsContext c) override { return AskStruct<SaveShards>(c); }
+  kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct<CommitShards>(c); }
+  kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct<RestoreShards>(c); }
 };
 
 class MembersServer final : public rp::Members::Server, Service {

@@ -30,7 +30,8 @@ const char* BodyName(const Body& b) {
       "Heartbeat",
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
-      "Variables",     "CollectiveChunk", "StepProgress"};
+      "Variables",     "CollectiveChunk", "StepProgress", "SaveShards", "CommitShards", "RestoreShards",
+      "ShardsDone"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }
@@ -156,6 +157,9 @@ SF_WIRE_STRUCT(CloseSession)
 SF_WIRE_STRUCT(Echo)
 SF_WIRE_STRUCT(Variables)
 SF_WIRE_STRUCT(CollectiveChunk)
+SF_WIRE_STRUCT(SaveShards)
+SF_WIRE_STRUCT(CommitShards)
+SF_WIRE_STRUCT(RestoreShards)
 #undef SF_WIRE_STRUCT
 
 Result<Frame> EncodeFrame(const Message& m) {

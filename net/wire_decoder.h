@@ -333,6 +333,53 @@ struct Decoder {
     return Status::OK();
   }
 
+  // A list of names, each checked as Text.
+  template <class R>
+  Status Names(R r, const char* field, std::vector<std::string>* out) const {
+    SF_RETURN_IF_ERROR(ListSize(r.size(), field));
+    out->resize(r.size());
+    for (size_t i = 0; i < out->size(); ++i) SF_RETURN_IF_ERROR(Text(r[i], Field(field, i), &(*out)[i]));
+    return Status::OK();
+  }
+  template <class R>
+  Status Tokens(R r, const char* field, std::vector<uint64_t>* out) const {
+    SF_RETURN_IF_ERROR(ListSize(r.size(), field));
+    out->resize(r.size());
+    for (size_t i = 0; i < out->size(); ++i) (*out)[i] = r[i];
+    return Status::OK();
+  }
+  Status Read(w::SaveShards::Reader r, SaveShards* m) const {
+    SF_RETURN_IF_ERROR(Text(r.getDir(), "SaveShards.dir", &m->dir));
+    m->token = r.getToken();
+    m->task = r.getTask();
+    m->global_step = r.getGlobalStep();
+    SF_RETURN_IF_ERROR(Names(r.getNames(), "SaveShards.names", &m->names));
+    return Tokens(r.getDrop(), "SaveShards.drop", &m->drop);
+  }
+  Status Read(w::CommitShards::Reader r, CommitShards* m) const {
+    SF_RETURN_IF_ERROR(Text(r.getDir(), "CommitShards.dir", &m->dir));
+    m->token = r.getToken();
+    m->tasks = r.getTasks();
+    m->global_step = r.getGlobalStep();
+    m->keep_last = r.getKeepLast();
+    return Status::OK();
+  }
+  Status Read(w::RestoreShards::Reader r, RestoreShards* m) const {
+    SF_RETURN_IF_ERROR(Text(r.getDir(), "RestoreShards.dir", &m->dir));
+    m->token = r.getToken();
+    m->id = r.getId();
+    m->task = r.getTask();
+    return Names(r.getNames(), "RestoreShards.names", &m->names);
+  }
+  Status Read(w::ShardsDone::Reader r, ShardsDone* m) const {
+    m->id = r.getId();
+    m->token = r.getToken();
+    m->global_step = r.getGlobalStep();
+    m->variables = r.getVariables();
+    m->bytes = r.getBytes();
+    return Tokens(r.getDropped(), "ShardsDone.dropped", &m->dropped);
+  }
+
   template <class T, class R>
   Result<Body> As(R r) const {
     T m;
@@ -357,6 +404,10 @@ struct Decoder {
       case EnvBody::ECHO: return As<Echo>(e.getEcho());
       case EnvBody::COLLECTIVE_CHUNK: return As<CollectiveChunk>(e.getCollectiveChunk());
       case EnvBody::VARIABLES: return As<Variables>(e.getVariables());
+      case EnvBody::SAVE_SHARDS: return As<SaveShards>(e.getSaveShards());
+      case EnvBody::COMMIT_SHARDS: return As<CommitShards>(e.getCommitShards());
+      case EnvBody::RESTORE_SHARDS: return As<RestoreShards>(e.getRestoreShards());
+      case EnvBody::SHARDS_DONE: return As<ShardsDone>(e.getShardsDone());
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");

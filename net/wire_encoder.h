@@ -257,6 +257,58 @@ struct Encoder {
     }
     return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
   }
+  // A list of names, each checked as Text.
+  template <class B>
+  Status Names(const std::vector<std::string>& names, B b, const char* field) const {
+    for (size_t i = 0; i < names.size(); ++i) {
+      SF_RETURN_IF_ERROR(Text(names[i], field));
+      b.set(i, AsText(names[i]));
+    }
+    return Status::OK();
+  }
+  template <class B>
+  static void Tokens(const std::vector<uint64_t>& tokens, B b) {
+    for (size_t i = 0; i < tokens.size(); ++i) b.set(i, tokens[i]);
+  }
+  Status Put(const SaveShards& m, w::SaveShards::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.dir, "SaveShards.dir"));
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "SaveShards.names"));
+    SF_RETURN_IF_ERROR(ListSize(m.drop.size(), "SaveShards.drop"));
+    b.setDir(AsText(m.dir));
+    b.setToken(m.token);
+    b.setTask(m.task);
+    b.setGlobalStep(m.global_step);
+    Tokens(m.drop, b.initDrop(m.drop.size()));
+    return Names(m.names, b.initNames(m.names.size()), "SaveShards.names");
+  }
+  Status Put(const CommitShards& m, w::CommitShards::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.dir, "CommitShards.dir"));
+    b.setDir(AsText(m.dir));
+    b.setToken(m.token);
+    b.setTasks(m.tasks);
+    b.setGlobalStep(m.global_step);
+    b.setKeepLast(m.keep_last);
+    return Status::OK();
+  }
+  Status Put(const RestoreShards& m, w::RestoreShards::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.dir, "RestoreShards.dir"));
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "RestoreShards.names"));
+    b.setDir(AsText(m.dir));
+    b.setToken(m.token);
+    b.setId(m.id);
+    b.setTask(m.task);
+    return Names(m.names, b.initNames(m.names.size()), "RestoreShards.names");
+  }
+  Status Put(const ShardsDone& m, w::ShardsDone::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.dropped.size(), "ShardsDone.dropped"));
+    b.setId(m.id);
+    b.setToken(m.token);
+    b.setGlobalStep(m.global_step);
+    b.setVariables(m.variables);
+    b.setBytes(m.bytes);
+    Tokens(m.dropped, b.initDropped(m.dropped.size()));
+    return Status::OK();
+  }
   Status Put(const CollectiveChunk& m, w::CollectiveChunk::Builder b) const {
     SF_RETURN_IF_ERROR(Text(m.group_key, "CollectiveChunk.group_key"));
     SF_RETURN_IF_ERROR(Text(m.address, "CollectiveChunk.address"));

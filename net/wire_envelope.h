@@ -36,6 +36,10 @@ SF_WIRE_OF(CloseSession)
 SF_WIRE_OF(Echo)
 SF_WIRE_OF(Variables)
 SF_WIRE_OF(CollectiveChunk)
+SF_WIRE_OF(SaveShards)
+SF_WIRE_OF(CommitShards)
+SF_WIRE_OF(RestoreShards)
+SF_WIRE_OF(ShardsDone)
 #undef SF_WIRE_OF
 
 // Writes m into b, its struct as an RPC parameter, with EncodeEnvelope's

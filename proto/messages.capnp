@@ -144,6 +144,53 @@ struct Variables {
   values @2 :List(T.Tensor);
 }
 
+# Node checkpoints (cluster/node_checkpoints.cc): every node writes the
+# variables of its tasks itself, under its --checkpoint-dir. SaveShards
+# writes the named variables held by the receiver as piece `task` of the
+# checkpoint `token` (the store DIR/pieces-TOKEN/task-TASK), after removing
+# the pieces of the checkpoints named in drop; answered with ShardsDone.
+struct SaveShards {
+  dir @0 :Text;
+  token @1 :UInt64;
+  task @2 :Int32;
+  globalStep @3 :Int64;
+  names @4 :List(Text);
+  drop @5 :List(UInt64);
+}
+
+# Commits checkpoint `token` once its pieces are written: its record in the
+# store DIR/index (the record's id is the checkpoint's), keeping the newest
+# keepLast (0: all); answered with ShardsDone (dropped: the tokens retention
+# removed, whose pieces the receiver deleted).
+struct CommitShards {
+  dir @0 :Text;
+  token @1 :UInt64;
+  tasks @2 :Int32;
+  globalStep @3 :Int64;
+  keepLast @4 :Int32;
+}
+
+# Assigns the named variables on the receiver from piece `task` of a node
+# checkpoint in dir: of token, or with token 0 of record id in DIR/index
+# (-1: the newest readable); answered with ShardsDone.
+struct RestoreShards {
+  dir @0 :Text;
+  token @1 :UInt64;
+  id @2 :Int64;
+  task @3 :Int32;
+  names @4 :List(Text);
+}
+
+# What a node checkpoint request did.
+struct ShardsDone {
+  id @0 :Int64;
+  token @1 :UInt64;
+  globalStep @2 :Int64;
+  variables @3 :Int64;
+  bytes @4 :Int64;
+  dropped @5 :List(UInt64);
+}
+
 # One step of a ring all-reduce between nodes (step -1: an announcement
 # that rank fromRank of the group runs on the node at address).
 struct CollectiveChunk {
@@ -180,5 +227,9 @@ struct Envelope {
     variables @14 :Variables;
     collectiveChunk @15 :CollectiveChunk;
     stepProgress @16 :StepProgress;
+    saveShards @17 :SaveShards;
+    commitShards @18 :CommitShards;
+    restoreShards @19 :RestoreShards;
+    shardsDone @20 :ShardsDone;
   }
 }

@@ -73,6 +73,10 @@ interface PartitionHost {
 interface VariableStore {
   # Reads (the reply's Variables) or assigns (a StatusReply) by name.
   variables @0 (request :W.Variables, id :UInt64) -> Reply;
+  # Node checkpoints: each answered with a ShardsDone (or a StatusReply).
+  saveShards @1 (request :W.SaveShards, id :UInt64) -> Reply;
+  commitShards @2 (request :W.CommitShards, id :UInt64) -> Reply;
+  restoreShards @3 (request :W.RestoreShards, id :UInt64) -> Reply;
 }
 
 interface Members {

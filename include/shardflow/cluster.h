@@ -132,6 +132,10 @@ struct ClusterOptions {
   // Where Recover restores a lost member's variables from (the newest
   // committed checkpoint Save wrote there); "" = no checkpoint.
   std::string checkpoint_dir;
+  // Where Recover restores them from instead, when set: a node checkpoint
+  // directory (relative to the nodes' --checkpoint-dir) that SaveOnNodes
+  // wrote, whose pieces the nodes read themselves.
+  std::string node_checkpoint_dir;
   // Before a step, follow membership changes by themselves: spread tasks
   // onto members that joined, move them off draining ones (state moved by
   // messages), and recover tasks of members that died (Recover(false)).
@@ -256,6 +260,23 @@ class ClusterSession : public SessionInterface {
   // (-1: newest readable); errors as Session::Restore (nothing is assigned
   // when the checkpoint does not fit the graph).
   Status Restore(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
+  // Node checkpoints: every node writes the variables (and slots) of its
+  // tasks into its own --checkpoint-dir under dir (relative to it), all
+  // nodes at once with steps paused, then task 0's node commits the
+  // checkpoint and keeps the newest keep_last (<= 0: all). No value passes
+  // through this process. Returns the checkpoint's id; FailedPrecondition
+  // when a node has no --checkpoint-dir, InvalidArgument for an absolute
+  // dir or one with "..", a node's error naming it otherwise (nothing is
+  // committed then).
+  Result<int64_t> SaveOnNodes(const std::string& dir, int64_t global_step, int keep_last = 0);
+  // Has the node of every task assign the task's variables from node
+  // checkpoint id in dir (-1: the newest readable), all at once with steps
+  // paused. A task restored on another node than the one that wrote it
+  // reads that node's piece: the nodes' --checkpoint-dir must be storage
+  // they share (one machine, a shared file system). NotFound naming the
+  // checkpoint, piece or variable (a graph whose tables are sharded
+  // differently restores through Restore); the node's error naming it.
+  Status RestoreFromNodes(const std::string& dir, int64_t id = -1, int64_t* global_step = nullptr);
   // SessionInterface's checkpoints: Save and Restore.
   Result<int64_t> SaveCheckpoint(const std::string& dir, int64_t global_step, int keep_last = 0) override {
     return Save(dir, global_step, keep_last);
@@ -269,7 +290,8 @@ class ClusterSession : public SessionInterface {
   }
   // Re-forms the session over the members alive now, pausing steps: tasks of
   // dead members move to live ones and get their variables from the newest
-  // checkpoint in ClusterOptions::checkpoint_dir (the others keep their live
+  // checkpoint in ClusterOptions::node_checkpoint_dir (read by the nodes) or
+  // else ClusterOptions::checkpoint_dir (the others keep their live
   // state, or, with roll_back_all, every variable is restored from it, for
   // exact replay from its global step); tasks of draining members move
   // (state by messages), and tasks spread onto new members. FailedPrecondition

@@ -130,6 +130,22 @@ bool Same(const CollectiveChunk& a, const CollectiveChunk& b) {
          SameStatus(a.status, b.status) && SameTensor(a.chunk, b.chunk) && a.epoch == b.epoch;
 }
 
+bool Same(const SaveShards& a, const SaveShards& b) {
+  return a.dir == b.dir && a.token == b.token && a.task == b.task && a.global_step == b.global_step &&
+         a.names == b.names && a.drop == b.drop;
+}
+bool Same(const CommitShards& a, const CommitShards& b) {
+  return a.dir == b.dir && a.token == b.token && a.tasks == b.tasks && a.global_step == b.global_step &&
+         a.keep_last == b.keep_last;
+}
+bool Same(const RestoreShards& a, const RestoreShards& b) {
+  return a.dir == b.dir && a.token == b.token && a.id == b.id && a.task == b.task && a.names == b.names;
+}
+bool Same(const ShardsDone& a, const ShardsDone& b) {
+  return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
+         a.bytes == b.bytes && a.dropped == b.dropped;
+}
+
 bool SameMessage(const Message& a, const Message& b) {
   if (a.request_id != b.request_id || a.body.index() != b.body.index()) return false;
   return std::visit(
@@ -183,6 +199,13 @@ std::vector<Message> EveryMessage() {
   add(CollectiveChunk{"grads/w", 3, 7, 2, 3, 10, "127.0.0.1:7003", Status::OK(), Patterned(DType::kFloat32, {3}, 4)});
   add(CollectiveChunk{"g", 2, 0, 1, -1, 0, "127.0.0.1:7002", Status::OK(), Tensor()});
   add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor(), 3});
+  add(SaveShards{"ckpt/run 1", ~uint64_t{0}, 3, -5, {"emb/part_0", "emb/part_0/Adagrad/accumulator", ""}, {1, 2}});
+  add(SaveShards{});
+  add(CommitShards{"ckpt", 0x1234567890abcdefULL, 6, 1000, 3});
+  add(RestoreShards{"ckpt", 0, -1, 2, {"w", "w/Momentum"}});
+  add(RestoreShards{"ckpt", 7, 12, 0, {}});
+  add(ShardsDone{12, ~uint64_t{0}, 1000, 7, int64_t{5} << 40, {3, 4, ~uint64_t{0}}});
+  add(ShardsDone{});
   return out;
 }
 
