@@ -34,17 +34,27 @@ class _Queue:
         return [_graph._ref_in(v, self.graph, "enqueued value", dtype=d) for v, d in zip(vals, self.dtypes)] + \
             [_graph._ref_in(v, self.graph, "enqueued value") for v in vals[len(self.dtypes):]]
 
+    def _after_deps(self, nid):
+        # The C++ builders do not see Python's control_dependencies scopes: add them here, so
+        # `with sf.control_dependencies([enq]): x = q.dequeue()` orders the two as TensorFlow does.
+        for c in self.graph._current_control_inputs():
+            if c not in self.graph._g.node_control_inputs(nid):
+                self.graph._g.add_control_input(nid, c)
+        return nid
+
     def enqueue(self, vals, timeout_ms=0, name="enqueue"):
         """An Operation adding one element (one value per component)."""
-        return self.graph._op(_core.queue_enqueue(self.graph._g, self.queue_ref._ref(), self._comps(vals), False,
-                                                  int(timeout_ms), name))
+        return self.graph._op(self._after_deps(_core.queue_enqueue(
+            self.graph._g, self.queue_ref._ref(), self._comps(vals), False, int(timeout_ms), name)))
 
     def enqueue_many(self, vals, timeout_ms=0, name="enqueue_many"):
         """An Operation adding dimension 0 of the components as that many elements."""
-        return self.graph._op(_core.queue_enqueue(self.graph._g, self.queue_ref._ref(), self._comps(vals), True,
-                                                  int(timeout_ms), name))
+        return self.graph._op(self._after_deps(_core.queue_enqueue(
+            self.graph._g, self.queue_ref._ref(), self._comps(vals), True, int(timeout_ms), name)))
 
     def _unpack(self, refs):
+        for node in {r[0] for r in refs}:
+            self._after_deps(node)
         outs = [_graph.Tensor(self.graph, *r) for r in refs]
         return outs[0] if len(outs) == 1 else outs
 
@@ -69,12 +79,14 @@ class _Queue:
 
     def close(self, cancel_pending_enqueues=False, name="close"):
         """An Operation closing the queue."""
-        return self.graph._op(_core.queue_close(self.graph._g, self.queue_ref._ref(), bool(cancel_pending_enqueues),
-                                                name))
+        return self.graph._op(self._after_deps(_core.queue_close(self.graph._g, self.queue_ref._ref(),
+                                                                 bool(cancel_pending_enqueues), name)))
 
     def size(self, name="size"):
         """The number of elements (int32 scalar Tensor)."""
-        return _graph.Tensor(self.graph, *_core.queue_size(self.graph._g, self.queue_ref._ref(), name))
+        ref = _core.queue_size(self.graph._g, self.queue_ref._ref(), name)
+        self._after_deps(ref[0])
+        return _graph.Tensor(self.graph, *ref)
 
 
 class FIFOQueue(_Queue):

@@ -1,5 +1,6 @@
 """Training: optimizers (their updates run in the variables' shard actors),
-checkpoints (TF 1.x's Saver, shardflow's CheckpointSaver) and queue runners.
+checkpoints (TF 1.x's Saver, shardflow's CheckpointSaver), queue runners (TF 1.x's QueueRunner and
+Coordinator, shardflow's FeedRunner) and TF 1.x's queue input (batch, shuffle_batch, slice_input_producer).
 
     train = sf.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
     saver = sf.train.Saver(max_to_keep=3)
@@ -20,12 +21,20 @@ from . import _core
 from . import errors
 from . import graph as _graph
 from .gradients import gradients
+from .queue_runners import Coordinator, QueueRunner, add_queue_runner, start_queue_runners
+from .train_input import (limit_epochs, input_producer, range_input_producer, slice_input_producer, batch,  # noqa: F401
+                          shuffle_batch, batch_join, shuffle_batch_join)
+from . import queue_runners as queue_runner  # tf.train.queue_runner.QueueRunner, as TF 1.x
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer",
-           "AdamOptimizer", "RMSPropOptimizer", "Saver", "CheckpointSaver", "CheckpointState", "QueueRunner",
+           "AdamOptimizer", "RMSPropOptimizer", "Saver", "CheckpointSaver", "CheckpointState", "FeedRunner",
            "list_checkpoints", "latest_checkpoint", "latest_checkpoint_id", "get_checkpoint_state",
            "checkpoint_exists", "describe_checkpoint", "read_checkpoint_variable", "get_global_step",
-           "create_global_step", "get_or_create_global_step", "global_step"]
+           "create_global_step", "get_or_create_global_step", "global_step",
+           # TF 1.x's queue input (queue_runners.py, train_input.py)
+           "Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners", "queue_runner", "limit_epochs",
+           "input_producer", "range_input_producer", "slice_input_producer", "batch", "shuffle_batch", "batch_join",
+           "shuffle_batch_join"]
 
 
 def _var_refs(var_list, g):
@@ -416,8 +425,10 @@ def read_checkpoint_variable(directory, checkpoint_id, name):
     return _core.checkpoint_read(str(directory), int(checkpoint_id), name)
 
 
-class QueueRunner:
-    """Keeps queues fed: `threads` Python threads run enqueue_op (steps release the GIL) until stopped.
+class FeedRunner:
+    """Keeps a queue fed from Python: `threads` threads run enqueue_op (steps release the GIL) until stopped.
+
+    shardflow's own (TF 1.x's tf.train.QueueRunner(queue, enqueue_ops) is queue_runners.QueueRunner).
 
     feed_fn(thread_index), when given, returns each step's feed_dict and raises
     StopIteration (or sf.errors.OutOfRangeError) when input is exhausted. Once
@@ -441,10 +452,10 @@ class QueueRunner:
     def start(self, sess):
         """Starts the threads; FailedPreconditionError if already started."""
         if self._threads:
-            raise errors.FailedPreconditionError("this QueueRunner was already started")
+            raise errors.FailedPreconditionError("this FeedRunner was already started")
         self._sess = sess
         for i in range(self.threads):
-            t = threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"sf-queue-runner-{i}")
+            t = threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"sf-feed-runner-{i}")
             self._threads.append(t)
             t.start()
         return self._threads

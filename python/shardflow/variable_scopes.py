@@ -233,6 +233,7 @@ class GraphKeys:
     UPDATE_OPS = "update_ops"
     SUMMARIES = "summaries"
     GLOBAL_STEP = "global_step"
+    QUEUE_RUNNERS = "queue_runners"
 
 
 def add_to_collection(name, value):

@@ -151,8 +151,14 @@ def global_variables_initializer(graph=None, name="init"):
 
 
 def local_variables_initializer(name="init_local"):
-    """TF 1.x's: a NoOp, since shardflow has no local variables (every variable is in global_variables_initializer)."""
-    return _graph.no_op(name)
+    """TF 1.x's: an Operation running the initializers of the variables in the LOCAL_VARIABLES collection
+    (tf.train's epoch counters); a NoOp when there are none. Every variable, local ones included, is also
+    initialized by global_variables_initializer (TF leaves local ones out of it)."""
+    g = _graph.get_default_graph()
+    local = [v for v in g._collections.get("local_variables", []) if isinstance(v, Variable)]
+    if not local:
+        return _graph.no_op(name)
+    return _graph.group(*[v.initializer for v in local], name=name)
 
 
 def _variable_reads(g, trainable_only):

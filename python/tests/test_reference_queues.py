@@ -1,5 +1,5 @@
 """Queues against TensorFlow 1.x semantics (tf.FIFOQueue, tf.PaddingFIFOQueue, tf.RandomShuffleQueue,
-tf.train.QueueRunner), written independently of the other queue tests.
+shardflow's sf.train.FeedRunner), written independently of the other queue tests.
 
 Every expected value comes from a plain-Python model of the queue (a deque) or from TensorFlow 1.x's
 documented behaviour. Every op that may wait carries a timeout_ms backstop and every thread is
@@ -1054,7 +1054,7 @@ def test_session_close_ends_a_step_waiting_on_a_queue():
     assert ended.startswith("True") and "ok" not in ended, out
 
 
-# ---- QueueRunner ---------------------------------------------------------------------
+# ---- FeedRunner ----------------------------------------------------------------------
 
 def test_queue_runner_feeds_every_item_once_then_closes():
     total = 90
@@ -1075,7 +1075,7 @@ def test_queue_runner_feeds_every_item_once_then_closes():
             k = next(items)  # StopIteration ends the thread normally
         return {x: k, y: np.array([k, -k], np.float32)}
 
-    runner = sf.train.QueueRunner(enq, threads=3, feed_fn=feed, close_op=close)
+    runner = sf.train.FeedRunner(enq, threads=3, feed_fn=feed, close_op=close)
     got = []
     with sf.Session(g) as s:
         threads = runner.start(s)
@@ -1109,7 +1109,7 @@ def test_queue_runner_stop_with_cancel_op_frees_blocked_threads():
         enq = q.enqueue([sf.constant(1)], timeout_ms=BACKSTOP_MS)
         cancel = q.close(cancel_pending_enqueues=True)
         close = q.close()
-    runner = sf.train.QueueRunner(enq, threads=2, close_op=close, cancel_op=cancel)
+    runner = sf.train.FeedRunner(enq, threads=2, close_op=close, cancel_op=cancel)
     with sf.Session(g) as s:
         threads = runner.start(s)
         t0 = time.time()
@@ -1142,7 +1142,7 @@ def test_queue_runner_join_raises_a_real_error_and_leaves_the_queue_open():
             return {x: np.array([1, 2], np.int32)}
         return {x: np.array([1, 2, 3], np.int32)}  # wrong shape: a real error
 
-    runner = sf.train.QueueRunner(enq, threads=1, feed_fn=feed, close_op=close)
+    runner = sf.train.FeedRunner(enq, threads=1, feed_fn=feed, close_op=close)
     with sf.Session(g) as s:
         runner.start(s)
         with pytest.raises(E.InvalidArgumentError, match=r"\[3\]"):

@@ -111,7 +111,7 @@ def test_queues_and_queue_runner(g):
         return {xs: np.full((4, 2), k, np.float32), ys: np.full(4, k, np.int32)}
 
     with sf.Session(g) as s:
-        runner = sf.train.QueueRunner(enq, threads=1, feed_fn=feed, close_op=close)
+        runner = sf.train.FeedRunner(enq, threads=1, feed_fn=feed, close_op=close)
         runner.start(s)
         seen = []
         while True:
