@@ -57,6 +57,7 @@ from . import train
 from . import random
 from . import embedding
 from . import nn
+from . import summary  # noqa: F401 - tf.summary (records nothing: no event files)
 from . import flags, app, compat  # noqa: F401 - tf.flags, tf.app, tf.compat.v1
 from .compat import disable_v2_behavior, disable_eager_execution  # noqa: F401 - tf.compat.v1's
 from .variable_scopes import (AUTO_REUSE, VariableScope, variable_scope, get_variable, get_variable_scope,  # noqa: F401

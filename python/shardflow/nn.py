@@ -1,12 +1,14 @@
 """Neural-network helpers with TensorFlow's names, over the generated ops."""
 
 from . import _core
+from . import dtypes as _dt
 from . import errors
 from . import graph as _graph
 from . import ops
+from . import tf_api as _tf
 
 __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
-           "conv2d", "max_pool", "avg_pool",
+           "conv2d", "max_pool", "avg_pool", "embedding_lookup", "in_top_k",
            "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits"]
 
 relu = ops.relu
@@ -107,3 +109,111 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     elif not 0.0 <= value < 1.0:
         raise errors.InvalidArgumentError(f"dropout: rate must be in [0, 1), got {value}")
     return _graph.Tensor(x.graph, *_core.dropout(x.graph._g, x._ref(), value, seed))
+
+
+def _row_partition(ids, shard_rows, strategy):
+    """(shard of each id, its row in that shard) for TF 1.x's partition strategies over len(shard_rows) shards."""
+    n = len(shard_rows)
+    if strategy == "mod":
+        return _tf.floormod(ids, n), _tf.floordiv(ids, n)
+    total = sum(shard_rows)
+    per, extras = total // n, total % n  # the first `extras` shards hold per + 1 rows (TF's "div")
+    if per == 0:
+        return _tf.floordiv(ids, per + 1), _tf.floormod(ids, per + 1)
+    shard = _tf.maximum(_tf.floordiv(ids, per + 1), _tf.floordiv(ids - extras, per))
+    row = _tf.where(shard < extras, _tf.floormod(ids, per + 1), _tf.floormod(ids - extras, per))
+    return shard, row
+
+
+def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True, max_norm=None):
+    """TF 1.x's tf.nn.embedding_lookup: the rows of params at ids ([*ids.shape, *params.shape[1:]]).
+
+    params is a Tensor or Variable, or a list of them holding one table's rows split along dimension 0:
+    with partition_strategy "mod" id i lives in shard i % n at row i // n; with "div" the shards hold
+    contiguous ranges (the first ones one row more when the rows do not divide evenly). Every shard's
+    size along dimension 0 must be known when the graph is built. Differentiable with respect to params.
+    max_norm clips each looked-up row to that L2 norm. An id out of range fails the step (as TF's CPU
+    gather does). (shardflow's sharded sf.embedding.EmbeddingTable is the scalable form of this.)
+    """
+    if partition_strategy not in ("mod", "div"):
+        raise ValueError(f"Unrecognized partition strategy: {partition_strategy}")
+    if isinstance(params, (list, tuple)):
+        params = list(params)
+    else:
+        params = [params]
+    if not params:
+        raise ValueError("Need at least one param")
+    params = [_graph.convert_to_tensor(p) for p in params]
+    ids = _graph.convert_to_tensor(ids)
+    g = params[0].graph
+    with g.as_default(), _graph.name_scope(name or "embedding_lookup"):
+        if len(params) == 1:
+            out = _tf.gather(params[0], ids)
+        else:
+            rows = [p.shape[0] if p.shape.rank else None for p in params]
+            if None in rows:
+                raise errors.InvalidArgumentError(
+                    "embedding_lookup over a list of shards needs each shard's size along dimension 0 known "
+                    "when the graph is built, got shapes " + ", ".join(str(p.shape) for p in params))
+            shard, row = _row_partition(ids, rows, partition_strategy)
+            out = None
+            for k, p in enumerate(params):
+                mine = _tf.equal(shard, k)
+                got = _tf.gather(p, _tf.where(mine, row, _tf.zeros_like(row)))
+                mask = mine
+                for _ in range((p.shape.rank or 1) - 1):
+                    mask = _tf.expand_dims(mask, -1)
+                part = _tf.where(mask, got, _tf.zeros_like(got))
+                out = part if out is None else out + part
+        if max_norm is not None:
+            extra = list(range(ids.shape.rank if ids.shape.rank is not None else 1, out.shape.rank))
+            norm = _tf.sqrt(_tf.reduce_sum(_tf.square(out), axis=extra, keepdims=True))
+            clip = _graph.convert_to_tensor(float(max_norm), dtype=out.dtype)
+            out = out * clip / _tf.maximum(norm, clip)
+        return out
+
+
+def in_top_k(predictions, targets, k, name=None):
+    """TF 1.x's tf.nn.in_top_k: whether each row's target class is among its k largest predictions
+    ([batch] bool, predictions [batch, classes] float32, targets [batch] int32/int64).
+
+    As in TensorFlow, a tie at the k-th place counts as in the top k (the target is in when fewer than
+    k predictions are strictly larger), and a row with a target out of range or a non-finite prediction
+    gives False.
+    """
+    predictions = _graph.convert_to_tensor(predictions)
+    targets = _graph.convert_to_tensor(targets)
+    if predictions.dtype != _dt.float32:
+        raise TypeError(f"in_top_k's predictions must be float32, got {predictions.dtype.name}")
+    if targets.dtype not in (_dt.int32, _dt.int64):
+        raise TypeError(f"in_top_k's targets must be int32 or int64, got {targets.dtype.name}")
+    if predictions.shape.rank not in (None, 2):
+        raise ValueError(f"predictions must be 2-dimensional, got shape {predictions.shape}")
+    classes = predictions.shape[1] if predictions.shape.rank else None
+    g = predictions.graph
+    with g.as_default(), _graph.name_scope(name or "in_top_k"):
+        if classes is None:
+            raise errors.InvalidArgumentError("in_top_k needs the number of classes known when the graph is built")
+        hot = _tf.one_hot(targets, classes, dtype=_dt.float32)  # all zeros for a target out of range
+        valid = _tf.logical_and(targets >= 0, targets < classes)
+        finite = _tf.reduce_min(_tf.cast(ops.is_finite(predictions), _dt.int32), axis=1) > 0
+        safe = _tf.where(ops.is_finite(predictions), predictions, _tf.zeros_like(predictions))
+        target_score = _tf.reduce_sum(safe * hot, axis=1, keepdims=True)
+        larger = _tf.reduce_sum(_tf.cast(safe > target_score, _dt.int32), axis=1)
+        return _tf.logical_and(_tf.logical_and(valid, finite), larger < int(k))
+
+
+_NOT_BUILT = {
+    "nce_loss": "it needs TF's candidate samplers (log_uniform_candidate_sampler draws num_sampled distinct ids "
+                "and reports each one's expected count from the number of tries), which shardflow has no op for",
+    "sampled_softmax_loss": "it needs TF's candidate samplers, which shardflow has no op for",
+    "log_uniform_candidate_sampler": "shardflow has no candidate-sampling op",
+}
+
+
+def __getattr__(name):
+    if name in _NOT_BUILT:
+        raise AttributeError(f"shardflow has no tf.nn.{name}: {_NOT_BUILT[name]}. Use "
+                             "tf.nn.sparse_softmax_cross_entropy_with_logits over the full vocabulary instead "
+                             "(docs/PYTHON.md, Coming from TensorFlow 1.x)")
+    raise AttributeError(f"module 'shardflow.nn' has no attribute '{name}'")
