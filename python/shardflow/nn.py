@@ -211,7 +211,13 @@ _NOT_BUILT = {
 }
 
 
+_RNN = ("dynamic_rnn", "static_rnn", "rnn_cell")
+
+
 def __getattr__(name):
+    if name in _RNN:  # rnn.py builds on this module, so it is imported on first use
+        from . import rnn
+        return rnn.rnn_cell if name == "rnn_cell" else getattr(rnn, name)
     if name in _NOT_BUILT:
         raise AttributeError(f"shardflow has no tf.nn.{name}: {_NOT_BUILT[name]}. Use "
                              "tf.nn.sparse_softmax_cross_entropy_with_logits over the full vocabulary instead "

@@ -19,7 +19,8 @@ import warnings
 
 from . import graph as _graph
 
-__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all", "FileWriter", "SUMMARIES"]
+__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all", "FileWriter",
+           "SUMMARIES"]
 
 SUMMARIES = "summaries"  # tf.GraphKeys.SUMMARIES
 
