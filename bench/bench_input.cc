@@ -9,12 +9,16 @@
 // "lines_per_sec", "mb_per_sec"}; the last, the summary: {"lines", "threads",
 // "parse_lines_per_sec_per_thread", "plain_lines_per_sec",
 // "gzip_lines_per_sec", "lines_per_sec"}, the last being the slower of plain
-// and gzip.
+// and gzip. --dir DIR keeps the files (DIR/plain, DIR/gzip); a later run
+// given the same --dir and --lines reads them again without writing them,
+// which makes a clean profile of the reading: perf record bench_input --dir DIR.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "examples/common/json.h"
 #include "kernels/criteo_format.h"
 #include "kernels/criteo_reader.h"
+#include "shardflow/reader_ops.h"
 
 using namespace sf;
 using namespace sf::examples;
@@ -102,17 +107,32 @@ int main(int argc, char** argv) {
   so.lines = flags.GetInt("lines");
   so.files = static_cast<int>(flags.GetInt("files"));
   so.max_cardinality = 1000000;
-  auto plain = WriteCriteoSynth(dir + "/plain", so);
-  so.gzip = true;
-  auto gz = plain.ok() ? WriteCriteoSynth(dir + "/gzip", so) : plain;
-  if (!plain.ok() || !gz.ok()) {
-    std::fprintf(stderr, "bench_input: %s\n", (plain.ok() ? gz : plain).status().ToString().c_str());
-    return 1;
+  // Reuses the files of an earlier run with the same --dir, --lines and --files.
+  auto kept = [&](const std::string& sub) -> std::vector<std::string> {
+    auto files = ops::CriteoFiles(dir + "/" + sub);
+    if (!files.ok() || static_cast<int>(files->size()) != so.files) return {};
+    std::ifstream lines_file(dir + "/lines");
+    int64_t lines = -1;
+    lines_file >> lines;
+    return lines == so.lines ? *files : std::vector<std::string>{};
+  };
+  std::vector<std::string> plain_files = kept("plain"), gz_files = kept("gzip");
+  if (temp || plain_files.empty() || gz_files.empty()) {
+    auto plain = WriteCriteoSynth(dir + "/plain", so);
+    so.gzip = true;
+    auto gz = plain.ok() ? WriteCriteoSynth(dir + "/gzip", so) : plain;
+    if (!plain.ok() || !gz.ok()) {
+      std::fprintf(stderr, "bench_input: %s\n", (plain.ok() ? gz : plain).status().ToString().c_str());
+      return 1;
+    }
+    plain_files.clear();
+    gz_files.clear();
+    for (const auto& f : plain->files) plain_files.push_back(f.path);
+    for (const auto& f : gz->files) gz_files.push_back(f.path);
+    std::ofstream(dir + "/lines") << so.lines << "\n";
   }
-  std::vector<std::string> plain_files, gz_files;
   int64_t bytes = 0;
-  for (const auto& f : plain->files) plain_files.push_back(f.path), bytes += f.bytes;
-  for (const auto& f : gz->files) gz_files.push_back(f.path);
+  for (const auto& f : plain_files) bytes += static_cast<int64_t>(std::filesystem::file_size(f));
 
   auto report = [&](const char* mode, int t, const Rate& r) {
     const double lps = r.lines / r.seconds;
@@ -166,6 +186,7 @@ int main(int argc, char** argv) {
   if (temp) {
     for (const auto& f : plain_files) std::remove(f.c_str());
     for (const auto& f : gz_files) std::remove(f.c_str());
+    std::remove((dir + "/lines").c_str());
     ::rmdir((dir + "/plain").c_str());
     ::rmdir((dir + "/gzip").c_str());
     ::rmdir(dir.c_str());

@@ -22,11 +22,19 @@ const char* CriteoLineErrorText(CriteoLineError e) {
   return "unknown";
 }
 
-int64_t CriteoCategoricalId(int field, uint64_t value) {
+namespace {
+
+// XXH3 of the value's 8 little-endian bytes, seeded with the field; inlined
+// into the parser.
+inline int64_t Id(int field, uint64_t value) {
   unsigned char bytes[8];
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(value >> (8 * i));
   return static_cast<int64_t>(XXH3_64bits_withSeed(bytes, sizeof bytes, static_cast<XXH64_hash_t>(field)));
 }
+
+}  // namespace
+
+int64_t CriteoCategoricalId(int field, uint64_t value) { return Id(field, value); }
 
 int64_t CriteoMissingId(int field) {
   return static_cast<int64_t>(XXH3_64bits_withSeed(nullptr, 0, static_cast<XXH64_hash_t>(field)));
@@ -44,50 +52,59 @@ CriteoLineError ParseCriteoLine(std::string_view line, float* label, float* dens
   const char* end = p + line.size();
   if (p != end && end[-1] == '\r') --end;
   *bad_field = -1;
-  // The end of the field starting at p: the next tab, or the line's end.
-  auto field_end = [&](const char* from) {
-    const void* t = std::memchr(from, '\t', static_cast<size_t>(end - from));
-    return t ? static_cast<const char*>(t) : end;
-  };
-  // Field 0: the label.
-  const char* q = field_end(p);
-  if (q == end) return CriteoLineError::kFieldCount;
-  if (q - p != 1 || (*p != '0' && *p != '1')) {
+  // Each field is parsed where it starts: std::from_chars stops at the tab
+  // that ends it, so no separate scan for tabs. A field ends well when the
+  // parse stopped at a tab (at the line's end for the last field).
+  if (end - p < 2 || p[1] != '\t') {
+    if (std::memchr(p, '\t', static_cast<size_t>(end - p)) == nullptr) return CriteoLineError::kFieldCount;
+    *bad_field = 0;
+    return CriteoLineError::kLabel;
+  }
+  if (*p != '0' && *p != '1') {
     *bad_field = 0;
     return CriteoLineError::kLabel;
   }
   *label = *p == '1' ? 1.0f : 0.0f;
-  p = q + 1;
+  p += 2;
   for (int i = 0; i < kCriteoDense; ++i) {
-    q = field_end(p);
-    if (q == end) return CriteoLineError::kFieldCount;
+    if (p >= end) return CriteoLineError::kFieldCount;
     int64_t v = 0;
-    if (q != p) {
-      auto r = std::from_chars(p, q, v);
-      if (r.ec != std::errc() || r.ptr != q) {
+    if (*p != '\t') {
+      auto r = std::from_chars(p, end, v);
+      if (r.ec != std::errc() || r.ptr == end || *r.ptr != '\t') {
+        // A bad value, or a line that ends after it (too few fields).
+        if (r.ec == std::errc() && r.ptr == end) return CriteoLineError::kFieldCount;
         *bad_field = 1 + i;
         return CriteoLineError::kInteger;
       }
+      p = r.ptr;
     }
     dense[i] = v > 0 ? static_cast<float>(v) : 0.0f;
-    p = q + 1;
+    ++p;  // the tab
   }
   for (int j = 0; j < kCriteoCategorical; ++j) {
-    q = field_end(p);
     const bool last = j == kCriteoCategorical - 1;
-    if (last ? q != end : q == end) return CriteoLineError::kFieldCount;
-    if (q == p) {
+    if (p > end || (p == end && !last)) return CriteoLineError::kFieldCount;
+    if (p == end || *p == '\t') {
       categorical[j] = CriteoMissingId(j);
     } else {
       uint64_t v = 0;
-      auto r = std::from_chars(p, q, v, 16);
-      if (q - p > 16 || r.ec != std::errc() || r.ptr != q) {
+      auto r = std::from_chars(p, end, v, 16);
+      const bool ended = last ? r.ptr == end : r.ptr != end && *r.ptr == '\t';
+      if (r.ec != std::errc() || r.ptr - p > 16 || !ended) {
+        if (r.ec == std::errc() && r.ptr - p <= 16 && !last && r.ptr == end) return CriteoLineError::kFieldCount;
+        if (r.ec == std::errc() && r.ptr - p <= 16 && last && *r.ptr == '\t') return CriteoLineError::kFieldCount;
         *bad_field = 1 + kCriteoDense + j;
         return CriteoLineError::kCategorical;
       }
-      categorical[j] = CriteoCategoricalId(j, v);
+      categorical[j] = Id(j, v);
+      p = r.ptr;
     }
-    p = q + 1;
+    if (last) {
+      if (p != end) return CriteoLineError::kFieldCount;
+    } else {
+      ++p;  // the tab
+    }
   }
   return CriteoLineError::kOk;
 }

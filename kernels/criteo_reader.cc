@@ -132,6 +132,9 @@ void CriteoReader::Next(std::function<void(Result<CriteoBatch>)> done) {
     return done(OutOfRange("end of the Criteo input: " + std::to_string(lines) + " lines read"));
   }
   waiting_.push_back(std::move(done));
+  // A thread parked in Push holds a finished batch: the slots freed since it
+  // parked may all have gone to batches handed straight to waiting calls.
+  room_.notify_one();
 }
 
 Result<CriteoBatch> CriteoReader::NextBlocking() {
@@ -174,18 +177,24 @@ bool CriteoReader::Push(CriteoBatch batch, int64_t rows) {
   CriteoLog1p(batch.dense.data<float>(), rows * kCriteoDense);
   std::unique_lock<std::mutex> l(mu_);
   stats_.lines += rows;
-  if (!waiting_.empty()) {
-    auto w = std::move(waiting_.front());
-    waiting_.pop_front();
-    ++stats_.batches;
-    l.unlock();
-    w(std::move(batch));
-    return true;
+  // Checked again after every wait: while this thread waited for room, a
+  // Next may have emptied the queue and started waiting itself.
+  for (;;) {
+    if (stop_) return false;
+    if (!waiting_.empty()) {
+      auto w = std::move(waiting_.front());
+      waiting_.pop_front();
+      ++stats_.batches;
+      l.unlock();
+      w(std::move(batch));
+      return true;
+    }
+    if (static_cast<int64_t>(ready_.size()) < options_.prefetch_batches) {
+      ready_.push_back(std::move(batch));
+      return true;
+    }
+    room_.wait(l);
   }
-  room_.wait(l, [&] { return stop_ || static_cast<int64_t>(ready_.size()) < options_.prefetch_batches; });
-  if (stop_) return false;
-  ready_.push_back(std::move(batch));
-  return true;
 }
 
 Status CriteoReader::ReadChunk(const LineChunk& chunk, CriteoBatch* batch, int64_t* rows) {

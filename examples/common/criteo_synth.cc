@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -176,8 +177,9 @@ Result<CriteoSynthResult> WriteCriteoSynth(const std::string& dir, const CriteoS
   if (o.files < 1) return InvalidArgument("files must be >= 1, got " + std::to_string(o.files));
   if (!(o.zipf > 0)) return InvalidArgument("zipf must be > 0");
   if (o.max_cardinality < 0) return InvalidArgument("max_cardinality must be >= 0");
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return Unavailable("cannot create the directory '" + dir + "'");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable("cannot create the directory '" + dir + "': " + ec.message());
   const CriteoSynth synth(o);
   CriteoSynthResult result;
   result.files.resize(o.files);

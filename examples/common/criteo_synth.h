@@ -83,7 +83,7 @@ struct CriteoSynthResult {
   double planted_auc = 0;  // of the planted probabilities against the labels written
 };
 
-// Writes the log into dir (created if needed; existing part files are
+// Writes the log into dir (created with its parents if needed; existing part files are
 // overwritten). InvalidArgument for bad options; Unavailable naming the file
 // that could not be written.
 Result<CriteoSynthResult> WriteCriteoSynth(const std::string& dir, const CriteoSynthOptions& options);

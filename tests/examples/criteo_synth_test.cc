@@ -47,7 +47,7 @@ TEST_CASE("criteo_synth --json writes gzip files the reader reads whole and prin
   CHECK(bad.out.find("--out") != std::string::npos);
 }
 
-TEST_CASE("A synthetic line depends on the seed and its number only; ids follow the capped cardinality",
+TEST_CASE("A synthetic line depends on the seed and its number only, ids follow the capped cardinality",
           "[examples][criteo]") {
   CriteoSynthOptions a;
   a.max_cardinality = 50;

@@ -142,3 +142,25 @@ TEST_CASE("Malformed lines are refused with the field at fault", "[criteo]") {
   CHECK(Parse(Line("1", 0, "-9223372036854775808")).error == CriteoLineError::kOk);
   CHECK(Parse(Line("1", -1, "", 0, "FFFFFFFFFFFFFFFF")).error == CriteoLineError::kOk);
 }
+
+TEST_CASE("Lines cut short or run long anywhere are refused, never read past their end", "[criteo]") {
+  const std::string good = Line("1", 3, "-17", 9, "dead");
+  REQUIRE(Parse(good).error == CriteoLineError::kOk);
+  // Every prefix ending at a tab or inside a field: too few fields (or a bad
+  // last value); every extension by a field: too many. Copied into an exact
+  // buffer so a read past the end would show under a sanitizer.
+  for (size_t n = 0; n + 1 < good.size(); ++n) {  // (all but the last byte: C26 empty is a valid line)
+    INFO("prefix of " << n << " bytes");
+    std::string cut = good.substr(0, n);
+    auto p = Parse(cut);
+    CHECK(p.error != CriteoLineError::kOk);
+  }
+  CHECK(Parse(good + "\t").error == CriteoLineError::kFieldCount);
+  CHECK(Parse(good + "\t1").error == CriteoLineError::kFieldCount);
+  CHECK(Parse("0").error == CriteoLineError::kFieldCount);
+  CHECK(Parse("1\t").error == CriteoLineError::kFieldCount);
+  // Empty last field: missing.
+  auto last_missing = Parse(Line("1", -1, "", 25, ""));
+  CHECK(last_missing.error == CriteoLineError::kOk);
+  CHECK(last_missing.ids[25] == CriteoMissingId(25));
+}

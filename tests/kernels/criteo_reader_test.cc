@@ -91,7 +91,7 @@ TEST_CASE("Several reader threads over plain and gzip files give every line exac
   }
 }
 
-TEST_CASE("Epochs repeat the files; batches wait for a reader that is slow to be asked", "[criteo_reader]") {
+TEST_CASE("Epochs repeat the files, batches wait for a reader that is slow to be asked", "[criteo_reader]") {
   TempDir dir("sf_criteo");
   std::string text;
   for (int i = 0; i < 100; ++i) text += CriteoLine(i) + "\n";

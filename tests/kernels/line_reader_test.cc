@@ -67,7 +67,7 @@ TEST_CASE("Chunks cut anywhere give every line exactly once, in order", "[line_r
   }
 }
 
-TEST_CASE("The last line needs no newline; an empty file has no line", "[line_reader]") {
+TEST_CASE("The last line needs no newline, an empty file has no line", "[line_reader]") {
   TempDir dir("sf_lines");
   WriteFile(dir / "a", "x\ny");
   CHECK(ReadChunk({dir / "a"}) == std::vector<std::string>{"x", "y"});
@@ -78,7 +78,7 @@ TEST_CASE("The last line needs no newline; an empty file has no line", "[line_re
   CHECK(chunks->size() == 1);
 }
 
-TEST_CASE("A line over max_line_bytes is reported once and skipped; line numbers count it", "[line_reader]") {
+TEST_CASE("A line over max_line_bytes is reported once and skipped, line numbers count it", "[line_reader]") {
   TempDir dir("sf_lines");
   WriteFile(dir / "f", "short\n" + std::string(5000, 'x') + "\nafter\n" + std::string(300, 'y'));
   CHECK(ReadChunk({dir / "f"}, 100) == std::vector<std::string>{"short", "<too long>", "after", "<too long>"});
