@@ -47,7 +47,7 @@ from .graph import (Graph, Tensor, Operation, TensorShape, Dimension, get_defaul
 from . import ops
 from .ops import add_op
 from .gradients import gradients
-from .control_flow import cond, while_loop
+from .control_flow import cond, while_loop, case
 from .variables import (Variable, global_variables_initializer, trainable_variables, global_variables,
                         local_variables_initializer)
 initialize_all_variables = global_variables_initializer  # TF 1.x's older name
@@ -57,6 +57,7 @@ from . import train
 from . import random
 from . import embedding
 from . import nn
+from . import data  # noqa: F401 - tf.data
 from . import summary  # noqa: F401 - tf.summary (records nothing: no event files)
 from . import flags, app, compat  # noqa: F401 - tf.flags, tf.app, tf.compat.v1
 from .compat import disable_v2_behavior, disable_eager_execution  # noqa: F401 - tf.compat.v1's

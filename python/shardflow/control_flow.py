@@ -12,7 +12,7 @@ from . import _core
 from . import errors
 from . import graph as _graph
 
-__all__ = ["cond", "while_loop"]
+__all__ = ["cond", "while_loop", "case"]
 
 
 def _outputs(result, what):
@@ -77,3 +77,32 @@ def while_loop(cond, body, loop_vars, name="while", parallel_iterations=10, maxi
                                 -1 if maximum_iterations is None else int(maximum_iterations))
     out = wrap(refs)
     return out[0] if single else out
+
+
+def case(pred_fn_pairs, default=None, exclusive=False, strict=False, name="case"):
+    """TF 1.x's tf.case: the result of the fn of the first pair (in order; a dict's pairs in its order)
+    whose predicate is true, else default(); built as nested conds, so only the chosen fn runs.
+
+    TF checks at run time that a predicate holds when default is None, and that at most one holds with
+    exclusive=True; shardflow has no Assert op to check either, so both raise UnimplementedError here.
+    """
+    if isinstance(pred_fn_pairs, dict):
+        pairs = list(pred_fn_pairs.items())
+    else:
+        pairs = list(pred_fn_pairs)
+    for p in pairs:
+        if not isinstance(p, tuple) or len(p) != 2 or not callable(p[1]):
+            raise TypeError("pred_fn_pairs must be (predicate, callable) pairs")
+    if default is None:
+        raise errors.UnimplementedError("tf.case without default= is not supported: TF asserts at run time that "
+                                        "some predicate holds, and shardflow has no Assert op; pass default=")
+    if exclusive:
+        raise errors.UnimplementedError("tf.case(exclusive=True) is not supported: TF asserts at run time that at "
+                                        "most one predicate holds, and shardflow has no Assert op; with "
+                                        "exclusive=False the first true predicate wins")
+    if not callable(default):
+        raise TypeError("default must be callable")
+    fn = default
+    for pred, f in reversed(pairs):
+        fn = (lambda p, f, rest: lambda: cond(p, f, rest, name=name))(pred, f, fn)
+    return fn()
