@@ -56,3 +56,17 @@ def test_save_restore_resumes_the_trained_model(tmp_path):
     assert f"Model restored from file: {model_dir}/model.ckpt-3" in out
     assert _number(r"Accuracy after 7 epochs: ([0-9.e-]+)", out) > 0.9  # chance is 0.25
     assert (model_dir / "checkpoint").is_file()
+
+
+def test_lstm_on_queue_input_runs_its_epochs_and_learns(tmp_path):
+    out = _run("lstm_queue_input.py", cwd=tmp_path)
+    assert "Done training for 25 epochs, 400 steps." in out  # 512 x 25 / 32: the input ended on time
+    assert _number(r"test accuracy ([0-9.e-]+)", out) > 0.9  # chance is 0.5
+    assert not (tmp_path / "logs").exists()  # FileWriter writes nothing (and said so)
+
+
+def test_dataset_pipeline_with_sharded_embeddings_learns(tmp_path):
+    out = _run("dataset_embeddings.py", cwd=tmp_path)
+    assert "steps 188" in out  # 3 epochs of 4000 in batches of 64, the last one smaller
+    assert _number(r"top-1 accuracy ([0-9.e-]+)", out) > 0.85  # chance is 0.25
+    assert _number(r"top-2 accuracy ([0-9.e-]+)", out) > 0.95
