@@ -57,7 +57,7 @@ CriteoLineError ParseCriteoLine(std::string_view line, float* label, float* dens
 // dense[i] = log(1 + dense[i]) for n values, vectorized; the values must be >= 0.
 void CriteoLog1p(float* dense, int64_t n);
 
-// "I3", "C7", "label" for a 0-based field index of a line.
+// "I3", "C7", "label" for a 0-based field index of a line; never fails.
 std::string CriteoFieldName(int field);
 
 }  // namespace sf

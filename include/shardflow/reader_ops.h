@@ -49,6 +49,7 @@ CriteoColumns CriteoReader(Graph& g, const std::vector<std::string>& files, cons
 // and label/dense/categorical dequeuing `batch_size` rows per run
 // (QueueDequeueUpTo: the last batch of the input may be short; OutOfRange
 // after it). Run `enqueue` from a QueueRunner with close_target `close`.
+// All invalid on a graph error (batch_size outside [1, 2^31), bad options).
 struct CriteoInput {
   Output label, dense, categorical;
   Operation enqueue, close;
