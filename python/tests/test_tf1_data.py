@@ -43,6 +43,7 @@ def test_batch_repeat_orders_and_drop_remainder():
         c = ds.batch(3).repeat(2).make_one_shot_iterator().get_next()
         d = ds.batch(2, drop_remainder=True).make_one_shot_iterator().get_next()
         e = ds.repeat().take(7).make_one_shot_iterator().get_next()
+        f = ds.batch(2).shuffle(3, seed=4).make_one_shot_iterator().get_next()  # batches shuffled whole
         assert a.get_shape().as_list() == [None] and d.get_shape().as_list() == [2]
         with tf.Session() as sess:
             assert [v.tolist() for v in drain(sess, a)] == [[0, 1], [2, 3], [4]]
@@ -50,6 +51,8 @@ def test_batch_repeat_orders_and_drop_remainder():
             assert [v.tolist() for v in drain(sess, c)] == [[0, 1, 2], [3, 4], [0, 1, 2], [3, 4]]
             assert [v.tolist() for v in drain(sess, d)] == [[0, 1], [2, 3]]
             assert [int(v) for v in drain(sess, e)] == [0, 1, 2, 3, 4, 0, 1]
+            batches = [v.tolist() for v in drain(sess, f)]
+            assert sorted(batches) == [[0, 1], [2, 3], [4]]
 
 
 def test_shuffle_is_tfs_buffered_shuffle():
