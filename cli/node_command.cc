@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -19,7 +20,7 @@ namespace sf {
 
 const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
-    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S]]\n"
+    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S] [--map-slots N]]\n"
     "                      [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
@@ -49,6 +50,9 @@ const char kNodeUsage[] =
     "  --lease-ttl-s S             with --etcd: a hung node is gone after about S\n"
     "                              seconds (default 2, at least 1)\n"
     "                              (without --etcd: a cluster of this node alone)\n"
+    "  --map-slots N               with --etcd: the slots of the cluster's shard map, the\n"
+    "                              logical tasks sessions place on (default 64; the same\n"
+    "                              on every node)\n"
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
@@ -105,6 +109,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
   node.add_option("--checkpoint-dir", o.checkpoint_root);
+  node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);
@@ -260,24 +265,75 @@ namespace sf {
 const char kClusterUsage[] =
     "usage: shardflow cluster members --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                                 [--cluster NAME] [--json]\n"
+    "       shardflow cluster map --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
+    "                             [--cluster NAME] [--json]\n"
     "\n"
     "Prints the members of a cluster whose membership lives in etcd (nodes started\n"
     "with --etcd), in the order they joined: one line per member with its name,\n"
     "address, incarnation (its life: the revision of its key in etcd) and state\n"
     "(alive, leaving); with --json one JSON object per line. Any credential of\n"
-    "the cluster may read it (default: session).\n";
+    "the cluster may read it (default: session).\n"
+    "\n"
+    "'cluster map' prints the shard map: which member serves each slot (the logical\n"
+    "task /job:worker/task:S sessions place on), one line per slot, marked while\n"
+    "it moves, then its epoch (its revision in etcd); with --json one JSON object\n"
+    "per slot, then a summary line with epoch, slots, members and moving.\n";
 
 void AddClusterFlags(CLI::App& cluster, NodeFlags* f) {
   cluster.require_subcommand(1, 1);
-  CLI::App* members = cluster.add_subcommand("members");
-  members->add_option("--etcd", f->members_etcd)->required();
-  members->add_option("--cluster", f->members_cluster);
-  members->add_option("--tls-dir", f->drain_tls_dir);
-  members->add_option("--tls-name", f->drain_tls_name);
-  members->add_flag("--insecure", f->drain_insecure);
-  members->add_flag("--json", f->members_json);
+  for (const char* name : {"members", "map"}) {
+    CLI::App* sub = cluster.add_subcommand(name);
+    sub->add_option("--etcd", f->members_etcd)->required();
+    sub->add_option("--cluster", f->members_cluster);
+    sub->add_option("--tls-dir", f->drain_tls_dir);
+    sub->add_option("--tls-name", f->drain_tls_name);
+    sub->add_flag("--insecure", f->drain_insecure);
+    sub->add_flag("--json", f->members_json);
+  }
 }
 
-int ClusterCommand(const CLI::App&, const NodeFlags& flags) { return MembersCommand(flags); }
+namespace {
+
+// `shardflow cluster map --etcd ...`.
+int MapCommand(const NodeFlags& f) {
+  if (f.drain_tls_dir.empty() == !f.drain_insecure) {
+    std::cerr << "shardflow cluster map: give --tls-dir DIR or --insecure (exactly one)\n" << kClusterUsage;
+    return 2;
+  }
+  auto m = ReadClusterMap(f.members_etcd, f.drain_tls_dir, f.members_cluster.empty() ? "default" : f.members_cluster,
+                          f.drain_tls_name, f.drain_insecure);
+  if (!m.ok()) {
+    std::cerr << "shardflow cluster map: " << m.status().ToString() << "\n";
+    return 1;
+  }
+  std::set<std::string> members;
+  int moving = 0;
+  for (size_t s = 0; s < m->holder.size(); ++s) {
+    members.insert(m->holder[s]);
+    const std::string& from = m->moving_from[s];
+    moving += !from.empty();
+    if (f.members_json)
+      std::cout << "{\"slot\": " << s << ", \"holder\": " << JsonString(m->holder[s])
+                << ", \"moving_from\": " << JsonString(from) << ", \"lost_after\": " << m->lost_after[s] << "}\n";
+    else
+      std::cout << "slot " << s << "  " << m->holder[s] << (from.empty() ? "" : "  (moving from " + from + ")")
+                << (m->lost_after[s] ? "  (state lost after epoch " + std::to_string(m->lost_after[s]) + ")" : "")
+                << "\n";
+  }
+  if (f.members_json)
+    std::cout << "{\"epoch\": " << m->epoch << ", \"slots\": " << m->holder.size() << ", \"members\": "
+              << members.size() << ", \"moving\": " << moving << "}\n";
+  else
+    std::cout << "epoch " << m->epoch << ": " << m->holder.size() << " slots on " << members.size() << " members"
+              << (moving ? ", " + std::to_string(moving) + " moving" : "") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int ClusterCommand(const CLI::App& command, const NodeFlags& flags) {
+  if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "map") return MapCommand(flags);
+  return MembersCommand(flags);
+}
 
 }  // namespace sf

@@ -3,6 +3,7 @@
 
 #include "cluster/etcd_process.h"
 #include "cluster/member_registry.h"
+#include "cluster/placement_leader.h"
 #include "shardflow/cluster.h"
 
 namespace sf {
@@ -20,6 +21,17 @@ Result<std::vector<MemberInfo>> ListEtcdMembers(const std::string& etcd, const s
   for (const cluster::MemberRecord& r : records)
     out.push_back({r.name, r.address, static_cast<uint64_t>(r.life), r.leaving ? "leaving" : "alive"});
   return out;
+}
+
+Result<ShardMapInfo> ReadClusterMap(const std::string& etcd, const std::string& tls_dir, const std::string& cluster,
+                                    const std::string& tls_name, bool insecure) {
+  std::optional<net::Credential> credential;
+  if (!insecure) {
+    if (tls_dir.empty()) return InvalidArgument("no credentials: give a directory made by `shardflow certs init`");
+    SF_ASSIGN_OR_RETURN(credential, net::LoadCredential(tls_dir, tls_name.empty() ? "session" : tls_name));
+  }
+  SF_ASSIGN_OR_RETURN(cluster::ShardMap m, cluster::ReadShardMap(etcd, credential, cluster));
+  return ShardMapInfo{m.epoch, m.holder, m.from, m.lost_after};
 }
 
 }  // namespace sf

@@ -111,6 +111,11 @@ void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& reco
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return;
   }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    last_members = records;
+  }
+  if (auto* p = placement_ready.load()) p->SetMembers(records);
   bool drain_me = false;
   const bool changed = view.Update(records, &drain_me, [this](const std::string& line) { Log(line); });
   if (drain_me) StartDrain();
@@ -230,6 +235,7 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
             Reply(c, id, net::StatusReply{Status::OK()});
           },
           [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
+          [&](net::MoveSlot& ms) { ServeMoveSlot(c, id, ms); },
           [&](net::SaveShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::CommitShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::RestoreShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
@@ -293,7 +299,9 @@ void ClusterNode::Impl::Stop() {
     if (stopped) return;
     stopped = true;
   }
-  // Gone from etcd first: members and sessions see it leave at once.
+  // No more placement work (a leader resigns), then gone from etcd:
+  // members and sessions see it leave at once.
+  if (placement) placement->Stop();
   if (registry) registry->Leave();
   idle.notify_all();
   watch_cv.notify_all();
@@ -325,6 +333,7 @@ void ClusterNode::Impl::Stop() {
   router.Clear();
   for (int64_t step : steps) rendezvous.Cleanup(step);
   node_checkpoints->Stop();  // it reads and assigns variables
+  movers.Stop();             // so do slot moves
   variables->Shutdown();
   queues->Stop();
   // As Session: stop the actors now. Members die in reverse order, which
@@ -385,11 +394,13 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     ro.address = p->address;
     ro.lease_ttl_s = opts.lease_ttl_s;
     ro.request_timeout_ms = 5000;
+    std::optional<net::Credential> credential;
     if (!opts.insecure) {
       auto cred = net::LoadCredential(opts.tls_dir, opts.tls_name.empty() ? "node" : opts.tls_name);
       if (!cred.ok()) return cred.status().WithPrefix("etcd credential");
-      ro.credential = std::move(*cred);
+      credential = std::move(*cred);
     }
+    ro.credential = credential;
     ro.on_change = [p](const std::vector<cluster::MemberRecord>& records) { p->OnMembers(records); };
     ro.on_replaced = [p](const std::string& holder) {
       std::lock_guard<std::mutex> l(p->mu);
@@ -402,6 +413,16 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     if (!registry.ok()) return registry.status().WithPrefix("node " + p->opts.name + " joining through etcd " + opts.etcd);
     p->registry = std::move(*registry);
     p->registry_ready = p->registry.get();
+    // The shard map: followed by every node, computed by the one elected.
+    Status placed = p->StartPlacement(credential);
+    if (!placed.ok()) return placed.WithPrefix("node " + p->opts.name + " following the shard map");
+    p->placement_ready = p->placement.get();
+    std::vector<cluster::MemberRecord> members;
+    {
+      std::lock_guard<std::mutex> l(p->mu);
+      members = p->last_members;
+    }
+    p->placement->SetMembers(members);
   } else {
     p->Log("no --etcd: a cluster of this node alone");
   }

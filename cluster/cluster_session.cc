@@ -42,6 +42,10 @@ Result<std::shared_ptr<runtime::PartitionHost>> ClusterSession::Impl::HostFor(co
   ro.conn = *conn;
   ro.where = where;
   ro.session_id = sid;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    ro.epoch = reg_epoch;
+  }
   ro.tasks = std::move(tasks);
   ro.request_timeout_ms = options.request_timeout_ms;
   ro.step_timeout_ms = kStepTimeoutMs;
@@ -111,6 +115,8 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
             if (auto* mem = std::get_if<net::Membership>(&m.body)) {
               p->Learn(*mem);
               p->membership_changed = true;
+              std::lock_guard<std::mutex> l(p->map_mu);
+              p->map_cv.notify_all();
             }
           },
           [p](const net::ConnectionPtr&, const Status&) { p->member_down = true; }));
@@ -134,8 +140,19 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   }
   if (used.empty()) return Unavailable("every member of the cluster at " + options.address + " is draining");
   impl->num_tasks = options.tasks > 0 ? options.tasks : static_cast<int>(used.size());
-  for (int t = 0; t < impl->num_tasks; ++t) impl->assignment.push_back(used[t % used.size()]);
-  impl->ever_used.insert(used.begin(), used.end());
+  impl->map_mode = mem->map_slots > 0;
+  if (impl->map_mode) {
+    // The shard map places the tasks (every session of the cluster alike).
+    SF_ASSIGN_OR_RETURN(net::Membership settled, impl->SettledMap());
+    impl->assignment.assign(settled.map_holder.begin(), settled.map_holder.begin() + impl->num_tasks);
+    impl->reg_epoch = settled.map_epoch;
+    for (const auto& a : impl->assignment)
+      if (auto c = impl->Conn(a); !c.ok()) return c.status().WithPrefix("connecting to slot holder " + a);
+    impl->ever_used.insert(impl->assignment.begin(), impl->assignment.end());
+  } else {
+    for (int t = 0; t < impl->num_tasks; ++t) impl->assignment.push_back(used[t % used.size()]);
+    impl->ever_used.insert(used.begin(), used.end());
+  }
   std::random_device rd;
   impl->session_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   impl->StartCoordinator();
@@ -264,10 +281,13 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
     });
   };
   // A member joined, drains or died since the last step: follow it first.
-  if (restore_pending || (options.elastic && (membership_changed || member_down))) {
+  if (restore_pending || stale_map || (options.elastic && (membership_changed || member_down))) {
     PauseSteps();
     Result<ClusterChange> r = ClusterChange{};
-    if (restore_pending || membership_changed || member_down) r = Reconfigure(false);
+    if (restore_pending || stale_map || membership_changed || member_down) {
+      stale_map = false;
+      r = Reconfigure(false);
+    }
     ResumeSteps();
     // Tried again before the next step: what failed it may pass by then.
     if (!r.ok()) member_down = true;
@@ -283,6 +303,10 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
       std::lock_guard<std::mutex> l(impl->gate_mu);
       if (--impl->active_steps == 0) impl->gate_cv.notify_all();
     }
+    // A node refused a part of the step as placed by a stale shard map:
+    // the next step follows the new map first (elastic or not). The step is
+    // not run again: its other parts may have run on their nodes.
+    if (!r.ok() && cluster::IsStaleEpoch(r.status())) impl->stale_map = true;
     finish(std::move(r));
   };
   // Looked up with steps let through: a reconfiguration before drops the

@@ -76,7 +76,24 @@ net::Membership MemberView::Snapshot() const {
   m.members = members_;
   for (const net::Member& k : members_)
     if (leaving_.count(k.address)) m.leaving.push_back(k);
+  m.map_slots = map_slots_;
+  m.map_epoch = map_.epoch;
+  m.map_holder = map_.holder;
+  m.map_from = map_.from;
+  m.map_lost_after = map_.lost_after;
   return m;
+}
+
+void MemberView::SetMapSlots(int slots) {
+  std::lock_guard<std::mutex> l(mu_);
+  map_slots_ = slots;
+}
+
+bool MemberView::SetMap(const ShardMap& map) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (map.epoch <= map_.epoch) return false;
+  map_ = map;
+  return true;
 }
 
 void MemberView::Watch(const net::ConnectionPtr& c) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/member_table.h"
+#include "cluster/shard_map.h"
 #include "net/peer_rpc.h"
 
 namespace sf {
@@ -33,6 +34,10 @@ class MemberView {
               const std::function<void(const std::string&)>& log);
   // Marks this node draining in the list it serves.
   void MarkSelfLeaving();
+  // The cluster places by a shard map of `slots` slots (etcd clusters).
+  void SetMapSlots(int slots);
+  // The newest shard map; true when it is newer than the one held.
+  bool SetMap(const ShardMap& map);
   // The members, itself first.
   std::vector<net::Member> Members() const;
   // The members and which are draining, as a session is told them.
@@ -49,6 +54,8 @@ class MemberView {
   mutable std::mutex mu_;
   std::vector<net::Member> members_;                    // GUARDED_BY(mu_), self first
   std::set<std::string> leaving_;                       // GUARDED_BY(mu_), by address
+  ShardMap map_;                                        // GUARDED_BY(mu_)
+  int map_slots_ = 0;                                   // GUARDED_BY(mu_)
   std::vector<std::weak_ptr<net::Connection>> watchers_;  // GUARDED_BY(mu_)
 };
 

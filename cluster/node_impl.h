@@ -30,7 +30,10 @@
 #include "cluster/member_registry.h"
 #include "cluster/member_view.h"
 #include "cluster/peer_router.h"
+#include "cluster/placement_leader.h"
+#include "actors/serial_queue.h"
 #include "actors/partition_host.h"
+#include "graph/device_name.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
 #include "actors/queue_actors.h"
@@ -52,6 +55,9 @@ struct ClusterNode::Impl {
     std::set<uint64_t> handles;               // its registered partitions (bounded)
     std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
     std::shared_ptr<runtime::PartitionHost> host;  // the last reference stops its actor
+    // By partition handle: its task (the map's slot) and the map epoch the
+    // session placed it by.
+    std::map<uint64_t, std::pair<int, int64_t>> slot_of;
   };
 
   // What a registered partition's executor points into: its graph and its
@@ -79,6 +85,22 @@ struct ClusterNode::Impl {
   // The membership client when the node was given etcd (--etcd): its
   // members come from it alone (without it the node is a cluster of one).
   std::unique_ptr<cluster::MemberRegistry> registry;
+  // Placement by the shard map (etcd clusters; node_placement.cc): the
+  // leader part (every node follows the map; one leads), the slots this
+  // node stopped serving (slot -> the fence's epoch: partitions registered
+  // before it are refused as stale), the variables each slot's partitions
+  // use here (what a move copies), and the slot and epoch of every run here.
+  std::unique_ptr<cluster::PlacementLeader> placement;
+  std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
+  std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
+  std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
+  std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
+  std::multiset<std::pair<int, int64_t>> running_slots;   // GUARDED_BY(mu)
+  // MoveSlot requests, in order, off the handler threads (a copy takes a while).
+  runtime::SerialQueue movers;
+  std::atomic<int> moves_waiting{0};
+  static constexpr int kMaxMovesWaiting = 64;
+  static constexpr int kFenceWaitMs = 30000;
   // The same, for handlers that may run while Start still sets it up.
   std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};
   bool etcd_mode() const { return !opts.etcd.empty(); }
@@ -236,6 +258,17 @@ struct ClusterNode::Impl {
   // Queues a node checkpoint request (SaveShards, CommitShards,
   // RestoreShards) for node_checkpoints; its reply, or why it was refused.
   void ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request);
+
+  // Starts following (and campaigning to lead) the shard map in etcd.
+  Status StartPlacement(const std::optional<net::Credential>& credential);
+  // The leader's move of slot from `from` to `to` at epoch: here when this
+  // node is `from`, else a MoveSlot to it; OK or why not.
+  Status MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch);
+  // This node's part of a move: fence slot at epoch, wait for the slot's
+  // runs of older epochs, copy the slot's variables to `to`; OK or why not.
+  Status MoveSlotHere(int slot, const std::string& to, int64_t epoch);
+  // A peer's MoveSlot, queued for the movers thread (or refused).
+  void ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m);
 
   void OnDown(const net::ConnectionPtr& c, const Status& why);
 

@@ -100,6 +100,12 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     }
     SessionState& ss = sessions[r.session_id];
     ss.handles.insert(r.handle);
+    // Its task is its slot in the shard map: what the slot holds here, and
+    // which map placed it (a fence refuses older ones).
+    if (auto dev = ParseDeviceName(r.device); dev.ok() && dev->has_task && dev->task >= 0) {
+      ss.slot_of[r.handle] = {dev->task, r.epoch};
+      if (slot_variables.size() < kMaxPartitions) slot_variables[dev->task].insert(var_names.begin(), var_names.end());
+    }
     if (!ss.host) {
       std::vector<std::string> tasks;
       for (const auto& t : r.tasks) tasks.push_back(t.address);
@@ -145,18 +151,36 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
   bool stopping = false;
   bool full = false;
   const int64_t step = r.step_id;
+  std::pair<int, int64_t> slot{-1, 0};
+  int64_t fence = 0;
   {
     std::lock_guard<std::mutex> l(mu);
     stopping = stopped;
     auto s = sessions.find(r.session_id);
     // Another client's session is as unknown to this one as no session.
-    if (s != sessions.end() && s->second.client == c.get()) host = s->second.host;
+    if (s != sessions.end() && s->second.client == c.get()) {
+      host = s->second.host;
+      if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
+    }
+    if (auto f = fences.find(slot.first); f != fences.end()) fence = f->second;
     full = host && running_per_client[c.get()] >= kMaxRunningPerClient;
-    if (!stopping && host && !full) {
+    if (!stopping && host && !full && slot.second >= fence) {
       running.emplace(step, c.get());
       ++running_per_client[c.get()];
+      running_slots.insert(slot);
       ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
     }
+  }
+  if (host && slot.second < fence) {
+    // This node stopped serving the slot (it moved away): nothing ran.
+    Reply(c, request_id,
+          net::RunPartitionDone{step,
+                                Aborted("node " + opts.name + ": slot " + std::to_string(slot.first) + " " +
+                                        cluster::kStaleEpoch + " " + std::to_string(slot.second) +
+                                        " (it moved at epoch " + std::to_string(fence) +
+                                        "); the session follows the new map before its next step"),
+                                {}});
+    return;
   }
   if (full) {
     Reply(c, request_id,
@@ -198,7 +222,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     watch_cv.notify_all();
   }
   // The host's actor starts the step: this connection keeps reading.
-  host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace, watch](Status s, std::vector<Tensor> out) {
+  host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace, watch, slot](Status s, std::vector<Tensor> out) {
     net::RunPartitionDone d{step, std::move(s), std::move(out)};
     if (trace) {
       d.trace_elapsed_ns = trace->Now();
@@ -208,9 +232,10 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     std::lock_guard<std::mutex> l(mu);
     if (watch) watched.erase(watch);
     running.erase(running.find(step));
+    running_slots.erase(running_slots.find(slot));
     if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
       running_per_client.erase(n);
-    if (running.empty()) idle.notify_all();
+    idle.notify_all();  // a fence may wait for this slot's runs
     // No CleanupStep comes from a client that went away.
     if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
   }, trace.get(), watch ? &watch->finished : nullptr);

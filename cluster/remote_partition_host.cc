@@ -28,6 +28,7 @@ class RemotePartitionHost : public PartitionHost {
     r.handle = handle;
     r.device = device;
     r.tasks = o_.tasks;
+    r.epoch = o_.epoch;
     {
       // A device's partition serves many run signatures: encoded once. The
       // entry keeps what g lives in, so its address is never reused for

@@ -20,6 +20,7 @@ struct RemoteHostOptions {
   net::ConnectionPtr conn;       // to the member
   std::string where;             // its address, for errors
   uint64_t session_id = 0;       // the registrations' session
+  int64_t epoch = 0;             // the shard map epoch the tasks were placed by (0: none)
   std::vector<net::Member> tasks;  // the session's tasks: task i's member
   int request_timeout_ms = 10000;  // for a registration
   int step_timeout_ms = 0;         // a backstop for a step (failures are found by heartbeats)

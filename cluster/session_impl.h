@@ -21,6 +21,7 @@
 #include "actors/checkpoint_io.h"
 #include "actors/coordinator_actor.h"
 #include "cluster/remote_partition_host.h"
+#include "cluster/shard_map.h"
 #include "cluster/step_deadlines.h"
 #include "actors/serial_queue.h"
 #include "cluster/task_balance.h"
@@ -81,10 +82,22 @@ struct ClusterSession::Impl {
   std::map<std::string, std::vector<uint64_t>> node_checkpoint_drops;  // GUARDED_BY(conf_mu)
   std::atomic<bool> restore_pending{false};
 
+  // The cluster places by a shard map (etcd clusters): tasks go where the
+  // map says and its placement leader moves their state, not this session
+  // (cluster/session_map.cc). Set at Connect.
+  bool map_mode = false;
+  int64_t reg_epoch = 0;  // GUARDED_BY(conf_mu): the map epoch the registrations were placed by
+  // A membership push came (map_cv wakes a wait for a settled map).
+  std::mutex map_mu;
+  std::condition_variable map_cv;
+
   // Hints that the membership changed (set by connection handler threads); the
   // reconfiguration before the next step finds out what exactly.
   std::atomic<bool> membership_changed{false};
   std::atomic<bool> member_down{false};
+  // A node refused a step as placed by a stale shard map: the session
+  // follows the map before the step runs again, elastic or not.
+  std::atomic<bool> stale_map{false};
   // Every member address seen in a membership list: when every member we
   // are connected to died, one of these may still lead to the cluster.
   std::set<std::string> known;  // GUARDED_BY(conf_mu)
@@ -132,7 +145,7 @@ struct ClusterSession::Impl {
   // registered. A hint (the state may change right after); Start is
   // correct either way.
   bool CanStartInline(const std::string& key) {
-    if (restore_pending || (options.elastic && (membership_changed || member_down))) return false;
+    if (restore_pending || stale_map || (options.elastic && (membership_changed || member_down))) return false;
     {
       std::lock_guard<std::mutex> l(gate_mu);
       if (reconfiguring) return false;
@@ -155,6 +168,20 @@ struct ClusterSession::Impl {
   // The live members that may take tasks (not draining), in the cluster's
   // order, and the draining ones, asked of any member that answers.
   Status ListLive(std::vector<std::string>* live, std::set<std::string>* draining);
+  // The membership (with the shard map) from any member that answers.
+  Result<net::Membership> AskMembership();
+  // Waits (up to VariablesTimeoutMs) until the map is settled for this
+  // session's tasks: written, none of them moving, each held by a listed
+  // member; that membership. InvalidArgument when the map has fewer slots
+  // than the session's tasks.
+  Result<net::Membership> SettledMap();
+  // Reconfigure's plan in map mode: the assignment before and after, the
+  // session before, the map's epoch, the variables by task, and which tasks
+  // moved (their state moved by the leader) or were lost (restore_names).
+  Status PlanByMap(std::vector<std::string>* old, std::vector<std::string>* now, uint64_t* old_session,
+                   int64_t* epoch, std::vector<std::vector<std::string>>* vars, ClusterChange* change,
+                   std::set<std::string>* restore_names, std::set<std::string>* lost, std::set<std::string>* drained,
+                   std::set<std::string>* added);
   // The initialised variables among names on member addr.
   Result<std::vector<std::pair<std::string, Tensor>>> ReadVariables(const std::string& addr,
                                                                     const std::vector<std::string>& names);

@@ -116,74 +116,81 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   // Cleared first: a change that lands while we work sets them again.
   membership_changed = false;
   member_down = false;
-  std::vector<std::string> live;
-  std::set<std::string> draining;
-  SF_RETURN_IF_ERROR(ListLive(&live, &draining));
-  // Only members we can reach take tasks.
-  std::vector<std::string> usable;
-  for (const auto& m : live)
-    if (Conn(m).ok()) usable.push_back(m);
-  if (usable.empty()) return Unavailable("no live member of the cluster can be reached");
-  if (options.max_tasks > 0 && static_cast<int>(usable.size()) > options.max_tasks) {
-    // Keep the members already in use first, so capping never moves tasks needlessly.
-    std::vector<std::string> kept;
-    std::set<std::string> current;
-    {
-      std::lock_guard<std::mutex> l(conf_mu);
-      current.insert(assignment.begin(), assignment.end());
-    }
-    for (const auto& m : usable)
-      if (current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
-    for (const auto& m : usable)
-      if (!current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
-    usable = kept;
-  }
-  std::vector<std::string> old;
+  std::vector<std::string> old, now;
   uint64_t old_session = 0;
-  {
-    std::lock_guard<std::mutex> l(conf_mu);
-    old = assignment;
-    old_session = session_id;
-  }
-  std::vector<std::string> now = runtime::BalanceTasks(old, usable);
-  // A graph that cannot be placed has no variables on any task to move.
+  int64_t epoch = 0;
   std::vector<std::vector<std::string>> vars;
-  if (auto v = TaskVariables(); v.ok()) vars = std::move(v).value();
-  vars.resize(static_cast<size_t>(num_tasks));
-  std::set<std::string> alive(live.begin(), live.end());
-  for (const auto& d : draining) alive.insert(d);
-  // Moves between live members first: they cannot fail for want of a checkpoint.
-  std::set<std::string> restore_names;
-  std::set<std::string> lost, drained, added;
-  for (int t = 0; t < num_tasks; ++t) {
-    if (old[t] == now[t]) continue;
-    auto c = Conn(old[t]);
-    bool old_alive = alive.count(old[t]) && c.ok();
-    if (!old_alive && c.ok()) {
-      // etcd no longer lists it (its lease ended while etcd or the node
-      // stalled), but if it answers, its variables are intact: they move by
-      // messages, never rolled back to the checkpoint (which would lose
-      // acknowledged updates). A hung node does not answer within the
-      // heartbeat timeout and is restored as before.
-      old_alive = Call(*c, net::ListMembers{}, std::max(1, 2 * options.peer_timeout_ms)).ok();
+  std::set<std::string> restore_names, lost, drained, added;
+  if (map_mode) {
+    // The shard map places the tasks and its leader moved their state:
+    // this session only follows it.
+    SF_RETURN_IF_ERROR(PlanByMap(&old, &now, &old_session, &epoch, &vars, &change, &restore_names, &lost, &drained,
+                                 &added));
+  } else {
+    std::vector<std::string> live;
+    std::set<std::string> draining;
+    SF_RETURN_IF_ERROR(ListLive(&live, &draining));
+    // Only members we can reach take tasks.
+    std::vector<std::string> usable;
+    for (const auto& m : live)
+      if (Conn(m).ok()) usable.push_back(m);
+    if (usable.empty()) return Unavailable("no live member of the cluster can be reached");
+    if (options.max_tasks > 0 && static_cast<int>(usable.size()) > options.max_tasks) {
+      // Keep the members already in use first, so capping never moves tasks needlessly.
+      std::vector<std::string> kept;
+      std::set<std::string> current;
+      {
+        std::lock_guard<std::mutex> l(conf_mu);
+        current.insert(assignment.begin(), assignment.end());
+      }
+      for (const auto& m : usable)
+        if (current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
+      for (const auto& m : usable)
+        if (!current.count(m) && static_cast<int>(kept.size()) < options.max_tasks) kept.push_back(m);
+      usable = kept;
     }
     {
       std::lock_guard<std::mutex> l(conf_mu);
-      if (!ever_used.count(now[t])) added.insert(now[t]);
+      old = assignment;
+      old_session = session_id;
     }
-    if (!old_alive) {
-      lost.insert(old[t]);
-      change.restored_tasks.push_back(t);
-      restore_names.insert(vars[t].begin(), vars[t].end());
-      continue;
+    now = runtime::BalanceTasks(old, usable);
+    // A graph that cannot be placed has no variables on any task to move.
+    if (auto v = TaskVariables(); v.ok()) vars = std::move(v).value();
+    vars.resize(static_cast<size_t>(num_tasks));
+    std::set<std::string> alive(live.begin(), live.end());
+    for (const auto& d : draining) alive.insert(d);
+    // Moves between live members first: they cannot fail for want of a checkpoint.
+    for (int t = 0; t < num_tasks; ++t) {
+      if (old[t] == now[t]) continue;
+      auto c = Conn(old[t]);
+      bool old_alive = alive.count(old[t]) && c.ok();
+      if (!old_alive && c.ok()) {
+        // etcd no longer lists it (its lease ended while etcd or the node
+        // stalled), but if it answers, its variables are intact: they move by
+        // messages, never rolled back to the checkpoint (which would lose
+        // acknowledged updates). A hung node does not answer within the
+        // heartbeat timeout and is restored as before.
+        old_alive = Call(*c, net::ListMembers{}, std::max(1, 2 * options.peer_timeout_ms)).ok();
+      }
+      {
+        std::lock_guard<std::mutex> l(conf_mu);
+        if (!ever_used.count(now[t])) added.insert(now[t]);
+      }
+      if (!old_alive) {
+        lost.insert(old[t]);
+        change.restored_tasks.push_back(t);
+        restore_names.insert(vars[t].begin(), vars[t].end());
+        continue;
+      }
+      if (draining.count(old[t])) drained.insert(old[t]);
+      change.moved_tasks.push_back(t);
+      if (roll_back_all) continue;  // everything comes from the checkpoint
+      SF_ASSIGN_OR_RETURN(auto values, ReadVariables(old[t], vars[t]));
+      change.variables_moved += static_cast<int64_t>(values.size());
+      for (const auto& v : values) change.bytes_moved += static_cast<int64_t>(v.second.bytes());
+      SF_RETURN_IF_ERROR(AssignVariables(now[t], std::move(values)));
     }
-    if (draining.count(old[t])) drained.insert(old[t]);
-    change.moved_tasks.push_back(t);
-    if (roll_back_all) continue;  // everything comes from the checkpoint
-    SF_ASSIGN_OR_RETURN(auto values, ReadVariables(old[t], vars[t]));
-    change.variables_moved += static_cast<int64_t>(values.size());
-    for (const auto& v : values) change.bytes_moved += static_cast<int64_t>(v.second.bytes());
-    SF_RETURN_IF_ERROR(AssignVariables(now[t], std::move(values)));
   }
   // The new assignment and session id; the old registrations are dropped.
   std::vector<net::ConnectionPtr> old_conns;
@@ -191,8 +198,11 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
   {
     std::lock_guard<std::mutex> l(conf_mu);
     for (const auto& a : now) register_again = register_again || redialed.count(a);
+    // A newer map may have fenced a slot that moved away and back meanwhile.
+    register_again = register_again || epoch != reg_epoch;
     redialed.clear();
     assignment = now;
+    reg_epoch = epoch;
     ever_used.insert(now.begin(), now.end());
     if (register_again) {
       std::random_device rd;

@@ -55,6 +55,21 @@ struct Membership {
   // Lives the sender saw end (and refuses in gossip): a node named here at
   // its current incarnation was declared down while it still runs.
   std::vector<Member> ended;
+  // The shard map (cluster/shard_map.h) when the cluster has one (map_slots > 0).
+  int64_t map_epoch = 0;
+  std::vector<std::string> map_holder;  // by slot
+  std::vector<std::string> map_from;    // by slot: "" unless moving
+  std::vector<int64_t> map_lost_after;  // by slot: 0, or the epoch after which its state was lost
+  int32_t map_slots = 0;
+};
+
+// The placement leader to a slot's old holder: stop serving the slot's
+// partitions registered before epoch, wait for those running, and copy the
+// slot's variables to the node at `to`; answered with StatusReply.
+struct MoveSlot {
+  int32_t slot = 0;
+  std::string to;
+  int64_t epoch = 0;
 };
 
 // One output of a partition's graph, by node name and index.
@@ -78,6 +93,10 @@ struct RegisterPartition {
   // The nodes each step runs (by name): with feeds and fetches they close
   // the step's share of the partition (net of ops this signature prunes).
   std::vector<std::string> targets;
+  // The shard map epoch the session placed by (0: the cluster has no map):
+  // a node that stopped serving the partition's task (slot) at a later
+  // epoch refuses its steps as stale (runtime retries them on the new holder).
+  int64_t epoch = 0;
 };
 
 // Runs one step of a registered partition; answered with RunPartitionDone.
@@ -231,7 +250,7 @@ using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
                           Echo, Variables, CollectiveChunk, StepProgress, SaveShards, CommitShards,
-                          RestoreShards, ShardsDone>;
+                          RestoreShards, ShardsDone, MoveSlot>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

@@ -50,6 +50,7 @@ Route RouteOf(const Body& body) {
         if constexpr (std::is_same_v<B, Heartbeat> || std::is_same_v<B, StepProgress>) return {kChannelService, false, true};
         else if constexpr (std::is_same_v<B, ListMembers>) return {kMembersService, true, false};
         else if constexpr (std::is_same_v<B, Membership>) return {kMembershipService, true, true};
+        else if constexpr (std::is_same_v<B, MoveSlot>) return {kMembershipService, true, false};
         else if constexpr (std::is_same_v<B, RegisterPartition> || std::is_same_v<B, RunPartition> ||
                            std::is_same_v<B, CloseSession>)
           return {kPartitionsService, true, false};

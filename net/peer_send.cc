@@ -163,6 +163,7 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         else if constexpr (std::is_same_v<B, CommitShards>) return typed(r.variables.commitShardsRequest());
         else if constexpr (std::is_same_v<B, RestoreShards>) return typed(r.variables.restoreShardsRequest());
         else if constexpr (std::is_same_v<B, Membership>) return typed(r.membership.exchangeRequest());
+        else if constexpr (std::is_same_v<B, MoveSlot>) return typed(r.membership.moveSlotRequest());
         else if constexpr (std::is_same_v<B, Echo>) return typed(r.diagnostics.echoRequest());
         else if constexpr (std::is_same_v<B, ListMembers>) {
           auto req = r.members.listRequest();

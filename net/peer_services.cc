@@ -203,6 +203,7 @@ class MembershipServer final : public rp::Membership::Server, Service {
   using Service::Service;
   kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
   kj::Promise<void> gossip(GossipContext c) override { return TellReleasing<Membership>(c, c.getParams().getUpdates()); }
+  kj::Promise<void> moveSlot(MoveSlotContext c) override { return AskStruct<MoveSlot>(c); }
 };
 
 class RendezvousServer final : public rp::Rendezvous::Server, Service {

@@ -209,6 +209,20 @@ struct Decoder {
     SF_ASSIGN_OR_RETURN(m->members, Members(r.getMembers(), "Membership.members"));
     SF_ASSIGN_OR_RETURN(m->leaving, Members(r.getLeaving(), "Membership.leaving"));
     SF_ASSIGN_OR_RETURN(m->ended, Members(r.getEnded(), "Membership.ended"));
+    SF_RETURN_IF_ERROR(Names(r.getMapHolder(), "Membership.map_holder", &m->map_holder));
+    SF_RETURN_IF_ERROR(Names(r.getMapFrom(), "Membership.map_from", &m->map_from));
+    {
+      auto lost = r.getMapLostAfter();
+      SF_RETURN_IF_ERROR(ListSize(lost.size(), "Membership.map_lost_after"));
+      m->map_lost_after.resize(lost.size());
+      for (size_t i = 0; i < lost.size(); ++i) m->map_lost_after[i] = lost[i];
+    }
+    m->map_epoch = r.getMapEpoch();
+    m->map_slots = r.getMapSlots();
+    if (m->map_from.size() != m->map_holder.size() || m->map_lost_after.size() != m->map_holder.size())
+      return InvalidArgument("Membership: " + std::to_string(m->map_holder.size()) + " map holders but " +
+                             std::to_string(m->map_from.size()) + " map_from and " +
+                             std::to_string(m->map_lost_after.size()) + " map_lost_after entries");
     return Status::OK();
   }
   Status Read(w::RegisterPartition::Reader r, RegisterPartition* m) const {
@@ -224,6 +238,7 @@ struct Decoder {
     m->targets.resize(targets.size());
     for (size_t i = 0; i < targets.size(); ++i)
       SF_RETURN_IF_ERROR(Text(targets[i], Field("RegisterPartition.targets", i), &m->targets[i]));
+    m->epoch = r.getEpoch();
     return Status::OK();
   }
   Status Read(w::RunPartition::Reader r, RunPartition* m) const {
@@ -371,6 +386,12 @@ struct Decoder {
     m->task = r.getTask();
     return Names(r.getNames(), "RestoreShards.names", &m->names);
   }
+  Status Read(w::MoveSlot::Reader r, MoveSlot* m) const {
+    m->slot = r.getSlot();
+    SF_RETURN_IF_ERROR(Text(r.getTo(), "MoveSlot.to", &m->to));
+    m->epoch = r.getEpoch();
+    return Status::OK();
+  }
   Status Read(w::ShardsDone::Reader r, ShardsDone* m) const {
     m->id = r.getId();
     m->token = r.getToken();
@@ -408,6 +429,7 @@ struct Decoder {
       case EnvBody::COMMIT_SHARDS: return As<CommitShards>(e.getCommitShards());
       case EnvBody::RESTORE_SHARDS: return As<RestoreShards>(e.getRestoreShards());
       case EnvBody::SHARDS_DONE: return As<ShardsDone>(e.getShardsDone());
+      case EnvBody::MOVE_SLOT: return As<MoveSlot>(e.getMoveSlot());
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");

@@ -149,6 +149,15 @@ struct Encoder {
     SF_RETURN_IF_ERROR(ListSize(m.ended.size(), "Membership.ended"));
     SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
     SF_RETURN_IF_ERROR(Members(m.ended, b.initEnded(m.ended.size()), "Membership.ended"));
+    SF_RETURN_IF_ERROR(ListSize(m.map_holder.size(), "Membership.map_holder"));
+    SF_RETURN_IF_ERROR(ListSize(m.map_from.size(), "Membership.map_from"));
+    SF_RETURN_IF_ERROR(Names(m.map_holder, b.initMapHolder(m.map_holder.size()), "Membership.map_holder"));
+    SF_RETURN_IF_ERROR(Names(m.map_from, b.initMapFrom(m.map_from.size()), "Membership.map_from"));
+    SF_RETURN_IF_ERROR(ListSize(m.map_lost_after.size(), "Membership.map_lost_after"));
+    auto lost = b.initMapLostAfter(m.map_lost_after.size());
+    for (size_t i = 0; i < m.map_lost_after.size(); ++i) lost.set(i, m.map_lost_after[i]);
+    b.setMapEpoch(m.map_epoch);
+    b.setMapSlots(m.map_slots);
     return Members(m.leaving, b.initLeaving(m.leaving.size()), "Membership.leaving");
   }
   Status Put(const RegisterPartition& m, w::RegisterPartition::Builder b) const {
@@ -172,6 +181,7 @@ struct Encoder {
       SF_RETURN_IF_ERROR(Text(m.targets[i], "RegisterPartition.targets"));
       targets.set(i, AsText(m.targets[i]));
     }
+    b.setEpoch(m.epoch);
     return Status::OK();
   }
   Status Put(const RunPartition& m, w::RunPartition::Builder b) const {
@@ -298,6 +308,13 @@ struct Encoder {
     b.setId(m.id);
     b.setTask(m.task);
     return Names(m.names, b.initNames(m.names.size()), "RestoreShards.names");
+  }
+  Status Put(const MoveSlot& m, w::MoveSlot::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.to, "MoveSlot.to"));
+    b.setSlot(m.slot);
+    b.setTo(AsText(m.to));
+    b.setEpoch(m.epoch);
+    return Status::OK();
   }
   Status Put(const ShardsDone& m, w::ShardsDone::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.dropped.size(), "ShardsDone.dropped"));

@@ -40,6 +40,7 @@ SF_WIRE_OF(SaveShards)
 SF_WIRE_OF(CommitShards)
 SF_WIRE_OF(RestoreShards)
 SF_WIRE_OF(ShardsDone)
+SF_WIRE_OF(MoveSlot)
 #undef SF_WIRE_OF
 
 // Writes m into b, its struct as an RPC parameter, with EncodeEnvelope's

@@ -37,7 +37,21 @@ struct ListMembers {}
 struct Membership {
   members @0 :List(Member);
   leaving @1 :List(Member);
-  ended @2 :List(Member);      # lives the sender saw end: one naming its receiver makes it start a new life
+  ended @2 :List(Member);      # unused since membership is etcd's
+  mapEpoch @3 :Int64;          # the shard map (cluster/shard_map.h): its epoch, 0 for none yet
+  mapHolder @4 :List(Text);    # by slot: the member serving it
+  mapFrom @5 :List(Text);      # by slot: "" or the member it moves from
+  mapSlots @6 :Int32;          # > 0: the cluster places by a map of this many slots (etcd); 0: no map
+  mapLostAfter @7 :List(Int64);  # by slot: 0, or the epoch after which its state was lost
+}
+
+# The placement leader to a slot's old holder: stop serving the slot's
+# partitions registered before epoch (a fence), wait for those running, and
+# copy the slot's variables to the node at `to`; answered with StatusReply.
+struct MoveSlot {
+  slot @0 :Int32;
+  to @1 :Text;
+  epoch @2 :Int64;
 }
 
 # One output of a partition's graph: node name and output index.
@@ -56,6 +70,7 @@ struct RegisterPartition {
   fetches @5 :List(OutputRef);
   tasks @6 :List(Member);
   targets @7 :List(Text);
+  epoch @8 :Int64;              # the shard map epoch the session placed by (0: none)
 }
 
 # Runs one step of a registered partition with its feeds.
@@ -231,5 +246,6 @@ struct Envelope {
     commitShards @18 :CommitShards;
     restoreShards @19 :RestoreShards;
     shardsDone @20 :ShardsDone;
+    moveSlot @21 :MoveSlot;
   }
 }

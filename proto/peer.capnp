@@ -88,6 +88,8 @@ interface Membership {
   # A join or exchange: the reply is the receiver's Membership.
   exchange @0 (request :W.Membership, id :UInt64) -> Reply;
   gossip @1 (updates :List(W.Membership)) -> ();
+  # The placement leader moving a slot off the receiver (a StatusReply).
+  moveSlot @2 (request :W.MoveSlot, id :UInt64) -> Reply;
 }
 
 interface Rendezvous {

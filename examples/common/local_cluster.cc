@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,7 +116,27 @@ Status LocalCluster::WaitMembers(int n, int timeout_ms) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  return Status::OK();
+  // And the placement leader spread the shard map over them all, so a
+  // session connecting now is not moved at once.
+  for (;;) {
+    auto m = ReadClusterMap(etcd_endpoint(), tls_dir_, "default", "", insecure_);
+    if (m.ok()) {
+      std::set<std::string> holders(m->holder.begin(), m->holder.end());
+      bool moving = false;
+      for (const auto& f : m->moving_from) moving = moving || !f.empty();
+      int live = 0;
+      for (size_t i = 0; i < addresses_.size(); ++i) live += pids_[i] > 0 && holders.count(addresses_[i]);
+      if (!moving && live >= n) return Status::OK();
+      last = FailedPrecondition("the shard map (epoch " + std::to_string(m->epoch) + ") spans " +
+                                std::to_string(live) + " of the nodes" + (moving ? ", moving" : ""));
+    } else {
+      last = m.status();
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return DeadlineExceeded("the shard map does not span all " + std::to_string(n) + " nodes after " +
+                              std::to_string(timeout_ms) + " ms: " + last.ToString());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 Result<std::string> LocalCluster::AddNode(double lifetime_s) {

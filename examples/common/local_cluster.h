@@ -54,8 +54,9 @@ class LocalCluster {
   std::string etcd_endpoint() const { return etcd_ ? etcd_->endpoint() : ""; }
   LocalEtcd* etcd() { return etcd_.get(); }
   // Waits up to timeout_ms until every running node lists at least n
-  // members (Start does, for all it started); DeadlineExceeded naming the
-  // node that does not.
+  // members and the shard map spans n running nodes with no slot moving
+  // (Start does, for all it started); DeadlineExceeded naming the node (or
+  // the map) that does not.
   Status WaitMembers(int n, int timeout_ms);
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
   // reaps it; true when it did.

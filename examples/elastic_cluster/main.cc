@@ -23,13 +23,20 @@
 // table in --shards shards, each example a bag of 4 Zipf ids, summed, a
 // linear layer to one logit, logistic loss, Adagrad on everything.
 //
+// --workers N runs N sessions (data-parallel workers, between-graph
+// replication) on the one model: each trains the script's steps at once
+// with the others, every one following the cluster's shard map; worker 0
+// writes the checkpoints and restores what a kill lost.
+//
 // Output: one line per event (start, add, drain, left, kill, step_failed,
 // checkpoint), per ClusterChange the session made (lost, drained, added,
 // moved and restored tasks, variables moved and restored, checkpoint step,
 // seconds), and the mean loss every 10 steps. With --json these are JSON
 // lines ({"event": ...}) and the last line is the summary {"steps",
 // "final_loss", "first_loss", "events", "recoveries", "recovery_seconds_max",
-// "members", ...}.
+// "members", "workers", "failed_steps", "changes", "worker_first_loss",
+// "worker_final_loss", "every_worker_loss_fell", ...}; steps and
+// changes count all workers'.
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +45,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -116,9 +124,13 @@ Status BuildModel(int64_t rows, int64_t dim, int64_t shards, uint64_t seed, doub
   return Status::OK();
 }
 
+// Workers print from their own threads: one line at a time.
+std::mutex print_mu;
+
 // Prints an event line (JSON or text); `fill` adds the event's fields.
 template <typename F>
 void Event(bool json, const std::string& event, const std::string& text, F fill) {
+  std::lock_guard<std::mutex> l(print_mu);
   if (json) {
     JsonLine line;
     line.Add("event", event);
@@ -145,6 +157,7 @@ int main(int argc, char** argv) {
       .String("checkpoint-dir", "", "where checkpoints go (default: a temporary directory removed at exit)")
       .Double("lr", 0.2, "Adagrad learning rate")
       .Int("seed", 1, "seed of the data and the initialisation")
+      .Int("workers", 1, "sessions training the model at once (data-parallel workers)")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "elastic_cluster");
@@ -155,6 +168,7 @@ int main(int argc, char** argv) {
   const int64_t ckpt_every = flags.GetInt("checkpoint-every");
   const uint64_t seed = static_cast<uint64_t>(flags.GetInt("seed"));
   const bool json = flags.GetBool("json");
+  const int64_t num_workers = flags.GetInt("workers");
   std::string bad;
   auto script = ParseScript(flags.GetString("script"));
   if (!script.ok()) bad = "--script: " + script.status().message();
@@ -165,6 +179,7 @@ int main(int argc, char** argv) {
   else if (batch < 1) bad = "--batch must be at least 1, got " + std::to_string(batch);
   else if (ckpt_every < 1) bad = "--checkpoint-every must be at least 1, got " + std::to_string(ckpt_every);
   else if (!(flags.GetDouble("lr") > 0)) bad = "--lr must be positive";
+  else if (num_workers < 1 || num_workers > 64) bad = "--workers must be in [1, 64], got " + std::to_string(num_workers);
   if (!bad.empty()) {
     std::fprintf(stderr, "elastic_cluster: %s (see --help)\n", bad.c_str());
     return 2;
@@ -202,48 +217,70 @@ int main(int argc, char** argv) {
   co.address = cluster.addresses()[0];
   co.tls_dir = cluster.tls_dir();
   co.tasks = static_cast<int>(tasks);
-  co.checkpoint_dir = ckpt_dir;
   co.elastic = true;
   co.request_timeout_ms = 120000;  // initialising a big table takes a while
-  auto session = ClusterSession::Connect(m.g, co);
-  if (!session.ok()) return Fail(session.status().WithPrefix("connecting to " + co.address));
-  ClusterSession& s = **session;
+  // One session per worker; only worker 0 restores lost variables (each
+  // session restores what it placed, so one is enough) and checkpoints.
+  struct Worker {
+    std::unique_ptr<ClusterSession> s;
+    std::mt19937_64 rng;
+    int64_t steps = 0, failed = 0, loss_n = 0;
+    double loss_sum = 0, first_loss = -1, final_loss = -1;
+    size_t changes_seen = 0;
+  };
+  std::vector<Worker> workers(static_cast<size_t>(num_workers));
+  for (int64_t w = 0; w < num_workers; ++w) {
+    ClusterOptions wo = co;
+    if (w == 0) wo.checkpoint_dir = ckpt_dir;
+    auto session = ClusterSession::Connect(m.g, wo);
+    if (!session.ok()) return Fail(session.status().WithPrefix("connecting worker " + std::to_string(w) + " to " + co.address));
+    workers[w].s = std::move(*session);
+    workers[w].rng.seed(seed * 1000 + static_cast<uint64_t>(w));
+  }
+  ClusterSession& s = *workers[0].s;
   auto t0 = Clock::now();
   auto init = s.Run({}, {}, {m.init});
   if (!init.ok()) return Fail(init.status().WithPrefix("initialising the variables"));
   const double init_secs = SecondsSince(t0);
-  Event(json, "start", "node 0 at " + co.address + ", " + std::to_string(tasks) + " tasks, variables initialised in " +
+  Event(json, "start", "node 0 at " + co.address + ", " + std::to_string(tasks) + " tasks, " +
+                           std::to_string(num_workers) + " workers, variables initialised in " +
                            std::to_string(init_secs) + " s",
-        [&](JsonLine& l) { l.Add("node", 0).Add("address", co.address).Add("tasks", tasks).Add("init_seconds", init_secs); });
+        [&](JsonLine& l) {
+          l.Add("node", 0).Add("address", co.address).Add("tasks", tasks).Add("workers", num_workers)
+              .Add("init_seconds", init_secs);
+        });
 
-  int64_t step = 0, events = 0, failed_steps = 0, recoveries = 0;
+  std::mutex stats_mu;  // the counters below, from the workers' threads
+  int64_t events = 0, recoveries = 0;
   int64_t added = 0, drained = 0, lost = 0;
-  double recovery_max = 0, first_loss = -1, final_loss = -1, loss_sum = 0;
-  int64_t loss_n = 0;
-  size_t changes_seen = 0;
+  double recovery_max = 0;
   std::vector<int> draining;  // node indices asked to drain that have not left yet
   Clock::time_point kill_time;
   bool killed = false;
 
-  // Prints the session's reconfigurations not printed yet.
-  auto report_changes = [&] {
-    const std::vector<ClusterChange> changes = s.Changes();
-    for (; changes_seen < changes.size(); ++changes_seen) {
-      const ClusterChange& c = changes[changes_seen];
-      added += static_cast<int64_t>(c.added.size());
-      drained += static_cast<int64_t>(c.drained.size());
-      lost += static_cast<int64_t>(c.lost.size());
-      if (!c.lost.empty()) {
-        ++recoveries;
-        recovery_max = std::max(recovery_max, c.seconds);
+  // Prints worker w's reconfigurations not printed yet.
+  auto report_changes = [&](int64_t w) {
+    Worker& wk = workers[w];
+    const std::vector<ClusterChange> changes = wk.s->Changes();
+    for (; wk.changes_seen < changes.size(); ++wk.changes_seen) {
+      const ClusterChange& c = changes[wk.changes_seen];
+      {
+        std::lock_guard<std::mutex> l(stats_mu);
+        added += static_cast<int64_t>(c.added.size());
+        drained += static_cast<int64_t>(c.drained.size());
+        lost += static_cast<int64_t>(c.lost.size());
+        if (!c.lost.empty()) {
+          ++recoveries;
+          recovery_max = std::max(recovery_max, c.seconds);
+        }
       }
-      std::string text = "before step " + std::to_string(step + 1) + ":";
+      std::string text = "worker " + std::to_string(w) + " before its step " + std::to_string(wk.steps + 1) + ":";
       if (!c.lost.empty()) text += " lost " + Join(c.lost) + ";";
       if (!c.drained.empty()) text += " drained " + Join(c.drained) + ";";
       if (!c.added.empty()) text += " added " + Join(c.added) + ";";
       char more[256];
-      std::snprintf(more, sizeof more, " %zu tasks moved (%lld variables by messages)", c.moved_tasks.size(),
-                    (long long)c.variables_moved);
+      std::snprintf(more, sizeof more, " %zu tasks moved (%lld variables by this session's messages)",
+                    c.moved_tasks.size(), (long long)c.variables_moved);
       text += more;
       if (!c.restored_tasks.empty()) {
         std::snprintf(more, sizeof more, ", %zu restored (%lld variables from the checkpoint of step %lld)",
@@ -253,7 +290,7 @@ int main(int argc, char** argv) {
       std::snprintf(more, sizeof more, " in %.3f s", c.seconds);
       text += more;
       Event(json, "change", text, [&](JsonLine& l) {
-        l.Add("before_step", step + 1).Add("lost", Join(c.lost)).Add("drained", Join(c.drained))
+        l.Add("worker", w).Add("before_step", wk.steps + 1).Add("lost", Join(c.lost)).Add("drained", Join(c.drained))
             .Add("added", Join(c.added)).Add("moved_tasks", AsDoubles(c.moved_tasks))
             .Add("restored_tasks", AsDoubles(c.restored_tasks)).Add("variables_moved", c.variables_moved)
             .Add("variables_restored", c.variables_restored).Add("checkpoint_step", c.global_step)
@@ -277,64 +314,91 @@ int main(int argc, char** argv) {
     }
   };
 
-  // One training step; a failed step is reported and tried again (the
-  // elastic session reconfigures before it), up to 3 times in a row.
-  auto train_step = [&]() -> Status {
+  // One training step of worker w; a failed step is reported and tried
+  // again (the elastic session reconfigures before it), up to 10 times in a
+  // row, waiting a little longer each time.
+  auto train_step = [&](int64_t w) -> Status {
+    Worker& wk = workers[w];
     Tensor ids, labels;
-    data.Batch(batch, kIdsPerExample, rng, &ids, &labels);
+    data.Batch(batch, kIdsPerExample, wk.rng, &ids, &labels);
     for (int attempt = 0;; ++attempt) {
-      auto r = s.Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train}, trace.For(step));
-      report_changes();
+      auto r = wk.s->Run({{"ids", ids}, {"labels", labels}}, {m.loss}, {m.train}, trace.For(wk.steps));
+      report_changes(w);
       if (r.ok()) {
-        ++step;
+        ++wk.steps;
         const double loss = (*r)[0].data<float>()[0];
-        loss_sum += loss;
-        ++loss_n;
+        wk.loss_sum += loss;
+        ++wk.loss_n;
         break;
       }
-      ++failed_steps;
+      ++wk.failed;
       const std::string err = r.status().ToString();
-      const double since_kill = killed ? SecondsSince(kill_time) : -1.0;
-      Event(json, "step_failed", "step " + std::to_string(step + 1) + " failed: " + err, [&](JsonLine& l) {
-        l.Add("step", step + 1).Add("error", err).Add("seconds_since_kill", since_kill);
+      double since_kill = -1.0;
+      {
+        std::lock_guard<std::mutex> l(stats_mu);
+        if (killed) since_kill = SecondsSince(kill_time);
+      }
+      Event(json, "step_failed", "worker " + std::to_string(w) + " step " + std::to_string(wk.steps + 1) +
+                                     " failed: " + err, [&](JsonLine& l) {
+        l.Add("worker", w).Add("step", wk.steps + 1).Add("error", err).Add("seconds_since_kill", since_kill);
       });
-      if (attempt == 2) return r.status().WithPrefix("step " + std::to_string(step + 1) + " failed 3 times");
+      if (attempt == 9)
+        return r.status().WithPrefix("worker " + std::to_string(w) + " step " + std::to_string(wk.steps + 1) +
+                                     " failed 10 times");
+      // After a kill the other workers may reach the lost slots before
+      // worker 0 restored them (uninitialised): give it a moment.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 * (attempt + 1)));
     }
-    if (loss_n == kLossEvery) {
-      const double mean = loss_sum / static_cast<double>(loss_n);
-      if (first_loss < 0) first_loss = mean;
-      final_loss = mean;
-      char text[128];
-      std::snprintf(text, sizeof text, "steps %lld-%lld: mean loss %.4f", (long long)(step - kLossEvery + 1),
-                    (long long)step, mean);
-      Event(json, "loss", text, [&](JsonLine& l) { l.Add("step", step).Add("loss", mean); });
-      loss_sum = 0;
-      loss_n = 0;
+    if (wk.loss_n == kLossEvery) {
+      const double mean = wk.loss_sum / static_cast<double>(wk.loss_n);
+      if (wk.first_loss < 0) wk.first_loss = mean;
+      wk.final_loss = mean;
+      char text[160];
+      std::snprintf(text, sizeof text, "worker %lld steps %lld-%lld: mean loss %.4f", (long long)w,
+                    (long long)(wk.steps - kLossEvery + 1), (long long)wk.steps, mean);
+      Event(json, "loss", text, [&](JsonLine& l) { l.Add("worker", w).Add("step", wk.steps).Add("loss", mean); });
+      wk.loss_sum = 0;
+      wk.loss_n = 0;
     }
-    if (step % ckpt_every == 0) {
+    if (w == 0 && wk.steps % ckpt_every == 0) {
       const auto c0 = Clock::now();
-      auto id = s.Save(ckpt_dir, step, 3);
-      if (!id.ok()) return id.status().WithPrefix("checkpoint at step " + std::to_string(step));
+      auto id = wk.s->Save(ckpt_dir, wk.steps, 3);
+      if (!id.ok()) return id.status().WithPrefix("checkpoint at step " + std::to_string(wk.steps));
       const double secs = SecondsSince(c0);
       char text[160];
-      std::snprintf(text, sizeof text, "checkpoint %lld of step %lld in %.3f s", (long long)*id, (long long)step,
-                    secs);
+      std::snprintf(text, sizeof text, "checkpoint %lld of step %lld in %.3f s", (long long)*id,
+                    (long long)wk.steps, secs);
       Event(json, "checkpoint", text,
-            [&](JsonLine& l) { l.Add("step", step).Add("id", *id).Add("seconds", secs); });
+            [&](JsonLine& l) { l.Add("step", wk.steps).Add("id", *id).Add("seconds", secs); });
     }
+    return Status::OK();
+  };
+
+  // Every worker trains n steps, all at once.
+  auto train_all = [&](int64_t n) -> Status {
+    std::vector<Status> results(workers.size());
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < workers.size(); ++w)
+      threads.emplace_back([&, w] {
+        for (int64_t i = 0; i < n && results[w].ok(); ++i) results[w] = train_step(static_cast<int64_t>(w));
+      });
+    for (auto& t : threads) t.join();
     report_left(0);
+    for (const Status& st : results)
+      if (!st.ok()) return st;
     return Status::OK();
   };
 
   for (const ScriptCommand& c : *script) {
     if (c.op == "train") {
-      for (int64_t i = 0; i < c.arg; ++i) {
-        Status st = train_step();
-        if (!st.ok()) return Fail(st);
-      }
+      Status st = train_all(c.arg);
+      if (!st.ok()) return Fail(st);
       continue;
     }
-    ++events;
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      ++events;
+    }
     const int i = static_cast<int>(c.arg);
     if (c.op == "add") {
       auto addr = cluster.AddNode(kNodeLifetime);
@@ -354,8 +418,11 @@ int main(int argc, char** argv) {
             [&](JsonLine& l) { l.Add("node", i).Add("address", cluster.addresses()[i]); });
     } else {  // kill
       cluster.Kill(i);
-      kill_time = Clock::now();
-      killed = true;
+      {
+        std::lock_guard<std::mutex> l(stats_mu);
+        kill_time = Clock::now();
+        killed = true;
+      }
       alive[i] = false;
       Event(json, "kill", "node " + std::to_string(i) + " (" + cluster.addresses()[i] + ") killed with SIGKILL",
             [&](JsonLine& l) { l.Add("node", i).Add("address", cluster.addresses()[i]); });
@@ -368,17 +435,33 @@ int main(int argc, char** argv) {
 
   const std::vector<std::string> used = s.tasks();
   const int64_t members = static_cast<int64_t>(std::set<std::string>(used.begin(), used.end()).size());
+  int64_t step = 0, failed_steps = 0, changes = 0;
+  bool every_fell = true;
+  std::vector<double> first_losses, final_losses;
+  for (const Worker& wk : workers) {
+    step += wk.steps;
+    failed_steps += wk.failed;
+    changes += static_cast<int64_t>(wk.changes_seen);
+    first_losses.push_back(wk.first_loss);
+    final_losses.push_back(wk.final_loss);
+    every_fell = every_fell && wk.first_loss > 0 && wk.final_loss < wk.first_loss;
+  }
+  const double first_loss = workers[0].first_loss, final_loss = workers[0].final_loss;
   if (json) {
     JsonLine()
         .Add("summary", true)
+        .Add("workers", num_workers)
         .Add("steps", step)
         .Add("first_loss", first_loss)
         .Add("final_loss", final_loss)
+        .Add("worker_first_loss", first_losses)
+        .Add("worker_final_loss", final_losses)
+        .Add("every_worker_loss_fell", every_fell)
         .Add("events", events)
         .Add("recoveries", recoveries)
         .Add("recovery_seconds_max", recovery_max)
         .Add("members", members)
-        .Add("changes", static_cast<int64_t>(changes_seen))
+        .Add("changes", changes)
         .Add("added", added)
         .Add("drained", drained)
         .Add("lost", lost)
@@ -388,10 +471,12 @@ int main(int argc, char** argv) {
         .Add("tasks", tasks)
         .Print();
   } else {
-    std::printf("%lld steps, mean loss %.4f -> %.4f; %lld events, %lld reconfigurations (%lld recoveries, the "
-                "longest %.3f s); %lld members at the end\n",
-                (long long)step, first_loss, final_loss, (long long)events, (long long)changes_seen,
-                (long long)recoveries, recovery_max, (long long)members);
+    std::printf("%lld workers, %lld steps in all (%lld failed), worker 0's mean loss %.4f -> %.4f (every worker's "
+                "fell: %s); %lld events, %lld reconfigurations (%lld recoveries, the longest %.3f s); %lld members "
+                "at the end\n",
+                (long long)num_workers, (long long)step, (long long)failed_steps, first_loss, final_loss,
+                every_fell ? "yes" : "no", (long long)events, (long long)changes, (long long)recoveries,
+                recovery_max, (long long)members);
   }
   return 0;
 }

@@ -42,6 +42,10 @@ struct NodeOptions {
   std::string etcd;
   std::string cluster = "default";     // the cluster's name in etcd (several may share one etcd)
   int lease_ttl_s = 2;                 // with etcd: a hung node is gone after about this long
+  // With etcd: the slots of the cluster's shard map (logical tasks a
+  // session may place on: ClusterOptions::tasks is at most this). Every node
+  // of a cluster must be given the same.
+  int map_slots = 64;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;
@@ -119,7 +123,9 @@ struct ClusterOptions {
   // Logical tasks the graph is placed over ("/job:worker/task:i"); 0: one
   // per member used at connect. Tasks are spread over the members (several
   // may share one) and move between members as a whole, with their
-  // variables, when members join, drain or die.
+  // variables, when members join, drain or die. On a cluster with a shard
+  // map (nodes with --etcd) task i is the map's slot i (at most the nodes'
+  // --map-slots) and goes where the map puts it, the same for every session.
   int tasks = 0;
   int request_timeout_ms = 10000; // for registering partitions and membership calls
   // A step fails with DeadlineExceeded once no op of it finished on any
@@ -139,6 +145,10 @@ struct ClusterOptions {
   // Before a step, follow membership changes by themselves: spread tasks
   // onto members that joined, move them off draining ones (state moved by
   // messages), and recover tasks of members that died (Recover(false)).
+  // On a cluster with a shard map (etcd) the map decides, for every session
+  // alike: a session that is not elastic follows it when a node refuses a
+  // step as placed by a stale map (the step then runs again on the new
+  // holders, by itself), and recovers lost tasks only when Recover is called.
   bool elastic = true;
 };
 
@@ -149,7 +159,10 @@ struct ClusterChange {
   std::vector<std::string> added;     // members that took tasks for the first time
   std::vector<int> moved_tasks;       // tasks moved from a live member (state by messages)
   std::vector<int> restored_tasks;    // tasks whose variables came from the checkpoint
-  int64_t variables_moved = 0;        // variables (and slots) moved by messages
+  // Variables (and slots) this session moved by messages: 0 on a cluster
+  // with a shard map (etcd), where the placement leader moves them (its
+  // node logs each move).
+  int64_t variables_moved = 0;
   int64_t variables_restored = 0;     // variables (and slots) assigned from the checkpoint
   int64_t bytes_moved = 0;            // their sizes
   int64_t bytes_restored = 0;
@@ -191,6 +204,23 @@ Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, c
 Result<std::vector<MemberInfo>> ListEtcdMembers(const std::string& etcd, const std::string& tls_dir,
                                                 const std::string& cluster = "default",
                                                 const std::string& tls_name = "", bool insecure = false);
+
+// The cluster's shard map as etcd holds it (`shardflow cluster map`): which
+// member serves each slot (logical task "/job:worker/task:S"), decided by
+// the cluster's placement leader; epoch is its revision in etcd (0: no map
+// written yet). A slot with a moving_from entry is being moved.
+struct ShardMapInfo {
+  int64_t epoch = 0;
+  std::vector<std::string> holder;       // by slot: HOST:PORT
+  std::vector<std::string> moving_from;  // by slot: "" or the HOST:PORT it moves from
+  std::vector<int64_t> lost_after;       // by slot: 0, or the epoch after which its state was lost
+};
+// Reads it, with credential tls_name in tls_dir ("" = "session") or
+// insecure; Unavailable / PermissionDenied naming etcd when it cannot be
+// read, DataLoss when the map does not parse.
+Result<ShardMapInfo> ReadClusterMap(const std::string& etcd, const std::string& tls_dir,
+                                    const std::string& cluster = "default", const std::string& tls_name = "",
+                                    bool insecure = false);
 
 // Creates a cluster CA with the credentials "node" and "session" in dir
 // (`shardflow certs init`); FailedPrecondition when dir already has a CA.

@@ -265,10 +265,10 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
   CHECK(changes[0].added.size() == 1);
   CHECK(changes[1].added.size() == 1);
   CHECK(changes[2].drained == std::vector<std::string>{cluster.addresses()[1]});
+  // The placement leader moved the tasks' state (nothing came from a checkpoint).
   for (const auto& c : changes) {
     CHECK(c.restored_tasks.empty());
-    CHECK(c.variables_moved > 0);
-    CHECK(c.bytes_moved > 0);
+    CHECK(!c.moved_tasks.empty());
   }
   // Every update applied once: the counter and the parameters match one process.
   const std::vector<float> got = Params(**s, m);

@@ -79,12 +79,14 @@ bool SameMembers(const std::vector<Member>& a, const std::vector<Member>& b) {
   return true;
 }
 bool Same(const Membership& a, const Membership& b) {
-  return SameMembers(a.members, b.members) && SameMembers(a.leaving, b.leaving) && SameMembers(a.ended, b.ended);
+  return SameMembers(a.members, b.members) && SameMembers(a.leaving, b.leaving) && SameMembers(a.ended, b.ended) &&
+         a.map_epoch == b.map_epoch && a.map_holder == b.map_holder && a.map_from == b.map_from &&
+         a.map_slots == b.map_slots && a.map_lost_after == b.map_lost_after;
 }
 bool Same(const RegisterPartition& a, const RegisterPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.device == b.device &&
          SameMembers(a.tasks, b.tasks) && a.graph_def == b.graph_def && SameRefs(a.feeds, b.feeds) &&
-         SameRefs(a.fetches, b.fetches) && a.targets == b.targets;
+         SameRefs(a.fetches, b.fetches) && a.targets == b.targets && a.epoch == b.epoch;
 }
 bool Same(const RunPartition& a, const RunPartition& b) {
   return a.session_id == b.session_id && a.handle == b.handle && a.step_id == b.step_id &&
@@ -141,6 +143,7 @@ bool Same(const CommitShards& a, const CommitShards& b) {
 bool Same(const RestoreShards& a, const RestoreShards& b) {
   return a.dir == b.dir && a.token == b.token && a.id == b.id && a.task == b.task && a.names == b.names;
 }
+bool Same(const MoveSlot& a, const MoveSlot& b) { return a.slot == b.slot && a.to == b.to && a.epoch == b.epoch; }
 bool Same(const ShardsDone& a, const ShardsDone& b) {
   return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
          a.bytes == b.bytes && a.dropped == b.dropped;
@@ -206,6 +209,19 @@ std::vector<Message> EveryMessage() {
   add(RestoreShards{"ckpt", 7, 12, 0, {}});
   add(ShardsDone{12, ~uint64_t{0}, 1000, 7, int64_t{5} << 40, {3, 4, ~uint64_t{0}}});
   add(ShardsDone{});
+  add(MoveSlot{7, "127.0.0.1:7001", 123456789});
+  {
+    Membership m{{{"a", "127.0.0.1:1", 1}}, {}, {}};
+    m.map_epoch = 42;
+    m.map_holder = {"127.0.0.1:1", "127.0.0.1:2"};
+    m.map_from = {"", "127.0.0.1:1"};
+    m.map_lost_after = {0, 17};
+    m.map_slots = 2;
+    add(m);
+    RegisterPartition r{1, 2, "/job:worker/task:0/device:CPU:0", {}, "", {}, {}, {}};
+    r.epoch = 42;
+    add(r);
+  }
   return out;
 }
 

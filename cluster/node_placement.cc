@@ -1,0 +1,113 @@
+// A node's share of placement by the shard map (cluster/node_impl.h,
+// cluster/placement_leader.h): following the map (and leading it when
+// elected), and the old holder's part of a slot's move: the fence, the wait
+// for the slot's older runs, and the copy of its variables to the new holder.
+#include <future>
+
+#include "cluster/node_impl.h"
+
+namespace sf {
+
+Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& credential) {
+  view.SetMapSlots(opts.map_slots);
+  cluster::PlacementOptions po;
+  po.etcd = opts.etcd;
+  po.credential = credential;
+  po.cluster = opts.cluster.empty() ? "default" : opts.cluster;
+  po.address = address;
+  po.slots = opts.map_slots;
+  po.lease_ttl_s = opts.lease_ttl_s;
+  po.move = [this](int slot, const std::string& from, const std::string& to, int64_t epoch) {
+    return MoveSlotVia(slot, from, to, epoch);
+  };
+  po.on_map = [this](const cluster::ShardMap& m) {
+    {
+      // A slot the map gives another member is served here no more to
+      // partitions placed by an older map (a node that was cut off, whose
+      // slots moved without it, learns it here).
+      std::lock_guard<std::mutex> l(mu);
+      // The old holder of a move in progress is fenced by the leader's
+      // MoveSlot, after sessions had time to stop placing by the old map.
+      for (size_t s = 0; s < m.holder.size(); ++s)
+        if (m.holder[s] != address && m.from[s] != address) {
+          int64_t& fence = fences[static_cast<int>(s)];
+          fence = std::max(fence, m.epoch);
+        }
+    }
+    if (view.SetMap(m)) view.NotifyWatchers();
+  };
+  po.log = [this](const std::string& line) { Log(line); };
+  SF_ASSIGN_OR_RETURN(placement, cluster::PlacementLeader::Start(std::move(po)));
+  return Status::OK();
+}
+
+Status ClusterNode::Impl::MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch) {
+  if (from == address) return MoveSlotHere(slot, to, epoch);
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(from));
+  // The old holder waits for the slot's runs (kFenceWaitMs), then copies.
+  return net::CallStatus(c, net::MoveSlot{slot, to, epoch}, kFenceWaitMs + 120000)
+      .WithPrefix("moving slot " + std::to_string(slot) + " from " + from + " to " + to);
+}
+
+void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m) {
+  // Only the placement leader, a node, moves slots.
+  if (c->peer_role() != net::Role::kNode)
+    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes move slots; " + c->peer_address() +
+                                                          " holds a session credential")});
+  if (m.slot < 0 || m.slot >= opts.map_slots)
+    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is not one of the " +
+                                                         std::to_string(opts.map_slots) + " of the shard map")});
+  if (moves_waiting.fetch_add(1) >= kMaxMovesWaiting) {
+    --moves_waiting;
+    return Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
+                                                           std::to_string(kMaxMovesWaiting) +
+                                                           " slot moves waiting already")});
+  }
+  movers.Post([this, c, id, m] {
+    Status s = MoveSlotHere(m.slot, m.to, m.epoch);
+    --moves_waiting;
+    Reply(c, id, net::StatusReply{s});
+  });
+}
+
+Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t epoch) {
+  std::set<std::string> names;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    int64_t& fence = fences[slot];
+    fence = std::max(fence, epoch);
+    // Runs of the slot that started before the fence end first: what they
+    // change is part of what moves.
+    auto older_runs = [&] {
+      for (auto it = running_slots.lower_bound({slot, INT64_MIN}); it != running_slots.end() && it->first == slot;
+           ++it)
+        if (it->second < fence) return true;
+      return false;
+    };
+    if (!idle.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || !older_runs(); }))
+      return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +
+                              " placed before epoch " + std::to_string(epoch) + " still run after " +
+                              std::to_string(kFenceWaitMs) + " ms");
+    if (stopped) return Unavailable("node " + opts.name + " is stopping");
+    names = slot_variables[slot];
+  }
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
+  int64_t moved = 0, bytes = 0;
+  // One variable at a time (a table and its slots could pass a frame's limit together).
+  for (const std::string& name : names) {
+    std::promise<std::vector<std::pair<std::string, Tensor>>> p;
+    auto f = p.get_future();
+    variables->ReadNamed({name}, [&p](std::vector<std::pair<std::string, Tensor>> v) { p.set_value(std::move(v)); });
+    for (auto& [n, value] : f.get()) {
+      bytes += static_cast<int64_t>(value.bytes());
+      Status s = net::CallStatus(c, net::Variables{true, {n}, {std::move(value)}}, 120000);
+      if (!s.ok()) return s.WithPrefix("copying variable '" + n + "' of slot " + std::to_string(slot) + " to " + to);
+      ++moved;
+    }
+  }
+  Log("slot " + std::to_string(slot) + " moved to " + to + " at epoch " + std::to_string(epoch) + ": " +
+      std::to_string(moved) + " variables, " + std::to_string(bytes) + " bytes");
+  return Status::OK();
+}
+
+}  // namespace sf

@@ -1,0 +1,325 @@
+// The placement leader and the shard map's follower (cluster/placement_leader.h).
+#include "cluster/placement_leader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cluster/etcd_client.h"
+#include "cluster/etcd_election.h"
+
+namespace sf {
+namespace cluster {
+
+namespace {
+
+Result<std::unique_ptr<EtcdClient>> Connect(const std::string& etcd, const std::optional<net::Credential>& credential,
+                                            int timeout_ms) {
+  EtcdClientOptions eo;
+  eo.endpoints = etcd;
+  eo.credential = credential;
+  eo.plaintext_for_tests = !credential.has_value();
+  eo.request_timeout = std::chrono::milliseconds(std::max(100, timeout_ms));
+  return EtcdClient::Create(std::move(eo));
+}
+
+// The map a key holds (epoch: its mod_revision); an empty map for none.
+Result<ShardMap> MapOf(const std::optional<EtcdKeyValue>& kv) {
+  if (!kv) return ShardMap{};
+  SF_ASSIGN_OR_RETURN(ShardMap m, DecodeShardMap(kv->value));
+  m.epoch = kv->mod_revision;
+  return m;
+}
+
+}  // namespace
+
+struct PlacementLeader::Impl {
+  PlacementOptions o;
+  std::string prefix, map_key;
+  std::unique_ptr<EtcdClient> etcd;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  ShardMap map;                          // GUARDED_BY(mu): the newest seen
+  std::vector<MemberRecord> members;     // GUARDED_BY(mu)
+  bool members_known = false;            // GUARDED_BY(mu)
+  bool dirty = true;                     // GUARDED_BY(mu): replan on the next turn
+  bool stopping = false;                 // GUARDED_BY(mu)
+  bool watch_broken = false;             // GUARDED_BY(mu)
+  bool lease_lost = false;               // GUARDED_BY(mu)
+  EtcdElection* election = nullptr;      // GUARDED_BY(mu): the campaign's, to cancel it
+  std::atomic<bool> leading{false};
+  // Fencing token of the current leadership (its key and create_revision);
+  // written by the campaign thread while leading is false.
+  std::string leader_key;
+  int64_t leader_revision = 0;
+  std::unique_ptr<EtcdWatch> watch;  // the work thread's (and Start's)
+  std::thread campaign_thread, work_thread;
+  std::mutex notify_mu;  // on_map one at a time, in order
+
+  void Log(const std::string& line) const {
+    if (o.log) o.log(line);
+  }
+
+  void Seen(const ShardMap& m) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (m.epoch < map.epoch) return;
+      map = m;
+      dirty = true;
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> n(notify_mu);
+    if (o.on_map) o.on_map(m);
+  }
+
+  // Reads the map and watches it from there.
+  Status Rewatch() {
+    SF_ASSIGN_OR_RETURN(EtcdRangeResult r, etcd->Range(map_key));
+    std::optional<EtcdKeyValue> kv;
+    for (auto& k : r.kvs)
+      if (k.key == map_key) kv = k;
+    auto m = MapOf(kv);
+    if (m.ok()) Seen(*m);
+    else Log("the shard map in etcd does not parse: " + m.status().ToString());
+    SF_ASSIGN_OR_RETURN(watch, etcd->WatchKey(map_key, r.revision + 1, [this](const std::vector<EtcdWatchEvent>& evs) {
+      for (const auto& e : evs) {
+        if (e.type == EtcdWatchEvent::Type::kError) {
+          Log("shard map watch ended: " + e.error.message());
+          std::lock_guard<std::mutex> l(mu);
+          watch_broken = true;
+          cv.notify_all();
+          return;
+        }
+        if (e.type != EtcdWatchEvent::Type::kPut) continue;
+        auto m = MapOf(e.kv);
+        if (m.ok()) Seen(*m);
+        else Log("the shard map in etcd does not parse: " + m.status().ToString());
+      }
+    }));
+    return Status::OK();
+  }
+
+  // Campaigns until it leads, leads until its lease is lost, and again, until Stop.
+  void CampaignLoop() {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (stopping) return;
+        lease_lost = false;
+      }
+      auto lease = etcd->GrantLease(o.lease_ttl_s);
+      std::unique_ptr<EtcdKeepAlive> keepalive;
+      if (lease.ok()) {
+        auto ka = etcd->KeepAlive(*lease, [this](const Status& why) {
+          Log("placement leader lease lost: " + why.message());
+          leading = false;
+          std::lock_guard<std::mutex> l(mu);
+          lease_lost = true;
+          if (election) election->Cancel();
+          cv.notify_all();
+        });
+        if (ka.ok()) keepalive = std::move(*ka);
+      }
+      if (!keepalive) {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait_for(l, std::chrono::milliseconds(500), [&] { return stopping; });
+        continue;
+      }
+      EtcdElection e(etcd.get(), prefix + "leader");
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (stopping) break;
+        election = &e;
+      }
+      Status won = e.Campaign(o.address, lease->id, std::chrono::hours(24 * 365));
+      if (won.ok()) {
+        leader_key = e.key();
+        leader_revision = e.revision();
+        leading = true;
+        Log("placement leader");
+        std::unique_lock<std::mutex> l(mu);
+        dirty = true;
+        cv.notify_all();
+        cv.wait(l, [&] { return stopping || lease_lost; });
+      }
+      leading = false;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        election = nullptr;
+      }
+      if (won.ok()) (void)e.Resign();  // a successor need not wait for the lease's end
+      keepalive.reset();
+      (void)etcd->RevokeLease(lease->id);
+    }
+  }
+
+  void WorkLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    while (!stopping) {
+      cv.wait_for(l, std::chrono::milliseconds(1000), [&] { return stopping || watch_broken || (leading && dirty); });
+      if (stopping) break;
+      if (watch_broken) {
+        watch_broken = false;
+        l.unlock();
+        watch.reset();
+        Status s = Rewatch();
+        l.lock();
+        if (!s.ok()) {
+          Log("watching the shard map again failed: " + s.ToString());
+          watch_broken = true;
+          cv.wait_for(l, std::chrono::milliseconds(200), [&] { return stopping; });
+        }
+        continue;
+      }
+      if (!leading || !members_known) continue;
+      dirty = false;
+      l.unlock();
+      Status s = Reconcile();
+      l.lock();
+      if (!s.ok()) {
+        Log("placement: " + s.ToString());
+        dirty = true;
+        cv.wait_for(l, std::chrono::milliseconds(200), [&] { return stopping; });
+      }
+    }
+  }
+
+  // Writes m if the map is still at revision `expected` (0: absent) and this
+  // node still leads; the map's new epoch, or Aborted.
+  Result<int64_t> Write(const ShardMap& m, int64_t expected) {
+    std::vector<EtcdCompare> cmp{EtcdCompare::CreateRevision(leader_key, EtcdCompare::Op::kEqual, leader_revision)};
+    cmp.push_back(expected == 0 ? EtcdCompare::CreateRevision(map_key, EtcdCompare::Op::kEqual, 0)
+                                : EtcdCompare::ModRevision(map_key, EtcdCompare::Op::kEqual, expected));
+    SF_ASSIGN_OR_RETURN(EtcdTxnResult r, etcd->Txn(cmp, {EtcdOp::Put(map_key, EncodeShardMap(m))}, {}));
+    if (!r.succeeded) return Aborted("the shard map changed, or this node no longer leads");
+    return r.revision;
+  }
+
+  // One planning turn of the leader (see the header).
+  Status Reconcile() {
+    std::vector<std::string> live;
+    std::set<std::string> alive;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (const auto& m : members) {
+        alive.insert(m.address);
+        if (!m.leaving) live.push_back(m.address);
+      }
+    }
+    if (live.empty()) return Status::OK();  // nowhere to place anything
+    SF_ASSIGN_OR_RETURN(auto kv, etcd->Get(map_key));
+    auto read = MapOf(kv);
+    ShardMap cur = read.ok() ? *read : ShardMap{};
+    if (!read.ok()) Log("replacing a shard map that does not parse: " + read.status().ToString());
+    const int64_t rev = kv ? kv->mod_revision : 0;
+    ShardMap base = cur;
+    base.holder.resize(static_cast<size_t>(o.slots));
+    base.from.resize(static_cast<size_t>(o.slots));
+    base.lost_after.resize(static_cast<size_t>(o.slots));
+    // Moves a predecessor (or an earlier turn) left unfinished.
+    std::vector<int> finish;
+    for (int s = 0; s < o.slots; ++s) {
+      if (base.from[s].empty()) continue;
+      const bool to_ok = std::count(live.begin(), live.end(), base.holder[s]) > 0, from_ok = alive.count(base.from[s]);
+      if (to_ok && from_ok) finish.push_back(s);
+      else if (from_ok) base.holder[s] = base.from[s];  // its target is gone: it stays
+      else base.lost_after[s] = cur.epoch;               // its holder died mid-move: what it held is lost
+      if (!(to_ok && from_ok)) base.from[s].clear();
+    }
+    for (int s : finish) SF_RETURN_IF_ERROR(o.move(s, base.from[s], base.holder[s], cur.epoch));
+    for (int s : finish) base.from[s].clear();
+    ShardMap next = PlanShardMap(base, live, o.slots);
+    for (int s = 0; s < o.slots; ++s)
+      if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && !alive.count(base.holder[s]) && cur.epoch > 0)
+        next.lost_after[s] = cur.epoch;  // its holder died: nothing to copy
+    ShardMap inter = next;
+    for (int s = 0; s < o.slots; ++s)
+      if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && alive.count(base.holder[s]))
+        inter.from[s] = base.holder[s];
+    if (inter == cur) return Status::OK();
+    SF_ASSIGN_OR_RETURN(int64_t e1, Write(inter, rev));
+    if (!inter.moving()) {
+      Log("shard map epoch " + std::to_string(e1));
+      return Status::OK();
+    }
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_for(l, std::chrono::milliseconds(o.move_grace_ms), [&] { return stopping; });
+      if (stopping) return Aborted("stopping");
+    }
+    int moving = 0;
+    for (int s = 0; s < o.slots; ++s) {
+      if (inter.from[s].empty()) continue;
+      ++moving;
+      SF_RETURN_IF_ERROR(o.move(s, inter.from[s], inter.holder[s], e1));  // left marked: the next turn retries
+    }
+    ShardMap done = next;
+    SF_ASSIGN_OR_RETURN(int64_t e2, Write(done, e1));
+    Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(moving) + " slots moved");
+    return Status::OK();
+  }
+};
+
+Result<std::unique_ptr<PlacementLeader>> PlacementLeader::Start(PlacementOptions options) {
+  if (options.slots < 1 || options.slots > kMaxSlots)
+    return InvalidArgument("shard map slots " + std::to_string(options.slots) + " not in [1, " +
+                           std::to_string(kMaxSlots) + "]");
+  if (!options.move) return InvalidArgument("PlacementOptions::move is required");
+  auto impl = std::make_unique<Impl>();
+  SF_ASSIGN_OR_RETURN(impl->prefix, ClusterPrefix(options.cluster));
+  impl->map_key = impl->prefix + "map";
+  impl->o = std::move(options);
+  SF_ASSIGN_OR_RETURN(impl->etcd, Connect(impl->o.etcd, impl->o.credential, impl->o.request_timeout_ms));
+  SF_RETURN_IF_ERROR(impl->Rewatch().WithPrefix("following the shard map in etcd " + impl->o.etcd));
+  Impl* p = impl.get();
+  p->campaign_thread = std::thread([p] { p->CampaignLoop(); });
+  p->work_thread = std::thread([p] { p->WorkLoop(); });
+  return std::unique_ptr<PlacementLeader>(new PlacementLeader(std::move(impl)));
+}
+
+PlacementLeader::PlacementLeader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PlacementLeader::~PlacementLeader() { Stop(); }
+
+void PlacementLeader::Stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->stopping = true;
+    if (impl_->election) impl_->election->Cancel();
+    impl_->cv.notify_all();
+  }
+  if (impl_->campaign_thread.joinable()) impl_->campaign_thread.join();
+  if (impl_->work_thread.joinable()) impl_->work_thread.join();
+  impl_->watch.reset();
+}
+
+void PlacementLeader::SetMembers(const std::vector<MemberRecord>& members) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->members = members;
+  impl_->members_known = true;
+  impl_->dirty = true;
+  impl_->cv.notify_all();
+}
+
+ShardMap PlacementLeader::Map() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->map;
+}
+
+bool PlacementLeader::leading() const { return impl_->leading; }
+
+Result<ShardMap> ReadShardMap(const std::string& etcd, const std::optional<net::Credential>& credential,
+                              const std::string& cluster, int timeout_ms) {
+  SF_ASSIGN_OR_RETURN(std::string prefix, ClusterPrefix(cluster));
+  SF_ASSIGN_OR_RETURN(auto client, Connect(etcd, credential, timeout_ms));
+  auto kv = client->Get(prefix + "map");
+  if (!kv.ok()) return kv.status().WithPrefix("reading the shard map from etcd " + etcd);
+  return MapOf(*kv);
+}
+
+}  // namespace cluster
+}  // namespace sf

@@ -1,0 +1,82 @@
+// PlacementLeader: a node's part in placement. Every node with etcd runs
+// one: it follows the cluster's shard map (PREFIX/map, cluster/shard_map.h)
+// and campaigns in etcd's election (PREFIX/leader). The one that leads
+// computes the map from the members and carries out its moves, once for
+// the whole cluster: it marks the moving slots (epoch E1, the old holders
+// stop serving them), has each old holder copy its slot's state to the new
+// one (Hooks::move), then writes the map without the marks (epoch E2).
+// A slot whose holder died moves at once (nothing to copy; sessions restore
+// it from a checkpoint). Each write is a transaction on the map's
+// mod_revision and the leader key's create_revision, so a deposed leader
+// writes nothing. A new leader finishes the moves its predecessor left.
+//
+// Thread-safety: every method may be called from any thread; callbacks run
+// on its own threads, never under its lock.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/member_table.h"
+#include "cluster/shard_map.h"
+#include "net/credentials.h"
+#include "shardflow/status.h"
+
+namespace sf {
+namespace cluster {
+
+struct PlacementOptions {
+  std::string etcd;                           // "host:port[,...]" (required)
+  std::optional<net::Credential> credential;  // none: plaintext (insecure clusters)
+  std::string cluster = "default";
+  std::string address;                        // this node's (the leader key's value)
+  int slots = 64;                             // the map's slots, in [1, kMaxSlots]
+  int lease_ttl_s = 2;                        // the leader's lease
+  int request_timeout_ms = 5000;
+  // After marking slots moving and before fencing their old holders: the
+  // time sessions get to learn of it (a node tells them at once) and stop
+  // starting steps there, so that a fence rarely refuses a step.
+  int move_grace_ms = 300;
+  // Has `from` copy slot's state to `to` after it stopped serving the slot
+  // at epoch (the old holder's fence); OK, or why not (retried later).
+  std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;
+  // Every map read or watched, newest last.
+  std::function<void(const ShardMap&)> on_map;
+  std::function<void(const std::string&)> log;  // null: silent
+};
+
+class PlacementLeader {
+ public:
+  // Connects, reads the map and watches it, and starts campaigning.
+  // InvalidArgument for bad options; etcd's errors naming it.
+  static Result<std::unique_ptr<PlacementLeader>> Start(PlacementOptions options);
+  // Stop().
+  ~PlacementLeader();
+  // Resigns, stops the threads; idempotent.
+  void Stop();
+
+  // The members now (etcd's list, from the node's registry): a leader
+  // replans with them.
+  void SetMembers(const std::vector<MemberRecord>& members);
+  // The newest map seen (empty before the first is written).
+  ShardMap Map() const;
+  // Whether this node leads now.
+  bool leading() const;
+
+  struct Impl;
+
+ private:
+  explicit PlacementLeader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The cluster's shard map as etcd holds it (`shardflow cluster map`); an
+// empty map when none is written yet, etcd's errors naming it.
+Result<ShardMap> ReadShardMap(const std::string& etcd, const std::optional<net::Credential>& credential,
+                              const std::string& cluster, int timeout_ms = 5000);
+
+}  // namespace cluster
+}  // namespace sf

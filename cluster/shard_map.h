@@ -1,0 +1,64 @@
+// ShardMap: which member holds each slot of the cluster, decided by the
+// placement leader alone (cluster/placement_leader.h) and kept in etcd
+// under PREFIX/map; every node and session follows it. A slot is a logical
+// task ("/job:worker/task:S"): the variables, table shards and partitions a
+// session places on task S live on the slot's holder. The map's epoch is
+// its key's mod_revision in etcd, so a newer map always has a larger epoch.
+//
+// While a slot moves, its entry names both ends ("to" and "from"): the old
+// holder has stopped serving it (a fence at the epoch that started the move)
+// and copies its state to the new one; sessions wait for the move to end.
+//
+// Thread-safety: a value type; the functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardflow/status.h"
+
+namespace sf {
+namespace cluster {
+
+struct ShardMap {
+  int64_t epoch = 0;                 // the key's mod_revision (0: not from etcd)
+  std::vector<std::string> holder;   // by slot: the member address serving it
+  std::vector<std::string> from;     // by slot: "" or the address it is moving from
+  // By slot: 0, or the epoch after which the slot's state was lost (its
+  // holder died and it moved without a copy): a session placed by that
+  // epoch or an older one restores the slot's variables from a checkpoint.
+  std::vector<int64_t> lost_after;
+  bool moving() const;               // any slot moving
+  bool operator==(const ShardMap& o) const {
+    return holder == o.holder && from == o.from && lost_after == o.lost_after;
+  }
+};
+
+// The map's text in etcd: "v1 SLOTS\n" then one line per slot: "HOLDER",
+// "<FROM" appended while it moves, "!EPOCH" appended once its state was lost.
+std::string EncodeShardMap(const ShardMap& m);
+// Parses EncodeShardMap's text (epoch is left 0); DataLoss naming what is
+// wrong (a version, count or line that does not parse, more than kMaxSlots).
+Result<ShardMap> DecodeShardMap(const std::string& text);
+
+// The next placement: every slot on a member of `live` (non-empty), every
+// prefix of the slots spread evenly (a session of n tasks uses slots 0..n-1),
+// keeping each slot where it is while its holder's share of the slots before
+// it allows; no moves in progress; lost marks kept. `old` may be empty or
+// shorter than slots.
+ShardMap PlanShardMap(const ShardMap& old, const std::vector<std::string>& live, int slots);
+
+inline constexpr int kMaxSlots = 4096;
+
+// A node refuses a step of a partition placed by an older map than its
+// slot's fence with Aborted carrying this text: nothing of that partition
+// ran, and the session follows the new map before its next step. The step
+// fails (its parts on other nodes may have run: it is not run again).
+inline constexpr char kStaleEpoch[] = "placed by a stale shard map epoch";
+// Whether s is such a refusal.
+bool IsStaleEpoch(const Status& s);
+
+}  // namespace cluster
+}  // namespace sf

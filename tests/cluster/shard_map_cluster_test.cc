@@ -1,0 +1,146 @@
+// The shard map over real node processes and etcd: the placement leader
+// spreads the slots, sessions follow the map (several sessions sharing
+// variables alike), the leader moves state when members join and drain,
+// and a step placed by a stale map is refused by the old holder and run
+// again on the new one, every update applied once.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
+#include "tests/support/sparse_model.h"
+#include "tests/support/wait.h"
+
+using namespace sf;
+using namespace std::chrono_literals;
+using sf::testing::Params;
+using sf::testing::Reference;
+using sf::testing::RequireClose;
+using sf::testing::SparseModel;
+using sf::testing::Step;
+
+namespace {
+
+// What a node's refusal of a stale placement says (cluster/shard_map.h kStaleEpoch).
+std::string cluster_stale_text() { return "placed by a stale shard map epoch"; }
+
+std::unique_ptr<ClusterSession> Connect(const examples::LocalCluster& c, const SparseModel& m, int tasks,
+                                        bool elastic = true, int node = 0) {
+  ClusterOptions o;
+  o.address = c.addresses()[node];
+  o.tls_dir = c.tls_dir();
+  o.tasks = tasks;
+  o.elastic = elastic;
+  auto s = ClusterSession::Connect(m.g, o);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
+
+ShardMapInfo Map(const examples::LocalCluster& c) {
+  auto m = ReadClusterMap(c.etcd_endpoint(), c.tls_dir());
+  INFO(m.status().ToString());
+  REQUIRE(m.ok());
+  return *m;
+}
+
+void TrainOne(ClusterSession& s, const SparseModel& m, int step) {
+  auto r = Step(s, m, step);
+  INFO("step " << step << ": " << r.status().ToString());
+  REQUIRE(r.ok());
+}
+
+}  // namespace
+
+TEST_CASE("Cluster: the placement leader spreads the shard map over the members, every prefix evenly",
+          "[cluster][shard_map]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(3, 120).ok());
+  const ShardMapInfo m = Map(cluster);
+  CHECK(m.epoch > 0);
+  REQUIRE(m.holder.size() == 64);
+  // Slots 0..2 on three different nodes: a session of 3 tasks spans them all.
+  CHECK(std::set<std::string>(m.holder.begin(), m.holder.begin() + 3).size() == 3);
+  for (const auto& f : m.moving_from) CHECK(f.empty());
+  // A session places by it.
+  SparseModel sm;
+  auto s = Connect(cluster, sm, 3);
+  CHECK(s->tasks() == std::vector<std::string>(m.holder.begin(), m.holder.begin() + 3));
+  // More tasks than slots is refused by name.
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 65;
+  auto too_many = ClusterSession::Connect(sm.g, o);
+  REQUIRE(!too_many.ok());
+  CHECK(too_many.status().code() == Code::kInvalidArgument);
+  CHECK(too_many.status().message().find("--map-slots") != std::string::npos);
+}
+
+TEST_CASE("Cluster: two workers share variables through one map while a node joins and another drains",
+          "[cluster][shard_map]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  SparseModel m;
+  // Two sessions (between-graph replication), contacting different nodes.
+  auto a = Connect(cluster, m, 4, true, 0);
+  auto b = Connect(cluster, m, 4, true, 1);
+  REQUIRE(a->Run({}, std::vector<Output>{}, {m.init}).ok());
+  CHECK(a->tasks() == b->tasks());
+  int step = 0;
+  auto train = [&](int n) {
+    for (int i = 0; i < n; ++i, ++step) TrainOne(step % 2 ? *b : *a, m, step);
+  };
+  train(6);
+  auto added = cluster.AddNode(120);
+  REQUIRE(added.ok());
+  REQUIRE(cluster.WaitMembers(3, 20000).ok());
+  train(6);
+  // Both follow the same map: the new node serves some of their tasks.
+  const std::vector<std::string> after_join = a->tasks();
+  CHECK(after_join == b->tasks());
+  CHECK(std::count(after_join.begin(), after_join.end(), *added) > 0);
+  REQUIRE(DrainNode(cluster.addresses()[1], cluster.tls_dir(), 0).ok());
+  REQUIRE(testing::WaitFor([&] {
+    const ShardMapInfo map = Map(cluster);
+    return std::count(map.holder.begin(), map.holder.end(), cluster.addresses()[1]) == 0;
+  }, 20s));
+  train(6);
+  for (const std::string& t : a->tasks()) CHECK(t != cluster.addresses()[1]);
+  CHECK(a->tasks() == b->tasks());
+  // No step failed, and every update was applied once: one process's result.
+  RequireClose(Params(*a, m), Reference(m, step), 1e-5f);
+  for (const auto& c : a->Changes()) CHECK(c.restored_tasks.empty());
+}
+
+TEST_CASE("Cluster: a step placed by a stale map is refused by the old holder, and the next follows the map",
+          "[cluster][shard_map]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 120).ok());
+  SparseModel m;
+  // Not elastic: it does not follow the map before a step on its own.
+  auto s = Connect(cluster, m, 4, /*elastic=*/false);
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  int step = 0;
+  for (; step < 4; ++step) TrainOne(*s, m, step);
+  const std::vector<std::string> before = s->tasks();
+  auto added = cluster.AddNode(120);
+  REQUIRE(added.ok());
+  REQUIRE(cluster.WaitMembers(3, 20000).ok());
+  // The next step meets a slot its old holder no longer serves: refused by
+  // name (not run there, nor again: its other parts may have run), and the
+  // session follows the new map before the step after.
+  auto refused = Step(*s, m, step);
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().code() == Code::kAborted);
+  CHECK(refused.status().message().find(cluster_stale_text()) != std::string::npos);
+  for (++step; step < 10; ++step) TrainOne(*s, m, step);
+  const std::vector<std::string> after = s->tasks();
+  CHECK(after != before);
+  CHECK(std::count(after.begin(), after.end(), *added) > 0);
+  CHECK(!s->Changes().empty());
+}

@@ -1,0 +1,67 @@
+// ShardMap without etcd: its text round-trips, bad text is refused by name,
+// and planning keeps slots where they are as balance allows.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "cluster/shard_map.h"
+
+using namespace sf;
+using cluster::ShardMap;
+
+TEST_CASE("ShardMap: the text in etcd round-trips, moving and lost marks included", "[cluster][shard_map]") {
+  ShardMap m;
+  m.holder = {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"};
+  m.from = {"", "127.0.0.1:1", ""};
+  m.lost_after = {0, 0, 12345};
+  auto back = cluster::DecodeShardMap(cluster::EncodeShardMap(m));
+  REQUIRE(back.ok());
+  CHECK(*back == m);
+  CHECK(back->moving());
+  auto empty = cluster::DecodeShardMap(cluster::EncodeShardMap(ShardMap{}));
+  REQUIRE(empty.ok());
+  CHECK(empty->holder.empty());
+}
+
+TEST_CASE("ShardMap: text that does not parse is refused by name", "[cluster][shard_map]") {
+  for (const std::string bad : {"", "v2 1\na\n", "v1 -1\n", "v1 5000\n", "v1 2\na\n", "v1 1\n\n", "v1 1\n<b\n",
+                                "v1 1\na<\n", "v1 1\na!x\n", "v1 1\na!\n", "v1 1\na!99999999999999999999\n"}) {
+    auto m = cluster::DecodeShardMap(bad);
+    INFO(bad);
+    CHECK(m.status().code() == Code::kDataLoss);
+  }
+}
+
+TEST_CASE("ShardMap: planning spreads slots evenly and moves as few as balance allows", "[cluster][shard_map]") {
+  const std::vector<std::string> two{"a", "b"}, three{"a", "b", "c"};
+  ShardMap first = cluster::PlanShardMap(ShardMap{}, two, 8);
+  REQUIRE(first.holder.size() == 8);
+  // The first slots alternate, so a session of n tasks spans n members.
+  CHECK(first.holder[0] != first.holder[1]);
+  CHECK(!first.moving());
+  ShardMap grown = cluster::PlanShardMap(first, three, 8);
+  std::map<std::string, int> load;
+  int moved = 0;
+  for (int s = 0; s < 8; ++s) {
+    ++load[grown.holder[s]];
+    moved += grown.holder[s] != first.holder[s];
+  }
+  CHECK(load["a"] >= 2);
+  CHECK(load["b"] >= 2);
+  CHECK(load["c"] >= 2);
+  CHECK(moved == load["c"]);  // only what the new member takes moves
+  // A member gone: only its slots move; lost marks are kept.
+  grown.lost_after[0] = 7;
+  ShardMap shrunk = cluster::PlanShardMap(grown, {"a", "c"}, 8);
+  for (int s = 0; s < 8; ++s) {
+    CHECK(shrunk.holder[s] != "b");
+    if (grown.holder[s] != "b") CHECK(shrunk.holder[s] == grown.holder[s]);
+  }
+  CHECK(shrunk.lost_after[0] == 7);
+}
+
+TEST_CASE("IsStaleEpoch: only a node's stale-map refusal", "[cluster][shard_map]") {
+  CHECK(cluster::IsStaleEpoch(Aborted(std::string("node a: slot 3 ") + cluster::kStaleEpoch + " 5")));
+  CHECK(!cluster::IsStaleEpoch(Aborted("step aborted")));
+  CHECK(!cluster::IsStaleEpoch(Unavailable(cluster::kStaleEpoch)));
+}
