@@ -185,5 +185,15 @@ Status EtcdClient::Health() {
   return Unavailable("etcd: health: etcd reports itself unhealthy: " + reply.dump().substr(0, 200));
 }
 
+Result<std::unique_ptr<EtcdClient>> ConnectEtcd(const std::string& endpoints,
+                                                const std::optional<net::Credential>& credential, int timeout_ms) {
+  EtcdClientOptions eo;
+  eo.endpoints = endpoints;
+  eo.credential = credential;
+  eo.plaintext_for_tests = !credential.has_value();
+  eo.request_timeout = std::chrono::milliseconds(std::max(100, timeout_ms));
+  return EtcdClient::Create(std::move(eo));
+}
+
 }  // namespace cluster
 }  // namespace sf

@@ -119,6 +119,13 @@ class EtcdKeepAlive {
   std::shared_ptr<State> state_;
 };
 
+class EtcdClient;
+// A client of etcd at endpoints ("host:port[,...]") with credential for
+// mutual TLS (none: plaintext, for insecure clusters), each call bounded by
+// timeout_ms; EtcdClient::Create's errors.
+Result<std::unique_ptr<EtcdClient>> ConnectEtcd(const std::string& endpoints,
+                                                const std::optional<net::Credential>& credential, int timeout_ms);
+
 class EtcdClient {
  public:
   // Starts the client's I/O thread (it connects on the first call).

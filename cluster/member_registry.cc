@@ -11,20 +11,6 @@
 namespace sf {
 namespace cluster {
 
-namespace {
-
-Result<std::unique_ptr<EtcdClient>> Connect(const std::string& etcd, const std::optional<net::Credential>& credential,
-                                            int timeout_ms) {
-  EtcdClientOptions eo;
-  eo.endpoints = etcd;
-  eo.credential = credential;
-  eo.plaintext_for_tests = !credential.has_value();
-  eo.request_timeout = std::chrono::milliseconds(std::max(100, timeout_ms));
-  return EtcdClient::Create(std::move(eo));
-}
-
-}  // namespace
-
 struct MemberRegistry::Impl {
   MemberRegistryOptions o;
   std::string prefix;
@@ -276,7 +262,7 @@ Result<std::unique_ptr<MemberRegistry>> MemberRegistry::Start(MemberRegistryOpti
   SF_ASSIGN_OR_RETURN(impl->prefix, ClusterPrefix(options.cluster));
   impl->key = MemberKey(impl->prefix, options.name);
   impl->table = MemberTable(impl->prefix);
-  SF_ASSIGN_OR_RETURN(impl->etcd, Connect(options.etcd, options.credential, options.request_timeout_ms));
+  SF_ASSIGN_OR_RETURN(impl->etcd, ConnectEtcd(options.etcd, options.credential, options.request_timeout_ms));
   impl->o = std::move(options);
   std::string holder;
   SF_RETURN_IF_ERROR(impl->Register(&holder));
@@ -316,7 +302,7 @@ void MemberRegistry::Leave() { impl_->Leave(); }
 Result<std::vector<MemberRecord>> ReadMembers(const std::string& etcd, const std::optional<net::Credential>& credential,
                                               const std::string& cluster, int timeout_ms) {
   SF_ASSIGN_OR_RETURN(std::string prefix, ClusterPrefix(cluster));
-  SF_ASSIGN_OR_RETURN(auto client, Connect(etcd, credential, timeout_ms));
+  SF_ASSIGN_OR_RETURN(auto client, ConnectEtcd(etcd, credential, timeout_ms));
   SF_ASSIGN_OR_RETURN(EtcdRangeResult r, client->Range(prefix + "members/"));
   MemberTable t(prefix);
   t.Reset(r.kvs);

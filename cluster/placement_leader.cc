@@ -16,16 +16,6 @@ namespace cluster {
 
 namespace {
 
-Result<std::unique_ptr<EtcdClient>> Connect(const std::string& etcd, const std::optional<net::Credential>& credential,
-                                            int timeout_ms) {
-  EtcdClientOptions eo;
-  eo.endpoints = etcd;
-  eo.credential = credential;
-  eo.plaintext_for_tests = !credential.has_value();
-  eo.request_timeout = std::chrono::milliseconds(std::max(100, timeout_ms));
-  return EtcdClient::Create(std::move(eo));
-}
-
 // The map a key holds (epoch: its mod_revision); an empty map for none.
 Result<ShardMap> MapOf(const std::optional<EtcdKeyValue>& kv) {
   if (!kv) return ShardMap{};
@@ -273,7 +263,7 @@ Result<std::unique_ptr<PlacementLeader>> PlacementLeader::Start(PlacementOptions
   SF_ASSIGN_OR_RETURN(impl->prefix, ClusterPrefix(options.cluster));
   impl->map_key = impl->prefix + "map";
   impl->o = std::move(options);
-  SF_ASSIGN_OR_RETURN(impl->etcd, Connect(impl->o.etcd, impl->o.credential, impl->o.request_timeout_ms));
+  SF_ASSIGN_OR_RETURN(impl->etcd, ConnectEtcd(impl->o.etcd, impl->o.credential, impl->o.request_timeout_ms));
   SF_RETURN_IF_ERROR(impl->Rewatch().WithPrefix("following the shard map in etcd " + impl->o.etcd));
   Impl* p = impl.get();
   p->campaign_thread = std::thread([p] { p->CampaignLoop(); });
@@ -315,7 +305,7 @@ bool PlacementLeader::leading() const { return impl_->leading; }
 Result<ShardMap> ReadShardMap(const std::string& etcd, const std::optional<net::Credential>& credential,
                               const std::string& cluster, int timeout_ms) {
   SF_ASSIGN_OR_RETURN(std::string prefix, ClusterPrefix(cluster));
-  SF_ASSIGN_OR_RETURN(auto client, Connect(etcd, credential, timeout_ms));
+  SF_ASSIGN_OR_RETURN(auto client, ConnectEtcd(etcd, credential, timeout_ms));
   auto kv = client->Get(prefix + "map");
   if (!kv.ok()) return kv.status().WithPrefix("reading the shard map from etcd " + etcd);
   return MapOf(*kv);

@@ -27,42 +27,14 @@ Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
 }
 
 Status ClusterSession::Impl::ListLive(std::vector<std::string>* live, std::set<std::string>* draining) {
-  std::vector<std::string> candidates;
-  {
-    std::lock_guard<std::mutex> l(conf_mu);
-    for (const auto& kv : conns)
-      if (kv.second->is_up()) candidates.push_back(kv.first);
-    // Then members we only heard of (they joined after our last look).
-    for (const auto& k : known)
-      if (std::find(candidates.begin(), candidates.end(), k) == candidates.end()) candidates.push_back(k);
-  }
-  Status last = Unavailable("no member of the session is alive");
-  for (const auto& addr : candidates) {
-    auto c = Conn(addr);
-    if (!c.ok()) {
-      last = c.status();
-      continue;
-    }
-    auto r = Call(*c, net::ListMembers{}, options.request_timeout_ms);
-    if (!r.ok()) {
-      last = r.status();
-      continue;
-    }
-    auto* mem = std::get_if<net::Membership>(&r->body);
-    if (!mem) {
-      last = Internal(std::string("unexpected reply ") + net::BodyName(r->body) + " to ListMembers");
-      continue;
-    }
-    Learn(*mem);
-    live->clear();
-    draining->clear();
-    for (const auto& m : mem->leaving) draining->insert(m.address);
-    for (const auto& m : mem->members)
-      if (!draining->count(m.address)) live->push_back(m.address);
-    if (!live->empty()) return Status::OK();
-    last = Unavailable("every member is draining");
-  }
-  return last;
+  SF_ASSIGN_OR_RETURN(net::Membership mem, AskMembership());
+  live->clear();
+  draining->clear();
+  for (const auto& m : mem.leaving) draining->insert(m.address);
+  for (const auto& m : mem.members)
+    if (!draining->count(m.address)) live->push_back(m.address);
+  if (live->empty()) return Unavailable("every member is draining");
+  return Status::OK();
 }
 
 Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVariables(
