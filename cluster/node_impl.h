@@ -100,6 +100,16 @@ struct ClusterNode::Impl {
   runtime::SerialQueue movers;
   std::atomic<int> moves_waiting{0};
   static constexpr int kMaxMovesWaiting = 64;
+  // A node whose process stalled past its lease (SIGSTOP, a long pause)
+  // may have had its slots moved away meanwhile: it serves no partition
+  // until it has read the shard map again. The housekeeping thread ticks
+  // every 250 ms; a gap since the last tick of more than StallMs() is a stall.
+  std::atomic<int64_t> last_tick_ms{0};
+  bool stalled = false;                                   // GUARDED_BY(mu)
+  int64_t stalled_ms = 0;                                 // GUARDED_BY(mu): how long it was
+  int64_t StallMs() const { return std::max<int64_t>(3000, 2000 * static_cast<int64_t>(opts.lease_ttl_s)); }
+  // Notes a stall seen now (etcd clusters only); whether the node is stalled. REQUIRES: mu held.
+  bool CheckStallLocked();
   static constexpr int kFenceWaitMs = 30000;
   // The same, for handlers that may run while Start still sets it up.
   std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};

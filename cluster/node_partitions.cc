@@ -2,6 +2,8 @@
 // steps (with progress reports), and serving variables (cluster/node_impl.h).
 #include "cluster/node_impl.h"
 
+#include <limits>
+
 namespace sf {
 
 namespace {
@@ -163,6 +165,8 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
       if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
     }
     if (auto f = fences.find(slot.first); f != fences.end()) fence = f->second;
+    // A node that stalled past its lease serves nothing until it re-read the map.
+    if (host && CheckStallLocked()) fence = std::numeric_limits<int64_t>::max();
     full = host && running_per_client[c.get()] >= kMaxRunningPerClient;
     if (!stopping && host && !full && slot.second >= fence) {
       running.emplace(step, c.get());
@@ -177,8 +181,11 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
           net::RunPartitionDone{step,
                                 Aborted("node " + opts.name + ": slot " + std::to_string(slot.first) + " " +
                                         cluster::kStaleEpoch + " " + std::to_string(slot.second) +
-                                        " (it moved at epoch " + std::to_string(fence) +
-                                        "); the session follows the new map before its next step"),
+                                        (fence == std::numeric_limits<int64_t>::max()
+                                             ? std::string(" (this node stalled past its lease and has not read "
+                                                           "the map since)")
+                                             : " (it moved at epoch " + std::to_string(fence) + ")") +
+                                        "; the session follows the new map before its next step"),
                                 {}});
     return;
   }

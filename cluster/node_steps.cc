@@ -72,11 +72,40 @@ void ClusterNode::Impl::ExpireEarlyLocked(std::vector<int64_t>* expired) {
   }
 }
 
+bool ClusterNode::Impl::CheckStallLocked() {
+  const int64_t last = last_tick_ms.load(), gap = NowMs() - last;
+  if (etcd_mode() && last > 0 && gap > StallMs() && !stalled) {
+    stalled = true;
+    stalled_ms = gap;
+    Log("stalled for " + std::to_string(gap) + " ms, past the lease: serving nothing until the shard map is read again");
+    idle.notify_all();  // the housekeeping thread reads it
+  }
+  return stalled;
+}
+
 void ClusterNode::Impl::HousekeepingLoop() {
   std::unique_lock<std::mutex> l(mu);
+  last_tick_ms = NowMs();
   while (!stopped) {
-    idle.wait_for(l, std::chrono::milliseconds(250), [&] { return stopped; });
+    idle.wait_for(l, std::chrono::milliseconds(250), [&] { return stopped || stalled; });
     if (stopped) break;
+    CheckStallLocked();
+    last_tick_ms = NowMs();
+    if (stalled && placement_ready.load()) {
+      // The map as etcd has it now: its fences apply before anything is served again.
+      l.unlock();
+      Status read = placement_ready.load()->Refresh();
+      l.lock();
+      if (read.ok()) {
+        stalled = false;
+        Log("read the shard map again after the stall: serving");
+      } else {
+        Log("reading the shard map after a stall: " + read.ToString());
+        idle.wait_for(l, std::chrono::milliseconds(100), [&] { return stopped; });
+      }
+      last_tick_ms = NowMs();
+      continue;
+    }
     std::vector<int64_t> expired;
     ExpireEarlyLocked(&expired);
     if (expired.empty()) continue;

@@ -302,6 +302,13 @@ ShardMap PlacementLeader::Map() const {
 
 bool PlacementLeader::leading() const { return impl_->leading; }
 
+Status PlacementLeader::Refresh() {
+  SF_ASSIGN_OR_RETURN(auto kv, impl_->etcd->Get(impl_->map_key));
+  SF_ASSIGN_OR_RETURN(ShardMap m, MapOf(kv));
+  impl_->Seen(m);
+  return Status::OK();
+}
+
 Result<ShardMap> ReadShardMap(const std::string& etcd, const std::optional<net::Credential>& credential,
                               const std::string& cluster, int timeout_ms) {
   SF_ASSIGN_OR_RETURN(std::string prefix, ClusterPrefix(cluster));

@@ -63,6 +63,9 @@ class PlacementLeader {
   void SetMembers(const std::vector<MemberRecord>& members);
   // The newest map seen (empty before the first is written).
   ShardMap Map() const;
+  // Reads the map from etcd now and passes it on (on_map) if newer; the
+  // call's error otherwise.
+  Status Refresh();
   // Whether this node leads now.
   bool leading() const;
 
