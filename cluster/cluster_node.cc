@@ -304,6 +304,7 @@ void ClusterNode::Impl::Stop() {
   if (placement) placement->Stop();
   if (registry) registry->Leave();
   idle.notify_all();
+  fence_cv.notify_all();
   watch_cv.notify_all();
   membership_cv.notify_all();
   if (membership_thread.joinable()) membership_thread.join();

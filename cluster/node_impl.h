@@ -96,6 +96,10 @@ struct ClusterNode::Impl {
   std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
   std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
   std::multiset<std::pair<int, int64_t>> running_slots;   // GUARDED_BY(mu)
+  // A fence waits here for its slot's older runs (notified as runs end only
+  // while one waits: a step's end wakes nobody otherwise).
+  std::condition_variable fence_cv;
+  int fence_waiters = 0;                                  // GUARDED_BY(mu)
   // MoveSlot requests, in order, off the handler threads (a copy takes a while).
   runtime::SerialQueue movers;
   std::atomic<int> moves_waiting{0};

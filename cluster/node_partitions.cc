@@ -242,7 +242,8 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     running_slots.erase(running_slots.find(slot));
     if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
       running_per_client.erase(n);
-    idle.notify_all();  // a fence may wait for this slot's runs
+    if (running.empty()) idle.notify_all();
+    if (fence_waiters > 0) fence_cv.notify_all();
     // No CleanupStep comes from a client that went away.
     if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
   }, trace.get(), watch ? &watch->finished : nullptr);

@@ -84,7 +84,11 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
         if (it->second < fence) return true;
       return false;
     };
-    if (!idle.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || !older_runs(); }))
+    ++fence_waiters;
+    const bool drained =
+        fence_cv.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || !older_runs(); });
+    --fence_waiters;
+    if (!drained)
       return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +
                               " placed before epoch " + std::to_string(epoch) + " still run after " +
                               std::to_string(kFenceWaitMs) + " ms");
