@@ -36,6 +36,11 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
     }
     if (view.SetMap(m)) view.NotifyWatchers();
   };
+  po.answers = [this](const std::string& addr) {
+    if (addr == address) return true;
+    auto c = router.Peer(addr);
+    return c.ok() && net::Call(*c, net::ListMembers{}, std::max(1, 2 * opts.peer_timeout_ms)).ok();
+  };
   po.log = [this](const std::string& line) { Log(line); };
   SF_ASSIGN_OR_RETURN(placement, cluster::PlacementLeader::Start(std::move(po)));
   return Status::OK();

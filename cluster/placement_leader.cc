@@ -205,6 +205,17 @@ struct PlacementLeader::Impl {
     auto read = MapOf(kv);
     ShardMap cur = read.ok() ? *read : ShardMap{};
     if (!read.ok()) Log("replacing a shard map that does not parse: " + read.status().ToString());
+    // Holders etcd does not list may still run with their state intact:
+    // those that answer count as alive (moved with a copy, not lost).
+    if (o.answers) {
+      std::set<std::string> asked;
+      auto ask = [&](const std::string& h) {
+        if (h.empty() || alive.count(h) || !asked.insert(h).second) return;
+        if (o.answers(h)) alive.insert(h);
+      };
+      for (const auto& h : cur.holder) ask(h);
+      for (const auto& f : cur.from) ask(f);
+    }
     const int64_t rev = kv ? kv->mod_revision : 0;
     ShardMap base = cur;
     base.holder.resize(static_cast<size_t>(o.slots));

@@ -43,6 +43,11 @@ struct PlacementOptions {
   // Has `from` copy slot's state to `to` after it stopped serving the slot
   // at epoch (the old holder's fence); OK, or why not (retried later).
   std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;
+  // Whether the node at address still answers (null: never asked). A
+  // holder etcd no longer lists (its lease ended while etcd or the node
+  // stalled) that answers still has its state: its slots move with a copy,
+  // never as lost.
+  std::function<bool(const std::string& address)> answers;
   // Every map read or watched, newest last.
   std::function<void(const ShardMap&)> on_map;
   std::function<void(const std::string&)> log;  // null: silent
