@@ -233,11 +233,7 @@ struct Decoder {
     SF_ASSIGN_OR_RETURN(m->feeds, OutputRefs(r.getFeeds(), "RegisterPartition.feeds"));
     SF_ASSIGN_OR_RETURN(m->fetches, OutputRefs(r.getFetches(), "RegisterPartition.fetches"));
     SF_ASSIGN_OR_RETURN(m->tasks, Members(r.getTasks(), "RegisterPartition.tasks"));
-    auto targets = r.getTargets();
-    SF_RETURN_IF_ERROR(ListSize(targets.size(), "RegisterPartition.targets"));
-    m->targets.resize(targets.size());
-    for (size_t i = 0; i < targets.size(); ++i)
-      SF_RETURN_IF_ERROR(Text(targets[i], Field("RegisterPartition.targets", i), &m->targets[i]));
+    SF_RETURN_IF_ERROR(Names(r.getTargets(), "RegisterPartition.targets", &m->targets));
     m->epoch = r.getEpoch();
     return Status::OK();
   }
@@ -340,10 +336,7 @@ struct Decoder {
   }
   Status Read(w::Variables::Reader r, Variables* m) const {
     m->assign = r.getAssign();
-    SF_RETURN_IF_ERROR(ListSize(r.getNames().size(), "Variables.names"));
-    m->names.resize(r.getNames().size());
-    for (size_t i = 0; i < m->names.size(); ++i)
-      SF_RETURN_IF_ERROR(Text(r.getNames()[i], Field("Variables.names", i), &m->names[i]));
+    SF_RETURN_IF_ERROR(Names(r.getNames(), "Variables.names", &m->names));
     SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "Variables.values"));
     return Status::OK();
   }

@@ -176,13 +176,8 @@ struct Encoder {
     SF_RETURN_IF_ERROR(ListSize(m.tasks.size(), "RegisterPartition.tasks"));
     SF_RETURN_IF_ERROR(Members(m.tasks, b.initTasks(m.tasks.size()), "RegisterPartition.tasks"));
     SF_RETURN_IF_ERROR(ListSize(m.targets.size(), "RegisterPartition.targets"));
-    auto targets = b.initTargets(m.targets.size());
-    for (size_t i = 0; i < m.targets.size(); ++i) {
-      SF_RETURN_IF_ERROR(Text(m.targets[i], "RegisterPartition.targets"));
-      targets.set(i, AsText(m.targets[i]));
-    }
     b.setEpoch(m.epoch);
-    return Status::OK();
+    return Names(m.targets, b.initTargets(m.targets.size()), "RegisterPartition.targets");
   }
   Status Put(const RunPartition& m, w::RunPartition::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RunPartition.feeds"));
@@ -260,11 +255,7 @@ struct Encoder {
     SF_RETURN_IF_ERROR(ListSize(m.names.size(), "Variables.names"));
     SF_RETURN_IF_ERROR(ListSize(m.values.size(), "Variables.values"));
     b.setAssign(m.assign);
-    auto names = b.initNames(m.names.size());
-    for (size_t i = 0; i < m.names.size(); ++i) {
-      SF_RETURN_IF_ERROR(Text(m.names[i], "Variables.names"));
-      names.set(i, AsText(m.names[i]));
-    }
+    SF_RETURN_IF_ERROR(Names(m.names, b.initNames(m.names.size()), "Variables.names"));
     return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
   }
   // A list of names, each checked as Text.

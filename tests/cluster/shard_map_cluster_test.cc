@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/shard_map.h"
 #include "examples/common/local_cluster.h"
 #include "shardflow/cluster.h"
 #include "tests/support/sparse_model.h"
@@ -29,8 +30,6 @@ using sf::testing::Step;
 
 namespace {
 
-// What a node's refusal of a stale placement says (cluster/shard_map.h kStaleEpoch).
-std::string cluster_stale_text() { return "placed by a stale shard map epoch"; }
 
 std::unique_ptr<ClusterSession> Connect(const examples::LocalCluster& c, const SparseModel& m, int tasks,
                                         bool elastic = true, int node = 0) {
@@ -141,7 +140,7 @@ TEST_CASE("Cluster: a step placed by a stale map is refused by the old holder, a
   auto refused = Step(*s, m, step);
   REQUIRE(!refused.ok());
   CHECK(refused.status().code() == Code::kAborted);
-  CHECK(refused.status().message().find(cluster_stale_text()) != std::string::npos);
+  CHECK(refused.status().message().find(std::string(cluster::kStaleEpoch)) != std::string::npos);
   for (++step; step < 10; ++step) TrainOne(*s, m, step);
   const std::vector<std::string> after = s->tasks();
   CHECK(after != before);
@@ -208,5 +207,5 @@ TEST_CASE("Cluster: a node stopped past its lease serves no partition placed bef
   INFO(r.status().ToString());
   REQUIRE(!r.ok());
   CHECK(r.status().code() == Code::kAborted);
-  CHECK(r.status().message().find(cluster_stale_text()) != std::string::npos);
+  CHECK(r.status().message().find(std::string(cluster::kStaleEpoch)) != std::string::npos);
 }
