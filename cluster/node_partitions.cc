@@ -100,13 +100,19 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
         return ResourceExhausted("node " + opts.name + " holds " + std::to_string(partitions) +
                                  " partitions already (at most " + std::to_string(kMaxPartitions) + ")");
     }
+    // With a shard map (etcd), its task is its slot: what the slot holds
+    // here (what a move copies) and which map placed it (a fence refuses
+    // older ones). A task outside the map could never be moved: refused.
+    auto dev = ParseDeviceName(r.device);
+    const int task = dev.ok() && dev->has_task ? dev->task : -1;
+    if (etcd_mode() && (task < 0 || task >= opts.map_slots))
+      return InvalidArgument("partition for " + r.device + ": its task is not one of the " +
+                             std::to_string(opts.map_slots) + " slots of the cluster's shard map");
     SessionState& ss = sessions[r.session_id];
     ss.handles.insert(r.handle);
-    // Its task is its slot in the shard map: what the slot holds here, and
-    // which map placed it (a fence refuses older ones).
-    if (auto dev = ParseDeviceName(r.device); dev.ok() && dev->has_task && dev->task >= 0) {
-      ss.slot_of[r.handle] = {dev->task, r.epoch};
-      if (slot_variables.size() < kMaxPartitions) slot_variables[dev->task].insert(var_names.begin(), var_names.end());
+    if (etcd_mode()) {
+      ss.slot_of[r.handle] = {task, r.epoch};
+      slot_variables[task].insert(var_names.begin(), var_names.end());
     }
     if (!ss.host) {
       std::vector<std::string> tasks;
