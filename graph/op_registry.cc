@@ -124,6 +124,7 @@ Status RegisterStandardOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(RegisterSendRecvOps(reg));
   SF_RETURN_IF_ERROR(RegisterEmbeddingOps(reg));
   SF_RETURN_IF_ERROR(RegisterReaderOps(reg));
+  SF_RETURN_IF_ERROR(RegisterInteractionOps(reg));
   return Status::OK();
 }
 

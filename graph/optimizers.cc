@@ -311,7 +311,9 @@ Result<Operation> Optimizer::Minimize(Graph& g, Output loss, const std::vector<O
   for (size_t h : shard_order) {
     const auto& [shard_lookups, dys] = per_shard[h];
     SF_ASSIGN_OR_RETURN(ShardSparseGradient sg, ShardGradient(g, shard_lookups, dys));
-    SF_ASSIGN_OR_RETURN(int id, ApplySparseOne(g, handles[h], sg));
+    Optimizer& sparse = sparse_ ? *sparse_ : *this;
+    SF_RETURN_IF_ERROR(sparse.Validate());
+    SF_ASSIGN_OR_RETURN(int id, sparse.ApplySparseOne(g, handles[h], sg));
     updates.push_back(id);
   }
   if (updates.empty())

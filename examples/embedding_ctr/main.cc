@@ -61,7 +61,7 @@
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
 #include "examples/common/trace.h"
-#include "examples/embedding_ctr/auc.h"
+#include "examples/common/auc.h"
 #include "shardflow/cluster.h"
 #include "shardflow/embedding.h"
 #include "shardflow/ops.h"

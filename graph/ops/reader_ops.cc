@@ -78,8 +78,9 @@ CriteoInput CriteoBatchQueue(Graph& g, const std::vector<std::string>& files, co
   CriteoInput in;
   in.enqueue = QueueEnqueueMany(g, q, {cols.label, cols.dense, cols.categorical}, 0, name + "/enqueue");
   in.close = QueueClose(g, q, false, name + "/close");
+  in.cancel = QueueClose(g, q, true, name + "/cancel");
   std::vector<Output> batch = QueueDequeueUpTo(g, q, batch_size, 0, name + "/dequeue");
-  if (batch.size() != 3 || !in.enqueue.valid() || !in.close.valid()) return {};
+  if (batch.size() != 3 || !in.enqueue.valid() || !in.close.valid() || !in.cancel.valid()) return {};
   in.label = batch[0];
   in.dense = batch[1];
   in.categorical = batch[2];

@@ -154,6 +154,11 @@ Output BiasAdd(Graph& g, Output x, Output bias);  // bias over the last axis
 // A bad activation or shape is an error of the graph naming the node.
 Output FusedMatMul(Graph& g, Output a, Output b, Output bias, const std::string& activation = "none",
                    MatMulAttrs attrs = {});
+// DLRM's dot interaction: dense [n, d] and sparse [n, m, d] -> [n, d + m(m+1)/2]:
+// dense, then with v_0 = dense and v_1..v_m the sparse rows, v_i . v_j for
+// i = 1..m, j = 0..i-1 (each example's Gram matrix below its diagonal, row
+// by row). One kernel (no [n, m+1, m+1] product, no gather of the triangle).
+Output DotInteraction(Graph& g, Output dense, Output sparse);
 
 struct Conv2DAttrs {
   std::vector<int64_t> strides = {1, 1, 1, 1};  // NHWC

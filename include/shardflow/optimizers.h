@@ -55,6 +55,12 @@ class Optimizer {
   // to the constructor: a Placeholder fed each step, or a schedule computed in
   // the graph. It is cast to each gradient's dtype. Call before Minimize.
   void SetLearningRate(Output lr) { lr_tensor_ = lr; }
+  // Has `sparse` make the sparse updates of the embedding table shards this
+  // optimizer's Minimize trains (Adagrad on the tables, Adam on the rest, as
+  // DLRM), with one backward pass for both: two Minimize calls would each
+  // build the backward of everything between the loss and their variables.
+  // `sparse` must outlive the Minimize calls; null: this optimizer (the default).
+  void SetSparseOptimizer(Optimizer* sparse) { sparse_ = sparse; }
 
  protected:
   // The learning rate for a gradient: the tensor set by SetLearningRate, or
@@ -91,6 +97,7 @@ class Optimizer {
  private:
   friend class SyncReplicas;  // wraps the sparse updates it builds
   Output lr_tensor_;
+  Optimizer* sparse_ = nullptr;  // SetSparseOptimizer
   std::map<std::pair<const Graph*, std::string>, std::string> slot_scopes_;  // (graph, variable) -> scope
 };
 

@@ -8,6 +8,7 @@
 //   auto in = ops::CriteoBatchQueue(g, *files, o, 512);       // tf.train.batch-like
 //   ... build the model on in.label [?], in.dense [?, 13], in.categorical [?, 26] ...
 //   QueueRunnerOptions r;  r.parallel = 2;  r.close_target = in.close.name();
+//   r.cancel_target = in.cancel.name();
 //   QueueRunner runner(session, {in.enqueue.name()}, nullptr, r);
 //   runner.Start();   // steps now dequeue ready batches; OutOfRange at the end
 //
@@ -48,11 +49,13 @@ CriteoColumns CriteoReader(Graph& g, const std::vector<std::string>& files, cons
 // elements, i.e. rows) that `enqueue` fills with one reader batch per run,
 // and label/dense/categorical dequeuing `batch_size` rows per run
 // (QueueDequeueUpTo: the last batch of the input may be short; OutOfRange
-// after it). Run `enqueue` from a QueueRunner with close_target `close`.
+// after it). Run `enqueue` from a QueueRunner with close_target `close`
+// and cancel_target `cancel` (closes the queue and fails an enqueue waiting
+// on it while full, so QueueRunner::Stop returns before the input ends).
 // All invalid on a graph error (batch_size outside [1, 2^31), bad options).
 struct CriteoInput {
   Output label, dense, categorical;
-  Operation enqueue, close;
+  Operation enqueue, close, cancel;
 };
 CriteoInput CriteoBatchQueue(Graph& g, const std::vector<std::string>& files, const CriteoReaderOptions& options,
                              int64_t batch_size, int64_t capacity = 0, const std::string& name = "criteo_input");

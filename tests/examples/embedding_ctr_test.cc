@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "examples/common/local_cluster.h"
-#include "examples/embedding_ctr/auc.h"
+#include "examples/common/auc.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/trace_file.h"

@@ -122,6 +122,10 @@ void AddNNGradChecks(GradCheckTable& t) {
                  auto off = ops::Const(g, Tensor::FromVector<double>({5, -5, 5, -5}, {4}));
                  return ops::FusedMatMul(g, x[0], x[1], ops::Add(g, x[2], off), "relu", {true, true});
                }});
+  t.push_back({"DotInteraction", "dense [3, 4] with 3 sparse rows", {{3, 4}, {3, 3, 4}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::DotInteraction(g, x[0], x[1]); }});
+  t.push_back({"DotInteraction", "width 16 (the unrolled kernel), 2 sparse rows", {{2, 16}, {2, 2, 16}},
+               [](Graph& g, const std::vector<Output>& x) { return ops::DotInteraction(g, x[0], x[1]); }});
   t.push_back({"Conv2D", "3x3 SAME", {{1, 5, 5, 2}, {3, 3, 2, 3}},
                [](Graph& g, const std::vector<Output>& x) { return ops::Conv2D(g, x[0], x[1]); }});
   t.push_back({"Conv2D", "3x2 VALID stride 2x1", {{2, 5, 4, 2}, {3, 2, 2, 2}},

@@ -1,4 +1,4 @@
-// Area under the ROC curve, the metric of examples/embedding_ctr.
+// Area under the ROC curve, the metric of the CTR examples (embedding_ctr, dlrm).
 #pragma once
 
 #include <algorithm>

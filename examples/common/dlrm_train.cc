@@ -1,0 +1,115 @@
+// DLRM's input, training steps and evaluation (examples/common/dlrm_train.h).
+#include "examples/common/dlrm_train.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "examples/common/auc.h"
+
+namespace sf::examples {
+
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<DlrmInput> AddDlrmInput(Graph& g, const std::vector<std::string>& files, const DlrmInputOptions& o,
+                               const std::string& name) {
+  CriteoReaderOptions r;
+  r.num_threads = o.reader_threads;
+  r.batch_size = o.queue ? o.reader_batch : o.batch;
+  r.prefetch_batches = o.prefetch_batches;
+  r.num_epochs = o.epochs;
+  DlrmInput in;
+  if (o.queue) {
+    ops::CriteoInput q = ops::CriteoBatchQueue(g, files, r, o.batch, 0, name);
+    SF_RETURN_IF_ERROR(g.status());
+    in = {q.label.name(), q.dense.name(), q.categorical.name(), q.enqueue.name(), q.close.name(),
+          q.cancel.name()};
+  } else {
+    ops::CriteoColumns c = ops::CriteoReader(g, files, r, name + "/reader");
+    SF_RETURN_IF_ERROR(g.status());
+    in = {c.label.name(), c.dense.name(), c.categorical.name(), "", "", ""};
+  }
+  return in;
+}
+
+DlrmTrainer::DlrmTrainer(Session& session, const DlrmModel& model, const DlrmInput& input)
+    : session_(session), model_(model), input_(input) {}
+
+DlrmTrainer::~DlrmTrainer() {
+  // At teardown a runner's error has no one to go to; Stop() reports it to a caller that asks.
+  const Status s = Stop();
+  if (!s.ok()) std::fprintf(stderr, "dlrm: the input runner ended with %s\n", s.ToString().c_str());
+}
+
+Status DlrmTrainer::Start() {
+  if (input_.enqueue.empty()) return Status::OK();
+  QueueRunnerOptions o;
+  o.close_target = input_.close;
+  o.cancel_target = input_.cancel;
+  runner_ = std::make_unique<QueueRunner>(session_, std::vector<std::string>{input_.enqueue}, nullptr, o);
+  return runner_->Start();
+}
+
+Status DlrmTrainer::Stop() {
+  if (!runner_) return Status::OK();
+  runner_->Stop();
+  Status s = runner_->Join();
+  runner_.reset();
+  return s;
+}
+
+Status DlrmTrainer::Skip() { return session_.Run({}, {input_.label}).status(); }
+
+Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss) {
+  DlrmStep step;
+  auto t0 = std::chrono::steady_clock::now();
+  auto batch = session_.Run({}, {input_.label, input_.dense, input_.categorical});
+  if (!batch.ok()) return batch.status();
+  step.wait_secs = Seconds(t0);
+  step.rows = (*batch)[0].num_elements();
+  t0 = std::chrono::steady_clock::now();
+  FeedMap feeds = {{model_.label, (*batch)[0]}, {model_.dense, (*batch)[1]}, {model_.categorical, (*batch)[2]}};
+  auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, {model_.train});
+  if (!r.ok()) return r.status();
+  step.train_secs = Seconds(t0);
+  if (fetch_loss) step.loss = (*r)[0].data<float>()[0];
+  return step;
+}
+
+Result<DlrmEval> EvaluateDlrm(Session& session, const DlrmModel& model, const DlrmInput& input) {
+  std::vector<float> scores, labels;
+  double loss = 0;
+  for (;;) {
+    auto batch = session.Run({}, {input.label, input.dense, input.categorical});
+    if (!batch.ok()) {
+      if (batch.status().code() == Code::kOutOfRange) break;
+      return batch.status().WithPrefix("reading the held-out data");
+    }
+    auto z = session.Run({{model.dense, (*batch)[1]}, {model.categorical, (*batch)[2]}}, {model.eval_logits});
+    if (!z.ok()) return z.status().WithPrefix("evaluating");
+    const float* y = (*batch)[0].data<float>();
+    const float* s = (*z)[0].data<float>();
+    const int64_t n = (*batch)[0].num_elements();
+    for (int64_t i = 0; i < n; ++i) {
+      // log loss = softplus(z) - y z, stable for any z.
+      const double zi = s[i];
+      loss += std::max(zi, 0.0) + std::log1p(std::exp(-std::abs(zi))) - y[i] * zi;
+    }
+    scores.insert(scores.end(), s, s + n);
+    labels.insert(labels.end(), y, y + n);
+  }
+  if (scores.empty()) return InvalidArgument("the held-out data holds no example");
+  DlrmEval e;
+  e.examples = static_cast<int64_t>(scores.size());
+  e.auc = Auc(scores, labels);
+  e.logloss = loss / static_cast<double>(e.examples);
+  return e;
+}
+
+}  // namespace sf::examples
