@@ -58,6 +58,7 @@ struct AssignVariable {
   AssignMode mode = AssignMode::kAssign;
   Tensor value;
   std::function<void(Result<Tensor>)> done;
+  UpdateOrigin origin;  // applied once (kernels/update_origin.h)
 };
 // A value written where the variable lives (VariableService::Refill).
 struct RefillVariable {

@@ -1,9 +1,11 @@
 #include "actors/variable_shards.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <optional>
 
+#include "actors/applied_window.h"
 #include "kernels/compute_pool.h"
 #include "kernels/hash_embedding.h"
 #include "storage/hash_cold_store.h"
@@ -75,6 +77,13 @@ struct ShardState {
   // slots), created on first use; its destructor fails waiting workers.
   std::unordered_map<int64_t, std::unique_ptr<ReplicaState>> replicas;
   int64_t next_waiter = 0;
+  // The origins of the updates applied lately: a step run again applies
+  // each of its updates once (kernels/update_origin.h).
+  AppliedWindow applied;
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   ReplicaState& Replica(int64_t id) {
     auto& r = replicas[id];
@@ -191,6 +200,7 @@ Status Uninitialised(const std::string& name, const char* what) {
 // Applies one optimizer update to variables of this shard; the error names
 // the variable. Records the update's version (and staleness) on success.
 Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
+  if (st.applied.Seen(req.origin)) return Status::OK();  // a step run again: applied before
   // Every variable of the update must live here: that is what makes it atomic.
   std::vector<Tensor> updated;
   updated.reserve(req.var_ids.size());
@@ -218,6 +228,7 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
       st.vars[req.var_ids[i]].MarkAll();
     }
     st.Replica(req.var_ids[0]).RecordUpdate(req.read_version);
+    st.applied.Record(req.origin, ShardState::NowMs());
   } else {
     s = s.WithPrefix("variable '" + first + "'");
   }
@@ -226,6 +237,7 @@ Status ApplyUpdate(ShardState& st, const ApplyRequest& req) {
 
 // Applies a sparse update beside the rows; the error names the variable.
 Status ApplySparseUpdate(ShardState& st, const SparseApplyRequest& req) {
+  if (st.applied.Seen(req.origin)) return Status::OK();  // a step run again: applied before
   const std::string first = st.FirstName(req.var_ids);
   if (ShardState::Var* h = req.var_ids.empty() ? nullptr : st.Find(req.var_ids[0]); h && h->hash) {
     // Its slots are in its own arena: every handle of the update is the shard's.
@@ -233,7 +245,9 @@ Status ApplySparseUpdate(ShardState& st, const SparseApplyRequest& req) {
       if (id != req.var_ids[0])
         return FailedPrecondition("hash embedding table '" + h->hash->config().table +
                                   "': an update's slots must be the shard itself");
-    return h->hash->Apply(req);
+    Status s = h->hash->Apply(req);
+    if (s.ok()) st.applied.Record(req.origin, ShardState::NowMs());
+    return s;
   }
   std::vector<Tensor> updated;
   for (int64_t id : req.var_ids) {
@@ -261,6 +275,7 @@ Status ApplySparseUpdate(ShardState& st, const SparseApplyRequest& req) {
     if (int64_indices && !v.value.shape().empty() && v.value.shape()[0] == rows) v.MarkRows(req.indices);
     else v.MarkAll();
   }
+  st.applied.Record(req.origin, ShardState::NowMs());
   return s;
 }
 
@@ -300,10 +315,14 @@ Result<Tensor> ReadDense(const ShardState::Var* v, int64_t id) {
   return v->value;
 }
 
-// Stores, adds or subtracts value into a dense variable; its new value.
-Result<Tensor> AssignDense(ShardState::Var& v, AssignMode mode, const Tensor& value) {
+// Stores, adds or subtracts value into a dense variable; its new value
+// (its value now when origin was applied before).
+Result<Tensor> AssignDense(ShardState& st, ShardState::Var& v, AssignMode mode, const Tensor& value,
+                           const UpdateOrigin& origin) {
+  if (st.applied.Seen(origin)) return ReadDense(&v, 0);
   SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, mode, value, &v.value));
   v.MarkAll();
+  st.applied.Record(origin, ShardState::NowMs());
   return v.value;
 }
 
@@ -371,7 +390,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
           v->hash = std::move(*h);
           return m.done(m.value);
         }
-        m.done(AssignDense(*v, m.mode, m.value));
+        m.done(AssignDense(st, *v, m.mode, m.value, m.origin));
       },
       [self](RefillVariable& m) {
         Held held(*self->state.core);
@@ -610,7 +629,7 @@ void ActorVariables::Read(int64_t id, std::function<void(Result<Tensor>)> done) 
 }
 
 void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
-                            std::function<void(Result<Tensor>)> done) {
+                            std::function<void(Result<Tensor>)> done, UpdateOrigin origin) {
   VariableShardActor shard;
   std::shared_ptr<ShardCore> core;
   if (!ShardOf(id, &shard, &core)) return done(NotFound("no variable with id " + std::to_string(id)));
@@ -618,10 +637,10 @@ void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
   if (core && !IsHashShardState(value) && TryHeld(*core, [&](ShardState& st) {
         ShardState::Var* v = st.Find(id);
         if (!v) r = NoVariable(id);
-        else if (!v->hash) r = AssignDense(*v, mode, value);
+        else if (!v->hash) r = AssignDense(st, *v, mode, value, origin);
       }) && r)
     return done(std::move(*r));
-  caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done)});
+  caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done), origin});
 }
 
 void ActorVariables::Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) {

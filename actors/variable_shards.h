@@ -56,8 +56,10 @@ class ActorVariables : public VariableService,
 
   Result<int64_t> Resolve(const std::string& name, DType dtype, const PartialShape& shape) override;
   void Read(int64_t id, std::function<void(Result<Tensor>)> done) override;
-  void Assign(int64_t id, AssignMode mode, Tensor value,
-              std::function<void(Result<Tensor>)> done) override;
+  // An update whose origin the shard applied already changes nothing (every
+  // update of ApplyRequest, SparseApplyRequest and Assign alike).
+  void Assign(int64_t id, AssignMode mode, Tensor value, std::function<void(Result<Tensor>)> done,
+              UpdateOrigin origin = {}) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   void Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) override;
   bool CanRefill() const override { return true; }

@@ -15,10 +15,18 @@
 // and partitions are registered again under a new session id, because the
 // nodes' rendezvous map tasks to members per session.
 #include "cluster/session_impl.h"
+#include "kernels/update_origin.h"
 
 namespace sf {
 
 using namespace cluster_session_detail;  // NOLINT: the session's helpers (cluster/session_impl.h)
+
+namespace {
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 Result<std::shared_ptr<runtime::PartitionHost>> ClusterSession::Impl::HostFor(const std::string& device) {
   auto name = ParseDeviceName(device);
@@ -70,7 +78,9 @@ void ClusterSession::Impl::StartCoordinator() {
   coordinator = std::make_unique<runtime::Coordinator>(graph, std::move(co));
   // Step ids are unique across the sessions sharing the nodes' rendezvous.
   std::random_device rd;
-  coordinator->SetFirstStepId(static_cast<int64_t>(((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2));
+  // Each step's attempts number its id's low bits (kernels/update_origin.h).
+  const uint64_t first = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) >> 2;
+  coordinator->SetStepIds(static_cast<int64_t>(first & ~static_cast<uint64_t>(kMaxStepAttempts - 1)), kMaxStepAttempts);
   // The actor is detached: CAF's own threads only idle, so one, and parked
   // (the default work-stealing workers poll, taking a core from the steps).
   cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -192,6 +202,8 @@ std::vector<std::string> ClusterSession::tasks() const {
   return impl_->assignment;
 }
 
+int64_t ClusterSession::retried_steps() const { return impl_->retried_steps.load(); }
+
 std::vector<ClusterChange> ClusterSession::Changes() const {
   std::lock_guard<std::mutex> l(impl_->conf_mu);
   return impl_->changes;
@@ -280,6 +292,18 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
       if (--impl->in_flight == 0) impl->cv.notify_all();
     });
   };
+  auto call = std::make_shared<StepCall>();
+  call->feeds = feeds;
+  call->fetches = fetches;
+  call->targets = targets;
+  call->key = key;
+  call->run_options = run_options;
+  call->started_ms = SteadyMs();
+  Attempt(std::move(call), std::move(finish));
+}
+
+void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
+                                   std::function<void(Result<std::vector<Tensor>>)> finish) {
   // A member joined, drains or died since the last step: follow it first.
   if (restore_pending || stale_map || (options.elastic && (membership_changed || member_down))) {
     PauseSteps();
@@ -291,29 +315,69 @@ void ClusterSession::Impl::Start(const NamedFeeds& feeds, const std::vector<std:
     ResumeSteps();
     // Tried again before the next step: what failed it may pass by then.
     if (!r.ok()) member_down = true;
-    if (!r.ok()) return finish(r.status().WithPrefix("reconfiguring the session"));
+    if (!r.ok()) {
+      if (call->step != 0 && RunAgain(r.status(), *call, true)) {
+        ++call->attempt;
+        return Post([this, call, finish] { Attempt(call, finish); });
+      }
+      return finish(r.status().WithPrefix("reconfiguring the session"));
+    }
   }
   {
     std::unique_lock<std::mutex> l(gate_mu);
     gate_cv.wait(l, [&] { return !reconfiguring; });
     ++active_steps;
   }
-  auto step_done = [impl, finish](Result<std::vector<Tensor>> r) {
+  // Looked up with steps let through: a reconfiguration before drops the
+  // plans. Registration is rare (once per signature) and serialized.
+  auto plan = coordinator->Find(call->key);
+  if (!plan) plan = coordinator->PlanFor(call->feeds, call->fetches, call->targets);
+  const bool repeatable = runtime::Coordinator::Repeatable(*plan);
+  if (call->step == 0 && repeatable && map_mode && options.step_retry_ms > 0) call->step = coordinator->NewStepId();
+  Impl* impl = this;
+  auto step_done = [impl, finish, call, repeatable](Result<std::vector<Tensor>> r) {
     {
       std::lock_guard<std::mutex> l(impl->gate_mu);
       if (--impl->active_steps == 0) impl->gate_cv.notify_all();
     }
     // A node refused a part of the step as placed by a stale shard map:
-    // the next step follows the new map first (elastic or not). The step is
-    // not run again: its other parts may have run on their nodes.
+    // the next step follows the new map first (elastic or not).
     if (!r.ok() && cluster::IsStaleEpoch(r.status())) impl->stale_map = true;
+    if (!r.ok() && call->step != 0) {
+      // Run again (off this thread: following the map blocks); the parts
+      // that applied their updates apply them once (kernels/update_origin.h).
+      const Status why = r.status();
+      impl->Post([impl, finish, call, repeatable, why] {
+        if (!impl->RunAgain(why, *call, repeatable)) return finish(why);
+        ++call->attempt;
+        ++impl->retried_steps;
+        impl->Attempt(call, finish);
+      });
+      return;
+    }
     finish(std::move(r));
   };
-  // Looked up with steps let through: a reconfiguration before drops the
-  // plans. Registration is rare (once per signature) and serialized.
-  auto plan = coordinator->Find(key);
-  if (!plan) plan = coordinator->PlanFor(feeds, fetches, targets);
-  coordinator->StartStep(plan, feeds, std::move(step_done), run_options, "coordinator");
+  coordinator->StartStep(plan, call->feeds, std::move(step_done), call->run_options, "coordinator",
+                         call->step == 0 ? 0 : call->step + call->attempt);
+}
+
+bool ClusterSession::Impl::RunAgain(const Status& s, const StepCall& call, bool repeatable) {
+  if (!repeatable || call.step == 0 || call.attempt + 1 >= kMaxStepAttempts) return false;
+  if (!cluster::IsStaleEpoch(s) && s.code() != Code::kUnavailable) return false;
+  if (SteadyMs() - call.started_ms >= options.step_retry_ms) return false;
+  // Once the map settled (the leader moved a dead holder's slots), run
+  // again only when no slot of the session lost its state: a slot restored
+  // from a checkpoint rolls its variables back, which the step's failure
+  // tells the user (and Recover, or an elastic session's next step, does).
+  auto m = SettledMap();
+  if (!m.ok()) return false;
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    for (int t = 0; t < num_tasks && t < static_cast<int>(m->map_lost_after.size()); ++t)
+      if (m->map_lost_after[t] > 0 && m->map_lost_after[t] >= reg_epoch) return false;
+  }
+  stale_map = true;  // follow the map before the next run, elastic or not
+  return true;
 }
 
 const Graph& ClusterSession::graph() const { return impl_->graph; }

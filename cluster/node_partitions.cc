@@ -127,6 +127,9 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
       ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
                                          checkpoints.get());
       ho.env.max_tensor_bytes = opts.max_tensor_bytes;
+      // A session runs a step that failed on a moved or failed-over shard
+      // again: its updates apply once (kernels/update_origin.h).
+      ho.env.update_origins = true;
       ho.steps = &rendezvous;
       // Kernels trust their inputs: a peer's feeds are checked as a local
       // session checks its caller's.

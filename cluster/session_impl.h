@@ -98,6 +98,7 @@ struct ClusterSession::Impl {
   // A node refused a step as placed by a stale shard map: the session
   // follows the map before the step runs again, elastic or not.
   std::atomic<bool> stale_map{false};
+  std::atomic<int64_t> retried_steps{0};
   // Every member address seen in a membership list: when every member we
   // are connected to died, one of these may still lead to the cluster.
   std::set<std::string> known;  // GUARDED_BY(conf_mu)
@@ -157,6 +158,22 @@ struct ClusterSession::Impl {
   void Start(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
              const std::vector<std::string>& targets, const std::string& key,
              std::function<void(Result<std::vector<Tensor>>)> done, const RunOptions& run_options = {});
+  // One run of a step (Start's, or a run again of a failed one): follows the
+  // membership first when needed, then starts it under step id `step`
+  // (0: a new one); finish gets its result, or the next run's.
+  struct StepCall {
+    NamedFeeds feeds;
+    std::vector<std::string> fetches, targets;
+    std::string key;
+    RunOptions run_options;
+    int64_t step = 0;      // the first run's step id (0: not started yet)
+    int attempt = 0;
+    int64_t started_ms = 0;
+  };
+  void Attempt(std::shared_ptr<StepCall> call, std::function<void(Result<std::vector<Tensor>>)> finish);
+  // Whether a step that failed with s runs again (step_retry_ms); waits a
+  // little first when the membership has not changed since.
+  bool RunAgain(const Status& s, const StepCall& call, bool repeatable);
   // The host of a task's device: the member the task is assigned to now.
   Result<std::shared_ptr<runtime::PartitionHost>> HostFor(const std::string& device);
   // The variables (shared names, slots included) placed on each task; the

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/optimizer_spec.h"
+#include "kernels/update_origin.h"
 #include "shardflow/attr.h"
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
@@ -145,6 +146,8 @@ struct SparseApplyRequest {
   // starting values (the optimizer's); step_id is the step that looked them up.
   std::vector<double> slot_init;
   int64_t step_id = 0;
+  // Who made it (kernels/update_origin.h): a shard applies each origin once.
+  UpdateOrigin origin;
 };
 
 // Applies req to vars (variable then slots, rank 2 [rows, dim]; Adam's beta

@@ -74,7 +74,7 @@ void InMemoryVariables::Read(int64_t id, std::function<void(Result<Tensor>)> don
 }
 
 void InMemoryVariables::Assign(int64_t id, AssignMode mode, Tensor value,
-                               std::function<void(Result<Tensor>)> done) {
+                               std::function<void(Result<Tensor>)> done, UpdateOrigin) {
   Result<Tensor> r = Internal("unset");
   {
     std::lock_guard<std::mutex> l(mu_);

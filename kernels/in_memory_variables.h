@@ -20,8 +20,9 @@ class InMemoryVariables : public VariableService, public EmbeddingShardService {
  public:
   Result<int64_t> Resolve(const std::string& name, DType dtype, const PartialShape& shape) override;
   void Read(int64_t id, std::function<void(Result<Tensor>)> done) override;
-  void Assign(int64_t id, AssignMode mode, Tensor value,
-              std::function<void(Result<Tensor>)> done) override;
+  // Origins are not tracked: nothing runs a step here again.
+  void Assign(int64_t id, AssignMode mode, Tensor value, std::function<void(Result<Tensor>)> done,
+              UpdateOrigin origin = {}) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
   // Sharded embeddings: combined and applied under the lock.

@@ -15,6 +15,7 @@
 #include "shardflow/status.h"
 #include "shardflow/tensor.h"
 #include "kernels/optimizer_spec.h"
+#include "kernels/update_origin.h"
 
 namespace sf {
 
@@ -32,6 +33,8 @@ struct ApplyRequest {
   // (ReplicationService::ReadWithVersion); >= 0 records staleness = version
   // at apply - read_version at the shard. -1: not tracked.
   int64_t read_version = -1;
+  // Who made it (kernels/update_origin.h): a shard applies each origin once.
+  UpdateOrigin origin;
 };
 
 class VariableService {
@@ -42,9 +45,11 @@ class VariableService {
                                   const PartialShape& shape) = 0;
   // A snapshot of the value; NotFound for an unknown id, FailedPrecondition naming a never-initialised variable.
   virtual void Read(int64_t id, std::function<void(Result<Tensor>)> done) = 0;
-  // Stores, adds or subtracts value and answers the new value (a snapshot); InvalidArgument naming the variable on a dtype or shape mismatch.
-  virtual void Assign(int64_t id, AssignMode mode, Tensor value,
-                      std::function<void(Result<Tensor>)> done) = 0;
+  // Stores, adds or subtracts value and answers the new value (a snapshot; the
+  // value as it is when origin was applied before); InvalidArgument naming the
+  // variable on a dtype or shape mismatch.
+  virtual void Assign(int64_t id, AssignMode mode, Tensor value, std::function<void(Result<Tensor>)> done,
+                      UpdateOrigin origin = {}) = 0;
   // Applies an optimizer update atomically with respect to other updates; the error names the variable.
   virtual void Apply(ApplyRequest req, std::function<void(Status)> done) = 0;
   // The name given to Resolve, for error messages ("" when unknown).

@@ -4,6 +4,7 @@
 
 #include "graph/placement.h"
 #include "runtime/plan.h"
+#include "shardflow/op_registry.h"
 #include "runtime/step_join.h"
 #include "runtime/trace_json.h"
 
@@ -27,6 +28,8 @@ struct Coordinator::Plan {
   std::vector<PartitionHost*> hosts;
   // What the registered partitions' graphs live in.
   std::shared_ptr<const GraphPlacement> placement;
+  // Every stateful op it runs may run again (OpDef::repeatable).
+  bool repeatable = true;
 };
 
 Coordinator::Coordinator(const Graph& g, CoordinatorOptions options) : graph_(g), options_(std::move(options)) {}
@@ -99,6 +102,12 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   if (!run.ok()) return fail(run.status());
   plan->feeds = run->feeds;
   plan->num_fetches = run->fetches.size();
+  for (int id : run->order) {
+    const Node& n = graph_.node(id);
+    if (!n.stateful) continue;
+    const OpDef* def = graph_.registry().Find(n.op);
+    if (!def || !def->repeatable) plan->repeatable = false;
+  }
   if (run->order.empty()) return plan;  // nothing to run: every fetch is fed
 
   // Each device's share of the step; one device's share is the whole pruned
@@ -153,8 +162,12 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   return plan;
 }
 
+bool Coordinator::Repeatable(const Plan& plan) { return plan.error.ok() && plan.repeatable; }
+
+int64_t Coordinator::NewStepId() { return next_step_.fetch_add(step_stride_); }
+
 void Coordinator::StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done,
-                            const RunOptions& options, const std::string& trace_process) {
+                            const RunOptions& options, const std::string& trace_process, int64_t attempt_of) {
   if (!plan->error.ok()) return done(plan->error);
   if (Status s = ValidateFeeds(feeds, plan->feeds); !s.ok()) return done(s);
   // The trace's origin is the step's start here; the partitions' events,
@@ -170,7 +183,7 @@ void Coordinator::StartStep(const std::shared_ptr<const Plan>& plan, const Named
     };
   }
   if (plan->parts.empty()) return done(std::vector<Tensor>(plan->num_fetches));
-  const int64_t step_id = next_step_++;
+  const int64_t step_id = attempt_of > 0 ? attempt_of : NewStepId();
   // One partition has no peer to abort and leaves nothing in a rendezvous.
   std::function<void(const Status&)> abort;
   std::function<void()> cleanup;

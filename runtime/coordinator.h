@@ -74,16 +74,29 @@ class Coordinator {
   // the step's trace is written there before done runs (a write failure is
   // the step's error: Unavailable naming the file); trace_process names
   // this process's row in it.
+  // attempt_of > 0 runs the step under that id (NewStepId's, plus the
+  // attempt: a step run again, kernels/update_origin.h) instead of a new one.
   void StartStep(const std::shared_ptr<const Plan>& plan, const NamedFeeds& feeds, DoneFn done,
-                 const RunOptions& options = {}, const std::string& trace_process = "session");
+                 const RunOptions& options = {}, const std::string& trace_process = "session",
+                 int64_t attempt_of = 0);
+  // A new step id (they advance by the stride: SetStepIds).
+  int64_t NewStepId();
+  // Whether every stateful op plan runs may run again in a step run again
+  // (OpDef::repeatable); false for a failed plan.
+  static bool Repeatable(const Plan& plan);
 
   // Drops every plan: the next run of each signature registers again (a
   // reconfiguration moved partitions). Steps in flight keep their plans.
   void Reset();
   // The whole graph's placement and partitions (see GraphPlacement).
   std::shared_ptr<const GraphPlacement> Placement();
-  // Step ids start here (sessions sharing nodes draw theirs at random).
-  void SetFirstStepId(int64_t id) { next_step_ = id; }
+  // Step ids start at first and advance by stride (sessions sharing nodes
+  // draw the first at random; a cluster session leaves room between two
+  // steps' ids for the attempts of one, kernels/update_origin.h).
+  void SetStepIds(int64_t first, int64_t stride) {
+    next_step_ = first;
+    step_stride_ = stride;
+  }
 
  private:
   std::shared_ptr<Plan> BuildPlan(const NamedFeeds& feeds, const std::vector<std::string>& fetches,
@@ -93,6 +106,7 @@ class Coordinator {
   const Graph& graph_;
   const CoordinatorOptions options_;
   std::atomic<int64_t> next_step_{1};
+  int64_t step_stride_ = 1;
   std::atomic<uint64_t> next_handle_{1};
 
   // Held while plans are built and registered: one at a time.

@@ -113,7 +113,7 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
       .Summary("Runs after its control inputs and is never dead, even when they are.").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPush")
       .RequiredAttr<std::string>("stack_name")
-      .Inputs(2).Stateful()
+      .Inputs(2).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckStackIndex(c, 1));
         SF_RETURN_IF_ERROR(c.Attr<std::string>("stack_name").status());
@@ -126,7 +126,7 @@ Status RegisterControlFlowOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StackPop")
       .RequiredAttr<std::string>("stack_name").RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape())
-      .Inputs(1).Stateful()
+      .Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckStackIndex(c, 0));
         SF_RETURN_IF_ERROR(c.Attr<std::string>("stack_name").status());

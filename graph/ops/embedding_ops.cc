@@ -121,7 +121,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard").Attr("partition", "mod")
       .Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
       .Attr("read_only", false)
-      .Inputs(2, 4).Stateful()
+      .Inputs(2, 4).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         PartialShape prefix;
         SF_RETURN_IF_ERROR(CheckLookupInputs(c, 1, c.num_inputs() == 3, &prefix));
@@ -232,7 +232,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
   for (const OptimizerSpec& op : kOptimizers) {
     if (!op.sparse_op) continue;
     const int fixed = op.handles + op.scalars;
-    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 4).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op.sparse_op).Inputs(fixed + 2, fixed + 4).Stateful().Repeatable()
         .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
         .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})
         .Attr("slot_init", std::vector<double>{})
@@ -310,7 +310,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .Summary("Makes one shard of a hash embedding table empty, with its admission and eviction "
                "settings (attrs). Input: the shard handle.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardStats").Inputs(1).Stateful().RequiredAttr<std::string>("table")
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("HashEmbeddingShardStats").Inputs(1).Stateful().Repeatable().RequiredAttr<std::string>("table")
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kResource)
           return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));

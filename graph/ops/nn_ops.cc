@@ -709,7 +709,7 @@ Status RegisterNNOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Dropout")
       .InputNames({"x", "rate_tensor"})
       .RequiredAttr<double>("rate").Attr("seed", int64_t{0})
-      .Inputs(1, 2).Stateful()
+      .Inputs(1, 2).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireFloat(c, 0));
         if (c.num_inputs() == 2) {

@@ -49,19 +49,19 @@ Status RegisterRandomOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomUniform")
       .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
       .Attr("seed", int64_t{0}).Attr("minval", 0.0).Attr("maxval", 1.0)
-      .Inputs(0).Stateful()
+      .Inputs(0).Stateful().Repeatable()
       .Shape(RandomShape({"minval", "maxval"})).NotDifferentiable()
       .Summary("Uniform values in [minval, maxval) (attrs shape, dtype, seed).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomNormal")
       .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
       .Attr("seed", int64_t{0}).Attr("mean", 0.0).Attr("stddev", 1.0)
-      .Inputs(0).Stateful()
+      .Inputs(0).Stateful().Repeatable()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
       .Summary("Normal values (attrs shape, dtype, seed, mean, stddev).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("TruncatedNormal")
       .RequiredAttr<std::vector<int64_t>>("shape").Attr("dtype", DType::kFloat32)
       .Attr("seed", int64_t{0}).Attr("mean", 0.0).Attr("stddev", 1.0)
-      .Inputs(0).Stateful()
+      .Inputs(0).Stateful().Repeatable()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
       .Summary("Normal values redrawn until within 2 stddev of the mean.").Build()));
   return Status::OK();

@@ -112,7 +112,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariableWithVersion")
       .RequiredAttr<DType>("dtype")
-      .Inputs(1).Stateful()
+      .Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         auto dt = c.Attr<DType>("dtype");
@@ -129,7 +129,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Summary("The variable's value and its version (optimizer updates applied so far), read "
                "together. Attr dtype.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SyncReplicaStats").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SyncReplicaStats").Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         c.set_output(0, DType::kInt64, PartialShape(Shape{3}));
@@ -138,7 +138,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Summary("int64 [applied_steps, accepted_gradients, dropped_gradients] of a variable's "
                "synchronous replication; applied_steps is its global step.")
       .Build()));
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StalenessStats").Inputs(1).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StalenessStats").Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         c.set_output(0, DType::kFloat64, PartialShape(Shape{3}));

@@ -23,7 +23,7 @@ Status RegisterSendRecvOps(OpRegistry& reg) {
       .RequiredAttr<std::string>("tensor_name").RequiredAttr<std::string>("send_device")
       .RequiredAttr<std::string>("recv_device").RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape())
-      .Inputs(1).Stateful()
+      .Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -40,7 +40,7 @@ Status RegisterSendRecvOps(OpRegistry& reg) {
       .RequiredAttr<std::string>("tensor_name").RequiredAttr<std::string>("send_device")
       .RequiredAttr<std::string>("recv_device").RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape())
-      .Inputs(0).Stateful()
+      .Inputs(0).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(TransferAttrs(c));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));

@@ -51,7 +51,7 @@ Status RegisterStateOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle")
       .RequiredAttr<std::string>("shared_name").RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape()).Attr("trainable", false)
-      .Inputs(0).Stateful()
+      .Inputs(0).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("VarHandle needs a non-empty shared_name");
@@ -68,7 +68,7 @@ Status RegisterStateOps(OpRegistry& reg) {
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ReadVariable")
       .RequiredAttr<DType>("dtype")
-      .Inputs(1).Stateful()
+      .Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandle(c, 0));
         SF_ASSIGN_OR_RETURN(DType t, c.Attr<DType>("dtype"));
@@ -84,7 +84,7 @@ Status RegisterStateOps(OpRegistry& reg) {
 
   for (const char* op : {"Assign", "AssignAdd", "AssignSub"}) {
     SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op).InputNames({"resource", "value"})
-        .Inputs(2).Stateful().Shape(AssignShape).NotDifferentiable()
+        .Inputs(2).Stateful().Repeatable().Shape(AssignShape).NotDifferentiable()
         .Summary(std::string(op) + " a value to a variable; returns the new value.").Build()));
   }
   return Status::OK();

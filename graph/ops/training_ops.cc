@@ -52,7 +52,7 @@ Status RegisterTrainingOps(OpRegistry& reg) {
     const int n = op.handles + op.scalars + 1;
     OpBuilder b(op.apply_op);
     if (op.kind == OptimizerKind::kMomentum) b.Attr("use_nesterov", false);
-    SF_RETURN_IF_ERROR(reg.Register(b.Inputs(n).Stateful()
+    SF_RETURN_IF_ERROR(reg.Register(b.Inputs(n).Stateful().Repeatable()
         .Shape(TrainingShape(op.handles, op.scalars)).NotDifferentiable()
         .Summary(op.summary).Build()));
   }

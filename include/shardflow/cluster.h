@@ -150,6 +150,15 @@ struct ClusterOptions {
   // step as placed by a stale map (the step then runs again on the new
   // holders, by itself), and recovers lost tasks only when Recover is called.
   bool elastic = true;
+  // On a cluster with a shard map: a step that failed because a node holding
+  // part of it went down (Unavailable) or refused it as placed by a stale
+  // map (a move or failover) runs again by itself, after the session
+  // followed the map, for up to this long from its start and at most 15
+  // times more. Each of its updates is applied once over all its runs
+  // (kernels/update_origin.h). Steps with ops that cannot run again (queues,
+  // readers, checkpoint ops, synchronous replicas, all-reduce) fail as they
+  // did. 0: never run again.
+  int step_retry_ms = 30000;
 };
 
 // What one reconfiguration of a ClusterSession did.
@@ -279,6 +288,8 @@ class ClusterSession : public SessionInterface {
   const Graph& graph() const override;
   // The members steps run on, by task index (HOST:PORT).
   std::vector<std::string> tasks() const;
+  // How many times a failed step ran again (ClusterOptions::step_retry_ms).
+  int64_t retried_steps() const;
 
   // Checkpoints every initialised variable (and slot) of the graph, read
   // from the nodes that hold them, into the RocksDB store in dir under

@@ -53,6 +53,9 @@ struct KernelServices {
   RendezvousService* rendezvous = nullptr;      // null unless the step spans partitions
   CheckpointService* checkpoints = nullptr;     // the in-graph checkpoint ops' store
   RunCounters* run_counters = nullptr;          // stateful nodes' runs, shared by a session's executors
+  // Updates carry their step's origin (kernels/update_origin.h): true on a
+  // cluster node, whose sessions may run a failed step again.
+  bool update_origins = false;
 };
 
 // What a kernel knows when it is built.
@@ -105,6 +108,8 @@ class OpKernelContext {
   CollectiveService* collectives() const { return services_->collectives; }
   QueueService* queues() const { return services_->queues; }
   int64_t step_id() const { return step_id_; }
+  // Whether updates carry the step's origin (KernelServices::update_origins).
+  bool update_origins() const { return services_->update_origins; }
   // The loop frame instance and iteration this op runs in (the root frame ""
   // and 0 outside loops); _Send/_Recv key transfers by them. `frame_key`
   // must outlive the context.

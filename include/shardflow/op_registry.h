@@ -87,6 +87,10 @@ struct OpDef {
   int min_inputs = 0;
   int max_inputs = 0;  // -1: any number (variadic)
   bool stateful = false;  // reads or writes state, or is random: never folded or deduplicated
+  // A stateful op a cluster session may run again in a step that failed
+  // part-way (a move or failover): it only reads or draws random numbers, or
+  // its updates carry the step's origin and apply once (kernels/update_origin.h).
+  bool repeatable = false;
   ShapeFn shape_fn;
   // Null with differentiable=false: "not differentiable" (the gradient stops).
   GradFn grad_fn;
@@ -126,6 +130,7 @@ class OpBuilder {
   OpBuilder& Inputs(int n) { def_.min_inputs = def_.max_inputs = n; return *this; }
   OpBuilder& Inputs(int min, int max) { def_.min_inputs = min; def_.max_inputs = max; return *this; }
   OpBuilder& Stateful() { def_.stateful = true; return *this; }
+  OpBuilder& Repeatable() { def_.repeatable = true; return *this; }
   OpBuilder& Shape(ShapeFn f) { def_.shape_fn = std::move(f); return *this; }
   OpBuilder& Grad(GradFn f) { def_.grad_fn = std::move(f); def_.differentiable = true; return *this; }
   OpBuilder& NotDifferentiable() { def_.differentiable = false; def_.grad_fn = nullptr; return *this; }

@@ -153,7 +153,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
   EmbeddingSparseApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
       : EmbeddingKernelBase(init, s), optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
         scalars_(SpecOf(optimizer).scalars),
-        slot_init_(init.attrs->GetOr<std::vector<double>>("slot_init", {})) {
+        slot_init_(init.attrs->GetOr<std::vector<double>>("slot_init", {})), origin_op_(OriginOpKey(init.node_name)) {
     if (s->ok() && !slot_init_.ok()) *s = slot_init_.status();
   }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
@@ -167,6 +167,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
       ctx->SetStatus(std::move(s));
       return done();
     }
+    req.origin = OriginOf(*ctx, origin_op_);
     ctx->embeddings()->SparseApply(std::move(req), [ctx, done = std::move(done)](Status st) {
       ctx->SetStatus(std::move(st));
       done();
@@ -208,6 +209,7 @@ class EmbeddingSparseApplyKernel : public EmbeddingKernelBase {
   OptimizerKind optimizer_;
   int handles_, scalars_;
   Result<std::vector<double>> slot_init_;
+  uint64_t origin_op_;
 };
 
 // EmbeddingSparseApplySync: the sparse update's request, contributed to the

@@ -43,7 +43,7 @@ Result<int64_t> HandleId(const Tensor& t) {
 // VariableService: always asynchronous, always stateful.
 class VariableAccessKernel : public OpKernel {
  public:
-  explicit VariableAccessKernel(const KernelInit& init) : op_(init.op) {}
+  explicit VariableAccessKernel(const KernelInit& init) : op_(init.op), origin_op_(OriginOpKey(init.node_name)) {}
   void Compute(OpKernelContext* ctx) override {
     ctx->SetStatus(Internal("variable access is asynchronous"));
   }
@@ -62,9 +62,12 @@ class VariableAccessKernel : public OpKernel {
  protected:
   // Starts the access of variable `id`; calls done once it has finished.
   virtual void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) = 0;
+  // The origin of this kernel's update in ctx's step (kernels/update_origin.h).
+  UpdateOrigin Origin(const OpKernelContext& ctx) const { return OriginOf(ctx, origin_op_); }
 
  private:
   std::string op_;
+  uint64_t origin_op_;
 };
 
 class ReadVariableKernel : public VariableAccessKernel {
@@ -103,12 +106,14 @@ class AssignKernel : public VariableAccessKernel {
 
  protected:
   void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
-    ctx->variables()->Assign(id, kMode, ctx->input(1).Owned(),
-                             [ctx, done = std::move(done)](Result<Tensor> r) {
-                               if (!r.ok()) ctx->SetStatus(r.status());
-                               else ctx->set_output(0, std::move(r).value());
-                               done();
-                             });
+    ctx->variables()->Assign(
+        id, kMode, ctx->input(1).Owned(),
+        [ctx, done = std::move(done)](Result<Tensor> r) {
+          if (!r.ok()) ctx->SetStatus(r.status());
+          else ctx->set_output(0, std::move(r).value());
+          done();
+        },
+        Origin(*ctx));
   }
 };
 

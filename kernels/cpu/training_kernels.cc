@@ -4,6 +4,7 @@
 // the variable (atomic per update).
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/optimizer_spec.h"
+#include "kernels/update_origin.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -13,7 +14,7 @@ class ApplyKernel : public OpKernel {
  public:
   ApplyKernel(const KernelInit& init, Status* s, OptimizerKind optimizer)
       : op_(init.op), optimizer_(optimizer), handles_(SpecOf(optimizer).handles),
-        scalars_(SpecOf(optimizer).scalars) {
+        scalars_(SpecOf(optimizer).scalars), origin_op_(OriginOpKey(init.node_name)) {
     auto n = init.AttrOr<bool>("use_nesterov", false);
     if (!n.ok()) *s = n.status();
     else nesterov_ = *n;
@@ -44,6 +45,7 @@ class ApplyKernel : public OpKernel {
     }
     for (int i = 0; i < scalars_; ++i) req.scalars.push_back(ctx->input(handles_ + i));
     req.grad = ctx->input(handles_ + scalars_);
+    req.origin = OriginOf(*ctx, origin_op_);
     ctx->variables()->Apply(std::move(req), [ctx, done = std::move(done)](Status s) {
       ctx->SetStatus(std::move(s));
       done();
@@ -54,6 +56,7 @@ class ApplyKernel : public OpKernel {
   std::string op_;
   OptimizerKind optimizer_;
   int handles_, scalars_;
+  uint64_t origin_op_;
   bool nesterov_ = false;
 };
 

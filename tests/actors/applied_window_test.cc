@@ -1,0 +1,121 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <future>
+
+#include "actors/applied_window.h"
+#include "actors/variable_shards.h"
+#include "tests/support/caf_system.h"
+
+using namespace sf;
+using namespace sf::runtime;
+
+TEST_CASE("AppliedWindow: remembers origins for kKeepMs, at most kMaxOrigins", "[variables][origin]") {
+  AppliedWindow w;
+  const UpdateOrigin a{5, 1}, b{5, 2}, none{};
+  CHECK_FALSE(w.Seen(a));
+  w.Record(a, 1000);
+  w.Record(none, 1000);
+  CHECK(w.Seen(a));
+  CHECK_FALSE(w.Seen(b));
+  CHECK_FALSE(w.Seen(none));
+  CHECK(w.size() == 1);
+  w.Record(b, 1000 + AppliedWindow::kKeepMs);  // a is exactly kKeepMs old: kept
+  CHECK(w.Seen(a));
+  w.Record(UpdateOrigin{6, 1}, 1001 + AppliedWindow::kKeepMs);  // now a is older: forgotten
+  CHECK_FALSE(w.Seen(a));
+  CHECK(w.Seen(b));
+  // The count bound forgets the oldest first, whatever their age.
+  AppliedWindow full;
+  for (uint64_t i = 1; i <= AppliedWindow::kMaxOrigins + 1; ++i) full.Record(UpdateOrigin{i, 0}, 0);
+  CHECK(full.size() == AppliedWindow::kMaxOrigins);
+  CHECK_FALSE(full.Seen(UpdateOrigin{1, 0}));
+  CHECK(full.Seen(UpdateOrigin{2, 0}));
+}
+
+namespace {
+
+template <typename T>
+T Await(std::function<void(std::function<void(T)>)> call) {
+  std::promise<T> p;
+  auto f = p.get_future();
+  call([&p](T r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+// A [n, 1] float tensor.
+Tensor Column(const std::vector<float>& v) {
+  Tensor t(DType::kFloat32, Shape{static_cast<int64_t>(v.size()), 1});
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+float First(ActorVariables& vars, int64_t id) {
+  auto r = Await<Result<Tensor>>([&](auto done) { vars.Read(id, done); });
+  REQUIRE(r.ok());
+  return r->data<float>()[0];
+}
+
+}  // namespace
+
+TEST_CASE("Variable shards: an update whose origin was applied changes nothing", "[variables][origin]") {
+  testing::CafSystem s;
+  ActorVariables vars(s.sys, {"w", "t"});
+  const int64_t w = *vars.Resolve("w", DType::kFloat32, PartialShape({2}));
+  const int64_t t = *vars.Resolve("t", DType::kFloat32, PartialShape({4, 1}));
+  REQUIRE(Await<Result<Tensor>>([&](auto done) {
+            vars.Assign(w, AssignMode::kAssign, Tensor::FromVector(std::vector<float>{0, 0}), done);
+          }).ok());
+  REQUIRE(Await<Result<Tensor>>([&](auto done) {
+            vars.Assign(t, AssignMode::kAssign, Column({0, 0, 0, 0}),
+                        done);
+          }).ok());
+  const UpdateOrigin step7_add{7, 11}, step7_sgd{7, 12}, step7_sparse{7, 13}, step8_add{8, 11};
+
+  // AssignAdd: twice with one origin adds once; the second answers the value as it is.
+  auto add = [&](UpdateOrigin o) {
+    return Await<Result<Tensor>>([&](auto done) {
+      vars.Assign(w, AssignMode::kAdd, Tensor::FromVector(std::vector<float>{1, 1}), done, o);
+    });
+  };
+  REQUIRE(add(step7_add).ok());
+  auto again = add(step7_add);
+  REQUIRE(again.ok());
+  CHECK(again->data<float>()[0] == 1.0f);
+  REQUIRE(add(step8_add).ok());
+  REQUIRE(add(UpdateOrigin{}).ok());  // no origin: applied every time
+  REQUIRE(add(UpdateOrigin{}).ok());
+  CHECK(First(vars, w) == 4.0f);
+
+  // A dense optimizer update.
+  ApplyRequest sgd;
+  sgd.optimizer = OptimizerKind::kGradientDescent;
+  sgd.var_ids = {w};
+  sgd.scalars = {Tensor::Scalar<float>(1.0f)};
+  sgd.grad = Tensor::FromVector(std::vector<float>{-10, -10});
+  sgd.origin = step7_sgd;
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(Await<Status>([&](auto done) { vars.Apply(sgd, done); }).ok());
+  CHECK(First(vars, w) == 14.0f);
+
+  // A sparse update (the counter of nemesis tests).
+  SparseApplyRequest sp;
+  sp.optimizer = OptimizerKind::kGradientDescent;
+  sp.var_ids = {t};
+  sp.scalars = {Tensor::Scalar<float>(1.0f)};
+  sp.indices = Tensor::FromVector(std::vector<int64_t>{0});
+  sp.values = Column({-1});
+  sp.indices_unique = true;
+  sp.origin = step7_sparse;
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(Await<Status>([&](auto done) { vars.SparseApply(sp, done); }).ok());
+  CHECK(First(vars, t) == 1.0f);
+  // A failed update records nothing: it applies when it comes again and can.
+  sp.origin = UpdateOrigin{9, 1};
+  sp.indices = Tensor::FromVector(std::vector<int64_t>{99});
+  CHECK_FALSE(Await<Status>([&](auto done) { vars.SparseApply(sp, done); }).ok());
+  sp.indices = Tensor::FromVector(std::vector<int64_t>{0});
+  REQUIRE(Await<Status>([&](auto done) { vars.SparseApply(sp, done); }).ok());
+  CHECK(First(vars, t) == 2.0f);
+  vars.Shutdown();
+}
