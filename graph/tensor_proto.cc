@@ -24,6 +24,9 @@ proto::DType DTypeToProto(DType t) {
     case DType::kBFloat16: return proto::DType::BFLOAT16;
     case DType::kFloat16: return proto::DType::FLOAT16;
     case DType::kResource: return proto::DType::RESOURCE;
+    case DType::kInt8: return proto::DType::INT8;
+    case DType::kInt16: return proto::DType::INT16;
+    case DType::kUInt8: return proto::DType::UINT8;
     case DType::kInvalid: break;
   }
   return proto::DType::INVALID;
@@ -40,6 +43,9 @@ Result<DType> DTypeFromProto(proto::DType t) {
     case proto::DType::BFLOAT16: return DType::kBFloat16;
     case proto::DType::FLOAT16: return DType::kFloat16;
     case proto::DType::RESOURCE: return DType::kResource;
+    case proto::DType::INT8: return DType::kInt8;
+    case proto::DType::INT16: return DType::kInt16;
+    case proto::DType::UINT8: return DType::kUInt8;
   }
   return DataLoss("unknown dtype enumerant " + std::to_string(static_cast<int>(t)));
 }

@@ -148,8 +148,11 @@ Result<DType> DTypeFromDescr(const std::string& d) {
   if (body == "i4") return DType::kInt32;
   if (body == "i8") return DType::kInt64;
   if (body == "b1" || body == "?") return DType::kBool;
+  if (body == "i1") return DType::kInt8;
+  if (body == "i2") return DType::kInt16;
+  if (body == "u1") return DType::kUInt8;
   return InvalidArgument("unsupported dtype '" + d +
-                         "' (supported: '<f4', '<f8', '<i4', '<i8', '|b1')");
+                         "' (supported: '<f4', '<f8', '<i4', '<i8', '<i2', '|i1', '|u1', '|b1')");
 }
 
 Result<std::string> DescrOf(DType t) {
@@ -159,11 +162,14 @@ Result<std::string> DescrOf(DType t) {
     case DType::kInt32: return std::string("<i4");
     case DType::kInt64: return std::string("<i8");
     case DType::kBool: return std::string("|b1");
+    case DType::kInt8: return std::string("|i1");
+    case DType::kInt16: return std::string("<i2");
+    case DType::kUInt8: return std::string("|u1");
     default: break;
   }
   return InvalidArgument(std::string("a ") + DTypeName(t) +
                          " tensor cannot be stored in .npy (supported: float32, float64, int32, "
-                         "int64, bool)");
+                         "int64, int16, int8, uint8, bool)");
 }
 
 uint32_t ReadLE(const std::string& b, size_t at, int bytes) {

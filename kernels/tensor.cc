@@ -24,6 +24,9 @@ const char* DTypeName(DType t) {
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat16: return "float16";
     case DType::kResource: return "resource";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kUInt8: return "uint8";
     case DType::kInvalid: break;
   }
   return "invalid";
@@ -38,6 +41,9 @@ Result<DType> ParseDType(const std::string& n) {
   if (n == "bfloat16") return DType::kBFloat16;
   if (n == "float16" || n == "half") return DType::kFloat16;
   if (n == "resource") return DType::kResource;
+  if (n == "int8") return DType::kInt8;
+  if (n == "int16") return DType::kInt16;
+  if (n == "uint8") return DType::kUInt8;
   return InvalidArgument("unknown dtype '" + n + "'");
 }
 
@@ -45,8 +51,8 @@ size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kFloat32: case DType::kInt32: return 4;
     case DType::kFloat64: case DType::kInt64: case DType::kResource: return 8;
-    case DType::kBool: return 1;
-    case DType::kBFloat16: case DType::kFloat16: return 2;
+    case DType::kBool: case DType::kInt8: case DType::kUInt8: return 1;
+    case DType::kBFloat16: case DType::kFloat16: case DType::kInt16: return 2;
     case DType::kInvalid: break;
   }
   return 0;
@@ -55,7 +61,9 @@ size_t DTypeSize(DType t) {
 bool IsFloating(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16 || t == DType::kFloat16;
 }
-bool IsInteger(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+bool IsInteger(DType t) {
+  return t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kInt16 || t == DType::kUInt8;
+}
 
 int64_t NumElements(const Shape& s) {
   int64_t n = 1;

@@ -16,6 +16,9 @@ enum DType {
   bfloat16 @6;
   float16 @7;
   resource @8;
+  int8 @9;
+  int16 @10;
+  uint8 @11;
 }
 
 # What graph construction knows of a shape: unknown rank, or dims with -1 for

@@ -323,7 +323,9 @@ Status UnsortedSegmentSumShape(InferenceContext& c) {
 }
 
 Status OneHotShape(InferenceContext& c) {
-  SF_RETURN_IF_ERROR(RequireIndexDType(c, 0, "OneHot"));
+  const DType it = c.input_dtype(0);
+  if (it != DType::kUInt8 && it != DType::kInt32 && it != DType::kInt64)  // TensorFlow's three
+    return c.Error(std::string("OneHot: indices must be uint8, int32 or int64, got ") + DTypeName(it));
   SF_ASSIGN_OR_RETURN(int64_t depth, c.Attr<int64_t>("depth"));
   SF_ASSIGN_OR_RETURN(DType dtype, c.Attr<DType>("dtype"));
   SF_RETURN_IF_ERROR(c.AttrOr<double>("on", 1.0).status());

@@ -1,4 +1,4 @@
-// Core ops: Const, Placeholder, Identity, NoOp, StopGradient.
+// Core ops: Const, Placeholder, Identity, NoOp, StopGradient, Assert.
 #include "graph/op_registry.h"
 #include "shardflow/ops.h"
 
@@ -35,6 +35,22 @@ Status RegisterCoreOps(OpRegistry& reg) {
 
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StopGradient").Inputs(1).Shape(UnchangedShape)
       .NotDifferentiable().Summary("Identity whose gradient is zero.").Build()));
+
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Assert").Inputs(1, -1).Stateful().Repeatable()
+      .Attr("template", "").Attr("summarize", int64_t{3})
+      .Shape([](InferenceContext& c) -> Status {
+        if (c.input_dtype(0) != DType::kBool)
+          return c.Error(std::string("Assert's condition must be bool, got ") + DTypeName(c.input_dtype(0)));
+        const PartialShape& s = c.input_shape(0);
+        if (s.fully_defined() && NumElements(s.dims()) != 1)
+          return c.Error("Assert's condition must be a scalar, got shape " + s.ToString());
+        SF_RETURN_IF_ERROR(c.AttrOr<std::string>("template", "").status());
+        return c.AttrOr<int64_t>("summarize", 3).status();
+      })
+      .NotDifferentiable()
+      .Summary("Fails the step (InvalidArgument \"assertion failed: ...\") when input 0, a bool scalar, is false; "
+               "attr template's {} take the other inputs' first summarize values (negative: all).")
+      .Build()));
   return Status::OK();
 }
 
@@ -65,6 +81,9 @@ Output ScalarLike(Graph& g, Output like, double v) {
     case DType::kFloat64: return Const(g, Tensor::Scalar<double>(v));
     case DType::kInt32: return Const(g, Tensor::Scalar<int32_t>(static_cast<int32_t>(v)));
     case DType::kInt64: return Const(g, Tensor::Scalar<int64_t>(static_cast<int64_t>(v)));
+    case DType::kInt8: return Const(g, Tensor::Scalar<int8_t>(static_cast<int8_t>(v)));
+    case DType::kInt16: return Const(g, Tensor::Scalar<int16_t>(static_cast<int16_t>(v)));
+    case DType::kUInt8: return Const(g, Tensor::Scalar<uint8_t>(static_cast<uint8_t>(v)));
     default: return Const(g, Tensor::Scalar<float>(static_cast<float>(v)));
   }
 }

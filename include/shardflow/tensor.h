@@ -35,6 +35,9 @@ enum class DType : uint8_t {
   kBFloat16 = 6,  // reserved: storage only for now
   kFloat16 = 7,   // reserved: storage only for now
   kResource = 8,  // a scalar int64 id naming a variable of the session
+  kInt8 = 9,      // the small integers: data (MNIST's uint8 labels), Cast, comparisons, OneHot
+  kInt16 = 10,
+  kUInt8 = 11,
 };
 
 // "float32", "int64", ...; "invalid" for unknown values.
@@ -52,6 +55,9 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloa
 template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
+template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::kInt16; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
 
 using Shape = std::vector<int64_t>;
 
@@ -257,6 +263,9 @@ bool DispatchNumeric(DType t, F&& f) {
     case DType::kInt32: f(TypeTag<int32_t>{}); return true;
     case DType::kInt64: f(TypeTag<int64_t>{}); return true;
     case DType::kBool: f(TypeTag<bool>{}); return true;
+    case DType::kInt8: f(TypeTag<int8_t>{}); return true;
+    case DType::kInt16: f(TypeTag<int16_t>{}); return true;
+    case DType::kUInt8: f(TypeTag<uint8_t>{}); return true;
     default: return false;
   }
 }

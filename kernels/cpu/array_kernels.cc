@@ -942,6 +942,7 @@ void RegisterArrayKernels(KernelRegistry& reg) {
   RegisterCPU<WhereKernel>(reg, "Where", {DType::kBool});
   RegisterCPU<OneHotKernel<int32_t>>(reg, "OneHot", {DType::kInt32});
   RegisterCPU<OneHotKernel<int64_t>>(reg, "OneHot", {DType::kInt64});
+  RegisterCPU<OneHotKernel<uint8_t>>(reg, "OneHot", {DType::kUInt8});
 }
 
 }  // namespace sf

@@ -37,6 +37,9 @@ void RegisterCompare(KernelRegistry& reg, const std::string& op) {
   RegisterCPU<BinaryKernel<double, bool, F>>(reg, op, {DType::kFloat64});
   RegisterCPU<BinaryKernel<int32_t, bool, F>>(reg, op, {DType::kInt32});
   RegisterCPU<BinaryKernel<int64_t, bool, F>>(reg, op, {DType::kInt64});
+  RegisterCPU<BinaryKernel<int8_t, bool, F>>(reg, op, {DType::kInt8});
+  RegisterCPU<BinaryKernel<int16_t, bool, F>>(reg, op, {DType::kInt16});
+  RegisterCPU<BinaryKernel<uint8_t, bool, F>>(reg, op, {DType::kUInt8});
 }
 
 }  // namespace

@@ -315,6 +315,9 @@ void RegisterMathKernels(KernelRegistry& reg) {
   RegisterCPU<CastKernel<int32_t>>(reg, "Cast", {DType::kInt32});
   RegisterCPU<CastKernel<int64_t>>(reg, "Cast", {DType::kInt64});
   RegisterCPU<CastKernel<bool>>(reg, "Cast", {DType::kBool});
+  RegisterCPU<CastKernel<int8_t>>(reg, "Cast", {DType::kInt8});
+  RegisterCPU<CastKernel<int16_t>>(reg, "Cast", {DType::kInt16});
+  RegisterCPU<CastKernel<uint8_t>>(reg, "Cast", {DType::kUInt8});
 
   RegisterCPU<SelectKernel>(reg, "Select", {DType::kBool});
 

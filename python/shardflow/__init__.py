@@ -40,7 +40,8 @@ except ImportError as _e:  # pragma: no cover - only with another interpreter or
         f"{_e}{_missing}. This build of shardflow is for {_built_for()}: run it with that interpreter, or "
         "pip install --no-build-isolation the repository into the Python or venv you use (docs/PYTHON.md)") from None
 from . import errors
-from .dtypes import DType, as_dtype, float32, float64, int32, int64, bool_, float16, bfloat16, resource
+from .dtypes import (DType, as_dtype, float32, float64, int32, int64, int16, int8, uint8, bool_, float16,  # noqa: F401
+                     bfloat16, resource)
 from .graph import (Graph, Tensor, Operation, TensorShape, Dimension, get_default_graph, reset_default_graph,
                     convert_to_tensor, constant, placeholder, name_scope, device, control_dependencies,
                     group, identity, no_op)
@@ -71,7 +72,7 @@ from .queues import FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue
 from .cluster import LocalCluster
 from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math
 from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduce_sum, reduce_mean,  # noqa: F401
-                     reduce_max, reduce_min, reduce_prod, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
+                     reduce_max, reduce_min, reduce_prod, reduce_all, reduce_any, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
                      fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, unique,
                      unsorted_segment_sum, maximum,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
@@ -82,18 +83,23 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      logical_and, logical_or, logical_not, arg_max, arg_min, random_normal, random_uniform,
                      truncated_normal)
 
+from . import debugging  # noqa: F401 - tf.debugging
+from .debugging import (Assert, assert_equal, assert_none_equal, assert_less, assert_less_equal,  # noqa: F401
+                        assert_greater, assert_greater_equal, assert_positive, assert_negative, assert_non_negative,
+                        assert_non_positive, assert_rank, assert_rank_at_least, assert_type, assert_integer,
+                        assert_scalar, check_numerics, verify_tensor_all_finite, is_numeric_tensor)
+
 bool = bool_  # noqa: A001 - sf.bool as in TensorFlow
 
-_NO_DTYPES = ("int8", "int16", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "string", "qint8")
+_NO_DTYPES = ("uint16", "uint32", "uint64", "complex64", "complex128", "string", "qint8", "quint8", "qint32")
 
 
 def __getattr__(name):
     # TF 1.x's dtypes the runtime lacks: say so and what to use, instead of a bare AttributeError.
     if name in _NO_DTYPES:
         raise AttributeError(
-            f"shardflow has no {name} dtype: its tensors are float32, float64, float16, bfloat16, int32, int64 "
-            "and bool. Use tf.int32 for integer data (a uint8/int8/int16 NumPy array, such as MNIST's labels, "
-            "feeds an int32 placeholder with its values unchanged) and tf.float32 for images")
+            f"shardflow has no {name} dtype: its tensors are float32, float64, float16, bfloat16, int64, int32, "
+            "int16, int8, uint8 and bool. Use tf.int64 for wider unsigned data and tf.float32 for images")
     raise AttributeError(f"module 'shardflow' has no attribute '{name}'")
 
 __version__ = "0.1.0"

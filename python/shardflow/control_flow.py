@@ -79,13 +79,36 @@ def while_loop(cond, body, loop_vars, name="while", parallel_iterations=10, maxi
     return out[0] if single else out
 
 
+def _after(deps, fn):
+    """fn() with every output an Identity that runs after deps (Operations)."""
+    with _graph.control_dependencies(deps):
+        result = fn()
+        if isinstance(result, (list, tuple)):
+            return type(result)(_graph.identity(r) for r in result)
+        return _graph.identity(result)
+
+
+def _assert_at_most_n_true(predicates, n, msg):
+    # TF 1.x's control_flow_ops._assert_at_most_n_true, with its message.
+    from . import debugging, tf_api
+    preds = tf_api.stack(predicates, name="preds_c")
+    num_true = tf_api.reduce_sum(tf_api.cast(preds, "int32"), name="num_true_conds")
+    names = ", ".join(getattr(p, "name", "?") for p in predicates)
+    return debugging.Assert(tf_api.less_equal(num_true, n),
+                            [f"{msg}: more than {n} conditions ({names}) evaluated as True:", preds],
+                            summarize=len(predicates))
+
+
 def case(pred_fn_pairs, default=None, exclusive=False, strict=False, name="case"):
     """TF 1.x's tf.case: the result of the fn of the first pair (in order; a dict's pairs in its order)
     whose predicate is true, else default(); built as nested conds, so only the chosen fn runs.
 
-    TF checks at run time that a predicate holds when default is None, and that at most one holds with
-    exclusive=True; shardflow has no Assert op to check either, so both raise UnimplementedError here.
+    As TF 1.x: without default, the last pair's fn is the default and an Assert fails the step when no
+    predicate holds ("Input error: None of conditions evaluated as True"); with exclusive=True an Assert
+    fails it when more than one holds. strict is accepted and has no effect (shardflow's cond does not
+    unpack one-element lists).
     """
+    from . import debugging, tf_api
     if isinstance(pred_fn_pairs, dict):
         pairs = list(pred_fn_pairs.items())
     else:
@@ -93,16 +116,33 @@ def case(pred_fn_pairs, default=None, exclusive=False, strict=False, name="case"
     for p in pairs:
         if not isinstance(p, tuple) or len(p) != 2 or not callable(p[1]):
             raise TypeError("pred_fn_pairs must be (predicate, callable) pairs")
-    if default is None:
-        raise errors.UnimplementedError("tf.case without default= is not supported: TF asserts at run time that "
-                                        "some predicate holds, and shardflow has no Assert op; pass default=")
-    if exclusive:
-        raise errors.UnimplementedError("tf.case(exclusive=True) is not supported: TF asserts at run time that at "
-                                        "most one predicate holds, and shardflow has no Assert op; with "
-                                        "exclusive=False the first true predicate wins")
-    if not callable(default):
+    if default is not None and not callable(default):
         raise TypeError("default must be callable")
-    fn = default
-    for pred, f in reversed(pairs):
-        fn = (lambda p, f, rest: lambda: cond(p, f, rest, name=name))(pred, f, fn)
-    return fn()
+    pairs = [(_graph.convert_to_tensor(p), f) for p, f in pairs]
+    for p, _ in pairs:
+        if p.dtype != "bool":
+            raise TypeError(f"tf.case's predicates must be bool tensors, got {p.dtype.name} ({p.name})")
+    all_preds = [p for p, _ in pairs]
+    with _graph.name_scope(name):
+        if default is None:
+            if not pairs:
+                raise ValueError("tf.case needs at least one (predicate, fn) pair or a default")
+            (last_pred, last_fn), pairs = pairs[-1], pairs[:-1]
+            others = [p for p, _ in pairs]
+
+            def default():
+                deps = [debugging.Assert(last_pred, ["Input error: None of conditions evaluated as True:",
+                                                     tf_api.stack(all_preds, name="preds_c")],
+                                         summarize=len(all_preds))]
+                if others:
+                    deps.append(_assert_at_most_n_true(
+                        others, 0, "Implementation error: selected default action #%d was called, but some of "
+                        "other predicates are True: " % len(others)))
+                return _after(deps, last_fn)
+
+        fn = default
+        for pred, f in reversed(pairs):
+            fn = (lambda p, f, rest: lambda: cond(p, f, rest, name="cond"))(pred, f, fn)
+        if exclusive and len(all_preds) > 1:
+            return _after([_assert_at_most_n_true(all_preds, 1, "Input error: exclusive=True")], fn)
+        return fn()

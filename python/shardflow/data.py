@@ -95,8 +95,8 @@ def _with_shape(t, dims):
 
 def _at(values, k, item, count):
     """values with row k replaced by item (rows of a fixed-size buffer; k an int32 scalar)."""
-    if values.dtype == _dt.bool_:
-        return _tf.cast(_at(_tf.cast(values, _I32), k, _tf.cast(item, _I32), count), _dt.bool_)
+    if values.dtype in (_dt.bool_, _dt.int8, _dt.int16, _dt.uint8):  # no arithmetic kernels: via int32, exactly
+        return _tf.cast(_at(_tf.cast(values, _I32), k, _tf.cast(item, _I32), count), values.dtype)
     hit = _tf.equal(_tf.range(count), k)
     for _ in range(values.shape.rank - 1):
         hit = _tf.expand_dims(hit, -1)

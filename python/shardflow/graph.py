@@ -694,9 +694,10 @@ def _binary(op, a, b, true_div=False):
             b = convert_to_tensor(b)
             a = convert_to_tensor(a, dtype=_scalar_dtype(a, b.dtype))
         if true_div and a.dtype == b.dtype and a.dtype.is_integer:
-            # Python's / on integers is true division, as in TensorFlow and NumPy: int32 and
-            # int64 become float64 first (the Div op itself truncates integers).
-            a, b = _cast(g, a, _dt.float64), _cast(g, b, _dt.float64)
+            # Python's / on integers is true division, as in TensorFlow: int8, int16 and uint8
+            # become float32 first, int32 and int64 float64 (the Div op itself truncates integers).
+            to = _dt.float32 if a.dtype.size <= 2 else _dt.float64
+            a, b = _cast(g, a, to), _cast(g, b, to)
         return g._add(op, [a, b], []).outputs[0]
 
 

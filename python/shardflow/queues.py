@@ -8,7 +8,10 @@ A dequeue on an empty queue waits without holding a thread; closing makes
 dequeues that can never be served fail with OutOfRangeError.
 """
 
+import numpy as np
+
 from . import _core
+from . import errors
 from . import dtypes as _dt
 from . import graph as _graph
 
@@ -89,20 +92,53 @@ class _Queue:
         return _graph.Tensor(self.graph, *ref)
 
 
+def _tf_form(args, kwargs, what):
+    """(dtypes, shapes, capacity, shared_name, name, graph) from shardflow's (dtypes, shapes=None, capacity=-1,
+    ...) or TF 1.x's (capacity, dtypes, shapes=None, names=None, shared_name=None, name=...) arguments."""
+    first = args[0] if args else kwargs.get("capacity", kwargs.get("dtypes"))
+    tf_form = "capacity" in kwargs and not args or (
+        isinstance(first, (int, np.integer)) and not isinstance(first, bool))
+    if tf_form:
+        names = ("capacity", "dtypes", "shapes", "names", "shared_name", "name", "graph")
+    else:
+        names = ("dtypes", "shapes", "capacity", "shared_name", "name", "graph")
+    if len(args) > len(names):
+        raise TypeError(f"{what}() takes at most {len(names)} positional arguments")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in given:
+            raise TypeError(f"{what}() got multiple values for argument '{k}'")
+        if k not in names:
+            raise TypeError(f"{what}() got an unexpected keyword argument '{k}'")
+        given[k] = v
+    if given.get("names") is not None:
+        raise errors.UnimplementedError(f"tf.{what}(names=...) is not supported: dequeue gives a list, not a dict")
+    if "dtypes" not in given:
+        raise TypeError(f"{what}() needs dtypes")
+    return (given["dtypes"], given.get("shapes"), given.get("capacity", -1), given.get("shared_name") or "",
+            given.get("name"), given.get("graph"))
+
+
 class FIFOQueue(_Queue):
-    """A first-in first-out queue."""
+    """A first-in first-out queue: TF 1.x's FIFOQueue(capacity, dtypes, shapes=None, names=None, shared_name=None,
+    name="fifo_queue"), or shardflow's FIFOQueue(dtypes, shapes=None, capacity=-1 (unbounded), ...)."""
     _kind = "fifo"
 
-    def __init__(self, dtypes, shapes=None, capacity=-1, shared_name="", name="fifo_queue", graph=None):
-        super().__init__(dtypes, shapes, capacity, shared_name, name, graph=graph)
+    def __init__(self, *args, **kwargs):
+        dtypes, shapes, capacity, shared_name, name, graph = _tf_form(args, kwargs, "FIFOQueue")
+        super().__init__(dtypes, shapes, capacity, shared_name, name or "fifo_queue", graph=graph)
 
 
 class PaddingFIFOQueue(_Queue):
-    """A FIFO queue whose dequeue_many pads each component to the batch's largest shape."""
+    """A FIFO queue whose dequeue_many pads each component to the batch's largest shape: TF 1.x's
+    PaddingFIFOQueue(capacity, dtypes, shapes, ...), or shardflow's PaddingFIFOQueue(dtypes, shapes, capacity=-1)."""
     _kind = "padding_fifo"
 
-    def __init__(self, dtypes, shapes, capacity=-1, shared_name="", name="padding_fifo_queue", graph=None):
-        super().__init__(dtypes, shapes, capacity, shared_name, name, graph=graph)
+    def __init__(self, *args, **kwargs):
+        dtypes, shapes, capacity, shared_name, name, graph = _tf_form(args, kwargs, "PaddingFIFOQueue")
+        if shapes is None:
+            raise errors.InvalidArgumentError("PaddingFIFOQueue needs shapes (a None dimension is padded)")
+        super().__init__(dtypes, shapes, capacity, shared_name, name or "padding_fifo_queue", graph=graph)
 
 
 class RandomShuffleQueue(_Queue):

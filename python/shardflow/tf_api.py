@@ -16,7 +16,7 @@ from . import graph as _graph
 from . import ops
 
 __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "reduce_sum", "reduce_mean",
-           "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
+           "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
            "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
            "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference",
@@ -143,6 +143,26 @@ def reduce_max(input_tensor, axis=None, keepdims=False, name=None, reduction_ind
 def reduce_min(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
     """Minimum over axis (None: all; [] none)."""
     return _reduce(ops.min, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
+
+
+def _bool_reduce(op, x, axis, keepdims, name, reduction_indices, keep_dims):
+    x = _t(x)
+    if x.dtype != _dt.bool_:
+        raise errors.InvalidArgumentError(f"{op.__name__} needs a bool tensor, got {x.dtype.name} ({x.name})")
+    # As int32 0/1: the min of no elements is int32's max (True), the max int32's min (False), as TensorFlow's
+    # reduce_all and reduce_any of an empty tensor.
+    r = _reduce(op, ops.cast(x, DstT=_dt.int32), axis, keepdims, None, reduction_indices, keep_dims)
+    return greater(r, 0, name=name)
+
+
+def reduce_all(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
+    """Logical and over axis (None: all; [] none); True for no elements."""
+    return _bool_reduce(ops.min, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
+
+
+def reduce_any(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
+    """Logical or over axis (None: all; [] none); False for no elements."""
+    return _bool_reduce(ops.max, input_tensor, axis, keepdims, name, reduction_indices, keep_dims)
 
 
 def reduce_prod(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):

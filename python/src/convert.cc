@@ -57,6 +57,9 @@ py::dtype NumpyDType(DType t) {
     case DType::kBool: return py::dtype::of<bool>();
     case DType::kFloat16: return py::dtype("float16");
     case DType::kResource: return py::dtype::of<int64_t>();
+    case DType::kInt8: return py::dtype::of<int8_t>();
+    case DType::kInt16: return py::dtype::of<int16_t>();
+    case DType::kUInt8: return py::dtype::of<uint8_t>();
     default: throw StatusError(InvalidArgument(std::string("dtype ") + DTypeName(t) + " has no NumPy equivalent"));
   }
 }

@@ -176,12 +176,30 @@ def test_case_takes_the_first_true_predicate_and_runs_only_it():
         r = tf.case([(x < 0, lambda: tf.constant(-1)), (x < 10, lambda: tf.constant(1)),
                      (x < 5, lambda: tf.constant(5))],
                     default=lambda: q.dequeue())  # would wait forever if it ran
-        with pytest.raises(tf.errors.UnimplementedError, match="default"):
-            tf.case([(x < 0, lambda: tf.constant(0))])
-        with pytest.raises(tf.errors.UnimplementedError, match="exclusive"):
-            tf.case({x < 0: lambda: tf.constant(0)}, default=lambda: tf.constant(1), exclusive=True)
         d = tf.case({x > 100: lambda: tf.constant(7)}, default=lambda: tf.constant(8))
         with tf.Session() as sess:
             assert sess.run(r, {x: -3}) == -1
             assert sess.run(r, {x: 3}) == 1  # the first true pair wins (x < 5 holds too)
             assert sess.run(d, {x: 0}) == 8 and sess.run(d, {x: 101}) == 7
+
+
+def test_case_without_default_and_exclusive_assert_at_run_time_as_tf1():
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.int32, [])
+        # No default: the last pair is the default, and the step fails when no predicate holds.
+        r = tf.case([(x < 0, lambda: tf.constant(-1)), (tf.equal(x, 0), lambda: tf.constant(0))])
+        # exclusive=True: the step fails when more than one predicate holds.
+        e = tf.case([(x < 10, lambda: tf.constant(1)), (x < 5, lambda: tf.constant(5))],
+                    default=lambda: tf.constant(9), exclusive=True)
+        with pytest.raises(ValueError, match="at least one"):
+            tf.case([])
+        with pytest.raises(TypeError, match="bool"):
+            tf.case([(x, lambda: x)], default=lambda: x)
+        with tf.Session() as sess:
+            assert sess.run(r, {x: -2}) == -1 and sess.run(r, {x: 0}) == 0
+            with pytest.raises(tf.errors.InvalidArgumentError, match="None of conditions evaluated as True"):
+                sess.run(r, {x: 3})
+            assert sess.run(e, {x: 7}) == 1 and sess.run(e, {x: 20}) == 9
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=r"Input error: exclusive=True: more than 1 conditions .* \[1 1\]"):
+                sess.run(e, {x: 3})

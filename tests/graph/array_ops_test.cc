@@ -313,6 +313,21 @@ TEST_CASE("Gather of many wide rows (parallel path)", "[array]") {
   CHECK(ok);
 }
 
+TEST_CASE("OneHot takes uint8 indices (MNIST's labels) as TensorFlow; int8 is refused by name", "[array]") {
+  Graph g;
+  auto idx = ops::Const(g, Tensor::FromVector<uint8_t>({3, 0, 255}, {3}));
+  auto oh = ops::OneHot(g, idx, 4, DType::kUInt8);
+  REQUIRE(g.status().ok());
+  auto r = testing::Eval(g, oh);
+  REQUIRE(r.ok());
+  CHECK(r->dtype() == DType::kUInt8);
+  CHECK(r->ToVector<int>() == std::vector<int>{0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0});  // 255: past depth, zeros
+  Graph bad;
+  ops::OneHot(bad, ops::Const(bad, Tensor::FromVector<int8_t>({1}, {1})), 3);
+  REQUIRE_FALSE(bad.status().ok());
+  CHECK(bad.status().message().find("indices must be uint8, int32 or int64, got int8") != std::string::npos);
+}
+
 TEST_CASE("OneHot marks each index", "[array]") {
   Graph g;
   auto idx = ops::Const(g, std::vector<int32_t>{0, 2, -1, 1});

@@ -243,7 +243,31 @@ TEST_CASE("Cast converts between dtypes", "[math]") {
   CHECK(Run(g, ops::Cast(g, f, DType::kFloat32)).SharesBufferWith(Run(g, f)));
 }
 
-TEMPLATE_TEST_CASE("Comparisons and logic broadcast", "[math]", float, double, int32_t, int64_t) {
+TEST_CASE("Cast converts to and from int8, int16 and uint8 as C++ (and NumPy) do", "[math]") {
+  Graph g;
+  auto f = C<float>(g, {-3.7f, -1.f, 0.f, 1.5f, 127.f}, {5});
+  Tensor t = Run(g, ops::Cast(g, f, DType::kInt8));
+  CHECK(t.dtype() == DType::kInt8);
+  CHECK(t.ToVector<int>() == std::vector<int>{-3, -1, 0, 1, 127});
+  t = Run(g, ops::Cast(g, f, DType::kInt16));
+  CHECK(t.dtype() == DType::kInt16);
+  CHECK(t.ToVector<int>() == std::vector<int>{-3, -1, 0, 1, 127});
+  auto u = C<uint8_t>(g, {0, 1, 200, 255}, {4});
+  CheckClose<float>(Run(g, ops::Cast(g, u, DType::kFloat32)), {0, 1, 200, 255});
+  CheckClose<int64_t>(Run(g, ops::Cast(g, u, DType::kInt64)), {0, 1, 200, 255});
+  CHECK(Run(g, ops::Cast(g, u, DType::kInt8)).ToVector<int>() == std::vector<int>{0, 1, -56, -1});  // wraps
+  CHECK(Run(g, ops::Cast(g, C<int8_t>(g, {-1, 5}, {2}), DType::kUInt8)).ToVector<int>() == std::vector<int>{255, 5});
+  CHECK(Run(g, ops::Cast(g, u, DType::kBool)).ToVector<int>() == std::vector<int>{0, 1, 1, 1});
+  auto b = ops::Const(g, Tensor::FromBools({true, false}, {2}));
+  Tensor bu = Run(g, ops::Cast(g, b, DType::kUInt8));
+  CHECK(bu.dtype() == DType::kUInt8);
+  CHECK(bu.ToVector<int>() == std::vector<int>{1, 0});
+  CHECK(Run(g, ops::Cast(g, C<int16_t>(g, {-300, 300}, {2}), DType::kInt32)).ToVector<int>() ==
+        std::vector<int>{-300, 300});
+}
+
+TEMPLATE_TEST_CASE("Comparisons and logic broadcast", "[math]", float, double, int32_t, int64_t, int8_t, int16_t,
+                   uint8_t) {
   Graph g;
   auto a = C<TestType>(g, {1, 2, 3, 4, 5, 6}, {2, 3});
   auto b = C<TestType>(g, {2, 2, 7}, {3});

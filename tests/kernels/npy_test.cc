@@ -51,6 +51,9 @@ TEST_CASE("npy round-trips every supported dtype", "[npy]") {
       Tensor::FromVector<int64_t>({int64_t{1} << 40, -1}, {2, 1}),
       Tensor::FromBools({true, false, true, true}, {2, 2}),
       Tensor::Zeros(DType::kFloat32, {0, 3}),
+      Tensor::FromVector<int8_t>({-128, 0, 127}),
+      Tensor::FromVector<int16_t>({-30000, 1, 30000}, {3, 1}),
+      Tensor::FromVector<uint8_t>({0, 7, 255, 9}, {2, 2}),
   };
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string path = dir + "/t" + std::to_string(i) + ".npy";

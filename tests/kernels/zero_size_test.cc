@@ -149,6 +149,15 @@ std::map<std::string, Maker> Makers() {
     c.xs = {d, e};
     return c;
   };
+  m["Assert"] = [](Graph& g) {  // a true condition with zero-size data passes (no output: a target)
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {2, 0});
+    AttrMap a;
+    a.Set("template", std::string("[{}]"));
+    const int n = g.AddNode("Assert", {ops::Const(g, Tensor::FromBools({true}, {})), x}, std::move(a), "check");
+    c.targets = {Operation(&g, n)};
+    return c;
+  };
   m["Select"] = [](Graph& g) {
     Case c;
     Output cond = Feed(g, c, DType::kBool, {2, 0}, "cond");
