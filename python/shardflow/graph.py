@@ -305,6 +305,11 @@ class Graph:
     @contextlib.contextmanager
     def device(self, device_name):
         """Requests device_name ("/job:worker/task:1/device:CPU:0", partial names too) for nodes added inside."""
+        if callable(device_name):
+            raise errors.UnimplementedError(
+                "tf.device(function) is not supported: give a device name (\"/job:worker/task:1\"); on a cluster the "
+                "shard map places variables, so TF 1.x's tf.device(tf.train.replica_device_setter(...)) is not needed "
+                "(docs/PYTHON.md, Coming from TensorFlow 1.x)")
         if not isinstance(device_name, str):
             raise errors.InvalidArgumentError(f"a device must be a string, got {device_name!r}")
         s = self._g.device_scope(device_name)

@@ -25,6 +25,7 @@ from .queue_runners import Coordinator, QueueRunner, add_queue_runner, start_que
 from .train_input import (limit_epochs, input_producer, range_input_producer, slice_input_producer, batch,  # noqa: F401
                           shuffle_batch, batch_join, shuffle_batch_join)
 from . import queue_runners as queue_runner  # tf.train.queue_runner.QueueRunner, as TF 1.x
+from .distribute import ClusterSpec, Server, replica_device_setter  # noqa: F401 - TF 1.x's (see distribute.py)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer",
            "AdamOptimizer", "RMSPropOptimizer", "Saver", "CheckpointSaver", "CheckpointState", "FeedRunner",
@@ -34,7 +35,7 @@ __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "Adagra
            # TF 1.x's queue input (queue_runners.py, train_input.py)
            "Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners", "queue_runner", "limit_epochs",
            "input_producer", "range_input_producer", "slice_input_producer", "batch", "shuffle_batch", "batch_join",
-           "shuffle_batch_join"]
+           "shuffle_batch_join", "ClusterSpec", "Server", "replica_device_setter"]
 
 
 def _var_refs(var_list, g):
@@ -84,7 +85,7 @@ class Optimizer:
         g = loss.graph
         with g.as_default():
             nid = self._core_optimizer(g).minimize(g._g, loss._ref(), _var_refs(var_list or [], g))
-        return _count_step(g, g._op(nid), global_step, name)
+        return _count_step(g, g._op(_after_enclosing_deps(g, nid)), global_step, name)
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=1, aggregation_method=None,
                           colocate_gradients_with_ops=False, grad_loss=None):
@@ -108,7 +109,25 @@ class Optimizer:
         with g.as_default():
             nid = self._core_optimizer(g).apply_gradients(
                 g._g, [(_graph._ref_in(gr, g, "gradient"), _graph._ref_in(v, g, "variable")) for gr, v in pairs])
-        return _count_step(g, g._op(nid), global_step, name)
+        return _count_step(g, g._op(_after_enclosing_deps(g, nid)), global_step, name)
+
+
+def _after_enclosing_deps(g, nid):
+    """nid, with it and the updates it groups running after the enclosing control_dependencies' ops.
+
+    The C++ optimizer does not see Python's control_dependencies scopes; TF 1.x's idiom
+    `with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)): train = opt.minimize(loss)`
+    needs the updates (batch normalization's moving averages) to run with, and before, the variable updates.
+    """
+    deps = g._current_control_inputs()
+    if not deps:
+        return nid
+    for node in [nid] + list(g._g.node_control_inputs(nid)):
+        have = g._g.node_control_inputs(node)
+        for c in deps:
+            if c not in have and c != node:
+                g._g.add_control_input(node, c)
+    return nid
 
 
 def _count_step(g, update, global_step, name):

@@ -32,6 +32,16 @@ def test_fashion_mnist_small(tmp_path):
     assert (tmp_path / "metrics.csv").exists()
 
 
+def test_tf1_examples_small_run_with_only_the_import_changed():
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        pytest.fail("the dataset-fashion-mnist package is not installed (scripts/setup installs it)")
+    softmax = run_json("examples/python/tf1/softmax_fashion_mnist.py", "--max_steps", "800")[-1]
+    assert softmax["example"] == "softmax_fashion_mnist" and softmax["test_accuracy"] > 0.72
+    cnn = run_json("examples/python/tf1/cnn_layers_fashion_mnist.py", "--max_steps", "150", "--limit", "4000",
+                   "--test_limit", "2000")[-1]
+    assert cnn["example"] == "cnn_layers_fashion_mnist" and cnn["test_accuracy"] > 0.7
+
+
 def test_embedding_ctr_small_on_a_local_cluster():
     summary = run_json("examples/python/embedding_ctr.py", "--rows", "2000", "--steps", "200", "--eval-every", "100")[-1]
     assert summary["mode"] == "cluster" and summary["nodes"] == 2

@@ -205,3 +205,25 @@ def test_errors_have_tf_names_codes_and_constructors():
         raise e.ResourceExhaustedError("too big")
     except (e.CancelledError, e.ResourceExhaustedError) as caught:
         assert caught.code == 12
+
+
+def test_cluster_spec_as_tf1_and_servers_refused_with_what_to_do():
+    spec = tf.train.ClusterSpec({"ps": ["ps0:2222", "ps1:2222"], "worker": {0: "w0:2222", 2: "w2:2222"}})
+    assert spec.jobs == ["ps", "worker"] and bool(spec) and not tf.train.ClusterSpec({})
+    assert spec.num_tasks("ps") == 2 and spec.task_indices("worker") == [0, 2]
+    assert spec.task_address("worker", 2) == "w2:2222" and spec.job_tasks("worker") == ["w0:2222", None, "w2:2222"]
+    assert spec.as_dict() == {"ps": ["ps0:2222", "ps1:2222"], "worker": {0: "w0:2222", 2: "w2:2222"}}
+    assert tf.train.ClusterSpec(spec) == spec
+    with pytest.raises(ValueError, match="No such job"):
+        spec.num_tasks("chief")
+    with pytest.raises(ValueError, match="No task with index 1"):
+        spec.task_address("worker", 1)
+    with pytest.raises(TypeError):
+        tf.train.ClusterSpec(["ps0:2222"])
+    with pytest.raises(tf.errors.UnimplementedError, match="shardflow node.*ClusterSession"):
+        tf.train.Server(spec, job_name="ps", task_index=0)
+    with pytest.raises(tf.errors.UnimplementedError, match="shard map"):
+        tf.train.replica_device_setter(cluster=spec)
+    with pytest.raises(tf.errors.UnimplementedError, match="device name"):
+        with tf.device(lambda op: "/cpu:0"):
+            pass
