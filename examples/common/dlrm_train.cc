@@ -66,7 +66,7 @@ Status DlrmTrainer::Stop() {
 
 Status DlrmTrainer::Skip() { return session_.Run({}, {input_.label}).status(); }
 
-Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss) {
+Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss, const RunOptions& options) {
   DlrmStep step;
   auto t0 = std::chrono::steady_clock::now();
   auto batch = session_.Run({}, {input_.label, input_.dense, input_.categorical});
@@ -75,7 +75,7 @@ Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss) {
   step.rows = (*batch)[0].num_elements();
   t0 = std::chrono::steady_clock::now();
   FeedMap feeds = {{model_.label, (*batch)[0]}, {model_.dense, (*batch)[1]}, {model_.categorical, (*batch)[2]}};
-  auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, {model_.train});
+  auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, {model_.train}, options);
   if (!r.ok()) return r.status();
   step.train_secs = Seconds(t0);
   if (fetch_loss) step.loss = (*r)[0].data<float>()[0];

@@ -62,7 +62,7 @@ class DlrmTrainer {
   // Starts the queue runner (nothing without the queue).
   Status Start();
   // Dequeues one batch and trains on it; OutOfRange once the input ends.
-  Result<DlrmStep> Step(bool fetch_loss = true);
+  Result<DlrmStep> Step(bool fetch_loss = true, const RunOptions& options = {});
   // Dequeues one batch and drops it (resuming past batches a checkpoint trained on).
   Status Skip();
   // Stops the runner; its error, if any.

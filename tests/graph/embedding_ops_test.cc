@@ -309,3 +309,35 @@ TEST_CASE("Two lookups of one table make one update by their summed gradient, fo
     }
   }
 }
+
+TEST_CASE("SetSparseOptimizer: one backward pass, the tables' updates by the sparse optimizer, the rest by this one",
+          "[embedding]") {
+  // A table feeding a dense layer: Adam on the layer, Adagrad on the table.
+  auto build = [](Graph& g, bool split) -> Result<Operation> {
+    EmbeddingTableOptions o;
+    o.num_shards = 2;
+    auto t = NewEmbeddingTable(g, "emb", 40, 4, o);
+    auto ids = ops::Placeholder(g, DType::kInt64, {-1, 2}, "ids");
+    auto w = ops::Variable(g, "w", ops::Ones(g, DType::kFloat32, {4, 3}));
+    auto loss = ops::Sum(g, ops::MatMul(g, ops::EmbeddingLookup(g, t, ids), w));
+    std::vector<Output> vars = {w, t.shards[0], t.shards[1]};
+    AdamOptimizer adam(0.01);
+    AdagradOptimizer adagrad(0.1);
+    if (split) adam.SetSparseOptimizer(&adagrad);
+    return adam.Minimize(g, loss, vars);
+  };
+  auto count = [](const Graph& g, const std::string& op) {
+    int n = 0;
+    for (int i = 0; i < g.num_nodes(); ++i) n += g.node(i).op == op;
+    return n;
+  };
+  Graph split, plain;
+  REQUIRE(build(split, true).ok());
+  REQUIRE(build(plain, false).ok());
+  CHECK(count(split, "EmbeddingSparseApplyAdagrad") == 2);
+  CHECK(count(split, "EmbeddingSparseApplyAdam") == 0);
+  CHECK(count(split, "ApplyAdam") == 1);
+  CHECK(count(plain, "EmbeddingSparseApplyAdam") == 2);
+  // The same backward: as many products as with one optimizer.
+  CHECK(count(split, "MatMul") == count(plain, "MatMul"));
+}

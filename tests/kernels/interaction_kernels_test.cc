@@ -35,7 +35,7 @@ TEST_CASE("DotInteraction matches naive dot products, and its gradient the chain
       const float* out = (*r)[0].data<float>() + e * width;
       const float* ge = gv.data() + e * width;
       for (int64_t k = 0; k < d; ++k) {
-        worst_y = std::max(worst_y, std::abs(out[k] - xv[e * d + k]));
+        worst_y = std::max(worst_y, double(std::abs(out[k] - xv[e * d + k])));
         dx[e * d + k] += ge[k];
       }
       int64_t p = d;

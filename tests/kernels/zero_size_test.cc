@@ -250,6 +250,13 @@ std::map<std::string, Maker> Makers() {
     c.xs = {a, b, bias};
     return c;
   };
+  m["DotInteraction"] = [](Graph& g) {
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {0, 4}), s = Feed(g, c, DType::kFloat32, {0, 3, 4}, "sparse");
+    c.fetches = {ops::DotInteraction(g, x, s)};
+    c.xs = {x, s};
+    return c;
+  };
   m["BiasAdd"] = [](Graph& g) {
     Case c;
     Output x = Feed(g, c, DType::kFloat32, {2, 0}), b = Feed(g, c, DType::kFloat32, {0}, "bias");
