@@ -1,4 +1,5 @@
-// Random ops: RandomUniform, RandomNormal, TruncatedNormal.
+// Random ops: RandomUniform, RandomNormal, TruncatedNormal, and TensorFlow's
+// candidate samplers LogUniformCandidateSampler and UniformCandidateSampler.
 //
 // Always deterministic: the values of a node's k-th run depend only on its
 // attrs (shape, dtype, seed, distribution parameters) and k, in any graph and
@@ -64,6 +65,44 @@ Status RegisterRandomOps(OpRegistry& reg) {
       .Inputs(0).Stateful().Repeatable()
       .Shape(RandomShape({"mean", "stddev"})).NotDifferentiable()
       .Summary("Normal values redrawn until within 2 stddev of the mean.").Build()));
+  for (const char* op : {"LogUniformCandidateSampler", "UniformCandidateSampler"}) {
+    const bool log_uniform = std::string(op) == "LogUniformCandidateSampler";
+    SF_RETURN_IF_ERROR(reg.Register(OpBuilder(op)
+        .RequiredAttr<int64_t>("num_true").RequiredAttr<int64_t>("num_sampled").RequiredAttr<bool>("unique")
+        .RequiredAttr<int64_t>("range_max").Attr("seed", int64_t{0})
+        .Inputs(1).InputNames({"true_classes"}).Stateful().Repeatable()
+        .Shape([op](InferenceContext& c) -> Status {
+          SF_ASSIGN_OR_RETURN(int64_t num_true, c.Attr<int64_t>("num_true"));
+          SF_ASSIGN_OR_RETURN(int64_t num_sampled, c.Attr<int64_t>("num_sampled"));
+          SF_ASSIGN_OR_RETURN(bool unique, c.Attr<bool>("unique"));
+          SF_ASSIGN_OR_RETURN(int64_t range_max, c.Attr<int64_t>("range_max"));
+          SF_RETURN_IF_ERROR(c.AttrOr<int64_t>("seed", 0).status());
+          const std::string where = std::string(op) + ": ";
+          if (num_true < 1 || num_sampled < 1 || range_max < 1)
+            return c.Error(where + "num_true, num_sampled and range_max must be >= 1, got " +
+                           std::to_string(num_true) + ", " + std::to_string(num_sampled) + ", " +
+                           std::to_string(range_max));
+          if (unique && num_sampled > range_max)
+            return c.Error(where + "num_sampled (" + std::to_string(num_sampled) + ") must be <= range_max (" +
+                           std::to_string(range_max) + ") when unique");
+          if (c.input_dtype(0) != DType::kInt64)
+            return c.Error(where + "true_classes must be int64, got " + DTypeName(c.input_dtype(0)));
+          const PartialShape& t = c.input_shape(0);
+          if (t.rank_known() && (t.rank() != 2 || (t.dim(1) >= 0 && t.dim(1) != num_true)))
+            return c.Error(where + "true_classes must be [batch_size, num_true = " + std::to_string(num_true) +
+                           "], got " + t.ToString());
+          c.set_output(0, DType::kInt64, PartialShape({num_sampled}));
+          c.set_output(1, DType::kFloat32, t.rank_known() ? PartialShape({t.dim(0), num_true})
+                                                          : PartialShape({-1, num_true}));
+          c.set_output(2, DType::kFloat32, PartialShape({num_sampled}));
+          return Status::OK();
+        })
+        .NotDifferentiable()
+        .Summary(std::string("TensorFlow's ") + (log_uniform ? "log-uniform (Zipfian)" : "uniform") +
+                 " candidate sampler: num_sampled classes in [0, range_max) (distinct when unique), and the "
+                 "expected counts of true_classes [batch, num_true] (int64) and of the sampled ones.")
+        .Build()));
+  }
   return Status::OK();
 }
 

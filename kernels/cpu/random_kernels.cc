@@ -1,4 +1,4 @@
-// Kernels of the random ops.
+// Kernels of the random ops and the candidate samplers.
 //
 // The output of a node's k-th run is a pure function of (seed, k, shape,
 // distribution): the kernel keeps only a run counter, the session's for the
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <memory>
 #include <random>
+#include <unordered_set>
 
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -116,6 +117,98 @@ class RandomKernel : public OpKernel {
   std::shared_ptr<std::atomic<uint64_t>> runs_;  // runs so far (shared by the node's kernels)
 };
 
+// TensorFlow's candidate samplers (range_sampler.cc): num_sampled classes in
+// [0, range_max) drawn uniformly or log-uniformly (P(c) = log((c + 2) / (c +
+// 1)) / log(range_max + 1), from floor(exp(u * log(range_max + 1))) - 1), all
+// distinct when unique (drawing until they are), and each class's expected
+// count in the sample: num_sampled * P(c) when no draw was repeated, else the
+// chance that num_tries draws hit it, -expm1(num_tries * log1p(-P(c))). A
+// node's k-th run is a function of (seed, k), as the other random ops.
+class CandidateSamplerKernel : public OpKernel {
+ public:
+  CandidateSamplerKernel(const KernelInit& init, Status* s) : log_uniform_(init.op == "LogUniformCandidateSampler") {
+    auto num_true = init.Attr<int64_t>("num_true");
+    auto num_sampled = init.Attr<int64_t>("num_sampled");
+    auto unique = init.Attr<bool>("unique");
+    auto range_max = init.Attr<int64_t>("range_max");
+    auto seed = init.AttrOr<int64_t>("seed", 0);
+    for (const Status* st : {&num_true.status(), &num_sampled.status(), &unique.status(), &range_max.status(),
+                             &seed.status()}) {
+      if (!st->ok()) {
+        *s = *st;
+        return;
+      }
+    }
+    num_true_ = *num_true;
+    num_sampled_ = *num_sampled;
+    unique_ = *unique;
+    range_max_ = *range_max;
+    log_range_ = std::log1p(static_cast<double>(range_max_));
+    seed_ = *seed != 0 ? static_cast<uint64_t>(*seed) : static_cast<uint64_t>(NodeNameSeed(init.node_name));
+    runs_ = init.run_counters ? init.run_counters->For(init.node_name) : std::make_shared<std::atomic<uint64_t>>(0);
+  }
+
+  bool IsStateful() const override { return true; }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& true_classes = ctx->input(0);
+    if (true_classes.dtype() != DType::kInt64 || true_classes.shape().size() != 2 ||
+        true_classes.dim(1) != num_true_)
+      return ctx->SetStatus(InvalidArgument("true_classes must be int64 [batch_size, num_true = " +
+                                            std::to_string(num_true_) + "], got " +
+                                            DTypeName(true_classes.dtype()) + ShapeString(true_classes.shape())));
+    const int64_t* tc = true_classes.data<int64_t>();
+    for (int64_t i = 0; i < true_classes.num_elements(); ++i)
+      if (tc[i] < 0 || tc[i] >= range_max_)
+        return ctx->SetStatus(InvalidArgument("true class " + std::to_string(tc[i]) + " is outside [0, range_max = " +
+                                              std::to_string(range_max_) + ")"));
+    const uint64_t run = runs_->fetch_add(1);
+    std::mt19937_64 e(SplitMix64(SplitMix64(seed_) ^ SplitMix64(run + 0x5851f42d4c957f2dULL)));
+    Tensor& sampled = ctx->allocate_output(0, DType::kInt64, {num_sampled_});
+    int64_t* out = sampled.data<int64_t>();
+    int64_t tries = 0;
+    if (unique_) {
+      std::unordered_set<int64_t> seen;
+      for (int64_t picked = 0; picked < num_sampled_;) {
+        ++tries;
+        const int64_t v = Sample(e);
+        if (seen.insert(v).second) out[picked++] = v;
+      }
+    } else {
+      for (int64_t i = 0; i < num_sampled_; ++i) out[i] = Sample(e);
+      tries = num_sampled_;
+    }
+    Tensor& true_count = ctx->allocate_output(1, DType::kFloat32, true_classes.shape());
+    for (int64_t i = 0; i < true_classes.num_elements(); ++i)
+      true_count.data<float>()[i] = ExpectedCount(tc[i], tries);
+    Tensor& sampled_count = ctx->allocate_output(2, DType::kFloat32, {num_sampled_});
+    for (int64_t i = 0; i < num_sampled_; ++i) sampled_count.data<float>()[i] = ExpectedCount(out[i], tries);
+  }
+
+ private:
+  int64_t Sample(std::mt19937_64& e) const {
+    if (!log_uniform_) return std::min(range_max_ - 1, static_cast<int64_t>(Uniform01(e) * range_max_));
+    const int64_t v = static_cast<int64_t>(std::exp(Uniform01(e) * log_range_)) - 1;
+    return std::clamp<int64_t>(v, 0, range_max_ - 1);
+  }
+  double Probability(int64_t c) const {
+    if (!log_uniform_) return 1.0 / static_cast<double>(range_max_);
+    return std::log((c + 2.0) / (c + 1.0)) / log_range_;
+  }
+  float ExpectedCount(int64_t c, int64_t tries) const {
+    const double p = Probability(c);
+    if (tries == num_sampled_) return static_cast<float>(p * num_sampled_);
+    return static_cast<float>(-std::expm1(tries * std::log1p(-p)));
+  }
+
+  bool log_uniform_;
+  int64_t num_true_ = 1, num_sampled_ = 1, range_max_ = 1;
+  bool unique_ = true;
+  double log_range_ = 0;
+  uint64_t seed_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> runs_;
+};
+
 }  // namespace
 
 void RegisterRandomKernels(KernelRegistry& reg) {
@@ -123,6 +216,8 @@ void RegisterRandomKernels(KernelRegistry& reg) {
     RegisterCPU<RandomKernel<float>>(reg, op, {DType::kFloat32});
     RegisterCPU<RandomKernel<double>>(reg, op, {DType::kFloat64});
   }
+  RegisterCPU<CandidateSamplerKernel>(reg, "LogUniformCandidateSampler", {DType::kInt64});
+  RegisterCPU<CandidateSamplerKernel>(reg, "UniformCandidateSampler", {DType::kInt64});
 }
 
 }  // namespace sf

@@ -9,7 +9,9 @@ from . import tf_api as _tf
 
 __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
            "conv2d", "max_pool", "avg_pool", "embedding_lookup", "in_top_k",
-           "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits"]
+           "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
+           "sigmoid_cross_entropy_with_logits", "log_uniform_candidate_sampler", "uniform_candidate_sampler",
+           "nce_loss", "sampled_softmax_loss"]
 
 relu = ops.relu
 
@@ -203,12 +205,112 @@ def in_top_k(predictions, targets, k, name=None):
         return _tf.logical_and(_tf.logical_and(valid, finite), larger < int(k))
 
 
-_NOT_BUILT = {
-    "nce_loss": "it needs TF's candidate samplers (log_uniform_candidate_sampler draws num_sampled distinct ids "
-                "and reports each one's expected count from the number of tries), which shardflow has no op for",
-    "sampled_softmax_loss": "it needs TF's candidate samplers, which shardflow has no op for",
-    "log_uniform_candidate_sampler": "shardflow has no candidate-sampling op",
-}
+def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):  # noqa: N803
+    """TF's element-wise logistic loss, max(x, 0) - x * z + log(1 + exp(-|x|)) for logits x and labels z."""
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call `sigmoid_cross_entropy_with_logits` with named arguments (labels=..., logits=...)")
+    logits = _graph.convert_to_tensor(logits)
+    labels = _graph.convert_to_tensor(labels, dtype=logits.dtype)
+    with _graph.name_scope(name or "logistic_loss"):
+        return ops.relu(logits) - logits * labels + ops.log1p(_tf.exp(-_tf.abs(logits)))
+
+
+def _candidate_sampler(op, true_classes, num_true, num_sampled, unique, range_max, seed, name):
+    true_classes = _graph.convert_to_tensor(true_classes)
+    if true_classes.dtype != _dt.int64:
+        raise errors.InvalidArgumentError(f"{op}: true_classes must be int64 [batch_size, num_true], got "
+                                          f"{true_classes.dtype.name} ({true_classes.name})")
+    return ops.add_op(op, [true_classes], {"num_true": int(num_true), "num_sampled": int(num_sampled),
+                                            "unique": bool(unique), "range_max": int(range_max),
+                                            "seed": int(seed or 0)}, name=name)
+
+
+def log_uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max, seed=None, name=None):
+    """TF 1.x's: (sampled_candidates int64 [num_sampled], true_expected_count float32 [batch, num_true],
+    sampled_expected_count float32 [num_sampled]); classes in [0, range_max) with P(c) = log((c + 2) / (c + 1)) /
+    log(range_max + 1), all distinct when unique. The random stream is shardflow's (a seed fixes it), not TF's."""
+    return _candidate_sampler("LogUniformCandidateSampler", true_classes, num_true, num_sampled, unique, range_max,
+                              seed, name)
+
+
+def uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max, seed=None, name=None):
+    """TF 1.x's uniform candidate sampler; returns as log_uniform_candidate_sampler."""
+    return _candidate_sampler("UniformCandidateSampler", true_classes, num_true, num_sampled, unique, range_max,
+                              seed, name)
+
+
+def _compute_sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, num_true, sampled_values,
+                            subtract_log_q, remove_accidental_hits, partition_strategy, seed):
+    # TF 1.x's nn_impl._compute_sampled_logits: the logits of the true and the sampled classes, each less the
+    # log of its expected count, and their labels (1 / num_true for the true ones).
+    if not isinstance(weights, (list, tuple)):
+        weights = [weights]
+    if not isinstance(biases, (list, tuple)):
+        biases = [biases]
+    inputs = _graph.convert_to_tensor(inputs)
+    labels = _tf.cast(labels, _dt.int64)
+    if labels.shape.rank == 1:
+        labels = _tf.reshape(labels, [-1, int(num_true)])
+    labels_flat = _tf.reshape(labels, [-1])
+    if sampled_values is None:
+        sampled_values = log_uniform_candidate_sampler(labels, num_true, num_sampled, True, num_classes, seed=seed)
+    sampled, true_expected, sampled_expected = (_tf.stop_gradient(v) for v in sampled_values)
+    sampled = _tf.cast(sampled, _dt.int64)
+    # TF looks the true and sampled ids up together and slices; two lookups give the same values and gradients.
+    true_w = embedding_lookup(weights, labels_flat, partition_strategy=partition_strategy)
+    sampled_w = embedding_lookup(weights, sampled, partition_strategy=partition_strategy)
+    sampled_logits = _tf.matmul(inputs, sampled_w, transpose_b=True)
+    true_b = embedding_lookup(biases, labels_flat, partition_strategy=partition_strategy)
+    sampled_b = embedding_lookup(biases, sampled, partition_strategy=partition_strategy)
+    dim = inputs.shape[-1]
+    if dim is None:
+        raise errors.InvalidArgumentError(f"the inputs' last dimension must be known, got {inputs.shape}")
+    true_w = _tf.reshape(true_w, [-1, int(num_true), dim])
+    true_logits = _tf.reduce_sum(_tf.expand_dims(inputs, 1) * true_w, axis=2)
+    true_logits = true_logits + _tf.reshape(true_b, [-1, int(num_true)])
+    sampled_logits = sampled_logits + sampled_b
+    if remove_accidental_hits:
+        # TF adds -FLOAT_MAX to a sampled logit whose class is one of the row's true classes.
+        hits = _tf.reduce_any(_tf.equal(_tf.expand_dims(labels, 2), _tf.reshape(sampled, [1, 1, -1])), axis=1)
+        sampled_logits = sampled_logits + _tf.where(
+            hits, _tf.fill(_tf.shape(sampled_logits), _graph.constant(-3.4028234663852886e38, sampled_logits.dtype)),
+            _tf.zeros_like(sampled_logits))
+    if subtract_log_q:
+        true_logits = true_logits - _tf.log(true_expected)
+        sampled_logits = sampled_logits - _tf.log(sampled_expected)
+    out_logits = _tf.concat([true_logits, sampled_logits], 1)
+    out_labels = _tf.concat([_tf.ones_like(true_logits) / float(num_true), _tf.zeros_like(sampled_logits)], 1)
+    return out_logits, out_labels
+
+
+def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1, sampled_values=None,
+             remove_accidental_hits=False, partition_strategy="mod", name="nce_loss"):
+    """TF 1.x's noise-contrastive estimation loss, [batch]: the logistic loss of each true class and of
+    num_sampled classes drawn log-uniformly (Zipfian: order the classes by frequency), each logit less the log of
+    its expected count. weights [num_classes, dim] (or a list of shards as embedding_lookup), biases
+    [num_classes], labels int [batch, num_true], inputs [batch, dim]. Use it for training; evaluate with the
+    full softmax, as TF's documentation says."""
+    inputs = _graph.convert_to_tensor(inputs)
+    with inputs.graph.as_default(), _graph.name_scope(name or "nce_loss"):
+        logits, labels = _compute_sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, num_true,
+                                                 sampled_values, True, remove_accidental_hits, partition_strategy,
+                                                 None)
+        return _tf.reduce_sum(sigmoid_cross_entropy_with_logits(labels=labels, logits=logits), axis=1)
+
+
+def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1, sampled_values=None,
+                         remove_accidental_hits=True, partition_strategy="mod", name="sampled_softmax_loss",
+                         seed=None):
+    """TF 1.x's sampled softmax loss, [batch]: softmax cross-entropy over each row's true classes and
+    num_sampled log-uniformly drawn ones (those equal to a true class removed), logits less the log of their
+    expected counts. Arguments as nce_loss."""
+    inputs = _graph.convert_to_tensor(inputs)
+    with inputs.graph.as_default(), _graph.name_scope(name or "sampled_softmax_loss"):
+        logits, labels = _compute_sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, num_true,
+                                                 sampled_values, True, remove_accidental_hits, partition_strategy,
+                                                 seed)
+        return softmax_cross_entropy_with_logits(labels=_tf.stop_gradient(labels), logits=logits)
+
 
 
 _RNN = ("dynamic_rnn", "static_rnn", "rnn_cell")
@@ -218,8 +320,4 @@ def __getattr__(name):
     if name in _RNN:  # rnn.py builds on this module, so it is imported on first use
         from . import rnn
         return rnn.rnn_cell if name == "rnn_cell" else getattr(rnn, name)
-    if name in _NOT_BUILT:
-        raise AttributeError(f"shardflow has no tf.nn.{name}: {_NOT_BUILT[name]}. Use "
-                             "tf.nn.sparse_softmax_cross_entropy_with_logits over the full vocabulary instead "
-                             "(docs/PYTHON.md, Coming from TensorFlow 1.x)")
     raise AttributeError(f"module 'shardflow.nn' has no attribute '{name}'")

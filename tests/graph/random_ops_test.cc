@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "shardflow/ops.h"
@@ -163,4 +165,122 @@ TEST_CASE("Random ops reject bad attributes", "[random]") {
   ops::TruncatedNormal(g3, {2, -1});
   REQUIRE_FALSE(g3.status().ok());
   CHECK(g3.status().message().find("[2,-1]") != std::string::npos);
+}
+
+namespace {
+
+// The three outputs of a candidate sampler node over true_classes.
+std::vector<Tensor> Sample(const std::string& op, const Tensor& true_classes, int64_t num_sampled, bool unique,
+                           int64_t range_max, int64_t seed) {
+  Graph g;
+  AttrMap a;
+  a.Set("num_true", true_classes.dim(1));
+  a.Set("num_sampled", num_sampled);
+  a.Set("unique", unique);
+  a.Set("range_max", range_max);
+  a.Set("seed", seed);
+  const int n = g.AddNode(op, {ops::Const(g, true_classes)}, std::move(a), "sampler");
+  INFO(g.status().ToString());
+  REQUIRE(n >= 0);
+  auto v = testing::EvalGraph(g, {}, {Output{&g, n, 0}, Output{&g, n, 1}, Output{&g, n, 2}});
+  INFO(v.status().ToString());
+  REQUIRE(v.ok());
+  return *v;
+}
+
+double LogUniformP(int64_t c, int64_t range_max) {
+  return std::log((c + 2.0) / (c + 1.0)) / std::log(range_max + 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("LogUniformCandidateSampler draws distinct Zipfian classes with TensorFlow's expected counts", "[random]") {
+  const Tensor labels = Tensor::FromVector<int64_t>({0, 5, 999, 42}, {2, 2});
+  auto out = Sample("LogUniformCandidateSampler", labels, 64, true, 1000, 7);
+  const std::vector<int64_t> s = out[0].ToVector<int64_t>();
+  REQUIRE(s.size() == 64);
+  CHECK(std::set<int64_t>(s.begin(), s.end()).size() == 64);
+  for (int64_t v : s) CHECK((v >= 0 && v < 1000));
+  // The expected counts are -expm1(tries * log1p(-p)) for one number of tries, the same for every class:
+  // solve it from one sampled class and check the rest against it.
+  const double p0 = LogUniformP(s[0], 1000);
+  const double tries = std::log1p(-out[2].data<float>()[0]) / std::log1p(-p0);
+  CHECK(tries >= 64);
+  for (int i = 0; i < 64; ++i)
+    CHECK(out[2].data<float>()[i] == Approx(-std::expm1(tries * std::log1p(-LogUniformP(s[i], 1000)))).epsilon(1e-4));
+  const std::vector<int64_t> t = labels.ToVector<int64_t>();
+  REQUIRE(out[1].shape() == Shape{2, 2});
+  for (int i = 0; i < 4; ++i)
+    CHECK(out[1].data<float>()[i] == Approx(-std::expm1(tries * std::log1p(-LogUniformP(t[i], 1000)))).epsilon(1e-4));
+  // Small classes are the frequent ones: over many draws the frequencies follow P(c).
+  auto many = Sample("LogUniformCandidateSampler", Tensor::FromVector<int64_t>({1}, {1, 1}), 20000, false, 50, 3);
+  std::vector<int> counts(50);
+  for (int64_t v : many[0].ToVector<int64_t>()) ++counts[v];
+  for (int64_t c : {0, 1, 5, 20})
+    CHECK(counts[c] / 20000.0 == Approx(LogUniformP(c, 50)).margin(0.012));
+  // Without unique the expected count is num_sampled * P(c).
+  CHECK(many[1].data<float>()[0] == Approx(20000 * LogUniformP(1, 50)).epsilon(1e-5));
+}
+
+TEST_CASE("Candidate samplers repeat by seed and run, and refuse bad input by name", "[random]") {
+  const Tensor labels = Tensor::FromVector<int64_t>({3}, {1, 1});
+  auto a = Sample("UniformCandidateSampler", labels, 10, true, 20, 11);
+  auto b = Sample("UniformCandidateSampler", labels, 10, true, 20, 11);
+  CHECK(a[0].ToVector<int64_t>() == b[0].ToVector<int64_t>());
+  {  // one kernel object run twice (as a session's steps): the second run draws anew
+    AttrMap attrs;
+    attrs.Set("num_true", int64_t{1});
+    attrs.Set("num_sampled", int64_t{10});
+    attrs.Set("unique", true);
+    attrs.Set("range_max", int64_t{20});
+    attrs.Set("seed", int64_t{11});
+    KernelInit init;
+    init.op = "UniformCandidateSampler";
+    init.node_name = "sampler";
+    init.attrs = &attrs;
+    init.input_dtypes = {DType::kInt64};
+    init.output_dtypes = {DType::kInt64, DType::kFloat32, DType::kFloat32};
+    auto factory = StandardKernelRegistry().Find(init.op, DeviceType::kCPU, DType::kInt64);
+    REQUIRE(factory.ok());
+    auto kernel = (**factory)(init);
+    REQUIRE(kernel.ok());
+    CHECK((*kernel)->IsStateful());
+    std::vector<std::vector<int64_t>> runs;
+    for (int i = 0; i < 2; ++i) {
+      const Tensor* in = &labels;
+      std::vector<Tensor> outs(3);
+      OpKernelContext ctx(&in, 1, outs.data(), 3, nullptr, nullptr, i);
+      (*kernel)->Compute(&ctx);
+      REQUIRE(ctx.ok());
+      runs.push_back(outs[0].ToVector<int64_t>());
+    }
+    CHECK(runs[0] == a[0].ToVector<int64_t>());  // the first run is what a graph evaluation gives
+    CHECK(runs[1] != runs[0]);
+  }
+  // Uniform, every class once: the whole range, each expected once.
+  auto all = Sample("UniformCandidateSampler", labels, 20, true, 20, 5);
+  std::vector<int64_t> s = all[0].ToVector<int64_t>();
+  std::sort(s.begin(), s.end());
+  for (int64_t i = 0; i < 20; ++i) CHECK(s[i] == i);
+
+  Graph g;
+  AttrMap attrs;
+  attrs.Set("num_true", int64_t{1});
+  attrs.Set("num_sampled", int64_t{30});
+  attrs.Set("unique", true);
+  attrs.Set("range_max", int64_t{20});
+  g.AddNode("LogUniformCandidateSampler", {ops::Const(g, labels)}, attrs);
+  REQUIRE_FALSE(g.status().ok());
+  CHECK(g.status().message().find("num_sampled (30) must be <= range_max (20) when unique") != std::string::npos);
+  Graph g2;
+  attrs.Set("num_sampled", int64_t{2});
+  g2.AddNode("LogUniformCandidateSampler", {ops::Const(g2, Tensor::FromVector<int32_t>({1}, {1, 1}))}, attrs);
+  REQUIRE_FALSE(g2.status().ok());
+  CHECK(g2.status().message().find("true_classes must be int64") != std::string::npos);
+  Graph g3;
+  const int n = g3.AddNode("LogUniformCandidateSampler", {ops::Const(g3, Tensor::FromVector<int64_t>({20}, {1, 1}))},
+                           attrs);
+  auto r = testing::Eval(g3, Output{&g3, n, 0});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("true class 20 is outside [0, range_max = 20)") != std::string::npos);
 }

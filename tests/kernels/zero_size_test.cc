@@ -158,6 +158,20 @@ std::map<std::string, Maker> Makers() {
     c.targets = {Operation(&g, n)};
     return c;
   };
+  for (const char* op : {"LogUniformCandidateSampler", "UniformCandidateSampler"}) {
+    m[op] = [op](Graph& g) {  // no true classes at all: expected counts of shape [0, 1]
+      Case c;
+      Output t = Feed(g, c, DType::kInt64, {0, 1}, "true_classes");
+      AttrMap a;
+      a.Set("num_true", int64_t{1});
+      a.Set("num_sampled", int64_t{2});
+      a.Set("unique", true);
+      a.Set("range_max", int64_t{5});
+      const int n = g.AddNode(op, {t}, std::move(a), "sampler");
+      c.fetches = {Output{&g, n, 0}, Output{&g, n, 1}, Output{&g, n, 2}};
+      return c;
+    };
+  }
   m["Select"] = [](Graph& g) {
     Case c;
     Output cond = Feed(g, c, DType::kBool, {2, 0}, "cond");
