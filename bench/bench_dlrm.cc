@@ -40,6 +40,7 @@
 #include "kernels/compute_pool.h"
 #include "kernels/cpu/nn_gemm.h"
 #include "kernels/criteo_format.h"
+#include "shardflow/precision.h"
 #include "shardflow/reader_ops.h"
 #include "shardflow/session.h"
 
@@ -139,6 +140,7 @@ Phase RunPhase(const std::vector<std::string>& files, const DlrmOptions& mo, Dlr
 }  // namespace
 
 int main(int argc, char** argv) {
+  FlushDenormalsToZero();  // before any thread: Adam's squared gradients reach denormals
   Flags flags;
   flags.Int("lines", 1000000, "lines of the synthetic log (read in a loop)")
       .Int("files", 4, "files it is split over")

@@ -1,6 +1,11 @@
 #include "kernels/cpu_features.h"
 
 #include <cpuid.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#include "shardflow/precision.h"
 
 namespace sf {
 
@@ -28,6 +33,14 @@ Status Bf16Supported() {
     return FailedPrecondition(
         "precision bf16 needs a CPU with AVX512_BF16, and this CPU does not have it (use fp32)");
   return Status::OK();
+}
+
+// include/shardflow/precision.h. MXCSR bit 15 is flush-to-zero, bit 6
+// denormals-are-zero.
+void FlushDenormalsToZero() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(_mm_getcsr() | 0x8040u);
+#endif
 }
 
 }  // namespace sf

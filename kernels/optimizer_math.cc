@@ -52,11 +52,18 @@ inline void UpdateSpan(const UpdateParams<T>& p, T* var_data, T* const* slot, co
     accum += g.square();
     var -= g * p.s[0] / accum.sqrt();
   } else if constexpr (K == OptimizerKind::kAdam) {
-    Span m(slot[0], n), v(slot[1], n);
     const T beta1 = p.s[1], beta2 = p.s[2], eps = p.s[3];
-    m += (g - m) * (T(1) - beta1);
-    v += (g.square() - v) * (T(1) - beta2);
-    var -= (m * p.alpha) / (v.sqrt() + eps);
+    // Three expressions, so blocks that stay in L1 between them: one pass
+    // over memory instead of three (a dense MLP's Adam ran at L3 speed).
+    constexpr int64_t kBlock = 1024;
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t len = std::min(kBlock, n - b);
+      Span vb(var_data + b, len), m(slot[0] + b, len), v(slot[1] + b, len);
+      typename View<T>::ConstSpan gb(g_data + b, len);
+      m += (gb - m) * (T(1) - beta1);
+      v += (gb.square() - v) * (T(1) - beta2);
+      vb -= (m * p.alpha) / (v.sqrt() + eps);
+    }
   } else if constexpr (K == OptimizerKind::kRMSProp) {
     Span ms(slot[0], n), mom(slot[1], n);
     const T lr = p.s[0], rho = p.s[1], momentum = p.s[2], eps = p.s[3];

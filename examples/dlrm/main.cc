@@ -42,6 +42,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/progress.h"
+#include "shardflow/precision.h"
 #include "shardflow/reader_ops.h"
 #include "shardflow/session.h"
 
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "dlrm");
   KeepTensorMemoryWarm();
+  FlushDenormalsToZero();  // before any thread: Adam's squared gradients reach denormals
   const bool json = flags.GetBool("json");
   DlrmOptions mo;
   mo.shards = flags.GetInt("shards");
