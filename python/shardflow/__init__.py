@@ -74,7 +74,7 @@ from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math
 from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduce_sum, reduce_mean,  # noqa: F401
                      reduce_max, reduce_min, reduce_prod, reduce_all, reduce_any, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
                      fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, unique,
-                     unsorted_segment_sum, maximum,
+                     unsorted_segment_sum, maximum, clip_by_norm, global_norm, clip_by_global_norm,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
                      squared_difference, square, sqrt, exp, log, abs, sign, negative, sin, cos, tanh, sigmoid,
                      pow,  # noqa: A001 - tf.abs, tf.pow

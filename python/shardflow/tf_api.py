@@ -18,7 +18,8 @@ from . import ops
 __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "reduce_sum", "reduce_mean",
            "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
-           "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "stop_gradient", "square", "sqrt",
+           "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "clip_by_norm", "global_norm",
+           "clip_by_global_norm", "stop_gradient", "square", "sqrt",
            "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference",
            "add", "subtract", "multiply", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
            "logical_and", "logical_or", "logical_not", "arg_max", "arg_min", "random_normal", "random_uniform",
@@ -310,6 +311,41 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
     t = _t(t)
     lo, hi = _t(clip_value_min, dtype=t.dtype), _t(clip_value_max, dtype=t.dtype)
     return ops.minimum(ops.maximum(t, lo), hi, name=name)
+
+
+def clip_by_norm(t, clip_norm, axes=None, name=None):
+    """t * clip_norm / max(l2norm(t), clip_norm), the norm over axes (None: all), as TF 1.x."""
+    t = _t(t)
+    clip = _t(clip_norm, dtype=t.dtype)
+    with _graph.name_scope(name or "clip_by_norm"):
+        l2sum = reduce_sum(t * t, axes, keepdims=True)
+        pred = greater(l2sum, 0)
+        l2norm = where(pred, ops.sqrt(where(pred, l2sum, ones_like(l2sum))), l2sum)  # no NaN gradient at 0
+        return t * clip / ops.maximum(l2norm, clip)
+
+
+def global_norm(t_list, name=None):
+    """sqrt(sum of every tensor's squared L2 norm); None entries are skipped, as TF 1.x."""
+    ts = [_t(v) for v in t_list if v is not None]
+    if not ts:
+        raise errors.InvalidArgumentError("global_norm needs at least one tensor that is not None")
+    with _graph.name_scope(name or "global_norm"):
+        return ops.sqrt(add_n([reduce_sum(v * v) for v in ts]))
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """TF 1.x's (list_clipped, global_norm): each t * clip_norm / max(global_norm, clip_norm); None entries stay
+    None, and a non-finite global norm makes every value NaN, as TF."""
+    if isinstance(t_list, _graph.Tensor) or not hasattr(t_list, "__iter__"):
+        raise TypeError("t_list should be a sequence")
+    t_list = list(t_list)
+    with _graph.name_scope(name or "clip_by_global_norm"):
+        norm = global_norm(t_list) if use_norm is None else _t(use_norm)
+        clip = _t(clip_norm, dtype=norm.dtype)
+        one = _graph.constant(1.0, dtype=norm.dtype)
+        scale = clip * ops.minimum(one / norm, one / clip) + (norm - norm)  # NaN when the norm is not finite
+        out = [None if v is None else _t(v) * cast(scale, _t(v).dtype) for v in t_list]
+        return out, norm
 
 
 def add_n(inputs, name=None):

@@ -40,6 +40,14 @@ def test_tf1_examples_small_run_with_only_the_import_changed():
     cnn = run_json("examples/python/tf1/cnn_layers_fashion_mnist.py", "--max_steps", "150", "--limit", "4000",
                    "--test_limit", "2000")[-1]
     assert cnn["example"] == "cnn_layers_fashion_mnist" and cnn["test_accuracy"] > 0.7
+    lstm = run_json("examples/python/tf1/lstm_fashion_mnist.py", "--max_steps", "60", "--test_limit", "2000")[-1]
+    assert lstm["example"] == "lstm_fashion_mnist" and lstm["test_accuracy"] > 0.6
+
+
+@pytest.mark.parametrize("loss", ["nce", "sampled_softmax"])
+def test_tf1_word2vec_example_learns_its_topics(loss):
+    w2v = run_json("examples/python/tf1/word2vec_nce.py", "--max_steps", "6000", "--loss", loss)[-1]
+    assert w2v["loss"] == loss and w2v["topic_neighbour_rate"] > 0.5  # chance: 1/40
 
 
 def test_embedding_ctr_small_on_a_local_cluster():

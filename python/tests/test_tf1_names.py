@@ -102,3 +102,30 @@ def test_placeholder_shape_as_an_int():
     p = tf.placeholder(tf.float32, shape=100)
     assert p.shape.as_list() == [100]
     np.testing.assert_array_equal(_run(p * 2, {p: np.ones(100, np.float32)}), np.full(100, 2, np.float32))
+
+
+def test_clip_by_norm_global_norm_and_clip_by_global_norm_as_tf1():
+    a_np = np.array([[3.0, 4.0], [0.0, 0.0]], np.float32)
+    b_np = np.array([12.0], np.float32)
+    a, b = tf.constant(a_np), tf.constant(b_np)
+    clipped, norm = tf.clip_by_global_norm([a, None, b], 6.5)
+    assert clipped[1] is None
+    small, _ = tf.clip_by_global_norm([a], 100.0)
+    inf_clip, _ = tf.clip_by_global_norm([tf.constant([np.inf, 1.0])], 1.0)
+    rows = tf.clip_by_norm(a, 2.5, axes=[1])
+    whole = tf.clip_by_norm(a, 2.5)
+    got = _run([clipped[0], clipped[2], norm, small[0], inf_clip[0], rows, whole, tf.global_norm([a, b])])
+    g = np.sqrt(25 + 144)  # 13
+    np.testing.assert_allclose(got[0], a_np * 6.5 / g, rtol=1e-6)
+    np.testing.assert_allclose(got[1], b_np * 6.5 / g, rtol=1e-6)
+    assert got[2] == pytest.approx(13.0) and got[7] == pytest.approx(13.0)
+    np.testing.assert_allclose(got[3], a_np)  # under the limit: unchanged
+    assert np.all(np.isnan(got[4]))  # a non-finite norm gives NaN, as TF
+    np.testing.assert_allclose(got[5], [[1.5, 2.0], [0.0, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(got[6], a_np * 2.5 / 5.0, rtol=1e-6)
+    x = tf.placeholder(tf.float32, [2])
+    (gx,) = tf.gradients(tf.reduce_sum(tf.clip_by_norm(x, 1.0)), [x])
+    with tf.Session() as sess:
+        assert np.all(np.isfinite(sess.run(gx, {x: [0.0, 0.0]})))
+    with pytest.raises(TypeError, match="sequence"):
+        tf.clip_by_global_norm(a, 1.0)
