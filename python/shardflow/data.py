@@ -1,5 +1,5 @@
-"""TF 1.x's tf.data for in-memory data: Dataset.from_tensor_slices / from_tensors, map, shuffle, repeat,
-take, batch, prefetch, and one-shot or initializable iterators.
+"""TF 1.x's tf.data for in-memory data: Dataset.from_tensor_slices / from_tensors / range, map, filter,
+shuffle, repeat, take, batch, prefetch, and one-shot or initializable iterators.
 
     dataset = tf.data.Dataset.from_tensor_slices((images, labels))
     dataset = dataset.map(lambda x, y: (x / 255.0, y)).shuffle(1000, seed=1).repeat(2).batch(32)
@@ -27,14 +27,16 @@ drop_remainder; the end of the data raises tf.errors.OutOfRangeError, again on
 every later run. The random streams are not TensorFlow's: a seed (or none,
 which here also gives a repeatable order) fixes the order, not TF's order.
 
-Differences, each refused by name or documented here: only batch once, and no
-filter, zip, flat_map, interleave, padded_batch or file datasets (shardflow
+Differences, each refused by name or documented here: only batch once, filter
+before batch, and no zip, flat_map, interleave, padded_batch, from_generator or file datasets (shardflow
 has no string tensors; Criteo-format files come from sf.ops.criteo_reader);
 shuffle(reshuffle_each_iteration=False) is refused; get_next() on an
 initializable iterator whose initializer has not run raises
 UnavailableError naming the node "GetNext_before_the_iterator_initializer_ran"
 (TF raises FailedPreconditionError).
 """
+
+import numpy as np
 
 from . import dtypes as _dt
 from . import errors
@@ -220,6 +222,43 @@ class _Shuffle:
         return has, item, bufs + [count - _tf.cast(has, _I32), done] + us
 
 
+class _Filter:
+    """The input's items whose element (with the maps given before the filter) satisfies the predicate:
+    pulls from the input until one does or the input ends."""
+
+    level = 0
+
+    def __init__(self, up, predicate, n_maps):
+        self.up, self.predicate, self.n_maps = up, predicate, n_maps
+
+    def spec(self):
+        return self.up.spec()
+
+    def initial(self):
+        return self.up.initial()
+
+    def pull(self, ctx, state):
+        n_item = len(self.spec())
+
+        def more(found, done, *rest):
+            return _tf.logical_and(_tf.logical_not(found), _tf.logical_not(done))
+
+        def step(found, done, *rest):
+            h, it, u1 = self.up.pull(ctx, list(rest[n_item:]))
+            ok = cond(h, lambda: self._keep(ctx, it[0]), lambda: _graph.constant(False))
+            return [ok, _tf.logical_not(h)] + list(it) + list(u1)
+
+        zeros = [_tf.zeros(shape, dtype) for shape, dtype in self.spec()]
+        res = while_loop(more, step, [_graph.constant(False), _graph.constant(False)] + zeros + list(state))
+        return res[0], list(res[2:2 + n_item]), list(res[2 + n_item:])
+
+    def _keep(self, ctx, idx):
+        out = _call(self.predicate, ctx.element(idx, self.n_maps))
+        if not isinstance(out, _graph.Tensor) or out.dtype != _dt.bool_ or out.shape.rank not in (0, None):
+            raise ValueError(f"`predicate` must return a scalar boolean tensor, got {out!r}")
+        return out
+
+
 class _Batch:
     """Items are ([batch_size] indices, how many of them are set)."""
 
@@ -310,6 +349,22 @@ class Dataset:
         """The first count elements (all for -1)."""
         return self._then(_Take(self._stage, int(count)))
 
+    def filter(self, predicate):
+        """The elements for which predicate (a function of the element's components to a bool scalar) is true;
+        built once into the graph and run on each element as it is pulled."""
+        if not callable(predicate):
+            raise TypeError("predicate must be callable")
+        if self._stage.level > 0:
+            raise errors.UnimplementedError("filter after batch is not supported: filter the elements, then batch")
+        return self._then(_Filter(self._stage, predicate, len(self._maps[0])))
+
+    @staticmethod
+    def range(*args):
+        """int64 elements start, start + step, ... below stop: range(stop), range(start, stop[, step])."""
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"Dataset.range takes 1 to 3 arguments, got {len(args)}")
+        return Dataset.from_tensor_slices(np.arange(*[int(a) for a in args], dtype=np.int64))
+
     def batch(self, batch_size, drop_remainder=False):
         """batch_size consecutive elements stacked (the last batch smaller unless drop_remainder)."""
         if self._stage.level > 0:
@@ -336,6 +391,27 @@ class Dataset:
 
     def __iter__(self):
         raise TypeError("a tf.data.Dataset is not iterable in graph mode: use make_one_shot_iterator().get_next()")
+
+    @staticmethod
+    def from_generator(generator, output_types, output_shapes=None, args=None):
+        raise errors.UnimplementedError(
+            "Dataset.from_generator is not supported: shardflow runs no Python inside a graph (TF wraps the "
+            "generator in a py_func); build the arrays first and use from_tensor_slices, or feed a placeholder")
+
+    @staticmethod
+    def zip(datasets):
+        raise errors.UnimplementedError("Dataset.zip is not supported: give from_tensor_slices a tuple of the "
+                                        "components instead")
+
+    def padded_batch(self, batch_size, padded_shapes, padding_values=None, drop_remainder=False):
+        raise errors.UnimplementedError("Dataset.padded_batch is not supported: pad the arrays before "
+                                        "from_tensor_slices, or use tf.train.batch(dynamic_pad=True)")
+
+    def flat_map(self, map_func):
+        raise errors.UnimplementedError("Dataset.flat_map is not supported (elements come from in-memory rows)")
+
+    def interleave(self, map_func, cycle_length, block_length=1, num_parallel_calls=None):
+        raise errors.UnimplementedError("Dataset.interleave is not supported (elements come from in-memory rows)")
 
 
 class Iterator:
@@ -403,6 +479,7 @@ class Iterator:
         probe = self._initial()
         state = [s if i < n else _with_shape(s, list(p.shape.dims)) for i, (s, p) in enumerate(zip(state, probe))]
         ctx = _Context(state[:n] if n else ds._data, ds._data)
+        ctx.element = lambda idx, n_maps: self._element(ctx, idx, n_maps)
         has, item, new_state = ds._stage.pull(ctx, state[n:])
         put = self._queue.enqueue(state[:n] + list(new_state))
         with _graph.control_dependencies([put]):
@@ -430,9 +507,9 @@ class Iterator:
             out.append(_with_shape(_tf.gather(d, idx), None if dims is None else ([None] if batched else []) + dims))
         return out
 
-    def _element(self, ctx, idx):
+    def _element(self, ctx, idx, n_maps=None):
         element = _pack(self._ds._structure, self._rows(ctx, idx, False))
-        for fn in self._ds._maps[0]:
+        for fn in self._ds._maps[0][:n_maps]:
             element = _call(fn, element)
         return element
 

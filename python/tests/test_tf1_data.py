@@ -203,3 +203,47 @@ def test_case_without_default_and_exclusive_assert_at_run_time_as_tf1():
             with pytest.raises(tf.errors.InvalidArgumentError,
                                match=r"Input error: exclusive=True: more than 1 conditions .* \[1 1\]"):
                 sess.run(e, {x: 3})
+
+
+def _all(next_element, sess):
+    out = []
+    while True:
+        try:
+            out.append(sess.run(next_element))
+        except tf.errors.OutOfRangeError:
+            return out
+
+
+def test_filter_and_range_as_tf1():
+    with tf.Graph().as_default():
+        evens = tf.data.Dataset.range(10).filter(lambda x: tf.equal(tf.floormod(x, 2), 0))
+        squares = tf.data.Dataset.range(3, 12, 2).map(lambda x: x * x).filter(lambda x: x > 30)  # maps before count
+        pairs = tf.data.Dataset.from_tensor_slices((np.arange(8, dtype=np.int32), np.arange(8, dtype=np.float32) / 2))
+        kept = pairs.filter(lambda i, f: f >= 1.5).map(lambda i, f: (i * 10, f)).batch(2)
+        nothing = tf.data.Dataset.range(5).filter(lambda x: x > 100).repeat(3)
+        empty = tf.data.Dataset.range(0)
+        its = [d.make_one_shot_iterator().get_next() for d in (evens, squares, kept, nothing, empty)]
+        with tf.Session() as sess:
+            assert [int(v) for v in _all(its[0], sess)] == [0, 2, 4, 6, 8]
+            assert [int(v) for v in _all(its[1], sess)] == [49, 81, 121]
+            batches = _all(its[2], sess)
+            assert [list(b[0]) for b in batches] == [[30, 40], [50, 60], [70]]
+            np.testing.assert_allclose(batches[0][1], [1.5, 2.0])
+            assert _all(its[3], sess) == [] and _all(its[4], sess) == []
+        assert its[0].dtype == tf.int64
+        with pytest.raises(ValueError, match="scalar boolean"):
+            tf.data.Dataset.range(3).filter(lambda x: x).make_one_shot_iterator().get_next()
+        with pytest.raises(tf.errors.UnimplementedError, match="filter after batch"):
+            tf.data.Dataset.range(4).batch(2).filter(lambda x: True)
+
+
+def test_dataset_methods_shardflow_lacks_are_refused_by_name():
+    with tf.Graph().as_default():
+        d = tf.data.Dataset.range(4)
+        for call, what in ((lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64), "py_func"),
+                           (lambda: tf.data.Dataset.zip((d, d)), "tuple"),
+                           (lambda: d.padded_batch(2, [None]), "dynamic_pad"),
+                           (lambda: d.flat_map(lambda x: x), "flat_map"),
+                           (lambda: d.interleave(lambda x: x, 2), "interleave")):
+            with pytest.raises(tf.errors.UnimplementedError, match=what):
+                call()
