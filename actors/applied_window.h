@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <unordered_set>
+#include <vector>
 
 #include "kernels/update_origin.h"
 
@@ -30,6 +31,12 @@ class AppliedWindow {
   // Records origin as applied at now_ms and forgets what is too old; none is ignored.
   void Record(const UpdateOrigin& origin, int64_t now_ms);
   size_t size() const { return set_.size(); }
+  // Every origin remembered, oldest first; from now on Record also keeps
+  // each new origin for TakeRecent (a shard that has a backup).
+  std::vector<UpdateOrigin> All();
+  // The origins recorded since the last All or TakeRecent (at most
+  // kMaxOrigins: a shard's backup is sent them after every step).
+  std::vector<UpdateOrigin> TakeRecent();
 
  private:
   struct Hash {
@@ -41,6 +48,8 @@ class AppliedWindow {
   };
   std::unordered_set<UpdateOrigin, Hash> set_;
   std::deque<Entry> order_;  // oldest first
+  bool track_recent_ = false;
+  std::vector<UpdateOrigin> recent_;
 };
 
 }  // namespace runtime

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,18 @@ struct VarSnapshot {
   Tensor value;
   bool all_dirty = true;
   std::vector<int64_t> dirty_rows;
+};
+
+// What changed in one variable since its backup was last sent its changes
+// (cluster/slot_replicas.h): its whole value (rows invalid), or the rows
+// listed in rows (int64 [k]) with their values ([k, ...]); and the update
+// origins its shard applied since (kernels/update_origin.h). Both tensors
+// invalid, or no rows: origins only.
+struct VarChanges {
+  std::string name;
+  Tensor value;
+  Tensor rows;
+  std::vector<UpdateOrigin> origins;
 };
 
 // ---- variables ----
@@ -150,6 +163,20 @@ struct SnapshotShard {
 struct SnapshotDirtyShard {
   std::function<void(std::vector<VarSnapshot>)> done;
 };
+// Replication: the changes of the shard's variables among names since the
+// last TakeShardChanges (every one whole when full), and the origins its
+// shard applied since (all it remembers when full); resets that record.
+struct TakeShardChanges {
+  std::set<std::string> names;
+  bool full = false;
+  std::function<void(std::vector<VarChanges>)> done;
+};
+// A backup applying what TakeShardChanges took on the holder to variable id.
+struct ApplyShardChanges {
+  int64_t id = -1;
+  VarChanges changes;
+  std::function<void(Status)> done;
+};
 
 }  // namespace runtime
 }  // namespace sf
@@ -173,6 +200,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueryReplicaStats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::WaitStaleSync)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SnapshotShard)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SnapshotDirtyShard)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::TakeShardChanges)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplyShardChanges)
 
 namespace sf {
 namespace runtime {
@@ -183,7 +212,8 @@ using VariableShardActor = caf::typed_actor<
     caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
     caf::reacts_to<ApplySyncGradient>, caf::reacts_to<ApplySparseSyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
     caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
-    caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>, caf::reacts_to<RefillVariable>>;
+    caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>, caf::reacts_to<RefillVariable>,
+    caf::reacts_to<TakeShardChanges>, caf::reacts_to<ApplyShardChanges>>;
 
 }  // namespace runtime
 }  // namespace sf

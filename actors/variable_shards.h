@@ -93,6 +93,16 @@ class ActorVariables : public VariableService,
   // SnapshotDirty (all of them the first time, after an Assign or a dense
   // update); resets that record. Blocks like SnapshotAll.
   std::vector<VarSnapshot> SnapshotDirty();
+  // Replication (cluster/slot_replicas.h): the named variables' changes since
+  // the last TakeChanges (each whole when full, and the first time), with
+  // the update origins their shards applied since; resets that record.
+  // Blocks like SnapshotAll.
+  std::vector<VarChanges> TakeChanges(const std::set<std::string>& names, bool full);
+  // A backup applying what TakeChanges took on the holder: whole values
+  // define and set their variables, rows overwrite theirs, origins join
+  // their shards' windows. done gets the first error (FailedPrecondition
+  // for rows of a variable it holds no whole value of).
+  void ApplyChanges(std::vector<VarChanges> changes, std::function<void(Status)> done);
 
   // The initialised variables among names (every initialised one when names
   // is empty) with their values, to done (on a runtime thread); names this

@@ -20,7 +20,7 @@ namespace sf {
 
 const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
-    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S] [--map-slots N]]\n"
+    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S] [--map-slots N] [--replicas N]]\n"
     "                      [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
@@ -53,6 +53,9 @@ const char kNodeUsage[] =
     "  --map-slots N               with --etcd: the slots of the cluster's shard map, the\n"
     "                              logical tasks sessions place on (default 64; the same\n"
     "                              on every node)\n"
+    "  --replicas N                with --etcd: 2 keeps a backup of every slot on another\n"
+    "                              node, which takes over when its holder dies (default 1;\n"
+    "                              the same on every node)\n"
     "  --name NAME                 the member's name (default node@HOST:PORT)\n"
     "  --threads N                 compute threads (default: one per core)\n"
     "  --lifetime-s SECONDS        stop by itself after this long (tests)\n"
@@ -110,6 +113,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
   node.add_option("--checkpoint-dir", o.checkpoint_root);
   node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
+  node.add_option("--replicas", o.replicas)->transform(cli::IntegerIn(1, 2));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);
@@ -312,11 +316,16 @@ int MapCommand(const NodeFlags& f) {
     members.insert(m->holder[s]);
     const std::string& from = m->moving_from[s];
     moving += !from.empty();
+    const std::string& backup = m->backup[s];
     if (f.members_json)
       std::cout << "{\"slot\": " << s << ", \"holder\": " << JsonString(m->holder[s])
-                << ", \"moving_from\": " << JsonString(from) << ", \"lost_after\": " << m->lost_after[s] << "}\n";
+                << ", \"moving_from\": " << JsonString(from) << ", \"lost_after\": " << m->lost_after[s]
+                << ", \"backup\": " << JsonString(backup) << ", \"synced\": " << (m->synced[s] ? "true" : "false")
+                << "}\n";
     else
-      std::cout << "slot " << s << "  " << m->holder[s] << (from.empty() ? "" : "  (moving from " + from + ")")
+      std::cout << "slot " << s << "  " << m->holder[s]
+                << (backup.empty() ? "" : "  backup " + backup + (m->synced[s] ? "" : " (being copied)"))
+                << (from.empty() ? "" : "  (moving from " + from + ")")
                 << (m->lost_after[s] ? "  (state lost after epoch " + std::to_string(m->lost_after[s]) + ")" : "")
                 << "\n";
   }

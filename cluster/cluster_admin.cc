@@ -31,7 +31,9 @@ Result<ShardMapInfo> ReadClusterMap(const std::string& etcd, const std::string& 
     SF_ASSIGN_OR_RETURN(credential, net::LoadCredential(tls_dir, tls_name.empty() ? "session" : tls_name));
   }
   SF_ASSIGN_OR_RETURN(cluster::ShardMap m, cluster::ReadShardMap(etcd, credential, cluster));
-  return ShardMapInfo{m.epoch, m.holder, m.from, m.lost_after};
+  m.backup.resize(m.holder.size());
+  m.synced.resize(m.holder.size());
+  return ShardMapInfo{m.epoch, m.holder, m.from, m.lost_after, m.backup, m.synced};
 }
 
 }  // namespace sf

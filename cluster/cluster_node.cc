@@ -236,6 +236,8 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
           },
           [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
           [&](net::MoveSlot& ms) { ServeMoveSlot(c, id, ms); },
+          [&](net::SyncSlot& ss) { ServeSyncSlot(c, id, ss); },
+          [&](net::ReplicateSlot& rs) { ServeReplicateSlot(c, id, std::move(rs)); },
           [&](net::SaveShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::CommitShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::RestoreShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
@@ -335,6 +337,7 @@ void ClusterNode::Impl::Stop() {
   for (int64_t step : steps) rendezvous.Cleanup(step);
   node_checkpoints->Stop();  // it reads and assigns variables
   movers.Stop();             // so do slot moves
+  replicas.reset();          // and replication rounds
   variables->Shutdown();
   queues->Stop();
   // As Session: stop the actors now. Members die in reverse order, which
@@ -348,6 +351,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
+  if (opts.replicas < 1 || opts.replicas > 2)
+    return InvalidArgument("--replicas " + std::to_string(opts.replicas) + ": 1 (none) or 2 (a backup of every slot)");
   auto impl = std::make_unique<Impl>(opts);
   Impl* p = impl.get();
   net::EndpointOptions to;

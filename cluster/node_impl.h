@@ -31,6 +31,7 @@
 #include "cluster/member_view.h"
 #include "cluster/peer_router.h"
 #include "cluster/placement_leader.h"
+#include "cluster/slot_replicas.h"
 #include "actors/serial_queue.h"
 #include "actors/partition_host.h"
 #include "graph/device_name.h"
@@ -91,6 +92,9 @@ struct ClusterNode::Impl {
   // before it are refused as stale), the variables each slot's partitions
   // use here (what a move copies), and the slot and epoch of every run here.
   std::unique_ptr<cluster::PlacementLeader> placement;
+  // With --replicas 2: sends each slot held here to its backup after its
+  // runs (node_replicas.cc). Null otherwise.
+  std::unique_ptr<cluster::SlotReplicas> replicas;
   std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
   std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
@@ -283,6 +287,19 @@ struct ClusterNode::Impl {
   Status MoveSlotHere(int slot, const std::string& to, int64_t epoch);
   // A peer's MoveSlot, queued for the movers thread (or refused).
   void ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m);
+  // Replication (node_replicas.cc): starts `replicas` (--replicas 2).
+  void StartReplicas();
+  // The leader's sync of slot's new backup: here when this node holds the
+  // slot, else a SyncSlot to its holder; OK or why not.
+  Status SyncSlotVia(int slot, const std::string& holder, const std::string& backup, int64_t epoch);
+  // A peer's SyncSlot (the placement leader), queued for the movers thread.
+  void ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m);
+  // A holder's ReplicateSlot: applied when the map names it the slot's
+  // holder and this node its backup, refused otherwise (a fenced holder).
+  void ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t id, net::ReplicateSlot m);
+  // Ends a partition run: replicates its slot's changes first (when the
+  // run succeeded and the slot has a backup), then sends d.
+  void FinishRun(int slot, std::function<void(net::RunPartitionDone)> reply, net::RunPartitionDone d);
 
   void OnDown(const net::ConnectionPtr& c, const Status& why);
 

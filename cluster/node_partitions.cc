@@ -238,8 +238,9 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     watch_cv.notify_all();
   }
   // The host's actor starts the step: this connection keeps reading.
-  host->Run(r.handle, step, std::move(r.feeds), [this, c, request_id, step, trace, watch, slot](Status s, std::vector<Tensor> out) {
-    net::RunPartitionDone d{step, std::move(s), std::move(out)};
+  // The run ends once its reply is sent: after its slot's changes reached
+  // the slot's backup (FinishRun), so a fence waits for that too.
+  auto reply = [this, c, request_id, step, trace, watch, slot](net::RunPartitionDone d) {
     if (trace) {
       d.trace_elapsed_ns = trace->Now();
       d.trace = trace->Take().first;
@@ -255,6 +256,9 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     if (fence_waiters > 0) fence_cv.notify_all();
     // No CleanupStep comes from a client that went away.
     if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
+  };
+  host->Run(r.handle, step, std::move(r.feeds), [this, step, slot, reply](Status s, std::vector<Tensor> out) {
+    FinishRun(slot.first, reply, net::RunPartitionDone{step, std::move(s), std::move(out)});
   }, trace.get(), watch ? &watch->finished : nullptr);
 }
 

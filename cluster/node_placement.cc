@@ -17,9 +17,16 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   po.address = address;
   po.slots = opts.map_slots;
   po.lease_ttl_s = opts.lease_ttl_s;
+  po.replicas = opts.replicas;
   po.move = [this](int slot, const std::string& from, const std::string& to, int64_t epoch) {
     return MoveSlotVia(slot, from, to, epoch);
   };
+  if (opts.replicas >= 2) {
+    StartReplicas();
+    po.sync = [this](int slot, const std::string& holder, const std::string& backup, int64_t epoch) {
+      return SyncSlotVia(slot, holder, backup, epoch);
+    };
+  }
   po.on_map = [this](const cluster::ShardMap& m) {
     {
       // A slot the map gives another member is served here no more to
@@ -34,6 +41,7 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
           fence = std::max(fence, m.epoch);
         }
     }
+    if (replicas) replicas->OnMap(m.backup, m.epoch);
     if (view.SetMap(m)) view.NotifyWatchers();
   };
   po.answers = [this](const std::string& addr) {
@@ -102,18 +110,18 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
   }
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
   int64_t moved = 0, bytes = 0;
-  // One variable at a time (a table and its slots could pass a frame's limit together).
-  for (const std::string& name : names) {
-    std::promise<std::vector<std::pair<std::string, Tensor>>> p;
-    auto f = p.get_future();
-    variables->ReadNamed({name}, [&p](std::vector<std::pair<std::string, Tensor>> v) { p.set_value(std::move(v)); });
-    for (auto& [n, value] : f.get()) {
-      bytes += static_cast<int64_t>(value.bytes());
-      Status s = net::CallStatus(c, net::Variables{true, {n}, {std::move(value)}}, 120000);
-      if (!s.ok()) return s.WithPrefix("copying variable '" + n + "' of slot " + std::to_string(slot) + " to " + to);
-      ++moved;
-    }
+  // The whole state, with the update origins the slot's shards applied (a
+  // step that ran here and runs again there applies nothing twice), in
+  // messages under kMaxReplicateBytes.
+  std::vector<runtime::VarChanges> state = variables->TakeChanges(names, /*full=*/true);
+  for (const auto& v : state) {
+    moved += v.value.valid();
+    bytes += v.value.valid() ? static_cast<int64_t>(v.value.bytes()) : 0;
   }
+  Status sent = cluster::SendSlotChanges(slot, epoch, address, true, std::move(state), [&](net::ReplicateSlot m) {
+    return net::CallStatus(c, std::move(m), 120000);
+  });
+  if (!sent.ok()) return sent.WithPrefix("copying slot " + std::to_string(slot) + " to " + to);
   Log("slot " + std::to_string(slot) + " moved to " + to + " at epoch " + std::to_string(epoch) + ": " +
       std::to_string(moved) + " variables, " + std::to_string(bytes) + " bytes");
   return Status::OK();

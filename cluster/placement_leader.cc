@@ -221,6 +221,18 @@ struct PlacementLeader::Impl {
     base.holder.resize(static_cast<size_t>(o.slots));
     base.from.resize(static_cast<size_t>(o.slots));
     base.lost_after.resize(static_cast<size_t>(o.slots));
+    base.backup.resize(static_cast<size_t>(o.slots));
+    base.synced.resize(static_cast<size_t>(o.slots));
+    // A dead holder's synced backup takes its place: it holds every change
+    // the holder acknowledged.
+    for (int s = 0; s < o.slots; ++s) {
+      if (base.holder[s].empty() || alive.count(base.holder[s]) || !base.from[s].empty()) continue;
+      if (base.backup[s].empty() || !base.synced[s] || !alive.count(base.backup[s])) continue;
+      Log("slot " + std::to_string(s) + ": backup " + base.backup[s] + " takes the place of " + base.holder[s]);
+      base.holder[s] = base.backup[s];
+      base.backup[s].clear();
+      base.synced[s] = 0;
+    }
     // Moves a predecessor (or an earlier turn) left unfinished.
     std::vector<int> finish;
     for (int s = 0; s < o.slots; ++s) {
@@ -233,7 +245,7 @@ struct PlacementLeader::Impl {
     }
     for (int s : finish) SF_RETURN_IF_ERROR(o.move(s, base.from[s], base.holder[s], cur.epoch));
     for (int s : finish) base.from[s].clear();
-    ShardMap next = PlanShardMap(base, live, o.slots);
+    ShardMap next = PlanShardMap(base, live, o.slots, o.replicas);
     for (int s = 0; s < o.slots; ++s)
       if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && !alive.count(base.holder[s]) && cur.epoch > 0)
         next.lost_after[s] = cur.epoch;  // its holder died: nothing to copy
@@ -241,11 +253,11 @@ struct PlacementLeader::Impl {
     for (int s = 0; s < o.slots; ++s)
       if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && alive.count(base.holder[s]))
         inter.from[s] = base.holder[s];
-    if (inter == cur) return Status::OK();
+    if (inter == cur) return SyncBackups(cur, rev);
     SF_ASSIGN_OR_RETURN(int64_t e1, Write(inter, rev));
     if (!inter.moving()) {
       Log("shard map epoch " + std::to_string(e1));
-      return Status::OK();
+      return SyncBackups(inter, e1);
     }
     {
       std::unique_lock<std::mutex> l(mu);
@@ -261,7 +273,31 @@ struct PlacementLeader::Impl {
     ShardMap done = next;
     SF_ASSIGN_OR_RETURN(int64_t e2, Write(done, e1));
     Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(moving) + " slots moved");
-    return Status::OK();
+    return SyncBackups(done, e2);
+  }
+
+  // Has each slot's holder copy its state to its unsynced backup, then
+  // marks those synced in the map (written at epoch; a failed copy stays
+  // unsynced, and the next turn tries again).
+  Status SyncBackups(ShardMap m, int64_t epoch) {
+    if (!o.sync || m.backup.empty()) return Status::OK();
+    int synced = 0;
+    Status first;
+    for (int s = 0; s < static_cast<int>(m.backup.size()); ++s) {
+      if (m.backup[s].empty() || m.synced[s] || !m.from[s].empty()) continue;
+      Status st = o.sync(s, m.holder[s], m.backup[s], epoch);
+      if (st.ok()) {
+        m.synced[s] = 1;
+        ++synced;
+      } else if (first.ok()) {
+        first = st;
+      }
+    }
+    if (synced > 0) {
+      SF_ASSIGN_OR_RETURN(int64_t e, Write(m, epoch));
+      Log("shard map epoch " + std::to_string(e) + ": " + std::to_string(synced) + " backups synced");
+    }
+    return first;
   }
 };
 

@@ -5,8 +5,10 @@
 // the whole cluster: it marks the moving slots (epoch E1, the old holders
 // stop serving them), has each old holder copy its slot's state to the new
 // one (Hooks::move), then writes the map without the marks (epoch E2).
-// A slot whose holder died moves at once (nothing to copy; sessions restore
-// it from a checkpoint). Each write is a transaction on the map's
+// A slot whose holder died moves at once: to its synced backup when it has
+// one (promoted: nothing lost), else with nothing to copy (sessions restore
+// it from a checkpoint). New backups are synced by their holder (Hooks::sync)
+// and then marked synced in the map. Each write is a transaction on the map's
 // mod_revision and the leader key's create_revision, so a deposed leader
 // writes nothing. A new leader finishes the moves its predecessor left.
 //
@@ -40,6 +42,12 @@ struct PlacementOptions {
   // time sessions get to learn of it (a node tells them at once) and stop
   // starting steps there, so that a fence rarely refuses a step.
   int move_grace_ms = 300;
+  // 2: every slot gets a backup on another member (with two or more), which
+  // takes its holder's place when the holder dies; 1: none.
+  int replicas = 1;
+  // Has `holder` copy slot's whole state to its new backup (and send it
+  // every change from then on); OK once the backup is synced, or why not.
+  std::function<Status(int slot, const std::string& holder, const std::string& backup, int64_t epoch)> sync;
   // Has `from` copy slot's state to `to` after it stopped serving the slot
   // at epoch (the old holder's fence); OK, or why not (retried later).
   std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;

@@ -9,6 +9,12 @@
 // holder has stopped serving it (a fence at the epoch that started the move)
 // and copies its state to the new one; sessions wait for the move to end.
 //
+// With replication (--replicas 2) a slot also has a backup on another
+// member: the holder (its primary) sends it every change of the slot before
+// a step that made it is acknowledged (cluster/slot_replicas.h). A backup is
+// `synced` once the holder copied it the slot's whole state; only a synced
+// backup takes its holder's place when the holder dies (nothing lost).
+//
 // Thread-safety: a value type; the functions are pure.
 #pragma once
 
@@ -30,14 +36,16 @@ struct ShardMap {
   // holder died and it moved without a copy): a session placed by that
   // epoch or an older one restores the slot's variables from a checkpoint.
   std::vector<int64_t> lost_after;
+  std::vector<std::string> backup;   // by slot: "" or the member holding its replica
+  std::vector<uint8_t> synced;       // by slot: 1 once the backup holds the slot's whole state
   bool moving() const;               // any slot moving
-  bool operator==(const ShardMap& o) const {
-    return holder == o.holder && from == o.from && lost_after == o.lost_after;
-  }
+  // Equal placements (a missing backup or synced entry counts as none).
+  bool operator==(const ShardMap& o) const;
 };
 
 // The map's text in etcd: "v1 SLOTS\n" then one line per slot: "HOLDER",
-// "<FROM" appended while it moves, "!EPOCH" appended once its state was lost.
+// "+BACKUP" (synced) or "+?BACKUP" (being copied) with a replica, "<FROM"
+// appended while it moves, "!EPOCH" appended once its state was lost.
 std::string EncodeShardMap(const ShardMap& m);
 // Parses EncodeShardMap's text (epoch is left 0); DataLoss naming what is
 // wrong (a version, count or line that does not parse, more than kMaxSlots).
@@ -46,9 +54,11 @@ Result<ShardMap> DecodeShardMap(const std::string& text);
 // The next placement: every slot on a member of `live` (non-empty), every
 // prefix of the slots spread evenly (a session of n tasks uses slots 0..n-1),
 // keeping each slot where it is while its holder's share of the slots before
-// it allows; no moves in progress; lost marks kept. `old` may be empty or
-// shorter than slots.
-ShardMap PlanShardMap(const ShardMap& old, const std::vector<std::string>& live, int slots);
+// it allows; no moves in progress; lost marks kept. With replicas >= 2 and
+// two or more live members each slot has a backup on another member (kept
+// while it is live and not the holder; synced only if its holder is
+// unchanged), backups spread evenly. `old` may be empty or shorter than slots.
+ShardMap PlanShardMap(const ShardMap& old, const std::vector<std::string>& live, int slots, int replicas = 1);
 
 inline constexpr int kMaxSlots = 4096;
 

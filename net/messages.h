@@ -71,6 +71,28 @@ struct MoveSlot {
   std::string to;
   int64_t epoch = 0;
 };
+// The placement leader asking a slot's holder to copy the slot's whole
+// state to the slot's new backup (cluster/slot_replicas.h), which it sends
+// every change from then on: a StatusReply once the backup holds it.
+struct SyncSlot {
+  int32_t slot = 0;
+  std::string backup;
+  int64_t epoch = 0;  // the map's, which names backup
+};
+// A slot's holder sending its backup what changed in the slot's variables
+// since its last ReplicateSlot (each whole when `full`): a StatusReply once
+// the backup applied it. The backup refuses it unless its map names the
+// sender the slot's holder and itself the backup.
+struct ReplicateSlot {
+  int32_t slot = 0;
+  int64_t epoch = 0;         // the sender's map epoch
+  std::string holder;        // the sender's listen address
+  bool full = false;         // every variable of the slot, whole (a new backup)
+  std::vector<std::string> names;
+  std::vector<Tensor> values;   // the whole value, or its rows listed in rows[i]
+  std::vector<Tensor> rows;     // int64 scalar: whole; int64 [k]: leading-dimension rows
+  std::vector<Tensor> origins;  // int64 [k, 2]: update origins its shard applied (kernels/update_origin.h)
+};
 
 // One output of a partition's graph, by node name and index.
 struct OutputRef {
@@ -250,7 +272,7 @@ using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
                           Echo, Variables, CollectiveChunk, StepProgress, SaveShards, CommitShards,
-                          RestoreShards, ShardsDone, MoveSlot>;
+                          RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

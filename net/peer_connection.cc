@@ -50,7 +50,8 @@ Route RouteOf(const Body& body) {
         if constexpr (std::is_same_v<B, Heartbeat> || std::is_same_v<B, StepProgress>) return {kChannelService, false, true};
         else if constexpr (std::is_same_v<B, ListMembers>) return {kMembersService, true, false};
         else if constexpr (std::is_same_v<B, Membership>) return {kMembershipService, true, true};
-        else if constexpr (std::is_same_v<B, MoveSlot>) return {kMembershipService, true, false};
+        else if constexpr (std::is_same_v<B, MoveSlot> || std::is_same_v<B, SyncSlot>)
+          return {kMembershipService, true, false};
         else if constexpr (std::is_same_v<B, RegisterPartition> || std::is_same_v<B, RunPartition> ||
                            std::is_same_v<B, CloseSession>)
           return {kPartitionsService, true, false};
@@ -59,7 +60,8 @@ Route RouteOf(const Body& body) {
         else if constexpr (std::is_same_v<B, SendTensor>) return {kRendezvousService, false, true};
         else if constexpr (std::is_same_v<B, CollectiveChunk>) return {kCollectivesService, false, true};
         else if constexpr (std::is_same_v<B, Variables> || std::is_same_v<B, SaveShards> ||
-                           std::is_same_v<B, CommitShards> || std::is_same_v<B, RestoreShards>)
+                           std::is_same_v<B, CommitShards> || std::is_same_v<B, RestoreShards> ||
+                           std::is_same_v<B, ReplicateSlot>)
           return {kVariablesService, true, false};
         else if constexpr (std::is_same_v<B, Echo>) return {kDiagnosticsService, true, false};
         else return {};

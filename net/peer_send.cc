@@ -22,6 +22,7 @@ size_t TensorBytes(const Message& m) {
         if constexpr (std::is_same_v<B, Echo>) add(b.payload);
         else if constexpr (std::is_same_v<B, RunPartitionDone>) for (const auto& t : b.fetches) add(t);
         else if constexpr (std::is_same_v<B, Variables>) for (const auto& t : b.values) add(t);
+        else if constexpr (std::is_same_v<B, ReplicateSlot>) for (const auto& t : b.values) add(t);
         else if constexpr (std::is_same_v<B, SendTensor>) add(b.value);
         else if constexpr (std::is_same_v<B, CollectiveChunk>) add(b.chunk);
       },
@@ -164,6 +165,8 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         else if constexpr (std::is_same_v<B, RestoreShards>) return typed(r.variables.restoreShardsRequest());
         else if constexpr (std::is_same_v<B, Membership>) return typed(r.membership.exchangeRequest());
         else if constexpr (std::is_same_v<B, MoveSlot>) return typed(r.membership.moveSlotRequest());
+        else if constexpr (std::is_same_v<B, SyncSlot>) return typed(r.membership.syncSlotRequest());
+        else if constexpr (std::is_same_v<B, ReplicateSlot>) return typed(r.variables.replicateSlotRequest());
         else if constexpr (std::is_same_v<B, Echo>) return typed(r.diagnostics.echoRequest());
         else if constexpr (std::is_same_v<B, ListMembers>) {
           auto req = r.members.listRequest();

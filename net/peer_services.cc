@@ -185,6 +185,7 @@ class VariableStoreServer final : public rp::VariableStore::Server, Service {
   kj::Promise<void> saveShards(SaveShardsContext c) override { return AskStruct<SaveShards>(c); }
   kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct<CommitShards>(c); }
   kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct<RestoreShards>(c); }
+  kj::Promise<void> replicateSlot(ReplicateSlotContext c) override { return AskStruct<ReplicateSlot>(c); }
 };
 
 class MembersServer final : public rp::Members::Server, Service {
@@ -204,6 +205,7 @@ class MembershipServer final : public rp::Membership::Server, Service {
   kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
   kj::Promise<void> gossip(GossipContext c) override { return TellReleasing<Membership>(c, c.getParams().getUpdates()); }
   kj::Promise<void> moveSlot(MoveSlotContext c) override { return AskStruct<MoveSlot>(c); }
+  kj::Promise<void> syncSlot(SyncSlotContext c) override { return AskStruct<SyncSlot>(c); }
 };
 
 class RendezvousServer final : public rp::Rendezvous::Server, Service {

@@ -31,7 +31,7 @@ const char* BodyName(const Body& b) {
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
       "Variables",     "CollectiveChunk", "StepProgress", "SaveShards", "CommitShards", "RestoreShards",
-      "ShardsDone", "MoveSlot"};
+      "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }
@@ -161,6 +161,8 @@ SF_WIRE_STRUCT(SaveShards)
 SF_WIRE_STRUCT(CommitShards)
 SF_WIRE_STRUCT(RestoreShards)
 SF_WIRE_STRUCT(MoveSlot)
+SF_WIRE_STRUCT(SyncSlot)
+SF_WIRE_STRUCT(ReplicateSlot)
 #undef SF_WIRE_STRUCT
 
 Result<Frame> EncodeFrame(const Message& m) {

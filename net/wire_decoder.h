@@ -385,6 +385,28 @@ struct Decoder {
     m->epoch = r.getEpoch();
     return Status::OK();
   }
+  Status Read(w::SyncSlot::Reader r, SyncSlot* m) const {
+    m->slot = r.getSlot();
+    SF_RETURN_IF_ERROR(Text(r.getBackup(), "SyncSlot.backup", &m->backup));
+    m->epoch = r.getEpoch();
+    return Status::OK();
+  }
+  Status Read(w::ReplicateSlot::Reader r, ReplicateSlot* m) const {
+    m->slot = r.getSlot();
+    m->epoch = r.getEpoch();
+    SF_RETURN_IF_ERROR(Text(r.getHolder(), "ReplicateSlot.holder", &m->holder));
+    m->full = r.getFull();
+    SF_RETURN_IF_ERROR(Names(r.getNames(), "ReplicateSlot.names", &m->names));
+    SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "ReplicateSlot.values"));
+    SF_ASSIGN_OR_RETURN(m->rows, Tensors(r.getRows(), "ReplicateSlot.rows"));
+    SF_ASSIGN_OR_RETURN(m->origins, Tensors(r.getOrigins(), "ReplicateSlot.origins"));
+    if (m->values.size() != m->names.size() || m->rows.size() != m->names.size() ||
+        m->origins.size() != m->names.size())
+      return InvalidArgument("ReplicateSlot: " + std::to_string(m->names.size()) + " names but " +
+                             std::to_string(m->values.size()) + " values, " + std::to_string(m->rows.size()) +
+                             " row lists and " + std::to_string(m->origins.size()) + " origin lists");
+    return Status::OK();
+  }
   Status Read(w::ShardsDone::Reader r, ShardsDone* m) const {
     m->id = r.getId();
     m->token = r.getToken();
@@ -423,6 +445,8 @@ struct Decoder {
       case EnvBody::RESTORE_SHARDS: return As<RestoreShards>(e.getRestoreShards());
       case EnvBody::SHARDS_DONE: return As<ShardsDone>(e.getShardsDone());
       case EnvBody::MOVE_SLOT: return As<MoveSlot>(e.getMoveSlot());
+      case EnvBody::SYNC_SLOT: return As<SyncSlot>(e.getSyncSlot());
+      case EnvBody::REPLICATE_SLOT: return As<ReplicateSlot>(e.getReplicateSlot());
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");

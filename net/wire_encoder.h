@@ -307,6 +307,28 @@ struct Encoder {
     b.setEpoch(m.epoch);
     return Status::OK();
   }
+  Status Put(const SyncSlot& m, w::SyncSlot::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.backup, "SyncSlot.backup"));
+    b.setSlot(m.slot);
+    b.setBackup(AsText(m.backup));
+    b.setEpoch(m.epoch);
+    return Status::OK();
+  }
+  Status Put(const ReplicateSlot& m, w::ReplicateSlot::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.holder, "ReplicateSlot.holder"));
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "ReplicateSlot.names"));
+    SF_RETURN_IF_ERROR(ListSize(m.values.size(), "ReplicateSlot.values"));
+    SF_RETURN_IF_ERROR(ListSize(m.rows.size(), "ReplicateSlot.rows"));
+    SF_RETURN_IF_ERROR(ListSize(m.origins.size(), "ReplicateSlot.origins"));
+    b.setSlot(m.slot);
+    b.setEpoch(m.epoch);
+    b.setHolder(AsText(m.holder));
+    b.setFull(m.full);
+    SF_RETURN_IF_ERROR(Names(m.names, b.initNames(m.names.size()), "ReplicateSlot.names"));
+    SF_RETURN_IF_ERROR(Tensors(m.values, b.initValues(m.values.size()), "ReplicateSlot.values"));
+    SF_RETURN_IF_ERROR(Tensors(m.rows, b.initRows(m.rows.size()), "ReplicateSlot.rows"));
+    return Tensors(m.origins, b.initOrigins(m.origins.size()), "ReplicateSlot.origins");
+  }
   Status Put(const ShardsDone& m, w::ShardsDone::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.dropped.size(), "ShardsDone.dropped"));
     b.setId(m.id);

@@ -41,6 +41,8 @@ SF_WIRE_OF(CommitShards)
 SF_WIRE_OF(RestoreShards)
 SF_WIRE_OF(ShardsDone)
 SF_WIRE_OF(MoveSlot)
+SF_WIRE_OF(SyncSlot)
+SF_WIRE_OF(ReplicateSlot)
 #undef SF_WIRE_OF
 
 // Writes m into b, its struct as an RPC parameter, with EncodeEnvelope's

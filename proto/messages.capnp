@@ -54,6 +54,25 @@ struct MoveSlot {
   epoch @2 :Int64;
 }
 
+# The placement leader asking a slot's holder to copy the slot to its new backup.
+struct SyncSlot {
+  slot @0 :Int32;
+  backup @1 :Text;
+  epoch @2 :Int64;
+}
+
+# A slot's holder sending its backup the slot's changes (net/messages.h).
+struct ReplicateSlot {
+  slot @0 :Int32;
+  epoch @1 :Int64;
+  holder @2 :Text;
+  full @3 :Bool;
+  names @4 :List(Text);
+  values @5 :List(T.Tensor);
+  rows @6 :List(T.Tensor);
+  origins @7 :List(T.Tensor);
+}
+
 # One output of a partition's graph: node name and output index.
 struct OutputRef {
   node @0 :Text;
@@ -247,5 +266,7 @@ struct Envelope {
     restoreShards @19 :RestoreShards;
     shardsDone @20 :ShardsDone;
     moveSlot @21 :MoveSlot;
+    syncSlot @22 :SyncSlot;
+    replicateSlot @23 :ReplicateSlot;
   }
 }

@@ -77,6 +77,8 @@ interface VariableStore {
   saveShards @1 (request :W.SaveShards, id :UInt64) -> Reply;
   commitShards @2 (request :W.CommitShards, id :UInt64) -> Reply;
   restoreShards @3 (request :W.RestoreShards, id :UInt64) -> Reply;
+  # A slot's holder sending its backup the slot's changes (a StatusReply).
+  replicateSlot @4 (request :W.ReplicateSlot, id :UInt64) -> Reply;
 }
 
 interface Members {
@@ -90,6 +92,8 @@ interface Membership {
   gossip @1 (updates :List(W.Membership)) -> ();
   # The placement leader moving a slot off the receiver (a StatusReply).
   moveSlot @2 (request :W.MoveSlot, id :UInt64) -> Reply;
+  # The placement leader having the receiver copy a slot to its new backup (a StatusReply).
+  syncSlot @3 (request :W.SyncSlot, id :UInt64) -> Reply;
 }
 
 interface Rendezvous {

@@ -46,6 +46,12 @@ struct NodeOptions {
   // session may place on: ClusterOptions::tasks is at most this). Every node
   // of a cluster must be given the same.
   int map_slots = 64;
+  // With etcd: 2 gives every slot of the map a backup on another member
+  // (with two or more), sent every change of the slot before a step is
+  // acknowledged, which takes the slot over when its holder dies or hangs:
+  // no acknowledged update is lost (docs/CLUSTER.md). 1: none. Every node
+  // of a cluster must be given the same.
+  int replicas = 1;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;
@@ -223,6 +229,8 @@ struct ShardMapInfo {
   std::vector<std::string> holder;       // by slot: HOST:PORT
   std::vector<std::string> moving_from;  // by slot: "" or the HOST:PORT it moves from
   std::vector<int64_t> lost_after;       // by slot: 0, or the epoch after which its state was lost
+  std::vector<std::string> backup;       // by slot: "" or the HOST:PORT holding its replica (--replicas 2)
+  std::vector<uint8_t> synced;           // by slot: 1 once the backup holds the slot's whole state
 };
 // Reads it, with credential tls_name in tls_dir ("" = "session") or
 // insecure; Unavailable / PermissionDenied naming etcd when it cannot be

@@ -144,6 +144,13 @@ bool Same(const RestoreShards& a, const RestoreShards& b) {
   return a.dir == b.dir && a.token == b.token && a.id == b.id && a.task == b.task && a.names == b.names;
 }
 bool Same(const MoveSlot& a, const MoveSlot& b) { return a.slot == b.slot && a.to == b.to && a.epoch == b.epoch; }
+bool Same(const SyncSlot& a, const SyncSlot& b) {
+  return a.slot == b.slot && a.backup == b.backup && a.epoch == b.epoch;
+}
+bool Same(const ReplicateSlot& a, const ReplicateSlot& b) {
+  return a.slot == b.slot && a.epoch == b.epoch && a.holder == b.holder && a.full == b.full && a.names == b.names &&
+         SameTensors(a.values, b.values) && SameTensors(a.rows, b.rows) && SameTensors(a.origins, b.origins);
+}
 bool Same(const ShardsDone& a, const ShardsDone& b) {
   return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
          a.bytes == b.bytes && a.dropped == b.dropped;
@@ -210,6 +217,12 @@ std::vector<Message> EveryMessage() {
   add(ShardsDone{12, ~uint64_t{0}, 1000, 7, int64_t{5} << 40, {3, 4, ~uint64_t{0}}});
   add(ShardsDone{});
   add(MoveSlot{7, "127.0.0.1:7001", 123456789});
+  add(SyncSlot{3, "127.0.0.1:7002", 99});
+  add(ReplicateSlot{5, 77, "127.0.0.1:7003", true, {"emb/part_0", "w"},
+                    {Patterned(DType::kFloat32, {2, 3}, 5), Patterned(DType::kFloat32, {4}, 6)},
+                    {Patterned(DType::kInt64, {2}, 1), Tensor::Scalar<int64_t>(-1)},
+                    {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}});
+  add(ReplicateSlot{});
   {
     Membership m{{{"a", "127.0.0.1:1", 1}}, {}, {}};
     m.map_epoch = 42;

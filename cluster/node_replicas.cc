@@ -1,0 +1,126 @@
+// A node's share of replication (shardflow node --replicas 2;
+// cluster/slot_replicas.h): as a slot's holder it sends the slot's changes
+// to the backup before a run is acknowledged, and copies the whole slot to
+// a new backup when the placement leader asks; as a backup it applies what
+// the slot's holder sends, refusing a holder the map no longer names.
+#include "cluster/node_impl.h"
+
+namespace sf {
+
+void ClusterNode::Impl::StartReplicas() {
+  cluster::SlotReplicas::Hooks h;
+  h.self = address;
+  h.variables_of = [this](int slot) {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = slot_variables.find(slot);
+    return it == slot_variables.end() ? std::set<std::string>() : it->second;
+  };
+  h.take = [this](const std::set<std::string>& names, bool full) { return variables->TakeChanges(names, full); };
+  h.send = [this](const std::string& to, net::ReplicateSlot m) {
+    SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
+    return net::CallStatus(c, std::move(m), std::max(2000, 10 * opts.peer_timeout_ms));
+  };
+  replicas = std::make_unique<cluster::SlotReplicas>(std::move(h));
+}
+
+Status ClusterNode::Impl::SyncSlotVia(int slot, const std::string& holder, const std::string& backup,
+                                      int64_t epoch) {
+  if (holder == address) {
+    if (!replicas) return FailedPrecondition("node " + opts.name + " runs without --replicas 2");
+    return replicas->SyncWhole(slot, backup, epoch);
+  }
+  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(holder));
+  return net::CallStatus(c, net::SyncSlot{slot, backup, epoch}, kFenceWaitMs + 120000)
+      .WithPrefix("syncing slot " + std::to_string(slot) + " from " + holder + " to its backup " + backup);
+}
+
+void ClusterNode::Impl::ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m) {
+  // Only the placement leader, a node, syncs slots.
+  if (c->peer_role() != net::Role::kNode)
+    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes sync slots; " + c->peer_address() +
+                                                          " holds a session credential")});
+  if (m.slot < 0 || m.slot >= opts.map_slots)
+    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is not one of the " +
+                                                         std::to_string(opts.map_slots) + " of the shard map")});
+  if (!replicas) return Reply(c, id, net::StatusReply{FailedPrecondition("node " + opts.name + " runs without --replicas 2")});
+  if (moves_waiting.fetch_add(1) >= kMaxMovesWaiting) {
+    --moves_waiting;
+    return Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
+                                                           std::to_string(kMaxMovesWaiting) +
+                                                           " slot moves waiting already")});
+  }
+  movers.Post([this, c, id, m] {
+    Status s = replicas->SyncWhole(m.slot, m.backup, m.epoch);
+    --moves_waiting;
+    Reply(c, id, net::StatusReply{s});
+  });
+}
+
+void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t id, net::ReplicateSlot m) {
+  if (c->peer_role() != net::Role::kNode)
+    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes replicate slots; " + c->peer_address() +
+                                                          " holds a session credential")});
+  if (!placement_ready.load() || m.slot < 0 || m.slot >= opts.map_slots)
+    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is no slot of node " +
+                                                         opts.name + "'s shard map")});
+  // The map must name the sender the slot's holder and this node its
+  // backup: a holder that was replaced (it stalled, or was cut off) is
+  // refused, so it can acknowledge nothing after its successor took over.
+  // A move's copy comes from the slot's old holder to its new one.
+  auto names_us = [&](const cluster::ShardMap& map) {
+    const auto s = static_cast<size_t>(m.slot);
+    if (s >= map.holder.size()) return false;
+    const bool backup = s < map.backup.size() && map.holder[s] == m.holder && map.backup[s] == address;
+    const bool move = s < map.from.size() && map.from[s] == m.holder && map.holder[s] == address;
+    return backup || move;
+  };
+  cluster::PlacementLeader* pl = placement_ready.load();
+  cluster::ShardMap map = pl->Map();
+  if (!names_us(map) && map.epoch < m.epoch && pl->Refresh().ok()) map = pl->Map();
+  if (!names_us(map))
+    return Reply(c, id, net::StatusReply{FailedPrecondition(
+                            "node " + opts.name + ": the shard map (epoch " + std::to_string(map.epoch) +
+                            ") does not make " + m.holder + " the holder of slot " + std::to_string(m.slot) +
+                            " with this node its backup")});
+  std::vector<std::string> names = m.names;
+  std::vector<runtime::VarChanges> changes;
+  for (size_t i = 0; i < m.names.size(); ++i) {
+    runtime::VarChanges ch;
+    ch.name = std::move(m.names[i]);
+    ch.value = std::move(m.values[i]);
+    if (m.rows[i].rank() != 0) ch.rows = std::move(m.rows[i]);  // a scalar: the whole value
+    const Tensor& o = m.origins[i];
+    if (o.dtype() != DType::kInt64 || o.rank() != 2 || o.dim(1) != 2)
+      return Reply(c, id, net::StatusReply{InvalidArgument("ReplicateSlot: origins of '" + ch.name +
+                                                           "' are not int64 [k, 2]: " + o.DebugString(0))});
+    for (int64_t k = 0; k < o.dim(0); ++k)
+      ch.origins.push_back(UpdateOrigin{static_cast<uint64_t>(o.data<int64_t>()[2 * k]),
+                                        static_cast<uint64_t>(o.data<int64_t>()[2 * k + 1])});
+    changes.push_back(std::move(ch));
+  }
+  variables->ApplyChanges(std::move(changes), [this, c, id, slot = m.slot, names = std::move(names)](Status s) {
+    if (s.ok()) {
+      // What a later whole round or move of the slot from here must send
+      // (bounded: each is a variable of the store, at most kMaxVariables).
+      std::lock_guard<std::mutex> l(mu);
+      slot_variables[slot].insert(names.begin(), names.end());
+    }
+    pool.Schedule([this, c, id, slot, s] {
+      Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
+    });
+  });
+}
+
+void ClusterNode::Impl::FinishRun(int slot, std::function<void(net::RunPartitionDone)> reply, net::RunPartitionDone d) {
+  if (!replicas || slot < 0 || !d.status.ok()) return reply(std::move(d));
+  replicas->Sync(slot, [reply = std::move(reply), d = std::move(d)](Status s) mutable {
+    if (!s.ok()) {
+      // Not on the backup: not acknowledged (the session runs the step again).
+      d.status = s;
+      d.fetches.clear();
+    }
+    reply(std::move(d));
+  });
+}
+
+}  // namespace sf

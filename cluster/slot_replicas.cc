@@ -1,0 +1,137 @@
+// A slot holder's side of replication (cluster/slot_replicas.h).
+#include "cluster/slot_replicas.h"
+
+#include <future>
+
+namespace sf {
+namespace cluster {
+
+Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool full,
+                       std::vector<runtime::VarChanges> changes,
+                       const std::function<Status(net::ReplicateSlot)>& send) {
+  auto fresh = [&] {
+    net::ReplicateSlot m;
+    m.slot = slot;
+    m.epoch = epoch;
+    m.holder = holder;
+    m.full = full;
+    return m;
+  };
+  net::ReplicateSlot m = fresh();
+  int64_t bytes = 0;
+  for (auto& c : changes) {
+    const int64_t n = c.value.valid() ? static_cast<int64_t>(c.value.bytes()) : 0;
+    if (!m.names.empty() && bytes + n > kMaxReplicateBytes) {
+      SF_RETURN_IF_ERROR(send(std::move(m)));
+      m = fresh();
+      bytes = 0;
+    }
+    bytes += n;
+    m.names.push_back(std::move(c.name));
+    if (!c.value.valid()) {
+      // Origins alone: no rows of no value.
+      m.values.push_back(Tensor(DType::kInt64, Shape{0}));
+      m.rows.push_back(Tensor(DType::kInt64, Shape{0}));
+    } else {
+      m.values.push_back(std::move(c.value));
+      m.rows.push_back(c.rows.valid() ? std::move(c.rows) : Tensor::Scalar<int64_t>(-1));
+    }
+    Tensor origins(DType::kInt64, Shape{static_cast<int64_t>(c.origins.size()), 2});
+    for (size_t i = 0; i < c.origins.size(); ++i) {
+      origins.data<int64_t>()[2 * i] = static_cast<int64_t>(c.origins[i].step);
+      origins.data<int64_t>()[2 * i + 1] = static_cast<int64_t>(c.origins[i].op);
+    }
+    m.origins.push_back(std::move(origins));
+  }
+  if (full || !m.names.empty()) return send(std::move(m));
+  return Status::OK();
+}
+
+SlotReplicas::SlotReplicas(Hooks hooks) : hooks_(std::move(hooks)) {}
+
+SlotReplicas::~SlotReplicas() {
+  rounds_.Stop();
+  std::vector<std::function<void(Status)>> left;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : slots_)
+      for (auto& w : kv.second.waiting) left.push_back(std::move(w));
+    slots_.clear();
+  }
+  for (auto& w : left) w(Unavailable("the node is stopping: the step's changes were not replicated"));
+}
+
+void SlotReplicas::OnMap(const std::vector<std::string>& backups, int64_t epoch) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t s = 0; s < backups.size(); ++s) {
+    if (backups[s].empty() && !slots_.count(static_cast<int>(s))) continue;
+    Slot& st = slots_[static_cast<int>(s)];
+    if (epoch < st.epoch) continue;
+    st.backup = backups[s];
+    st.epoch = epoch;
+  }
+}
+
+void SlotReplicas::Sync(int slot, std::function<void(Status)> done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = slots_.find(slot);
+    if (it != slots_.end() && !it->second.backup.empty()) {
+      it->second.waiting.push_back(std::move(done));
+      if (it->second.scheduled) return;
+      it->second.scheduled = true;
+      rounds_.Post([this, slot] { (void)Round(slot, false); });
+      return;
+    }
+  }
+  done(Status::OK());  // no backup: nothing to wait for
+}
+
+Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoch) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Slot& st = slots_[slot];
+    if (epoch >= st.epoch) {
+      st.backup = backup;
+      st.epoch = epoch;
+    }
+    if (st.backup != backup)
+      return FailedPrecondition("slot " + std::to_string(slot) + "'s backup is " + st.backup + " by map epoch " +
+                                std::to_string(st.epoch) + ", not " + backup);
+  }
+  std::promise<Status> p;
+  auto f = p.get_future();
+  rounds_.Post([&] { p.set_value(Round(slot, true)); });
+  return f.get();
+}
+
+Status SlotReplicas::Round(int slot, bool whole) {
+  std::vector<std::function<void(Status)>> runs;
+  std::string to;
+  int64_t epoch = 0;
+  bool full = whole;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Slot& st = slots_[slot];
+    runs.swap(st.waiting);
+    st.scheduled = false;
+    to = st.backup;
+    epoch = st.epoch;
+    full = full || st.sent_to != to;
+  }
+  Status s;
+  if (!to.empty()) {
+    s = SendSlotChanges(slot, epoch, hooks_.self, full, hooks_.take(hooks_.variables_of(slot), full),
+                        [&](net::ReplicateSlot m) { return hooks_.send(to, std::move(m)); });
+    if (!s.ok())
+      s = Unavailable("replicating slot " + std::to_string(slot) + " to its backup " + to + ": " + s.message());
+    std::lock_guard<std::mutex> l(mu_);
+    // Taken changes that did not arrive are in no dirty record any more: the next round is whole.
+    slots_[slot].sent_to = s.ok() ? to : "";
+  }
+  for (auto& r : runs) r(s);
+  return s;
+}
+
+}  // namespace cluster
+}  // namespace sf

@@ -1,0 +1,85 @@
+// SlotReplicas: a slot holder's side of replication (shardflow node
+// --replicas 2; cluster/shard_map.h). When a partition run of slot S ends,
+// Sync(S) sends S's backup every change of S's variables since the last
+// round, with the update origins their shards applied (so a promoted
+// backup applies a step run again once, kernels/update_origin.h), and
+// answers once the backup applied them: the run is acknowledged only then.
+// One round at a time for all slots, on its own thread: the runs that end
+// while a round is out share the next one (group commit). A backup new to
+// the holder gets the slot's whole state in its first round; a failed round
+// fails its runs (the session runs the step again) and makes the next round
+// whole, since what the backup got is unknown.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/serial_queue.h"
+#include "actors/variable_shard_protocol.h"
+#include "net/messages.h"
+#include "shardflow/status.h"
+
+namespace sf {
+namespace cluster {
+
+// Sends the changes of slot (taken by ActorVariables::TakeChanges) as
+// ReplicateSlot messages from holder, in order, each under kMaxReplicateBytes
+// of values (a big table alone in one); `send` sends one and waits for its
+// reply. Nothing is sent for no changes unless full. The first error.
+inline constexpr int64_t kMaxReplicateBytes = int64_t{64} << 20;
+Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool full,
+                       std::vector<runtime::VarChanges> changes,
+                       const std::function<Status(net::ReplicateSlot)>& send);
+
+class SlotReplicas {
+ public:
+  struct Hooks {
+    std::string self;  // this node's listen address (ReplicateSlot.holder)
+    // The names of slot's variables on this node.
+    std::function<std::set<std::string>(int slot)> variables_of;
+    // The variable store's TakeChanges.
+    std::function<std::vector<runtime::VarChanges>(const std::set<std::string>& names, bool full)> take;
+    // Sends m to member `to` and waits for its StatusReply.
+    std::function<Status(const std::string& to, net::ReplicateSlot m)> send;
+  };
+  explicit SlotReplicas(Hooks hooks);
+  // Fails the rounds not begun with Unavailable, and waits for the one out.
+  ~SlotReplicas();
+
+  // The backup of each slot in a map of this epoch ("" none); an older map
+  // than one seen changes nothing.
+  void OnMap(const std::vector<std::string>& backups, int64_t epoch);
+  // Calls done (on the rounds' thread, or at once without a backup) once
+  // every change of slot made before this call is on its backup; the
+  // round's error otherwise.
+  void Sync(int slot, std::function<void(Status)> done);
+  // The placement leader's SyncSlot: a whole round of slot to backup (named
+  // by the map of epoch, which may be newer than the one seen here); blocks.
+  Status SyncWhole(int slot, const std::string& backup, int64_t epoch);
+
+ private:
+  struct Slot {
+    std::string backup;                               // the newest map's
+    int64_t epoch = 0;                                // of that map
+    std::string sent_to;                              // holds every change up to the last round ("": none)
+    std::vector<std::function<void(Status)>> waiting; // runs for the next round
+    bool scheduled = false;
+  };
+  // One round of slot (the rounds' thread): whole when `whole` or the
+  // backup is new; its result to the runs that were waiting.
+  Status Round(int slot, bool whole);
+
+  Hooks hooks_;
+  std::mutex mu_;
+  std::map<int, Slot> slots_;  // GUARDED_BY(mu_)
+  runtime::SerialQueue rounds_;
+};
+
+}  // namespace cluster
+}  // namespace sf

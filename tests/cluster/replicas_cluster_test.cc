@@ -1,0 +1,129 @@
+// Shard replicas over real node processes and etcd (shardflow node
+// --replicas 2): every slot has a synced backup on another node; when a
+// slot's holder is killed or hung, its backup takes over and the session
+// runs the failed step again: no acknowledged update is lost or applied twice.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/shard_map.h"
+#include "examples/common/local_cluster.h"
+#include "shardflow/cluster.h"
+#include "tests/support/sparse_model.h"
+#include "tests/support/wait.h"
+
+using namespace sf;
+using namespace std::chrono_literals;
+using sf::testing::Params;
+using sf::testing::Reference;
+using sf::testing::RequireClose;
+using sf::testing::SparseModel;
+using sf::testing::Step;
+
+namespace {
+
+// Every slot of the first `slots` has a synced backup on another member.
+bool BackedUp(const examples::LocalCluster& c, int slots) {
+  auto m = ReadClusterMap(c.etcd_endpoint(), c.tls_dir());
+  if (!m.ok() || static_cast<int>(m->holder.size()) < slots || static_cast<int>(m->backup.size()) < slots) return false;
+  for (int s = 0; s < slots; ++s)
+    if (m->backup[s].empty() || !m->synced[s] || m->backup[s] == m->holder[s]) return false;
+  return true;
+}
+
+int NodeOf(const examples::LocalCluster& c, const std::string& addr) {
+  for (size_t i = 0; i < c.addresses().size(); ++i)
+    if (c.addresses()[i] == addr) return static_cast<int>(i);
+  FAIL(addr << " is not a node of the cluster");
+  return -1;
+}
+
+std::unique_ptr<ClusterSession> Connect(const examples::LocalCluster& c, const SparseModel& m, int tasks) {
+  ClusterOptions o;
+  o.address = c.addresses()[0];
+  o.tls_dir = c.tls_dir();
+  o.tasks = tasks;
+  auto s = ClusterSession::Connect(m.g, o);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
+
+void Train(ClusterSession& s, const SparseModel& m, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    auto r = Step(s, m, i);
+    INFO("step " << i << ": " << r.status().ToString());
+    REQUIRE(r.ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, no update lost or doubled",
+          "[cluster][replicas]") {
+  examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--replicas", "2"});
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  SparseModel m;
+  auto s = Connect(cluster, m, 3);
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  Train(*s, m, 0, 10);
+  // Kill a holder other than the node the session first contacted.
+  int victim = -1;
+  for (const std::string& t : s->tasks())
+    if (NodeOf(cluster, t) != 0) victim = NodeOf(cluster, t);
+  REQUIRE(victim > 0);
+  const std::string victim_addr = cluster.addresses()[victim];
+  // Killed while steps run: every step succeeds (one the kill failed runs
+  // again on the backups).
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    testing::PauseFor(std::chrono::milliseconds(30));
+    cluster.Kill(victim);
+    killed = true;
+  });
+  int step = 10, after = 0;
+  for (; after < 10; ++step) {
+    if (killed) ++after;
+    Train(*s, m, step, step + 1);
+  }
+  killer.join();
+  for (const std::string& t : s->tasks()) CHECK(t != victim_addr);
+  for (const auto& c : s->Changes()) CHECK(c.restored_tasks.empty());
+  // One process's result: nothing lost, nothing applied twice.
+  RequireClose(Params(*s, m), Reference(m, step), 1e-5f);
+  // The survivors back each other up again.
+  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  Train(*s, m, step, step + 6);
+  RequireClose(Params(*s, m), Reference(m, step + 6), 1e-5f);
+}
+
+TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and acknowledges nothing after",
+          "[cluster][replicas]") {
+  examples::LocalCluster cluster;
+  cluster.SetNodeArgs({"--replicas", "2"});
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  SparseModel m;
+  auto s = Connect(cluster, m, 3);
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  Train(*s, m, 0, 8);
+  int victim = -1;
+  for (const std::string& t : s->tasks())
+    if (NodeOf(cluster, t) != 0) victim = NodeOf(cluster, t);
+  REQUIRE(victim > 0);
+  const std::string victim_addr = cluster.addresses()[victim];
+  ::kill(cluster.pid(victim), SIGSTOP);
+  Train(*s, m, 8, 20);
+  for (const std::string& t : s->tasks()) CHECK(t != victim_addr);
+  ::kill(cluster.pid(victim), SIGCONT);
+  Train(*s, m, 20, 26);
+  RequireClose(Params(*s, m), Reference(m, 26), 1e-5f);
+}
