@@ -1,5 +1,5 @@
 // Shape ops: Shape, Size, Rank, ZerosLike, OnesLike, Fill, Reshape,
-// ExpandDims, Squeeze, and the Zeros / Ones builders.
+// ExpandDims, Squeeze, Bitcast, and the Zeros / Ones builders.
 #include "graph/op_registry.h"
 #include "kernels/cpu/range_spec.h"
 #include "shardflow/ops.h"
@@ -175,9 +175,41 @@ Status RangeShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// TensorFlow's Bitcast: the same bytes as dtype `type`; a wider input gains a
+// last dimension of the size ratio, a narrower one loses its last dimension,
+// which must be that ratio.
+Status BitcastShape(InferenceContext& c) {
+  SF_ASSIGN_OR_RETURN(DType to, c.Attr<DType>("type"));
+  const DType from = c.input_dtype(0);
+  for (DType t : {from, to})
+    if (DTypeSize(t) == 0 || t == DType::kBool || t == DType::kResource)
+      return c.Error(std::string("Bitcast: ") + DTypeName(t) + " cannot be bitcast (numeric dtypes only)");
+  const PartialShape& x = c.input_shape(0);
+  const int64_t in = static_cast<int64_t>(DTypeSize(from)), out = static_cast<int64_t>(DTypeSize(to));
+  if (!x.rank_known()) {
+    c.set_output(0, to, PartialShape());
+    return Status::OK();
+  }
+  Shape dims = x.dims();
+  if (in > out) {
+    dims.push_back(in / out);
+  } else if (in < out) {
+    if (dims.empty() || (dims.back() >= 0 && dims.back() != out / in))
+      return c.Error(std::string("Bitcast from ") + DTypeName(from) + " to " + DTypeName(to) +
+                     " needs a last dimension of " + std::to_string(out / in) + ", got shape " + x.ToString());
+    dims.pop_back();
+  }
+  c.set_output(0, to, PartialShape(dims));
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RegisterShapeOps(OpRegistry& reg) {
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Bitcast").RequiredAttr<DType>("type")
+      .Inputs(1).Shape(BitcastShape).NotDifferentiable()
+      .Summary("x's bytes as dtype attr type (TensorFlow's tf.bitcast): a wider input gains a last dimension of "
+               "the size ratio, a narrower one loses its last dimension (which must be that ratio).").Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("Shape").Inputs(1)
       .Shape([](InferenceContext& c) -> Status {
         const PartialShape& in = c.input_shape(0);

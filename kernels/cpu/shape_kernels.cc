@@ -222,6 +222,39 @@ class SqueezeKernel : public OpKernel {
   std::vector<int64_t> axes_;
 };
 
+// TensorFlow's Bitcast: the input's bytes as attr type (the shape as BitcastShape says).
+class BitcastKernel : public OpKernel {
+ public:
+  BitcastKernel(const KernelInit& init, Status* s) {
+    auto t = init.Attr<DType>("type");
+    if (!t.ok()) *s = t.status();
+    else to_ = *t;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const int64_t in = static_cast<int64_t>(DTypeSize(x.dtype())), out = static_cast<int64_t>(DTypeSize(to_));
+    if (in == 0 || out == 0 || x.dtype() == DType::kBool || x.dtype() == DType::kResource || to_ == DType::kBool ||
+        to_ == DType::kResource)
+      return ctx->SetStatus(InvalidArgument(std::string("Bitcast from ") + DTypeName(x.dtype()) + " to " +
+                                            DTypeName(to_) + ": numeric dtypes only"));
+    Shape dims = x.shape();
+    if (in > out) {
+      dims.push_back(in / out);
+    } else if (in < out) {
+      if (dims.empty() || dims.back() != out / in)
+        return ctx->SetStatus(InvalidArgument(std::string("Bitcast from ") + DTypeName(x.dtype()) + " to " +
+                                              DTypeName(to_) + " needs a last dimension of " +
+                                              std::to_string(out / in) + ", got shape " + ShapeString(x.shape())));
+      dims.pop_back();
+    }
+    Tensor& y = ctx->allocate_output(0, to_, dims);
+    if (x.bytes() > 0) std::memcpy(y.raw_data(), x.raw_data(), x.bytes());
+  }
+
+ private:
+  DType to_ = DType::kInvalid;
+};
+
 template <typename T>
 void RegisterFillLike(KernelRegistry& reg, DType t) {
   RegisterCPU<FillLikeKernel<T, 0>>(reg, "ZerosLike", {t});
@@ -237,6 +270,7 @@ void RegisterShapeKernels(KernelRegistry& reg) {
   RegisterCPU<FillKernel>(reg, "Fill", {DType::kInvalid});
   RegisterCPU<RangeKernel>(reg, "Range", {DType::kInvalid});
   RegisterCPU<ReshapeKernel>(reg, "Reshape", {DType::kInvalid});
+  RegisterCPU<BitcastKernel>(reg, "Bitcast", {DType::kInvalid});
   RegisterCPU<ExpandDimsKernel>(reg, "ExpandDims", {DType::kInvalid});
   RegisterCPU<SqueezeKernel>(reg, "Squeeze", {DType::kInvalid});
   RegisterFillLike<float>(reg, DType::kFloat32);

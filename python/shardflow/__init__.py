@@ -59,7 +59,8 @@ from . import random
 from . import embedding
 from . import nn
 from . import data  # noqa: F401 - tf.data
-from . import summary  # noqa: F401 - tf.summary (records nothing: no event files)
+from . import summary  # noqa: F401 - tf.summary (TensorBoard event files)
+from .summary import Summary  # noqa: F401 - tf.Summary
 from . import flags, app, compat  # noqa: F401 - tf.flags, tf.app, tf.compat.v1
 from .compat import disable_v2_behavior, disable_eager_execution  # noqa: F401 - tf.compat.v1's
 from .variable_scopes import (AUTO_REUSE, VariableScope, variable_scope, get_variable, get_variable_scope,  # noqa: F401
@@ -74,7 +75,7 @@ from . import tf_api as math  # noqa: F401 - sf.math.floordiv etc., as tf.math
 from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduce_sum, reduce_mean,  # noqa: F401
                      reduce_max, reduce_min, reduce_prod, reduce_all, reduce_any, argmax, argmin, range, zeros, ones, zeros_like, ones_like,
                      fill, transpose, expand_dims, squeeze, shape, size, rank, tile, gather, one_hot, where, unique,
-                     unsorted_segment_sum, maximum, clip_by_norm, global_norm, clip_by_global_norm,
+                     unsorted_segment_sum, maximum, clip_by_norm, global_norm, clip_by_global_norm, bitcast,
                      minimum, add_n, clip_by_value, stop_gradient, floordiv, floormod, truediv, divide,
                      squared_difference, square, sqrt, exp, log, abs, sign, negative, sin, cos, tanh, sigmoid,
                      pow,  # noqa: A001 - tf.abs, tf.pow

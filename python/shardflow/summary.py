@@ -1,142 +1,396 @@
-"""tf.summary as TF 1.x programs call it, recording nothing: shardflow writes no TensorBoard event files.
+"""tf.summary as TF 1.x programs use it, writing TensorBoard event files.
 
     tf.summary.scalar("loss", loss)
+    tf.summary.histogram("weights", w)
     merged = tf.summary.merge_all()
-    writer = tf.summary.FileWriter("/tmp/logs", sess.graph)   # warns once: nothing is written
-    summary, _ = sess.run([merged, train_op])                  # summary is None
-    writer.add_summary(summary, step)                          # does nothing
+    writer = tf.summary.FileWriter("/tmp/logs", sess.graph)
+    summary, _ = sess.run([merged, train_op])      # a serialized Summary protocol buffer
+    writer.add_summary(summary, step)              # an event in /tmp/logs/events.out.tfevents.*
 
-A migrating program keeps running and training, and is told (a UserWarning,
-once per process, when its first FileWriter is made) that no summaries are
-written. The summary ops are NoOps that compute nothing; merge_all and merge
-follow TF's rules for what they return (None when there is nothing to merge),
-and the run of a merged summary gives None where TF gives a serialized proto.
-Fetch the tensors themselves to log or plot their values.
+As in TF 1.x, a summary op's output is a serialized Summary protocol buffer,
+made in the graph: here a uint8 vector (shardflow has no string tensors; TF
+gives a string scalar), built from the value's bytes (tf.bitcast) and the
+constant bytes of the tag. merge concatenates them (the protocol buffer
+encoding merges concatenated messages), and FileWriter writes TensorFlow's
+event files (TFRecord framing with masked CRC-32C, Event records), which
+TensorBoard reads. add_summary also takes bytes and tf.Summary objects.
+
+What differs: a histogram has 30 equal-width buckets between the values'
+minimum and maximum (TF uses fixed exponential buckets; TensorBoard draws
+either), and image, audio, text and tensor summaries record nothing (they
+give empty summaries and warn once each). FileWriter records no graph
+(shardflow's graph is not a TF GraphDef; Graph.save writes shardflow's).
+Tags are the summary's name under the enclosing name scopes, made unique as
+TF 1.x does ("loss", "loss_1"); with a family, "family/family/name" as TF 1.x.
 """
 
+import os
 import re
+import socket
+import struct
+import threading
+import time
 import warnings
 
+import numpy as np
+
+from . import dtypes as _dt
+from . import errors
 from . import graph as _graph
+from . import ops
+from . import tf_api as _tf
 
 __all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all", "FileWriter",
-           "SUMMARIES"]
+           "FileWriterCache", "Summary", "SUMMARIES"]
 
 SUMMARIES = "summaries"  # tf.GraphKeys.SUMMARIES
+_HISTOGRAM_BUCKETS = 30
 
-_warned = []
-
-
-def _warn_once():
-    if not _warned:
-        _warned.append(True)
-        warnings.warn("tf.summary.FileWriter writes nothing in shardflow: it has no TensorBoard event files, and "
-                      "tf.summary ops record no values (fetch the tensors to log them yourself); see docs/PYTHON.md, "
-                      "Coming from TensorFlow 1.x", UserWarning, stacklevel=3)
+_warned = set()
 
 
-def _summary(name, tensor, collections, family):
-    # The tensor is converted, so a wrong argument fails here as in TF; the op does not depend on it, so
-    # it costs nothing to run.
-    _graph.convert_to_tensor(tensor)
+def _warn_once(what, text):
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+
+# ---- the protocol buffer wire format, for Summary and Event ------------------------------------
+
+def _varint(n):
+    out = bytearray()
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _key(field, wire):
+    return _varint((field << 3) | wire)
+
+
+def _delimited(field, payload):
+    return _key(field, 2) + _varint(len(payload)) + payload
+
+
+def _summary_value_bytes(tag, simple_value):
+    """A serialized Summary with one Value {tag, simple_value} (float32)."""
+    value = _delimited(1, tag.encode()) + _key(2, 5) + struct.pack("<f", float(simple_value))
+    return _delimited(1, value)
+
+
+# ---- summary ops -------------------------------------------------------------------------------
+
+class _TagScope:
+    """TF 1.x's summary_scope: a name scope "family/name" (made unique as name scopes are); entering it gives
+    the tag, the scope's name, with "family/" before it again when there is a family (TensorBoard's tab)."""
+
+    def __init__(self, g, name, family):
+        self._family = re.sub(r"[^A-Za-z0-9_.\-/]", "_", family) if family else None
+        clean = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+        self._cm = g.name_scope(f"{self._family}/{clean}" if self._family else clean)
+
+    def __enter__(self):
+        scope = self._cm.__enter__().rstrip("/")
+        return f"{self._family}/{scope}" if self._family else scope
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+def _tag_scope(name, family):
+    """(graph, a _TagScope) for a summary called name."""
+    if not isinstance(name, str) or not name:
+        raise errors.InvalidArgumentError(f"a summary name must be a non-empty string, got {name!r}")
     g = _graph.get_default_graph()
-    op = _graph.no_op(name=f"{family or ''}{name}".replace(" ", "_") or "summary")
+    return g, _TagScope(g, name, family)
+
+
+def _bytes(g, data, name="bytes"):
+    return _graph.constant(np.frombuffer(bytes(data), np.uint8).copy(), dtype=_dt.uint8, name=name)
+
+
+def _bitcast(x, dtype):
+    return ops.add_op("Bitcast", [x], {"type": dtype})
+
+
+def _add_to_collections(g, out, collections):
     for key in (collections if collections is not None else [SUMMARIES]):
-        g._collections.setdefault(key, []).append(op)
-    return op
+        g._collections.setdefault(key, []).append(out)
+    return out
 
 
 def scalar(name, tensor, collections=None, family=None):
-    """A summary op of a scalar (a NoOp here: nothing is recorded)."""
-    return _summary(name, tensor, collections, family)
+    """A serialized Summary (uint8 [n]) of the scalar tensor's value as float32, tagged by name."""
+    g, scope = _tag_scope(name, family)
+    with g.as_default(), scope as tag:
+        t = _graph.convert_to_tensor(tensor)
+        if t.shape.rank not in (None, 0) and not (t.shape.rank == 1 and t.shape[0] == 1):
+            raise errors.InvalidArgumentError(f"tf.summary.scalar({name!r}) needs a scalar, got shape {t.shape}")
+        if not (t.dtype.is_floating or t.dtype.is_integer or t.dtype == _dt.bool_):
+            raise errors.InvalidArgumentError(f"tf.summary.scalar({name!r}) needs a numeric value, got {t.dtype.name}")
+        value = _tf.reshape(_tf.cast(t, _dt.float32), [])
+        head = _summary_value_bytes(tag, 0.0)[:-4]  # everything before the float's 4 bytes
+        out = _tf.concat([_bytes(g, head), _bitcast(value, _dt.uint8)], 0, name="ScalarSummary")
+    return _add_to_collections(g, out, collections)
 
 
 def histogram(name, values, collections=None, family=None):
-    """A summary op of a histogram of values (a NoOp here: nothing is recorded)."""
-    return _summary(name, values, collections, family)
+    """A serialized Summary (uint8 [n]) of a histogram of values: min, max, count, sum, sum of squares and
+    30 equal-width buckets between the minimum and the maximum (TF's buckets are exponential)."""
+    g, scope = _tag_scope(name, family)
+    k = _HISTOGRAM_BUCKETS
+    with g.as_default(), scope as tag:
+        v = _graph.convert_to_tensor(values)
+        if not (v.dtype.is_floating or v.dtype.is_integer):
+            raise errors.InvalidArgumentError(f"tf.summary.histogram({name!r}) needs numeric values, got {v.dtype.name}")
+        v = _tf.reshape(_tf.cast(v, _dt.float64), [-1])
+        n = _tf.size(v)
+        empty = _tf.equal(n, 0)
+        zero = _graph.constant(0.0, _dt.float64)
+        lo = _tf.where(empty, zero, _tf.reduce_min(v))  # no values: 0, not the reductions' +-inf
+        hi = _tf.where(empty, zero, _tf.reduce_max(v))
+        width = _tf.maximum((hi - lo) / float(k), _graph.constant(1e-12, _dt.float64))
+        idx = _tf.clip_by_value(_tf.cast(_tf.floor((v - lo) / width), _dt.int32), 0, k - 1)
+        counts = _tf.unsorted_segment_sum(_tf.ones_like(v), idx, k)
+        # bucket i holds (limit[i-1], limit[i]]; the last limit is the maximum (or past it, for equal values)
+        limits = _tf.concat([lo + width * _graph.constant(np.arange(1, k, dtype=np.float64)),
+                             _tf.reshape(_tf.maximum(hi, lo + width * float(k)), [1])], 0)
+        stats = _tf.stack([lo, hi, _tf.cast(n, _dt.float64), _tf.reduce_sum(v), _tf.reduce_sum(v * v)])
+        stat_bytes = _bitcast(stats, _dt.uint8)  # [5, 8]
+        packed = 8 * k
+        histo_len = 5 * 9 + 2 * (1 + len(_varint(packed)) + packed)
+        value_head = _delimited(1, tag.encode()) + _key(5, 2) + _varint(histo_len)
+        summary_head = _key(1, 2) + _varint(len(value_head) + histo_len) + value_head
+        parts = [_bytes(g, summary_head)]
+        for i in range(5):  # min, max, num, sum, sum_squares: fields 1-5, doubles
+            parts += [_bytes(g, _key(i + 1, 1)), stat_bytes[i]]
+        parts += [_bytes(g, _key(6, 2) + _varint(packed)), _tf.reshape(_bitcast(limits, _dt.uint8), [-1]),
+                  _bytes(g, _key(7, 2) + _varint(packed)), _tf.reshape(_bitcast(counts, _dt.uint8), [-1])]
+        out = _tf.concat(parts, 0, name="HistogramSummary")
+    return _add_to_collections(g, out, collections)
+
+
+def _recorded_nothing(kind, name, tensor, collections):
+    _warn_once(kind, f"tf.summary.{kind} records nothing in shardflow (its summaries are empty); scalars and "
+                     "histograms are written")
+    _graph.convert_to_tensor(tensor)  # a wrong argument fails here, as in TF
+    g = _graph.get_default_graph()
+    with g.as_default():
+        out = _graph.constant(np.zeros(0, np.uint8), dtype=_dt.uint8, name=re.sub(r"[^A-Za-z0-9_.\-]", "_", name))
+    return _add_to_collections(g, out, collections)
 
 
 def image(name, tensor, max_outputs=3, collections=None, family=None):
-    """A summary op of images (a NoOp here: nothing is recorded)."""
-    return _summary(name, tensor, collections, family)
+    """An empty summary (images are not recorded; warns once)."""
+    return _recorded_nothing("image", name, tensor, collections)
 
 
 def audio(name, tensor, sample_rate, max_outputs=3, collections=None, family=None):
-    """A summary op of audio (a NoOp here: nothing is recorded)."""
-    return _summary(name, tensor, collections, family)
+    """An empty summary (audio is not recorded; warns once)."""
+    return _recorded_nothing("audio", name, tensor, collections)
 
 
 def text(name, tensor, collections=None):
-    """A summary op of text (a NoOp here; shardflow has no string tensors, so tensor must be numeric)."""
-    return _summary(name, tensor, collections, None)
+    """An empty summary (text is not recorded: shardflow has no string tensors; warns once)."""
+    return _recorded_nothing("text", name, tensor, collections)
 
 
 def tensor_summary(name, tensor, summary_description=None, collections=None, summary_metadata=None,
                    family=None, display_name=None):
-    """A summary op of a tensor (a NoOp here: nothing is recorded)."""
-    return _summary(name, tensor, collections, family)
+    """An empty summary (tensors are not recorded; warns once)."""
+    return _recorded_nothing("tensor_summary", name, tensor, collections)
 
 
 def merge(inputs, collections=None, name=None):
-    """One op running every summary op of inputs (TF 1.x's tf.summary.merge)."""
-    g = _graph.get_default_graph()
-    op = _graph.group(*inputs, name=name or "Merge/MergeSummary")
+    """The summaries of inputs as one serialized Summary (uint8 [n]), as TF 1.x's tf.summary.merge."""
+    inputs = [x for x in inputs if x is not None]
+    for x in inputs:
+        if not isinstance(x, _graph.Tensor) or x.dtype != _dt.uint8 or x.shape.rank != 1:
+            raise TypeError(f"tf.summary.merge takes summary tensors (what tf.summary.scalar and the others "
+                            f"return), got {x!r}")
+    g = inputs[0].graph if inputs else _graph.get_default_graph()
+    with g.as_default():
+        if not inputs:
+            out = _graph.constant(np.zeros(0, np.uint8), dtype=_dt.uint8, name=name or "Merge/MergeSummary")
+        elif len(inputs) == 1:
+            out = _graph.identity(inputs[0], name=name or "Merge/MergeSummary")
+        else:
+            out = _tf.concat(inputs, 0, name=name or "Merge/MergeSummary")
     for key in collections or []:
-        g._collections.setdefault(key, []).append(op)
-    return op
+        g._collections.setdefault(key, []).append(out)
+    return out
 
 
 def merge_all(key=SUMMARIES, scope=None, name=None):
-    """merge() of the default graph's summary ops in collection key; None when there are none (as TF)."""
-    ops = _graph.get_default_graph()._collections.get(key, [])
+    """merge() of the default graph's summaries in collection key; None when there are none (as TF)."""
+    items = _graph.get_default_graph()._collections.get(key, [])
     if scope is not None:
-        ops = [op for op in ops if re.match(scope, op.name)]
-    if not ops:
+        items = [x for x in items if re.match(scope, x.name)]
+    if not items:
         return None
-    return merge(ops, name=name)
+    return merge(items, name=name)
+
+
+# ---- tf.Summary, for summaries made in Python -------------------------------------------------
+
+class Summary:
+    """TF 1.x's tf.Summary for scalars: Summary(value=[Summary.Value(tag=..., simple_value=...)])."""
+
+    class Value:
+        def __init__(self, tag="", simple_value=0.0, **unsupported):
+            if unsupported:
+                raise errors.UnimplementedError(f"tf.Summary.Value({', '.join(sorted(unsupported))}=...) is not "
+                                                "supported: only tag and simple_value")
+            self.tag, self.simple_value = str(tag), float(simple_value)
+
+    def __init__(self, value=None):
+        self.value = list(value or [])
+
+    def SerializeToString(self):  # noqa: N802 - TF's name
+        return b"".join(_summary_value_bytes(v.tag, v.simple_value) for v in self.value)
+
+
+# ---- event files ---------------------------------------------------------------------------------
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def _crc32c(data):
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked_crc(data):
+    crc = _crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _record(data):
+    """One TFRecord: length, its masked CRC-32C, the data, its masked CRC-32C."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
+
+
+def _event(wall_time, step=None, summary=None, file_version=None):
+    out = _key(1, 1) + struct.pack("<d", wall_time)
+    if step is not None:
+        out += _key(2, 0) + _varint(int(step))
+    if file_version is not None:
+        out += _delimited(3, file_version.encode())
+    if summary is not None:
+        out += _delimited(5, summary)
+    return out
+
+
+def _summary_bytes(summary):
+    if summary is None:
+        return None
+    if isinstance(summary, Summary):
+        return summary.SerializeToString()
+    if isinstance(summary, (bytes, bytearray)):
+        return bytes(summary)
+    if isinstance(summary, np.ndarray) and summary.dtype == np.uint8 and summary.ndim <= 1:
+        return summary.tobytes()
+    raise TypeError("add_summary takes what running a summary op gives (a uint8 array), bytes or a tf.Summary, "
+                    f"got {type(summary).__name__}")
 
 
 class FileWriter:
-    """TF 1.x's tf.summary.FileWriter(logdir, graph=None, ...), which writes nothing here.
+    """TF 1.x's tf.summary.FileWriter: writes events to logdir/events.out.tfevents.<time>.<host><suffix>.
 
-    Every method is accepted and does nothing; the first FileWriter of a
-    process warns that no event file is written. logdir is not created.
+    Events are buffered and written every flush_secs, at flush() and at close(); max_queue is accepted.
+    The graph is not recorded (see the module's note).
     """
 
     def __init__(self, logdir, graph=None, max_queue=10, flush_secs=120, graph_def=None, filename_suffix=None,
                  session=None):
         self._logdir = str(logdir)
-        _warn_once()
+        self._flush_secs = float(flush_secs)
+        self._suffix = filename_suffix or ""
+        self._lock = threading.Lock()
+        self._file = None
+        self._open()
+
+    def _open(self):
+        os.makedirs(self._logdir, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}{self._suffix}"
+        self._path = os.path.join(self._logdir, name)
+        self._file = open(self._path, "ab")
+        self._last_flush = time.time()
+        self._write(_event(time.time(), file_version="brain.Event:2"))
+
+    def _write(self, event):
+        with self._lock:
+            if self._file is None:
+                raise errors.FailedPreconditionError(f"the FileWriter of {self._logdir!r} is closed (reopen() it)")
+            self._file.write(_record(event))
+            if time.time() - self._last_flush >= self._flush_secs:
+                self._file.flush()
+                self._last_flush = time.time()
 
     def get_logdir(self):
         return self._logdir
 
     def add_summary(self, summary, global_step=None):
-        """Nothing: no summary is recorded."""
-
-    def add_graph(self, graph, global_step=None, graph_def=None):
-        """Nothing: no graph is recorded (Graph.save writes shardflow's GraphDef)."""
-
-    def add_session_log(self, session_log, global_step=None):
-        """Nothing."""
-
-    def add_run_metadata(self, run_metadata, tag, global_step=None):
-        """Nothing (sf.RunOptions(trace_file=) writes a step's trace)."""
+        """Writes an event holding summary (a run of a summary op, bytes or a tf.Summary) at global_step."""
+        data = _summary_bytes(summary)
+        if data is None:
+            return
+        self._write(_event(time.time(), step=global_step, summary=data))
 
     def add_event(self, event):
-        """Nothing."""
+        """Writes a serialized Event (bytes) as it is."""
+        if not isinstance(event, (bytes, bytearray)):
+            raise TypeError(f"add_event takes a serialized Event (bytes), got {type(event).__name__}")
+        self._write(bytes(event))
+
+    def add_graph(self, graph, global_step=None, graph_def=None):
+        """Records nothing: shardflow's graph is not a TensorFlow GraphDef (Graph.save writes shardflow's)."""
+
+    def add_session_log(self, session_log, global_step=None):
+        """Records nothing (session logs are not supported)."""
+
+    def add_run_metadata(self, run_metadata, tag, global_step=None):
+        """Records nothing (sf.RunOptions(trace_file=) writes a step's trace)."""
 
     def add_meta_graph(self, meta_graph_def, global_step=None):
-        """Nothing."""
+        """Records nothing."""
 
     def flush(self):
-        """Nothing to flush."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                self._last_flush = time.time()
 
     def close(self):
-        """Nothing to close."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     def reopen(self):
-        """Nothing to reopen."""
+        """Opens a new event file after close() (nothing when open)."""
+        if self._file is None:
+            self._open()
 
     def __enter__(self):
         return self
@@ -144,3 +398,24 @@ class FileWriter:
     def __exit__(self, *exc):
         self.close()
 
+
+class FileWriterCache:
+    """TF 1.x's cache of one FileWriter per logdir."""
+
+    _writers = {}
+    _lock = threading.Lock()
+
+    @staticmethod
+    def get(logdir):
+        with FileWriterCache._lock:
+            w = FileWriterCache._writers.get(str(logdir))
+            if w is None:
+                w = FileWriterCache._writers[str(logdir)] = FileWriter(logdir)
+            return w
+
+    @staticmethod
+    def clear():
+        with FileWriterCache._lock:
+            for w in FileWriterCache._writers.values():
+                w.close()
+            FileWriterCache._writers.clear()

@@ -18,7 +18,7 @@ from . import ops
 __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "reduce_sum", "reduce_mean",
            "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
-           "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "clip_by_norm", "global_norm",
+           "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "clip_by_norm", "global_norm", "bitcast",
            "clip_by_global_norm", "stop_gradient", "square", "sqrt",
            "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference",
            "add", "subtract", "multiply", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -311,6 +311,12 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
     t = _t(t)
     lo, hi = _t(clip_value_min, dtype=t.dtype), _t(clip_value_max, dtype=t.dtype)
     return ops.minimum(ops.maximum(t, lo), hi, name=name)
+
+
+def bitcast(input, type, name=None):  # noqa: A002 - TensorFlow's names
+    """input's bytes as dtype type: a wider input gains a last dimension of the size ratio, a narrower one loses
+    its last dimension (which must be that ratio), as TF's tf.bitcast."""
+    return ops.add_op("Bitcast", [_t(input)], {"type": _dt.as_dtype(type)}, name=name)
 
 
 def clip_by_norm(t, clip_norm, axes=None, name=None):

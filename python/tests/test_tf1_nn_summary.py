@@ -1,7 +1,5 @@
-"""TF 1.x's tf.nn.embedding_lookup, tf.nn.in_top_k and tf.summary, as TF 1.x programs use them,
+"""TF 1.x's tf.nn.embedding_lookup and tf.nn.in_top_k, as TF 1.x programs use them,
 checked against NumPy models of TensorFlow's documented results."""
-
-import warnings
 
 import numpy as np
 import pytest
@@ -93,28 +91,3 @@ def test_in_top_k_follows_tf_ties_and_invalid_rows():
     assert a.tolist() == [True, True, False, False, False]
     assert b.tolist() == [True, True, True, False, False]
     assert c == pytest.approx(0.4)
-
-
-def test_summary_ops_run_and_file_writer_warns_that_it_writes_nothing(tmp_path, monkeypatch):
-    from shardflow import summary as summary_module
-    monkeypatch.setattr(summary_module, "_warned", [])
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.placeholder(tf.float32, [None])
-        loss = tf.reduce_mean(x)
-        assert tf.summary.merge_all() is None  # TF: nothing to merge
-        tf.summary.scalar("loss", loss)
-        tf.summary.histogram("x", x)
-        merged = tf.summary.merge_all()
-    with tf.Session(graph=g) as sess:
-        with pytest.warns(UserWarning, match="writes nothing"):
-            writer = tf.summary.FileWriter(str(tmp_path / "logs"), sess.graph)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            tf.summary.FileWriter(str(tmp_path / "other"))  # once per process
-        summary, value = sess.run([merged, loss], {x: [1.0, 3.0]})
-        writer.add_summary(summary, 1)
-        writer.flush()
-        writer.close()
-    assert summary is None and value == 2.0
-    assert not (tmp_path / "logs").exists()

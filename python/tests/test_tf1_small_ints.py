@@ -174,3 +174,17 @@ def test_dtypes_shardflow_lacks_are_refused_by_name():
     for name in ("uint16", "uint32", "complex64", "string"):
         with pytest.raises(AttributeError, match=f"no {name} dtype"):
             getattr(tf, name)
+
+
+def test_bitcast_as_tf():
+    f = tf.constant(np.array([1.0, -2.5], np.float32))
+    b = tf.bitcast(f, tf.uint8)
+    back = tf.bitcast(b, tf.float32)
+    i = tf.bitcast(tf.constant(np.array([1.5], np.float64)), tf.int64)
+    assert b.get_shape().as_list() == [2, 4] and back.get_shape().as_list() == [2]
+    got_b, got_back, got_i = _run([b, back, i])
+    np.testing.assert_array_equal(got_b, np.array([1.0, -2.5], np.float32).view(np.uint8).reshape(2, 4))
+    np.testing.assert_array_equal(got_back, [1.0, -2.5])
+    assert got_i[0] == np.array([1.5]).view(np.int64)[0]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="last dimension of 4"):
+        tf.bitcast(tf.constant(np.zeros(3, np.uint8)), tf.float32)

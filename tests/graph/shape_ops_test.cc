@@ -151,3 +151,46 @@ TEST_CASE("ExpandDims and Squeeze", "[shape]") {
   ops::ExpandDims(g2, M23(g2), 4);
   CHECK_THAT(g2.status().message(), Catch::Contains("axis 4"));
 }
+
+TEST_CASE("Bitcast reinterprets bytes as TensorFlow's tf.bitcast, with its shape rule", "[shape]") {
+  Graph g;
+  auto f = ops::Const(g, Tensor::FromVector<float>({1.0f, -2.5f}, {2}));
+  AttrMap to_u8;
+  to_u8.Set("type", DType::kUInt8);
+  auto bytes = g.Add1("Bitcast", {f}, to_u8);
+  AttrMap to_f32;
+  to_f32.Set("type", DType::kFloat32);
+  auto back = g.Add1("Bitcast", {bytes}, to_f32);
+  AttrMap to_i32;
+  to_i32.Set("type", DType::kInt32);
+  auto same = g.Add1("Bitcast", {f}, to_i32);
+  INFO(g.status().ToString());
+  REQUIRE(g.status().ok());
+  CHECK(bytes.shape() == PartialShape({2, 4}));
+  CHECK(back.shape() == PartialShape({2}));
+  auto b = testing::Eval(g, bytes);
+  REQUIRE(b.ok());
+  CHECK(b->dtype() == DType::kUInt8);
+  float one = 1.0f;
+  unsigned char want[4];
+  std::memcpy(want, &one, 4);
+  for (int i = 0; i < 4; ++i) CHECK(b->data<uint8_t>()[i] == want[i]);
+  auto r = testing::Eval(g, back);
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<float>() == std::vector<float>{1.0f, -2.5f});
+  auto s = testing::Eval(g, same);
+  REQUIRE(s.ok());
+  int32_t bits;
+  std::memcpy(&bits, &one, 4);
+  CHECK(s->data<int32_t>()[0] == bits);
+
+  Graph bad;
+  auto u = ops::Const(bad, Tensor::FromVector<uint8_t>({1, 2, 3}, {3}));
+  bad.Add1("Bitcast", {u}, to_f32);
+  REQUIRE_FALSE(bad.status().ok());
+  CHECK(bad.status().message().find("needs a last dimension of 4, got shape [3]") != std::string::npos);
+  Graph bad2;
+  bad2.Add1("Bitcast", {ops::Const(bad2, Tensor::FromBools({true}, {1}))}, to_u8);
+  REQUIRE_FALSE(bad2.status().ok());
+  CHECK(bad2.status().message().find("bool cannot be bitcast") != std::string::npos);
+}

@@ -172,6 +172,14 @@ std::map<std::string, Maker> Makers() {
       return c;
     };
   }
+  m["Bitcast"] = [](Graph& g) {  // float32 [2, 0] as uint8 [2, 0, 4]
+    Case c;
+    Output x = Feed(g, c, DType::kFloat32, {2, 0});
+    AttrMap a;
+    a.Set("type", DType::kUInt8);
+    c.fetches = {g.Add1("Bitcast", {x}, std::move(a))};
+    return c;
+  };
   m["Select"] = [](Graph& g) {
     Case c;
     Output cond = Feed(g, c, DType::kBool, {2, 0}, "cond");
