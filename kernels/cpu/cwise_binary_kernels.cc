@@ -178,6 +178,14 @@ void RegisterAllNumeric(KernelRegistry& reg, const std::string& op) {
   RegisterCPU<BinaryKernel<int64_t, int64_t, F>>(reg, op, {DType::kInt64});
 }
 
+// The small integers (TensorFlow's int8, int16, uint8 kernels of these ops): results wrap as TF's do.
+template <typename F>
+void RegisterSmallInts(KernelRegistry& reg, const std::string& op) {
+  RegisterCPU<BinaryKernel<int8_t, int8_t, F>>(reg, op, {DType::kInt8});
+  RegisterCPU<BinaryKernel<int16_t, int16_t, F>>(reg, op, {DType::kInt16});
+  RegisterCPU<BinaryKernel<uint8_t, uint8_t, F>>(reg, op, {DType::kUInt8});
+}
+
 }  // namespace
 
 void RegisterCwiseBinaryKernels(KernelRegistry& reg) {
@@ -187,6 +195,11 @@ void RegisterCwiseBinaryKernels(KernelRegistry& reg) {
   RegisterAllNumeric<SquaredDifferenceF>(reg, "SquaredDifference");
   RegisterAllNumeric<MaxF>(reg, "Maximum");
   RegisterAllNumeric<MinF>(reg, "Minimum");
+  RegisterSmallInts<AddF>(reg, "Add");
+  RegisterSmallInts<SubF>(reg, "Sub");
+  RegisterSmallInts<MulF>(reg, "Mul");
+  RegisterSmallInts<MaxF>(reg, "Maximum");
+  RegisterSmallInts<MinF>(reg, "Minimum");
   RegisterCPU<BinaryKernel<float, float, DivF>>(reg, "Div", {DType::kFloat32});
   RegisterCPU<BinaryKernel<double, double, DivF>>(reg, "Div", {DType::kFloat64});
   RegisterCPU<IntDivKernel<int32_t, IntDivF<int32_t>>>(reg, "Div", {DType::kInt32});

@@ -498,6 +498,9 @@ void RegisterReductionKernels(KernelRegistry& reg) {
   RegisterForType<double>(reg, DType::kFloat64);
   RegisterForType<int32_t>(reg, DType::kInt32);
   RegisterForType<int64_t>(reg, DType::kInt64);
+  RegisterForType<int8_t>(reg, DType::kInt8);
+  RegisterForType<int16_t>(reg, DType::kInt16);
+  RegisterForType<uint8_t>(reg, DType::kUInt8);
 }
 
 }  // namespace sf

@@ -278,6 +278,9 @@ void RegisterShapeKernels(KernelRegistry& reg) {
   RegisterFillLike<int32_t>(reg, DType::kInt32);
   RegisterFillLike<int64_t>(reg, DType::kInt64);
   RegisterFillLike<bool>(reg, DType::kBool);
+  RegisterFillLike<int8_t>(reg, DType::kInt8);
+  RegisterFillLike<int16_t>(reg, DType::kInt16);
+  RegisterFillLike<uint8_t>(reg, DType::kUInt8);
 }
 
 }  // namespace sf

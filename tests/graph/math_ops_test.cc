@@ -111,6 +111,24 @@ TEMPLATE_TEST_CASE("Integer arithmetic", "[math]", int32_t, int64_t) {
   CheckClose<TestType>(Run(g, ops::Sign(g, a)), {1, -1, 1, 0});
 }
 
+TEMPLATE_TEST_CASE("Small-integer arithmetic and reductions wrap as TensorFlow's", "[math]", int8_t, int16_t,
+                   uint8_t) {
+  Graph g;
+  auto a = C<TestType>(g, {7, 100, 3, 0}, {4});
+  auto b = C<TestType>(g, {2, 100, 5, 9}, {4});
+  auto wrap = [](int v) { return static_cast<int>(static_cast<TestType>(v)); };  // two's complement, as TF
+  auto ints = [&](Output y) { return Run(g, y).template ToVector<int>(); };
+  CHECK(ints(ops::Add(g, a, b)) == std::vector<int>{9, wrap(200), 8, 9});
+  CHECK(ints(ops::Sub(g, a, b)) == std::vector<int>{5, 0, wrap(-2), wrap(-9)});
+  CHECK(ints(ops::Mul(g, a, b)) == std::vector<int>{14, wrap(10000), 15, 0});
+  CHECK(ints(ops::Maximum(g, a, b)) == std::vector<int>{7, 100, 5, 9});
+  CHECK(ints(ops::Minimum(g, a, b)) == std::vector<int>{2, 100, 3, 0});
+  CHECK(ints(ops::Sum(g, a, {})) == std::vector<int>{wrap(110)});
+  CHECK(ints(ops::Max(g, b, {})) == std::vector<int>{100});
+  CHECK(Run(g, ops::ArgMax(g, b, 0)).template ToVector<int64_t>() == std::vector<int64_t>{1});
+  CHECK(Run(g, ops::ZerosLike(g, a)).dtype() == DTypeOf<TestType>::value);
+}
+
 TEST_CASE("Integer division by zero is an error naming the node", "[math]") {
   Graph g;
   auto y = ops::Div(g, C<int32_t>(g, {1, 2}, {2}), C<int32_t>(g, {1, 0}, {2}));
