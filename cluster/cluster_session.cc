@@ -361,7 +361,7 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
                          call->step == 0 ? 0 : call->step + call->attempt);
 }
 
-bool ClusterSession::Impl::RunAgain(const Status& s, const StepCall& call, bool repeatable) {
+bool ClusterSession::Impl::RunAgain(const Status& s, StepCall& call, bool repeatable) {
   if (!repeatable || call.step == 0 || call.attempt + 1 >= kMaxStepAttempts) return false;
   if (!cluster::IsStaleEpoch(s) && s.code() != Code::kUnavailable) return false;
   if (SteadyMs() - call.started_ms >= options.step_retry_ms) return false;
@@ -376,6 +376,19 @@ bool ClusterSession::Impl::RunAgain(const Status& s, const StepCall& call, bool 
     for (int t = 0; t < num_tasks && t < static_cast<int>(m->map_lost_after.size()); ++t)
       if (m->map_lost_after[t] > 0 && m->map_lost_after[t] >= reg_epoch) return false;
   }
+  if (m->map_epoch == call.map_epoch) {
+    // The map has not changed since the last run failed: a node of the step
+    // may hang (its lease not over yet). Wait for news of the membership,
+    // longer each time (100 ms doubling to 2 s), so that the runs again span
+    // the retry budget instead of failing at once in a row.
+    const int64_t left = options.step_retry_ms - (SteadyMs() - call.started_ms);
+    const int64_t backoff = std::min<int64_t>({left, 2000, int64_t{100} << std::min(call.attempt, 5)});
+    membership_changed = false;
+    std::unique_lock<std::mutex> l(map_mu);
+    map_cv.wait_for(l, std::chrono::milliseconds(std::max<int64_t>(0, backoff)),
+                    [&] { return membership_changed.load(); });
+  }
+  call.map_epoch = m->map_epoch;
   stale_map = true;  // follow the map before the next run, elastic or not
   return true;
 }

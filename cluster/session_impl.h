@@ -169,11 +169,12 @@ struct ClusterSession::Impl {
     int64_t step = 0;      // the first run's step id (0: not started yet)
     int attempt = 0;
     int64_t started_ms = 0;
+    int64_t map_epoch = -1;  // of the settled map the last run again followed
   };
   void Attempt(std::shared_ptr<StepCall> call, std::function<void(Result<std::vector<Tensor>>)> finish);
   // Whether a step that failed with s runs again (step_retry_ms); waits a
   // little first when the membership has not changed since.
-  bool RunAgain(const Status& s, const StepCall& call, bool repeatable);
+  bool RunAgain(const Status& s, StepCall& call, bool repeatable);
   // The host of a task's device: the member the task is assigned to now.
   Result<std::shared_ptr<runtime::PartitionHost>> HostFor(const std::string& device);
   // The variables (shared names, slots included) placed on each task; the

@@ -98,6 +98,34 @@ Status LocalCluster::Start(int n, double lifetime_s, const std::string& binary) 
   return WaitMembers(n, 20000);
 }
 
+Status LocalCluster::WaitBackups(int slots, int timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto m = ReadClusterMap(etcd_endpoint(), tls_dir_, "default", "", insecure_);
+    Status last = m.status();
+    if (m.ok()) {
+      if (static_cast<int>(m->holder.size()) < slots) last = FailedPrecondition("the shard map has too few slots");
+      for (int s = 0; last.ok() && s < slots; ++s)
+        if (m->backup[s].empty() || !m->synced[s] || !m->moving_from[s].empty() || m->backup[s] == m->holder[s])
+          last = FailedPrecondition("slot " + std::to_string(s) + " (epoch " + std::to_string(m->epoch) +
+                                    ") has no synced backup");
+      if (last.ok()) return last;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return DeadlineExceeded("after " + std::to_string(timeout_ms) + " ms: " + last.ToString());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+int64_t LocalCluster::PeakRssBytes(int i) const {
+  if (i < 0 || i >= static_cast<int>(pids_.size()) || pids_[i] <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pids_[i]) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // "VmHWM:   123 kB"
+  return 0;
+}
+
 Status LocalCluster::WaitMembers(int n, int timeout_ms) {
   // Each node registered before it said it listens, but the others learn it
   // from etcd's watch a moment later: a session connecting now would place

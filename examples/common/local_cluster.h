@@ -61,6 +61,12 @@ class LocalCluster {
   // Waits up to timeout_ms for node i to exit by itself (after a drain) and
   // reaps it; true when it did.
   bool WaitExit(int i, int timeout_ms);
+  // Waits up to timeout_ms until each of the shard map's first `slots` slots
+  // has a synced backup on another node and none moves (nodes started with
+  // --replicas 2); DeadlineExceeded naming the first slot that has not.
+  Status WaitBackups(int slots, int timeout_ms) const;
+  // Node i's peak resident memory so far (VmHWM), in bytes; 0 once it exited.
+  int64_t PeakRssBytes(int i) const;
 
  private:
   Result<std::string> Spawn(double lifetime_s);

@@ -43,7 +43,8 @@
 // "examples_per_sec"} and last a summary {"auc", "examples_per_sec", "rows",
 // "shards", "nodes", "mode", "oracle_auc", "init_secs", "data_secs",
 // "train_secs", "wall_secs", "steps", "batch", "final_loss", "start_step",
-// "checkpoints"}. With --checkpoint-dir DIR it checkpoints every
+// "checkpoints", "replicas", "node_peak_rss_mb" (the largest peak RSS of
+// the local cluster's nodes; 0 otherwise)}. With --checkpoint-dir DIR it checkpoints every
 // --checkpoint-every steps (and/or --checkpoint-every-s seconds) and at the
 // end, keeping three, and resumes from the newest one in DIR. examples/s
 // counts training steps only (not making batches, initialising or
@@ -416,6 +417,7 @@ int main(int argc, char** argv) {
       .Double("checkpoint-every-s", 0, "also checkpoint when this many seconds passed (0: off)")
       .String("table-optimizer", "adagrad", "sparse optimizer of the tables: adagrad or sgd")
       .Int("nodes", 2, "node processes of the local cluster")
+      .Int("replicas", 1, "2: the local cluster keeps a backup of every slot (shardflow node --replicas)")
       .String("cluster", "", "HOST:PORT of a member of your own cluster (instead of a local one)")
       .String("tls-dir", "", "the cluster's credentials directory (with --cluster; shardflow certs init)")
       .Bool("local", "train in-process with a Session (no cluster)")
@@ -449,6 +451,7 @@ int main(int argc, char** argv) {
   c.checkpoint_every_s = flags.GetDouble("checkpoint-every-s");
   c.trace = &trace;
   const int64_t nodes = flags.GetInt("nodes");
+  const int64_t replicas = flags.GetInt("replicas");
   const std::string cluster_addr = flags.GetString("cluster");
   const std::string tls_dir = flags.GetString("tls-dir");
   const bool local = flags.GetBool("local"), json = flags.GetBool("json");
@@ -474,6 +477,8 @@ int main(int argc, char** argv) {
     bad = "--table-optimizer must be adagrad or sgd, got '" + c.table_optimizer + "'";
   else if (!local && cluster_addr.empty() && (nodes < 1 || nodes > 16))
     bad = "--nodes must be in [1, 16], got " + std::to_string(nodes);
+  else if (replicas < 1 || replicas > 2)
+    bad = "--replicas must be 1 or 2, got " + std::to_string(replicas);
   else if (!cluster_addr.empty() && tls_dir.empty())
     bad = "--cluster needs --tls-dir (the cluster's credentials)";
   else if (!cluster_addr.empty() && local)
@@ -511,6 +516,7 @@ int main(int argc, char** argv) {
 
   std::string mode;
   int64_t used_nodes = 0;
+  double node_peak_mb = 0;  // the largest peak RSS of the local cluster's nodes
   Status trained;
   if (local) {
     mode = "local";
@@ -523,8 +529,13 @@ int main(int argc, char** argv) {
     ClusterOptions co;
     if (cluster_addr.empty()) {
       mode = "local_cluster";
+      if (replicas > 1) cluster.SetNodeArgs({"--replicas", std::to_string(replicas)});
       Status st = cluster.Start(static_cast<int>(nodes));
       if (!st.ok()) return Fail(st.WithPrefix("starting the local cluster"));
+      if (replicas > 1 && nodes > 1) {
+        st = cluster.WaitBackups(static_cast<int>(nodes), 30000);
+        if (!st.ok()) return Fail(st.WithPrefix("waiting for the slots' backups"));
+      }
       co.address = cluster.addresses()[0];
       co.tls_dir = cluster.tls_dir();
     } else {
@@ -539,6 +550,8 @@ int main(int argc, char** argv) {
     used_nodes = static_cast<int64_t>((*s)->tasks().size());
     if (!json) std::printf("training on %lld nodes (%s)\n", (long long)used_nodes, co.address.c_str());
     trained = Train(**s, cg, features, c, train_rng, test, json, &rep);
+    for (size_t i = 0; i < cluster.addresses().size(); ++i)
+      node_peak_mb = std::max(node_peak_mb, static_cast<double>(cluster.PeakRssBytes(static_cast<int>(i))) / 1e6);
   }
   if (!trained.ok()) return Fail(trained);
 
@@ -564,6 +577,8 @@ int main(int argc, char** argv) {
         .Add("checkpoints", rep.checkpoints)
         .Add("shards", c.shards)
         .Add("nodes", used_nodes)
+        .Add("replicas", replicas)
+        .Add("node_peak_rss_mb", node_peak_mb)
         .Add("hash", c.hash)
         .Add("hash_rows", rep.hash.rows)
         .Add("hash_admitted", rep.hash.admitted)

@@ -28,15 +28,6 @@ using sf::testing::Step;
 
 namespace {
 
-// Every slot of the first `slots` has a synced backup on another member.
-bool BackedUp(const examples::LocalCluster& c, int slots) {
-  auto m = ReadClusterMap(c.etcd_endpoint(), c.tls_dir());
-  if (!m.ok() || static_cast<int>(m->holder.size()) < slots || static_cast<int>(m->backup.size()) < slots) return false;
-  for (int s = 0; s < slots; ++s)
-    if (m->backup[s].empty() || !m->synced[s] || m->backup[s] == m->holder[s]) return false;
-  return true;
-}
-
 int NodeOf(const examples::LocalCluster& c, const std::string& addr) {
   for (size_t i = 0; i < c.addresses().size(); ++i)
     if (c.addresses()[i] == addr) return static_cast<int>(i);
@@ -70,7 +61,7 @@ TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, n
   examples::LocalCluster cluster;
   cluster.SetNodeArgs({"--replicas", "2"});
   REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  REQUIRE(cluster.WaitBackups(3, 20000).ok());
   SparseModel m;
   auto s = Connect(cluster, m, 3);
   REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
@@ -100,7 +91,7 @@ TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, n
   // One process's result: nothing lost, nothing applied twice.
   RequireClose(Params(*s, m), Reference(m, step), 1e-5f);
   // The survivors back each other up again.
-  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  REQUIRE(cluster.WaitBackups(3, 20000).ok());
   Train(*s, m, step, step + 6);
   RequireClose(Params(*s, m), Reference(m, step + 6), 1e-5f);
 }
@@ -110,7 +101,7 @@ TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and ac
   examples::LocalCluster cluster;
   cluster.SetNodeArgs({"--replicas", "2"});
   REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(testing::WaitFor([&] { return BackedUp(cluster, 3); }, 20s));
+  REQUIRE(cluster.WaitBackups(3, 20000).ok());
   SparseModel m;
   auto s = Connect(cluster, m, 3);
   REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
