@@ -8,11 +8,14 @@
 // {"batch", "steps", "examples_per_sec", "examples_per_sec_per_core",
 // "cores", "input_wait_fraction", "gemm_bound_examples_per_sec",
 // "vs_gemm_bound", "gemm_gflops", "dense_mflops_per_example",
-// "median_step_ms", "cpu_ms_per_step", "table_rows"}.
+// "median_step_ms", "cpu_ms_per_step", "examples_per_cpu_second",
+// "table_rows"}.
 // - examples_per_sec: the timed steps' examples over their wall time, input
 //   waits included.
 // - input_wait_fraction: the share of that time a step waited for its batch
-//   (the dequeue's run, DlrmTrainer).
+//   (the dequeue in flight, DlrmTrainer).
+// - examples_per_cpu_second: examples over the process's CPU time (all
+//   threads, spinning included): what the neighbours' load moves least.
 // - gemm_bound_examples_per_sec: the step's dense flops (the MLPs' GEMMs,
 //   forward and backward, and the interaction's) over the GEMM rate this
 //   program measures on the step's own GEMM shapes with the kernels' GEMM
@@ -223,6 +226,7 @@ int main(int argc, char** argv) {
           .Add("gemm_bound_examples_per_sec", bound).Add("vs_gemm_bound", p.examples_per_sec / bound)
           .Add("gemm_gflops", gemm_rate / 1e9).Add("dense_mflops_per_example", dense_flops / batch / 1e6)
           .Add("median_step_ms", p.median_step_ms).Add("cpu_ms_per_step", p.cpu_ms_per_step)
+          .Add("examples_per_cpu_second", 1000.0 * batch / p.cpu_ms_per_step)
           .Add("table_rows", p.table_rows).Add("shards", mo.shards).Add("queue", io.queue).Add("gzip", so.gzip)
           .Print();
     } else {

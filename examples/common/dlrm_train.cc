@@ -57,23 +57,43 @@ Status DlrmTrainer::Start() {
 }
 
 Status DlrmTrainer::Stop() {
-  if (!runner_) return Status::OK();
-  runner_->Stop();
-  Status s = runner_->Join();
-  runner_.reset();
+  Status s;
+  if (runner_) {
+    runner_->Stop();  // closes the queue (cancel): a dequeue in flight ends
+    s = runner_->Join();
+    runner_.reset();
+  }
+  if (pending_.valid()) pending_.wait();
   return s;
 }
 
-Status DlrmTrainer::Skip() { return session_.Run({}, {input_.label}).status(); }
+void DlrmTrainer::Prefetch() {
+  auto promise = std::make_shared<std::promise<Batch>>();
+  pending_ = promise->get_future();
+  session_.RunAsync({}, {input_.label, input_.dense, input_.categorical}, {},
+                    [promise](Batch b) { promise->set_value(std::move(b)); });
+}
+
+DlrmTrainer::Batch DlrmTrainer::NextBatch(double* wait_secs) {
+  if (!pending_.valid()) Prefetch();
+  const auto t0 = std::chrono::steady_clock::now();
+  Batch b = pending_.get();
+  *wait_secs = Seconds(t0);
+  if (b.ok()) Prefetch();  // the next batch is dequeued while this one trains
+  return b;
+}
+
+Status DlrmTrainer::Skip() {
+  double wait = 0;
+  return NextBatch(&wait).status();
+}
 
 Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss, const RunOptions& options) {
   DlrmStep step;
-  auto t0 = std::chrono::steady_clock::now();
-  auto batch = session_.Run({}, {input_.label, input_.dense, input_.categorical});
+  Batch batch = NextBatch(&step.wait_secs);
   if (!batch.ok()) return batch.status();
-  step.wait_secs = Seconds(t0);
   step.rows = (*batch)[0].num_elements();
-  t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   FeedMap feeds = {{model_.label, (*batch)[0]}, {model_.dense, (*batch)[1]}, {model_.categorical, (*batch)[2]}};
   auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, {model_.train}, options);
   if (!r.ok()) return r.status();

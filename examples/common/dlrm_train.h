@@ -11,12 +11,14 @@
 //   auto e = EvaluateDlrm(s, m, test);
 //
 // The input: a CriteoReader op (reader threads parsing ahead) feeding a
-// FIFOQueue (ops::CriteoBatchQueue) kept full by a QueueRunner; a step
-// dequeues one batch in a run of its own, timed as the step's input wait
-// (near nothing while the queue keeps up), then runs the training step fed
-// with it. Thread-safety: a DlrmTrainer is used from one thread.
+// FIFOQueue (ops::CriteoBatchQueue) kept full by a QueueRunner. The next
+// batch is dequeued by a run of its own (RunAsync) started as soon as a step
+// has its batch, so it overlaps that step's training; a step waits only when
+// that dequeue has not finished (the queue ran dry), and that wait is its
+// input wait. Thread-safety: a DlrmTrainer is used from one thread.
 #pragma once
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,14 +67,22 @@ class DlrmTrainer {
   Result<DlrmStep> Step(bool fetch_loss = true, const RunOptions& options = {});
   // Dequeues one batch and drops it (resuming past batches a checkpoint trained on).
   Status Skip();
-  // Stops the runner; its error, if any.
+  // Stops the runner (and waits for the dequeue in flight); its error, if any.
   Status Stop();
 
  private:
+  using Batch = Result<std::vector<Tensor>>;
+  // Starts the dequeue of the next batch.
+  void Prefetch();
+  // The batch of the dequeue in flight (started now if none is), starting
+  // the next one when it is a batch; *wait_secs: the time spent waiting.
+  Batch NextBatch(double* wait_secs);
+
   Session& session_;
   const DlrmModel& model_;
   const DlrmInput& input_;
   std::unique_ptr<QueueRunner> runner_;
+  std::future<Batch> pending_;  // the dequeue in flight; invalid when none is
 };
 
 struct DlrmEval {
