@@ -84,6 +84,12 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      logical_and, logical_or, logical_not, arg_max, arg_min, random_normal, random_uniform,
                      truncated_normal)
 
+from . import tf_logging as logging  # noqa: F401 - tf.logging
+from . import gfile, losses  # noqa: F401 - tf.gfile, tf.losses
+from .random import set_random_seed  # noqa: F401 - tf.set_random_seed
+from .variables import assign, assign_add, assign_sub, variables_initializer  # noqa: F401 - TF 1.x's
+from .tf_api import (to_float, to_double, to_int32, to_int64, reduce_logsumexp, count_nonzero, cumsum,  # noqa: F401
+                     cumprod, pad, slice, eye, sequence_mask, boolean_mask, is_nan, is_inf, is_finite)
 from . import debugging  # noqa: F401 - tf.debugging
 from .debugging import (Assert, assert_equal, assert_none_equal, assert_less, assert_less_equal,  # noqa: F401
                         assert_greater, assert_greater_equal, assert_positive, assert_negative, assert_non_negative,

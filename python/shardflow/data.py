@@ -339,7 +339,8 @@ class Dataset:
                                             "repeat reshuffles")
         if int(buffer_size) < 1:
             raise errors.InvalidArgumentError(f"buffer_size must be greater than zero, got {buffer_size}")
-        return self._then(_Shuffle(self._stage, int(buffer_size), 0 if seed is None else int(seed)))
+        from .random import op_seed
+        return self._then(_Shuffle(self._stage, int(buffer_size), op_seed(seed)))
 
     def repeat(self, count=None):
         """The elements count times (forever when None or -1)."""

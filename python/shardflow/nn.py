@@ -5,12 +5,15 @@ from . import dtypes as _dt
 from . import errors
 from . import graph as _graph
 from . import ops
+from . import random as _random
 from . import tf_api as _tf
 
 __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add", "l2_loss", "dropout",
            "conv2d", "max_pool", "avg_pool", "embedding_lookup", "in_top_k",
            "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
            "sigmoid_cross_entropy_with_logits", "log_uniform_candidate_sampler", "uniform_candidate_sampler",
+           "softmax_cross_entropy_with_logits_v2", "relu6", "elu", "selu", "softplus", "xw_plus_b", "l2_normalize",
+           "moments", "batch_normalization",
            "nce_loss", "sampled_softmax_loss"]
 
 relu = ops.relu
@@ -91,7 +94,8 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     if noise_shape is not None:
         raise errors.UnimplementedError("dropout's noise_shape is not supported: every element draws its own mask")
     x = _graph.convert_to_tensor(x)
-    seed = 0 if seed is None else int(seed)
+    with x.graph.as_default():
+        seed = _random.op_seed(seed)
     given = keep_prob if keep_prob is not None else rate
     if isinstance(given, _graph.Tensor):
         g = x.graph
@@ -205,6 +209,77 @@ def in_top_k(predictions, targets, k, name=None):
         return _tf.logical_and(_tf.logical_and(valid, finite), larger < int(k))
 
 
+def softmax_cross_entropy_with_logits_v2(labels, logits, axis=-1, name=None, dim=None):
+    """Per-example losses for label probabilities; unlike the v1 name, gradients also flow into labels."""
+    if (dim if dim is not None else axis) not in (-1, None):
+        raise errors.UnimplementedError("softmax_cross_entropy_with_logits_v2 over an axis other than the last")
+    logits = _graph.convert_to_tensor(logits)
+    labels = _graph.convert_to_tensor(labels, dtype=logits.dtype)
+    with _graph.name_scope(name or "softmax_cross_entropy_with_logits"):
+        return -_tf.reduce_sum(labels * ops.log_softmax(logits), axis=-1)
+
+
+def relu6(features, name=None):
+    """min(max(features, 0), 6)."""
+    x = _graph.convert_to_tensor(features)
+    return _tf.minimum(ops.relu(x), _graph.constant(6, dtype=x.dtype), name=name)
+
+
+def elu(features, name=None):
+    """features if > 0, else exp(features) - 1."""
+    return ops.elu(features, name=name)
+
+
+def selu(features, name=None):
+    """scale * elu(features), with elu's negative part times alpha (TF's constants)."""
+    x = _graph.convert_to_tensor(features)
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    with _graph.name_scope(name or "selu"):
+        return scale * _tf.where(x > 0, x, alpha * ops.elu(x))
+
+
+def softplus(features, name=None):
+    """log(1 + exp(features)), computed stably."""
+    return ops.softplus(features, name=name)
+
+
+def xw_plus_b(x, weights, biases, name=None):
+    """matmul(x, weights) + biases."""
+    return bias_add(_tf.matmul(x, weights), biases, name=name)
+
+
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
+    """x / sqrt(max(sum(x ** 2, axis), epsilon)), as TF 1.x (dim is axis's older name)."""
+    axis = dim if axis is None else axis
+    x = _graph.convert_to_tensor(x)
+    with _graph.name_scope(name or "l2_normalize"):
+        sq = _tf.reduce_sum(_tf.square(x), axis, keepdims=True)
+        return x * ops.rsqrt(_tf.maximum(sq, _graph.constant(epsilon, dtype=x.dtype)))
+
+
+def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
+    """(mean, variance) of x over axes, the variance the mean squared difference from the mean, as TF."""
+    x = _graph.convert_to_tensor(x)
+    keep = bool(keepdims if keepdims is not None else keep_dims)
+    with _graph.name_scope(name or "moments"):
+        mean = _tf.reduce_mean(x, axes, keepdims=True)
+        var = _tf.reduce_mean(_tf.squared_difference(x, _tf.stop_gradient(mean)), axes, keepdims=True)
+        if not keep:
+            mean, var = _tf.squeeze(mean, axes), _tf.squeeze(var, axes)
+        return mean, var
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """(x - mean) * scale / sqrt(variance + variance_epsilon) + offset (offset, scale may be None), as TF."""
+    x = _graph.convert_to_tensor(x)
+    with _graph.name_scope(name or "batchnorm"):
+        inv = ops.rsqrt(_graph.convert_to_tensor(variance, dtype=x.dtype) + variance_epsilon)
+        if scale is not None:
+            inv = inv * scale
+        mean = _graph.convert_to_tensor(mean, dtype=x.dtype)
+        return x * inv + ((offset - mean * inv) if offset is not None else -mean * inv)
+
+
 def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):  # noqa: N803
     """TF's element-wise logistic loss, max(x, 0) - x * z + log(1 + exp(-|x|)) for logits x and labels z."""
     if _sentinel is not None or labels is None or logits is None:
@@ -222,7 +297,7 @@ def _candidate_sampler(op, true_classes, num_true, num_sampled, unique, range_ma
                                           f"{true_classes.dtype.name} ({true_classes.name})")
     return ops.add_op(op, [true_classes], {"num_true": int(num_true), "num_sampled": int(num_sampled),
                                             "unique": bool(unique), "range_max": int(range_max),
-                                            "seed": int(seed or 0)}, name=name)
+                                            "seed": _random.op_seed(seed)}, name=name)
 
 
 def log_uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max, seed=None, name=None):

@@ -19,6 +19,8 @@ __all__ = ["matmul", "reshape", "concat", "stack", "unstack", "split", "cast", "
            "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "argmax", "argmin", "range", "zeros", "ones", "zeros_like",
            "ones_like", "fill", "transpose", "expand_dims", "squeeze", "shape", "size", "rank", "tile", "gather",
            "one_hot", "where", "unique", "unsorted_segment_sum", "maximum", "minimum", "add_n", "clip_by_value", "clip_by_norm", "global_norm", "bitcast",
+           "to_float", "to_double", "to_int32", "to_int64", "reduce_logsumexp", "count_nonzero", "cumsum", "cumprod",
+           "pad", "slice", "eye", "sequence_mask", "boolean_mask",
            "clip_by_global_norm", "stop_gradient", "square", "sqrt",
            "exp", "log", "abs", "sign", "negative", "sin", "cos", "tanh", "sigmoid", "pow", "floordiv", "floormod", "truediv", "divide", "squared_difference",
            "add", "subtract", "multiply", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -311,6 +313,114 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
     t = _t(t)
     lo, hi = _t(clip_value_min, dtype=t.dtype), _t(clip_value_max, dtype=t.dtype)
     return ops.minimum(ops.maximum(t, lo), hi, name=name)
+
+
+def to_float(x, name="ToFloat"):
+    """TF 1.x's tf.to_float: x cast to float32."""
+    return cast(x, _dt.float32, name=name)
+
+
+def to_double(x, name="ToDouble"):
+    """TF 1.x's tf.to_double: x cast to float64."""
+    return cast(x, _dt.float64, name=name)
+
+
+def to_int32(x, name="ToInt32"):
+    """TF 1.x's tf.to_int32: x cast to int32."""
+    return cast(x, _dt.int32, name=name)
+
+
+def to_int64(x, name="ToInt64"):
+    """TF 1.x's tf.to_int64: x cast to int64."""
+    return cast(x, _dt.int64, name=name)
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None, reduction_indices=None, keep_dims=None):
+    """log(sum(exp(x))) over axis, computed stably (the maximum taken out first), as TF."""
+    x = _t(input_tensor)
+    m = _reduce(ops.max, x, axis, True, None, reduction_indices, None)
+    m = stop_gradient(where(ops.is_finite(m), m, zeros_like(m)))
+    out = ops.log(_reduce(ops.sum, ops.exp(x - m), axis, True, None, reduction_indices, None)) + m
+    keep = keep_dims if keep_dims is not None else keepdims
+    if keep:
+        return out if name is None else _graph.identity(out, name=name)
+    ax = reduction_indices if reduction_indices is not None else axis
+    if ax is None:
+        return reshape(out, [], name=name)
+    return squeeze(out, _int_list(ax, "axis"), name=name)
+
+
+def count_nonzero(input_tensor, axis=None, keepdims=False, dtype=_dt.int64, name=None, reduction_indices=None,
+                  keep_dims=None):
+    """How many elements are not zero (False for bool) over axis, as dtype (int64 by default)."""
+    x = _t(input_tensor)
+    nonzero = not_equal(x, False if x.dtype == _dt.bool_ else 0)
+    return cast(_reduce(ops.sum, cast(nonzero, _dt.int64), axis, keepdims, None, reduction_indices, keep_dims),
+                dtype, name=name)
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running sums along axis (exclusive: each without its own element; reverse: from the end)."""
+    return ops.cumsum(_t(x), axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse), name=name)
+
+
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running products along axis (exclusive, reverse as cumsum)."""
+    return ops.cumprod(_t(x), axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse), name=name)
+
+
+def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
+    """tensor padded by paddings ([[before, after]] per axis); mode CONSTANT, REFLECT or SYMMETRIC."""
+    if constant_values != 0:
+        raise errors.UnimplementedError("tf.pad(constant_values=...) other than 0 is not supported")
+    rows = np.asarray(paddings, dtype=np.int64)
+    if rows.ndim != 2 or rows.shape[1] != 2:
+        raise errors.InvalidArgumentError(f"paddings must be [[before, after]] per axis, got {paddings!r}")
+    return ops.pad(_t(tensor), paddings=[int(v) for v in rows.reshape(-1)], mode=str(mode).upper(), name=name)
+
+
+def slice(input_, begin, size, name=None):  # noqa: A001 - TensorFlow's name
+    """The block of input_ starting at begin, of size (-1: to the end) per axis."""
+    return ops.slice(_t(input_), begin=_int_list(begin, "begin"), size=_int_list(size, "size"), name=name)
+
+
+def eye(num_rows, num_columns=None, batch_shape=None, dtype=_dt.float32, name=None):
+    """The identity matrix [num_rows, num_columns]."""
+    if batch_shape is not None:
+        raise errors.UnimplementedError("tf.eye(batch_shape=...) is not supported")
+    n = int(num_rows)
+    m = n if num_columns is None else int(num_columns)
+    return _graph.constant(np.eye(n, m, dtype=_dt.as_dtype(dtype).as_numpy_dtype), name=name or "eye")
+
+
+def sequence_mask(lengths, maxlen=None, dtype=_dt.bool_, name=None):
+    """[..., maxlen] mask: element j of row i is j < lengths[i] (maxlen: the largest length when None)."""
+    lengths = _t(lengths)
+    if maxlen is None:
+        maxlen = reduce_max(lengths)
+    limit = _t(maxlen, dtype=lengths.dtype)
+    mask = less(range(0, limit, 1, dtype=lengths.dtype), expand_dims(lengths, -1))
+    return mask if _dt.as_dtype(dtype) == _dt.bool_ else cast(mask, dtype, name=name)
+
+
+def boolean_mask(tensor, mask, name=None, axis=None):
+    """The elements (rows) of tensor where mask ([leading dims of tensor], bool) is true, flattened over mask's
+    dims, as TF."""
+    if axis not in (None, 0):
+        raise errors.UnimplementedError("tf.boolean_mask(axis=...) other than 0 is not supported")
+    tensor, mask = _t(tensor), _t(mask)
+    k = mask.shape.rank
+    if k is None:
+        raise errors.InvalidArgumentError("boolean_mask needs the mask's rank known")
+    if k == 0:
+        raise ValueError("mask cannot be scalar.")
+    rest = tensor.shape.dims[k:] if tensor.shape.rank is not None else None
+    if rest is None or any(d is None for d in rest):
+        flat = reshape(tensor, concat([[-1], shape(tensor)[k:]], 0))
+    else:
+        flat = reshape(tensor, [-1] + [int(d) for d in rest])
+    idx = reshape(ops.where(reshape(mask, [-1])), [-1])
+    return gather(flat, idx, name=name)
 
 
 def bitcast(input, type, name=None):  # noqa: A002 - TensorFlow's names

@@ -144,6 +144,59 @@ for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
 del _op
 
 
+def _handle_of(ref, what):
+    """The VarHandle output of a Variable or of a variable's read Tensor (what tf.global_variables() gives)."""
+    if isinstance(ref, Variable):
+        return ref.handle
+    t = _graph.convert_to_tensor(ref) if hasattr(ref, "_as_graph_tensor") else ref
+    if isinstance(t, _graph.Tensor) and t.op.type == "ReadVariable" and t.op.inputs \
+            and t.op.inputs[0].op.type == "VarHandle":
+        return t.op.inputs[0]
+    raise errors.InvalidArgumentError(f"{what} needs a variable (a tf.Variable or a read of one), got {ref!r}")
+
+
+def _assign_op(op, ref, value, name):
+    handle = _handle_of(ref, f"tf.{op.lower()}")
+    g = handle.graph
+    with g.as_default():
+        read = [o for o in g.get_operations() if o.type == "ReadVariable" and o.inputs and o.inputs[0] == handle]
+        value = _graph.convert_to_tensor(value, dtype=read[0].outputs[0].dtype if read else None)
+        return g._add(op, [handle, value], [], name).outputs[0]
+
+
+def assign(ref, value, validate_shape=None, use_locking=None, name=None):
+    """TF 1.x's tf.assign: a Tensor that stores value in the variable ref and evaluates to the new value."""
+    return _assign_op("Assign", ref, value, name or "Assign")
+
+
+def assign_add(ref, value, use_locking=None, name=None):
+    """TF 1.x's tf.assign_add: ref += value; evaluates to the new value."""
+    return _assign_op("AssignAdd", ref, value, name or "AssignAdd")
+
+
+def assign_sub(ref, value, use_locking=None, name=None):
+    """TF 1.x's tf.assign_sub: ref -= value; evaluates to the new value."""
+    return _assign_op("AssignSub", ref, value, name or "AssignSub")
+
+
+def variables_initializer(var_list, name="init"):
+    """TF 1.x's: an Operation running the initializers of var_list (Variables or their reads); a NoOp when
+    var_list is empty."""
+    var_list = list(var_list)
+    if not var_list:
+        return _graph.no_op(name)
+    inits = []
+    for v in var_list:
+        handle = _handle_of(v, "variables_initializer")
+        found = [op for op in handle.graph.get_operations() if op.type == "Assign" and op.inputs
+                 and op.inputs[0] == handle and op.name.endswith("/Assign")]
+        if not found:
+            raise errors.NotFoundError(f"variable {handle.op.name!r} has no initializer node")
+        inits.append(found[0])
+    with handle.graph.as_default():
+        return _graph.group(*inits, name=name)
+
+
 def global_variables_initializer(graph=None, name="init"):
     """An Operation running the initializer of every variable (and table) built so far."""
     g = graph or _graph.get_default_graph()
