@@ -28,6 +28,12 @@ from . import queue_runners as queue_runner  # tf.train.queue_runner.QueueRunner
 from .distribute import ClusterSpec, Server, replica_device_setter  # noqa: F401 - TF 1.x's (see distribute.py)
 from .learning_rate_decay import (exponential_decay, inverse_time_decay, natural_exp_decay,  # noqa: F401
                                   polynomial_decay, piecewise_constant)
+from .monitored_session import (SessionRunArgs, SessionRunContext, SessionRunValues, SessionRunHook,  # noqa: F401
+                                SecondOrStepTimer, StopAtStepHook, NanLossDuringTrainingError, NanTensorHook,
+                                LoggingTensorHook, CheckpointSaverHook, CheckpointSaverListener, SummarySaverHook,
+                                StepCounterHook, FeedFnHook, FinalOpsHook, Scaffold, ChiefSessionCreator,
+                                WorkerSessionCreator, MonitoredSession, SingularMonitoredSession,
+                                MonitoredTrainingSession)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer",
            "AdamOptimizer", "RMSPropOptimizer", "Saver", "CheckpointSaver", "CheckpointState", "FeedRunner",
