@@ -28,11 +28,27 @@
 // "first_step_seconds", "recovery_seconds", "variables_restored",
 // "restored_mb", ..., "member_gone_seconds", "hung_detect_seconds"}
 // (MB = 10^6 bytes).
+//
+// --replicas 2 measures failover instead (shardflow node --replicas 2): no
+// checkpoint; 2 worker sessions train at once, each step also adding one to
+// a step counter, while the node holding task 1 (primaries of the table's
+// shards on it) is SIGKILLed, then, once every slot has a synced backup
+// again, the node now holding task 1 is SIGSTOPped (and SIGCONTed after its
+// backup took over). Its summary {"replicas", "rows", "dim", "nodes",
+// "steps", "failed_steps", "retried_steps", "lost_updates" (steps
+// acknowledged minus the counter), "steps_blocked_seconds" and
+// "stop_blocked_seconds" (the longest time no step of either worker ended,
+// around the kill and around the stop), "resync_seconds" (until every slot
+// had a synced backup again after the kill)}.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -66,7 +82,7 @@ int Fail(const Status& s) {
 
 struct Config {
   int64_t rows = 10'000'000, dim = 32, shards = 6, nodes = 3, tasks = 6, batch = 4096, ids = 8;
-  int64_t steps = 5, after = 3;
+  int64_t steps = 5, after = 3, replicas = 1;
   bool json = false;
 };
 
@@ -111,6 +127,125 @@ void Phase(const Config& c, const std::string& phase, double seconds, const Json
   std::fflush(stdout);
 }
 
+// Two workers train at once until `stop`; the times their steps ended.
+struct Workers {
+  std::mutex mu;
+  std::vector<Clock::time_point> ends;
+  int64_t acked = 0, failed = 0;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  // The longest time between two step ends in [from, to] (from and to
+  // count as ends).
+  double LongestGap(Clock::time_point from, Clock::time_point to) {
+    std::lock_guard<std::mutex> l(mu);
+    std::vector<Clock::time_point> t{from, to};
+    for (auto e : ends)
+      if (e > from && e < to) t.push_back(e);
+    std::sort(t.begin(), t.end());
+    double worst = 0;
+    for (size_t i = 1; i < t.size(); ++i) worst = std::max(worst, std::chrono::duration<double>(t[i] - t[i - 1]).count());
+    return worst;
+  }
+};
+
+// --replicas 2: failover under training (see the header). The graph's
+// `train` also adds one to `counter`.
+int RunReplicated(const Config& c, Graph& g, Operation train, Output counter, const Operation& init,
+                  const std::vector<Tensor>& batch_ids, const std::vector<Tensor>& batch_labels) {
+  LocalCluster cluster;
+  cluster.SetNodeArgs({"--replicas", "2"});
+  auto t0 = Clock::now();
+  Status st = cluster.Start(static_cast<int>(c.nodes), 3600);
+  if (!st.ok()) return Fail(st);
+  st = cluster.WaitBackups(static_cast<int>(c.tasks), 60000);
+  if (!st.ok()) return Fail(st);
+  Phase(c, "start", SecondsSince(t0), JsonLine().Add("nodes", c.nodes).Add("replicas", int64_t{2}));
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  for (int w = 0; w < 2; ++w) {
+    ClusterOptions co;
+    co.address = cluster.addresses()[static_cast<size_t>(w)];
+    co.tls_dir = cluster.tls_dir();
+    co.tasks = static_cast<int>(c.tasks);
+    co.request_timeout_ms = 300000;
+    auto s = ClusterSession::Connect(g, co);
+    if (!s.ok()) return Fail(s.status());
+    sessions.push_back(std::move(*s));
+  }
+  t0 = Clock::now();
+  // The initial values reach the backups with the init step.
+  auto r = sessions[0]->Run({}, Fetches{}, {init});
+  if (!r.ok()) return Fail(r.status().WithPrefix("initialising"));
+  Phase(c, "init", SecondsSince(t0));
+  int64_t warm = 0;
+  for (int w = 0; w < 2; ++w, ++warm) {
+    r = sessions[static_cast<size_t>(w)]->Run({{"ids", batch_ids[0]}, {"labels", batch_labels[0]}}, Fetches{}, {train});
+    if (!r.ok()) return Fail(r.status().WithPrefix("the first step"));
+  }
+  Workers workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.threads.emplace_back([&, w] {
+      size_t i = static_cast<size_t>(w);
+      while (!workers.stop) {
+        i = (i + 1) % batch_ids.size();
+        auto res = sessions[static_cast<size_t>(w)]->Run({{"ids", batch_ids[i]}, {"labels", batch_labels[i]}},
+                                                        Fetches{}, {train});
+        std::lock_guard<std::mutex> l(workers.mu);
+        workers.ends.push_back(Clock::now());
+        ++(res.ok() ? workers.acked : workers.failed);
+        if (!res.ok() && workers.failed <= 3)
+          std::fprintf(stderr, "bench_recovery: worker %d: a step failed: %s\n", w, res.status().ToString().c_str());
+      }
+    });
+  }
+  auto holder_of_task1 = [&]() -> int {
+    const std::string addr = sessions[0]->tasks()[1];
+    for (size_t i = 0; i < cluster.addresses().size(); ++i)
+      if (cluster.addresses()[i] == addr && cluster.pid(static_cast<int>(i)) > 0) return static_cast<int>(i);
+    return -1;
+  };
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const int victim = holder_of_task1();
+  if (victim < 0) return Fail(Internal("task 1 runs on no node of the local cluster"));
+  const auto killed_at = Clock::now();
+  cluster.Kill(victim);
+  Phase(c, "kill", 0, JsonLine().Add("node", cluster.addresses()[static_cast<size_t>(victim)]));
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const double kill_gap = workers.LongestGap(killed_at, Clock::now());
+  Phase(c, "steps_blocked", kill_gap, JsonLine().Add("fault", "kill"));
+  (void)cluster.AddNode(3600);  // back to `nodes` members
+  t0 = Clock::now();
+  st = cluster.WaitBackups(static_cast<int>(c.tasks), 600000);
+  const double resync_s = SecondsSince(t0);
+  if (!st.ok()) return Fail(st.WithPrefix("waiting for synced backups after the kill"));
+  Phase(c, "resync", resync_s);
+  const int hung = holder_of_task1();
+  if (hung < 0) return Fail(Internal("task 1 runs on no node of the local cluster"));
+  const auto stopped_at = Clock::now();
+  ::kill(cluster.pid(hung), SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  ::kill(cluster.pid(hung), SIGCONT);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double stop_gap = workers.LongestGap(stopped_at, Clock::now());
+  Phase(c, "steps_blocked", stop_gap, JsonLine().Add("fault", "stop"));
+  workers.stop = true;
+  for (auto& t : workers.threads) t.join();
+  auto counted = sessions[0]->Run({}, Fetches{counter});
+  if (!counted.ok()) return Fail(counted.status().WithPrefix("reading the step counter"));
+  const auto count = static_cast<int64_t>(std::llround((*counted)[0].data<float>()[0]));
+  const int64_t acked = workers.acked + warm;
+  int64_t retried = 0;
+  for (const auto& s : sessions) retried += s->retried_steps();
+  JsonLine summary;
+  summary.Add("summary", true).Add("replicas", int64_t{2}).Add("rows", c.rows).Add("dim", c.dim)
+      .Add("nodes", c.nodes).Add("tasks", c.tasks).Add("steps", acked).Add("failed_steps", workers.failed)
+      .Add("retried_steps", retried).Add("lost_updates", std::max<int64_t>(0, acked - count))
+      .Add("doubled_updates", std::max<int64_t>(0, count - acked - workers.failed))
+      .Add("steps_blocked_seconds", kill_gap).Add("stop_blocked_seconds", stop_gap).Add("resync_seconds", resync_s);
+  if (c.json) summary.Print();
+  else std::printf("%s\n", summary.str().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,6 +254,7 @@ int main(int argc, char** argv) {
       .Int("shards", 6, "table shards (shard k on task k mod tasks)").Int("nodes", 3, "node processes")
       .Int("tasks", 6, "logical tasks").Int("batch", 4096, "examples per step").Int("ids", 8, "ids per example")
       .Int("steps", 5, "steps before the checkpoint").Int("after", 3, "steps between the checkpoint and the kill")
+      .Int("replicas", 1, "2: measure failover to backups (no checkpoint) instead of recovery from one")
       .String("checkpoint-dir", "", "where the checkpoint goes (default: a temporary directory, removed)")
       .Bool("json", "print JSON lines; the last is the summary");
   ParseOrExit(flags, argc, argv, "bench_recovery");
@@ -133,12 +269,15 @@ int main(int argc, char** argv) {
   c.ids = flags.GetInt("ids");
   c.steps = flags.GetInt("steps");
   c.after = flags.GetInt("after");
+  c.replicas = flags.GetInt("replicas");
   c.json = flags.GetBool("json");
   std::string bad;
   if (c.rows < 10 || c.rows >= (int64_t{1} << 31)) bad = "--rows must be in [10, 2^31)";
   else if (c.shards < 1 || c.shards > c.rows) bad = "--shards must be in [1, rows]";
   else if (c.nodes < 2) bad = "--nodes must be at least 2 (one is killed)";
   else if (c.tasks < 2) bad = "--tasks must be at least 2 (task 1's member is killed)";
+  else if (c.replicas < 1 || c.replicas > 2) bad = "--replicas must be 1 or 2";
+  else if (c.replicas == 2 && c.nodes < 3) bad = "--replicas 2 needs --nodes >= 3 (one is killed, then one stopped)";
   else if (c.dim < 1 || c.batch < 1 || c.ids < 1 || c.steps < 1 || c.after < 0)
     bad = "--dim, --batch, --ids, --steps must be positive and --after >= 0";
   if (!bad.empty()) {
@@ -169,6 +308,13 @@ int main(int argc, char** argv) {
   auto loss = ops::Mean(g, ops::Softplus(g, logits) - y * logits);
   auto train = AdagradOptimizer(0.1).Minimize(g, loss);
   if (!train.ok()) return Fail(train.status());
+  Output counter;
+  if (c.replicas == 2) {
+    // Counts the steps applied: each adds one once.
+    counter = ops::Variable(g, "step_counter", ops::Const(g, 0.0f));
+    auto add = ops::AssignAdd(g, ops::VariableHandle(counter), ops::Const(g, 1.0f));
+    train = ops::NoOp(g, {*train, Operation(&g, add.node)}, "train_and_count");
+  }
   const Operation init = ops::GlobalVariablesInitializer(g);
   if (!g.status().ok()) return Fail(g.status());
 
@@ -179,6 +325,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(42);
     for (size_t i = 0; i < batch_ids.size(); ++i) data.Batch(c.batch, c.ids, rng, &batch_ids[i], &batch_labels[i]);
   }
+
+  if (c.replicas == 2) return RunReplicated(c, g, *train, counter, init, batch_ids, batch_labels);
 
   LocalCluster cluster;
   auto t0 = Clock::now();

@@ -129,7 +129,12 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
               p->map_cv.notify_all();
             }
           },
-          [p](const net::ConnectionPtr&, const Status&) { p->member_down = true; }));
+          [p](const net::ConnectionPtr& c, const Status&) {
+            p->member_down = true;
+            std::lock_guard<std::mutex> l(p->conf_mu);
+            if (p->down_since.size() >= 4096) p->down_since.clear();
+            p->down_since[c->peer_address()] = SteadyMs();
+          }));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->endpoint->Connect(options.address));
   auto reply = Call(first, net::ListMembers{}, options.request_timeout_ms);
   if (!reply.ok()) return reply.status().WithPrefix("listing the members of " + options.address);

@@ -46,6 +46,10 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   };
   po.answers = [this](const std::string& addr) {
     if (addr == address) return true;
+    // A node whose connection here went silent or closed lately is not
+    // dialed again: a hung one would hold the leader for a dial's timeout
+    // before its backup takes over.
+    if (router.LostWithin(addr, 2000 * static_cast<int64_t>(opts.lease_ttl_s) + opts.peer_timeout_ms)) return false;
     auto c = router.Peer(addr);
     return c.ok() && net::Call(*c, net::ListMembers{}, std::max(1, 2 * opts.peer_timeout_ms)).ok();
   };

@@ -105,12 +105,21 @@ Result<bool> PeerRouter::SendOrQueue(const std::string& to, const net::Message& 
   return false;
 }
 
+bool PeerRouter::LostWithin(const std::string& addr, int64_t ms) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto p = peers_.find(addr); p != peers_.end() && p->second->is_up()) return false;
+  auto it = lost_.find(addr);
+  return it != lost_.end() && NowMs() - it->second <= ms;
+}
+
 std::string PeerRouter::Forget(const net::Connection* c) {
   std::lock_guard<std::mutex> l(mu_);
   for (auto it = peers_.begin(); it != peers_.end(); ++it) {
     if (it->second.get() != c) continue;
     std::string addr = it->first;
     peers_.erase(it);
+    if (lost_.size() >= 4096) lost_.erase(lost_.begin());
+    lost_[addr] = NowMs();
     return addr;
   }
   return "";

@@ -51,6 +51,9 @@ class PeerRouter {
   // the address failed less than kRedialMs ago or the node stops;
   // ResourceExhausted past kMaxQueuedBytes waiting in all.
   Result<bool> SendOrQueue(const std::string& to, const net::Message& m, std::function<void(Status)> later);
+  // Whether the connection to addr went down (a closed socket, or no
+  // heartbeat for the peer timeout) within the last ms and none is up now.
+  bool LostWithin(const std::string& addr, int64_t ms) const;
   // Forgets connection c, which went down; the address it served, or "".
   std::string Forget(const net::Connection* c);
   // Refuses new work, tells every queued message's callback the node is
@@ -71,11 +74,12 @@ class PeerRouter {
   Status RecentFailureLocked(const std::string& addr, bool forget_old);
 
   const Hooks hooks_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopped_ = false;                                             // GUARDED_BY(mu_)
   std::map<std::string, net::ConnectionPtr> peers_;                  // GUARDED_BY(mu_)
   std::map<std::string, std::pair<int64_t, Status>> failed_dials_;   // GUARDED_BY(mu_): when, why (<= 4096)
+  std::map<std::string, int64_t> lost_;                              // GUARDED_BY(mu_): when a connection went down (<= 4096)
   std::map<std::string, std::deque<Queued>> queued_;                 // GUARDED_BY(mu_)
   int64_t queued_bytes_ = 0;                                         // GUARDED_BY(mu_)
   std::thread dialer_;

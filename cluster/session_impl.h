@@ -102,6 +102,12 @@ struct ClusterSession::Impl {
   // Every member address seen in a membership list: when every member we
   // are connected to died, one of these may still lead to the cluster.
   std::set<std::string> known;  // GUARDED_BY(conf_mu)
+  // When the connection to each member went down last (a closed socket or
+  // no heartbeat): SettledMap does not dial a holder that went silent within
+  // kSilentMs (a hung node would hold it for a handshake's timeout while the
+  // map is about to move its slots).
+  std::map<std::string, int64_t> down_since;  // GUARDED_BY(conf_mu)
+  static constexpr int64_t kSilentMs = 3000;
   void Learn(const net::Membership& m) {
     std::lock_guard<std::mutex> l(conf_mu);
     for (const auto& k : m.members) known.insert(k.address);
@@ -193,6 +199,9 @@ struct ClusterSession::Impl {
   // member; that membership. InvalidArgument when the map has fewer slots
   // than the session's tasks.
   Result<net::Membership> SettledMap();
+  // Whether the connection to member addr went down within kSilentMs and
+  // none is up now.
+  bool SilentLately(const std::string& addr);
   // Reconfigure's plan in map mode: the assignment before and after, the
   // session before, the map's epoch, the variables by task, and which tasks
   // moved (their state moved by the leader) or were lost (restore_names).

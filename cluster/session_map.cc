@@ -42,6 +42,16 @@ Result<net::Membership> ClusterSession::Impl::AskMembership() {
   return last;
 }
 
+bool ClusterSession::Impl::SilentLately(const std::string& addr) {
+  std::lock_guard<std::mutex> l(conf_mu);
+  if (auto c = conns.find(addr); c != conns.end() && c->second->is_up()) return false;
+  auto d = down_since.find(addr);
+  if (d == down_since.end()) return false;
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return now - d->second < kSilentMs;
+}
+
 Result<net::Membership> ClusterSession::Impl::SettledMap() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(VariablesTimeoutMs());
   std::string why;
@@ -59,6 +69,8 @@ Result<net::Membership> ClusterSession::Impl::SettledMap() {
         if (!m->map_from[t].empty()) why = "slot " + std::to_string(t) + " is moving from " + m->map_from[t];
         else if (!listed.count(m->map_holder[t]))
           why = "slot " + std::to_string(t) + "'s holder " + m->map_holder[t] + " is no member";
+        else if (SilentLately(m->map_holder[t]))
+          why = "slot " + std::to_string(t) + "'s holder " + m->map_holder[t] + " went silent lately";
         else if (auto c = Conn(m->map_holder[t]); !c.ok())
           why = "slot " + std::to_string(t) + "'s holder " + m->map_holder[t] + " cannot be reached: " +
                 c.status().message();

@@ -28,8 +28,10 @@ struct Coordinator::Plan {
   std::vector<PartitionHost*> hosts;
   // What the registered partitions' graphs live in.
   std::shared_ptr<const GraphPlacement> placement;
-  // Every stateful op it runs may run again (OpDef::repeatable).
-  bool repeatable = true;
+  // Every stateful op it runs may run again (OpDef::repeatable); known once
+  // the run is pruned, before the partitions register (a plan that failed
+  // to register may be tried again).
+  bool repeatable = false;
 };
 
 Coordinator::Coordinator(const Graph& g, CoordinatorOptions options) : graph_(g), options_(std::move(options)) {}
@@ -102,6 +104,7 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   if (!run.ok()) return fail(run.status());
   plan->feeds = run->feeds;
   plan->num_fetches = run->fetches.size();
+  plan->repeatable = true;
   for (int id : run->order) {
     const Node& n = graph_.node(id);
     if (!n.stateful) continue;
@@ -162,7 +165,7 @@ std::shared_ptr<Coordinator::Plan> Coordinator::BuildPlan(const NamedFeeds& feed
   return plan;
 }
 
-bool Coordinator::Repeatable(const Plan& plan) { return plan.error.ok() && plan.repeatable; }
+bool Coordinator::Repeatable(const Plan& plan) { return plan.repeatable; }
 
 int64_t Coordinator::NewStepId() { return next_step_.fetch_add(step_stride_); }
 

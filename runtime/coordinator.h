@@ -82,7 +82,7 @@ class Coordinator {
   // A new step id (they advance by the stride: SetStepIds).
   int64_t NewStepId();
   // Whether every stateful op plan runs may run again in a step run again
-  // (OpDef::repeatable); false for a failed plan.
+  // (OpDef::repeatable); false for a plan whose run could not be pruned.
   static bool Repeatable(const Plan& plan);
 
   // Drops every plan: the next run of each signature registers again (a
