@@ -85,7 +85,7 @@ from .tf_api import (matmul, reshape, concat, stack, unstack, split, cast, reduc
                      truncated_normal)
 
 from . import tf_logging as logging  # noqa: F401 - tf.logging
-from . import gfile, losses  # noqa: F401 - tf.gfile, tf.losses
+from . import gfile, losses, metrics  # noqa: F401 - tf.gfile, tf.losses, tf.metrics
 from .random import set_random_seed  # noqa: F401 - tf.set_random_seed
 from .variables import assign, assign_add, assign_sub, variables_initializer  # noqa: F401 - TF 1.x's
 from .tf_api import (to_float, to_double, to_int32, to_int64, reduce_logsumexp, count_nonzero, cumsum,  # noqa: F401
