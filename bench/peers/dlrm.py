@@ -3,7 +3,8 @@
 (facebookresearch/dlrm) builds it: bottom MLP 13-512-256-64-16, 26
 nn.EmbeddingBag tables of width 16 (mode "sum", sparse=True), dot interaction
 (bmm of the 27 vectors, the lower triangle gathered), top MLP 367-512-256-1,
-BCEWithLogitsLoss; Adagrad on the tables (sparse gradients), Adam on the MLPs.
+BCEWithLogitsLoss; Adagrad on the tables (sparse gradients), Adam on the MLPs, as shardflow's
+(--table-optimizer sgd, --mlp-optimizer sgd: the reference DLRM's plain SGD).
 
 It reads the same Criteo-format files (--data DIR: its files, sorted; plain or
 gzip) into tensors first, untimed: labels, log(1 + max(x, 0)) of the integer
@@ -83,12 +84,13 @@ class DLRM(torch.nn.Module):
         return self.top(r).squeeze(1)
 
 
-def phase(batch, steps, warmup, data, rows, table_lr, mlp_lr):
+def phase(batch, steps, warmup, data, rows, table_lr, mlp_lr, table_opt, mlp_opt):
     torch.manual_seed(1)
     model = DLRM(rows)
     sparse = list(model.tables.parameters())
     dense = [p for n, p in model.named_parameters() if not n.startswith("tables.")]
-    opts = [torch.optim.Adagrad(sparse, lr=table_lr), torch.optim.Adam(dense, lr=mlp_lr)]
+    opts = [torch.optim.Adagrad(sparse, lr=table_lr) if table_opt == "adagrad" else torch.optim.SGD(sparse, lr=table_lr),
+            torch.optim.Adam(dense, lr=mlp_lr) if mlp_opt == "adam" else torch.optim.SGD(dense, lr=mlp_lr)]
     loss_fn = torch.nn.BCEWithLogitsLoss()
     labels, dense_x, cat = data
     n = labels.shape[0] // batch
@@ -126,6 +128,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--table-lr", type=float, default=0.05)
     p.add_argument("--mlp-lr", type=float, default=0.001)
+    p.add_argument("--table-optimizer", choices=["adagrad", "sgd"], default="adagrad")
+    p.add_argument("--mlp-optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -137,9 +141,11 @@ def main():
         raise SystemExit(f"dlrm.py: {a.data} holds fewer lines than a batch")
     for batch in ([a.batch_large] if a.batch_large > 0 else []) + [a.batch]:
         steps = max(10, a.examples // batch)
-        eps = phase(batch, steps, a.warmup_examples // batch, data, rows, a.table_lr, a.mlp_lr)
+        eps = phase(batch, steps, a.warmup_examples // batch, data, rows, a.table_lr, a.mlp_lr, a.table_optimizer,
+                    a.mlp_optimizer)
         out = {"system": "pytorch", "torch": torch.__version__, "batch": batch, "steps": steps,
-               "threads": a.threads, "examples_per_sec": round(eps, 1), "lines_in_memory": int(data[0].shape[0]),
+               "threads": a.threads, "examples_per_sec": round(eps, 1), "table_optimizer": a.table_optimizer,
+               "mlp_optimizer": a.mlp_optimizer, "lines_in_memory": int(data[0].shape[0]),
                "read_secs": round(read_secs, 2)}
         print(json.dumps(out) if a.json else f"pytorch batch {batch}: {eps:.0f} examples/s", flush=True)
 
