@@ -916,6 +916,10 @@ std::vector<VarChanges> ActorVariables::TakeChanges(const std::set<std::string>&
   }
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return remaining == 0; });
+  // Variables before their slots ("w" sorts before "w/Adagrad/accumulator"):
+  // sent in this order, a backup defines a variable before its slots, which
+  // then join its shard, whatever messages the changes are cut into.
+  std::sort(all.begin(), all.end(), [](const VarChanges& a, const VarChanges& b) { return a.name < b.name; });
   return all;
 }
 

@@ -41,7 +41,7 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
           fence = std::max(fence, m.epoch);
         }
     }
-    if (replicas) replicas->OnMap(m.backup, m.epoch);
+    if (replicas) replicas->OnMap(m.backup, m.synced, m.epoch);
     if (view.SetMap(m)) view.NotifyWatchers();
   };
   po.answers = [this](const std::string& addr) {

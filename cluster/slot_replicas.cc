@@ -61,7 +61,7 @@ SlotReplicas::~SlotReplicas() {
   for (auto& w : left) w(Unavailable("the node is stopping: the step's changes were not replicated"));
 }
 
-void SlotReplicas::OnMap(const std::vector<std::string>& backups, int64_t epoch) {
+void SlotReplicas::OnMap(const std::vector<std::string>& backups, const std::vector<uint8_t>& synced, int64_t epoch) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t s = 0; s < backups.size(); ++s) {
     if (backups[s].empty() && !slots_.count(static_cast<int>(s))) continue;
@@ -69,6 +69,7 @@ void SlotReplicas::OnMap(const std::vector<std::string>& backups, int64_t epoch)
     if (epoch < st.epoch) continue;
     st.backup = backups[s];
     st.epoch = epoch;
+    if (s < synced.size() && synced[s]) st.synced_to = backups[s];
   }
 }
 
@@ -76,7 +77,8 @@ void SlotReplicas::Sync(int slot, std::function<void(Status)> done) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = slots_.find(slot);
-    if (it != slots_.end() && !it->second.backup.empty()) {
+    // A backup still being copied is never promoted: nothing to wait for.
+    if (it != slots_.end() && !it->second.backup.empty() && it->second.backup == it->second.synced_to) {
       it->second.waiting.push_back(std::move(done));
       if (it->second.scheduled) return;
       it->second.scheduled = true;
@@ -102,7 +104,14 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
   std::promise<Status> p;
   auto f = p.get_future();
   rounds_.Post([&] { p.set_value(Round(slot, true)); });
-  return f.get();
+  Status s = f.get();
+  if (s.ok()) {
+    // The leader marks it synced once this returns: runs wait for it from now on.
+    std::lock_guard<std::mutex> l(mu_);
+    Slot& st = slots_[slot];
+    if (st.backup == backup) st.synced_to = backup;
+  }
+  return s;
 }
 
 Status SlotReplicas::Round(int slot, bool whole) {

@@ -10,6 +10,11 @@
 // fails its runs (the session runs the step again) and makes the next round
 // whole, since what the backup got is unknown.
 //
+// Runs wait only for a synced backup (one the map marks synced, or that a
+// whole copy here reached: the leader marks it synced next), the only kind
+// the leader promotes; while a new backup is being copied, runs are
+// acknowledged at once, as with no backup, and training goes on.
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -52,9 +57,9 @@ class SlotReplicas {
   // Fails the rounds not begun with Unavailable, and waits for the one out.
   ~SlotReplicas();
 
-  // The backup of each slot in a map of this epoch ("" none); an older map
-  // than one seen changes nothing.
-  void OnMap(const std::vector<std::string>& backups, int64_t epoch);
+  // The backup of each slot in a map of this epoch ("" none) and whether it
+  // is synced; an older map than one seen changes nothing.
+  void OnMap(const std::vector<std::string>& backups, const std::vector<uint8_t>& synced, int64_t epoch);
   // Calls done (on the rounds' thread, or at once without a backup) once
   // every change of slot made before this call is on its backup; the
   // round's error otherwise.
@@ -68,6 +73,7 @@ class SlotReplicas {
     std::string backup;                               // the newest map's
     int64_t epoch = 0;                                // of that map
     std::string sent_to;                              // holds every change up to the last round ("": none)
+    std::string synced_to;                            // a backup the leader may promote ("": none)
     std::vector<std::function<void(Status)>> waiting; // runs for the next round
     bool scheduled = false;
   };

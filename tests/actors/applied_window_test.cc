@@ -119,3 +119,87 @@ TEST_CASE("Variable shards: an update whose origin was applied changes nothing",
   CHECK(First(vars, t) == 2.0f);
   vars.Shutdown();
 }
+
+namespace {
+
+std::vector<float> Values(ActorVariables& vars, const std::string& name) {
+  std::promise<std::vector<std::pair<std::string, Tensor>>> p;
+  auto f = p.get_future();
+  vars.ReadNamed({name}, [&p](std::vector<std::pair<std::string, Tensor>> v) { p.set_value(std::move(v)); });
+  auto v = f.get();
+  REQUIRE(v.size() == 1);
+  return v[0].second.ToVector<float>();
+}
+
+}  // namespace
+
+TEST_CASE("Variable shards: a backup store applies a holder's changes, slots colocated, origins once",
+          "[variables][origin][replicas]") {
+  testing::CafSystem s;
+  ActorVariables holder(s.sys, {"t"});
+  ActorVariables backup(s.sys, {});  // a backup knows no graph: it learns the variables from the changes
+  const std::set<std::string> names{"t", "t/Adagrad/accumulator"};
+  const int64_t t = *holder.Resolve("t", DType::kFloat32, PartialShape({4, 2}));
+  const int64_t acc = *holder.Resolve("t/Adagrad/accumulator", DType::kFloat32, PartialShape({4, 2}));
+  Tensor v0(DType::kFloat32, Shape{4, 2}), a0(DType::kFloat32, Shape{4, 2});
+  for (int i = 0; i < 8; ++i) {
+    v0.data<float>()[i] = 0.5f * i;
+    a0.data<float>()[i] = 0.1f;
+  }
+  REQUIRE(Await<Result<Tensor>>([&](auto done) { holder.Assign(t, AssignMode::kAssign, v0, done); }).ok());
+  REQUIRE(Await<Result<Tensor>>([&](auto done) { holder.Assign(acc, AssignMode::kAssign, a0, done); }).ok());
+
+  // The whole state, applied one variable at a time (as if cut into several
+  // messages): the variable comes first, so its slot joins its shard.
+  std::vector<VarChanges> whole = holder.TakeChanges(names, /*full=*/true);
+  REQUIRE(whole.size() == 2);
+  CHECK(whole[0].name == "t");
+  for (auto& c : whole) {
+    CHECK_FALSE(c.rows.valid());
+    REQUIRE(Await<Status>([&](auto done) { backup.ApplyChanges({c}, done); }).ok());
+  }
+  // An update on the holder: only its row travels, with its origin.
+  SparseApplyRequest sp;
+  sp.optimizer = OptimizerKind::kAdagrad;
+  sp.var_ids = {t, acc};
+  sp.scalars = {Tensor::Scalar<float>(0.5f)};
+  sp.indices = Tensor::FromVector(std::vector<int64_t>{1});
+  sp.values = Tensor(DType::kFloat32, Shape{1, 2});
+  sp.values.data<float>()[0] = 1.0f;
+  sp.values.data<float>()[1] = -2.0f;
+  sp.indices_unique = true;
+  sp.origin = UpdateOrigin{42, 7};
+  REQUIRE(Await<Status>([&](auto done) { holder.SparseApply(sp, done); }).ok());
+  std::vector<VarChanges> delta = holder.TakeChanges(names, /*full=*/false);
+  REQUIRE(delta.size() == 2);
+  for (const auto& c : delta) {
+    REQUIRE(c.rows.valid());
+    CHECK(c.rows.ToVector<int64_t>() == std::vector<int64_t>{1});
+  }
+  CHECK(delta[0].origins.size() + delta[1].origins.size() == 1);
+  REQUIRE(Await<Status>([&](auto done) { backup.ApplyChanges(delta, done); }).ok());
+  // Bit for bit, and nothing left to send.
+  for (const auto& n : names) CHECK(Values(backup, n) == Values(holder, n));
+  CHECK(holder.TakeChanges(names, false).empty());
+  // Promoted, the backup applies the same update (a step run again) once:
+  // nothing changes; a new one applies, with its slot beside it.
+  auto bt = backup.Resolve("t", DType::kFloat32, PartialShape({4, 2}));
+  auto ba = backup.Resolve("t/Adagrad/accumulator", DType::kFloat32, PartialShape({4, 2}));
+  REQUIRE(bt.ok());
+  REQUIRE(ba.ok());
+  SparseApplyRequest again = sp;
+  again.var_ids = {*bt, *ba};
+  const std::vector<float> before = Values(backup, "t");
+  REQUIRE(Await<Status>([&](auto done) { backup.SparseApply(again, done); }).ok());
+  CHECK(Values(backup, "t") == before);
+  again.origin = UpdateOrigin{43, 7};
+  REQUIRE(Await<Status>([&](auto done) { backup.SparseApply(again, done); }).ok());  // colocated, or this fails
+  CHECK(Values(backup, "t") != before);
+  // Rows for a variable the backup does not hold are refused by name.
+  VarChanges stray{"nope", Tensor::FromVector(std::vector<float>{1}), Tensor::FromVector(std::vector<int64_t>{0}), {}};
+  Status refused = Await<Status>([&](auto done) { backup.ApplyChanges({stray}, done); });
+  CHECK(refused.code() == Code::kFailedPrecondition);
+  CHECK(refused.message().find("'nope'") != std::string::npos);
+  holder.Shutdown();
+  backup.Shutdown();
+}
