@@ -24,6 +24,7 @@ Tags are the summary's name under the enclosing name scopes, made unique as
 TF 1.x does ("loss", "loss_1"); with a family, "family/family/name" as TF 1.x.
 """
 
+import atexit
 import os
 import re
 import socket
@@ -419,3 +420,6 @@ class FileWriterCache:
             for w in FileWriterCache._writers.values():
                 w.close()
             FileWriterCache._writers.clear()
+
+
+atexit.register(FileWriterCache.clear)  # the cached writers' last events reach their files

@@ -45,7 +45,8 @@ def test_training_loop_stops_at_step_saves_and_resumes(tmp_path):
     assert tf.train.latest_checkpoint(ckpt).endswith("model.ckpt-50")
     assert os.path.exists(os.path.join(ckpt, "model.ckpt-0"))  # saved when the session was made, as TF
     assert glob.glob(os.path.join(ckpt, "events.out.tfevents.*"))  # summaries and global_step/sec
-    events = open(glob.glob(os.path.join(ckpt, "events.out.tfevents.*"))[0], "rb").read()
+    with open(glob.glob(os.path.join(ckpt, "events.out.tfevents.*"))[0], "rb") as f:
+        events = f.read()
     assert b"loss" in events and b"global_step/sec" in events
     # A new session in the same directory resumes from the checkpoint and runs to the new last step.
     final = tf.train.FinalOpsHook(gs)

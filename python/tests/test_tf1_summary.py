@@ -35,7 +35,8 @@ def _masked(data):
 
 
 def _records(path):
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     pos, out = 0, []
     while pos < len(data):
         length_bytes = data[pos:pos + 8]
