@@ -1,6 +1,7 @@
 // DLRM's graph (examples/common/dlrm_model.h).
 #include "examples/common/dlrm_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/criteo_format.h"
