@@ -49,6 +49,9 @@ struct VarChanges {
   Tensor value;
   Tensor rows;
   std::vector<UpdateOrigin> origins;
+  // With rows: the variable's leading dimension, so a store that lacks the
+  // variable defines it (zeros) before writing them; -1: none.
+  int64_t leading = -1;
 };
 
 // ---- variables ----

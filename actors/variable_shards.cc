@@ -382,8 +382,19 @@ Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c) {
       v.MarkAll();
     }
   } else if (c.value.valid() && c.rows.num_elements() > 0) {
+    if (!v.value.valid() && !v.hash && c.leading >= 0 && c.value.rank() >= 1) {
+      // The first piece of a variable sent whole in pieces of rows: zeros until the pieces fill it.
+      Shape full = c.value.shape();
+      full[0] = c.leading;
+      Tensor zeros(c.value.dtype(), full);
+      std::memset(zeros.raw_data(), 0, zeros.bytes());
+      SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, AssignMode::kAssign, zeros, &v.value));
+    }
     if (!v.value.valid() || v.hash)
       return FailedPrecondition("backup variable '" + v.name + "' has no value to apply rows to: it needs its whole state first");
+    if (c.leading >= 0 && c.leading != v.value.dim(0))
+      return InvalidArgument("rows for variable '" + v.name + "' come from one of " + std::to_string(c.leading) +
+                             " rows; it has " + std::to_string(v.value.dim(0)));
     const Shape& shape = v.value.shape();
     if (c.value.dtype() != v.value.dtype() || c.rows.dtype() != DType::kInt64 || c.rows.rank() != 1 ||
         c.value.rank() != v.value.rank() || c.value.rank() == 0 || c.value.dim(0) != c.rows.dim(0))
@@ -936,6 +947,12 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
     Result<int64_t> id = NotFound("");
     if (c.value.valid() && !c.rows.valid()) {
       id = Resolve(c.name, c.value.dtype(), PartialShape(c.value.shape()));
+    } else if (c.value.valid() && c.leading >= 0 && c.value.rank() >= 1) {
+      // A piece of a variable sent whole in pieces: defined by its full shape.
+      Shape full = c.value.shape();
+      full[0] = c.leading;
+      if (!names.count(c.name)) AddGraphVariables({c.name});
+      id = Resolve(c.name, c.value.dtype(), PartialShape(full));
     } else {
       std::lock_guard<std::mutex> l(mu_);
       auto it = ids_.find(c.name);

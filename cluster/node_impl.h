@@ -95,6 +95,18 @@ struct ClusterNode::Impl {
   // With --replicas 2: sends each slot held here to its backup after its
   // runs (node_replicas.cc). Null otherwise.
   std::unique_ptr<cluster::SlotReplicas> replicas;
+  // As a backup: the messages of a replication round not applied yet (a
+  // round is applied whole, once its last message came), by slot; bounded
+  // by kMaxStagedBytes over all slots.
+  struct StagedRound {
+    std::string holder;
+    uint64_t round = 0;
+    std::vector<runtime::VarChanges> changes;
+    int64_t bytes = 0;
+  };
+  std::map<int, StagedRound> staged;                      // GUARDED_BY(mu)
+  int64_t staged_bytes = 0;                               // GUARDED_BY(mu)
+  static constexpr int64_t kMaxStagedBytes = int64_t{4} << 30;
   std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
   std::map<int, int64_t> fences;                          // GUARDED_BY(mu)

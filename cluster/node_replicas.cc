@@ -89,6 +89,7 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     ch.name = std::move(m.names[i]);
     ch.value = std::move(m.values[i]);
     if (m.rows[i].rank() != 0) ch.rows = std::move(m.rows[i]);  // a scalar: the whole value
+    ch.leading = m.leading[i];
     const Tensor& o = m.origins[i];
     if (o.dtype() != DType::kInt64 || o.rank() != 2 || o.dim(1) != 2)
       return Reply(c, id, net::StatusReply{InvalidArgument("ReplicateSlot: origins of '" + ch.name +
@@ -98,6 +99,35 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
                                         static_cast<uint64_t>(o.data<int64_t>()[2 * k + 1])});
     changes.push_back(std::move(ch));
   }
+  {
+    // A round's messages wait here until its last one: applied together, or
+    // not at all when the holder dies half way.
+    std::lock_guard<std::mutex> l(mu);
+    StagedRound& st = staged[m.slot];
+    if (st.holder != m.holder || st.round != m.round) {
+      staged_bytes -= st.bytes;
+      st = StagedRound{m.holder, m.round, {}, 0};
+    }
+    int64_t bytes = 0;
+    for (const auto& ch : changes) bytes += ch.value.valid() ? static_cast<int64_t>(ch.value.bytes()) : 0;
+    if (staged_bytes + bytes > kMaxStagedBytes) {
+      staged_bytes -= st.bytes;
+      staged.erase(m.slot);
+      return Reply(c, id, net::StatusReply{ResourceExhausted(
+                              "node " + opts.name + " holds " + std::to_string(kMaxStagedBytes) +
+                              " bytes of unfinished replication rounds already; slot " + std::to_string(m.slot) +
+                              "'s round is dropped")});
+    }
+    staged_bytes += bytes;
+    st.bytes += bytes;
+    for (auto& ch : changes) st.changes.push_back(std::move(ch));
+    if (m.more) return Reply(c, id, net::StatusReply{Status::OK()});
+    changes = std::move(st.changes);
+    staged_bytes -= st.bytes;
+    staged.erase(m.slot);
+  }
+  names.clear();
+  for (const auto& ch : changes) names.push_back(ch.name);
   variables->ApplyChanges(std::move(changes), [this, c, id, slot = m.slot, names = std::move(names)](Status s) {
     if (s.ok()) {
       // What a later whole round or move of the slot from here must send

@@ -1,7 +1,13 @@
 // A slot holder's side of replication (cluster/slot_replicas.h).
 #include "cluster/slot_replicas.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <future>
+#include <random>
+
+#include "kernels/hash_embedding.h"
 
 namespace sf {
 namespace cluster {
@@ -9,19 +15,27 @@ namespace cluster {
 Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool full,
                        std::vector<runtime::VarChanges> changes,
                        const std::function<Status(net::ReplicateSlot)>& send) {
+  // One id per round (from a counter of this process, with its start
+  // drawn at random so a restarted holder's rounds differ).
+  static std::atomic<uint64_t> next_round{(static_cast<uint64_t>(std::random_device{}()) << 32) | 1};
+  const uint64_t round = next_round.fetch_add(1);
   auto fresh = [&] {
     net::ReplicateSlot m;
     m.slot = slot;
     m.epoch = epoch;
     m.holder = holder;
     m.full = full;
+    m.round = round;
     return m;
   };
   net::ReplicateSlot m = fresh();
   int64_t bytes = 0;
-  for (auto& c : changes) {
+  // Adds one change to the message, sending the message first when the
+  // change would take it past kMaxReplicateBytes.
+  auto append = [&](runtime::VarChanges c) -> Status {
     const int64_t n = c.value.valid() ? static_cast<int64_t>(c.value.bytes()) : 0;
     if (!m.names.empty() && bytes + n > kMaxReplicateBytes) {
+      m.more = true;
       SF_RETURN_IF_ERROR(send(std::move(m)));
       m = fresh();
       bytes = 0;
@@ -42,6 +56,35 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
       origins.data<int64_t>()[2 * i + 1] = static_cast<int64_t>(c.origins[i].op);
     }
     m.origins.push_back(std::move(origins));
+    m.leading.push_back(c.leading);
+    return Status::OK();
+  };
+  for (auto& c : changes) {
+    const bool big = c.value.valid() && !c.rows.valid() && c.value.rank() >= 1 && c.value.dim(0) > 1 &&
+                     static_cast<int64_t>(c.value.bytes()) > kMaxReplicateBytes && !IsHashShardState(c.value);
+    if (!big) {
+      SF_RETURN_IF_ERROR(append(std::move(c)));
+      continue;
+    }
+    // A big dense variable sent whole: pieces of rows, made one at a time.
+    const int64_t n = c.value.dim(0);
+    const int64_t row_bytes = static_cast<int64_t>(c.value.bytes()) / n;
+    const int64_t per = std::max<int64_t>(1, kMaxReplicateBytes / std::max<int64_t>(1, row_bytes));
+    for (int64_t r0 = 0; r0 < n; r0 += per) {
+      const int64_t k = std::min(per, n - r0);
+      runtime::VarChanges piece;
+      piece.name = c.name;
+      piece.leading = n;
+      Shape shape = c.value.shape();
+      shape[0] = k;
+      piece.value = Tensor(c.value.dtype(), shape);
+      std::memcpy(piece.value.raw_data(), static_cast<const char*>(c.value.raw_data()) + r0 * row_bytes,
+                  static_cast<size_t>(k * row_bytes));
+      piece.rows = Tensor(DType::kInt64, Shape{k});
+      for (int64_t i = 0; i < k; ++i) piece.rows.data<int64_t>()[i] = r0 + i;
+      if (r0 == 0) piece.origins = std::move(c.origins);
+      SF_RETURN_IF_ERROR(append(std::move(piece)));
+    }
   }
   if (full || !m.names.empty()) return send(std::move(m));
   return Status::OK();

@@ -35,9 +35,12 @@ namespace cluster {
 
 // Sends the changes of slot (taken by ActorVariables::TakeChanges) as
 // ReplicateSlot messages from holder, in order, each under kMaxReplicateBytes
-// of values (a big table alone in one); `send` sends one and waits for its
-// reply. Nothing is sent for no changes unless full. The first error.
-inline constexpr int64_t kMaxReplicateBytes = int64_t{64} << 20;
+// of values: a dense variable bigger than that goes whole as pieces of rows
+// (with its leading dimension, so a backup without it defines it first), so
+// that no message holds a node's I/O thread for long (a hash shard's state
+// goes in one); `send` sends one and waits for its reply. Nothing is sent
+// for no changes unless full. The first error.
+inline constexpr int64_t kMaxReplicateBytes = int64_t{16} << 20;
 Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool full,
                        std::vector<runtime::VarChanges> changes,
                        const std::function<Status(net::ReplicateSlot)>& send);

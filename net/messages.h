@@ -92,6 +92,15 @@ struct ReplicateSlot {
   std::vector<Tensor> values;   // the whole value, or its rows listed in rows[i]
   std::vector<Tensor> rows;     // int64 scalar: whole; int64 [k]: leading-dimension rows
   std::vector<Tensor> origins;  // int64 [k, 2]: update origins its shard applied (kernels/update_origin.h)
+  // With rows: the variable's leading dimension, so a backup that lacks it
+  // defines it (zeros) first: a big variable travels whole as pieces of rows.
+  // -1: none (a whole value, or rows of a variable the backup holds).
+  std::vector<int64_t> leading;
+  // A round may take several messages: all but its last say `more`, and the
+  // backup applies the round's changes together once the last one came, so
+  // a holder that dies half way through a round leaves nothing of it.
+  uint64_t round = 0;
+  bool more = false;
 };
 
 // One output of a partition's graph, by node name and index.

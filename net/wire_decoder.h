@@ -396,15 +396,20 @@ struct Decoder {
     m->epoch = r.getEpoch();
     SF_RETURN_IF_ERROR(Text(r.getHolder(), "ReplicateSlot.holder", &m->holder));
     m->full = r.getFull();
+    m->round = r.getRound();
+    m->more = r.getMore();
     SF_RETURN_IF_ERROR(Names(r.getNames(), "ReplicateSlot.names", &m->names));
     SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "ReplicateSlot.values"));
     SF_ASSIGN_OR_RETURN(m->rows, Tensors(r.getRows(), "ReplicateSlot.rows"));
     SF_ASSIGN_OR_RETURN(m->origins, Tensors(r.getOrigins(), "ReplicateSlot.origins"));
+    SF_RETURN_IF_ERROR(ListSize(r.getLeading().size(), "ReplicateSlot.leading"));
+    for (int64_t n : r.getLeading()) m->leading.push_back(n);
     if (m->values.size() != m->names.size() || m->rows.size() != m->names.size() ||
-        m->origins.size() != m->names.size())
+        m->origins.size() != m->names.size() || m->leading.size() != m->names.size())
       return InvalidArgument("ReplicateSlot: " + std::to_string(m->names.size()) + " names but " +
                              std::to_string(m->values.size()) + " values, " + std::to_string(m->rows.size()) +
-                             " row lists and " + std::to_string(m->origins.size()) + " origin lists");
+                             " row lists, " + std::to_string(m->origins.size()) + " origin lists and " +
+                             std::to_string(m->leading.size()) + " leading dimensions");
     return Status::OK();
   }
   Status Read(w::ShardsDone::Reader r, ShardsDone* m) const {

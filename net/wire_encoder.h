@@ -320,13 +320,18 @@ struct Encoder {
     SF_RETURN_IF_ERROR(ListSize(m.values.size(), "ReplicateSlot.values"));
     SF_RETURN_IF_ERROR(ListSize(m.rows.size(), "ReplicateSlot.rows"));
     SF_RETURN_IF_ERROR(ListSize(m.origins.size(), "ReplicateSlot.origins"));
+    SF_RETURN_IF_ERROR(ListSize(m.leading.size(), "ReplicateSlot.leading"));
     b.setSlot(m.slot);
     b.setEpoch(m.epoch);
     b.setHolder(AsText(m.holder));
     b.setFull(m.full);
+    b.setRound(m.round);
+    b.setMore(m.more);
     SF_RETURN_IF_ERROR(Names(m.names, b.initNames(m.names.size()), "ReplicateSlot.names"));
     SF_RETURN_IF_ERROR(Tensors(m.values, b.initValues(m.values.size()), "ReplicateSlot.values"));
     SF_RETURN_IF_ERROR(Tensors(m.rows, b.initRows(m.rows.size()), "ReplicateSlot.rows"));
+    auto leading = b.initLeading(static_cast<unsigned>(m.leading.size()));
+    for (size_t i = 0; i < m.leading.size(); ++i) leading.set(static_cast<unsigned>(i), m.leading[i]);
     return Tensors(m.origins, b.initOrigins(m.origins.size()), "ReplicateSlot.origins");
   }
   Status Put(const ShardsDone& m, w::ShardsDone::Builder b) const {

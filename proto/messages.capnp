@@ -71,6 +71,9 @@ struct ReplicateSlot {
   values @5 :List(T.Tensor);
   rows @6 :List(T.Tensor);
   origins @7 :List(T.Tensor);
+  leading @8 :List(Int64);
+  round @9 :UInt64;
+  more @10 :Bool;
 }
 
 # One output of a partition's graph: node name and output index.

@@ -149,7 +149,8 @@ bool Same(const SyncSlot& a, const SyncSlot& b) {
 }
 bool Same(const ReplicateSlot& a, const ReplicateSlot& b) {
   return a.slot == b.slot && a.epoch == b.epoch && a.holder == b.holder && a.full == b.full && a.names == b.names &&
-         SameTensors(a.values, b.values) && SameTensors(a.rows, b.rows) && SameTensors(a.origins, b.origins);
+         SameTensors(a.values, b.values) && SameTensors(a.rows, b.rows) && SameTensors(a.origins, b.origins) &&
+         a.leading == b.leading && a.round == b.round && a.more == b.more;
 }
 bool Same(const ShardsDone& a, const ShardsDone& b) {
   return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
@@ -221,7 +222,8 @@ std::vector<Message> EveryMessage() {
   add(ReplicateSlot{5, 77, "127.0.0.1:7003", true, {"emb/part_0", "w"},
                     {Patterned(DType::kFloat32, {2, 3}, 5), Patterned(DType::kFloat32, {4}, 6)},
                     {Patterned(DType::kInt64, {2}, 1), Tensor::Scalar<int64_t>(-1)},
-                    {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}});
+                    {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}, {1000, -1},
+                    0x123456789abcdefULL, true});
   add(ReplicateSlot{});
   {
     Membership m{{{"a", "127.0.0.1:1", 1}}, {}, {}};

@@ -73,6 +73,15 @@ float EvalLoss(SessionInterface& s, const SparseModel& m, int step) {
   return (*r)[0].ToVector<float>()[0];
 }
 
+void RequireAppliedOnce(SessionInterface& s, const SparseModel& m, int n, int64_t retried, float loose_tol) {
+  std::vector<float> got = Params(s, m);
+  const std::vector<float> want = Reference(m, n);
+  REQUIRE(!got.empty());
+  CHECK(got.back() == static_cast<float>(n));  // the step counter: each step's AssignAdd once
+  INFO(retried << " steps ran again");
+  RequireClose(got, want, retried > 0 ? loose_tol : 1e-5f);
+}
+
 void RequireClose(const std::vector<float>& a, const std::vector<float>& b, float tol) {
   REQUIRE(a.size() == b.size());
   float worst = 0;

@@ -31,6 +31,12 @@ std::vector<float> Params(SessionInterface& s, const SparseModel& m);
 std::vector<float> Reference(const SparseModel& m, int n);
 // The model's loss on batch `step` (no training).
 float EvalLoss(SessionInterface& s, const SparseModel& m, int step);
+// REQUIREs s's parameters to be n steps of training with every update
+// applied once: the step counter exactly n, the rest within 1e-5 of one
+// process's, or within loose_tol when `retried` steps ran again (a step run
+// again reads what its first run had already updated on the shards that
+// kept it, so its gradients may differ a little from one process's).
+void RequireAppliedOnce(SessionInterface& s, const SparseModel& m, int n, int64_t retried, float loose_tol = 0.05f);
 // REQUIREs a and b to differ by at most tol anywhere.
 void RequireClose(const std::vector<float>& a, const std::vector<float>& b, float tol);
 
