@@ -74,6 +74,35 @@ TEST_CASE("CriteoBatchQueue: reader threads and a QueueRunner hand every line on
   for (auto& [line, count] : seen) CHECK(count == 1);
 }
 
+TEST_CASE("CriteoBatchQueue's cancel lets a QueueRunner over endless input stop while an enqueue waits on a full queue",
+          "[reader_ops]") {
+  TempDir dir("sf_reader_cancel");
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += CriteoLine(i) + "\n";
+  WriteFile(dir / "part0.tsv", text);
+  Graph g;
+  CriteoReaderOptions o;
+  o.batch_size = 200;
+  o.num_threads = 1;
+  o.num_epochs = 0;  // the file in a loop: the runner never ends by itself
+  auto in = ops::CriteoBatchQueue(g, {dir / "part0.tsv"}, o, 50, /*capacity=*/300);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  QueueRunnerOptions ro;
+  ro.close_target = in.close.name();
+  ro.cancel_target = in.cancel.name();
+  QueueRunner runner(s, {in.enqueue.name()}, nullptr, ro);
+  REQUIRE(runner.Start().ok());
+  for (int i = 0; i < 20; ++i) REQUIRE(s.Run({}, Fetches{in.label}).ok());  // 1000 rows: past one epoch
+  // The queue refills to its capacity and the next enqueue waits; Stop ends it.
+  runner.Stop();
+  CHECK(runner.Join().ok());
+  // The queue is closed: what is left drains, then OutOfRange.
+  Status end;
+  for (int i = 0; i < 100 && end.ok(); ++i) end = s.Run({}, Fetches{in.label}).status();
+  CHECK(end.code() == Code::kOutOfRange);
+}
+
 TEST_CASE("A CriteoReader step fails naming the file (and the line), and never hangs", "[reader_ops]") {
   TempDir dir("sf_reader_ops");
   std::string text = CriteoLine(0) + "\n" + CriteoLine(1) + "\n" + "1\t2\t3\n" + CriteoLine(3) + "\n";
