@@ -214,7 +214,9 @@ int RunReplicated(const Config& c, Graph& g, Operation train, Output counter, co
   Phase(c, "steps_blocked", kill_gap, JsonLine().Add("fault", "kill"));
   (void)cluster.AddNode(3600);  // back to `nodes` members
   t0 = Clock::now();
-  st = cluster.WaitBackups(static_cast<int>(c.tasks), 600000);
+  // The map spans the new node (its slots moved there) before the backups are waited for.
+  st = cluster.WaitMembers(static_cast<int>(c.nodes), 600000);
+  if (st.ok()) st = cluster.WaitBackups(static_cast<int>(c.tasks), 600000);
   const double resync_s = SecondsSince(t0);
   if (!st.ok()) return Fail(st.WithPrefix("waiting for synced backups after the kill"));
   Phase(c, "resync", resync_s);

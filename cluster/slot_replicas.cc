@@ -93,6 +93,7 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
 SlotReplicas::SlotReplicas(Hooks hooks) : hooks_(std::move(hooks)) {}
 
 SlotReplicas::~SlotReplicas() {
+  copies_.Stop();
   rounds_.Stop();
   std::vector<std::function<void(Status)>> left;
   {
@@ -146,7 +147,7 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
   }
   std::promise<Status> p;
   auto f = p.get_future();
-  rounds_.Post([&] { p.set_value(Round(slot, true)); });
+  copies_.Post([&] { p.set_value(Round(slot, true)); });
   Status s = f.get();
   if (s.ok()) {
     // The leader marks it synced once this returns: runs wait for it from now on.
@@ -158,6 +159,13 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
 }
 
 Status SlotReplicas::Round(int slot, bool whole) {
+  std::shared_ptr<std::mutex> round_mu;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    round_mu = slots_[slot].round_mu;
+  }
+  // A slot's rounds go one at a time (in order, to one backup's staging).
+  std::lock_guard<std::mutex> one(*round_mu);
   std::vector<std::function<void(Status)>> runs;
   std::string to;
   int64_t epoch = 0;

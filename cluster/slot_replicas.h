@@ -4,8 +4,10 @@
 // round, with the update origins their shards applied (so a promoted
 // backup applies a step run again once, kernels/update_origin.h), and
 // answers once the backup applied them: the run is acknowledged only then.
-// One round at a time for all slots, on its own thread: the runs that end
-// while a round is out share the next one (group commit). A backup new to
+// Rounds run on one thread for all slots, and whole copies to new backups
+// on another (a copy of a big slot must not hold up the other slots' steps),
+// one round of a slot at a time: the runs that end while a round is out
+// share the next one (group commit). A backup new to
 // the holder gets the slot's whole state in its first round; a failed round
 // fails its runs (the session runs the step again) and makes the next round
 // whole, since what the backup got is unknown.
@@ -20,6 +22,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -79,6 +82,7 @@ class SlotReplicas {
     std::string synced_to;                            // a backup the leader may promote ("": none)
     std::vector<std::function<void(Status)>> waiting; // runs for the next round
     bool scheduled = false;
+    std::shared_ptr<std::mutex> round_mu = std::make_shared<std::mutex>();  // one round of the slot at a time
   };
   // One round of slot (the rounds' thread): whole when `whole` or the
   // backup is new; its result to the runs that were waiting.
@@ -88,6 +92,7 @@ class SlotReplicas {
   std::mutex mu_;
   std::map<int, Slot> slots_;  // GUARDED_BY(mu_)
   runtime::SerialQueue rounds_;
+  runtime::SerialQueue copies_;  // SyncWhole's rounds
 };
 
 }  // namespace cluster
