@@ -787,6 +787,29 @@ void ActorVariables::Apply(ApplyRequest req, std::function<void(Status)> done) {
 
 namespace {
 
+// A callback to call n times with each part's status: the n-th call passes
+// the first error (or OK) to done.
+std::function<void(const Status&)> JoinStatuses(size_t n, std::function<void(Status)> done) {
+  struct Join {
+    std::mutex mu;
+    size_t remaining;
+    Status first;
+    std::function<void(Status)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->remaining = n;
+  join->done = std::move(done);
+  return [join](const Status& s) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> l(join->mu);
+      if (!s.ok() && join->first.ok()) join->first = s;
+      last = --join->remaining == 0;
+    }
+    if (last) join->done(join->first);
+  };
+}
+
 // Sends every shard one Msg (SnapshotShard, SnapshotDirtyShard) whose
 // callback hands back a vector of T, and blocks until all have answered; the
 // answers concatenated.
@@ -873,24 +896,7 @@ void ActorVariables::AssignNamed(std::vector<std::pair<std::string, Tensor>> val
     if (!id.ok()) return done(id.status());
     assigns.emplace_back(*id, std::move(value));
   }
-  struct Join {
-    std::mutex mu;
-    size_t remaining;
-    Status first;
-    std::function<void(Status)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->remaining = assigns.size() + 1;
-  join->done = std::move(done);
-  auto finish = [join](const Status& s) {
-    bool last;
-    {
-      std::lock_guard<std::mutex> l(join->mu);
-      if (!s.ok() && join->first.ok()) join->first = s;
-      last = --join->remaining == 0;
-    }
-    if (last) join->done(join->first);
-  };
+  auto finish = JoinStatuses(assigns.size() + 1, std::move(done));
   for (auto& [id, value] : assigns)
     Assign(id, AssignMode::kAssign, std::move(value), [finish](Result<Tensor> r) { finish(r.status()); });
   finish(Status::OK());
@@ -962,24 +968,7 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
     if (!id.ok()) return done(id.status());
     applies.emplace_back(*id, std::move(c));
   }
-  struct Join {
-    std::mutex mu;
-    size_t remaining;
-    Status first;
-    std::function<void(Status)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->remaining = applies.size() + 1;
-  join->done = std::move(done);
-  auto finish = [join](const Status& s) {
-    bool last;
-    {
-      std::lock_guard<std::mutex> l(join->mu);
-      if (!s.ok() && join->first.ok()) join->first = s;
-      last = --join->remaining == 0;
-    }
-    if (last) join->done(join->first);
-  };
+  auto finish = JoinStatuses(applies.size() + 1, std::move(done));
   for (auto& [id, c] : applies) {
     VariableShardActor shard;
     if (!ShardOf(id, &shard)) {

@@ -297,6 +297,11 @@ struct ClusterNode::Impl {
   // This node's part of a move: fence slot at epoch, wait for the slot's
   // runs of older epochs, copy the slot's variables to `to`; OK or why not.
   Status MoveSlotHere(int slot, const std::string& to, int64_t epoch);
+  // The leader's request `what` ("move", "sync") of slot: refused unless from
+  // a node for a slot of the map, else `work` on the movers thread (at most
+  // kMaxMovesWaiting queued), its status the reply.
+  void ServeSlotWork(const net::ConnectionPtr& c, uint64_t id, int slot, const char* what,
+                     std::function<Status()> work);
   // A peer's MoveSlot, queued for the movers thread (or refused).
   void ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m);
   // Replication (node_replicas.cc): starts `replicas` (--replicas 2).

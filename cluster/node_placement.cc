@@ -66,13 +66,14 @@ Status ClusterNode::Impl::MoveSlotVia(int slot, const std::string& from, const s
       .WithPrefix("moving slot " + std::to_string(slot) + " from " + from + " to " + to);
 }
 
-void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m) {
-  // Only the placement leader, a node, moves slots.
+void ClusterNode::Impl::ServeSlotWork(const net::ConnectionPtr& c, uint64_t id, int slot, const char* what,
+                                      std::function<Status()> work) {
+  // Only the placement leader, a node, moves and syncs slots.
   if (c->peer_role() != net::Role::kNode)
-    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes move slots; " + c->peer_address() +
-                                                          " holds a session credential")});
-  if (m.slot < 0 || m.slot >= opts.map_slots)
-    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is not one of the " +
+    return Reply(c, id, net::StatusReply{PermissionDenied(std::string("only nodes ") + what + " slots; " +
+                                                          c->peer_address() + " holds a session credential")});
+  if (slot < 0 || slot >= opts.map_slots)
+    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(slot) + " is not one of the " +
                                                          std::to_string(opts.map_slots) + " of the shard map")});
   if (moves_waiting.fetch_add(1) >= kMaxMovesWaiting) {
     --moves_waiting;
@@ -80,11 +81,15 @@ void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, 
                                                            std::to_string(kMaxMovesWaiting) +
                                                            " slot moves waiting already")});
   }
-  movers.Post([this, c, id, m] {
-    Status s = MoveSlotHere(m.slot, m.to, m.epoch);
+  movers.Post([this, c, id, work = std::move(work)] {
+    Status s = work();
     --moves_waiting;
     Reply(c, id, net::StatusReply{s});
   });
+}
+
+void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m) {
+  ServeSlotWork(c, id, m.slot, "move", [this, m] { return MoveSlotHere(m.slot, m.to, m.epoch); });
 }
 
 Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t epoch) {

@@ -35,24 +35,9 @@ Status ClusterNode::Impl::SyncSlotVia(int slot, const std::string& holder, const
 }
 
 void ClusterNode::Impl::ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m) {
-  // Only the placement leader, a node, syncs slots.
-  if (c->peer_role() != net::Role::kNode)
-    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes sync slots; " + c->peer_address() +
-                                                          " holds a session credential")});
-  if (m.slot < 0 || m.slot >= opts.map_slots)
-    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is not one of the " +
-                                                         std::to_string(opts.map_slots) + " of the shard map")});
-  if (!replicas) return Reply(c, id, net::StatusReply{FailedPrecondition("node " + opts.name + " runs without --replicas 2")});
-  if (moves_waiting.fetch_add(1) >= kMaxMovesWaiting) {
-    --moves_waiting;
-    return Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
-                                                           std::to_string(kMaxMovesWaiting) +
-                                                           " slot moves waiting already")});
-  }
-  movers.Post([this, c, id, m] {
-    Status s = replicas->SyncWhole(m.slot, m.backup, m.epoch);
-    --moves_waiting;
-    Reply(c, id, net::StatusReply{s});
+  ServeSlotWork(c, id, m.slot, "sync", [this, m] {
+    if (!replicas) return FailedPrecondition("node " + opts.name + " runs without --replicas 2");
+    return replicas->SyncWhole(m.slot, m.backup, m.epoch);
   });
 }
 
