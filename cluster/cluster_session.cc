@@ -107,6 +107,11 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   to.handler_threads = 2;
   // A node's progress report only restarts a deadline: no thread hop.
   to.handle_inline = [](const net::Message& m) { return std::holds_alternative<net::StepProgress>(m.body); };
+  // A shard remembers an update's origin for AppliedWindow::kKeepMs (120 s):
+  // a step run again later could apply an update twice.
+  if (options.step_retry_ms < 0 || options.step_retry_ms > 60000)
+    return InvalidArgument("ClusterOptions::step_retry_ms must be in [0, 60000] (a shard remembers the updates it "
+                           "applied for 120 s), not " + std::to_string(options.step_retry_ms));
   if (options.step_progress_timeout_ms < 0)
     return InvalidArgument("ClusterOptions::step_progress_timeout_ms is negative (" +
                            std::to_string(options.step_progress_timeout_ms) + ")");

@@ -163,7 +163,8 @@ struct ClusterOptions {
   // times more. Each of its updates is applied once over all its runs
   // (kernels/update_origin.h). Steps with ops that cannot run again (queues,
   // readers, checkpoint ops, synchronous replicas, all-reduce) fail as they
-  // did. 0: never run again.
+  // did. 0: never run again; at most 60000 (shards remember 120 s of
+  // updates), else Connect returns InvalidArgument.
   int step_retry_ms = 30000;
 };
 

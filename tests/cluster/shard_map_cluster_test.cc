@@ -80,6 +80,13 @@ TEST_CASE("Cluster: the placement leader spreads the shard map over the members,
   REQUIRE(!too_many.ok());
   CHECK(too_many.status().code() == Code::kInvalidArgument);
   CHECK(too_many.status().message().find("--map-slots") != std::string::npos);
+  // Steps may not run again later than shards remember their updates.
+  o.tasks = 3;
+  o.step_retry_ms = 70000;
+  auto too_late = ClusterSession::Connect(sm.g, o);
+  REQUIRE(!too_late.ok());
+  CHECK(too_late.status().code() == Code::kInvalidArgument);
+  CHECK(too_late.status().message().find("step_retry_ms") != std::string::npos);
 }
 
 TEST_CASE("Cluster: two workers share variables through one map while a node joins and another drains",
