@@ -376,12 +376,14 @@ bool ClusterSession::Impl::RunAgain(const Status& s, StepCall& call, bool repeat
   if (!cluster::IsStaleEpoch(s) && s.code() != Code::kUnavailable) return false;
   if (SteadyMs() - call.started_ms >= options.step_retry_ms) return false;
   // Once the map settled (the leader moved a dead holder's slots), run
-  // again only when no slot of the session lost its state: a slot restored
-  // from a checkpoint rolls its variables back, which the step's failure
-  // tells the user (and Recover, or an elastic session's next step, does).
+  // again only when no slot of the session lost its state, unless the
+  // session is elastic: a slot restored from a checkpoint rolls its
+  // variables back, which a session that is not elastic tells the user by
+  // the step's failure (they call Recover); an elastic one restores it
+  // before the next run by itself and reports it in Changes().
   auto m = SettledMap();
   if (!m.ok()) return false;
-  {
+  if (!options.elastic) {
     std::lock_guard<std::mutex> l(conf_mu);
     for (int t = 0; t < num_tasks && t < static_cast<int>(m->map_lost_after.size()); ++t)
       if (m->map_lost_after[t] > 0 && m->map_lost_after[t] >= reg_epoch) return false;

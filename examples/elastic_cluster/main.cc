@@ -14,7 +14,8 @@
 //   drain I   asks node I (0: the first node, 1: the first added, ...) to
 //             drain (sf::DrainNode, as `shardflow node drain`); before the
 //             next step the session moves its tasks away and the node leaves
-//   kill I    SIGKILLs node I; the next step fails with Unavailable naming it
+//   kill I    SIGKILLs node I; the session restores its tasks from the
+//             checkpoint before its next step (a step under way runs again)
 //             (unless the session saw the death first) and, before the step
 //             after, the session moves its tasks to live nodes and restores
 //             their variables from the newest checkpoint (the other tasks

@@ -159,8 +159,9 @@ struct ClusterOptions {
   // On a cluster with a shard map: a step that failed because a node holding
   // part of it went down (Unavailable) or refused it as placed by a stale
   // map (a move or failover) runs again by itself, after the session
-  // followed the map, for up to this long from its start and at most 15
-  // times more. Each of its updates is applied once over all its runs
+  // followed the map (an elastic session restores a slot whose state was
+  // lost from its checkpoint first; one that is not elastic fails such a
+  // step), for up to this long from its start and at most 15 times more. Each of its updates is applied once over all its runs
   // (kernels/update_origin.h). Steps with ops that cannot run again (queues,
   // readers, checkpoint ops, synchronous replicas, all-reduce) fail as they
   // did. 0: never run again; at most 60000 (shards remember 120 s of
