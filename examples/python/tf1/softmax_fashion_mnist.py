@@ -13,13 +13,13 @@ that the fed labels are below 10. The data is Debian's dataset-fashion-mnist
 reached 0.834 test accuracy in about a second.
 """
 
-import gzip
 import json
-import os
 import sys
 import time
 
 import numpy as np
+
+import fashion_mnist_idx  # beside this file: Fashion-MNIST's IDX files as arrays
 
 try:
     import shardflow as tf  # a TensorFlow 1.x program: `import tensorflow as tf` is the only line changed
@@ -36,24 +36,9 @@ flags.DEFINE_boolean("json", False, "Print one JSON line at the end instead of t
 FLAGS = flags.FLAGS
 
 
-def read_idx(path):
-    """The uint8 array in a gzipped IDX file ([n, 784] images or [n] labels); ValueError naming the file."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[0:4], "big")
-    if magic not in (0x801, 0x803):
-        raise ValueError(f"{path}: not an IDX file of uint8 images or labels (magic {magic:#x})")
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(magic & 0xff)]
-    arr = np.frombuffer(data, np.uint8, offset=4 + 4 * len(dims))
-    if arr.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: truncated ({arr.size} of {int(np.prod(dims))} values)")
-    return arr.reshape(dims[0], -1) if len(dims) > 1 else arr
-
-
 def load(part):
-    images = read_idx(os.path.join(FLAGS.data_dir, f"{part}-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(FLAGS.data_dir, f"{part}-labels-idx1-ubyte.gz"))
-    return images.astype(np.float32) / 255.0, labels
+    images, labels = fashion_mnist_idx.load(FLAGS.data_dir, part)
+    return images.reshape(-1, 784).astype(np.float32) / 255.0, labels
 
 
 def main(_):
