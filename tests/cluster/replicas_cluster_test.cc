@@ -52,23 +52,40 @@ void Train(ClusterSession& s, const SparseModel& m, int from, int to) {
   }
 }
 
+// Three nodes with --replicas 2, every slot backed up, and a session of 3
+// tasks that trained `steps` steps.
+struct Replicated {
+  examples::LocalCluster cluster;
+  SparseModel m;
+  std::unique_ptr<ClusterSession> s;
+  explicit Replicated(int steps) {
+    cluster.SetNodeArgs({"--replicas", "2"});
+    REQUIRE(cluster.Start(3, 120).ok());
+    REQUIRE(cluster.WaitBackups(3, 20000).ok());
+    s = Connect(cluster, m, 3);
+    REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+    Train(*s, m, 0, steps);
+  }
+  // A node holding one of the session's tasks, other than the node it first contacted.
+  int Victim() {
+    int victim = -1;
+    for (const std::string& t : s->tasks())
+      if (NodeOf(cluster, t) != 0) victim = NodeOf(cluster, t);
+    REQUIRE(victim > 0);
+    return victim;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, no update lost or doubled",
           "[cluster][replicas]") {
-  examples::LocalCluster cluster;
-  cluster.SetNodeArgs({"--replicas", "2"});
-  REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(cluster.WaitBackups(3, 20000).ok());
-  SparseModel m;
-  auto s = Connect(cluster, m, 3);
-  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
-  Train(*s, m, 0, 10);
+  Replicated r(10);
+  auto& cluster = r.cluster;
+  auto& m = r.m;
+  auto& s = r.s;
   // Kill a holder other than the node the session first contacted.
-  int victim = -1;
-  for (const std::string& t : s->tasks())
-    if (NodeOf(cluster, t) != 0) victim = NodeOf(cluster, t);
-  REQUIRE(victim > 0);
+  const int victim = r.Victim();
   const std::string victim_addr = cluster.addresses()[victim];
   // Killed while steps run: every step succeeds (one the kill failed runs
   // again on the backups).
@@ -100,18 +117,11 @@ TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, n
 
 TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and acknowledges nothing after",
           "[cluster][replicas]") {
-  examples::LocalCluster cluster;
-  cluster.SetNodeArgs({"--replicas", "2"});
-  REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(cluster.WaitBackups(3, 20000).ok());
-  SparseModel m;
-  auto s = Connect(cluster, m, 3);
-  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
-  Train(*s, m, 0, 8);
-  int victim = -1;
-  for (const std::string& t : s->tasks())
-    if (NodeOf(cluster, t) != 0) victim = NodeOf(cluster, t);
-  REQUIRE(victim > 0);
+  Replicated r(8);
+  auto& cluster = r.cluster;
+  auto& m = r.m;
+  auto& s = r.s;
+  const int victim = r.Victim();
   const std::string victim_addr = cluster.addresses()[victim];
   ::kill(cluster.pid(victim), SIGSTOP);
   Train(*s, m, 8, 20);
