@@ -169,9 +169,16 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
     if (c.value.valid() && !c.rows.valid()) {
       id = Resolve(c.name, c.value.dtype(), PartialShape(c.value.shape()));
     } else if (c.value.valid() && c.leading >= 0 && c.value.rank() >= 1) {
-      // A piece of a variable sent whole in pieces: defined by its full shape.
+      // A piece of a variable sent whole in pieces: defined by its full shape,
+      // which must fit in memory (a peer names the leading dimension).
       Shape full = c.value.shape();
       full[0] = c.leading;
+      double bytes = static_cast<double>(DTypeSize(c.value.dtype()));
+      for (int64_t d : full) bytes *= static_cast<double>(d);
+      if (bytes > static_cast<double>(AllocationLimit()))
+        return done(ResourceExhausted("variable '" + c.name + "' of shape " + ShapeString(full) + " (" +
+                                      std::to_string(static_cast<int64_t>(bytes)) + " bytes) does not fit in " +
+                                      std::to_string(AllocationLimit()) + " bytes"));
       if (!names.count(c.name)) AddGraphVariables({c.name});
       id = Resolve(c.name, c.value.dtype(), PartialShape(full));
     } else {

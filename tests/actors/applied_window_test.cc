@@ -200,6 +200,12 @@ TEST_CASE("Variable shards: a backup store applies a holder's changes, slots col
   Status refused = Await<Status>([&](auto done) { backup.ApplyChanges({stray}, done); });
   CHECK(refused.code() == Code::kFailedPrecondition);
   CHECK(refused.message().find("'nope'") != std::string::npos);
+  // A piece that names a leading dimension no memory holds is refused, not allocated.
+  VarChanges huge{"huge", Column({1}),
+                  Tensor::FromVector(std::vector<int64_t>{0}), {}, int64_t{1} << 50};
+  Status too_big = Await<Status>([&](auto done) { backup.ApplyChanges({huge}, done); });
+  CHECK(too_big.code() == Code::kResourceExhausted);
+  CHECK(too_big.message().find("'huge'") != std::string::npos);
   holder.Shutdown();
   backup.Shutdown();
 }
