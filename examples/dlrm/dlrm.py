@@ -9,9 +9,8 @@
 threads parsing ahead), each training run taking one batch, until the input ends. The model:
 bottom MLP 13-512-256-64-16, the 26 field tables as one hash embedding table of width 16 (the
 reader hashes each value with its field, so the fields' keys never meet), sf.ops.dot_interaction,
-top MLP 367-512-256-1, logistic loss; Adagrad on the table, Adam on the MLPs. (Python builds the
-two optimizers' updates with two minimize calls, i.e. two backward passes; the C++ program shares
-one with Optimizer::SetSparseOptimizer.) The last JSON line: {"steps", "examples",
+top MLP 367-512-256-1, logistic loss; Adagrad on the table, Adam on the MLPs, with one backward
+pass for both (Optimizer.set_sparse_optimizer, as the C++ program's Optimizer::SetSparseOptimizer). The last JSON line: {"steps", "examples",
 "examples_per_sec", "auc", "logloss", "test_examples", "final_loss"}.
 """
 
@@ -104,8 +103,9 @@ def main(argv=None):
         loss = sf.ops.mean(sf.ops.softplus(z) - label * z)
         eval_z = logits(table.read_only_view(), bottom, top, t_dense, t_cat)
         mlp_vars = [v for layer in bottom + top for v in layer]
-        train = sf.group(sf.train.AdagradOptimizer(a.table_lr).minimize(loss, var_list=[table]),
-                         sf.train.AdamOptimizer(a.mlp_lr).minimize(loss, var_list=mlp_vars))
+        # One backward pass: Adam hands the table's sparse updates to Adagrad.
+        adam = sf.train.AdamOptimizer(a.mlp_lr).set_sparse_optimizer(sf.train.AdagradOptimizer(a.table_lr))
+        train = adam.minimize(loss, var_list=[table] + mlp_vars)
         init = sf.global_variables_initializer()
     sess = sf.Session(g, num_cpu_devices=a.shards)
     try:

@@ -82,7 +82,22 @@ class Optimizer:
             cores[g] = opt
         if not numeric:
             opt.set_learning_rate(g._g, _graph._ref_in(lr, g, "learning rate"))
+        sparse = self.__dict__.get("_sparse")
+        opt.set_sparse_optimizer(sparse._core_optimizer(g) if sparse is not None else None)
         return opt
+
+    def set_sparse_optimizer(self, sparse):
+        """Has `sparse` (an Optimizer, or None for this one) make the sparse updates of the embedding tables this
+        optimizer's minimize trains, with one backward pass for both (Adagrad on the tables, Adam on the rest, as
+        DLRM); two minimize calls would each build the backward of everything between the loss and their
+        variables. Returns self. InvalidArgumentError when sparse is not an Optimizer or is this one."""
+        if sparse is not None and not isinstance(sparse, Optimizer):
+            raise errors.InvalidArgumentError(
+                f"set_sparse_optimizer takes an Optimizer or None, got {type(sparse).__name__}")
+        if sparse is self:
+            raise errors.InvalidArgumentError("set_sparse_optimizer: an optimizer cannot be its own sparse optimizer")
+        self._sparse = sparse
+        return self
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1, aggregation_method=None,
                  colocate_gradients_with_ops=False, name=None, grad_loss=None):

@@ -16,6 +16,10 @@ void BindOptimizers(py::module_& m) {
   py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "Optimizer")
       .def_property_readonly("name", &Optimizer::name)
       .def("set_learning_rate", [](Optimizer& o, PyGraph& g, const Out& lr) { o.SetLearningRate(g.O(lr)); })
+      // keep_alive: the C++ optimizer keeps a raw pointer to `sparse` for its Minimize calls.
+      .def("set_sparse_optimizer", [](Optimizer& o, Optimizer* sparse) { o.SetSparseOptimizer(sparse); },
+           py::arg("sparse").none(true), py::keep_alive<1, 2>(),
+           "Has `sparse` make the sparse updates of the embedding table shards minimize trains (None: this one).")
       .def("minimize", [](Optimizer& o, PyGraph& g, const Out& loss, const std::vector<Out>& var_list) {
              auto r = o.Minimize(*g.g, g.O(loss), g.Os(var_list));
              if (!r.ok()) {
