@@ -221,6 +221,7 @@ Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
   };
   std::vector<BackEdge> back_edges;
   for (const NodeSpec& s : specs) {
+    const size_t first_back_edge = back_edges.size();  // this node's back edges follow
     std::vector<Output> inputs;
     int stand_in = -1;  // an input of this Merge that is already added
     for (size_t k = 0; k < s.inputs.size(); ++k)
@@ -247,8 +248,9 @@ Status AddNodes(const std::vector<NodeSpec>& specs, Graph* g) {
       if (!inputs[k].valid()) inputs[k] = inputs[stand_in];
     const int id = g->AddNode(s.op, inputs, s.attrs, s.name);
     if (id < 0) return g->status();
-    for (BackEdge& b : back_edges)
-      if (b.merge < 0) b.merge = id;
+    // Only this node's back edges: a walk over all of them for every node
+    // made loading quadratic in a graph's loops.
+    for (size_t k = first_back_edge; k < back_edges.size(); ++k) back_edges[k].merge = id;
     if (g->node(id).name != s.name) {
       return InvalidArgument("node '" + s.name + "' was renamed '" + g->node(id).name +
                              "' (is a name scope active on the graph?)");
