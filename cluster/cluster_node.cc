@@ -114,6 +114,7 @@ void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& reco
   {
     std::lock_guard<std::mutex> l(mu);
     last_members = records;
+    members_cv.notify_all();  // registrations waiting for a member that just joined
   }
   if (auto* p = placement_ready.load()) p->SetMembers(records);
   bool drain_me = false;
@@ -199,7 +200,7 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
             if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
             else rendezvous.Cleanup(a.step_id);
           },
-          [&](net::RegisterPartition& r) { Reply(c, id, net::StatusReply{Register(c, r)}); },
+          [&](net::RegisterPartition& r) { ServeRegister(c, id, std::move(r)); },
           [&](net::ListMembers&) {
             view.Watch(c);
             Reply(c, id, view.Snapshot());
@@ -321,12 +322,14 @@ void ClusterNode::Impl::Stop() {
   queues->Shutdown();
   std::set<int64_t> steps;
   {
+  members_cv.notify_all();
     std::lock_guard<std::mutex> l(mu);
     for (const auto& r : running) steps.insert(r.first);
   }
   for (int64_t step : steps)
     rendezvous.Abort(step, Unavailable("step " + std::to_string(step) + ": node " + opts.name +
                                        " is stopping"));
+  registrar.Stop();  // after the endpoint: no registration comes any more
   collectives->FailAll(Unavailable("node " + opts.name + " is stopping"));
   {
     std::unique_lock<std::mutex> l(mu);

@@ -139,7 +139,12 @@ struct ClusterNode::Impl {
   // Connections to the other members, and messages waiting for a dial (its own lock).
   cluster::PeerRouter router{cluster::PeerRouter::Hooks{
       [this] { return opts.name; },
-      [this](const std::string& addr) { return endpoint->Connect(addr); },
+      [this](const std::string& addr) -> Result<net::ConnectionPtr> {
+        // A peer or session may name any address; only members are dialed.
+        if (!IsMemberAddress(addr))
+          return PermissionDenied("node " + opts.name + " dials only members of its cluster; " + addr + " is not one");
+        return endpoint->Connect(addr);
+      },
       [this](const std::string& to, const Status& why) { collectives->OnPeerDown(nullptr, to, why); }}};
 
   mutable std::mutex mu;
@@ -278,6 +283,25 @@ struct ClusterNode::Impl {
   // Tells clients whose steps here finished an op since the last report (one
   // StepProgress each, at most every interval_ms), so their no-progress
   // deadlines restart; sleeps while no step is watched.
+  // A session's RegisterPartition, queued for the registrar thread (loading
+  // a graph takes a while, and must hold up neither the I/O thread nor the
+  // handler threads other peers share); refused with ResourceExhausted past
+  // kMaxRegistrationsWaiting (kMaxRegistrationsPerClient for one client).
+  void ServeRegister(const net::ConnectionPtr& c, uint64_t id, net::RegisterPartition r);
+  runtime::SerialQueue registrar;
+  size_t registrations_waiting = 0;                                       // GUARDED_BY(mu)
+  std::unordered_map<const net::Connection*, size_t> registrations_of;    // GUARDED_BY(mu)
+  static constexpr size_t kMaxRegistrationsWaiting = 64;
+  static constexpr size_t kMaxRegistrationsPerClient = 4;
+  // Whether address is this node's or a member's etcd lists: the only
+  // addresses this node dials, whatever a request names.
+  bool IsMemberAddress(const std::string& address) const;
+  // OK when every task address of a registration is a member's (waiting up
+  // to kMemberWaitMs for etcd's list to show a member that just joined);
+  // PermissionDenied naming the first that is not.
+  Status CheckTaskAddresses(const std::vector<net::Member>& tasks);
+  std::condition_variable members_cv;  // last_members changed, or stopping
+  static constexpr int kMemberWaitMs = 2000;
   void ProgressLoop();
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m);

@@ -2,6 +2,7 @@
 // steps (with progress reports), and serving variables (cluster/node_impl.h).
 #include "cluster/node_impl.h"
 
+#include <chrono>
 #include <limits>
 
 namespace sf {
@@ -37,7 +38,76 @@ void ClusterNode::Impl::Reply(const net::ConnectionPtr& c, uint64_t request_id, 
   Log("reply to " + c->peer_address() + " lost: " + s.ToString());
 }
 
+bool ClusterNode::Impl::IsMemberAddress(const std::string& addr) const {
+  if (addr.empty()) return false;
+  if (addr == address) return true;
+  std::lock_guard<std::mutex> l(mu);
+  for (const auto& m : last_members)
+    if (m.address == addr) return true;
+  return false;
+}
+
+Status ClusterNode::Impl::CheckTaskAddresses(const std::vector<net::Member>& tasks) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kMemberWaitMs);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const std::string& a = tasks[i].address;
+    if (a.empty() || IsMemberAddress(a)) continue;  // "": a task no node holds, never dialed
+    // A member that just joined may be in the session's map before it is
+    // in this node's list from etcd: wait a little for etcd's word.
+    std::unique_lock<std::mutex> l(mu);
+    const bool known = etcd_mode() && members_cv.wait_until(l, deadline, [&] {
+      if (stopped) return true;
+      for (const auto& m : last_members)
+        if (m.address == a) return true;
+      return false;
+    });
+    if (stopped) return Unavailable("node " + opts.name + " is stopping");
+    if (!known)
+      return PermissionDenied("partition's task " + std::to_string(i) + " names address " + a +
+                              ", which is not a member of node " + opts.name +
+                              "'s cluster: a node sends tensors only to members etcd lists");
+  }
+  return Status::OK();
+}
+
+void ClusterNode::Impl::ServeRegister(const net::ConnectionPtr& c, uint64_t id, net::RegisterPartition r) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    size_t& mine = registrations_of[c.get()];
+    if (registrations_waiting >= kMaxRegistrationsWaiting || mine >= kMaxRegistrationsPerClient) {
+      const bool client_full = mine >= kMaxRegistrationsPerClient;
+      if (mine == 0) registrations_of.erase(c.get());
+      return Reply(c, id, net::StatusReply{ResourceExhausted(
+                              "node " + opts.name + " has " +
+                              (client_full ? std::to_string(mine) + " registrations of this client"
+                                           : std::to_string(registrations_waiting) + " registrations") +
+                              " waiting already (at most " +
+                              std::to_string(client_full ? kMaxRegistrationsPerClient : kMaxRegistrationsWaiting) +
+                              "); try again")});
+    }
+    ++mine;
+    ++registrations_waiting;
+  }
+  auto job = std::make_shared<net::RegisterPartition>(std::move(r));
+  registrar.Post([this, c, id, job] {
+    Status s = Register(c, *job);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      --registrations_waiting;
+      if (auto it = registrations_of.find(c.get()); it != registrations_of.end() && --it->second == 0)
+        registrations_of.erase(it);
+    }
+    Reply(c, id, net::StatusReply{s});
+  });
+}
+
 Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::RegisterPartition& r) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (stopped) return Unavailable("node " + opts.name + " is stopping");
+  }
+  if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
+  SF_RETURN_IF_ERROR(CheckTaskAddresses(r.tasks));
   auto graphs = std::make_shared<PartitionGraphs>();
   graphs->graph = std::make_unique<Graph>(opts.ops ? *opts.ops : StandardOpRegistry());
   SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, graphs->graph.get(),
@@ -141,8 +211,8 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     graphs->rendezvous = ss.rendezvous;
     host = ss.host;
   }
-  // Blocks this reader thread while the host builds the executor, as
-  // building it here did: the registration's reply follows it.
+  // Blocks the registrar thread while the host builds the executor: the
+  // registration's reply follows it.
   SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));
   std::lock_guard<std::mutex> l(mu);
   auto it = sessions.find(r.session_id);

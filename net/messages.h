@@ -111,6 +111,12 @@ struct OutputRef {
 
 // Registers a partition of a cluster session's graph on a node; answered
 // with StatusReply. graph_def is proto/graph_def.capnp bytes (shardflow/graph_io.h).
+// What one RegisterPartition may name, refused (the peer dropped as
+// malformed) before any of its lists is decoded: the tasks of its session
+// (a shard map has at most 4096 slots), and its feeds, fetches and targets
+// together (every node of the partition's step, by name).
+constexpr uint64_t kMaxRegisteredTasks = 4096;
+constexpr uint64_t kMaxRegisteredNodes = uint64_t{1} << 22;
 struct RegisterPartition {
   uint64_t session_id = 0;
   uint64_t handle = 0;  // unique within the session

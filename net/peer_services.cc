@@ -39,7 +39,14 @@ class Service {
     m.request_id = id;
     if (Inline(m)) core_->on_message(link_->conn, std::move(m));
     else link_->conn->Deliver(std::move(m));
-    return paf.promise.then([context](Message reply) mutable {
+    return Answer(kj::mv(paf.promise), kj::mv(context));
+  }
+
+  // The call's return once its handler replied: the reply, or a status
+  // saying why it cannot be sent.
+  template <class Ctx>
+  static kj::Promise<void> Answer(kj::Promise<Message> replied, Ctx context) {
+    return replied.then([context](Message reply) mutable {
       if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
         context.getResults().setByTell(true);
         return;
@@ -68,6 +75,67 @@ class Service {
     context.releaseParams();
     if (!s.ok()) return Malformed(s);
     return Ask(kj::mv(context), Body(std::move(m)), asker);
+  }
+
+  // Stops, once, a decode that runs off the I/O thread when its call ends:
+  // the call's end frees the bytes it reads, so the end (on the I/O thread)
+  // waits for a decode under way to see `cancel` (every 4096 elements).
+  struct OffLoopDecode {
+    std::mutex mu;
+    bool ended = false;  // GUARDED_BY(mu): the call ended; its bytes are gone
+    std::atomic<bool> cancel{false};
+  };
+  struct EndOffLoopDecode {
+    explicit EndOffLoopDecode(std::shared_ptr<OffLoopDecode> decode) : d(std::move(decode)) {}
+    EndOffLoopDecode(const EndOffLoopDecode&) = delete;
+    EndOffLoopDecode& operator=(const EndOffLoopDecode&) = delete;
+    std::shared_ptr<OffLoopDecode> d;
+    ~EndOffLoopDecode() {
+      d->cancel = true;
+      std::lock_guard<std::mutex> l(d->mu);
+      d->ended = true;
+    }
+  };
+
+  // AskStruct for requests whose decoding takes long (a registration names
+  // every node of a partition's step): decoded on the connection's strand,
+  // in order with its other messages, so the I/O thread (every peer's
+  // reads, writes and heartbeats) never spends a list's length on it. The
+  // call's params stay alive until it returns.
+  template <class T, class Ctx>
+  kj::Promise<void> AskStructOffLoop(Ctx context) {
+    if (!Bind()) return Gone();
+    if (!core_->on_message) return KJ_EXCEPTION(FAILED, "this endpoint handles no requests");
+    auto p = context.getParams();
+    const uint64_t asker = p.getId();
+    const typename WireOf<T>::Proto::Reader request = p.getRequest();
+    const uint64_t id = link_->next_incoming;
+    link_->next_incoming += 2;
+    auto paf = kj::newPromiseAndFulfiller<Message>();
+    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker});
+    auto decode = std::make_shared<OffLoopDecode>();
+    auto conn = link_->conn;
+    Core* core = core_;
+    conn->strand_->Add([conn, core, request, id, decode] {
+      T m;
+      Status s;
+      {
+        std::lock_guard<std::mutex> l(decode->mu);
+        if (decode->ended) return;  // the call (and its bytes) went with the connection
+        s = DecodeStruct<T>(request, core->limits, &m, &decode->cancel);
+      }
+      if (!s.ok()) {
+        // Malformed bytes from an authenticated peer: it is dropped, as AskStruct does.
+        const uint64_t cid = conn->id();
+        core->Post([core, cid, s] { core->DownById(cid, s.WithPrefix("malformed message")); });
+        return;
+      }
+      Message msg;
+      msg.request_id = id;
+      msg.body = std::move(m);
+      core->on_message(conn, std::move(msg));
+    });
+    return Answer(kj::mv(paf.promise), kj::mv(context)).attach(kj::heap<EndOffLoopDecode>(decode));
   }
 
   // One-way messages of kind T: handled in order; the call returns once
@@ -169,7 +237,9 @@ class ChannelServer final : public rp::Channel::Server, Service {
 class PartitionHostServer final : public rp::PartitionHost::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> registerPartition(RegisterPartitionContext c) override { return AskStruct<RegisterPartition>(c); }
+  kj::Promise<void> registerPartition(RegisterPartitionContext c) override {
+    return AskStructOffLoop<RegisterPartition>(c);
+  }
   kj::Promise<void> run(RunContext c) override { return AskStruct<RunPartition>(c); }
   kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct<CloseSession>(c); }
   kj::Promise<void> abort(AbortContext c) override { return TellReleasing<AbortStep>(c, c.getParams().getSteps()); }

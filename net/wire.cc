@@ -120,9 +120,11 @@ Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool refer
 }
 
 template <class T>
-Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out) {
+Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out,
+                    const std::atomic<bool>* cancel) {
   try {
     Decoder dec{limits};
+    dec.cancel = cancel;
     return dec.Read(r, out);
   } catch (const kj::Exception& e) {
     return DataLoss(std::string("malformed message: ") + e.getDescription().cStr());
@@ -145,7 +147,7 @@ Status DecodeStreamedHeader(proto::wire::SendTensor::Reader r, const WireLimits&
 
 #define SF_WIRE_STRUCT(T)                                                                        \
   template Status EncodeStruct<T>(const T&, WireOf<T>::Proto::Builder, bool);                     \
-  template Status DecodeStruct<T>(WireOf<T>::Proto::Reader, const WireLimits&, T*);
+  template Status DecodeStruct<T>(WireOf<T>::Proto::Reader, const WireLimits&, T*, const std::atomic<bool>*);
 SF_WIRE_STRUCT(Membership)
 SF_WIRE_STRUCT(RegisterPartition)
 SF_WIRE_STRUCT(RunPartition)

@@ -20,6 +20,17 @@ struct Decoder {
   // aliased blob once per pointer: without this check a 1 MiB message could
   // make the decoder copy gigabytes. No encoder of ours writes aliases.
   mutable std::map<const char*, const char*> blobs;
+  // Set by the owner of the bytes when they are about to go (a call decoded
+  // off the I/O thread whose connection dropped): long lists stop early.
+  const std::atomic<bool>* cancel = nullptr;
+
+  // Aborted when the owner of the bytes asked to stop; checked every 4096
+  // elements of a list, so stopping waits for little.
+  Status CheckCancel(size_t i) const {
+    if (cancel && (i & 4095) == 0 && cancel->load(std::memory_order_relaxed))
+      return Aborted("decoding stopped: the message's connection went away");
+    return Status::OK();
+  }
 
   static std::string Field(const std::string& list, size_t i) { return list + "[" + std::to_string(i) + "]"; }
 
@@ -181,6 +192,7 @@ struct Decoder {
     SF_RETURN_IF_ERROR(ListSize(list.size(), field));
     std::vector<OutputRef> out(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
+      SF_RETURN_IF_ERROR(CheckCancel(i));
       auto r = list[i];
       SF_RETURN_IF_ERROR(Text(r.getNode(), Field(field, i) + ".node", &out[i].node));
       out[i].index = r.getIndex();
@@ -192,6 +204,7 @@ struct Decoder {
     SF_RETURN_IF_ERROR(ListSize(list.size(), field));
     std::vector<Member> out(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
+      SF_RETURN_IF_ERROR(CheckCancel(i));
       auto r = list[i];
       SF_RETURN_IF_ERROR(Text(r.getName(), Field(field, i) + ".name", &out[i].name));
       SF_RETURN_IF_ERROR(Text(r.getAddress(), Field(field, i) + ".address", &out[i].address));
@@ -226,14 +239,27 @@ struct Decoder {
     return Status::OK();
   }
   Status Read(w::RegisterPartition::Reader r, RegisterPartition* m) const {
+    // A registration's lists are bounded before any of them is read
+    // (RegisterPartition's bounds, net/messages.h).
+    auto feeds = r.getFeeds();
+    auto fetches = r.getFetches();
+    auto tasks = r.getTasks();
+    auto targets = r.getTargets();
+    if (tasks.size() > kMaxRegisteredTasks)
+      return InvalidArgument("RegisterPartition.tasks has " + std::to_string(tasks.size()) + " tasks; the limit is " +
+                             std::to_string(kMaxRegisteredTasks));
+    const uint64_t names = uint64_t{feeds.size()} + fetches.size() + targets.size();
+    if (names > kMaxRegisteredNodes)
+      return InvalidArgument("RegisterPartition names " + std::to_string(names) +
+                             " feeds, fetches and targets; the limit is " + std::to_string(kMaxRegisteredNodes));
     m->session_id = r.getSessionId();
     m->handle = r.getHandle();
     SF_RETURN_IF_ERROR(Text(r.getDevice(), "RegisterPartition.device", &m->device));
     SF_RETURN_IF_ERROR(Bytes(r.getGraphDef(), "RegisterPartition.graph_def", &m->graph_def, false));
-    SF_ASSIGN_OR_RETURN(m->feeds, OutputRefs(r.getFeeds(), "RegisterPartition.feeds"));
-    SF_ASSIGN_OR_RETURN(m->fetches, OutputRefs(r.getFetches(), "RegisterPartition.fetches"));
-    SF_ASSIGN_OR_RETURN(m->tasks, Members(r.getTasks(), "RegisterPartition.tasks"));
-    SF_RETURN_IF_ERROR(Names(r.getTargets(), "RegisterPartition.targets", &m->targets));
+    SF_ASSIGN_OR_RETURN(m->feeds, OutputRefs(feeds, "RegisterPartition.feeds"));
+    SF_ASSIGN_OR_RETURN(m->fetches, OutputRefs(fetches, "RegisterPartition.fetches"));
+    SF_ASSIGN_OR_RETURN(m->tasks, Members(tasks, "RegisterPartition.tasks"));
+    SF_RETURN_IF_ERROR(Names(targets, "RegisterPartition.targets", &m->targets));
     m->epoch = r.getEpoch();
     return Status::OK();
   }
@@ -346,7 +372,10 @@ struct Decoder {
   Status Names(R r, const char* field, std::vector<std::string>* out) const {
     SF_RETURN_IF_ERROR(ListSize(r.size(), field));
     out->resize(r.size());
-    for (size_t i = 0; i < out->size(); ++i) SF_RETURN_IF_ERROR(Text(r[i], Field(field, i), &(*out)[i]));
+    for (size_t i = 0; i < out->size(); ++i) {
+      SF_RETURN_IF_ERROR(CheckCancel(i));
+      SF_RETURN_IF_ERROR(Text(r[i], Field(field, i), &(*out)[i]));
+    }
     return Status::OK();
   }
   template <class R>
@@ -402,8 +431,9 @@ struct Decoder {
     SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "ReplicateSlot.values"));
     SF_ASSIGN_OR_RETURN(m->rows, Tensors(r.getRows(), "ReplicateSlot.rows"));
     SF_ASSIGN_OR_RETURN(m->origins, Tensors(r.getOrigins(), "ReplicateSlot.origins"));
-    SF_RETURN_IF_ERROR(ListSize(r.getLeading().size(), "ReplicateSlot.leading"));
-    for (int64_t n : r.getLeading()) m->leading.push_back(n);
+    auto leading = r.getLeading();  // read once: each read is charged to the traversal limit
+    SF_RETURN_IF_ERROR(ListSize(leading.size(), "ReplicateSlot.leading"));
+    for (int64_t n : leading) m->leading.push_back(n);
     if (m->values.size() != m->names.size() || m->rows.size() != m->names.size() ||
         m->origins.size() != m->names.size() || m->leading.size() != m->names.size())
       return InvalidArgument("ReplicateSlot: " + std::to_string(m->names.size()) + " names but " +

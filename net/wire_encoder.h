@@ -167,6 +167,15 @@ struct Encoder {
                              " bytes; at most 536870911 fit in one frame field");
     SF_RETURN_IF_ERROR(ListSize(m.feeds.size(), "RegisterPartition.feeds"));
     SF_RETURN_IF_ERROR(ListSize(m.fetches.size(), "RegisterPartition.fetches"));
+    // A node refuses more (net/messages.h): said here, before it is sent.
+    if (m.tasks.size() > kMaxRegisteredTasks)
+      return InvalidArgument("RegisterPartition.tasks has " + std::to_string(m.tasks.size()) +
+                             " tasks; a node accepts at most " + std::to_string(kMaxRegisteredTasks));
+    if (m.feeds.size() + m.fetches.size() + m.targets.size() > kMaxRegisteredNodes)
+      return InvalidArgument("RegisterPartition names " +
+                             std::to_string(m.feeds.size() + m.fetches.size() + m.targets.size()) +
+                             " feeds, fetches and targets; a node accepts at most " +
+                             std::to_string(kMaxRegisteredNodes) + " (a partition of fewer nodes per step)");
     b.setSessionId(m.session_id);
     b.setHandle(m.handle);
     b.setDevice(AsText(m.device));

@@ -4,6 +4,8 @@
 // Thread-safety: free functions over values.
 #pragma once
 
+#include <atomic>
+
 #include "proto/messages.capnp.h"
 #include "net/wire.h"
 
@@ -50,8 +52,11 @@ SF_WIRE_OF(ReplicateSlot)
 template <class T>
 Status EncodeStruct(const T& m, typename WireOf<T>::Proto::Builder b, bool reference_tensors = true);
 // Reads r into *out with DecodeEnvelope's checks and errors (never throws).
+// A decode given `cancel` stops with Aborted soon after it is set (its
+// bytes are about to go).
 template <class T>
-Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out);
+Status DecodeStruct(typename WireOf<T>::Proto::Reader r, const WireLimits& limits, T* out,
+                    const std::atomic<bool>* cancel = nullptr);
 
 // The first piece of a SendTensor streamed in pieces (proto/peer.capnp's
 // Rendezvous.sendPiece): the message without its value, and the value's

@@ -752,7 +752,7 @@ TEST_CASE("Hostile: another client can neither abort nor end a step running here
   reg.session_id = 9;
   reg.handle = 1;
   reg.device = "/job:worker/task:0/device:CPU:0";
-  reg.tasks = {{"task0", a0}, {"task1", "127.0.0.1:1"}};
+  reg.tasks = {{"task0", a0}, {"task1", ""}};  // task 1 sends here; nothing is sent to it
   reg.graph_def = GraphToBytes(g).value();
   reg.fetches = {{g.node(y.node).name, 0}};
   reg.targets = {g.node(y.node).name};

@@ -93,3 +93,27 @@ TEST_CASE("Wire: a Variables request naming 100,000 variables reaches a node ove
     CHECK(v->values[n - 1].scalar_as<float>() == 1.0f * (n - 1));
   }
 }
+
+TEST_CASE("Wire: a registration is decoded off the I/O thread and answered in order", "[wire][limits][rpc]") {
+  CountingNode node;
+  EndpointOptions o;
+  o.role = Role::kSession;
+  o.tls_dir = testing::TestTlsDir();
+  o.log = false;
+  auto client = Endpoint::Create(o, nullptr, nullptr);
+  REQUIRE(client.ok());
+  auto c = (*client)->Connect(node.address);
+  REQUIRE(c.ok());
+  for (size_t n : {size_t{0}, size_t{3}, size_t{1} << 20}) {
+    RegisterPartition r;
+    r.session_id = 1;
+    r.handle = n;
+    r.targets = Names(n);
+    auto reply = Call(*c, std::move(r), 60000);
+    INFO(n << ": " << reply.status().ToString());
+    REQUIRE(reply.ok());
+    auto* s = std::get_if<StatusReply>(&reply->body);
+    REQUIRE(s);
+    CHECK(s->status.message() == std::to_string(n));
+  }
+}
