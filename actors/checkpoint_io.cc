@@ -6,6 +6,7 @@
 #include <future>
 #include <mutex>
 
+#include "graph/path_attrs.h"
 #include "kernels/checkpoint_service.h"
 #include "kernels/hash_embedding.h"
 
@@ -126,15 +127,8 @@ std::unique_ptr<CheckpointService> NewStoreCheckpointService() {
 }
 
 Status CheckRelativeCheckpointDir(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  if (dir.find('\0') != std::string::npos) return InvalidArgument("checkpoint directory holds a NUL byte");
-  const std::filesystem::path path(dir);
-  if (path.is_absolute())
-    return InvalidArgument("checkpoint directory '" + dir + "' is absolute; on a node it is relative to its root");
-  for (const auto& part : path)
-    if (part == "..")
-      return InvalidArgument("checkpoint directory '" + dir + "' leaves the node's checkpoint root ('..')");
-  return Status::OK();
+  // The one check of every path a node is given (graph/path_attrs.h).
+  return CheckRelativePath(dir, "checkpoint directory", "the node's checkpoint root");
 }
 
 namespace {

@@ -77,7 +77,7 @@ Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c) {
       auto h = HashEmbeddingShard::Deserialize(c.value, TableOfShard(v.name));
       if (!h.ok()) return h.status();
       v.hash.reset();  // closes its cold tier before the new shard opens it
-      SF_RETURN_IF_ERROR(AttachColdTier(**h));
+      SF_RETURN_IF_ERROR(AttachColdTier(**h, st));
       v.hash = std::move(*h);
     } else {
       SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, AssignMode::kAssign, c.value, &v.value));

@@ -2,6 +2,7 @@
 // ShardState (actors/shard_state.h).
 #include "actors/shard_state.h"
 
+#include "graph/path_attrs.h"
 #include "kernels/compute_pool.h"
 #include "kernels/in_memory_variables.h"
 #include "kernels/optimizer_math.h"
@@ -11,11 +12,22 @@ namespace sf {
 namespace runtime {
 
 // Gives a hash shard whose config names a cold_dir its cold tier, emptied
-// first (the shard's rows are all in RAM or in its saved state).
-Status AttachColdTier(HashEmbeddingShard& h) {
+// first (the shard's rows are all in RAM or in its saved state). On a node
+// every cold_dir (a graph's attribute, a state a session assigned, one a
+// replica or checkpoint carried) is opened here, under the node's root.
+Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st) {
   const HashShardConfig& c = h.config();
   if (c.cold_dir.empty()) return Status::OK();
-  SF_ASSIGN_OR_RETURN(auto store, OpenHashColdStore(c.cold_dir, c.table, c.shard));
+  std::string dir = c.cold_dir;
+  if (st.cold_root) {
+    const std::string what = "hash embedding table '" + c.table + "': cold_dir";
+    if (st.cold_root->empty())
+      return FailedPrecondition(what + " '" + c.cold_dir +
+                                "' refused: this node has no data directory (shardflow node --data-dir DIR)");
+    SF_RETURN_IF_ERROR(CheckRelativePath(c.cold_dir, what, "the node's --data-dir"));
+    dir = *st.cold_root + "/" + c.cold_dir;
+  }
+  SF_ASSIGN_OR_RETURN(auto store, OpenHashColdStore(dir, c.table, c.shard));
   SF_RETURN_IF_ERROR(store->Clear());
   return h.SetColdStore(std::move(store));
 }
@@ -171,9 +183,10 @@ Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const
   return out;
 }
 
-std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool) {
+std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool, std::shared_ptr<const std::string> cold_root) {
   auto core = std::make_shared<ShardCore>();
   core->st.pool = pool;
+  core->st.cold_root = std::move(cold_root);
   return core;
 }
 

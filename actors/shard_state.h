@@ -26,6 +26,11 @@ namespace runtime {
 // The state of one variable shard actor.
 struct ShardState {
   ComputePool* pool = nullptr;  // splits big gathers and sparse updates (may be null)
+  // Where hash shards' cold tiers live: null, their cold_dir as given (one
+  // process: the user's own paths); else a directory their cold_dir is a
+  // relative path under (a node's --data-dir; "": the node has none, and a
+  // cold tier is refused).
+  std::shared_ptr<const std::string> cold_root;
   struct Var {
     std::string name;
     DType dtype = DType::kInvalid;
@@ -159,8 +164,10 @@ bool TryHeld(ShardCore& c, Fn&& fn) {
   return true;
 }
 
-// Gives a hash shard whose config names a cold_dir its cold tier, emptied first.
-Status AttachColdTier(HashEmbeddingShard& h);
+// Gives a hash shard whose config names a cold_dir its cold tier, emptied
+// first, under st.cold_root when set: InvalidArgument for a cold_dir that
+// is absolute or leaves it, FailedPrecondition when the root is "".
+Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st);
 // The table of a shard variable "<table>/part_<k>" (the name itself otherwise).
 std::string TableOfShard(const std::string& name);
 // NotFound naming id.
@@ -190,8 +197,9 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
 // states replace it, rows overwrite its rows; the origins join the window.
 Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c);
 
-// A new shard's state, splitting its big work over pool (may be null).
-std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool);
+// A new shard's state, splitting its big work over pool (may be null), its
+// hash shards' cold tiers under cold_root (ShardState::cold_root).
+std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool, std::shared_ptr<const std::string> cold_root = nullptr);
 // A shard actor serving core (variable_shard_actor.cc).
 VariableShardActor SpawnShardActor(caf::actor_system& sys, std::shared_ptr<ShardCore> core);
 

@@ -20,6 +20,7 @@ struct ShardActorState {
     {
       std::lock_guard<std::mutex> l(core->mu);
       gone.pool = core->st.pool;
+      gone.cold_root = core->st.cold_root;
       std::swap(gone, core->st);
     }
   }
@@ -77,7 +78,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
           auto h = HashEmbeddingShard::Deserialize(m.value, TableOfShard(v->name));
           if (!h.ok()) return m.done(h.status());
           v->hash.reset();  // closes its cold tier before the new shard opens it
-          Status cold = AttachColdTier(**h);
+          Status cold = AttachColdTier(**h, st);
           if (!cold.ok()) return m.done(cold);
           v->hash = std::move(*h);
           return m.done(m.value);
@@ -130,7 +131,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         if (!s.ok()) return m.done(s);
         v->hash.reset();  // closes its cold tier before the new shard opens it
         auto h = std::make_unique<HashEmbeddingShard>(std::move(m.config));
-        s = AttachColdTier(*h);
+        s = AttachColdTier(*h, st);
         if (!s.ok()) return m.done(s);
         v->hash = std::move(h);
         m.done(Status::OK());

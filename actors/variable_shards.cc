@@ -64,7 +64,7 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
   if (s == shards_.end()) {
-    auto core = NewShardCore(pool_);
+    auto core = NewShardCore(pool_, cold_root_);
     VariableShardActor actor = SpawnShardActor(sys_, core);
     s = shards_.emplace(key, Shard{std::move(actor), std::move(core)}).first;
   }

@@ -118,6 +118,10 @@ class ActorVariables : public VariableService,
   // The compute pool shard actors split big embedding work over (null: none).
   // REQUIRES: called before the first Resolve; the pool outlives the shards.
   void SetComputePool(ComputePool* pool) { pool_ = pool; }
+  // Confines hash shards' cold tiers to relative paths under root (a node's
+  // --data-dir; "": none, a cold tier is refused). Unset: cold_dir is used
+  // as given (one process). REQUIRES: called before the first Resolve.
+  void SetColdRoot(const std::string& root) { cold_root_ = std::make_shared<const std::string>(root); }
 
   // Adds graph variable names (a node hosts the partitions of many graphs);
   // must come before the first Resolve of their slots.
@@ -158,6 +162,7 @@ class ActorVariables : public VariableService,
 
   caf::actor_system& sys_;
   ComputePool* pool_ = nullptr;
+  std::shared_ptr<const std::string> cold_root_;  // ShardState::cold_root of every shard
   std::set<std::string> graph_variables_;  // GUARDED_BY(mu_)
   mutable std::mutex mu_;
   std::vector<Var> vars_;                                  // GUARDED_BY(mu_)

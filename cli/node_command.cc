@@ -25,7 +25,7 @@ const char kNodeUsage[] =
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
     "                      [--max-tensor-bytes N] [--max-open-files N]\n"
-    "                      [--checkpoint-dir DIR] [--log]\n"
+    "                      [--checkpoint-dir DIR] [--data-dir DIR] [--log]\n"
     "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--wait-s SECONDS]\n"
     "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
@@ -72,6 +72,10 @@ const char kNodeUsage[] =
     "                              of partitions here write and read: their dir is a\n"
     "                              relative path under DIR (default: none, those ops\n"
     "                              fail; a session's own Save is not affected)\n"
+    "  --data-dir DIR              where ops of partitions here keep and read data\n"
+    "                              files (a hash table's cold tier, a reader's input\n"
+    "                              files): relative paths under DIR (default: none,\n"
+    "                              those ops fail)\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -112,6 +116,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
   node.add_option("--checkpoint-dir", o.checkpoint_root);
+  node.add_option("--data-dir", o.data_root);
   node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
   node.add_option("--replicas", o.replicas)->transform(cli::IntegerIn(1, 2));
   node.add_flag("--log", o.log);

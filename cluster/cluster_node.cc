@@ -30,6 +30,7 @@ ClusterNode::Impl::Impl(NodeOptions o)
   system = std::make_unique<caf::actor_system>(cfg);
   variables = std::make_unique<runtime::ActorVariables>(*system, std::set<std::string>{});
   variables->SetComputePool(&pool);
+  variables->SetColdRoot(opts.data_root);  // every cold tier opened here is under --data-dir
   queues = std::make_unique<runtime::ActorQueues>(*system);
   node_checkpoints = std::make_unique<cluster::NodeCheckpoints>(cluster::NodeCheckpoints::Hooks{
       opts.checkpoint_root, opts.name,

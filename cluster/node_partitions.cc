@@ -5,6 +5,8 @@
 #include <chrono>
 #include <limits>
 
+#include "graph/path_attrs.h"
+
 namespace sf {
 
 namespace {
@@ -129,6 +131,10 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     targets.push_back(*id);
   }
   SF_ASSIGN_OR_RETURN(spec.nodes, runtime::PruneAndSort(g, spec.fed, spec.fetches, targets));
+  // Every file an op that runs here names lies under the directories this
+  // node's operator gave it.
+  SF_RETURN_IF_ERROR(ConfineGraphPaths(&g, NodeDirs{opts.data_root, opts.checkpoint_root}, spec.nodes)
+                         .WithPrefix("partition for " + r.device + " on node " + opts.name));
   std::set<std::string> var_names;
   for (int i = 0; i < g.num_nodes(); ++i) {
     if (g.node(i).op != "VarHandle") continue;

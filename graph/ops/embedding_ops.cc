@@ -298,7 +298,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
       .RequiredAttr<int64_t>("dim").Attr("initializer", "uniform").Attr("scale", 0.0).Attr("seed", int64_t{0})
       .Attr("min_count", int64_t{0}).Attr("admit_probability", 1.0).Attr("filter_width", int64_t{1} << 16)
       .Attr("filter_depth", int64_t{4}).Attr("ttl_steps", int64_t{0}).Attr("max_rows", int64_t{0})
-      .Attr("eviction", "lru").Attr("ram_budget_bytes", int64_t{0}).Attr("cold_dir", "")
+      .Attr("eviction", "lru").Attr("ram_budget_bytes", int64_t{0}).Attr("cold_dir", "").Path(PathAttr::kDataDir)
       .Shape([](InferenceContext& c) -> Status {
         if (c.input_dtype(0) != DType::kResource)
           return c.Error(std::string("input 0 must be a hash table shard handle, got ") + DTypeName(c.input_dtype(0)));

@@ -16,7 +16,7 @@ namespace sf {
 Status RegisterReaderOps(OpRegistry& reg) {
   const CriteoReaderOptions d;
   return reg.Register(OpBuilder("CriteoReader")
-      .RequiredAttr<std::string>("files")
+      .RequiredAttr<std::string>("files").Path(PathAttr::kDataFiles)
       .Attr("batch_size", d.batch_size).Attr("num_threads", int64_t{d.num_threads})
       .Attr("prefetch_batches", d.prefetch_batches).Attr("on_malformed", "skip")
       .Attr("max_line_bytes", d.max_line_bytes).Attr("chunk_bytes", d.chunk_bytes)

@@ -75,6 +75,12 @@ struct NodeOptions {
   // node's user. "" = those ops fail with FailedPrecondition. A session's
   // Save and Restore (which write on the session's side) do not use it.
   std::string checkpoint_root;
+  // Where a session's graph may keep and read the node's data files: a hash
+  // table's cold tier (cold_dir) and a reader's input files are relative
+  // paths under it (no "..", not absolute), checked when a partition is
+  // registered and where a cold tier is opened. "" = ops naming such files
+  // fail with FailedPrecondition naming --data-dir (graph/path_attrs.h).
+  std::string data_root;
   // The ops partitions sent here may use (null: StandardOpRegistry()) and
   // the kernels they are built from (null: StandardKernelRegistry()); a
   // program serving ops of its own passes both. Must outlive the node.

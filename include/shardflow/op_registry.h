@@ -76,10 +76,23 @@ using GradFn = std::function<std::vector<Output>(Graph& g, const Node& node,
 // default_value holds; a required attribute's default_value only says the kind.
 // A DType attribute defaulting to kInvalid is left unset unless given (the
 // "T" of gradient ops, which otherwise comes from the inputs).
+// What a string attribute naming files is, for a node running the op: a
+// session's graph may name no file of the node's outside the directories
+// its operator gave it (graph/path_attrs.h checks and roots them; a test
+// walks every registered op, so a path attribute cannot go undeclared). In
+// one process (Session) the user's own paths are used as given.
+enum class PathAttr : uint8_t {
+  kNone = 0,
+  kCheckpointDir,  // a directory under the node's --checkpoint-dir (its checkpoint service roots it)
+  kDataDir,        // a directory under the node's --data-dir (the variable shards root it)
+  kDataFiles,      // files under --data-dir, one per line (rooted when the graph is registered)
+};
+
 struct AttrDef {
   std::string name;
   AttrValue default_value;
   bool required = false;
+  PathAttr path = PathAttr::kNone;  // a string attribute naming files (above)
 };
 
 struct OpDef {
@@ -150,6 +163,12 @@ class OpBuilder {
   template <typename T>
   OpBuilder& RequiredAttr(std::string name) {
     def_.attrs.push_back({std::move(name), AttrValue(T{}), true});
+    return *this;
+  }
+  // Marks the attribute declared last as naming files of kind `kind` (a
+  // string attribute; Build's registration refuses another kind).
+  OpBuilder& Path(PathAttr kind) {
+    if (!def_.attrs.empty()) def_.attrs.back().path = kind;
     return *this;
   }
   OpBuilder& InputNames(std::vector<std::string> names) { def_.input_names = std::move(names); return *this; }
