@@ -115,6 +115,14 @@ void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& reco
   {
     std::lock_guard<std::mutex> l(mu);
     last_members = records;
+    for (const auto& r : records) {
+      if (!known_addresses.insert(r.address).second) continue;
+      known_order.push_back(r.address);
+      if (known_order.size() > kMaxKnownAddresses) {
+        known_addresses.erase(known_order.front());
+        known_order.pop_front();
+      }
+    }
     members_cv.notify_all();  // registrations waiting for a member that just joined
   }
   if (auto* p = placement_ready.load()) p->SetMembers(records);
@@ -311,26 +319,26 @@ void ClusterNode::Impl::Stop() {
   fence_cv.notify_all();
   watch_cv.notify_all();
   membership_cv.notify_all();
+  members_cv.notify_all();
   if (membership_thread.joinable()) membership_thread.join();
   router.Stop();
   if (drain_thread.joinable()) drain_thread.join();
   if (housekeeping_thread.joinable()) housekeeping_thread.join();
   if (progress_thread.joinable()) progress_thread.join();
   endpoint->Shutdown();
+  registrar.Stop();  // after the endpoint: no registration comes any more
   // Fail what running steps wait on (queues, tensors from peers that can no
   // longer arrive) and wait for them: they use the queues, variables and
   // rendezvous that Stop and the destructor tear down.
   queues->Shutdown();
   std::set<int64_t> steps;
   {
-  members_cv.notify_all();
     std::lock_guard<std::mutex> l(mu);
     for (const auto& r : running) steps.insert(r.first);
   }
   for (int64_t step : steps)
     rendezvous.Abort(step, Unavailable("step " + std::to_string(step) + ": node " + opts.name +
                                        " is stopping"));
-  registrar.Stop();  // after the endpoint: no registration comes any more
   collectives->FailAll(Unavailable("node " + opts.name + " is stopping"));
   {
     std::unique_lock<std::mutex> l(mu);

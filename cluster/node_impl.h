@@ -274,15 +274,6 @@ struct ClusterNode::Impl {
   void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body);
 
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r);
-
-  // The host of a session's partitions; null when the session is unknown.
-  std::shared_ptr<runtime::PartitionHost> HostOf(uint64_t session_id);
-
-  void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r);
-
-  // Tells clients whose steps here finished an op since the last report (one
-  // StepProgress each, at most every interval_ms), so their no-progress
-  // deadlines restart; sleeps while no step is watched.
   // A session's RegisterPartition, queued for the registrar thread (loading
   // a graph takes a while, and must hold up neither the I/O thread nor the
   // handler threads other peers share); refused with ResourceExhausted past
@@ -293,15 +284,31 @@ struct ClusterNode::Impl {
   std::unordered_map<const net::Connection*, size_t> registrations_of;    // GUARDED_BY(mu)
   static constexpr size_t kMaxRegistrationsWaiting = 64;
   static constexpr size_t kMaxRegistrationsPerClient = 4;
-  // Whether address is this node's or a member's etcd lists: the only
-  // addresses this node dials, whatever a request names.
+  // Whether address is this node's or one etcd listed as a member's during
+  // this node's life (the latest kMaxKnownAddresses): the only addresses it
+  // dials, whatever a request names. A member that just died still counts,
+  // so a step sending to it fails as it did before (it is down, not unknown).
   bool IsMemberAddress(const std::string& address) const;
+  // IsMemberAddress but this node's own. REQUIRES: mu held.
+  bool KnownAddressLocked(const std::string& address) const;
+  std::unordered_set<std::string> known_addresses;        // GUARDED_BY(mu)
+  std::deque<std::string> known_order;                    // GUARDED_BY(mu): oldest first
+  static constexpr size_t kMaxKnownAddresses = 4096;
   // OK when every task address of a registration is a member's (waiting up
   // to kMemberWaitMs for etcd's list to show a member that just joined);
   // PermissionDenied naming the first that is not.
   Status CheckTaskAddresses(const std::vector<net::Member>& tasks);
   std::condition_variable members_cv;  // last_members changed, or stopping
   static constexpr int kMemberWaitMs = 2000;
+
+  // The host of a session's partitions; null when the session is unknown.
+  std::shared_ptr<runtime::PartitionHost> HostOf(uint64_t session_id);
+
+  void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r);
+
+  // Tells clients whose steps here finished an op since the last report (one
+  // StepProgress each, at most every interval_ms), so their no-progress
+  // deadlines restart; sleeps while no step is watched.
   void ProgressLoop();
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m);

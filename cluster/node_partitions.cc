@@ -44,7 +44,12 @@ bool ClusterNode::Impl::IsMemberAddress(const std::string& addr) const {
   if (addr.empty()) return false;
   if (addr == address) return true;
   std::lock_guard<std::mutex> l(mu);
-  for (const auto& m : last_members)
+  return KnownAddressLocked(addr);
+}
+
+bool ClusterNode::Impl::KnownAddressLocked(const std::string& addr) const {
+  if (known_addresses.count(addr)) return true;
+  for (const auto& m : last_members)  // a current member evicted from the known set
     if (m.address == addr) return true;
   return false;
 }
@@ -58,10 +63,7 @@ Status ClusterNode::Impl::CheckTaskAddresses(const std::vector<net::Member>& tas
     // in this node's list from etcd: wait a little for etcd's word.
     std::unique_lock<std::mutex> l(mu);
     const bool known = etcd_mode() && members_cv.wait_until(l, deadline, [&] {
-      if (stopped) return true;
-      for (const auto& m : last_members)
-        if (m.address == a) return true;
-      return false;
+      return stopped || KnownAddressLocked(a);
     });
     if (stopped) return Unavailable("node " + opts.name + " is stopping");
     if (!known)
