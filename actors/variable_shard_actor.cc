@@ -111,7 +111,11 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
           if (!v->hash)
             return m.done(FailedPrecondition("hash embedding table '" + m.spec.table + "': shard '" + v->name +
                                              "' is looked up before it was initialised"));
+          // A step run again reads what its first run counted and made.
+          const bool counts = !m.gather.read_only;
+          if (counts && st.applied.Seen(m.gather.origin)) m.gather.read_only = true;
           Status s = v->hash->GatherCombine(m.gather, &out);
+          if (s.ok() && counts && !m.gather.read_only) st.applied.Record(m.gather.origin, ShardState::NowMs());
           if (s.ok()) m.done(std::move(out));
           else m.done(s);
           return;

@@ -132,6 +132,15 @@ void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& reco
   if (changed) view.NotifyWatchers();
 }
 
+bool ClusterNode::Impl::HoldsSlots() const {
+  cluster::PlacementLeader* pl = placement_ready.load();
+  if (!pl) return false;
+  const cluster::ShardMap m = pl->Map();
+  for (size_t s = 0; s < m.holder.size(); ++s)
+    if (m.holder[s] == address || (s < m.from.size() && m.from[s] == address)) return true;
+  return false;
+}
+
 void ClusterNode::Impl::StartDrain() {
   {
     std::lock_guard<std::mutex> l(mu);
@@ -142,8 +151,11 @@ void ClusterNode::Impl::StartDrain() {
   Log("draining: waiting for sessions to move away");
   drain_thread = std::thread([this] {
     std::unique_lock<std::mutex> l(mu);
-    const bool drained = idle.wait_for(l, std::chrono::milliseconds(opts.drain_timeout_ms),
-                                       [&] { return stopped || (sessions.empty() && running.empty()); });
+    // Gone once no session uses the node and the map gives its slots to
+    // others (each was copied to its new holder while served here).
+    const bool drained = idle.wait_for(l, std::chrono::milliseconds(opts.drain_timeout_ms), [&] {
+      return stopped || (sessions.empty() && running.empty() && !HoldsSlots());
+    });
     if (!drained) Log("drain timeout: leaving with " + std::to_string(sessions.size()) + " sessions");
     left = true;
     idle.notify_all();

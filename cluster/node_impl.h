@@ -92,8 +92,9 @@ struct ClusterNode::Impl {
   // before it are refused as stale), the variables each slot's partitions
   // use here (what a move copies), and the slot and epoch of every run here.
   std::unique_ptr<cluster::PlacementLeader> placement;
-  // With --replicas 2: sends each slot held here to its backup after its
-  // runs (node_replicas.cc). Null otherwise.
+  // Sends each slot held here to its backup after its runs, when the map
+  // gives it one (node_replicas.cc): with --replicas 2, or a move's new
+  // holder while it is copied.
   std::unique_ptr<cluster::SlotReplicas> replicas;
   // As a backup: the messages of a replication round not applied yet (a
   // round is applied whole, once its last message came), by slot; bounded
@@ -112,6 +113,11 @@ struct ClusterNode::Impl {
   std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
   std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
   std::multiset<std::pair<int, int64_t>> running_slots;   // GUARDED_BY(mu)
+  // Slot -> the newest map epoch that placed a run here: a backup refuses a
+  // holder's round when it already served the slot by a newer map than the
+  // one naming that holder (it took the slot over; the round would undo
+  // what its own runs wrote).
+  std::map<int, int64_t> served_epochs;                   // GUARDED_BY(mu)
   // A fence waits here for its slot's older runs (notified as runs end only
   // while one waits: a step's end wakes nobody otherwise).
   std::condition_variable fence_cv;
@@ -270,6 +276,9 @@ struct ClusterNode::Impl {
   // are told), and once none uses the node (or after the drain timeout) it
   // has left and its process may exit.
   void StartDrain();
+  // Whether the newest shard map gives this node a slot (as its holder, or
+  // a move's old holder); false without a map.
+  bool HoldsSlots() const;
 
   void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body);
 
@@ -335,7 +344,7 @@ struct ClusterNode::Impl {
                      std::function<Status()> work);
   // A peer's MoveSlot, queued for the movers thread (or refused).
   void ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m);
-  // Replication (node_replicas.cc): starts `replicas` (--replicas 2).
+  // Replication (node_replicas.cc): starts `replicas`.
   void StartReplicas();
   // The leader's sync of slot's new backup: here when this node holds the
   // slot, else a SyncSlot to its holder; OK or why not.
@@ -345,9 +354,18 @@ struct ClusterNode::Impl {
   // A holder's ReplicateSlot: applied when the map names it the slot's
   // holder and this node its backup, refused otherwise (a fenced holder).
   void ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t id, net::ReplicateSlot m);
-  // Ends a partition run: replicates its slot's changes first (when the
-  // run succeeded and the slot has a backup), then sends d.
-  void FinishRun(int slot, std::function<void(net::RunPartitionDone)> reply, net::RunPartitionDone d);
+  // Sends the slots holding any of `names` here (or `slots`) to their
+  // synced backups (SlotReplicas::Sync), then done: with the first error.
+  // What a session writes outside a step (assigns, restores) is on the
+  // backups before it is acknowledged, as a step's changes are.
+  void ReplicateSlotsOf(const std::vector<std::string>& names, std::function<void(Status)> done);
+  void ReplicateSlots(const std::set<int>& slots, std::function<void(Status)> done);
+  // Ends a partition run of slot {slot, placed by epoch}: replicates its
+  // slot's changes first (when the run succeeded and the slot has a
+  // backup), then sends d; Unavailable instead when the slot left this node
+  // while the run went on (the session runs the step again).
+  void FinishRun(std::pair<int, int64_t> slot, std::function<void(net::RunPartitionDone)> reply,
+                 net::RunPartitionDone d);
 
   void OnDown(const net::ConnectionPtr& c, const Status& why);
 

@@ -259,6 +259,10 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
       running.emplace(step, c.get());
       ++running_per_client[c.get()];
       running_slots.insert(slot);
+      if (slot.first >= 0) {
+        int64_t& served = served_epochs[slot.first];
+        served = std::max(served, slot.second);
+      }
       ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
     }
   }
@@ -336,7 +340,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
   };
   host->Run(r.handle, step, std::move(r.feeds), [this, step, slot, reply](Status s, std::vector<Tensor> out) {
-    FinishRun(slot.first, reply, net::RunPartitionDone{step, std::move(s), std::move(out)});
+    FinishRun(slot, reply, net::RunPartitionDone{step, std::move(s), std::move(out)});
   }, trace.get(), watch ? &watch->finished : nullptr);
 }
 
@@ -383,16 +387,29 @@ void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id,
     return Reply(c, id, net::StatusReply{InvalidArgument(
                             "Variables: " + std::to_string(v.names.size()) + " names but " +
                             std::to_string(v.values.size()) + " values")});
+  std::vector<std::string> names = v.names;
   std::vector<std::pair<std::string, Tensor>> values;
   for (size_t i = 0; i < v.names.size(); ++i) values.emplace_back(std::move(v.names[i]), std::move(v.values[i]));
-  variables->AssignNamed(std::move(values), [this, c, id](Status s) {
-    pool.Schedule([this, c, id, s] { Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name)}); });
+  variables->AssignNamed(std::move(values), [this, c, id, names = std::move(names)](Status s) {
+    pool.Schedule([this, c, id, s, names] {
+      auto reply = [this, c, id](Status r) { Reply(c, id, net::StatusReply{r.WithPrefix("node " + opts.name)}); };
+      if (!s.ok()) return reply(s);
+      ReplicateSlotsOf(names, reply);
+    });
   });
 }
 
 void ClusterNode::Impl::ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request) {
-  Status queued = node_checkpoints->Post(std::move(request), [this, c, id](net::Body reply) {
-    Reply(c, id, std::move(reply));
+  const auto* restore = std::get_if<net::RestoreShards>(&request);
+  const int restored = restore ? restore->task : -1;
+  Status queued = node_checkpoints->Post(std::move(request), [this, c, id, restored](net::Body reply) {
+    // A restored slot is on its backup before the restore is acknowledged.
+    if (restored < 0 || std::holds_alternative<net::StatusReply>(reply)) return Reply(c, id, std::move(reply));
+    auto r = std::make_shared<net::Body>(std::move(reply));
+    ReplicateSlots({restored}, [this, c, id, r](Status s) {
+      if (!s.ok()) return Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " replicating a restore")});
+      Reply(c, id, std::move(*r));
+    });
   });
   if (!queued.ok()) Reply(c, id, net::StatusReply{queued});
 }

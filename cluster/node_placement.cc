@@ -21,12 +21,13 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   po.move = [this](int slot, const std::string& from, const std::string& to, int64_t epoch) {
     return MoveSlotVia(slot, from, to, epoch);
   };
-  if (opts.replicas >= 2) {
-    StartReplicas();
-    po.sync = [this](int slot, const std::string& holder, const std::string& backup, int64_t epoch) {
-      return SyncSlotVia(slot, holder, backup, epoch);
-    };
-  }
+  // Every node replicates when the map gives a slot a backup: with
+  // --replicas 1 a move's new holder is one while it is copied (the old
+  // holder serves on meanwhile, placement_leader.cc).
+  StartReplicas();
+  po.sync = [this](int slot, const std::string& holder, const std::string& backup, int64_t epoch) {
+    return SyncSlotVia(slot, holder, backup, epoch);
+  };
   po.on_map = [this](const cluster::ShardMap& m) {
     {
       // A slot the map gives another member is served here no more to
@@ -40,8 +41,36 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
           int64_t& fence = fences[static_cast<int>(s)];
           fence = std::max(fence, m.epoch);
         }
+      // Unfinished rounds of a holder the map no longer names are refused
+      // when they end: their bytes go now.
+      for (auto it = staged.begin(); it != staged.end();) {
+        const auto s = static_cast<size_t>(it->first);
+        const bool named = s < m.holder.size() && (m.holder[s] == it->second.holder && s < m.backup.size() &&
+                                                   m.backup[s] == address);
+        if (named || (s < m.from.size() && m.from[s] == it->second.holder)) {
+          ++it;
+          continue;
+        }
+        staged_bytes -= it->second.bytes;
+        it = staged.erase(it);
+      }
+      if (draining) idle.notify_all();  // it may hold no slot now
     }
-    if (replicas) replicas->OnMap(m.backup, m.synced, m.epoch);
+    if (replicas) {
+      // A slot handed over from here keeps replicating to its new holder
+      // (its synced backup until now) until this node's fence: runs placed
+      // by an older map may still end here meanwhile.
+      std::vector<std::string> backups = m.backup;
+      std::vector<uint8_t> synced = m.synced;
+      backups.resize(m.holder.size());
+      synced.resize(m.holder.size());
+      for (size_t s = 0; s < m.holder.size(); ++s)
+        if (s < m.from.size() && m.from[s] == address && s < m.handover.size() && m.handover[s]) {
+          backups[s] = m.holder[s];
+          synced[s] = 1;
+        }
+      replicas->OnMap(backups, synced, m.epoch);
+    }
     if (view.SetMap(m)) view.NotifyWatchers();
   };
   po.answers = [this](const std::string& addr) {
@@ -116,6 +145,12 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
                               std::to_string(kFenceWaitMs) + " ms");
     if (stopped) return Unavailable("node " + opts.name + " is stopping");
     names = slot_variables[slot];
+  }
+  // A handover: every run of the slot here sent its changes to `to`, its
+  // synced backup, before it ended; there is nothing to copy.
+  if (replicas && replicas->SyncedTo(slot) == to) {
+    Log("slot " + std::to_string(slot) + " handed over to " + to + " at epoch " + std::to_string(epoch));
+    return Status::OK();
   }
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
   int64_t moved = 0, bytes = 0;

@@ -26,7 +26,7 @@ void ClusterNode::Impl::StartReplicas() {
 Status ClusterNode::Impl::SyncSlotVia(int slot, const std::string& holder, const std::string& backup,
                                       int64_t epoch) {
   if (holder == address) {
-    if (!replicas) return FailedPrecondition("node " + opts.name + " runs without --replicas 2");
+    if (!replicas) return FailedPrecondition("node " + opts.name + " has not started replication");
     return replicas->SyncWhole(slot, backup, epoch);
   }
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(holder));
@@ -36,7 +36,7 @@ Status ClusterNode::Impl::SyncSlotVia(int slot, const std::string& holder, const
 
 void ClusterNode::Impl::ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m) {
   ServeSlotWork(c, id, m.slot, "sync", [this, m] {
-    if (!replicas) return FailedPrecondition("node " + opts.name + " runs without --replicas 2");
+    if (!replicas) return FailedPrecondition("node " + opts.name + " has not started replication");
     return replicas->SyncWhole(m.slot, m.backup, m.epoch);
   });
 }
@@ -113,22 +113,82 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
   }
   names.clear();
   for (const auto& ch : changes) names.push_back(ch.name);
-  variables->ApplyChanges(std::move(changes), [this, c, id, slot = m.slot, names = std::move(names)](Status s) {
-    if (s.ok()) {
-      // What a later whole round or move of the slot from here must send
-      // (bounded: each is a variable of the store, at most kMaxVariables).
-      std::lock_guard<std::mutex> l(mu);
-      slot_variables[slot].insert(names.begin(), names.end());
-    }
-    pool.Schedule([this, c, id, slot, s] {
+  auto applied = [this, c, id, slot = m.slot, names = std::move(names)](Status s) {
+    // Off the caller (which may hold mu).
+    pool.Schedule([this, c, id, slot, s, names] {
+      if (s.ok()) {
+        // What a later whole round or move of the slot from here must send
+        // (bounded: each is a variable of the store, at most kMaxVariables).
+        std::lock_guard<std::mutex> l(mu);
+        slot_variables[slot].insert(names.begin(), names.end());
+      }
       Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
     });
-  });
+  };
+  // Checked again with the changes queued under one lock with the runs'
+  // admission (Run): a backup that took the slot over (a move's swap) and
+  // ran a step of it by the newer map never applies its old holder's round
+  // after that step's updates.
+  std::lock_guard<std::mutex> l(mu);
+  map = pl->Map();
+  const int64_t served = served_epochs.count(m.slot) ? served_epochs[m.slot] : 0;
+  if (!names_us(map) || served > map.epoch)
+    return applied(FailedPrecondition("node " + opts.name + " serves slot " + std::to_string(m.slot) +
+                                      " by shard map epoch " + std::to_string(std::max(served, map.epoch)) +
+                                      ", where " + m.holder + " is its holder no more"));
+  variables->ApplyChanges(std::move(changes), std::move(applied));
 }
 
-void ClusterNode::Impl::FinishRun(int slot, std::function<void(net::RunPartitionDone)> reply, net::RunPartitionDone d) {
-  if (!replicas || slot < 0 || !d.status.ok()) return reply(std::move(d));
-  replicas->Sync(slot, [reply = std::move(reply), d = std::move(d)](Status s) mutable {
+void ClusterNode::Impl::ReplicateSlotsOf(const std::vector<std::string>& names, std::function<void(Status)> done) {
+  std::set<int> slots;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& kv : slot_variables)
+      for (const auto& n : names)
+        if (kv.second.count(n)) {
+          slots.insert(kv.first);
+          break;
+        }
+  }
+  ReplicateSlots(slots, std::move(done));
+}
+
+void ClusterNode::Impl::ReplicateSlots(const std::set<int>& slots, std::function<void(Status)> done) {
+  if (!replicas || slots.empty()) return done(Status::OK());
+  auto left = std::make_shared<std::atomic<size_t>>(slots.size());
+  auto first = std::make_shared<std::pair<std::mutex, Status>>();
+  for (int slot : slots)
+    replicas->Sync(slot, [left, first, done](Status s, const std::string&) {
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> l(first->first);
+        if (first->second.ok()) first->second = s;
+      }
+      if (--*left == 0) done(first->second);
+    });
+}
+
+void ClusterNode::Impl::FinishRun(std::pair<int, int64_t> slot, std::function<void(net::RunPartitionDone)> reply,
+                                  net::RunPartitionDone d) {
+  if (!replicas || slot.first < 0 || !d.status.ok()) return reply(std::move(d));
+  replicas->Sync(slot.first, [this, slot, reply = std::move(reply), d = std::move(d)](Status s,
+                                                                                       const std::string& backup) mutable {
+    if (s.ok()) {
+      // The slot left this node while the run went on (a move's swap, or
+      // this node stalled and its backup took over): unless the round
+      // reached the slot's new holder (its backup until the swap), what the
+      // run changed here is not there.
+      std::lock_guard<std::mutex> l(mu);
+      auto f = fences.find(slot.first);
+      if (f != fences.end() && f->second > slot.second) {
+        cluster::PlacementLeader* pl = placement_ready.load();
+        const cluster::ShardMap m = pl ? pl->Map() : cluster::ShardMap{};
+        const auto at = static_cast<size_t>(slot.first);
+        if (backup.empty() || at >= m.holder.size() || m.holder[at] != backup)
+          s = Unavailable("node " + opts.name + ": slot " + std::to_string(slot.first) +
+                          " moved to another node at epoch " + std::to_string(f->second) +
+                          " while the step ran; it runs again there");
+      }
+    }
     if (!s.ok()) {
       // Not on the backup: not acknowledged (the session runs the step again).
       d.status = s;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -46,8 +47,13 @@ struct PlacementLeader::Impl {
   // written by the campaign thread while leading is false.
   std::string leader_key;
   int64_t leader_revision = 0;
+  bool sync_wanted = true;               // GUARDED_BY(mu): look for unsynced backups
+  // Backups the sync thread copied, by slot: {holder, backup}. The work
+  // thread, the map's only writer, marks them synced while the map still
+  // names the same pair.
+  std::map<int, std::pair<std::string, std::string>> copied;  // GUARDED_BY(mu)
   std::unique_ptr<EtcdWatch> watch;  // the work thread's (and Start's)
-  std::thread campaign_thread, work_thread;
+  std::thread campaign_thread, work_thread, sync_thread;
   std::mutex notify_mu;  // on_map one at a time, in order
 
   void Log(const std::string& line) const {
@@ -60,6 +66,7 @@ struct PlacementLeader::Impl {
       if (m.epoch < map.epoch) return;
       map = m;
       dirty = true;
+      sync_wanted = true;
       cv.notify_all();
     }
     std::lock_guard<std::mutex> n(notify_mu);
@@ -133,6 +140,7 @@ struct PlacementLeader::Impl {
         Log("placement leader");
         std::unique_lock<std::mutex> l(mu);
         dirty = true;
+        sync_wanted = true;
         cv.notify_all();
         cv.wait(l, [&] { return stopping || lease_lost; });
       }
@@ -223,6 +231,22 @@ struct PlacementLeader::Impl {
     base.lost_after.resize(static_cast<size_t>(o.slots));
     base.backup.resize(static_cast<size_t>(o.slots));
     base.synced.resize(static_cast<size_t>(o.slots));
+    base.handover.resize(static_cast<size_t>(o.slots));
+    int marked = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (auto it = copied.begin(); it != copied.end();) {
+        const int s = it->first;
+        if (s >= o.slots || base.holder[s] != it->second.first || base.backup[s] != it->second.second ||
+            !base.from[s].empty() || base.synced[s]) {
+          it = copied.erase(it);  // written already, or of no use now
+          continue;
+        }
+        base.synced[s] = 1;
+        ++marked;
+        ++it;
+      }
+    }
     // A dead holder's synced backup takes its place: it holds every change
     // the holder acknowledged.
     for (int s = 0; s < o.slots; ++s) {
@@ -240,24 +264,33 @@ struct PlacementLeader::Impl {
       const bool to_ok = std::count(live.begin(), live.end(), base.holder[s]) > 0, from_ok = alive.count(base.from[s]);
       if (to_ok && from_ok) finish.push_back(s);
       else if (from_ok) base.holder[s] = base.from[s];  // its target is gone: it stays
-      else base.lost_after[s] = cur.epoch;               // its holder died mid-move: what it held is lost
-      if (!(to_ok && from_ok)) base.from[s].clear();
+      // Its old holder died mid-move: what it held is lost, unless the new
+      // holder was its synced backup (a handover).
+      else if (!base.handover[s]) base.lost_after[s] = cur.epoch;
+      if (!(to_ok && from_ok)) {
+        base.from[s].clear();
+        base.handover[s] = 0;
+      }
     }
     for (int s : finish) SF_RETURN_IF_ERROR(o.move(s, base.from[s], base.holder[s], cur.epoch));
-    for (int s : finish) base.from[s].clear();
+    for (int s : finish) {
+      base.from[s].clear();
+      base.handover[s] = 0;
+    }
     ShardMap next = PlanShardMap(base, live, o.slots, o.replicas);
     for (int s = 0; s < o.slots; ++s)
       if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && !alive.count(base.holder[s]) && cur.epoch > 0)
         next.lost_after[s] = cur.epoch;  // its holder died: nothing to copy
+    if (o.sync) return MoveWhileServing(base, std::move(next), alive, cur, rev, marked);
     ShardMap inter = next;
     for (int s = 0; s < o.slots; ++s)
       if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && alive.count(base.holder[s]))
         inter.from[s] = base.holder[s];
-    if (inter == cur) return SyncBackups(cur, rev);
+    if (inter == cur) return Status::OK();
     SF_ASSIGN_OR_RETURN(int64_t e1, Write(inter, rev));
     if (!inter.moving()) {
       Log("shard map epoch " + std::to_string(e1));
-      return SyncBackups(inter, e1);
+      return Status::OK();
     }
     {
       std::unique_lock<std::mutex> l(mu);
@@ -273,30 +306,126 @@ struct PlacementLeader::Impl {
     ShardMap done = next;
     SF_ASSIGN_OR_RETURN(int64_t e2, Write(done, e1));
     Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(moving) + " slots moved");
-    return SyncBackups(done, e2);
+    return Status::OK();
   }
 
-  // Has each slot's holder copy its state to its unsynced backup, then
-  // marks those synced in the map (written at epoch; a failed copy stays
-  // unsynced, and the next turn tries again).
-  Status SyncBackups(ShardMap m, int64_t epoch) {
-    if (!o.sync || m.backup.empty()) return Status::OK();
-    int synced = 0;
-    Status first;
-    for (int s = 0; s < static_cast<int>(m.backup.size()); ++s) {
-      if (m.backup[s].empty() || m.synced[s] || !m.from[s].empty()) continue;
-      Status st = o.sync(s, m.holder[s], m.backup[s], epoch);
-      if (st.ok()) {
-        m.synced[s] = 1;
-        ++synced;
-      } else if (first.ok()) {
-        first = st;
+  // Moves that copy while the old holder serves: a slot's new holder first
+  // becomes its backup and is synced (by the sync thread) while the old one
+  // serves on; once synced, the two swap roles in one epoch, which costs the
+  // slot's steps only the time to follow the map (the old holder fences
+  // itself when it sees the map; its backup, now the holder, refuses its
+  // rounds, so the runs it had going fail and run again on the new one).
+  // The swapped-out holder may hold changes of runs that were never
+  // acknowledged: it is never a synced backup until copied again.
+  Status MoveWhileServing(const ShardMap& base, ShardMap next, const std::set<std::string>& alive,
+                          const ShardMap& cur, int64_t rev, int marked) {
+    int handed = 0, staged = 0;
+    for (int s = 0; s < o.slots; ++s) {
+      const std::string& old = base.holder[s];
+      if (old.empty() || old == next.holder[s] || !alive.count(old)) continue;
+      if (base.backup[s] == next.holder[s] && base.synced[s]) {
+        // Ready: handed over (below).
+        next.from[s] = old;
+        next.handover[s] = 1;
+        ++handed;
+        continue;
+      }
+      // Not ready: it stays while its new holder is copied as its backup.
+      next.backup[s] = next.holder[s];
+      next.synced[s] = base.backup[s] == next.holder[s] ? base.synced[s] : 0;
+      next.holder[s] = old;
+      ++staged;
+    }
+    if (next == cur) return Status::OK();
+    SF_ASSIGN_OR_RETURN(int64_t e1, Write(next, rev));
+    Log("shard map epoch " + std::to_string(e1) + ": " + std::to_string(marked) + " backups synced, " +
+        std::to_string(handed) + " slots handed over, " + std::to_string(staged) +
+        " being copied to their new holders");
+    if (handed == 0) return Status::OK();
+    // Sessions stop placing steps on the old holders; each then fences its
+    // slot, waits for the slot's runs (their changes reach the new holder,
+    // its backup, before they end) and copies nothing.
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_for(l, std::chrono::milliseconds(o.move_grace_ms), [&] { return stopping; });
+      if (stopping) return Aborted("stopping");
+    }
+    for (int s = 0; s < o.slots; ++s)
+      if (next.handover[s]) SF_RETURN_IF_ERROR(o.move(s, next.from[s], next.holder[s], e1));  // the next turn retries
+    for (int s = 0; s < o.slots; ++s) {
+      next.from[s].clear();
+      next.handover[s] = 0;
+    }
+    SF_ASSIGN_OR_RETURN(int64_t e2, Write(next, e1));
+    Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(handed) + " slots moved");
+    return Status::OK();
+  }
+
+  // The sync thread: while leading, has each slot's holder copy its state
+  // to an unsynced backup (a new one, or a move's new holder), one slot at
+  // a time, and marks each synced as soon as it is; copies never hold up
+  // the work thread's failovers.
+  void SyncLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    while (!stopping) {
+      cv.wait_for(l, std::chrono::milliseconds(1000), [&] { return stopping || (leading && sync_wanted); });
+      if (stopping) break;
+      if (!leading || !sync_wanted) continue;
+      sync_wanted = false;
+      l.unlock();
+      Status s = SyncBackups();
+      l.lock();
+      if (!s.ok()) {
+        Log("placement: " + s.ToString());
+        sync_wanted = true;
+        cv.wait_for(l, std::chrono::milliseconds(500), [&] { return stopping; });
       }
     }
-    if (synced > 0) {
-      SF_ASSIGN_OR_RETURN(int64_t e, Write(m, epoch));
-      Log("shard map epoch " + std::to_string(e) + ": " + std::to_string(synced) + " backups synced");
+  }
+
+  // One pass over the map in etcd: syncs each unsynced backup of a slot
+  // that is not moving, and hands each copied one to the work thread to
+  // mark (so that a copied slot can swap while the next one is copied);
+  // the first error (a failed copy stays unsynced, tried again later).
+  Status SyncBackups() {
+    if (!o.sync) return Status::OK();
+    SF_ASSIGN_OR_RETURN(auto kv, etcd->Get(map_key));
+    SF_ASSIGN_OR_RETURN(ShardMap m, MapOf(kv));
+    Status first;
+    // The work thread hears of copies every 200 ms at most, and at the
+    // pass's end: copies of empty slots (a cluster starting, a node joining
+    // an idle one) end in one map write, not one each.
+    auto last_told = std::chrono::steady_clock::now();
+    bool untold = false;
+    auto tell = [&] {
+      std::lock_guard<std::mutex> l(mu);
+      dirty = true;
+      cv.notify_all();
+      last_told = std::chrono::steady_clock::now();
+      untold = false;
+    };
+    for (int s = 0; s < static_cast<int>(m.backup.size()) && s < static_cast<int>(m.holder.size()); ++s) {
+      if (m.backup[s].empty() || (s < static_cast<int>(m.synced.size()) && m.synced[s])) continue;
+      if (s < static_cast<int>(m.from.size()) && !m.from[s].empty()) continue;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (stopping || !leading) return Aborted("no longer the placement leader");
+        auto c = copied.find(s);
+        if (c != copied.end() && c->second == std::make_pair(m.holder[s], m.backup[s])) continue;
+      }
+      Status st = o.sync(s, m.holder[s], m.backup[s], m.epoch);
+      if (!st.ok()) {
+        if (first.ok()) first = st;
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> l(mu);
+        copied[s] = {m.holder[s], m.backup[s]};
+        untold = true;
+      }
+      if (std::chrono::steady_clock::now() - last_told >= std::chrono::milliseconds(200)) tell();
     }
+    if (untold) tell();
     return first;
   }
 };
@@ -315,6 +444,7 @@ Result<std::unique_ptr<PlacementLeader>> PlacementLeader::Start(PlacementOptions
   Impl* p = impl.get();
   p->campaign_thread = std::thread([p] { p->CampaignLoop(); });
   p->work_thread = std::thread([p] { p->WorkLoop(); });
+  p->sync_thread = std::thread([p] { p->SyncLoop(); });
   return std::unique_ptr<PlacementLeader>(new PlacementLeader(std::move(impl)));
 }
 
@@ -331,6 +461,7 @@ void PlacementLeader::Stop() {
   }
   if (impl_->campaign_thread.joinable()) impl_->campaign_thread.join();
   if (impl_->work_thread.joinable()) impl_->work_thread.join();
+  if (impl_->sync_thread.joinable()) impl_->sync_thread.join();
   impl_->watch.reset();
 }
 

@@ -2,15 +2,21 @@
 // one: it follows the cluster's shard map (PREFIX/map, cluster/shard_map.h)
 // and campaigns in etcd's election (PREFIX/leader). The one that leads
 // computes the map from the members and carries out its moves, once for
-// the whole cluster: it marks the moving slots (epoch E1, the old holders
-// stop serving them), has each old holder copy its slot's state to the new
-// one (Hooks::move), then writes the map without the marks (epoch E2).
-// A slot whose holder died moves at once: to its synced backup when it has
-// one (promoted: nothing lost), else with nothing to copy (sessions restore
-// it from a checkpoint). New backups are synced by their holder (Hooks::sync)
-// and then marked synced in the map. Each write is a transaction on the map's
-// mod_revision and the leader key's create_revision, so a deposed leader
-// writes nothing. A new leader finishes the moves its predecessor left.
+// the whole cluster. A slot moves while its old holder serves it: the new
+// holder is made the slot's backup, synced by the old holder (options.sync:
+// a whole copy, then every change), and once synced the two swap roles in
+// one epoch; the old holder fences itself when it sees that map, and the
+// new one refuses its rounds from then on. A slot whose holder died moves
+// at once: to its synced backup when it has one (promoted: nothing lost),
+// else with nothing to copy (sessions restore it from a checkpoint). New
+// backups are synced the same way, by a thread of their own (a copy never
+// holds up a failover), and marked synced in the map one by one. Each write
+// is a transaction on the map's mod_revision and the leader key's
+// create_revision, so a deposed leader writes nothing. Without options.sync
+// a move is fence-then-copy: the moving slots are marked (epoch E1, the old
+// holders stop serving them), each old holder copies its slot's state to
+// the new one (options.move), then the map is written without the marks
+// (epoch E2); a new leader finishes such moves its predecessor left.
 //
 // Thread-safety: every method may be called from any thread; callbacks run
 // on its own threads, never under its lock.
@@ -49,7 +55,8 @@ struct PlacementOptions {
   // every change from then on); OK once the backup is synced, or why not.
   std::function<Status(int slot, const std::string& holder, const std::string& backup, int64_t epoch)> sync;
   // Has `from` copy slot's state to `to` after it stopped serving the slot
-  // at epoch (the old holder's fence); OK, or why not (retried later).
+  // at epoch (the old holder's fence); OK, or why not (retried later). Used
+  // without `sync`, and for fence-then-copy moves an older leader left.
   std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;
   // Whether the node at address still answers (null: never asked). A
   // holder etcd no longer lists (its lease ended while etcd or the node

@@ -21,6 +21,8 @@ bool ShardMap::moving() const {
 bool ShardMap::operator==(const ShardMap& o) const {
   if (holder != o.holder || from != o.from || lost_after != o.lost_after) return false;
   for (size_t s = 0; s < holder.size(); ++s) {
+    const bool ha = s < handover.size() && handover[s], hb = s < o.handover.size() && o.handover[s];
+    if (ha != hb) return false;
     const std::string& a = s < backup.size() ? backup[s] : std::string();
     const std::string& b = s < o.backup.size() ? o.backup[s] : std::string();
     const bool sa = s < synced.size() && synced[s], sb = s < o.synced.size() && o.synced[s];
@@ -35,7 +37,8 @@ std::string EncodeShardMap(const ShardMap& m) {
     out += m.holder[s];
     if (s < m.backup.size() && !m.backup[s].empty())
       out += (s < m.synced.size() && m.synced[s] ? "+" : "+?") + m.backup[s];
-    if (s < m.from.size() && !m.from[s].empty()) out += "<" + m.from[s];
+    if (s < m.from.size() && !m.from[s].empty())
+      out += (s < m.handover.size() && m.handover[s] ? "<=" : "<") + m.from[s];
     if (s < m.lost_after.size() && m.lost_after[s] > 0) out += "!" + std::to_string(m.lost_after[s]);
     out += "\n";
   }
@@ -67,6 +70,8 @@ Result<ShardMap> DecodeShardMap(const std::string& text) {
     const size_t lt = line.find('<');
     std::string from = lt == std::string::npos ? "" : line.substr(lt + 1);
     if (lt != std::string::npos) line.resize(lt);
+    const bool handover = !from.empty() && from[0] == '=';
+    if (handover) from.erase(0, 1);
     const size_t plus = line.find('+');
     std::string backup = plus == std::string::npos ? "" : line.substr(plus + 1);
     if (plus != std::string::npos) line.resize(plus);
@@ -79,6 +84,7 @@ Result<ShardMap> DecodeShardMap(const std::string& text) {
     m.lost_after.push_back(lost);
     m.backup.push_back(std::move(backup));
     m.synced.push_back(synced ? 1 : 0);
+    m.handover.push_back(handover ? 1 : 0);
   }
   return m;
 }
@@ -103,11 +109,18 @@ ShardMap PlanShardMap(const ShardMap& old, const std::vector<std::string>& live,
       for (const auto& m : live)
         if (load[m] < load[*least]) least = &m;
       it = load.find(*least);
+      // Among the least loaded, the slot's synced backup: it takes the slot
+      // over without a copy.
+      if (s < static_cast<int>(old.backup.size()) && s < static_cast<int>(old.synced.size()) && old.synced[s]) {
+        auto b = load.find(old.backup[s]);
+        if (b != load.end() && b->second == it->second) it = b;
+      }
     }
     ++it->second;
     next.holder[s] = it->first;
   }
   next.from.assign(next.holder.size(), "");
+  next.handover.assign(next.holder.size(), 0);
   next.lost_after.assign(next.holder.size(), 0);
   for (int s = 0; s < slots && s < static_cast<int>(old.lost_after.size()); ++s) next.lost_after[s] = old.lost_after[s];
   next.backup.assign(next.holder.size(), "");

@@ -5,9 +5,13 @@
 // session places on task S live on the slot's holder. The map's epoch is
 // its key's mod_revision in etcd, so a newer map always has a larger epoch.
 //
-// While a slot moves, its entry names both ends ("to" and "from"): the old
-// holder has stopped serving it (a fence at the epoch that started the move)
-// and copies its state to the new one; sessions wait for the move to end.
+// A slot moves while its old holder serves it: the new holder becomes its
+// backup, is copied the slot's state and kept up to date; then a handover
+// (cluster/placement_leader.h): the entry names both ends ("to" and "from"),
+// sessions stop placing steps there, the old holder stops serving the slot
+// (a fence) once its runs ended, and the map names the new holder alone.
+// Without replication hooks a move is fence-then-copy: the same, with the
+// old holder copying the slot's state to the new one after its fence.
 //
 // With replication (--replicas 2) a slot also has a backup on another
 // member: the holder (its primary) sends it every change of the slot before
@@ -38,6 +42,10 @@ struct ShardMap {
   std::vector<int64_t> lost_after;
   std::vector<std::string> backup;   // by slot: "" or the member holding its replica
   std::vector<uint8_t> synced;       // by slot: 1 once the backup holds the slot's whole state
+  // By slot, while it moves: 1 when its new holder was the old holder's
+  // synced backup (a handover: nothing to copy, and nothing is lost if the
+  // old holder dies before it ends).
+  std::vector<uint8_t> handover;
   bool moving() const;               // any slot moving
   // Equal placements (a missing backup or synced entry counts as none).
   bool operator==(const ShardMap& o) const;
@@ -45,7 +53,8 @@ struct ShardMap {
 
 // The map's text in etcd: "v1 SLOTS\n" then one line per slot: "HOLDER",
 // "+BACKUP" (synced) or "+?BACKUP" (being copied) with a replica, "<FROM"
-// appended while it moves, "!EPOCH" appended once its state was lost.
+// appended while it moves ("<=FROM" for a handover), "!EPOCH" appended once
+// its state was lost.
 std::string EncodeShardMap(const ShardMap& m);
 // Parses EncodeShardMap's text (epoch is left 0); DataLoss naming what is
 // wrong (a version, count or line that does not parse, more than kMaxSlots).
@@ -54,7 +63,8 @@ Result<ShardMap> DecodeShardMap(const std::string& text);
 // The next placement: every slot on a member of `live` (non-empty), every
 // prefix of the slots spread evenly (a session of n tasks uses slots 0..n-1),
 // keeping each slot where it is while its holder's share of the slots before
-// it allows; no moves in progress; lost marks kept. With replicas >= 2 and
+// it allows (else it goes to a least loaded member, its synced backup when
+// that is one); no moves in progress; lost marks kept. With replicas >= 2 and
 // two or more live members each slot has a backup on another member (kept
 // while it is live and not the holder; synced only if its holder is
 // unchanged), backups spread evenly. `old` may be empty or shorter than slots.

@@ -95,14 +95,14 @@ SlotReplicas::SlotReplicas(Hooks hooks) : hooks_(std::move(hooks)) {}
 SlotReplicas::~SlotReplicas() {
   copies_.Stop();
   rounds_.Stop();
-  std::vector<std::function<void(Status)>> left;
+  std::vector<SyncDone> left;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& kv : slots_)
       for (auto& w : kv.second.waiting) left.push_back(std::move(w));
     slots_.clear();
   }
-  for (auto& w : left) w(Unavailable("the node is stopping: the step's changes were not replicated"));
+  for (auto& w : left) w(Unavailable("the node is stopping: the step's changes were not replicated"), "");
 }
 
 void SlotReplicas::OnMap(const std::vector<std::string>& backups, const std::vector<uint8_t>& synced, int64_t epoch) {
@@ -117,7 +117,7 @@ void SlotReplicas::OnMap(const std::vector<std::string>& backups, const std::vec
   }
 }
 
-void SlotReplicas::Sync(int slot, std::function<void(Status)> done) {
+void SlotReplicas::Sync(int slot, SyncDone done) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = slots_.find(slot);
@@ -130,7 +130,16 @@ void SlotReplicas::Sync(int slot, std::function<void(Status)> done) {
       return;
     }
   }
-  done(Status::OK());  // no backup: nothing to wait for
+  done(Status::OK(), "");  // no backup: nothing to wait for
+}
+
+std::string SlotReplicas::SyncedTo(int slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find(slot);
+  const Slot& st = it == slots_.end() ? Slot() : it->second;
+  // A failed last round left changes it took on no backup.
+  if (st.backup.empty() || st.backup != st.synced_to || st.sent_to != st.synced_to) return "";
+  return st.synced_to;
 }
 
 Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoch) {
@@ -147,15 +156,29 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
   }
   std::promise<Status> p;
   auto f = p.get_future();
-  copies_.Post([&] { p.set_value(Round(slot, true)); });
-  Status s = f.get();
-  if (s.ok()) {
-    // The leader marks it synced once this returns: runs wait for it from now on.
-    std::lock_guard<std::mutex> l(mu_);
-    Slot& st = slots_[slot];
-    if (st.backup == backup) st.synced_to = backup;
-  }
-  return s;
+  copies_.Post([&] {
+    Status s = Round(slot, true);
+    if (s.ok()) {
+      // Runs wait for it from now on (the leader marks it synced once this
+      // returns). Runs that ended during the copy were acknowledged without
+      // it, and what they changed after the copy took the slot's state is
+      // in no round yet: one more round catches up before the leader may
+      // promote the backup, or their updates would be lost with the holder.
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        Slot& st = slots_[slot];
+        if (st.backup == backup) st.synced_to = backup;
+      }
+      s = Round(slot, false);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> l(mu_);
+        Slot& st = slots_[slot];
+        if (st.synced_to == backup) st.synced_to.clear();
+      }
+    }
+    p.set_value(s);
+  });
+  return f.get();
 }
 
 Status SlotReplicas::Round(int slot, bool whole) {
@@ -166,7 +189,7 @@ Status SlotReplicas::Round(int slot, bool whole) {
   }
   // A slot's rounds go one at a time (in order, to one backup's staging).
   std::lock_guard<std::mutex> one(*round_mu);
-  std::vector<std::function<void(Status)>> runs;
+  std::vector<SyncDone> runs;
   std::string to;
   int64_t epoch = 0;
   bool full = whole;
@@ -189,7 +212,7 @@ Status SlotReplicas::Round(int slot, bool whole) {
     // Taken changes that did not arrive are in no dirty record any more: the next round is whole.
     slots_[slot].sent_to = s.ok() ? to : "";
   }
-  for (auto& r : runs) r(s);
+  for (auto& r : runs) r(s, to);
   return s;
 }
 

@@ -67,9 +67,13 @@ class SlotReplicas {
   // is synced; an older map than one seen changes nothing.
   void OnMap(const std::vector<std::string>& backups, const std::vector<uint8_t>& synced, int64_t epoch);
   // Calls done (on the rounds' thread, or at once without a backup) once
-  // every change of slot made before this call is on its backup; the
-  // round's error otherwise.
-  void Sync(int slot, std::function<void(Status)> done);
+  // every change of slot made before this call is on its backup, with that
+  // backup ("" when the slot had no synced one); the round's error otherwise.
+  using SyncDone = std::function<void(Status, const std::string& backup)>;
+  void Sync(int slot, SyncDone done);
+  // The backup of slot that holds every change made here up to the last
+  // round (the one runs wait for, its last round a success), or "".
+  std::string SyncedTo(int slot);
   // The placement leader's SyncSlot: a whole round of slot to backup (named
   // by the map of epoch, which may be newer than the one seen here); blocks.
   Status SyncWhole(int slot, const std::string& backup, int64_t epoch);
@@ -80,7 +84,7 @@ class SlotReplicas {
     int64_t epoch = 0;                                // of that map
     std::string sent_to;                              // holds every change up to the last round ("": none)
     std::string synced_to;                            // a backup the leader may promote ("": none)
-    std::vector<std::function<void(Status)>> waiting; // runs for the next round
+    std::vector<SyncDone> waiting;                    // runs for the next round
     bool scheduled = false;
     std::shared_ptr<std::mutex> round_mu = std::make_shared<std::mutex>();  // one round of the slot at a time
   };

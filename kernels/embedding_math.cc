@@ -357,6 +357,7 @@ Status BuildHashShardGather(const EmbeddingShardSpec& s, const EmbeddingGather& 
   out->combiner = q.combiner;
   out->step_id = q.step_id;
   out->read_only = q.read_only;
+  out->origin = q.origin;
   return Status::OK();
 }
 

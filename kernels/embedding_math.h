@@ -91,6 +91,9 @@ struct EmbeddingGather {
   // An evaluation's lookup (EmbeddingTable::read_only): a hash shard makes
   // no row, counts no sighting and moves no row's last step or frequency.
   bool read_only = false;
+  // A counting lookup of a hash shard changes it (sightings, new rows): the
+  // shard does that once per origin, and only reads for a step run again.
+  UpdateOrigin origin;
 };
 
 // The deduplicated gather a hash shard receives: the ids of q that shard

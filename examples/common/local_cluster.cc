@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,10 @@
 #include "shardflow/cluster.h"
 
 namespace sf::examples {
+
+namespace {
+const std::vector<std::string> kTwoReplicas = {"--replicas", "2"};
+}  // namespace
 
 std::string ProgramDir() {
   std::error_code ec;
@@ -152,6 +157,14 @@ Status LocalCluster::WaitMembers(int n, int timeout_ms) {
       std::set<std::string> holders(m->holder.begin(), m->holder.end());
       bool moving = false;
       for (const auto& f : m->moving_from) moving = moving || !f.empty();
+      // A slot moves by first copying it to its new holder as a backup:
+      // with one replica any backup is such a move; with two, one not synced
+      // yet may be.
+      const bool one_replica =
+          std::search(node_args_.begin(), node_args_.end(), kTwoReplicas.begin(), kTwoReplicas.end()) ==
+          node_args_.end();
+      for (size_t s = 0; s < m->backup.size(); ++s)
+        moving = moving || (!m->backup[s].empty() && (one_replica || s >= m->synced.size() || !m->synced[s]));
       int live = 0;
       for (size_t i = 0; i < addresses_.size(); ++i) live += pids_[i] > 0 && holders.count(addresses_[i]);
       if (!moving && live >= n) return Status::OK();

@@ -48,7 +48,8 @@ class EmbeddingKernelBase : public AsyncShardKernel {
 
 class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
  public:
-  using EmbeddingKernelBase::EmbeddingKernelBase;
+  EmbeddingShardLookupKernel(const KernelInit& init, Status* s)
+      : EmbeddingKernelBase(init, s), origin_op_(OriginOpKey(init.node_name)) {}
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     auto fail = [&](Status s) {
       ctx->SetStatus(std::move(s));
@@ -74,6 +75,7 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
       // Only this shard's ids, each once, travel to the shard.
       q.step_id = ctx->step_id();
       q.read_only = attrs_.read_only;
+      if (!q.read_only) q.origin = OriginOf(*ctx, origin_op_);
       EmbeddingGather mine;
       s = BuildHashShardGather(attrs_.spec, q, &mine);
       if (!s.ok()) return fail(s);
@@ -93,6 +95,9 @@ class EmbeddingShardLookupKernel : public EmbeddingKernelBase {
           done();
         });
   }
+
+ private:
+  uint64_t origin_op_;
 };
 
 // The rows and summed row gradients of one lookup of a shard from the

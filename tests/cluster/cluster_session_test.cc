@@ -39,6 +39,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Whether the cluster's map gives slot to the node at address, with no move
+// of it under way (a slot moves by being copied to its new holder as a
+// backup first, so a node that just joined holds nothing yet).
+bool SlotAt(int slot, const std::string& address) {
+  auto m = ReadClusterMap(sf::testing::TestEtcd(), sf::testing::TestTlsDir());
+  const auto s = static_cast<size_t>(slot);
+  return m.ok() && s < m->holder.size() && m->holder[s] == address && (s >= m->backup.size() || m->backup[s].empty());
+}
+
 bool Contains(const Status& s, const std::string& what) {
   return s.message().find(what) != std::string::npos;
 }
@@ -272,8 +281,9 @@ TEST_CASE("Cluster: in-process nodes report feed and kernel errors by name", "[c
   REQUIRE(n0.ok());
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
-  // Both see both, through etcd.
+  // Both see both, through etcd, and the map gives task 1 to n1.
   REQUIRE(testing::WaitFor([&] { return (*n0)->Members().size() == 2 && (*n1)->Members().size() == 2; }, 10s));
+  REQUIRE(testing::WaitFor([&] { return SlotAt(1, (*n1)->address()); }, 20s));
 
   Graph g;
   Output x, r;
@@ -323,6 +333,7 @@ TEST_CASE("Cluster: stopping a node while its partition waits fails the step by 
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
   const std::string victim = (*n1)->address();
+  REQUIRE(testing::WaitFor([&] { return SlotAt(1, victim); }, 20s));
 
   // Task 1 waits on an empty queue (its own) and on a tensor from task 0,
   // which waits on its own empty queue until a timeout.

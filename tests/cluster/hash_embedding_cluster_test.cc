@@ -4,6 +4,8 @@
 // rows, and a checkpoint saved on the cluster restores the same rows.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 #include <map>
 
@@ -171,6 +173,14 @@ TEST_CASE("Cluster: hash table shards move with their rows when members join and
     // As in recovery_cluster_test: the session hears of a join or drain by a
     // message it has no query for, so a margin, not a wait on a condition.
     if (i == 5 || i == 11) testing::PauseFor(std::chrono::milliseconds(300));
+    // A slot moves once copied to its new holder (the old one serves it meanwhile).
+    if (i == 5 || i == 11)
+      REQUIRE(testing::WaitFor([&] {
+        auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
+        if (!map.ok() || map->holder.size() < 4) return false;
+        const auto used = std::count(map->holder.begin(), map->holder.begin() + 4, cluster.addresses()[1]);
+        return i == 5 ? used > 0 : used == 0;
+      }, std::chrono::seconds(30)));
     auto r = (*s)->Run(batch(i), std::vector<Output>{}, {*train});
     INFO("step " << i << ": " << r.status().ToString());
     REQUIRE(r.ok());

@@ -107,7 +107,14 @@ TEST_CASE("Cluster: two workers share variables through one map while a node joi
   auto added = cluster.AddNode(120);
   REQUIRE(added.ok());
   REQUIRE(cluster.WaitMembers(3, 20000).ok());
-  train(6);
+  // Slots move to the new node once copied there (the old holders serve
+  // them meanwhile): training goes on through the copies and the swaps.
+  REQUIRE(testing::WaitFor([&] {
+    train(1);
+    const ShardMapInfo map = Map(cluster);
+    return std::count(map.holder.begin(), map.holder.begin() + 4, *added) > 0;
+  }, 20s));
+  train(2);
   // Both follow the same map: the new node serves some of their tasks.
   const std::vector<std::string> after_join = a->tasks();
   CHECK(after_join == b->tasks());

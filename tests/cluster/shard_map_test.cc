@@ -92,14 +92,19 @@ TEST_CASE("ShardMap: with replicas every slot has a backup on another member, sp
   for (int s = 0; s < 9; ++s) m.synced[s] = 1;
   ShardMap same = cluster::PlanShardMap(m, three, 9, 2);
   CHECK(same == m);
-  // A member gone: slots it held or backed get another backup, not synced.
+  // A member gone: slots it held or backed get another backup, not synced;
+  // a backup stays synced only with the same holder.
   ShardMap after = cluster::PlanShardMap(m, {"a", "c"}, 9, 2);
   for (int s = 0; s < 9; ++s) {
     CHECK(after.backup[s] != after.holder[s]);
     CHECK(after.backup[s] != "b");
-    if (m.holder[s] != "b" && m.backup[s] != "b") CHECK(after.synced[s]);
-    else CHECK_FALSE(after.synced[s]);
+    CHECK(after.holder[s] != "b");
+    CHECK(after.synced[s] == (m.holder[s] == after.holder[s] && m.backup[s] == after.backup[s]));
   }
+  // A slot that must leave its holder goes to its synced backup when that
+  // is among the least loaded (it takes over without a copy).
+  for (int s = 0; s < 9; ++s)
+    if (m.holder[s] == "b" && m.backup[s] != "b") CHECK(after.holder[s] == m.backup[s]);
   // One member, or replicas 1: no backups.
   ShardMap one = cluster::PlanShardMap(m, {"a"}, 9, 2);
   for (int s = 0; s < 9; ++s) CHECK(one.backup[s].empty());
