@@ -4,6 +4,9 @@
 // Through the frame decoder and through a real RPC connection.
 #include <catch2/catch.hpp>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "net/peer_rpc.h"
 #include "net/wire.h"
+#include "proto/messages.capnp.h"
 #include "tests/support/test_credentials.h"
 
 using namespace sf;
@@ -115,5 +119,36 @@ TEST_CASE("Wire: a registration is decoded off the I/O thread and answered in or
     auto* s = std::get_if<StatusReply>(&reply->body);
     REQUIRE(s);
     CHECK(s->status.message() == std::to_string(n));
+  }
+}
+
+TEST_CASE("Wire: a registration naming more than its bound is refused before its lists are read",
+          "[wire][limits]") {
+  // Built by hand: the encoder refuses it. 2^23 empty targets (null
+  // pointers, 64 MiB) and 5000 tasks, each past its bound.
+  for (int which = 0; which < 2; ++which) {
+    capnp::MallocMessageBuilder b;
+    auto env = b.initRoot<proto::wire::Envelope>();
+    env.setVersion(kWireVersion);
+    env.setRequestId(1);
+    auto r = env.getBody().initRegisterPartition();
+    r.setDevice("/job:worker/task:0/device:CPU:0");
+    if (which == 0) r.initTargets(kMaxRegisteredNodes * 2);
+    else r.initTasks(kMaxRegisteredTasks + 904);
+    auto words = capnp::messageToFlatArray(b);
+    auto bytes = words.asBytes();
+    std::string frame(kFrameMagic, sizeof(kFrameMagic));
+    const uint32_t n = static_cast<uint32_t>(bytes.size());
+    frame.append(reinterpret_cast<const char*>(&n), 4);
+    frame.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = DecodeFrameString(frame, WireLimits{});
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(m.status().ToString());
+    REQUIRE(!m.ok());
+    CHECK(m.status().code() == Code::kInvalidArgument);
+    CHECK(m.status().message().find(which == 0 ? std::to_string(kMaxRegisteredNodes)
+                                               : std::to_string(kMaxRegisteredTasks)) != std::string::npos);
+    CHECK(secs < 0.5);  // no list walked (2^23 elements take seconds)
   }
 }
