@@ -409,6 +409,12 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   SF_ASSIGN_OR_RETURN(uint16_t bound, impl->endpoint->Listen(host, port));
   impl->address = host + ":" + std::to_string(bound);
   impl->collectives->SetAddress(impl->address);
+  if (impl->etcd_mode() && !opts.insecure) {
+    // A node with a credential of its own registers only under its certificate's name.
+    const std::string tls_name = opts.tls_name.empty() ? "node" : opts.tls_name;
+    SF_ASSIGN_OR_RETURN(net::Credential cred, net::LoadCredential(opts.tls_dir, tls_name));
+    SF_ASSIGN_OR_RETURN(impl->opts.name, cluster::MemberNameFromCredential(cred, impl->opts.name));
+  }
   if (impl->opts.name.empty()) impl->opts.name = "node@" + impl->address;
   // Its life (incarnation) is its key's revision in etcd, set once registered.
   impl->view.SetSelf(impl->opts.name, impl->address);

@@ -277,6 +277,15 @@ Result<std::unique_ptr<MemberRegistry>> MemberRegistry::Start(MemberRegistryOpti
 }
 
 MemberRegistry::MemberRegistry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::string> MemberNameFromCredential(const net::Credential& credential, const std::string& name) {
+  if (credential.name == "node") return name;  // the shared default credential names no one node
+  if (name.empty() || name == credential.name) return credential.name;
+  return InvalidArgument("--name " + name + ": this node's certificate is node " + credential.name +
+                         "'s, and a node registers only under its certificate's name (leave --name out, or "
+                         "issue it a credential of its own: shardflow certs issue DIR --role node --name " +
+                         name + ")");
+}
 MemberRegistry::~MemberRegistry() { impl_->Leave(); }
 
 Status MemberRegistry::SetLeaving() {

@@ -74,6 +74,12 @@ class MemberRegistry {
   std::unique_ptr<Impl> impl_;
 };
 
+// The name a node registers under: with a node credential of its own (any
+// but the shared default "node"), its certificate's, so that a node
+// registers only itself; `name` (--name) may only repeat it (InvalidArgument
+// naming both otherwise). With the shared credential, `name` as given.
+Result<std::string> MemberNameFromCredential(const net::Credential& credential, const std::string& name);
+
 // The members of cluster `cluster` read from etcd (`shardflow cluster
 // members`), in the order they joined; Unavailable / PermissionDenied naming
 // etcd when it cannot be read. Malformed keys are skipped.

@@ -2,7 +2,8 @@
 // node processes with etcd: a node credential that claims another member's
 // name and address in its hello, then goes away, ends nobody's life (a node
 // reports to etcd only the members it dialed itself), and no membership
-// message changes etcd's list. Bounded by deadlines.
+// message changes etcd's list; a node with a credential of its own
+// registers only under its certificate's name. Bounded by deadlines.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -80,4 +81,39 @@ TEST_CASE("Membership: a peer claiming another member's name and address ends no
     REQUIRE(m.ok());
     CHECK(m->size() == 2);
   }
+}
+
+TEST_CASE("Membership: a node with a credential of its own registers only under its certificate's name",
+          "[cluster][membership]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(1, 120).ok());
+  REQUIRE(IssueClusterCredential(cluster.tls_dir(), "node", "n7").ok());
+  NodeOptions no;
+  no.tls_dir = cluster.tls_dir();
+  no.tls_name = "n7";
+  no.etcd = cluster.etcd_endpoint();
+  no.lease_ttl_s = 1;
+  // Another name than its certificate's: refused, naming both, before etcd hears of it.
+  no.name = "node-0";
+  auto other = ClusterNode::Start(no);
+  REQUIRE(!other.ok());
+  CHECK(other.status().code() == Code::kInvalidArgument);
+  CHECK(other.status().message().find("node-0") != std::string::npos);
+  CHECK(other.status().message().find("n7") != std::string::npos);
+  // No --name: the certificate's.
+  no.name.clear();
+  auto own = ClusterNode::Start(no);
+  INFO(own.status().ToString());
+  REQUIRE(own.ok());
+  CHECK((*own)->name() == "n7");
+  std::vector<MemberInfo> members;
+  REQUIRE(testing::WaitFor([&] {
+    auto m = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
+    if (m.ok()) members = *m;
+    return members.size() == 2;
+  }, 20s));
+  int named = 0;
+  for (const auto& m : members) named += m.name == "n7" && m.address == (*own)->address();
+  CHECK(named == 1);
+  (*own)->Stop();
 }
