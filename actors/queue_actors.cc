@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "actors/caf_thread_logger.h"
+#include "actors/chunk_queue_actor.h"
 #include "actors/queue_protocol.h"
 
 namespace sf {
@@ -63,6 +64,7 @@ struct QueueState {
     bool up_to;  // closed with fewer than n left: takes them (at least one)
     std::function<void(Result<QueueTuple>)> done;
     int64_t step_id = 0;
+    bool any = false;  // takes what there is (up to n) as soon as there is one
   };
 
   std::string name;
@@ -119,6 +121,12 @@ struct QueueState {
     }
     w.done(std::move(batch).value());
   }
+  // How many elements dequeue w takes now (0: it waits).
+  int64_t Ready(const DeqWaiter& w) const {
+    const int64_t a = Available();
+    if (a >= w.n) return w.n;
+    return w.any && a > 0 ? a : 0;
+  }
   // Serves waiting enqueues and dequeues until none can progress.
   void Serve() {
     for (bool progress = true; progress;) {
@@ -134,9 +142,10 @@ struct QueueState {
       }
       while (!deq.empty()) {
         DeqWaiter& w = deq.front();
-        if (Available() >= w.n) {
+        if (const int64_t k = Ready(w); k > 0) {
           DeqWaiter taken = std::move(w);
           deq.pop_front();
+          taken.n = k;
           Finish(taken);
           progress = true;
           continue;
@@ -280,14 +289,16 @@ QueueActor::behavior_type QueueBehavior(QueueSelf self, std::string name, QueueS
       [self](DequeueElements& m) {
         QueueState& st = self->state;
         if (Refused(st, m.done, m.step_id)) return;
-        if (st.deq.empty() && st.Available() >= m.n) {
-          QueueState::DeqWaiter w{0, m.n, m.many, m.up_to, std::move(m.done)};
-          st.Finish(w);
+        QueueState::DeqWaiter now{0, m.n, m.many, m.up_to, nullptr, m.step_id, m.any};
+        if (st.deq.empty() && st.Ready(now) > 0) {
+          now.n = st.Ready(now);
+          now.done = std::move(m.done);
+          st.Finish(now);
           if (!st.enq.empty()) st.Serve();
           return;
         }
         const int64_t id = st.next_waiter++;
-        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, m.up_to, std::move(m.done), m.step_id});
+        st.deq.push_back(QueueState::DeqWaiter{id, m.n, m.many, m.up_to, std::move(m.done), m.step_id, m.any});
         st.Serve();
         if (m.timeout_ms > 0 && !st.deq.empty() && st.deq.back().id == id) StartTimer(self, id, m.timeout_ms);
       },
@@ -336,7 +347,10 @@ struct ActorQueues::Entry {
   QueueActor actor;
 };
 
-ActorQueues::ActorQueues(caf::actor_system& sys) : sys_(sys), cancelled_(std::make_shared<CancelledSteps>()) {}
+ActorQueues::ActorQueues(caf::actor_system& sys)
+    : sys_(sys), cancelled_(std::make_shared<CancelledSteps>()), chunks_(std::make_unique<ActorChunkQueues>(sys)) {}
+
+ChunkQueueService* ActorQueues::chunk_queues() { return chunks_.get(); }
 
 ActorQueues::~ActorQueues() {
   Shutdown();
@@ -348,6 +362,7 @@ void ActorQueues::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   for (auto& e : queues_) caf::anon_send(e->actor, ShutdownQueue{});
+  chunks_->Shutdown();
 }
 
 void ActorQueues::Stop() {
@@ -356,6 +371,7 @@ void ActorQueues::Stop() {
     if (e->actor) caf::anon_send_exit(e->actor, caf::exit_reason::user_shutdown);
     e->actor = QueueActor();
   }
+  chunks_->Stop();
 }
 
 Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& spec) {
@@ -461,8 +477,13 @@ void ActorQueues::DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms,
   DequeueBatch(id, n, true, timeout_ms, std::move(done), step_id);
 }
 
+void ActorQueues::DequeueAvailable(int64_t id, int64_t n, int64_t timeout_ms,
+                                   std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
+  DequeueBatch(id, n, true, timeout_ms, std::move(done), step_id, /*any=*/true);
+}
+
 void ActorQueues::DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
-                               std::function<void(Result<QueueTuple>)> done, int64_t step_id) {
+                               std::function<void(Result<QueueTuple>)> done, int64_t step_id, bool any) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
@@ -473,12 +494,13 @@ void ActorQueues::DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeou
     return done(InvalidArgument("queue '" + e->name + "': " + what + " of " + std::to_string(n) +
                                 " elements can never be served by a queue of capacity " +
                                 std::to_string(e->spec.capacity)));
-  caf::anon_send(e->actor, DequeueElements{n, true, up_to, timeout_ms, std::move(done), step_id});
+  caf::anon_send(e->actor, DequeueElements{n, true, up_to, timeout_ms, std::move(done), step_id, any});
 }
 
 void ActorQueues::CancelStep(int64_t step_id, const Status& why) {
   if (step_id == 0) return;  // requests without a step are never cancelled
   cancelled_->Add(step_id, why);  // first: a request arriving later finds it
+  chunks_->CancelStep(step_id, why);
   std::lock_guard<std::mutex> l(mu_);
   for (auto& e : queues_)
     if (e->actor) caf::anon_send(e->actor, CancelQueueStep{step_id, why});
@@ -545,7 +567,12 @@ class OwnedQueues : public QueueService {
                    int64_t step_id = 0) override {
     q_->DequeueUpTo(id, n, timeout_ms, std::move(done), step_id);
   }
+  void DequeueAvailable(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                        int64_t step_id = 0) override {
+    q_->DequeueAvailable(id, n, timeout_ms, std::move(done), step_id);
+  }
   void CancelStep(int64_t step_id, const Status& why) override { q_->CancelStep(step_id, why); }
+  ChunkQueueService* chunk_queues() override { return q_->chunk_queues(); }
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override {
     q_->Close(id, cancel_pending, std::move(done));
   }

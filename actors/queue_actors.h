@@ -23,6 +23,7 @@ namespace sf {
 namespace runtime {
 
 class CancelledSteps;
+class ActorChunkQueues;
 
 class ActorQueues : public QueueService {
  public:
@@ -43,11 +44,15 @@ class ActorQueues : public QueueService {
                    int64_t step_id = 0) override;
   void DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
                    int64_t step_id = 0) override;
+  void DequeueAvailable(int64_t id, int64_t n, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
+                        int64_t step_id = 0) override;
   // Tells every queue (a failure is rare: no index of which queues a step used).
   void CancelStep(int64_t step_id, const Status& why) override;
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override;
   void Size(int64_t id, std::function<void(Result<int64_t>)> done) override;
   std::string NameOf(int64_t id) const override;
+  // The chunk queues of this store (one actor each, on the same actor system).
+  ChunkQueueService* chunk_queues() override;
 
   // Fails every waiting request with Aborted and every later one at once, so
   // no step waits on a queue forever; the actors stay up until Stop.
@@ -62,7 +67,7 @@ class ActorQueues : public QueueService {
   const Entry* Find(int64_t id, Status* error) const;
   // DequeueMany (up_to false) and DequeueUpTo: checks n, then asks the queue.
   void DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
-                    std::function<void(Result<QueueTuple>)> done, int64_t step_id);
+                    std::function<void(Result<QueueTuple>)> done, int64_t step_id, bool any = false);
 
   caf::actor_system& sys_;
   mutable std::mutex mu_;
@@ -72,6 +77,7 @@ class ActorQueues : public QueueService {
   // Shared with every queue actor of the store: one bounded record of the
   // cancelled steps, not one per queue.
   std::shared_ptr<CancelledSteps> cancelled_;
+  std::unique_ptr<ActorChunkQueues> chunks_;
 };
 
 // A queue service with its own actor system of `scheduler_threads` threads

@@ -37,6 +37,7 @@ struct DequeueElements {
   int64_t timeout_ms = 0;  // 0: wait forever
   std::function<void(Result<QueueTuple>)> done;
   int64_t step_id = 0;  // the step waiting (CancelQueueStep)
+  bool any = false;     // with many: served as soon as one element is there (up to n)
 };
 // Closes the queue (cancel_pending: fails the waiting enqueues).
 struct CloseQueue {

@@ -128,6 +128,7 @@ Status RegisterStandardOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(RegisterSendRecvOps(reg));
   SF_RETURN_IF_ERROR(RegisterEmbeddingOps(reg));
   SF_RETURN_IF_ERROR(RegisterReaderOps(reg));
+  SF_RETURN_IF_ERROR(RegisterChunkQueueOps(reg));
   SF_RETURN_IF_ERROR(RegisterInteractionOps(reg));
   return Status::OK();
 }

@@ -26,6 +26,7 @@ Status RegisterQueueOps(OpRegistry& reg);
 Status RegisterSendRecvOps(OpRegistry& reg);
 Status RegisterEmbeddingOps(OpRegistry& reg);  // graph/ops/embedding_ops.cc
 Status RegisterReaderOps(OpRegistry& reg);     // graph/ops/reader_ops.cc
+Status RegisterChunkQueueOps(OpRegistry& reg);  // graph/ops/chunk_queue_ops.cc
 Status RegisterInteractionOps(OpRegistry& reg);  // graph/ops/interaction_ops.cc
 
 }  // namespace sf

@@ -4,6 +4,7 @@
 #include <future>
 #include <limits>
 
+#include "kernels/criteo_chunk.h"
 #include "kernels/criteo_format.h"
 
 namespace sf {
@@ -220,13 +221,7 @@ Status CriteoReader::ReadChunk(const LineChunk& chunk, CriteoBatch* batch, int64
       }
       continue;
     }
-    // Where the bad line is: "'f' line 12 (field I3): why".
-    std::string where = "'" + chunk.path + "' line ";
-    auto number = in->LineNumber();
-    where += number.ok() ? std::to_string(*number) : "at byte " + std::to_string(in->line_offset());
-    if (bad_field >= 0) where += " (field " + CriteoFieldName(bad_field) + ")";
-    where += std::string(": ") + CriteoLineErrorText(e);
-    if (e == CriteoLineError::kTooLong) where += " (" + std::to_string(options_.max_line_bytes) + ")";
+    std::string where = DescribeMalformedLine(*in, chunk.path, bad_field, static_cast<int>(e), options_.max_line_bytes);
     if (!options_.skip_malformed) return InvalidArgument("malformed Criteo line: " + where);
     std::lock_guard<std::mutex> l(mu_);
     if (stats_.malformed++ == 0) stats_.first_malformed = where;

@@ -21,6 +21,8 @@
 
 namespace sf {
 
+class ChunkQueueService;
+
 // One queue element: one tensor per component.
 using QueueTuple = std::vector<Tensor>;
 
@@ -113,6 +115,11 @@ class QueueService {
   // elements left (at least one); OutOfRange only when closed and empty.
   virtual void DequeueUpTo(int64_t id, int64_t n, int64_t timeout_ms,
                            std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
+  // As DequeueUpTo, but served as soon as the queue holds one element: it
+  // takes what is there, up to n (a consumer that must not wait for a whole
+  // batch its producers may never complete); OutOfRange when closed and empty.
+  virtual void DequeueAvailable(int64_t id, int64_t n, int64_t timeout_ms,
+                                std::function<void(Result<QueueTuple>)> done, int64_t step_id = 0) = 0;
   // Fails, with why, every request of step step_id (non-zero) still waiting
   // in any queue: a failed step's dequeue takes no element a later one
   // enqueues, and its enqueue adds no more. Requests that finished stay done.
@@ -124,6 +131,10 @@ class QueueService {
   virtual void Size(int64_t id, std::function<void(Result<int64_t>)> done) = 0;
   // The name given to Resolve, for error messages ("" when unknown).
   virtual std::string NameOf(int64_t id) const = 0;
+  // The chunk queues that live beside these queues (kernels/chunk_queue_service.h),
+  // owned by this service; null where there are none (the ChunkQueue ops then
+  // fail with FailedPrecondition).
+  virtual ChunkQueueService* chunk_queues() { return nullptr; }
 };
 
 }  // namespace sf

@@ -171,10 +171,11 @@ Status RegisterQueueOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueDequeueUpTo")
       .InputNames({"queue", "n"})
       .RequiredAttr<std::vector<DType>>("component_types").Attr("timeout_ms", int64_t{0})
+      .Attr("wait_for_n", true)
       .Inputs(2).Stateful()
       .Shape([](InferenceContext& c) { return DequeueShape(c, true, true); }).NotDifferentiable()
       .Summary("As QueueDequeueMany, but a closed queue gives the fewer than n elements it has left "
-               "(OutOfRange once empty).")
+               "(OutOfRange once empty); attr wait_for_n false: as soon as one element is there, what there is.")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueClose")
       .Attr("cancel_pending_enqueues", false)
@@ -335,6 +336,13 @@ std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, int64_t n, int64_t 
   Output count = CountInput(g, "QueueDequeueUpTo", n, name);
   if (!count.valid()) return {};
   return QueueDequeueUpTo(g, queue, count, timeout_ms, name);
+}
+
+std::vector<Output> QueueDequeueAvailable(Graph& g, Output queue, int64_t n, int64_t timeout_ms,
+                                          const std::string& name) {
+  std::vector<Output> out = QueueDequeueUpTo(g, queue, n, timeout_ms, name);
+  if (!out.empty()) g.mutable_node(out[0].node).attrs.Set("wait_for_n", false);
+  return out;
 }
 
 Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues, const std::string& name) {

@@ -61,6 +61,12 @@ std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, Output n, int64_t t
                                      const std::string& name = "");
 std::vector<Output> QueueDequeueUpTo(Graph& g, Output queue, int64_t n, int64_t timeout_ms = 0,
                                      const std::string& name = "");
+// As QueueDequeueUpTo, but a run takes what the queue holds (up to n) as
+// soon as it holds one element, rather than waiting for n: for consumers
+// whose producers may hold back the rest (workers sharing an input,
+// include/shardflow/chunk_queue_ops.h). Empty on error.
+std::vector<Output> QueueDequeueAvailable(Graph& g, Output queue, int64_t n, int64_t timeout_ms = 0,
+                                          const std::string& name = "");
 // Closes the queue; returns the node id (a target), -1 on error.
 Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues = false,
                const std::string& name = "");

@@ -25,6 +25,7 @@ void RegisterSendRecvKernels(KernelRegistry& reg);
 void RegisterEmbeddingKernels(KernelRegistry& reg);  // embedding_kernels.cc
 void RegisterCheckpointKernels(KernelRegistry& reg);  // checkpoint_kernels.cc
 void RegisterReaderKernels(KernelRegistry& reg);      // reader_kernels.cc
+void RegisterChunkQueueKernels(KernelRegistry& reg);  // chunk_queue_kernels.cc
 void RegisterInteractionKernels(KernelRegistry& reg);  // interaction_kernels.cc
 
 // OK when every dim of `s` (a shape read from a run-time tensor) is >= 0 and

@@ -92,6 +92,9 @@ class DequeueKernel : public QueueAccessKernel {
     auto t = init.Attr<std::vector<DType>>("component_types");
     if (!t.ok()) *s = t.status();
     else types_ = *t;
+    auto w = init.AttrOr<bool>("wait_for_n", true);
+    if (!w.ok()) *s = w.status();
+    else wait_for_n_ = *w;
   }
 
  protected:
@@ -123,12 +126,15 @@ class DequeueKernel : public QueueAccessKernel {
       ctx->SetStatus(InvalidArgument("n must be an int32 or int64 scalar, got " + n.DebugString(0)));
       return done();
     }
-    if (kKind == DequeueKind::kUpTo) q->DequeueUpTo(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
+    if (kKind == DequeueKind::kUpTo && !wait_for_n_)
+      q->DequeueAvailable(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
+    else if (kKind == DequeueKind::kUpTo) q->DequeueUpTo(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
     else q->DequeueMany(id, n.scalar_as<int64_t>(), timeout_ms_, std::move(cb), ctx->step_id());
   }
 
  private:
   std::vector<DType> types_;
+  bool wait_for_n_ = true;  // QueueDequeueUpTo's attr
 };
 
 class CloseKernel : public QueueAccessKernel {

@@ -18,6 +18,7 @@ void RegisterStandardKernels(KernelRegistry& reg) {
   RegisterEmbeddingKernels(reg);
   RegisterCheckpointKernels(reg);
   RegisterReaderKernels(reg);
+  RegisterChunkQueueKernels(reg);
   RegisterInteractionKernels(reg);
 }
 

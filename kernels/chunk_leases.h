@@ -1,0 +1,124 @@
+// ChunkLeases: which chunks of an input each worker trains, so that every
+// example is trained once per epoch while workers come and go. A pure state
+// machine: time is passed in (now_ms), nothing here waits, sleeps or sends;
+// the chunk queue actor (actors/chunk_queue_actor.h) drives it.
+//
+//   ChunkLeases q(ChunkLeaseOptions{/*num_chunks=*/8, /*num_epochs=*/1, /*lease_ms=*/30000});
+//   ChunkTicket t;
+//   if (q.Take(worker, now, &t) == ChunkLeases::Took::kTicket) {
+//     // read chunk t.chunk from line t.skip + 1; after each trained step:
+//     q.Trained(worker, t.ticket, pos_of_the_last_trained_row, now);
+//     // after the chunk's last line was read:
+//     q.Read(worker, t.ticket, pos_of_its_last_row, now);   // done once trained up to it
+//   }
+//
+// A ticket is one chunk in one epoch (ticket = epoch * num_chunks + chunk).
+// Tickets are handed out in order; one a worker held when it was released
+// (Release: the worker is gone) or whose lease expired is handed out again
+// before any new one, from the line after the last one trained (skip), so
+// every line of every epoch is trained once. Positions are 1-based line
+// numbers within the chunk (malformed lines count: they are skipped the same
+// way every time).
+//
+// Leases: every call of a worker renews all its leases for lease_ms. A
+// worker that calls nothing for lease_ms loses its tickets at the next
+// Expire (or any call with a later now). A report for a ticket the worker
+// no longer holds is refused (FailedPrecondition naming the chunk): the
+// rows it trained since are trained twice, which it must stop doing; so is
+// a report for a finished ticket (its holder's last report finished it).
+//
+// Thread-compatible: one owner (the actor) calls it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "shardflow/status.h"
+
+namespace sf {
+
+struct ChunkLeaseOptions {
+  int64_t num_chunks = 0;    // chunks of one epoch, 1..2^40
+  int64_t num_epochs = 1;    // passes over the chunks; <= 0: endless
+  int64_t lease_ms = 30000;  // a silent worker loses its tickets after this long, 1..2^40
+};
+
+// Checks options; InvalidArgument naming the field.
+Status ValidateChunkLeaseOptions(const ChunkLeaseOptions& o);
+
+// One chunk handed to a worker: train its lines after line `skip`.
+struct ChunkTicket {
+  int64_t ticket = -1;
+  int64_t chunk = -1;
+  int64_t epoch = -1;
+  int64_t skip = 0;
+};
+
+struct ChunkLeaseStats {
+  int64_t handed = 0;    // tickets handed out (again ones included)
+  int64_t returned = 0;  // tickets taken back from released or expired workers
+  int64_t done = 0;      // tickets read to their end and trained up to their last row
+  int64_t refused = 0;   // reports refused (lease lost)
+};
+
+class ChunkLeases {
+ public:
+  enum class Took { kTicket, kWait, kEnd };
+
+  // REQUIRES: ValidateChunkLeaseOptions(o).ok().
+  explicit ChunkLeases(ChunkLeaseOptions o);
+
+  // Expires leases as of now_ms, then hands `worker` a ticket (kTicket, *t
+  // set): a returned one first, else the next new one. kWait when none is
+  // free but some held ticket may still come back; kEnd when every ticket
+  // of every epoch is done.
+  Took Take(int64_t worker, int64_t now_ms, ChunkTicket* t);
+  // The worker trained the rows of `ticket` up to line pos. FailedPrecondition
+  // naming the chunk when it does not hold the ticket (or it is done);
+  // InvalidArgument for a ticket never handed out.
+  Status Trained(int64_t worker, int64_t ticket, int64_t pos, int64_t now_ms);
+  // The worker read `ticket`'s chunk to its end; last_pos: the line of its
+  // last row (0: none). Errors as Trained.
+  Status Read(int64_t worker, int64_t ticket, int64_t last_pos, int64_t now_ms);
+  // The worker is gone: its tickets are handed out again. How many.
+  int64_t Release(int64_t worker);
+  // Takes back the tickets of workers silent for lease_ms as of now_ms; how many.
+  int64_t Expire(int64_t now_ms);
+  // When the earliest lease ends (ms, the clock of now_ms); -1 when none is held.
+  int64_t NextExpiry() const;
+  // True when no ticket is free but one is held (a Take would wait).
+  bool Waiting() const;
+  const ChunkLeaseStats& stats() const { return stats_; }
+  const ChunkLeaseOptions& options() const { return o_; }
+  // "chunk C of epoch E", for errors.
+  std::string Describe(int64_t ticket) const;
+
+ private:
+  struct Open {
+    int64_t holder = -1;    // -1: free (returned)
+    int64_t trained = 0;    // line of the last trained row
+    int64_t last = -1;      // line of the last row read (-1: not read to the end yet)
+  };
+  // The open ticket held by worker, renewing its leases; null after setting *s.
+  Open* Held(int64_t worker, int64_t ticket, int64_t now_ms, Status* s);
+  void Renew(int64_t worker, int64_t now_ms);
+  // Done once read to its end and trained up to its last row: forgotten.
+  void MaybeDone(int64_t ticket);
+  void ReturnAll(int64_t worker);
+
+  const ChunkLeaseOptions o_;
+  int64_t next_ = 0;                       // the next ticket never handed out
+  std::map<int64_t, Open> open_;           // tickets handed out and not done
+  std::set<int64_t> free_;                 // open tickets to hand out again
+  struct Worker {
+    int64_t expires_ms = 0;
+    std::set<int64_t> tickets;
+  };
+  std::unordered_map<int64_t, Worker> workers_;  // workers holding tickets
+  ChunkLeaseStats stats_;
+};
+
+}  // namespace sf

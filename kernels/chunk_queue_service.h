@@ -1,0 +1,49 @@
+// ChunkQueueService: how kernels reach chunk queues, the shared queues that
+// hand the chunks of an input out to workers with leases (kernels/chunk_leases.h
+// says what a lease is and what "every example once per epoch" rests on).
+// Each chunk queue is one actor of the session or node that holds it
+// (actors/chunk_queue_actor.h); workers in other sessions reach it through
+// the ChunkQueue* ops placed on its task, like any queue.
+//
+// Every call is asynchronous: the callback runs exactly once, on any thread.
+// A Take with no free chunk waits as a pending reply, never a thread.
+// Thread-safety: implementations are safe to call from many threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/chunk_leases.h"
+#include "shardflow/status.h"
+
+namespace sf {
+
+class ChunkQueueService {
+ public:
+  virtual ~ChunkQueueService() = default;
+  // Resolves (creating on first use) the chunk queue `name`; its id.
+  // InvalidArgument for bad options or when it exists with other ones.
+  virtual Result<int64_t> Resolve(const std::string& name, const ChunkLeaseOptions& options) = 0;
+  // Hands worker a chunk (ChunkLeases::Take), waiting while every chunk left
+  // is held by another worker that may still give it back; OutOfRange naming
+  // the queue once every chunk of every epoch is done. step_id: CancelStep.
+  virtual void Take(int64_t id, int64_t worker, int64_t step_id, std::function<void(Result<ChunkTicket>)> done) = 0;
+  // Rows of tickets[i] trained up to line pos[i] (ChunkLeases::Trained), or
+  // with read, tickets[i] read to its end at line pos[i] (ChunkLeases::Read).
+  // The first refusal, naming the queue and the chunk; the others still apply.
+  virtual void Report(int64_t id, int64_t worker, std::vector<int64_t> tickets, std::vector<int64_t> pos, bool read,
+                      std::function<void(Status)> done) = 0;
+  // The worker is gone: its chunks go to others. How many it held.
+  virtual void Release(int64_t id, int64_t worker, std::function<void(Result<int64_t>)> done) = 0;
+  // Takes back the chunks of workers whose leases ended by now (the queue's
+  // clock); done once the queue has checked.
+  virtual void CheckLeases(int64_t id, std::function<void(Result<ChunkLeaseStats>)> done) = 0;
+  // Fails the waiting Takes of step step_id (non-zero) with why.
+  virtual void CancelStep(int64_t step_id, const Status& why) = 0;
+  // The name given to Resolve ("" when unknown).
+  virtual std::string NameOf(int64_t id) const = 0;
+};
+
+}  // namespace sf

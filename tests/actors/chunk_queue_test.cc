@@ -1,0 +1,200 @@
+// Work sharing in one process: workers (each its own SharedCriteoBatchQueue,
+// QueueRunner and training thread) take the chunks of one chunk queue actor;
+// every line is trained once per epoch, also when a worker dies mid-epoch
+// (its chunk resumed by another after its trained rows); bad input fails the
+// worker's enqueue naming the file.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "kernels/criteo_format.h"
+#include "shardflow/chunk_queue_ops.h"
+#include "shardflow/queue_runner.h"
+#include "shardflow/reader_ops.h"
+#include "shardflow/session.h"
+#include "tests/support/criteo_files.h"
+#include "tests/support/temp_dir.h"
+
+using namespace sf;
+using sf::testing::CriteoLine;
+using sf::testing::TempDir;
+using sf::testing::WriteFile;
+using sf::testing::WriteGzipFile;
+
+namespace {
+
+// Files of `lines` lines each (the second gzip), lines numbered across them.
+std::vector<std::string> WriteCriteoFiles(const TempDir& dir, int files, int lines, int64_t* total) {
+  std::vector<std::string> paths;
+  for (int f = 0; f < files; ++f) {
+    std::string text;
+    for (int i = 0; i < lines; ++i) text += CriteoLine((*total)++) + "\n";
+    const std::string path = dir / ("part" + std::to_string(f) + (f == 1 ? ".gz" : ".tsv"));
+    if (f == 1) WriteGzipFile(path, text);
+    else WriteFile(path, text);
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+struct Worker {
+  ops::SharedCriteoInput in;
+  std::unique_ptr<QueueRunner> runner;
+  std::thread thread;
+  int64_t steps = 0;
+  Status error;
+};
+
+}  // namespace
+
+TEST_CASE("SharedCriteoBatchQueue: workers train every line once per epoch, also when one dies mid-epoch",
+          "[chunk_queue]") {
+  const bool kill = GENERATE(false, true);
+  TempDir dir("sf_chunk_queue");
+  int64_t total = 0;
+  auto files = WriteCriteoFiles(dir, 4, 400, &total);
+  auto plan = ops::PlanCriteoChunks(files, 6000);  // a dozen chunks; the gzip file is one
+  REQUIRE(plan.ok());
+  REQUIRE(plan->num_chunks() > 6);
+  std::map<int64_t, int64_t> line_of;
+  for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
+
+  Graph g;
+  ops::ChunkQueueOptions qo;
+  qo.num_epochs = 2;
+  Output q = ops::ChunkQueue(g, plan->num_chunks(), qo, "chunks");
+  CriteoReaderOptions ro;
+  constexpr int kWorkers = 3;
+  std::vector<Worker> workers(kWorkers);
+  for (int w = 0; w < kWorkers; ++w)
+    workers[w].in = ops::SharedCriteoBatchQueue(g, q, *plan, ro, /*worker=*/100 + w, /*batch_size=*/64, 0,
+                                                "worker" + std::to_string(w));
+  REQUIRE(g.status().ok());
+  // Workers' graphs name their nodes alike (one program, many processes):
+  // each worker still gets a row queue of its own on a shared task.
+  std::vector<std::string> row_queues;
+  for (int64_t worker : {1, 2}) {
+    Graph wg;
+    auto in = ops::SharedCriteoBatchQueue(wg, ops::ChunkQueue(wg, plan->num_chunks(), qo, "chunks"), *plan, ro, worker,
+                                          64, 0, "same");
+    REQUIRE(wg.status().ok());
+    auto node = wg.FindNode("same/queue");
+    REQUIRE(node.ok());
+    row_queues.push_back(*wg.node(*node).attrs.Get<std::string>("shared_name"));
+  }
+  CHECK(row_queues[0] != row_queues[1]);
+  Session s(g);
+
+  std::mutex mu;
+  std::map<std::pair<int64_t, int64_t>, int> trained;  // (epoch, line) -> times
+  const int victim = kill ? 1 : -1;
+  for (int w = 0; w < kWorkers; ++w) {
+    Worker& wk = workers[w];
+    QueueRunnerOptions r;
+    r.parallel = 2;
+    r.close_target = wk.in.close.name();
+    r.cancel_target = wk.in.cancel.name();
+    wk.runner = std::make_unique<QueueRunner>(s, std::vector<std::string>{wk.in.enqueue.name()}, nullptr, r);
+    REQUIRE(wk.runner->Start().ok());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    workers[w].thread = std::thread([&, w] {
+      Worker& wk = workers[w];
+      for (;;) {
+        auto b = s.Run({}, Fetches{wk.in.categorical, wk.in.ticket, wk.in.pos});
+        if (!b.ok()) {
+          if (b.status().code() != Code::kOutOfRange) {
+            wk.error = b.status();
+            std::fprintf(stderr, "worker %d: %s\n", w, b.status().ToString().c_str());
+          }
+          return;
+        }
+        // The victim dies with a batch dequeued and not trained.
+        if (w == victim && wk.steps == 3) return;
+        const Tensor& ids = (*b)[0];
+        const Tensor& tickets = (*b)[1];
+        {
+          std::lock_guard<std::mutex> l(mu);
+          for (int64_t row = 0; row < ids.shape()[0]; ++row) {
+            const int64_t epoch = tickets.data<int64_t>()[row] / plan->num_chunks();
+            ++trained[{epoch, line_of.at(ids.data<int64_t>()[row * kCriteoCategorical])}];
+          }
+        }
+        auto t = s.Run({{wk.in.trained_ticket, (*b)[1]}, {wk.in.trained_pos, (*b)[2]}}, Fetches{}, {wk.in.trained});
+        if (!t.ok()) {
+          wk.error = t.status();
+          std::fprintf(stderr, "worker %d: %s\n", w, t.status().ToString().c_str());
+          return;
+        }
+        ++wk.steps;
+      }
+    });
+  }
+  if (kill) {
+    // The victim is gone: stop its input and hand its chunks to the others.
+    Worker& v = workers[victim];
+    v.thread.join();
+    v.runner->Stop();
+    CHECK(v.runner->Join().ok());
+    auto released = s.Run({}, Fetches{}, {v.in.release});
+    REQUIRE(released.ok());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    if (workers[w].thread.joinable()) workers[w].thread.join();
+    INFO("worker " << w << ": " << workers[w].error.ToString());
+    CHECK(workers[w].error.ok());
+    if (w != victim) CHECK(workers[w].runner->Join().ok());
+    CHECK(workers[w].steps > 0);
+  }
+  CHECK(trained.size() == static_cast<size_t>(2 * total));
+  int twice = 0;
+  for (const auto& [key, times] : trained) twice += times != 1;
+  CHECK(twice == 0);
+}
+
+TEST_CASE("A shared input's bad chunk fails the worker's enqueue naming the file", "[chunk_queue]") {
+  TempDir dir("sf_chunk_queue_bad");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += CriteoLine(i) + "\n";
+  WriteFile(dir / "good.tsv", text);
+  WriteGzipFile(dir / "cut.gz", text);
+  WriteFile(dir / "gone.tsv", text);
+  auto plan = ops::PlanCriteoChunks({dir / "gone.tsv", dir / "cut.gz"}, 1 << 20);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->num_chunks() == 2);
+  // After planning: one file goes away, the gzip file loses its end.
+  REQUIRE(::unlink((dir / "gone.tsv").c_str()) == 0);
+  struct stat st;
+  REQUIRE(::stat((dir / "cut.gz").c_str(), &st) == 0);
+  REQUIRE(::truncate((dir / "cut.gz").c_str(), st.st_size / 2) == 0);
+
+  Graph g;
+  Output q = ops::ChunkQueue(g, plan->num_chunks(), {}, "chunks");
+  auto in = ops::SharedCriteoBatchQueue(g, q, *plan, CriteoReaderOptions{}, 1, 64);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  auto first = s.Run({}, Fetches{}, {in.enqueue});
+  CHECK(first.status().code() == Code::kNotFound);
+  CHECK_THAT(first.status().message(), Catch::Contains("gone.tsv"));
+  auto second = s.Run({}, Fetches{}, {in.enqueue});
+  CHECK(second.status().code() == Code::kDataLoss);
+  CHECK_THAT(second.status().message(), Catch::Contains("cut.gz"));
+
+  // A plan that names a missing file fails when it is made, naming it.
+  auto missing = ops::PlanCriteoChunks({dir / "good.tsv", dir / "nowhere.tsv"}, 1000);
+  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK_THAT(missing.status().message(), Catch::Contains("nowhere.tsv"));
+  // Two workers whose plans differ cannot share a chunk queue.
+  Graph g2;
+  Output a = ops::ChunkQueue(g2, 3, {}, "shared");
+  Output b = ops::ChunkQueue(g2, 4, {}, "shared");
+  Session s2(g2);
+  auto both = s2.Run({}, Fetches{a, b});
+  CHECK(both.status().code() == Code::kInvalidArgument);
+  CHECK_THAT(both.status().message(), Catch::Contains("same files"));
+}

@@ -1,0 +1,174 @@
+// ChunkLeases, the state machine behind the chunk queue: tickets once per
+// epoch over several workers, a released or silent worker's chunk resumed by
+// another after its trained rows, refused reports, and a property test of
+// "every line trained exactly once per epoch" over seeded runs with workers
+// dying at random. Time is a number the test moves.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "kernels/chunk_leases.h"
+
+using namespace sf;
+using Took = ChunkLeases::Took;
+
+TEST_CASE("ChunkLeases: tickets go out once per epoch, in order, over several workers", "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{3, 2, 1000});
+  std::vector<int64_t> handed;
+  ChunkTicket t;
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(q.Take(i % 2, 0, &t) == Took::kTicket);
+    CHECK(t.chunk == i % 3);
+    CHECK(t.epoch == i / 3);
+    CHECK(t.skip == 0);
+    handed.push_back(t.ticket);
+  }
+  CHECK(handed == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(q.Take(7, 0, &t) == Took::kWait);  // all out, none done: one may come back
+  CHECK(q.Waiting());
+  for (int64_t k : handed) {
+    REQUIRE(q.Trained(k % 2, k, 10, 1).ok());
+    REQUIRE(q.Read(k % 2, k, 10, 1).ok());
+  }
+  CHECK(q.stats().done == 6);
+  CHECK(q.Take(7, 2, &t) == Took::kEnd);
+  CHECK(q.NextExpiry() == -1);
+}
+
+TEST_CASE("ChunkLeases: a chunk is done once read to its end and trained up to its last row, in either order",
+          "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{2, 1, 1000});
+  ChunkTicket a, b;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(1, 0, &b) == Took::kTicket);
+  REQUIRE(q.Trained(1, a.ticket, 7, 0).ok());
+  CHECK(q.stats().done == 0);  // the end of the chunk is not known yet
+  REQUIRE(q.Read(1, a.ticket, 7, 0).ok());
+  CHECK(q.stats().done == 1);
+  REQUIRE(q.Read(1, b.ticket, 0, 0).ok());  // a chunk without a good line is done when read
+  CHECK(q.stats().done == 2);
+  // A report for a finished chunk comes from a worker that lost it: refused.
+  CHECK(q.Trained(1, a.ticket, 7, 0).code() == Code::kFailedPrecondition);
+  CHECK(q.stats().refused == 1);
+  CHECK(q.Trained(1, 99, 1, 0).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("ChunkLeases: a released worker's chunk goes to another, resuming after its trained rows",
+          "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{2, 1, 1000});
+  ChunkTicket a, b, again;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &b) == Took::kTicket);
+  REQUIRE(q.Read(1, a.ticket, 50, 0).ok());
+  REQUIRE(q.Trained(1, a.ticket, 20, 0).ok());
+  CHECK(q.Release(1) == 1);
+  REQUIRE(q.Take(2, 0, &again) == Took::kTicket);
+  CHECK(again.ticket == a.ticket);
+  CHECK(again.skip == 20);
+  // The released worker's report is refused, naming the chunk.
+  Status s = q.Trained(1, a.ticket, 30, 0);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("chunk 0 of epoch 0"));
+  CHECK(q.stats().refused == 1);
+  REQUIRE(q.Read(2, again.ticket, 50, 0).ok());
+  REQUIRE(q.Trained(2, again.ticket, 50, 0).ok());
+  CHECK(q.stats().done == 1);
+}
+
+TEST_CASE("ChunkLeases: a worker silent for lease_ms loses its chunks; any call renews them", "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{2, 1, 100});
+  ChunkTicket a, b, t;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &b) == Took::kTicket);
+  CHECK(q.NextExpiry() == 100);
+  REQUIRE(q.Trained(1, a.ticket, 5, 90).ok());  // worker 1 renews until 190
+  CHECK(q.Take(3, 99, &t) == Took::kWait);
+  CHECK(q.Take(3, 100, &t) == Took::kTicket);   // worker 2's lease ended at 100
+  CHECK(t.ticket == b.ticket);
+  CHECK(q.Expire(189) == 0);
+  CHECK(q.Expire(190) == 1);  // worker 1's too
+  CHECK(q.Take(3, 190, &t) == Took::kTicket);
+  CHECK(t.ticket == a.ticket);
+  CHECK(t.skip == 5);
+  CHECK(q.stats().returned == 2);
+}
+
+TEST_CASE("ChunkLeases: options out of range are refused by name", "[chunk_leases]") {
+  CHECK_THAT(ValidateChunkLeaseOptions({0, 1, 10}).message(), Catch::Contains("num_chunks"));
+  CHECK_THAT(ValidateChunkLeaseOptions({4, 1, 0}).message(), Catch::Contains("lease_ms"));
+  CHECK_THAT(ValidateChunkLeaseOptions({int64_t{1} << 30, int64_t{1} << 20, 10}).message(),
+             Catch::Contains("num_epochs"));
+  CHECK(ValidateChunkLeaseOptions({4, 0, 10}).ok());  // endless
+}
+
+// Workers train chunks of `lines` lines a batch at a time; each step a
+// random worker acts, and now and then one dies (released, or silent until
+// its lease ends). A worker's batch counts as trained when its report is
+// accepted (the update and the report of one step, as SharedCriteoBatchQueue
+// runs them): every line of every epoch must be trained exactly once.
+TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers die (500 seeded runs)",
+          "[chunk_leases]") {
+  for (uint64_t seed = 1; seed <= 500; ++seed) {
+    std::mt19937_64 rng(seed);
+    const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
+    ChunkLeases q(ChunkLeaseOptions{chunks, epochs, lease});
+    struct Worker {
+      int64_t id = 0;
+      bool has = false;
+      ChunkTicket t;
+      int64_t next = 0;  // the next line to train (1-based)
+    };
+    std::vector<Worker> workers(1 + rng() % 4);
+    int64_t next_id = 0;
+    for (Worker& w : workers) w.id = next_id++;
+    std::map<std::pair<int64_t, int64_t>, int> trained;  // (ticket, line) -> times
+    int64_t now = 0;
+    bool ended = false;
+    for (int step = 0; step < 100000 && !ended; ++step) {
+      now += rng() % 3;
+      Worker& w = workers[rng() % workers.size()];
+      const int what = static_cast<int>(rng() % 100);
+      if (what < 3) {  // dies, released at once
+        q.Release(w.id);
+        w = Worker{next_id++};
+        continue;
+      }
+      if (what < 5) {  // dies silently: a new worker takes its place; the lease ends later
+        w = Worker{next_id++};
+        continue;
+      }
+      if (!w.has) {
+        const Took took = q.Take(w.id, now, &w.t);
+        if (took == Took::kEnd) ended = true;
+        if (took != Took::kTicket) continue;
+        w.has = true;
+        w.next = w.t.skip + 1;
+        continue;
+      }
+      const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
+      if (w.next <= lines) {
+        Status s = q.Trained(w.id, w.t.ticket, upto, now);
+        if (s.ok())
+          for (int64_t l = w.next; l <= upto; ++l) ++trained[{w.t.ticket, l}];
+        else
+          REQUIRE(s.code() == Code::kFailedPrecondition);  // lost its lease: it drops the chunk
+        if (!s.ok()) {
+          w.has = false;
+          continue;
+        }
+        w.next = upto + 1;
+      }
+      if (w.next > lines) {
+        Status s = q.Read(w.id, w.t.ticket, lines, now);
+        REQUIRE((s.ok() || s.code() == Code::kFailedPrecondition));
+        w.has = false;
+      }
+    }
+    INFO("seed " << seed << ": " << chunks << " chunks, " << epochs << " epochs, " << lines << " lines");
+    REQUIRE(ended);
+    REQUIRE(static_cast<int64_t>(trained.size()) == chunks * epochs * lines);
+    for (const auto& [key, times] : trained) REQUIRE(times == 1);
+  }
+}
