@@ -2,7 +2,7 @@
 
 namespace sf {
 
-QueueRunner::QueueRunner(Session& session, std::vector<std::string> enqueue_targets, FeedFn feeds,
+QueueRunner::QueueRunner(SessionInterface& session, std::vector<std::string> enqueue_targets, FeedFn feeds,
                          QueueRunnerOptions options)
     : session_(session), targets_(std::move(enqueue_targets)), feeds_(std::move(feeds)),
       options_(std::move(options)) {}

@@ -16,8 +16,15 @@ struct Layer {
   Output w, b;
 };
 
-// A fully connected layer in -> out: Glorot-uniform weights, zero bias.
-Layer MakeLayer(Graph& g, const std::string& name, int64_t in, int64_t out, uint64_t seed) {
+// The device of the n-th variable or table shard: task n % tasks ("" without tasks).
+std::string VariableDevice(const DlrmOptions& o, int64_t n) {
+  return o.tasks > 0 ? "/job:worker/task:" + std::to_string(n % o.tasks) : "";
+}
+
+// A fully connected layer in -> out: Glorot-uniform weights, zero bias;
+// both on `device` (its variables escape the tower's scope).
+Layer MakeLayer(Graph& g, const std::string& name, int64_t in, int64_t out, uint64_t seed, const std::string& device) {
+  auto on = g.DeviceScope(device);
   const double a = std::sqrt(6.0 / static_cast<double>(in + out));
   return {ops::Variable(g, name + "/w", ops::RandomUniform(g, {in, out}, -a, a, static_cast<int64_t>(seed))),
           ops::Variable(g, name + "/b", ops::Zeros(g, DType::kFloat32, {out}))};
@@ -45,6 +52,7 @@ Status ValidateDlrmOptions(const DlrmOptions& o) {
   if (o.min_count < 0 || o.ttl_steps < 0 || o.max_rows < 0)
     return InvalidArgument("DLRM: min_count, ttl_steps and max_rows must be >= 0");
   if (!(o.table_lr > 0) || !(o.mlp_lr > 0)) return InvalidArgument("DLRM: learning rates must be positive");
+  if (o.tasks < 0) return InvalidArgument("DLRM: tasks must be >= 0, got " + std::to_string(o.tasks));
   if (o.mlp_optimizer != "adam" && o.mlp_optimizer != "sgd")
     return InvalidArgument("DLRM: the MLP optimizer must be adam or sgd, got '" + o.mlp_optimizer + "'");
   return Status::OK();
@@ -52,10 +60,16 @@ Status ValidateDlrmOptions(const DlrmOptions& o) {
 
 Status BuildDlrm(Graph& g, const DlrmOptions& o, DlrmModel* m) {
   SF_RETURN_IF_ERROR(ValidateDlrmOptions(o));
+  // Only the dense computation is put on the tower: ops that take a
+  // variable's handle (lookups, updates, initialisers) go where it lives.
   const int64_t dim = o.bottom.back();
-  auto dense = ops::Placeholder(g, DType::kFloat32, {-1, kCriteoDense}, m->dense);
-  auto categorical = ops::Placeholder(g, DType::kInt64, {-1, kCriteoCategorical}, m->categorical);
-  auto label = ops::Placeholder(g, DType::kFloat32, {-1}, m->label);
+  Output dense, categorical, label;
+  {
+    auto tower = g.DeviceScope(o.tower_device);
+    dense = ops::Placeholder(g, DType::kFloat32, {-1, kCriteoDense}, m->dense);
+    categorical = ops::Placeholder(g, DType::kInt64, {-1, kCriteoCategorical}, m->categorical);
+    label = ops::Placeholder(g, DType::kFloat32, {-1}, m->label);
+  }
 
   HashEmbeddingTableOptions h;
   h.num_shards = o.shards;
@@ -68,29 +82,39 @@ Status BuildDlrm(Graph& g, const DlrmOptions& o, DlrmModel* m) {
   h.scale = 0.05;
   EmbeddingTable table = NewHashEmbeddingTable(g, "emb", dim, h);
   SF_RETURN_IF_ERROR(g.status());
+  for (size_t s = 0; s < table.shards.size(); ++s) g.mutable_node(table.shards[s].node).device = VariableDevice(o, s);
 
   std::vector<Layer> bottom, top;
   int64_t in = kCriteoDense;
   uint64_t seed = o.seed * 64 + 8;
   for (size_t i = 0; i < o.bottom.size(); ++i, ++seed) {
-    bottom.push_back(MakeLayer(g, "bottom/" + std::to_string(i), in, o.bottom[i], seed));
+    bottom.push_back(MakeLayer(g, "bottom/" + std::to_string(i), in, o.bottom[i], seed, VariableDevice(o, seed)));
     in = o.bottom[i];
   }
   in = dim + (kCriteoCategorical + 1) * kCriteoCategorical / 2;
   for (size_t i = 0; i < o.top.size(); ++i, ++seed) {
-    top.push_back(MakeLayer(g, "top/" + std::to_string(i), in, o.top[i], seed));
+    top.push_back(MakeLayer(g, "top/" + std::to_string(i), in, o.top[i], seed, VariableDevice(o, seed)));
     in = o.top[i];
   }
   auto logits_of = [&](const EmbeddingTable& t) {
-    Output v0 = Mlp(g, dense, bottom, /*last_linear=*/false);                     // [n, dim]
     Output emb = ops::EmbeddingLookup(g, t, categorical, "none");                // [n, 26, dim]
+    auto tower = g.DeviceScope(o.tower_device);
+    Output v0 = Mlp(g, dense, bottom, /*last_linear=*/false);                     // [n, dim]
     return ops::Reshape(g, Mlp(g, ops::DotInteraction(g, v0, emb), top, true), std::vector<int64_t>{-1});
   };
   Output logits = logits_of(table);
-  // Logistic loss, stable form: softplus(z) - y z.
-  Output loss = ops::Identity(g, ops::Mean(g, ops::Softplus(g, logits) - label * logits), "loss");
+  Output loss, eval_logits;
+  {
+    auto tower = g.DeviceScope(o.tower_device);
+    // Logistic loss, stable form: softplus(z) - y z.
+    loss = ops::Identity(g, ops::Mean(g, ops::Softplus(g, logits) - label * logits), "loss");
+  }
   // Evaluation reads the table through a view: no row made, no sighting counted.
-  Output eval_logits = ops::Identity(g, logits_of(ReadOnlyView(table)), "eval_logits");
+  Output view_logits = logits_of(ReadOnlyView(table));
+  {
+    auto tower = g.DeviceScope(o.tower_device);
+    eval_logits = ops::Identity(g, view_logits, "eval_logits");
+  }
   for (const Output& x : ops::HashEmbeddingShardMetrics(g, table)) m->metrics.push_back(x.name());
   SF_RETURN_IF_ERROR(g.status());
 

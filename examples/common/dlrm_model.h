@@ -35,6 +35,13 @@ struct DlrmOptions {
   double mlp_lr = 0.001;           // the MLPs' optimizer
   std::string mlp_optimizer = "adam";  // "adam" or "sgd"
   uint64_t seed = 1;
+  // On a cluster (between-graph workers, each building this graph): with
+  // tasks > 0 the table's shard s lives on "/job:worker/task:s % tasks" and
+  // the MLPs' variables on tasks in turn, the same in every worker's graph,
+  // and the computation goes to tower_device (the worker's task). 0: no
+  // device requested (one process).
+  int tasks = 0;
+  std::string tower_device;
 };
 
 // What a program runs; every name is a node or tensor name of the graph.

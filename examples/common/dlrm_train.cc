@@ -38,7 +38,27 @@ Result<DlrmInput> AddDlrmInput(Graph& g, const std::vector<std::string>& files, 
   return in;
 }
 
-DlrmTrainer::DlrmTrainer(Session& session, const DlrmModel& model, const DlrmInput& input)
+Result<DlrmInput> AddSharedDlrmInput(Graph& g, const DlrmModel& m, Output chunk_queue,
+                                     const ops::CriteoChunkPlan& plan, const DlrmInputOptions& o, int64_t worker,
+                                     const std::string& name) {
+  ops::SharedCriteoInput q = ops::SharedCriteoBatchQueue(g, chunk_queue, plan, CriteoReaderOptions{}, worker, o.batch,
+                                                         0, name);
+  SF_RETURN_IF_ERROR(g.status());
+  // Rows count as trained once the step's update ran.
+  SF_ASSIGN_OR_RETURN(int train, g.FindNode(m.train));
+  SF_RETURN_IF_ERROR(g.AddControlInput(q.trained.node, train));
+  DlrmInput in{q.label.name(), q.dense.name(), q.categorical.name(), q.enqueue.name(), q.close.name(),
+               q.cancel.name()};
+  in.ticket = q.ticket.name();
+  in.pos = q.pos.name();
+  in.trained_ticket = q.trained_ticket.name();
+  in.trained_pos = q.trained_pos.name();
+  in.trained = q.trained.name();
+  in.release = q.release.name();
+  return in;
+}
+
+DlrmTrainer::DlrmTrainer(SessionInterface& session, const DlrmModel& model, const DlrmInput& input)
     : session_(session), model_(model), input_(input) {}
 
 DlrmTrainer::~DlrmTrainer() {
@@ -70,8 +90,9 @@ Status DlrmTrainer::Stop() {
 void DlrmTrainer::Prefetch() {
   auto promise = std::make_shared<std::promise<Batch>>();
   pending_ = promise->get_future();
-  session_.RunAsync({}, {input_.label, input_.dense, input_.categorical}, {},
-                    [promise](Batch b) { promise->set_value(std::move(b)); });
+  Fetches fetches{input_.label, input_.dense, input_.categorical};
+  if (!input_.trained.empty()) fetches = Fetches{input_.label, input_.dense, input_.categorical, input_.ticket, input_.pos};
+  session_.RunAsync({}, fetches, {}, [promise](Batch b) { promise->set_value(std::move(b)); });
 }
 
 DlrmTrainer::Batch DlrmTrainer::NextBatch(double* wait_secs) {
@@ -95,14 +116,28 @@ Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss, const RunOptions& options) {
   step.rows = (*batch)[0].num_elements();
   const auto t0 = std::chrono::steady_clock::now();
   FeedMap feeds = {{model_.label, (*batch)[0]}, {model_.dense, (*batch)[1]}, {model_.categorical, (*batch)[2]}};
-  auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, {model_.train}, options);
+  Targets targets{model_.train};
+  if (!input_.trained.empty()) {
+    // The report runs in the step that trains the rows (after the update: a control edge).
+    feeds.push_back({input_.trained_ticket, (*batch)[3]});
+    feeds.push_back({input_.trained_pos, (*batch)[4]});
+    targets = Targets{model_.train, input_.trained};
+  }
+  auto r = session_.Run(feeds, fetch_loss ? Fetches{model_.loss} : Fetches{}, targets, options);
   if (!r.ok()) return r.status();
   step.train_secs = Seconds(t0);
   if (fetch_loss) step.loss = (*r)[0].data<float>()[0];
   return step;
 }
 
-Result<DlrmEval> EvaluateDlrm(Session& session, const DlrmModel& model, const DlrmInput& input) {
+Result<int64_t> DlrmTrainer::Release() {
+  if (input_.release.empty()) return int64_t{0};
+  auto r = session_.Run({}, {input_.release});
+  if (!r.ok()) return r.status().WithPrefix("releasing the worker's chunks");
+  return (*r)[0].scalar_as<int64_t>();
+}
+
+Result<DlrmEval> EvaluateDlrm(SessionInterface& session, const DlrmModel& model, const DlrmInput& input) {
   std::vector<float> scores, labels;
   double loss = 0;
   for (;;) {

@@ -16,6 +16,11 @@
 // has its batch, so it overlaps that step's training; a step waits only when
 // that dequeue has not finished (the queue ran dry), and that wait is its
 // input wait. Thread-safety: a DlrmTrainer is used from one thread.
+//
+// Workers sharing one input (AddSharedDlrmInput, include/shardflow/chunk_queue_ops.h)
+// take its chunks from a chunk queue; a step then also reports its rows
+// trained (the input's `trained` op, in the training step's run), so a
+// worker that dies has its chunk finished by another from the next row.
 #pragma once
 
 #include <future>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "examples/common/dlrm_model.h"
+#include "shardflow/chunk_queue_ops.h"
 #include "shardflow/queue_runner.h"
 #include "shardflow/reader_ops.h"
 #include "shardflow/session.h"
@@ -43,11 +49,21 @@ struct DlrmInputOptions {
 struct DlrmInput {
   std::string label, dense, categorical;  // one batch per run
   std::string enqueue, close, cancel;     // "" without the queue
+  // A shared input's (else ""): each row's chunk ticket and line, and the
+  // report of rows trained (fed trained_ticket, trained_pos) and the release.
+  std::string ticket, pos, trained_ticket, trained_pos, trained, release;
 };
 
 // Adds the reader (and queue) over files under `name`; the graph's error otherwise.
 Result<DlrmInput> AddDlrmInput(Graph& g, const std::vector<std::string>& files, const DlrmInputOptions& o,
                                const std::string& name);
+// Adds worker's input from the chunks of plan handed out by chunk_queue
+// (o.batch rows per step; epochs are the chunk queue's; a run of the
+// enqueue reads one chunk), its report of trained rows running after m's
+// training update; the graph's error otherwise.
+Result<DlrmInput> AddSharedDlrmInput(Graph& g, const DlrmModel& m, Output chunk_queue,
+                                     const ops::CriteoChunkPlan& plan, const DlrmInputOptions& o, int64_t worker,
+                                     const std::string& name);
 
 struct DlrmStep {
   int64_t rows = 0;
@@ -59,7 +75,7 @@ struct DlrmStep {
 class DlrmTrainer {
  public:
   // REQUIRES: session, model and input outlive the trainer.
-  DlrmTrainer(Session& session, const DlrmModel& model, const DlrmInput& input);
+  DlrmTrainer(SessionInterface& session, const DlrmModel& model, const DlrmInput& input);
   ~DlrmTrainer();
   // Starts the queue runner (nothing without the queue).
   Status Start();
@@ -69,6 +85,9 @@ class DlrmTrainer {
   Status Skip();
   // Stops the runner (and waits for the dequeue in flight); its error, if any.
   Status Stop();
+  // A shared input: gives this worker's chunks back (a worker leaving before
+  // the input ends); how many it held. 0 otherwise.
+  Result<int64_t> Release();
 
  private:
   using Batch = Result<std::vector<Tensor>>;
@@ -78,7 +97,7 @@ class DlrmTrainer {
   // the next one when it is a batch; *wait_secs: the time spent waiting.
   Batch NextBatch(double* wait_secs);
 
-  Session& session_;
+  SessionInterface& session_;
   const DlrmModel& model_;
   const DlrmInput& input_;
   std::unique_ptr<QueueRunner> runner_;
@@ -91,6 +110,6 @@ struct DlrmEval {
 };
 // Reads `input` to its end and scores every example with the model's
 // evaluation logits (the table read-only): AUC and mean log loss.
-Result<DlrmEval> EvaluateDlrm(Session& session, const DlrmModel& model, const DlrmInput& input);
+Result<DlrmEval> EvaluateDlrm(SessionInterface& session, const DlrmModel& model, const DlrmInput& input);
 
 }  // namespace sf::examples

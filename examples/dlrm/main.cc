@@ -13,12 +13,16 @@
 // last held out; the summary's planted_auc is then the planted model's AUC
 // on the held-out lines: the ceiling a model can reach there.
 //
-// Training runs in one process (--local, the only mode today): one pass per
-// epoch over the training files, batches of --batch rows, until the input
-// ends or --steps steps; then the held-out AUC and log loss. With
-// --checkpoint-dir it saves every --checkpoint-every steps and at the end,
-// and resumes from the newest checkpoint there (skipping the batches it had
-// trained on).
+// Training runs in one process (--local, the default): one pass per epoch
+// over the training files, batches of --batch rows, until the input ends or
+// --steps steps; then the held-out AUC and log loss. With --checkpoint-dir
+// it saves every --checkpoint-every steps and at the end, and resumes from
+// the newest checkpoint there (skipping the batches it had trained on).
+// --nodes N --workers W trains on a local cluster of N node processes with W
+// worker sessions sharing the training files through a chunk queue
+// (examples/common/dlrm_cluster.h; every line once per epoch); the summary's
+// "mode" is then "cluster" and it adds "nodes", "workers" and "chunks".
+// --checkpoint-dir works with --local only.
 //
 // --json prints {"step", "loss", "examples_per_sec"} every --log-every steps
 // and last the summary {"mode", "steps", "batch", "examples", "train_secs",
@@ -37,6 +41,7 @@
 #include "examples/common/auc.h"
 #include "examples/common/checkpoint_dir.h"
 #include "examples/common/criteo_synth.h"
+#include "examples/common/dlrm_cluster.h"
 #include "examples/common/dlrm_model.h"
 #include "examples/common/dlrm_train.h"
 #include "examples/common/flags.h"
@@ -132,9 +137,11 @@ int main(int argc, char** argv) {
       .String("checkpoint-dir", "", "checkpoint into DIR and resume from its newest checkpoint")
       .Int("checkpoint-every", 0, "steps between checkpoints (0: only at the end)")
       .Int("log-every", 200, "steps between progress lines")
-      .Bool("local", "train in this process (the default; the only mode today)")
-      .Int("nodes", 0, "not built yet: a cluster run (use --local)")
-      .Int("workers", 0, "not built yet: data-parallel workers (use --local)")
+      .Bool("local", "train in this process (the default)")
+      .Int("nodes", 0, "train on a local cluster of this many node processes (with --workers)")
+      .Int("workers", 0, "with --nodes: worker sessions sharing the training files")
+      .Int("chunk-mb", 4, "with --nodes: the training files are handed to workers in chunks of this many MiB")
+      .Int("lease-ms", 30000, "with --nodes: a silent worker's chunks go to the others after this long")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "dlrm");
   KeepTensorMemoryWarm();
@@ -157,8 +164,13 @@ int main(int argc, char** argv) {
   const int64_t checkpoint_every = flags.GetInt("checkpoint-every");
   const std::string checkpoint_dir = flags.GetString("checkpoint-dir");
   std::string bad;
-  if (flags.GetInt("nodes") != 0 || flags.GetInt("workers") != 0)
-    bad = "--nodes and --workers are not built yet: DLRM trains in one process (--local)";
+  const bool cluster = flags.GetInt("nodes") != 0 || flags.GetInt("workers") != 0;
+  if (cluster && flags.GetBool("local")) bad = "--local trains in this process: drop --nodes and --workers";
+  else if (cluster && (flags.GetInt("nodes") < 1 || flags.GetInt("workers") < 1))
+    bad = "--nodes and --workers must both be at least 1";
+  else if (cluster && !checkpoint_dir.empty()) bad = "--checkpoint-dir works with --local only";
+  else if (cluster && (flags.GetInt("chunk-mb") < 1 || flags.GetInt("lease-ms") < 1))
+    bad = "--chunk-mb and --lease-ms must be at least 1";
   else if (io.batch < 1 || io.batch > (int64_t{1} << 20)) bad = "--batch must be in [1, 2^20]";
   else if (io.epochs < 1) bad = "--epochs must be at least 1";
   else if (io.reader_threads < 1 || io.reader_threads > 64) bad = "--reader-threads must be in [1, 64]";
@@ -194,6 +206,38 @@ int main(int argc, char** argv) {
   if (!json)
     std::printf("%zu training file(s), %zu held out%s (%.1f s)\n", data->train.size(), data->test.size(),
                 data->planted_auc >= 0 ? ", synthetic" : "", data_secs);
+
+  if (cluster) {
+    DlrmClusterOptions co;
+    co.nodes = static_cast<int>(flags.GetInt("nodes"));
+    co.workers = static_cast<int>(flags.GetInt("workers"));
+    co.chunk_bytes = flags.GetInt("chunk-mb") << 20;
+    co.lease_ms = flags.GetInt("lease-ms");
+    co.max_steps = max_steps;
+    co.log_every = log_every;
+    co.json = json;
+    co.data_dir = flags.GetString("data").empty() ? synth_dir.path() : flags.GetString("data");
+    auto r = TrainDlrmOnCluster(mo, io, data->train, data->test, co);
+    if (!r.ok()) return Fail(r.status());
+    const double eps = r->train_secs > 0 ? r->examples / r->train_secs : 0;
+    const double wait = r->train_secs > 0 ? r->input_wait_secs / (r->train_secs * co.workers) : 0;
+    if (json) {
+      JsonLine line;
+      line.Add("mode", "cluster").Add("nodes", int64_t{co.nodes}).Add("workers", int64_t{co.workers})
+          .Add("chunks", r->chunks).Add("steps", r->steps).Add("batch", io.batch).Add("examples", r->examples)
+          .Add("train_secs", r->train_secs).Add("examples_per_sec", eps).Add("input_wait_fraction", wait)
+          .Add("final_loss", r->final_loss).Add("auc", r->eval.auc).Add("logloss", r->eval.logloss)
+          .Add("test_examples", r->eval.examples);
+      if (data->planted_auc >= 0) line.Add("planted_auc", data->planted_auc);
+      line.Add("table_rows", r->table.rows).Add("table_bytes", r->table.bytes).Add("data_secs", data_secs)
+          .Add("wall_secs", SecondsSince(wall0)).Print();
+    } else {
+      std::printf("%d nodes, %d workers: %lld steps, %.0f examples/s; held-out AUC %.4f, log loss %.4f on %lld "
+                  "examples\n", co.nodes, co.workers, (long long)r->steps, eps, r->eval.auc, r->eval.logloss,
+                  (long long)r->eval.examples);
+    }
+    return 0;
+  }
 
   Graph g;
   DlrmModel m;

@@ -40,8 +40,8 @@ class QueueRunner {
   // any other error ends it and is what Join returns. Null = no feeds.
   using FeedFn = std::function<Result<FeedMap>(int loop)>;
 
-  // REQUIRES: session outlives the runner.
-  QueueRunner(Session& session, std::vector<std::string> enqueue_targets, FeedFn feeds,
+  // session: any kind (Session, ClusterSession). REQUIRES: it outlives the runner.
+  QueueRunner(SessionInterface& session, std::vector<std::string> enqueue_targets, FeedFn feeds,
               QueueRunnerOptions options = {});
   // Stops and joins.
   ~QueueRunner();
@@ -62,7 +62,7 @@ class QueueRunner {
   void Next(int loop);
   void EndLoop(const Status& s);
 
-  Session& session_;
+  SessionInterface& session_;
   const std::vector<std::string> targets_;
   const FeedFn feeds_;
   const QueueRunnerOptions options_;

@@ -1,4 +1,5 @@
 // build/bin/dlrm: learns a synthetic Criteo-format log read in the graph,
+// in one process and on a local cluster with workers sharing the files,
 // resumes from its checkpoint, and refuses bad input by name.
 #include <catch2/catch.hpp>
 
@@ -34,6 +35,19 @@ TEST_CASE("dlrm --json learns a synthetic log and reports held-out AUC and log l
   CHECK(JsonNumber(s, "table_rows") > 1000);
 }
 
+TEST_CASE("dlrm --nodes 2 --workers 3 trains every line once on a local cluster and learns", "[examples][dlrm]") {
+  auto r = RunCommand(Dlrm() + " --nodes 2 --workers 3 --json --lines 30000 --max-cardinality 20000 --chunk-mb 1 "
+                      "--log-every 20");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string s = LastLine(r.out);
+  CHECK(s.find("\"mode\": \"cluster\"") != std::string::npos);
+  CHECK(JsonNumber(s, "examples") == 24000);  // 4 of the 5 files, each line once over the workers
+  CHECK(JsonNumber(s, "test_examples") == 6000);
+  CHECK(JsonNumber(s, "chunks") >= 4);
+  CHECK(JsonNumber(s, "auc") > 0.6);
+}
+
 TEST_CASE("dlrm resumes from its checkpoint past the batches it trained on", "[examples][dlrm]") {
   TempDir data("sf_dlrm_data"), ckpt("sf_dlrm_ckpt");
   auto made = RunCommand(std::string(SF_BIN_DIR) + "/criteo_synth --lines 12000 --files 3 --max-cardinality 5000 --out " +
@@ -64,7 +78,10 @@ TEST_CASE("dlrm refuses bad input by name", "[examples][dlrm]") {
   CHECK(single.out.find("--test-files") != std::string::npos);
   auto cluster = RunCommand(Dlrm() + " --nodes 2 2>&1");
   CHECK(cluster.code == 2);
-  CHECK(cluster.out.find("not built yet") != std::string::npos);
+  CHECK(cluster.out.find("--workers") != std::string::npos);
+  auto both = RunCommand(Dlrm() + " --local --nodes 2 --workers 2 2>&1");
+  CHECK(both.code == 2);
+  CHECK(both.out.find("--local") != std::string::npos);
   auto batch = RunCommand(Dlrm() + " --batch 0 2>&1");
   CHECK(batch.code == 2);
   CHECK(batch.out.find("--batch") != std::string::npos);
