@@ -167,7 +167,9 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
   for (auto& c : changes) {
     Result<int64_t> id = NotFound("");
     if (c.value.valid() && !c.rows.valid()) {
-      id = Resolve(c.name, c.value.dtype(), PartialShape(c.value.shape()));
+      // A hash shard's state grows with its table: its variable has no fixed shape.
+      id = Resolve(c.name, c.value.dtype(),
+                   IsHashShardState(c.value) ? PartialShape::Unknown() : PartialShape(c.value.shape()));
     } else if (c.value.valid() && c.leading >= 0 && c.value.rank() >= 1) {
       // A piece of a variable sent whole in pieces: defined by its full shape,
       // which must fit in memory (a peer names the leading dimension).

@@ -153,7 +153,7 @@ struct Workers {
 int RunReplicated(const Config& c, Graph& g, Operation train, Output counter, const Operation& init,
                   const std::vector<Tensor>& batch_ids, const std::vector<Tensor>& batch_labels) {
   LocalCluster cluster;
-  cluster.SetNodeArgs({"--replicas", "2"});
+  cluster.SetReplicas(2);
   auto t0 = Clock::now();
   Status st = cluster.Start(static_cast<int>(c.nodes), 3600);
   if (!st.ok()) return Fail(st);
@@ -331,6 +331,7 @@ int main(int argc, char** argv) {
   if (c.replicas == 2) return RunReplicated(c, g, *train, counter, init, batch_ids, batch_labels);
 
   LocalCluster cluster;
+  cluster.SetReplicas(1);  // recovery from the checkpoint
   auto t0 = Clock::now();
   Status st = cluster.Start(static_cast<int>(c.nodes), 3600);
   if (!st.ok()) return Fail(st);

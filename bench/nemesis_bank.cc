@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   LocalCluster cluster;
-  cluster.SetNodeArgs({"--replicas", "2"});
+  cluster.SetReplicas(2);
   if (Status s = cluster.Start(static_cast<int>(c.nodes), static_cast<double>(c.seconds) + 300); !s.ok()) {
     std::fprintf(stderr, "nemesis_bank: %s\n", s.ToString().c_str());
     return 1;

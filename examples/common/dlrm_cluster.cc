@@ -87,10 +87,9 @@ Result<DlrmClusterResult> TrainDlrmOnCluster(const DlrmOptions& model, const Dlr
   SF_ASSIGN_OR_RETURN(plan.files, RelativeTo(o.data_dir, plan.files));
   SF_ASSIGN_OR_RETURN(std::vector<std::string> test_files, RelativeTo(o.data_dir, test));
   LocalCluster cluster;
-  // One replica of each slot: this example measures training, not failover
-  // (and backups of hash-table shards were refused by shape when tried:
-  // "variable 'emb/part_1' exists as int64[3,12], not int64[4098,20]").
-  cluster.SetNodeArgs({"--replicas", "1", "--data-dir", o.data_dir});
+  // One replica of each slot: this example measures training, not failover.
+  cluster.SetReplicas(1);
+  cluster.SetNodeArgs({"--data-dir", o.data_dir});
   SF_RETURN_IF_ERROR(cluster.Start(o.nodes, 3600));
   ClusterOptions co;
   co.address = cluster.addresses()[0];

@@ -23,10 +23,6 @@
 
 namespace sf::examples {
 
-namespace {
-const std::vector<std::string> kTwoReplicas = {"--replicas", "2"};
-}  // namespace
-
 std::string ProgramDir() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -160,9 +156,7 @@ Status LocalCluster::WaitMembers(int n, int timeout_ms) {
       // A slot moves by first copying it to its new holder as a backup:
       // with one replica any backup is such a move; with two, one not synced
       // yet may be.
-      const bool one_replica =
-          std::search(node_args_.begin(), node_args_.end(), kTwoReplicas.begin(), kTwoReplicas.end()) ==
-          node_args_.end();
+      const bool one_replica = replicas_ < 2;
       for (size_t s = 0; s < m->backup.size(); ++s)
         moving = moving || (!m->backup[s].empty() && (one_replica || s >= m->synced.size() || !m->synced[s]));
       int live = 0;
@@ -198,7 +192,7 @@ Result<std::string> LocalCluster::Spawn(double lifetime_s) {
     args.push_back(tls_dir_);
   }
   // A 1 s lease: a hung node is gone for everyone within about a second.
-  args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1"});
+  args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1", "--replicas", std::to_string(replicas_)});
   args.insert(args.end(), node_args_.begin(), node_args_.end());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();

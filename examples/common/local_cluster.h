@@ -47,6 +47,10 @@ class LocalCluster {
   pid_t pid(int i) const { return pids_[i]; }
   // Extra arguments for the nodes started from now on ("--peer-timeout-ms", "30000", ...).
   void SetNodeArgs(std::vector<std::string> args) { node_args_ = std::move(args); }
+  // Before Start: the nodes' --replicas (2, the default: a backup of every
+  // slot; 1: none, a dead node's slots come back from a checkpoint).
+  void SetReplicas(int replicas) { replicas_ = replicas; }
+  int replicas() const { return replicas_; }
   // Sends SIGKILL to node i and reaps it.
   void Kill(int i);
   // The cluster's etcd ("HOST:PORT"; "" before Start) and the server
@@ -62,8 +66,8 @@ class LocalCluster {
   // reaps it; true when it did.
   bool WaitExit(int i, int timeout_ms);
   // Waits up to timeout_ms until each of the shard map's first `slots` slots
-  // has a synced backup on another node and none moves (nodes started with
-  // --replicas 2); DeadlineExceeded naming the first slot that has not.
+  // has a synced backup on another node and none moves (with replicas 2);
+  // DeadlineExceeded naming the first slot that has not.
   Status WaitBackups(int slots, int timeout_ms) const;
   // Node i's peak resident memory so far (VmHWM), in bytes; 0 once it exited.
   int64_t PeakRssBytes(int i) const;
@@ -78,6 +82,7 @@ class LocalCluster {
   bool insecure_ = false;
   std::vector<pid_t> pids_;
   std::vector<std::string> addresses_;
+  int replicas_ = 2;
   std::vector<std::string> node_args_;
 };
 

@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
       .Double("checkpoint-every-s", 0, "also checkpoint when this many seconds passed (0: off)")
       .String("table-optimizer", "adagrad", "sparse optimizer of the tables: adagrad or sgd")
       .Int("nodes", 2, "node processes of the local cluster")
-      .Int("replicas", 1, "2: the local cluster keeps a backup of every slot (shardflow node --replicas)")
+      .Int("replicas", 2, "2: the local cluster keeps a backup of every slot (shardflow node --replicas); 1: none")
       .String("cluster", "", "HOST:PORT of a member of your own cluster (instead of a local one)")
       .String("tls-dir", "", "the cluster's credentials directory (with --cluster; shardflow certs init)")
       .Bool("local", "train in-process with a Session (no cluster)")
@@ -529,7 +529,7 @@ int main(int argc, char** argv) {
     ClusterOptions co;
     if (cluster_addr.empty()) {
       mode = "local_cluster";
-      if (replicas > 1) cluster.SetNodeArgs({"--replicas", std::to_string(replicas)});
+      cluster.SetReplicas(static_cast<int>(replicas));
       Status st = cluster.Start(static_cast<int>(nodes));
       if (!st.ok()) return Fail(st.WithPrefix("starting the local cluster"));
       if (replicas > 1 && nodes > 1) {

@@ -46,12 +46,13 @@ struct NodeOptions {
   // session may place on: ClusterOptions::tasks is at most this). Every node
   // of a cluster must be given the same.
   int map_slots = 64;
-  // With etcd: 2 gives every slot of the map a backup on another member
-  // (with two or more), sent every change of the slot before a step is
-  // acknowledged, which takes the slot over when its holder dies or hangs:
-  // no acknowledged update is lost (docs/CLUSTER.md). 1: none. Every node
-  // of a cluster must be given the same.
-  int replicas = 1;
+  // With etcd: 2 (the default) gives every slot of the map a backup on
+  // another member (with two or more), sent every change of the slot before
+  // a step is acknowledged, which takes the slot over when its holder dies
+  // or hangs: no acknowledged update is lost (docs/CLUSTER.md). 1: none (a
+  // dead holder's slots come back from a checkpoint). Every node of a
+  // cluster must be given the same.
+  int replicas = 2;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;

@@ -107,6 +107,7 @@ TEST_CASE("Chaos: training survives random kills, a hang and restarts, and ends 
   SparseModel m;
   const int kTarget = 400;
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // recovery from checkpoints (nemesis_bank_test covers replicas)
   REQUIRE(cluster.Start(3, 300).ok());
   ClusterOptions o = ChaosOptions(cluster, dir.path);
   auto s = ClusterSession::Connect(m.g, o);
@@ -170,6 +171,7 @@ TEST_CASE("Chaos: with exact consistency, kills and replays end on the undisturb
   const int kTarget = 150;
   const std::vector<float> reference = testing::Reference(m, kTarget);
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // recovery from checkpoints (nemesis_bank_test covers replicas)
   REQUIRE(cluster.Start(3, 300).ok());
   ClusterOptions o = ChaosOptions(cluster, dir.path);
   o.elastic = false;  // every recovery is an explicit roll back

@@ -31,6 +31,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Whether in-process nodes of options no spread slots 0 and 1 of their map
+// over two of them, handed over (a slot moves to a joining node once copied
+// there).
+bool SlotsSpread(const NodeOptions& no) {
+  auto m = ReadClusterMap(no.etcd, no.tls_dir);
+  return m.ok() && m->holder.size() > 1 && m->holder[0] != m->holder[1] && m->moving_from[0].empty() &&
+         m->moving_from[1].empty();
+}
+
 // Rank r's graph: x32 and x64 (any length) summed over the groups "sum32"
 // and "sum64" of n ranks, on task r.
 struct Rank {
@@ -247,11 +256,13 @@ TEST_CASE("Cluster all-reduce: stopping a node fails its peers' and its own wait
   no.tls_dir = sf::testing::TestTlsDir();
   no.etcd = sf::testing::TestEtcd();
   no.lease_ttl_s = 1;
+  no.replicas = 1;  // no backup takes over: the reductions fail
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
   const std::string a0 = (*n0)->address(), a1 = (*n1)->address();
+  REQUIRE(testing::WaitFor([&] { return SlotsSpread(no); }, 20s));
   Ranks rs;
   ClusterOptions o;
   o.address = a0;
@@ -307,6 +318,7 @@ TEST_CASE("Cluster all-reduce: a peer's chunk of the wrong length fails the redu
   REQUIRE(n0.ok());
   auto n1 = ClusterNode::Start(no);
   REQUIRE(n1.ok());
+  REQUIRE(testing::WaitFor([&] { return SlotsSpread(no); }, 20s));
   Ranks rs;
   ClusterOptions o;
   o.address = (*n0)->address();

@@ -39,13 +39,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Whether the cluster's map gives slot to the node at address, with no move
-// of it under way (a slot moves by being copied to its new holder as a
-// backup first, so a node that just joined holds nothing yet).
+// Whether the cluster's map gives slot to the node at address, handed over
+// (a slot moves by being copied to its new holder as a backup first, so a
+// node that just joined holds nothing yet).
 bool SlotAt(int slot, const std::string& address) {
   auto m = ReadClusterMap(sf::testing::TestEtcd(), sf::testing::TestTlsDir());
   const auto s = static_cast<size_t>(slot);
-  return m.ok() && s < m->holder.size() && m->holder[s] == address && (s >= m->backup.size() || m->backup[s].empty());
+  return m.ok() && s < m->holder.size() && m->holder[s] == address && m->moving_from[s].empty();
 }
 
 bool Contains(const Status& s, const std::string& what) {
@@ -225,6 +225,7 @@ TEST_CASE("Cluster: a killed or hung node fails the step with its name, no hang"
   Model m;
   for (int sig : {SIGKILL, SIGSTOP}) {
     examples::LocalCluster cluster;
+    cluster.SetReplicas(1);  // no backup takes over: the step fails
     REQUIRE(cluster.Start(2, 120).ok());
     auto s = ClusterSession::Connect(m.g, Options(cluster));
     REQUIRE(s.ok());
@@ -328,6 +329,7 @@ TEST_CASE("Cluster: stopping a node while its partition waits fails the step by 
   no.tls_dir = sf::testing::TestTlsDir();
   no.etcd = sf::testing::TestEtcd();
   no.lease_ttl_s = 1;
+  no.replicas = 1;  // no backup takes over: the step fails
   auto n0 = ClusterNode::Start(no);
   REQUIRE(n0.ok());
   auto n1 = ClusterNode::Start(no);

@@ -97,6 +97,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the node checkpoint, 
           "[cluster][checkpoint][recovery]") {
   testing::TempDir root("sf_node_ckpt_recover");
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // no backups: a dead member's tasks come back from a checkpoint
   StartNodes(cluster, 3, root.path);
   SparseModel m;
   auto s = Connect(cluster, m, 6, /*elastic=*/false);

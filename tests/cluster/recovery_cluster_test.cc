@@ -103,6 +103,7 @@ TEST_CASE("Cluster: a killed member's tasks come back from the checkpoint and tr
           "[cluster][recovery]") {
   testing::TempDir dir("sf_cluster_recover");
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // no backups: a dead member's tasks come back from a checkpoint
   REQUIRE(cluster.Start(3, 120).ok());
   SparseModel m;
   auto so = Options(cluster, 6, dir.path);
@@ -168,6 +169,7 @@ TEST_CASE("Cluster: exact recovery replays from the checkpoint to the undisturbe
   const int kSteps = 24;
   const std::vector<float> reference = Reference(m, kSteps);
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // no backups: a dead member's tasks come back from a checkpoint
   REQUIRE(cluster.Start(3, 120).ok());
   auto so = Options(cluster, 6, dir.path);
   so.elastic = false;
@@ -201,6 +203,7 @@ TEST_CASE("Cluster: exact recovery replays from the checkpoint to the undisturbe
 
 TEST_CASE("Cluster: a dead member without a checkpoint is a clear error", "[cluster][recovery]") {
   examples::LocalCluster cluster;
+  cluster.SetReplicas(1);  // no backups: a dead member's tasks come back from a checkpoint
   REQUIRE(cluster.Start(2, 120).ok());
   SparseModel m;
   auto so = Options(cluster, 2);

@@ -59,7 +59,7 @@ struct Replicated {
   SparseModel m;
   std::unique_ptr<ClusterSession> s;
   explicit Replicated(int steps) {
-    cluster.SetNodeArgs({"--replicas", "2"});
+    cluster.SetReplicas(2);
     REQUIRE(cluster.Start(3, 120).ok());
     REQUIRE(cluster.WaitBackups(3, 20000).ok());
     s = Connect(cluster, m, 3);
