@@ -245,3 +245,58 @@ TEST_CASE("Costs: a 134 MB registration and a 100,000-merge loop graph stall no 
   // No member dropped the node: every member keeps the life it had.
   CHECK(Lives(cluster) == lives_before);
 }
+
+TEST_CASE("Costs: four sessions registering 100,000-merge loop graphs at once hold up no join and no member list",
+          "[cluster][hostile][costs]") {
+  examples::LocalCluster cluster;
+  REQUIRE(cluster.Start(2, 300).ok());
+  const std::string target = cluster.addresses()[0];
+  const std::string graph = LoopGraphBytes(100000);
+  constexpr int kSessions = 4;
+  std::vector<Status> results(kSessions);
+  std::vector<double> secs(kSessions, 0);
+  std::vector<std::thread> sessions;
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.emplace_back([&, i] {
+      auto e = SessionEndpoint(cluster);
+      auto c = e->Connect(target);
+      if (!c.ok()) {
+        results[i] = c.status();
+        return;
+      }
+      net::RegisterPartition r;
+      r.session_id = 0x100 + i;
+      r.handle = 1;
+      r.device = "/job:worker/task:0/device:CPU:0";
+      r.tasks = {{"task0", target}};
+      r.graph_def = graph;
+      r.fetches = {{"last", 0}};
+      const auto t0 = Clock::now();
+      results[i] = net::CallStatus(*c, std::move(r), 180000);
+      secs[i] = Seconds(t0);
+    });
+  }
+  // Meanwhile a node joins, and the busy node lists its members promptly.
+  const auto t0 = Clock::now();
+  auto joined = cluster.AddNode(300);
+  const double join_s = Seconds(t0);
+  INFO(joined.status().ToString());
+  CHECK(joined.ok());
+  Status members = cluster.WaitMembers(3, 60000);
+  INFO(members.ToString());
+  CHECK(members.ok());
+  const auto t1 = Clock::now();
+  auto listed = ListClusterMembers(target, cluster.tls_dir());
+  const double list_s = Seconds(t1);
+  INFO(listed.status().ToString());
+  CHECK(listed.ok());
+  for (auto& t : sessions) t.join();
+  for (int i = 0; i < kSessions; ++i) {
+    INFO("session " << i << ": " << results[i].ToString());
+    CHECK(results[i].ok());
+  }
+  WARN("four 100,000-merge registrations took " << secs[0] << ", " << secs[1] << ", " << secs[2] << ", " << secs[3]
+                                                << " s; meanwhile a join took " << join_s
+                                                << " s and the node listed its members in " << list_s << " s");
+  CHECK(list_s < 2.0);
+}
