@@ -14,6 +14,8 @@
 
 #include "kernels/criteo_format.h"
 #include "shardflow/chunk_queue_ops.h"
+#include "shardflow/ops.h"
+#include "shardflow/queue_ops.h"
 #include "shardflow/queue_runner.h"
 #include "shardflow/reader_ops.h"
 #include "shardflow/session.h"
@@ -197,4 +199,26 @@ TEST_CASE("A shared input's bad chunk fails the worker's enqueue naming the file
   auto both = s2.Run({}, Fetches{a, b});
   CHECK(both.status().code() == Code::kInvalidArgument);
   CHECK_THAT(both.status().message(), Catch::Contains("same files"));
+}
+
+TEST_CASE("QueueDequeueAvailable takes what the queue holds, up to n, without waiting for n", "[chunk_queue]") {
+  Graph g;
+  ops::QueueOptions qo;
+  qo.shapes = {PartialShape(Shape{})};
+  Output q = ops::FIFOQueue(g, {DType::kInt64}, qo, "q");
+  auto x = ops::Placeholder(g, DType::kInt64, PartialShape(Shape{-1}), "x");
+  Operation enqueue = ops::QueueEnqueueMany(g, q, {x});
+  Operation close = ops::QueueClose(g, q);
+  std::vector<Output> some = ops::QueueDequeueAvailable(g, q, 10);
+  REQUIRE(g.status().ok());
+  Session s(g);
+  Tensor three(DType::kInt64, {3});
+  for (int i = 0; i < 3; ++i) three.data<int64_t>()[i] = 7 + i;
+  REQUIRE(s.Run({{x, three}}, Fetches{}, {enqueue}).ok());
+  auto got = s.Run({}, Fetches{some[0]});  // 3 of the 10 asked for, the queue still open
+  REQUIRE(got.ok());
+  REQUIRE((*got)[0].num_elements() == 3);
+  CHECK((*got)[0].data<int64_t>()[2] == 9);
+  REQUIRE(s.Run({}, Fetches{}, {close}).ok());
+  CHECK(s.Run({}, Fetches{some[0]}).status().code() == Code::kOutOfRange);
 }

@@ -514,6 +514,10 @@ const std::map<std::string, std::string>& NeedsSession() {
       {"SaveCheckpoint", "checkpoint service"}, {"RestoreCheckpoint", "checkpoint service"},
       {"_Send", "rendezvous"}, {"_Recv", "rendezvous"},
       {"CriteoReader", "no inputs: it reads files (tests/kernels/criteo_reader_test.cc, tests/actors/reader_ops_test.cc)"},
+      {"ChunkQueue", "chunk queue service (tests/actors/chunk_queue_test.cc)"},
+      {"ChunkQueueTake", "chunk queue service"}, {"ChunkQueueReport", "chunk queue service"},
+      {"ChunkQueueRelease", "chunk queue service"},
+      {"CriteoChunkReader", "scalar inputs naming a chunk of its files (tests/actors/chunk_queue_test.cc)"},
   };
   return m;
 }
