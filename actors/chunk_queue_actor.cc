@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <random>
 
 namespace sf {
 namespace runtime {
@@ -55,6 +56,7 @@ using ChunkQueueActor =
 
 struct ChunkQueueState {
   std::string name;
+  int64_t incarnation = 0;  // in the tickets' high bits (kChunkTicketBits)
   std::unique_ptr<ChunkLeases> leases;
   ActorChunkQueues::Clock clock;
   std::deque<TakeChunk> waiting;  // served in arrival order
@@ -72,6 +74,7 @@ struct ChunkQueueState {
       if (took == ChunkLeases::Took::kWait) return;
       auto done = std::move(waiting.front().done);
       waiting.pop_front();
+      t.ticket |= incarnation << kChunkTicketBits;
       if (took == ChunkLeases::Took::kTicket) done(t);
       else done(OutOfRange(Where() + ": every chunk of every epoch is done"));
     }
@@ -94,6 +97,8 @@ ChunkQueueActor::behavior_type ChunkQueueBehavior(ChunkQueueSelf self, std::stri
                                                   ActorChunkQueues::Clock clock) {
   ChunkQueueState& st = self->state;
   st.name = std::move(name);
+  // 1 to 2^22 - 1: a ticket stays a positive int64.
+  st.incarnation = 1 + static_cast<int64_t>(std::random_device{}() % ((1u << 22) - 1));
   st.leases = std::make_unique<ChunkLeases>(options);
   st.clock = std::move(clock);
   auto down = [self] { return Aborted(self->state.Where() + ": the session is shutting down"); };
@@ -111,8 +116,16 @@ ChunkQueueActor::behavior_type ChunkQueueBehavior(ChunkQueueSelf self, std::stri
         const int64_t now = st.clock();
         Status first;
         for (size_t i = 0; i < m.tickets.size(); ++i) {
-          Status s = m.read ? st.leases->Read(m.worker, m.tickets[i], m.pos[i], now)
-                            : st.leases->Trained(m.worker, m.tickets[i], m.pos[i], now);
+          const int64_t ticket = ChunkTicketIndex(m.tickets[i]);
+          Status s;
+          if ((m.tickets[i] >> kChunkTicketBits) != st.incarnation)
+            s = FailedPrecondition("ticket " + std::to_string(m.tickets[i]) + " was handed out by an earlier chunk "
+                                   "queue of this name (its task moved, and the queue started afresh): this epoch "
+                                   "cannot go on with every example once; start it again");
+          else if (m.read)
+            s = st.leases->Read(m.worker, ticket, m.pos[i], now);
+          else
+            s = st.leases->Trained(m.worker, ticket, m.pos[i], now);
           if (!s.ok() && first.ok()) first = s.WithPrefix(st.Where());
         }
         st.Serve();

@@ -20,19 +20,30 @@
 
 namespace sf {
 
+// A ticket handed out by a chunk queue carries the queue's incarnation (a
+// random number drawn when the queue is made) above its low kChunkTicketBits
+// bits, which hold ChunkLeases' ticket: a report of a ticket from an
+// earlier queue of the same name (its task moved to another node, which made
+// the queue afresh) is refused, rather than the new queue handing out again
+// what the old one had trained. ChunkTicketIndex gives the ChunkLeases ticket.
+constexpr int kChunkTicketBits = 40;
+constexpr int64_t ChunkTicketIndex(int64_t ticket) { return ticket & ((int64_t{1} << kChunkTicketBits) - 1); }
+
 class ChunkQueueService {
  public:
   virtual ~ChunkQueueService() = default;
   // Resolves (creating on first use) the chunk queue `name`; its id.
   // InvalidArgument for bad options or when it exists with other ones.
   virtual Result<int64_t> Resolve(const std::string& name, const ChunkLeaseOptions& options) = 0;
-  // Hands worker a chunk (ChunkLeases::Take), waiting while every chunk left
+  // Hands worker a chunk (ChunkLeases::Take; its ticket with the queue's
+  // incarnation, above), waiting while every chunk left
   // is held by another worker that may still give it back; OutOfRange naming
   // the queue once every chunk of every epoch is done. step_id: CancelStep.
   virtual void Take(int64_t id, int64_t worker, int64_t step_id, std::function<void(Result<ChunkTicket>)> done) = 0;
   // Rows of tickets[i] trained up to line pos[i] (ChunkLeases::Trained), or
   // with read, tickets[i] read to its end at line pos[i] (ChunkLeases::Read).
-  // The first refusal, naming the queue and the chunk; the others still apply.
+  // The first refusal, naming the queue and the chunk; the others still
+  // apply. FailedPrecondition for a ticket of an earlier queue of this name.
   virtual void Report(int64_t id, int64_t worker, std::vector<int64_t> tickets, std::vector<int64_t> pos, bool read,
                       std::function<void(Status)> done) = 0;
   // The worker is gone: its chunks go to others. How many it held.

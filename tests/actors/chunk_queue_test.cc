@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/chunk_queue_service.h"
 #include "kernels/criteo_format.h"
 #include "shardflow/chunk_queue_ops.h"
 #include "shardflow/ops.h"
@@ -123,7 +124,7 @@ TEST_CASE("SharedCriteoBatchQueue: workers train every line once per epoch, also
         {
           std::lock_guard<std::mutex> l(mu);
           for (int64_t row = 0; row < ids.shape()[0]; ++row) {
-            const int64_t epoch = tickets.data<int64_t>()[row] / plan->num_chunks();
+            const int64_t epoch = ChunkTicketIndex(tickets.data<int64_t>()[row]) / plan->num_chunks();
             ++trained[{epoch, line_of.at(ids.data<int64_t>()[row * kCriteoCategorical])}];
           }
         }
@@ -221,4 +222,28 @@ TEST_CASE("QueueDequeueAvailable takes what the queue holds, up to n, without wa
   CHECK((*got)[0].data<int64_t>()[2] == 9);
   REQUIRE(s.Run({}, Fetches{}, {close}).ok());
   CHECK(s.Run({}, Fetches{some[0]}).status().code() == Code::kOutOfRange);
+}
+
+TEST_CASE("A chunk queue made afresh under the same name refuses the tickets of the one before", "[chunk_queue]") {
+  // Two sessions stand for the node that held the queue and the one its task moved to.
+  Graph g;
+  Output q = ops::ChunkQueue(g, 4, {}, "chunks");
+  auto worker = ops::Const(g, Tensor::Scalar<int64_t>(7));
+  const int take = g.AddNode("ChunkQueueTake", {q, worker});
+  auto tickets = ops::Placeholder(g, DType::kInt64, PartialShape(Shape{-1}), "tickets");
+  auto pos = ops::Placeholder(g, DType::kInt64, PartialShape(Shape{-1}), "pos");
+  const int report = g.AddNode("ChunkQueueReport", {q, worker, tickets, pos});
+  REQUIRE(g.status().ok());
+  Session before(g), after(g);
+  auto t = before.Run({}, Fetches{Output(&g, take, 0)});
+  REQUIRE(t.ok());
+  Tensor line(DType::kInt64, {1});
+  line.data<int64_t>()[0] = 5;
+  Tensor ticket(DType::kInt64, {1});
+  ticket.data<int64_t>()[0] = (*t)[0].scalar_as<int64_t>();
+  CHECK(before.Run({{tickets, ticket}, {pos, line}}, Fetches{}, {Operation(&g, report)}).ok());
+  REQUIRE(after.Run({}, Fetches{Output(&g, take, 0)}).ok());  // the new queue hands out chunk 0 again
+  auto refused = after.Run({{tickets, ticket}, {pos, line}}, Fetches{}, {Operation(&g, report)});
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(refused.status().message(), Catch::Contains("earlier chunk queue"));
 }
