@@ -18,7 +18,8 @@ std::string DescribeMalformedLine(const LineReader& in, const std::string& path,
   return where;
 }
 
-Result<CriteoChunkRows> ReadCriteoChunk(const LineChunk& chunk, int64_t skip, const CriteoReaderOptions& options) {
+Result<CriteoChunkRows> ReadCriteoChunk(const LineChunk& chunk, int64_t skip, const CriteoReaderOptions& options,
+                                        int64_t max_rows) {
   if (skip < 0) return InvalidArgument("reading '" + chunk.path + "': skip must be >= 0, got " + std::to_string(skip));
   SF_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> in, LineReader::Open(chunk, options.max_line_bytes));
   std::vector<float> label, dense;
@@ -41,6 +42,10 @@ Result<CriteoChunkRows> ReadCriteoChunk(const LineChunk& chunk, int64_t skip, co
       if (out.malformed++ == 0) out.first_malformed = where;
       continue;
     }
+    if (static_cast<int64_t>(label.size()) >= max_rows)
+      return ResourceExhausted("a chunk of '" + chunk.path + "' holds more than " + std::to_string(max_rows) +
+                               " lines, which one run reads whole: cut the input into smaller gzip files (a gzip "
+                               "file is one chunk) or use plain files, which are cut into chunks");
     label.push_back(l);
     dense.insert(dense.end(), d, d + kCriteoDense);
     cat.insert(cat.end(), c, c + kCriteoCategorical);

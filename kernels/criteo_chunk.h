@@ -28,13 +28,20 @@ struct CriteoChunkRows {
   std::string first_malformed;  // where and why the first was refused ("" when none)
 };
 
+// The rows one chunk may hold (about 0.7 GB of tensors): a gzip file is one
+// chunk, read whole, and must not take the process's memory.
+constexpr int64_t kMaxCriteoChunkRows = int64_t{1} << 22;
+
 // Reads chunk from line skip + 1 to its end, with options' max_line_bytes
 // and skip_malformed (the other options are the threaded reader's). Errors
 // name the file: NotFound / PermissionDenied when it cannot be opened,
 // DataLoss for a truncated or corrupt gzip file, InvalidArgument naming the
 // file, line and field for a malformed line when skip_malformed is false;
-// InvalidArgument for a negative skip.
-Result<CriteoChunkRows> ReadCriteoChunk(const LineChunk& chunk, int64_t skip, const CriteoReaderOptions& options);
+// ResourceExhausted past max_rows rows (cut the input into smaller gzip
+// files, or use plain ones, which are cut into chunks); InvalidArgument for
+// a negative skip.
+Result<CriteoChunkRows> ReadCriteoChunk(const LineChunk& chunk, int64_t skip, const CriteoReaderOptions& options,
+                                        int64_t max_rows = kMaxCriteoChunkRows);
 
 // Where and why line the reader last gave was refused: "'f' line 12 (field
 // I3): why". bad_field -1: none; e is a CriteoLineError. Never fails.
