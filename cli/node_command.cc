@@ -20,7 +20,8 @@ namespace sf {
 
 const char kNodeUsage[] =
     "usage: shardflow node --listen HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
-    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S] [--map-slots N] [--replicas N]]\n"
+    "                      [--etcd HOST:PORT[,...] [--cluster NAME] [--lease-ttl-s S] [--map-slots N] [--replicas N]\n"
+    "                       [--copy-mib-per-s N]]\n"
     "                      [--name NAME] [--threads N]\n"
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
@@ -56,6 +57,8 @@ const char kNodeUsage[] =
     "  --replicas N                with --etcd: 2 keeps a backup of every slot on another\n"
     "                              node, which takes over when its holder dies (default 2;\n"
     "                              1: none; the same on every node)\n"
+    "  --copy-mib-per-s N          a slot's whole copy to a new backup or holder goes at\n"
+    "                              most this fast (default 256; 0: unlimited)\n"
     "  --name NAME                 the member's name (default: with a node credential of\n"
     "                              its own, --tls-name NAME, its certificate's name, the\n"
     "                              only one it may register under; else node@HOST:PORT)\n"
@@ -121,6 +124,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--data-dir", o.data_root);
   node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
   node.add_option("--replicas", o.replicas)->transform(cli::IntegerIn(1, 2));
+  node.add_option("--copy-mib-per-s", o.copy_mib_per_s)->transform(cli::IntegerIn(0, 1 << 20));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);

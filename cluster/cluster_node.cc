@@ -375,6 +375,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   std::string host;
   uint16_t port = 0;
   SF_RETURN_IF_ERROR(net::ParseAddress(opts.listen, &host, &port).WithPrefix("--listen"));
+  if (opts.copy_mib_per_s < 0)
+    return InvalidArgument("--copy-mib-per-s " + std::to_string(opts.copy_mib_per_s) + " is negative (0: unlimited)");
   if (opts.replicas < 1 || opts.replicas > 2)
     return InvalidArgument("--replicas " + std::to_string(opts.replicas) + ": 1 (none) or 2 (a backup of every slot)");
   auto impl = std::make_unique<Impl>(opts);

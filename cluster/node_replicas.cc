@@ -20,6 +20,7 @@ void ClusterNode::Impl::StartReplicas() {
     SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
     return net::CallStatus(c, std::move(m), std::max(2000, 10 * opts.peer_timeout_ms));
   };
+  h.copy_bytes_per_s = int64_t{opts.copy_mib_per_s} << 20;
   replicas = std::make_unique<cluster::SlotReplicas>(std::move(h));
 }
 

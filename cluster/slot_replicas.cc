@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "kernels/hash_embedding.h"
 
@@ -157,7 +159,7 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
   std::promise<Status> p;
   auto f = p.get_future();
   copies_.Post([&] {
-    Status s = Round(slot, true);
+    Status s = Round(slot, true, /*paced=*/true);
     if (s.ok()) {
       // Runs wait for it from now on (the leader marks it synced once this
       // returns). Runs that ended during the copy were acknowledged without
@@ -181,7 +183,7 @@ Status SlotReplicas::SyncWhole(int slot, const std::string& backup, int64_t epoc
   return f.get();
 }
 
-Status SlotReplicas::Round(int slot, bool whole) {
+Status SlotReplicas::Round(int slot, bool whole, bool paced) {
   std::shared_ptr<std::mutex> round_mu;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -204,8 +206,17 @@ Status SlotReplicas::Round(int slot, bool whole) {
   }
   Status s;
   if (!to.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    int64_t sent = 0;
     s = SendSlotChanges(slot, epoch, hooks_.self, full, hooks_.take(hooks_.variables_of(slot), full),
-                        [&](net::ReplicateSlot m) { return hooks_.send(to, std::move(m)); });
+                        [&](net::ReplicateSlot m) {
+                          for (const Tensor& v : m.values) sent += static_cast<int64_t>(v.bytes());
+                          Status r = hooks_.send(to, std::move(m));
+                          if (r.ok() && paced && hooks_.copy_bytes_per_s > 0)
+                            std::this_thread::sleep_until(
+                                start + std::chrono::microseconds(sent * 1000000 / hooks_.copy_bytes_per_s));
+                          return r;
+                        });
     if (!s.ok())
       s = Unavailable("replicating slot " + std::to_string(slot) + " to its backup " + to + ": " + s.message());
     std::lock_guard<std::mutex> l(mu_);

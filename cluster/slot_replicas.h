@@ -58,6 +58,8 @@ class SlotReplicas {
     std::function<std::vector<runtime::VarChanges>(const std::set<std::string>& names, bool full)> take;
     // Sends m to member `to` and waits for its StatusReply.
     std::function<Status(const std::string& to, net::ReplicateSlot m)> send;
+    // SyncWhole's copies go at most this fast (0: unlimited).
+    int64_t copy_bytes_per_s = 0;
   };
   explicit SlotReplicas(Hooks hooks);
   // Fails the rounds not begun with Unavailable, and waits for the one out.
@@ -89,8 +91,9 @@ class SlotReplicas {
     std::shared_ptr<std::mutex> round_mu = std::make_shared<std::mutex>();  // one round of the slot at a time
   };
   // One round of slot (the rounds' thread): whole when `whole` or the
-  // backup is new; its result to the runs that were waiting.
-  Status Round(int slot, bool whole);
+  // backup is new, at most copy_bytes_per_s fast when `paced`; its result
+  // to the runs that were waiting.
+  Status Round(int slot, bool whole, bool paced = false);
 
   Hooks hooks_;
   std::mutex mu_;

@@ -145,6 +145,19 @@ void Event(bool json, const std::string& event, const std::string& text, F fill)
 
 }  // namespace
 
+// Waits (at most 30 s) until the cluster's map gives one of the first
+// `tasks` slots to the node at address, handed over.
+void WaitForSlotOn(const LocalCluster& cluster, const std::string& address, int tasks) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    auto m = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
+    if (m.ok())
+      for (int t = 0; t < tasks && t < static_cast<int>(m->holder.size()); ++t)
+        if (m->holder[t] == address && m->moving_from[t].empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 int main(int argc, char** argv) {
   Flags flags;
   flags.String("script", "train 40; add; train 40; add; train 40; drain 1; train 40; kill 0; train 40",
@@ -159,6 +172,8 @@ int main(int argc, char** argv) {
       .Double("lr", 0.2, "Adagrad learning rate")
       .Int("seed", 1, "seed of the data and the initialisation")
       .Int("workers", 1, "sessions training the model at once (data-parallel workers)")
+      .Int("replicas", 1,
+           "the nodes' --replicas: 1 restores a killed node's tasks from the checkpoint, 2 from their backups")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   DeclareTraceFlags(flags);
   ParseOrExit(flags, argc, argv, "elastic_cluster");
@@ -211,6 +226,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
 
   LocalCluster cluster;
+  cluster.SetReplicas(static_cast<int>(flags.GetInt("replicas")));
   Status started = cluster.Start(1, kNodeLifetime);
   if (!started.ok()) return Fail(started.WithPrefix("starting the first node"));
   std::vector<bool> alive = {true};
@@ -408,6 +424,9 @@ int main(int argc, char** argv) {
       const int node = static_cast<int>(alive.size()) - 1;
       Event(json, "add", "node " + std::to_string(node) + " joined at " + *addr,
             [&](JsonLine& l) { l.Add("node", node).Add("address", *addr); });
+      // The leader moves slots onto it once copied there (their old holders
+      // serve them meanwhile): the next step follows.
+      WaitForSlotOn(cluster, *addr, static_cast<int>(tasks));
     } else if (!alive[i]) {
       return Fail(FailedPrecondition("script command '" + c.text + "': node " + std::to_string(i) + " (" +
                                      cluster.addresses()[i] + ") is not running any more"));

@@ -53,6 +53,10 @@ struct NodeOptions {
   // dead holder's slots come back from a checkpoint). Every node of a
   // cluster must be given the same.
   int replicas = 2;
+  // A slot's whole copy to a new backup or a move's new holder goes at most
+  // this fast (MiB/s; 0: unlimited), so that it leaves the steps beside it
+  // their network and cores.
+  int copy_mib_per_s = 256;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;
@@ -359,6 +363,23 @@ class ClusterSession : public SessionInterface {
   Result<ClusterChange> Recover(bool roll_back_all = false);
   // The reconfigurations done so far (by Recover or before steps), oldest first.
   std::vector<ClusterChange> Changes() const;
+
+  // What CompareReplicas found.
+  struct ReplicaComparison {
+    int slots = 0;                          // the session's slots compared (with a synced backup)
+    int64_t variables = 0;                  // variables compared on a holder and its backup
+    int64_t bytes = 0;                      // bytes compared
+    std::vector<int> unsynced;              // tasks whose backup is being copied (not compared)
+    std::vector<std::string> differences;   // one line per variable that differs; empty: identical
+  };
+  // Reads every variable of the session's tasks (optimizer slots and hash
+  // tables with their counters included) from the holder of each task's
+  // slot in `map` (ReadClusterMap) and from its synced backup, one variable
+  // at a time, and compares them bit for bit. Call it with no step running,
+  // or what a step changes between the two reads differs. Unavailable naming
+  // the member that cannot be read; FailedPrecondition for a map of fewer
+  // slots than the session has tasks.
+  Result<ReplicaComparison> CompareReplicas(const ShardMapInfo& map);
 
   struct Impl;
 

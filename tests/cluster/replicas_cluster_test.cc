@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -16,6 +17,7 @@
 #include "examples/common/local_cluster.h"
 #include "shardflow/cluster.h"
 #include "tests/support/sparse_model.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
 
 using namespace sf;
@@ -76,6 +78,22 @@ struct Replicated {
   }
 };
 
+// Once every backup of the session's slots is synced again, each holds what
+// its holder holds, bit for bit (item 5 of issue 35).
+void RequireIdenticalReplicas(Replicated& r) {
+  REQUIRE(r.cluster.WaitBackups(3, 30000).ok());
+  auto map = ReadClusterMap(r.cluster.etcd_endpoint(), r.cluster.tls_dir());
+  REQUIRE(map.ok());
+  auto cmp = r.s->CompareReplicas(*map);
+  INFO(cmp.status().ToString());
+  REQUIRE(cmp.ok());
+  CHECK(cmp->slots == 3);
+  CHECK(cmp->variables > 0);
+  CHECK(cmp->unsynced.empty());
+  for (const auto& d : cmp->differences) INFO(d);
+  CHECK(cmp->differences.empty());
+}
+
 }  // namespace
 
 TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, no update lost or doubled",
@@ -111,8 +129,11 @@ TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, n
   // The survivors back each other up again.
   REQUIRE(cluster.WaitBackups(3, 20000).ok());
   Train(*s, m, step, step + 6);
-  INFO("after the backups were synced again, " << step + 6 << " steps, " << s->retried_steps() << " run again");
-  RequireAppliedOnce(*s, m, step + 6, s->retried_steps());
+  {
+    INFO("after the backups were synced again, " << step + 6 << " steps, " << s->retried_steps() << " run again");
+    RequireAppliedOnce(*s, m, step + 6, s->retried_steps());
+  }
+  RequireIdenticalReplicas(r);
 }
 
 TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and acknowledges nothing after",
@@ -129,4 +150,66 @@ TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and ac
   ::kill(cluster.pid(victim), SIGCONT);
   Train(*s, m, 20, 26);
   RequireAppliedOnce(*s, m, 26, s->retried_steps());
+  RequireIdenticalReplicas(r);
+}
+
+TEST_CASE("Cluster: CompareReplicas finds a backup that does not hold its holder's state", "[cluster][replicas]") {
+  Replicated r(4);
+  RequireIdenticalReplicas(r);
+  auto map = ReadClusterMap(r.cluster.etcd_endpoint(), r.cluster.tls_dir());
+  REQUIRE(map.ok());
+  // Name as slot 0's backup the node that is neither its holder nor its
+  // backup: it holds none of the slot's variables.
+  for (const std::string& a : r.cluster.addresses())
+    if (a != map->holder[0] && a != map->backup[0]) map->backup[0] = a;
+  auto cmp = r.s->CompareReplicas(*map);
+  REQUIRE(cmp.ok());
+  REQUIRE(!cmp->differences.empty());
+  CHECK(cmp->differences[0].find("slot 0") != std::string::npos);
+}
+
+TEST_CASE("Cluster: with replicas, losing a slot's holder and its backup at once falls back to the checkpoint, "
+          "reported",
+          "[cluster][replicas]") {
+  testing::TempDir dir("sf_replicas_both_lost");
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(2);
+  REQUIRE(cluster.Start(4, 120).ok());
+  REQUIRE(cluster.WaitBackups(3, 20000).ok());
+  auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
+  REQUIRE(map.ok());
+  const std::string holder = map->holder[0], backup = map->backup[0];
+  REQUIRE(!backup.empty());
+  // The session contacts a node that survives.
+  ClusterOptions o;
+  for (const std::string& a : cluster.addresses())
+    if (a != holder && a != backup) o.address = a;
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 3;
+  o.checkpoint_dir = dir.path;
+  SparseModel m;
+  auto s = ClusterSession::Connect(m.g, o);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {m.init}).ok());
+  Train(**s, m, 0, 5);
+  REQUIRE((*s)->Save(dir.path, 5).ok());
+  Train(**s, m, 5, 8);
+  // Both copies of slot 0 at once: nothing to promote.
+  cluster.Kill(NodeOf(cluster, holder));
+  cluster.Kill(NodeOf(cluster, backup));
+  // The elastic session restores slot 0 from the checkpoint and goes on.
+  Train(**s, m, 8, 12);
+  const auto changes = (*s)->Changes();
+  bool reported = false;
+  for (const auto& c : changes) {
+    if (std::find(c.restored_tasks.begin(), c.restored_tasks.end(), 0) == c.restored_tasks.end()) continue;
+    reported = true;
+    CHECK(c.global_step == 5);
+    CHECK(c.variables_restored > 0);
+    // Slots with a surviving copy were not restored.
+    auto dead = [&](const std::string& a) { return a == holder || a == backup; };
+    for (int t : c.restored_tasks) CHECK((dead(map->holder[t]) && dead(map->backup[t])));
+  }
+  CHECK(reported);
+  for (const std::string& t : (*s)->tasks()) CHECK((t != holder && t != backup));
 }
