@@ -194,6 +194,8 @@ Result<std::string> LocalCluster::Spawn(double lifetime_s) {
   // A 1 s lease: a hung node is gone for everyone within about a second.
   args.insert(args.end(), {"--etcd", etcd_->endpoint(), "--lease-ttl-s", "1", "--replicas", std::to_string(replicas_)});
   args.insert(args.end(), node_args_.begin(), node_args_.end());
+  // SF_NODE_LOG=1: every node logs its placement, moves and failovers on stderr.
+  if (const char* log = std::getenv("SF_NODE_LOG"); log && *log && std::string(log) != "0") args.push_back("--log");
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Unavailable(std::string("fork: ") + std::strerror(errno));

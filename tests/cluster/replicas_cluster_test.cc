@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,4 +213,57 @@ TEST_CASE("Cluster: with replicas, losing a slot's holder and its backup at once
   }
   CHECK(reported);
   for (const std::string& t : (*s)->tasks()) CHECK((t != holder && t != backup));
+}
+
+TEST_CASE("Cluster: the placement leader killed while slots move to a joined node: the next leader finishes, "
+          "no update lost or doubled",
+          "[cluster][replicas]") {
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(2);
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(cluster.WaitBackups(3, 20000).ok());
+  SparseModel m;
+  ClusterOptions o;
+  o.address = cluster.addresses()[1];  // node 0, the first started, leads
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 3;
+  auto made = ClusterSession::Connect(m.g, o);
+  REQUIRE(made.ok());
+  auto& s = *made;
+  REQUIRE(s->Run({}, std::vector<Output>{}, {m.init}).ok());
+  Train(*s, m, 0, 5);
+  // A node joins: the leader starts copying slots there; it dies meanwhile.
+  auto added = cluster.AddNode(120);
+  REQUIRE(added.ok());
+  const std::string leader = cluster.addresses()[0];
+  int step = 5;
+  Train(*s, m, step, step + 1);
+  ++step;
+  cluster.Kill(0);
+  // Training goes on while the next leader promotes the dead node's backups
+  // and finishes the moves onto the new node.
+  REQUIRE(testing::WaitFor([&] {
+    Train(*s, m, step, step + 1);
+    ++step;
+    auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
+    if (!map.ok()) return false;
+    std::set<std::string> holders;
+    for (int t = 0; t < 3; ++t) {
+      if (!map->moving_from[t].empty() || map->holder[t] == leader) return false;
+      holders.insert(map->holder[t]);
+    }
+    return holders.size() == 3 && holders.count(*added);
+  }, 60s));
+  Train(*s, m, step, step + 3);
+  step += 3;
+  for (const auto& c : s->Changes()) CHECK(c.restored_tasks.empty());
+  RequireAppliedOnce(*s, m, step, s->retried_steps());
+  REQUIRE(cluster.WaitBackups(3, 30000).ok());
+  auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
+  REQUIRE(map.ok());
+  auto cmp = s->CompareReplicas(*map);
+  REQUIRE(cmp.ok());
+  for (const auto& d : cmp->differences) INFO(d);
+  CHECK(cmp->differences.empty());
+  CHECK(cmp->slots == 3);
 }
