@@ -57,7 +57,8 @@ TEST_CASE("Workers on a cluster train every line once while one dies mid-epoch",
   for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
 
   examples::LocalCluster cluster;
-  cluster.SetNodeArgs({"--replicas", "1", "--data-dir", dir.path});
+  cluster.SetReplicas(1);
+  cluster.SetNodeArgs({"--data-dir", dir.path});
   REQUIRE(cluster.Start(2, 120).ok());
   ClusterOptions co;
   co.address = cluster.addresses()[0];
@@ -73,7 +74,7 @@ TEST_CASE("Workers on a cluster train every line once while one dies mid-epoch",
     {
       auto on = wk->g.DeviceScope("/job:worker/task:0");
       // Long enough that a live worker on a loaded machine keeps its chunks.
-      q = ops::ChunkQueue(wk->g, plan->num_chunks(), {/*num_epochs=*/1, /*lease_ms=*/4000}, "chunks");
+      q = ops::ChunkQueue(wk->g, plan->num_chunks(), {/*num_epochs=*/1, /*lease_ms=*/6000}, "chunks");
     }
     auto on = wk->g.DeviceScope("/job:worker/task:" + std::to_string(w % 2));
     wk->in = ops::SharedCriteoBatchQueue(wk->g, q, *plan, CriteoReaderOptions{}, /*worker=*/10 + w, 64, 0, "input");
@@ -133,7 +134,10 @@ TEST_CASE("Workers on a cluster train every line once while one dies mid-epoch",
     CHECK(workers[w]->error.ok());
     CHECK(workers[w]->runner->Join().ok());
   }
-  CHECK(victim.steps == 3);
+  // At most 3: on a loaded machine it may have lost its lease (and its chunk) sooner,
+  // its refused report ending it; either way its rows must be trained once.
+  INFO("victim: " << victim.steps << " steps, " << victim.error.ToString());
+  CHECK(victim.steps <= 3);
   CHECK(trained.size() == static_cast<size_t>(total));
   int not_once = 0;
   for (const auto& [line, times] : trained) not_once += times != 1;
