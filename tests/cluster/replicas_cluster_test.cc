@@ -79,13 +79,13 @@ struct Replicated {
   }
 };
 
-// Once every backup of the session's slots is synced again, each holds what
-// its holder holds, bit for bit (item 5 of issue 35).
-void RequireIdenticalReplicas(Replicated& r) {
-  REQUIRE(r.cluster.WaitBackups(3, 30000).ok());
-  auto map = ReadClusterMap(r.cluster.etcd_endpoint(), r.cluster.tls_dir());
+// Once every backup of the session's 3 slots is synced again, each holds
+// what its holder holds, bit for bit (item 5 of issue 35).
+void RequireIdenticalReplicas(const examples::LocalCluster& cluster, ClusterSession& s) {
+  REQUIRE(cluster.WaitBackups(3, 30000).ok());
+  auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(map.ok());
-  auto cmp = r.s->CompareReplicas(*map);
+  auto cmp = s.CompareReplicas(*map);
   INFO(cmp.status().ToString());
   REQUIRE(cmp.ok());
   CHECK(cmp->slots == 3);
@@ -134,7 +134,7 @@ TEST_CASE("Cluster: with replicas a killed holder's slots go to their backups, n
     INFO("after the backups were synced again, " << step + 6 << " steps, " << s->retried_steps() << " run again");
     RequireAppliedOnce(*s, m, step + 6, s->retried_steps());
   }
-  RequireIdenticalReplicas(r);
+  RequireIdenticalReplicas(r.cluster, *r.s);
 }
 
 TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and acknowledges nothing after",
@@ -151,12 +151,12 @@ TEST_CASE("Cluster: with replicas a hung holder is replaced by its backup and ac
   ::kill(cluster.pid(victim), SIGCONT);
   Train(*s, m, 20, 26);
   RequireAppliedOnce(*s, m, 26, s->retried_steps());
-  RequireIdenticalReplicas(r);
+  RequireIdenticalReplicas(r.cluster, *r.s);
 }
 
 TEST_CASE("Cluster: CompareReplicas finds a backup that does not hold its holder's state", "[cluster][replicas]") {
   Replicated r(4);
-  RequireIdenticalReplicas(r);
+  RequireIdenticalReplicas(r.cluster, *r.s);
   auto map = ReadClusterMap(r.cluster.etcd_endpoint(), r.cluster.tls_dir());
   REQUIRE(map.ok());
   // Name as slot 0's backup the node that is neither its holder nor its
@@ -258,12 +258,5 @@ TEST_CASE("Cluster: the placement leader killed while slots move to a joined nod
   step += 3;
   for (const auto& c : s->Changes()) CHECK(c.restored_tasks.empty());
   RequireAppliedOnce(*s, m, step, s->retried_steps());
-  REQUIRE(cluster.WaitBackups(3, 30000).ok());
-  auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
-  REQUIRE(map.ok());
-  auto cmp = s->CompareReplicas(*map);
-  REQUIRE(cmp.ok());
-  for (const auto& d : cmp->differences) INFO(d);
-  CHECK(cmp->differences.empty());
-  CHECK(cmp->slots == 3);
+  RequireIdenticalReplicas(cluster, *s);
 }
