@@ -137,6 +137,8 @@ struct ClusterNode::Impl {
   // Notes a stall seen now (etcd clusters only); whether the node is stalled. REQUIRES: mu held.
   bool CheckStallLocked();
   static constexpr int kFenceWaitMs = 30000;
+  // How long the leader waits for an old holder's handover fence.
+  static constexpr int kHandOverWaitMs = 3000;
   // The same, for handlers that may run while Start still sets it up.
   std::atomic<cluster::MemberRegistry*> registry_ready{nullptr};
   bool etcd_mode() const { return !opts.etcd.empty(); }
@@ -332,8 +334,9 @@ struct ClusterNode::Impl {
   // Starts following (and campaigning to lead) the shard map in etcd.
   Status StartPlacement(const std::optional<net::Credential>& credential);
   // The leader's move of slot from `from` to `to` at epoch: here when this
-  // node is `from`, else a MoveSlot to it; OK or why not.
-  Status MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch);
+  // node is `from`, else a MoveSlot to it answered within timeout_ms (a
+  // node that went silent lately is not asked); OK or why not.
+  Status MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch, int timeout_ms);
   // This node's part of a move: fence slot at epoch, wait for the slot's
   // runs of older epochs, copy the slot's variables to `to`; OK or why not.
   Status MoveSlotHere(int slot, const std::string& to, int64_t epoch);

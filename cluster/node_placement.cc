@@ -19,7 +19,12 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   po.lease_ttl_s = opts.lease_ttl_s;
   po.replicas = opts.replicas;
   po.move = [this](int slot, const std::string& from, const std::string& to, int64_t epoch) {
-    return MoveSlotVia(slot, from, to, epoch);
+    return MoveSlotVia(slot, from, to, epoch, kFenceWaitMs + 120000);
+  };
+  // A handover copies nothing: a hung old holder holds the leader (and with
+  // it every failover) a few seconds at most.
+  po.hand_over = [this](int slot, const std::string& from, const std::string& to, int64_t epoch) {
+    return MoveSlotVia(slot, from, to, epoch, kHandOverWaitMs);
   };
   // Every node replicates when the map gives a slot a backup: with
   // --replicas 1 a move's new holder is one while it is copied (the old
@@ -87,11 +92,15 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   return Status::OK();
 }
 
-Status ClusterNode::Impl::MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch) {
+Status ClusterNode::Impl::MoveSlotVia(int slot, const std::string& from, const std::string& to, int64_t epoch,
+                                      int timeout_ms) {
   if (from == address) return MoveSlotHere(slot, to, epoch);
+  // A node whose connection here went silent lately is not dialed: it may hang.
+  if (router.LostWithin(from, 2000 * static_cast<int64_t>(opts.lease_ttl_s) + opts.peer_timeout_ms))
+    return Unavailable("slot " + std::to_string(slot) + "'s old holder " + from + " went silent lately");
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(from));
   // The old holder waits for the slot's runs (kFenceWaitMs), then copies.
-  return net::CallStatus(c, net::MoveSlot{slot, to, epoch}, kFenceWaitMs + 120000)
+  return net::CallStatus(c, net::MoveSlot{slot, to, epoch}, timeout_ms)
       .WithPrefix("moving slot " + std::to_string(slot) + " from " + from + " to " + to);
 }
 

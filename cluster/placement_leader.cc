@@ -272,7 +272,9 @@ struct PlacementLeader::Impl {
         base.handover[s] = 0;
       }
     }
-    for (int s : finish) SF_RETURN_IF_ERROR(o.move(s, base.from[s], base.holder[s], cur.epoch));
+    for (int s : finish)
+      if (base.handover[s]) HandOver(s, base.from[s], base.holder[s], cur.epoch);
+      else SF_RETURN_IF_ERROR(o.move(s, base.from[s], base.holder[s], cur.epoch));
     for (int s : finish) {
       base.from[s].clear();
       base.handover[s] = 0;
@@ -351,7 +353,7 @@ struct PlacementLeader::Impl {
       if (stopping) return Aborted("stopping");
     }
     for (int s = 0; s < o.slots; ++s)
-      if (next.handover[s]) SF_RETURN_IF_ERROR(o.move(s, next.from[s], next.holder[s], e1));  // the next turn retries
+      if (next.handover[s]) HandOver(s, next.from[s], next.holder[s], e1);
     for (int s = 0; s < o.slots; ++s) {
       next.from[s].clear();
       next.handover[s] = 0;
@@ -359,6 +361,18 @@ struct PlacementLeader::Impl {
     SF_ASSIGN_OR_RETURN(int64_t e2, Write(next, e1));
     Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(handed) + " slots moved");
     return Status::OK();
+  }
+
+  // The old holder's part of a handover. Its failure (the old holder hung
+  // or died mid-call) stops nothing: the new holder already has every
+  // acknowledged change, and the old holder's later runs cannot be
+  // acknowledged (their rounds are refused once the map names it no more,
+  // and it fences the slot when it reads that map).
+  void HandOver(int slot, const std::string& from, const std::string& to, int64_t epoch) {
+    Status s = o.hand_over ? o.hand_over(slot, from, to, epoch) : o.move(slot, from, to, epoch);
+    if (!s.ok())
+      Log("slot " + std::to_string(slot) + " handed over to " + to + " without " + from + "'s fence: " +
+          s.ToString());
   }
 
   // The sync thread: while leading, has each slot's holder copy its state

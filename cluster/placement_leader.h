@@ -58,6 +58,11 @@ struct PlacementOptions {
   // at epoch (the old holder's fence); OK, or why not (retried later). Used
   // without `sync`, and for fence-then-copy moves an older leader left.
   std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;
+  // A handover's fence: has `from` stop serving slot at epoch and wait for
+  // the slot's older runs, copying nothing (`to` is its synced backup);
+  // bounded by a few seconds, since the handover is safe without it (it
+  // only spares those runs a retry). Null: `move` serves.
+  std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> hand_over;
   // Whether the node at address still answers (null: never asked). A
   // holder etcd no longer lists (its lease ended while etcd or the node
   // stalled) that answers still has its state: its slots move with a copy,
