@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/applied_window.h"
+#include "actors/join_statuses.h"
 #include "actors/variable_shards.h"
 #include "kernels/hash_embedding.h"
 #include "kernels/replica_state.h"
@@ -203,28 +204,6 @@ std::shared_ptr<ShardCore> NewShardCore(ComputePool* pool, std::shared_ptr<const
 // A shard actor serving core (variable_shard_actor.cc).
 VariableShardActor SpawnShardActor(caf::actor_system& sys, std::shared_ptr<ShardCore> core);
 
-// A callback to call n times with each part's status: the n-th call passes
-// the first error (or OK) to done.
-inline std::function<void(const Status&)> JoinStatuses(size_t n, std::function<void(Status)> done) {
-  struct Join {
-    std::mutex mu;
-    size_t remaining;
-    Status first;
-    std::function<void(Status)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->remaining = n;
-  join->done = std::move(done);
-  return [join](const Status& s) {
-    bool last;
-    {
-      std::lock_guard<std::mutex> l(join->mu);
-      if (!s.ok() && join->first.ok()) join->first = s;
-      last = --join->remaining == 0;
-    }
-    if (last) join->done(join->first);
-  };
-}
 
 }  // namespace runtime
 }  // namespace sf

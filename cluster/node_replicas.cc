@@ -3,6 +3,7 @@
 // to the backup before a run is acknowledged, and copies the whole slot to
 // a new backup when the placement leader asks; as a backup it applies what
 // the slot's holder sends, refusing a holder the map no longer names.
+#include "actors/join_statuses.h"
 #include "cluster/node_impl.h"
 
 namespace sf {
@@ -127,7 +128,7 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     });
   };
   // Checked again with the changes queued under one lock with the runs'
-  // admission (Run): a backup that took the slot over (a move's swap) and
+  // admission (Run): a backup that took the slot over (a handover) and
   // ran a step of it by the newer map never applies its old holder's round
   // after that step's updates.
   std::lock_guard<std::mutex> l(mu);
@@ -156,16 +157,8 @@ void ClusterNode::Impl::ReplicateSlotsOf(const std::vector<std::string>& names, 
 
 void ClusterNode::Impl::ReplicateSlots(const std::set<int>& slots, std::function<void(Status)> done) {
   if (!replicas || slots.empty()) return done(Status::OK());
-  auto left = std::make_shared<std::atomic<size_t>>(slots.size());
-  auto first = std::make_shared<std::pair<std::mutex, Status>>();
-  for (int slot : slots)
-    replicas->Sync(slot, [left, first, done](Status s, const std::string&) {
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> l(first->first);
-        if (first->second.ok()) first->second = s;
-      }
-      if (--*left == 0) done(first->second);
-    });
+  auto join = runtime::JoinStatuses(slots.size(), std::move(done));
+  for (int slot : slots) replicas->Sync(slot, [join](Status s, const std::string&) { join(s); });
 }
 
 void ClusterNode::Impl::FinishRun(std::pair<int, int64_t> slot, std::function<void(net::RunPartitionDone)> reply,

@@ -283,42 +283,15 @@ struct PlacementLeader::Impl {
     for (int s = 0; s < o.slots; ++s)
       if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && !alive.count(base.holder[s]) && cur.epoch > 0)
         next.lost_after[s] = cur.epoch;  // its holder died: nothing to copy
-    if (o.sync) return MoveWhileServing(base, std::move(next), alive, cur, rev, marked);
-    ShardMap inter = next;
-    for (int s = 0; s < o.slots; ++s)
-      if (!base.holder[s].empty() && base.holder[s] != next.holder[s] && alive.count(base.holder[s]))
-        inter.from[s] = base.holder[s];
-    if (inter == cur) return Status::OK();
-    SF_ASSIGN_OR_RETURN(int64_t e1, Write(inter, rev));
-    if (!inter.moving()) {
-      Log("shard map epoch " + std::to_string(e1));
-      return Status::OK();
-    }
-    {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait_for(l, std::chrono::milliseconds(o.move_grace_ms), [&] { return stopping; });
-      if (stopping) return Aborted("stopping");
-    }
-    int moving = 0;
-    for (int s = 0; s < o.slots; ++s) {
-      if (inter.from[s].empty()) continue;
-      ++moving;
-      SF_RETURN_IF_ERROR(o.move(s, inter.from[s], inter.holder[s], e1));  // left marked: the next turn retries
-    }
-    ShardMap done = next;
-    SF_ASSIGN_OR_RETURN(int64_t e2, Write(done, e1));
-    Log("shard map epoch " + std::to_string(e2) + ": " + std::to_string(moving) + " slots moved");
-    return Status::OK();
+    return MoveWhileServing(base, std::move(next), alive, cur, rev, marked);
   }
 
   // Moves that copy while the old holder serves: a slot's new holder first
   // becomes its backup and is synced (by the sync thread) while the old one
-  // serves on; once synced, the two swap roles in one epoch, which costs the
-  // slot's steps only the time to follow the map (the old holder fences
-  // itself when it sees the map; its backup, now the holder, refuses its
-  // rounds, so the runs it had going fail and run again on the new one).
-  // The swapped-out holder may hold changes of runs that were never
-  // acknowledged: it is never a synced backup until copied again.
+  // serves on. Once synced, a handover: the map names both ends (sessions
+  // stop placing steps there), after a grace the old holder fences the slot
+  // and waits for its runs, whose changes reached the new holder before they
+  // ended, so nothing is copied; then the map names the new holder alone.
   Status MoveWhileServing(const ShardMap& base, ShardMap next, const std::set<std::string>& alive,
                           const ShardMap& cur, int64_t rev, int marked) {
     int handed = 0, staged = 0;
@@ -402,7 +375,6 @@ struct PlacementLeader::Impl {
   // mark (so that a copied slot can swap while the next one is copied);
   // the first error (a failed copy stays unsynced, tried again later).
   Status SyncBackups() {
-    if (!o.sync) return Status::OK();
     SF_ASSIGN_OR_RETURN(auto kv, etcd->Get(map_key));
     SF_ASSIGN_OR_RETURN(ShardMap m, MapOf(kv));
     Status first;
@@ -448,7 +420,7 @@ Result<std::unique_ptr<PlacementLeader>> PlacementLeader::Start(PlacementOptions
   if (options.slots < 1 || options.slots > kMaxSlots)
     return InvalidArgument("shard map slots " + std::to_string(options.slots) + " not in [1, " +
                            std::to_string(kMaxSlots) + "]");
-  if (!options.move) return InvalidArgument("PlacementOptions::move is required");
+  if (!options.move || !options.sync) return InvalidArgument("PlacementOptions::move and ::sync are required");
   auto impl = std::make_unique<Impl>();
   SF_ASSIGN_OR_RETURN(impl->prefix, ClusterPrefix(options.cluster));
   impl->map_key = impl->prefix + "map";

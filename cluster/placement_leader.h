@@ -12,11 +12,10 @@
 // backups are synced the same way, by a thread of their own (a copy never
 // holds up a failover), and marked synced in the map one by one. Each write
 // is a transaction on the map's mod_revision and the leader key's
-// create_revision, so a deposed leader writes nothing. Without options.sync
-// a move is fence-then-copy: the moving slots are marked (epoch E1, the old
-// holders stop serving them), each old holder copies its slot's state to
-// the new one (options.move), then the map is written without the marks
-// (epoch E2); a new leader finishes such moves its predecessor left.
+// create_revision, so a deposed leader writes nothing. A new leader finishes
+// the moves its predecessor left marked: handovers, and fence-then-copy
+// moves of older versions (the old holder copies the slot's state to the
+// new one after its fence, options.move).
 //
 // Thread-safety: every method may be called from any thread; callbacks run
 // on its own threads, never under its lock.
@@ -55,8 +54,8 @@ struct PlacementOptions {
   // every change from then on); OK once the backup is synced, or why not.
   std::function<Status(int slot, const std::string& holder, const std::string& backup, int64_t epoch)> sync;
   // Has `from` copy slot's state to `to` after it stopped serving the slot
-  // at epoch (the old holder's fence); OK, or why not (retried later). Used
-  // without `sync`, and for fence-then-copy moves an older leader left.
+  // at epoch (the old holder's fence); OK, or why not (retried later). For
+  // fence-then-copy moves an older version's leader left marked.
   std::function<Status(int slot, const std::string& from, const std::string& to, int64_t epoch)> move;
   // A handover's fence: has `from` stop serving slot at epoch and wait for
   // the slot's older runs, copying nothing (`to` is its synced backup);

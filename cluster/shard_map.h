@@ -10,8 +10,8 @@
 // (cluster/placement_leader.h): the entry names both ends ("to" and "from"),
 // sessions stop placing steps there, the old holder stops serving the slot
 // (a fence) once its runs ended, and the map names the new holder alone.
-// Without replication hooks a move is fence-then-copy: the same, with the
-// old holder copying the slot's state to the new one after its fence.
+// A move marked without a handover (by an older version) is fence-then-copy:
+// the same, with the old holder copying the slot's state to the new one.
 //
 // With replication (--replicas 2) a slot also has a backup on another
 // member: the holder (its primary) sends it every change of the slot before
