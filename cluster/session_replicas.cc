@@ -33,7 +33,7 @@ Result<ClusterSession::ReplicaComparison> ClusterSession::CompareReplicas(const 
   for (size_t t = 0; t < vars.size(); ++t) {
     const std::string backup = t < map.backup.size() ? map.backup[t] : "";
     if (backup.empty()) continue;
-    if (t >= map.synced.size() || !map.synced[t] || !map.moving_from[t].empty()) {
+    if (t >= map.synced.size() || !map.synced[t] || (t < map.moving_from.size() && !map.moving_from[t].empty())) {
       out.unsynced.push_back(static_cast<int>(t));
       continue;
     }
