@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
         ::kill(cluster.pid(victim), SIGCONT);
         break;
       case 2:
-        if (DrainNode(addr, cluster.tls_dir(), 0).ok()) {
+        if (DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), addr, 0, "default", "", cluster.insecure()).ok()) {
           alive.erase(alive.begin() + static_cast<long>(pick));
           fault_line("drain", addr);
           (void)add();

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/auth_command.h"
 #include "cli/flags.h"
 #include "shardflow/cluster.h"
 
@@ -27,8 +28,8 @@ const char kNodeUsage[] =
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
     "                      [--max-tensor-bytes N] [--max-open-files N]\n"
     "                      [--checkpoint-dir DIR] [--data-dir DIR] [--log]\n"
-    "       shardflow node drain HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
-    "                      [--wait-s SECONDS]\n"
+    "       shardflow node drain NAME|HOST:PORT --etcd HOST:PORT[,...]\n"
+    "                      (--tls-dir DIR [--tls-name NAME] | --insecure) [--cluster NAME] [--wait-s SECONDS]\n"
     "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                      [--json]\n"
     "\n"
@@ -85,7 +86,10 @@ const char kNodeUsage[] =
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
     "tasks and their variables to other members before their next step, then\n"
-    "the node exits. It waits up to --wait-s (default 60) for the node to go.\n"
+    "the node exits. It waits up to --wait-s (default 60) for the node to go. It\n"
+    "writes the operator's drain mark in etcd with the operator credential\n"
+    "(--tls-name, default admin: made by 'shardflow cluster auth'); etcd refuses a\n"
+    "node's or session's mark of another node, and nodes refuse drains by peers.\n"
     "\n"
     "'node members' prints the node's view of the membership: one line per member\n"
     "(itself first) with its name, address, incarnation and state (alive, leaving);\n"
@@ -132,6 +136,8 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   drain->add_option("--tls-name", f->drain_tls_name);
   drain->add_flag("--insecure", f->drain_insecure);
   drain->add_option("--wait-s", f->wait_s)->check(cli::Real(0, 2e6));
+  drain->add_option("--etcd", f->members_etcd);
+  drain->add_option("--cluster", f->members_cluster);
   CLI::App* members = node.add_subcommand("members");
   members->add_option("address", f->drain_addresses);
   members->add_option("--tls-dir", f->drain_tls_dir);
@@ -152,6 +158,7 @@ int DrainCommand(const NodeFlags& f) {
   if (addresses.empty()) return NodeUsageError("drain needs the node's HOST:PORT");
   if (f.drain_tls_dir.empty() == !f.drain_insecure)
     return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
+  if (!f.members_etcd.empty()) return EtcdDrainCommand(f);  // the operator's mark (cli/auth_command.h)
   const std::string& address = addresses[0];
   const double wait_s = f.wait_s;
   Status s = DrainNode(address, f.drain_tls_dir, static_cast<int>(wait_s * 1000), f.drain_tls_name, f.drain_insecure);
@@ -282,6 +289,7 @@ const char kClusterUsage[] =
     "                                 [--cluster NAME] [--json]\n"
     "       shardflow cluster map --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                             [--cluster NAME] [--json]\n"
+    "       shardflow cluster auth --etcd HOST:PORT[,...] --tls-dir DIR [--tls-name ADMIN] [--cluster NAME]\n"
     "\n"
     "Prints the members of a cluster whose membership lives in etcd (nodes started\n"
     "with --etcd), in the order they joined: one line per member with its name,\n"
@@ -292,11 +300,18 @@ const char kClusterUsage[] =
     "'cluster map' prints the shard map: which member serves each slot (the logical\n"
     "task /job:worker/task:S sessions place on), one line per slot, marked while\n"
     "it moves, then its epoch (its revision in etcd); with --json one JSON object\n"
-    "per slot, then a summary line with epoch, slots, members and moving.\n";
+    "per slot, then a summary line with epoch, slots, members and moving.\n"
+    "\n"
+    "'cluster auth' turns on etcd's authentication for the cluster: an etcd user\n"
+    "per credential in DIR (run it where ca.key is, again after issuing one), the\n"
+    "operator credential ADMIN (default admin) made when missing, and roles: a\n"
+    "session reads members and the map, a node writes only its own member key\n"
+    "and drain mark (the shared 'node' credential: any node's), the election and\n"
+    "the map; the operator everything (docs/CLUSTER.md, 'Messages and security').\n";
 
 void AddClusterFlags(CLI::App& cluster, NodeFlags* f) {
   cluster.require_subcommand(1, 1);
-  for (const char* name : {"members", "map"}) {
+  for (const char* name : {"members", "map", "auth"}) {
     CLI::App* sub = cluster.add_subcommand(name);
     sub->add_option("--etcd", f->members_etcd)->required();
     sub->add_option("--cluster", f->members_cluster);
@@ -353,6 +368,8 @@ int MapCommand(const NodeFlags& f) {
 
 int ClusterCommand(const CLI::App& command, const NodeFlags& flags) {
   if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "map") return MapCommand(flags);
+  if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "auth")
+    return ClusterAuthCommand(flags);
   return MembersCommand(flags);
 }
 

@@ -55,6 +55,8 @@ Result<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& tls_dir, 
   auto impl = std::make_unique<Impl>(std::move(o));
   SF_RETURN_IF_ERROR(impl->process.Start());
   impl->endpoint = impl->process.endpoint();
+  // Who may write what in etcd is etcd's to enforce (cluster/cluster_auth.h).
+  if (!insecure) SF_RETURN_IF_ERROR(EnableClusterAuth(impl->endpoint, tls_dir).WithPrefix("etcd authentication"));
   return std::unique_ptr<LocalEtcd>(new LocalEtcd(std::move(impl)));
 }
 

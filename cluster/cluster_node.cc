@@ -91,12 +91,10 @@ void ClusterNode::Impl::MembershipLoop() {
     bool drain_me = false;
     for (const net::Member& m : job.membership.leaving) drain_me = drain_me || m.address == address;
     Status s;
-    if (drain_me) {
-      StartDrain();
-      auto* r = registry_ready.load();
-      if (r) s = r->SetLeaving();
-      else if (etcd_mode()) s = Unavailable("node " + opts.name + " is still registering in etcd");
-      view.NotifyWatchers();
+    if (drain_me && etcd_mode()) {
+      // A peer's credential may be any node's: only the operator's drains (DrainMember).
+      s = PermissionDenied("node " + opts.name + " drains only when the operator marks it in etcd (shardflow node " +
+                           "drain NAME --etcd ... with the operator credential), not at a peer's request");
     } else {
       s = FailedPrecondition("node " + opts.name + " keeps no membership of its own: its cluster's members are " +
                              "the nodes registered in etcd (start nodes with --etcd)");
@@ -565,6 +563,7 @@ Status DrainNode(const std::string& address, const std::string& tls_dir, int wai
   (*c)->Request(ask, 10000, [&](Result<net::Message> r) {
     std::lock_guard<std::mutex> l(mu);
     if (!r.ok()) status = r.status();
+    else if (auto* refused = std::get_if<net::StatusReply>(&r->body)) status = refused->status;
     else if (!std::holds_alternative<net::Membership>(r->body))
       status = Internal(std::string("unexpected reply ") + net::BodyName(r->body));
     replied = true;

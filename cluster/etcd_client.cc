@@ -2,6 +2,8 @@
 // (Watches: etcd_watch.cc; keepalives: etcd_lease.cc.)
 #include "cluster/etcd_client.h"
 
+#include "cluster/etcd_identity.h"
+
 #include "cluster/etcd_json.h"
 #include "cluster/etcd_transport.h"
 
@@ -75,6 +77,11 @@ EtcdClient::EtcdClient(EtcdClientOptions options, std::shared_ptr<EtcdTransport>
     : options_(std::move(options)), transport_(std::move(transport)) {}
 
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options) {
+  if (options.credential && options.user.empty()) {
+    // Who it is to etcd once etcd's authentication is on: its certificate's name.
+    SF_ASSIGN_OR_RETURN(options.user, CertificateCommonName(options.credential->cert_pem));
+    SF_ASSIGN_OR_RETURN(options.password, EtcdPassword(options.credential->key_pem));
+  }
   SF_ASSIGN_OR_RETURN(std::shared_ptr<EtcdTransport> t, EtcdTransport::Create(options));
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options), std::move(t)));
 }

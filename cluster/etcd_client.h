@@ -62,6 +62,11 @@ struct EtcdClientOptions {
   // The client's identity for mutual TLS and the CA it trusts. Required
   // unless plaintext_for_tests.
   std::optional<net::Credential> credential;
+  // The etcd user it logs in as when etcd's authentication is on, and its
+  // password. Default (empty): the credential's (cluster/etcd_identity.h),
+  // filled by Create.
+  std::string user;
+  std::string password;
   // The DNS name etcd's certificate must carry. Default net::kEtcdHostName.
   std::string server_name = net::kEtcdHostName;
   // Plain HTTP, no TLS: only for tests that play a fake etcd. Default false.

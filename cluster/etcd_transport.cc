@@ -83,6 +83,7 @@ struct Request {
   std::string body;
   EtcdTransport::StreamState* stream = nullptr;  // set: keep the body open as this stream
   bool idempotent = true;                        // may be sent again if it may have reached etcd
+  std::string token;                             // etcd's auth token, sent as Authorization ("": none)
 };
 
 // Reads a body to its end, refusing more than cap bytes.
@@ -130,8 +131,11 @@ struct EtcdTransport::Loop {
     kj::TlsContext::Options tls_options;
     tls_options.useSystemTrustStore = false;
     ca = kj::heap<kj::TlsCertificate>(kj::StringPtr(o.credential->ca_pem.c_str()));
+    // The certificate without a common name when there is one: etcd's
+    // gateway refuses any other once its authentication is on.
+    const std::string& cert = o.credential->etcd_cert_pem.empty() ? o.credential->cert_pem : o.credential->etcd_cert_pem;
     keypair = kj::heap<kj::TlsKeypair>(kj::TlsKeypair{kj::TlsPrivateKey(kj::StringPtr(o.credential->key_pem.c_str())),
-                                                      kj::TlsCertificate(kj::StringPtr(o.credential->cert_pem.c_str()))});
+                                                      kj::TlsCertificate(kj::StringPtr(cert.c_str()))});
     tls_options.trustedCertificates = kj::arrayPtr(ca.get(), 1);
     tls_options.defaultKeypair = *keypair;
     tls_options.minVersion = kj::TlsVersion::TLS_1_2;
@@ -210,6 +214,7 @@ struct EtcdTransport::Loop {
       headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/json");
       size = req->body.size();
     }
+    if (!req->token.empty()) headers.add(kj::StringPtr("Authorization"), kj::StringPtr(req->token.c_str()));
     kj::Maybe<kj::HttpClient::Request> made;
     try {
       made = conn->http->request(req->method, kj::StringPtr(req->path.c_str()), headers, size);
@@ -381,6 +386,11 @@ Reply Run(const kj::Executor& executor, EtcdTransport::Loop& loop, std::shared_p
 // OK for a reply of 200; why not otherwise, naming op and the endpoint.
 Status CheckReply(const std::string& op, const Reply& reply) {
   if (!reply.status.ok()) return reply.status.WithPrefix("etcd: " + op);
+  if (reply.http_status == 400 && reply.body.find("CommonName of client") != std::string::npos)
+    return PermissionDenied("etcd " + reply.endpoint + ": " + op +
+                            ": etcd's authentication is on and its gateway refuses a client certificate with a "
+                            "common name: this credential has no NAME.etcd.crt (run `shardflow cluster auth` where "
+                            "the CA key is, and copy the file)");
   if (reply.http_status != 200)
     return GatewayError(reply.http_status, reply.body).WithPrefix("etcd " + reply.endpoint + ": " + op);
   return Status::OK();
@@ -455,6 +465,42 @@ void EtcdTransport::Close() {
       *thread_->executor, [&] { loop.Close(); }, [](const std::string&) {});
 }
 
+bool EtcdNeedsLogin(const Status& s) {
+  const std::string& m = s.message();
+  return !s.ok() && (m.find("invalid auth token") != std::string::npos ||
+                     m.find("user name is empty") != std::string::npos ||
+                     m.find("revision in header is old") != std::string::npos);
+}
+
+Result<std::string> EtcdTransport::Token(EtcdClock::time_point deadline, const std::string* stale) {
+  if (!options_.credential || options_.user.empty()) return std::string();
+  std::lock_guard<std::mutex> l(login_mu_);
+  if (logged_in_ && (stale == nullptr || *stale != token_)) return token_;
+  auto req = std::make_shared<Request>();
+  req->op = "login as " + options_.user;
+  req->path = "/v3/auth/authenticate";
+  req->body = Json{{"name", options_.user}, {"password", options_.password}}.dump();
+  auto j = Interpret(req->op, Run(*thread_->executor, *thread_->loop, req, deadline));
+  if (!j.ok()) {
+    // etcd without authentication: no token, and every request is anyone's.
+    if (j.status().message().find("authentication is not enabled") != std::string::npos) {
+      token_.clear();
+      logged_in_ = true;
+      return token_;
+    }
+    if (j.status().message().find("authentication failed") != std::string::npos)
+      return PermissionDenied(j.status().message() + " (no etcd user " + options_.user +
+                              " with this credential's password: run `shardflow cluster auth` for it)");
+    return j.status();
+  }
+  auto t = j->find("token");
+  if (t == j->end() || !t->is_string() || t->get<std::string>().empty())
+    return DataLoss("etcd: " + req->op + ": the reply has no token");
+  token_ = t->get<std::string>();
+  logged_in_ = true;
+  return token_;
+}
+
 Result<Json> EtcdTransport::Call(const std::string& op, const std::string& path, const Json& request,
                                  EtcdClock::time_point deadline, bool idempotent) {
   if (closed()) return Aborted("etcd: " + op + ": the client is closed");
@@ -467,6 +513,15 @@ Result<Json> EtcdTransport::Call(const std::string& op, const std::string& path,
   } else {
     req->body = request.dump();
   }
+  // Only the v3 API knows users (not /health).
+  if (path.rfind("/v3/", 0) == 0) {
+    SF_ASSIGN_OR_RETURN(req->token, Token(deadline));
+  }
+  auto r = Interpret(op, Run(*thread_->executor, *thread_->loop, req, deadline));
+  if (!EtcdNeedsLogin(r.status()) || !options_.credential) return r;
+  // etcd refused the token before running the request: log in and send it again, once.
+  const std::string stale = req->token;
+  SF_ASSIGN_OR_RETURN(req->token, Token(deadline, &stale));
   return Interpret(op, Run(*thread_->executor, *thread_->loop, req, deadline));
 }
 
@@ -504,7 +559,14 @@ Status EtcdStream::Open(const std::string& op, const std::string& path, const Js
   req->path = path;
   req->body = request.dump();
   req->stream = state_;
-  const Reply reply = Run(*transport_->thread_->executor, *transport_->thread_->loop, req, deadline);
+  SF_ASSIGN_OR_RETURN(req->token, transport_->Token(deadline));
+  Reply reply = Run(*transport_->thread_->executor, *transport_->thread_->loop, req, deadline);
+  if (EtcdNeedsLogin(CheckReply(op, reply))) {
+    const std::string stale = req->token;
+    SF_ASSIGN_OR_RETURN(req->token, transport_->Token(deadline, &stale));
+    reply = Run(*transport_->thread_->executor, *transport_->thread_->loop, req, deadline);
+  }
+  token_ = req->token;
   what_ = "etcd " + (reply.endpoint.empty() ? transport_->options().endpoints : reply.endpoint) + ": " + op;
   return CheckReply(op, reply);
 }

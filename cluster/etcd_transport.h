@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +58,12 @@ class EtcdTransport : public std::enable_shared_from_this<EtcdTransport> {
   // when a kept connection breaks after it was written (etcd may have run it).
   Result<nlohmann::json> Call(const std::string& op, const std::string& path, const nlohmann::json& request,
                               EtcdClock::time_point deadline, bool idempotent = true);
+  // The token to send etcd with a request ("" when etcd's authentication is
+  // off, or the client has no credential): it logs in the first time
+  // (cluster/etcd_identity.h: the credential's user and password), and again
+  // when stale is the token held now (etcd refused it: restarted, expired).
+  // PermissionDenied naming etcd and the user when etcd refuses the login.
+  Result<std::string> Token(EtcdClock::time_point deadline, const std::string* stale = nullptr);
   // Ends every open stream and fails every later call with Aborted.
   void Close();
   // Whether Close() was called.
@@ -70,7 +77,14 @@ class EtcdTransport : public std::enable_shared_from_this<EtcdTransport> {
   const EtcdClientOptions options_;
   struct Thread;
   std::unique_ptr<Thread> thread_;
+  std::mutex login_mu_;     // held through a login, so that threads that find the token stale log in once
+  std::string token_;       // GUARDED_BY(login_mu_)
+  bool logged_in_ = false;  // GUARDED_BY(login_mu_): token_ holds what the last login gave ("": auth off)
 };
+
+// Whether etcd refused a request for its token, so that logging in again
+// and sending it once more is right (the request did not run).
+bool EtcdNeedsLogin(const Status& s);
 
 // One streaming request (watch): the response body read line by line, each
 // line one JSON value. Cancel() may come from any thread at any time and
@@ -97,11 +111,14 @@ class EtcdStream {
   Result<nlohmann::json> Next(EtcdClock::time_point deadline = EtcdClock::time_point::max());
   // Ends Open or Next in progress and every later one with Aborted.
   void Cancel();
+  // The auth token Open sent ("": none), for logging in again when etcd refuses it.
+  const std::string& token() const { return token_; }
 
  private:
   std::shared_ptr<EtcdTransport> transport_;
   EtcdTransport::StreamState* state_ = nullptr;  // made, used and freed on the loop thread
   std::string what_ = "etcd stream";              // "etcd ENDPOINT: OP", for errors
+  std::string token_;                             // the auth token of the last Open
 };
 
 // A range read with the options only cluster/ needs (the election's

@@ -56,7 +56,7 @@ Result<const Json*> ResultOf(const Json& line) {
 
 // Opens a stream and waits for etcd's "created"; the stream, or why not.
 // Registers it in st so that the watch's destruction can cancel it.
-Result<std::unique_ptr<EtcdStream>> Open(State& st, int64_t start_revision, int64_t* created_revision) {
+Result<std::unique_ptr<EtcdStream>> OpenOnce(State& st, int64_t start_revision, int64_t* created_revision) {
   auto stream = std::make_unique<EtcdStream>(st.transport);
   {
     std::lock_guard<std::mutex> l(st.mu);
@@ -80,7 +80,33 @@ Result<std::unique_ptr<EtcdStream>> Open(State& st, int64_t start_revision, int6
     if (!s.ok()) return s.WithPrefix("etcd: watch");
     return DataLoss("etcd: watch: the stream did not start with 'created'");
   }
+  // etcd refuses a watch (its user may not read the key, or its token is
+  // stale) by creating it canceled.
+  bool canceled = false;
+  if (ReadBool(**result, "canceled", &canceled).ok() && canceled) {
+    unregister();
+    std::string reason;
+    auto r = (*result)->find("cancel_reason");
+    if (r != (*result)->end() && r->is_string()) reason = r->get<std::string>();
+    const std::string why = "etcd: watch " + st.key + ": etcd refused the watch: " + reason;
+    Status refused = reason.find("permission denied") != std::string::npos ? PermissionDenied(why)
+                                                                             : FailedPrecondition(why);
+    if (EtcdNeedsLogin(refused)) {
+      const std::string stale = stream->token();
+      auto relogged = st.transport->Token(deadline, &stale);
+      if (!relogged.ok()) return relogged.status();
+      return Unavailable(why + " (logged in again)");
+    }
+    return refused;
+  }
   return stream;  // still registered: the watch's thread unregisters it when done with it
+}
+
+// OpenOnce, again once when etcd refused the first for a stale token (it restarted).
+Result<std::unique_ptr<EtcdStream>> Open(State& st, int64_t start_revision, int64_t* created_revision) {
+  auto first = OpenOnce(st, start_revision, created_revision);
+  if (first.ok() || first.status().message().find("(logged in again)") == std::string::npos) return first;
+  return OpenOnce(st, start_revision, created_revision);
 }
 
 // The events of one result, those before next_revision dropped; sets *end

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cluster/cluster_auth.h"
 #include "cluster/etcd_client.h"
 
 namespace sf {
@@ -32,6 +33,7 @@ struct MemberRegistry::Impl {
   // Touched by Start and the registry thread only (Leave joins the thread first).
   std::unique_ptr<EtcdKeepAlive> keepalive;
   std::unique_ptr<EtcdWatch> watch;
+  std::unique_ptr<EtcdWatch> drain_watch;  // the operator's drain mark for this node
   std::thread thread;
   std::mutex notify_mu;  // on_change and on_replaced one at a time, in order
 
@@ -126,7 +128,37 @@ struct MemberRegistry::Impl {
     SF_ASSIGN_OR_RETURN(watch, etcd->Watch(prefix + "members/", r.revision + 1,
                                            [this](const std::vector<EtcdWatchEvent>& evs) { OnEvents(evs); }));
     Notify(now);
+    // The operator drains a node by marking it (only the operator's
+    // credential may write another node's mark): the node then marks
+    // itself leaving, as ClusterNode::Drain does.
+    const std::string mark = DrainKey(prefix, o.name);
+    SF_ASSIGN_OR_RETURN(EtcdRangeResult d, etcd->Range(mark));
+    for (const auto& kv : d.kvs)
+      if (kv.key == mark) OnDrainMark();
+    SF_ASSIGN_OR_RETURN(drain_watch, etcd->WatchKey(mark, d.revision + 1, [this](const std::vector<EtcdWatchEvent>& evs) {
+      for (const auto& e : evs) {
+        if (e.type == EtcdWatchEvent::Type::kPut) OnDrainMark();
+        if (e.type != EtcdWatchEvent::Type::kError) continue;
+        std::lock_guard<std::mutex> l(mu);
+        watch_broken = true;
+        cv.notify_all();
+      }
+    }));
     return Status::OK();
+  }
+
+  // Marks this node leaving in etcd, once: its own key, which every node watches.
+  void OnDrainMark() {
+    int64_t id = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (leaving || stopping) return;
+      leaving = true;
+      id = lease.id;
+    }
+    Log("the operator marked this node to drain");
+    auto r = etcd->Put(key, EncodeMemberValue(o.address, true), id);
+    if (!r.ok()) Log("marking this node leaving: " + r.status().ToString());
   }
 
   void OnEvents(const std::vector<EtcdWatchEvent>& events) {
@@ -170,6 +202,7 @@ struct MemberRegistry::Impl {
         watch_broken = false;
         l.unlock();
         watch.reset();
+        drain_watch.reset();
         s = Rewatch();
         if (!s.ok()) Log("watching the members again failed: " + s.ToString());
         l.lock();
@@ -242,6 +275,7 @@ struct MemberRegistry::Impl {
     if (thread.joinable()) thread.join();
     keepalive.reset();
     watch.reset();
+    drain_watch.reset();
     if (id != 0) {
       Status s = etcd->RevokeLease(id);
       if (!s.ok() && s.code() != Code::kNotFound) Log("revoking this node's lease: " + s.ToString());

@@ -293,6 +293,11 @@ Result<Credential> LoadCredential(const std::string& dir, const std::string& nam
   X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
   std::string cert_name;
   SF_RETURN_IF_ERROR(ParseCommonName(cn, &c.role, &cert_name).WithPrefix(crt_path));
+  // Made by `shardflow cluster auth` (cluster/etcd_identity.h); etcd checks it.
+  const std::string etcd_crt = dir + "/" + name + ".etcd.crt";
+  if (Exists(etcd_crt)) {
+    SF_ASSIGN_OR_RETURN(c.etcd_cert_pem, ReadFile(etcd_crt));
+  }
   return c;
 }
 

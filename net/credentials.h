@@ -39,6 +39,10 @@ struct Credential {
   std::string ca_pem;
   std::string cert_pem;
   std::string key_pem;
+  // NAME.etcd.crt when present: the same key's certificate without a common
+  // name, which etcd's JSON gateway needs once etcd's authentication is on
+  // (cluster/etcd_identity.h); "" otherwise.
+  std::string etcd_cert_pem;
 };
 
 // Creates dir (mode 700) with a new CA and the credentials "node" and

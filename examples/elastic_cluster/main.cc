@@ -12,7 +12,7 @@
 //   add       starts one more node; before the next step the session moves
 //             some tasks onto it, their variables by messages
 //   drain I   asks node I (0: the first node, 1: the first added, ...) to
-//             drain (sf::DrainNode, as `shardflow node drain`); before the
+//             drain (sf::DrainMember, as `shardflow node drain --etcd`); before the
 //             next step the session moves its tasks away and the node leaves
 //   kill I    SIGKILLs node I; the session restores its tasks from the
 //             checkpoint before its next step (a step under way runs again)
@@ -431,7 +431,8 @@ int main(int argc, char** argv) {
       return Fail(FailedPrecondition("script command '" + c.text + "': node " + std::to_string(i) + " (" +
                                      cluster.addresses()[i] + ") is not running any more"));
     } else if (c.op == "drain") {
-      Status st = DrainNode(cluster.addresses()[i], cluster.tls_dir(), 0);
+      Status st = DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), cluster.addresses()[i], 0, "default", "",
+                              cluster.insecure());
       if (!st.ok()) return Fail(st.WithPrefix("script command '" + c.text + "'"));
       draining.push_back(i);
       Event(json, "drain", "node " + std::to_string(i) + " (" + cluster.addresses()[i] + ") asked to drain",

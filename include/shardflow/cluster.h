@@ -200,12 +200,13 @@ struct ClusterChange {
   bool changed() const { return !moved_tasks.empty() || !restored_tasks.empty(); }
 };
 
-// Asks the node at address to drain (`shardflow node drain`): sessions move
-// its tasks away and it leaves. Changing membership takes a node's
-// credential: tls_name in tls_dir ("" = "node"), or insecure. Waits up to
-// wait_ms for it to be gone (0: not at all). Unavailable naming the address
-// when it cannot be reached, PermissionDenied when TLS fails or the node
-// refuses, DeadlineExceeded when it is still there after wait_ms.
+// Asks the node at address itself to drain (`shardflow node drain` without
+// --etcd), with a node's credential: tls_name in tls_dir ("" = "node"), or
+// insecure. A node of an etcd cluster refuses it with PermissionDenied (a
+// peer's credential may be any node's): drain it with DrainMember. Waits up
+// to wait_ms for it to be gone (0: not at all). Unavailable naming the
+// address when it cannot be reached, PermissionDenied when TLS fails or the
+// node refuses, DeadlineExceeded when it is still there after wait_ms.
 Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms,
                  const std::string& tls_name = "", bool insecure = false);
 
@@ -232,6 +233,27 @@ Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, c
 Result<std::vector<MemberInfo>> ListEtcdMembers(const std::string& etcd, const std::string& tls_dir,
                                                 const std::string& cluster = "default",
                                                 const std::string& tls_name = "", bool insecure = false);
+
+// Turns on etcd's authentication for cluster `cluster` (`shardflow cluster
+// auth`): makes the operator credential "admin" in tls_dir when missing, an
+// etcd user per credential of tls_dir (its password derived from its key)
+// with what its role may read and write (docs/CLUSTER.md, "Messages and
+// security"), and turns authentication on. Run it where the CA key is, again
+// after issuing credentials; idempotent. NotFound naming ca.key, or etcd's
+// errors naming the call.
+Status EnableClusterAuth(const std::string& etcd, const std::string& tls_dir, const std::string& cluster = "default");
+
+// Drains member `member` (its name or HOST:PORT) of cluster `cluster`
+// through etcd (`shardflow node drain --etcd`): writes the operator's drain
+// mark, on which the node marks itself leaving, sessions move its tasks away
+// and it leaves. With credential tls_name in tls_dir ("" = "admin", the
+// operator's; etcd refuses any node's or session's mark of another node),
+// or insecure (plaintext etcd). Waits up to wait_ms for it to be gone (0:
+// not at all). NotFound naming the member when etcd lists none such,
+// PermissionDenied when etcd refuses the credential, DeadlineExceeded when
+// it is still a member after wait_ms.
+Status DrainMember(const std::string& etcd, const std::string& tls_dir, const std::string& member, int wait_ms,
+                   const std::string& cluster = "default", const std::string& tls_name = "", bool insecure = false);
 
 // The cluster's shard map as etcd holds it (`shardflow cluster map`): which
 // member serves each slot (logical task "/job:worker/task:S"), decided by

@@ -88,6 +88,8 @@ TEST_CASE("Membership: a node with a credential of its own registers only under 
   examples::LocalCluster cluster;
   REQUIRE(cluster.Start(1, 120).ok());
   REQUIRE(IssueClusterCredential(cluster.tls_dir(), "node", "n7").ok());
+  // Its etcd user, as the operator makes it after issuing a credential.
+  REQUIRE(EnableClusterAuth(cluster.etcd_endpoint(), cluster.tls_dir()).ok());
   NodeOptions no;
   no.tls_dir = cluster.tls_dir();
   no.tls_name = "n7";

@@ -119,7 +119,7 @@ TEST_CASE("Cluster: two workers share variables through one map while a node joi
   const std::vector<std::string> after_join = a->tasks();
   CHECK(after_join == b->tasks());
   CHECK(std::count(after_join.begin(), after_join.end(), *added) > 0);
-  REQUIRE(DrainNode(cluster.addresses()[1], cluster.tls_dir(), 0).ok());
+  REQUIRE(DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), cluster.addresses()[1], 0).ok());
   REQUIRE(testing::WaitFor([&] {
     const ShardMapInfo map = Map(cluster);
     return std::count(map.holder.begin(), map.holder.end(), cluster.addresses()[1]) == 0;
@@ -180,7 +180,7 @@ TEST_CASE("Cluster: two sessions racing a drain apply every update once", "[clus
     }
   };
   std::thread ta(train, a.get(), 0), tb(train, b.get(), 1000);
-  REQUIRE(DrainNode(cluster.addresses()[1], cluster.tls_dir(), 0).ok());
+  REQUIRE(DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), cluster.addresses()[1], 0).ok());
   const bool exited = cluster.WaitExit(1, 30000);
   left = true;
   ta.join();

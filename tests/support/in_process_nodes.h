@@ -34,6 +34,8 @@ inline Result<InProcessNodes> StartInProcessNodes(NodeOptions base = {}) {
   base.etcd = TestEtcd();
   base.cluster = "in-process-" + std::to_string(++clusters);
   base.lease_ttl_s = 1;
+  // etcd's roles are per cluster: the test etcd's operator grants this one's.
+  SF_RETURN_IF_ERROR(EnableClusterAuth(base.etcd, n.tls_dir, base.cluster));
   SF_ASSIGN_OR_RETURN(n.first, ClusterNode::Start(base));
   SF_ASSIGN_OR_RETURN(n.second, ClusterNode::Start(base));
   return n;
