@@ -27,6 +27,8 @@ const char kNodeUsage[] =
     "                      [--lifetime-s SECONDS] [--drain-timeout-s SECONDS]\n"
     "                      [--heartbeat-ms MS] [--peer-timeout-ms MS]\n"
     "                      [--max-tensor-bytes N] [--max-open-files N]\n"
+    "                      [--max-peer-buffer-mib N] [--max-connections N]\n"
+    "                      [--max-connections-per-credential N] [--max-connections-per-source N]\n"
     "                      [--checkpoint-dir DIR] [--data-dir DIR] [--log]\n"
     "       shardflow node drain NAME|HOST:PORT --etcd HOST:PORT[,...]\n"
     "                      (--tls-dir DIR [--tls-name NAME] | --insecure) [--cluster NAME] [--wait-s SECONDS]\n"
@@ -73,7 +75,20 @@ const char kNodeUsage[] =
     "                              past it the step fails with ResourceExhausted\n"
     "                              naming the op (default: the machine's memory)\n"
     "  --max-open-files N          lower the process's descriptor limit to N (a node out\n"
-    "                              of descriptors refuses new peers and recovers)\n"
+    "                              of descriptors drops its oldest handshake, else the\n"
+    "                              least recently used connection of the biggest holder)\n"
+    "  --max-peer-buffer-mib N     what one peer may leave here (its calls unanswered,\n"
+    "                              our replies it has not taken) before its bytes stop\n"
+    "                              being read (default 32)\n"
+    "  --max-connections N         authenticated peers that dialed the node (default\n"
+    "                              1024); past it the least recently used connection of\n"
+    "                              the credential holding the most makes room\n"
+    "  --max-connections-per-credential N\n"
+    "                              of one certificate (default 256); past it its least\n"
+    "                              recently used connection makes room\n"
+    "  --max-connections-per-source N\n"
+    "                              from one address, handshaking or not (default 256);\n"
+    "                              past it new ones from there are refused\n"
     "  --checkpoint-dir DIR        where in-graph SaveCheckpoint/RestoreCheckpoint ops\n"
     "                              of partitions here write and read: their dir is a\n"
     "                              relative path under DIR (default: none, those ops\n"
@@ -124,6 +139,11 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--drain-timeout-s", f->drain_timeout_s)->check(cli::Real(0, 2e6));
   node.add_option("--max-tensor-bytes", o.max_tensor_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_option("--max-open-files", f->max_open_files)->transform(cli::IntegerIn(16, 1 << 20));
+  node.add_option("--max-peer-buffer-mib", f->max_peer_buffer_mib)->transform(cli::IntegerIn(1, 1 << 20));
+  node.add_option("--max-connections", o.max_connections)->transform(cli::IntegerIn(1, 1 << 20));
+  node.add_option("--max-connections-per-credential", o.max_connections_per_credential)
+      ->transform(cli::IntegerIn(1, 1 << 20));
+  node.add_option("--max-connections-per-source", o.max_connections_per_source)->transform(cli::IntegerIn(1, 1 << 20));
   node.add_option("--checkpoint-dir", o.checkpoint_root);
   node.add_option("--data-dir", o.data_root);
   node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
@@ -225,6 +245,7 @@ int NodeCommand(const CLI::App& command, const NodeFlags& flags) {
   }
   NodeOptions o = flags.options;
   o.drain_timeout_ms = static_cast<int>(flags.drain_timeout_s * 1000);
+  o.max_peer_buffer_bytes = int64_t{flags.max_peer_buffer_mib} << 20;
   const double lifetime = flags.lifetime_s;
   if (o.listen.empty()) return NodeUsageError("--listen HOST:PORT is required");
   if (o.heartbeat_ms < 1 || o.peer_timeout_ms <= o.heartbeat_ms)

@@ -17,6 +17,7 @@ struct NodeFlags {
   NodeOptions options;  // listen, etcd, name, credentials, threads and the timeouts
   double lifetime_s = 0;  // 0: serve until a stop signal
   int max_open_files = 0; // 0: leave the descriptor limit as it is
+  int max_peer_buffer_mib = static_cast<int>(NodeOptions{}.max_peer_buffer_bytes >> 20);  // becomes options.max_peer_buffer_bytes
   double drain_timeout_s = NodeOptions{}.drain_timeout_ms / 1000.0;  // becomes options.drain_timeout_ms
   std::vector<std::string> drain_addresses;  // exactly one is right; checked by NodeCommand
   std::string drain_tls_dir;

@@ -386,6 +386,10 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   to.role = net::Role::kNode;
   to.heartbeat_ms = opts.heartbeat_ms;
   to.peer_timeout_ms = opts.peer_timeout_ms;
+  to.max_peer_buffer_bytes = static_cast<uint64_t>(std::max<int64_t>(opts.max_peer_buffer_bytes, 1 << 20));
+  to.max_connections = opts.max_connections;
+  to.max_connections_per_credential = opts.max_connections_per_credential;
+  to.max_connections_per_source = opts.max_connections_per_source;
   to.log = true;
   // Cheap and never blocking: a tensor into the rendezvous (its waiter
   // continues on the compute pool), an abort or cleanup, an echo, an

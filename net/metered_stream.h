@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace sf {
@@ -32,6 +33,18 @@ class Meter final : public kj::AsyncIoStream {
   }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
+    // Held between messages (never inside one, where the rate rule would
+    // count the pause against the peer) while it owes too much: see HoldReads.
+    if (hold_ && hold_()) {
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      resume_ = kj::mv(paf.fulfiller);
+      held_since_ms = NowMs();
+      return paf.promise.then([this, buffer, minBytes, maxBytes] {
+        held_since_ms = 0;
+        held_until_ms = NowMs();
+        return tryRead(buffer, minBytes, maxBytes);
+      });
+    }
     // Cap'n Proto reads a message's first word alone and then its body with
     // minBytes = the body's size: that is a message under way.
     if (minBytes <= 8) return inner_->tryRead(buffer, minBytes, maxBytes).then([this](size_t n) {
@@ -56,6 +69,21 @@ class Meter final : public kj::AsyncIoStream {
   kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
   void shutdownWrite() override { inner_->shutdownWrite(); }
   void abortRead() override { inner_->abortRead(); }
+
+  // Reads of the peer's next message wait while hold() is true (the bytes
+  // we owe it are past its cap): the peer cannot add to them faster than it
+  // takes them. Rechecked after each write of ours and by Recheck.
+  void HoldReads(std::function<bool()> hold) { hold_ = std::move(hold); }
+  // Lets a held read go on once hold() is false (after the caller shrank
+  // what the peer is owed).
+  void Recheck() {
+    if (resume_.get() && !hold_()) {
+      auto f = kj::mv(resume_);
+      f->fulfill();
+    }
+  }
+  // Whether the next message's read is held.
+  bool Held() const { return resume_.get() != nullptr; }
 
   // Milliseconds the pending write has made no progress (0: none pending).
   int64_t WriteStalledMs(int64_t now) const { return writing > 0 ? now - last_write_ms : 0; }
@@ -93,6 +121,9 @@ class Meter final : public kj::AsyncIoStream {
   uint64_t frame_bytes = 0;
   int64_t window_start_ms = 0;  // the rate window (SlowFrame)
   uint64_t window_bytes = 0;
+  int64_t held_since_ms = 0;  // when the read now held began to wait (0: none held)
+  int64_t held_until_ms = 0;  // when the last held read went on
+  uint64_t written = 0;       // bytes written in all
 
  private:
   static constexpr size_t kChunk = size_t{1} << 20;
@@ -151,13 +182,34 @@ class Meter final : public kj::AsyncIoStream {
     auto arr = kj::heapArray<kj::ArrayPtr<const kj::byte>>(chunk.data(), chunk.size());
     auto view = arr.asPtr();
     return inner_->write(view).attach(kj::mv(arr)).then(
-        [this, pieces = kj::mv(pieces), i, offset]() mutable -> kj::Promise<void> {
+        [this, pieces = kj::mv(pieces), i, offset, bytes]() mutable -> kj::Promise<void> {
           last_write_ms = NowMs();
+          written += bytes;
+          if (resume_.get()) RecheckSoon();
           return WriteFrom(kj::mv(pieces), i, offset);
         });
   }
 
+  // Recheck once the writer above (Cap'n Proto) has counted the bytes this
+  // write took off its queue: its continuation runs after ours.
+  void RecheckSoon() {
+    if (recheck_queued_) return;
+    recheck_queued_ = true;
+    rechecks_.add(kj::evalLater([this] {
+      recheck_queued_ = false;
+      Recheck();
+    }));
+  }
+  struct IgnoreErrors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
+
   kj::Own<kj::AsyncIoStream> inner_;
+  std::function<bool()> hold_;
+  kj::Own<kj::PromiseFulfiller<void>> resume_;  // a held read's (null: none held)
+  bool recheck_queued_ = false;
+  IgnoreErrors ignore_;
+  kj::TaskSet rechecks_{ignore_};  // last: destroyed first, before what its tasks use
 };
 
 }  // namespace net

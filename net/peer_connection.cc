@@ -73,12 +73,13 @@ Slot::~Slot() {
   if (!core) return;
   --core->total_conns;
   HandshakeDone();
+  ReleaseAdmission();
   auto it = core->per_source.find(source);
   if (it != core->per_source.end() && --it->second <= 0) core->per_source.erase(it);
 }
 
 void Slot::HandshakeDone() {
-  if (core && handshake != 0) core->handshaking_.erase(handshake);
+  if (core && handshake != 0) core->EndHandshake(handshake);
   handshake = 0;
 }
 

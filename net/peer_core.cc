@@ -1,8 +1,13 @@
 // An endpoint's event loop: listening, accepting (with the caps on
 // connections and handshakes), TLS, hello, dialing, and the tick that
 // enforces what a peer may cost (net/peer_link.h, net/peer_rpc.h).
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include "net/peer_link.h"
 
@@ -28,6 +33,7 @@ void NoDelay(kj::AsyncIoStream& s) {
 void Core::LoopMain(std::promise<Status>* ready) {
   kj::AsyncIoContext io = kj::setupAsyncIo();
   loop_id_ = std::this_thread::get_id();
+  low_io_ = io.lowLevelProvider.get();
   timer_ = &io.provider->getTimer();
   network_ = &io.provider->getNetwork();
   tasks_ = kj::heap<kj::TaskSet>(*this);
@@ -103,6 +109,25 @@ kj::Promise<Result<uint16_t>> Core::ListenOnLoop(std::string host, uint16_t port
       });
 }
 
+kj::Promise<kj::Own<kj::AsyncIoStream>> Core::DialFrom(const std::string& host, uint16_t port) {
+  sockaddr_in local{}, remote{};
+  local.sin_family = remote.sin_family = AF_INET;
+  remote.sin_port = htons(port);
+  if (::inet_pton(AF_INET, options.local_address.c_str(), &local.sin_addr) != 1 ||
+      ::inet_pton(AF_INET, host.c_str(), &remote.sin_addr) != 1)
+    return KJ_EXCEPTION(FAILED, "dialing from a local address takes numeric IPv4 addresses", options.local_address, host);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return KJ_EXCEPTION(FAILED, "cannot make a socket", strerror(errno));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return KJ_EXCEPTION(FAILED, "cannot bind to the local address", options.local_address, strerror(err));
+  }
+  using P = kj::LowLevelAsyncIoProvider;
+  return low_io_->wrapConnectingSocketFd(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote,
+                                         P::TAKE_OWNERSHIP | P::ALREADY_CLOEXEC | P::ALREADY_NONBLOCK);
+}
+
 void Core::AcceptLoop(kj::ConnectionReceiver& r) {
   // evalNow: kj's accept throws at once when out of descriptors; that must
   // reach the retry below, not end the loop.
@@ -117,10 +142,15 @@ void Core::AcceptLoop(kj::ConnectionReceiver& r) {
       },
       [this, &r](kj::Exception&& e) -> kj::Promise<void> {
         // Out of descriptors (or another failed accept): free one by dropping
-        // the oldest handshake and retry, or retry shortly; never stop accepting.
+        // the oldest handshake, else the least recently used connection of
+        // the biggest holder (so idle authenticated peers cannot lock new
+        // ones out), and retry; never stop accepting. A dropped connection's
+        // descriptor closes once the loop empties its graveyard: the retry
+        // waits a moment, or it would drop another.
         LogRefusal("(accept)", Describe(e));
         if (EvictOldestHandshake()) return kj::evalLater([this, &r] { AcceptLoop(r); });
-        return timer_->afterDelay(50 * kj::MILLISECONDS).then([this, &r] { AcceptLoop(r); });
+        const int ms = EvictLeastUsed("", nullptr) ? 5 : 50;
+        return timer_->afterDelay(ms * kj::MILLISECONDS).then([this, &r] { AcceptLoop(r); });
       }));
 }
 
@@ -131,18 +161,26 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
   std::string source = address;
   const size_t colon = source.rfind(':');
   if (colon != std::string::npos) source = source.substr(0, colon);
-  if (total_conns >= options.max_connections) return LogRefusal(source, "too many connections in all");
+  // No cap on connections in all here: authenticated ones are capped at
+  // hello (Admit), where a new peer makes room; refusing here locked every
+  // new peer out once idle ones filled the cap.
   if (per_source[source] >= options.max_connections_per_source)
     return LogRefusal(source, "too many connections from this address");
-  if (static_cast<int>(handshaking_.size()) >= options.max_handshakes) {
-    LogRefusal(source, "too many handshakes in flight: dropping the oldest");
+  // One address may hold half the handshakes: past that its new peers are
+  // closed at once, which costs the loop an accept and a close, so that a
+  // flood from one address at any rate neither evicts another's handshake
+  // nor holds the loop from accepting it.
+  auto busy = handshakes_per_source.find(source);
+  if (busy != handshakes_per_source.end() && busy->second >= std::max(1, max_handshakes / 2))
+    return LogRefusal(source, "too many handshakes in flight from this address");
+  if (static_cast<int>(handshaking_.size()) >= max_handshakes) {
+    LogRefusal(source, "too many handshakes in flight: dropping the oldest of the busiest address");
     EvictOldestHandshake();
   }
   auto slot = kj::heap<Slot>();
   slot->core = this;
   slot->source = source;
-  const uint64_t hs = slot->handshake = next_handshake_++;
-  handshaking_[hs];
+  const uint64_t hs = slot->handshake = AddHandshake(source);
   ++total_conns;
   ++per_source[source];
   if (!tls_) {
@@ -177,7 +215,7 @@ Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string 
   l->slot = kj::mv(slot);
   l->side = side;
   l->tasks = kj::heap<kj::TaskSet>(*this);
-  l->last_tick_ms = NowMs();
+  l->last_tick_ms = l->last_used_ms = NowMs();
   if (common_name) {
     std::string name;
     Status s = ParseCommonName(*common_name, &l->cert_role, &name);
@@ -186,6 +224,7 @@ Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string 
       return nullptr;  // link and stream dropped
     }
     l->cert_checked = true;
+    l->credential = *common_name;
   }
   if (!options.insecure && !l->cert_checked) {
     LogRefusal(l->conn->peer_address(), "no client certificate");
@@ -196,6 +235,7 @@ Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string 
   ro.traversalLimitInWords = options.max_frame_bytes / sizeof(capnp::word) + 4096;
   ro.nestingLimit = 32;
   l->network = kj::heap<capnp::TwoPartyVatNetwork>(*l->meter, side, ro);
+  l->meter->HoldReads([this, l] { return OwesTooMuch(l); });
   rp::Peer::Client boot = MakePeerServer(this, l);
   l->rpc = kj::heap<capnp::RpcSystem<VatId>>(capnp::makeRpcServer(*l->network, kj::mv(boot)));
   l->rpc->setFlowLimit(std::max<uint64_t>(options.max_peer_buffer_bytes / sizeof(capnp::word), 1 << 16));
@@ -226,16 +266,19 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
   auto stage = std::make_shared<std::string>("connect");
   auto work =
       network_->parseAddress(host, port)
-          .then([](kj::Own<kj::NetworkAddress> a) { return a->connectAuthenticated().attach(kj::mv(a)); })
-          .then([this, stage](kj::AuthenticatedStream s) -> kj::Promise<TlsStream> {
-            NoDelay(*s.stream);
+          .then([this, host, port](kj::Own<kj::NetworkAddress> a) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+            if (!options.local_address.empty()) return DialFrom(host, port);
+            return a->connect().attach(kj::mv(a));
+          })
+          .then([this, stage](kj::Own<kj::AsyncIoStream> s) -> kj::Promise<TlsStream> {
+            NoDelay(*s);
             if (!tls_) {
               TlsStream plain;
-              plain.stream = kj::mv(s.stream);
+              plain.stream = kj::mv(s);
               return kj::mv(plain);
             }
             *stage = "tls";
-            return WrapTls(tls_, kj::mv(s.stream), true, kNodeHostName);
+            return WrapTls(tls_, kj::mv(s), true, kNodeHostName);
           })
           .then([this, stage, address](TlsStream s) -> kj::Promise<Result<ConnectionPtr>> {
             *stage = "hello";
@@ -362,14 +405,20 @@ void Core::Tick() {
     // A peer that reads our calls but never answers them would keep every
     // one (and what it references) here: its heartbeat must come back
     // within the write deadline, and one is in flight at a time.
-    if (l->heartbeat_sent_ms != 0 && now - l->heartbeat_sent_ms > options.write_timeout_ms) {
+    // Not while its reads are held (its answer may wait in what we do not
+    // read), nor counting the time they were.
+    m.Recheck();
+    const int64_t asked = std::max(l->heartbeat_sent_ms, m.held_until_ms);
+    if (l->heartbeat_sent_ms != 0 && !m.Held() && now - asked > options.write_timeout_ms) {
       down.push_back({l, ResourceExhausted(l->conn->Who() + " answered no heartbeat for " +
-                                           std::to_string(now - l->heartbeat_sent_ms) + " ms")});
+                                           std::to_string(now - asked) + " ms")});
       continue;
     }
-    if (l->unanswered_bytes > 2 * options.max_peer_buffer_bytes) {
+    // Our replies it leaves unacknowledged are capped where they are sent
+    // (ReplyOnLoop); the rest are our own messages.
+    if (l->unanswered_bytes - l->reply_tell_bytes > options.max_unanswered_bytes) {
       down.push_back({l, ResourceExhausted(l->conn->Who() + " leaves " + std::to_string(l->unanswered_bytes) +
-                                           " bytes of our calls unanswered")});
+                                           " bytes of our one-way messages unanswered")});
       continue;
     }
     if (l->hello_done && l->heartbeat_sent_ms == 0 && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {

@@ -226,7 +226,10 @@ struct Slot {
   Core* core = nullptr;
   std::string source;
   uint64_t handshake = 0;  // its entry in Core::handshaking_ until hello (0: done)
+  std::string holder;      // its credential once admitted (Core::Admit), else ""
   ~Slot();
+  // Stops counting it against the caps on authenticated connections (once).
+  void ReleaseAdmission();
   void HandshakeDone();
 };
 
@@ -270,8 +273,17 @@ struct Link {
   std::unique_ptr<Assembly> assembly;
   int64_t heartbeat_sent_ms = 0;  // when the heartbeat in flight left (0: none)
   uint64_t unanswered_bytes = 0;  // of one-way calls sent and not yet returned
+  uint64_t reply_tell_bytes = 0;  // of those, our replies to the peer's asks
+  // Our replies to the peer's asks not yet written to it, by where they end
+  // in what we write to it (Meter::written): what the peer owes us reading.
+  std::deque<std::pair<uint64_t, uint64_t>> owed;  // (end, bytes)
+  uint64_t owed_bytes = 0;
+  // The peer's last call or ours (heartbeats aside): when the caps need a
+  // place, the least recently used connection goes.
+  int64_t last_used_ms = 0;
   bool hello_done = false;
   bool cert_checked = false;  // TLS: the role below is the certificate's
+  std::string credential;     // TLS: the certificate's common name (what the caps count)
   Role cert_role = Role::kNode;
   uint64_t next_incoming = 2;  // even: never a pending request id of ours
   // Requests of the peer's being handled here, by our local id: how to
@@ -295,6 +307,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
 
   // Starts the loop thread; Internal when its TLS context cannot be made.
   Status Start() {
+    FitCapsToDescriptors();
     std::promise<Status> ready;
     auto f = ready.get_future();
     loop_thread_ = std::thread([this, &ready] { LoopMain(&ready); });
@@ -431,21 +444,47 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   struct Handshake {
     kj::Own<kj::Canceler> canceler;
     uint64_t link = 0;
+    std::string source;
   };
   std::map<uint64_t, Handshake> handshaking_;
+  std::unordered_map<std::string, int> handshakes_per_source;
   uint64_t next_handshake_ = 1;
-  // Drops the oldest peer still handshaking (a silent one, most likely):
-  // room for a new peer when the cap or the descriptors run out. False
-  // when none is handshaking.
-  bool EvictOldestHandshake() {
-    if (handshaking_.empty()) return false;
-    auto it = handshaking_.begin();
-    Handshake h = kj::mv(it->second);
-    handshaking_.erase(it);
-    if (h.canceler) h.canceler->cancel("evicted: newer peers need the room");
-    if (h.link) DownById(h.link, ResourceExhausted("evicted while handshaking: newer peers need the room"));
-    return true;
-  }
+  // Authenticated peers that dialed us (admitted at hello), in all and by credential.
+  int admitted = 0;
+  // The caps on admitted connections and handshakes, lowered to fit the
+  // descriptor limit (FitCapsToDescriptors).
+  int max_admitted = 0;
+  int max_handshakes = 0;
+  // Sets the two caps above from the options and RLIMIT_NOFILE: accepted
+  // peers may use all but an eighth of the descriptors (at least 16), which
+  // stay for the process's own files, dials and etcd; handshakes at most a
+  // quarter of what accepted peers may use.
+  void FitCapsToDescriptors();
+  std::unordered_map<std::string, int> per_credential;
+
+  // (net/peer_admission.cc) Enters a handshake from source; its id.
+  uint64_t AddHandshake(const std::string& source);
+  // Ends handshake hs once (later calls do nothing).
+  void EndHandshake(uint64_t hs);
+  // Drops the oldest peer still handshaking from the source with the most
+  // handshakes (a silent flood evicts only its own): room for a new peer
+  // when the cap or the descriptors run out. False when none is handshaking.
+  bool EvictOldestHandshake();
+  // Counts a peer that passed hello against the caps on authenticated
+  // connections, closing the least recently used connection of its
+  // credential or of the biggest holder to make room; ResourceExhausted
+  // when no other connection can go.
+  Status Admit(Link* l);
+  // Closes the least recently used admitted connection of holder ("": of
+  // the credential holding the most), never `keep`; false when none.
+  bool EvictLeastUsed(const std::string& holder, const Link* keep);
+  // Whether our replies to l's peer not yet written to it are past its
+  // cap, so its reads are held (our own calls and messages never hold them:
+  // two nodes streaming to each other would wait on each other for good).
+  bool OwesTooMuch(Link* l);
+  // Counts a reply of `bytes` to l's peer as owed until written: it is in
+  // Cap'n Proto's queue already (queued) or goes in just behind it.
+  void NoteReplyQueued(Link* l, uint64_t bytes, bool queued);
 
  private:
   friend class PeerServer;
@@ -453,6 +492,8 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
     if (options.log && e.getType() != kj::Exception::Type::DISCONNECTED) Log("I/O task failed: " + Describe(e));
   }
   void LoopMain(std::promise<Status>* ready);
+  // Connects to host:port (numeric IPv4) from options.local_address.
+  kj::Promise<kj::Own<kj::AsyncIoStream>> DialFrom(const std::string& host, uint16_t port);
   void AcceptLoop(kj::ConnectionReceiver& r);
   void OnAccepted(kj::AuthenticatedStream s);
   // Makes the link of an authenticated stream; its connection, not yet up.
@@ -470,6 +511,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   std::thread::id loop_id_;
   kj::Timer* timer_ = nullptr;
   kj::Network* network_ = nullptr;
+  kj::LowLevelAsyncIoProvider* low_io_ = nullptr;  // for DialFrom
   std::shared_ptr<TlsContext> tls_;  // null when insecure
   kj::Own<kj::TaskSet> tasks_;
   std::vector<kj::Own<kj::ConnectionReceiver>> receivers_;

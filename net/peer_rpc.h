@@ -11,13 +11,23 @@
 //
 // What a peer can cost is bounded before and after authentication:
 //   - before its TLS handshake completes nothing of it is decoded, and the
-//     handshake has a deadline; connections are capped in total, per source
-//     address and while handshaking; running out of file descriptors refuses
-//     new peers (logged, rate-limited) and accepting resumes when they go;
+//     handshake has a deadline; handshakes are capped (past the cap the
+//     oldest handshake of the source holding the most goes, so a flood
+//     from one address evicts only its own), and so are connections per
+//     source address; running out of file descriptors drops the oldest
+//     handshake (else the least recently used connection of the biggest
+//     holder) and accepting goes on;
+//   - authenticated connections are capped in all and per credential: a
+//     new peer past a cap takes the place of the least recently used
+//     connection of its own credential, or (past the total) of the
+//     credential holding the most, so a new peer always gets in;
 //   - after it, messages are capped in size (EndpointOptions::max_frame_bytes,
-//     refused by Cap'n Proto before the body is allocated), calls in flight
-//     per peer are capped in bytes (Cap'n Proto's flow limit: the peer's
-//     bytes stop being read), a message must arrive at a minimum rate, a
+//     refused by Cap'n Proto before the body is allocated); what a peer may
+//     leave here is capped by max_peer_buffer_bytes: its calls in flight
+//     (Cap'n Proto's flow limit), our replies queued for it, and our large
+//     replies it has not acknowledged (past that cap they go copied in the
+//     call's return); past the cap its bytes stop being read until it takes
+//     ours, and a message must arrive at a minimum rate, a
 //     peer must take our bytes within write_timeout_ms (else it is dropped
 //     and never blocks anyone else), and a peer silent for peer_timeout_ms
 //     is down (each side sends a heartbeat when idle for heartbeat_ms). A
@@ -62,13 +72,31 @@ struct EndpointOptions {
   // A message under way must arrive at least this fast (after a 1 s grace).
   uint64_t min_bytes_per_sec = 64 << 10;
   uint64_t max_frame_bytes = uint64_t{1} << 31;       // largest message from a peer
-  uint64_t max_peer_buffer_bytes = uint64_t{1} << 31; // a peer's calls in flight here
+  // What one peer may leave here, each part on its own: its calls not yet
+  // answered, our replies queued for it and not taken, and our large replies
+  // sent as one-way messages it has not acknowledged. Past it the peer's
+  // bytes are not read until it takes ours (a peer that takes none for
+  // write_timeout_ms is dropped).
+  uint64_t max_peer_buffer_bytes = uint64_t{32} << 20;
+  // Our own one-way messages (not replies) a peer has not acknowledged:
+  // past it the peer is dropped. They are this process's own tensors, sent
+  // by its steps, not something a peer asks for.
+  uint64_t max_unanswered_bytes = uint64_t{4} << 30;
   // All peers' messages under way (and tensors streaming in) together: past
   // it the peers holding the most are dropped.
   uint64_t max_inflight_bytes = uint64_t{4} << 30;
+  // Authenticated peers that dialed this endpoint, in all and per credential
+  // (certificate; per source address without TLS): past a cap the least
+  // recently used connection of the same credential, or (past the total)
+  // of the credential holding the most, is closed for the new one.
   int max_connections = 1024;
+  int max_connections_per_credential = 256;
+  // Connections from one address, handshaking or not: past it a new one is refused.
   int max_connections_per_source = 256;
   int max_handshakes = 64;       // accepted peers not yet through TLS and hello
+  // Dial from this local IP address ("": the system's choice), as on a
+  // host with several addresses.
+  std::string local_address;
   int handler_threads = 4;
   // Messages for which this returns true are handled on the I/O thread, at
   // once and out of the connection's order (null: none): only for handlers

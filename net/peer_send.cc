@@ -33,6 +33,7 @@ size_t TensorBytes(const Message& m) {
 void Core::SendOnLoop(uint64_t id, std::shared_ptr<Message> m) {
   Link* l = FindLink(id);
   if (!l || !l->hello_done) return;
+  if (!std::holds_alternative<Heartbeat>(m->body)) l->last_used_ms = NowMs();
   // One call for what this turn sends (the inbox is drained in one go): a
   // call costs three RPC messages, a tensor of a burst should not. Big
   // tensors are not batched: the receiver reads a call whole.
@@ -212,10 +213,16 @@ void Core::Flush(uint64_t id) {
       return;
     }
     l->unanswered_bytes += bytes;
+    // A run is all replies or none; ReplyOnLoop counted them when it queued them.
+    const uint64_t replies = first.request_id != 0 ? bytes : 0;
+    if (replies > 0) NoteReplyQueued(l, replies, /*queued=*/true);
     // The return proves the bytes left; until then the tensors must live.
     l->tasks->add(call->then(
-        [this, id, batch, bytes] {
-          if (Link* l = FindLink(id)) l->unanswered_bytes -= bytes;
+        [this, id, batch, bytes, replies] {
+          if (Link* l = FindLink(id)) {
+            l->unanswered_bytes -= bytes;
+            l->reply_tell_bytes -= replies;
+          }
         },
         [this, id, batch](kj::Exception&& e) {
           if (Link* l = FindLink(id)) {
@@ -234,12 +241,20 @@ void Core::ReplyOnLoop(uint64_t id, Message m) {
   if (it == l->incoming.end()) return;  // not a request of this peer's, or answered
   Link::Incoming in = kj::mv(it->second);
   l->incoming.erase(it);
+  l->last_used_ms = NowMs();
   // A reply that cannot be encoded takes the return path, which answers
-  // with the error instead (a failed tell would drop the connection).
-  if (in.asker_id != 0 && TensorBytes(m) >= kReplyByTellBytes && CheckEncodable(m).ok()) {
+  // with the error instead (a failed tell would drop the connection). So
+  // does one past what the peer may leave unacknowledged: a peer that
+  // reads our tells and never answers them would otherwise hold their
+  // tensors here; copied into the return, the reply is ours to forget once
+  // written, and the queue's cap holds the peer's reads until it is.
+  const size_t tensor_bytes = TensorBytes(m);
+  if (in.asker_id != 0 && tensor_bytes >= kReplyByTellBytes &&
+      l->reply_tell_bytes + tensor_bytes <= options.max_peer_buffer_bytes && CheckEncodable(m).ok()) {
     // Large: the reply goes as a tell (referenced, kept alive until acked)
     // and the return only says so; the asker matches it by its own id.
     m.request_id = in.asker_id;
+    l->reply_tell_bytes += tensor_bytes + 256;  // as Flush counts it
     SendOnLoop(id, std::make_shared<Message>(std::move(m)));
     Message marker;
     marker.request_id = kSentByTell;
@@ -254,6 +269,7 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   Link* l = FindLink(id);
   if (!l) return;  // its pending request was failed when it went down
   std::shared_ptr<ConnImpl> conn = l->conn;
+  l->last_used_ms = NowMs();
   m->request_id = rid;  // a reply sent through our channel names it
   auto started = AskCall(l->services, *m, rid);
   if (!started.ok()) {

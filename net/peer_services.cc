@@ -24,6 +24,7 @@ class Service {
   // link_, and only synchronously (no continuation reads it).
   bool Bind() {
     link_ = core_->FindLink(id_);
+    if (link_) link_->last_used_ms = NowMs();  // in use: not the first to go when room is short
     return link_ != nullptr;
   }
   static kj::Promise<void> Gone() { return KJ_EXCEPTION(DISCONNECTED, "the connection is closed"); }
@@ -45,8 +46,13 @@ class Service {
   // The call's return once its handler replied: the reply, or a status
   // saying why it cannot be sent.
   template <class Ctx>
-  static kj::Promise<void> Answer(kj::Promise<Message> replied, Ctx context) {
-    return replied.then([context](Message reply) mutable {
+  kj::Promise<void> Answer(kj::Promise<Message> replied, Ctx context) {
+    Core* core = core_;
+    const uint64_t id = id_;
+    return replied.then([context, core, id](Message reply) mutable {
+      // What the peer is owed until it takes it: past its cap its bytes
+      // are not read (Core::OwesTooMuch).
+      if (Link* l = core->FindLink(id)) core->NoteReplyQueued(l, TensorBytes(reply) + 256, /*queued=*/false);
       if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
         context.getResults().setByTell(true);
         return;
@@ -434,6 +440,7 @@ class PeerServer final : public rp::Peer::Server {
     if (in.getName().size() > 1024 || in.getListenAddress().size() > 1024)
       return InvalidArgument("hello names longer than 1024 bytes");
     SF_RETURN_IF_ERROR(TakeServices(link_, core_->credential.role, services));
+    SF_RETURN_IF_ERROR(core_->Admit(link_));
     ConnImpl& c = *link_->conn;
     c.peer_name_ = in.getName().cStr();
     c.peer_listen_ = in.getListenAddress().cStr();

@@ -68,6 +68,15 @@ struct NodeOptions {
   int compute_threads = 0;             // compute pool size; 0 = one per core
   int heartbeat_ms = 200;              // idle time before a heartbeat
   int peer_timeout_ms = 1000;          // silence after which a peer is down
+  // What one peer may leave here before its bytes stop being read: its calls
+  // not yet answered, and our replies it has not taken (docs/CLUSTER.md).
+  int64_t max_peer_buffer_bytes = int64_t{32} << 20;
+  // Authenticated peers that dialed the node, in all and per credential
+  // (certificate): past a cap the least recently used connection of the
+  // same credential, or of the one holding the most, makes room.
+  int max_connections = 1024;
+  int max_connections_per_credential = 256;
+  int max_connections_per_source = 256;  // from one address; past it a new one is refused
   int drain_timeout_ms = 60000;        // a draining node leaves after this even if still used
   bool log = false;                    // membership and refusals to stderr
   // The largest tensor an op of a partition here may allocate; past it the
