@@ -361,13 +361,15 @@ void ActorQueues::Shutdown() {
   std::lock_guard<std::mutex> l(mu_);
   if (shut_down_) return;
   shut_down_ = true;
-  for (auto& e : queues_) caf::anon_send(e->actor, ShutdownQueue{});
+  for (auto& e : queues_)
+    if (e) caf::anon_send(e->actor, ShutdownQueue{});
   chunks_->Shutdown();
 }
 
 void ActorQueues::Stop() {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& e : queues_) {
+    if (!e) continue;
     if (e->actor) caf::anon_send_exit(e->actor, caf::exit_reason::user_shutdown);
     e->actor = QueueActor();
   }
@@ -388,11 +390,13 @@ Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& s
     return it->second;
   }
   // Each queue is an actor: bounded, so graphs naming queues without end cannot exhaust the process.
-  if (queues_.size() >= kMaxQueues)
-    return ResourceExhausted("queue '" + name + "' refused: " + std::to_string(queues_.size()) +
-                             " queues exist here already (at most " + std::to_string(kMaxQueues) + ")");
+  if (ids_.size() >= kMaxQueues || queues_.size() >= 16 * kMaxQueues)
+    return ResourceExhausted("queue '" + name + "' refused: " + std::to_string(ids_.size()) +
+                             " queues exist here already (at most " + std::to_string(kMaxQueues) + ", and " +
+                             std::to_string(16 * kMaxQueues) + " in the store's life)");
+  if (quotas_) SF_RETURN_IF_ERROR(quotas_->Take(NamespaceQuotas::Kind::kQueue, name, 0, true));
   const int64_t id = static_cast<int64_t>(queues_.size());
-  auto e = std::make_unique<Entry>();
+  auto e = std::make_shared<Entry>();
   e->name = name;
   e->spec = spec;
   e->actor = SpawnQueue(sys_, name, spec, cancelled_);
@@ -401,13 +405,13 @@ Result<int64_t> ActorQueues::Resolve(const std::string& name, const QueueSpec& s
   return id;
 }
 
-const ActorQueues::Entry* ActorQueues::Find(int64_t id, Status* error) const {
+std::shared_ptr<const ActorQueues::Entry> ActorQueues::Find(int64_t id, Status* error) const {
   std::lock_guard<std::mutex> l(mu_);
-  if (id < 0 || id >= static_cast<int64_t>(queues_.size())) {
-    *error = NotFound("no queue with id " + std::to_string(id));
+  if (id < 0 || id >= static_cast<int64_t>(queues_.size()) || !queues_[id]) {
+    *error = NotFound("no queue with id " + std::to_string(id) + " (or it was dropped with its namespace)");
     return nullptr;
   }
-  const Entry* e = queues_[id].get();
+  std::shared_ptr<const Entry> e = queues_[id];
   if (shut_down_) {
     *error = Aborted("queue '" + e->name + "': the session is shutting down");
     return nullptr;
@@ -420,7 +424,7 @@ const ActorQueues::Entry* ActorQueues::Find(int64_t id, Status* error) const {
 
 Result<QueueSpec> ActorQueues::SpecOf(int64_t id) const {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return err;
   return e->spec;
 }
@@ -428,7 +432,7 @@ Result<QueueSpec> ActorQueues::SpecOf(int64_t id) const {
 void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::function<void(Status)> done,
                           int64_t step_id) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   Status s = ValidateQueueTuple(e->name, e->spec, t);
   if (!s.ok()) return done(s);
@@ -440,7 +444,7 @@ void ActorQueues::Enqueue(int64_t id, QueueTuple t, int64_t timeout_ms, std::fun
 void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, std::function<void(Status)> done,
                               int64_t step_id) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   auto n = ValidateQueueBatch(e->name, e->spec, batch);
   if (!n.ok()) return done(n.status());
@@ -462,7 +466,7 @@ void ActorQueues::EnqueueMany(int64_t id, QueueTuple batch, int64_t timeout_ms, 
 void ActorQueues::Dequeue(int64_t id, int64_t timeout_ms, std::function<void(Result<QueueTuple>)> done,
                           int64_t step_id) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   caf::anon_send(e->actor, DequeueElements{1, false, false, timeout_ms, std::move(done), step_id});
 }
@@ -485,7 +489,7 @@ void ActorQueues::DequeueAvailable(int64_t id, int64_t n, int64_t timeout_ms,
 void ActorQueues::DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
                                std::function<void(Result<QueueTuple>)> done, int64_t step_id, bool any) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   const char* what = up_to ? "dequeue_up_to" : "dequeue_many";
   if (n < 1) return done(InvalidArgument("queue '" + e->name + "': " + what + " needs n >= 1, got " +
@@ -503,26 +507,55 @@ void ActorQueues::CancelStep(int64_t step_id, const Status& why) {
   chunks_->CancelStep(step_id, why);
   std::lock_guard<std::mutex> l(mu_);
   for (auto& e : queues_)
-    if (e->actor) caf::anon_send(e->actor, CancelQueueStep{step_id, why});
+    if (e && e->actor) caf::anon_send(e->actor, CancelQueueStep{step_id, why});
 }
 
 void ActorQueues::Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   caf::anon_send(e->actor, CloseQueue{cancel_pending, std::move(done)});
 }
 
 void ActorQueues::Size(int64_t id, std::function<void(Result<int64_t>)> done) {
   Status err;
-  const Entry* e = Find(id, &err);
+  std::shared_ptr<const Entry> e = Find(id, &err);
   if (!e) return done(err);
   caf::anon_send(e->actor, QueueSize{std::move(done)});
 }
 
 std::string ActorQueues::NameOf(int64_t id) const {
   std::lock_guard<std::mutex> l(mu_);
-  return id >= 0 && id < static_cast<int64_t>(queues_.size()) ? queues_[id]->name : "";
+  return id >= 0 && id < static_cast<int64_t>(queues_.size()) && queues_[id] ? queues_[id]->name : "";
+}
+
+std::vector<std::string> ActorQueues::NamesWhere(const std::function<bool(const std::string&)>& keep) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> out;
+  for (const auto& kv : ids_)
+    if (keep(kv.first)) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t ActorQueues::DropWhere(const std::function<bool(const std::string&)>& drop) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t dropped = 0;
+  for (auto it = ids_.begin(); it != ids_.end();) {
+    if (!drop(it->first)) {
+      ++it;
+      continue;
+    }
+    std::shared_ptr<Entry>& e = queues_[it->second];
+    // Its waiting requests fail (Aborted) instead of waiting for ever; its
+    // elements go with the actor once the last request holding it is done.
+    caf::anon_send(e->actor, ShutdownQueue{});
+    if (quotas_) quotas_->Give(NamespaceQuotas::Kind::kQueue, e->name, 0);
+    e.reset();
+    ++dropped;
+    it = ids_.erase(it);
+  }
+  return dropped;
 }
 
 namespace {

@@ -7,12 +7,14 @@
 // request; the actor answers when the request can finish.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "actors/namespace_quotas.h"
 #include "kernels/queue_service.h"
 
 namespace caf {
@@ -60,24 +62,35 @@ class ActorQueues : public QueueService {
   // Stops every queue actor. REQUIRES: Shutdown was called and no request is
   // in flight.
   void Stop();
+  // Counts each new queue against its namespace's quota (a node's), refusing
+  // one past it. REQUIRES: called before the first Resolve.
+  void SetQuotas(std::shared_ptr<NamespaceQuotas> quotas) { quotas_ = std::move(quotas); }
+  // The queue names that keep(name) selects.
+  std::vector<std::string> NamesWhere(const std::function<bool(const std::string&)>& keep) const;
+  // Forgets every queue whose name drop(name) selects: later requests for
+  // its id fail with NotFound, and its actor and elements go once requests
+  // in flight are done. How many were dropped.
+  int64_t DropWhere(const std::function<bool(const std::string&)>& drop);
 
  private:
   struct Entry;
   // The queue of id, or null after telling the caller why (through *error).
-  const Entry* Find(int64_t id, Status* error) const;
+  std::shared_ptr<const Entry> Find(int64_t id, Status* error) const;
   // DequeueMany (up_to false) and DequeueUpTo: checks n, then asks the queue.
   void DequeueBatch(int64_t id, int64_t n, bool up_to, int64_t timeout_ms,
                     std::function<void(Result<QueueTuple>)> done, int64_t step_id, bool any = false);
 
   caf::actor_system& sys_;
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> queues_;     // GUARDED_BY(mu_); entries never move
+  // GUARDED_BY(mu_); a dropped queue's entry becomes null (its id is never reused).
+  std::vector<std::shared_ptr<Entry>> queues_;
   std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
   bool shut_down_ = false;                         // GUARDED_BY(mu_)
   // Shared with every queue actor of the store: one bounded record of the
   // cancelled steps, not one per queue.
   std::shared_ptr<CancelledSteps> cancelled_;
   std::unique_ptr<ActorChunkQueues> chunks_;
+  std::shared_ptr<NamespaceQuotas> quotas_;  // null: nothing counted
 };
 
 // A queue service with its own actor system of `scheduler_threads` threads

@@ -77,7 +77,7 @@ Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c) {
       auto h = HashEmbeddingShard::Deserialize(c.value, TableOfShard(v.name));
       if (!h.ok()) return h.status();
       v.hash.reset();  // closes its cold tier before the new shard opens it
-      SF_RETURN_IF_ERROR(AttachColdTier(**h, st));
+      SF_RETURN_IF_ERROR(AttachColdTier(**h, st, v.name));
       v.hash = std::move(*h);
     } else {
       SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, AssignMode::kAssign, c.value, &v.value));
@@ -168,8 +168,9 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
     Result<int64_t> id = NotFound("");
     if (c.value.valid() && !c.rows.valid()) {
       // A hash shard's state grows with its table: its variable has no fixed shape.
-      id = Resolve(c.name, c.value.dtype(),
-                   IsHashShardState(c.value) ? PartialShape::Unknown() : PartialShape(c.value.shape()));
+      // A replica follows its holder: counted against quotas, never refused.
+      id = ResolveAs(c.name, c.value.dtype(),
+                     IsHashShardState(c.value) ? PartialShape::Unknown() : PartialShape(c.value.shape()), false);
     } else if (c.value.valid() && c.leading >= 0 && c.value.rank() >= 1) {
       // A piece of a variable sent whole in pieces: defined by its full shape,
       // which must fit in memory (a peer names the leading dimension).
@@ -182,7 +183,7 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
                                       std::to_string(static_cast<int64_t>(bytes)) + " bytes) does not fit in " +
                                       std::to_string(AllocationLimit()) + " bytes"));
       if (!names.count(c.name)) AddGraphVariables({c.name});
-      id = Resolve(c.name, c.value.dtype(), PartialShape(full));
+      id = ResolveAs(c.name, c.value.dtype(), PartialShape(full), false);
     } else {
       std::lock_guard<std::mutex> l(mu_);
       auto it = ids_.find(c.name);

@@ -2,6 +2,7 @@
 // ShardState (actors/shard_state.h).
 #include "actors/shard_state.h"
 
+#include "graph/namespaces.h"
 #include "graph/path_attrs.h"
 #include "kernels/compute_pool.h"
 #include "kernels/in_memory_variables.h"
@@ -15,7 +16,7 @@ namespace runtime {
 // first (the shard's rows are all in RAM or in its saved state). On a node
 // every cold_dir (a graph's attribute, a state a session assigned, one a
 // replica or checkpoint carried) is opened here, under the node's root.
-Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st) {
+Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st, const std::string& var) {
   const HashShardConfig& c = h.config();
   if (c.cold_dir.empty()) return Status::OK();
   std::string dir = c.cold_dir;
@@ -25,6 +26,17 @@ Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st) {
       return FailedPrecondition(what + " '" + c.cold_dir +
                                 "' refused: this node has no data directory (shardflow node --data-dir DIR)");
     SF_RETURN_IF_ERROR(CheckRelativePath(c.cold_dir, what, "the node's --data-dir"));
+    // Opening a cold tier empties it: a state a session assigned must not
+    // name another namespace's directory (the graph's attribute was scoped
+    // when it was registered; an assigned state's config is the session's).
+    const std::string ns = NamespaceOf(var);
+    const std::string prefix = "@" + ns + "/";
+    if (ns.empty()) {
+      SF_RETURN_IF_ERROR(CheckSessionDir(c.cold_dir, what));
+    } else if (c.cold_dir.compare(0, prefix.size(), prefix) != 0 || c.cold_dir.size() == prefix.size() ||
+               !CheckSessionDir(c.cold_dir.substr(prefix.size()), what).ok()) {
+      return InvalidArgument(what + " '" + c.cold_dir + "' lies outside the directory of namespace '" + ns + "'");
+    }
     dir = *st.cold_root + "/" + c.cold_dir;
   }
   SF_ASSIGN_OR_RETURN(auto store, OpenHashColdStore(dir, c.table, c.shard));

@@ -165,10 +165,12 @@ bool TryHeld(ShardCore& c, Fn&& fn) {
   return true;
 }
 
-// Gives a hash shard whose config names a cold_dir its cold tier, emptied
-// first, under st.cold_root when set: InvalidArgument for a cold_dir that
-// is absolute or leaves it, FailedPrecondition when the root is "".
-Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st);
+// Gives a hash shard (of variable var, its stored name) whose config names a
+// cold_dir its cold tier, emptied first, under st.cold_root when set:
+// InvalidArgument for a cold_dir that is absolute, leaves it, or lies
+// outside var's namespace's directory (graph/namespaces.h), FailedPrecondition
+// when the root is "".
+Status AttachColdTier(HashEmbeddingShard& h, const ShardState& st, const std::string& var);
 // The table of a shard variable "<table>/part_<k>" (the name itself otherwise).
 std::string TableOfShard(const std::string& name);
 // NotFound naming id.

@@ -78,7 +78,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
           auto h = HashEmbeddingShard::Deserialize(m.value, TableOfShard(v->name));
           if (!h.ok()) return m.done(h.status());
           v->hash.reset();  // closes its cold tier before the new shard opens it
-          Status cold = AttachColdTier(**h, st);
+          Status cold = AttachColdTier(**h, st, v->name);
           if (!cold.ok()) return m.done(cold);
           v->hash = std::move(*h);
           return m.done(m.value);
@@ -135,7 +135,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         if (!s.ok()) return m.done(s);
         v->hash.reset();  // closes its cold tier before the new shard opens it
         auto h = std::make_unique<HashEmbeddingShard>(std::move(m.config));
-        s = AttachColdTier(*h, st);
+        s = AttachColdTier(*h, st, v->name);
         if (!s.ok()) return m.done(s);
         v->hash = std::move(h);
         m.done(Status::OK());

@@ -43,8 +43,12 @@ std::string ActorVariables::ColocationKey(const std::string& name) const {
   return name;
 }
 
-Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
-                                        const PartialShape& shape) {
+Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype, const PartialShape& shape) {
+  return ResolveAs(name, dtype, shape, true);
+}
+
+Result<int64_t> ActorVariables::ResolveAs(const std::string& name, DType dtype, const PartialShape& shape,
+                                          bool enforce) {
   if (name.empty() || name.size() > kMaxNameBytes)
     return InvalidArgument("variable name of " + std::to_string(name.size()) + " bytes ('" + name.substr(0, 64) +
                            (name.size() > 64 ? "...'" : "'") + ") refused: names are 1 to " +
@@ -58,9 +62,25 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
   }
   // Each variable costs a definition, and a new colocation group an actor:
   // bounded, so a peer naming variables without end cannot exhaust the node.
-  if (vars_.size() >= kMaxVariables)
-    return ResourceExhausted("variable '" + name + "' refused: " + std::to_string(vars_.size()) +
+  if (ids_.size() >= kMaxVariables)
+    return ResourceExhausted("variable '" + name + "' refused: " + std::to_string(ids_.size()) +
                              " variables exist here already (at most " + std::to_string(kMaxVariables) + ")");
+  // Dropped ids are never reused (a late request must not reach another
+  // variable): their records are small, and bounded too.
+  if (vars_.size() >= 16 * kMaxVariables)
+    return ResourceExhausted("variable '" + name + "' refused: this store defined " + std::to_string(vars_.size()) +
+                             " variables in its life (at most " + std::to_string(16 * kMaxVariables) + ")");
+  int64_t var_bytes = 0;
+  if (quotas_) {
+    // A declared shape's bytes count now; a hash shard's rows are not counted.
+    int64_t bytes = 0;
+    if (shape.fully_defined()) {
+      bytes = DTypeSize(dtype);
+      for (int i = 0; i < shape.rank(); ++i) bytes *= std::max<int64_t>(0, shape.dim(i));
+    }
+    SF_RETURN_IF_ERROR(quotas_->Take(NamespaceQuotas::Kind::kVariable, name, bytes, enforce));
+    var_bytes = bytes;
+  }
   const std::string key = ColocationKey(name);
   auto s = shards_.find(key);
   if (s == shards_.end()) {
@@ -76,14 +96,14 @@ Result<int64_t> ActorVariables::Resolve(const std::string& name, DType dtype,
     st.vars[id] = ShardState::Var{name, dtype, shape, Tensor()};
   });
   if (!direct) caf::anon_send(s->second.actor, DefineVariable{id, name, dtype, shape});
-  vars_.push_back(Var{name, dtype, shape, s->second.actor, direct ? s->second.core : nullptr});
+  vars_.push_back(Var{name, dtype, shape, s->second.actor, direct ? s->second.core : nullptr, false, var_bytes});
   ids_[name] = id;
   return id;
 }
 
 bool ActorVariables::ShardOf(int64_t id, VariableShardActor* out, std::shared_ptr<ShardCore>* core) const {
   std::lock_guard<std::mutex> l(mu_);
-  if (id < 0 || id >= static_cast<int64_t>(vars_.size())) return false;
+  if (id < 0 || id >= static_cast<int64_t>(vars_.size()) || vars_[id].dropped) return false;
   *out = vars_[id].shard;
   if (core) *core = vars_[id].core;
   return true;
@@ -275,6 +295,16 @@ void ActorVariables::SparseApply(SparseApplyRequest req, std::function<void(Stat
 void ActorVariables::InitHashShard(int64_t id, HashShardConfig config, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
+  if (quotas_) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!tables_.count(id)) {
+      Status s = quotas_->Take(NamespaceQuotas::Kind::kTable, vars_[id].name, 0, true);
+      if (!s.ok()) return done(s);
+      tables_.insert(id);
+    }
+    // Its rows' RAM counts against the namespace's bytes as the shard grows.
+    config.budget = NamespaceQuotas::RowBudget(quotas_, vars_[id].name);
+  }
   caf::anon_send(shard, runtime::InitHashShard{id, std::move(config), std::move(done)});
 }
 
@@ -282,6 +312,41 @@ void ActorVariables::HashShardStats(int64_t id, std::function<void(Result<Tensor
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
   caf::anon_send(shard, QueryHashShard{id, std::move(done)});
+}
+
+std::vector<std::string> ActorVariables::NamesWhere(const std::function<bool(const std::string&)>& keep) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> out;
+  for (const auto& kv : ids_)
+    if (keep(kv.first)) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t ActorVariables::DropWhere(const std::function<bool(const std::string&)>& drop) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t dropped = 0;
+  for (auto it = ids_.begin(); it != ids_.end();) {
+    if (!drop(it->first)) {
+      ++it;
+      continue;
+    }
+    Var& v = vars_[it->second];
+    if (quotas_) {
+      quotas_->Give(NamespaceQuotas::Kind::kVariable, v.name, v.bytes);
+      if (tables_.erase(it->second)) quotas_->Give(NamespaceQuotas::Kind::kTable, v.name, 0);
+    }
+    // The shard's state goes once in-flight requests, which hold the actor, are done.
+    v.shard = VariableShardActor();
+    v.core.reset();
+    v.dropped = true;
+    ++dropped;
+    it = ids_.erase(it);
+  }
+  for (auto it = shards_.begin(); it != shards_.end();) it = drop(it->first) ? shards_.erase(it) : std::next(it);
+  for (auto it = graph_variables_.begin(); it != graph_variables_.end();)
+    it = drop(*it) ? graph_variables_.erase(it) : std::next(it);
+  return dropped;
 }
 
 std::string ActorVariables::NameOf(int64_t id) const {

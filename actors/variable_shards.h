@@ -9,6 +9,7 @@
 // message handled by one actor: atomic without locks.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -21,6 +22,7 @@
 #include "runtime/executor.h"
 #include "kernels/collective_service.h"
 #include "kernels/embedding_shard_service.h"
+#include "actors/namespace_quotas.h"
 #include "kernels/replication_service.h"
 #include "kernels/variable_service.h"
 
@@ -127,6 +129,18 @@ class ActorVariables : public VariableService,
   // must come before the first Resolve of their slots.
   void AddGraphVariables(const std::set<std::string>& names);
 
+  // Counts what each namespace defines here against quotas (a node's;
+  // actors/namespace_quotas.h): Resolve, AssignNamed and a table's first
+  // InitHashShard are refused past them, replicas are counted only.
+  // REQUIRES: called before the first Resolve.
+  void SetQuotas(std::shared_ptr<NamespaceQuotas> quotas) { quotas_ = std::move(quotas); }
+  // The names defined here that keep(name) selects.
+  std::vector<std::string> NamesWhere(const std::function<bool(const std::string&)>& keep) const;
+  // Forgets every variable (and table) whose name drop(name) selects, with
+  // its shard's state once no request holds it; later requests for their
+  // ids fail with NotFound. How many were dropped.
+  int64_t DropWhere(const std::function<bool(const std::string&)>& drop);
+
   // Stops every shard actor.
   void Shutdown();
 
@@ -147,6 +161,8 @@ class ActorVariables : public VariableService,
     // the caller's thread when no one else holds it (no message, no thread
     // hop); null keeps the variable on the message path.
     std::shared_ptr<ShardCore> core;
+    bool dropped = false;  // DropWhere: its id is never reused
+    int64_t bytes = 0;     // counted against its namespace's quota
   };
   struct Shard {
     VariableShardActor actor;
@@ -159,6 +175,8 @@ class ActorVariables : public VariableService,
   bool ShardOf(int64_t id, VariableShardActor* out, std::shared_ptr<ShardCore>* core = nullptr) const;
   // REQUIRES: mu_ held.
   std::string ColocationKey(const std::string& name) const;
+  // Resolve, counting against the quotas and, with enforce, refused past them.
+  Result<int64_t> ResolveAs(const std::string& name, DType dtype, const PartialShape& shape, bool enforce);
 
   caf::actor_system& sys_;
   ComputePool* pool_ = nullptr;
@@ -168,6 +186,8 @@ class ActorVariables : public VariableService,
   std::vector<Var> vars_;                                  // GUARDED_BY(mu_)
   std::unordered_map<std::string, int64_t> ids_;           // GUARDED_BY(mu_)
   std::unordered_map<std::string, Shard> shards_;  // GUARDED_BY(mu_), by key
+  std::shared_ptr<NamespaceQuotas> quotas_;        // null: nothing counted
+  std::set<int64_t> tables_;                       // GUARDED_BY(mu_): ids counted as tables
   // All-reduce rings by group key (actors/collectives.h).
   std::unordered_map<std::string, std::unique_ptr<CollectiveGroup>> groups_;  // GUARDED_BY(mu_)
   CollectiveSpawner spawner_;  // spawns groups on a CAF thread; set by the constructor

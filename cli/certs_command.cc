@@ -11,6 +11,7 @@ namespace sf {
 const char kCertsUsage[] =
     "usage: shardflow certs init DIR\n"
     "       shardflow certs issue DIR --role node|session|etcd --name NAME [--host HOST]...\n"
+    "                             [--namespace NS]\n"
     "\n"
     "'init' creates DIR (mode 700) with a new cluster CA (ca.crt, ca.key) and two\n"
     "credentials signed by it: node (node.crt, node.key) for 'shardflow node\n"
@@ -26,6 +27,9 @@ const char kCertsUsage[] =
     "  --name NAME               its name: 1 to 64 of [A-Za-z0-9._-] (required)\n"
     "  --host HOST               a DNS name or IP address it is valid for; repeatable\n"
     "                            (etcd: the addresses etcd listens on, e.g. 127.0.0.1)\n"
+    "  --namespace NS            a session's namespace: its sessions see and change only\n"
+    "                            NS's variables, tables and queues on the nodes\n"
+    "                            (default: the default namespace)\n"
     "\n"
     "Copy DIR without ca.key to the machines that only run nodes or sessions.\n";
 
@@ -35,6 +39,7 @@ void AddCertsFlags(CLI::App& certs, CertsFlags* f) {
   certs.add_option("--role", f->role);
   certs.add_option("--name", f->name);
   certs.add_option("--host", f->hosts);
+  certs.add_option("--namespace", f->ns);
 }
 
 int CertsCommand(const CertsFlags& f) {
@@ -52,8 +57,9 @@ int CertsCommand(const CertsFlags& f) {
     if (f.name.empty()) return usage("issue needs --name NAME");
     if (f.role != "node" && f.role != "session" && f.role != "etcd")
       return usage("--role must be node, session or etcd, not '" + f.role + "'");
+    if (f.role == "etcd" && !f.ns.empty()) return usage("--namespace is for session credentials");
     s = f.role == "etcd" ? net::IssueEtcdCredential(f.dir, f.name, f.hosts)
-                         : IssueClusterCredential(f.dir, f.role, f.name, f.hosts);
+                         : IssueClusterCredential(f.dir, f.role, f.name, f.hosts, f.ns);
     if (s.ok()) std::cout << f.role << " credential " << f.name << " written to " << f.dir << std::endl;
   } else {
     return usage("unknown action '" + f.action + "'");

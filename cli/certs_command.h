@@ -17,6 +17,7 @@ struct CertsFlags {
   std::string role = "node";
   std::string name;
   std::vector<std::string> hosts;
+  std::string ns;  // --namespace (sessions)
 };
 
 // The text `shardflow certs --help` prints.

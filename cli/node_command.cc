@@ -30,6 +30,7 @@ const char kNodeUsage[] =
     "                      [--max-peer-buffer-mib N] [--max-connections N]\n"
     "                      [--max-connections-per-credential N] [--max-connections-per-source N]\n"
     "                      [--checkpoint-dir DIR] [--data-dir DIR] [--log]\n"
+    "                      [--ns-max-variables N] [--ns-max-tables N] [--ns-max-queues N] [--ns-max-bytes N]\n"
     "       shardflow node drain NAME|HOST:PORT --etcd HOST:PORT[,...]\n"
     "                      (--tls-dir DIR [--tls-name NAME] | --insecure) [--cluster NAME] [--wait-s SECONDS]\n"
     "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
@@ -97,6 +98,10 @@ const char kNodeUsage[] =
     "                              files (a hash table's cold tier, a reader's input\n"
     "                              files): relative paths under DIR (default: none,\n"
     "                              those ops fail)\n"
+    "  --ns-max-variables N        what one namespace (a session credential's) may make\n"
+    "  --ns-max-tables N           this node hold: variables (default 65536), hash\n"
+    "  --ns-max-queues N           tables (4096), queues (4096) and declared bytes of its\n"
+    "  --ns-max-bytes N            variables (16 GiB); past one, ResourceExhausted\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -149,6 +154,10 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--map-slots", o.map_slots)->transform(cli::IntegerIn(1, 4096));
   node.add_option("--replicas", o.replicas)->transform(cli::IntegerIn(1, 2));
   node.add_option("--copy-mib-per-s", o.copy_mib_per_s)->transform(cli::IntegerIn(0, 1 << 20));
+  node.add_option("--ns-max-variables", o.ns_max_variables)->transform(cli::IntegerIn(0, int64_t{1} << 18));
+  node.add_option("--ns-max-tables", o.ns_max_tables)->transform(cli::IntegerIn(0, int64_t{1} << 18));
+  node.add_option("--ns-max-queues", o.ns_max_queues)->transform(cli::IntegerIn(0, int64_t{1} << 16));
+  node.add_option("--ns-max-bytes", o.ns_max_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");
   drain->add_option("address", f->drain_addresses);
@@ -310,6 +319,8 @@ const char kClusterUsage[] =
     "                                 [--cluster NAME] [--json]\n"
     "       shardflow cluster map --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
     "                             [--cluster NAME] [--json]\n"
+    "       shardflow cluster namespaces [drop NS] --etcd HOST:PORT[,...] (--tls-dir DIR [--tls-name NAME] |\n"
+    "                             --insecure) [--cluster NAME] [--json]\n"
     "       shardflow cluster auth --etcd HOST:PORT[,...] --tls-dir DIR [--tls-name ADMIN] [--cluster NAME]\n"
     "\n"
     "Prints the members of a cluster whose membership lives in etcd (nodes started\n"
@@ -323,6 +334,14 @@ const char kClusterUsage[] =
     "it moves, then its epoch (its revision in etcd); with --json one JSON object\n"
     "per slot, then a summary line with epoch, slots, members and moving.\n"
     "\n"
+    "'cluster namespaces' asks every member what each namespace (a session\n"
+    "credential's: 'shardflow certs issue --namespace NS') holds: variables,\n"
+    "tables, queues, their declared bytes and sessions, summed over the nodes; a\n"
+    "session credential sees its own namespace only. 'namespaces drop NS' drops\n"
+    "NS on every member (its sessions there close; its state goes, memory\n"
+    "returned); a session credential may drop only its own namespace, a node\n"
+    "credential any.\n"
+    "\n"
     "'cluster auth' turns on etcd's authentication for the cluster: an etcd user\n"
     "per credential in DIR (run it where ca.key is, again after issuing one), the\n"
     "operator credential ADMIN (default admin) made when missing, and roles: a\n"
@@ -332,8 +351,9 @@ const char kClusterUsage[] =
 
 void AddClusterFlags(CLI::App& cluster, NodeFlags* f) {
   cluster.require_subcommand(1, 1);
-  for (const char* name : {"members", "map", "auth"}) {
+  for (const char* name : {"members", "map", "namespaces", "auth"}) {
     CLI::App* sub = cluster.add_subcommand(name);
+    if (std::string(name) == "namespaces") sub->add_option("args", f->ns_args);
     sub->add_option("--etcd", f->members_etcd)->required();
     sub->add_option("--cluster", f->members_cluster);
     sub->add_option("--tls-dir", f->drain_tls_dir);
@@ -385,12 +405,55 @@ int MapCommand(const NodeFlags& f) {
   return 0;
 }
 
+// `shardflow cluster namespaces [drop NS] --etcd ...`.
+int NamespacesCommand(const NodeFlags& f) {
+  const bool drop = !f.ns_args.empty() && f.ns_args[0] == "drop";
+  if (f.drain_tls_dir.empty() == !f.drain_insecure || (!f.ns_args.empty() && (!drop || f.ns_args.size() != 2))) {
+    std::cerr << "shardflow cluster namespaces: give --tls-dir DIR or --insecure (exactly one), and no argument "
+                 "or 'drop NS'\n"
+              << kClusterUsage;
+    return 2;
+  }
+  const std::string cluster = f.members_cluster.empty() ? "default" : f.members_cluster;
+  std::vector<NamespaceInfo> all;
+  if (drop) {
+    auto d = DropClusterNamespace(f.members_etcd, f.drain_tls_dir, f.ns_args[1], cluster, f.drain_tls_name,
+                                  f.drain_insecure);
+    if (!d.ok()) {
+      std::cerr << "shardflow cluster namespaces drop: " << d.status().ToString() << "\n";
+      return 1;
+    }
+    all.push_back(*d);
+  } else {
+    auto l = ListClusterNamespaces(f.members_etcd, f.drain_tls_dir, cluster, f.drain_tls_name, f.drain_insecure);
+    if (!l.ok()) {
+      std::cerr << "shardflow cluster namespaces: " << l.status().ToString() << "\n";
+      return 1;
+    }
+    all = std::move(*l);
+  }
+  for (const NamespaceInfo& i : all) {
+    if (f.members_json)
+      std::cout << "{\"namespace\": " << JsonString(i.name) << ", \"variables\": " << i.variables
+                << ", \"tables\": " << i.tables << ", \"queues\": " << i.queues << ", \"bytes\": " << i.bytes
+                << ", \"sessions\": " << i.sessions << ", \"nodes\": " << i.nodes
+                << (drop ? ", \"dropped\": true" : "") << "}\n";
+    else
+      std::cout << (drop ? "dropped " : "") << i.name << "  " << i.variables << " variables, " << i.tables
+                << " tables, " << i.queues << " queues, " << i.bytes << " bytes, " << i.sessions << " sessions on "
+                << i.nodes << " nodes\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int ClusterCommand(const CLI::App& command, const NodeFlags& flags) {
   if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "map") return MapCommand(flags);
   if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "auth")
     return ClusterAuthCommand(flags);
+  if (!command.get_subcommands().empty() && command.get_subcommands()[0]->get_name() == "namespaces")
+    return NamespacesCommand(flags);
   return MembersCommand(flags);
 }
 

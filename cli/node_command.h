@@ -28,6 +28,7 @@ struct NodeFlags {
   std::string members_etcd;    // `node members --etcd` / `cluster members --etcd`: read etcd, not a node
   std::string members_cluster = "default";
   double wait_s = 60;  // how long drain waits for the node to go; 0: not at all
+  std::vector<std::string> ns_args;  // `cluster namespaces [drop NS]`
 };
 
 // The text `shardflow node --help` prints.

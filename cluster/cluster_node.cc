@@ -32,6 +32,10 @@ ClusterNode::Impl::Impl(NodeOptions o)
   variables->SetComputePool(&pool);
   variables->SetColdRoot(opts.data_root);  // every cold tier opened here is under --data-dir
   queues = std::make_unique<runtime::ActorQueues>(*system);
+  quotas = std::make_shared<NamespaceQuotas>(
+      NamespaceLimits{opts.ns_max_variables, opts.ns_max_tables, opts.ns_max_queues, opts.ns_max_bytes});
+  variables->SetQuotas(quotas);
+  queues->SetQuotas(quotas);
   node_checkpoints = std::make_unique<cluster::NodeCheckpoints>(cluster::NodeCheckpoints::Hooks{
       opts.checkpoint_root, opts.name,
       [this](const std::vector<std::string>& names, std::function<void(cluster::NodeCheckpoints::Values)> done) {
@@ -261,6 +265,8 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
           [&](net::SaveShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::CommitShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
           [&](net::RestoreShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
+          [&](net::ListNamespaces&) { ServeListNamespaces(c, id); },
+          [&](net::DropNamespace& d) { ServeDropNamespace(c, id, d); },
           [&](net::Echo& e) { Reply(c, id, net::Echo{std::move(e.payload)}); },
           [&](net::CollectiveChunk& cc) {
             // All-reduce rings run between nodes; a session takes no part.
@@ -505,9 +511,9 @@ std::vector<std::string> ClusterNode::Members() const {
 Status InitClusterCredentials(const std::string& dir) { return net::InitCredentials(dir); }
 
 Status IssueClusterCredential(const std::string& dir, const std::string& role, const std::string& name,
-                              const std::vector<std::string>& hosts) {
+                              const std::vector<std::string>& hosts, const std::string& ns) {
   SF_ASSIGN_OR_RETURN(net::Role r, net::ParseRole(role));
-  return net::IssueCredential(dir, r, name, hosts);
+  return net::IssueCredential(dir, r, name, hosts, ns);
 }
 
 Result<std::string> MakeTemporaryClusterCredentials() { return net::MakeTemporaryCredentials(); }

@@ -40,6 +40,7 @@
 #include "actors/queue_actors.h"
 #include "runtime/rendezvous.h"
 #include "actors/variable_shards.h"
+#include "actors/namespace_quotas.h"
 #include "shardflow/graph_io.h"
 #include "kernels/compute_pool.h"
 #include "net/credentials.h"
@@ -59,6 +60,7 @@ struct ClusterNode::Impl {
     // By partition handle: its task (the map's slot) and the map epoch the
     // session placed it by.
     std::map<uint64_t, std::pair<int, int64_t>> slot_of;
+    std::string ns;  // its client's namespace ("": the default)
   };
 
   // What a registered partition's executor points into: its graph and its
@@ -78,6 +80,8 @@ struct ClusterNode::Impl {
   std::unique_ptr<caf::actor_system> system;
   std::unique_ptr<runtime::ActorVariables> variables;
   std::unique_ptr<runtime::ActorQueues> queues;
+  // What each namespace holds here, against its quotas (variables and queues count into it).
+  std::shared_ptr<NamespaceQuotas> quotas;
   runtime::LocalRendezvous rendezvous;
   std::unique_ptr<runtime::ClusterCollectives> collectives;  // all-reduce rings between nodes
   // Node checkpoints: this node's pieces under opts.checkpoint_root (its own thread).
@@ -330,6 +334,24 @@ struct ClusterNode::Impl {
   // Queues a node checkpoint request (SaveShards, CommitShards,
   // RestoreShards) for node_checkpoints; its reply, or why it was refused.
   void ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request);
+
+  // Namespaces (node_namespaces.cc). A session names its state by the names
+  // its graph gives it; the node stores them scoped to the session's
+  // namespace (graph/namespaces.h). ScopeNames rewrites names a session's
+  // request gives (a node's request is unscoped: nodes serve every
+  // namespace); InvalidArgument naming a reserved name.
+  Status ScopeNames(const net::Connection& c, std::vector<std::string>* names) const;
+  // The names a session's reply shows: its namespace's prefix removed.
+  void UnscopeNames(const net::Connection& c, std::vector<std::string>* names) const;
+  // ScopeNames and the directory of a node checkpoint request of c's.
+  Status ScopeCheckpoint(const net::Connection& c, net::Body* request) const;
+  // What each namespace holds here (a session: its own only).
+  void ServeListNamespaces(const net::ConnectionPtr& c, uint64_t id);
+  // Drops a namespace here (a session: only its own; PermissionDenied
+  // otherwise): its sessions here close, its variables, tables and queues go.
+  void ServeDropNamespace(const net::ConnectionPtr& c, uint64_t id, const net::DropNamespace& d);
+  // Each namespace's state here (sessions counted under mu).
+  std::vector<net::NamespaceState> NamespaceStates();
 
   // Starts following (and campaigning to lead) the shard map in etcd.
   Status StartPlacement(const std::optional<net::Credential>& credential);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "graph/namespaces.h"
 #include "graph/path_attrs.h"
 
 namespace sf {
@@ -117,6 +118,9 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
   SF_RETURN_IF_ERROR(GraphFromBytes(r.graph_def, graphs->graph.get(),
                                     "partition " + std::to_string(r.handle) + " for " + r.device));
   Graph& g = *graphs->graph;
+  // Its variables, tables, queues, groups and directories are its namespace's.
+  SF_RETURN_IF_ERROR(ScopeGraphState(&g, client->peer_namespace())
+                         .WithPrefix("partition for " + r.device + " on node " + opts.name));
   runtime::ExecutorSpec spec;
   std::vector<int> targets;
   for (const auto& f : r.feeds) {
@@ -188,6 +192,7 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
                              std::to_string(opts.map_slots) + " slots of the cluster's shard map");
     SessionState& ss = sessions[r.session_id];
     ss.handles.insert(r.handle);
+    ss.ns = client->peer_namespace();
     if (etcd_mode()) {
       ss.slot_of[r.handle] = {task, r.epoch};
       slot_variables[task].insert(var_names.begin(), var_names.end());
@@ -372,13 +377,23 @@ void ClusterNode::Impl::ProgressLoop() {
 }
 
 void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v) {
+  // A session names, reads and changes only its namespace's variables.
+  Status scoped = ScopeNames(*c, &v.names);
+  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
   if (!v.assign) {
+    if (v.names.empty() && c->peer_role() == net::Role::kSession) {
+      // "Every variable" is every variable of the session's namespace.
+      const std::string& ns = c->peer_namespace();
+      v.names = variables->NamesWhere([&ns](const std::string& n) { return InNamespace(ns, n); });
+      if (v.names.empty()) return Reply(c, id, net::Variables{});
+    }
     variables->ReadNamed(v.names, [this, c, id](std::vector<std::pair<std::string, Tensor>> values) {
       auto out = std::make_shared<net::Variables>();
       for (auto& kv : values) {
         out->names.push_back(std::move(kv.first));
         out->values.push_back(std::move(kv.second));
       }
+      UnscopeNames(*c, &out->names);
       pool.Schedule([this, c, id, out] { Reply(c, id, std::move(*out)); });
     });
     return;
@@ -400,6 +415,8 @@ void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id,
 }
 
 void ClusterNode::Impl::ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request) {
+  Status scoped = ScopeCheckpoint(*c, &request);
+  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
   const auto* restore = std::get_if<net::RestoreShards>(&request);
   const int restored = restore ? restore->task : -1;
   Status queued = node_checkpoints->Post(std::move(request), [this, c, id, restored](net::Body reply) {

@@ -46,9 +46,11 @@ Status OpRegistry::Register(OpDef def) {
     return InvalidArgument("op '" + def.name + "' is differentiable but has no gradient function");
   if (!def.shape_fn) return InvalidArgument("op '" + def.name + "' has no shape function");
   for (const AttrDef& a : def.attrs)
-    if (a.path != PathAttr::kNone && !std::holds_alternative<std::string>(a.default_value))
-      return InvalidArgument("op '" + def.name + "': attribute '" + a.name +
-                             "' names files, so it must be a string attribute");
+    if ((a.path != PathAttr::kNone || a.state != StateAttr::kNone) &&
+        !std::holds_alternative<std::string>(a.default_value))
+      return InvalidArgument("op '" + def.name + "': attribute '" + a.name + "' names " +
+                             (a.path != PathAttr::kNone ? "files" : "shared state") +
+                             ", so it must be a string attribute");
   ops_.emplace(def.name, std::move(def));
   return Status::OK();
 }

@@ -103,6 +103,10 @@ HashEmbeddingShard::HashEmbeddingShard(HashShardConfig config)
   IndexRebuild(16);
 }
 
+HashEmbeddingShard::~HashEmbeddingShard() {
+  if (c_.budget && charged_.bytes > 0) c_.budget->Give(charged_.bytes);
+}
+
 // ---- the index: open addressing, linear probing ----
 
 int64_t HashEmbeddingShard::Find(int64_t id) const {
@@ -281,7 +285,13 @@ Result<int64_t> HashEmbeddingShard::TakeSlot(bool new_row) {
     int64_t grown = std::max<int64_t>(64, 2 * cap);
     if (c_.max_rows > 0) grown = std::min(grown, c_.max_rows);
     if (limit > 0) grown = std::min(grown, limit);
-    Grow(std::max(grown, cap + 1));
+    grown = std::max(grown, cap + 1);
+    if (c_.budget) {
+      const int64_t bytes = (grown - cap) * HotRowBytes();
+      SF_RETURN_IF_ERROR(c_.budget->Take(bytes));
+      charged_.bytes += bytes;
+    }
+    Grow(grown);
   }
   return FreePop();
 }

@@ -71,6 +71,16 @@ enum class HashInitializer : uint8_t { kUniform = 0, kTruncatedNormal = 1, kZero
 enum class HashEviction : uint8_t { kLru = 0, kLfu = 1 };
 
 // How one shard behaves (include/shardflow/embedding.h documents each field).
+// What a shard's rows may take beside others' (a node's namespace quota,
+// actors/namespace_quotas.h): Take refuses bytes past it (ResourceExhausted
+// naming the quota), Give returns them. Thread-safe.
+class HashMemoryBudget {
+ public:
+  virtual ~HashMemoryBudget() = default;
+  virtual Status Take(int64_t bytes) = 0;
+  virtual void Give(int64_t bytes) = 0;
+};
+
 struct HashShardConfig {
   std::string table;  // for error messages
   int64_t num_shards = 1;
@@ -88,6 +98,9 @@ struct HashShardConfig {
   HashEviction eviction = HashEviction::kLru;
   int64_t ram_budget_bytes = 0;  // with a cold tier: the hot rows' RAM (0: no cold tier)
   std::string cold_dir;          // where the actor opens the shard's cold store ("": none)
+  // Charged for the RAM of every row slot the shard grows by (null: none);
+  // never saved with the state (a node sets it where a session's init runs).
+  std::shared_ptr<HashMemoryBudget> budget;
 };
 
 // Where a hash shard keeps the rows its RAM budget leaves out. Values are
@@ -164,6 +177,9 @@ struct HashRowState {
 class HashEmbeddingShard {
  public:
   explicit HashEmbeddingShard(HashShardConfig config);
+  ~HashEmbeddingShard();
+  HashEmbeddingShard(HashEmbeddingShard&&) = default;
+  HashEmbeddingShard& operator=(HashEmbeddingShard&&) = default;
   const HashShardConfig& config() const { return c_; }
 
   // The shard's partial [num_segments, dim] of a deduplicated gather
@@ -311,6 +327,18 @@ class HashEmbeddingShard {
   // none are queued, else the write's error (the queue stays then).
   Status DropColdCopies();
   std::unique_ptr<HashColdStore> cold_;
+  // Bytes taken from c_.budget, given back when the shard goes (a moved-from
+  // shard gives nothing).
+  struct Charge {
+    int64_t bytes = 0;
+    Charge() = default;
+    Charge(Charge&& o) noexcept : bytes(o.bytes) { o.bytes = 0; }
+    Charge& operator=(Charge&& o) noexcept {
+      std::swap(bytes, o.bytes);
+      return *this;
+    }
+  };
+  Charge charged_;
   // Stored ids that are neither hot nor cold: rows evicted while the store
   // held a stale copy of them. Deleted before the store is read again.
   std::vector<int64_t> cold_drop_;

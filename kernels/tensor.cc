@@ -154,6 +154,22 @@ bool KeepWarm(void* p, size_t rounded) {
 
 }  // namespace
 
+int64_t ReleaseWarmTensorMemory() {
+  WarmCache& c = Warm();
+  std::multimap<size_t, void*> blocks;
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    blocks.swap(c.free);
+    c.bytes = 0;
+  }
+  int64_t bytes = 0;
+  for (auto& kv : blocks) {
+    bytes += static_cast<int64_t>(kv.first);
+    std::free(kv.second);
+  }
+  return bytes;
+}
+
 void KeepTensorMemoryWarm() {
   static std::once_flag once;
   std::call_once(once, [] {

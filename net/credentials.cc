@@ -132,7 +132,8 @@ Status AddExt(X509* cert, X509* issuer, int nid, const std::string& value) {
 
 // A certificate for key with common name cn, signed by issuer_key (self-signed when issuer is null).
 Result<X509Ptr> MakeCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key, bool ca,
-                         const std::vector<std::string>& dns, const std::vector<std::string>& ips) {
+                         const std::vector<std::string>& dns, const std::vector<std::string>& ips,
+                         const std::string& unit = "") {
   X509Ptr c(X509_new());
   if (!c) return Internal(OpenSslError("cannot allocate a certificate"));
   X509_set_version(c.get(), 2);
@@ -147,7 +148,15 @@ Result<X509Ptr> MakeCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP
   X509_set_pubkey(c.get(), key);
   X509_NAME* name = X509_get_subject_name(c.get());
   X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("shardflow"), -1, -1, 0);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  if (!unit.empty() &&
+      X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(unit.c_str()), -1, -1,
+                                 0) != 1)
+    return InvalidArgument(OpenSslError("cannot put organizational unit '" + unit + "' in a certificate"));
+  // X.509 holds common names of at most 64 bytes; without this check a long
+  // name made a certificate with no common name, refused only when loaded.
+  if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
+                                 0) != 1)
+    return InvalidArgument(OpenSslError("common name '" + cn + "' does not fit a certificate (at most 64 bytes)"));
   X509* signer = issuer ? issuer : c.get();
   X509_set_issuer_name(c.get(), X509_get_subject_name(signer));
   if (ca) {
@@ -234,7 +243,7 @@ namespace {
 // NAME.crt/NAME.key in dir signed by its CA, with common name cn, valid for
 // the DNS names in dns plus hosts (each a DNS name or an IP address).
 Status IssueSigned(const std::string& dir, const std::string& cn, const std::string& name,
-                   std::vector<std::string> dns, const std::vector<std::string>& hosts) {
+                   std::vector<std::string> dns, const std::vector<std::string>& hosts, const std::string& unit = "") {
   if (!ValidName(name))
     return InvalidArgument("credential name '" + name + "' must be 1 to 64 of [A-Za-z0-9._-]");
   if (name == "ca") return InvalidArgument("credential name 'ca' is the CA's own");
@@ -252,7 +261,7 @@ Status IssueSigned(const std::string& dir, const std::string& cn, const std::str
     (IsIp(h) ? ips : dns).push_back(h);
   }
   SF_ASSIGN_OR_RETURN(PkeyPtr key, NewKey());
-  SF_ASSIGN_OR_RETURN(X509Ptr cert, MakeCert(key.get(), cn, ca.get(), ca_key.get(), false, dns, ips));
+  SF_ASSIGN_OR_RETURN(X509Ptr cert, MakeCert(key.get(), cn, ca.get(), ca_key.get(), false, dns, ips, unit));
   SF_ASSIGN_OR_RETURN(std::string key_pem, KeyPem(key.get()));
   SF_ASSIGN_OR_RETURN(std::string cert_pem, CertPem(cert.get()));
   SF_RETURN_IF_ERROR(WriteFile(key_path, key_pem, 0600));
@@ -262,10 +271,15 @@ Status IssueSigned(const std::string& dir, const std::string& cn, const std::str
 }  // namespace
 
 Status IssueCredential(const std::string& dir, Role role, const std::string& name,
-                       const std::vector<std::string>& hosts) {
+                       const std::vector<std::string>& hosts, const std::string& ns) {
   std::vector<std::string> dns;
   if (role == Role::kNode) dns.push_back(kNodeHostName);
-  return IssueSigned(dir, std::string(RoleName(role)) + ":" + name, name, std::move(dns), hosts);
+  const std::string unit = ns == "default" ? "" : ns;
+  if (!unit.empty() && role != Role::kSession)
+    return InvalidArgument("--namespace is for session credentials: a node serves every namespace");
+  if (!unit.empty() && !ValidName(unit))
+    return InvalidArgument("namespace '" + unit + "' must be 1 to 64 of [A-Za-z0-9._-]");
+  return IssueSigned(dir, std::string(RoleName(role)) + ":" + name, name, std::move(dns), hosts, unit);
 }
 
 Status IssueEtcdCredential(const std::string& dir, const std::string& name, const std::vector<std::string>& hosts) {
@@ -293,6 +307,9 @@ Result<Credential> LoadCredential(const std::string& dir, const std::string& nam
   X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
   std::string cert_name;
   SF_RETURN_IF_ERROR(ParseCommonName(cn, &c.role, &cert_name).WithPrefix(crt_path));
+  char unit[256] = {0};
+  X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_organizationalUnitName, unit, sizeof unit);
+  if (c.role == Role::kSession) c.ns = unit;
   // Made by `shardflow cluster auth` (cluster/etcd_identity.h); etcd checks it.
   const std::string etcd_crt = dir + "/" + name + ".etcd.crt";
   if (Exists(etcd_crt)) {

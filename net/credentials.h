@@ -8,7 +8,9 @@
 // A certificate's common name is "ROLE:NAME" (ROLE is node or session): the
 // role is what the holder may do (only nodes change membership), and it is
 // signed by the CA, so a peer cannot claim another. Node certificates carry
-// the DNS name kNodeHostName, which dialers verify, plus any --host names.
+// the DNS name kNodeHostName, which dialers verify, plus any --host names. A
+// session certificate's organizational unit, when it has one, is its
+// namespace (graph/namespaces.h): what its sessions may see on a node.
 // Thread-safety: free functions over files and values.
 #pragma once
 
@@ -36,6 +38,7 @@ constexpr const char kNodeHostName[] = "node.shardflow.internal";
 struct Credential {
   std::string name;  // the NAME of NAME.crt
   Role role = Role::kNode;
+  std::string ns;  // a session's namespace ("": the default one)
   std::string ca_pem;
   std::string cert_pem;
   std::string key_pem;
@@ -51,11 +54,13 @@ struct Credential {
 Status InitCredentials(const std::string& dir);
 
 // Issues NAME.crt/NAME.key in dir, signed by its CA, for role, valid for
-// the DNS names or IP addresses in hosts (nodes also get kNodeHostName).
-// InvalidArgument for a name that is not [A-Za-z0-9._-]{1,64}, NotFound
-// when dir has no CA key, FailedPrecondition when NAME.crt exists.
+// the DNS names or IP addresses in hosts (nodes also get kNodeHostName); a
+// session's in namespace ns ("" or "default": the default one).
+// InvalidArgument for a name or namespace that is not [A-Za-z0-9._-]{1,64}
+// (or a namespace for a node), NotFound when dir has no CA key,
+// FailedPrecondition when NAME.crt exists.
 Status IssueCredential(const std::string& dir, Role role, const std::string& name,
-                       const std::vector<std::string>& hosts = {});
+                       const std::vector<std::string>& hosts = {}, const std::string& ns = "");
 
 // The DNS name in every etcd server certificate; EtcdClient checks the etcd
 // it reached presents it (cluster/etcd_client.h).

@@ -283,11 +283,33 @@ struct CollectiveChunk {
   int64_t offset = 0;
 };
 
+// Namespaces (graph/namespaces.h). ListNamespaces asks a node what each
+// namespace holds there (a session's credential: its own namespace only);
+// DropNamespace drops namespace ns there (a session: only its own): the
+// connections of its sessions close, its variables, tables and queues are
+// forgotten. Both are answered with Namespaces (after a drop: what it held).
+struct ListNamespaces {};
+struct DropNamespace {
+  std::string ns;  // "default" for the default namespace
+};
+struct NamespaceState {
+  std::string ns;  // "default" for the default namespace
+  int64_t variables = 0;
+  int64_t tables = 0;
+  int64_t queues = 0;
+  int64_t bytes = 0;
+  int64_t sessions = 0;
+};
+struct Namespaces {
+  std::vector<NamespaceState> namespaces;
+};
+
 using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
                           Echo, Variables, CollectiveChunk, StepProgress, SaveShards, CommitShards,
-                          RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot>;
+                          RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot,
+                          ListNamespaces, DropNamespace, Namespaces>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

@@ -61,7 +61,8 @@ Route RouteOf(const Body& body) {
         else if constexpr (std::is_same_v<B, CollectiveChunk>) return {kCollectivesService, false, true};
         else if constexpr (std::is_same_v<B, Variables> || std::is_same_v<B, SaveShards> ||
                            std::is_same_v<B, CommitShards> || std::is_same_v<B, RestoreShards> ||
-                           std::is_same_v<B, ReplicateSlot>)
+                           std::is_same_v<B, ReplicateSlot> || std::is_same_v<B, ListNamespaces> ||
+                           std::is_same_v<B, DropNamespace>)
           return {kVariablesService, true, false};
         else if constexpr (std::is_same_v<B, Echo>) return {kDiagnosticsService, true, false};
         else return {};

@@ -197,7 +197,8 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
   tasks_->add(cancel.wrap(handshake.exclusiveJoin(kj::mv(deadline)))
                   .then(
                       [this, address, hs, slot = kj::mv(slot)](TlsStream t) mutable {
-                        Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), &t.peer_common_name);
+                        Link* l = StartLink(Side::SERVER, kj::mv(t.stream), address, kj::mv(slot), &t.peer_common_name,
+                                                 &t.peer_unit);
                         auto it = handshaking_.find(hs);
                         if (l && it != handshaking_.end()) it->second.link = l->conn->id();
                       },
@@ -207,7 +208,7 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
 }
 
 Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
-                      const std::string* common_name) {
+                      const std::string* common_name, const std::string* unit) {
   const uint64_t id = next_link_id_++;
   auto link = kj::heap<Link>();
   Link* l = link.get();
@@ -225,6 +226,8 @@ Link* Core::StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string 
     }
     l->cert_checked = true;
     l->credential = *common_name;
+    // Only a session certificate's unit is a namespace (credentials.h).
+    if (unit && l->cert_role == Role::kSession) l->cert_namespace = *unit;
   }
   if (!options.insecure && !l->cert_checked) {
     LogRefusal(l->conn->peer_address(), "no client certificate");
@@ -283,7 +286,7 @@ kj::Promise<Result<ConnectionPtr>> Core::ConnectOnLoop(std::string address) {
           .then([this, stage, address](TlsStream s) -> kj::Promise<Result<ConnectionPtr>> {
             *stage = "hello";
             Link* l = StartLink(Side::CLIENT, kj::mv(s.stream), address, kj::Own<Slot>(),
-                                tls_ ? &s.peer_common_name : nullptr);
+                                tls_ ? &s.peer_common_name : nullptr, tls_ ? &s.peer_unit : nullptr);
             if (!l) return Result<ConnectionPtr>(PermissionDenied("node " + address + " presented a certificate without a role"));
             if (l->cert_checked && l->cert_role != Role::kNode) {
               Down(l, PermissionDenied("not a node"));

@@ -141,6 +141,7 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
   const std::string& peer_address() const override { return peer_address_; }
   const std::string& peer_listen_address() const override { return peer_listen_; }
   Role peer_role() const override { return peer_role_; }
+  const std::string& peer_namespace() const override { return peer_namespace_; }
 
   std::string Who() const {
     if (!peer_name_.empty()) return "node '" + peer_name_ + "' (" + peer_address_ + ")";
@@ -189,6 +190,7 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
   std::string peer_name_;
   std::string peer_listen_;
   Role peer_role_ = Role::kNode;
+  std::string peer_namespace_;
   // The services the peer offers this process (bits of kChannelService...),
   // set before the connection is up.
   std::atomic<uint32_t> services_{0};
@@ -285,6 +287,7 @@ struct Link {
   bool cert_checked = false;  // TLS: the role below is the certificate's
   std::string credential;     // TLS: the certificate's common name (what the caps count)
   Role cert_role = Role::kNode;
+  std::string cert_namespace;  // TLS: a session certificate's namespace ("": default)
   uint64_t next_incoming = 2;  // even: never a pending request id of ours
   // Requests of the peer's being handled here, by our local id: how to
   // answer, and the peer's own id for a reply sent as a tell.
@@ -498,7 +501,7 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   void OnAccepted(kj::AuthenticatedStream s);
   // Makes the link of an authenticated stream; its connection, not yet up.
   Link* StartLink(Side side, kj::Own<kj::AsyncIoStream> stream, std::string peer_address, kj::Own<Slot> slot,
-                  const std::string* common_name);
+                  const std::string* common_name, const std::string* unit = nullptr);
   void Tick();
   kj::Promise<void> TickLoop() {
     return timer_->afterDelay(tick_ms_ * kj::MILLISECONDS).then([this] {

@@ -132,6 +132,9 @@ class Connection {
   virtual const std::string& peer_address() const = 0;  // "host:port" of the socket's peer
   virtual const std::string& peer_listen_address() const = 0;  // from hello ("" when unknown)
   virtual Role peer_role() const = 0;                   // from its certificate
+  // A session's namespace, from its certificate ("": the default namespace;
+  // always "" for nodes and without TLS).
+  virtual const std::string& peer_namespace() const = 0;
 };
 using ConnectionPtr = std::shared_ptr<Connection>;
 

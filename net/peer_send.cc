@@ -168,6 +168,8 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         else if constexpr (std::is_same_v<B, MoveSlot>) return typed(r.membership.moveSlotRequest());
         else if constexpr (std::is_same_v<B, SyncSlot>) return typed(r.membership.syncSlotRequest());
         else if constexpr (std::is_same_v<B, ReplicateSlot>) return typed(r.variables.replicateSlotRequest());
+        else if constexpr (std::is_same_v<B, ListNamespaces>) return typed(r.variables.namespacesRequest());
+        else if constexpr (std::is_same_v<B, DropNamespace>) return typed(r.variables.dropNamespaceRequest());
         else if constexpr (std::is_same_v<B, Echo>) return typed(r.diagnostics.echoRequest());
         else if constexpr (std::is_same_v<B, ListMembers>) {
           auto req = r.members.listRequest();

@@ -265,6 +265,8 @@ class VariableStoreServer final : public rp::VariableStore::Server, Service {
   kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct<CommitShards>(c); }
   kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct<RestoreShards>(c); }
   kj::Promise<void> replicateSlot(ReplicateSlotContext c) override { return AskStruct<ReplicateSlot>(c); }
+  kj::Promise<void> namespaces(NamespacesContext c) override { return AskStruct<ListNamespaces>(c); }
+  kj::Promise<void> dropNamespace(DropNamespaceContext c) override { return AskStruct<DropNamespace>(c); }
 };
 
 class MembersServer final : public rp::Members::Server, Service {
@@ -445,6 +447,7 @@ class PeerServer final : public rp::Peer::Server {
     c.peer_name_ = in.getName().cStr();
     c.peer_listen_ = in.getListenAddress().cStr();
     c.peer_role_ = link_->cert_checked ? link_->cert_role : *claimed;
+    c.peer_namespace_ = link_->cert_namespace;
     if (!c.MarkUp()) return Unavailable("went down during hello");
     link_->hello_done = true;
     if (link_->slot) link_->slot->HandshakeDone();

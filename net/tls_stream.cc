@@ -166,13 +166,14 @@ class Stream final : public kj::AsyncIoStream {
     return Step();
   }
 
-  std::string PeerCommonName() {
+  // A field of the peer certificate's subject (nid), "" when absent.
+  std::string PeerSubject(int nid) {
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (!cert) return "";
-    char cn[256] = {0};
-    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+    char text[256] = {0};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), nid, text, sizeof text);
     X509_free(cert);
-    return cn;
+    return text;
   }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
@@ -361,7 +362,8 @@ kj::Promise<TlsStream> WrapTls(std::shared_ptr<TlsContext> ctx, kj::Own<kj::Asyn
     Stream* raw = s.get();
     return raw->Handshake(client, expected_host).then([s = kj::mv(s)]() mutable {
     TlsStream out;
-    out.peer_common_name = s->PeerCommonName();
+    out.peer_common_name = s->PeerSubject(NID_commonName);
+    out.peer_unit = s->PeerSubject(NID_organizationalUnitName);
     out.stream = kj::mv(s);
     return out;
   });

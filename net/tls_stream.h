@@ -41,10 +41,12 @@ class TlsContext {
   void* write_method_ = nullptr;
 };
 
-// A stream after its handshake, and the common name its peer's certificate carries.
+// A stream after its handshake, and the common name and organizational unit
+// (a session's namespace: net/credentials.h) its peer's certificate carries.
 struct TlsStream {
   kj::Own<kj::AsyncIoStream> stream;
   std::string peer_common_name;
+  std::string peer_unit;
 };
 
 // Runs the handshake over inner as the server (client = false) or the

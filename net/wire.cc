@@ -31,7 +31,7 @@ const char* BodyName(const Body& b) {
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
       "Variables",     "CollectiveChunk", "StepProgress", "SaveShards", "CommitShards", "RestoreShards",
-      "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot"};
+      "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot", "ListNamespaces", "DropNamespace", "Namespaces"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }
@@ -165,6 +165,8 @@ SF_WIRE_STRUCT(RestoreShards)
 SF_WIRE_STRUCT(MoveSlot)
 SF_WIRE_STRUCT(SyncSlot)
 SF_WIRE_STRUCT(ReplicateSlot)
+SF_WIRE_STRUCT(ListNamespaces)
+SF_WIRE_STRUCT(DropNamespace)
 #undef SF_WIRE_STRUCT
 
 Result<Frame> EncodeFrame(const Message& m) {

@@ -442,6 +442,25 @@ struct Decoder {
                              std::to_string(m->leading.size()) + " leading dimensions");
     return Status::OK();
   }
+  Status Read(w::ListNamespaces::Reader, ListNamespaces*) const { return Status::OK(); }
+  Status Read(w::DropNamespace::Reader r, DropNamespace* m) const {
+    return Text(r.getNs(), "DropNamespace.ns", &m->ns);
+  }
+  Status Read(w::Namespaces::Reader r, Namespaces* m) const {
+    auto list = r.getNamespaces();
+    SF_RETURN_IF_ERROR(ListSize(list.size(), "Namespaces.namespaces"));
+    m->namespaces.resize(list.size());
+    for (unsigned i = 0; i < list.size(); ++i) {
+      NamespaceState& n = m->namespaces[i];
+      SF_RETURN_IF_ERROR(Text(list[i].getNs(), "Namespaces.ns", &n.ns));
+      n.variables = list[i].getVariables();
+      n.tables = list[i].getTables();
+      n.queues = list[i].getQueues();
+      n.bytes = list[i].getBytes();
+      n.sessions = list[i].getSessions();
+    }
+    return Status::OK();
+  }
   Status Read(w::ShardsDone::Reader r, ShardsDone* m) const {
     m->id = r.getId();
     m->token = r.getToken();
@@ -482,6 +501,9 @@ struct Decoder {
       case EnvBody::MOVE_SLOT: return As<MoveSlot>(e.getMoveSlot());
       case EnvBody::SYNC_SLOT: return As<SyncSlot>(e.getSyncSlot());
       case EnvBody::REPLICATE_SLOT: return As<ReplicateSlot>(e.getReplicateSlot());
+      case EnvBody::LIST_NAMESPACES: return As<ListNamespaces>(e.getListNamespaces());
+      case EnvBody::DROP_NAMESPACE: return As<DropNamespace>(e.getDropNamespace());
+      case EnvBody::NAMESPACES: return As<Namespaces>(e.getNamespaces());
     }
     return InvalidArgument("unknown message kind " + std::to_string(static_cast<unsigned>(e.which())) +
                            " (union member of Envelope.body)");

@@ -343,6 +343,28 @@ struct Encoder {
     for (size_t i = 0; i < m.leading.size(); ++i) leading.set(static_cast<unsigned>(i), m.leading[i]);
     return Tensors(m.origins, b.initOrigins(m.origins.size()), "ReplicateSlot.origins");
   }
+  Status Put(const ListNamespaces&, w::ListNamespaces::Builder) const { return Status::OK(); }
+  Status Put(const DropNamespace& m, w::DropNamespace::Builder b) const {
+    SF_RETURN_IF_ERROR(Text(m.ns, "DropNamespace.ns"));
+    b.setNs(AsText(m.ns));
+    return Status::OK();
+  }
+  Status Put(const Namespaces& m, w::Namespaces::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.namespaces.size(), "Namespaces.namespaces"));
+    auto list = b.initNamespaces(static_cast<unsigned>(m.namespaces.size()));
+    for (size_t i = 0; i < m.namespaces.size(); ++i) {
+      const NamespaceState& n = m.namespaces[i];
+      SF_RETURN_IF_ERROR(Text(n.ns, "Namespaces.ns"));
+      auto e = list[static_cast<unsigned>(i)];
+      e.setNs(AsText(n.ns));
+      e.setVariables(n.variables);
+      e.setTables(n.tables);
+      e.setQueues(n.queues);
+      e.setBytes(n.bytes);
+      e.setSessions(n.sessions);
+    }
+    return Status::OK();
+  }
   Status Put(const ShardsDone& m, w::ShardsDone::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.dropped.size(), "ShardsDone.dropped"));
     b.setId(m.id);

@@ -45,6 +45,9 @@ SF_WIRE_OF(ShardsDone)
 SF_WIRE_OF(MoveSlot)
 SF_WIRE_OF(SyncSlot)
 SF_WIRE_OF(ReplicateSlot)
+SF_WIRE_OF(ListNamespaces)
+SF_WIRE_OF(DropNamespace)
+SF_WIRE_OF(Namespaces)
 #undef SF_WIRE_OF
 
 // Writes m into b, its struct as an RPC parameter, with EncodeEnvelope's

@@ -244,6 +244,28 @@ struct CollectiveChunk {
   offset @10 :Int64;
 }
 
+# Namespaces (graph/namespaces.h): ListNamespaces asks a node what each
+# namespace holds there (a session: its own namespace only); DropNamespace
+# drops one (a session: only its own). Both are answered with Namespaces.
+struct ListNamespaces {}
+
+struct DropNamespace {
+  ns @0 :Text;
+}
+
+struct NamespaceState {
+  ns @0 :Text;
+  variables @1 :Int64;
+  tables @2 :Int64;
+  queues @3 :Int64;
+  bytes @4 :Int64;
+  sessions @5 :Int64;
+}
+
+struct Namespaces {
+  namespaces @0 :List(NamespaceState);
+}
+
 # One frame's message: wire version, request id (0 = one-way) and the body.
 struct Envelope {
   version @0 :UInt32;
@@ -271,5 +293,8 @@ struct Envelope {
     moveSlot @21 :MoveSlot;
     syncSlot @22 :SyncSlot;
     replicateSlot @23 :ReplicateSlot;
+    listNamespaces @24 :ListNamespaces;
+    dropNamespace @25 :DropNamespace;
+    namespaces @26 :Namespaces;
   }
 }

@@ -79,6 +79,9 @@ interface VariableStore {
   restoreShards @3 (request :W.RestoreShards, id :UInt64) -> Reply;
   # A slot's holder sending its backup the slot's changes (a StatusReply).
   replicateSlot @4 (request :W.ReplicateSlot, id :UInt64) -> Reply;
+  # Namespaces: what each holds here, or drop one (each a Namespaces).
+  namespaces @5 (request :W.ListNamespaces, id :UInt64) -> Reply;
+  dropNamespace @6 (request :W.DropNamespace, id :UInt64) -> Reply;
 }
 
 interface Members {

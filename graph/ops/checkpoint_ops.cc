@@ -55,7 +55,7 @@ std::string JoinNames(const std::vector<GraphVariable>& vars) {
 
 Status RegisterCheckpointOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SaveCheckpoint")
-      .RequiredAttr<std::string>("dir").Path(PathAttr::kCheckpointDir).RequiredAttr<std::string>("names")
+      .RequiredAttr<std::string>("dir").Path(PathAttr::kCheckpointDir).RequiredAttr<std::string>("names").State(StateAttr::kNames)
       .Inputs(1, 1 << 20).Stateful()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(CheckDir(c));
@@ -72,7 +72,7 @@ Status RegisterCheckpointOps(OpRegistry& reg) {
                "global step input 0; outputs the checkpoint id.")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RestoreCheckpoint")
-      .RequiredAttr<std::string>("dir").Path(PathAttr::kCheckpointDir).RequiredAttr<std::string>("names")
+      .RequiredAttr<std::string>("dir").Path(PathAttr::kCheckpointDir).RequiredAttr<std::string>("names").State(StateAttr::kNames)
       .RequiredAttr<std::vector<DType>>("dtypes")
       .Inputs(0).Stateful()
       .Shape([](InferenceContext& c) -> Status {

@@ -50,7 +50,7 @@ Result<ChunkLeaseOptions> LeaseOptionsFromAttrs(const AttrMap& a) {
 
 Status RegisterChunkQueueOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueue")
-      .RequiredAttr<std::string>("shared_name").RequiredAttr<int64_t>("num_chunks")
+      .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<int64_t>("num_chunks")
       .Attr("num_epochs", int64_t{1}).Attr("lease_ms", int64_t{30000})
       .Inputs(0).Stateful().NotDifferentiable()
       .Shape([](InferenceContext& c) -> Status {

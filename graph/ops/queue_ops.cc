@@ -124,13 +124,13 @@ Status DequeueShape(InferenceContext& c, bool many, bool up_to = false) {
 
 Status RegisterQueueOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("FIFOQueue")
-      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<std::vector<DType>>("component_types")
       .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
       .Inputs(0).Stateful().Shape(QueueShape).NotDifferentiable()
       .Summary("A first-in first-out queue actor (attrs shared_name, component_types, shapes, capacity).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("RandomShuffleQueue")
-      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<std::vector<DType>>("component_types")
       .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
       .Attr("min_after_dequeue", int64_t{0}).Attr("seed", int64_t{0})
       .Inputs(0).Stateful().Shape(QueueShape)
@@ -138,7 +138,7 @@ Status RegisterQueueOps(OpRegistry& reg) {
       .Summary("A queue actor dequeuing in random order (attrs as FIFOQueue plus min_after_dequeue, seed).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("PaddingFIFOQueue")
-      .RequiredAttr<std::string>("shared_name").RequiredAttr<std::vector<DType>>("component_types")
+      .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<std::vector<DType>>("component_types")
       .Attr("shapes", std::vector<int64_t>{}).Attr("capacity", int64_t{-1})
       .Inputs(0).Stateful().Shape(QueueShape)
       .NotDifferentiable()

@@ -175,7 +175,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
                "is at most attr staleness clocks ahead of the slowest of num_workers.")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("AllReduce")
-      .RequiredAttr<std::string>("group_key").RequiredAttr<int64_t>("group_size")
+      .RequiredAttr<std::string>("group_key").State(StateAttr::kName).RequiredAttr<int64_t>("group_size")
       .RequiredAttr<int64_t>("rank")
       .Inputs(1).Stateful()
       .Shape([](InferenceContext& c) -> Status {

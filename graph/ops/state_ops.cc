@@ -49,7 +49,7 @@ Status AssignShape(InferenceContext& c) {
 
 Status RegisterStateOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("VarHandle")
-      .RequiredAttr<std::string>("shared_name").RequiredAttr<DType>("dtype")
+      .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<DType>("dtype")
       .Attr("shape", PartialShape()).Attr("trainable", false)
       .Inputs(0).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {

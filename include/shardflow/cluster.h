@@ -57,6 +57,14 @@ struct NodeOptions {
   // this fast (MiB/s; 0: unlimited), so that it leaves the steps beside it
   // their network and cores.
   int copy_mib_per_s = 256;
+  // What each namespace (a session credential's; graph/namespaces.h) may
+  // make this node hold; past one a request is refused with
+  // ResourceExhausted naming the namespace and the quota. Defaults let a
+  // node hold several jobs (a quarter of its 262,144 variables each).
+  int64_t ns_max_variables = int64_t{1} << 16;
+  int64_t ns_max_tables = 4096;
+  int64_t ns_max_queues = 4096;
+  int64_t ns_max_bytes = int64_t{16} << 30;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;
@@ -219,6 +227,36 @@ struct ClusterChange {
 Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms,
                  const std::string& tls_name = "", bool insecure = false);
 
+// What one namespace (a session credential's: `shardflow certs issue
+// --namespace`) holds on a cluster's nodes, summed over them.
+struct NamespaceInfo {
+  std::string name;  // "default" for the default namespace
+  int64_t variables = 0;
+  int64_t tables = 0;
+  int64_t queues = 0;
+  int64_t bytes = 0;     // declared bytes of its dense variables and RAM of its hash tables' rows
+  int64_t sessions = 0;  // sessions with partitions on the nodes
+  int64_t nodes = 0;     // nodes holding some of it
+};
+
+// Each namespace's state on the members of cluster `cluster` that etcd
+// lists (`shardflow cluster namespaces`), asked with credential tls_name in
+// tls_dir ("" = "session": a session credential sees its own namespace only)
+// or insecure. Unavailable naming etcd or the first node that cannot be asked.
+Result<std::vector<NamespaceInfo>> ListClusterNamespaces(const std::string& etcd, const std::string& tls_dir,
+                                                         const std::string& cluster = "default",
+                                                         const std::string& tls_name = "", bool insecure = false);
+
+// Drops namespace ns on every member etcd lists (`shardflow cluster
+// namespaces drop NS`): its sessions there close, its variables, tables and
+// queues go; what it held, as ListClusterNamespaces counts it. A session
+// credential may drop only its own namespace (PermissionDenied otherwise);
+// Unavailable naming the first node that could not be asked (the others
+// dropped it: run it again).
+Result<NamespaceInfo> DropClusterNamespace(const std::string& etcd, const std::string& tls_dir, const std::string& ns,
+                                           const std::string& cluster = "default", const std::string& tls_name = "",
+                                           bool insecure = false);
+
 // One member in a node's view of the membership.
 struct MemberInfo {
   std::string name;
@@ -287,9 +325,10 @@ Result<ShardMapInfo> ReadClusterMap(const std::string& etcd, const std::string& 
 // (`shardflow certs init`); FailedPrecondition when dir already has a CA.
 Status InitClusterCredentials(const std::string& dir);
 // Issues credential name for role "node" or "session" in dir, valid for
-// hosts (`shardflow certs issue`); InvalidArgument for a bad name or role.
+// hosts, a session's in namespace ns ("": the default one) (`shardflow certs
+// issue`); InvalidArgument for a bad name, role or namespace.
 Status IssueClusterCredential(const std::string& dir, const std::string& role, const std::string& name,
-                              const std::vector<std::string>& hosts = {});
+                              const std::vector<std::string>& hosts = {}, const std::string& ns = "");
 // Makes fresh credentials in a new temporary directory (for local clusters
 // that need no setup step); its path. The caller removes it.
 Result<std::string> MakeTemporaryClusterCredentials();

@@ -88,11 +88,23 @@ enum class PathAttr : uint8_t {
   kDataFiles,      // files under --data-dir, one per line (rooted when the graph is registered)
 };
 
+// What a string attribute naming state shared across steps is (a variable,
+// queue or all-reduce group), for a node running the op: each session's
+// namespace sees only its own (graph/namespaces.h scopes them; a test walks
+// every registered op, so such an attribute cannot go undeclared). In one
+// process (Session) names are used as given.
+enum class StateAttr : uint8_t {
+  kNone = 0,
+  kName,   // one name
+  kNames,  // names, one per line
+};
+
 struct AttrDef {
   std::string name;
   AttrValue default_value;
   bool required = false;
   PathAttr path = PathAttr::kNone;  // a string attribute naming files (above)
+  StateAttr state = StateAttr::kNone;  // a string attribute naming shared state (above)
 };
 
 struct OpDef {
@@ -169,6 +181,12 @@ class OpBuilder {
   // string attribute; Build's registration refuses another kind).
   OpBuilder& Path(PathAttr kind) {
     if (!def_.attrs.empty()) def_.attrs.back().path = kind;
+    return *this;
+  }
+  // Marks the attribute declared last as naming shared state of kind `kind`
+  // (a string attribute; Build's registration refuses another kind).
+  OpBuilder& State(StateAttr kind) {
+    if (!def_.attrs.empty()) def_.attrs.back().state = kind;
     return *this;
   }
   OpBuilder& InputNames(std::vector<std::string> names) { def_.input_names = std::move(names); return *this; }

@@ -134,6 +134,9 @@ class PartialShape {
 // never changes its host's allocator by itself. Costs memory the process
 // already used once, never more.
 void KeepTensorMemoryWarm();
+// Frees the large blocks KeepTensorMemoryWarm kept for reuse (a node that
+// dropped a namespace's state gives its memory back); how many bytes.
+int64_t ReleaseWarmTensorMemory();
 
 // Refcounted storage (64-byte aligned from 4 KiB, 16-byte below); or memory owned by someone else (a
 // NumPy array fed from Python), lent to tensors until the last one lets go.

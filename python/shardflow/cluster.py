@@ -35,10 +35,12 @@ def init_credentials(directory):
     _core.init_cluster_credentials(str(directory))
 
 
-def issue_credential(directory, role, name, hosts=()):
-    """Issues credential name ("node" or "session" role) signed by directory's CA."""
+def issue_credential(directory, role, name, hosts=(), namespace=""):
+    """Issues credential name ("node" or "session" role) signed by directory's CA;
+    a session's in `namespace` (its sessions see only that namespace's state)."""
     from . import _core
-    _core.issue_cluster_credential(str(directory), str(role), str(name), [str(h) for h in hosts])
+    _core.issue_cluster_credential(str(directory), str(role), str(name), [str(h) for h in hosts],
+                                   str(namespace))
 
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
 

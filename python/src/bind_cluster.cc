@@ -43,9 +43,10 @@ void BindCluster(py::module_& m) {
         });
   m.def("init_cluster_credentials", [](const std::string& dir) { Check(InitClusterCredentials(dir)); });
   m.def("issue_cluster_credential", [](const std::string& dir, const std::string& role, const std::string& name,
-                                       const std::vector<std::string>& hosts) {
-    Check(IssueClusterCredential(dir, role, name, hosts));
-  });
+                                       const std::vector<std::string>& hosts, const std::string& ns) {
+    Check(IssueClusterCredential(dir, role, name, hosts, ns));
+  }, py::arg("dir"), py::arg("role"), py::arg("name"), py::arg("hosts") = std::vector<std::string>{},
+     py::arg("namespace") = "");
   // The etcd a LocalCluster's nodes register in (shardflow/cluster.h LocalEtcd);
   // dropping the object stops it.
   py::class_<LocalEtcd, std::unique_ptr<LocalEtcd>>(m, "LocalEtcd")

@@ -157,6 +157,19 @@ bool Same(const ShardsDone& a, const ShardsDone& b) {
          a.bytes == b.bytes && a.dropped == b.dropped;
 }
 
+bool Same(const ListNamespaces&, const ListNamespaces&) { return true; }
+bool Same(const DropNamespace& a, const DropNamespace& b) { return a.ns == b.ns; }
+bool Same(const Namespaces& a, const Namespaces& b) {
+  if (a.namespaces.size() != b.namespaces.size()) return false;
+  for (size_t i = 0; i < a.namespaces.size(); ++i) {
+    const NamespaceState &x = a.namespaces[i], &y = b.namespaces[i];
+    if (x.ns != y.ns || x.variables != y.variables || x.tables != y.tables || x.queues != y.queues ||
+        x.bytes != y.bytes || x.sessions != y.sessions)
+      return false;
+  }
+  return true;
+}
+
 bool SameMessage(const Message& a, const Message& b) {
   if (a.request_id != b.request_id || a.body.index() != b.body.index()) return false;
   return std::visit(
@@ -225,6 +238,10 @@ std::vector<Message> EveryMessage() {
                     {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}, {1000, -1},
                     0x123456789abcdefULL, true});
   add(ReplicateSlot{});
+  add(ListNamespaces{});
+  add(DropNamespace{"team_a"});
+  add(Namespaces{{{"default", 3, 1, 2, int64_t{5} << 40, 4}, {"team_a", 0, 0, 0, 0, 0}}});
+  add(Namespaces{});
   {
     Membership m{{{"a", "127.0.0.1:1", 1}}, {}, {}};
     m.map_epoch = 42;

@@ -1,0 +1,103 @@
+// Listing and dropping namespaces across a cluster's nodes (include/shardflow/cluster.h).
+#include <map>
+
+#include "cluster/member_registry.h"
+#include "net/credentials.h"
+#include "net/peer_rpc.h"
+#include "shardflow/cluster.h"
+
+namespace sf {
+
+namespace {
+
+// Asks every member etcd lists with request; each node's Namespaces reply,
+// in member order. Unavailable naming etcd or the first node that failed.
+Result<std::vector<net::Namespaces>> AskEveryNode(const std::string& etcd, const std::string& tls_dir,
+                                                  const std::string& cluster, const std::string& tls_name,
+                                                  bool insecure, const net::Body& request) {
+  std::optional<net::Credential> credential;
+  net::EndpointOptions to;
+  to.tls_dir = tls_dir;
+  to.tls_name = tls_name.empty() ? "session" : tls_name;
+  to.insecure = insecure;
+  to.role = net::Role::kSession;
+  to.handler_threads = 1;
+  to.log = false;
+  if (!insecure) {
+    if (tls_dir.empty()) return InvalidArgument("no credentials: give a directory made by `shardflow certs init`");
+    SF_ASSIGN_OR_RETURN(credential, net::LoadCredential(tls_dir, to.tls_name));
+    to.role = credential->role;  // a node credential asks as the operator
+  }
+  SF_ASSIGN_OR_RETURN(auto members, cluster::ReadMembers(etcd, credential, cluster));
+  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, nullptr));
+  std::vector<net::Namespaces> out;
+  Status failed;
+  for (const cluster::MemberRecord& m : members) {
+    auto c = endpoint->Connect(m.address);
+    if (!c.ok()) {
+      failed = c.status().WithPrefix("node " + m.name + " (" + m.address + ")");
+      break;
+    }
+    auto reply = net::Call(*c, request, 30000);
+    (*c)->Close();
+    if (!reply.ok()) {
+      failed = reply.status().WithPrefix("node " + m.name + " (" + m.address + ")");
+      break;
+    }
+    if (auto* st = std::get_if<net::StatusReply>(&reply->body)) {
+      failed = st->status.WithPrefix("node " + m.name + " (" + m.address + ")");
+      break;
+    }
+    auto* ns = std::get_if<net::Namespaces>(&reply->body);
+    if (!ns) {
+      failed = Internal("node " + m.address + " answered " + net::BodyName(request) + " with " +
+                        net::BodyName(reply->body));
+      break;
+    }
+    out.push_back(std::move(*ns));
+  }
+  endpoint->Shutdown();
+  if (!failed.ok()) return failed;
+  return out;
+}
+
+// The nodes' states summed by namespace, by name.
+std::vector<NamespaceInfo> Sum(const std::vector<net::Namespaces>& nodes) {
+  std::map<std::string, NamespaceInfo> by;
+  for (const net::Namespaces& n : nodes)
+    for (const net::NamespaceState& s : n.namespaces) {
+      NamespaceInfo& i = by[s.ns];
+      i.name = s.ns;
+      i.variables += s.variables;
+      i.tables += s.tables;
+      i.queues += s.queues;
+      i.bytes += s.bytes;
+      i.sessions += s.sessions;
+      ++i.nodes;
+    }
+  std::vector<NamespaceInfo> out;
+  for (auto& kv : by) out.push_back(std::move(kv.second));
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<NamespaceInfo>> ListClusterNamespaces(const std::string& etcd, const std::string& tls_dir,
+                                                         const std::string& cluster, const std::string& tls_name,
+                                                         bool insecure) {
+  SF_ASSIGN_OR_RETURN(auto nodes, AskEveryNode(etcd, tls_dir, cluster, tls_name, insecure, net::ListNamespaces{}));
+  return Sum(nodes);
+}
+
+Result<NamespaceInfo> DropClusterNamespace(const std::string& etcd, const std::string& tls_dir, const std::string& ns,
+                                           const std::string& cluster, const std::string& tls_name, bool insecure) {
+  SF_ASSIGN_OR_RETURN(auto nodes, AskEveryNode(etcd, tls_dir, cluster, tls_name, insecure, net::DropNamespace{ns}));
+  std::vector<NamespaceInfo> all = Sum(nodes);
+  NamespaceInfo dropped;
+  dropped.name = ns;
+  for (const NamespaceInfo& i : all)
+    if (i.name == ns) dropped = i;
+  return dropped;
+}
+
+}  // namespace sf
