@@ -111,11 +111,11 @@ Result<EtcdAuthReport> EnableEtcdAuth(const EtcdAuthOptions& o) {
   SF_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> client, ConnectEtcd(o.etcd, admin, o.timeout_ms));
   AuthCalls calls(*client, o.timeout_ms);
   const std::string members = prefix + "members/", drain = prefix + "drain/";
-  SF_RETURN_IF_ERROR(calls.Role(EtcdNodeRole(o.cluster), {{"READ", prefix, true},
-                                                         {"READWRITE", prefix + "leader/", true},
-                                                         {"READWRITE", prefix + "map", false}}));
   SF_RETURN_IF_ERROR(
-      calls.Role(EtcdAnyNodeRole(o.cluster), {{"READWRITE", members, true}, {"READWRITE", drain, true}}));
+      calls.Role(EtcdNodeRole(o.cluster), {{"READ", prefix, true}, {"READWRITE", prefix + "map", false}}));
+  SF_RETURN_IF_ERROR(calls.Role(EtcdAnyNodeRole(o.cluster), {{"READWRITE", members, true},
+                                                            {"READWRITE", drain, true},
+                                                            {"READWRITE", prefix + "leader/", true}}));
   SF_RETURN_IF_ERROR(calls.Role(EtcdSessionRole(o.cluster), {{"READ", members, true}, {"READ", prefix + "map", false}}));
   // etcd turns authentication on only with a root user; it has no password,
   // so nobody logs in as it here (the operator is admin:NAME, in root's role).
@@ -136,7 +136,8 @@ Result<EtcdAuthReport> EnableEtcdAuth(const EtcdAuthOptions& o) {
       if (h.name != "node")
         SF_RETURN_IF_ERROR(calls.Role(EtcdMemberRole(o.cluster, cert_name),
                                       {{"READWRITE", MemberKey(prefix, cert_name), false},
-                                       {"READWRITE", DrainKey(prefix, cert_name), false}}));
+                                       {"READWRITE", DrainKey(prefix, cert_name), false},
+                                       {"READWRITE", prefix + "leader/" + cert_name, false}}));
     } else if (kind == "session") {
       roles = {EtcdSessionRole(o.cluster)};
     } else {

@@ -5,18 +5,17 @@
 // Under PREFIX = /shardflow/CLUSTER/ (cluster/member_table.h):
 //   members/NAME  a node's registration (its lease)    written by node NAME
 //   drain/NAME    the operator's mark: NAME drains     written by the operator (and NAME, to clear it)
-//   leader/...    the placement election's candidates  written by any node
+//   leader/NAME   node NAME's candidacy (election)     written by node NAME
 //   map           the shard map                        written by any node (the leader, by its txn)
 // etcd users are the credentials' certificate names, with passwords derived
 // from their keys (cluster/etcd_identity.h):
 //   admin:NAME    etcd's root role: everything, users and roles included
-//   node:NAME     reads PREFIX; writes members/NAME, drain/NAME, leader/, map
+//   node:NAME     reads PREFIX; writes members/NAME, drain/NAME, leader/NAME, map
 //   node:node     the shared default node credential, which names no one
-//                 node: writes every members/ and drain/ key (any node's)
+//                 node: writes every members/, drain/ and leader/ key (any node's)
 //   session:NAME  reads members/ and map; writes nothing
 // etcd 3.4 permissions are key ranges, unconditional: it cannot limit the
-// map to the node that leads (every node may lead) nor a candidate key
-// under leader/ to its owner (they are named by lease).
+// map to the node that leads (every node may lead).
 // Thread-safety: free functions; each makes its own client.
 #pragma once
 

@@ -39,25 +39,39 @@ Result<std::optional<EtcdKeyValue>> FirstByCreation(EtcdClient& client, const st
 
 }  // namespace
 
-EtcdElection::EtcdElection(EtcdClient* client, std::string prefix) : client_(client), prefix_(std::move(prefix) + "/") {}
+EtcdElection::EtcdElection(EtcdClient* client, std::string prefix, std::string candidate)
+    : client_(client), prefix_(std::move(prefix) + "/"), candidate_(std::move(candidate)) {}
 
 Status EtcdElection::Campaign(const std::string& value, int64_t lease, std::chrono::milliseconds timeout) {
   if (lease == 0) return InvalidArgument("etcd election " + prefix_ + ": a candidate needs a lease");
   const auto deadline = Clock::now() + timeout;
   leading_ = false;
-  key_ = prefix_ + Hex(lease);
+  key_ = prefix_ + (candidate_.empty() ? Hex(lease) : candidate_);
   // Create the key unless this lease already campaigns (then keep its place).
-  SF_ASSIGN_OR_RETURN(
-      EtcdTxnResult txn,
-      client_->Txn({EtcdCompare::CreateRevision(key_, EtcdCompare::Op::kEqual, 0)}, {EtcdOp::Put(key_, value, lease)},
-                   {EtcdOp::Get(key_)}));
-  if (txn.succeeded) {
-    revision_ = txn.revision;
-  } else {
-    if (txn.ranges.empty() || txn.ranges[0].kvs.empty())
+  for (int attempt = 0;; ++attempt) {
+    SF_ASSIGN_OR_RETURN(EtcdTxnResult txn, client_->Txn({EtcdCompare::CreateRevision(key_, EtcdCompare::Op::kEqual, 0)},
+                                                        {EtcdOp::Put(key_, value, lease)}, {EtcdOp::Get(key_)}));
+    if (txn.succeeded) {
+      revision_ = txn.revision;
+      break;
+    }
+    if (txn.ranges.empty() || txn.ranges[0].kvs.empty()) {
+      if (attempt < 3) continue;  // gone meanwhile: create it
       return Aborted("etcd election " + prefix_ + ": its key " + key_ + " vanished while it entered");
-    revision_ = txn.ranges[0].kvs[0].create_revision;
-    if (txn.ranges[0].kvs[0].value != value) SF_RETURN_IF_ERROR(client_->Put(key_, value, lease).status());
+    }
+    const EtcdKeyValue& held = txn.ranges[0].kvs[0];
+    if (held.lease != lease && attempt < 3) {
+      // A named candidate's earlier campaign under another lease (an
+      // earlier life of it): the name is this candidate's, so its key goes
+      // (a leader it was is fenced by its create_revision) and it enters anew.
+      SF_RETURN_IF_ERROR(client_->Txn({EtcdCompare::ModRevision(key_, EtcdCompare::Op::kEqual, held.mod_revision)},
+                                      {EtcdOp::Delete(key_)}, {})
+                             .status());
+      continue;
+    }
+    revision_ = held.create_revision;
+    if (held.value != value) SF_RETURN_IF_ERROR(client_->Put(key_, value, lease).status());
+    break;
   }
   for (;;) {
     {

@@ -1,6 +1,7 @@
 // EtcdElection: one candidate in a leader election under a key prefix,
 // after etcd's own recipe (clientv3/concurrency's Election): a candidate
-// writes PREFIX/LEASEHEX under its lease; the key with the lowest
+// writes PREFIX/LEASEHEX (or PREFIX/NAME for a named candidate, whose key
+// etcd's roles can then give it alone) under its lease; the key with the lowest
 // create_revision under PREFIX/ is the leader; every other candidate waits
 // for the deletion of the key created just before its own. A leader whose
 // lease ends (its process died, it lost etcd for a TTL: see
@@ -26,9 +27,9 @@ namespace cluster {
 
 class EtcdElection {
  public:
-  // A candidate under prefix (its keys are prefix + "/" + the lease in hex).
-  // REQUIRES: client outlives the election.
-  EtcdElection(EtcdClient* client, std::string prefix);
+  // A candidate under prefix: its key is prefix + "/" + candidate, or the
+  // lease in hex when candidate is "". REQUIRES: client outlives the election.
+  EtcdElection(EtcdClient* client, std::string prefix, std::string candidate = "");
   // Does not resign: the lease's end (or Resign) removes the key.
   ~EtcdElection() = default;
 
@@ -61,6 +62,7 @@ class EtcdElection {
 
   EtcdClient* const client_;
   const std::string prefix_;  // with the trailing '/'
+  const std::string candidate_;
   std::string key_;
   int64_t revision_ = 0;
   bool leading_ = false;

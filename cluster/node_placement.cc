@@ -15,6 +15,7 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
   po.credential = credential;
   po.cluster = opts.cluster.empty() ? "default" : opts.cluster;
   po.address = address;
+  po.name = opts.name;  // a key etcd's roles give this node alone (cluster/cluster_auth.h)
   po.slots = opts.map_slots;
   po.lease_ttl_s = opts.lease_ttl_s;
   po.replicas = opts.replicas;

@@ -126,7 +126,7 @@ struct PlacementLeader::Impl {
         cv.wait_for(l, std::chrono::milliseconds(500), [&] { return stopping; });
         continue;
       }
-      EtcdElection e(etcd.get(), prefix + "leader");
+      EtcdElection e(etcd.get(), prefix + "leader", o.name);
       {
         std::lock_guard<std::mutex> l(mu);
         if (stopping) break;

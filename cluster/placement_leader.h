@@ -40,6 +40,7 @@ struct PlacementOptions {
   std::optional<net::Credential> credential;  // none: plaintext (insecure clusters)
   std::string cluster = "default";
   std::string address;                        // this node's (the leader key's value)
+  std::string name;                           // this node's member name: its candidate key leader/NAME ("": by lease)
   int slots = 64;                             // the map's slots, in [1, kMaxSlots]
   int lease_ttl_s = 2;                        // the leader's lease
   int request_timeout_ms = 5000;

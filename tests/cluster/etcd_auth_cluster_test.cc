@@ -166,9 +166,13 @@ TEST_CASE("EtcdAuth: node A's credential cannot overwrite node B's member key or
   // B's drain mark: not set.
   CHECK(Refused(na->Put(cluster::DrainKey(kPrefix, "nb"), "v1", b_lease).status()));
   CHECK(Refused(MayWrite(*na, cluster::DrainKey(kPrefix, "nb"))));
-  // Its own key and mark are its own to write (checked without writing).
+  // Nor B's candidacy for placement leader (withdrawing it, or leading in its name).
+  CHECK(Refused(MayWrite(*na, kPrefix + "leader/nb")));
+  CHECK(Refused(na->Delete(kPrefix + "leader/nb").status()));
+  // Its own key, mark and candidacy are its own to write (checked without writing).
   CHECK(MayWrite(*na, cluster::MemberKey(kPrefix, "na")).ok());
   CHECK(MayWrite(*na, cluster::DrainKey(kPrefix, "na")).ok());
+  CHECK(MayWrite(*na, kPrefix + "leader/na").ok());
   // Nor through a node: a peer's drain request is refused, whatever its credential.
   Status by_peer = DrainNode(*b, cluster.tls_dir(), 0, "na");
   INFO(by_peer.ToString());
@@ -191,7 +195,12 @@ TEST_CASE("EtcdAuth: node A's credential cannot overwrite node B's member key or
   // credential may write the map (the leader's writes are fenced by its
   // transaction on the election key, not by etcd's permissions).
   CHECK(MayWrite(*na, kPrefix + "map").ok());
-  CHECK(MayWrite(*na, kPrefix + "leader/1").ok());
+  // Both B and A campaign, each under its own name.
+  auto candidates = admin->Range(kPrefix + "leader/");
+  REQUIRE(candidates.ok());
+  int named = 0;
+  for (const auto& kv : candidates->kvs) named += kv.key == kPrefix + "leader/na" || kv.key == kPrefix + "leader/nb";
+  CHECK(named == 2);
 }
 
 TEST_CASE("EtcdAuth: under authentication nodes join, lead, write the map and leave, and the operator drains",

@@ -167,7 +167,8 @@ TEST_CASE("Cluster: hash table shards move with their rows when members join and
     if (i == 5) REQUIRE(cluster.AddNode(120).ok());
     if (i == 11) {
       const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow node drain " + cluster.addresses()[1] +
-                              " --tls-dir " + cluster.tls_dir() + " --wait-s 0 >/dev/null";
+                              " --etcd " + cluster.etcd_endpoint() + " --tls-dir " + cluster.tls_dir() +
+                              " --wait-s 0 >/dev/null";
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
     // As in recovery_cluster_test: the session hears of a join or drain by a

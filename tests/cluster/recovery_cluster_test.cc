@@ -243,7 +243,8 @@ TEST_CASE("Cluster: scaling 1 -> 2 -> 3 -> 2 members during training loses no up
       // The CLI's drain, as an operator would run it: the node leaves after
       // the session moved its tasks away (before this step).
       const std::string cmd = std::string(SF_BIN_DIR) + "/shardflow node drain " + cluster.addresses()[1] +
-                              " --tls-dir " + cluster.tls_dir() + " --wait-s 0 >/dev/null";
+                              " --etcd " + cluster.etcd_endpoint() + " --tls-dir " + cluster.tls_dir() +
+                              " --wait-s 0 >/dev/null";
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
     // A join or drain reaches the session by a message, which the node sends
