@@ -12,7 +12,9 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -68,5 +70,15 @@ class NamespaceQuotas {
   mutable std::mutex mu_;
   std::map<std::string, NamespaceUsage> used_;  // GUARDED_BY(mu_)
 };
+
+// The keys of a name-keyed map (a store's ids) that keep selects, sorted.
+template <class Map>
+std::vector<std::string> SortedKeysWhere(const Map& by_name, const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> out;
+  for (const auto& kv : by_name)
+    if (keep(kv.first)) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 }  // namespace sf

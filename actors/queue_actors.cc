@@ -531,11 +531,7 @@ std::string ActorQueues::NameOf(int64_t id) const {
 
 std::vector<std::string> ActorQueues::NamesWhere(const std::function<bool(const std::string&)>& keep) const {
   std::lock_guard<std::mutex> l(mu_);
-  std::vector<std::string> out;
-  for (const auto& kv : ids_)
-    if (keep(kv.first)) out.push_back(kv.first);
-  std::sort(out.begin(), out.end());
-  return out;
+  return SortedKeysWhere(ids_, keep);
 }
 
 int64_t ActorQueues::DropWhere(const std::function<bool(const std::string&)>& drop) {

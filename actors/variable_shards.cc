@@ -316,11 +316,7 @@ void ActorVariables::HashShardStats(int64_t id, std::function<void(Result<Tensor
 
 std::vector<std::string> ActorVariables::NamesWhere(const std::function<bool(const std::string&)>& keep) const {
   std::lock_guard<std::mutex> l(mu_);
-  std::vector<std::string> out;
-  for (const auto& kv : ids_)
-    if (keep(kv.first)) out.push_back(kv.first);
-  std::sort(out.begin(), out.end());
-  return out;
+  return SortedKeysWhere(ids_, keep);
 }
 
 int64_t ActorVariables::DropWhere(const std::function<bool(const std::string&)>& drop) {
