@@ -31,6 +31,7 @@ const char kNodeUsage[] =
     "                      [--max-connections-per-credential N] [--max-connections-per-source N]\n"
     "                      [--checkpoint-dir DIR] [--data-dir DIR] [--log]\n"
     "                      [--ns-max-variables N] [--ns-max-tables N] [--ns-max-queues N] [--ns-max-bytes N]\n"
+    "                      [--ns-expiry-s S]\n"
     "       shardflow node drain NAME|HOST:PORT --etcd HOST:PORT[,...]\n"
     "                      (--tls-dir DIR [--tls-name NAME] | --insecure) [--cluster NAME] [--wait-s SECONDS]\n"
     "       shardflow node members HOST:PORT (--tls-dir DIR [--tls-name NAME] | --insecure)\n"
@@ -101,7 +102,10 @@ const char kNodeUsage[] =
     "  --ns-max-variables N        what one namespace (a session credential's) may make\n"
     "  --ns-max-tables N           this node hold: variables (default 65536), hash\n"
     "  --ns-max-queues N           tables (4096), queues (4096) and declared bytes of its\n"
-    "  --ns-max-bytes N            variables (16 GiB); past one, ResourceExhausted\n"
+    "  --ns-max-bytes N            variables and hash rows (16 GiB); past one,\n"
+    "                              ResourceExhausted\n"
+    "  --ns-expiry-s S             drop a namespace (not the default one) no session\n"
+    "                              used here for S seconds (default 0: never)\n"
     "  --log                       log membership changes and refused peers\n"
     "\n"
     "'node drain' asks a running node to leave: the sessions using it move its\n"
@@ -157,6 +161,7 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
   node.add_option("--ns-max-variables", o.ns_max_variables)->transform(cli::IntegerIn(0, int64_t{1} << 18));
   node.add_option("--ns-max-tables", o.ns_max_tables)->transform(cli::IntegerIn(0, int64_t{1} << 18));
   node.add_option("--ns-max-queues", o.ns_max_queues)->transform(cli::IntegerIn(0, int64_t{1} << 16));
+  node.add_option("--ns-expiry-s", o.ns_expiry_s)->transform(cli::IntegerIn(0, int64_t{1} << 31));
   node.add_option("--ns-max-bytes", o.ns_max_bytes)->transform(cli::IntegerIn(0, std::numeric_limits<int64_t>::max()));
   node.add_flag("--log", o.log);
   CLI::App* drain = node.add_subcommand("drain");

@@ -352,6 +352,17 @@ struct ClusterNode::Impl {
   void ServeDropNamespace(const net::ConnectionPtr& c, uint64_t id, const net::DropNamespace& d);
   // Each namespace's state here (sessions counted under mu).
   std::vector<net::NamespaceState> NamespaceStates();
+  // Drops namespace ns ("": the default) here: closes its sessions, forgets
+  // its variables, tables and queues, returns the memory; how many
+  // variables and queues went.
+  std::pair<int64_t, int64_t> DropNamespaceHere(const std::string& ns);
+  // Notes that namespace ns was used now. REQUIRES: mu held.
+  void TouchNamespaceLocked(const std::string& ns) {
+    if (opts.ns_expiry_s > 0 && !ns.empty()) ns_last_used[ns] = NowMs();
+  }
+  // Drops the namespaces idle past opts.ns_expiry_s (the housekeeping thread).
+  void ExpireNamespaces();
+  std::map<std::string, int64_t> ns_last_used;  // GUARDED_BY(mu): with ns_expiry_s, by namespace
 
   // Starts following (and campaigning to lead) the shard map in etcd.
   Status StartPlacement(const std::optional<net::Credential>& credential);

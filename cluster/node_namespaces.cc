@@ -101,6 +101,13 @@ void ClusterNode::Impl::ServeDropNamespace(const net::ConnectionPtr& c, uint64_t
   net::Namespaces reply;
   for (net::NamespaceState& s : NamespaceStates())
     if (s.ns == Shown(ns)) reply.namespaces.push_back(std::move(s));
+  const auto [vars, qs] = DropNamespaceHere(ns);
+  Log("dropped namespace '" + Shown(ns) + "' (" + std::to_string(vars) + " variables, " + std::to_string(qs) +
+      " queues) for " + c->peer_address());
+  Reply(c, id, std::move(reply));
+}
+
+std::pair<int64_t, int64_t> ClusterNode::Impl::DropNamespaceHere(const std::string& ns) {
   auto in_ns = [&ns](const std::string& name) { return InNamespace(ns, name); };
   {
     // Its sessions close here first (their steps still running fail on the
@@ -109,6 +116,7 @@ void ClusterNode::Impl::ServeDropNamespace(const net::ConnectionPtr& c, uint64_t
     for (auto it = sessions.begin(); it != sessions.end();) it = it->second.ns == ns ? sessions.erase(it) : std::next(it);
     for (auto& kv : slot_variables)
       for (auto it = kv.second.begin(); it != kv.second.end();) it = in_ns(*it) ? kv.second.erase(it) : std::next(it);
+    ns_last_used.erase(ns);
     idle.notify_all();
   }
   const int64_t vars = variables->DropWhere(in_ns);
@@ -121,9 +129,25 @@ void ClusterNode::Impl::ServeDropNamespace(const net::ConnectionPtr& c, uint64_t
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     ReturnFreedMemory();
   });
-  Log("dropped namespace '" + Shown(ns) + "' (" + std::to_string(vars) + " variables, " + std::to_string(qs) +
-      " queues) for " + c->peer_address());
-  Reply(c, id, std::move(reply));
+  return {vars, qs};
+}
+
+void ClusterNode::Impl::ExpireNamespaces() {
+  if (opts.ns_expiry_s <= 0) return;
+  std::vector<std::string> idle_ns;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    const int64_t before = NowMs() - opts.ns_expiry_s * 1000;
+    std::set<std::string> open;
+    for (const auto& kv : sessions) open.insert(kv.second.ns);
+    for (const auto& [ns, last] : ns_last_used)
+      if (last < before && !open.count(ns)) idle_ns.push_back(ns);
+  }
+  for (const std::string& ns : idle_ns) {
+    const auto [vars, qs] = DropNamespaceHere(ns);
+    Log("namespace '" + ns + "' expired: unused for " + std::to_string(opts.ns_expiry_s) + " s (" +
+        std::to_string(vars) + " variables, " + std::to_string(qs) + " queues dropped)");
+  }
 }
 
 }  // namespace sf

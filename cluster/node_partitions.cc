@@ -193,6 +193,7 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     SessionState& ss = sessions[r.session_id];
     ss.handles.insert(r.handle);
     ss.ns = client->peer_namespace();
+    TouchNamespaceLocked(ss.ns);
     if (etcd_mode()) {
       ss.slot_of[r.handle] = {task, r.epoch};
       slot_variables[task].insert(var_names.begin(), var_names.end());
@@ -254,6 +255,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     // Another client's session is as unknown to this one as no session.
     if (s != sessions.end() && s->second.client == c.get()) {
       host = s->second.host;
+      TouchNamespaceLocked(s->second.ns);
       if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
     }
     if (auto f = fences.find(slot.first); f != fences.end()) fence = f->second;
@@ -380,6 +382,10 @@ void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id,
   // A session names, reads and changes only its namespace's variables.
   Status scoped = ScopeNames(*c, &v.names);
   if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
+  if (c->peer_role() == net::Role::kSession) {
+    std::lock_guard<std::mutex> l(mu);
+    TouchNamespaceLocked(c->peer_namespace());
+  }
   if (!v.assign) {
     if (v.names.empty() && c->peer_role() == net::Role::kSession) {
       // "Every variable" is every variable of the session's namespace.

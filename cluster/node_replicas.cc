@@ -5,6 +5,7 @@
 // the slot's holder sends, refusing a holder the map no longer names.
 #include "actors/join_statuses.h"
 #include "cluster/node_impl.h"
+#include "graph/namespaces.h"
 
 namespace sf {
 
@@ -90,6 +91,9 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     // A round's messages wait here until its last one: applied together, or
     // not at all when the holder dies half way.
     std::lock_guard<std::mutex> l(mu);
+    // A backup's namespaces are in use while their holder sends rounds.
+    if (opts.ns_expiry_s > 0)
+      for (const auto& ch : changes) TouchNamespaceLocked(NamespaceOf(ch.name));
     StagedRound& st = staged[m.slot];
     if (st.holder != m.holder || st.round != m.round) {
       staged_bytes -= st.bytes;

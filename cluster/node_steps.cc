@@ -106,6 +106,11 @@ void ClusterNode::Impl::HousekeepingLoop() {
       last_tick_ms = NowMs();
       continue;
     }
+    if (opts.ns_expiry_s > 0) {
+      l.unlock();
+      ExpireNamespaces();
+      l.lock();
+    }
     std::vector<int64_t> expired;
     ExpireEarlyLocked(&expired);
     if (expired.empty()) continue;

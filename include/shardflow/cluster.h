@@ -65,6 +65,11 @@ struct NodeOptions {
   int64_t ns_max_tables = 4096;
   int64_t ns_max_queues = 4096;
   int64_t ns_max_bytes = int64_t{16} << 30;
+  // A namespace other than the default one that no session used here (no
+  // registration, step, read or assign, and no replication round for it)
+  // for this long, while none of its sessions is open here, is dropped (its
+  // state is gone). 0: never.
+  int64_t ns_expiry_s = 0;
   // The cluster's credentials (`shardflow certs init DIR`): this node uses
   // tls_name.crt/.key ("" = "node"), whose certificate must be a node's.
   std::string tls_dir;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -389,4 +390,54 @@ TEST_CASE("Namespaces: a hash table's rows count against its namespace's bytes",
   Status b = grow("job_b", 5000, 2);
   INFO(b.ToString());
   CHECK(b.ok());
+}
+
+TEST_CASE("Namespaces: a namespace no session used for --ns-expiry-s is dropped; one in use stays",
+          "[cluster][namespaces]") {
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(1);
+  cluster.SetNodeArgs({"--ns-expiry-s", "2"});
+  REQUIRE(cluster.Start(1, 120).ok());
+  REQUIRE(net::IssueCredential(cluster.tls_dir(), net::Role::kSession, "job_a", {}, "team_a").ok());
+  REQUIRE(net::IssueCredential(cluster.tls_dir(), net::Role::kSession, "job_b", {}, "team_b").ok());
+  // B keeps a session open (its partitions registered) and does nothing.
+  Graph g;
+  auto h = ops::VarHandle(g, "kept", DType::kFloat32, PartialShape({2}));
+  auto assign = ops::Assign(g, h, ops::Const(g, std::vector<float>{1.0f, 2.0f}, {2}));
+  REQUIRE(g.status().ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tls_name = "job_b";
+  auto b = ClusterSession::Connect(g, o);
+  REQUIRE(b.ok());
+  REQUIRE((*b)->Run({}, std::vector<Output>{assign}).ok());
+  {
+    auto ea = Endpoint(cluster, "job_a");
+    auto ca = ea->Connect(cluster.addresses()[0]);
+    REQUIRE(ca.ok());
+    REQUIRE(net::CallStatus(*ca, net::Variables{true, {"w"}, {Tensor::Scalar<float>(1.0f)}}, 30000).ok());
+    (*ca)->Close();
+  }
+  auto names = [&] {
+    std::set<std::string> out;
+    auto l = ListClusterNamespaces(cluster.etcd_endpoint(), cluster.tls_dir(), "default", "node");
+    REQUIRE(l.ok());
+    for (const NamespaceInfo& i : *l) out.insert(i.name);
+    return out;
+  };
+  CHECK(names().count("team_a") == 1);
+  const auto start = std::chrono::steady_clock::now();
+  while (names().count("team_a") && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("team_a went after " << waited << " s");
+  CHECK(names().count("team_a") == 0);
+  CHECK(waited >= 1.0);
+  // B's session is open: its namespace stays, with its value.
+  CHECK(names().count("team_b") == 1);
+  auto read = (*b)->Run({}, std::vector<Output>{ops::ReadVariable(g, h, DType::kFloat32)});
+  INFO(read.status().ToString());
+  REQUIRE(read.ok());
+  CHECK((*read)[0].data<float>()[1] == 2.0f);
 }
