@@ -103,6 +103,15 @@ TEST_CASE("EtcdAuth: a session credential reads the members and the map but writ
   auto listed = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(listed.ok());
   CHECK(listed->size() == 2);
+  // A credential issued after `cluster auth` has no NAME.etcd.crt and no
+  // user yet: refused by etcd, with what to do.
+  REQUIRE(IssueClusterCredential(cluster.tls_dir(), "session", "late").ok());
+  auto late = ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir(), "default", "late");
+  INFO(late.status().ToString());
+  CHECK(late.status().code() == Code::kPermissionDenied);
+  CHECK(late.status().message().find("cluster auth") != std::string::npos);
+  REQUIRE(EnableClusterAuth(cluster.etcd_endpoint(), cluster.tls_dir()).ok());
+  CHECK(ListEtcdMembers(cluster.etcd_endpoint(), cluster.tls_dir(), "default", "late").ok());
 }
 
 TEST_CASE("EtcdAuth: etcd 3.4 checks no permission on lease keepalives, so a session keeps another's lease alive",
