@@ -116,7 +116,8 @@ Result<EtcdAuthReport> EnableEtcdAuth(const EtcdAuthOptions& o) {
   SF_RETURN_IF_ERROR(calls.Role(EtcdAnyNodeRole(o.cluster), {{"READWRITE", members, true},
                                                             {"READWRITE", drain, true},
                                                             {"READWRITE", prefix + "leader/", true}}));
-  SF_RETURN_IF_ERROR(calls.Role(EtcdSessionRole(o.cluster), {{"READ", members, true}, {"READ", prefix + "map", false}}));
+  SF_RETURN_IF_ERROR(
+      calls.Role(EtcdSessionRole(o.cluster), {{"READ", members, true}, {"READ", prefix + "map", false}}));
   // etcd turns authentication on only with a root user; it has no password,
   // so nobody logs in as it here (the operator is admin:NAME, in root's role).
   SF_RETURN_IF_ERROR(calls.User("root", ""));

@@ -221,7 +221,8 @@ Result<net::Credential> LoadAdminCredential(const std::string& dir, const std::s
     return FailedPrecondition(key_path + " may be read by group or others; chmod 600 it");
   SF_ASSIGN_OR_RETURN(c.etcd_cert_pem, ReadFile(dir + "/" + name + ".etcd.crt"));
   SF_ASSIGN_OR_RETURN(std::string cn, CertificateCommonName(c.cert_pem));
-  if (cn != "admin:" + name) return InvalidArgument(crt + " is '" + cn + "', not the operator credential admin:" + name);
+  if (cn != "admin:" + name)
+    return InvalidArgument(crt + " is '" + cn + "', not the operator credential admin:" + name);
   SF_ASSIGN_OR_RETURN(X509Ptr cert, ParseCert(c.cert_pem, crt));
   SF_ASSIGN_OR_RETURN(PkeyPtr key, ParseKey(c.key_pem, key_path));
   if (X509_check_private_key(cert.get(), key.get()) != 1)

@@ -133,7 +133,8 @@ struct EtcdTransport::Loop {
     ca = kj::heap<kj::TlsCertificate>(kj::StringPtr(o.credential->ca_pem.c_str()));
     // The certificate without a common name when there is one: etcd's
     // gateway refuses any other once its authentication is on.
-    const std::string& cert = o.credential->etcd_cert_pem.empty() ? o.credential->cert_pem : o.credential->etcd_cert_pem;
+    const std::string& cert =
+        o.credential->etcd_cert_pem.empty() ? o.credential->cert_pem : o.credential->etcd_cert_pem;
     keypair = kj::heap<kj::TlsKeypair>(kj::TlsKeypair{kj::TlsPrivateKey(kj::StringPtr(o.credential->key_pem.c_str())),
                                                       kj::TlsCertificate(kj::StringPtr(cert.c_str()))});
     tls_options.trustedCertificates = kj::arrayPtr(ca.get(), 1);
@@ -465,63 +466,19 @@ void EtcdTransport::Close() {
       *thread_->executor, [&] { loop.Close(); }, [](const std::string&) {});
 }
 
-bool EtcdNeedsLogin(const Status& s) {
-  const std::string& m = s.message();
-  return !s.ok() && (m.find("invalid auth token") != std::string::npos ||
-                     m.find("user name is empty") != std::string::npos ||
-                     m.find("revision in header is old") != std::string::npos);
-}
-
-Result<std::string> EtcdTransport::Token(EtcdClock::time_point deadline, const std::string* stale) {
-  if (!options_.credential || options_.user.empty()) return std::string();
-  std::lock_guard<std::mutex> l(login_mu_);
-  if (logged_in_ && (stale == nullptr || *stale != token_)) return token_;
-  auto req = std::make_shared<Request>();
-  req->op = "login as " + options_.user;
-  req->path = "/v3/auth/authenticate";
-  req->body = Json{{"name", options_.user}, {"password", options_.password}}.dump();
-  auto j = Interpret(req->op, Run(*thread_->executor, *thread_->loop, req, deadline));
-  if (!j.ok()) {
-    // etcd without authentication: no token, and every request is anyone's.
-    if (j.status().message().find("authentication is not enabled") != std::string::npos) {
-      token_.clear();
-      logged_in_ = true;
-      return token_;
-    }
-    if (j.status().message().find("authentication failed") != std::string::npos)
-      return PermissionDenied(j.status().message() + " (no etcd user " + options_.user +
-                              " with this credential's password: run `shardflow cluster auth` for it)");
-    return j.status();
-  }
-  auto t = j->find("token");
-  if (t == j->end() || !t->is_string() || t->get<std::string>().empty())
-    return DataLoss("etcd: " + req->op + ": the reply has no token");
-  token_ = t->get<std::string>();
-  logged_in_ = true;
-  return token_;
-}
-
-Result<Json> EtcdTransport::Call(const std::string& op, const std::string& path, const Json& request,
-                                 EtcdClock::time_point deadline, bool idempotent) {
+Result<Json> EtcdTransport::Send(const std::string& op, const std::string& path, const Json& request,
+                                 EtcdClock::time_point deadline, bool idempotent, const std::string& token) {
   if (closed()) return Aborted("etcd: " + op + ": the client is closed");
   auto req = std::make_shared<Request>();
   req->op = op;
   req->idempotent = idempotent;
   req->path = path;
+  req->token = token;
   if (request.is_null()) {
     req->method = kj::HttpMethod::GET;
   } else {
     req->body = request.dump();
   }
-  // Only the v3 API knows users (not /health).
-  if (path.rfind("/v3/", 0) == 0) {
-    SF_ASSIGN_OR_RETURN(req->token, Token(deadline));
-  }
-  auto r = Interpret(op, Run(*thread_->executor, *thread_->loop, req, deadline));
-  if (!EtcdNeedsLogin(r.status()) || !options_.credential) return r;
-  // etcd refused the token before running the request: log in and send it again, once.
-  const std::string stale = req->token;
-  SF_ASSIGN_OR_RETURN(req->token, Token(deadline, &stale));
   return Interpret(op, Run(*thread_->executor, *thread_->loop, req, deadline));
 }
 

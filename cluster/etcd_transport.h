@@ -66,6 +66,9 @@ class EtcdTransport : public std::enable_shared_from_this<EtcdTransport> {
   Result<std::string> Token(EtcdClock::time_point deadline, const std::string* stale = nullptr);
   // Ends every open stream and fails every later call with Aborted.
   void Close();
+  // Call without logging in: sends token ("": none) as given. Call's errors.
+  Result<nlohmann::json> Send(const std::string& op, const std::string& path, const nlohmann::json& request,
+                              EtcdClock::time_point deadline, bool idempotent, const std::string& token);
   // Whether Close() was called.
   bool closed() const;
   // The client's options, as given.

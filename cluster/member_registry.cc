@@ -135,7 +135,7 @@ struct MemberRegistry::Impl {
     SF_ASSIGN_OR_RETURN(EtcdRangeResult d, etcd->Range(mark));
     for (const auto& kv : d.kvs)
       if (kv.key == mark) OnDrainMark();
-    SF_ASSIGN_OR_RETURN(drain_watch, etcd->WatchKey(mark, d.revision + 1, [this](const std::vector<EtcdWatchEvent>& evs) {
+    auto on_mark = [this](const std::vector<EtcdWatchEvent>& evs) {
       for (const auto& e : evs) {
         if (e.type == EtcdWatchEvent::Type::kPut) OnDrainMark();
         if (e.type != EtcdWatchEvent::Type::kError) continue;
@@ -143,7 +143,8 @@ struct MemberRegistry::Impl {
         watch_broken = true;
         cv.notify_all();
       }
-    }));
+    };
+    SF_ASSIGN_OR_RETURN(drain_watch, etcd->WatchKey(mark, d.revision + 1, on_mark));
     return Status::OK();
   }
 
