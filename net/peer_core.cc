@@ -96,6 +96,16 @@ kj::Promise<Result<uint16_t>> Core::ListenOnLoop(std::string host, uint16_t port
   return network_->parseAddress(host, port)
       .then([this, host](kj::Own<kj::NetworkAddress> addr) -> Result<uint16_t> {
         auto r = addr->listen();
+        // A connection that sends nothing stays in the kernel (a request
+        // socket, no descriptor) until its first bytes: a flood of silent
+        // connections at any rate never fills the accept queue, where the
+        // kernel drops every source's new connections alike.
+        const int defer_s = std::max(1, (options.handshake_timeout_ms + 999) / 1000);
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+          r->setsockopt(IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s);
+        })) {
+          Log("cannot defer accepting until a peer sends (TCP_DEFER_ACCEPT): " + Describe(*e));
+        }
         const uint16_t bound = static_cast<uint16_t>(r->getPort());
         // Peers' hellos carry where this endpoint listens, so a node can
         // check an address it was told is really a node's (read on this thread).
@@ -155,7 +165,6 @@ void Core::AcceptLoop(kj::ConnectionReceiver& r) {
 }
 
 void Core::OnAccepted(kj::AuthenticatedStream s) {
-  NoDelay(*s.stream);
   std::string address = "unknown peer";
   if (auto* id = dynamic_cast<kj::NetworkPeerIdentity*>(s.peerIdentity.get())) address = id->getAddress().toString().cStr();
   std::string source = address;
@@ -177,6 +186,7 @@ void Core::OnAccepted(kj::AuthenticatedStream s) {
     LogRefusal(source, "too many handshakes in flight: dropping the oldest of the busiest address");
     EvictOldestHandshake();
   }
+  NoDelay(*s.stream);  // not before: a refused peer costs an accept and a close, no more
   auto slot = kj::heap<Slot>();
   slot->core = this;
   slot->source = source;

@@ -11,10 +11,13 @@
 //
 // What a peer can cost is bounded before and after authentication:
 //   - before its TLS handshake completes nothing of it is decoded, and the
-//     handshake has a deadline; handshakes are capped (past the cap the
-//     oldest handshake of the source holding the most goes, so a flood
-//     from one address evicts only its own), and so are connections per
-//     source address; running out of file descriptors drops the oldest
+//     handshake has a deadline; a connection that sends nothing stays in
+//     the kernel (TCP_DEFER_ACCEPT), so silent ones never fill the accept
+//     queue; handshakes are capped, one address holding at most half (its
+//     next ones are closed at once), and past the cap the oldest handshake
+//     of the address holding the most goes, so a flood from one address
+//     evicts only its own; connections per source address are capped;
+//     running out of file descriptors drops the oldest
 //     handshake (else the least recently used connection of the biggest
 //     holder) and accepting goes on;
 //   - authenticated connections are capped in all and per credential: a

@@ -246,13 +246,14 @@ void Core::ReplyOnLoop(uint64_t id, Message m) {
   l->last_used_ms = NowMs();
   // A reply that cannot be encoded takes the return path, which answers
   // with the error instead (a failed tell would drop the connection). So
-  // does one past what the peer may leave unacknowledged: a peer that
-  // reads our tells and never answers them would otherwise hold their
-  // tensors here; copied into the return, the reply is ours to forget once
-  // written, and the queue's cap holds the peer's reads until it is.
+  // does one past what the peer may leave unacknowledged (one reply of any
+  // size, or up to its cap): a peer that reads our tells and never answers
+  // them would otherwise hold their tensors here; copied into the return,
+  // the reply is ours to forget once written, and what we owe in replies
+  // holds the peer's reads until it is.
   const size_t tensor_bytes = TensorBytes(m);
-  if (in.asker_id != 0 && tensor_bytes >= kReplyByTellBytes &&
-      l->reply_tell_bytes + tensor_bytes <= options.max_peer_buffer_bytes && CheckEncodable(m).ok()) {
+  const bool room = l->reply_tell_bytes == 0 || l->reply_tell_bytes + tensor_bytes <= options.max_peer_buffer_bytes;
+  if (in.asker_id != 0 && tensor_bytes >= kReplyByTellBytes && room && CheckEncodable(m).ok()) {
     // Large: the reply goes as a tell (referenced, kept alive until acked)
     // and the return only says so; the asker matches it by its own id.
     m.request_id = in.asker_id;

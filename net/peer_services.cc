@@ -50,9 +50,12 @@ class Service {
     Core* core = core_;
     const uint64_t id = id_;
     return replied.then([context, core, id](Message reply) mutable {
-      // What the peer is owed until it takes it: past its cap its bytes
-      // are not read (Core::OwesTooMuch).
-      if (Link* l = core->FindLink(id)) core->NoteReplyQueued(l, TensorBytes(reply) + 256, /*queued=*/false);
+      // What the peer is owed until it takes it, the return's size: past
+      // its cap its bytes are not read (Core::OwesTooMuch).
+      auto owed = kj::defer([&context, core, id] {
+        if (Link* l = core->FindLink(id))
+          core->NoteReplyQueued(l, context.getResults().totalSize().wordCount * sizeof(capnp::word), /*queued=*/false);
+      });
       if (std::holds_alternative<Heartbeat>(reply.body) && reply.request_id == kSentByTell) {
         context.getResults().setByTell(true);
         return;

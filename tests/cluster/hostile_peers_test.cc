@@ -118,10 +118,13 @@ TEST_CASE("Hostile: silent connections past the descriptor limit keep no real pe
   examples::LocalCluster cluster;
   cluster.SetNodeArgs({"--max-open-files", "64"});
   REQUIRE(cluster.Start(1, 120).ok());
+  // From another address than the probe's (one address holds at most half
+  // the node's handshakes), each a byte and then silence (one that sends
+  // nothing is not even accepted: TCP_DEFER_ACCEPT).
   std::vector<int> silent;
   for (int i = 0; i < 150; ++i) {
-    const int fd = RawConnect(cluster.addresses()[0]);
-    if (fd >= 0) silent.push_back(fd);
+    const int fd = RawConnect(cluster.addresses()[0], "127.0.0.2");
+    if (fd >= 0 && ::write(fd, "\x16", 1) == 1) silent.push_back(fd);
   }
   CHECK(silent.size() >= 64);  // more than the node has descriptors for
   Probe p;

@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,10 +16,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -336,8 +338,10 @@ struct SilentFlood {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> opened{0};
   std::thread thread;
-  void Start(const std::string& from, const std::string& to, size_t keep) {
-    thread = std::thread([this, from, to, keep] {
+  // one_byte: each sends a byte once connected (a TLS record begun), so
+  // the node accepts it; else nothing at all.
+  void Start(const std::string& from, const std::string& to, size_t keep, bool one_byte) {
+    thread = std::thread([this, from, to, keep, one_byte] {
       std::string host;
       uint16_t port = 0;
       if (!net::ParseAddress(to, &host, &port).ok()) return;
@@ -367,6 +371,8 @@ struct SilentFlood {
         const int r = ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote);
         if (r == 0 || errno == EINPROGRESS) opened.fetch_add(1, std::memory_order_relaxed);
         open.push_back(fd);
+        // Sixteen connections later this one is through its TCP handshake.
+        if (one_byte && open.size() > 16) ::send(open[open.size() - 17], "\x16", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (open.size() > keep) close_one();
       }
       while (!open.empty()) close_one();
@@ -378,19 +384,43 @@ struct SilentFlood {
   }
 };
 
+// The kernel's count of connections dropped because a listener's accept
+// queue was full (TcpExt ListenOverflows, all sockets), or -1.
+int64_t ListenOverflows() {
+  std::ifstream f("/proc/net/netstat");
+  std::string names, values;
+  while (std::getline(f, names) && std::getline(f, values)) {
+    if (names.rfind("TcpExt:", 0) != 0) continue;
+    std::istringstream n(names), v(values);
+    std::string name, value;
+    while (n >> name && v >> value)
+      if (name == "ListenOverflows") return std::stoll(value);
+  }
+  return -1;
+}
+
 }  // namespace
 
 TEST_CASE("Bounds: a flood of silent connections from one address keeps no handshake from another out",
           "[cluster][hostile][bounds]") {
+  // Silent, the kernel holds them (TCP_DEFER_ACCEPT). SF_FLOOD_ONE_BYTE=1
+  // measures a flood of connections that send one byte each instead (the
+  // node accepts them): at this machine's rate they overflow the kernel's
+  // accept queue, which drops every address's new connections alike, so
+  // that variant is not asserted by default (docs/CLUSTER.md).
+  const char* env = std::getenv("SF_FLOOD_ONE_BYTE");
+  const bool one_byte = env && std::string(env) == "1";
+  {
   examples::LocalCluster cluster;
   cluster.SetNodeArgs({"--max-open-files", "512"});
   REQUIRE(cluster.Start(1, 300).ok());
   SilentFlood flood;
   const auto start = Clock::now();
-  flood.Start("127.0.0.2", cluster.addresses()[0], 4096);
+  flood.Start("127.0.0.2", cluster.addresses()[0], 4096, one_byte);
   // Let it reach its rate before the legitimate peers come.
   REQUIRE(testing::WaitFor([&] { return flood.opened.load() > 50000; }, 30s));
   const int64_t opened0 = flood.opened.load();
+  const int64_t overflows0 = ListenOverflows();
   const double alone_rate = opened0 / Seconds(start);
   const auto t0 = Clock::now();
   std::vector<Result<double>> steps;
@@ -398,6 +428,7 @@ TEST_CASE("Bounds: a flood of silent connections from one address keeps no hands
   auto join = Join(cluster, 2);
   const double secs = Seconds(t0);
   const double rate = (flood.opened.load() - opened0) / secs;
+  const int64_t overflows = ListenOverflows() - overflows0;
   flood.Stop();
   int failed = 0;
   double slowest = 0;
@@ -409,14 +440,17 @@ TEST_CASE("Bounds: a flood of silent connections from one address keeps no hands
       slowest = std::max(slowest, *s);
     }
   }
-  WARN("silent flood from 127.0.0.2 at " << static_cast<int64_t>(alone_rate) << " connections/s (one thread) alone, "
+  WARN((one_byte ? "one-byte" : "silent") << " flood from 127.0.0.2 at " << static_cast<int64_t>(alone_rate) << " connections/s (one thread) alone, "
                                          << static_cast<int64_t>(rate) << " while the peers below ran, for " << secs
                                          << " s: " << (8 - failed) << " of 8 session steps succeeded (slowest "
                                          << slowest << " s), join "
-                                         << (join.ok() ? std::to_string(*join) + " s" : join.status().ToString()));
+                                         << (join.ok() ? std::to_string(*join) + " s" : join.status().ToString())
+                                         << "; the kernel dropped " << overflows
+                                         << " connections meanwhile for a full accept queue");
   CHECK(failed == 0);
   INFO(join.status().ToString());
   CHECK(join.ok());
   // And after it.
   CHECK(SessionStep(cluster).ok());
+  }
 }

@@ -14,8 +14,10 @@
 
 namespace sf::testing {
 
-// Connects to "host:port" (IPv4) with a plain socket; the descriptor, or -1.
-inline int RawConnect(const std::string& address) {
+// Connects to "host:port" (IPv4) with a plain socket, from local IP `from`
+// when given (any 127.x.y.z is loopback on Linux: another source address for
+// a node's per-address caps); the descriptor, or -1.
+inline int RawConnect(const std::string& address, const std::string& from = "") {
   std::string host;
   uint16_t port = 0;
   if (!net::ParseAddress(address, &host, &port).ok()) return -1;
@@ -23,6 +25,13 @@ inline int RawConnect(const std::string& address) {
   if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  if (!from.empty()) {
+    ::inet_pton(AF_INET, from.c_str(), &a.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
   a.sin_port = htons(port);
   ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
