@@ -25,7 +25,8 @@ import weakref
 
 from . import errors
 
-__all__ = ["LocalCluster", "find_shardflow_binary", "init_credentials", "issue_credential"]
+__all__ = ["LocalCluster", "LocalEnvironment", "find_shardflow_binary", "init_credentials", "issue_credential",
+           "spawn_node", "read_listening_address"]
 
 
 def init_credentials(directory):
@@ -79,6 +80,55 @@ def _die_with_parent():
         _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def spawn_node(args, binary=None):
+    """Starts `shardflow node` (binary, default find_shardflow_binary()) with args, the list after "node":
+    a subprocess.Popen with text pipes that gets SIGTERM when this process dies (Linux's parent-death
+    signal, from the calling thread). read_listening_address(p) waits until it serves."""
+    args = [binary or find_shardflow_binary(), "node"] + [str(a) for a in args]
+    if _SETPRIV:
+        return subprocess.Popen([_SETPRIV, "--pdeathsig", "TERM", "--"] + args, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=_die_with_parent, text=True)
+
+
+def read_listening_address(p, timeout_s):
+    """The HOST:PORT node process p (from spawn_node) prints once it serves; its output is drained from
+    then on. UnavailableError (with its stderr) when it exits first, DeadlineExceededError after timeout_s."""
+    result = {}
+    stderr_tail = []
+
+    def read():
+        for line in p.stdout:
+            m = _LISTENING.search(line)
+            if m:
+                result["address"] = m.group(1)
+                break
+        # Keep draining so a chatty node never blocks on a full pipe.
+        for _ in p.stdout:
+            pass
+
+    def drain_stderr():
+        for line in p.stderr:
+            stderr_tail.append(line)
+            del stderr_tail[:-20]
+
+    p.sf_stderr_tail = stderr_tail  # the last lines it wrote, for errors after it started
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    e = threading.Thread(target=drain_stderr, daemon=True)
+    e.start()
+    deadline = time.monotonic() + timeout_s
+    while "address" not in result:
+        if p.poll() is not None:
+            e.join(5)
+            raise errors.UnavailableError(f"node process exited with {p.returncode}: {''.join(stderr_tail).strip()}")
+        if time.monotonic() > deadline:
+            raise errors.DeadlineExceededError(f"node process did not listen within {timeout_s} s")
+        t.join(0.05)
+    return result["address"]
+
+
 def _stop(procs, tmpdir, etcd):
     for p in procs:
         if p.poll() is None:
@@ -114,49 +164,19 @@ class LocalCluster:
             self._etcd.append(_core.LocalEtcd(self.tls_dir))
             self.etcd = self._etcd[0].endpoint
             for i in range(int(nodes)):
-                args = [self.binary, "node", "--listen", "127.0.0.1:0", "--tls-dir", self.tls_dir,
+                args = ["--listen", "127.0.0.1:0", "--tls-dir", self.tls_dir,
                         "--threads", str(int(threads)), "--lifetime-s", str(int(lifetime_s)),
                         "--name", f"local{i}"]
                 args += ["--etcd", self.etcd, "--lease-ttl-s", "1"]
                 if log:
                     args.append("--log")
-                if _SETPRIV:
-                    p = subprocess.Popen([_SETPRIV, "--pdeathsig", "TERM", "--"] + args, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-                else:
-                    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, text=True)
+                p = spawn_node(args, self.binary)
                 self._procs.append(p)
-                self.addresses.append(self._wait_listening(p, start_timeout_s))
+                self.addresses.append(read_listening_address(p, start_timeout_s))
             self._wait_members(start_timeout_s)
         except BaseException:
             self.close()
             raise
-
-    def _wait_listening(self, p, timeout_s):
-        result = {}
-
-        def read():
-            for line in p.stdout:
-                m = _LISTENING.search(line)
-                if m:
-                    result["address"] = m.group(1)
-                    break
-            # Keep draining so a chatty node never blocks on a full pipe.
-            for _ in p.stdout:
-                pass
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        deadline = time.monotonic() + timeout_s
-        while "address" not in result:
-            if p.poll() is not None:
-                raise errors.UnavailableError(f"node process exited with {p.returncode}: {p.stderr.read().strip()}")
-            if time.monotonic() > deadline:
-                raise errors.DeadlineExceededError(f"node process did not listen within {timeout_s} s")
-            t.join(0.05)
-        threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-        return result["address"]
 
     def _wait_members(self, timeout_s):
         # A node listens before the others know it: a session connecting now
@@ -200,3 +220,45 @@ class LocalCluster:
 
     def __repr__(self):
         return f"<sf.LocalCluster {self.addresses}>"
+
+
+class LocalEnvironment:
+    """What the processes of a TF 1.x cluster on this machine need to become a shardflow cluster: fresh
+    credentials (tls_dir) and an etcd on 127.0.0.1 (etcd), given to tf.train.Server through the
+    environment variables in env (SHARDFLOW_TLS_DIR, SHARDFLOW_ETCD):
+
+        with sf.cluster.LocalEnvironment() as local:
+            subprocess.run([sys.executable, "trainer.py", "--job_name=ps", ...], env=dict(os.environ, **local.env))
+
+    close() (or leaving the block, or collecting the object) stops etcd and removes the credentials.
+    """
+
+    def __init__(self):
+        from . import _core
+        self._tmp = tempfile.mkdtemp(prefix="sf-tf1-")
+        self._etcd = []
+        self._finalizer = weakref.finalize(self, _stop, [], self._tmp, self._etcd)
+        try:
+            self.tls_dir = os.path.join(self._tmp, "tls")
+            _core.init_cluster_credentials(self.tls_dir)
+            self._etcd.append(_core.LocalEtcd(self.tls_dir))
+            self.etcd = self._etcd[0].endpoint
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def env(self):
+        """{"SHARDFLOW_TLS_DIR": tls_dir, "SHARDFLOW_ETCD": etcd}."""
+        return {"SHARDFLOW_TLS_DIR": self.tls_dir, "SHARDFLOW_ETCD": self.etcd}
+
+    def close(self):
+        """Stops etcd and removes the credentials (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -253,6 +253,9 @@ class Graph:
         self._var_scope_counts = {}  # times each variable scope name was opened (unique default names)
         self._collections = {}  # tf.add_to_collection's lists by key
         self._name_scopes = []  # [name, core scope] of each open name_scope, innermost last
+        self._device_fns = []  # tf.device(function)'s open functions, innermost last
+        self._device_fns_done = 0  # nodes below this id have had the functions open at their creation
+        self._device_fns_running = False
 
     # ---- scopes ----
     @contextlib.contextmanager
@@ -304,19 +307,79 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, device_name):
-        """Requests device_name ("/job:worker/task:1/device:CPU:0", partial names too) for nodes added inside."""
+        """Requests device_name ("/job:worker/task:1/device:CPU:0", partial names too) for nodes added inside.
+
+        device_name may also be a function, as TF 1.x's tf.device(function):
+        it gets each Operation made inside (innermost function first, each
+        seeing the device the previous one gave) and returns its device name
+        (a string, an object with to_string(), or None for none). The graph's
+        C++ builders add nodes without calling back, so the functions run on
+        the nodes made under them when a device scope opens or closes, when
+        an Operation's device is read and before a session runs the graph.
+        """
+        if device_name is None:
+            device_name = ""
+        self._apply_device_functions()
         if callable(device_name):
-            raise errors.UnimplementedError(
-                "tf.device(function) is not supported: give a device name (\"/job:worker/task:1\"); on a cluster the "
-                "shard map places variables, so TF 1.x's tf.device(tf.train.replica_device_setter(...)) is not needed "
-                "(docs/PYTHON.md, Coming from TensorFlow 1.x)")
+            self._device_fns.append(device_name)
+            try:
+                yield
+            finally:
+                self._apply_device_functions()
+                self._device_fns.pop()
+            return
         if not isinstance(device_name, str):
-            raise errors.InvalidArgumentError(f"a device must be a string, got {device_name!r}")
+            to_string = getattr(device_name, "to_string", None)
+            if to_string is None:
+                raise errors.InvalidArgumentError(f"a device must be a string or a function, got {device_name!r}")
+            device_name = to_string()
         s = self._g.device_scope(device_name)
         try:
             yield
         finally:
+            self._apply_device_functions()
             s.close()
+
+    def _apply_device_functions(self):
+        """Gives the nodes made since the last call the devices the open device functions choose."""
+        n = self._g.num_nodes()
+        if self._device_fns and not self._device_fns_running:
+            self._device_fns_running = True  # a function reading op.device must not start another pass
+            try:
+                self._run_device_functions(n)
+            finally:
+                self._device_fns_running = False
+        self._device_fns_done = n
+
+    def _run_device_functions(self, n):
+        # A variable made beside another one (an optimizer's slot: one update op takes both handles) goes
+        # where that one went without asking the functions, as TF 1.x's colocate_with does for slots.
+        done = self._device_fns_done
+        beside = {}
+        for nid in range(done, n):
+            handles = sorted({src for src, _ in self._g.node_inputs(nid) if self._g.node_op(src) == "VarHandle"})
+            for h in handles[1:]:
+                if h >= done:
+                    beside.setdefault(h, beside.get(handles[0], handles[0]))
+        for nid in range(done, n):
+            if nid in beside:
+                d = self._g.node_device(beside[nid])
+                if d != self._g.node_device(nid):
+                    self._g.set_device(nid, d)
+                continue
+            op = self._op(nid)
+            for fn in reversed(self._device_fns):
+                d = fn(op)
+                if d is None:
+                    d = ""
+                elif not isinstance(d, str):
+                    to_string = getattr(d, "to_string", None)
+                    if to_string is None:
+                        raise errors.InvalidArgumentError(
+                            f"a device function returned {d!r} for {op.name!r}: expected a device name")
+                    d = to_string()
+                if d != self._g.node_device(nid):
+                    self._g.set_device(nid, d)
 
     @contextlib.contextmanager
     def control_dependencies(self, control_inputs):
@@ -450,6 +513,8 @@ class Operation:
 
     @property
     def device(self):
+        """The device requested for the node ("" when the placer chooses)."""
+        self.graph._apply_device_functions()
         return self.graph._g.node_device(self._node)
 
     @property

@@ -17,14 +17,18 @@ results to after_run, a hook's request_stop() ends the loop (should_stop()), Out
 session. With checkpoint_dir, MonitoredTrainingSession saves checkpoints (every 600 s by default), summaries
 (every 100 steps) and global_step/sec (every 100 steps), which need a global step.
 
-Only a chief in this process is supported: master (a cluster's address) and is_chief=False raise
-UnimplementedError (shardflow's cluster sessions are sf.ClusterSession, see tf.train.Server's error).
+On a cluster, master is a tf.train.Server's target (shardflow/distribute.py): the session runs on the ps
+nodes; the chief initializes (or restores) the variables the workers share, and a worker (is_chief=False)
+waits until they are initialized (its scaffold's ready_op runs without a FailedPreconditionError), polling
+up to max_wait_secs, and gets only `hooks` (no checkpoints, summaries or chief_only_hooks), as TF 1.x.
+Another master raises UnimplementedError.
 """
 
 import collections
 import os
 import time
 
+from . import distribute as _distribute
 import numpy as np
 
 from . import errors
@@ -413,6 +417,7 @@ class Scaffold:
             saver = saver or base.saver
         self._init_op, self._init_feed_dict, self._user_init_fn = init_op, init_feed_dict, init_fn
         self._local_init_op, self._summary_op, self._saver = local_init_op, summary_op, saver
+        self._ready_op = ready_op
         self._finalized = False
 
     def finalize(self):
@@ -422,6 +427,10 @@ class Scaffold:
         from .variables import global_variables, global_variables_initializer, local_variables_initializer
         if self._init_op is None:
             self._init_op = global_variables_initializer()
+        if self._ready_op is None:
+            # TF's is report_uninitialized_variables(); here: reads of every variable, which fail with
+            # FailedPreconditionError while one is not initialized.
+            self._ready_op = _graph.group(*global_variables(), name="ready_op")
         if self._local_init_op is None:
             self._local_init_op = local_variables_initializer()
         if self._summary_op is None:
@@ -436,7 +445,7 @@ class Scaffold:
     local_init_op = property(lambda self: self._local_init_op)
     summary_op = property(lambda self: self._summary_op)
     saver = property(lambda self: self._saver)
-    ready_op = property(lambda self: None)
+    ready_op = property(lambda self: self._ready_op)
     ready_for_local_init_op = property(lambda self: None)
 
     def init_fn(self, session):
@@ -444,28 +453,34 @@ class Scaffold:
             self._user_init_fn(self, session)
 
 
-def _no_master(master):
-    if master:
+def _make_session(master, config):
+    """A session in this process, or on a tf.train.Server's cluster (master is its target)."""
+    from .session import Session
+    if master and _distribute._parse_target(master) is None:
         raise errors.UnimplementedError(
-            f"a monitored session on master {master!r} is not supported: shardflow runs a graph on a cluster with "
-            "sf.ClusterSession (tf.train.Server's error says how); leave master empty to train in this process")
+            f"a monitored session on master {master!r} is not supported: give a tf.train.Server's target "
+            "(server.target, \"shardflow://...\": its ps tasks are shardflow nodes) or run on nodes with "
+            "sf.ClusterSession; leave master empty to train in this process")
+    return Session(target=master or "", config=config)
 
 
 class ChiefSessionCreator:
     """Makes the chief's session: restores checkpoint_filename_with_path or the newest checkpoint of
-    checkpoint_dir, else runs the scaffold's init_op (and init_fn); runs local_init_op either way."""
+    checkpoint_dir, else runs the scaffold's init_op (and init_fn); runs local_init_op either way.
+    master: "" (this process) or a tf.train.Server's target."""
 
     def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
                  checkpoint_filename_with_path=None):
-        _no_master(master)
+        if master and _distribute._parse_target(master) is None:
+            _make_session(master, config)  # raises, naming what to use
+        self._master = master
         self._scaffold = scaffold or Scaffold()
         self._config, self._dir, self._path = config, checkpoint_dir, checkpoint_filename_with_path
 
     def create_session(self):
-        from .session import Session
         from .train import latest_checkpoint
         self._scaffold.finalize()
-        sess = Session(config=self._config)
+        sess = _make_session(self._master, self._config)
         path = self._path or (latest_checkpoint(self._dir) if self._dir else None)
         if path and self._scaffold.saver is not None:
             self._scaffold.saver.restore(sess, path)
@@ -478,12 +493,40 @@ class ChiefSessionCreator:
 
 
 class WorkerSessionCreator:
-    """A non-chief worker's session (it waits for a chief on a cluster): not supported."""
+    """A non-chief worker's session on a tf.train.Server's cluster (master): waits up to max_wait_secs until
+    the chief has initialized the variables (the scaffold's ready_op runs), then runs local_init_op."""
 
     def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60):
-        raise errors.UnimplementedError(
-            "a non-chief monitored session is not supported: its chief would be another process of a TF cluster; "
-            "shardflow's workers are sf.ClusterSession objects over one cluster (tf.train.Server's error says how)")
+        if not master:
+            raise errors.UnimplementedError(
+                "a non-chief monitored session needs master=server.target (a tf.train.Server's, whose ps tasks "
+                "are shardflow nodes): its chief is another worker of that cluster")
+        if _distribute._parse_target(master) is None:
+            _make_session(master, config)  # raises, naming what to use
+        self._scaffold = scaffold or Scaffold()
+        self._master, self._config, self._max_wait = master, config, max_wait_secs
+
+    def create_session(self):
+        self._scaffold.finalize()
+        sess = _make_session(self._master, self._config)
+        deadline = time.monotonic() + self._max_wait
+        delay = 0.05
+        while True:
+            try:
+                sess.run(self._scaffold.ready_op)
+                break
+            except errors.FailedPreconditionError as e:
+                if time.monotonic() > deadline:
+                    sess.close()
+                    raise errors.DeadlineExceededError(
+                        f"Session was not ready after waiting {self._max_wait} secs: the chief has not initialized "
+                        f"the variables ({e.message if hasattr(e, 'message') else e})") from None
+                _logging.info("Waiting for the chief to initialize the variables: %s", e)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        if self._scaffold.local_init_op is not None:
+            sess.run(self._scaffold.local_init_op)
+        return sess
 
 
 class MonitoredSession:
@@ -586,10 +629,12 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
                              save_summaries_steps=USE_DEFAULT, save_summaries_secs=USE_DEFAULT, config=None,
                              stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=7200,
                              save_checkpoint_steps=USE_DEFAULT, summary_dir=None):
-    """TF 1.x's MonitoredTrainingSession for the chief in this process (see the module's note)."""
-    _no_master(master)
+    """TF 1.x's MonitoredTrainingSession: the chief's, or on a cluster (master=server.target) a worker's
+    (see the module's note)."""
     if not is_chief:
-        WorkerSessionCreator()
+        return MonitoredSession(WorkerSessionCreator(scaffold, master, config, max_wait_secs), list(hooks or []),
+                                stop_grace_period_secs)
+    ChiefSessionCreator(None, master)  # refuses a master that is not a Server's target before anything runs
     if save_summaries_steps is USE_DEFAULT and save_summaries_secs is USE_DEFAULT:
         save_summaries_steps, save_summaries_secs = 100, None
     elif save_summaries_secs is USE_DEFAULT:

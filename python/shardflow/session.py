@@ -205,6 +205,7 @@ class _BaseSession:
         # TensorFlow code and ignored.
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
+        self.graph._apply_device_functions()
         plan = _FetchPlan(self.graph, fetches)
         feeds = []
         for key, value in (feed_dict or {}).items():
@@ -230,6 +231,7 @@ class _BaseSession:
         """
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
+        self.graph._apply_device_functions()
         plan = _FetchPlan(self.graph, fetches)
         keys = [self._feed_key(k, "feed_list entries") for k in (feed_list or [])]
         names = [k.name for k in keys]
@@ -320,21 +322,41 @@ class _BaseSession:
         return self._s.restore_checkpoint(str(directory), int(checkpoint_id))
 
 
+def _session_args(what, args, kwargs):
+    """(graph, options, config, target) of Session(...): shardflow's order (graph, options, config, target)
+    or, when the first argument is a string, TF 1.x's (target, graph, config); the rest stays in kwargs."""
+    order = ("target", "graph", "config") if args and isinstance(args[0], str) else \
+        ("graph", "options", "config", "target")
+    if len(args) > len(order):
+        raise TypeError(f"{what}() takes at most {len(order)} positional arguments ({len(args)} given)")
+    bound = dict(zip(order, args))
+    for k in ("graph", "options", "config", "target"):
+        if k in kwargs:
+            if k in bound:
+                raise TypeError(f"{what}() got multiple values for argument '{k}'")
+            bound[k] = kwargs.pop(k)
+    return bound.get("graph"), bound.get("options"), bound.get("config"), bound.get("target") or ""
+
+
 class Session(_BaseSession):
     """Runs a graph on the embedded in-process actor runtime (the C++ sf::Session).
 
     options: a SessionOptions, a dict of its fields, or its fields as keywords;
-    TypeError for an unknown one.
+    TypeError for an unknown one. With a target (a tf.train.Server's,
+    "shardflow://..."), the session runs on that server's ps nodes as a
+    cluster session instead (TF 1.x's tf.Session(server.target)).
     """
 
-    def __init__(self, graph=None, options=None, config=None, target="", **kwargs):
-        if isinstance(graph, str):  # TF 1.x's positional order: Session(target, graph, config)
-            graph, target, options = (options if isinstance(options, _graph.Graph) else None), graph, \
-                (None if isinstance(options, _graph.Graph) else options)
-        if target:
-            raise errors.UnimplementedError(f"Session(target={target!r}): a local Session has no target; run on "
-                                            "cluster nodes with sf.ClusterSession(graph, address=...)")
+    def __init__(self, *args, **kwargs):
+        graph, options, config, target = _session_args("Session", args, kwargs)
         graph = graph if graph is not None else _graph.get_default_graph()
+        if target:
+            # A tf.train.Server's target: the session runs on its ps nodes (shardflow/distribute.py).
+            from . import distribute
+            super().__init__(graph)
+            self.options = None
+            self._s = distribute._connect(graph, target)
+            return
         super().__init__(graph)
         if config is not None:
             if options is not None or kwargs:
@@ -401,10 +423,8 @@ class InteractiveSession(Session):
     also the default graph until close().
     """
 
-    def __init__(self, graph=None, options=None, config=None, target="", **kwargs):
-        if isinstance(graph, str):  # TF 1.x's order: InteractiveSession(target, graph, config)
-            graph, target, options = (options if isinstance(options, _graph.Graph) else None), graph, \
-                (None if isinstance(options, _graph.Graph) else options)
+    def __init__(self, *args, **kwargs):
+        graph, options, config, target = _session_args("InteractiveSession", args, kwargs)
         explicit_graph = graph is not None
         super().__init__(graph, options, config=config, target=target, **kwargs)
         self._interactive = [self.as_default()]

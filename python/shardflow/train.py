@@ -25,7 +25,8 @@ from .queue_runners import Coordinator, QueueRunner, add_queue_runner, start_que
 from .train_input import (limit_epochs, input_producer, range_input_producer, slice_input_producer, batch,  # noqa: F401
                           shuffle_batch, batch_join, shuffle_batch_join)
 from . import queue_runners as queue_runner  # tf.train.queue_runner.QueueRunner, as TF 1.x
-from .distribute import ClusterSpec, Server, replica_device_setter  # noqa: F401 - TF 1.x's (see distribute.py)
+from .distribute import (ClusterSpec, Server, replica_device_setter, Supervisor,  # noqa: F401 - distribute.py
+                         SyncReplicasOptimizer)
 from .learning_rate_decay import (exponential_decay, inverse_time_decay, natural_exp_decay,  # noqa: F401
                                   polynomial_decay, piecewise_constant)
 from .monitored_session import (SessionRunArgs, SessionRunContext, SessionRunValues, SessionRunHook,  # noqa: F401
@@ -43,7 +44,8 @@ __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "Adagra
            # TF 1.x's queue input (queue_runners.py, train_input.py)
            "Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners", "queue_runner", "limit_epochs",
            "input_producer", "range_input_producer", "slice_input_producer", "batch", "shuffle_batch", "batch_join",
-           "shuffle_batch_join", "ClusterSpec", "Server", "replica_device_setter", "exponential_decay",
+           "shuffle_batch_join", "ClusterSpec", "Server", "replica_device_setter", "Supervisor",
+           "SyncReplicasOptimizer", "exponential_decay",
            "inverse_time_decay", "natural_exp_decay", "polynomial_decay", "piecewise_constant"]
 
 

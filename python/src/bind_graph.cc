@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "graph/device_name.h"
 #include "python/src/bindings.h"
 #include "python/src/common.h"
 #include "python/src/py_graph.h"
@@ -67,6 +68,11 @@ void BindGraph(py::module_& m) {
       .def("device_scope", [](PyGraph& self, const std::string& d) {
              return PyScope{std::make_unique<Graph::Scope>(self.g->DeviceScope(d))};
            })
+      .def("set_device", [](PyGraph& self, int id, const std::string& d) {
+             self.N(id);
+             if (!d.empty()) Take(ParseDeviceName(d));
+             self.g->mutable_node(id).device = d;
+           }, "Sets an existing node's requested device (tf.device(function)); InvalidArgumentError for a bad name.")
       .def("scoped_name", [](PyGraph& self, const std::string& base) { return self.g->ScopedName(base); })
       .def("set_attr", [](PyGraph& self, int id, const std::string& name, const std::string& kind, py::object v) {
              self.N(id);

@@ -207,7 +207,7 @@ def test_errors_have_tf_names_codes_and_constructors():
         assert caught.code == 12
 
 
-def test_cluster_spec_as_tf1_and_servers_refused_with_what_to_do():
+def test_cluster_spec_as_tf1_and_what_servers_refuse(monkeypatch):
     spec = tf.train.ClusterSpec({"ps": ["ps0:2222", "ps1:2222"], "worker": {0: "w0:2222", 2: "w2:2222"}})
     assert spec.jobs == ["ps", "worker"] and bool(spec) and not tf.train.ClusterSpec({})
     assert spec.num_tasks("ps") == 2 and spec.task_indices("worker") == [0, 2]
@@ -220,10 +220,22 @@ def test_cluster_spec_as_tf1_and_servers_refused_with_what_to_do():
         spec.task_address("worker", 1)
     with pytest.raises(TypeError):
         tf.train.ClusterSpec(["ps0:2222"])
-    with pytest.raises(tf.errors.UnimplementedError, match="shardflow node.*ClusterSession"):
+    # Servers map onto shardflow nodes (test_tf1_replicated.py); what stays refused says what to do.
+    for var in ("SHARDFLOW_TLS_DIR", "SHARDFLOW_INSECURE", "SHARDFLOW_ETCD"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="SHARDFLOW_TLS_DIR"):
         tf.train.Server(spec, job_name="ps", task_index=0)
-    with pytest.raises(tf.errors.UnimplementedError, match="shard map"):
-        tf.train.replica_device_setter(cluster=spec)
-    with pytest.raises(tf.errors.UnimplementedError, match="device name"):
-        with tf.device(lambda op: "/cpu:0"):
-            pass
+    with pytest.raises(tf.errors.FailedPreconditionError, match="SHARDFLOW_ETCD"):
+        tf.train.Server(spec, job_name="ps", task_index=1, tls_dir="/nonexistent")
+    with pytest.raises(tf.errors.UnimplementedError, match="ps"):
+        tf.train.Server({"worker": ["w0:2222"]}, job_name="worker", task_index=0, insecure=True)
+    with pytest.raises(tf.errors.UnimplementedError, match="protocol"):
+        tf.train.Server(spec, job_name="ps", task_index=0, protocol="grpc+verbs", insecure=True)
+    with pytest.raises(tf.errors.UnimplementedError, match="merge_devices"):
+        tf.train.replica_device_setter(cluster=spec, merge_devices=False)
+    with pytest.raises(tf.errors.UnimplementedError, match="tf.train.Server"):
+        tf.Session("grpc://w0:2222")
+    with pytest.raises(tf.errors.UnimplementedError, match="MonitoredTrainingSession"):
+        tf.train.Supervisor(is_chief=True)
+    with pytest.raises(tf.errors.UnimplementedError, match="all-reduce"):
+        tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=2)
