@@ -20,6 +20,9 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
     if (!names.count(v.name)) continue;
     VarChanges c;
     c.name = v.name;
+    // Its step and version move only with an update, which makes it dirty:
+    // they travel with every change of it.
+    if (auto r = st.replicas.find(kv.first); r != st.replicas.end() && r->second) c.replica = r->second->Counters();
     if (v.hash) {
       // A hash shard goes whole (its rows, counters and filter change together).
       bool all = false;
@@ -71,7 +74,7 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
 
 // A backup's side of TakeChanges for variable v: whole values and hash
 // states replace it, rows overwrite its rows; the origins join the window.
-Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c) {
+Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarChanges& c) {
   if (c.value.valid() && !c.rows.valid()) {
     if (IsHashShardState(c.value) && (v.hash || v.dtype == DType::kInt64)) {
       auto h = HashEmbeddingShard::Deserialize(c.value, TableOfShard(v.name));
@@ -121,6 +124,7 @@ Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c) {
   }
   const int64_t now = ShardState::NowMs();
   for (const UpdateOrigin& o : c.origins) st.applied.Record(o, now);
+  if (!c.replica.empty()) st.Replica(id).SetCounters(c.replica);
   return Status::OK();
 }
 

@@ -198,7 +198,7 @@ Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const
 std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string>& names, bool full);
 // A backup's side of TakeChangesOf for variable v: whole values and hash
 // states replace it, rows overwrite its rows; the origins join the window.
-Status ApplyChangesTo(ShardState& st, ShardState::Var& v, const VarChanges& c);
+Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarChanges& c);
 
 // A new shard's state, splitting its big work over pool (may be null), its
 // hash shards' cold tiers under cold_root (ShardState::cold_root).

@@ -227,7 +227,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         ShardState& st = held.st();
         ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
-        m.done(ApplyChangesTo(st, *v, m.changes));
+        m.done(ApplyChangesTo(st, m.id, *v, m.changes));
       },
   };
 }

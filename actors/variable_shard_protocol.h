@@ -52,6 +52,8 @@ struct VarChanges {
   // With rows: the variable's leading dimension, so a store that lacks the
   // variable defines it (zeros) before writing them; -1: none.
   int64_t leading = -1;
+  // Its ReplicaState's counters (ReplicaState::Counters) when it has one.
+  std::vector<int64_t> replica;
 };
 
 // ---- variables ----

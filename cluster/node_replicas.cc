@@ -78,6 +78,9 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     ch.value = std::move(m.values[i]);
     if (m.rows[i].rank() != 0) ch.rows = std::move(m.rows[i]);  // a scalar: the whole value
     ch.leading = m.leading[i];
+    if (!m.counters.empty() && m.counters[net::ReplicateSlot::kReplicaCounters * i] >= 0)
+      ch.replica.assign(m.counters.begin() + net::ReplicateSlot::kReplicaCounters * i,
+                        m.counters.begin() + net::ReplicateSlot::kReplicaCounters * (i + 1));
     const Tensor& o = m.origins[i];
     if (o.dtype() != DType::kInt64 || o.rank() != 2 || o.dim(1) != 2)
       return Reply(c, id, net::StatusReply{InvalidArgument("ReplicateSlot: origins of '" + ch.name +

@@ -59,6 +59,15 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
     }
     m.origins.push_back(std::move(origins));
     m.leading.push_back(c.leading);
+    // Counters for every name once any has them (none, or kReplicaCounters
+    // each; the names before the first with counters get "none").
+    constexpr size_t k = net::ReplicateSlot::kReplicaCounters;
+    if (!c.replica.empty() || !m.counters.empty()) {
+      m.counters.resize((m.names.size() - 1) * k, -1);
+      std::vector<int64_t> mine = c.replica.empty() ? std::vector<int64_t>(k, -1) : c.replica;
+      mine.resize(k, -1);
+      m.counters.insert(m.counters.end(), mine.begin(), mine.end());
+    }
     return Status::OK();
   };
   for (auto& c : changes) {
@@ -85,6 +94,7 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
       piece.rows = Tensor(DType::kInt64, Shape{k});
       for (int64_t i = 0; i < k; ++i) piece.rows.data<int64_t>()[i] = r0 + i;
       if (r0 == 0) piece.origins = std::move(c.origins);
+      if (r0 + k == n) piece.replica = c.replica;  // with the last piece: the whole value is there then
       SF_RETURN_IF_ERROR(append(std::move(piece)));
     }
   }

@@ -179,6 +179,20 @@ void ReplicaState::ApplyReady(const std::string& var, const ApplyFn* dense, cons
   }
 }
 
+void ReplicaState::SetCounters(const std::vector<int64_t>& c) {
+  if (c.size() != kCounters || c[0] < 0) return;
+  step_ = c[0];
+  accepted_ = c[1];
+  dropped_ = c[2];
+  version_ = c[3];
+  while (!buckets_.empty() && buckets_.begin()->first < step_) {
+    Bucket b = std::move(buckets_.begin()->second);
+    buckets_.erase(buckets_.begin());
+    dropped_ += b.count;
+    for (auto& w : b.waiters) w.done(-1);
+  }
+}
+
 void ReplicaState::TimeoutWaiter(const std::string& var, int64_t waiter_id) {
   for (auto& kv : buckets_) {
     auto& ws = kv.second.waiters;

@@ -69,6 +69,16 @@ class ReplicaState {
 
   // int64 [3]: applied steps, accepted gradients, dropped gradients.
   Tensor SyncStats() const;
+
+  // What a backup keeps in step with its holder (kCounters values: the
+  // synchronous step, accepted and dropped gradients, the version), so the
+  // step and version go on where the holder left them after a failover.
+  static constexpr size_t kCounters = 4;
+  std::vector<int64_t> Counters() const { return {step_, accepted_, dropped_, version_}; }
+  // Takes a holder's Counters (a backup has no waiting worker; a bucket
+  // below the new step would never be applied: its waiters are answered as
+  // stale, its gradients counted as dropped).
+  void SetCounters(const std::vector<int64_t>& counters);
   // float64 [3]: tracked updates, mean staleness, max staleness.
   Tensor StalenessStats() const;
 

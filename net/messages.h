@@ -101,6 +101,11 @@ struct ReplicateSlot {
   // a holder that dies half way through a round leaves nothing of it.
   uint64_t round = 0;
   bool more = false;
+  // Empty, or kReplicaCounters per name: the variable's synchronous-step and
+  // update counters (kernels/replica_state.h), so a backup that takes over
+  // goes on counting where its holder was; a first value of -1: none.
+  std::vector<int64_t> counters;
+  static constexpr size_t kReplicaCounters = 4;
 };
 
 // One output of a partition's graph, by node name and index.

@@ -434,6 +434,13 @@ struct Decoder {
     auto leading = r.getLeading();  // read once: each read is charged to the traversal limit
     SF_RETURN_IF_ERROR(ListSize(leading.size(), "ReplicateSlot.leading"));
     for (int64_t n : leading) m->leading.push_back(n);
+    auto counters = r.getCounters();
+    SF_RETURN_IF_ERROR(ListSize(counters.size(), "ReplicateSlot.counters"));
+    for (int64_t n : counters) m->counters.push_back(n);
+    if (!m->counters.empty() && m->counters.size() != ReplicateSlot::kReplicaCounters * m->names.size())
+      return InvalidArgument("ReplicateSlot: " + std::to_string(m->counters.size()) + " counters for " +
+                             std::to_string(m->names.size()) + " names (none, or " +
+                             std::to_string(ReplicateSlot::kReplicaCounters) + " per name)");
     if (m->values.size() != m->names.size() || m->rows.size() != m->names.size() ||
         m->origins.size() != m->names.size() || m->leading.size() != m->names.size())
       return InvalidArgument("ReplicateSlot: " + std::to_string(m->names.size()) + " names but " +

@@ -341,6 +341,9 @@ struct Encoder {
     SF_RETURN_IF_ERROR(Tensors(m.rows, b.initRows(m.rows.size()), "ReplicateSlot.rows"));
     auto leading = b.initLeading(static_cast<unsigned>(m.leading.size()));
     for (size_t i = 0; i < m.leading.size(); ++i) leading.set(static_cast<unsigned>(i), m.leading[i]);
+    SF_RETURN_IF_ERROR(ListSize(m.counters.size(), "ReplicateSlot.counters"));
+    auto counters = b.initCounters(static_cast<unsigned>(m.counters.size()));
+    for (size_t i = 0; i < m.counters.size(); ++i) counters.set(static_cast<unsigned>(i), m.counters[i]);
     return Tensors(m.origins, b.initOrigins(m.origins.size()), "ReplicateSlot.origins");
   }
   Status Put(const ListNamespaces&, w::ListNamespaces::Builder) const { return Status::OK(); }

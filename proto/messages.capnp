@@ -74,6 +74,7 @@ struct ReplicateSlot {
   leading @8 :List(Int64);
   round @9 :UInt64;
   more @10 :Bool;
+  counters @11 :List(Int64);   # empty, or 4 per name: its replication counters (step -1: none)
 }
 
 # One output of a partition's graph: node name and output index.

@@ -305,3 +305,106 @@ TEST_CASE("Cluster: synchronous replicas average a hash embedding table's sparse
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
 }
+
+TEST_CASE("Cluster: synchronous replicas go on through a holder's death: no step lost or applied twice, the step "
+          "count goes on",
+          "[cluster][replication][replicas]") {
+  constexpr int kTotal = 12;
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(2);
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(cluster.WaitBackups(2, 20000).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 2;
+  GradientDescentOptimizer sgd(kLr);
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  for (int r = 0; r < kWorkers; ++r) {
+    workers.push_back(std::make_unique<Worker>(r, sgd));
+    auto s = ClusterSession::Connect(workers[r]->g, o);
+    REQUIRE(s.ok());
+    sessions.push_back(std::move(*s));
+  }
+  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
+  // The holder of one of the two slots that is not the node sessions first contacted.
+  int victim = -1;
+  for (const std::string& t : sessions[0]->tasks())
+    for (size_t i = 1; i < cluster.addresses().size(); ++i)
+      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  REQUIRE(victim > 0);
+
+  std::vector<int64_t> tokens;
+  for (int step = 0; step < kTotal; ++step) {
+    if (step == kTotal / 2) cluster.Kill(victim);  // between steps: the next ones find it gone
+    std::vector<Status> results(kWorkers);
+    std::vector<int64_t> token(kWorkers, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorkers; ++r) {
+      threads.emplace_back([&, r] {
+        Worker& wk = *workers[r];
+        auto tok = sessions[r]->Run({}, std::vector<Output>{wk.t.global_step});
+        if (!tok.ok()) {
+          results[r] = tok.status();
+          return;
+        }
+        token[r] = (*tok)[0].data<int64_t>()[0];
+        std::vector<float> x, y;
+        MakeBatch(r, step, &x, &y);
+        FeedMap f = {{"x", Tensor::FromVector(x, {kBatch, kDim})},
+                     {"y", Tensor::FromVector(y, {kBatch})},
+                     {wk.t.step_tag.name(), (*tok)[0]}};
+        auto out = sessions[r]->Run(f, wk.t.counted_in, {wk.t.train_op});
+        results[r] = out.status();
+        if (out.ok())
+          for (const Tensor& c : *out)
+            if (c.data<int64_t>()[0] != step)
+              results[r] = Internal("gradient counted in step " + std::to_string(c.data<int64_t>()[0]));
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kWorkers; ++r) {
+      INFO("step " << step << ", worker " << r << ": token " << token[r] << ", " << results[r].ToString());
+      CHECK(results[r].ok());
+      // The step count goes on where the dead holder left it (the backup kept it).
+      CHECK(token[r] == step);
+    }
+    REQUIRE((results[0].ok() && results[1].ok()));
+  }
+  for (const std::string& t : sessions[0]->tasks()) CHECK(t != cluster.addresses()[victim]);
+
+  // Exactly the reference: every step's averaged gradient applied once.
+  std::vector<double> w(kDim, 0.0);
+  double b = 0;
+  for (int step = 0; step < kTotal; ++step) {
+    std::vector<double> gw(kDim, 0.0);
+    double gb = 0;
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<float> x, y;
+      MakeBatch(r, step, &x, &y);
+      for (int i = 0; i < kBatch; ++i) {
+        double pred = b;
+        for (int j = 0; j < kDim; ++j) pred += x[i * kDim + j] * w[j];
+        const double e = 2.0 * (pred - y[i]) / kBatch / kWorkers;
+        for (int j = 0; j < kDim; ++j) gw[j] += e * x[i * kDim + j];
+        gb += e;
+      }
+    }
+    for (int j = 0; j < kDim; ++j) w[j] -= kLr * gw[j];
+    b -= kLr * gb;
+  }
+  auto got = sessions[1]->Run({}, std::vector<Output>{workers[1]->w, workers[1]->b,
+                                                       ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[0]),
+                                                       ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[1])});
+  REQUIRE(got.ok());
+  for (int j = 0; j < kDim; ++j) CHECK((*got)[0].data<float>()[j] == Approx(w[j]).epsilon(1e-5));
+  CHECK((*got)[1].data<float>()[0] == Approx(b).epsilon(1e-5));
+  for (int v = 2; v < 4; ++v) {
+    const int64_t* stats = (*got)[v].data<int64_t>();
+    INFO("variable " << v - 2 << ": applied " << stats[0] << ", accepted " << stats[1] << ", dropped " << stats[2]);
+    CHECK(stats[0] == kTotal);
+    CHECK(stats[1] == kTotal * kWorkers);
+    CHECK(stats[2] == 0);
+  }
+}

@@ -150,7 +150,7 @@ bool Same(const SyncSlot& a, const SyncSlot& b) {
 bool Same(const ReplicateSlot& a, const ReplicateSlot& b) {
   return a.slot == b.slot && a.epoch == b.epoch && a.holder == b.holder && a.full == b.full && a.names == b.names &&
          SameTensors(a.values, b.values) && SameTensors(a.rows, b.rows) && SameTensors(a.origins, b.origins) &&
-         a.leading == b.leading && a.round == b.round && a.more == b.more;
+         a.leading == b.leading && a.round == b.round && a.more == b.more && a.counters == b.counters;
 }
 bool Same(const ShardsDone& a, const ShardsDone& b) {
   return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
@@ -236,7 +236,7 @@ std::vector<Message> EveryMessage() {
                     {Patterned(DType::kFloat32, {2, 3}, 5), Patterned(DType::kFloat32, {4}, 6)},
                     {Patterned(DType::kInt64, {2}, 1), Tensor::Scalar<int64_t>(-1)},
                     {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}, {1000, -1},
-                    0x123456789abcdefULL, true});
+                    0x123456789abcdefULL, true, {57, 114, 3, 58, -1, -1, -1, -1}});
   add(ReplicateSlot{});
   add(ListNamespaces{});
   add(DropNamespace{"team_a"});
