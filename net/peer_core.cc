@@ -386,6 +386,11 @@ void Core::Tick() {
     // This thread ran late (a loaded machine): what it did not read is not
     // the peer's silence.
     if (now - l->last_tick_ms > 3 * tick_ms_ + 100) m.last_read_ms = std::max(m.last_read_ms, now - tick_ms_);
+    // Nor is what we do not read while its calls in flight are past the
+    // flow limit (a 134 MB registration, for as long as it takes us). Half
+    // the limit: our count of them is close to Cap'n Proto's, not the same.
+    const bool flow_held = l->calls_bytes > options.max_peer_buffer_bytes / 2;
+    if (flow_held) m.last_read_ms = std::max(m.last_read_ms, now - tick_ms_);
     l->last_tick_ms = now;
     if (l->network->getCurrentQueueCount() == 0) l->keepalive.clear();
     // A peer taking our bytes is not silent, though it sends none: it is
@@ -422,7 +427,7 @@ void Core::Tick() {
     // read), nor counting the time they were.
     m.Recheck();
     const int64_t asked = std::max(l->heartbeat_sent_ms, m.held_until_ms);
-    if (l->heartbeat_sent_ms != 0 && !m.Held() && now - asked > options.write_timeout_ms) {
+    if (l->heartbeat_sent_ms != 0 && !m.Held() && !flow_held && now - asked > options.write_timeout_ms) {
       down.push_back({l, ResourceExhausted(l->conn->Who() + " answered no heartbeat for " +
                                            std::to_string(now - asked) + " ms")});
       continue;
@@ -434,7 +439,11 @@ void Core::Tick() {
                                            " bytes of our one-way messages unanswered")});
       continue;
     }
-    if (l->hello_done && l->heartbeat_sent_ms == 0 && m.writing == 0 && now - m.last_write_ms >= options.heartbeat_ms) {
+    // One heartbeat in flight at a time, except while we do not read the
+    // peer (flow limit): its answer waits unread, and the peer must still
+    // hear from us.
+    if (l->hello_done && (l->heartbeat_sent_ms == 0 || flow_held) && m.writing == 0 &&
+        now - m.last_write_ms >= options.heartbeat_ms) {
       m.last_write_ms = now;
       l->heartbeat_sent_ms = now;
       const uint64_t id = l->conn->id();

@@ -280,6 +280,10 @@ struct Link {
   // in what we write to it (Meter::written): what the peer owes us reading.
   std::deque<std::pair<uint64_t, uint64_t>> owed;  // (end, bytes)
   uint64_t owed_bytes = 0;
+  // The peer's calls not yet answered here, by their parameters' size: Cap'n
+  // Proto stops reading the peer past its flow limit, which is then not
+  // the peer's silence (Tick).
+  uint64_t calls_bytes = 0;
   // The peer's last call or ours (heartbeats aside): when the caps need a
   // place, the least recently used connection goes.
   int64_t last_used_ms = 0;

@@ -73,17 +73,33 @@ class Service {
     });
   }
 
+  // The size of a call's parameters (before they are released).
+  template <class Ctx>
+  static uint64_t ParamBytes(Ctx& context) {
+    return context.getParams().totalSize().wordCount * sizeof(capnp::word);
+  }
+  // Counts `bytes` of the bound link's peer's calls in flight until `done` ends.
+  kj::Promise<void> Counted(uint64_t bytes, kj::Promise<void> done) {
+    link_->calls_bytes += bytes;
+    Core* core = core_;
+    const uint64_t id = id_;
+    return done.attach(kj::defer([core, id, bytes] {
+      if (Link* l = core->FindLink(id)) l->calls_bytes -= bytes;
+    }));
+  }
+
   // A request whose parameters are (request :T, id).
   template <class T, class Ctx>
   kj::Promise<void> AskStruct(Ctx context) {
     if (!Bind()) return Gone();
+    const uint64_t bytes = ParamBytes(context);
     auto p = context.getParams();
     T m;
     Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
     const uint64_t asker = p.getId();
     context.releaseParams();
     if (!s.ok()) return Malformed(s);
-    return Ask(kj::mv(context), Body(std::move(m)), asker);
+    return Counted(bytes, Ask(kj::mv(context), Body(std::move(m)), asker));
   }
 
   // Stops, once, a decode that runs off the I/O thread when its call ends:
@@ -115,6 +131,7 @@ class Service {
   kj::Promise<void> AskStructOffLoop(Ctx context) {
     if (!Bind()) return Gone();
     if (!core_->on_message) return KJ_EXCEPTION(FAILED, "this endpoint handles no requests");
+    const uint64_t bytes = ParamBytes(context);
     auto p = context.getParams();
     const uint64_t asker = p.getId();
     const typename WireOf<T>::Proto::Reader request = p.getRequest();
@@ -144,7 +161,7 @@ class Service {
       msg.body = std::move(m);
       core->on_message(conn, std::move(msg));
     });
-    return Answer(kj::mv(paf.promise), kj::mv(context)).attach(kj::heap<EndOffLoopDecode>(decode));
+    return Counted(bytes, Answer(kj::mv(paf.promise), kj::mv(context)).attach(kj::heap<EndOffLoopDecode>(decode)));
   }
 
   // One-way messages of kind T: handled in order; the call returns once
@@ -178,9 +195,10 @@ class Service {
   template <class T, class Ctx, class List>
   kj::Promise<void> TellReleasing(Ctx& context, List list) {
     if (!Bind()) return Gone();
+    const uint64_t bytes = ParamBytes(context);
     auto p = TellStructs<T>(list);
     context.releaseParams();
-    return p;
+    return Counted(bytes, kj::mv(p));
   }
 
   kj::Promise<void> Queue(std::vector<Message> queued) {
