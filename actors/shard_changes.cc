@@ -24,10 +24,22 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
     // they travel with every change of it.
     if (auto r = st.replicas.find(kv.first); r != st.replicas.end() && r->second) c.replica = r->second->Counters();
     if (v.hash) {
-      // A hash shard goes whole (its rows, counters and filter change together).
+      // A hash shard sends the saved rows that changed (its header, filter
+      // and slots: SerializeRows), or goes whole the first time, after it
+      // grew or took its optimizer, or with a cold tier.
       bool all = false;
-      const bool changed = !v.hash->TakeDirtyRows(&all).empty() || all;
-      if (!full && !changed) continue;
+      std::vector<int64_t> rows = v.hash->TakeDirtyRows(&all);
+      if (!full && !all && rows.empty()) continue;
+      if (!full && !all) {
+        auto part = v.hash->SerializeRows(rows);
+        if (part.ok()) {
+          c.value = std::move(*part);
+          c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
+          std::copy(rows.begin(), rows.end(), c.rows.data<int64_t>());
+          out.push_back(std::move(c));
+          continue;
+        }
+      }
       auto state = v.hash->Serialize();
       if (!state.ok()) continue;  // a cold tier read error: the next round sends it whole
       c.value = std::move(*state);
@@ -86,6 +98,9 @@ Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarC
       SF_RETURN_IF_ERROR(ApplyAssign(v.name, v.dtype, v.shape, AssignMode::kAssign, c.value, &v.value));
       v.MarkAll();
     }
+  } else if (c.value.valid() && c.rows.num_elements() > 0 && v.hash) {
+    // A hash shard's changed saved rows (TakeChangesOf).
+    SF_RETURN_IF_ERROR(v.hash->ApplyRows(c.rows, c.value));
   } else if (c.value.valid() && c.rows.num_elements() > 0) {
     if (!v.value.valid() && !v.hash && c.leading >= 0 && c.value.rank() >= 1) {
       // The first piece of a variable sent whole in pieces of rows: zeros until the pieces fill it.

@@ -847,7 +847,49 @@ Result<Tensor> HashEmbeddingShard::Serialize() const {
   const int64_t K = static_cast<int64_t>(cold.size());
   Tensor t = Tensor::Zeros(DType::kInt64, {H + F + C + K, W});
   int64_t* p = t.data<int64_t>();
-  int64_t* h = p;
+  WriteHeader(p, K);
+  if (!filter_.empty()) std::memcpy(p + H * W, filter_.data(), filter_.size() * sizeof(uint32_t));
+  for (int64_t s = 0; s < C; ++s) WriteSlot(s, p + (H + F + s) * W);
+  const size_t head = 2 * sizeof(int64_t);
+  const int slots = optimizer_ < 0 ? 0 : RowSlots(static_cast<OptimizerKind>(optimizer_));
+  for (int64_t k = 0; k < K; ++k) {
+    const std::string& b = cold[k].second;
+    const size_t floats = b.size() >= head ? (b.size() - head) / sizeof(float) : 0;
+    if (b.size() < head || (static_cast<int64_t>(floats) != stride_ && static_cast<int64_t>(floats) != c_.dim))
+      return DataLoss(Who(c_) + ": the cold tier holds " + std::to_string(b.size()) + " bytes for id " +
+                      std::to_string(cold[k].first) + ", not a row");
+    int64_t* r = p + (H + F + C + k) * W;
+    r[0] = cold[k].first;
+    r[1] = 1;
+    std::memcpy(&r[2], &b[0], 2 * sizeof(int64_t));
+    float row[4096];
+    std::vector<float> big;
+    float* f = row;
+    if (stride_ > 4096) {
+      big.resize(static_cast<size_t>(stride_));
+      f = big.data();
+    }
+    std::memcpy(f, &b[head], floats * sizeof(float));
+    if (static_cast<int64_t>(floats) < stride_)  // demoted before the first update: fresh slots
+      for (int s2 = 0; s2 < slots; ++s2)
+        std::fill(f + (1 + s2) * c_.dim, f + (2 + s2) * c_.dim, static_cast<float>(slot_init_[s2]));
+    std::memcpy(r + kRowWords, f, static_cast<size_t>(stride_) * sizeof(float));
+  }
+  return t;
+}
+
+void HashEmbeddingShard::WriteSlot(int64_t s, int64_t* r) const {
+  const Meta& m = meta_[s];
+  if (!m.used) return;  // free slots save as zeros, whatever they held
+  r[0] = m.id;
+  r[1] = 1;
+  r[2] = m.last_seen;
+  r[3] = m.freq;
+  std::memcpy(r + kRowWords, arena_.data() + s * stride_, static_cast<size_t>(stride_) * sizeof(float));
+}
+
+void HashEmbeddingShard::WriteHeader(int64_t* h, int64_t K) const {
+  const int64_t C = static_cast<int64_t>(meta_.size());
   h[kMagic] = kStateMagic;
   h[kVersion] = kStateVersion;
   h[kDim] = c_.dim;
@@ -879,44 +921,103 @@ Result<Tensor> HashEmbeddingShard::Serialize() const {
   h[kRamBudget] = c_.ram_budget_bytes;
   h[kColdDirBytes] = static_cast<int64_t>(c_.cold_dir.size());
   if (!c_.cold_dir.empty()) std::memcpy(h + kHeaderWords, c_.cold_dir.data(), c_.cold_dir.size());
-  if (!filter_.empty()) std::memcpy(p + H * W, filter_.data(), filter_.size() * sizeof(uint32_t));
-  for (int64_t s = 0; s < C; ++s) {
-    const Meta& m = meta_[s];
-    if (!m.used) continue;  // free slots save as zeros, whatever they held
-    int64_t* r = p + (H + F + s) * W;
-    r[0] = m.id;
-    r[1] = 1;
-    r[2] = m.last_seen;
-    r[3] = m.freq;
-    std::memcpy(r + kRowWords, arena_.data() + s * stride_, static_cast<size_t>(stride_) * sizeof(float));
-  }
-  const size_t head = 2 * sizeof(int64_t);
-  const int slots = optimizer_ < 0 ? 0 : RowSlots(static_cast<OptimizerKind>(optimizer_));
-  for (int64_t k = 0; k < K; ++k) {
-    const std::string& b = cold[k].second;
-    const size_t floats = b.size() >= head ? (b.size() - head) / sizeof(float) : 0;
-    if (b.size() < head || (static_cast<int64_t>(floats) != stride_ && static_cast<int64_t>(floats) != c_.dim))
-      return DataLoss(Who(c_) + ": the cold tier holds " + std::to_string(b.size()) + " bytes for id " +
-                      std::to_string(cold[k].first) + ", not a row");
-    int64_t* r = p + (H + F + C + k) * W;
-    r[0] = cold[k].first;
-    r[1] = 1;
-    std::memcpy(&r[2], &b[0], 2 * sizeof(int64_t));
-    float row[4096];
-    std::vector<float> big;
-    float* f = row;
-    if (stride_ > 4096) {
-      big.resize(static_cast<size_t>(stride_));
-      f = big.data();
+}
+
+Result<Tensor> HashEmbeddingShard::SerializeRows(const std::vector<int64_t>& rows) const {
+  if (cold_) return FailedPrecondition(Who(c_) + ": a shard with a cold tier is saved whole");
+  const int64_t W = Width(), H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());
+  std::vector<int64_t> header(static_cast<size_t>(H * W), 0);
+  WriteHeader(header.data(), 0);
+  Tensor t = Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(rows.size()), W});
+  int64_t* p = t.data<int64_t>();
+  const int64_t filter_bytes = static_cast<int64_t>(filter_.size() * sizeof(uint32_t));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t r = rows[i];
+    int64_t* out = p + static_cast<int64_t>(i) * W;
+    if (r < 0 || r >= H + F + C) return InvalidArgument(Who(c_) + ": no saved row " + std::to_string(r));
+    if (r < H) {
+      std::memcpy(out, header.data() + r * W, static_cast<size_t>(W) * sizeof(int64_t));
+    } else if (r < H + F) {
+      // The filter's counts, packed into the rows after the header (zero-padded).
+      const int64_t from = (r - H) * W * 8, n = std::min<int64_t>(W * 8, filter_bytes - from);
+      if (n > 0) std::memcpy(out, reinterpret_cast<const char*>(filter_.data()) + from, static_cast<size_t>(n));
+    } else {
+      WriteSlot(r - H - F, out);
     }
-    std::memcpy(f, &b[head], floats * sizeof(float));
-    if (static_cast<int64_t>(floats) < stride_)  // demoted before the first update: fresh slots
-      for (int s2 = 0; s2 < slots; ++s2)
-        std::fill(f + (1 + s2) * c_.dim, f + (2 + s2) * c_.dim, static_cast<float>(slot_init_[s2]));
-    std::memcpy(r + kRowWords, f, static_cast<size_t>(stride_) * sizeof(float));
   }
   return t;
 }
+
+Status HashEmbeddingShard::ApplyRows(const Tensor& rows, const Tensor& values) {
+  const int64_t W = Width(), H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());
+  const std::string who = Who(c_);
+  if (cold_) return FailedPrecondition(who + ": a shard with a cold tier takes its whole state only");
+  if (rows.dtype() != DType::kInt64 || rows.rank() != 1 || values.dtype() != DType::kInt64 || values.rank() != 2 ||
+      values.dim(0) != rows.dim(0) || values.dim(1) != W)
+    return InvalidArgument(who + ": saved rows do not fit the shard: " + values.DebugString(0) + " at " +
+                           rows.DebugString(0));
+  const int64_t* ix = rows.data<int64_t>();
+  const int64_t* v = values.data<int64_t>();
+  const int64_t k = rows.dim(0);
+  // The header comes first and whole: its layout must be this shard's, or
+  // the rows mean other slots (the shard grew, or its optimizer came).
+  if (k < H) return FailedPrecondition(who + ": saved rows without the header: the shard needs its whole state");
+  for (int64_t r = 0; r < H; ++r)
+    if (ix[r] != r) return FailedPrecondition(who + ": saved rows without the header: the shard needs its whole state");
+  const int64_t* h = v;
+  if (h[kMagic] != kStateMagic || h[kVersion] != kStateVersion || h[kCapacity] != C || h[kStride] != stride_ ||
+      h[kOptimizerWord] != optimizer_ || h[kColdRows] != 0 || h[kDim] != c_.dim || h[kShard] != c_.shard ||
+      h[kNumShards] != c_.num_shards)
+    return FailedPrecondition(who + ": saved rows of another layout (capacity " + std::to_string(h[kCapacity]) +
+                              ", here " + std::to_string(C) + "): the shard needs its whole state");
+  for (int64_t i = H; i < k; ++i)
+    if (ix[i] < H || ix[i] >= H + F + C || ix[i] <= ix[i - 1])
+      return InvalidArgument(who + ": saved row " + std::to_string(ix[i]) + " is out of order or outside [" +
+                             std::to_string(H) + ", " + std::to_string(H + F + C) + ")");
+  const int64_t filter_bytes = static_cast<int64_t>(filter_.size() * sizeof(uint32_t));
+  bool freed = false;
+  for (int64_t i = H; i < k; ++i) {
+    const int64_t r = ix[i];
+    const int64_t* in = v + i * W;
+    if (r < H + F) {
+      const int64_t from = (r - H) * W * 8, n = std::min<int64_t>(W * 8, filter_bytes - from);
+      if (n > 0) std::memcpy(reinterpret_cast<char*>(filter_.data()) + from, in, static_cast<size_t>(n));
+      continue;
+    }
+    const int64_t s = r - H - F;
+    Meta& m = meta_[s];
+    if (in[1] != 0 && in[1] != 1) return DataLoss(who + ": saved row " + std::to_string(r) + " is not a row");
+    if (m.used && Find(m.id) == s) IndexErase(m.id);
+    const bool was = m.used;
+    m = Meta();
+    if (in[1] == 1) {
+      m.id = in[0];
+      m.used = true;
+      m.last_seen = in[2];
+      m.freq = in[3];
+      std::memcpy(arena_.data() + s * stride_, in + kRowWords, static_cast<size_t>(stride_) * sizeof(float));
+      IndexInsert(m.id, s);
+    }
+    freed = freed || was != m.used;
+    MarkSlot(s);
+  }
+  if (freed) {
+    free_.clear();
+    for (int64_t s = C - 1; s >= 0; --s)
+      if (!meta_[s].used) free_.push_back(s);
+    std::make_heap(free_.begin(), free_.end(), std::greater<int64_t>());
+  }
+  rows_ = h[kRows];
+  step_ = h[kStep];
+  admitted_ = h[kAdmitted];
+  rejected_ = h[kRejected];
+  evicted_ = h[kEvicted];
+  skipped_ = h[kSkipped];
+  for (int i = 0; i < 4; ++i) scalar_slots_[i] = static_cast<float>(FromBits(h[kScalar0 + i]));
+  rng_ = static_cast<uint64_t>(h[kRng]);
+  return Status::OK();
+}
+
 
 std::vector<int64_t> HashEmbeddingShard::TakeDirtyRows(bool* all) {
   const int64_t H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());

@@ -207,6 +207,17 @@ class HashEmbeddingShard {
   // counts, one row per arena slot, then the cold tier's rows), the form
   // checkpoints store. Unavailable when the cold tier cannot be read.
   Result<Tensor> Serialize() const;
+  // Rows `rows` of what Serialize() would give (the header's rows computed
+  // now), [rows.size(), width]; what a backup needs of TakeDirtyRows' rows.
+  // FailedPrecondition for a shard with a cold tier (saved whole),
+  // InvalidArgument for a row it does not have.
+  Result<Tensor> SerializeRows(const std::vector<int64_t>& rows) const;
+  // Writes saved rows (SerializeRows' of a shard of this layout: the header
+  // rows first, then rows in order) into the shard. FailedPrecondition when
+  // their header is of another layout (capacity, optimizer, cold tier: the
+  // shard needs a whole state), InvalidArgument or DataLoss for rows that
+  // do not fit; a failed call may have written some rows.
+  Status ApplyRows(const Tensor& rows, const Tensor& values);
   // The rows of Serialize()'s tensor changed since the last call (sorted);
   // *all is set when every row must be saved (the first time, or after the
   // tensor's shape changed).
@@ -247,6 +258,10 @@ class HashEmbeddingShard {
     std::unordered_set<int64_t> rejected;
   };
   void Release(const InFlight& f);
+  // Serialize's header rows (K cold rows follow the arena) into h, zeroed
+  // before; slot s's saved row into r, zeroed before (left so when free).
+  void WriteHeader(int64_t* h, int64_t K) const;
+  void WriteSlot(int64_t s, int64_t* r) const;
   // Moves up to n unpinned rows (least recently used first) to the cold
   // tier in one write; how many, or the write's error (nothing moved then).
   Result<int64_t> Demote(int64_t n);
