@@ -70,6 +70,66 @@ struct Worker {
   }
 };
 
+// Gradient descent on the average of the workers' gradients for `steps`
+// steps, in double precision: *w and *b after them.
+void Reference(int steps, std::vector<double>* w, double* b) {
+  w->assign(kDim, 0.0);
+  *b = 0;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<double> gw(kDim, 0.0);
+    double gb = 0;
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<float> x, y;
+      MakeBatch(r, step, &x, &y);
+      for (int i = 0; i < kBatch; ++i) {
+        double pred = *b;
+        for (int j = 0; j < kDim; ++j) pred += x[i * kDim + j] * (*w)[j];
+        const double e = 2.0 * (pred - y[i]) / kBatch / kWorkers;
+        for (int j = 0; j < kDim; ++j) gw[j] += e * x[i * kDim + j];
+        gb += e;
+      }
+    }
+    for (int j = 0; j < kDim; ++j) (*w)[j] -= kLr * gw[j];
+    *b -= kLr * gb;
+  }
+}
+
+// One synchronous step of every worker, each on its own thread: it reads the
+// global step (its token, into (*tokens)[r]) and runs its train op tagged
+// with it. Each worker's status (Internal when its gradient counted in
+// another step than `step`).
+std::vector<Status> SyncStep(std::vector<std::unique_ptr<Worker>>& workers,
+                             std::vector<std::unique_ptr<ClusterSession>>& sessions, int step,
+                             std::vector<int64_t>* tokens) {
+  std::vector<Status> results(workers.size());
+  tokens->assign(workers.size(), -1);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < workers.size(); ++r) {
+    threads.emplace_back([&, r] {
+      Worker& wk = *workers[r];
+      auto tok = sessions[r]->Run({}, std::vector<Output>{wk.t.global_step});
+      if (!tok.ok()) {
+        results[r] = tok.status();
+        return;
+      }
+      (*tokens)[r] = (*tok)[0].data<int64_t>()[0];
+      std::vector<float> x, y;
+      MakeBatch(static_cast<int>(r), step, &x, &y);
+      FeedMap f = {{"x", Tensor::FromVector(x, {kBatch, kDim})},
+                   {"y", Tensor::FromVector(y, {kBatch})},
+                   {wk.t.step_tag.name(), (*tok)[0]}};
+      auto out = sessions[r]->Run(f, wk.t.counted_in, {wk.t.train_op});
+      results[r] = out.status();
+      if (out.ok())
+        for (const Tensor& c : *out)
+          if (c.data<int64_t>()[0] != step)
+            results[r] = Internal("gradient counted in step " + std::to_string(c.data<int64_t>()[0]));
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
 }  // namespace
 
 TEST_CASE("Cluster: synchronous replicas across processes equal averaged-gradient training",
@@ -91,55 +151,17 @@ TEST_CASE("Cluster: synchronous replicas across processes equal averaged-gradien
   REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
 
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<Status> results(kWorkers);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorkers; ++r) {
-      threads.emplace_back([&, r] {
-        Worker& wk = *workers[r];
-        auto tok = sessions[r]->Run({}, std::vector<Output>{wk.t.global_step});
-        if (!tok.ok()) {
-          results[r] = tok.status();
-          return;
-        }
-        std::vector<float> x, y;
-        MakeBatch(r, step, &x, &y);
-        FeedMap f = {{"x", Tensor::FromVector(x, {kBatch, kDim})},
-                     {"y", Tensor::FromVector(y, {kBatch})},
-                     {wk.t.step_tag.name(), (*tok)[0]}};
-        auto out = sessions[r]->Run(f, wk.t.counted_in, {wk.t.train_op});
-        results[r] = out.status();
-        if (out.ok())
-          for (const Tensor& c : *out)
-            if (c.data<int64_t>()[0] != step) results[r] = Internal("gradient not counted in its step");
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const Status& s : results) {
+    std::vector<int64_t> tokens;
+    for (const Status& s : SyncStep(workers, sessions, step, &tokens)) {
       INFO(s.ToString());
       REQUIRE(s.ok());
     }
   }
 
   // The reference: gradient descent on the average of both workers' gradients.
-  std::vector<double> w(kDim, 0.0);
+  std::vector<double> w;
   double b = 0;
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<double> gw(kDim, 0.0);
-    double gb = 0;
-    for (int r = 0; r < kWorkers; ++r) {
-      std::vector<float> x, y;
-      MakeBatch(r, step, &x, &y);
-      for (int i = 0; i < kBatch; ++i) {
-        double pred = b;
-        for (int j = 0; j < kDim; ++j) pred += x[i * kDim + j] * w[j];
-        const double e = 2.0 * (pred - y[i]) / kBatch / kWorkers;
-        for (int j = 0; j < kDim; ++j) gw[j] += e * x[i * kDim + j];
-        gb += e;
-      }
-    }
-    for (int j = 0; j < kDim; ++j) w[j] -= kLr * gw[j];
-    b -= kLr * gb;
-  }
+  Reference(kSteps, &w, &b);
   auto got = sessions[1]->Run({}, std::vector<Output>{workers[1]->w, workers[1]->b,
                                                        ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[0])});
   REQUIRE(got.ok());
@@ -338,32 +360,8 @@ TEST_CASE("Cluster: synchronous replicas go on through a holder's death: no step
   std::vector<int64_t> tokens;
   for (int step = 0; step < kTotal; ++step) {
     if (step == kTotal / 2) cluster.Kill(victim);  // between steps: the next ones find it gone
-    std::vector<Status> results(kWorkers);
-    std::vector<int64_t> token(kWorkers, -1);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorkers; ++r) {
-      threads.emplace_back([&, r] {
-        Worker& wk = *workers[r];
-        auto tok = sessions[r]->Run({}, std::vector<Output>{wk.t.global_step});
-        if (!tok.ok()) {
-          results[r] = tok.status();
-          return;
-        }
-        token[r] = (*tok)[0].data<int64_t>()[0];
-        std::vector<float> x, y;
-        MakeBatch(r, step, &x, &y);
-        FeedMap f = {{"x", Tensor::FromVector(x, {kBatch, kDim})},
-                     {"y", Tensor::FromVector(y, {kBatch})},
-                     {wk.t.step_tag.name(), (*tok)[0]}};
-        auto out = sessions[r]->Run(f, wk.t.counted_in, {wk.t.train_op});
-        results[r] = out.status();
-        if (out.ok())
-          for (const Tensor& c : *out)
-            if (c.data<int64_t>()[0] != step)
-              results[r] = Internal("gradient counted in step " + std::to_string(c.data<int64_t>()[0]));
-      });
-    }
-    for (auto& t : threads) t.join();
+    std::vector<int64_t> token;
+    const std::vector<Status> results = SyncStep(workers, sessions, step, &token);
     for (int r = 0; r < kWorkers; ++r) {
       INFO("step " << step << ", worker " << r << ": token " << token[r] << ", " << results[r].ToString());
       CHECK(results[r].ok());
@@ -375,25 +373,9 @@ TEST_CASE("Cluster: synchronous replicas go on through a holder's death: no step
   for (const std::string& t : sessions[0]->tasks()) CHECK(t != cluster.addresses()[victim]);
 
   // Exactly the reference: every step's averaged gradient applied once.
-  std::vector<double> w(kDim, 0.0);
+  std::vector<double> w;
   double b = 0;
-  for (int step = 0; step < kTotal; ++step) {
-    std::vector<double> gw(kDim, 0.0);
-    double gb = 0;
-    for (int r = 0; r < kWorkers; ++r) {
-      std::vector<float> x, y;
-      MakeBatch(r, step, &x, &y);
-      for (int i = 0; i < kBatch; ++i) {
-        double pred = b;
-        for (int j = 0; j < kDim; ++j) pred += x[i * kDim + j] * w[j];
-        const double e = 2.0 * (pred - y[i]) / kBatch / kWorkers;
-        for (int j = 0; j < kDim; ++j) gw[j] += e * x[i * kDim + j];
-        gb += e;
-      }
-    }
-    for (int j = 0; j < kDim; ++j) w[j] -= kLr * gw[j];
-    b -= kLr * gb;
-  }
+  Reference(kTotal, &w, &b);
   auto got = sessions[1]->Run({}, std::vector<Output>{workers[1]->w, workers[1]->b,
                                                        ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[0]),
                                                        ops::SyncReplicaStats(workers[1]->g, workers[1]->t.handles[1])});
