@@ -141,3 +141,18 @@ def test_a_step_with_no_progress_fails_after_its_deadline(cluster):
         assert s.run(x) == np.float32(3)
     with pytest.raises(sf.errors.InvalidArgumentError, match="step_progress_timeout_ms"):
         sf.ClusterSession(g, cluster=cluster, step_progress_timeout_ms=-1)
+
+
+def test_a_session_credential_carries_its_namespace(tmp_path):
+    from shardflow import cluster as sfc
+    d = tmp_path / "tls"
+    sfc.init_credentials(d)
+    sfc.issue_credential(d, "session", "job_a", namespace="team_a")
+    subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in", str(d / "job_a.crt")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "OU = team_a" in subject and "CN = session:job_a" in subject
+    # A node serves every namespace; a bad name is refused by name.
+    with pytest.raises(sf.errors.InvalidArgumentError, match="namespace"):
+        sfc.issue_credential(d, "node", "n2", namespace="team_a")
+    with pytest.raises(sf.errors.InvalidArgumentError, match="namespace"):
+        sfc.issue_credential(d, "session", "job_b", namespace="a/b")
