@@ -1,5 +1,6 @@
-"""TF 1.x's tf.data for in-memory data: Dataset.from_tensor_slices / from_tensors / range, map, filter,
-shuffle, repeat, take, batch, prefetch, and one-shot or initializable iterators.
+"""TF 1.x's tf.data: Dataset.from_tensor_slices / from_tensors / range / from_generator, map, filter,
+shuffle, repeat, take, batch, padded_batch, zip, flat_map, interleave, prefetch, and one-shot or
+initializable iterators.
 
     dataset = tf.data.Dataset.from_tensor_slices((images, labels))
     dataset = dataset.map(lambda x, y: (x / 255.0, y)).shuffle(1000, seed=1).repeat(2).batch(32)
@@ -11,27 +12,38 @@ shuffle, repeat, take, batch, prefetch, and one-shot or initializable iterators.
             break
 
 A Dataset only describes the pipeline. Making an iterator builds it into the
-graph as a small state machine over element indices: every run of get_next()
-takes the iterator's state (the captured tensors, positions, the shuffle
-buffer) from a one-element queue of the session, computes the next element,
-and puts the new state back, so concurrent runs of get_next() take turns and
-each session has its own iterator. Elements are made only when they come out:
+graph as a small state machine over items (the indices of the source tensors'
+rows, or a generator's elements): every run of get_next() takes the
+iterator's state (the captured tensors, positions, the shuffle buffer, the
+open datasets of flat_map and interleave) from a one-element queue of the
+session, computes the next element, and puts the new state back, so
+concurrent runs of get_next() take turns and each session has its own
+iterator. Elements are made only when they come out or a stage needs them:
 map's function is built once into the graph (TF 1.x's graph-mode map) and runs
-on each element as it is produced, before batching when it was mapped before.
+on each element as it is produced; flat_map's and interleave's functions
+build their datasets from the element where the machine needs them.
 
 The meanings are TF 1.x's: shuffle keeps a buffer of buffer_size elements and
 gives a uniformly chosen one of them each time (refilling from its input), so
 a buffer smaller than the data mixes only locally; repeat after shuffle
 reshuffles each epoch; batch gives a smaller final batch unless
-drop_remainder; the end of the data raises tf.errors.OutOfRangeError, again on
-every later run. The random streams are not TensorFlow's: a seed (or none,
-which here also gives a repeatable order) fixes the order, not TF's order.
+drop_remainder; padded_batch pads to the longest element of the batch or to
+padded_shapes; zip ends with its shortest input; interleave follows TF's
+InterleaveDataset; the end of the data raises tf.errors.OutOfRangeError,
+again on every later run. The random streams are not TensorFlow's: a seed (or
+none, which here also gives a repeatable order) fixes the order, not TF's
+order.
 
-Differences, each refused by name or documented here: only batch once, filter
-before batch, and no zip, flat_map, interleave, padded_batch, from_generator or file datasets (shardflow
-has no string tensors; Criteo-format files come from sf.ops.criteo_reader);
-shuffle(reshuffle_each_iteration=False) is refused; get_next() on an
-initializable iterator whose initializer has not run raises
+from_generator runs its generator on the host, not in the graph: for each
+session that runs the graph a thread of this process calls the generator and
+feeds its elements into a queue of two by steps of that session (_HostFeeder),
+and the machine takes them from there.
+
+Differences, each refused by name or documented here: no file datasets
+(shardflow has no string tensors; Criteo-format files come from
+sf.ops.criteo_reader); shuffle(reshuffle_each_iteration=False) is refused;
+from_generator needs output_shapes (ranks at least) and a one-shot iterator;
+get_next() on an initializable iterator whose initializer has not run raises
 UnavailableError naming the node "GetNext_before_the_iterator_initializer_ran"
 (TF raises FailedPreconditionError).
 """
@@ -89,9 +101,15 @@ def _call(fn, element):
 
 
 def _with_shape(t, dims):
-    """t reshaped to dims (None: unknown) when at most one is unknown, so static shapes show."""
-    if dims is None or sum(d is None for d in dims) > 1:
+    """t reshaped to dims (None: unknown), so static shapes show: all of them when at most one is unknown,
+    else the rank."""
+    if dims is None or (t.shape.rank is not None and list(t.shape.dims) == list(dims)):
         return t
+    if sum(d is None for d in dims) > 1:
+        if t.shape.rank is not None:
+            return t
+        shape = _tf.shape(t)
+        return _tf.reshape(t, _tf.stack([shape[i] for i in range(len(dims))]))
     return _tf.reshape(t, [-1 if d is None else int(d) for d in dims])
 
 
@@ -107,11 +125,67 @@ def _at(values, k, item, count):
 
 
 # ---- the index machines: each stage turns its state into (has, item, new state) -------------
+#
+# An item is a list of tensors (spec() gives their shapes and dtypes): for in-memory sources the indices
+# of rows, for a generator the element's values. element(ctx, item) builds the element an item stands
+# for (gathering rows, calling map functions); it runs only when an element comes out, or when a stage
+# needs its value (filter, padded_batch, flat_map). ctx says where each source's tensors are.
 
-class _Source:
-    """Items are the indices 0..N-1 of the captured tensors' rows."""
+def _zeros(shape, dtype):
+    """Zeros of shape; None dims are 0, and then the static shape hides them (None), so that a loop or a
+    cond may give the same variable another size."""
+    dims = list(shape)
+    if all(d is not None for d in dims):
+        return _tf.zeros(dims, dtype)
+    zero = _tf.size(_tf.zeros([0], _I32))  # 0, not a constant: the dims stay unknown statically
+    return _tf.fill(_tf.stack([zero + (0 if d is None else int(d)) for d in dims]),
+                    _graph.constant(np.zeros((), _dt.as_dtype(dtype).as_numpy_dtype)))
 
-    level = 0
+
+def _empty(dims, dtype):
+    """No rows of elements of shape dims (None: unknown): [0] + dims with the row count unknown statically,
+    the start of a batch that grows in a loop."""
+    dims = list(dims)
+    t = _zeros([None] + [0 if d is None else d for d in dims], dtype)
+    return _with_shape(t, [None] + dims) if all(d is not None for d in dims) else t
+
+
+def _static_spec(stage, what):
+    for shape, _ in stage.spec():
+        if any(d is None for d in shape):
+            raise errors.UnimplementedError(
+                f"{what} needs elements of static shape here (got {shape}); give from_generator fully defined "
+                "output_shapes, or use padded_batch")
+
+
+class _Stage:
+    """A stage that passes its input's items through (the defaults)."""
+
+    batchable = property(lambda self: self.up.batchable)
+
+    def sources(self):
+        return self.up.sources()
+
+    def spec(self):
+        return self.up.spec()
+
+    def initial(self):
+        return self.up.initial()
+
+    def element(self, ctx, item, batched=False):
+        return self.up.element(ctx, item, batched)
+
+
+class _Source(_Stage):
+    """Items are the indices 0..N-1 of the tensors' rows."""
+
+    batchable = True
+
+    def __init__(self, data, structure):
+        self.data, self.structure = data, structure
+
+    def sources(self):
+        return [self]
 
     def spec(self):
         return [([], _I32)]
@@ -121,16 +195,33 @@ class _Source:
 
     def pull(self, ctx, state):
         (pos,) = state
-        has = pos < ctx.rows
+        has = pos < ctx.rows(self)
         return has, [pos], [pos + _tf.cast(has, _I32)]
 
+    def element(self, ctx, item, batched=False):
+        out = []
+        for d, orig in zip(ctx.data(self), self.data):
+            dims = None if orig.shape.rank is None else list(orig.shape.dims[1:])
+            out.append(_with_shape(_tf.gather(d, item[0]), None if dims is None else ([None] if batched else []) + dims))
+        return _pack(self.structure, out)
 
-class _Repeat:
+
+class _Map(_Stage):
+    batchable = False
+
+    def __init__(self, up, fn):
+        self.up, self.fn = up, fn
+
+    def pull(self, ctx, state):
+        return self.up.pull(ctx, state)
+
+    def element(self, ctx, item, batched=False):
+        return _call(self.fn, self.up.element(ctx, item))
+
+
+class _Repeat(_Stage):
     def __init__(self, up, count):
-        self.up, self.count, self.level = up, count, up.level
-
-    def spec(self):
-        return self.up.spec()
+        self.up, self.count = up, count
 
     def initial(self):
         return [_graph.constant(0)] + self.up.initial()
@@ -148,18 +239,22 @@ class _Repeat:
             return [has] + item + us1 + [epoch]
 
         more = _tf.logical_not(has)
-        if self.count >= 0:
+        if isinstance(self.count, _graph.Tensor):  # a count known at run time (-1: forever)
+            more = _tf.logical_and(more, _tf.logical_or(self.count < 0, epoch + 1 < self.count))
+        elif self.count >= 0:
             more = _tf.logical_and(more, epoch + 1 < self.count)
         out = cond(more, again, keep)
-        return out[0], out[1:1 + n_item], [out[-1]] + list(out[1 + n_item:-1])
+        has = out[0]
+        if isinstance(self.count, _graph.Tensor):
+            has = _tf.logical_and(has, _tf.not_equal(self.count, 0))  # repeat(0): nothing
+        elif self.count == 0:
+            has = _graph.constant(False)
+        return has, out[1:1 + n_item], [out[-1]] + list(out[1 + n_item:-1])
 
 
-class _Take:
+class _Take(_Stage):
     def __init__(self, up, count):
-        self.up, self.count, self.level = up, count, up.level
-
-    def spec(self):
-        return self.up.spec()
+        self.up, self.count = up, count
 
     def initial(self):
         return [_graph.constant(0)] + self.up.initial()
@@ -173,9 +268,12 @@ class _Take:
             return [h] + it + us1 + [taken + _tf.cast(h, _I32)]
 
         def stop():
-            zeros = [_tf.zeros(shape, dtype) for shape, dtype in self.spec()]
+            zeros = [_zeros(shape, dtype) for shape, dtype in self.spec()]
             return [_graph.constant(False)] + zeros + list(us) + [taken]
 
+        if isinstance(self.count, _graph.Tensor):  # a count known at run time (-1: all)
+            out = cond(_tf.logical_or(self.count < 0, taken < self.count), pull_up, stop)
+            return out[0], out[1:1 + n_item], [out[-1]] + list(out[1 + n_item:-1])
         if self.count < 0:
             h, it, us1 = self.up.pull(ctx, us)
             return h, it, [taken] + us1
@@ -183,15 +281,13 @@ class _Take:
         return out[0], out[1:1 + n_item], [out[-1]] + list(out[1 + n_item:-1])
 
 
-class _Shuffle:
+class _Shuffle(_Stage):
     """TF's buffered shuffle: fill the buffer (buffer_size items) from the input, give a uniformly
     chosen item of it, and put the last buffered item in its place."""
 
     def __init__(self, up, size, seed):
-        self.up, self.size, self.seed, self.level = up, size, seed, up.level
-
-    def spec(self):
-        return self.up.spec()
+        self.up, self.size, self.seed = up, size, seed
+        _static_spec(up, "shuffle")
 
     def initial(self):
         bufs = [_tf.zeros([self.size] + list(shape), dtype) for shape, dtype in self.spec()]
@@ -222,20 +318,12 @@ class _Shuffle:
         return has, item, bufs + [count - _tf.cast(has, _I32), done] + us
 
 
-class _Filter:
-    """The input's items whose element (with the maps given before the filter) satisfies the predicate:
-    pulls from the input until one does or the input ends."""
+class _Filter(_Stage):
+    """The input's items whose element satisfies the predicate: pulls from the input until one does or
+    the input ends."""
 
-    level = 0
-
-    def __init__(self, up, predicate, n_maps):
-        self.up, self.predicate, self.n_maps = up, predicate, n_maps
-
-    def spec(self):
-        return self.up.spec()
-
-    def initial(self):
-        return self.up.initial()
+    def __init__(self, up, predicate):
+        self.up, self.predicate = up, predicate
 
     def pull(self, ctx, state):
         n_item = len(self.spec())
@@ -245,60 +333,389 @@ class _Filter:
 
         def step(found, done, *rest):
             h, it, u1 = self.up.pull(ctx, list(rest[n_item:]))
-            ok = cond(h, lambda: self._keep(ctx, it[0]), lambda: _graph.constant(False))
+            ok = cond(h, lambda: self._keep(ctx, it), lambda: _graph.constant(False))
             return [ok, _tf.logical_not(h)] + list(it) + list(u1)
 
-        zeros = [_tf.zeros(shape, dtype) for shape, dtype in self.spec()]
+        zeros = [_zeros(shape, dtype) for shape, dtype in self.spec()]
         res = while_loop(more, step, [_graph.constant(False), _graph.constant(False)] + zeros + list(state))
         return res[0], list(res[2:2 + n_item]), list(res[2 + n_item:])
 
-    def _keep(self, ctx, idx):
-        out = _call(self.predicate, ctx.element(idx, self.n_maps))
+    def _keep(self, ctx, item):
+        out = _call(self.predicate, self.up.element(ctx, item))
         if not isinstance(out, _graph.Tensor) or out.dtype != _dt.bool_ or out.shape.rank not in (0, None):
             raise ValueError(f"`predicate` must return a scalar boolean tensor, got {out!r}")
         return out
 
 
-class _Batch:
-    """Items are ([batch_size] indices, how many of them are set)."""
+class _Zip(_Stage):
+    """Items of every input side by side; ends when the first input ends (TF's zip)."""
 
-    level = 1
+    def __init__(self, ups, structure):
+        self.ups, self.structure = ups, structure  # structure: a tuple or dict of indices into ups
 
-    def __init__(self, up, size, drop_remainder):
-        self.up, self.size, self.drop = up, size, drop_remainder
+    batchable = property(lambda self: all(u.batchable for u in self.ups))
+
+    def sources(self):
+        out = []
+        for u in self.ups:
+            out.extend(s for s in u.sources() if all(s is not o for o in out))
+        return out
 
     def spec(self):
-        return [([self.size], _I32), ([], _I32)]
+        return [x for u in self.ups for x in u.spec()]
+
+    def _split(self, flat, of):
+        out, i = [], 0
+        for u in self.ups:
+            n = len(of(u))
+            out.append(list(flat[i:i + n]))
+            i += n
+        return out
+
+    def initial(self):
+        return [x for u in self.ups for x in u.initial()]
+
+    def pull(self, ctx, state):
+        has, items, states = None, [], []
+        for u, st in zip(self.ups, self._split(state, lambda u: u.initial())):
+            h, it, st1 = u.pull(ctx, st)
+            has = h if has is None else _tf.logical_and(has, h)
+            items.extend(it)
+            states.extend(st1)
+        return has, items, states
+
+    def element(self, ctx, item, batched=False):
+        parts = [u.element(ctx, it, batched) for u, it in zip(self.ups, self._split(item, lambda u: u.spec()))]
+        return _pack(self.structure, [parts[i] for i in _flatten(self.structure)])
+
+
+def _call_dataset(fn, element, what):
+    out = fn(*element) if isinstance(element, tuple) else fn(element)
+    if not isinstance(out, Dataset):
+        raise TypeError(f"`map_func` of {what} must return a tf.data.Dataset, got {type(out).__name__}")
+    for s in out._stage.sources():
+        if not isinstance(s, _Source):
+            raise errors.UnimplementedError(f"{what}: the datasets map_func returns must be made of tensors "
+                                            "(from_tensor_slices, from_tensors, range), not from_generator")
+    return out
+
+
+class _FlatMap(_Stage):
+    """Each input element's dataset (map_func's), one after another: the state holds the current input item
+    and its dataset's state; the dataset is rebuilt from the item wherever it is needed."""
+
+    batchable = False
+
+    def __init__(self, up, fn, what="flat_map"):
+        self.up, self.fn, self.what = up, fn, what
+        # the inner datasets' item and state layout, from one built here (never run); every stage starts
+        # from zeros, so zeros of that layout start an inner dataset
+        probe = self._inner(_Context(), [_zeros(s, d) for s, d in up.spec()])
+        self.inner_spec = probe._stage.spec()
+        self.inner_state = [(list(t.shape.dims), t.dtype) for t in probe._stage.initial()]
+
+    def _inner(self, ctx, outer_item):
+        return _call_dataset(self.fn, self.up.element(ctx, outer_item), self.what)
+
+    def spec(self):
+        return self.up.spec() + self.inner_spec
+
+    def initial(self):
+        return ([_graph.constant(False)] + [_zeros(s, d) for s, d in self.up.spec()] +
+                [_zeros(s, d) for s, d in self.inner_state] + self.up.initial())
+
+    def _layout(self, flat):
+        n_out, n_in = len(self.up.spec()), len(self.inner_state)
+        return flat[0], list(flat[1:1 + n_out]), list(flat[1 + n_out:1 + n_out + n_in]), list(flat[1 + n_out + n_in:])
+
+    def pull(self, ctx, state):
+        n_out, n_item = len(self.up.spec()), len(self.inner_spec)
+
+        def more(found, done, *rest):
+            return _tf.logical_and(_tf.logical_not(found), _tf.logical_not(done))
+
+        def body(found, done, *rest):
+            active, outer, inner_st, up_st = self._layout(list(rest[n_item:]))
+
+            def step():  # the next element of the current input element's dataset
+                inner = self._inner(ctx, outer)
+                h, it, st1 = inner._stage.pull(ctx, inner_st)
+                return [h, _graph.constant(False)] + list(it) + [h] + outer + list(st1) + up_st
+
+            def start():  # the next input element, and its dataset from the start
+                h, it, up1 = self.up.pull(ctx, up_st)
+                inner0 = [_zeros(s, d) for s, d in self.inner_state]
+                zeros = [_zeros(s, d) for s, d in self.inner_spec]
+                return [_graph.constant(False), _tf.logical_not(h)] + zeros + [h] + list(it) + inner0 + list(up1)
+
+            out = cond(active, step, start)
+            return out
+
+        zeros = [_zeros(s, d) for s, d in self.inner_spec]
+        res = while_loop(more, body, [_graph.constant(False), _graph.constant(False)] + zeros + list(state))
+        found, item = res[0], list(res[2:2 + n_item])
+        active, outer, inner_st, up_st = self._layout(list(res[2 + n_item:]))
+        return found, outer + item, [active] + outer + inner_st + up_st
+
+    def element(self, ctx, item, batched=False):
+        n_out = len(self.up.spec())
+        inner = self._inner(ctx, list(item[:n_out]))
+        return inner._stage.element(ctx, list(item[n_out:]))
+
+
+class _Batch(_Stage):
+    """batch_size consecutive elements stacked; padded_shapes given: padded_batch.
+
+    Items whose shapes are static are kept (batch_size of each) and the elements made when the batch
+    comes out: rows gathered at once when the input is rows, else one element after another. Otherwise
+    (padded_batch, or a generator's elements of unknown shape) each element is made as it is pulled and
+    appended to the batch, which grows to the largest element (padded) as it goes."""
+
+    batchable = False
+
+    def __init__(self, up, size, drop_remainder, padded_shapes=None, padding_values=None, structure=None):
+        self.up, self.size, self.drop = up, size, drop_remainder
+        self.padded = padded_shapes is not None
+        self.eager = self.padded or any(d is None for s, _ in up.spec() for d in s)
+        probe = up.element(_Context(), [_zeros(s, d) for s, d in up.spec()])  # for shapes and types only
+        self.structure = probe
+        flat = _flatten(probe)
+        pads = [None] * len(flat)
+        if self.padded:
+            pads = _flatten_like(probe, padded_shapes, "padded_shapes")
+            pads = [_padded_dims(p, t) for p, t in zip(pads, flat)]
+        self.components = [(p, None if t.shape.rank is None else list(t.shape.dims), t.dtype)
+                           for p, t in zip(pads, flat)]
+        for p, shape, _ in self.components:
+            if shape is None:
+                raise errors.UnimplementedError("batch needs elements of known rank")
+        values = [0] * len(flat) if padding_values is None else _flatten_like(probe, padding_values, "padding_values")
+        self.padding_values = values
+
+    def spec(self):
+        if self.eager:
+            return [([None] + ([None] * len(p) if p is not None else list(s)), d)
+                    for (p, s, d) in self._components()] + [([], _I32)]
+        return [([self.size] + list(s), d) for s, d in self.up.spec()] + [([], _I32)]
+
+    def _components(self):
+        """(padded shape or None, element shape, dtype) of each flat component of the element."""
+        return self.components
 
     def initial(self):
         return self.up.initial()
 
     def pull(self, ctx, state):
-        def more(k, done, idxs, *u):
+        if self.eager:
+            return self._pull_eager(ctx, state)
+
+        def more(k, done, *rest):
             return _tf.logical_and(k < self.size, _tf.logical_not(done))
 
-        def take(k, done, idxs, *u):
-            h, it, u1 = self.up.pull(ctx, list(u))
-            idxs = _at(idxs, _tf.where(h, k, _graph.constant(-1)), it[0], self.size)
-            return [k + _tf.cast(h, _I32), _tf.logical_not(h), idxs] + u1
+        nb = len(self.up.spec())
 
-        res = while_loop(more, take, [_graph.constant(0), _graph.constant(False),
-                                      _tf.zeros([self.size], _I32)] + list(state))
-        k, idxs, us = res[0], res[2], list(res[3:])
+        def take(k, done, *rest):
+            bufs, u = list(rest[:nb]), list(rest[nb:])
+            h, it, u1 = self.up.pull(ctx, u)
+            bufs = [_at(b, _tf.where(h, k, _graph.constant(-1)), x, self.size) for b, x in zip(bufs, it)]
+            return [k + _tf.cast(h, _I32), _tf.logical_not(h)] + bufs + u1
+
+        bufs = [_tf.zeros([self.size] + list(s), d) for s, d in self.up.spec()]
+        res = while_loop(more, take, [_graph.constant(0), _graph.constant(False)] + bufs + list(state))
+        k, bufs, us = res[0], list(res[2:2 + nb]), list(res[2 + nb:])
         has = _tf.equal(k, self.size) if self.drop else k > 0
-        return has, [idxs, k], us
+        return has, bufs + [k], us
+
+    def _pull_eager(self, ctx, state):
+        comps = self._components()
+        nc = len(comps)
+
+        def more(k, done, *rest):
+            return _tf.logical_and(k < self.size, _tf.logical_not(done))
+
+        def take(k, done, *rest):
+            accs, u = list(rest[:nc]), list(rest[nc:])
+            h, it, u1 = self.up.pull(ctx, u)
+
+            def add():
+                one = _flatten(self.up.element(ctx, it))
+                return [self._append(acc, x, c, i) for i, (acc, x, c) in enumerate(zip(accs, one, comps))]
+
+            accs = cond(h, add, lambda: list(accs)) if accs else []
+            accs = accs if isinstance(accs, list) else [accs]
+            return [k + _tf.cast(h, _I32), _tf.logical_not(h)] + accs + u1
+
+        accs = [_empty([None] * len(p) if p is not None else s, d) for p, s, d in comps]
+        res = while_loop(more, take, [_graph.constant(0), _graph.constant(False)] + accs + list(state))
+        k, accs, us = res[0], list(res[2:2 + nc]), list(res[2 + nc:])
+        if self.padded:
+            # dims padded_shapes fixes are that size even when every element is shorter
+            accs = [self._pad_to(a, [None] + list(c[0]), i) for i, (a, c) in enumerate(zip(accs, comps))]
+        has = _tf.equal(k, self.size) if self.drop else k > 0
+        return has, accs + [k], us
+
+    def _pad_value(self, i, dtype):
+        v = self.padding_values[i]
+        if isinstance(v, _graph.Tensor):
+            return v if v.dtype == dtype else _tf.cast(v, dtype)
+        return _graph.constant(np.asarray(v, dtype.as_numpy_dtype))
+
+    def _pad_to(self, x, dims, i):
+        """x padded at the end of each axis to dims (a list of int, None for x's own size, or scalar tensors)."""
+        value = self._pad_value(i, x.dtype)
+        shape = _tf.shape(x)
+        for a, want in enumerate(dims):
+            if want is None:
+                continue
+            need = want - shape[a]
+            check = _assert_not_negative(need)
+            with _graph.control_dependencies([check]):
+                pad_shape = _tf.stack([need if j == a else shape[j] for j in range(len(dims))])
+                x = _tf.concat([x, _tf.fill(pad_shape, value)], a)
+            shape = _tf.shape(x)
+        return x
+
+    def _append(self, acc, x, comp, i):
+        padded, _, _ = comp
+        if padded is None:
+            return _stack_onto(acc, x, _tf.shape(acc)[0])
+        x = _tf.expand_dims(x, 0)
+        sa, sx = _tf.shape(acc), _tf.shape(x)
+        dims = [None]
+        for a, p in enumerate(padded):
+            if p is None:
+                dims.append(_tf.maximum(sa[a + 1], sx[a + 1]))
+            else:
+                dims.append(int(p))
+        return _tf.concat([self._pad_to(acc, dims, i), self._pad_to(x, dims, i)], 0)
+
+    def element(self, ctx, item, batched=False):
+        bufs, k = list(item[:-1]), item[-1]
+        if self.eager:
+            size = self.size if self.drop else None
+            element = _pack(self.structure, [_with_shape(b, [size] + (p if p is not None else s))
+                                             for b, (p, s, _) in zip(bufs, self._components())])
+        elif self.up.batchable:
+            element = self.up.element(ctx, [_tf.gather(b, _tf.range(k)) for b in bufs], batched=True)
+        else:
+            element = self._stack(ctx, bufs, k)
+        if self.drop and not self.eager:  # every batch is full: its size is static, as in TF
+            element = _pack(element, [_with_shape(t, None if t.shape.rank is None else [self.size] + list(t.shape.dims[1:]))
+                                      for t in _flatten(element)])
+        return element
+
+    def _stack(self, ctx, bufs, k):
+        """Each of the batch's elements made (in a loop: a map function takes one element), then stacked."""
+        structure = self.structure
+        accs = [_empty(s, d) for _, s, d in self._components()]
+
+        def more(j, *a):
+            return j < k
+
+        def body(j, *a):
+            one = _flatten(self.up.element(ctx, [_tf.gather(b, j) for b in bufs]))
+            return [j + 1] + [_stack_onto(acc, x, j) for acc, x in zip(a, one)]
+
+        res = while_loop(more, body, [_graph.constant(0)] + accs)
+        return _pack(structure, [_with_shape(r, [None] + list(s)) if all(d is not None for d in s) else r
+                                 for r, (_, s, _) in zip(res[1:], self._components())])
+
+
+def _stack_onto(acc, x, rows):
+    """acc (rows elements so far) with x appended as its last row; the first row sets the shape when the
+    elements' shape is not known statically."""
+    one = _tf.expand_dims(x, 0)
+    if all(d is not None for d in (acc.shape.dims or [None])[1:]) and acc.shape.rank is not None:
+        return _tf.concat([acc, one], 0)
+    return cond(_tf.equal(rows, 0), lambda: one, lambda: _tf.concat([acc, one], 0))
+
+
+def _assert_not_negative(need):
+    from .debugging import Assert
+    return Assert(need >= 0, ["Attempted to pad to a smaller size than the input element."])
+
+
+def _flatten_like(structure, value, what):
+    """value (a structure matching structure's, a list or TensorShape being one leaf) flattened."""
+    if isinstance(structure, dict):
+        if not isinstance(value, dict) or set(value) != set(structure):
+            raise ValueError(f"{what} must have the structure of the elements (keys {sorted(structure)})")
+        return [x for k in sorted(structure) for x in _flatten_like(structure[k], value[k], what)]
+    if isinstance(structure, tuple):
+        if not isinstance(value, tuple) or len(value) != len(structure):
+            raise ValueError(f"{what} must have the structure of the elements (a tuple of {len(structure)})")
+        return [x for s, v in zip(structure, value) for x in _flatten_like(s, v, what)]
+    return [value]
+
+
+def _padded_dims(p, t):
+    """A padded shape (list, TensorShape, or a rank-1 int tensor-like) as a list of int and None (-1: None)."""
+    dims = _graph.TensorShape(p).dims if not isinstance(p, _graph.TensorShape) else p.dims
+    if dims is None:
+        raise ValueError("padded_shapes entries must have a known rank")
+    dims = [None if d is None or int(d) < 0 else int(d) for d in dims]
+    if t.shape.rank is not None and len(dims) != t.shape.rank:
+        raise ValueError(f"The padded shape {dims} is not compatible with the corresponding input component shape "
+                         f"{t.shape}")
+    for d, e in zip(dims, t.shape.dims or []):
+        if d is not None and e is not None and d < e:
+            raise ValueError(f"The padded shape {dims} is not compatible with the corresponding input component "
+                             f"shape {t.shape}")
+    return dims
+
+
+class _GeneratorSource(_Stage):
+    """A Python generator's elements, which a thread of the host puts in a queue for each session
+    (_HostFeeder): items are the elements' values; the end comes as an element marked as the end."""
+
+    batchable = False
+
+    def __init__(self, feeder, structure, shapes, dtypes):
+        self.feeder, self.structure, self.shapes, self.dtypes = feeder, structure, shapes, dtypes
+
+    def sources(self):
+        return [self]
+
+    def spec(self):
+        return [(s, d) for s, d in zip(self.shapes, self.dtypes)]
+
+    def initial(self):
+        return [_graph.constant(False)]
+
+    def pull(self, ctx, state):
+        (done,) = state
+        q = self.feeder.queue
+        n = len(self.shapes)
+
+        def get():
+            vals = q.dequeue(name="from_generator")
+            vals = vals if isinstance(vals, list) else [vals]
+            from .debugging import Assert
+            ok = Assert(_tf.logical_not(vals[n + 1]), [
+                "from_generator: the generator raised or gave an element that does not match output_types and "
+                "output_shapes (the traceback is in the log of the process that ran get_next)"])
+            with _graph.control_dependencies([ok]):
+                end = _graph.identity(vals[n])
+            return [_tf.logical_not(end)] + [_with_shape(v, s) for v, s in zip(vals[:n], self.shapes)] + [end]
+
+        def ended():
+            return [_graph.constant(False)] + [_zeros(s, d) for s, d in self.spec()] + [_graph.constant(True)]
+
+        out = cond(done, ended, get)
+        return out[0], list(out[1:1 + n]), [out[-1]]
+
+    def element(self, ctx, item, batched=False):
+        return _pack(self.structure, list(item))
 
 
 # ---- Dataset -------------------------------------------------------------------------------
 
 class Dataset:
-    """A description of an input pipeline (TF 1.x's tf.data.Dataset, in-memory sources)."""
+    """A description of an input pipeline (TF 1.x's tf.data.Dataset): tensors or a Python generator, and
+    the stages after them."""
 
-    def __init__(self, data, structure, stage, maps):
-        self._data = data              # the captured tensors (their rows are the elements)
-        self._structure = structure    # the structure of one source element
+    def __init__(self, stage):
         self._stage = stage
-        self._maps = maps              # per level: the map functions, in order
 
     @staticmethod
     def from_tensor_slices(tensors):
@@ -311,26 +728,89 @@ class Dataset:
         sizes = {t.shape[0] for t in flat if t.shape.rank is not None and t.shape[0] is not None}
         if len(sizes) > 1:
             raise ValueError(f"Dimensions {sorted(sizes)} in from_tensor_slices' components are not equal")
-        return Dataset(flat, structure, _Source(), ([], []))
+        return Dataset(_Source(flat, structure))
 
     @staticmethod
     def from_tensors(tensors):
         """tensors as one element."""
         structure = _as_structure(tensors)
         flat = [_tf.expand_dims(t, 0) for t in _flatten(structure)]
-        return Dataset(flat, structure, _Source(), ([], []))
+        return Dataset(_Source(flat, structure))
 
-    def _then(self, stage=None, maps=None):
-        return Dataset(self._data, self._structure, stage or self._stage, maps or self._maps)
+    @staticmethod
+    def range(*args):
+        """int64 elements start, start + step, ... below stop: range(stop), range(start, stop[, step])."""
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"Dataset.range takes 1 to 3 arguments, got {len(args)}")
+        if any(isinstance(a, _graph.Tensor) for a in args):  # bounds known at run time (inside flat_map)
+            full = (0,) + tuple(args) + (1,) if len(args) == 1 else tuple(args) + ((1,) if len(args) == 2 else ())
+            start, stop, step = [a if isinstance(a, _graph.Tensor) and a.dtype == _dt.int64
+                                 else _tf.cast(a, _dt.int64) if isinstance(a, _graph.Tensor)
+                                 else _graph.constant(np.int64(a)) for a in full]
+            return Dataset.from_tensor_slices(_tf.range(start, stop, step, dtype=_dt.int64))
+        return Dataset.from_tensor_slices(np.arange(*[int(a) for a in args], dtype=np.int64))
+
+    @staticmethod
+    def zip(datasets):
+        """Elements of the datasets side by side, in datasets' structure (a tuple or dict of Datasets,
+        nested); it ends with the shortest."""
+        flat = _flatten_datasets(datasets)
+        if not flat:
+            raise ValueError("Dataset.zip needs at least one dataset")
+        for d in flat:
+            if not isinstance(d, Dataset):
+                raise TypeError(f"Dataset.zip takes a tuple or dict of Datasets, got a {type(d).__name__} in it")
+        index = iter(range(len(flat)))
+        structure = _map_structure(datasets, lambda d: next(index))
+        return Dataset(_Zip([d._stage for d in flat], structure))
+
+    @staticmethod
+    def from_generator(generator, output_types, output_shapes=None, args=None):
+        """The elements a Python generator yields (generator(*args) is called for each session that runs the
+        iterator, from a thread of this process that feeds them to the graph: see _HostFeeder), converted to
+        output_types and checked against output_shapes."""
+        if not callable(generator):
+            raise TypeError("`generator` must be callable.")
+        types = _map_structure(output_types, _dt.as_dtype, leaf=lambda x: not isinstance(x, (tuple, dict)))
+        flat_types = _flatten(types)
+        if output_shapes is None:
+            raise errors.UnimplementedError(
+                "Dataset.from_generator needs output_shapes in shardflow (each component's rank at least, "
+                "e.g. [None] for vectors of any length)")
+        flat_shapes = _flatten_like(types, output_shapes, "output_shapes")
+        shapes = []
+        for sh in flat_shapes:
+            dims = _graph.TensorShape(sh).dims if not isinstance(sh, _graph.TensorShape) else sh.dims
+            if dims is None:
+                raise errors.UnimplementedError("Dataset.from_generator needs each component's rank in output_shapes")
+            shapes.append(list(dims))
+        feeder = _HostFeeder(generator, tuple(args or ()), flat_types, shapes, types)
+        return Dataset(_GeneratorSource(feeder, types, shapes, flat_types))
 
     def map(self, map_func, num_parallel_calls=None):
         """map_func applied to each element (its components as arguments for a tuple), built once into
         the graph as TF 1.x's graph-mode map."""
         if not callable(map_func):
             raise TypeError("map_func must be callable")
-        maps = (list(self._maps[0]), list(self._maps[1]))
-        maps[self._stage.level].append(map_func)
-        return self._then(maps=maps)
+        return Dataset(_Map(self._stage, map_func))
+
+    def flat_map(self, map_func):
+        """The elements of map_func(element)'s dataset for each element, one dataset after another.
+        map_func must return a Dataset made of tensors (from_tensor_slices of the element, ...)."""
+        if not callable(map_func):
+            raise TypeError("map_func must be callable")
+        return Dataset(_FlatMap(self._stage, map_func))
+
+    def interleave(self, map_func, cycle_length, block_length=1, num_parallel_calls=None):
+        """TF 1.x's interleave: cycle_length input elements' datasets open at once, block_length elements
+        from each in turn; a dataset that ends is replaced by the next input element's."""
+        if not callable(map_func):
+            raise TypeError("map_func must be callable")
+        if int(cycle_length) < 1 or int(block_length) < 1:
+            raise errors.InvalidArgumentError("cycle_length and block_length must be positive")
+        if int(cycle_length) == 1:
+            return Dataset(_FlatMap(self._stage, map_func, "interleave"))
+        return Dataset(_Interleave(self._stage, map_func, int(cycle_length), int(block_length)))
 
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=None):
         """The elements in a random order drawn through a buffer of buffer_size elements."""
@@ -340,39 +820,35 @@ class Dataset:
         if int(buffer_size) < 1:
             raise errors.InvalidArgumentError(f"buffer_size must be greater than zero, got {buffer_size}")
         from .random import op_seed
-        return self._then(_Shuffle(self._stage, int(buffer_size), op_seed(seed)))
+        return Dataset(_Shuffle(self._stage, int(buffer_size), op_seed(seed)))
 
     def repeat(self, count=None):
         """The elements count times (forever when None or -1)."""
-        return self._then(_Repeat(self._stage, -1 if count is None else int(count)))
+        return Dataset(_Repeat(self._stage, -1 if count is None else _count(count)))
 
     def take(self, count):
         """The first count elements (all for -1)."""
-        return self._then(_Take(self._stage, int(count)))
+        return Dataset(_Take(self._stage, _count(count)))
 
     def filter(self, predicate):
         """The elements for which predicate (a function of the element's components to a bool scalar) is true;
         built once into the graph and run on each element as it is pulled."""
         if not callable(predicate):
             raise TypeError("predicate must be callable")
-        if self._stage.level > 0:
-            raise errors.UnimplementedError("filter after batch is not supported: filter the elements, then batch")
-        return self._then(_Filter(self._stage, predicate, len(self._maps[0])))
-
-    @staticmethod
-    def range(*args):
-        """int64 elements start, start + step, ... below stop: range(stop), range(start, stop[, step])."""
-        if not 1 <= len(args) <= 3:
-            raise TypeError(f"Dataset.range takes 1 to 3 arguments, got {len(args)}")
-        return Dataset.from_tensor_slices(np.arange(*[int(a) for a in args], dtype=np.int64))
+        return Dataset(_Filter(self._stage, predicate))
 
     def batch(self, batch_size, drop_remainder=False):
         """batch_size consecutive elements stacked (the last batch smaller unless drop_remainder)."""
-        if self._stage.level > 0:
-            raise errors.UnimplementedError("batching a batched Dataset is not supported")
         if int(batch_size) < 1:
             raise errors.InvalidArgumentError(f"batch_size must be greater than zero, got {batch_size}")
-        return self._then(_Batch(self._stage, int(batch_size), bool(drop_remainder)))
+        return Dataset(_Batch(self._stage, int(batch_size), bool(drop_remainder)))
+
+    def padded_batch(self, batch_size, padded_shapes, padding_values=None, drop_remainder=False):
+        """batch_size consecutive elements, each component padded at the end of each axis to padded_shapes
+        (a dim of None or -1: the longest in the batch) with padding_values (0 by default), then stacked."""
+        if int(batch_size) < 1:
+            raise errors.InvalidArgumentError(f"batch_size must be greater than zero, got {batch_size}")
+        return Dataset(_Batch(self._stage, int(batch_size), bool(drop_remainder), padded_shapes, padding_values))
 
     def prefetch(self, buffer_size):
         """The same elements (shardflow computes each when get_next runs)."""
@@ -380,39 +856,232 @@ class Dataset:
 
     def make_one_shot_iterator(self):
         """An Iterator that needs no initializer (it starts on its first get_next)."""
-        for t in self._data:
-            if t.op.type == "Placeholder":
-                raise ValueError("Failed to create a one-shot iterator for a dataset that captures a placeholder "
-                                 f"({t.name!r}); use make_initializable_iterator() and feed it to the initializer")
+        for src in self._stage.sources():
+            for t in getattr(src, "data", []):
+                if t.op.type == "Placeholder":
+                    raise ValueError("Failed to create a one-shot iterator for a dataset that captures a placeholder "
+                                     f"({t.name!r}); use make_initializable_iterator() and feed it to the initializer")
         return Iterator(self, one_shot=True)
 
     def make_initializable_iterator(self, shared_name=None):
         """An Iterator whose .initializer (re)starts it, capturing the tensors (feed placeholders there)."""
+        if any(isinstance(src, _GeneratorSource) for src in self._stage.sources()):
+            raise errors.UnimplementedError(
+                "an initializable iterator over Dataset.from_generator is not supported: its generator runs once "
+                "per session from the host; use make_one_shot_iterator()")
         return Iterator(self, one_shot=False, shared_name=shared_name)
 
     def __iter__(self):
         raise TypeError("a tf.data.Dataset is not iterable in graph mode: use make_one_shot_iterator().get_next()")
 
-    @staticmethod
-    def from_generator(generator, output_types, output_shapes=None, args=None):
-        raise errors.UnimplementedError(
-            "Dataset.from_generator is not supported: shardflow runs no Python inside a graph (TF wraps the "
-            "generator in a py_func); build the arrays first and use from_tensor_slices, or feed a placeholder")
 
-    @staticmethod
-    def zip(datasets):
-        raise errors.UnimplementedError("Dataset.zip is not supported: give from_tensor_slices a tuple of the "
-                                        "components instead")
+def _count(count):
+    """An int, or an int32 scalar tensor for a count known at run time (TF's tf.int64 count)."""
+    if isinstance(count, _graph.Tensor):
+        return count if count.dtype == _I32 else _tf.cast(count, _I32)
+    return int(count)
 
-    def padded_batch(self, batch_size, padded_shapes, padding_values=None, drop_remainder=False):
-        raise errors.UnimplementedError("Dataset.padded_batch is not supported: pad the arrays before "
-                                        "from_tensor_slices, or use tf.train.batch(dynamic_pad=True)")
 
-    def flat_map(self, map_func):
-        raise errors.UnimplementedError("Dataset.flat_map is not supported (elements come from in-memory rows)")
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
 
-    def interleave(self, map_func, cycle_length, block_length=1, num_parallel_calls=None):
-        raise errors.UnimplementedError("Dataset.interleave is not supported (elements come from in-memory rows)")
+
+def _flatten_datasets(s):
+    if isinstance(s, dict):
+        return [x for k in sorted(s) for x in _flatten_datasets(s[k])]
+    if isinstance(s, (tuple, list)):
+        return [x for v in s for x in _flatten_datasets(v)]
+    return [s]
+
+
+def _map_structure(s, fn, leaf=None):
+    if isinstance(s, dict):
+        return {k: _map_structure(s[k], fn, leaf) for k in sorted(s)}
+    if isinstance(s, (tuple, list)) and (leaf is None or not leaf(s)):
+        return tuple(_map_structure(v, fn, leaf) for v in s)
+    return fn(s)
+
+
+class _HostFeeder:
+    """Runs a from_generator's generator for each session that runs the graph, in a thread of this
+    process: each element is converted to the output types, checked against the output shapes and put in
+    the dataset's queue by a step of that session (a feed); after the last one an element marked as the
+    end follows, or one marked as an error when the generator raised or yielded a wrong element (which
+    is logged, and fails the get_next that reaches it). The queue holds 2 elements, so the generator runs
+    at most that far ahead of get_next."""
+
+    def __init__(self, generator, args, dtypes, shapes, structure):
+        import threading
+        import weakref
+        self.generator, self.args, self.dtypes, self.shapes, self.structure = generator, args, dtypes, shapes, structure
+        g = _graph.get_default_graph()
+        with g.as_default(), _graph.name_scope("from_generator"):
+            self.placeholders = [_graph.placeholder(d, None if s is None else s, name="element")
+                                 for d, s in zip(dtypes, shapes)]
+            self.end = _graph.placeholder(_dt.bool_, [], name="end")
+            self.error = _graph.placeholder(_dt.bool_, [], name="error")
+            self.queue = FIFOQueue(list(dtypes) + [_dt.bool_, _dt.bool_], capacity=2, name="elements")
+            self.enqueue = self.queue.enqueue(self.placeholders + [self.end, self.error])
+        self._lock = threading.Lock()
+        self._sessions = weakref.WeakSet()
+        feeders = g.__dict__.setdefault("_host_feeders", [])
+        feeders.append(self)
+
+    def start(self, sess):
+        """Starts the generator's thread for sess, once."""
+        import threading
+        with self._lock:
+            if sess in self._sessions:
+                return
+            self._sessions.add(sess)
+        threading.Thread(target=self._feed, args=(sess,), daemon=True, name="from_generator").start()
+
+    def _marker(self, end, error):
+        feed = {p: np.zeros([0 if d is None else d for d in s], d_.as_numpy_dtype)
+                for p, s, d_ in zip(self.placeholders, self.shapes, self.dtypes)}
+        feed.update({self.end: end, self.error: error})
+        return feed
+
+    def _convert(self, value):
+        if isinstance(value, list) and isinstance(self.structure, tuple):
+            value = tuple(value)  # TF's nest takes a list for a tuple of components
+        flat = _flatten_like(self.structure, value, "the element")
+        out = []
+        for v, d, s in zip(flat, self.dtypes, self.shapes):
+            arr = np.asarray(v, dtype=d.as_numpy_dtype)
+            if arr.ndim != len(s) or any(w is not None and w != a for w, a in zip(s, arr.shape)):
+                raise ValueError(f"`generator` yielded an element of shape {list(arr.shape)} where an element of "
+                                 f"shape {s} was expected.")
+            out.append(arr)
+        return out
+
+    def _feed(self, sess):
+        from . import tf_logging
+        try:
+            for value in self.generator(*self.args):
+                arrays = self._convert(value)
+                feed = dict(zip(self.placeholders, arrays))
+                feed.update({self.end: False, self.error: False})
+                sess.run(self.enqueue, feed)
+            sess.run(self.enqueue, self._marker(True, False))
+        except errors.OpError:
+            return  # the session closed
+        except Exception as e:  # noqa: BLE001 - the generator's own errors go to the step that reaches them
+            tf_logging.error("from_generator: %s: %s", type(e).__name__, e, exc_info=True)
+            try:
+                sess.run(self.enqueue, self._marker(False, True))
+            except errors.OpError:
+                pass
+
+
+class _Interleave(_Stage):
+    """TF 1.x's interleave over cycle_length slots, each holding an input item and its dataset's state."""
+
+    batchable = False
+
+    def __init__(self, up, fn, cycle, block):
+        self.up, self.cycle, self.block = up, cycle, block
+        self.flat = _FlatMap(up, fn, "interleave")  # the inner datasets' layout and builders
+
+    def spec(self):
+        return self.flat.spec()
+
+    def _slot_layout(self):
+        return 1 + len(self.up.spec()) + len(self.flat.inner_state)  # active, outer item, inner state
+
+    def initial(self):
+        slot = [_graph.constant(False)] + [_zeros(s, d) for s, d in self.up.spec()] + \
+            [_zeros(s, d) for s, d in self.flat.inner_state]
+        # cur (the slot whose turn it is), taken (of its block), up_done, the slots, the input's state
+        return [_graph.constant(0), _graph.constant(0), _graph.constant(False)] + slot * self.cycle + \
+            self.up.initial()
+
+    def pull(self, ctx, state):
+        n_item = len(self.spec())
+        n_slot = self._slot_layout()
+        n_out = len(self.up.spec())
+        cycle, block = self.cycle, self.block
+
+        def split(rest):
+            cur, taken, up_done = rest[0], rest[1], rest[2]
+            slots = [list(rest[3 + i * n_slot:3 + (i + 1) * n_slot]) for i in range(cycle)]
+            return cur, taken, up_done, slots, list(rest[3 + cycle * n_slot:])
+
+        def any_active(slots):
+            act = slots[0][0]
+            for sl in slots[1:]:
+                act = _tf.logical_or(act, sl[0])
+            return act
+
+        def more(found, *rest):
+            cur, taken, up_done, slots, _ = split(list(rest[n_item:]))
+            return _tf.logical_and(_tf.logical_not(found),
+                                   _tf.logical_or(_tf.logical_not(up_done), any_active(slots)))
+
+        def body(found, *rest):
+            cur, taken, up_done, slots, up_st = split(list(rest[n_item:]))
+
+            def on_slot(i):
+                def run():
+                    active, outer, inner_st = slots[i][0], slots[i][1:1 + n_out], slots[i][1 + n_out:]
+
+                    def step():
+                        inner = self.flat._inner(ctx, outer)
+                        h, it, st1 = inner._stage.pull(ctx, inner_st)
+                        nxt = _tf.logical_or(_tf.logical_not(h), _tf.equal(taken + 1, block))
+                        new_cur = _tf.where(nxt, _tf.floormod(cur + 1, cycle), cur)
+                        new_taken = _tf.where(nxt, _graph.constant(0), taken + 1)
+                        new_slot = [h] + list(outer) + list(st1)
+                        return [h] + list(outer) + list(it), [new_cur, new_taken, up_done], new_slot, up_st
+
+                    def open_next():
+                        h, it, up1 = self.up.pull(ctx, up_st)
+                        zeros_item = [_zeros(s, d) for s, d in self.spec()]
+                        inner0 = [_zeros(s, d) for s, d in self.flat.inner_state]
+                        new_slot = [h] + list(it) + inner0
+                        # an opened slot keeps its turn; at the input's end the turn moves on
+                        new_cur = _tf.where(h, cur, _tf.floormod(cur + 1, cycle))
+                        new_taken = _tf.where(h, taken, _graph.constant(0))
+                        return [_graph.constant(False)] + zeros_item, [new_cur, new_taken, _tf.logical_not(h)], \
+                            new_slot, list(up1)
+
+                    def skip():
+                        zeros_item = [_zeros(s, d) for s, d in self.spec()]
+                        return [_graph.constant(False)] + zeros_item, \
+                            [_tf.floormod(cur + 1, cycle), _graph.constant(0), up_done], list(slots[i]), up_st
+
+                    def flat_of(fn):
+                        def f():
+                            a, b, c, d = fn()
+                            return list(a) + list(b) + list(c) + list(d)
+                        return f
+
+                    return cond(active, flat_of(step),
+                                lambda: cond(up_done, flat_of(skip), flat_of(open_next)))
+                return run
+
+            # the slot whose turn it is: a chain of conds on cur
+            def pick(i):
+                if i == cycle - 1:
+                    return on_slot(i)()
+                return cond(_tf.equal(cur, i), on_slot(i), lambda: pick(i + 1))
+
+            out = pick(0)
+            res_found, item = out[0], list(out[1:1 + n_item])
+            k = 1 + n_item
+            new_cur, new_taken, new_done = out[k], out[k + 1], out[k + 2]
+            new_slot = list(out[k + 3:k + 3 + n_slot])
+            new_up = list(out[k + 3 + n_slot:])
+            slots = [_as_list(cond(_tf.equal(cur, i), lambda: list(new_slot), lambda sl=sl: list(sl)))
+                     for i, sl in enumerate(slots)]
+            return [res_found] + item + [new_cur, new_taken, new_done] + [x for sl in slots for x in sl] + new_up
+
+        zeros = [_zeros(s, d) for s, d in self.spec()]
+        res = while_loop(more, body, [_graph.constant(False)] + zeros + list(state))
+        return res[0], list(res[1:1 + n_item]), list(res[1 + n_item:])
+
+    def element(self, ctx, item, batched=False):
+        return self.flat.element(ctx, item)
 
 
 class Iterator:
@@ -424,9 +1093,10 @@ class Iterator:
         self._one_shot = one_shot
         g = _graph.get_default_graph()
         self._graph = g
-        # A one-shot iterator reads its constant tensors directly; an initializable one keeps the
+        # A one-shot iterator reads its sources' tensors directly; an initializable one keeps the
         # tensors it captured when its initializer ran in its state.
-        self._captured = [] if one_shot else list(dataset._data)
+        self._sources = [] if one_shot else [src for src in dataset._stage.sources() if isinstance(src, _Source)]
+        self._captured = [t for src in self._sources for t in src.data]
         with g.as_default(), _graph.name_scope("Iterator"):
             probe = self._initial()
             self._queue = FIFOQueue([t.dtype for t in probe], capacity=1, shared_name=shared_name or "",
@@ -474,19 +1144,23 @@ class Iterator:
         return out if isinstance(out, list) else [out]
 
     def _build_next(self):
-        ds = self._ds
+        stage = self._ds._stage
         n = len(self._captured)
         state = self._state()
         probe = self._initial()
-        state = [s if i < n else _with_shape(s, list(p.shape.dims)) for i, (s, p) in enumerate(zip(state, probe))]
-        ctx = _Context(state[:n] if n else ds._data, ds._data)
-        ctx.element = lambda idx, n_maps: self._element(ctx, idx, n_maps)
-        has, item, new_state = ds._stage.pull(ctx, state[n:])
+        state = [s if i < n else _with_shape(s, None if p.shape.rank is None else list(p.shape.dims))
+                 for i, (s, p) in enumerate(zip(state, probe))]
+        mapping, i = {}, 0
+        for src in self._sources:
+            mapping[id(src)] = state[i:i + len(src.data)]
+            i += len(src.data)
+        ctx = _Context(mapping)
+        has, item, new_state = stage.pull(ctx, state[n:])
         put = self._queue.enqueue(state[:n] + list(new_state))
         with _graph.control_dependencies([put]):
             has = _graph.identity(has)  # the state is back before an element is made or the end raised
 
-        structure = self._materialize(ctx, [_graph.identity(x) for x in item])  # for shapes and types only
+        structure = stage.element(ctx, [_graph.identity(x) for x in item])  # for shapes and types only
         flat = _flatten(structure)
         ended = FIFOQueue([t.dtype for t in flat], name="end_of_sequence")
 
@@ -495,74 +1169,21 @@ class Iterator:
                 out = ended.dequeue()
             return out
 
-        out = cond(has, lambda: _flatten(self._materialize(ctx, item)), end)
+        out = cond(has, lambda: _flatten(stage.element(ctx, item)), end)
         out = out if isinstance(out, list) else [out]
         return _pack(structure, [_with_shape(o, list(t.shape.dims) if t.shape.rank is not None else None)
                                  for o, t in zip(out, flat)])
 
-    def _rows(self, ctx, idx, batched):
-        """The rows of the captured tensors at idx, with their static shapes."""
-        out = []
-        for d, orig in zip(ctx.data, ctx.static):
-            dims = None if orig.shape.rank is None else list(orig.shape.dims[1:])
-            out.append(_with_shape(_tf.gather(d, idx), None if dims is None else ([None] if batched else []) + dims))
-        return out
-
-    def _element(self, ctx, idx, n_maps=None):
-        element = _pack(self._ds._structure, self._rows(ctx, idx, False))
-        for fn in self._ds._maps[0][:n_maps]:
-            element = _call(fn, element)
-        return element
-
-    def _materialize(self, ctx, item):
-        if self._ds._stage.level == 0:
-            return self._element(ctx, item[0])
-        idxs, k = item
-        if not self._ds._maps[0]:
-            element = _pack(self._ds._structure, self._rows(ctx, _tf.gather(idxs, _tf.range(k)), True))
-        else:
-            element = self._map_then_stack(ctx, idxs, k)
-        if self._batch_stage().drop:  # every batch is full: its size is static, as in TF
-            size = self._batch_stage().size
-            element = _pack(element, [_with_shape(t, None if t.shape.rank is None else [size] + list(t.shape.dims[1:]))
-                                      for t in _flatten(element)])
-        for fn in self._ds._maps[1]:
-            element = _call(fn, element)
-        return element
-
-    def _batch_stage(self):
-        stage = self._ds._stage
-        while not isinstance(stage, _Batch):
-            stage = stage.up
-        return stage
-
-    def _map_then_stack(self, ctx, idxs, k):
-        """Each of the batch's elements mapped (in a loop: the function takes one element), then stacked."""
-        size = self._batch_stage().size
-        shape_of = self._element(ctx, _graph.constant(0))  # built only for its shapes and types
-        flat = _flatten(shape_of)
-        for t in flat:
-            if t.shape.rank is None or any(d is None for d in t.shape.dims):
-                raise errors.UnimplementedError(
-                    f"batch after map needs map's outputs to have static shapes; {t.name!r} has {t.shape}")
-        accs = [_tf.zeros([size] + list(t.shape.dims), t.dtype) for t in flat]
-
-        def more(j, *a):
-            return j < k
-
-        def body(j, *a):
-            one = _flatten(self._element(ctx, _tf.gather(idxs, j)))
-            return [j + 1] + [_at(acc, j, x, size) for acc, x in zip(a, one)]
-
-        res = while_loop(more, body, [_graph.constant(0)] + accs)
-        res = res[1:]
-        return _pack(shape_of, [_tf.gather(r, _tf.range(k)) for r in res])
-
 
 class _Context:
-    """The tensors an iterator reads rows from (data), and those the Dataset was made with (static)."""
+    """Where an iterator reads each source's tensors: those its state captured (initializable iterators),
+    else those the source was made with."""
 
-    def __init__(self, data, static):
-        self.data = data
-        self.static = static
-        self.rows = _tf.shape(data[0])[0]
+    def __init__(self, mapping=None):
+        self._mapping = mapping or {}
+
+    def data(self, src):
+        return self._mapping.get(id(src), src.data)
+
+    def rows(self, src):
+        return _tf.shape(self.data(src)[0])[0]

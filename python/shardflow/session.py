@@ -206,6 +206,7 @@ class _BaseSession:
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         self.graph._apply_device_functions()
+        self._start_host_feeders()
         plan = _FetchPlan(self.graph, fetches)
         feeds = []
         for key, value in (feed_dict or {}).items():
@@ -232,6 +233,7 @@ class _BaseSession:
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         self.graph._apply_device_functions()
+        self._start_host_feeders()
         plan = _FetchPlan(self.graph, fetches)
         keys = [self._feed_key(k, "feed_list entries") for k in (feed_list or [])]
         names = [k.name for k in keys]
@@ -257,6 +259,13 @@ class _BaseSession:
             def run_callable(*feed_values):
                 return build(step(feed_values))
         return run_callable
+
+    def _start_host_feeders(self):
+        # Dataset.from_generator: its generator runs in a thread of this process for each session.
+        feeders = self.graph.__dict__.get("_host_feeders")
+        if feeders:
+            for f in feeders:
+                f.start(self)
 
     def _feed_key(self, key, what):
         """key (a Tensor, something convertible to one, or a name) as a Tensor of the session's graph."""

@@ -206,6 +206,9 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001 -
 
 def fill(dims, value, name=None):
     """A tensor of shape dims filled with the scalar value."""
+    if isinstance(dims, (list, tuple)) and any(isinstance(d, _graph.Tensor) for d in dims):
+        dims = stack([d if isinstance(d, _graph.Tensor) else int(d) for d in dims])  # TF's packing of a list
+        dims = dims if dims.dtype == _dt.int32 else cast(dims, _dt.int32)
     if not isinstance(dims, _graph.Tensor):
         dims = np.asarray(_int_list(dims, "dims"), dtype=np.int32)  # an int n is the shape [n], as TensorFlow
     return ops.fill(dims, _t(value), name=name)

@@ -160,9 +160,13 @@ def test_data_refuses_what_it_does_not_do():
     with tf.Graph().as_default():
         ds = tf.data.Dataset.from_tensor_slices(np.arange(4, dtype=np.int32))
         with pytest.raises(tf.errors.UnimplementedError):
-            ds.batch(2).batch(2)
-        with pytest.raises(tf.errors.UnimplementedError):
             ds.shuffle(2, reshuffle_each_iteration=False)
+        with pytest.raises(tf.errors.UnimplementedError, match="output_shapes"):
+            tf.data.Dataset.from_generator(lambda: iter([1]), tf.int32)
+        with pytest.raises(tf.errors.UnimplementedError, match="one_shot"):
+            tf.data.Dataset.from_generator(lambda: iter([1]), tf.int32, []).make_initializable_iterator()
+        with pytest.raises(TypeError, match="must return a tf.data.Dataset"):
+            ds.flat_map(lambda x: x)
         with pytest.raises(TypeError):
             iter(ds)
         with pytest.raises(ValueError, match="not equal"):
@@ -233,17 +237,20 @@ def test_filter_and_range_as_tf1():
         assert its[0].dtype == tf.int64
         with pytest.raises(ValueError, match="scalar boolean"):
             tf.data.Dataset.range(3).filter(lambda x: x).make_one_shot_iterator().get_next()
-        with pytest.raises(tf.errors.UnimplementedError, match="filter after batch"):
-            tf.data.Dataset.range(4).batch(2).filter(lambda x: True)
+        # filter after batch, batch after batch
+        big = tf.data.Dataset.range(6).batch(2).filter(lambda b: tf.reduce_sum(b) > 2).make_one_shot_iterator()
+        twice = tf.data.Dataset.range(5).batch(2).batch(2).make_one_shot_iterator().get_next()
+        with tf.Session() as sess:
+            assert [b.tolist() for b in _all(big.get_next(), sess)] == [[2, 3], [4, 5]]
+            assert [b.tolist() for b in _all(twice, sess)] == [[[0, 1], [2, 3]], [[4]]]
 
 
-def test_dataset_methods_shardflow_lacks_are_refused_by_name():
+def test_dataset_methods_refuse_what_they_cannot_do_by_name():
     with tf.Graph().as_default():
         d = tf.data.Dataset.range(4)
-        for call, what in ((lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64), "py_func"),
-                           (lambda: tf.data.Dataset.zip((d, d)), "tuple"),
-                           (lambda: d.padded_batch(2, [None]), "dynamic_pad"),
-                           (lambda: d.flat_map(lambda x: x), "flat_map"),
-                           (lambda: d.interleave(lambda x: x, 2), "interleave")):
+        for call, what in ((lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64), "output_shapes"),
+                           (lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64, None), "output_shapes"),
+                           (lambda: d.flat_map(lambda x: tf.data.Dataset.from_generator(
+                               lambda: iter([1]), tf.int64, [])), "from_generator")):
             with pytest.raises(tf.errors.UnimplementedError, match=what):
                 call()
