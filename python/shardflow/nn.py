@@ -14,7 +14,7 @@ __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "softmax", "log_softmax", "b
            "sigmoid_cross_entropy_with_logits", "log_uniform_candidate_sampler", "uniform_candidate_sampler",
            "softmax_cross_entropy_with_logits_v2", "relu6", "elu", "selu", "softplus", "xw_plus_b", "l2_normalize",
            "moments", "batch_normalization",
-           "nce_loss", "sampled_softmax_loss"]
+           "nce_loss", "sampled_softmax_loss", "top_k"]
 
 relu = ops.relu
 
@@ -392,6 +392,9 @@ _RNN = ("dynamic_rnn", "static_rnn", "rnn_cell")
 
 
 def __getattr__(name):
+    if name == "top_k":  # tf1_more_ops.py builds on tf_api, imported on first use
+        from .tf1_more_ops import top_k
+        return top_k
     if name in _RNN:  # rnn.py builds on this module, so it is imported on first use
         from . import rnn
         return rnn.rnn_cell if name == "rnn_cell" else getattr(rnn, name)

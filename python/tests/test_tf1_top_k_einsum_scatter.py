@@ -1,0 +1,130 @@
+"""tf.nn.top_k, tf.einsum and tf.scatter_update / scatter_add / scatter_sub, written as TF 1.x programs use
+them, checked against NumPy."""
+
+import numpy as np
+import pytest
+
+import shardflow as tf
+
+
+@pytest.fixture(autouse=True)
+def _fresh_graph():
+    tf.reset_default_graph()
+    yield
+
+
+def np_top_k(x, k):
+    # TF's order: largest first, the lower index first among equal values (a stable sort of -x)
+    idx = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, idx, -1), idx
+
+
+def test_top_k_matches_numpy_with_ties_and_batches():
+    rng = np.random.RandomState(0)
+    x = rng.randint(0, 5, size=(4, 3, 9)).astype(np.float32)  # many ties
+    ints = rng.randint(-100, 100, size=(6, 7)).astype(np.int32)
+    p = tf.placeholder(tf.float32, [None, 3, 9])
+    values, indices = tf.nn.top_k(p, k=4)
+    iv, ii = tf.nn.top_k(ints, 7)
+    assert values.shape.as_list() == [None, 3, 4] and indices.dtype == tf.int32
+    with tf.Session() as sess:
+        v, i = sess.run([values, indices], {p: x})
+        v2, i2 = sess.run([iv, ii])
+    ev, ei = np_top_k(x, 4)
+    np.testing.assert_array_equal(v, ev)
+    np.testing.assert_array_equal(i, ei)
+    ev2, ei2 = np_top_k(ints, 7)
+    np.testing.assert_array_equal(v2, ev2)
+    np.testing.assert_array_equal(i2, ei2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at least k"):
+        tf.nn.top_k(tf.zeros([3, 2]), 3)
+
+
+def test_top_k_gradient_goes_to_the_chosen_entries():
+    x = tf.Variable(np.array([[1.0, 5.0, 3.0, 4.0]], np.float32))
+    values, _ = tf.nn.top_k(x, 2)
+    grad, = tf.gradients(tf.reduce_sum(values * tf.constant([[2.0, 1.0]])), [x])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(grad), [[0.0, 2.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),                 # implicit output: "ik"
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ij->j", [(3, 4)]),
+    ("i,i->", [(5,), (5,)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij,ij->ij", [(3, 4), (3, 4)]),
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]),
+    ("ijk,jl->il", [(2, 3, 4), (3, 5)]),         # k summed in the first operand alone
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+])
+def test_einsum_matches_numpy(equation, shapes):
+    rng = np.random.RandomState(len(equation))
+    arrays = [rng.randn(*s).astype(np.float32) for s in shapes]
+    out = tf.einsum(equation, *[tf.constant(a) for a in arrays])
+    with tf.Session() as sess:
+        got = sess.run(out)
+    np.testing.assert_allclose(got, np.einsum(equation, *arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_with_unknown_dims_gradients_and_refusals():
+    a = tf.placeholder(tf.float32, [None, 4])
+    w = tf.Variable(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+    y = tf.einsum("bi,io->bo", a, w)
+    grad, = tf.gradients(tf.reduce_sum(y), [w])
+    xs = np.random.RandomState(1).randn(5, 4).astype(np.float32)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got, gw = sess.run([y, grad], {a: xs})
+    np.testing.assert_allclose(got, xs @ (np.arange(12).reshape(4, 3) / 10), rtol=1e-5)
+    np.testing.assert_allclose(gw, np.repeat(xs.sum(0)[:, None], 3, axis=1), rtol=1e-5)
+    with pytest.raises(tf.errors.UnimplementedError, match="ellipses"):
+        tf.einsum("...ij,jk->...ik", a, w)
+    with pytest.raises(tf.errors.UnimplementedError, match="trace"):
+        tf.einsum("ii->i", tf.zeros([3, 3]))
+    with pytest.raises(ValueError, match="rank"):
+        tf.einsum("ijk,kl->il", a, w)
+
+
+def test_scatter_update_add_sub_on_variables():
+    init = np.arange(12, dtype=np.float32).reshape(4, 3)
+    v = tf.Variable(init)
+    upd = tf.scatter_update(v, [2, 0], [[100.0, 101.0, 102.0], [-1.0, -2.0, -3.0]])
+    add = tf.scatter_add(v, tf.constant([1, 1, 3], tf.int64), np.ones((3, 3), np.float32))
+    sub = tf.scatter_sub(v, [0], [[0.5, 0.5, 0.5]])
+    dup = tf.scatter_update(v, [1, 1], [[7.0, 7.0, 7.0], [8.0, 8.0, 8.0]])  # the last wins
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        expect = init.copy()
+        expect[[2, 0]] = [[100, 101, 102], [-1, -2, -3]]
+        np.testing.assert_array_equal(sess.run(upd), expect)
+        np.testing.assert_array_equal(sess.run(v), expect)  # the variable holds it
+        np.add.at(expect, [1, 1, 3], 1.0)
+        np.testing.assert_array_equal(sess.run(add), expect)  # duplicates add up, as TF
+        expect[0] -= 0.5
+        np.testing.assert_array_equal(sess.run(sub), expect)
+        expect[1] = 8.0
+        np.testing.assert_array_equal(sess.run(dup), expect)
+
+
+def test_scatter_on_a_get_variable_read_and_errors():
+    emb = tf.get_variable("emb", [5, 2], initializer=tf.zeros_initializer())
+    ids = tf.placeholder(tf.int32, [None])
+    rows = tf.placeholder(tf.float32, [None, 2])
+    op = tf.scatter_add(emb, ids, rows)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(op, {ids: [4, 0], rows: [[1, 2], [3, 4]]})
+        sess.run(op, {ids: [4], rows: [[1, 1]]})
+        np.testing.assert_array_equal(sess.run(emb), [[3, 4], [0, 0], [0, 0], [0, 0], [2, 3]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="needs a variable"):
+        tf.scatter_update(tf.zeros([3]), [0], [1.0])
+    with pytest.raises(TypeError, match="int32 or int64"):
+        tf.scatter_add(emb, tf.constant([0.0]), [[1.0, 1.0]])
