@@ -191,3 +191,30 @@ def test_a_two_worker_replicated_script_trains_on_real_nodes():
     assert chief["local_steps"] > 50 and other["local_steps"] > 50
     assert chief["local_steps"] + other["local_steps"] >= 600 - 2
     assert chief["test_accuracy"] > 0.78, chief
+
+
+def test_a_chief_on_a_server_checkpoints_and_restores(tmp_path):
+    server = tf.train.Server.create_local_server()
+    x = tf.placeholder(tf.float32, [None, 2])
+    y = tf.placeholder(tf.float32, [None, 1])
+    with tf.device(tf.train.replica_device_setter(ps_tasks=1)):
+        w = tf.get_variable("w", [2, 1], initializer=tf.zeros_initializer())
+        step = tf.train.get_or_create_global_step()
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    xs = np.random.RandomState(2).randn(32, 2).astype(np.float32)
+    ys = xs @ np.array([[1.0], [2.0]], np.float32)
+    with tf.train.MonitoredTrainingSession(master=server.target, is_chief=True, checkpoint_dir=str(tmp_path),
+                                           hooks=[tf.train.StopAtStepHook(last_step=30)]) as sess:
+        while not sess.should_stop():
+            sess.run(train, {x: xs, y: ys})
+    path = tf.train.latest_checkpoint(str(tmp_path))
+    assert path.endswith("model.ckpt-30")
+    with tf.Session() as local:  # the cluster's checkpoint, read in this process
+        tf.train.Saver().restore(local, path)
+        trained = local.run(w)
+    assert np.abs(trained).sum() > 0.5
+    # a new chief restores the newest checkpoint instead of initializing
+    with tf.train.MonitoredTrainingSession(master=server.target, is_chief=True, checkpoint_dir=str(tmp_path)) as sess:
+        assert sess.run(step) == 30
+        np.testing.assert_array_equal(sess.run(w), trained)
