@@ -42,7 +42,8 @@ and the machine takes them from there.
 Differences, each refused by name or documented here: no file datasets
 (shardflow has no string tensors; Criteo-format files come from
 sf.ops.criteo_reader); shuffle(reshuffle_each_iteration=False) is refused;
-from_generator needs output_shapes (ranks at least) and a one-shot iterator;
+from_generator needs output_shapes (ranks at least) and a one-shot iterator,
+and cannot be repeated (its generator runs once per session);
 get_next() on an initializable iterator whose initializer has not run raises
 UnavailableError naming the node "GetNext_before_the_iterator_initializer_ran"
 (TF raises FailedPreconditionError).
@@ -222,6 +223,10 @@ class _Map(_Stage):
 class _Repeat(_Stage):
     def __init__(self, up, count):
         self.up, self.count = up, count
+        if any(isinstance(src, _GeneratorSource) for src in up.sources()):
+            raise errors.UnimplementedError(
+                "repeat after Dataset.from_generator is not supported: its generator runs once per session from "
+                "the host; let the generator give every epoch (for _ in range(n): yield from ...)")
 
     def initial(self):
         return [_graph.constant(0)] + self.up.initial()

@@ -250,6 +250,8 @@ def test_dataset_methods_refuse_what_they_cannot_do_by_name():
         d = tf.data.Dataset.range(4)
         for call, what in ((lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64), "output_shapes"),
                            (lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64, None), "output_shapes"),
+                           (lambda: tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64, []).map(
+                               lambda x: x + 1).repeat(2), "repeat"),
                            (lambda: d.flat_map(lambda x: tf.data.Dataset.from_generator(
                                lambda: iter([1]), tf.int64, [])), "from_generator")):
             with pytest.raises(tf.errors.UnimplementedError, match=what):
