@@ -42,8 +42,8 @@ and the machine takes them from there.
 Differences, each refused by name or documented here: no file datasets
 (shardflow has no string tensors; Criteo-format files come from
 sf.ops.criteo_reader); shuffle(reshuffle_each_iteration=False) is refused;
-from_generator needs output_shapes (ranks at least) and a one-shot iterator,
-and cannot be repeated (its generator runs once per session);
+from_generator needs output_shapes (ranks at least) and cannot be repeated
+(its generator runs once per session, or per run of an initializer);
 get_next() on an initializable iterator whose initializer has not run raises
 UnavailableError naming the node "GetNext_before_the_iterator_initializer_ran"
 (TF raises FailedPreconditionError).
@@ -132,22 +132,23 @@ def _at(values, k, item, count):
 # for (gathering rows, calling map functions); it runs only when an element comes out, or when a stage
 # needs its value (filter, padded_batch, flat_map). ctx says where each source's tensors are.
 
-def _zeros(shape, dtype):
+def _zeros(shape, dtype, keep_static=True):
     """Zeros of shape; None dims are 0, and then the static shape hides them (None), so that a loop or a
-    cond may give the same variable another size."""
+    cond may give the same variable another size; the other dims stay static unless keep_static is False."""
     dims = list(shape)
     if all(d is not None for d in dims):
         return _tf.zeros(dims, dtype)
     zero = _tf.size(_tf.zeros([0], _I32))  # 0, not a constant: the dims stay unknown statically
-    return _tf.fill(_tf.stack([zero + (0 if d is None else int(d)) for d in dims]),
-                    _graph.constant(np.zeros((), _dt.as_dtype(dtype).as_numpy_dtype)))
+    t = _tf.fill(_tf.stack([zero + (0 if d is None else int(d)) for d in dims]),
+                 _graph.constant(np.zeros((), _dt.as_dtype(dtype).as_numpy_dtype)))
+    return _with_shape(t, dims) if keep_static else t
 
 
 def _empty(dims, dtype):
     """No rows of elements of shape dims (None: unknown): [0] + dims with the row count unknown statically,
     the start of a batch that grows in a loop."""
     dims = list(dims)
-    t = _zeros([None] + [0 if d is None else d for d in dims], dtype)
+    t = _zeros([None] + [0 if d is None else d for d in dims], dtype, keep_static=False)
     return _with_shape(t, [None] + dims) if all(d is not None for d in dims) else t
 
 
@@ -671,7 +672,10 @@ def _padded_dims(p, t):
 
 class _GeneratorSource(_Stage):
     """A Python generator's elements, which a thread of the host puts in a queue for each session
-    (_HostFeeder): items are the elements' values; the end comes as an element marked as the end."""
+    (_HostFeeder): items are the elements' values; the end comes as an element marked as the end. Each run
+    of the generator in a session is a generation (0 for a one-shot iterator, one more at each run of an
+    initializable iterator's initializer); the state names the generation it reads and elements of
+    others (the rest of an earlier run) are passed over."""
 
     batchable = False
 
@@ -685,29 +689,39 @@ class _GeneratorSource(_Stage):
         return [(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
     def initial(self):
-        return [_graph.constant(False)]
+        return [_graph.constant(False), self.feeder.generation]
 
     def pull(self, ctx, state):
-        (done,) = state
+        done, gen = state
         q = self.feeder.queue
         n = len(self.shapes)
 
         def get():
-            vals = q.dequeue(name="from_generator")
-            vals = vals if isinstance(vals, list) else [vals]
+            def more(found, *rest):
+                return _tf.logical_not(found)
+
+            def body(found, *rest):
+                vals = q.dequeue(name="from_generator")
+                vals = vals if isinstance(vals, list) else [vals]
+                comps = [_with_shape(v, s) for v, s in zip(vals[:n], self.shapes)]
+                return [_tf.equal(vals[n + 2], gen)] + comps + [vals[n], vals[n + 1]]
+
+            zeros = [_zeros(s, d) for s, d in self.spec()]
+            res = while_loop(more, body, [_graph.constant(False)] + zeros + [_graph.constant(False)] * 2)
+            comps, end, error = list(res[1:1 + n]), res[1 + n], res[2 + n]
             from .debugging import Assert
-            ok = Assert(_tf.logical_not(vals[n + 1]), [
+            ok = Assert(_tf.logical_not(error), [
                 "from_generator: the generator raised or gave an element that does not match output_types and "
                 "output_shapes (the traceback is in the log of the process that ran get_next)"])
             with _graph.control_dependencies([ok]):
-                end = _graph.identity(vals[n])
-            return [_tf.logical_not(end)] + [_with_shape(v, s) for v, s in zip(vals[:n], self.shapes)] + [end]
+                end = _graph.identity(end)
+            return [_tf.logical_not(end)] + comps + [end]
 
         def ended():
             return [_graph.constant(False)] + [_zeros(s, d) for s, d in self.spec()] + [_graph.constant(True)]
 
         out = cond(done, ended, get)
-        return out[0], list(out[1:1 + n]), [out[-1]]
+        return out[0], list(out[1:1 + n]), [out[-1], gen]
 
     def element(self, ctx, item, batched=False):
         return _pack(self.structure, list(item))
@@ -862,6 +876,9 @@ class Dataset:
     def make_one_shot_iterator(self):
         """An Iterator that needs no initializer (it starts on its first get_next)."""
         for src in self._stage.sources():
+            if isinstance(src, _GeneratorSource):
+                src.feeder.one_shot = True
+        for src in self._stage.sources():
             for t in getattr(src, "data", []):
                 if t.op.type == "Placeholder":
                     raise ValueError("Failed to create a one-shot iterator for a dataset that captures a placeholder "
@@ -870,10 +887,6 @@ class Dataset:
 
     def make_initializable_iterator(self, shared_name=None):
         """An Iterator whose .initializer (re)starts it, capturing the tensors (feed placeholders there)."""
-        if any(isinstance(src, _GeneratorSource) for src in self._stage.sources()):
-            raise errors.UnimplementedError(
-                "an initializable iterator over Dataset.from_generator is not supported: its generator runs once "
-                "per session from the host; use make_one_shot_iterator()")
         return Iterator(self, one_shot=False, shared_name=shared_name)
 
     def __iter__(self):
@@ -908,43 +921,64 @@ def _map_structure(s, fn, leaf=None):
 
 
 class _HostFeeder:
-    """Runs a from_generator's generator for each session that runs the graph, in a thread of this
-    process: each element is converted to the output types, checked against the output shapes and put in
-    the dataset's queue by a step of that session (a feed); after the last one an element marked as the
-    end follows, or one marked as an error when the generator raised or yielded a wrong element (which
+    """Runs a from_generator's generator for sessions, in threads of this process: each element is
+    converted to the output types, checked against the output shapes and put in the dataset's queue by a
+    step of that session (a feed), tagged with its generation; after the last one an element marked as
+    the end follows, or one marked as an error when the generator raised or yielded a wrong element (which
     is logged, and fails the get_next that reaches it). The queue holds 2 elements, so the generator runs
-    at most that far ahead of get_next."""
+    at most that far ahead of get_next.
+
+    A session's generation 0 starts with its first step when a one-shot iterator reads the dataset; each
+    run of an initializable iterator's initializer (as a target of Session.run) starts the next one and
+    stops the thread of the one before once its pending element is taken. Session.run feeds the
+    generation placeholder (host_feeds)."""
 
     def __init__(self, generator, args, dtypes, shapes, structure):
         import threading
         import weakref
         self.generator, self.args, self.dtypes, self.shapes, self.structure = generator, args, dtypes, shapes, structure
+        self.one_shot = False
         g = _graph.get_default_graph()
         with g.as_default(), _graph.name_scope("from_generator"):
-            self.placeholders = [_graph.placeholder(d, None if s is None else s, name="element")
-                                 for d, s in zip(dtypes, shapes)]
+            self.placeholders = [_graph.placeholder(d, s, name="element") for d, s in zip(dtypes, shapes)]
             self.end = _graph.placeholder(_dt.bool_, [], name="end")
             self.error = _graph.placeholder(_dt.bool_, [], name="error")
-            self.queue = FIFOQueue(list(dtypes) + [_dt.bool_, _dt.bool_], capacity=2, name="elements")
-            self.enqueue = self.queue.enqueue(self.placeholders + [self.end, self.error])
+            self.tag = _graph.placeholder(_I32, [], name="tag")
+            self.generation = _graph.placeholder(_I32, [], name="generation")  # the one a new iterator reads
+            self.queue = FIFOQueue(list(dtypes) + [_dt.bool_, _dt.bool_, _I32], capacity=2, name="elements")
+            self.enqueue = self.queue.enqueue(self.placeholders + [self.end, self.error, self.tag])
         self._lock = threading.Lock()
-        self._sessions = weakref.WeakSet()
-        feeders = g.__dict__.setdefault("_host_feeders", [])
-        feeders.append(self)
+        self._sessions = weakref.WeakKeyDictionary()  # session -> [generation, stop event or None]
+        g.__dict__.setdefault("_host_feeders", []).append(self)
 
-    def start(self, sess):
-        """Starts the generator's thread for sess, once."""
+    def feeds(self, sess, restart):
+        """{generation placeholder: sess's current generation}, starting generation 0 (one-shot readers) or,
+        with restart (an initializer runs), the next generation first."""
         import threading
         with self._lock:
-            if sess in self._sessions:
-                return
-            self._sessions.add(sess)
-        threading.Thread(target=self._feed, args=(sess,), daemon=True, name="from_generator").start()
+            st = self._sessions.get(sess)
+            if st is None:
+                st = self._sessions[sess] = [0, None]
+                if self.one_shot and not restart:
+                    st[1] = threading.Event()
+                    self._launch(sess, 0, st[1])
+            if restart:
+                if st[1] is not None:
+                    st[1].set()
+                st[0] += 1
+                st[1] = threading.Event()
+                self._launch(sess, st[0], st[1])
+            return {self.generation: st[0]}
 
-    def _marker(self, end, error):
+    def _launch(self, sess, generation, stop):
+        import threading
+        threading.Thread(target=self._feed, args=(sess, generation, stop), daemon=True,
+                         name="from_generator").start()
+
+    def _marker(self, end, error, generation):
         feed = {p: np.zeros([0 if d is None else d for d in s], d_.as_numpy_dtype)
                 for p, s, d_ in zip(self.placeholders, self.shapes, self.dtypes)}
-        feed.update({self.end: end, self.error: error})
+        feed.update({self.end: end, self.error: error, self.tag: generation})
         return feed
 
     def _convert(self, value):
@@ -960,23 +994,43 @@ class _HostFeeder:
             out.append(arr)
         return out
 
-    def _feed(self, sess):
+    def _feed(self, sess, generation, stop):
         from . import tf_logging
         try:
             for value in self.generator(*self.args):
+                if stop.is_set():
+                    return
                 arrays = self._convert(value)
                 feed = dict(zip(self.placeholders, arrays))
-                feed.update({self.end: False, self.error: False})
+                feed.update({self.end: False, self.error: False, self.tag: generation})
                 sess.run(self.enqueue, feed)
-            sess.run(self.enqueue, self._marker(True, False))
+            if not stop.is_set():
+                sess.run(self.enqueue, self._marker(True, False, generation))
         except errors.OpError:
             return  # the session closed
         except Exception as e:  # noqa: BLE001 - the generator's own errors go to the step that reaches them
             tf_logging.error("from_generator: %s: %s", type(e).__name__, e, exc_info=True)
             try:
-                sess.run(self.enqueue, self._marker(False, True))
+                sess.run(self.enqueue, self._marker(False, True, generation))
             except errors.OpError:
                 pass
+
+
+def host_feeds(graph, sess, target_names):
+    """The feeds a step of sess needs for the graph's from_generator datasets (their generation), starting
+    their generators' threads as needed (see _HostFeeder); {} when the graph has none."""
+    feeders = graph.__dict__.get("_host_feeders")
+    if not feeders:
+        return {}
+    restart = set()
+    inits = graph.__dict__.get("_generator_initializers", {})
+    for name in target_names:
+        for f in inits.get(name, ()):
+            restart.add(id(f))
+    out = {}
+    for f in feeders:
+        out.update(f.feeds(sess, id(f) in restart))
+    return out
 
 
 class _Interleave(_Stage):
@@ -1110,6 +1164,9 @@ class Iterator:
                 clear = cond(self._queue.size() > 0, self._discard, lambda: _graph.constant(0))
                 with _graph.control_dependencies([clear]):
                     self.initializer = self._queue.enqueue(self._initial(), name="initializer")
+                feeders = [src.feeder for src in dataset._stage.sources() if isinstance(src, _GeneratorSource)]
+                if feeders:  # running the initializer starts the generators again (host_feeds)
+                    g.__dict__.setdefault("_generator_initializers", {})[self.initializer.name] = feeders
         self._next = None
 
     def _initial(self):

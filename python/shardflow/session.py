@@ -206,9 +206,12 @@ class _BaseSession:
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         self.graph._apply_device_functions()
-        self._start_host_feeders()
         plan = _FetchPlan(self.graph, fetches)
         feeds = []
+        host = self._host_feeds(plan.target_names)
+        if host:
+            host.update(feed_dict or {})
+            feed_dict = host
         for key, value in (feed_dict or {}).items():
             key = self._feed_key(key, "feed_dict keys")
             arr = _feed_value(key, value, key.name)
@@ -233,7 +236,14 @@ class _BaseSession:
         if self._s is None or self._s.closed:
             raise errors.FailedPreconditionError("the session is closed")
         self.graph._apply_device_functions()
-        self._start_host_feeders()
+        if self.graph.__dict__.get("_host_feeders"):
+            # Dataset.from_generator: each step feeds the generators' generation (run() does it)
+            def run_fed(*feed_values, options=None, run_metadata=None):
+                if len(feed_values) != len(feed_list or []):
+                    raise errors.InvalidArgumentError(f"the callable takes {len(feed_list or [])} values, "
+                                                      f"got {len(feed_values)}")
+                return self.run(fetches, dict(zip(feed_list or [], feed_values)), options)
+            return run_fed
         plan = _FetchPlan(self.graph, fetches)
         keys = [self._feed_key(k, "feed_list entries") for k in (feed_list or [])]
         names = [k.name for k in keys]
@@ -260,12 +270,12 @@ class _BaseSession:
                 return build(step(feed_values))
         return run_callable
 
-    def _start_host_feeders(self):
+    def _host_feeds(self, target_names):
         # Dataset.from_generator: its generator runs in a thread of this process for each session.
-        feeders = self.graph.__dict__.get("_host_feeders")
-        if feeders:
-            for f in feeders:
-                f.start(self)
+        if not self.graph.__dict__.get("_host_feeders"):
+            return {}
+        from .data import host_feeds
+        return host_feeds(self.graph, self, target_names)
 
     def _feed_key(self, key, what):
         """key (a Tensor, something convertible to one, or a name) as a Tensor of the session's graph."""

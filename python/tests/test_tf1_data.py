@@ -163,8 +163,6 @@ def test_data_refuses_what_it_does_not_do():
             ds.shuffle(2, reshuffle_each_iteration=False)
         with pytest.raises(tf.errors.UnimplementedError, match="output_shapes"):
             tf.data.Dataset.from_generator(lambda: iter([1]), tf.int32)
-        with pytest.raises(tf.errors.UnimplementedError, match="one_shot"):
-            tf.data.Dataset.from_generator(lambda: iter([1]), tf.int32, []).make_initializable_iterator()
         with pytest.raises(TypeError, match="must return a tf.data.Dataset"):
             ds.flat_map(lambda x: x)
         with pytest.raises(TypeError):

@@ -203,3 +203,31 @@ def test_from_generator_in_a_training_loop_with_tf1_idioms():
             pass
         np.testing.assert_allclose(sess.run(w), w_true, atol=1e-3)
     assert steps == 200
+
+
+def test_from_generator_with_an_initializable_iterator_runs_the_generator_at_each_initializer():
+    calls = []
+
+    def gen():
+        calls.append(1)
+        for i in range(5):
+            yield i
+
+    it = tf.data.Dataset.from_generator(gen, tf.int64, []).map(lambda x: x * 10).make_initializable_iterator()
+    nxt = it.get_next()
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        assert calls == []  # nothing runs the generator before its initializer
+        for _ in range(2):  # two epochs, TF 1.x's way
+            sess.run(it.initializer)
+            assert [int(v) for v in drain(nxt)] == [0, 10, 20, 30, 40]
+        # an initializer in the middle of an epoch starts from the beginning again
+        sess.run(it.initializer)
+        assert [int(sess.run(nxt)) for _ in range(2)] == [0, 10]
+        sess.run(it.initializer)
+        assert [int(v) for v in drain(nxt)] == [0, 10, 20, 30, 40]
+        # a callable of the session feeds the generation too
+        sess.run(it.initializer)
+        step = sess.make_callable(nxt)
+        assert [int(step()) for _ in range(3)] == [0, 10, 20]
+    assert len(calls) == 5
