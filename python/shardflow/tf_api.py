@@ -583,3 +583,10 @@ tanh, sigmoid, reciprocal, rsqrt = ops.tanh, ops.sigmoid, ops.reciprocal, ops.rs
 pow = _binary(ops.pow)  # noqa: A001 - tf.math.pow
 floor, ceil, round, is_nan, is_inf, is_finite = (ops.floor, ops.ceil, ops.round, ops.is_nan,  # noqa: A001
                                                  ops.is_inf, ops.is_finite)
+
+
+def __getattr__(name):
+    if name == "top_k":  # tf.math.top_k: tf1_more_ops.py builds on this module, so it is imported on first use
+        from .tf1_more_ops import top_k
+        return top_k
+    raise AttributeError(f"module 'shardflow.tf_api' has no attribute '{name}'")

@@ -38,6 +38,7 @@ def test_top_k_matches_numpy_with_ties_and_batches():
     np.testing.assert_array_equal(i2, ei2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="at least k"):
         tf.nn.top_k(tf.zeros([3, 2]), 3)
+    assert tf.math.top_k is tf.nn.top_k
 
 
 def test_top_k_gradient_goes_to_the_chosen_entries():
