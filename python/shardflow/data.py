@@ -435,7 +435,7 @@ class _FlatMap(_Stage):
         return flat[0], list(flat[1:1 + n_out]), list(flat[1 + n_out:1 + n_out + n_in]), list(flat[1 + n_out + n_in:])
 
     def pull(self, ctx, state):
-        n_out, n_item = len(self.up.spec()), len(self.inner_spec)
+        n_item = len(self.inner_spec)
 
         def more(found, done, *rest):
             return _tf.logical_and(_tf.logical_not(found), _tf.logical_not(done))

@@ -1,7 +1,6 @@
 """tf.data's zip, padded_batch, flat_map, interleave and from_generator, written as TF 1.x programs use
 them; each checked against the elements TF 1.x gives (worked out by hand from TF's definitions)."""
 
-import threading
 
 import numpy as np
 import pytest
@@ -33,7 +32,7 @@ def test_zip_pairs_elements_and_ends_with_the_shortest():
     zipped = tf.data.Dataset.zip((a, (b, c)))
     x, (y, z) = zipped.make_one_shot_iterator().get_next()
     assert x.dtype == tf.int64 and y.shape.as_list() == [2] and z.dtype == tf.int32
-    with tf.Session() as sess:
+    with tf.Session():
         got = drain((x, y, z))
     assert [int(v[0]) for v in got] == [0, 1, 2]
     np.testing.assert_array_equal(np.stack([v[1] for v in got]), [[1, 2], [3, 4], [5, 6]])
@@ -45,7 +44,7 @@ def test_zip_of_dicts_then_shuffle_batch_repeat():
     b = tf.data.Dataset.range(100, 106)
     ds = tf.data.Dataset.zip({"a": a, "b": b}).shuffle(6, seed=3).batch(4).repeat(2)
     nxt = ds.make_one_shot_iterator().get_next()
-    with tf.Session() as sess:
+    with tf.Session():
         got = drain(nxt)
     assert [len(g["a"]) for g in got] == [4, 2, 4, 2]
     for g in got:  # the pairs stay together through the shuffle
@@ -61,7 +60,7 @@ def test_padded_batch_pads_to_the_longest_or_to_the_given_shape():
     fixed = ds.padded_batch(3, padded_shapes=[6], padding_values=tf.constant(-1, tf.int64))
     fnxt = fixed.make_one_shot_iterator().get_next()
     assert fnxt.shape.as_list() == [None, 6]
-    with tf.Session() as sess:
+    with tf.Session():
         got = drain(nxt)
         fgot = drain(fnxt)
     np.testing.assert_array_equal(got[0], [[1, 0], [2, 2]])
@@ -101,7 +100,7 @@ def test_flat_map_gives_each_elements_dataset_in_turn():
     lens = tf.data.Dataset.from_tensor_slices(np.array([2, 0, 3], np.int64))
     rep = lens.flat_map(lambda n: tf.data.Dataset.from_tensors(n).repeat(n)).batch(2)
     rnxt = rep.make_one_shot_iterator().get_next()
-    with tf.Session() as sess:
+    with tf.Session():
         assert [int(v) for v in drain(nxt)] == [1, 3, 5, 7, 9]
         assert [v.tolist() for v in drain(rnxt)] == [[2, 2], [3, 3], [3]]
 
@@ -115,7 +114,7 @@ def test_interleave_cycles_blocks_and_refills_as_tf1():
     uneven = tf.data.Dataset.from_tensor_slices(np.array([1, 3, 2], np.int64)).interleave(
         lambda n: tf.data.Dataset.range(n).map(lambda v: v + 10 * n), cycle_length=2, block_length=1)
     unxt = uneven.make_one_shot_iterator().get_next()
-    with tf.Session() as sess:
+    with tf.Session():
         got = [int(v) for v in drain(nxt)]
         ugot = [int(v) for v in drain(unxt)]
     assert got == [1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5]
