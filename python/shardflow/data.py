@@ -58,6 +58,11 @@ from . import tf_api as _tf
 from .control_flow import cond, while_loop
 from .queues import FIFOQueue
 
+import atexit as _atexit
+import weakref as _weakref
+
+_LIVE_FEEDERS = _weakref.WeakSet()  # every from_generator dataset, for _stop_live_feeders at exit
+
 __all__ = ["Dataset", "Iterator"]
 
 _I32 = _dt.int32
@@ -947,9 +952,13 @@ class _HostFeeder:
             self.generation = _graph.placeholder(_I32, [], name="generation")  # the one a new iterator reads
             self.queue = FIFOQueue(list(dtypes) + [_dt.bool_, _dt.bool_, _I32], capacity=2, name="elements")
             self.enqueue = self.queue.enqueue(self.placeholders + [self.end, self.error, self.tag])
+            # Unblocks a feeder waiting on a full queue when the process exits.
+            self.cancel = self.queue.close(cancel_pending_enqueues=True)
         self._lock = threading.Lock()
         self._sessions = weakref.WeakKeyDictionary()  # session -> [generation, stop event or None]
+        self._threads = []  # (session weak reference, stop event, thread) of the feeders started
         g.__dict__.setdefault("_host_feeders", []).append(self)
+        _LIVE_FEEDERS.add(self)
 
     def feeds(self, sess, restart):
         """{generation placeholder: sess's current generation}, starting generation 0 (one-shot readers) or,
@@ -972,8 +981,27 @@ class _HostFeeder:
 
     def _launch(self, sess, generation, stop):
         import threading
-        threading.Thread(target=self._feed, args=(sess, generation, stop), daemon=True,
-                         name="from_generator").start()
+        import weakref
+        t = threading.Thread(target=self._feed, args=(sess, generation, stop), daemon=True, name="from_generator")
+        t.start()
+        self._threads = [x for x in self._threads if x[2].is_alive()] + [(weakref.ref(sess), stop, t)]
+
+    def stop_feeders(self, timeout_s=5.0):
+        """Stops this dataset's generator threads: each stops before its next element, and one waiting on
+        the full queue is released by closing it (its session's later reads of the dataset end). Waits up
+        to timeout_s for each."""
+        for ref, stop, t in list(self._threads):
+            if not t.is_alive():
+                continue
+            stop.set()
+            sess = ref()
+            if sess is not None:
+                try:
+                    sess.run(self.cancel)
+                except Exception:  # noqa: BLE001 - a closed session has released its feeder already
+                    pass
+            t.join(timeout_s)
+        self._threads = []
 
     def _marker(self, end, error, generation):
         feed = {p: np.zeros([0 if d is None else d for d in s], d_.as_numpy_dtype)
@@ -1014,6 +1042,14 @@ class _HostFeeder:
                 sess.run(self.enqueue, self._marker(False, True, generation))
             except errors.OpError:
                 pass
+
+
+def _stop_live_feeders():
+    # Before the interpreter tears the runtime down: a generator thread left
+    # blocked inside a step (its queue full) would outlive the session it runs
+    # in, and the process would abort at exit.
+    for f in list(_LIVE_FEEDERS):
+        f.stop_feeders()
 
 
 def host_feeds(graph, sess, target_names):
@@ -1249,3 +1285,6 @@ class _Context:
 
     def rows(self, src):
         return _tf.shape(self.data(src)[0])[0]
+
+
+_atexit.register(_stop_live_feeders)
