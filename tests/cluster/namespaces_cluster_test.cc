@@ -12,7 +12,6 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "examples/common/local_cluster.h"
 #include "graph/namespaces.h"
@@ -24,6 +23,7 @@
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 
@@ -272,11 +272,9 @@ TEST_CASE("Namespaces: quotas refuse one namespace past them and leave the other
   INFO(dropped.status().ToString());
   REQUIRE(dropped.ok());
   CHECK(dropped->variables == 2);
-  int64_t after = RssBytes(cluster.pid(0));
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-       after - before > (int64_t{100} << 20) && std::chrono::steady_clock::now() < deadline;
-       after = RssBytes(cluster.pid(0)))
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int64_t after = 0;
+  testing::WaitFor([&] { return (after = RssBytes(cluster.pid(0))) - before < (int64_t{100} << 20); },
+                   std::chrono::seconds(20), std::chrono::milliseconds(100));
   INFO("RSS before " << before << ", holding " << holding << ", after drop " << after);
   CHECK(after - before < (int64_t{100} << 20));
   CHECK(Read(*ca, {}).names.size() == 16);
@@ -428,8 +426,8 @@ TEST_CASE("Namespaces: a namespace no session used for --ns-expiry-s is dropped;
   };
   CHECK(names().count("team_a") == 1);
   const auto start = std::chrono::steady_clock::now();
-  while (names().count("team_a") && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  testing::WaitFor([&] { return names().count("team_a") == 0; }, std::chrono::seconds(20),
+                   std::chrono::milliseconds(200));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO("team_a went after " << waited << " s");
   CHECK(names().count("team_a") == 0);
