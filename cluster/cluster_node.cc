@@ -5,6 +5,7 @@
 // Session uses) and run in executors on the node's compute pool; variables
 // live in the node's variable shard actors, shared by every session whose
 // graphs name them; queues in queue actors.
+#include "cluster/admin_endpoint.h"
 #include "cluster/node_impl.h"
 
 namespace sf {
@@ -520,19 +521,7 @@ Result<std::string> MakeTemporaryClusterCredentials() { return net::MakeTemporar
 
 Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, const std::string& tls_dir,
                                                    const std::string& tls_name, bool insecure) {
-  net::EndpointOptions to;
-  to.tls_dir = tls_dir;
-  to.tls_name = tls_name.empty() ? "session" : tls_name;
-  to.insecure = insecure;
-  to.role = net::Role::kSession;
-  to.handler_threads = 1;
-  to.log = false;
-  if (!insecure) {
-    // Any credential of the cluster may list: take the role it was issued for.
-    SF_ASSIGN_OR_RETURN(net::Credential cred, net::LoadCredential(tls_dir, to.tls_name));
-    to.role = cred.role;
-  }
-  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, nullptr));
+  SF_ASSIGN_OR_RETURN(auto endpoint, cluster::AdminEndpoint(tls_dir, tls_name, insecure));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(address));
   SF_ASSIGN_OR_RETURN(net::Message reply, net::Call(c, net::ListMembers{}, 10000));
   auto* mem = std::get_if<net::Membership>(&reply.body);

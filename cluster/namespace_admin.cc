@@ -1,6 +1,7 @@
 // Listing and dropping namespaces across a cluster's nodes (include/shardflow/cluster.h).
 #include <map>
 
+#include "cluster/admin_endpoint.h"
 #include "cluster/member_registry.h"
 #include "net/credentials.h"
 #include "net/peer_rpc.h"
@@ -16,20 +17,9 @@ Result<std::vector<net::Namespaces>> AskEveryNode(const std::string& etcd, const
                                                   const std::string& cluster, const std::string& tls_name,
                                                   bool insecure, const net::Body& request) {
   std::optional<net::Credential> credential;
-  net::EndpointOptions to;
-  to.tls_dir = tls_dir;
-  to.tls_name = tls_name.empty() ? "session" : tls_name;
-  to.insecure = insecure;
-  to.role = net::Role::kSession;
-  to.handler_threads = 1;
-  to.log = false;
-  if (!insecure) {
-    if (tls_dir.empty()) return InvalidArgument("no credentials: give a directory made by `shardflow certs init`");
-    SF_ASSIGN_OR_RETURN(credential, net::LoadCredential(tls_dir, to.tls_name));
-    to.role = credential->role;  // a node credential asks as the operator
-  }
+  // A node credential asks as the operator.
+  SF_ASSIGN_OR_RETURN(auto endpoint, cluster::AdminEndpoint(tls_dir, tls_name, insecure, &credential));
   SF_ASSIGN_OR_RETURN(auto members, cluster::ReadMembers(etcd, credential, cluster));
-  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, nullptr));
   std::vector<net::Namespaces> out;
   Status failed;
   for (const cluster::MemberRecord& m : members) {
