@@ -144,7 +144,23 @@ def _stop(procs, tmpdir, etcd):
     shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-class LocalCluster:
+class _Closable:
+    """close() runs self._finalizer (stops the processes, removes the temporary files; idempotent); a with
+    block closes on exit."""
+
+    def close(self):
+        """Stops what this object started and removes its temporary files (idempotent); raises nothing."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LocalCluster(_Closable):
     """nodes `shardflow node` processes joined into one cluster on 127.0.0.1."""
 
     def __init__(self, nodes=2, threads=1, lifetime_s=3600, start_timeout_s=60, log=False, binary=None):
@@ -207,22 +223,11 @@ class LocalCluster:
     def pids(self):
         return [p.pid for p in self._procs]
 
-    def close(self):
-        """Stops every node process and removes the credentials (idempotent)."""
-        self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def __repr__(self):
         return f"<sf.LocalCluster {self.addresses}>"
 
 
-class LocalEnvironment:
+class LocalEnvironment(_Closable):
     """What the processes of a TF 1.x cluster on this machine need to become a shardflow cluster: fresh
     credentials (tls_dir) and an etcd on 127.0.0.1 (etcd), given to tf.train.Server through the
     environment variables in env (SHARDFLOW_TLS_DIR, SHARDFLOW_ETCD):
@@ -251,14 +256,3 @@ class LocalEnvironment:
     def env(self):
         """{"SHARDFLOW_TLS_DIR": tls_dir, "SHARDFLOW_ETCD": etcd}."""
         return {"SHARDFLOW_TLS_DIR": self.tls_dir, "SHARDFLOW_ETCD": self.etcd}
-
-    def close(self):
-        """Stops etcd and removes the credentials (idempotent)."""
-        self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

@@ -182,8 +182,11 @@ class Server:
         if "ps" not in cluster.jobs:
             raise errors.UnimplementedError(
                 "tf.train.Server: shardflow maps a TF cluster's \"ps\" job onto its nodes (each ps task is a "
-                f"`shardflow node` process) and this cluster has none (jobs {cluster.jobs}); in-graph replication "
-                "and clusters of workers alone are not supported: add a ps job")
+                f"`shardflow node` process) and this cluster has none (jobs {cluster.jobs}). For between-graph "
+                "replication add a \"ps\" job. In-graph replication (one client placing replicas with "
+                "tf.device(\"/job:worker/task:i\")) is not run through tf.train.Server: start `shardflow node` "
+                "processes (or sf.LocalCluster(nodes=n)) and run the same graph in sf.ClusterSession(graph, "
+                "cluster=...), whose tasks are /job:worker/task:0..n-1 (docs/CLUSTER.md, \"Connect a session\")")
         ps = cluster.job_tasks("ps")
         if None in ps:
             raise ValueError(f"the ps job's task indices must be 0..n-1, got {cluster.task_indices('ps')}")
