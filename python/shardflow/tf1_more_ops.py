@@ -1,11 +1,14 @@
 """TF 1.x's tf.nn.top_k, tf.einsum and tf.scatter_update / scatter_add / scatter_sub on variables, composed
 from shardflow's primitive ops (so they are differentiable where TF's are, through those ops' gradients).
 
-- top_k(input, k, sorted=True): k passes of "take the largest, then mask it", along the last axis: values
-  in descending order, the lower index first among equal values (TF's order); k must be a Python int.
-- einsum(equation, *inputs): equations without "..." and without an index repeated within one operand,
-  with or without "->"; two operands become one BatchMatMul (batch, free and summed indices moved into
-  place by transposes and reshapes), one operand a sum and a transpose, more operands a chain of pairs.
+- top_k(input, k, sorted=True): values in descending order along the last axis, the lower index first
+  among equal values (TF's order). A Python int k: k passes of "take the largest, then mask it"; a tensor
+  k: each entry's place in that order (a count over all pairs of the row, O(n^2)), then the first k places.
+- einsum(equation, *inputs): with or without "->"; "..." stands for the same leading dims in every
+  operand (right-aligned, a dim of 1 broadcast); an index repeated within one operand takes the diagonal
+  (a mask of equal positions, summed over one of them). Two operands become one BatchMatMul (batch, free
+  and summed indices moved into place by transposes and reshapes), one operand a sum and a transpose, more
+  operands a chain of pairs.
 - scatter_update / scatter_add / scatter_sub(ref, indices, updates): ref[indices[i], ...] = (+= / -=)
   updates[i, ...] on a variable, as one AssignAdd (add, sub: duplicates accumulate, as TF) or one Assign
   of the whole variable (update: with duplicate indices the last update wins; TF leaves that undefined).
@@ -34,7 +37,7 @@ def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TensorFlow's name
     """(values, indices): the k largest entries of input's last axis, largest first (TF 1.x's tf.nn.top_k)."""
     x = _graph.convert_to_tensor(input)
     if isinstance(k, _graph.Tensor):
-        raise errors.UnimplementedError("tf.nn.top_k with k a tensor is not supported: give k as a Python int")
+        return _top_k_by_rank(x, k, name)
     k = int(k)
     if k < 0:
         raise errors.InvalidArgumentError(f"Need k >= 0, got {k}")
@@ -62,33 +65,110 @@ def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TensorFlow's name
         return _tf.stack(values, axis=-1), _tf.stack(indices, axis=-1)
 
 
+def _top_k_by_rank(x, k, name):
+    """top_k for a tensor k (an int32 scalar known at run time): each entry's place in TF's order is the
+    number of larger entries plus the number of equal ones before it; the first k places are gathered.
+    A step with k < 0 or k above the row's length fails with InvalidArgumentError."""
+    from .debugging import Assert
+    if k.dtype != _dt.int32 or (k.shape.rank is not None and k.shape.rank != 0):
+        raise TypeError(f"tf.nn.top_k: k must be an int32 scalar, got {k.dtype.name} of shape {k.shape}")
+    if x.shape.rank == 0:
+        raise ValueError("top_k needs an input of rank 1 or more")
+    g = x.graph
+    with g.as_default(), g.name_scope(name or "TopKV2"):
+        n = _tf.shape(x)[-1]
+        check = Assert(_tf.logical_and(_tf.greater_equal(k, 0), _tf.less_equal(k, n)),
+                       ["input must have at least k columns and k >= 0: k =", k, "columns =", n])
+        with _graph.control_dependencies([check]):
+            k = _graph.identity(k)
+        xi, xj = _tf.expand_dims(x, -1), _tf.expand_dims(x, -2)  # [..., n, 1], [..., 1, n]
+        pos = _tf.range(n)
+        before = _tf.less(_tf.expand_dims(pos, 0), _tf.expand_dims(pos, 1))  # [i, j]: j < i
+        ahead = _tf.logical_or(_tf.greater(xj, xi), _tf.logical_and(_tf.equal(xj, xi), before))
+        place = _tf.reduce_sum(_tf.cast(ahead, _dt.int32), axis=-1)  # [..., n]: a permutation of 0..n-1
+        chosen = _tf.equal(_tf.expand_dims(place, -2), _tf.expand_dims(_tf.range(k), -1))  # [..., k, n]
+        indices = _tf.argmax(_tf.cast(chosen, _dt.int32), axis=-1, output_type=_dt.int32)
+        spread = _tf.zeros_like(_tf.cast(chosen, x.dtype))
+        values = _tf.reduce_max(_tf.where(chosen, xj + spread, spread + _lowest(x.dtype)), axis=-1)
+        return values, indices
+
+
 # ---- einsum ------------------------------------------------------------------------------------
 
-def _parse(equation, n):
+def _parse(equation, ranks):
+    """(terms, out) with each "..." spelled as letters the equation does not use: the longest ellipsis gets
+    them all, a shorter one the last of them (NumPy's right alignment). ranks: each input's rank."""
     eq = equation.replace(" ", "")
-    if "." in eq:
-        raise errors.UnimplementedError(f"tf.einsum({equation!r}): ellipses (...) are not supported")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != n:
-        raise ValueError(f"tf.einsum({equation!r}) has {len(terms)} operands in the equation but {n} inputs")
+    if len(terms) != len(ranks):
+        raise ValueError(f"tf.einsum({equation!r}) has {len(terms)} operands in the equation but {len(ranks)} "
+                         "inputs")
     for t in terms + [out]:
-        if not t.isalpha() and t:
-            raise ValueError(f"tf.einsum({equation!r}): indices must be letters")
-        if len(set(t)) != len(t):
-            raise errors.UnimplementedError(
-                f"tf.einsum({equation!r}): an index repeated within one operand (a trace or diagonal) is not "
-                "supported")
-    if not arrow:  # implicit output: the indices that appear once, in alphabetical order
+        if not t.replace("...", "").isalpha() and t.replace("...", ""):
+            raise ValueError(f"tf.einsum({equation!r}): indices must be letters, with at most one ...")
+        if t.count("...") > 1 or t.replace("...", "").count(".") > 0:
+            raise ValueError(f"tf.einsum({equation!r}): an operand has a \".\" that is not one \"...\"")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    widths = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            w = r - (len(t) - 3)
+            if w < 0:
+                raise ValueError(f"tf.einsum({equation!r}): operand {t!r} names more dims than its rank {r}")
+            widths.append(w)
+    width = max(widths, default=0)
+    ell = "".join(spare[:width])
+    terms = [t.replace("...", ell[width - (r - (len(t) - 3)):]) if "..." in t else t for t, r in zip(terms, ranks)]
+    if arrow:
+        if "..." in out:
+            out = out.replace("...", ell)
+        elif ell and any(c in t for t in terms for c in ell):
+            raise ValueError(f"tf.einsum({equation!r}): the output must have ... when an input has it")
+        if len(set(out)) != len(out):
+            raise ValueError(f"tf.einsum({equation!r}): an output index appears more than once")
+    else:  # implicit output: the ellipsis dims, then the indices that appear once, in alphabetical order
         counts = {}
         for t in terms:
             for c in t:
                 counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted(c for c, m in counts.items() if m == 1))
+        out = ell + "".join(sorted(c for c, m in counts.items() if m == 1 and c not in ell))
     for c in out:
         if not any(c in t for t in terms):
             raise ValueError(f"tf.einsum({equation!r}): output index {c!r} appears in no input")
-    return terms, out
+    return terms, out, ell
+
+
+def _diagonal(x, term):
+    """x with every index repeated in term taken once (the diagonal: entries where the repeated positions
+    are equal), and the term without the repeats."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        p = term.index(c)
+        q = term.index(c, p + 1)
+        dims = _dims(x)
+        n = dims[p]
+        pos = _tf.range(n)
+        eye = _tf.cast(_tf.equal(_tf.expand_dims(pos, 1), _tf.expand_dims(pos, 0)), x.dtype)
+        eye = _reshape(eye, [n if i in (p, q) else 1 for i in builtins.range(len(term))])
+        zeros = _tf.zeros_like(x)
+        x = _tf.reduce_sum(_tf.where(_tf.greater(eye + zeros, zeros), x, zeros), axis=q)
+        term = term[:q] + term[q + 1:]
+    return x, term
+
+
+def _squeeze_broadcast(xs, terms, ell):
+    """Drops an ellipsis dim of static size 1 from an operand when another operand has that index with
+    another size (NumPy's broadcasting of ... dims): it is summed away, being of size 1."""
+    for c in ell:
+        sizes = [x.shape[t.index(c)] for x, t in zip(xs, terms) if c in t]
+        if all(s == 1 for s in sizes):
+            continue
+        for i, (x, t) in enumerate(zip(xs, terms)):
+            if c in t and x.shape[t.index(c)] == 1:
+                xs[i] = _tf.reduce_sum(x, axis=t.index(c))
+                terms[i] = t.replace(c, "")
+    return xs, terms
 
 
 def _dims(x):
@@ -155,22 +235,26 @@ def _two(a, ta, b, tb, out):
 
 
 def einsum(equation, *inputs, **kwargs):
-    """TF 1.x's tf.einsum for equations without "..." or an index repeated within one operand."""
+    """TF 1.x's tf.einsum: ellipses, implicit outputs and diagonals included; ValueError for an equation
+    that does not fit the inputs, UnimplementedError for an input of unknown rank."""
     name = kwargs.pop("name", None)
     if kwargs:
         raise TypeError(f"einsum() got unexpected keyword arguments {sorted(kwargs)}")
     xs = [_graph.convert_to_tensor(x) for x in inputs]
     if not xs:
         raise ValueError("tf.einsum needs at least one input")
-    terms, out = _parse(equation, len(xs))
-    for x, t in zip(xs, terms):
-        if x.shape.rank is not None and x.shape.rank != len(t):
-            raise ValueError(f"tf.einsum({equation!r}): input of shape {x.shape} has rank {x.shape.rank}, but its "
-                             f"indices {t!r} name {len(t)} dims")
+    for x in xs:
         if x.shape.rank is None:
             raise errors.UnimplementedError(f"tf.einsum({equation!r}) needs inputs of known rank")
+    terms, out, ell = _parse(equation, [x.shape.rank for x in xs])
+    for x, t in zip(xs, terms):
+        if x.shape.rank != len(t):
+            raise ValueError(f"tf.einsum({equation!r}): input of shape {x.shape} has rank {x.shape.rank}, but its "
+                             f"indices {t!r} name {len(t)} dims")
     g = xs[0].graph
     with g.as_default(), g.name_scope(name or "einsum"):
+        pairs = [_diagonal(x, t) for x, t in zip(xs, terms)]
+        xs, terms = _squeeze_broadcast([p[0] for p in pairs], [p[1] for p in pairs], ell)
         acc, tacc = xs[0], terms[0]
         if len(xs) == 1:
             return _one(acc, tacc, out)

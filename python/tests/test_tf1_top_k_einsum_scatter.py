@@ -41,6 +41,30 @@ def test_top_k_matches_numpy_with_ties_and_batches():
     assert tf.math.top_k is tf.nn.top_k
 
 
+def test_top_k_with_a_fed_k_matches_numpy():
+    rng = np.random.RandomState(1)
+    x = rng.randint(0, 4, size=(3, 2, 8)).astype(np.float32)  # many ties
+    x[0, 0, 2] = -np.inf
+    p = tf.placeholder(tf.float32, [None, 2, 8])
+    k = tf.placeholder(tf.int32, [])
+    values, indices = tf.nn.top_k(p, k)
+    assert values.shape.rank == 3 and indices.dtype == tf.int32
+    with tf.Session() as sess:
+        for kk in (0, 1, 5, 8):
+            v, i = sess.run([values, indices], {p: x, k: kk})
+            ev, ei = np_top_k(x, kk)
+            np.testing.assert_array_equal(v, ev)
+            np.testing.assert_array_equal(i, ei)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="at least k"):
+            sess.run(values, {p: x, k: 9})
+    grad, = tf.gradients(tf.reduce_sum(values), [p])
+    with tf.Session() as sess:
+        g = sess.run(grad, {p: np.array([[[1, 5, 3, 4, 0, 0, 0, 0]] * 2], np.float32), k: 2})
+    np.testing.assert_array_equal(g[0, 0], [0, 1, 0, 1, 0, 0, 0, 0])
+    with pytest.raises(TypeError, match="int32 scalar"):
+        tf.nn.top_k(p, tf.constant([1, 2]))
+
+
 def test_top_k_gradient_goes_to_the_chosen_entries():
     x = tf.Variable(np.array([[1.0, 5.0, 3.0, 4.0]], np.float32))
     values, _ = tf.nn.top_k(x, 2)
@@ -86,12 +110,46 @@ def test_einsum_with_unknown_dims_gradients_and_refusals():
         got, gw = sess.run([y, grad], {a: xs})
     np.testing.assert_allclose(got, xs @ (np.arange(12).reshape(4, 3) / 10), rtol=1e-5)
     np.testing.assert_allclose(gw, np.repeat(xs.sum(0)[:, None], 3, axis=1), rtol=1e-5)
-    with pytest.raises(tf.errors.UnimplementedError, match="ellipses"):
-        tf.einsum("...ij,jk->...ik", a, w)
-    with pytest.raises(tf.errors.UnimplementedError, match="trace"):
-        tf.einsum("ii->i", tf.zeros([3, 3]))
     with pytest.raises(ValueError, match="rank"):
         tf.einsum("ijk,kl->il", a, w)
+    with pytest.raises(ValueError, match="more than once"):
+        tf.einsum("ij->ii", w)
+    with pytest.raises(ValueError, match="must have ..."):
+        tf.einsum("...ij,jk->ik", tf.zeros([2, 3, 4]), w)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("...ij,jk->...ik", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)]),  # a dim of 1 broadcast against 5
+    ("...ij,jk", [(2, 3, 4), (4, 5)]),                 # implicit output: the ... dims first
+    ("i...,i...->...", [(3, 2, 4), (3, 2, 4)]),
+    ("...->...", [(2, 3)]),
+    ("ii->i", [(4, 4)]),                                # the diagonal
+    ("ii", [(4, 4)]),                                   # the trace
+    ("iij->j", [(3, 3, 5)]),
+    ("bii->bi", [(2, 3, 3)]),
+    ("ij,jj->ij", [(2, 3), (3, 3)]),
+    ("iji,jk->k", [(3, 2, 3), (2, 4)]),
+])
+def test_einsum_ellipses_and_diagonals_match_numpy(equation, shapes):
+    rng = np.random.RandomState(len(equation) + len(shapes))
+    arrays = [rng.randn(*s).astype(np.float32) for s in shapes]
+    out = tf.einsum(equation, *[tf.constant(a) for a in arrays])
+    with tf.Session() as sess:
+        got = sess.run(out)
+    np.testing.assert_allclose(got, np.einsum(equation, *arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_diagonal_with_unknown_dims_and_its_gradient():
+    p = tf.placeholder(tf.float32, [None, None])
+    w = tf.Variable(np.arange(9, dtype=np.float32).reshape(3, 3))
+    trace = tf.einsum("ii->", p)
+    grad, = tf.gradients(tf.einsum("ii", w) * 2.0, [w])
+    x = np.random.RandomState(3).randn(5, 5).astype(np.float32)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(trace, {p: x}), np.trace(x), rtol=1e-5)
+        np.testing.assert_allclose(sess.run(grad), 2.0 * np.eye(3))
 
 
 def test_scatter_update_add_sub_on_variables():
