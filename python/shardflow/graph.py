@@ -768,7 +768,23 @@ def _binary(op, a, b, true_div=False):
             # become float32 first, int32 and int64 float64 (the Div op itself truncates integers).
             to = _dt.float32 if a.dtype.size <= 2 else _dt.float64
             a, b = _cast(g, a, to), _cast(g, b, to)
-        return g._add(op, [a, b], []).outputs[0]
+        return _small_int_op(g, op, [a, b])
+
+
+# Integer ops whose kernels exist for int32 and int64 only: on int8, int16 and uint8 they run in int32 and
+# the result is cast back (exact for FloorDiv, FloorMod and Div's truncation; Neg, Abs and Square wrap on
+# overflow as TF's and NumPy's do).
+_WIDENED_OPS = ("FloorDiv", "FloorMod", "Div", "Neg", "Abs", "Square", "Sign")
+
+
+def _small_int_op(g, op, inputs):
+    """op on inputs, run in int32 and cast back when they are int8, int16 or uint8 and op is one of
+    _WIDENED_OPS; raises what g._add raises."""
+    dt = inputs[0].dtype
+    if op in _WIDENED_OPS and dt in (_dt.int8, _dt.int16, _dt.uint8) and all(x.dtype == dt for x in inputs):
+        out = g._add(op, [_cast(g, x, _dt.int32) for x in inputs], []).outputs[0]
+        return _cast(g, out, dt)
+    return g._add(op, inputs, []).outputs[0]
 
 
 def _cast(g, x, dtype):
@@ -794,8 +810,7 @@ def _scalar_dtype(value, like):
 
 
 def _unary(op, x):
-    g = x.graph
-    return g._add(op, [x], []).outputs[0]
+    return _small_int_op(x.graph, op, [x])
 
 
 def _matmul(a, b):

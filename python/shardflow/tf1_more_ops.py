@@ -9,6 +9,8 @@ from shardflow's primitive ops (so they are differentiable where TF's are, throu
   (a mask of equal positions, summed over one of them). Two operands become one BatchMatMul (batch, free
   and summed indices moved into place by transposes and reshapes), one operand a sum and a transpose, more
   operands a chain of pairs.
+- div, realdiv, truncatediv, truncatemod, mod, floor_div, div_no_nan: TF 1.x's division names on every
+  integer dtype (int8, int16 and uint8 computed in int32, graph._small_int_op) and the floats.
 - scatter_update / scatter_add / scatter_sub(ref, indices, updates): ref[indices[i], ...] = (+= / -=)
   updates[i, ...] on a variable, as one AssignAdd (add, sub: duplicates accumulate, as TF) or one Assign
   of the whole variable (update: with duplicate indices the last update wins; TF leaves that undefined).
@@ -24,7 +26,8 @@ from . import errors
 from . import graph as _graph
 from . import tf_api as _tf
 
-__all__ = ["top_k", "einsum", "scatter_update", "scatter_add", "scatter_sub"]
+__all__ = ["top_k", "einsum", "scatter_update", "scatter_add", "scatter_sub", "div", "realdiv", "truncatediv",
+           "truncatemod", "mod", "floor_div", "div_no_nan"]
 
 
 def _lowest(dtype):
@@ -264,6 +267,81 @@ def einsum(equation, *inputs, **kwargs):
             acc = _two(acc, tacc, xs[i], terms[i], keep)
             tacc = keep
         return _one(acc, tacc, out)
+
+
+# ---- TF 1.x's division names ----------------------------------------------------------------------
+
+def _pair(x, y, what):
+    """x and y as tensors of one dtype (a Python value takes the other side's, as TF)."""
+    if not isinstance(x, _graph.Tensor) and isinstance(y, _graph.Tensor):
+        x = _graph.convert_to_tensor(x, dtype=y.dtype)
+    x = _graph.convert_to_tensor(x)
+    y = _graph.convert_to_tensor(y, dtype=x.dtype) if not isinstance(y, _graph.Tensor) else y
+    if x.dtype != y.dtype:
+        raise TypeError(f"{what}: x is {x.dtype.name} but y is {y.dtype.name} (TF does not convert; cast one)")
+    return x, y
+
+
+def _named(t, name):
+    return _graph.identity(t, name=name) if name else t
+
+
+def div(x, y, name=None):
+    """TF 1.x's tf.div (Python 2's /): floor division for integers, real division for floats; TypeError
+    for mixed dtypes."""
+    x, y = _pair(x, y, "tf.div")
+    return _tf.floordiv(x, y, name=name) if x.dtype.is_integer else _named(x / y, name)
+
+
+def realdiv(x, y, name=None):
+    """TF 1.x's tf.realdiv: x / y for floats; TypeError for integers (TF has no integer RealDiv kernel)."""
+    x, y = _pair(x, y, "tf.realdiv")
+    if not x.dtype.is_floating:
+        raise TypeError(f"tf.realdiv is for floats, got {x.dtype.name}: use tf.truediv (a float result), "
+                        "tf.floordiv or tf.truncatediv")
+    return _named(x / y, name)
+
+
+def truncatediv(x, y, name=None):
+    """TF 1.x's tf.truncatediv: integer division rounding toward zero (C's); TypeError for floats, as TF."""
+    x, y = _pair(x, y, "tf.truncatediv")
+    if not x.dtype.is_integer:
+        raise TypeError(f"tf.truncatediv is for integers, got {x.dtype.name}: use tf.truediv or tf.floordiv")
+    return _tf._truncate_div(x, y, name=name)
+
+
+def truncatemod(x, y, name=None):
+    """TF 1.x's tf.truncatemod: x - truncatediv(x, y) * y (the remainder takes x's sign, as C's %);
+    floats use truncation of x / y."""
+    x, y = _pair(x, y, "tf.truncatemod")
+    with x.graph.as_default():
+        q = _tf._truncate_div(x, y) if x.dtype.is_integer else _tf.cast(_tf.cast(x / y, _dt.int64), x.dtype)
+        return _named(x - q * y, name)
+
+
+def mod(x, y, name=None):
+    """TF 1.x's tf.mod (tf.floormod): the remainder takes y's sign, as Python's %."""
+    x, y = _pair(x, y, "tf.mod")
+    return _tf.floormod(x, y, name=name)
+
+
+def floor_div(x, y, name=None):
+    """TF 1.x's tf.floor_div: x // y (floor division) on integers and floats."""
+    x, y = _pair(x, y, "tf.floor_div")
+    return _tf.floordiv(x, y, name=name)
+
+
+def div_no_nan(x, y, name=None):
+    """TF 1.x's tf.div_no_nan: x / y, and 0 where y is 0; floats only (TypeError otherwise, as TF)."""
+    x, y = _pair(x, y, "tf.div_no_nan")
+    if not x.dtype.is_floating:
+        raise TypeError(f"tf.div_no_nan is for floats, got {x.dtype.name}")
+    with x.graph.as_default():
+        zero = _tf.zeros_like(y)
+        nonzero = _tf.not_equal(y, zero)
+        safe = _tf.where(nonzero, y, _tf.ones_like(y))
+        q = x / safe
+        return _named(_tf.where(_tf.logical_and(nonzero, _tf.ones_like(q) > 0), q, _tf.zeros_like(q)), name)
 
 
 # ---- scatter updates on variables -----------------------------------------------------------------

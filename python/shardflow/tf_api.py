@@ -489,13 +489,31 @@ def _binary(op):
     return fn
 
 
+def _widened(op_type, op):
+    """op, run in int32 and cast back on int8, int16 and uint8 inputs (graph._small_int_op), whose kernels
+    those ops lack."""
+    def fn(*args, name=None):
+        xs = [_t(a) for a in args]
+        if xs[0].dtype in (_dt.int8, _dt.int16, _dt.uint8):
+            g = xs[0].graph
+            with g.as_default():
+                out = _graph._small_int_op(g, op_type, xs)
+            return _graph.identity(out, name=name) if name else out
+        return op(*xs, name=name)
+    fn.__name__ = op.__name__
+    fn.__doc__ = op.__doc__
+    return fn
+
+
 maximum = _binary(ops.maximum)
 minimum = _binary(ops.minimum)
-floordiv = _binary(ops.floor_div)
-floormod = _binary(ops.floor_mod)
+floordiv = _binary(_widened("FloorDiv", ops.floor_div))
+floormod = _binary(_widened("FloorMod", ops.floor_mod))
+_truncate_div = _binary(_widened("Div", ops.div))  # tf1_more_ops.truncatediv checks the dtype
 squared_difference = _binary(ops.squared_difference)
-square, sqrt, exp, log, abs, sign, negative = (ops.square, ops.sqrt, ops.exp, ops.log, ops.abs, ops.sign,  # noqa: A001
-                                               ops.neg)
+sqrt, exp, log = ops.sqrt, ops.exp, ops.log
+square, abs, sign, negative = (_widened("Square", ops.square), _widened("Abs", ops.abs),  # noqa: A001
+                               _widened("Sign", ops.sign), _widened("Neg", ops.neg))
 
 
 # TF 1.x's names of binary ops, with TF 1.x's meanings (NumPy broadcasting; a Python value
@@ -586,7 +604,8 @@ floor, ceil, round, is_nan, is_inf, is_finite = (ops.floor, ops.ceil, ops.round,
 
 
 def __getattr__(name):
-    if name == "top_k":  # tf.math.top_k: tf1_more_ops.py builds on this module, so it is imported on first use
-        from .tf1_more_ops import top_k
-        return top_k
+    # tf.math's names from tf1_more_ops.py, which builds on this module, so it is imported on first use
+    if name in ("top_k", "truncatediv", "truncatemod", "realdiv", "divide_no_nan", "floor_div", "mod"):
+        from . import tf1_more_ops
+        return getattr(tf1_more_ops, "div_no_nan" if name == "divide_no_nan" else name)
     raise AttributeError(f"module 'shardflow.tf_api' has no attribute '{name}'")

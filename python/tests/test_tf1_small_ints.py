@@ -180,10 +180,56 @@ def test_arithmetic_and_reductions_wrap_as_numpy_and_tf(dt, npd):
     assert got[0].dtype == npd and got[6].dtype == npd
 
 
+@pytest.mark.parametrize("dt,npd", SMALL)
+def test_division_and_unary_math_as_tf1(dt, npd):
+    # TF 1.x: / on integers is truediv (int8, int16, uint8 give float32), // floor division, % floor modulo;
+    # tf.div is Python 2's (floor for integers), tf.truncatediv / truncatemod round toward zero (C's).
+    signed = dt != tf.uint8
+    x_np = np.array([7, -7, 9, -128, 0, 5] if signed else [7, 200, 9, 255, 0, 5], npd)
+    y_np = np.array([2, 2, -4, 3, 3, -1] if signed else [2, 7, 4, 16, 3, 1], npd)
+    x, y = tf.placeholder(dt, [None]), tf.constant(y_np)
+    got = _run([x / y, x // y, x % y, tf.div(x, y), tf.floordiv(x, y), tf.floor_div(x, y), tf.mod(x, y),
+                tf.floormod(x, y), tf.truncatediv(x, y), tf.truncatemod(x, y), tf.truediv(x, y), x // 3, 100 // y,
+                -x, abs(x), tf.abs(x), tf.square(x), tf.sign(x), tf.negative(x)], {x: x_np})
+    xi, yi = x_np.astype(np.int64), y_np.astype(np.int64)
+    trunc = np.trunc(xi / yi).astype(np.int64)
+    with np.errstate(over="ignore"):
+        want = [x_np.astype(np.float32) / y_np.astype(np.float32)] + [(xi // yi).astype(npd)] + \
+               [(xi % yi).astype(npd)] + [(xi // yi).astype(npd)] * 3 + [(xi % yi).astype(npd)] * 2 + \
+               [trunc.astype(npd), (xi - trunc * yi).astype(npd), x_np.astype(np.float32) / y_np.astype(np.float32),
+                (xi // 3).astype(npd), (100 // yi).astype(npd), -x_np, np.abs(x_np), np.abs(x_np),
+                np.square(x_np), np.sign(x_np), -x_np]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype, i
+        np.testing.assert_array_equal(g, w, err_msg=str(i))
+    assert got[0].dtype == np.float32  # TF's truediv of 8- and 16-bit integers is float32
+
+
+def test_division_names_refuse_what_tf_refuses():
+    i, f = tf.constant(np.array([7, -7], np.int8)), tf.constant([7.0, -7.0])
+    got = _run([tf.div(f, 2.0), tf.realdiv(f, 2.0), tf.div_no_nan(f, tf.constant([0.0, 2.0])),
+                tf.truncatemod(f, 2.0), tf.math.truncatediv(i, tf.constant(np.int8(2))),
+                tf.math.divide_no_nan(f, tf.constant([2.0, 0.0]))])
+    np.testing.assert_array_equal(got[0], [3.5, -3.5])
+    np.testing.assert_array_equal(got[1], [3.5, -3.5])
+    np.testing.assert_array_equal(got[2], [0.0, -3.5])
+    np.testing.assert_array_equal(got[3], np.fmod([7.0, -7.0], 2.0))
+    np.testing.assert_array_equal(got[4], [3, -3])
+    np.testing.assert_array_equal(got[5], [3.5, 0.0])
+    with pytest.raises(TypeError, match="tf.realdiv is for floats"):
+        tf.realdiv(i, i)
+    with pytest.raises(TypeError, match="tf.truncatediv is for integers"):
+        tf.truncatediv(f, f)
+    with pytest.raises(TypeError, match="tf.div_no_nan is for floats"):
+        tf.div_no_nan(i, i)
+    with pytest.raises(TypeError, match="x is int8 but y is float32"):
+        tf.div(i, f)
+
+
 def test_ops_without_small_int_kernels_say_so():
-    a = tf.constant(np.array([1, 2], np.uint8))
-    with pytest.raises(tf.errors.NotFoundError, match="no CPU kernel for op FloorDiv.*uint8"):
-        _run(a // a)
+    a = tf.constant(np.array([1, 2], np.uint8))  # TF has no uint8 Pow kernel either
+    with pytest.raises(tf.errors.NotFoundError, match="no CPU kernel for op Pow.*uint8"):
+        _run(tf.pow(a, a))
 
 
 def test_dtypes_shardflow_lacks_are_refused_by_name():
