@@ -89,7 +89,10 @@ from . import gfile, losses, metrics  # noqa: F401 - tf.gfile, tf.losses, tf.met
 from .random import set_random_seed  # noqa: F401 - tf.set_random_seed
 from .variables import assign, assign_add, assign_sub, variables_initializer  # noqa: F401 - TF 1.x's
 from .tf1_more_ops import (einsum, scatter_update, scatter_add, scatter_sub, div, realdiv, truncatediv,  # noqa: F401
-                           truncatemod, mod, floor_div, div_no_nan)
+                           truncatemod, mod, floor_div, div_no_nan, py_func, py_function, numpy_function)
+from . import sparse  # noqa: F401 - tf.sparse
+from .sparse import (SparseTensor, SparseTensorValue, sparse_tensor_to_dense, sparse_to_dense,  # noqa: F401
+                     sparse_tensor_dense_matmul, sparse_placeholder)
 from .tf_api import (to_float, to_double, to_int32, to_int64, reduce_logsumexp, count_nonzero, cumsum,  # noqa: F401
                      cumprod, pad, slice, eye, sequence_mask, boolean_mask, is_nan, is_inf, is_finite)
 from . import debugging  # noqa: F401 - tf.debugging

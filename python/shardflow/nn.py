@@ -395,6 +395,9 @@ def __getattr__(name):
     if name == "top_k":  # tf1_more_ops.py builds on tf_api, imported on first use
         from .tf1_more_ops import top_k
         return top_k
+    if name == "embedding_lookup_sparse":  # sparse.py builds on this module's embedding_lookup
+        from .sparse import embedding_lookup_sparse
+        return embedding_lookup_sparse
     if name in _RNN:  # rnn.py builds on this module, so it is imported on first use
         from . import rnn
         return rnn.rnn_cell if name == "rnn_cell" else getattr(rnn, name)

@@ -116,6 +116,8 @@ class _FetchPlan:
     def _flatten(self, f):
         if f is None:
             return ("none", None)
+        if hasattr(f, "_fetch_structure"):  # a tf.SparseTensor: its three tensors, rebuilt as SparseTensorValue
+            return self._flatten(f._fetch_structure())
         if isinstance(f, (_graph.Tensor, _graph.Operation, str)) or hasattr(f, "_as_graph_tensor"):
             return ("leaf", self._leaf(f))
         if isinstance(f, collections.abc.Mapping):

@@ -17,8 +17,9 @@ TensorBoard reads. add_summary also takes bytes and tf.Summary objects.
 
 What differs: a histogram has 30 equal-width buckets between the values'
 minimum and maximum (TF uses fixed exponential buckets; TensorBoard draws
-either), and image, audio, text and tensor summaries record nothing (they
-give empty summaries and warn once each). FileWriter records no graph
+either), and image, audio, text and tensor summaries raise
+UnimplementedError naming themselves (TF encodes PNG and WAV and writes
+strings in the graph; shardflow cannot). FileWriter records no graph
 (shardflow's graph is not a TF GraphDef; Graph.save writes shardflow's).
 Tags are the summary's name under the enclosing name scopes, made unique as
 TF 1.x does ("loss", "loss_1"); with a family, "family/family/name" as TF 1.x.
@@ -31,7 +32,6 @@ import socket
 import struct
 import threading
 import time
-import warnings
 
 import numpy as np
 
@@ -46,15 +46,6 @@ __all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "m
 
 SUMMARIES = "summaries"  # tf.GraphKeys.SUMMARIES
 _HISTOGRAM_BUCKETS = 30
-
-_warned = set()
-
-
-def _warn_once(what, text):
-    if what not in _warned:
-        _warned.add(what)
-        warnings.warn(text, UserWarning, stacklevel=3)
-
 
 # ---- the protocol buffer wire format, for Summary and Event ------------------------------------
 
@@ -177,35 +168,33 @@ def histogram(name, values, collections=None, family=None):
     return _add_to_collections(g, out, collections)
 
 
-def _recorded_nothing(kind, name, tensor, collections):
-    _warn_once(kind, f"tf.summary.{kind} records nothing in shardflow (its summaries are empty); scalars and "
-                     "histograms are written")
-    _graph.convert_to_tensor(tensor)  # a wrong argument fails here, as in TF
-    g = _graph.get_default_graph()
-    with g.as_default():
-        out = _graph.constant(np.zeros(0, np.uint8), dtype=_dt.uint8, name=re.sub(r"[^A-Za-z0-9_.\-]", "_", name))
-    return _add_to_collections(g, out, collections)
+def _not_recorded(kind, why):
+    """Raises UnimplementedError naming tf.summary.<kind>, why shardflow does not write it and what it writes."""
+    raise errors.UnimplementedError(
+        f"tf.summary.{kind} is not supported: {why}. shardflow writes tf.summary.scalar and tf.summary.histogram "
+        "(merged by tf.summary.merge/merge_all into a tf.summary.FileWriter); remove this summary or log the "
+        "value as a scalar")
 
 
 def image(name, tensor, max_outputs=3, collections=None, family=None):
-    """An empty summary (images are not recorded; warns once)."""
-    return _recorded_nothing("image", name, tensor, collections)
+    """TF 1.x's tf.summary.image: raises UnimplementedError (shardflow cannot encode PNG images in the graph)."""
+    _not_recorded("image", "shardflow cannot encode the PNG images TF writes inside a graph")
 
 
 def audio(name, tensor, sample_rate, max_outputs=3, collections=None, family=None):
-    """An empty summary (audio is not recorded; warns once)."""
-    return _recorded_nothing("audio", name, tensor, collections)
+    """TF 1.x's tf.summary.audio: raises UnimplementedError (no WAV encoding in shardflow's graphs)."""
+    _not_recorded("audio", "shardflow cannot encode the WAV audio TF writes inside a graph")
 
 
 def text(name, tensor, collections=None):
-    """An empty summary (text is not recorded: shardflow has no string tensors; warns once)."""
-    return _recorded_nothing("text", name, tensor, collections)
+    """TF 1.x's tf.summary.text: raises UnimplementedError (shardflow has no string tensors)."""
+    _not_recorded("text", "shardflow has no string tensors")
 
 
 def tensor_summary(name, tensor, summary_description=None, collections=None, summary_metadata=None,
                    family=None, display_name=None):
-    """An empty summary (tensors are not recorded; warns once)."""
-    return _recorded_nothing("tensor_summary", name, tensor, collections)
+    """TF 1.x's tf.summary.tensor_summary: raises UnimplementedError (no TensorProto summaries are written)."""
+    _not_recorded("tensor_summary", "shardflow does not write TensorProto summaries")
 
 
 def merge(inputs, collections=None, name=None):

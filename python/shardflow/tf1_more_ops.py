@@ -27,7 +27,7 @@ from . import graph as _graph
 from . import tf_api as _tf
 
 __all__ = ["top_k", "einsum", "scatter_update", "scatter_add", "scatter_sub", "div", "realdiv", "truncatediv",
-           "truncatemod", "mod", "floor_div", "div_no_nan"]
+           "truncatemod", "mod", "floor_div", "div_no_nan", "py_func", "py_function", "numpy_function"]
 
 
 def _lowest(dtype):
@@ -407,3 +407,16 @@ def scatter_update(ref, indices, updates, use_locking=True, name=None):
         hit = _tf.reshape(hit, _tf.concat([_tf.stack([rows]), _tf.ones_like(row_shape)], 0))
         hit = _tf.logical_and(hit, _tf.ones_like(value, name="ones") > 0)
         return assign(ref, _tf.where(hit, new_rows, value))
+
+
+# ---- Python functions in the graph ----------------------------------------------------------------
+
+def py_func(func, inp, Tout, stateful=True, name=None):  # noqa: N803 - TensorFlow's names
+    """TF 1.x's tf.py_func: raises UnimplementedError naming what to use instead."""
+    raise errors.UnimplementedError(
+        "tf.py_func (and tf.py_function, tf.numpy_function) is not supported: shardflow runs its graphs in C++ "
+        "and never calls back into Python during a step. Run the Python code between steps and feed its result "
+        "through a tf.placeholder, or produce input elements with tf.data.Dataset.from_generator")
+
+
+py_function = numpy_function = py_func
