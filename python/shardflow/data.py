@@ -42,8 +42,11 @@ and the machine takes them from there.
 Differences, each refused by name or documented here: no file datasets
 (shardflow has no string tensors; Criteo-format files come from
 sf.ops.criteo_reader); shuffle(reshuffle_each_iteration=False) is refused;
-from_generator needs output_shapes (ranks at least) and cannot be repeated
-(its generator runs once per session, or per run of an initializer);
+from_generator without output_shapes gives elements of unknown shape, which
+get_next and map take but batch, padded_batch and shuffle refuse (they need
+each component's rank); a repeat after it calls the generator again for each
+epoch (a repeat of a from_generator dataset applies to every pipeline that
+reads that dataset, as they share its host thread);
 get_next() on an initializable iterator whose initializer has not run raises
 UnavailableError naming the node "GetNext_before_the_iterator_initializer_ran"
 (TF raises FailedPreconditionError).
@@ -139,7 +142,11 @@ def _at(values, k, item, count):
 
 def _zeros(shape, dtype, keep_static=True):
     """Zeros of shape; None dims are 0, and then the static shape hides them (None), so that a loop or a
-    cond may give the same variable another size; the other dims stay static unless keep_static is False."""
+    cond may give the same variable another size; the other dims stay static unless keep_static is False.
+    A shape of None (unknown rank): a scalar zero whose static rank is unknown."""
+    if shape is None:
+        zero = _tf.size(_tf.zeros([0], _I32))
+        return _tf.reshape(_tf.zeros([1], dtype), _tf.fill(_tf.stack([zero]), 1))
     dims = list(shape)
     if all(d is not None for d in dims):
         return _tf.zeros(dims, dtype)
@@ -157,7 +164,17 @@ def _empty(dims, dtype):
     return _with_shape(t, [None] + dims) if all(d is not None for d in dims) else t
 
 
+def _known_rank(stage, what):
+    """Raises UnimplementedError when an element component of stage has no known rank (a from_generator
+    without output_shapes), naming what and output_shapes."""
+    if any(shape is None for shape, _ in stage.spec()):
+        raise errors.UnimplementedError(
+            f"{what} needs elements of known rank: give Dataset.from_generator its output_shapes (each "
+            "component's rank at least, e.g. [None] for vectors of any length)")
+
+
 def _static_spec(stage, what):
+    _known_rank(stage, what)
     for shape, _ in stage.spec():
         if any(d is None for d in shape):
             raise errors.UnimplementedError(
@@ -229,10 +246,9 @@ class _Map(_Stage):
 class _Repeat(_Stage):
     def __init__(self, up, count):
         self.up, self.count = up, count
-        if any(isinstance(src, _GeneratorSource) for src in up.sources()):
-            raise errors.UnimplementedError(
-                "repeat after Dataset.from_generator is not supported: its generator runs once per session from "
-                "the host; let the generator give every epoch (for _ in range(n): yield from ...)")
+        for src in up.sources():
+            if isinstance(src, _GeneratorSource):  # its host thread calls the generator once per epoch
+                src.feeder.repeat(count)
 
     def initial(self):
         return [_graph.constant(0)] + self.up.initial()
@@ -486,6 +502,7 @@ class _Batch(_Stage):
 
     def __init__(self, up, size, drop_remainder, padded_shapes=None, padding_values=None, structure=None):
         self.up, self.size, self.drop = up, size, drop_remainder
+        _known_rank(up, "padded_batch" if padded_shapes is not None else "batch")
         self.padded = padded_shapes is not None
         self.eager = self.padded or any(d is None for s, _ in up.spec() for d in s)
         probe = up.element(_Context(), [_zeros(s, d) for s, d in up.spec()])  # for shapes and types only
@@ -797,17 +814,13 @@ class Dataset:
             raise TypeError("`generator` must be callable.")
         types = _map_structure(output_types, _dt.as_dtype, leaf=lambda x: not isinstance(x, (tuple, dict)))
         flat_types = _flatten(types)
-        if output_shapes is None:
-            raise errors.UnimplementedError(
-                "Dataset.from_generator needs output_shapes in shardflow (each component's rank at least, "
-                "e.g. [None] for vectors of any length)")
+        if output_shapes is None:  # TF's unknown shapes: get_next and map work, batch and shuffle need ranks
+            output_shapes = _map_structure(types, lambda _: None)
         flat_shapes = _flatten_like(types, output_shapes, "output_shapes")
         shapes = []
         for sh in flat_shapes:
             dims = _graph.TensorShape(sh).dims if not isinstance(sh, _graph.TensorShape) else sh.dims
-            if dims is None:
-                raise errors.UnimplementedError("Dataset.from_generator needs each component's rank in output_shapes")
-            shapes.append(list(dims))
+            shapes.append(None if dims is None else list(dims))
         feeder = _HostFeeder(generator, tuple(args or ()), flat_types, shapes, types)
         return Dataset(_GeneratorSource(feeder, types, shapes, flat_types))
 
@@ -943,6 +956,7 @@ class _HostFeeder:
         import weakref
         self.generator, self.args, self.dtypes, self.shapes, self.structure = generator, args, dtypes, shapes, structure
         self.one_shot = False
+        self.epochs = 1  # runs of the generator per generation, each ended by an end marker (-1: forever)
         g = _graph.get_default_graph()
         with g.as_default(), _graph.name_scope("from_generator"):
             self.placeholders = [_graph.placeholder(d, s, name="element") for d, s in zip(dtypes, shapes)]
@@ -959,6 +973,14 @@ class _HostFeeder:
         self._threads = []  # (session weak reference, stop event, thread) of the feeders started
         g.__dict__.setdefault("_host_feeders", []).append(self)
         _LIVE_FEEDERS.add(self)
+
+    def repeat(self, count):
+        """A repeat(count) reads this dataset: each generation runs the generator count times over (as TF calls
+        generator(*args) again for each epoch), forever when count is negative or known only at run time."""
+        if isinstance(count, _graph.Tensor) or count < 0 or self.epochs < 0:
+            self.epochs = -1
+        else:
+            self.epochs *= count
 
     def feeds(self, sess, restart):
         """{generation placeholder: sess's current generation}, starting generation 0 (one-shot readers) or,
@@ -1004,7 +1026,7 @@ class _HostFeeder:
         self._threads = []
 
     def _marker(self, end, error, generation):
-        feed = {p: np.zeros([0 if d is None else d for d in s], d_.as_numpy_dtype)
+        feed = {p: np.zeros([] if s is None else [0 if d is None else d for d in s], d_.as_numpy_dtype)
                 for p, s, d_ in zip(self.placeholders, self.shapes, self.dtypes)}
         feed.update({self.end: end, self.error: error, self.tag: generation})
         return feed
@@ -1016,7 +1038,7 @@ class _HostFeeder:
         out = []
         for v, d, s in zip(flat, self.dtypes, self.shapes):
             arr = np.asarray(v, dtype=d.as_numpy_dtype)
-            if arr.ndim != len(s) or any(w is not None and w != a for w, a in zip(s, arr.shape)):
+            if s is not None and (arr.ndim != len(s) or any(w is not None and w != a for w, a in zip(s, arr.shape))):
                 raise ValueError(f"`generator` yielded an element of shape {list(arr.shape)} where an element of "
                                  f"shape {s} was expected.")
             out.append(arr)
@@ -1025,15 +1047,19 @@ class _HostFeeder:
     def _feed(self, sess, generation, stop):
         from . import tf_logging
         try:
-            for value in self.generator(*self.args):
+            epoch = 0
+            while self.epochs < 0 or epoch < max(self.epochs, 1):
+                for value in (self.generator(*self.args) if self.epochs != 0 else ()):
+                    if stop.is_set():
+                        return
+                    arrays = self._convert(value)
+                    feed = dict(zip(self.placeholders, arrays))
+                    feed.update({self.end: False, self.error: False, self.tag: generation})
+                    sess.run(self.enqueue, feed)
                 if stop.is_set():
                     return
-                arrays = self._convert(value)
-                feed = dict(zip(self.placeholders, arrays))
-                feed.update({self.end: False, self.error: False, self.tag: generation})
-                sess.run(self.enqueue, feed)
-            if not stop.is_set():
-                sess.run(self.enqueue, self._marker(True, False, generation))
+                sess.run(self.enqueue, self._marker(True, False, generation))  # the end of one epoch
+                epoch += 1
         except errors.OpError:
             return  # the session closed
         except Exception as e:  # noqa: BLE001 - the generator's own errors go to the step that reaches them

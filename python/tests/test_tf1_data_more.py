@@ -230,3 +230,65 @@ def test_from_generator_with_an_initializable_iterator_runs_the_generator_at_eac
         step = sess.make_callable(nxt)
         assert [int(step()) for _ in range(3)] == [0, 10, 20]
     assert len(calls) == 5
+
+
+def test_from_generator_repeat_calls_the_generator_again_each_epoch():
+    calls = []
+
+    def gen():
+        calls.append(1)
+        for i in range(4):
+            yield i, [float(i)] * (i + 1)  # vectors of growing length
+
+    ds = tf.data.Dataset.from_generator(gen, (tf.int32, tf.float32), ([], [None]))
+    nxt = ds.repeat(3).make_one_shot_iterator().get_next()
+    batched = tf.data.Dataset.from_generator(lambda: iter(range(5)), tf.int64, []).repeat(2).batch(4)
+    bnxt = batched.make_one_shot_iterator().get_next()
+    shuffled = tf.data.Dataset.from_generator(lambda: iter(range(6)), tf.int64, []).shuffle(3, seed=2).repeat(2)
+    snxt = shuffled.make_one_shot_iterator().get_next()
+    with tf.Session() as sess:
+        got = drain(nxt)
+        assert [int(i) for i, _ in got] == [0, 1, 2, 3] * 3
+        assert [v.tolist() for _, v in got[:2]] == [[0.0], [1.0, 1.0]]
+        assert [b.tolist() for b in drain(bnxt)] == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4]]
+        s = [int(v) for v in drain(snxt)]
+        assert sorted(s[:6]) == list(range(6)) and sorted(s[6:]) == list(range(6))  # each epoch whole
+    assert len(calls) == 3
+
+
+def test_from_generator_repeat_forever_and_with_a_fed_count():
+    forever = tf.data.Dataset.from_generator(lambda: iter([1, 2]), tf.int32, []).repeat()
+    fnxt = forever.make_one_shot_iterator().get_next()
+    count = tf.constant(2, tf.int64) + 0  # a count known only at run time
+    it = tf.data.Dataset.from_generator(lambda: iter([5, 6]), tf.int32, []).repeat(count).make_initializable_iterator()
+    inxt = it.get_next()
+    zero = tf.data.Dataset.from_generator(lambda: iter([7]), tf.int32, []).repeat(0)
+    znxt = zero.make_one_shot_iterator().get_next()
+    with tf.Session() as sess:
+        assert [int(sess.run(fnxt)) for _ in range(7)] == [1, 2, 1, 2, 1, 2, 1]
+        sess.run(it.initializer)
+        assert [int(v) for v in drain(inxt)] == [5, 6, 5, 6]
+        assert drain(znxt) == []
+
+
+def test_from_generator_without_output_shapes_gives_unknown_shapes():
+    def gen():
+        yield np.arange(3, dtype=np.float32), 1
+        yield np.ones((2, 2), np.float32), 2  # another rank: allowed without output_shapes, as TF
+
+    ds = tf.data.Dataset.from_generator(gen, (tf.float32, tf.int64)).map(lambda x, n: (x * 2.0, n + 1))
+    x, n = ds.make_one_shot_iterator().get_next()
+    assert x.shape.rank is None and n.shape.rank is None
+    with tf.Session() as sess:
+        a, an = sess.run([x, n])
+        b, bn = sess.run([x, n])
+        with pytest.raises(tf.errors.OutOfRangeError):
+            sess.run(x)
+    np.testing.assert_array_equal(a, [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(b, np.full((2, 2), 2.0))
+    assert (int(an), int(bn)) == (2, 3)
+    plain = tf.data.Dataset.from_generator(gen, (tf.float32, tf.int64))
+    for make, what in [(lambda: plain.batch(2), "batch"), (lambda: plain.shuffle(2), "shuffle"),
+                       (lambda: plain.padded_batch(2, ([None], [])), "padded_batch")]:
+        with pytest.raises(tf.errors.UnimplementedError, match=f"{what} needs elements of known rank.*output_shapes"):
+            make()
