@@ -12,9 +12,13 @@ from shardflow's primitive ops (so they are differentiable where TF's are, throu
 - div, realdiv, truncatediv, truncatemod, mod, floor_div, div_no_nan: TF 1.x's division names on every
   integer dtype (int8, int16 and uint8 computed in int32, graph._small_int_op) and the floats.
 - scatter_update / scatter_add / scatter_sub(ref, indices, updates): ref[indices[i], ...] = (+= / -=)
-  updates[i, ...] on a variable, as one AssignAdd (add, sub: duplicates accumulate, as TF) or one Assign
-  of the whole variable (update: with duplicate indices the last update wins; TF leaves that undefined).
-  Each evaluates to the variable's new value.
+  updates[i, ...] on a variable. add and sub on a float32 matrix are one sparse update of the rows named,
+  applied where the variable lives (the embedding tables' EmbeddingSparseApplyGradientDescent with a
+  learning rate of -1 or 1: duplicates accumulate, as TF); on other variables one AssignAdd/AssignSub of
+  the segment sums. update reads the whole variable and assigns it whole (with duplicate indices the last
+  update wins; TF leaves that undefined), so an update of other rows by a concurrent step between the
+  read and the assign is lost, where TF's ScatterUpdate writes only the rows named. Each evaluates to the
+  variable's new value.
 """
 
 import builtins
@@ -365,20 +369,48 @@ def _rows_and_value(ref, indices, updates, what):
     return g, handle, value, indices, updates, rows
 
 
+def _sparse_rows_add(g, handle, value, indices, updates, lr, name):
+    """rows -= lr * updates at indices, applied where the variable lives as one sparse update of only those
+    rows (the EmbeddingSparseApplyGradientDescent op, duplicates summed); lr is +-1, so each row changes by
+    exactly +-updates. None when it does not apply (float32 variables of rank 2 with a static row count);
+    else the variable's value read after the update."""
+    rows = value.shape[0]
+    if value.dtype != _dt.float32 or value.shape.rank != 2 or rows is None:
+        return None
+    from . import ops
+    with g.as_default(), g.name_scope(name):
+        flat = _tf.reshape(_tf.cast(indices, _dt.int64), [-1])
+        grads = _tf.reshape(updates, _tf.stack([_tf.size(flat), _tf.shape(value)[1]]))
+        apply = ops.add_op("EmbeddingSparseApplyGradientDescent",
+                           [handle, _graph.constant(np.float32(lr)), flat, grads],
+                           {"table": handle.op.get_attr("shared_name"), "table_rows": int(rows), "num_shards": 1,
+                            "shard": 0, "segments": "rows"}, name="SparseApply")
+        with _graph.control_dependencies([apply]):
+            return ops.add_op("ReadVariable", [handle], {"dtype": value.dtype}, name="read")
+
+
 def scatter_add(ref, indices, updates, use_locking=False, name=None):
     """TF 1.x's tf.scatter_add: ref[indices[i], ...] += updates[i, ...] (duplicates add up); evaluates to the
-    variable's new value."""
+    variable's new value. A float32 matrix gets a sparse update of the rows named (atomic where the variable
+    lives); other variables one AssignAdd of the whole delta. Raises what the ops raise on bad indices."""
     from .variables import assign_add
     g, handle, value, indices, updates, rows = _rows_and_value(ref, indices, updates, "tf.scatter_add")
+    sparse = _sparse_rows_add(g, handle, value, indices, updates, -1.0, name or "ScatterAdd")
+    if sparse is not None:
+        return sparse
     with g.as_default():
         delta = _tf.unsorted_segment_sum(updates, indices, rows)
         return assign_add(ref, delta, name=name or "ScatterAdd")
 
 
 def scatter_sub(ref, indices, updates, use_locking=False, name=None):
-    """TF 1.x's tf.scatter_sub: ref[indices[i], ...] -= updates[i, ...]; evaluates to the new value."""
+    """TF 1.x's tf.scatter_sub: ref[indices[i], ...] -= updates[i, ...]; evaluates to the new value (a sparse
+    update of the rows for a float32 matrix, as scatter_add)."""
     from .variables import assign_sub
     g, handle, value, indices, updates, rows = _rows_and_value(ref, indices, updates, "tf.scatter_sub")
+    sparse = _sparse_rows_add(g, handle, value, indices, updates, 1.0, name or "ScatterSub")
+    if sparse is not None:
+        return sparse
     with g.as_default():
         delta = _tf.unsorted_segment_sum(updates, indices, rows)
         return assign_sub(ref, delta, name=name or "ScatterSub")

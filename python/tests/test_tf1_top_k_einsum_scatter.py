@@ -187,3 +187,30 @@ def test_scatter_on_a_get_variable_read_and_errors():
         tf.scatter_update(tf.zeros([3]), [0], [1.0])
     with pytest.raises(TypeError, match="int32 or int64"):
         tf.scatter_add(emb, tf.constant([0.0]), [[1.0, 1.0]])
+
+
+def test_scatter_add_sub_on_a_float_matrix_are_sparse_row_updates():
+    v = tf.Variable(np.zeros((6, 2), np.float32))
+    ids = tf.placeholder(tf.int32, [None])
+    rows = tf.placeholder(tf.float32, [None, 2])
+    add = tf.scatter_add(v, ids, rows)
+    sub = tf.scatter_sub(v, tf.constant([[5, 0]]), tf.constant([[[1.0, 1.0], [2.0, 2.0]]]))  # indices of rank 2
+    types = {op.type for op in tf.get_default_graph().get_operations()}
+    assert "EmbeddingSparseApplyGradientDescent" in types and "AssignAdd" not in types and "AssignSub" not in types
+    ints = tf.Variable(np.zeros((3, 2), np.int32))
+    int_add = tf.scatter_add(ints, [2, 2], [[1, 2], [3, 4]])  # not float32: one AssignAdd of the segment sums
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        expect = np.zeros((6, 2), np.float32)
+        for i in range(3):
+            idx = np.array([i, 4, i], np.int32)
+            upd = np.arange(6, dtype=np.float32).reshape(3, 2) * (i + 1)
+            np.add.at(expect, idx, upd)
+            np.testing.assert_array_equal(sess.run(add, {ids: idx, rows: upd}), expect)
+        expect[5] -= 1.0
+        expect[0] -= 2.0
+        np.testing.assert_array_equal(sess.run(sub), expect)
+        np.testing.assert_array_equal(sess.run(int_add), [[0, 0], [0, 0], [4, 6]])
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            sess.run(add, {ids: [6], rows: [[1.0, 1.0]]})  # a row outside the variable, refused as TF
+
