@@ -17,9 +17,10 @@ TensorBoard reads. add_summary also takes bytes and tf.Summary objects.
 
 What differs: a histogram has 30 equal-width buckets between the values'
 minimum and maximum (TF uses fixed exponential buckets; TensorBoard draws
-either), and image, audio, text and tensor summaries raise
-UnimplementedError naming themselves (TF encodes PNG and WAV and writes
-strings in the graph; shardflow cannot). FileWriter records no graph
+either); images are BMP files (32-bit BGRA, which TensorBoard shows; TF
+writes PNG), audio is 16-bit PCM WAV as TF writes it; text and tensor
+summaries raise UnimplementedError naming themselves (shardflow has no string
+tensors and writes no TensorProto summaries). FileWriter records no graph
 (shardflow's graph is not a TF GraphDef; Graph.save writes shardflow's).
 Tags are the summary's name under the enclosing name scopes, made unique as
 TF 1.x does ("loss", "loss_1"); with a family, "family/family/name" as TF 1.x.
@@ -40,6 +41,7 @@ from . import errors
 from . import graph as _graph
 from . import ops
 from . import tf_api as _tf
+from .control_flow import cond
 
 __all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all", "FileWriter",
            "FileWriterCache", "Summary", "SUMMARIES"]
@@ -171,19 +173,135 @@ def histogram(name, values, collections=None, family=None):
 def _not_recorded(kind, why):
     """Raises UnimplementedError naming tf.summary.<kind>, why shardflow does not write it and what it writes."""
     raise errors.UnimplementedError(
-        f"tf.summary.{kind} is not supported: {why}. shardflow writes tf.summary.scalar and tf.summary.histogram "
-        "(merged by tf.summary.merge/merge_all into a tf.summary.FileWriter); remove this summary or log the "
-        "value as a scalar")
+        f"tf.summary.{kind} is not supported: {why}. shardflow writes tf.summary.scalar, histogram, image and "
+        "audio (merged by tf.summary.merge/merge_all into a tf.summary.FileWriter); remove this summary or log "
+        "the value as a scalar")
+
+
+def _value_head(tag, field, body_len):
+    """The bytes of Summary{value: Value{tag, <field>: (body_len bytes that follow)}} before the body."""
+    value_head = _delimited(1, tag.encode()) + _key(field, 2) + _varint(body_len)
+    return _key(1, 2) + _varint(len(value_head) + body_len) + value_head
+
+
+def _media(name, family, tensor, ranks, max_outputs, kind, encode):
+    """One Value per item of tensor's batch up to max_outputs (tags "tag/<kind>/i", or "tag/<kind>" when
+    max_outputs is 1, as TF 1.x), each encode(items, static dims) -> (head bytes, [batch, n] uint8 body)."""
+    g, scope = _tag_scope(name, family)
+    with g.as_default(), scope as tag:
+        t = _graph.convert_to_tensor(tensor)
+        if t.shape.rank not in ranks:
+            raise errors.InvalidArgumentError(f"tf.summary.{kind}({name!r}) needs a tensor of rank "
+                                              f"{' or '.join(map(str, ranks))}, got shape {t.shape}")
+        dims = list(t.shape.dims[1:])
+        if any(d is None for d in dims):
+            raise errors.UnimplementedError(f"tf.summary.{kind}({name!r}) needs the sizes after the batch known "
+                                            f"statically, got shape {t.shape}")
+        max_outputs = int(max_outputs)
+        if max_outputs < 1:
+            raise errors.InvalidArgumentError(f"tf.summary.{kind}: max_outputs must be at least 1, got {max_outputs}")
+        head, body = encode(t, dims)
+        count = _tf.minimum(_tf.shape(t)[0], max_outputs)
+        batch = t.shape[0]
+        parts = []
+        for i in range(max_outputs if batch is None else min(batch, max_outputs)):
+            sub = f"{tag}/{kind}/{i}" if max_outputs > 1 else f"{tag}/{kind}"
+            prefix = _value_head(sub, 4 if kind == "image" else 6, len(head) + int(body.shape[1])) + head
+            item = lambda i=i, prefix=prefix: _tf.concat([_bytes(g, prefix), body[i]], 0)  # noqa: E731
+            parts.append(item() if batch is not None else
+                         cond(i < count, item, lambda: _graph.constant(np.zeros(0, np.uint8), dtype=_dt.uint8)))
+        if not parts:  # a batch of none
+            parts = [_graph.constant(np.zeros(0, np.uint8), dtype=_dt.uint8)]
+        out = _tf.concat(parts, 0, name=f"{kind.capitalize()}Summary")
+    return out
+
+
+def _image_pixels(t, c):
+    """[batch, h, w, c] uint8 by TF 1.x's rules: uint8 as it is; floats per image scaled so the largest value
+    is 255 (all non-negative) or so 0 is at 128 and the largest magnitude at 127 (some negative), then cast
+    (truncated); a pixel with a non-finite channel is TF's bad color (red, opaque)."""
+    if t.dtype == _dt.uint8:
+        return t
+    if not t.dtype.is_floating:
+        raise errors.InvalidArgumentError(f"tf.summary.image needs uint8 or float images, got {t.dtype.name}")
+    x = _tf.cast(t, _dt.float32)
+    finite = _tf.is_finite(x)
+    inf = _graph.constant(np.float32(np.inf))
+    lo = _tf.reduce_min(_tf.where(finite, x, _tf.zeros_like(x) + inf), axis=[1, 2, 3], keepdims=True)
+    hi = _tf.reduce_max(_tf.where(finite, x, _tf.zeros_like(x) - inf), axis=[1, 2, 3], keepdims=True)
+    negative = lo < 0.0
+    peak = _tf.where(negative, _tf.maximum(_tf.abs(lo), _tf.abs(hi)), hi)
+    tiny = peak < 1e-6
+    scale = _tf.where(tiny, _tf.zeros_like(peak), _tf.where(negative, 127.0 / _tf.where(tiny, _tf.ones_like(peak), peak),
+                                                               255.0 / _tf.where(tiny, _tf.ones_like(peak), peak)))
+    offset = _tf.where(negative, _tf.zeros_like(peak) + 128.0, _tf.zeros_like(peak))
+    good = _tf.cast(_tf.where(finite, x, _tf.zeros_like(x)) * scale + offset, _dt.uint8)
+    pixel_ok = _tf.reduce_all(finite, axis=3, keepdims=True)
+    bad = _graph.constant(np.array([255, 0, 0, 255][:c], np.uint8), dtype=_dt.uint8)
+    return _tf.where(_tf.logical_and(pixel_ok, _tf.ones_like(good) > 0), good, _tf.zeros_like(good) + bad)
 
 
 def image(name, tensor, max_outputs=3, collections=None, family=None):
-    """TF 1.x's tf.summary.image: raises UnimplementedError (shardflow cannot encode PNG images in the graph)."""
-    _not_recorded("image", "shardflow cannot encode the PNG images TF writes inside a graph")
+    """TF 1.x's tf.summary.image: a serialized Summary (uint8 [n]) with the first max_outputs images of the
+    batch [batch, height, width, channels] (1, 3 or 4 channels; uint8 as they are, floats scaled as TF). Each
+    is a BMP (32-bit BGRA, which TensorBoard shows; TF writes PNG). InvalidArgumentError for a wrong rank,
+    dtype or channel count, UnimplementedError for a height, width or channel count not known statically."""
+    def encode(t, dims):
+        h, w, c = (int(d) for d in dims)
+        if c not in (1, 3, 4):
+            raise errors.InvalidArgumentError(f"tf.summary.image({name!r}) needs 1, 3 or 4 channels, got {c}")
+        px = _image_pixels(t, c)
+        order = {1: [0, 0, 0], 3: [2, 1, 0], 4: [2, 1, 0]}[c]  # BGR
+        alpha = px[:, :, :, 3:4] if c == 4 else _tf.zeros_like(px[:, :, :, 0:1]) + np.uint8(255)
+        bgra = _tf.concat([px[:, :, :, k:k + 1] for k in order] + [alpha], 3)
+        by_row = _tf.transpose(bgra, [1, 0, 2, 3])  # BMP rows go bottom up
+        rows = _tf.transpose(_tf.gather(by_row, list(range(h - 1, -1, -1))), [1, 0, 2, 3])
+        size = h * w * 4
+        bmp = (b"BM" + struct.pack("<IHHI", 54 + size, 0, 0, 54) +
+               struct.pack("<IiiHHIIiiII", 40, w, h, 1, 32, 0, size, 2835, 2835, 0, 0))
+        head = (_key(1, 0) + _varint(h) + _key(2, 0) + _varint(w) + _key(3, 0) + _varint(c) +
+                _key(4, 2) + _varint(len(bmp) + size) + bmp)
+        return head, _tf.reshape(rows, [-1, size])
+
+    out = _media(name, family, tensor, (4,), max_outputs, "image", encode)
+    return _add_to_collections(out.graph, out, collections)
 
 
 def audio(name, tensor, sample_rate, max_outputs=3, collections=None, family=None):
-    """TF 1.x's tf.summary.audio: raises UnimplementedError (no WAV encoding in shardflow's graphs)."""
-    _not_recorded("audio", "shardflow cannot encode the WAV audio TF writes inside a graph")
+    """TF 1.x's tf.summary.audio: a serialized Summary (uint8 [n]) with the first max_outputs clips of the
+    batch [batch, frames] or [batch, frames, channels] (floats in [-1, 1]) as 16-bit PCM WAV files, as TF
+    writes them; sample_rate in Hz (a number or a float scalar tensor). InvalidArgumentError for a wrong rank
+    or dtype, UnimplementedError for frames or channels not known statically."""
+    def encode(t, dims):
+        if not t.dtype.is_floating:
+            raise errors.InvalidArgumentError(f"tf.summary.audio({name!r}) needs float samples, got {t.dtype.name}")
+        frames, channels = int(dims[0]), int(dims[1]) if len(dims) > 1 else 1
+        x = _tf.reshape(_tf.cast(t, _dt.float32), [-1, frames * channels])
+        pcm = _tf.cast(_tf.clip_by_value(_tf.round(x * 32768.0), -32768.0, 32767.0), _dt.int16)
+        data = frames * channels * 2
+        rate = _tf.reshape(_tf.cast(_graph.convert_to_tensor(sample_rate, dtype=_dt.float32), _dt.float32), [])
+        rate_i = _tf.cast(rate, _dt.int32)
+        rate_bytes = _bitcast(rate_i, _dt.uint8)
+        byte_rate = _bitcast(rate_i * (channels * 2), _dt.uint8)
+        riff = b"RIFF" + struct.pack("<I", 36 + data) + b"WAVE" + b"fmt " + struct.pack("<IHH", 16, 1, channels)
+        mid = struct.pack("<HH", channels * 2, 16) + b"data" + struct.pack("<I", data)
+        wav_len = 44 + data
+        # Audio{sample_rate (float), num_channels, length_frames, encoded_audio_string (the WAV), content_type}
+        before_rate = _key(1, 5)
+        after_rate = (_key(2, 0) + _varint(channels) + _key(3, 0) + _varint(frames) + _key(4, 2) +
+                      _varint(wav_len) + riff)
+        tail = _delimited(5, b"audio/wav")
+        g = t.graph
+        samples = _tf.reshape(_bitcast(pcm, _dt.uint8), [-1, data])
+        column = _tf.zeros_like(samples[:, :1])  # [clips, 1]: the same bytes for every clip, by broadcasting
+        rate_f = _bitcast(rate, _dt.uint8)  # Audio.sample_rate, a float32
+        per_clip = _tf.concat([rate_f, _bytes(g, after_rate), rate_bytes, byte_rate, _bytes(g, mid)], 0)
+        body = _tf.concat([column + _tf.reshape(per_clip, [1, -1]), samples,
+                           column + _tf.reshape(_bytes(g, tail), [1, -1])], 1)
+        return before_rate, _tf.reshape(body, [-1, 4 + len(after_rate) + 8 + len(mid) + data + len(tail)])
+
+    out = _media(name, family, tensor, (2, 3), max_outputs, "audio", encode)
+    return _add_to_collections(out.graph, out, collections)
 
 
 def text(name, tensor, collections=None):

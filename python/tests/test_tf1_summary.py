@@ -169,9 +169,7 @@ def test_summary_edge_cases_and_what_is_not_recorded(tmp_path):
     x = tf.placeholder(tf.float32, [None])
     h = tf.summary.histogram("empty", x)
     same = tf.summary.histogram("same", tf.constant([2.0, 2.0, 2.0]))
-    for make, kind in [(lambda: tf.summary.image("img", tf.zeros([1, 2, 2, 1])), "image"),
-                       (lambda: tf.summary.audio("a", tf.zeros([1, 8]), 8000), "audio"),
-                       (lambda: tf.summary.text("t", tf.zeros([1])), "text"),
+    for make, kind in [(lambda: tf.summary.text("t", tf.zeros([1])), "text"),
                        (lambda: tf.summary.tensor_summary("ts", tf.zeros([1])), "tensor_summary")]:
         with pytest.raises(tf.errors.UnimplementedError, match=f"tf.summary.{kind} is not supported.*scalar"):
             make()
@@ -198,3 +196,128 @@ def test_summary_edge_cases_and_what_is_not_recorded(tmp_path):
     writer.reopen()
     writer.add_summary(summary, 6)
     writer.close()
+
+
+# ---- images and audio: decoded here from the BMP and WAV formats --------------------------------
+
+def _media_values(summary):
+    """{tag: {field: value}} of the image (field 4) or audio (field 6) values of a serialized Summary."""
+    out = {}
+    for _, _, value in _fields(summary):
+        parts = {f: v for f, _, v in _fields(value)}
+        media = parts.get(4, parts.get(6))
+        out[parts[1].decode()] = {f: v for f, _, v in _fields(media)}
+    return out
+
+
+def _decode_bmp(data):
+    """[h, w, 4] RGBA of a 32-bit uncompressed BMP, rows top first."""
+    assert data[:2] == b"BM"
+    size, _, _, offset = struct.unpack("<IHHI", data[2:14])
+    header, w, h, planes, bpp, compression = struct.unpack("<IiiHHI", data[14:34])
+    assert (size, offset, header, planes, bpp, compression) == (len(data), 54, 40, 1, 32, 0)
+    bgra = np.frombuffer(data[offset:], np.uint8).reshape(h, w, 4)[::-1]
+    return bgra[:, :, [2, 1, 0, 3]]
+
+
+def _tf_image_uint8(img):
+    """TF 1.x's NormalizeFloatImage of one [h, w, c] float image (red where a channel is not finite)."""
+    finite = np.isfinite(img)
+    vals = img[finite]
+    lo, hi = (vals.min(), vals.max()) if vals.size else (np.inf, -np.inf)
+    if lo < 0:
+        peak = max(abs(lo), abs(hi))
+        scale, offset = (0.0 if peak < 1e-6 else 127.0 / peak), 128.0
+    else:
+        scale, offset = (0.0 if hi < 1e-6 else 255.0 / hi), 0.0
+    out = (np.where(finite, img, 0).astype(np.float32) * np.float32(scale) + np.float32(offset)).astype(np.uint8)
+    bad = ~finite.all(axis=2)
+    out[bad] = np.array([255, 0, 0, 255][:img.shape[2]], np.uint8)
+    return out
+
+
+def test_image_summaries_are_bmp_images_of_tf1s_pixels(tmp_path):
+    rng = np.random.RandomState(4)
+    gray = rng.rand(5, 3, 4, 1).astype(np.float32)  # all positive: scaled so the largest is 255
+    rgb = (rng.randn(2, 2, 3, 3) * 3).astype(np.float32)  # some negative: 0 at 128
+    rgb[1, 0, 1, 2] = np.nan
+    rgba = rng.randint(0, 256, size=(1, 2, 2, 4)).astype(np.uint8)
+    x = tf.placeholder(tf.float32, [None, 3, 4, 1])
+    with tf.name_scope("train"):
+        s_gray = tf.summary.image("digits", x, max_outputs=3)
+    s_rgb = tf.summary.image("rgb", tf.constant(rgb), max_outputs=1)
+    s_rgba = tf.summary.image("rgba", tf.constant(rgba))
+    merged = tf.summary.merge_all()
+    with tf.Session() as sess:
+        full = _media_values(sess.run(s_gray, {x: gray}).tobytes())
+        two = _media_values(sess.run(s_gray, {x: gray[:2]}).tobytes())  # fewer images than max_outputs
+        everything = sess.run(merged, {x: gray})
+        with tf.summary.FileWriter(str(tmp_path)) as w:
+            w.add_summary(everything, 3)
+    assert sorted(full) == ["train/digits/image/0", "train/digits/image/1", "train/digits/image/2"]
+    assert sorted(two) == ["train/digits/image/0", "train/digits/image/1"]
+    for i in range(3):
+        v = full[f"train/digits/image/{i}"]
+        assert (v[1], v[2], v[3]) == (3, 4, 1)  # height, width, colorspace
+        got = _decode_bmp(v[4])
+        want = _tf_image_uint8(gray[i])
+        np.testing.assert_array_equal(got[:, :, 0], want[:, :, 0])
+        np.testing.assert_array_equal(got[:, :, 1], want[:, :, 0])
+        assert np.all(got[:, :, 3] == 255)
+    rgb_values = _media_values(everything.tobytes())
+    assert set(rgb_values) >= {"rgb/image", "rgba/image/0"}  # max_outputs=1: no index, as TF
+    np.testing.assert_array_equal(_decode_bmp(rgb_values["rgb/image"][4])[:, :, :3], _tf_image_uint8(rgb[0]))
+    np.testing.assert_array_equal(_decode_bmp(rgb_values["rgba/image/0"][4]), rgba[0])
+    (rec,) = [r for r in _records(glob.glob(str(tmp_path / "events.out.tfevents.*"))[0]) if b"rgba" in r]
+    assert b"BM" in rec
+    with pytest.raises(tf.errors.InvalidArgumentError, match="1, 3 or 4 channels"):
+        tf.summary.image("two", tf.zeros([1, 2, 2, 2]))
+    with pytest.raises(tf.errors.UnimplementedError, match="known statically"):
+        tf.summary.image("dyn", tf.placeholder(tf.float32, [None, None, 4, 1]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rank 4"):
+        tf.summary.image("flat", tf.zeros([2, 4]))
+
+
+def test_nan_pixels_are_tf1s_bad_color():
+    img = np.array([[[[0.5, 1.0, 0.0]], [[np.inf, 0.2, 0.2]]]], np.float32)  # [1, 2, 1, 3]
+    s = tf.summary.image("bad", tf.constant(img))
+    with tf.Session() as sess:
+        (v,) = _media_values(sess.run(s).tobytes()).values()
+    got = _decode_bmp(v[4])
+    np.testing.assert_array_equal(got[1, 0], [255, 0, 0, 255])
+    np.testing.assert_array_equal(got[0, 0, :3], _tf_image_uint8(img[0])[0, 0])
+
+
+def _decode_wav(data):
+    assert data[:4] == b"RIFF" and data[8:16] == b"WAVEfmt "
+    riff_size, = struct.unpack("<I", data[4:8])
+    fmt_len, pcm, channels, rate, byte_rate, align, bits = struct.unpack("<IHHIIHH", data[16:36])
+    assert (riff_size, fmt_len, pcm, bits) == (len(data) - 8, 16, 1, 16)
+    assert data[36:40] == b"data" and byte_rate == rate * channels * 2 and align == channels * 2
+    size, = struct.unpack("<I", data[40:44])
+    return rate, np.frombuffer(data[44:44 + size], "<i2").reshape(-1, channels)
+
+
+def test_audio_summaries_are_16_bit_wav_files():
+    rng = np.random.RandomState(5)
+    mono = rng.uniform(-1.2, 1.2, size=(4, 50)).astype(np.float32)  # beyond [-1, 1]: clipped, as TF
+    stereo = rng.uniform(-1, 1, size=(1, 30, 2)).astype(np.float32)
+    rate = tf.placeholder(tf.float32, [])
+    s_mono = tf.summary.audio("voice", tf.constant(mono), rate, max_outputs=2)
+    s_stereo = tf.summary.audio("music", tf.constant(stereo), 22050, max_outputs=1)
+    with tf.Session() as sess:
+        values = _media_values(sess.run(tf.summary.merge([s_mono, s_stereo]), {rate: 16000.0}).tobytes())
+    assert sorted(values) == ["music/audio", "voice/audio/0", "voice/audio/1"]
+    for i in range(2):
+        v = values[f"voice/audio/{i}"]
+        assert struct.unpack("<f", v[1])[0] == 16000.0 and v[2] == 1 and v[3] == 50 and v[5] == b"audio/wav"
+        r, pcm = _decode_wav(v[4])
+        assert r == 16000
+        want = np.clip(np.round(mono[i] * 32768.0), -32768, 32767).astype(np.int16)
+        np.testing.assert_array_equal(pcm[:, 0], want)
+    r, pcm = _decode_wav(values["music/audio"][4])
+    assert r == 22050 and pcm.shape == (30, 2)
+    np.testing.assert_array_equal(pcm, np.clip(np.round(stereo[0] * 32768.0), -32768, 32767).astype(np.int16))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="float samples"):
+        tf.summary.audio("ints", tf.zeros([1, 4], tf.int32), 8000)
+
