@@ -246,7 +246,7 @@ def test_from_generator_repeat_calls_the_generator_again_each_epoch():
     bnxt = batched.make_one_shot_iterator().get_next()
     shuffled = tf.data.Dataset.from_generator(lambda: iter(range(6)), tf.int64, []).shuffle(3, seed=2).repeat(2)
     snxt = shuffled.make_one_shot_iterator().get_next()
-    with tf.Session() as sess:
+    with tf.Session():  # the default session drain() uses
         got = drain(nxt)
         assert [int(i) for i, _ in got] == [0, 1, 2, 3] * 3
         assert [v.tolist() for _, v in got[:2]] == [[0.0], [1.0, 1.0]]

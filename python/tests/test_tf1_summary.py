@@ -245,8 +245,8 @@ def test_image_summaries_are_bmp_images_of_tf1s_pixels(tmp_path):
     x = tf.placeholder(tf.float32, [None, 3, 4, 1])
     with tf.name_scope("train"):
         s_gray = tf.summary.image("digits", x, max_outputs=3)
-    s_rgb = tf.summary.image("rgb", tf.constant(rgb), max_outputs=1)
-    s_rgba = tf.summary.image("rgba", tf.constant(rgba))
+    tf.summary.image("rgb", tf.constant(rgb), max_outputs=1)  # both in the SUMMARIES collection merge_all reads
+    tf.summary.image("rgba", tf.constant(rgba))
     merged = tf.summary.merge_all()
     with tf.Session() as sess:
         full = _media_values(sess.run(s_gray, {x: gray}).tobytes())
