@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "kernels/replication_service.h"
 #include "kernels/run_counters.h"
 #include "kernels/step_trace.h"
 #include "runtime/plan.h"
@@ -129,7 +130,11 @@ PartitionHostActor SpawnHost(caf::actor_system& sys, std::shared_ptr<PartitionTa
           self->state.table->Run(r.handle, r.step_id, std::move(r.feeds), std::move(r.done), r.trace, nullptr);
         },
         [self](AbortPartitionStep& a) {
-          if (LocalRendezvous* steps = self->state.table->options.steps) steps->Abort(a.step_id, a.status);
+          const PartitionHostOptions& o = self->state.table->options;
+          if (LocalRendezvous* steps = o.steps) steps->Abort(a.step_id, a.status);
+          // A partition waiting in a synchronous step would hold the step
+          // (and its run again) until that step is applied.
+          if (o.env.replication) o.env.replication->AbortWaits(a.step_id, a.status);
         },
         [self](CleanupPartitionStep& c) {
           if (LocalRendezvous* steps = self->state.table->options.steps) steps->Cleanup(c.step_id);

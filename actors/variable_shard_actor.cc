@@ -28,6 +28,18 @@ struct ShardActorState {
 
 using ShardPointer = VariableShardActor::stateful_pointer<ShardActorState>;
 
+// The shard's applied window as its synchronous steps see it: a step run
+// again finds its contributions there once their step was applied.
+class WindowOrigins : public AppliedOrigins {
+ public:
+  explicit WindowOrigins(AppliedWindow& w) : w_(w) {}
+  bool Seen(const UpdateOrigin& o) const override { return w_.Seen(o); }
+  void Record(const UpdateOrigin& o) override { w_.Record(o, ShardState::NowMs()); }
+
+ private:
+  AppliedWindow& w_;
+};
+
 // The behavior of a variable shard actor: one handler per message of
 // actors/variable_shard_protocol.h. Each answers through the message's done
 // (taken by mutable reference: the message is the handler's alone, nothing
@@ -153,15 +165,18 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
       // keeps the waiting workers' callbacks.
       [self](ApplySyncGradient& m) {
         OfferSyncStep(self, m, [](ShardState& st, ShardState::Var& v, int64_t id, int64_t waiter, ApplySyncGradient& m) {
+          WindowOrigins applied(st.applied);
           st.Replica(id).OfferSync(v.name, v.value, std::move(m.req), waiter, std::move(m.done),
-                                     [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); });
+                                   [&st](const ApplyRequest& req) { return ApplyUpdate(st, req); }, &applied);
         });
       },
       [self](ApplySparseSyncGradient& m) {
         OfferSyncStep(self, m, [](ShardState& st, ShardState::Var& v, int64_t id, int64_t waiter,
                                   ApplySparseSyncGradient& m) {
+          WindowOrigins applied(st.applied);
           st.Replica(id).OfferSparseSync(v.name, std::move(m.req), waiter, std::move(m.done),
-                                           [&st](const SparseApplyRequest& req) { return ApplySparseUpdate(st, req); });
+                                         [&st](const SparseApplyRequest& req) { return ApplySparseUpdate(st, req); },
+                                         &applied);
         });
       },
       [self](const SyncWaitTimeout& m) {
@@ -176,6 +191,13 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         if (!v) return m.done(NoVariable(m.id));
         st.Replica(m.id).AbortSync(v->name);
         m.done(Status::OK());
+      },
+      [self](const AbortStepWaits& m) {
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        for (auto& kv : st.replicas)
+          if (const ShardState::Var* v = st.Find(kv.first); v && kv.second)
+            kv.second->AbortWaits(v->name, m.run_step, m.why);
       },
       [self](ReadVersioned& m) {
         Held held(*self->state.core);

@@ -139,6 +139,12 @@ struct AbortSyncSteps {
   int64_t id = -1;
   std::function<void(Status)> done;
 };
+// Answers every synchronous wait of run run_step in the shard with why
+// (ReplicationService::AbortWaits). No reply.
+struct AbortStepWaits {
+  int64_t run_step = 0;
+  Status why;
+};
 // The value of variable id with its version.
 struct ReadVersioned {
   int64_t id = -1;
@@ -200,6 +206,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySyncGradient)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplySparseSyncGradient)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::SyncWaitTimeout)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AbortSyncSteps)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AbortStepWaits)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVersioned)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::QueryReplicaStats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::WaitStaleSync)
@@ -216,6 +223,7 @@ using VariableShardActor = caf::typed_actor<
     caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
     caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
     caf::reacts_to<ApplySyncGradient>, caf::reacts_to<ApplySparseSyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
+    caf::reacts_to<AbortStepWaits>,
     caf::reacts_to<ReadVersioned>, caf::reacts_to<QueryReplicaStats>, caf::reacts_to<WaitStaleSync>,
     caf::reacts_to<SnapshotShard>, caf::reacts_to<SnapshotDirtyShard>, caf::reacts_to<RefillVariable>,
     caf::reacts_to<TakeShardChanges>, caf::reacts_to<ApplyShardChanges>>;

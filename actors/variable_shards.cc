@@ -374,6 +374,10 @@ void ActorVariables::AbortSync(int64_t id, std::function<void(Status)> done) {
   caf::anon_send(shard, AbortSyncSteps{id, std::move(done)});
 }
 
+void ActorVariables::AbortWaits(int64_t run_step, const Status& why) {
+  for (const VariableShardActor& shard : Shards()) caf::anon_send(shard, AbortStepWaits{run_step, why});
+}
+
 void ActorVariables::ReadWithVersion(int64_t id,
                                      std::function<void(Result<std::pair<Tensor, int64_t>>)> done) {
   VariableShardActor shard;

@@ -70,6 +70,7 @@ class ActorVariables : public VariableService,
   void ApplySync(SyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
   void SparseApplySync(SparseSyncApplyRequest req, std::function<void(Result<int64_t>)> done) override;
   void AbortSync(int64_t id, std::function<void(Status)> done) override;
+  void AbortWaits(int64_t run_step, const Status& why) override;
   void ReadWithVersion(int64_t id,
                        std::function<void(Result<std::pair<Tensor, int64_t>>)> done) override;
   void QueryReplica(int64_t id, ReplicaQuery what, std::function<void(Result<Tensor>)> done) override;

@@ -17,7 +17,8 @@ ReplicaState::~ReplicaState() {
 }
 
 ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_required, int64_t step_tag,
-                                          SyncDone* done) {
+                                          const UpdateOrigin& origin, int64_t waiter_id, int64_t run_step,
+                                          SyncDone* done, const AppliedOrigins* applied) {
   if (num_required < 1) {
     (*done)(InvalidArgument(where + ": synchronous replication needs num_required >= 1, got " +
                             std::to_string(num_required)));
@@ -40,6 +41,31 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
                             std::to_string(step_)));
     return nullptr;
   }
+  if (!origin.none()) {
+    // A step run again: its gradient counted in step_tag when that was
+    // applied (here, or at the holder this shard took over from).
+    if (applied && applied->Seen(origin)) {
+      (*done)(step_tag);
+      return nullptr;
+    }
+    auto it = buckets_.find(step_tag);
+    if (it != buckets_.end() &&
+        std::find(it->second.origins.begin(), it->second.origins.end(), origin) != it->second.origins.end()) {
+      // Counted already: the new run waits in the old one's place.
+      std::vector<Waiter>& ws = it->second.waiters;
+      auto w = std::find_if(ws.begin(), ws.end(), [&](const Waiter& x) { return x.origin == origin; });
+      SyncDone old;
+      if (w != ws.end()) {
+        old = std::move(w->done);
+        ws.erase(w);
+      }
+      ws.push_back(Waiter{waiter_id, std::move(*done), origin, run_step});
+      if (old)
+        old(Aborted(where + ": synchronous step " + std::to_string(step_tag) +
+                    " is waited for by a run again of the same step"));
+      return nullptr;
+    }
+  }
   num_required_ = num_required;
   if (step_tag < step_) {  // stale: its step was applied without it
     ++dropped_;
@@ -56,7 +82,7 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
 }
 
 void ReplicaState::OfferSync(const std::string& var, const Tensor& value, SyncApplyRequest req,
-                             int64_t waiter_id, SyncDone done, const ApplyFn& apply) {
+                             int64_t waiter_id, SyncDone done, const ApplyFn& apply, AppliedOrigins* applied) {
   const std::string where = "variable '" + var + "'";
   if (!value.valid())
     return done(FailedPrecondition(where + " is updated before it was initialised"));
@@ -67,7 +93,7 @@ void ReplicaState::OfferSync(const std::string& var, const Tensor& value, SyncAp
   if (g.dtype() != DType::kFloat32 && g.dtype() != DType::kFloat64)
     return done(InvalidArgument(where + ": the gradient must be float32 or float64, got " +
                                 DTypeName(g.dtype())));
-  Bucket* b = Admit(where, req.num_required, req.step_tag, &done);
+  Bucket* b = Admit(where, req.num_required, req.step_tag, req.req.origin, waiter_id, req.run_step, &done, applied);
   if (!b) return;
   if (b->count > 0 && b->sparse)
     return done(InvalidArgument(where + " takes sparse and dense gradients in one synchronous step"));
@@ -75,18 +101,18 @@ void ReplicaState::OfferSync(const std::string& var, const Tensor& value, SyncAp
     b->sum = g.Copy();  // never accumulate into the caller's buffer
     b->proto = req.req;
     b->proto.grad = Tensor();
+    b->proto.origin = UpdateOrigin{};  // the step's update: its contributors' origins are recorded
   } else if (g.dtype() == DType::kFloat32) {
     b->sum.flat<float>() += g.flat<float>();
   } else {
     b->sum.flat<double>() += g.flat<double>();
   }
-  ++b->count;
-  b->waiters.push_back(Waiter{waiter_id, std::move(done)});
-  ApplyReady(var, &apply, nullptr);
+  Count(*b, waiter_id, std::move(done), req.req.origin, req.run_step);
+  ApplyReady(var, &apply, nullptr, applied);
 }
 
 void ReplicaState::OfferSparseSync(const std::string& var, SparseSyncApplyRequest req, int64_t waiter_id,
-                                   SyncDone done, const SparseApplyFn& apply) {
+                                   SyncDone done, const SparseApplyFn& apply, AppliedOrigins* applied) {
   const std::string where = "embedding shard '" + var + "'";
   const Tensor& ix = req.req.indices;
   const Tensor& vals = req.req.values;
@@ -95,7 +121,7 @@ void ReplicaState::OfferSparseSync(const std::string& var, SparseSyncApplyReques
     return done(InvalidArgument(where + ": a sparse gradient is int64 rows [m] and float32 values [m, dim], got " +
                                 DTypeName(ix.dtype()) + ShapeString(ix.shape()) + " and " +
                                 DTypeName(vals.dtype()) + ShapeString(vals.shape())));
-  Bucket* b = Admit(where, req.num_required, req.step_tag, &done);
+  Bucket* b = Admit(where, req.num_required, req.step_tag, req.req.origin, waiter_id, req.run_step, &done, applied);
   if (!b) return;
   if (b->count > 0 && !b->sparse)
     return done(InvalidArgument(where + " takes sparse and dense gradients in one synchronous step"));
@@ -107,14 +133,21 @@ void ReplicaState::OfferSparseSync(const std::string& var, SparseSyncApplyReques
     b->sparse_proto = req.req;
     b->sparse_proto.indices = Tensor();
     b->sparse_proto.values = Tensor();
+    b->sparse_proto.origin = UpdateOrigin{};  // the step's update: its contributors' origins are recorded
   }
   // The latest step that looked the rows up (a hash shard's last-seen step).
   b->sparse_proto.step_id = std::max(b->sparse_proto.step_id, req.req.step_id);
   b->indices.push_back(std::move(req.req.indices));
   b->values.push_back(std::move(req.req.values));
-  ++b->count;
-  b->waiters.push_back(Waiter{waiter_id, std::move(done)});
-  ApplyReady(var, nullptr, &apply);
+  Count(*b, waiter_id, std::move(done), req.req.origin, req.run_step);
+  ApplyReady(var, nullptr, &apply, applied);
+}
+
+void ReplicaState::Count(Bucket& b, int64_t waiter_id, SyncDone done, const UpdateOrigin& origin,
+                         int64_t run_step) {
+  ++b.count;
+  if (!origin.none()) b.origins.push_back(origin);
+  b.waiters.push_back(Waiter{waiter_id, std::move(done), origin, run_step});
 }
 
 namespace {
@@ -146,7 +179,8 @@ SparseApplyRequest MergeSparse(SparseApplyRequest proto, const std::vector<Tenso
 
 }  // namespace
 
-void ReplicaState::ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse) {
+void ReplicaState::ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse,
+                              AppliedOrigins* applied) {
   for (;;) {
     auto it = buckets_.find(step_);
     if (it == buckets_.end() || it->second.count < num_required_) return;
@@ -172,10 +206,12 @@ void ReplicaState::ApplyReady(const std::string& var, const ApplyFn* dense, cons
       for (auto& w : b.waiters) w.done(s);
       return;
     }
-    const int64_t applied = step_;
+    if (applied)
+      for (const UpdateOrigin& o : b.origins) applied->Record(o);
+    const int64_t step = step_;
     accepted_ += b.count;
     ++step_;
-    for (auto& w : b.waiters) w.done(applied);
+    for (auto& w : b.waiters) w.done(step);
   }
 }
 
@@ -207,6 +243,24 @@ void ReplicaState::TimeoutWaiter(const std::string& var, int64_t waiter_id) {
       return;
     }
   }
+}
+
+void ReplicaState::AbortWaits(const std::string& var, int64_t run_step, const Status& why) {
+  std::vector<SyncDone> answer;
+  for (auto& kv : buckets_) {
+    auto& ws = kv.second.waiters;
+    for (auto it = ws.begin(); it != ws.end();) {
+      if (it->run_step != run_step) {
+        ++it;
+        continue;
+      }
+      answer.push_back(std::move(it->done));
+      it = ws.erase(it);
+    }
+  }
+  const Status s = why.WithPrefix("variable '" + var + "': the step waiting for its synchronous step was aborted "
+                                  "(its gradient still counts)");
+  for (auto& done : answer) done(s);
 }
 
 void ReplicaState::AbortSync(const std::string& var) {
@@ -262,10 +316,13 @@ void ReplicaState::ReleaseSsp() {
 }
 
 Tensor ReplicaState::SyncStats() const {
-  Tensor t(DType::kInt64, {3});
+  Tensor t(DType::kInt64, {4});
+  int64_t pending = 0;
+  for (const auto& kv : buckets_) pending += kv.second.count;
   t.data<int64_t>()[0] = step_;
   t.data<int64_t>()[1] = accepted_;
   t.data<int64_t>()[2] = dropped_;
+  t.data<int64_t>()[3] = pending;
   return t;
 }
 

@@ -13,6 +13,15 @@
 // current step is refused (InvalidArgument): no bucket waits for a step that
 // no worker can reach.
 //
+// A contribution carries its update's origin (kernels/update_origin.h) when
+// a cluster session may run its step again after a failure: a contribution
+// whose origin already waits in its bucket is not counted again (its new
+// waiter takes the old one's place), and one whose step was applied (its
+// origin is in the shard's applied window, which the step's contributors
+// all join, and which replicas share) is answered with its step at once.
+// So a step run again, on the same holder or on a promoted backup, counts
+// each worker's gradient once.
+//
 // Waiting is a stored callback, answered by a later call (another worker's
 // gradient, a timeout, an abort, or the destructor): no thread ever sleeps.
 // Thread-safety: none; its owner (one actor) serializes every call.
@@ -25,6 +34,7 @@
 #include <vector>
 
 #include "kernels/replication_service.h"
+#include "kernels/update_origin.h"
 
 namespace sf {
 
@@ -45,18 +55,27 @@ class ReplicaState {
 
   // One worker's contribution (see SyncApplyRequest). `var` names the
   // variable in errors; `value` is its current value (dtype and shape
-  // checks). waiter_id identifies the wait for TimeoutWaiter.
+  // checks). waiter_id identifies the wait for TimeoutWaiter. `applied`
+  // (null: origins are not tracked) is the shard's applied window: the
+  // step's update is applied without an origin of its own, and every
+  // contributor's origin is recorded there with it.
   void OfferSync(const std::string& var, const Tensor& value, SyncApplyRequest req,
-                 int64_t waiter_id, SyncDone done, const ApplyFn& apply);
+                 int64_t waiter_id, SyncDone done, const ApplyFn& apply, AppliedOrigins* applied = nullptr);
   // One worker's sparse contribution (see SparseSyncApplyRequest); `var`
   // names the shard in errors. A shard takes dense or sparse gradients, not both.
   void OfferSparseSync(const std::string& var, SparseSyncApplyRequest req, int64_t waiter_id, SyncDone done,
-                       const SparseApplyFn& apply);
+                       const SparseApplyFn& apply, AppliedOrigins* applied = nullptr);
   // Answers waiter_id (if still waiting) with Unavailable; its gradient stays
-  // in its bucket and counts when the step is applied.
+  // in its bucket and counts when the step is applied (a run again of its
+  // step waits for it without counting it twice).
   void TimeoutWaiter(const std::string& var, int64_t waiter_id);
   // Fails every waiter with Aborted and drops (counts) the pending gradients.
   void AbortSync(const std::string& var);
+  // Answers the waiters of run run_step (a step that was aborted: one of its
+  // partitions failed) with why; their gradients stay in their buckets and
+  // count when their steps are applied (a run again of the step waits for
+  // them without counting them twice).
+  void AbortWaits(const std::string& var, int64_t run_step, const Status& why);
 
   // Records one successful optimizer update: advances the version and, when
   // read_version >= 0, records its staleness.
@@ -67,7 +86,8 @@ class ReplicaState {
   void StaleSyncWait(const std::string& var, int64_t worker, int64_t clock, int64_t num_workers,
                      int64_t staleness, std::function<void(Status)> done);
 
-  // int64 [3]: applied steps, accepted gradients, dropped gradients.
+  // int64 [4]: applied steps, accepted gradients, dropped gradients, and
+  // gradients waiting for their step.
   Tensor SyncStats() const;
 
   // What a backup keeps in step with its holder (kCounters values: the
@@ -86,10 +106,13 @@ class ReplicaState {
   struct Waiter {
     int64_t id;
     SyncDone done;
+    UpdateOrigin origin;  // its contribution's (none: untracked)
+    int64_t run_step = 0;  // the run waiting (AbortWaits)
   };
   struct Bucket {
     Tensor sum;  // of the gradients so far
     int64_t count = 0;
+    std::vector<UpdateOrigin> origins;  // of the counted contributions that carry one
     ApplyRequest proto;  // optimizer, ids, hyperparameters of the first contributor
     std::vector<Waiter> waiters;
     // Sparse: every contributor's rows and gradients, kept apart until applied.
@@ -103,11 +126,17 @@ class ReplicaState {
   };
   // Applies every full bucket at the current step, in order (dense or
   // sparse: the function for the bucket's kind is set).
-  void ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse);
+  void ApplyReady(const std::string& var, const ApplyFn* dense, const SparseApplyFn* sparse,
+                  AppliedOrigins* applied);
   // Checks N and the tag and finds the contribution's bucket; null (and done
-  // answered) when it does not count.
-  Bucket* Admit(const std::string& where, int64_t num_required, int64_t step_tag, SyncDone* done);
+  // answered) when it does not count: bad, stale, its step full, or a
+  // contribution made before (answered with its step once applied, else
+  // waiting in the old one's place).
+  Bucket* Admit(const std::string& where, int64_t num_required, int64_t step_tag, const UpdateOrigin& origin,
+                int64_t waiter_id, int64_t run_step, SyncDone* done, const AppliedOrigins* applied);
   void ReleaseSsp();
+  // Counts a contribution in b (its gradient is already in b) and keeps its waiter.
+  static void Count(Bucket& b, int64_t waiter_id, SyncDone done, const UpdateOrigin& origin, int64_t run_step);
 
   // How far ahead of the current step a tag may be (InvalidArgument beyond).
   static constexpr int64_t kMaxStepsAhead = 1024;

@@ -29,6 +29,7 @@ struct SyncApplyRequest {
   int64_t step_tag = 0;      // the global step the worker read at step start
   int64_t num_required = 1;  // N of N + b; every worker must give the same N
   int64_t timeout_ms = 0;    // > 0: the wait for the step fails after this long
+  int64_t run_step = 0;      // the step (run) that waits: AbortWaits answers it
 };
 
 // One worker's sparse gradient of an embedding shard (its rows and their
@@ -41,11 +42,12 @@ struct SparseSyncApplyRequest {
   int64_t step_tag = 0;
   int64_t num_required = 1;
   int64_t timeout_ms = 0;
+  int64_t run_step = 0;      // the step (run) that waits: AbortWaits answers it
 };
 
 // What QueryReplica reads about a variable.
 enum class ReplicaQuery : uint8_t {
-  kSyncStats = 0,   // int64 [3]: applied steps (= the current step), accepted, dropped gradients
+  kSyncStats = 0,   // int64 [4]: applied steps (= the current step), accepted, dropped, pending gradients
   kStaleness = 1,   // float64 [3]: tracked updates, mean staleness, max staleness
 };
 
@@ -58,6 +60,8 @@ class ReplicationService {
   virtual void SparseApplySync(SparseSyncApplyRequest req, std::function<void(Result<int64_t>)> done) = 0;
   // Fails every worker waiting on variable id's pending steps with Aborted and drops (counts) their gradients; NotFound for an unknown id.
   virtual void AbortSync(int64_t id, std::function<void(Status)> done) = 0;
+  // Answers every synchronous wait of run run_step (an aborted step) with why; their gradients still count. One-way.
+  virtual void AbortWaits(int64_t run_step, const Status& why) = 0;
   // The value and its version (optimizer updates applied so far), read together; FailedPrecondition naming a never-initialised variable.
   virtual void ReadWithVersion(int64_t id, std::function<void(Result<std::pair<Tensor, int64_t>>)> done) = 0;
   // Replication counters of variable id (see ReplicaQuery); NotFound for an unknown id.

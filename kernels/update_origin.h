@@ -40,4 +40,17 @@ uint64_t OriginOpKey(const std::string& node_name);
 // and iteration; none when ctx's services do not track origins.
 UpdateOrigin OriginOf(const OpKernelContext& ctx, uint64_t op_key);
 
+// What a shard remembers of the updates it applied (its applied window,
+// actors/applied_window.h), as the synchronous aggregation beside it
+// (kernels/replica_state.h) sees it: a contribution to a step that was
+// applied is answered, not counted again.
+class AppliedOrigins {
+ public:
+  virtual ~AppliedOrigins() = default;
+  // Whether origin was applied lately; false for none.
+  virtual bool Seen(const UpdateOrigin& origin) const = 0;
+  // Records origin as applied now (none is ignored).
+  virtual void Record(const UpdateOrigin& origin) = 0;
+};
+
 }  // namespace sf

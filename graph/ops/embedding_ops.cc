@@ -260,7 +260,7 @@ Status RegisterEmbeddingOps(OpRegistry& reg) {
 
   // Synchronous replication of a sparse update (SyncReplicas): an
   // optimizer's sparse form's inputs and the step tag.
-  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingSparseApplySync").Inputs(5, 16).Stateful()
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("EmbeddingSparseApplySync").Inputs(5, 16).Stateful().Repeatable()
       .RequiredAttr<std::string>("optimizer").RequiredAttr<int64_t>("num_required").Attr("timeout_ms", int64_t{0})
       .RequiredAttr<std::string>("table").RequiredAttr<int64_t>("table_rows").RequiredAttr<int64_t>("num_shards").RequiredAttr<int64_t>("shard")
       .Attr("partition", "mod").Attr("combiner", "sum").Attr("segments", "dense").Attr("num_segments", int64_t{-1})

@@ -94,7 +94,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientSync")
       .RequiredAttr<std::string>("optimizer").RequiredAttr<int64_t>("num_required")
       .Attr("timeout_ms", int64_t{0}).Attr("use_nesterov", false)
-      .Inputs(4, 12).Stateful()
+      .Inputs(4, 12).Stateful().Repeatable()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, true); }).NotDifferentiable()
       .Summary("Synchronous replication: adds this worker's gradient, tagged with the global step "
                "it read, to the step's aggregate at the variable's shard; the shard applies the "
@@ -104,7 +104,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ApplyGradientAsync")
       .RequiredAttr<std::string>("optimizer").Attr("use_nesterov", false)
-      .Inputs(4, 12).Stateful()
+      .Inputs(4, 12).Stateful().Repeatable()
       .Shape([](InferenceContext& c) { return TaggedApplyShape(c, false); }).NotDifferentiable()
       .Summary("Asynchronous replication: applies the gradient on arrival with attr optimizer and "
                "records staleness = variable version now - read_version. Inputs: var, slots..., "
@@ -132,11 +132,12 @@ Status RegisterReplicationOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("SyncReplicaStats").Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
-        c.set_output(0, DType::kInt64, PartialShape(Shape{3}));
+        c.set_output(0, DType::kInt64, PartialShape(Shape{4}));
         return Status::OK();
       }).NotDifferentiable()
-      .Summary("int64 [applied_steps, accepted_gradients, dropped_gradients] of a variable's "
-               "synchronous replication; applied_steps is its global step.")
+      .Summary("int64 [applied_steps, accepted_gradients, dropped_gradients, pending_gradients] of "
+               "a variable's synchronous replication; applied_steps is its global step, "
+               "pending_gradients wait for their step's num_required.")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StalenessStats").Inputs(1).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {

@@ -246,6 +246,7 @@ class EmbeddingSparseApplySyncKernel : public EmbeddingSparseApplyKernel {
     sreq.step_tag = tag.data<int64_t>()[0];
     sreq.num_required = num_required_;
     sreq.timeout_ms = timeout_ms_;
+    sreq.run_step = ctx->step_id();
     ctx->replication()->SparseApplySync(std::move(sreq), AnswerSyncStep(ctx, std::move(done)));
   }
 

@@ -8,6 +8,7 @@
 #include "kernels/optimizer_spec.h"
 #include "kernels/collective_service.h"
 #include "kernels/replication_service.h"
+#include "kernels/update_origin.h"
 #include "kernels/variable_service.h"
 
 namespace sf {
@@ -70,7 +71,8 @@ class AsyncKernelBase : public OpKernel {
 class TaggedApplyKernel : public AsyncKernelBase {
  public:
   TaggedApplyKernel(const KernelInit& init, Status* s, bool sync)
-      : AsyncKernelBase(init, sync ? Needs::kReplication : Needs::kVariables), sync_(sync) {
+      : AsyncKernelBase(init, sync ? Needs::kReplication : Needs::kVariables), sync_(sync),
+        origin_op_(OriginOpKey(init.node_name)) {
     auto opt = init.Attr<std::string>("optimizer");
     if (!opt.ok()) { *s = opt.status(); return; }
     auto kind = ParseOptimizer(*opt);
@@ -105,6 +107,7 @@ class TaggedApplyKernel : public AsyncKernelBase {
     }
     for (int i = 0; i < scalars_; ++i) req.scalars.push_back(ctx->input(handles_ + i));
     req.grad = ctx->input(handles_ + scalars_);
+    req.origin = OriginOf(*ctx, origin_op_);  // a step run again applies (or counts) it once
     SF_ASSIGN_OR_RETURN(int64_t tag, Int64Input(ctx, handles_ + scalars_ + 1,
                                                 sync_ ? "the step tag" : "the read version"));
     if (!sync_) {
@@ -120,12 +123,14 @@ class TaggedApplyKernel : public AsyncKernelBase {
     sreq.step_tag = tag;
     sreq.num_required = num_required_;
     sreq.timeout_ms = timeout_ms_;
+    sreq.run_step = ctx->step_id();
     ctx->replication()->ApplySync(std::move(sreq), AnswerSyncStep(ctx, std::move(done)));
     return Status::OK();
   }
 
  private:
   bool sync_;
+  uint64_t origin_op_;
   OptimizerKind optimizer_ = OptimizerKind::kGradientDescent;
   int handles_ = 0, scalars_ = 0;
   bool nesterov_ = false;

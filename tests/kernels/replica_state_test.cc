@@ -55,3 +55,156 @@ TEST_CASE("Replica state: a stale-synchronous barrier of more workers than it ca
   rs.StaleSyncWait("w", 0, 0, 1, 0, [&](Status r) { released = r.ok(); });
   CHECK(released);
 }
+
+namespace {
+
+// A shard's applied window, as a set (what replicas share of it).
+class SetOrigins : public AppliedOrigins {
+ public:
+  bool Seen(const UpdateOrigin& o) const override {
+    for (const auto& x : seen)
+      if (x == o) return true;
+    return false;
+  }
+  void Record(const UpdateOrigin& o) override {
+    if (!o.none()) seen.push_back(o);
+  }
+  std::vector<UpdateOrigin> seen;
+};
+
+// Worker w's dense gradient {g} for step_tag, N = 2, made by the update of
+// step `step` (its origin; 0: none).
+SyncApplyRequest Dense(float g, int64_t step_tag, uint64_t step) {
+  SyncApplyRequest r;
+  r.run_step = static_cast<int64_t>(step);
+  r.req.var_ids = {0};
+  r.req.scalars = {Tensor::Scalar<float>(1.0f)};
+  r.req.grad = Tensor::FromVector<float>({g});
+  r.req.origin = UpdateOrigin{step, step == 0 ? 0 : 77};
+  r.step_tag = step_tag;
+  r.num_required = 2;
+  return r;
+}
+
+struct DenseReplica {
+  ReplicaState rs;
+  SetOrigins applied;
+  Tensor value = Tensor::FromVector<float>({0.0f});
+  std::vector<float> grads;  // the averaged gradient of each applied step
+  bool update_had_origin = false;  // the step's update must carry no contributor's origin
+  ReplicaState::ApplyFn apply = [this](const ApplyRequest& r) {
+    update_had_origin = update_had_origin || !r.origin.none();
+    grads.push_back(r.grad.data<float>()[0]);
+    return Status::OK();
+  };
+  // Offers g for step_tag by step `step`; the answer lands in *out.
+  void Offer(float g, int64_t step_tag, uint64_t step, int64_t waiter, Result<int64_t>* out, int64_t run = 0) {
+    SyncApplyRequest req = Dense(g, step_tag, step);
+    if (run != 0) req.run_step = run;
+    rs.OfferSync("w", value, std::move(req), waiter, [out](Result<int64_t> r) { *out = r; }, apply, &applied);
+  }
+  int64_t Stat(int i) const { return rs.SyncStats().data<int64_t>()[i]; }
+};
+
+}  // namespace
+
+TEST_CASE("Replica state: a contribution made again by a step run again counts once, waiting in the old one's place",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> first = int64_t{-9}, again = int64_t{-9}, other = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &first);
+  CHECK(r.Stat(3) == 1);  // pending
+  r.Offer(2.0f, 0, 100, 2, &again);  // the same worker's step, run again
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.status().code() == Code::kAborted);
+  CHECK(r.Stat(3) == 1);  // still one gradient waiting
+  CHECK(r.grads.empty());
+  r.Offer(4.0f, 0, 200, 3, &other);
+  REQUIRE(again.ok());
+  REQUIRE(other.ok());
+  CHECK(*again == 0);
+  CHECK(*other == 0);
+  REQUIRE(r.grads.size() == 1);
+  CHECK(r.grads[0] == Approx(3.0f));  // (2 + 4) / 2, not (2 + 2) / 2
+  CHECK(r.Stat(0) == 1);
+  CHECK(r.Stat(1) == 2);
+  CHECK(r.Stat(2) == 0);
+  CHECK(r.Stat(3) == 0);
+  CHECK(r.applied.seen.size() == 2);  // both contributors' origins
+  CHECK_FALSE(r.update_had_origin);
+}
+
+TEST_CASE("Replica state: a step run again after its gradient was applied is answered with its step, counted once",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> a = int64_t{-9}, b = int64_t{-9}, retry = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &a);
+  r.Offer(4.0f, 0, 200, 2, &b);
+  REQUIRE(r.grads.size() == 1);
+  r.Offer(2.0f, 0, 100, 3, &retry);
+  REQUIRE(retry.ok());
+  CHECK(*retry == 0);  // counted in step 0, not stale
+  CHECK(r.grads.size() == 1);
+  CHECK(r.Stat(1) == 2);
+  CHECK(r.Stat(2) == 0);
+  // A promoted backup: the holder's counters and applied window, no buckets.
+  DenseReplica backup;
+  backup.rs.SetCounters(r.rs.Counters());
+  backup.applied.seen = r.applied.seen;
+  Result<int64_t> on_backup = int64_t{-9};
+  backup.Offer(4.0f, 0, 200, 1, &on_backup);
+  REQUIRE(on_backup.ok());
+  CHECK(*on_backup == 0);
+  CHECK(backup.Stat(2) == 0);
+  CHECK(backup.grads.empty());
+  // Without origins (a local session) a gradient for an applied step is stale, as before.
+  Result<int64_t> late = int64_t{-9};
+  backup.Offer(4.0f, 0, 0, 2, &late);
+  REQUIRE(late.ok());
+  CHECK(*late == -1);
+  CHECK(backup.Stat(2) == 1);
+}
+
+TEST_CASE("Replica state: a contribution whose wait timed out, made again, waits without counting twice",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> first = int64_t{-9}, again = int64_t{-9}, other = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &first);
+  r.rs.TimeoutWaiter("w", 1);
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.status().code() == Code::kUnavailable);
+  r.Offer(2.0f, 0, 100, 2, &again);
+  CHECK(r.Stat(3) == 1);
+  r.Offer(6.0f, 0, 200, 3, &other);
+  REQUIRE(again.ok());
+  CHECK(*again == 0);
+  REQUIRE(r.grads.size() == 1);
+  CHECK(r.grads[0] == Approx(4.0f));
+  CHECK(r.Stat(1) == 2);
+}
+
+TEST_CASE("Replica state: an aborted run's wait is answered at once; its gradient counts, once, when a run again "
+          "comes",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> first = int64_t{-9}, again = int64_t{-9}, other = int64_t{-9}, unrelated = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &first, /*run=*/1601);
+  r.Offer(8.0f, 1, 300, 2, &unrelated, /*run=*/4800);  // another run's wait, for the next step
+  r.rs.AbortWaits("w", 1601, Unavailable("node n2 is down"));
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.status().code() == Code::kUnavailable);
+  CHECK(first.status().message().find("'w'") != std::string::npos);
+  CHECK(first.status().message().find("node n2 is down") != std::string::npos);
+  CHECK(unrelated.ok());  // still waiting: untouched
+  CHECK(*unrelated == -9);
+  CHECK(r.Stat(3) == 2);
+  r.Offer(2.0f, 0, 100, 3, &again, /*run=*/1602);  // the step's attempt 2
+  CHECK(r.Stat(3) == 2);
+  r.Offer(4.0f, 0, 200, 4, &other);
+  REQUIRE(again.ok());
+  CHECK(*again == 0);
+  CHECK(*other == 0);
+  REQUIRE(r.grads.size() == 1);
+  CHECK(r.grads[0] == Approx(3.0f));
+  CHECK(r.Stat(1) == 2);
+}
