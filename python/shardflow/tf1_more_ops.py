@@ -315,12 +315,13 @@ def truncatediv(x, y, name=None):
 
 
 def truncatemod(x, y, name=None):
-    """TF 1.x's tf.truncatemod: x - truncatediv(x, y) * y (the remainder takes x's sign, as C's %);
-    floats use truncation of x / y."""
+    """TF 1.x's tf.truncatemod: the remainder of truncating division, with x's sign (C's % and fmod):
+    x - truncatediv(x, y) * y for integers, sign(x) * floormod(|x|, |y|) for floats (exactly fmod)."""
     x, y = _pair(x, y, "tf.truncatemod")
     with x.graph.as_default():
-        q = _tf._truncate_div(x, y) if x.dtype.is_integer else _tf.cast(_tf.cast(x / y, _dt.int64), x.dtype)
-        return _named(x - q * y, name)
+        if x.dtype.is_integer:
+            return _named(x - _tf._truncate_div(x, y) * y, name)
+        return _named(_tf.sign(x) * _tf.floormod(_tf.abs(x), _tf.abs(y)), name)
 
 
 def mod(x, y, name=None):

@@ -207,15 +207,18 @@ def test_division_and_unary_math_as_tf1(dt, npd):
 
 def test_division_names_refuse_what_tf_refuses():
     i, f = tf.constant(np.array([7, -7], np.int8)), tf.constant([7.0, -7.0])
+    xs = np.array([1.0, -1.0, 0.3, -5.5, 7.25, 1e30], np.float64)
+    ys = np.array([0.1, 0.1, -0.1, 2.0, -0.5, 3.0], np.float64)
     got = _run([tf.div(f, 2.0), tf.realdiv(f, 2.0), tf.div_no_nan(f, tf.constant([0.0, 2.0])),
                 tf.truncatemod(f, 2.0), tf.math.truncatediv(i, tf.constant(np.int8(2))),
-                tf.math.divide_no_nan(f, tf.constant([2.0, 0.0]))])
+                tf.math.divide_no_nan(f, tf.constant([2.0, 0.0])), tf.truncatemod(tf.constant(xs), tf.constant(ys))])
     np.testing.assert_array_equal(got[0], [3.5, -3.5])
     np.testing.assert_array_equal(got[1], [3.5, -3.5])
     np.testing.assert_array_equal(got[2], [0.0, -3.5])
     np.testing.assert_array_equal(got[3], np.fmod([7.0, -7.0], 2.0))
     np.testing.assert_array_equal(got[4], [3, -3])
     np.testing.assert_array_equal(got[5], [3.5, 0.0])
+    np.testing.assert_array_equal(got[6], np.fmod(xs, ys))  # exactly C's fmod (1.0 fmod 0.1 is not 0)
     with pytest.raises(TypeError, match="tf.realdiv is for floats"):
         tf.realdiv(i, i)
     with pytest.raises(TypeError, match="tf.truncatediv is for integers"):
