@@ -6,14 +6,17 @@
 //   between two partitions of one process do: the buffer is passed by
 //   reference, never copied);
 // - cluster: through shardflow's connection (Cap'n Proto RPC) to a
-//   `shardflow node` process and back (an Echo request: the tensor bytes
+//   `shardflow node` process and back (an Echo request by net::Call: the tensor bytes
 //   referenced on send, one copy on decode; the reply is copied into the
 //   RPC return), once over mutual TLS ("tls": true) and once with
 //   --insecure ("tls": false);
 // - raw_tcp: the same bytes over a plain loopback TCP socket to a child
 //   process that echoes them, measured by this program as the ceiling.
 // gbytes_per_sec = 2 * bytes / round trip (both directions move the tensor).
-// Keys: bytes, mode, gbytes_per_sec, round_trip_us, tls; the summary
+// Keys: bytes, mode, gbytes_per_sec, round_trip_us, tls (cluster rows also
+// round_trip_median_us, and per round trip client_cpu_us and node_cpu_us,
+// the CPU time of this process and of the node, and context_switches of
+// both: on this shared VM the wall time follows the neighbours); the summary
 // compares cluster to raw_tcp at 64 MiB (targets: >= 50% with TLS, >= 80%
 // without) and the small round trip with TLS (target < 100 us).
 #include <arpa/inet.h>
@@ -26,13 +29,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/json.h"
 #include "examples/common/local_cluster.h"
+#include "bench/process_usage.h"
 #include "bench/raw_tcp_echo.h"
 #include "net/peer_rpc.h"
 
@@ -92,29 +94,46 @@ double InProc(const Tensor& t, int reps) {
   return secs / reps;
 }
 
-// Seconds per Echo round trip to a node process.
-double Cluster(net::Connection& c, const Tensor& t, int reps) {
+// Echo round trips to a node process: their mean and median, and the CPU
+// time and thread switches of this process and the node per round trip
+// (on this shared VM wall time follows the neighbours; CPU much less).
+struct ClusterTiming {
+  double mean_s = 0, median_s = 0;
+  double client_cpu_s = 0, node_cpu_s = 0, switches = 0;
+};
+
+ClusterTiming Cluster(const net::ConnectionPtr& c, const Tensor& t, int reps, pid_t node) {
+  // net::Call, as every caller that waits for a reply does (a session's
+  // steps, RemotePartitionHost): the reply is handed over on the I/O
+  // thread. Request's callback would run on a handler thread, a thread
+  // hop (and on this VM a wake-up) that no blocking caller pays.
   auto once = [&] {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<Result<net::Message>> reply;
-    c.Request(net::Echo{t}, 60000, [&](Result<net::Message> r) {
-      std::lock_guard<std::mutex> l(mu);
-      reply.emplace(std::move(r));
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return reply.has_value(); });
-    if (!reply->ok()) Die(reply->status().ToString());
-    auto* e = std::get_if<net::Echo>(&(*reply)->body);
+    auto reply = net::Call(c, net::Echo{t}, 60000);
+    if (!reply.ok()) Die(reply.status().ToString());
+    auto* e = std::get_if<net::Echo>(&reply->body);
     if (!e || e->payload.bytes() != t.bytes()) Die("echo came back wrong");
   };
   once();  // warm: first-touch of the node's buffers
+  std::vector<double> each(reps);
+  const bench::ProcessUsage self0 = bench::ReadProcessUsage(), node0 = bench::ReadProcessUsage(node);
   const auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) once();
-  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+  auto last = t0;
+  for (int i = 0; i < reps; ++i) {
+    once();
+    const auto now = Clock::now();
+    each[i] = std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+  const bench::ProcessUsage self1 = bench::ReadProcessUsage(), node1 = bench::ReadProcessUsage(node);
+  ClusterTiming out;
+  out.mean_s = std::chrono::duration<double>(last - t0).count() / reps;
+  std::nth_element(each.begin(), each.begin() + reps / 2, each.end());
+  out.median_s = each[reps / 2];
+  out.client_cpu_s = (self1.cpu_seconds - self0.cpu_seconds) / reps;
+  out.node_cpu_s = (node1.cpu_seconds - node0.cpu_seconds) / reps;
+  out.switches = (self1.context_switches - self0.context_switches + node1.context_switches - node0.context_switches) / reps;
+  return out;
 }
-
 
 }  // namespace
 
@@ -175,15 +194,22 @@ int main(int argc, char** argv) {
     for (const auto& [mode, tls] : runs) {
       if (!want(mode)) continue;
       double secs;
+      std::optional<ClusterTiming> ct;
       if (std::string(mode) == "inproc") secs = InProc(t, reps);
-      else if (std::string(mode) == "cluster") secs = Cluster(*conns[tls ? 1 : 0], t, reps);
+      else if (std::string(mode) == "cluster") secs = (ct = Cluster(conns[tls ? 1 : 0], t, reps, clusters[tls ? 1 : 0].pid(0)))->mean_s;
       else secs = raw->RoundTrip(t, reps);
       const std::string key = std::string(mode) + (tls ? "+tls" : "");
       rtt[{key, bytes}] = secs;
       const double gbs = 2.0 * static_cast<double>(t.bytes()) / secs / 1e9;
       if (json) {
-        JsonLine().Add("bytes", static_cast<int64_t>(t.bytes())).Add("mode", mode).Add("tls", tls)
-            .Add("gbytes_per_sec", gbs).Add("round_trip_us", secs * 1e6).Add("reps", reps).Print();
+        JsonLine line;
+        line.Add("bytes", static_cast<int64_t>(t.bytes())).Add("mode", mode).Add("tls", tls)
+            .Add("gbytes_per_sec", gbs).Add("round_trip_us", secs * 1e6).Add("reps", reps);
+        if (ct) {
+          line.Add("round_trip_median_us", ct->median_s * 1e6).Add("client_cpu_us", ct->client_cpu_s * 1e6)
+              .Add("node_cpu_us", ct->node_cpu_s * 1e6).Add("context_switches", ct->switches);
+        }
+        line.Print();
       } else {
         std::printf("%-12s %12lld bytes  %9.3f GB/s  %11.1f us round trip\n", key.c_str(),
                     static_cast<long long>(t.bytes()), gbs, secs * 1e6);

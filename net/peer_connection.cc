@@ -120,7 +120,7 @@ Status ConnImpl::Send(const Message& m) {
   if (m.request_id != 0) {
     auto core = core_;
     const uint64_t id = id_;
-    if (!core->Post([core, id, copy] { core->ReplyOnLoop(id, std::move(*copy)); }))
+    if (!core->Soon([core, id, copy] { core->ReplyOnLoop(id, std::move(*copy)); }))
       return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
     return Status::OK();
   }
@@ -128,7 +128,7 @@ Status ConnImpl::Send(const Message& m) {
   SF_RETURN_IF_ERROR(CheckEncodable(m).WithPrefix(std::string("encoding ") + BodyName(m.body)));
   auto core = core_;
   const uint64_t id = id_;
-  if (!core->Post([core, id, copy] { core->SendOnLoop(id, copy); }))
+  if (!core->Soon([core, id, copy] { core->SendOnLoop(id, copy); }))
     return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
   return Status::OK();
 }
@@ -149,7 +149,7 @@ void ConnImpl::StartRequest(Body body, int timeout_ms, std::function<void(Result
   m->body = std::move(body);
   auto core = core_;
   const uint64_t id = id_;
-  if (!core->Post([core, id, rid, m, timeout_ms] { core->AskOnLoop(id, rid, m, timeout_ms); }))
+  if (!core->Soon([core, id, rid, m, timeout_ms] { core->AskOnLoop(id, rid, m, timeout_ms); }))
     Finish(rid, Unavailable(std::string(what) + " to " + Who() + " failed: the endpoint shut down"));
 }
 
@@ -157,7 +157,7 @@ void ConnImpl::Close() {
   if (!MarkDown(Unavailable("connection to " + Who() + " closed"))) return;
   auto core = core_;
   const uint64_t id = id_;
-  core->Post([core, id] { core->DownById(id, Unavailable("closed")); });
+  core->Soon([core, id] { core->DownById(id, Unavailable("closed")); });
 }
 
 }  // namespace detail

@@ -335,6 +335,16 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
 
   bool OnLoopThread() const { return std::this_thread::get_id() == loop_id_; }
 
+  // As Post, but from the loop thread itself (an inline handler's reply)
+  // fn runs as a kj event of this turn: a post there writes the loop's own
+  // eventfd and costs it an epoll round per reply. False when the loop ended.
+  bool Soon(std::function<void()> fn) {
+    if (!OnLoopThread()) return Post(std::move(fn));
+    if (!tasks_ || stop_requested_) return false;
+    tasks_->add(kj::evalLater(std::move(fn)));
+    return true;
+  }
+
   // Runs start() on the loop and waits for its result; Unavailable when the
   // endpoint shuts down first.
   template <class T>

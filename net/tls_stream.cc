@@ -24,6 +24,8 @@ namespace {
 // Ciphertext read from the socket per turn, and plaintext encrypted per write.
 constexpr size_t kReadChunk = size_t{256} << 10;
 constexpr size_t kWriteChunk = size_t{1} << 20;
+// Plaintext gathered from small pieces into one record: TLS's largest.
+constexpr size_t kStageBytes = size_t{16} << 10;
 
 std::string OpenSslErrors() {
   std::string out;
@@ -230,14 +232,28 @@ class Stream final : public kj::AsyncIoStream {
     // The next records go to a buffer of their own: this one is under way.
     bufs_.out = std::move(spare_);
     bufs_.out.size = 0;
-    auto p = last_write_.addBranch().then([this, out = std::move(out)]() mutable {
+    auto send = [this](Bytes out) {
       const kj::byte* data = out.data.get();
       const size_t size = out.size;
       return inner_->write(data, size).then([this, out = std::move(out)]() mutable {
         if (out.capacity > spare_.capacity) spare_ = std::move(out);
       });
-    });
-    last_write_ = p.fork();
+    };
+    // With no write under way the socket write is tried now, in this turn,
+    // not in a later one behind the idle fork's continuation (evalNow: a
+    // failing write rejects, as it did inside the continuation).
+    kj::Promise<void> p = writes_under_way_ == 0
+                              ? kj::evalNow([&] { return send(std::move(out)); })
+                              : last_write_.addBranch().then([send, out = std::move(out)]() mutable {
+                                  return send(std::move(out));
+                                });
+    ++writes_under_way_;
+    last_write_ = p.then([this] { --writes_under_way_; },
+                         [this](kj::Exception&& e) {
+                           --writes_under_way_;
+                           kj::throwFatalException(kj::mv(e));
+                         })
+                      .fork();
     return last_write_.addBranch();
   }
 
@@ -264,20 +280,35 @@ class Stream final : public kj::AsyncIoStream {
     }
   }
 
-  // Encrypts pieces from (i, offset) on, a chunk per write.
+  // Encrypts pieces from (i, offset) on, a chunk per write. Small pieces
+  // share a record with their neighbours: Cap'n Proto writes a message as
+  // its segment table and its segments, and a record of its own for each
+  // cost a small message twice the AES-GCM passes, calls and bytes.
   kj::Promise<void> WriteFrom(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, size_t i, size_t offset) {
     size_t left = 0;
     for (size_t j = i; j < pieces.size() && left < kWriteChunk; ++j) left += pieces[j].size() - (j == i ? offset : 0);
     // Room for this turn's records at once: growing the buffer record by
     // record would copy the ciphertext again (a record adds 22 bytes per 16 KiB).
     if (left >= kReadChunk) bufs_.out.Reserve(bufs_.out.size + std::min(left, kWriteChunk) + (kWriteChunk >> 8));
-    size_t done = 0;
+    size_t done = 0, staged = 0;
+    auto encrypt = [this](const kj::byte* p, size_t n) {
+      ERR_clear_error();
+      if (SSL_write(ssl_, p, static_cast<int>(n)) != static_cast<int>(n)) Fail("TLS write", ssl_);
+    };
     while (i < pieces.size() && done < kWriteChunk) {
       auto p = pieces[i];
       const size_t take = std::min(p.size() - offset, kWriteChunk - done);
-      if (take > 0) {
-        ERR_clear_error();
-        if (SSL_write(ssl_, p.begin() + offset, static_cast<int>(take)) != static_cast<int>(take)) Fail("TLS write", ssl_);
+      if (take > 0 && take < kStageBytes && staged + take <= kStageBytes) {
+        std::memcpy(stage_ + staged, p.begin() + offset, take);
+        staged += take;
+      } else if (take > 0) {
+        if (staged > 0) encrypt(stage_, std::exchange(staged, 0));
+        if (take < kStageBytes) {
+          std::memcpy(stage_, p.begin() + offset, take);
+          staged = take;
+        } else {
+          encrypt(p.begin() + offset, take);
+        }
       }
       done += take;
       offset += take;
@@ -286,6 +317,7 @@ class Stream final : public kj::AsyncIoStream {
         offset = 0;
       }
     }
+    if (staged > 0) encrypt(stage_, staged);
     auto sent = Flush();
     if (i >= pieces.size()) return sent;
     return sent.then([this, pieces = kj::mv(pieces), i, offset]() mutable {
@@ -298,6 +330,8 @@ class Stream final : public kj::AsyncIoStream {
   Ciphertext bufs_;                // the BIOs' data: outlives ssl_ (destroyed after it)
   Bytes spare_;                    // a sent write buffer, kept for its capacity
   kj::ForkedPromise<void> last_write_;
+  int writes_under_way_ = 0;       // socket writes started and not done (Flush)
+  kj::byte stage_[kStageBytes];    // small pieces gathered into one record (WriteFrom)
   SSL* ssl_ = nullptr;
   BIO* rbio_ = nullptr;  // owned by ssl_
   BIO* wbio_ = nullptr;  // owned by ssl_
