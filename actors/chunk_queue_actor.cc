@@ -56,7 +56,7 @@ using ChunkQueueActor =
 
 struct ChunkQueueState {
   std::string name;
-  int64_t incarnation = 0;  // in the tickets' high bits (kChunkTicketBits)
+  int64_t incarnation = 0;  // in the tickets' high bits (kChunkIncarnationShift)
   std::unique_ptr<ChunkLeases> leases;
   ActorChunkQueues::Clock clock;
   std::deque<TakeChunk> waiting;  // served in arrival order
@@ -74,7 +74,7 @@ struct ChunkQueueState {
       if (took == ChunkLeases::Took::kWait) return;
       auto done = std::move(waiting.front().done);
       waiting.pop_front();
-      t.ticket |= incarnation << kChunkTicketBits;
+      t.ticket |= incarnation << kChunkIncarnationShift;
       if (took == ChunkLeases::Took::kTicket) done(t);
       else done(OutOfRange(Where() + ": every chunk of every epoch is done"));
     }
@@ -82,6 +82,8 @@ struct ChunkQueueState {
 };
 
 using ChunkQueueSelf = ChunkQueueActor::stateful_pointer<ChunkQueueState>;
+
+Status IgnoreLost(Status s) { return s.code() == Code::kFailedPrecondition ? Status::OK() : s; }
 
 // With Takes waiting, checks again when the earliest lease would end.
 void ArmTimer(ChunkQueueSelf self) {
@@ -97,8 +99,8 @@ ChunkQueueActor::behavior_type ChunkQueueBehavior(ChunkQueueSelf self, std::stri
                                                   ActorChunkQueues::Clock clock) {
   ChunkQueueState& st = self->state;
   st.name = std::move(name);
-  // 1 to 2^22 - 1: a ticket stays a positive int64.
-  st.incarnation = 1 + static_cast<int64_t>(std::random_device{}() % ((1u << 22) - 1));
+  // 1 to kMaxChunkIncarnation: a ticket stays a positive int64.
+  st.incarnation = 1 + static_cast<int64_t>(std::random_device{}() % kMaxChunkIncarnation);
   st.leases = std::make_unique<ChunkLeases>(options);
   st.clock = std::move(clock);
   auto down = [self] { return Aborted(self->state.Where() + ": the session is shutting down"); };
@@ -115,19 +117,23 @@ ChunkQueueActor::behavior_type ChunkQueueBehavior(ChunkQueueSelf self, std::stri
         if (st.shut_down) return m.done(down());
         const int64_t now = st.clock();
         Status first;
-        for (size_t i = 0; i < m.tickets.size(); ++i) {
-          const int64_t ticket = ChunkTicketIndex(m.tickets[i]);
-          Status s;
-          if ((m.tickets[i] >> kChunkTicketBits) != st.incarnation)
-            s = FailedPrecondition("ticket " + std::to_string(m.tickets[i]) + " was handed out by an earlier chunk "
-                                   "queue of this name (its task moved, and the queue started afresh): this epoch "
-                                   "cannot go on with every example once; start it again");
-          else if (m.read)
-            s = st.leases->Read(m.worker, ticket, m.pos[i], now);
-          else
-            s = st.leases->Trained(m.worker, ticket, m.pos[i], now);
-          if (!s.ok() && first.ok()) first = s.WithPrefix(st.Where());
+        std::vector<int64_t> tickets;  // without the incarnation
+        for (int64_t t : m.tickets) {
+          if ((t >> kChunkIncarnationShift) != st.incarnation) {
+            first = FailedPrecondition("ticket " + std::to_string(t) + " was handed out by an earlier chunk queue "
+                                       "of this name (its task moved, and the queue started afresh): this epoch "
+                                       "cannot go on with every example once; start it again");
+            break;
+          }
+          tickets.push_back(t & ((int64_t{1} << kChunkIncarnationShift) - 1));
         }
+        if (first.ok() && !m.read) first = st.leases->TrainedAll(m.worker, tickets, m.pos, now);
+        // A chunk the worker lost while reading it is no error of its input:
+        // its new holder reads it again, and the rows enqueued here are
+        // refused when reported trained.
+        for (size_t i = 0; first.ok() && m.read && i < tickets.size(); ++i)
+          first = IgnoreLost(st.leases->Read(m.worker, tickets[i], m.pos[i], now));
+        if (!first.ok()) first = first.WithPrefix(st.Where());
         st.Serve();
         ArmTimer(self);
         m.done(first);

@@ -346,8 +346,10 @@ struct ActorQueues::Entry {
   QueueActor actor;
 };
 
-ActorQueues::ActorQueues(caf::actor_system& sys)
-    : sys_(sys), cancelled_(std::make_shared<CancelledSteps>()), chunks_(std::make_unique<ActorChunkQueues>(sys)) {}
+ActorQueues::ActorQueues(caf::actor_system& sys, std::function<int64_t()> chunk_clock_ms)
+    : sys_(sys),
+      cancelled_(std::make_shared<CancelledSteps>()),
+      chunks_(std::make_unique<ActorChunkQueues>(sys, std::move(chunk_clock_ms))) {}
 
 ChunkQueueService* ActorQueues::chunk_queues() { return chunks_.get(); }
 

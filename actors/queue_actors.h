@@ -31,7 +31,8 @@ class ActorQueues : public QueueService {
  public:
   // Queues one store holds at most; Resolve refuses more with ResourceExhausted.
   static constexpr size_t kMaxQueues = size_t{1} << 16;
-  explicit ActorQueues(caf::actor_system& sys);
+  // chunk_clock_ms: the chunk queues' lease clock (ActorChunkQueues); null: the steady clock.
+  explicit ActorQueues(caf::actor_system& sys, std::function<int64_t()> chunk_clock_ms = nullptr);
   ~ActorQueues() override;
 
   Result<int64_t> Resolve(const std::string& name, const QueueSpec& spec) override;

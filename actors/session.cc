@@ -44,7 +44,7 @@ struct Session::Impl {
     }
     variables = std::make_unique<runtime::ActorVariables>(*system, std::move(names));
     variables->SetComputePool(&pool);
-    queues = std::make_unique<runtime::ActorQueues>(*system);
+    queues = std::make_unique<runtime::ActorQueues>(*system, o.chunk_queue_clock_ms);
     // One host serves every device of the session: they share the pool and
     // the rendezvous.
     runtime::PartitionHostOptions ho;

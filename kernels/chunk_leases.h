@@ -12,8 +12,12 @@
 //     q.Read(worker, t.ticket, pos_of_its_last_row, now);   // done once trained up to it
 //   }
 //
-// A ticket is one chunk in one epoch (ticket = epoch * num_chunks + chunk).
-// Tickets are handed out in order; one a worker held when it was released
+// A ticket is one chunk in one epoch (its index, epoch * num_chunks + chunk,
+// in the low kChunkTicketBits bits) handed out once: the bits above hold the
+// hand-out's number (mod 2^kChunkHandoutBits), so rows a worker read before
+// it lost a chunk are refused even once it holds the chunk again (it reads
+// the chunk again from after its trained rows; the old rows would be
+// trained twice). Tickets are handed out in order; one a worker held when it was released
 // (Release: the worker is gone) or whose lease expired is handed out again
 // before any new one, from the line after the last one trained (skip), so
 // every line of every epoch is trained once. Positions are 1-based line
@@ -35,10 +39,19 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "shardflow/status.h"
 
 namespace sf {
+
+// A ticket's bits: the index below kChunkTicketBits, the hand-out's number
+// in the kChunkHandoutBits above it (the chunk queue's incarnation is above
+// both, kernels/chunk_queue_service.h).
+constexpr int kChunkTicketBits = 40;
+constexpr int kChunkHandoutBits = 8;
+// The ticket's index (epoch * num_chunks + chunk) without the bits above it.
+constexpr int64_t ChunkTicketIndex(int64_t ticket) { return ticket & ((int64_t{1} << kChunkTicketBits) - 1); }
 
 struct ChunkLeaseOptions {
   int64_t num_chunks = 0;    // chunks of one epoch, 1..2^40
@@ -80,6 +93,16 @@ class ChunkLeases {
   // naming the chunk when it does not hold the ticket (or it is done);
   // InvalidArgument for a ticket never handed out.
   Status Trained(int64_t worker, int64_t ticket, int64_t pos, int64_t now_ms);
+  // Trained for each of tickets (with pos[i]), all or none: the first
+  // refusal, and nothing recorded. A step's rows may span chunks, and the
+  // step applies its update only when its report is taken (a chunk recorded
+  // trained while the step failed on another would lose rows). On a
+  // refusal the worker's other chunks of the report go back too (handed
+  // out again after their trained rows; its later rows of them refused):
+  // the batch it drops left a hole in them. InvalidArgument when the sizes
+  // differ.
+  Status TrainedAll(int64_t worker, const std::vector<int64_t>& tickets, const std::vector<int64_t>& pos,
+                    int64_t now_ms);
   // The worker read `ticket`'s chunk to its end; last_pos: the line of its
   // last row (0: none). Errors as Trained.
   Status Read(int64_t worker, int64_t ticket, int64_t last_pos, int64_t now_ms);
@@ -93,12 +116,13 @@ class ChunkLeases {
   bool Waiting() const;
   const ChunkLeaseStats& stats() const { return stats_; }
   const ChunkLeaseOptions& options() const { return o_; }
-  // "chunk C of epoch E", for errors.
+  // "chunk C of epoch E", for errors (any ticket of the chunk and epoch).
   std::string Describe(int64_t ticket) const;
 
  private:
   struct Open {
     int64_t holder = -1;    // -1: free (returned)
+    int64_t handout = 0;    // times handed out again (mod 2^kChunkHandoutBits in tickets)
     int64_t trained = 0;    // line of the last trained row
     int64_t last = -1;      // line of the last row read (-1: not read to the end yet)
   };
@@ -107,6 +131,8 @@ class ChunkLeases {
   void Renew(int64_t worker, int64_t now_ms);
   // Done once read to its end and trained up to its last row: forgotten.
   void MaybeDone(int64_t ticket);
+  // Frees the open ticket `index` to be handed out again (its holder's set is the caller's).
+  void Return(int64_t index);
   void ReturnAll(int64_t worker);
 
   const ChunkLeaseOptions o_;

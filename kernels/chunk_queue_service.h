@@ -21,13 +21,14 @@
 namespace sf {
 
 // A ticket handed out by a chunk queue carries the queue's incarnation (a
-// random number drawn when the queue is made) above its low kChunkTicketBits
-// bits, which hold ChunkLeases' ticket: a report of a ticket from an
-// earlier queue of the same name (its task moved to another node, which made
-// the queue afresh) is refused, rather than the new queue handing out again
-// what the old one had trained. ChunkTicketIndex gives the ChunkLeases ticket.
-constexpr int kChunkTicketBits = 40;
-constexpr int64_t ChunkTicketIndex(int64_t ticket) { return ticket & ((int64_t{1} << kChunkTicketBits) - 1); }
+// random number drawn when the queue is made) above ChunkLeases' ticket
+// (its index and hand-out number, kernels/chunk_leases.h), from bit
+// kChunkIncarnationShift: a report of a ticket from an earlier queue of the
+// same name (its task moved to another node, which made the queue afresh) is
+// refused, rather than the new queue handing out again what the old one had
+// trained. ChunkTicketIndex gives the ticket's index.
+constexpr int kChunkIncarnationShift = kChunkTicketBits + kChunkHandoutBits;
+constexpr int64_t kMaxChunkIncarnation = (int64_t{1} << (63 - kChunkIncarnationShift)) - 1;
 
 class ChunkQueueService {
  public:
@@ -40,10 +41,12 @@ class ChunkQueueService {
   // is held by another worker that may still give it back; OutOfRange naming
   // the queue once every chunk of every epoch is done. step_id: CancelStep.
   virtual void Take(int64_t id, int64_t worker, int64_t step_id, std::function<void(Result<ChunkTicket>)> done) = 0;
-  // Rows of tickets[i] trained up to line pos[i] (ChunkLeases::Trained), or
-  // with read, tickets[i] read to its end at line pos[i] (ChunkLeases::Read).
-  // The first refusal, naming the queue and the chunk; the others still
-  // apply. FailedPrecondition for a ticket of an earlier queue of this name.
+  // Rows of tickets[i] trained up to line pos[i], all or none
+  // (ChunkLeases::TrainedAll: the first refusal, naming the queue and the
+  // chunk), or with read, tickets[i] read to its end at line pos[i]
+  // (ChunkLeases::Read; a chunk the worker lost is no error there: its new
+  // holder reads it again). FailedPrecondition for a ticket of an earlier
+  // queue of this name, and nothing recorded.
   virtual void Report(int64_t id, int64_t worker, std::vector<int64_t> tickets, std::vector<int64_t> pos, bool read,
                       std::function<void(Status)> done) = 0;
   // The worker is gone: its chunks go to others. How many it held.

@@ -21,13 +21,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kMaxLostInARow = 1000;
+
 struct Worker {
   Graph g;
   DlrmModel m;
   DlrmInput in, test;
   std::unique_ptr<ClusterSession> session;
   std::unique_ptr<DlrmTrainer> trainer;
-  int64_t steps = 0, examples = 0;
+  int64_t steps = 0, examples = 0, lost_batches = 0;
   double wait = 0;
   Status error;
 };
@@ -118,8 +120,19 @@ Result<DlrmClusterResult> TrainDlrmOnCluster(const DlrmOptions& model, const Dlr
   auto run = [&](Worker* wk) {
     wk->trainer = std::make_unique<DlrmTrainer>(*wk->session, wk->m, wk->in);
     wk->error = wk->trainer->Start();
+    int64_t lost_in_a_row = 0;
     while (wk->error.ok() && (o.max_steps == 0 || steps.load() < o.max_steps)) {
       auto r = wk->trainer->Step();
+      if (ops::IsLostChunk(r.status())) {
+        ++wk->lost_batches;  // its rows are another worker's now; nothing was applied
+        // Draining a lost chunk costs tens of batches; this many in a row is
+        // a lease shorter than a step, every batch lost before it trains.
+        if (++lost_in_a_row < kMaxLostInARow) continue;
+        wk->error = r.status().WithPrefix("no batch trained in " + std::to_string(kMaxLostInARow) +
+                                          " steps, each lost with its chunk's lease (raise --lease-ms)");
+        break;
+      }
+      lost_in_a_row = 0;
       if (!r.ok()) {
         if (r.status().code() != Code::kOutOfRange) wk->error = r.status();
         break;
@@ -158,6 +171,7 @@ Result<DlrmClusterResult> TrainDlrmOnCluster(const DlrmOptions& model, const Dlr
     res.steps += workers[w]->steps;
     res.examples += workers[w]->examples;
     res.input_wait_secs += workers[w]->wait;
+    res.lost_batches += workers[w]->lost_batches;
   }
   res.final_loss = loss_n > 0 ? loss_sum / loss_n : final_loss;
   res.chunks = plan.num_chunks();

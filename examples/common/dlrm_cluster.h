@@ -43,6 +43,7 @@ struct DlrmClusterResult {
   DlrmEval eval;
   HashEmbeddingMetrics table;
   int64_t chunks = 0;
+  int64_t lost_batches = 0;  // batches dropped untrained: their chunk's lease had ended (another worker trains them)
 };
 
 // Starts the cluster, trains on train (io.epochs passes, io.batch rows a

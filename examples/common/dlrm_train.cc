@@ -44,9 +44,10 @@ Result<DlrmInput> AddSharedDlrmInput(Graph& g, const DlrmModel& m, Output chunk_
   ops::SharedCriteoInput q = ops::SharedCriteoBatchQueue(g, chunk_queue, plan, CriteoReaderOptions{}, worker, o.batch,
                                                          0, name);
   SF_RETURN_IF_ERROR(g.status());
-  // Rows count as trained once the step's update ran.
+  // The report goes first: a refused one (a chunk lost to another worker)
+  // fails the step before the update, so no row is trained twice.
   SF_ASSIGN_OR_RETURN(int train, g.FindNode(m.train));
-  SF_RETURN_IF_ERROR(g.AddControlInput(q.trained.node, train));
+  SF_RETURN_IF_ERROR(ops::ReportTrainedBefore(g, q, Operation(&g, train)));
   DlrmInput in{q.label.name(), q.dense.name(), q.categorical.name(), q.enqueue.name(), q.close.name(),
                q.cancel.name()};
   in.ticket = q.ticket.name();
@@ -118,7 +119,7 @@ Result<DlrmStep> DlrmTrainer::Step(bool fetch_loss, const RunOptions& options) {
   FeedMap feeds = {{model_.label, (*batch)[0]}, {model_.dense, (*batch)[1]}, {model_.categorical, (*batch)[2]}};
   Targets targets{model_.train};
   if (!input_.trained.empty()) {
-    // The report runs in the step that trains the rows (after the update: a control edge).
+    // The report runs in the step that trains the rows, before the update (ReportTrainedBefore).
     feeds.push_back({input_.trained_ticket, (*batch)[3]});
     feeds.push_back({input_.trained_pos, (*batch)[4]});
     targets = Targets{model_.train, input_.trained};

@@ -79,7 +79,10 @@ class DlrmTrainer {
   ~DlrmTrainer();
   // Starts the queue runner (nothing without the queue).
   Status Start();
-  // Dequeues one batch and trains on it; OutOfRange once the input ends.
+  // Dequeues one batch and trains on it; OutOfRange once the input ends. A
+  // shared input's batch holding rows of a chunk this worker lost to another
+  // (its lease ended) fails with ops::IsLostChunk true, having changed
+  // nothing: the caller drops it and steps on.
   Result<DlrmStep> Step(bool fetch_loss = true, const RunOptions& options = {});
   // Dequeues one batch and drops it (resuming past batches a checkpoint trained on).
   Status Skip();

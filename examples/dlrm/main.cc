@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
     if (json) {
       JsonLine line;
       line.Add("mode", "cluster").Add("nodes", int64_t{co.nodes}).Add("workers", int64_t{co.workers})
-          .Add("chunks", r->chunks).Add("steps", r->steps).Add("batch", io.batch).Add("examples", r->examples)
+          .Add("chunks", r->chunks).Add("lost_batches", r->lost_batches).Add("steps", r->steps).Add("batch", io.batch).Add("examples", r->examples)
           .Add("train_secs", r->train_secs).Add("examples_per_sec", eps).Add("input_wait_fraction", wait)
           .Add("final_loss", r->final_loss).Add("auc", r->eval.auc).Add("logloss", r->eval.logloss)
           .Add("test_examples", r->eval.examples);

@@ -4,6 +4,7 @@
 // builders of include/shardflow/chunk_queue_ops.h.
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "graph/op_registry.h"
 #include "kernels/chunk_leases.h"
@@ -217,6 +218,36 @@ SharedCriteoInput SharedCriteoBatchQueue(Graph& g, Output chunk_queue, const Cri
   });
   if (!in.trained.valid() || !in.release.valid()) return {};
   return in;
+}
+
+Status ReportTrainedBefore(Graph& g, const SharedCriteoInput& in, Operation train) {
+  if (!in.trained.valid() || in.trained.graph != &g) return InvalidArgument("ReportTrainedBefore: no shared input of this graph");
+  if (!train.valid() || train.graph != &g) return InvalidArgument("ReportTrainedBefore: no training op of this graph");
+  const std::vector<int>& after = g.node(in.trained.node).control_inputs;
+  if (std::find(after.begin(), after.end(), train.node) != after.end())
+    return InvalidArgument("ReportTrainedBefore: '" + in.trained.name() + "' already runs after '" + train.name() +
+                           "' (the report must come first, so a refused one changes nothing)");
+  // Groups (NoOps gathering control inputs) are looked through: a control
+  // edge into a group would not hold back the updates it gathers.
+  std::vector<int> stack{train.node};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (!seen.insert(id).second || id == in.trained.node) continue;
+    const Node& n = g.node(id);
+    if (n.op == "NoOp" && n.inputs.empty() && !n.control_inputs.empty()) {
+      stack.insert(stack.end(), n.control_inputs.begin(), n.control_inputs.end());
+      continue;
+    }
+    if (std::find(n.control_inputs.begin(), n.control_inputs.end(), in.trained.node) == n.control_inputs.end())
+      SF_RETURN_IF_ERROR(g.AddControlInput(id, in.trained.node));
+  }
+  return Status::OK();
+}
+
+bool IsLostChunk(const Status& s) {
+  return s.code() == Code::kFailedPrecondition && s.message().find(kLostChunkText) != std::string::npos;
 }
 
 }  // namespace ops

@@ -9,10 +9,12 @@
 //   { auto on = g.DeviceScope("/job:worker/task:0");  q = ops::ChunkQueue(g, plan->num_chunks(), {}, "chunks"); }
 //   auto in = ops::SharedCriteoBatchQueue(g, q, *plan, reader_options, /*worker=*/w, 512);
 //   ... build the model on in.label, in.dense, in.categorical; train = opt.Minimize(...) ...
+//   Status s = ops::ReportTrainedBefore(g, in, *train);               // the report gates the update
 //   QueueRunnerOptions r;  r.close_target = in.close.name();  r.cancel_target = in.cancel.name();
 //   QueueRunner runner(session, {in.enqueue.name()}, nullptr, r);  runner.Start();
 //   // each step: dequeue label, dense, categorical, ticket, pos in one run, then train fed
-//   // with them, running in.trained (fed ticket and pos) in the same run as the update
+//   // with them, running in.trained (fed ticket and pos) in the same run as train; a step
+//   // failing with IsLostChunk changed nothing: drop its batch and go on
 //   // at the end, or a worker leaving mid-epoch: run in.release
 //
 // A worker is a number the caller picks, distinct among the workers of one
@@ -20,9 +22,11 @@
 // to others when it runs `release` or its lease ends: it called nothing
 // (took, read or reported trained rows) for lease_ms. A chunk handed again
 // resumes after the last row reported trained. What is exact: every row is
-// read into some worker's batches until reported trained; a worker killed
-// after a step's update and before its `trained` report (they run in one
-// step, so only a step cut in the middle) has that step's rows trained again.
+// read into some worker's batches until reported trained, and the report
+// runs before the step's updates (ReportTrainedBefore), so a worker that
+// lost its lease (a live one held up past lease_ms too) has its step refused
+// before it changes anything. Only a step cut between its taken report and
+// its updates (a worker killed mid-step) leaves its rows untrained.
 // Builders record errors in the graph like every other builder (g.status()).
 #pragma once
 
@@ -78,6 +82,23 @@ struct SharedCriteoInput {
 SharedCriteoInput SharedCriteoBatchQueue(Graph& g, Output chunk_queue, const CriteoChunkPlan& plan,
                                          const CriteoReaderOptions& options, int64_t worker, int64_t batch_size,
                                          int64_t capacity = 0, const std::string& name = "shared_input");
+
+// Makes every update `train` runs wait for in.trained: train itself, or the
+// ops a group (a NoOp gathering control inputs, as Optimizer::Minimize
+// returns) gathers, through nested groups. Run in.trained in the same run as
+// train: a report the queue refuses (the worker's lease on a chunk ended and
+// the chunk went to another worker, IsLostChunk) then fails the step before
+// any variable changes, and the batch's rows are the new holder's alone to
+// train. InvalidArgument for an input or op of another graph, or a report
+// made to run after train.
+Status ReportTrainedBefore(Graph& g, const SharedCriteoInput& in, Operation train);
+
+// What a refused `trained` report's error holds (FailedPrecondition): the
+// worker lost a chunk of its batch to another worker.
+inline constexpr const char* kLostChunkText = "no longer holds";
+// True for a step that failed on such a refusal: with ReportTrainedBefore it
+// changed nothing, so the worker drops the batch and goes on. Never fails.
+bool IsLostChunk(const Status& s);
 
 }  // namespace ops
 }  // namespace sf

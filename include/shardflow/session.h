@@ -38,6 +38,10 @@ struct SessionOptions {
   // ResourceExhausted naming the node, and the process goes on. 0: the
   // machine's physical memory.
   int64_t max_tensor_bytes = 0;
+  // The clock of the session's chunk queue leases (milliseconds, any
+  // origin; kernels/chunk_leases.h); null: the steady clock. Tests pass one
+  // they move by hand to end a lease without waiting for it.
+  std::function<int64_t()> chunk_queue_clock_ms;
 };
 
 // What every session kind offers (the in-process Session, ClusterSession in

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -246,4 +248,127 @@ TEST_CASE("A chunk queue made afresh under the same name refuses the tickets of 
   auto refused = after.Run({{tickets, ticket}, {pos, line}}, Fetches{}, {Operation(&g, report)});
   CHECK(refused.status().code() == Code::kFailedPrecondition);
   CHECK_THAT(refused.status().message(), Catch::Contains("earlier chunk queue"));
+}
+
+namespace {
+
+// One worker's training step for the lease test: the batch's lines counted
+// in `seen` (the update) and its rows reported trained, in one run.
+struct CountingWorker {
+  ops::SharedCriteoInput in;
+  Output delta;  // [lines] float: 1 at each line of the batch
+  Operation train;
+};
+
+}  // namespace
+
+TEST_CASE("A lease that ends mid-epoch costs the worker its batch, never a row trained twice or skipped",
+          "[chunk_queue]") {
+  TempDir dir("sf_chunk_queue_lease");
+  int64_t total = 0;
+  auto files = WriteCriteoFiles(dir, 1, 200, &total);
+  auto plan = ops::PlanCriteoChunks(files, 1 << 20);  // one chunk
+  REQUIRE(plan.ok());
+  REQUIRE(plan->num_chunks() == 1);
+  std::map<int64_t, int64_t> line_of;
+  for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
+
+  Graph g;
+  ops::ChunkQueueOptions qo;
+  qo.lease_ms = 1000;
+  Output q = ops::ChunkQueue(g, plan->num_chunks(), qo, "chunks");
+  Output seen = ops::Variable(g, "seen", ops::Const(g, std::vector<float>(total, 0.0f), {total}));
+  std::vector<CountingWorker> workers(2);
+  for (int w = 0; w < 2; ++w) {
+    CountingWorker& wk = workers[w];
+    // A row queue smaller than the chunk: worker 0's enqueue is still
+    // under way when it loses the chunk.
+    wk.in = ops::SharedCriteoBatchQueue(g, q, *plan, CriteoReaderOptions{}, /*worker=*/w + 1, /*batch_size=*/32,
+                                        /*capacity=*/64, "worker" + std::to_string(w));
+    wk.delta = ops::Placeholder(g, DType::kFloat32, PartialShape(Shape{total}), "delta" + std::to_string(w));
+    Output add = ops::AssignAdd(g, ops::VariableHandle(seen), wk.delta);
+    wk.train = ops::NoOp(g, {Operation(&g, add.node)}, "train" + std::to_string(w));  // a group, as Minimize's
+    REQUIRE(ops::ReportTrainedBefore(g, wk.in, wk.train).ok());
+  }
+  Operation init = ops::GlobalVariablesInitializer(g);
+  REQUIRE(g.status().ok());
+  std::atomic<int64_t> now_ms{0};
+  SessionOptions so;
+  so.chunk_queue_clock_ms = [&now_ms] { return now_ms.load(); };
+  Session s(g, so);
+  REQUIRE(s.Run({}, Fetches{}, {init}).ok());
+
+  // Dequeues a batch of worker w and trains it: the dequeue's status, and
+  // the step's in *step.
+  auto train = [&](int w, Status* step) -> Status {
+    CountingWorker& wk = workers[w];
+    auto b = s.Run({}, Fetches{wk.in.categorical, wk.in.ticket, wk.in.pos});
+    if (!b.ok()) return b.status();
+    Tensor delta(DType::kFloat32, {total});
+    std::fill_n(delta.data<float>(), total, 0.0f);
+    const Tensor& ids = (*b)[0];
+    for (int64_t row = 0; row < ids.shape()[0]; ++row)
+      delta.data<float>()[line_of.at(ids.data<int64_t>()[row * kCriteoCategorical])] += 1.0f;
+    *step = s.Run({{wk.delta, delta}, {wk.in.trained_ticket, (*b)[1]}, {wk.in.trained_pos, (*b)[2]}}, Fetches{},
+                  {wk.train, wk.in.trained})
+                .status();
+    return Status::OK();
+  };
+  auto enqueue = [&](int w) {
+    return std::async(std::launch::async, [&, w] { return s.Run({}, Fetches{}, {workers[w].in.enqueue}).status(); });
+  };
+
+  // Closes worker w's row queue once its enqueue ended: the worker then
+  // drains it to OutOfRange. The enqueue's status.
+  auto close_after = [&](int w, std::future<Status>& enqueue) {
+    return std::async(std::launch::async, [&, w] {
+      Status s_enqueue = enqueue.get();
+      Status closed = s.Run({}, Fetches{}, {workers[w].in.close}).status();
+      return s_enqueue.ok() ? closed : s_enqueue;
+    });
+  };
+
+  auto a_enqueue = enqueue(0);  // worker 0 takes the chunk; its enqueue blocks on its full row queue
+  Status step;
+  REQUIRE(train(0, &step).ok());
+  REQUIRE(step.ok());  // rows 1-32 trained and reported
+  now_ms = 5000;       // worker 0's lease ends before its next report
+  REQUIRE(train(0, &step).ok());
+  CHECK(ops::IsLostChunk(step));
+  CHECK_THAT(step.message(), Catch::Contains("chunk 0 of epoch 0"));
+  // Worker 1 takes the chunk over after the last row reported trained.
+  auto b_enqueue = enqueue(1);
+  auto a_done = close_after(0, a_enqueue);
+  auto b_done = close_after(1, b_enqueue);
+  // Worker 0 drains what it had read: every step refused, changing nothing.
+  int64_t refused = 1;
+  for (;;) {
+    Status got = train(0, &step);
+    if (got.code() == Code::kOutOfRange) break;
+    REQUIRE(got.ok());
+    CHECK(ops::IsLostChunk(step));
+    ++refused;
+  }
+  // Its enqueue ended well: a chunk lost while it was read is no error of
+  // the worker's input (the new holder reads it again).
+  CHECK(a_done.get().ok());
+  int64_t b_steps = 0;
+  for (;;) {
+    Status got = train(1, &step);
+    if (got.code() == Code::kOutOfRange) break;
+    REQUIRE(got.ok());
+    INFO(step.ToString());
+    CHECK(step.ok());
+    ++b_steps;
+  }
+  CHECK(b_done.get().ok());
+  CHECK(refused >= 2);
+  CHECK(b_steps > 0);
+  auto counts = s.Run({}, Fetches{seen});
+  REQUIRE(counts.ok());
+  std::string not_once;  // "line: times" of each line not trained once
+  for (int64_t i = 0; i < total; ++i)
+    if (const float times = (*counts)[0].data<float>()[i]; times != 1.0f)
+      not_once += std::to_string(i) + ": " + std::to_string(static_cast<int>(times)) + " ";
+  CHECK(not_once == "");
 }

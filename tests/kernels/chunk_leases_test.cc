@@ -65,7 +65,8 @@ TEST_CASE("ChunkLeases: a released worker's chunk goes to another, resuming afte
   REQUIRE(q.Trained(1, a.ticket, 20, 0).ok());
   CHECK(q.Release(1) == 1);
   REQUIRE(q.Take(2, 0, &again) == Took::kTicket);
-  CHECK(again.ticket == a.ticket);
+  CHECK(ChunkTicketIndex(again.ticket) == a.ticket);
+  CHECK(again.ticket != a.ticket);  // another hand-out
   CHECK(again.skip == 20);
   // The released worker's report is refused, naming the chunk.
   Status s = q.Trained(1, a.ticket, 30, 0);
@@ -86,13 +87,54 @@ TEST_CASE("ChunkLeases: a worker silent for lease_ms loses its chunks; any call 
   REQUIRE(q.Trained(1, a.ticket, 5, 90).ok());  // worker 1 renews until 190
   CHECK(q.Take(3, 99, &t) == Took::kWait);
   CHECK(q.Take(3, 100, &t) == Took::kTicket);   // worker 2's lease ended at 100
-  CHECK(t.ticket == b.ticket);
+  CHECK(ChunkTicketIndex(t.ticket) == b.ticket);
   CHECK(q.Expire(189) == 0);
   CHECK(q.Expire(190) == 1);  // worker 1's too
   CHECK(q.Take(3, 190, &t) == Took::kTicket);
-  CHECK(t.ticket == a.ticket);
+  CHECK(ChunkTicketIndex(t.ticket) == a.ticket);
   CHECK(t.skip == 5);
   CHECK(q.stats().returned == 2);
+}
+
+TEST_CASE("ChunkLeases: rows a worker read before it lost a chunk are refused once it holds the chunk again",
+          "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{1, 1, 100});
+  ChunkTicket first, again;
+  REQUIRE(q.Take(1, 0, &first) == Took::kTicket);
+  REQUIRE(q.Trained(1, first.ticket, 10, 0).ok());
+  // Silent past its lease (a long step), then back for a chunk: the same one.
+  REQUIRE(q.Take(1, 500, &again) == Took::kTicket);
+  CHECK(ChunkTicketIndex(again.ticket) == ChunkTicketIndex(first.ticket));
+  CHECK(again.skip == 10);
+  // Its row queue still holds lines 11-40 of the first hand-out; it reads
+  // the chunk again from line 11: the old rows must not count.
+  CHECK(q.Trained(1, first.ticket, 40, 500).code() == Code::kFailedPrecondition);
+  REQUIRE(q.Trained(1, again.ticket, 40, 500).ok());
+  REQUIRE(q.Read(1, again.ticket, 40, 500).ok());
+  CHECK(q.stats().done == 1);
+  // A ticket with bits above the hand-out's is none this queue gave.
+  CHECK(q.Trained(1, first.ticket | int64_t{1} << 50, 1, 500).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("ChunkLeases: a report spanning a held and a lost chunk records neither", "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{2, 1, 100});
+  ChunkTicket a, b, t;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(1, 0, &b) == Took::kTicket);
+  REQUIRE(q.Release(1) == 2);  // lost both, then takes chunk a again
+  REQUIRE(q.Take(1, 0, &t) == Took::kTicket);
+  REQUIRE(ChunkTicketIndex(t.ticket) == ChunkTicketIndex(a.ticket));
+  CHECK(q.TrainedAll(1, {t.ticket}, {3, 4}, 0).code() == Code::kInvalidArgument);
+  // The step's batch ends chunk a's old hand-out and starts its new one:
+  // refused whole, so the step applies nothing; the new hand-out goes back
+  // too (the dropped batch is a hole in it) and keeps line 0.
+  CHECK(q.TrainedAll(1, {a.ticket, t.ticket}, {7, 3}, 0).code() == Code::kFailedPrecondition);
+  CHECK(q.Release(1) == 0);
+  CHECK(q.Trained(1, t.ticket, 9, 0).code() == Code::kFailedPrecondition);  // rows after the hole
+  ChunkTicket again;
+  REQUIRE(q.Take(3, 0, &again) == Took::kTicket);
+  CHECK(ChunkTicketIndex(again.ticket) == ChunkTicketIndex(a.ticket));
+  CHECK(again.skip == 0);
 }
 
 TEST_CASE("ChunkLeases: options out of range are refused by name", "[chunk_leases]") {
@@ -123,7 +165,7 @@ TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers 
     std::vector<Worker> workers(1 + rng() % 4);
     int64_t next_id = 0;
     for (Worker& w : workers) w.id = next_id++;
-    std::map<std::pair<int64_t, int64_t>, int> trained;  // (ticket, line) -> times
+    std::map<std::pair<int64_t, int64_t>, int> trained;  // (ticket index, line) -> times
     int64_t now = 0;
     bool ended = false;
     for (int step = 0; step < 100000 && !ended; ++step) {
@@ -151,7 +193,7 @@ TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers 
       if (w.next <= lines) {
         Status s = q.Trained(w.id, w.t.ticket, upto, now);
         if (s.ok())
-          for (int64_t l = w.next; l <= upto; ++l) ++trained[{w.t.ticket, l}];
+          for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
         else
           REQUIRE(s.code() == Code::kFailedPrecondition);  // lost its lease: it drops the chunk
         if (!s.ok()) {
