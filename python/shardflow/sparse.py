@@ -9,7 +9,9 @@
 A SparseTensor is its three tensors (int64 indices [N, rank], values [N], int64 dense_shape [rank]); the
 ops are differentiable in values and in the dense operand. What differs from TF: indices need not be in
 row-major order (TF's validate_indices refuses unordered ones; the result here is the same as for ordered
-ones); repeated indices fail the step in to_dense as TF's do. tf.sparse_placeholder is refused (feed the
+ones); repeated and out-of-bounds indices fail the step in to_dense, and different inner dimensions in
+sparse_tensor_dense_matmul, as TF's do. embedding_lookup_sparse keeps TF 1.x's quirks: rows up to the last
+row with an id, NaN for an empty row under a weighted mean. tf.sparse_placeholder is refused (feed the
 three parts through tf.placeholder and build the SparseTensor from them); other tf.sparse ops raise an
 AttributeError naming what exists.
 """
@@ -109,7 +111,8 @@ def _named(t, name):
 
 def _dense_from(indices, values, shape, default_value, validate_indices, what, name):
     """The dense tensor of shape `shape` with values at indices (row-major linear positions) and
-    default_value elsewhere; a step with a repeated index fails when validate_indices, as TF's does."""
+    default_value elsewhere; a step with an index out of bounds, or a repeated index when validate_indices,
+    fails with InvalidArgumentError, as TF's does."""
     from .debugging import Assert
     values = _graph.convert_to_tensor(values)
     shape = _tf.cast(shape, _dt.int64)
@@ -118,7 +121,8 @@ def _dense_from(indices, values, shape, default_value, validate_indices, what, n
     total = _tf.reduce_prod(shape)
     flat = _tf.unsorted_segment_sum(values, linear, total)
     hits = _tf.unsorted_segment_sum(_tf.ones_like(linear, name="one"), linear, total)
-    deps = []
+    inside = _tf.logical_and(_tf.greater_equal(indices, 0), _tf.less(indices, _tf.expand_dims(shape, 0)))
+    deps = [Assert(_tf.reduce_all(inside), [f"{what}: an index is out of bounds of the dense shape", shape])]
     if validate_indices:
         deps.append(Assert(_tf.reduce_all(_tf.less_equal(hits, 1)),
                            [f"{what}: indices repeat (TF's validate_indices refuses them)"]))
@@ -172,11 +176,16 @@ def sparse_tensor_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=N
             raise ValueError(f"tf.sparse_tensor_dense_matmul needs a matrix b, got shape {b.shape}")
         if adjoint_b:
             b = _tf.transpose(b)
+        from .debugging import Assert
         rows, cols = sp.indices[:, 0], sp.indices[:, 1]
-        out_rows = sp.dense_shape[0]
+        out_rows, inner = sp.dense_shape[0], sp.dense_shape[1]
         if adjoint_a:
-            rows, cols, out_rows = cols, rows, sp.dense_shape[1]
-        picked = _tf.gather(b, cols) * _tf.expand_dims(sp.values, 1)
+            rows, cols, out_rows, inner = cols, rows, inner, out_rows
+        check = Assert(_tf.equal(inner, _tf.cast(_tf.shape(b)[0], _dt.int64)),
+                       ["tf.sparse_tensor_dense_matmul: the inner dimensions differ: A's", inner, "and b's",
+                        _tf.shape(b)[0]])
+        with _graph.control_dependencies([check]):
+            picked = _tf.gather(b, cols) * _tf.expand_dims(sp.values, 1)
         return _tf.unsorted_segment_sum(picked, rows, out_rows)
 
 
@@ -186,8 +195,10 @@ matmul = sparse_tensor_dense_matmul  # tf.sparse.matmul
 def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod", name=None, combiner=None,
                             max_norm=None):
     """TF 1.x's tf.nn.embedding_lookup_sparse: per row of sp_ids, the combination ("sum", "mean" (TF 1.x's
-    default), "sqrtn") of params' rows at its ids, weighted by sp_weights (None: 1); rows without ids give
-    zeros. ValueError for an unknown combiner."""
+    default), "sqrtn") of params' rows at its ids, weighted by sp_weights (None: 1). As TF 1.x's: the result
+    has one row per row of sp_ids up to the last that has an id (not dense_shape[0]); a row without ids is
+    zeros, or NaN for "mean" and "sqrtn" with weights (TF divides by their zero sum). ValueError for an
+    unknown combiner."""
     from .nn import embedding_lookup
     combiner = combiner or "mean"
     if combiner not in ("sum", "mean", "sqrtn"):
@@ -197,7 +208,8 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod"
     with g.as_default(), g.name_scope(name or "embedding_lookup_sparse"):
         rows = embedding_lookup(params, ids.values, partition_strategy=partition_strategy, max_norm=max_norm)
         segments = ids.indices[:, 0]
-        batch = ids.dense_shape[0]
+        last = _tf.reduce_max(_tf.concat([segments, _graph.constant(np.array([-1], np.int64))], 0))
+        batch = last + 1  # TF's sparse_segment_* ops: up to the last row that has an id
         if sp_weights is None:
             weights = _tf.ones_like(ids.values, name="one")
             weights = _tf.cast(weights, rows.dtype)
@@ -210,7 +222,9 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod"
         scale = _tf.unsorted_segment_sum(weights if combiner == "mean" else weights * weights, segments, batch)
         if combiner == "sqrtn":
             scale = _tf.sqrt(scale)
-        safe = _tf.where(_tf.greater(scale, 0), scale, _tf.ones_like(scale))
+        if sp_weights is not None:  # TF divides by the weights' sum: 0 / 0 for a row without ids
+            return total / _tf.expand_dims(scale, 1)
+        safe = _tf.where(_tf.greater(scale, 0), scale, _tf.ones_like(scale))  # sparse_segment_mean/sqrt_n: 0
         return total / _tf.expand_dims(safe, 1)
 
 

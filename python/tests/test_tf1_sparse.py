@@ -76,6 +76,10 @@ def test_sparse_to_dense_of_tf1_and_repeated_indices():
         np.testing.assert_array_equal(sess.run(v), [0, 1, 0, 0, 1, 0])
         with pytest.raises(tf.errors.InvalidArgumentError, match="indices repeat"):
             sess.run(rep)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="out of bounds"):
+            sess.run(tf.sparse.to_dense(tf.SparseTensor([[0, 4]], [1.0], [3, 3])))  # would land on [1, 1]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="inner dimensions differ"):
+            sess.run(tf.sparse_tensor_dense_matmul(tf.SparseTensor([[0, 0]], [1.0], [2, 3]), tf.ones([4, 2])))
 
 
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
@@ -98,9 +102,28 @@ def test_embedding_lookup_sparse_matches_numpy(combiner):
             total = sum(params[i] * weights[k] for i, k in members)
             scale = {"sum": 1.0, "mean": w.sum(), "sqrtn": np.sqrt((w * w).sum())}[combiner]
             want[row] = total / scale
+        if result is got and combiner != "sum":
+            want[1] = np.nan  # TF 1.x divides an empty row's zeros by its zero weight sum
         np.testing.assert_allclose(result, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="combiner"):
         tf.nn.embedding_lookup_sparse(tf.constant(params), ids, None, combiner="max")
+
+
+def test_embedding_lookup_sparse_has_tf1s_rows_for_rows_without_ids():
+    # TF 1.x's sparse_segment ops: rows up to the last one with an id (dense_shape[0] is 4 here, the result has
+    # 2 rows), an empty row in between is 0 without weights and 0 / 0 with them
+    params = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+    ids = tf.SparseTensor([[1, 0], [1, 1]], tf.constant([2, 3], tf.int64), [4, 2])
+    wts = tf.SparseTensor([[1, 0], [1, 1]], [1.0, 3.0], [4, 2])
+    plain = tf.nn.embedding_lookup_sparse(params, ids, None)
+    weighted = tf.nn.embedding_lookup_sparse(params, ids, wts, combiner="mean")
+    summed = tf.nn.embedding_lookup_sparse(params, ids, wts, combiner="sum")
+    with tf.Session() as sess:
+        p, w, s = sess.run([plain, weighted, summed])
+    np.testing.assert_array_equal(p, [[0, 0], [5, 6]])
+    assert np.isnan(w[0]).all()
+    np.testing.assert_array_equal(w[1], [(4 + 18) / 4.0, (5 + 21) / 4.0])
+    np.testing.assert_array_equal(s, [[0, 0], [22, 26]])
 
 
 def test_refused_names_say_what_to_use():
