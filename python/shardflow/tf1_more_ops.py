@@ -15,10 +15,11 @@ from shardflow's primitive ops (so they are differentiable where TF's are, throu
   updates[i, ...] on a variable. add and sub on a float32 matrix are one sparse update of the rows named,
   applied where the variable lives (the embedding tables' EmbeddingSparseApplyGradientDescent with a
   learning rate of -1 or 1: duplicates accumulate, as TF); on other variables one AssignAdd/AssignSub of
-  the segment sums. update reads the whole variable and assigns it whole (with duplicate indices the last
-  update wins; TF leaves that undefined), so an update of other rows by a concurrent step between the
-  read and the assign is lost, where TF's ScatterUpdate writes only the rows named. Each evaluates to the
-  variable's new value.
+  the segment sums. update on a float32 matrix changes only the rows named, by two sparse updates (the
+  rows' own values subtracted, exactly 0 when finite, then the updates added), so a concurrent step's
+  additive updates are kept, as after TF's; its rows holding a non-finite value, or another variable, it
+  reads and assigns the whole variable. With duplicate indices the last update wins (TF leaves that
+  undefined). Each evaluates to the variable's new value.
 """
 
 import builtins
@@ -370,24 +371,41 @@ def _rows_and_value(ref, indices, updates, what):
     return g, handle, value, indices, updates, rows
 
 
-def _sparse_rows_add(g, handle, value, indices, updates, lr, name):
-    """rows -= lr * updates at indices, applied where the variable lives as one sparse update of only those
-    rows (the EmbeddingSparseApplyGradientDescent op, duplicates summed); lr is +-1, so each row changes by
-    exactly +-updates. None when it does not apply (float32 variables of rank 2 with a static row count);
-    else the variable's value read after the update."""
+def _sparse_table(value):
+    """The attributes that make a float32 matrix variable of static row count one table shard for the
+    embedding ops (a sparse update or read of its rows where it lives), or None for other variables."""
     rows = value.shape[0]
     if value.dtype != _dt.float32 or value.shape.rank != 2 or rows is None:
         return None
+    return {"table_rows": int(rows), "num_shards": 1, "shard": 0}
+
+
+def _sparse_apply(handle, table, rows, grads, lr, name):
+    """The op that makes rows -= lr * grads (int64 rows, float32 [n, dim]) where the variable lives, as one
+    sparse update (EmbeddingSparseApplyGradientDescent; duplicate rows summed first)."""
     from . import ops
+    return ops.add_op("EmbeddingSparseApplyGradientDescent", [handle, _graph.constant(np.float32(lr)), rows, grads],
+                      dict(table, table=handle.op.get_attr("shared_name"), segments="rows"), name=name)
+
+
+def _read_after(handle, dtype, ops_before):
+    """A read of the variable's value that runs after ops_before."""
+    from . import ops
+    with _graph.control_dependencies(ops_before):
+        return ops.add_op("ReadVariable", [handle], {"dtype": dtype}, name="read")
+
+
+def _sparse_rows_add(g, handle, value, indices, updates, lr, name):
+    """rows -= lr * updates at indices as one sparse update of only those rows (duplicates summed); lr is
+    +-1, so each row changes by exactly +-updates. The variable's value read after it, or None for
+    variables that are not float32 matrices of static row count."""
+    table = _sparse_table(value)
+    if table is None:
+        return None
     with g.as_default(), g.name_scope(name):
         flat = _tf.reshape(_tf.cast(indices, _dt.int64), [-1])
         grads = _tf.reshape(updates, _tf.stack([_tf.size(flat), _tf.shape(value)[1]]))
-        apply = ops.add_op("EmbeddingSparseApplyGradientDescent",
-                           [handle, _graph.constant(np.float32(lr)), flat, grads],
-                           {"table": handle.op.get_attr("shared_name"), "table_rows": int(rows), "num_shards": 1,
-                            "shard": 0, "segments": "rows"}, name="SparseApply")
-        with _graph.control_dependencies([apply]):
-            return ops.add_op("ReadVariable", [handle], {"dtype": value.dtype}, name="read")
+        return _read_after(handle, value.dtype, [_sparse_apply(handle, table, flat, grads, lr, "SparseApply")])
 
 
 def scatter_add(ref, indices, updates, use_locking=False, name=None):
@@ -417,29 +435,63 @@ def scatter_sub(ref, indices, updates, use_locking=False, name=None):
         return assign_sub(ref, delta, name=name or "ScatterSub")
 
 
+def _last_of_duplicates(flat_idx):
+    """[m] bool: the updates kept, each the last that names its row (O(m^2) comparisons)."""
+    pos = _tf.range(_tf.size(flat_idx))
+    same = _tf.equal(_tf.expand_dims(flat_idx, 1), _tf.expand_dims(flat_idx, 0))
+    later = _tf.greater(_tf.expand_dims(pos, 0), _tf.expand_dims(pos, 1))
+    return _tf.logical_not(_tf.reduce_any(_tf.logical_and(same, later), axis=1))
+
+
+def _whole_assign(ref, value, flat_idx, flat_upd, kept, rows):
+    """The variable assigned whole: value with the kept updates' rows replaced."""
+    from .variables import assign
+    row_shape = _tf.shape(value)[1:]
+    m = _tf.size(flat_idx)
+    kept_rows = _tf.reshape(kept, _tf.concat([_tf.stack([m]), _tf.ones_like(row_shape)], 0))
+    kept_rows = _tf.logical_and(kept_rows, _tf.ones_like(flat_upd, name="ones") > 0)
+    chosen = _tf.where(kept_rows, flat_upd, _tf.zeros_like(flat_upd))
+    new_rows = _tf.unsorted_segment_sum(chosen, flat_idx, rows)
+    hit = _tf.unsorted_segment_sum(_tf.ones_like(flat_idx, name="one"), flat_idx, rows) > 0
+    hit = _tf.reshape(hit, _tf.concat([_tf.stack([rows]), _tf.ones_like(row_shape)], 0))
+    hit = _tf.logical_and(hit, _tf.ones_like(value, name="ones") > 0)
+    return assign(ref, _tf.where(hit, new_rows, value))
+
+
 def scatter_update(ref, indices, updates, use_locking=True, name=None):
     """TF 1.x's tf.scatter_update: ref[indices[i], ...] = updates[i, ...] (the last of duplicate indices
-    wins); evaluates to the variable's new value. It reads and assigns the whole variable."""
-    from .variables import assign
+    wins); evaluates to the variable's new value. On a float32 matrix only the rows named change, by two
+    sparse updates where the variable lives: the rows' values are subtracted (exactly 0 for finite values),
+    then the updates added; a step whose rows hold a non-finite value, and other variables, read and assign
+    the whole variable instead. Raises what the ops raise on bad indices."""
     g, handle, value, indices, updates, rows = _rows_and_value(ref, indices, updates, "tf.scatter_update")
+    table = _sparse_table(value)
     with g.as_default(), g.name_scope(name or "ScatterUpdate"):
         flat_idx = _tf.reshape(indices, [-1])
-        row_shape = _tf.shape(value)[1:]
-        flat_upd = _tf.reshape(updates, _tf.concat([[-1], row_shape], 0))
-        m = _tf.size(flat_idx)
-        pos = _tf.range(m)
-        # an update is kept when no later one names the same row
-        same = _tf.equal(_tf.expand_dims(flat_idx, 1), _tf.expand_dims(flat_idx, 0))
-        later = _tf.greater(_tf.expand_dims(pos, 0), _tf.expand_dims(pos, 1))
-        kept = _tf.logical_not(_tf.reduce_any(_tf.logical_and(same, later), axis=1))
-        kept_rows = _tf.reshape(kept, _tf.concat([_tf.stack([m]), _tf.ones_like(row_shape)], 0))
-        kept_rows = _tf.logical_and(kept_rows, _tf.ones_like(flat_upd, name="ones") > 0)
-        chosen = _tf.where(kept_rows, flat_upd, _tf.zeros_like(flat_upd))
-        new_rows = _tf.unsorted_segment_sum(chosen, flat_idx, rows)
-        hit = _tf.unsorted_segment_sum(_tf.ones_like(flat_idx, name="one"), flat_idx, rows) > 0
-        hit = _tf.reshape(hit, _tf.concat([_tf.stack([rows]), _tf.ones_like(row_shape)], 0))
-        hit = _tf.logical_and(hit, _tf.ones_like(value, name="ones") > 0)
-        return assign(ref, _tf.where(hit, new_rows, value))
+        flat_upd = _tf.reshape(updates, _tf.concat([[-1], _tf.shape(value)[1:]], 0))
+        kept = _last_of_duplicates(flat_idx)
+        if table is None:
+            return _whole_assign(ref, value, flat_idx, flat_upd, kept, rows)
+        from . import ops
+        from .control_flow import cond
+        k_rows = _tf.boolean_mask(_tf.cast(flat_idx, _dt.int64), kept)
+        k_new = _tf.boolean_mask(flat_upd, kept)
+        old = ops.add_op("EmbeddingShardLookup", [handle, _tf.reshape(k_rows, [-1, 1])],
+                         dict(table, table=handle.op.get_attr("shared_name"), combiner="none", read_only=True),
+                         name="rows")
+        old = _tf.reshape(old, _tf.shape(k_new))
+
+        def sparse():
+            clear = _sparse_apply(handle, table, k_rows, old, 1.0, "clear")  # rows - rows: +0 when finite
+            with _graph.control_dependencies([clear]):
+                put = _sparse_apply(handle, table, k_rows, k_new, -1.0, "put")  # 0 + update: the update
+            return _read_after(handle, value.dtype, [put])
+
+        def whole():
+            current = _read_after(handle, value.dtype, [])
+            return _whole_assign(ref, current, flat_idx, flat_upd, kept, rows)
+
+        return cond(_tf.reduce_all(_tf.is_finite(old)), sparse, whole)
 
 
 # ---- Python functions in the graph ----------------------------------------------------------------

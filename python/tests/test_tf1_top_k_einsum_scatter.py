@@ -203,3 +203,32 @@ def test_scatter_add_sub_on_a_float_matrix_are_sparse_row_updates():
         with pytest.raises(tf.errors.InvalidArgumentError):
             sess.run(add, {ids: [6], rows: [[1.0, 1.0]]})  # a row outside the variable, refused as TF
 
+
+
+def test_scatter_update_on_a_float_matrix_changes_only_the_rows_named():
+    init = np.arange(10, dtype=np.float32).reshape(5, 2)
+    v = tf.Variable(init)
+    ids = tf.placeholder(tf.int64, [None])
+    rows = tf.placeholder(tf.float32, [None, 2])
+    upd = tf.scatter_update(v, ids, rows)
+    types = [op.type for op in tf.get_default_graph().get_operations()]
+    assert types.count("EmbeddingSparseApplyGradientDescent") == 2 and "EmbeddingShardLookup" in types
+    poison = tf.assign(v, tf.constant(np.where(np.arange(10).reshape(5, 2) == 3, np.inf, init).astype(np.float32)))
+    ints = tf.Variable(np.zeros((3, 2), np.int32))
+    int_upd = tf.scatter_update(ints, [2, 0, 2], [[1, 2], [3, 4], [5, 6]])  # not float32: assigned whole
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        expect = init.copy()
+        got = sess.run(upd, {ids: [4, 1, 4], rows: [[-1.0, -2.0], [0.5, np.nan], [7.0, -0.0]]})
+        expect[1] = [0.5, np.nan]
+        expect[4] = [7.0, 0.0]  # the last of two updates of row 4
+        np.testing.assert_array_equal(got, expect)
+        np.testing.assert_array_equal(sess.run(v), expect)
+        sess.run(poison)  # row 1 holds inf: rows - rows would be NaN, so the whole variable is assigned
+        got = sess.run(upd, {ids: [1], rows: [[9.0, 9.0]]})
+        want = np.where(np.arange(10).reshape(5, 2) == 3, np.inf, init).astype(np.float32)
+        want[1] = 9.0
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(sess.run(int_upd), [[3, 4], [0, 0], [5, 6]])
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            sess.run(upd, {ids: [5], rows: [[1.0, 1.0]]})  # a row outside the variable, refused as TF
