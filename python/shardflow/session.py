@@ -129,6 +129,24 @@ class _FetchPlan:
         raise TypeError(f"cannot fetch a {type(f).__name__}: fetches are Tensors, Operations, names, "
                         "or lists, tuples and dicts of them")
 
+    def builder(self):
+        """build as a function of the values alone, made once: plain indexing for a leaf or a list or
+        tuple of leaves (what a make_callable function returns each step), else build itself."""
+        def index(node):  # the value's index, or None where the structure holds None
+            if node[0] == "leaf" and node[1][0] == "fetch":
+                return node[1][1]
+            return None
+        s = self.structure
+        if s[0] in ("none", "leaf"):
+            i = index(s)
+            return (lambda values: None) if i is None else (lambda values: values[i])
+        if s[0] == "seq" and s[1] in (list, tuple) and all(n[0] in ("none", "leaf") for n in s[2]):
+            picks = [index(n) for n in s[2]]
+            if s[1] is list:
+                return lambda values: [None if i is None else values[i] for i in picks]
+            return lambda values: tuple(None if i is None else values[i] for i in picks)
+        return self.build
+
     def build(self, values, node=None):
         node = self.structure if node is None else node
         kind = node[0]
@@ -230,7 +248,8 @@ class _BaseSession:
         holds the tensors (or names) fed, in the order the function takes their
         values. Names, dtypes, shapes and the step's fetch and target lists are
         resolved here, once: a call converts its values by run()'s rules (an
-        ndarray of the feed's dtype and shape is lent as it is) and runs the step.
+        ndarray of the feed's dtype and shape is lent as it is, and a scalar for
+        a scalar feed is made without calling back into Python) and runs the step.
         With accept_options the function also takes options= (sf.RunOptions)
         and run_metadata= (ignored) as keywords. A call with the wrong number
         of values raises InvalidArgumentError; the errors of run() otherwise.
@@ -263,7 +282,7 @@ class _BaseSession:
             return _feed_value(keys[i], value, names[i])
 
         step = _core.Callable(self._s, feeds, plan.fetch_names, plan.target_names, convert)
-        build = plan.build
+        build = plan.builder()
         if accept_options:
             def run_callable(*feed_values, options=None, run_metadata=None):
                 return build(step(feed_values, *_trace_args(options)))
