@@ -17,7 +17,8 @@ from shardflow's primitive ops (so they are differentiable where TF's are, throu
   learning rate of -1 or 1: duplicates accumulate, as TF); on other variables one AssignAdd/AssignSub of
   the segment sums. update on a float32 matrix changes only the rows named, by two sparse updates (the
   rows' own values subtracted, exactly 0 when finite, then the updates added), so a concurrent step's
-  additive updates are kept, as after TF's; its rows holding a non-finite value, or another variable, it
+  additive updates are kept, as after TF's (but a concurrent read between the two sees the rows as 0,
+  which TF's atomic ScatterUpdate never shows); its rows holding a non-finite value, or another variable, it
   reads and assigns the whole variable. With duplicate indices the last update wins (TF leaves that
   undefined). Each evaluates to the variable's new value.
 """
@@ -462,7 +463,8 @@ def scatter_update(ref, indices, updates, use_locking=True, name=None):
     """TF 1.x's tf.scatter_update: ref[indices[i], ...] = updates[i, ...] (the last of duplicate indices
     wins); evaluates to the variable's new value. On a float32 matrix only the rows named change, by two
     sparse updates where the variable lives: the rows' values are subtracted (exactly 0 for finite values),
-    then the updates added; a step whose rows hold a non-finite value, and other variables, read and assign
+    then the updates added (a concurrent read in between sees zeros in those rows); a step whose rows hold a
+    non-finite value, and other variables, read and assign
     the whole variable instead. Raises what the ops raise on bad indices."""
     g, handle, value, indices, updates, rows = _rows_and_value(ref, indices, updates, "tf.scatter_update")
     table = _sparse_table(value)
