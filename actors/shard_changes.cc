@@ -11,6 +11,58 @@
 namespace sf {
 namespace runtime {
 
+namespace {
+
+// Variable v's changes since the last take into *c (whole when full): false
+// when it has none.
+bool TakeVarChanges(ShardState::Var& v, bool full, VarChanges* c_ptr) {
+  VarChanges& c = *c_ptr;
+  if (v.hash) {
+    // A hash shard sends the saved rows that changed (its header, filter
+    // and slots: SerializeRows), or goes whole the first time, after it
+    // grew or took its optimizer, or with a cold tier.
+    bool all = false;
+    std::vector<int64_t> rows = v.hash->TakeDirtyRows(&all);
+    if (!full && !all && rows.empty()) return false;
+    if (!full && !all) {
+      auto part = v.hash->SerializeRows(rows);
+      if (part.ok()) {
+        c.value = std::move(*part);
+        c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
+        std::copy(rows.begin(), rows.end(), c.rows.data<int64_t>());
+        return true;
+      }
+    }
+    auto state = v.hash->Serialize();
+    if (!state.ok()) return false;  // a cold tier read error: the next round sends it whole
+    c.value = std::move(*state);
+    return true;
+  }
+  if (!v.value.valid()) return false;
+  if (full || v.all_dirty) {
+    c.value = v.value;  // copy-on-write: later updates leave it
+    v.TakeDirtyRows();
+    v.all_dirty = false;
+    return true;
+  }
+  std::vector<int64_t> rows = v.TakeDirtyRows();
+  if (rows.empty()) return false;
+  Shape shape = v.value.shape();
+  const int64_t row_bytes = shape[0] > 0 ? static_cast<int64_t>(v.value.bytes()) / shape[0] : 0;
+  shape[0] = static_cast<int64_t>(rows.size());
+  c.value = Tensor(v.value.dtype(), shape);
+  c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
+  const char* from = static_cast<const char*>(v.value.raw_data());
+  char* to = static_cast<char*>(c.value.raw_data());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    c.rows.data<int64_t>()[i] = rows[i];
+    std::memcpy(to + i * row_bytes, from + rows[i] * row_bytes, static_cast<size_t>(row_bytes));
+  }
+  return true;
+}
+
+}  // namespace
+
 // The named variables' changes since the last take (each whole when full),
 // and the origins the shard applied since, on the first entry.
 std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string>& names, bool full) {
@@ -21,53 +73,15 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
     VarChanges c;
     c.name = v.name;
     // Its step and version move only with an update, which makes it dirty:
-    // they travel with every change of it.
-    if (auto r = st.replicas.find(kv.first); r != st.replicas.end() && r->second) c.replica = r->second->Counters();
-    if (v.hash) {
-      // A hash shard sends the saved rows that changed (its header, filter
-      // and slots: SerializeRows), or goes whole the first time, after it
-      // grew or took its optimizer, or with a cold tier.
-      bool all = false;
-      std::vector<int64_t> rows = v.hash->TakeDirtyRows(&all);
-      if (!full && !all && rows.empty()) continue;
-      if (!full && !all) {
-        auto part = v.hash->SerializeRows(rows);
-        if (part.ok()) {
-          c.value = std::move(*part);
-          c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
-          std::copy(rows.begin(), rows.end(), c.rows.data<int64_t>());
-          out.push_back(std::move(c));
-          continue;
-        }
-      }
-      auto state = v.hash->Serialize();
-      if (!state.ok()) continue;  // a cold tier read error: the next round sends it whole
-      c.value = std::move(*state);
-      out.push_back(std::move(c));
-      continue;
+    // they travel with every change of it. Its SSP clocks move without one:
+    // they travel when they moved, alone if nothing else did.
+    bool clocks = false;
+    if (auto r = st.replicas.find(kv.first); r != st.replicas.end() && r->second) {
+      c.replica = r->second->Counters();
+      clocks = r->second->TakeClocksChanged() || (full && !r->second->Clocks().empty());
+      if (clocks) c.clocks = r->second->Clocks();
     }
-    if (!v.value.valid()) continue;
-    if (full || v.all_dirty) {
-      c.value = v.value;  // copy-on-write: later updates leave it
-      v.TakeDirtyRows();
-      v.all_dirty = false;
-      out.push_back(std::move(c));
-      continue;
-    }
-    std::vector<int64_t> rows = v.TakeDirtyRows();
-    if (rows.empty()) continue;
-    Shape shape = v.value.shape();
-    const int64_t row_bytes = shape[0] > 0 ? static_cast<int64_t>(v.value.bytes()) / shape[0] : 0;
-    shape[0] = static_cast<int64_t>(rows.size());
-    c.value = Tensor(v.value.dtype(), shape);
-    c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
-    const char* from = static_cast<const char*>(v.value.raw_data());
-    char* to = static_cast<char*>(c.value.raw_data());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      c.rows.data<int64_t>()[i] = rows[i];
-      std::memcpy(to + i * row_bytes, from + rows[i] * row_bytes, static_cast<size_t>(row_bytes));
-    }
-    out.push_back(std::move(c));
+    if (TakeVarChanges(v, full, &c) || clocks) out.push_back(std::move(c));
   }
   std::vector<UpdateOrigin> origins = full ? st.applied.All() : st.applied.TakeRecent();
   if (!origins.empty()) {
@@ -140,6 +154,7 @@ Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarC
   const int64_t now = ShardState::NowMs();
   for (const UpdateOrigin& o : c.origins) st.applied.Record(o, now);
   if (!c.replica.empty()) st.Replica(id).SetCounters(c.replica);
+  if (!c.clocks.empty()) SF_RETURN_IF_ERROR(st.Replica(id).SetClocks(v.name, c.clocks));
   return Status::OK();
 }
 

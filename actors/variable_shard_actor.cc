@@ -219,7 +219,7 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         ShardState& st = held.st();
         const ShardState::Var* v = st.Find(m.id);
         if (!v) return m.done(NoVariable(m.id));
-        st.Replica(m.id).StaleSyncWait(v->name, m.worker, m.clock, m.num_workers, m.staleness,
+        st.Replica(m.id).StaleSyncWait(v->name, m.worker, m.clock, m.num_workers, m.staleness, m.run_step,
                                        std::move(m.done));
       },
       // Checkpoints. Copy-on-write values: later updates never touch these buffers.

@@ -54,6 +54,9 @@ struct VarChanges {
   int64_t leading = -1;
   // Its ReplicaState's counters (ReplicaState::Counters) when it has one.
   std::vector<int64_t> replica;
+  // Its SSP barrier's clocks (ReplicaState::Clocks) when they changed or
+  // the round is full; empty: none.
+  std::vector<int64_t> clocks;
 };
 
 // ---- variables ----
@@ -159,7 +162,7 @@ struct QueryReplicaStats {
 // The stale-synchronous barrier of variable id (ReplicationService::StaleSyncWait).
 struct WaitStaleSync {
   int64_t id = -1;
-  int64_t worker = 0, clock = 0, num_workers = 0, staleness = 0;
+  int64_t worker = 0, clock = 0, num_workers = 0, staleness = 0, run_step = 0;
   std::function<void(Status)> done;
 };
 

@@ -393,10 +393,10 @@ void ActorVariables::QueryReplica(int64_t id, ReplicaQuery what,
 }
 
 void ActorVariables::StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
-                                   int64_t staleness, std::function<void(Status)> done) {
+                                   int64_t staleness, int64_t run_step, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));
-  caf::anon_send(shard, WaitStaleSync{id, worker, clock, num_workers, staleness, std::move(done)});
+  caf::anon_send(shard, WaitStaleSync{id, worker, clock, num_workers, staleness, run_step, std::move(done)});
 }
 
 void ActorVariables::AllReduce(const std::string& group_key, int64_t group_size, int64_t rank,

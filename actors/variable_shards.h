@@ -75,7 +75,7 @@ class ActorVariables : public VariableService,
                        std::function<void(Result<std::pair<Tensor, int64_t>>)> done) override;
   void QueryReplica(int64_t id, ReplicaQuery what, std::function<void(Result<Tensor>)> done) override;
   void StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
-                     int64_t staleness, std::function<void(Status)> done) override;
+                     int64_t staleness, int64_t run_step, std::function<void(Status)> done) override;
   // CollectiveService: the session's all-reduce rings (actors/collectives.h).
   void AllReduce(const std::string& group_key, int64_t group_size, int64_t rank, Tensor value,
                  std::function<void(Result<Tensor>)> done) override;

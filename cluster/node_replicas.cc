@@ -81,6 +81,7 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     if (!m.counters.empty() && m.counters[net::ReplicateSlot::kReplicaCounters * i] >= 0)
       ch.replica.assign(m.counters.begin() + net::ReplicateSlot::kReplicaCounters * i,
                         m.counters.begin() + net::ReplicateSlot::kReplicaCounters * (i + 1));
+    if (!m.clocks.empty()) ch.clocks = m.clocks[i].ToVector<int64_t>();  // the decoder checked int64 [n]
     const Tensor& o = m.origins[i];
     if (o.dtype() != DType::kInt64 || o.rank() != 2 || o.dim(1) != 2)
       return Reply(c, id, net::StatusReply{InvalidArgument("ReplicateSlot: origins of '" + ch.name +

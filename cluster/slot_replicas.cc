@@ -68,6 +68,11 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
       mine.resize(k, -1);
       m.counters.insert(m.counters.end(), mine.begin(), mine.end());
     }
+    // SSP clocks likewise: one list per name once any has them.
+    if (!c.clocks.empty() || !m.clocks.empty()) {
+      m.clocks.resize(m.names.size() - 1, Tensor(DType::kInt64, Shape{0}));
+      m.clocks.push_back(Tensor::FromVector(c.clocks));
+    }
     return Status::OK();
   };
   for (auto& c : changes) {

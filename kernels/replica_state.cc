@@ -261,6 +261,17 @@ void ReplicaState::AbortWaits(const std::string& var, int64_t run_step, const St
   const Status s = why.WithPrefix("variable '" + var + "': the step waiting for its synchronous step was aborted "
                                   "(its gradient still counts)");
   for (auto& done : answer) done(s);
+  std::vector<std::function<void(Status)>> ssp;
+  for (auto it = ssp_waiters_.begin(); it != ssp_waiters_.end();) {
+    if (it->run_step != run_step) {
+      ++it;
+      continue;
+    }
+    ssp.push_back(std::move(it->done));
+    it = ssp_waiters_.erase(it);
+  }
+  for (auto& done : ssp)
+    done(why.WithPrefix("variable '" + var + "': the step waiting at the stale-synchronous barrier was aborted"));
 }
 
 void ReplicaState::AbortSync(const std::string& var) {
@@ -286,7 +297,7 @@ void ReplicaState::RecordUpdate(int64_t read_version) {
 }
 
 void ReplicaState::StaleSyncWait(const std::string& var, int64_t worker, int64_t clock,
-                                 int64_t num_workers, int64_t staleness,
+                                 int64_t num_workers, int64_t staleness, int64_t run_step,
                                  std::function<void(Status)> done) {
   const std::string where = "variable '" + var + "'";
   if (num_workers < 1 || num_workers > kMaxSspWorkers)
@@ -301,10 +312,34 @@ void ReplicaState::StaleSyncWait(const std::string& var, int64_t worker, int64_t
                                 std::to_string(num_workers) + ")"));
   if (staleness < 0)
     return done(InvalidArgument(where + ": staleness must be >= 0, got " + std::to_string(staleness)));
-  if (clocks_.empty()) clocks_.assign(static_cast<size_t>(num_workers), 0);
-  clocks_[worker] = std::max(clocks_[worker], clock);
-  ssp_waiters_.push_back(SspWaiter{clock, staleness, std::move(done)});
+  if (clocks_.empty()) {
+    clocks_.assign(static_cast<size_t>(num_workers), 0);
+    clocks_changed_ = true;
+  }
+  if (clock > clocks_[worker]) {
+    clocks_[worker] = clock;
+    clocks_changed_ = true;
+  }
+  ssp_waiters_.push_back(SspWaiter{clock, staleness, run_step, std::move(done)});
   ReleaseSsp();
+}
+
+bool ReplicaState::TakeClocksChanged() {
+  const bool changed = clocks_changed_;
+  clocks_changed_ = false;
+  return changed;
+}
+
+Status ReplicaState::SetClocks(const std::string& var, const std::vector<int64_t>& clocks) {
+  if (clocks.size() > static_cast<size_t>(kMaxSspWorkers) || (!clocks_.empty() && clocks.size() != clocks_.size()))
+    return InvalidArgument("variable '" + var + "': " + std::to_string(clocks.size()) +
+                           " stale-synchronous clocks for a barrier of " +
+                           (clocks_.empty() ? "at most " + std::to_string(kMaxSspWorkers)
+                                            : std::to_string(clocks_.size())) + " workers");
+  if (clocks_.empty()) clocks_.assign(clocks.size(), 0);
+  for (size_t i = 0; i < clocks.size(); ++i) clocks_[i] = std::max(clocks_[i], clocks[i]);
+  if (!clocks_.empty()) ReleaseSsp();
+  return Status::OK();
 }
 
 void ReplicaState::ReleaseSsp() {

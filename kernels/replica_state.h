@@ -72,9 +72,10 @@ class ReplicaState {
   // Fails every waiter with Aborted and drops (counts) the pending gradients.
   void AbortSync(const std::string& var);
   // Answers the waiters of run run_step (a step that was aborted: one of its
-  // partitions failed) with why; their gradients stay in their buckets and
-  // count when their steps are applied (a run again of the step waits for
-  // them without counting them twice).
+  // partitions failed) with why, at the SSP barrier too; their gradients stay
+  // in their buckets and count when their steps are applied (a run again of
+  // the step waits for them without counting them twice), and their clocks
+  // stay started.
   void AbortWaits(const std::string& var, int64_t run_step, const Status& why);
 
   // Records one successful optimizer update: advances the version and, when
@@ -84,7 +85,7 @@ class ReplicaState {
 
   // SSP barrier (see ReplicationService::StaleSyncWait).
   void StaleSyncWait(const std::string& var, int64_t worker, int64_t clock, int64_t num_workers,
-                     int64_t staleness, std::function<void(Status)> done);
+                     int64_t staleness, int64_t run_step, std::function<void(Status)> done);
 
   // int64 [4]: applied steps, accepted gradients, dropped gradients, and
   // gradients waiting for their step.
@@ -101,6 +102,17 @@ class ReplicaState {
   void SetCounters(const std::vector<int64_t>& counters);
   // float64 [3]: tracked updates, mean staleness, max staleness.
   Tensor StalenessStats() const;
+
+  // The SSP barrier's clocks (the clock each worker last started; empty
+  // before the first wait), which a backup keeps in step with its holder, so
+  // that a worker that finished (it started a huge clock) does not hold the
+  // others at a promoted backup.
+  const std::vector<int64_t>& Clocks() const { return clocks_; }
+  // Whether a clock advanced since the last call (a round must carry them).
+  bool TakeClocksChanged();
+  // Takes a holder's clocks (each only ever advances); InvalidArgument
+  // naming var for more than kMaxSspWorkers or a count that differs.
+  Status SetClocks(const std::string& var, const std::vector<int64_t>& clocks);
 
  private:
   struct Waiter {
@@ -122,6 +134,7 @@ class ReplicaState {
   };
   struct SspWaiter {
     int64_t clock, staleness;
+    int64_t run_step;
     std::function<void(Status)> done;
   };
   // Applies every full bucket at the current step, in order (dense or
@@ -148,6 +161,7 @@ class ReplicaState {
   int64_t version_ = 0;
   int64_t tracked_ = 0, staleness_sum_ = 0, staleness_max_ = 0;
   std::vector<int64_t> clocks_;  // SSP: per worker, the clock it last started
+  bool clocks_changed_ = false;
   std::vector<SspWaiter> ssp_waiters_;
 };
 

@@ -66,9 +66,9 @@ class ReplicationService {
   virtual void ReadWithVersion(int64_t id, std::function<void(Result<std::pair<Tensor, int64_t>>)> done) = 0;
   // Replication counters of variable id (see ReplicaQuery); NotFound for an unknown id.
   virtual void QueryReplica(int64_t id, ReplicaQuery what, std::function<void(Result<Tensor>)> done) = 0;
-  // SSP barrier: `worker` (of num_workers) starts `clock`; answers once clock - the slowest worker's clock <= staleness; InvalidArgument naming the variable for a bad worker index or a num_workers that differs from earlier calls.
-  virtual void StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers,
-                             int64_t staleness, std::function<void(Status)> done) = 0;
+  // SSP barrier: `worker` (of num_workers) starts `clock`; answers once clock - the slowest worker's clock <= staleness; InvalidArgument naming the variable for a bad worker index or a num_workers that differs from earlier calls. run_step: the step that waits (AbortWaits answers it).
+  virtual void StaleSyncWait(int64_t id, int64_t worker, int64_t clock, int64_t num_workers, int64_t staleness,
+                             int64_t run_step, std::function<void(Status)> done) = 0;
 };
 
 }  // namespace sf

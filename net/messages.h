@@ -106,6 +106,10 @@ struct ReplicateSlot {
   // goes on counting where its holder was; a first value of -1: none.
   std::vector<int64_t> counters;
   static constexpr size_t kReplicaCounters = 4;
+  // Empty, or one per name: int64 [workers], the variable's stale-synchronous
+  // clocks (kernels/replica_state.h), so a backup that takes over releases
+  // the barrier where its holder would; int64 [0]: none.
+  std::vector<Tensor> clocks;
 };
 
 // One output of a partition's graph, by node name and index.

@@ -441,6 +441,13 @@ struct Decoder {
       return InvalidArgument("ReplicateSlot: " + std::to_string(m->counters.size()) + " counters for " +
                              std::to_string(m->names.size()) + " names (none, or " +
                              std::to_string(ReplicateSlot::kReplicaCounters) + " per name)");
+    SF_ASSIGN_OR_RETURN(m->clocks, Tensors(r.getClocks(), "ReplicateSlot.clocks"));
+    if (!m->clocks.empty() && m->clocks.size() != m->names.size())
+      return InvalidArgument("ReplicateSlot: " + std::to_string(m->clocks.size()) + " clock lists for " +
+                             std::to_string(m->names.size()) + " names (none, or one per name)");
+    for (const sf::Tensor& c : m->clocks)
+      if (c.dtype() != DType::kInt64 || c.rank() != 1)
+        return InvalidArgument("ReplicateSlot: clocks must be int64 [workers], got " + c.DebugString(0));
     if (m->values.size() != m->names.size() || m->rows.size() != m->names.size() ||
         m->origins.size() != m->names.size() || m->leading.size() != m->names.size())
       return InvalidArgument("ReplicateSlot: " + std::to_string(m->names.size()) + " names but " +

@@ -344,6 +344,8 @@ struct Encoder {
     SF_RETURN_IF_ERROR(ListSize(m.counters.size(), "ReplicateSlot.counters"));
     auto counters = b.initCounters(static_cast<unsigned>(m.counters.size()));
     for (size_t i = 0; i < m.counters.size(); ++i) counters.set(static_cast<unsigned>(i), m.counters[i]);
+    SF_RETURN_IF_ERROR(ListSize(m.clocks.size(), "ReplicateSlot.clocks"));
+    SF_RETURN_IF_ERROR(Tensors(m.clocks, b.initClocks(m.clocks.size()), "ReplicateSlot.clocks"));
     return Tensors(m.origins, b.initOrigins(m.origins.size()), "ReplicateSlot.origins");
   }
   Status Put(const ListNamespaces&, w::ListNamespaces::Builder) const { return Status::OK(); }

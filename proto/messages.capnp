@@ -75,6 +75,7 @@ struct ReplicateSlot {
   round @9 :UInt64;
   more @10 :Bool;
   counters @11 :List(Int64);   # empty, or 4 per name: its replication counters (step -1: none)
+  clocks @12 :List(T.Tensor);  # empty, or one per name: int64 [workers] SSP clocks ([0]: none)
 }
 
 # One output of a partition's graph: node name and output index.

@@ -156,7 +156,7 @@ Status RegisterReplicationOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("StaleSyncWait")
       .RequiredAttr<int64_t>("worker").RequiredAttr<int64_t>("num_workers")
       .RequiredAttr<int64_t>("staleness")
-      .Inputs(2).Stateful()
+      .Inputs(2).Stateful().Repeatable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(RequireHandleInput(c, 0));
         SF_RETURN_IF_ERROR(RequireInt64Scalar(c, 1, "the clock"));

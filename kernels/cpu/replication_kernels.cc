@@ -233,7 +233,7 @@ class StaleSyncWaitKernel : public AsyncKernelBase {
   Status Start(OpKernelContext* ctx, std::function<void()>& done) override {
     SF_ASSIGN_OR_RETURN(int64_t id, HandleInput(ctx, 0));
     SF_ASSIGN_OR_RETURN(int64_t clock, Int64Input(ctx, 1, "the clock"));
-    ctx->replication()->StaleSyncWait(id, worker_, clock, num_workers_, staleness_,
+    ctx->replication()->StaleSyncWait(id, worker_, clock, num_workers_, staleness_, ctx->step_id(),
                                       [ctx, done = std::move(done)](Status s) {
                                         ctx->SetStatus(std::move(s));
                                         done();

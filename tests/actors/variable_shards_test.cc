@@ -231,9 +231,20 @@ TEST_CASE("Variable shard protocol: every message type", "[variables]") {
   CHECK(*stale == -1);
   r = Ask<R>(shard, [](auto done) { return QueryReplicaStats{0, ReplicaQuery::kSyncStats, done}; });
   REQUIRE(r.ok());
-  CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{1, 2, 1});
+  CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{1, 2, 1, 0});
 
   // SyncWaitTimeout: see the deterministic test below.
+
+  // AbortStepWaits answers the waits of one aborted run; its gradient still counts (pending).
+  sync.step_tag = 1;
+  sync.run_step = 77;
+  auto aborted = Send<Step>(shard, [&](auto done) { return ApplySyncGradient{sync, done}; });
+  caf::anon_send(shard, AbortStepWaits{77, Unavailable("a peer of step 77 is down")});
+  CHECK(aborted.get().status().code() == Code::kUnavailable);
+  r = Ask<R>(shard, [](auto done) { return QueryReplicaStats{0, ReplicaQuery::kSyncStats, done}; });
+  REQUIRE(r.ok());
+  CHECK(r->ToVector<int64_t>() == std::vector<int64_t>{1, 2, 1, 1});
+  sync.run_step = 0;
 
   // AbortSyncSteps fails a waiting worker with Aborted.
   sync.step_tag = 2;
@@ -243,12 +254,12 @@ TEST_CASE("Variable shard protocol: every message type", "[variables]") {
   CHECK(Ask<Status>(shard, [](auto done) { return AbortSyncSteps{9, done}; }).code() == Code::kNotFound);
 
   // WaitStaleSync: worker 0 at clock 1 waits (staleness 0) until worker 1 gets there.
-  auto w0 = Send<Status>(shard, [](auto done) { return WaitStaleSync{0, 0, 1, 2, 0, done}; });
+  auto w0 = Send<Status>(shard, [](auto done) { return WaitStaleSync{0, 0, 1, 2, 0, 0, done}; });
   Drain(shard);
   CHECK(Pending(w0));
-  CHECK(Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 1, 1, 2, 0, done}; }).ok());
+  CHECK(Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 1, 1, 2, 0, 0, done}; }).ok());
   CHECK(w0.get().ok());
-  st = Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 5, 1, 2, 0, done}; });
+  st = Ask<Status>(shard, [](auto done) { return WaitStaleSync{0, 5, 1, 2, 0, 0, done}; });
   CHECK(st.code() == Code::kInvalidArgument);
 
   r = Ask<R>(shard, [](auto done) { return QueryReplicaStats{0, ReplicaQuery::kStaleness, done}; });

@@ -485,3 +485,74 @@ TEST_CASE("Cluster: a holder dies while a worker waits in its synchronous step: 
     CHECK(st[3] == 0);
   }
 }
+
+TEST_CASE("Cluster: a promoted backup holds its holder's SSP clocks: a worker that finished does not hold the others",
+          "[cluster][replication][replicas]") {
+  constexpr int64_t kDone = int64_t{1} << 30;  // the clock a finished worker starts
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(2);
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(cluster.WaitBackups(2, 20000).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 2;
+  o.step_progress_timeout_ms = 15000;  // a barrier that never releases fails the step
+  // Each worker's graph: w on task 0 and b on task 1, each with its barrier
+  // (staleness 0), and the barriers' form for a finished worker.
+  struct SspWorker {
+    Graph g;
+    std::vector<Operation> wait, done;
+    Operation init;
+  };
+  std::vector<std::unique_ptr<SspWorker>> workers;
+  std::vector<std::unique_ptr<ClusterSession>> sessions;
+  for (int r = 0; r < 2; ++r) {
+    auto wk = std::make_unique<SspWorker>();
+    Output w, b;
+    {
+      auto d = wk->g.DeviceScope("/job:worker/task:0");
+      w = ops::Variable(wk->g, "w", ops::Zeros(wk->g, DType::kFloat32, {1}));
+    }
+    {
+      auto d = wk->g.DeviceScope("/job:worker/task:1");
+      b = ops::Variable(wk->g, "b", ops::Zeros(wk->g, DType::kFloat32, {1}));
+    }
+    auto c = ops::Placeholder(wk->g, DType::kInt64, PartialShape(Shape{}), "c");
+    wk->wait = {ops::StaleSyncWait(wk->g, w, c, r, 2, 0), ops::StaleSyncWait(wk->g, b, c, r, 2, 0)};
+    wk->done = {ops::StaleSyncWait(wk->g, w, c, r, 2, static_cast<int>(kDone)),
+                ops::StaleSyncWait(wk->g, b, c, r, 2, static_cast<int>(kDone))};
+    wk->init = ops::GlobalVariablesInitializer(wk->g);
+    REQUIRE(wk->g.status().ok());
+    auto s = ClusterSession::Connect(wk->g, o);
+    REQUIRE(s.ok());
+    sessions.push_back(std::move(*s));
+    workers.push_back(std::move(wk));
+  }
+  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
+  int victim = -1;
+  for (const std::string& t : sessions[0]->tasks())
+    for (size_t i = 1; i < cluster.addresses().size(); ++i)
+      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  REQUIRE(victim > 0);
+  auto clock = [](int64_t c) { return FeedMap{{"c", Tensor::Scalar<int64_t>(c)}}; };
+  // Clocks 0-2 in lockstep, then worker 1 finishes.
+  for (int64_t k = 0; k < 3; ++k) {
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] { st[r] = sessions[r]->Run(clock(k), std::vector<Output>{}, workers[r]->wait).status(); });
+    for (auto& t : threads) t.join();
+    INFO("clock " << k << ": " << st[0].ToString() << " / " << st[1].ToString());
+    REQUIRE((st[0].ok() && st[1].ok()));
+  }
+  REQUIRE(sessions[1]->Run(clock(kDone), std::vector<Output>{}, workers[1]->done).ok());
+  // Worker 0 goes on alone, through the death of one barrier's holder.
+  for (int64_t k = 3; k < 6; ++k) {
+    if (k == 4) cluster.Kill(victim);
+    Status st = sessions[0]->Run(clock(k), std::vector<Output>{}, workers[0]->wait).status();
+    INFO("clock " << k << ": " << st.ToString());
+    REQUIRE(st.ok());
+  }
+  for (const std::string& t : sessions[0]->tasks()) CHECK(t != cluster.addresses()[victim]);
+}

@@ -48,11 +48,11 @@ TEST_CASE("Replica state: a stale-synchronous barrier of more workers than it ca
           "[replication][bad_input]") {
   ReplicaState rs;
   Status s;
-  rs.StaleSyncWait("w", 0, 0, int64_t{1} << 40, 1, [&](Status r) { s = r; });
+  rs.StaleSyncWait("w", 0, 0, int64_t{1} << 40, 1, 0, [&](Status r) { s = r; });
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("65536") != std::string::npos);
   bool released = false;
-  rs.StaleSyncWait("w", 0, 0, 1, 0, [&](Status r) { released = r.ok(); });
+  rs.StaleSyncWait("w", 0, 0, 1, 0, 0, [&](Status r) { released = r.ok(); });
   CHECK(released);
 }
 
@@ -207,4 +207,51 @@ TEST_CASE("Replica state: an aborted run's wait is answered at once; its gradien
   REQUIRE(r.grads.size() == 1);
   CHECK(r.grads[0] == Approx(3.0f));
   CHECK(r.Stat(1) == 2);
+}
+
+TEST_CASE("Replica state: a backup given its holder's SSP clocks releases the barrier where the holder would",
+          "[replication][replicas]") {
+  ReplicaState holder;
+  bool ok0 = false, ok1 = false;
+  holder.StaleSyncWait("w", 0, 3, 2, 1, 10, [&](Status s) { ok0 = s.ok(); });
+  CHECK_FALSE(ok0);  // worker 1 at 0: 3 clocks ahead
+  // Worker 1 finished: it starts a huge clock, not waiting for it.
+  holder.StaleSyncWait("w", 1, int64_t{1} << 40, 2, int64_t{1} << 41, 11, [&](Status s) { ok1 = s.ok(); });
+  CHECK(ok1);
+  CHECK(ok0);
+  REQUIRE(holder.TakeClocksChanged());
+  CHECK_FALSE(holder.TakeClocksChanged());  // taken
+  CHECK(holder.Clocks() == std::vector<int64_t>{3, int64_t{1} << 40});
+
+  ReplicaState backup;
+  REQUIRE(backup.SetClocks("w", holder.Clocks()).ok());
+  bool on_backup = false;
+  backup.StaleSyncWait("w", 0, 9, 2, 1, 12, [&](Status s) { on_backup = s.ok(); });
+  CHECK(on_backup);  // without the clocks, worker 0 would wait for worker 1's clock 8 forever
+  // A list for another number of workers, or past the bound, is refused naming the variable.
+  Status wrong = backup.SetClocks("w", {1, 2, 3});
+  CHECK(wrong.code() == Code::kInvalidArgument);
+  CHECK(wrong.message().find("'w'") != std::string::npos);
+  ReplicaState fresh;
+  CHECK(fresh.SetClocks("w", std::vector<int64_t>(65537, 0)).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("Replica state: an aborted run's wait at the SSP barrier is answered; its clock stays started",
+          "[replication][replicas]") {
+  ReplicaState rs;
+  Status first = Status::OK(), again = Internal("not answered");
+  bool answered = false;
+  rs.StaleSyncWait("w", 0, 2, 2, 0, 1601, [&](Status s) {
+    first = s;
+    answered = true;
+  });
+  CHECK_FALSE(answered);
+  rs.AbortWaits("w", 1601, Unavailable("node n2 is down"));
+  REQUIRE(answered);
+  CHECK(first.code() == Code::kUnavailable);
+  CHECK(first.message().find("barrier") != std::string::npos);
+  rs.StaleSyncWait("w", 0, 2, 2, 0, 1602, [&](Status s) { again = s; });  // the run again waits
+  CHECK(again.code() == Code::kInternal);
+  rs.StaleSyncWait("w", 1, 2, 2, 0, 4800, [&](Status) {});
+  CHECK(again.ok());
 }

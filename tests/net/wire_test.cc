@@ -150,7 +150,8 @@ bool Same(const SyncSlot& a, const SyncSlot& b) {
 bool Same(const ReplicateSlot& a, const ReplicateSlot& b) {
   return a.slot == b.slot && a.epoch == b.epoch && a.holder == b.holder && a.full == b.full && a.names == b.names &&
          SameTensors(a.values, b.values) && SameTensors(a.rows, b.rows) && SameTensors(a.origins, b.origins) &&
-         a.leading == b.leading && a.round == b.round && a.more == b.more && a.counters == b.counters;
+         a.leading == b.leading && a.round == b.round && a.more == b.more && a.counters == b.counters &&
+         SameTensors(a.clocks, b.clocks);
 }
 bool Same(const ShardsDone& a, const ShardsDone& b) {
   return a.id == b.id && a.token == b.token && a.global_step == b.global_step && a.variables == b.variables &&
@@ -236,7 +237,8 @@ std::vector<Message> EveryMessage() {
                     {Patterned(DType::kFloat32, {2, 3}, 5), Patterned(DType::kFloat32, {4}, 6)},
                     {Patterned(DType::kInt64, {2}, 1), Tensor::Scalar<int64_t>(-1)},
                     {Patterned(DType::kInt64, {1, 2}, 2), Tensor(DType::kInt64, Shape{0, 2})}, {1000, -1},
-                    0x123456789abcdefULL, true, {57, 114, 3, 58, -1, -1, -1, -1}});
+                    0x123456789abcdefULL, true, {57, 114, 3, 58, -1, -1, -1, -1},
+                    {Tensor::FromVector<int64_t>({4, int64_t{1} << 30}), Tensor(DType::kInt64, Shape{0})}});
   add(ReplicateSlot{});
   add(ListNamespaces{});
   add(DropNamespace{"team_a"});
@@ -632,4 +634,30 @@ TEST_CASE("fields whose pointers alias one blob are refused before they are copi
     values3[i].setData(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(blob.data()), 32));
   }
   CHECK(DecodeEnvelope(env3.asReader()).ok());
+}
+
+TEST_CASE("a replication round's SSP clocks that do not fit its names are refused by name", "[wire][bad_input]") {
+  auto decode = [](std::vector<Tensor> clocks) {
+    ReplicateSlot r;
+    r.names = {"w"};
+    r.values = {Tensor::FromVector<float>({1.0f})};
+    r.rows = {Tensor::Scalar<int64_t>(-1)};
+    r.origins = {Tensor(DType::kInt64, Shape{0, 2})};
+    r.leading = {-1};
+    r.clocks = std::move(clocks);
+    Message m;
+    m.body = r;
+    auto frame = EncodeToString(m);
+    REQUIRE(frame.ok());
+    return DecodeFrameString(*frame);
+  };
+  auto two = decode({Tensor::FromVector<int64_t>({1}), Tensor::FromVector<int64_t>({2})});
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.status().code() == Code::kInvalidArgument);
+  CHECK(two.status().message().find("2 clock lists for 1 names") != std::string::npos);
+  auto floats = decode({Tensor::FromVector<float>({1.0f})});
+  REQUIRE_FALSE(floats.ok());
+  CHECK(floats.status().message().find("clocks must be int64") != std::string::npos);
+  auto fine = decode({Tensor::FromVector<int64_t>({1, 2, 3})});
+  REQUIRE(fine.ok());
 }
