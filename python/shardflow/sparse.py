@@ -52,7 +52,8 @@ class SparseTensor:
 
     @classmethod
     def from_value(cls, value):
-        """A SparseTensor from a SparseTensorValue (or a SparseTensor, returned as it is)."""
+        """A SparseTensor from a SparseTensorValue (or a SparseTensor, returned as it is); raises as the
+        constructor does for parts of the wrong dtype or rank."""
         if isinstance(value, SparseTensor):
             return value
         return cls(value.indices, value.values, value.dense_shape)
@@ -77,7 +78,8 @@ class SparseTensor:
         return self.shape
 
     def eval(self, feed_dict=None, session=None):
-        """The SparseTensorValue in session (the default session when None)."""
+        """The SparseTensorValue in session (the default session when None); ValueError without a session,
+        the step's errors otherwise."""
         from .session import get_default_session
         session = session or get_default_session()
         if session is None:
@@ -147,7 +149,8 @@ sparse_tensor_to_dense = to_dense
 def sparse_to_dense(sparse_indices, output_shape, sparse_values, default_value=0, validate_indices=True,
                     name=None):
     """TF 1.x's tf.sparse_to_dense: indices as a scalar, a vector (rank 1) or [N, rank]; sparse_values a
-    scalar (for every index) or [N]; a repeated index fails the step (validate_indices)."""
+    scalar (for every index) or [N]. ValueError for indices of rank above 2; a repeated (validate_indices)
+    or out-of-bounds index fails the step with InvalidArgumentError."""
     idx = _tf.cast(_graph.convert_to_tensor(sparse_indices), _dt.int64)
     with idx.graph.as_default():
         if idx.shape.rank == 0:

@@ -43,7 +43,8 @@ def _lowest(dtype):
 
 
 def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TensorFlow's names
-    """(values, indices): the k largest entries of input's last axis, largest first (TF 1.x's tf.nn.top_k)."""
+    """(values, indices): the k largest entries of input's last axis, largest first (TF 1.x's tf.nn.top_k);
+    InvalidArgumentError for k < 0 or k above a known row length, ValueError for a scalar input."""
     x = _graph.convert_to_tensor(input)
     if isinstance(k, _graph.Tensor):
         return _top_k_by_rank(x, k, name)
@@ -318,7 +319,8 @@ def truncatediv(x, y, name=None):
 
 def truncatemod(x, y, name=None):
     """TF 1.x's tf.truncatemod: the remainder of truncating division, with x's sign (C's % and fmod):
-    x - truncatediv(x, y) * y for integers, sign(x) * floormod(|x|, |y|) for floats (exactly fmod)."""
+    x - truncatediv(x, y) * y for integers, sign(x) * floormod(|x|, |y|) for floats (exactly fmod); TypeError
+    for mixed dtypes."""
     x, y = _pair(x, y, "tf.truncatemod")
     with x.graph.as_default():
         if x.dtype.is_integer:
@@ -327,13 +329,14 @@ def truncatemod(x, y, name=None):
 
 
 def mod(x, y, name=None):
-    """TF 1.x's tf.mod (tf.floormod): the remainder takes y's sign, as Python's %."""
+    """TF 1.x's tf.mod (tf.floormod): the remainder takes y's sign, as Python's %; TypeError for mixed
+    dtypes."""
     x, y = _pair(x, y, "tf.mod")
     return _tf.floormod(x, y, name=name)
 
 
 def floor_div(x, y, name=None):
-    """TF 1.x's tf.floor_div: x // y (floor division) on integers and floats."""
+    """TF 1.x's tf.floor_div: x // y (floor division) on integers and floats; TypeError for mixed dtypes."""
     x, y = _pair(x, y, "tf.floor_div")
     return _tf.floordiv(x, y, name=name)
 
