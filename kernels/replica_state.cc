@@ -245,32 +245,33 @@ void ReplicaState::TimeoutWaiter(const std::string& var, int64_t waiter_id) {
   }
 }
 
-void ReplicaState::AbortWaits(const std::string& var, int64_t run_step, const Status& why) {
-  std::vector<SyncDone> answer;
-  for (auto& kv : buckets_) {
-    auto& ws = kv.second.waiters;
-    for (auto it = ws.begin(); it != ws.end();) {
-      if (it->run_step != run_step) {
-        ++it;
-        continue;
-      }
-      answer.push_back(std::move(it->done));
-      it = ws.erase(it);
-    }
-  }
-  const Status s = why.WithPrefix("variable '" + var + "': the step waiting for its synchronous step was aborted "
-                                  "(its gradient still counts)");
-  for (auto& done : answer) done(s);
-  std::vector<std::function<void(Status)>> ssp;
-  for (auto it = ssp_waiters_.begin(); it != ssp_waiters_.end();) {
+namespace {
+
+// Removes the waiters of run run_step from ws: their callbacks.
+template <typename W>
+std::vector<decltype(W::done)> TakeRun(std::vector<W>& ws, int64_t run_step) {
+  std::vector<decltype(W::done)> out;
+  for (auto it = ws.begin(); it != ws.end();) {
     if (it->run_step != run_step) {
       ++it;
       continue;
     }
-    ssp.push_back(std::move(it->done));
-    it = ssp_waiters_.erase(it);
+    out.push_back(std::move(it->done));
+    it = ws.erase(it);
   }
-  for (auto& done : ssp)
+  return out;
+}
+
+}  // namespace
+
+void ReplicaState::AbortWaits(const std::string& var, int64_t run_step, const Status& why) {
+  std::vector<SyncDone> answer;
+  for (auto& kv : buckets_)
+    for (auto& done : TakeRun(kv.second.waiters, run_step)) answer.push_back(std::move(done));
+  const Status s = why.WithPrefix("variable '" + var + "': the step waiting for its synchronous step was aborted "
+                                  "(its gradient still counts)");
+  for (auto& done : answer) done(s);
+  for (auto& done : TakeRun(ssp_waiters_, run_step))
     done(why.WithPrefix("variable '" + var + "': the step waiting at the stale-synchronous barrier was aborted"));
 }
 

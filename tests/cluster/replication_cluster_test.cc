@@ -131,6 +131,41 @@ std::vector<Status> SyncStep(std::vector<std::unique_ptr<Worker>>& workers,
   return results;
 }
 
+// Starts 3 nodes with replication 2 and waits for every slot's backup: the
+// options of a session of 2 tasks over them.
+ClusterOptions StartReplicated(examples::LocalCluster& cluster) {
+  cluster.SetReplicas(2);
+  REQUIRE(cluster.Start(3, 120).ok());
+  REQUIRE(cluster.WaitBackups(2, 20000).ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 2;
+  return o;
+}
+
+// kWorkers Workers, each with its own session by o; the variables initialised.
+void ConnectWorkers(const ClusterOptions& o, GradientDescentOptimizer& sgd, std::vector<std::unique_ptr<Worker>>* workers,
+                    std::vector<std::unique_ptr<ClusterSession>>* sessions) {
+  for (int r = 0; r < kWorkers; ++r) {
+    workers->push_back(std::make_unique<Worker>(r, sgd));
+    auto s = ClusterSession::Connect(workers->back()->g, o);
+    REQUIRE(s.ok());
+    sessions->push_back(std::move(*s));
+  }
+  REQUIRE((*sessions)[0]->Run({}, std::vector<Output>{}, {(*workers)[0]->init}).ok());
+}
+
+// The index in cluster of the holder of one of session's tasks that is not
+// the node sessions first contacted (index 0); -1 when there is none.
+int VictimOf(const examples::LocalCluster& cluster, const ClusterSession& session) {
+  int victim = -1;
+  for (const std::string& t : session.tasks())
+    for (size_t i = 1; i < cluster.addresses().size(); ++i)
+      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  return victim;
+}
+
 }  // namespace
 
 TEST_CASE("Cluster: synchronous replicas across processes equal averaged-gradient training",
@@ -334,28 +369,12 @@ TEST_CASE("Cluster: synchronous replicas go on through a holder's death: no step
           "[cluster][replication][replicas]") {
   constexpr int kTotal = 12;
   examples::LocalCluster cluster;
-  cluster.SetReplicas(2);
-  REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(cluster.WaitBackups(2, 20000).ok());
-  ClusterOptions o;
-  o.address = cluster.addresses()[0];
-  o.tls_dir = cluster.tls_dir();
-  o.tasks = 2;
+  const ClusterOptions o = StartReplicated(cluster);
   GradientDescentOptimizer sgd(kLr);
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<ClusterSession>> sessions;
-  for (int r = 0; r < kWorkers; ++r) {
-    workers.push_back(std::make_unique<Worker>(r, sgd));
-    auto s = ClusterSession::Connect(workers[r]->g, o);
-    REQUIRE(s.ok());
-    sessions.push_back(std::move(*s));
-  }
-  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
-  // The holder of one of the two slots that is not the node sessions first contacted.
-  int victim = -1;
-  for (const std::string& t : sessions[0]->tasks())
-    for (size_t i = 1; i < cluster.addresses().size(); ++i)
-      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  ConnectWorkers(o, sgd, &workers, &sessions);
+  const int victim = VictimOf(cluster, *sessions[0]);
   REQUIRE(victim > 0);
 
   std::vector<int64_t> tokens;
@@ -397,27 +416,12 @@ TEST_CASE("Cluster: a holder dies while a worker waits in its synchronous step: 
           "[cluster][replication][replicas]") {
   constexpr int kTotal = 8, kMid = 4;
   examples::LocalCluster cluster;
-  cluster.SetReplicas(2);
-  REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(cluster.WaitBackups(2, 20000).ok());
-  ClusterOptions o;
-  o.address = cluster.addresses()[0];
-  o.tls_dir = cluster.tls_dir();
-  o.tasks = 2;
+  const ClusterOptions o = StartReplicated(cluster);
   GradientDescentOptimizer sgd(kLr);
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<ClusterSession>> sessions;
-  for (int r = 0; r < kWorkers; ++r) {
-    workers.push_back(std::make_unique<Worker>(r, sgd));
-    auto s = ClusterSession::Connect(workers[r]->g, o);
-    REQUIRE(s.ok());
-    sessions.push_back(std::move(*s));
-  }
-  REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
-  int victim = -1;
-  for (const std::string& t : sessions[0]->tasks())
-    for (size_t i = 1; i < cluster.addresses().size(); ++i)
-      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  ConnectWorkers(o, sgd, &workers, &sessions);
+  const int victim = VictimOf(cluster, *sessions[0]);
   REQUIRE(victim > 0);
   Worker& reader = *workers[1];
   std::vector<Output> stats = {ops::SyncReplicaStats(reader.g, reader.t.handles[0]),
@@ -490,13 +494,7 @@ TEST_CASE("Cluster: a promoted backup holds its holder's SSP clocks: a worker th
           "[cluster][replication][replicas]") {
   constexpr int64_t kDone = int64_t{1} << 30;  // the clock a finished worker starts
   examples::LocalCluster cluster;
-  cluster.SetReplicas(2);
-  REQUIRE(cluster.Start(3, 120).ok());
-  REQUIRE(cluster.WaitBackups(2, 20000).ok());
-  ClusterOptions o;
-  o.address = cluster.addresses()[0];
-  o.tls_dir = cluster.tls_dir();
-  o.tasks = 2;
+  ClusterOptions o = StartReplicated(cluster);
   o.step_progress_timeout_ms = 15000;  // a barrier that never releases fails the step
   // Each worker's graph: w on task 0 and b on task 1, each with its barrier
   // (staleness 0), and the barriers' form for a finished worker.
@@ -530,10 +528,7 @@ TEST_CASE("Cluster: a promoted backup holds its holder's SSP clocks: a worker th
     workers.push_back(std::move(wk));
   }
   REQUIRE(sessions[0]->Run({}, std::vector<Output>{}, {workers[0]->init}).ok());
-  int victim = -1;
-  for (const std::string& t : sessions[0]->tasks())
-    for (size_t i = 1; i < cluster.addresses().size(); ++i)
-      if (cluster.addresses()[i] == t) victim = static_cast<int>(i);
+  const int victim = VictimOf(cluster, *sessions[0]);
   REQUIRE(victim > 0);
   auto clock = [](int64_t c) { return FeedMap{{"c", Tensor::Scalar<int64_t>(c)}}; };
   // Clocks 0-2 in lockstep, then worker 1 finishes.
