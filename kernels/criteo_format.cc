@@ -1,5 +1,6 @@
 #include "kernels/criteo_format.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -110,8 +111,20 @@ CriteoLineError ParseCriteoLine(std::string_view line, float* label, float* dens
 }
 
 void CriteoLog1p(float* dense, int64_t n) {
-  Eigen::Map<Eigen::ArrayXf> a(dense, n);
-  a = a.log1p();
+  // Eigen's packet path and its scalar head and tail (an unaligned start, a
+  // length off the packet size) round differently by an ulp, so a value's
+  // transform would depend on where it sits in a batch: the threaded reader
+  // and a chunk read whole gave one line different floats. Every value goes
+  // through the packet path, in aligned blocks of a fixed size.
+  constexpr int64_t kBlock = 256;
+  Eigen::Array<float, kBlock, 1> block;
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t m = std::min(kBlock, n - at);
+    std::copy_n(dense + at, m, block.data());
+    std::fill(block.data() + m, block.data() + kBlock, 0.0f);
+    block = block.log1p();
+    std::copy_n(block.data(), m, dense + at);
+  }
 }
 
 }  // namespace sf
