@@ -41,7 +41,8 @@ and the machine takes them from there.
 
 Differences, each refused by name or documented here: no file datasets
 (shardflow has no string tensors; Criteo-format files come from
-sf.ops.criteo_reader); shuffle(reshuffle_each_iteration=False) is refused;
+sf.ops.criteo_reader, or shared among workers from sf.data.shared_criteo_batch_queue,
+shared_input.py); shuffle(reshuffle_each_iteration=False) is refused;
 from_generator without output_shapes gives elements of unknown shape, which
 get_next and map take but batch, padded_batch and shuffle refuse (they need
 each component's rank); a repeat after it calls the generator again for each
@@ -60,13 +61,16 @@ from . import graph as _graph
 from . import tf_api as _tf
 from .control_flow import cond, while_loop
 from .queues import FIFOQueue
+from .shared_input import (CriteoChunkPlan, SharedCriteoInput, plan_criteo_chunks, chunk_queue,  # noqa: F401
+                           shared_criteo_batch_queue, is_lost_chunk)
 
 import atexit as _atexit
 import weakref as _weakref
 
 _LIVE_FEEDERS = _weakref.WeakSet()  # every from_generator dataset, for _stop_live_feeders at exit
 
-__all__ = ["Dataset", "Iterator"]
+__all__ = ["Dataset", "Iterator", "CriteoChunkPlan", "SharedCriteoInput", "plan_criteo_chunks", "chunk_queue",
+           "shared_criteo_batch_queue", "is_lost_chunk"]
 
 _I32 = _dt.int32
 

@@ -19,6 +19,7 @@ void BindCheckpoints(py::module_& m); // bind_checkpoints.cc: in-graph save/rest
 void BindOptimizers(py::module_& m);  // bind_optimizers.cc: the C++ optimizers
 void BindSession(py::module_& m);     // bind_session.cc: Session, Callable, local sessions
 void BindCluster(py::module_& m);     // bind_cluster.cc: cluster sessions and credentials
+void BindSharedInput(py::module_& m); // bind_shared_input.cc: chunk queues and the shared Criteo input
 
 }  // namespace python
 }  // namespace sf

@@ -20,4 +20,5 @@ PYBIND11_MODULE(_core, m) {
   sf::python::BindOptimizers(m);
   sf::python::BindSession(m);
   sf::python::BindCluster(m);
+  sf::python::BindSharedInput(m);
 }
