@@ -13,7 +13,7 @@ namespace {
 
 ChunkQueueService* ChunksOf(QueueService* q) { return q ? q->chunk_queues() : nullptr; }
 
-class ChunkQueueKernel : public OpKernel {
+class ChunkQueueKernel : public ResourceHandleKernel {
  public:
   ChunkQueueKernel(const KernelInit& init, Status* s) {
     auto name = init.Attr<std::string>("shared_name");
@@ -31,30 +31,19 @@ class ChunkQueueKernel : public OpKernel {
       *s = FailedPrecondition("chunk queue '" + *name + "' needs a session or node with chunk queues");
       return;
     }
-    auto id = chunks->Resolve(*name, o);
-    if (!id.ok()) { *s = id.status(); return; }
-    handle_ = Tensor(DType::kResource, {});
-    handle_.data<int64_t>()[0] = *id;
+    SetHandle(chunks->Resolve(*name, o), s);
   }
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
-  bool IsStateful() const override { return true; }
-
- private:
-  Tensor handle_;
 };
 
 // A kernel reaching the chunk queue of input 0 for the worker of input 1.
-class ChunkAccessKernel : public OpKernel {
+class ChunkAccessKernel : public AsyncResourceKernel {
  public:
   explicit ChunkAccessKernel(const KernelInit&, Status*) {}
-  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("chunk queue access is asynchronous")); }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    const Tensor& h = ctx->input(0);
+    auto id = ResourceId(ctx->input(0), "a chunk queue handle");
     const Tensor& w = ctx->input(1);
-    if (h.dtype() != DType::kResource || h.num_elements() != 1) {
-      ctx->SetStatus(InvalidArgument("expected a chunk queue handle, got " + h.DebugString(0)));
+    if (!id.ok()) {
+      ctx->SetStatus(id.status());
       return done();
     }
     if (w.dtype() != DType::kInt64 || w.num_elements() != 1) {
@@ -66,7 +55,7 @@ class ChunkAccessKernel : public OpKernel {
       ctx->SetStatus(FailedPrecondition("chunk queue ops need a session or node with chunk queues"));
       return done();
     }
-    Access(ctx, chunks, h.data<int64_t>()[0], w.data<int64_t>()[0], std::move(done));
+    Access(ctx, chunks, *id, w.data<int64_t>()[0], std::move(done));
   }
 
  protected:

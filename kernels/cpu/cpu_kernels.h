@@ -48,6 +48,45 @@ inline Status MissingService(const std::string& op, const char* service) {
                             ", which this runtime does not provide (run it in a session)");
 }
 
+// A kernel whose output is a resource handle resolved once, when the kernel
+// is built (a variable, a queue, a chunk queue): each run hands it out.
+class ResourceHandleKernel : public OpKernel {
+ public:
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
+  bool IsStateful() const override { return true; }
+
+ protected:
+  // Holds id as the handle; with an error instead, sets *s to it. Never fails otherwise.
+  void SetHandle(const Result<int64_t>& id, Status* s) {
+    if (!id.ok()) {
+      *s = id.status();
+      return;
+    }
+    handle_ = Tensor(DType::kResource, {});
+    handle_.data<int64_t>()[0] = *id;
+  }
+
+ private:
+  Tensor handle_;
+};
+
+// The id a resource handle carries (a scalar of dtype resource);
+// InvalidArgument naming what was expected ("a queue handle") otherwise.
+inline Result<int64_t> ResourceId(const Tensor& h, const char* what) {
+  if (h.dtype() != DType::kResource || h.num_elements() != 1)
+    return InvalidArgument(std::string("expected ") + what + ", got " + h.DebugString(0));
+  return h.data<int64_t>()[0];
+}
+
+// A kernel that reaches a resource through a service and answers later:
+// always asynchronous (ComputeAsync), always stateful.
+class AsyncResourceKernel : public OpKernel {
+ public:
+  void Compute(OpKernelContext* ctx) override { ctx->SetStatus(Internal("resource access is asynchronous")); }
+  bool IsAsync() const override { return true; }
+  bool IsStateful() const override { return true; }
+};
+
 // Registers K for `op` on the CPU for each listed dtype (kInvalid = any);
 // a duplicate is our bug and aborts.
 template <typename K>

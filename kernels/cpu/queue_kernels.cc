@@ -7,7 +7,7 @@
 namespace sf {
 namespace {
 
-class QueueHandleKernel : public OpKernel {
+class QueueHandleKernel : public ResourceHandleKernel {
  public:
   QueueHandleKernel(const KernelInit& init, Status* s) {
     auto name = init.Attr<std::string>("shared_name");
@@ -18,21 +18,13 @@ class QueueHandleKernel : public OpKernel {
       *s = FailedPrecondition("queue '" + *name + "' needs a session (no queue service)");
       return;
     }
-    auto id = init.queues->Resolve(*name, *spec);
-    if (!id.ok()) { *s = id.status(); return; }
-    handle_ = Tensor(DType::kResource, {});
-    handle_.data<int64_t>()[0] = *id;
+    SetHandle(init.queues->Resolve(*name, *spec), s);
   }
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
-  bool IsStateful() const override { return true; }
-
- private:
-  Tensor handle_;
 };
 
 // A kernel that reaches the queue named by its input 0: always asynchronous,
 // always stateful.
-class QueueAccessKernel : public OpKernel {
+class QueueAccessKernel : public AsyncResourceKernel {
  public:
   explicit QueueAccessKernel(const KernelInit& init, Status* s) {
     auto t = init.AttrOr<int64_t>("timeout_ms", 0);
@@ -40,22 +32,13 @@ class QueueAccessKernel : public OpKernel {
     else if (*t < 0) *s = InvalidArgument("timeout_ms must be >= 0, got " + std::to_string(*t));
     else timeout_ms_ = *t;
   }
-  void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal("queue access is asynchronous"));
-  }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
-    const Tensor& h = ctx->input(0);
-    if (h.dtype() != DType::kResource || h.num_elements() != 1) {
-      ctx->SetStatus(InvalidArgument("expected a queue handle, got " + h.DebugString(0)));
+    auto id = ResourceId(ctx->input(0), "a queue handle");
+    if (!id.ok() || !ctx->queues()) {
+      ctx->SetStatus(!id.ok() ? id.status() : FailedPrecondition("queue ops need a session (no queue service)"));
       return done();
     }
-    if (!ctx->queues()) {
-      ctx->SetStatus(FailedPrecondition("queue ops need a session (no queue service)"));
-      return done();
-    }
-    Access(ctx, h.data<int64_t>()[0], std::move(done));
+    Access(ctx, *id, std::move(done));
   }
 
  protected:

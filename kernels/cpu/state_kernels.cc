@@ -7,7 +7,7 @@
 namespace sf {
 namespace {
 
-class VarHandleKernel : public OpKernel {
+class VarHandleKernel : public ResourceHandleKernel {
  public:
   VarHandleKernel(const KernelInit& init, Status* s) {
     auto name = init.Attr<std::string>("shared_name");
@@ -20,35 +20,18 @@ class VarHandleKernel : public OpKernel {
       *s = MissingService(init.op, ("a variable service for variable '" + *name + "'").c_str());
       return;
     }
-    auto id = init.variables->Resolve(*name, *dtype, *shape);
-    if (!id.ok()) { *s = id.status(); return; }
-    handle_ = Tensor(DType::kResource, {});
-    handle_.data<int64_t>()[0] = *id;
+    SetHandle(init.variables->Resolve(*name, *dtype, *shape), s);
   }
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, handle_); }
-  bool IsStateful() const override { return true; }
-
- private:
-  Tensor handle_;
 };
 
 // The variable id carried by a resource input, or an error.
-Result<int64_t> HandleId(const Tensor& t) {
-  if (t.dtype() != DType::kResource || t.num_elements() != 1)
-    return InvalidArgument("expected a variable handle, got " + t.DebugString(0));
-  return t.data<int64_t>()[0];
-}
+Result<int64_t> HandleId(const Tensor& t) { return ResourceId(t, "a variable handle"); }
 
 // A kernel that reaches one variable, named by its input 0, through the
 // VariableService: always asynchronous, always stateful.
-class VariableAccessKernel : public OpKernel {
+class VariableAccessKernel : public AsyncResourceKernel {
  public:
   explicit VariableAccessKernel(const KernelInit& init) : op_(init.op), origin_op_(OriginOpKey(init.node_name)) {}
-  void Compute(OpKernelContext* ctx) override {
-    ctx->SetStatus(Internal("variable access is asynchronous"));
-  }
-  bool IsAsync() const override { return true; }
-  bool IsStateful() const override { return true; }
   void ComputeAsync(OpKernelContext* ctx, std::function<void()> done) override {
     auto id = HandleId(ctx->input(0));
     if (!id.ok() || !ctx->variables()) {

@@ -47,6 +47,13 @@ std::vector<std::string> WriteCriteoFiles(const TempDir& dir, int files, int lin
   return paths;
 }
 
+// Each line's number by its field-0 id (CriteoLine gives every line its own).
+std::map<int64_t, int64_t> LineOfId(int64_t total) {
+  std::map<int64_t, int64_t> line_of;
+  for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
+  return line_of;
+}
+
 struct Worker {
   ops::SharedCriteoInput in;
   std::unique_ptr<QueueRunner> runner;
@@ -66,8 +73,7 @@ TEST_CASE("SharedCriteoBatchQueue: workers train every line once per epoch, also
   auto plan = ops::PlanCriteoChunks(files, 6000);  // a dozen chunks; the gzip file is one
   REQUIRE(plan.ok());
   REQUIRE(plan->num_chunks() > 6);
-  std::map<int64_t, int64_t> line_of;
-  for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
+  const std::map<int64_t, int64_t> line_of = LineOfId(total);
 
   Graph g;
   ops::ChunkQueueOptions qo;
@@ -270,8 +276,7 @@ TEST_CASE("A lease that ends mid-epoch costs the worker its batch, never a row t
   auto plan = ops::PlanCriteoChunks(files, 1 << 20);  // one chunk
   REQUIRE(plan.ok());
   REQUIRE(plan->num_chunks() == 1);
-  std::map<int64_t, int64_t> line_of;
-  for (int64_t i = 0; i < total; ++i) line_of[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
+  const std::map<int64_t, int64_t> line_of = LineOfId(total);
 
   Graph g;
   ops::ChunkQueueOptions qo;
