@@ -48,9 +48,13 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
       (*done)(step_tag);
       return nullptr;
     }
-    auto it = buckets_.find(step_tag);
-    if (it != buckets_.end() &&
-        std::find(it->second.origins.begin(), it->second.origins.end(), origin) != it->second.origins.end()) {
+    // In whichever bucket it waits: a run again that read its tag anew
+    // must not count it in a second step.
+    auto it = std::find_if(buckets_.begin(), buckets_.end(), [&](const auto& kv) {
+      const std::vector<UpdateOrigin>& o = kv.second.origins;
+      return std::find(o.begin(), o.end(), origin) != o.end();
+    });
+    if (it != buckets_.end()) {
       // Counted already: the new run waits in the old one's place.
       std::vector<Waiter>& ws = it->second.waiters;
       auto w = std::find_if(ws.begin(), ws.end(), [&](const Waiter& x) { return x.origin == origin; });
@@ -61,7 +65,7 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
       }
       ws.push_back(Waiter{waiter_id, std::move(*done), origin, run_step});
       if (old)
-        old(Aborted(where + ": synchronous step " + std::to_string(step_tag) +
+        old(Aborted(where + ": synchronous step " + std::to_string(it->first) +
                     " is waited for by a run again of the same step"));
       return nullptr;
     }

@@ -255,3 +255,19 @@ TEST_CASE("Replica state: an aborted run's wait at the SSP barrier is answered; 
   rs.StaleSyncWait("w", 1, 2, 2, 0, 4800, [&](Status) {});
   CHECK(again.ok());
 }
+
+TEST_CASE("Replica state: a run again that reads another step tag still counts its gradient once, in its first step",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> first = int64_t{-9}, again = int64_t{-9}, other = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &first);
+  r.Offer(2.0f, 1, 100, 2, &again);  // the same update, tagged with step 1 this time
+  CHECK(first.status().code() == Code::kAborted);
+  CHECK(r.Stat(3) == 1);
+  r.Offer(4.0f, 0, 200, 3, &other);
+  REQUIRE(again.ok());
+  CHECK(*again == 0);
+  REQUIRE(r.grads.size() == 1);
+  CHECK(r.grads[0] == Approx(3.0f));
+  CHECK(r.Stat(3) == 0);
+}
