@@ -186,6 +186,17 @@ Result<Tensor> AssignDense(ShardState& st, ShardState::Var& v, AssignMode mode, 
   return v.value;
 }
 
+Status AssignRowsDense(ShardState& st, ShardState::Var& v, const AssignRowsRequest& req) {
+  if (st.applied.Seen(req.origin)) return Status::OK();  // a step run again: applied before
+  if (v.hash)
+    return InvalidArgument("variable '" + v.name + "' is a hash embedding table shard: its rows cannot be assigned");
+  Tensor written;
+  SF_RETURN_IF_ERROR(ApplyAssignRows(v.name, req.indices, req.rows, &v.value, &written));
+  v.MarkRows(written);  // replicas and incremental checkpoints take only these rows
+  st.applied.Record(req.origin, ShardState::NowMs());
+  return Status::OK();
+}
+
 // Gathers and combines rows of a fixed (not hash) embedding shard.
 Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const EmbeddingShardSpec& spec,
                            const EmbeddingGather& gather) {

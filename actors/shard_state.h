@@ -189,6 +189,10 @@ Result<Tensor> ReadDense(const ShardState::Var* v, int64_t id);
 // value now when origin was applied before).
 Result<Tensor> AssignDense(ShardState& st, ShardState::Var& v, AssignMode mode, const Tensor& value,
                            const UpdateOrigin& origin);
+// Overwrites the rows req names in v (once per origin), marking them dirty;
+// the error names the variable (a hash table shard is refused), nothing
+// written then.
+Status AssignRowsDense(ShardState& st, ShardState::Var& v, const AssignRowsRequest& req);
 // Gathers and combines rows of a fixed (not hash) embedding shard.
 Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const EmbeddingShardSpec& spec,
                            const EmbeddingGather& gather);

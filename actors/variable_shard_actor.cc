@@ -97,6 +97,12 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         }
         m.done(AssignDense(st, *v, m.mode, m.value, m.origin));
       },
+      [self](AssignVariableRows& m) {
+        Held held(*self->state.core);
+        ShardState& st = held.st();
+        ShardState::Var* v = st.Find(m.req.var_id);
+        m.done(v ? AssignRowsDense(st, *v, m.req) : NoVariable(m.req.var_id));
+      },
       [self](RefillVariable& m) {
         Held held(*self->state.core);
         ShardState& st = held.st();

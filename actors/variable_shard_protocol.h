@@ -81,6 +81,11 @@ struct AssignVariable {
   std::function<void(Result<Tensor>)> done;
   UpdateOrigin origin;  // applied once (kernels/update_origin.h)
 };
+// Overwrites rows of variable req.var_id (VariableService::AssignRows).
+struct AssignVariableRows {
+  AssignRowsRequest req;
+  std::function<void(Status)> done;
+};
 // A value written where the variable lives (VariableService::Refill).
 struct RefillVariable {
   int64_t id = -1;
@@ -199,6 +204,7 @@ struct ApplyShardChanges {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::DefineVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ReadVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AssignVariable)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::AssignVariableRows)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::RefillVariable)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::ApplyDense)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(sf::runtime::GatherRows)
@@ -223,7 +229,7 @@ namespace runtime {
 
 using VariableShardActor = caf::typed_actor<
     caf::reacts_to<DefineVariable>, caf::reacts_to<ReadVariable>, caf::reacts_to<AssignVariable>,
-    caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
+    caf::reacts_to<AssignVariableRows>, caf::reacts_to<ApplyDense>, caf::reacts_to<GatherRows>, caf::reacts_to<ApplySparse>,
     caf::reacts_to<InitHashShard>, caf::reacts_to<QueryHashShard>,
     caf::reacts_to<ApplySyncGradient>, caf::reacts_to<ApplySparseSyncGradient>, caf::reacts_to<SyncWaitTimeout>, caf::reacts_to<AbortSyncSteps>,
     caf::reacts_to<AbortStepWaits>,

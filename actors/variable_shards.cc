@@ -137,6 +137,19 @@ void ActorVariables::Assign(int64_t id, AssignMode mode, Tensor value,
   caf::anon_send(shard, AssignVariable{id, mode, std::move(value), std::move(done), origin});
 }
 
+void ActorVariables::AssignRows(AssignRowsRequest req, std::function<void(Status)> done) {
+  VariableShardActor shard;
+  std::shared_ptr<ShardCore> core;
+  if (!ShardOf(req.var_id, &shard, &core)) return done(NotFound("no variable with id " + std::to_string(req.var_id)));
+  Status s;
+  if (core && TryHeld(*core, [&](ShardState& st) {
+        ShardState::Var* v = st.Find(req.var_id);
+        s = v ? AssignRowsDense(st, *v, req) : NoVariable(req.var_id);
+      }))
+    return done(s);
+  caf::anon_send(shard, AssignVariableRows{std::move(req), std::move(done)});
+}
+
 void ActorVariables::Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) {
   VariableShardActor shard;
   if (!ShardOf(id, &shard)) return done(NotFound("no variable with id " + std::to_string(id)));

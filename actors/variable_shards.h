@@ -63,6 +63,8 @@ class ActorVariables : public VariableService,
   void Assign(int64_t id, AssignMode mode, Tensor value, std::function<void(Result<Tensor>)> done,
               UpdateOrigin origin = {}) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
+  // In the caller's thread when the shard is free, else one message to it.
+  void AssignRows(AssignRowsRequest req, std::function<void(Status)> done) override;
   void Refill(int64_t id, std::function<Status(Tensor*)> fill, std::function<void(Status)> done) override;
   bool CanRefill() const override { return true; }
   std::string NameOf(int64_t id) const override;

@@ -1,5 +1,7 @@
 #include "kernels/in_memory_variables.h"
 
+#include <cstring>
+
 #include "kernels/optimizer_math.h"
 
 namespace sf {
@@ -34,6 +36,45 @@ Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape&
     }
   });
   *stored = out;
+  return Status::OK();
+}
+
+Status ApplyAssignRows(const std::string& var_name, const Tensor& indices, const Tensor& rows, Tensor* stored,
+                       Tensor* written) {
+  const std::string what = "scatter update of variable '" + var_name + "'";
+  if (!stored->valid()) return FailedPrecondition("variable '" + var_name + "' is updated before it was initialised");
+  const Shape& shape = stored->shape();
+  if (shape.empty()) return InvalidArgument(what + ": the variable is a scalar; its rows need rank 1 or more");
+  if (indices.dtype() != DType::kInt32 && indices.dtype() != DType::kInt64)
+    return InvalidArgument(what + ": indices must be int32 or int64, got " + DTypeName(indices.dtype()));
+  if (rows.dtype() != stored->dtype())
+    return InvalidArgument(what + ": the variable is " + DTypeName(stored->dtype()) + ", the updates " +
+                           DTypeName(rows.dtype()));
+  Shape want = indices.shape();
+  want.insert(want.end(), shape.begin() + 1, shape.end());
+  if (rows.shape() != want)
+    return InvalidArgument(what + ": updates of shape " + ShapeString(rows.shape()) + " for indices of shape " +
+                           ShapeString(indices.shape()) + " into shape " + ShapeString(shape) + " (want " +
+                           ShapeString(want) + ")");
+  const int64_t n = indices.num_elements();
+  Tensor idx(DType::kInt64, {n});
+  int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = indices.dtype() == DType::kInt32 ? indices.data<int32_t>()[i] : indices.data<int64_t>()[i];
+    if (p[i] < 0 || p[i] >= shape[0])
+      return InvalidArgument(what + ": index " + std::to_string(p[i]) + " (position " + std::to_string(i) +
+                             ") is outside [0, " + std::to_string(shape[0]) + ")");
+  }
+  if (n > 0 && stored->bytes() > 0) {  // rows of width 0 hold nothing to write
+    // Copy-on-write: a reader's snapshot keeps the old rows.
+    if (!stored->BufferIsUnique()) *stored = stored->Copy();
+    const size_t row_bytes = stored->bytes() / static_cast<size_t>(shape[0]);
+    char* dst = static_cast<char*>(stored->raw_data());
+    const char* src = static_cast<const char*>(rows.raw_data());
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + static_cast<size_t>(p[i]) * row_bytes, src + static_cast<size_t>(i) * row_bytes, row_bytes);
+  }
+  if (written) *written = std::move(idx);
   return Status::OK();
 }
 
@@ -123,6 +164,19 @@ void InMemoryVariables::Apply(ApplyRequest req, std::function<void(Status)> done
   {
     std::lock_guard<std::mutex> l(mu_);
     s = UpdateCopies(req.var_ids, [&](const std::vector<Tensor*>& v) { return ApplyOptimizerUpdate(req, v); });
+  }
+  done(s);
+}
+
+void InMemoryVariables::AssignRows(AssignRowsRequest req, std::function<void(Status)> done) {
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const int64_t id = req.var_id;
+    if (id < 0 || id >= static_cast<int64_t>(vars_.size())) s = NotFound("no variable with id " + std::to_string(id));
+    else if (vars_[id].hash)
+      s = InvalidArgument("variable '" + vars_[id].name + "' is a hash embedding table shard: its rows cannot be assigned");
+    else s = ApplyAssignRows(vars_[id].name, req.indices, req.rows, &vars_[id].value);
   }
   done(s);
 }

@@ -24,6 +24,7 @@ class InMemoryVariables : public VariableService, public EmbeddingShardService {
   void Assign(int64_t id, AssignMode mode, Tensor value, std::function<void(Result<Tensor>)> done,
               UpdateOrigin origin = {}) override;
   void Apply(ApplyRequest req, std::function<void(Status)> done) override;
+  void AssignRows(AssignRowsRequest req, std::function<void(Status)> done) override;
   std::string NameOf(int64_t id) const override;
   // Sharded embeddings: combined and applied under the lock.
   void GatherCombine(int64_t id, EmbeddingShardSpec spec, EmbeddingGather q,
@@ -63,5 +64,15 @@ Status CheckSameVariable(const std::string& name, DType have_dtype, const Partia
 // nobody else holds it, else a copy); errors name the variable.
 Status ApplyAssign(const std::string& var_name, DType dtype, const PartialShape& declared,
                    AssignMode mode, const Tensor& value, Tensor* stored);
+
+// The arithmetic of VariableService::AssignRows: (*stored)[indices[i], ...] =
+// rows[i, ...] for every i in order (so of duplicate indices the last wins),
+// in place when *stored's buffer is its own, else into a copy (readers keep
+// their snapshot). Checks everything before it writes: InvalidArgument naming
+// var_name and the bad dtype, shape or index (an index outside [0, leading
+// dimension)), FailedPrecondition for an invalid *stored; *stored unchanged
+// then. written (may be null) gets the indices as int64 [n].
+Status ApplyAssignRows(const std::string& var_name, const Tensor& indices, const Tensor& rows, Tensor* stored,
+                       Tensor* written = nullptr);
 
 }  // namespace sf

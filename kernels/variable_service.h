@@ -37,6 +37,16 @@ struct ApplyRequest {
   UpdateOrigin origin;
 };
 
+// Rows of a variable overwritten where it lives (the ResourceScatterUpdate
+// op, TF's ScatterUpdate): variable[indices[i], ...] = rows[i, ...].
+struct AssignRowsRequest {
+  int64_t var_id = -1;
+  Tensor indices;  // int32 or int64, any shape: rows of the variable's leading dimension
+  Tensor rows;     // the variable's dtype, shape indices.shape + the variable's shape[1:]
+  // Who made it (kernels/update_origin.h): a shard applies each origin once.
+  UpdateOrigin origin;
+};
+
 class VariableService {
  public:
   virtual ~VariableService() = default;
@@ -52,6 +62,11 @@ class VariableService {
                       UpdateOrigin origin = {}) = 0;
   // Applies an optimizer update atomically with respect to other updates; the error names the variable.
   virtual void Apply(ApplyRequest req, std::function<void(Status)> done) = 0;
+  // Overwrites the rows req names, all at once with respect to other reads
+  // and updates (of duplicate indices the last wins); InvalidArgument naming
+  // the variable and the index or shape on bad input (nothing written then),
+  // FailedPrecondition for an uninitialised variable, NotFound for an unknown id.
+  virtual void AssignRows(AssignRowsRequest req, std::function<void(Status)> done) = 0;
   // The name given to Resolve, for error messages ("" when unknown).
   virtual std::string NameOf(int64_t id) const = 0;
   // Runs fill on the variable's value where the variable lives, in order with

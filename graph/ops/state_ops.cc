@@ -1,5 +1,5 @@
-// State ops: VarHandle, ReadVariable, Assign, AssignAdd, AssignSub, and the
-// Variable builders.
+// State ops: VarHandle, ReadVariable, Assign, AssignAdd, AssignSub,
+// ResourceScatterUpdate, and the Variable builders.
 //
 // A variable is a VarHandle (a resource scalar naming the session's variable)
 // plus the ops that read or update it through the VariableService. Builders
@@ -45,6 +45,34 @@ Status AssignShape(InferenceContext& c) {
   return Status::OK();
 }
 
+// ResourceScatterUpdate(resource, indices, updates): the dtypes, and the
+// updates' shape against indices.shape + the variable's declared shape[1:]
+// where both are known. No outputs.
+Status ScatterUpdateShape(InferenceContext& c) {
+  SF_RETURN_IF_ERROR(RequireHandle(c, 0));
+  const DType idx = c.input_dtype(1);
+  if (idx != DType::kInt32 && idx != DType::kInt64)
+    return c.Error("indices must be int32 or int64, got " + std::string(DTypeName(idx)));
+  const Node& h = c.graph().node(c.node().inputs[0].node);
+  if (h.op != "VarHandle") return Status::OK();
+  auto dt = h.attrs.Get<DType>("dtype");
+  if (dt.ok() && *dt != c.input_dtype(2))
+    return c.Error("variable '" + h.name + "' is " + DTypeName(*dt) + ", cannot scatter " +
+                   DTypeName(c.input_dtype(2)) + " updates into it");
+  const PartialShape declared = HandleShape(c.graph(), c.node().inputs[0]);
+  if (!declared.rank_known()) return Status::OK();
+  if (declared.rank() == 0) return c.Error("variable '" + h.name + "' is a scalar: scatter updates need rank 1 or more");
+  const PartialShape& indices = c.input_shape(1);
+  if (!indices.rank_known()) return Status::OK();
+  Shape want = indices.dims();
+  want.insert(want.end(), declared.dims().begin() + 1, declared.dims().end());
+  if (!PartialShape(want).CompatibleWith(c.input_shape(2)))
+    return c.Error("variable '" + h.name + "' has shape " + declared.ToString() + ": updates for indices of shape " +
+                   indices.ToString() + " need shape " + PartialShape(want).ToString() + ", got " +
+                   c.input_shape(2).ToString());
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RegisterStateOps(OpRegistry& reg) {
@@ -87,6 +115,13 @@ Status RegisterStateOps(OpRegistry& reg) {
         .Inputs(2).Stateful().Repeatable().Shape(AssignShape).NotDifferentiable()
         .Summary(std::string(op) + " a value to a variable; returns the new value.").Build()));
   }
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ResourceScatterUpdate").InputNames({"resource", "indices", "updates"})
+      .Inputs(3).Stateful().Repeatable().Shape(ScatterUpdateShape).NotDifferentiable()
+      .Summary("TF's ScatterUpdate: variable[indices[i], ...] = updates[i, ...] (rows of dim 0; of duplicate indices "
+               "the last wins), written in place where the variable lives as one update (a read never sees part "
+               "of it). Any variable dtype; indices int32 or int64; an index out of range fails naming the variable "
+               "and the index, with nothing written. No outputs.")
+      .Build()));
   return Status::OK();
 }
 
@@ -113,6 +148,10 @@ Output AssignAdd(Graph& g, Output handle, Output value) {
 }
 Output AssignSub(Graph& g, Output handle, Output value) {
   return g.Add1("AssignSub", {handle, value});
+}
+
+Operation ResourceScatterUpdate(Graph& g, Output handle, Output indices, Output updates) {
+  return Operation(&g, g.AddNode("ResourceScatterUpdate", {handle, indices, updates}));
 }
 
 Output Variable(Graph& g, const std::string& name, Output initial_value) {

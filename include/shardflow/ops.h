@@ -43,6 +43,8 @@ Output ReadVariable(Graph& g, Output handle, DType dtype);
 Output Assign(Graph& g, Output handle, Output value);
 Output AssignAdd(Graph& g, Output handle, Output value);
 Output AssignSub(Graph& g, Output handle, Output value);
+// variable[indices[i], ...] = updates[i, ...] as one update where the variable lives (TF's ScatterUpdate).
+Operation ResourceScatterUpdate(Graph& g, Output handle, Output indices, Output updates);
 
 // A variable made of a VarHandle named `name`, an initializer Assign
 // registered under the graph's initializers, and a read. Returns the read;

@@ -100,6 +100,26 @@ class AssignKernel : public VariableAccessKernel {
   }
 };
 
+// One AssignRows request to the variable's shard: the rows change all at
+// once there, so no read sees part of them.
+class ResourceScatterUpdateKernel : public VariableAccessKernel {
+ public:
+  ResourceScatterUpdateKernel(const KernelInit& init, Status*) : VariableAccessKernel(init) {}
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    AssignRowsRequest req;
+    req.var_id = id;
+    req.indices = ctx->input(1).Owned();
+    req.rows = ctx->input(2).Owned();
+    req.origin = Origin(*ctx);
+    ctx->variables()->AssignRows(std::move(req), [ctx, done = std::move(done)](Status s) {
+      if (!s.ok()) ctx->SetStatus(s);
+      done();
+    });
+  }
+};
+
 }  // namespace
 
 void RegisterStateKernels(KernelRegistry& reg) {
@@ -108,6 +128,7 @@ void RegisterStateKernels(KernelRegistry& reg) {
   RegisterCPU<AssignKernel<AssignMode::kAssign>>(reg, "Assign", {DType::kInvalid});
   RegisterCPU<AssignKernel<AssignMode::kAdd>>(reg, "AssignAdd", {DType::kInvalid});
   RegisterCPU<AssignKernel<AssignMode::kSub>>(reg, "AssignSub", {DType::kInvalid});
+  RegisterCPU<ResourceScatterUpdateKernel>(reg, "ResourceScatterUpdate", {DType::kInvalid});
 }
 
 }  // namespace sf

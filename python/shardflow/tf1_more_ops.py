@@ -15,11 +15,9 @@ from shardflow's primitive ops (so they are differentiable where TF's are, throu
   updates[i, ...] on a variable. add and sub on a float32 matrix are one sparse update of the rows named,
   applied where the variable lives (the embedding tables' EmbeddingSparseApplyGradientDescent with a
   learning rate of -1 or 1: duplicates accumulate, as TF); on other variables one AssignAdd/AssignSub of
-  the segment sums. update on a float32 matrix changes only the rows named, by two sparse updates (the
-  rows' own values subtracted, exactly 0 when finite, then the updates added), so a concurrent step's
-  additive updates are kept, as after TF's (but a concurrent read between the two sees the rows as 0,
-  which TF's atomic ScatterUpdate never shows); its rows holding a non-finite value, or another variable, it
-  reads and assigns the whole variable. With duplicate indices the last update wins (TF leaves that
+  the segment sums. update is one ResourceScatterUpdate: the variable's shard overwrites the rows named
+  in place, as one update (a concurrent read sees all of it or none, as after TF's ScatterUpdate with
+  use_locking), on a variable of any dtype and rank. With duplicate indices the last update wins (TF leaves that
   undefined). Each evaluates to the variable's new value.
 """
 
@@ -375,6 +373,12 @@ def _rows_and_value(ref, indices, updates, what):
     return g, handle, value, indices, updates, rows
 
 
+def _beside(handle):
+    """A device scope for the ops that take the variable's handle: the variable's own device (TF colocates them
+    with the variable; a caller's scope naming another device would conflict with the handle's)."""
+    return handle.graph.device(handle.op.device or "")
+
+
 def _sparse_table(value):
     """The attributes that make a float32 matrix variable of static row count one table shard for the
     embedding ops (a sparse update or read of its rows where it lives), or None for other variables."""
@@ -409,7 +413,8 @@ def _sparse_rows_add(g, handle, value, indices, updates, lr, name):
     with g.as_default(), g.name_scope(name):
         flat = _tf.reshape(_tf.cast(indices, _dt.int64), [-1])
         grads = _tf.reshape(updates, _tf.stack([_tf.size(flat), _tf.shape(value)[1]]))
-        return _read_after(handle, value.dtype, [_sparse_apply(handle, table, flat, grads, lr, "SparseApply")])
+        with _beside(handle):
+            return _read_after(handle, value.dtype, [_sparse_apply(handle, table, flat, grads, lr, "SparseApply")])
 
 
 def scatter_add(ref, indices, updates, use_locking=False, name=None):
@@ -439,64 +444,18 @@ def scatter_sub(ref, indices, updates, use_locking=False, name=None):
         return assign_sub(ref, delta, name=name or "ScatterSub")
 
 
-def _last_of_duplicates(flat_idx):
-    """[m] bool: the updates kept, each the last that names its row (O(m^2) comparisons)."""
-    pos = _tf.range(_tf.size(flat_idx))
-    same = _tf.equal(_tf.expand_dims(flat_idx, 1), _tf.expand_dims(flat_idx, 0))
-    later = _tf.greater(_tf.expand_dims(pos, 0), _tf.expand_dims(pos, 1))
-    return _tf.logical_not(_tf.reduce_any(_tf.logical_and(same, later), axis=1))
-
-
-def _whole_assign(ref, value, flat_idx, flat_upd, kept, rows):
-    """The variable assigned whole: value with the kept updates' rows replaced."""
-    from .variables import assign
-    row_shape = _tf.shape(value)[1:]
-    m = _tf.size(flat_idx)
-    kept_rows = _tf.reshape(kept, _tf.concat([_tf.stack([m]), _tf.ones_like(row_shape)], 0))
-    kept_rows = _tf.logical_and(kept_rows, _tf.ones_like(flat_upd, name="ones") > 0)
-    chosen = _tf.where(kept_rows, flat_upd, _tf.zeros_like(flat_upd))
-    new_rows = _tf.unsorted_segment_sum(chosen, flat_idx, rows)
-    hit = _tf.unsorted_segment_sum(_tf.ones_like(flat_idx, name="one"), flat_idx, rows) > 0
-    hit = _tf.reshape(hit, _tf.concat([_tf.stack([rows]), _tf.ones_like(row_shape)], 0))
-    hit = _tf.logical_and(hit, _tf.ones_like(value, name="ones") > 0)
-    return assign(ref, _tf.where(hit, new_rows, value))
-
-
 def scatter_update(ref, indices, updates, use_locking=True, name=None):
     """TF 1.x's tf.scatter_update: ref[indices[i], ...] = updates[i, ...] (the last of duplicate indices
-    wins); evaluates to the variable's new value. On a float32 matrix only the rows named change, by two
-    sparse updates where the variable lives: the rows' values are subtracted (exactly 0 for finite values),
-    then the updates added (a concurrent read in between sees zeros in those rows); a step whose rows hold a
-    non-finite value, and other variables, read and assign
-    the whole variable instead. Raises what the ops raise on bad indices."""
+    wins); evaluates to the variable's new value. One ResourceScatterUpdate: the rows are overwritten where the
+    variable lives, as one update (a concurrent read sees all of them or none), on a variable of any dtype
+    and rank 1 or more. Raises TypeError for indices that are not int32 or int64, InvalidArgumentError when
+    the updates' dtype or shape does not fit; a step with an index out of range fails with
+    InvalidArgumentError naming the variable and the index, and writes nothing."""
+    from . import ops
     g, handle, value, indices, updates, rows = _rows_and_value(ref, indices, updates, "tf.scatter_update")
-    table = _sparse_table(value)
-    with g.as_default(), g.name_scope(name or "ScatterUpdate"):
-        flat_idx = _tf.reshape(indices, [-1])
-        flat_upd = _tf.reshape(updates, _tf.concat([[-1], _tf.shape(value)[1:]], 0))
-        kept = _last_of_duplicates(flat_idx)
-        if table is None:
-            return _whole_assign(ref, value, flat_idx, flat_upd, kept, rows)
-        from . import ops
-        from .control_flow import cond
-        k_rows = _tf.boolean_mask(_tf.cast(flat_idx, _dt.int64), kept)
-        k_new = _tf.boolean_mask(flat_upd, kept)
-        old = ops.add_op("EmbeddingShardLookup", [handle, _tf.reshape(k_rows, [-1, 1])],
-                         dict(table, table=handle.op.get_attr("shared_name"), combiner="none", read_only=True),
-                         name="rows")
-        old = _tf.reshape(old, _tf.shape(k_new))
-
-        def sparse():
-            clear = _sparse_apply(handle, table, k_rows, old, 1.0, "clear")  # rows - rows: +0 when finite
-            with _graph.control_dependencies([clear]):
-                put = _sparse_apply(handle, table, k_rows, k_new, -1.0, "put")  # 0 + update: the update
-            return _read_after(handle, value.dtype, [put])
-
-        def whole():
-            current = _read_after(handle, value.dtype, [])
-            return _whole_assign(ref, current, flat_idx, flat_upd, kept, rows)
-
-        return cond(_tf.reduce_all(_tf.is_finite(old)), sparse, whole)
+    with g.as_default(), g.name_scope(name or "ScatterUpdate"), _beside(handle):
+        put = ops.add_op("ResourceScatterUpdate", [handle, indices, updates], {}, name="put")
+        return _read_after(handle, value.dtype, [put])
 
 
 # ---- Python functions in the graph ----------------------------------------------------------------

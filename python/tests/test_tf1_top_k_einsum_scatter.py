@@ -205,30 +205,131 @@ def test_scatter_add_sub_on_a_float_matrix_are_sparse_row_updates():
 
 
 
-def test_scatter_update_on_a_float_matrix_changes_only_the_rows_named():
-    init = np.arange(10, dtype=np.float32).reshape(5, 2)
-    v = tf.Variable(init)
+def _np_scatter_update(a, idx, upd):
+    # TF's ScatterUpdate, row by row in order: of duplicate indices the last wins
+    out = a.copy()
+    for i, r in enumerate(np.asarray(idx).reshape(-1)):
+        out[r] = np.asarray(upd).reshape((-1,) + a.shape[1:])[i]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_scatter_update_is_one_op_on_every_dtype_and_rank(dtype):
+    rng = np.random.default_rng(39)
+    for shape in [(7,), (6, 3), (5, 2, 4)]:
+        tf.reset_default_graph()
+        init = (rng.integers(-50, 50, size=shape) / (2 if np.issubdtype(dtype, np.floating) else 1)).astype(dtype)
+        v = tf.Variable(init)
+        for idx_type in (tf.int32, tf.int64):
+            ids = tf.placeholder(idx_type, [None, 2])  # indices of rank 2: rows of rank 1 + 2 more dims
+            rows = tf.placeholder(tf.as_dtype(dtype), [None, 2] + list(shape[1:]))
+            upd = tf.scatter_update(v, ids, rows)
+            types = [op.type for op in tf.get_default_graph().get_operations()]
+            assert types.count("ResourceScatterUpdate") == (1 if idx_type == tf.int32 else 2)  # one op a call
+            assert types.count("Assign") == 1  # the initializer's alone
+            assert not {"AssignAdd", "EmbeddingSparseApplyGradientDescent", "Switch"} & set(types)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                expect = init.copy()
+                for _ in range(3):
+                    idx = rng.integers(0, shape[0], size=(2, 2))
+                    idx[1, 1] = idx[0, 0]  # a duplicate: the later one wins
+                    new = rng.integers(-99, 99, size=(2, 2) + shape[1:]).astype(dtype)
+                    expect = _np_scatter_update(expect, idx, new)
+                    got = sess.run(upd, {ids: idx, rows: new})
+                    assert got.dtype == dtype
+                    np.testing.assert_array_equal(got, expect)
+                    np.testing.assert_array_equal(sess.run(v), expect)  # the variable holds it
+
+
+def test_scatter_update_writes_values_as_given_and_refuses_bad_input():
+    v = tf.Variable(np.arange(10, dtype=np.float32).reshape(5, 2), name="table")
     ids = tf.placeholder(tf.int64, [None])
     rows = tf.placeholder(tf.float32, [None, 2])
     upd = tf.scatter_update(v, ids, rows)
-    types = [op.type for op in tf.get_default_graph().get_operations()]
-    assert types.count("EmbeddingSparseApplyGradientDescent") == 2 and "EmbeddingShardLookup" in types
-    poison = tf.assign(v, tf.constant(np.where(np.arange(10).reshape(5, 2) == 3, np.inf, init).astype(np.float32)))
-    ints = tf.Variable(np.zeros((3, 2), np.int32))
-    int_upd = tf.scatter_update(ints, [2, 0, 2], [[1, 2], [3, 4], [5, 6]])  # not float32: assigned whole
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
-        expect = init.copy()
-        got = sess.run(upd, {ids: [4, 1, 4], rows: [[-1.0, -2.0], [0.5, np.nan], [7.0, -0.0]]})
-        expect[1] = [0.5, np.nan]
-        expect[4] = [7.0, 0.0]  # the last of two updates of row 4
+        expect = np.arange(10, dtype=np.float32).reshape(5, 2)
+        got = sess.run(upd, {ids: [1, 3], rows: [[np.inf, np.nan], [-0.0, 7.0]]})
+        expect[1] = [np.inf, np.nan]
+        expect[3] = [-0.0, 7.0]
         np.testing.assert_array_equal(got, expect)
+        assert np.signbit(got[3, 0])  # -0.0 stays -0.0: the row is written, not computed
+        got = sess.run(upd, {ids: [1], rows: [[2.0, 3.0]]})  # a row holding inf and NaN is replaced like any
+        expect[1] = [2.0, 3.0]
+        np.testing.assert_array_equal(got, expect)
+        # An index out of range fails the step naming the variable and the index; no row is written.
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"'table.*index 5"):
+            sess.run(upd, {ids: [0, 5], rows: [[-9.0, -9.0], [-9.0, -9.0]]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match="index -1"):
+            sess.run(upd, {ids: [-1], rows: [[-9.0, -9.0]]})
         np.testing.assert_array_equal(sess.run(v), expect)
-        sess.run(poison)  # row 1 holds inf: rows - rows would be NaN, so the whole variable is assigned
-        got = sess.run(upd, {ids: [1], rows: [[9.0, 9.0]]})
-        want = np.where(np.arange(10).reshape(5, 2) == 3, np.inf, init).astype(np.float32)
-        want[1] = 9.0
-        np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(sess.run(int_upd), [[3, 4], [0, 0], [5, 6]])
-        with pytest.raises(tf.errors.InvalidArgumentError):
-            sess.run(upd, {ids: [5], rows: [[1.0, 1.0]]})  # a row outside the variable, refused as TF
+        with pytest.raises(tf.errors.InvalidArgumentError, match="shape"):
+            sess.run(upd, {ids: [0, 1], rows: [[1.0, 1.0]]})  # one row for two indices
+    with pytest.raises(tf.errors.InvalidArgumentError, match="need shape"):
+        tf.scatter_update(v, [0, 1], [[1.0, 2.0, 3.0]])
+    with pytest.raises(TypeError, match="int32 or int64"):
+        tf.scatter_update(v, tf.constant([0.0]), [[1.0, 1.0]])
+
+
+def test_scatter_update_is_atomic_for_a_concurrent_reader():
+    # Step k sets every row to k: a read that saw part of a step would see two values, or a value below
+    # one it read before (two sparse updates, the old form, showed zeros between them).
+    import threading
+
+    n, dim = 256, 64
+    v = tf.Variable(np.zeros((n, dim), np.float32))
+    k = tf.placeholder(tf.float32, [])
+    perm = np.random.default_rng(1).permutation(n)
+    put = tf.scatter_update(v, perm, tf.fill([n, dim], k))
+    read = tf.identity(v)
+    torn, reads = [], [0]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        done = threading.Event()
+
+        def reader():
+            last = 0.0
+            while not done.is_set():
+                got = sess.run(read)
+                reads[0] += 1
+                if not (got == got.flat[0]).all() or got.flat[0] < last:
+                    torn.append((last, np.unique(got)))
+                last = got.flat[0]
+
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for step in range(1, 2001):
+                sess.run(put.op, {k: float(step)})
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+        assert reads[0] > 0
+        assert torn == []
+        np.testing.assert_array_equal(sess.run(v), np.full((n, dim), 2000.0, np.float32))
+
+
+def test_scatter_update_on_a_cluster_session_of_two_nodes():
+    cluster = tf.LocalCluster(nodes=2)
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            with g.device("/job:worker/task:0"):
+                v = tf.Variable(np.zeros((4, 2), np.int64), name="counts")
+            with g.device("/job:worker/task:1"):
+                ids = tf.placeholder(tf.int32, [None])
+                rows = tf.placeholder(tf.int64, [None, 2])
+                upd = tf.scatter_update(v, ids, rows * 2)  # the rows computed on the other node
+            init = tf.global_variables_initializer()
+        with tf.ClusterSession(g, cluster=cluster) as s:
+            s.run(init)
+            got = s.run(upd, {ids: [3, 1, 3], rows: [[1, 2], [3, 4], [5, 6]]})
+            np.testing.assert_array_equal(got, [[0, 0], [6, 8], [0, 0], [10, 12]])
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"counts.*index 4"):
+                s.run(upd, {ids: [4], rows: [[1, 1]]})
+            np.testing.assert_array_equal(s.run(v), [[0, 0], [6, 8], [0, 0], [10, 12]])
+    finally:
+        cluster.close()

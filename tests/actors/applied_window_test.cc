@@ -6,6 +6,7 @@
 #include "actors/applied_window.h"
 #include "actors/variable_shards.h"
 #include "tests/support/caf_system.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 using namespace sf::runtime;
@@ -35,13 +36,7 @@ TEST_CASE("AppliedWindow: remembers origins for kKeepMs, at most kMaxOrigins", "
 
 namespace {
 
-template <typename T>
-T Await(std::function<void(std::function<void(T)>)> call) {
-  std::promise<T> p;
-  auto f = p.get_future();
-  call([&p](T r) { p.set_value(std::move(r)); });
-  return f.get();
-}
+using testing::Await;
 
 // A [n, 1] float tensor.
 Tensor Column(const std::vector<float>& v) {

@@ -394,6 +394,9 @@ std::map<std::string, Maker> Makers() {
     c.setup.push_back(Operation(&g, ops::Assign(g, h, zeros).node));
     c.fetches = {ops::AssignAdd(g, h, zeros), ops::AssignSub(g, h, zeros),
                  ops::ReadVariable(g, h, DType::kFloat32)};
+    // Rows of width 0, and no rows at all.
+    c.targets = {ops::ResourceScatterUpdate(g, h, Feed(g, c, DType::kInt64, {1}, "row"), Feed(g, c, DType::kFloat32, {1, 0}, "upd")),
+                 ops::ResourceScatterUpdate(g, h, Feed(g, c, DType::kInt32, {0}, "none"), Feed(g, c, DType::kFloat32, {0, 0}, "no_upd"))};
     return c;
   };
   m["Optimizers: GradientDescent"] = [](Graph& g) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -80,5 +81,15 @@ inline void PauseFor(std::chrono::milliseconds d) { std::this_thread::sleep_for(
 // The same delay, cut short when `stop` is set (a helper thread's pause that
 // must not hold up the end of the test); returns whether `stop` is set.
 inline bool PauseFor(std::chrono::milliseconds d, const Flag& stop) { return stop.WaitFor(d); }
+
+// Starts call with a callback and blocks until the callback has run once
+// (an asynchronous service's answer); what it was given.
+template <typename T>
+T Await(const std::function<void(std::function<void(T)>)>& call) {
+  std::promise<T> p;
+  auto f = p.get_future();
+  call([&p](T r) { p.set_value(std::move(r)); });
+  return f.get();
+}
 
 }  // namespace sf::testing
