@@ -325,6 +325,7 @@ def test_scatter_update_on_a_cluster_session_of_two_nodes():
                 upd = tf.scatter_update(v, ids, rows * 2)  # the rows computed on the other node
             init = tf.global_variables_initializer()
         with tf.ClusterSession(g, cluster=cluster) as s:
+            assert len(s.tasks) == 2
             s.run(init)
             got = s.run(upd, {ids: [3, 1, 3], rows: [[1, 2], [3, 4], [5, 6]]})
             np.testing.assert_array_equal(got, [[0, 0], [6, 8], [0, 0], [10, 12]])
