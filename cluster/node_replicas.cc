@@ -70,7 +70,6 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
                             "node " + opts.name + ": the shard map (epoch " + std::to_string(map.epoch) +
                             ") does not make " + m.holder + " the holder of slot " + std::to_string(m.slot) +
                             " with this node its backup")});
-  std::vector<std::string> names = m.names;
   std::vector<runtime::VarChanges> changes;
   for (size_t i = 0; i < m.names.size(); ++i) {
     runtime::VarChanges ch;
@@ -121,19 +120,10 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     staged_bytes -= st.bytes;
     staged.erase(m.slot);
   }
-  names.clear();
-  for (const auto& ch : changes) names.push_back(ch.name);
-  auto applied = [this, c, id, slot = m.slot, names = std::move(names)](Status s) {
-    // Off the caller (which may hold mu).
-    pool.Schedule([this, c, id, slot, s, names] {
-      if (s.ok()) {
-        // What a later whole round or move of the slot from here must send
-        // (bounded: each is a variable of the store, at most kMaxVariables).
-        std::lock_guard<std::mutex> l(mu);
-        slot_variables[slot].insert(names.begin(), names.end());
-      }
-      Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
-    });
+  // Answered from whichever thread applies last (a shard actor's, or this
+  // one): Reply takes no lock, so no hop to another thread is needed.
+  auto applied = [this, c, id, slot = m.slot](Status s) {
+    Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
   };
   // Checked again with the changes queued under one lock with the runs'
   // admission (Run): a backup that took the slot over (a handover) and
@@ -146,6 +136,12 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     return applied(FailedPrecondition("node " + opts.name + " serves slot " + std::to_string(m.slot) +
                                       " by shard map epoch " + std::to_string(std::max(served, map.epoch)) +
                                       ", where " + m.holder + " is its holder no more"));
+  // What a later whole round or move of the slot from here must send
+  // (bounded: each is a variable of the store, at most kMaxVariables).
+  // Named before the apply ends, so its reply needs no lock: naming one
+  // whose apply fails costs nothing, as a whole round sends what the store
+  // holds of it and skips a name it lacks (TakeChanges).
+  for (const auto& ch : changes) slot_variables[m.slot].insert(ch.name);
   variables->ApplyChanges(std::move(changes), std::move(applied));
 }
 
