@@ -259,7 +259,8 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
             }
             Reply(c, id, net::StatusReply{Status::OK()});
           },
-          [&](net::Variables& v) { ServeVariables(c, id, std::move(v)); },
+          [&](net::ReadVariables& r) { ServeReadVariables(c, id, std::move(r)); },
+          [&](net::AssignVariables& a) { ServeAssignVariables(c, id, std::move(a)); },
           [&](net::MoveSlot& ms) { ServeMoveSlot(c, id, ms); },
           [&](net::SyncSlot& ss) { ServeSyncSlot(c, id, ss); },
           [&](net::ReplicateSlot& rs) { ServeReplicateSlot(c, id, std::move(rs)); },

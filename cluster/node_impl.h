@@ -1,8 +1,8 @@
 // The inside of a ClusterNode (include/shardflow/cluster.h), shared by its
 // files: cluster_node.cc (start, stop, messages, membership), node_steps.cc
 // (admitting peers' tensors and aborts for steps that do not run here yet,
-// and expiring them) and node_partitions.cc (registering and running
-// partitions, serving variables). Its parts with a job and a lock of their
+// and expiring them), node_partitions.cc (registering and running
+// partitions) and node_variables.cc (serving variables and node checkpoints). Its parts with a job and a lock of their
 // own: cluster/member_registry.h (etcd), member_view.h (what sessions are
 // told), peer_router.h (connections to members). Not a public header.
 //
@@ -328,9 +328,15 @@ struct ClusterNode::Impl {
 
   void OnMessage(const net::ConnectionPtr& c, net::Message m);
 
-  // Reads or assigns variables for a session; the reply is sent from the
-  // pool (a large one must not hold a shard actor's thread while it writes).
-  void ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v);
+  // The variable store as peers use it (node_variables.cc), one method per
+  // message; replies are sent from the pool (a large one must not hold a
+  // shard actor's thread while it is written).
+  // ReadVariables: the named variables' values (a session's: of its namespace).
+  void ServeReadVariables(const net::ConnectionPtr& c, uint64_t id, net::ReadVariables r);
+  // AssignVariables: sets them, and answers once their slots are on their backups.
+  void ServeAssignVariables(const net::ConnectionPtr& c, uint64_t id, net::AssignVariables a);
+  // ScopeNames, prefixed with the node's name, noting a session's namespace as used.
+  Status ScopeVariableNames(const net::Connection& c, std::vector<std::string>* names);
   // Queues a node checkpoint request (SaveShards, CommitShards,
   // RestoreShards) for node_checkpoints; its reply, or why it was refused.
   void ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request);

@@ -1,5 +1,5 @@
-// A node's partitions: registering a session's partitions, running their
-// steps (with progress reports), and serving variables (cluster/node_impl.h).
+// A node's partitions: registering a session's partitions and running their
+// steps (with progress reports) (cluster/node_impl.h).
 #include "cluster/node_impl.h"
 
 #include <chrono>
@@ -376,65 +376,6 @@ void ClusterNode::Impl::ProgressLoop() {
     for (auto& [c, m] : out) c->Send(m);  // a client gone has no deadline to restart
     l.lock();
   }
-}
-
-void ClusterNode::Impl::ServeVariables(const net::ConnectionPtr& c, uint64_t id, net::Variables v) {
-  // A session names, reads and changes only its namespace's variables.
-  Status scoped = ScopeNames(*c, &v.names);
-  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
-  if (c->peer_role() == net::Role::kSession) {
-    std::lock_guard<std::mutex> l(mu);
-    TouchNamespaceLocked(c->peer_namespace());
-  }
-  if (!v.assign) {
-    if (v.names.empty() && c->peer_role() == net::Role::kSession) {
-      // "Every variable" is every variable of the session's namespace.
-      const std::string& ns = c->peer_namespace();
-      v.names = variables->NamesWhere([&ns](const std::string& n) { return InNamespace(ns, n); });
-      if (v.names.empty()) return Reply(c, id, net::Variables{});
-    }
-    variables->ReadNamed(v.names, [this, c, id](std::vector<std::pair<std::string, Tensor>> values) {
-      auto out = std::make_shared<net::Variables>();
-      for (auto& kv : values) {
-        out->names.push_back(std::move(kv.first));
-        out->values.push_back(std::move(kv.second));
-      }
-      UnscopeNames(*c, &out->names);
-      pool.Schedule([this, c, id, out] { Reply(c, id, std::move(*out)); });
-    });
-    return;
-  }
-  if (v.names.size() != v.values.size())
-    return Reply(c, id, net::StatusReply{InvalidArgument(
-                            "Variables: " + std::to_string(v.names.size()) + " names but " +
-                            std::to_string(v.values.size()) + " values")});
-  std::vector<std::string> names = v.names;
-  std::vector<std::pair<std::string, Tensor>> values;
-  for (size_t i = 0; i < v.names.size(); ++i) values.emplace_back(std::move(v.names[i]), std::move(v.values[i]));
-  variables->AssignNamed(std::move(values), [this, c, id, names = std::move(names)](Status s) {
-    pool.Schedule([this, c, id, s, names] {
-      auto reply = [this, c, id](Status r) { Reply(c, id, net::StatusReply{r.WithPrefix("node " + opts.name)}); };
-      if (!s.ok()) return reply(s);
-      ReplicateSlotsOf(names, reply);
-    });
-  });
-}
-
-void ClusterNode::Impl::ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request) {
-  Status scoped = ScopeCheckpoint(*c, &request);
-  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
-  const auto* restore = std::get_if<net::RestoreShards>(&request);
-  const int restored = restore ? restore->task : -1;
-  Status queued = node_checkpoints->Post(std::move(request), [this, c, id, restored](net::Body reply) {
-    // A restored slot is on its backup before the restore is acknowledged.
-    if (restored < 0 || std::holds_alternative<net::StatusReply>(reply)) return Reply(c, id, std::move(reply));
-    auto r = std::make_shared<net::Body>(std::move(reply));
-    ReplicateSlots({restored}, [this, c, id, r](Status s) {
-      if (!s.ok()) return Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " replicating a restore")});
-      Reply(c, id, std::move(*r));
-    });
-  });
-  if (!queued.ok()) Reply(c, id, net::StatusReply{queued});
 }
 
 }  // namespace sf

@@ -44,14 +44,8 @@ Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVa
   // One variable per message: a big table and its slots together could pass
   // a frame's limit.
   for (const std::string& name : names) {
-    auto r = Call(c, net::Variables{false, {name}, {}}, VariablesTimeoutMs());
-    if (!r.ok()) return r.status().WithPrefix("reading variable '" + name + "' from " + addr);
-    if (auto* e = std::get_if<net::StatusReply>(&r->body); e && !e->status.ok())
-      return e->status.WithPrefix("reading variable '" + name + "' from " + addr);
-    auto* v = std::get_if<net::Variables>(&r->body);
-    if (!v || v->names.size() != v->values.size())
-      return Internal("reading variable '" + name + "' from " + addr + ": unexpected reply " +
-                      net::BodyName(r->body));
+    auto v = net::CallFor<net::VariableValues>(c, net::ReadVariables{{name}}, VariablesTimeoutMs());
+    if (!v.ok()) return v.status().WithPrefix("reading variable '" + name + "' from " + addr);
     for (size_t i = 0; i < v->names.size(); ++i) out.emplace_back(std::move(v->names[i]), std::move(v->values[i]));
   }
   return out;
@@ -63,7 +57,7 @@ Status ClusterSession::Impl::AssignVariables(const std::string& addr,
   // Variables before their slots, so a slot lands in its variable's shard actor.
   std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, value] : values) {
-    Status s = CallStatus(c, net::Variables{true, {name}, {std::move(value)}}, VariablesTimeoutMs());
+    Status s = CallStatus(c, net::AssignVariables{{name}, {std::move(value)}}, VariablesTimeoutMs());
     if (!s.ok()) return s.WithPrefix("assigning variable '" + name + "' on " + addr);
   }
   return Status::OK();

@@ -22,7 +22,8 @@ namespace net {
 // The version of the message set; a peer with another one is refused.
 // 3: CollectiveChunk.offset (ring chunks travel in pieces).
 // 4: one Cap'n Proto interface per service (proto/peer.capnp), handed out by role.
-constexpr uint32_t kWireVersion = 4;
+// 5: Variables split into ReadVariables (-> VariableValues) and AssignVariables.
+constexpr uint32_t kWireVersion = 5;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
 struct Heartbeat {};
@@ -214,14 +215,21 @@ struct Echo {
 };
 
 // Variable state moved by a session (checkpoints, recovery, rebalancing).
-// With assign false it asks the node for the named variables (all of them
-// when names is empty) and is answered with a Variables holding the
-// initialised ones with their values; with assign true it sets the named
-// variables (creating them) to values and is answered with StatusReply.
-struct Variables {
-  bool assign = false;
+// ReadVariables asks the node for the named variables (with none named,
+// every variable of the asker's namespace there); answered with
+// VariableValues: the initialised ones among them, each with its value.
+struct ReadVariables {
   std::vector<std::string> names;
-  std::vector<Tensor> values;  // one per name when assigning or answering
+};
+struct VariableValues {
+  std::vector<std::string> names;
+  std::vector<Tensor> values;  // one per name (the decoder refuses others)
+};
+// Sets the named variables (creating them) to values; answered with
+// StatusReply.
+struct AssignVariables {
+  std::vector<std::string> names;
+  std::vector<Tensor> values;  // one per name (the decoder refuses others)
 };
 
 // Node checkpoints (cluster/node_checkpoints.h): a node writes the variables
@@ -316,8 +324,8 @@ struct Namespaces {
 using Body = std::variant<Heartbeat, StatusReply,
                           ListMembers, Membership, RegisterPartition, RunPartition,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
-                          Echo, Variables, CollectiveChunk, StepProgress, SaveShards, CommitShards,
-                          RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot,
+                          Echo, ReadVariables, VariableValues, AssignVariables, CollectiveChunk, StepProgress,
+                          SaveShards, CommitShards, RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot,
                           ListNamespaces, DropNamespace, Namespaces>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for

@@ -173,6 +173,17 @@ Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms);
 // Call for requests answered with StatusReply: that status, or why there is
 // none (Internal naming an unexpected reply).
 Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms);
+// Call for requests answered with a Reply (ReadVariables: VariableValues):
+// that reply, the error of a StatusReply sent instead, or Internal naming
+// any other.
+template <class Reply>
+Result<Reply> CallFor(const ConnectionPtr& c, Body body, int timeout_ms) {
+  const char* asked = BodyName(body);
+  SF_ASSIGN_OR_RETURN(Message r, Call(c, std::move(body), timeout_ms));
+  if (auto* v = std::get_if<Reply>(&r.body)) return std::move(*v);
+  if (auto* s = std::get_if<StatusReply>(&r.body); s && !s->status.ok()) return s->status;
+  return Internal(std::string("unexpected reply ") + BodyName(r.body) + " to " + asked);
+}
 
 // Splits "host:port"; InvalidArgument naming the text otherwise.
 Status ParseAddress(const std::string& address, std::string* host, uint16_t* port);

@@ -21,7 +21,8 @@ size_t TensorBytes(const Message& m) {
         using B = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<B, Echo>) add(b.payload);
         else if constexpr (std::is_same_v<B, RunPartitionDone>) for (const auto& t : b.fetches) add(t);
-        else if constexpr (std::is_same_v<B, Variables>) for (const auto& t : b.values) add(t);
+        else if constexpr (std::is_same_v<B, VariableValues>) for (const auto& t : b.values) add(t);
+        else if constexpr (std::is_same_v<B, AssignVariables>) for (const auto& t : b.values) add(t);
         else if constexpr (std::is_same_v<B, ReplicateSlot>) for (const auto& t : b.values) add(t);
         else if constexpr (std::is_same_v<B, SendTensor>) add(b.value);
         else if constexpr (std::is_same_v<B, CollectiveChunk>) add(b.chunk);
@@ -160,7 +161,8 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         if constexpr (std::is_same_v<B, RegisterPartition>) return typed(r.partitions.registerPartitionRequest());
         else if constexpr (std::is_same_v<B, RunPartition>) return typed(r.partitions.runRequest());
         else if constexpr (std::is_same_v<B, CloseSession>) return typed(r.partitions.closeSessionRequest());
-        else if constexpr (std::is_same_v<B, Variables>) return typed(r.variables.variablesRequest());
+        else if constexpr (std::is_same_v<B, ReadVariables>) return typed(r.variables.readVariablesRequest());
+        else if constexpr (std::is_same_v<B, AssignVariables>) return typed(r.variables.assignVariablesRequest());
         else if constexpr (std::is_same_v<B, SaveShards>) return typed(r.variables.saveShardsRequest());
         else if constexpr (std::is_same_v<B, CommitShards>) return typed(r.variables.commitShardsRequest());
         else if constexpr (std::is_same_v<B, RestoreShards>) return typed(r.variables.restoreShardsRequest());

@@ -281,7 +281,10 @@ class VariableStoreServer final : public rp::VariableStore::Server, Service {
   // A session's read or assign names any number of variables, and an
   // assign carries their values (up to the frame limit): decoded off the
   // I/O thread, as a registration is.
-  kj::Promise<void> variables(VariablesContext c) override { return AskStructOffLoop<Variables>(c); }
+  kj::Promise<void> readVariables(ReadVariablesContext c) override { return AskStructOffLoop<ReadVariables>(c); }
+  kj::Promise<void> assignVariables(AssignVariablesContext c) override {
+    return AskStructOffLoop<AssignVariables>(c);
+  }
   kj::Promise<void> saveShards(SaveShardsContext c) override { return AskStruct<SaveShards>(c); }
   kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct<CommitShards>(c); }
   kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct<RestoreShards>(c); }

@@ -30,8 +30,8 @@ const char* BodyName(const Body& b) {
       "Heartbeat",
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
-      "Variables",     "CollectiveChunk", "StepProgress", "SaveShards", "CommitShards", "RestoreShards",
-      "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot", "ListNamespaces", "DropNamespace", "Namespaces"};
+      "ReadVariables", "VariableValues", "AssignVariables", "CollectiveChunk", "StepProgress", "SaveShards",
+      "CommitShards", "RestoreShards", "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot", "ListNamespaces", "DropNamespace", "Namespaces"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }
@@ -157,7 +157,8 @@ SF_WIRE_STRUCT(CleanupStep)
 SF_WIRE_STRUCT(StepProgress)
 SF_WIRE_STRUCT(CloseSession)
 SF_WIRE_STRUCT(Echo)
-SF_WIRE_STRUCT(Variables)
+SF_WIRE_STRUCT(ReadVariables)
+SF_WIRE_STRUCT(AssignVariables)
 SF_WIRE_STRUCT(CollectiveChunk)
 SF_WIRE_STRUCT(SaveShards)
 SF_WIRE_STRUCT(CommitShards)

@@ -360,10 +360,27 @@ struct Decoder {
                              std::to_string(m.total) + " elements from offset " + std::to_string(m.offset));
     return Status::OK();
   }
-  Status Read(w::Variables::Reader r, Variables* m) const {
-    m->assign = r.getAssign();
-    SF_RETURN_IF_ERROR(Names(r.getNames(), "Variables.names", &m->names));
-    SF_ASSIGN_OR_RETURN(m->values, Tensors(r.getValues(), "Variables.values"));
+  Status Read(w::ReadVariables::Reader r, ReadVariables* m) const {
+    return Names(r.getNames(), "ReadVariables.names", &m->names);
+  }
+  Status Read(w::VariableValues::Reader r, VariableValues* m) const {
+    return NamedTensors(r, "VariableValues", &m->names, &m->values);
+  }
+  Status Read(w::AssignVariables::Reader r, AssignVariables* m) const {
+    return NamedTensors(r, "AssignVariables", &m->names, &m->values);
+  }
+  // Names and one value per name: a struct of names and values whose lists
+  // differ in length is refused before either is read.
+  template <class R>
+  Status NamedTensors(R r, const std::string& what, std::vector<std::string>* names,
+                      std::vector<sf::Tensor>* values) const {
+    auto n = r.getNames();  // each read is charged to the traversal limit: read once
+    auto v = r.getValues();
+    if (n.size() != v.size())
+      return InvalidArgument(what + ": " + std::to_string(n.size()) + " names but " + std::to_string(v.size()) +
+                             " values");
+    SF_RETURN_IF_ERROR(Names(n, (what + ".names").c_str(), names));
+    SF_ASSIGN_OR_RETURN(*values, Tensors(v, what + ".values"));
     return Status::OK();
   }
 
@@ -507,7 +524,9 @@ struct Decoder {
       case EnvBody::CLOSE_SESSION: return As<CloseSession>(e.getCloseSession());
       case EnvBody::ECHO: return As<Echo>(e.getEcho());
       case EnvBody::COLLECTIVE_CHUNK: return As<CollectiveChunk>(e.getCollectiveChunk());
-      case EnvBody::VARIABLES: return As<Variables>(e.getVariables());
+      case EnvBody::READ_VARIABLES: return As<ReadVariables>(e.getReadVariables());
+      case EnvBody::VARIABLE_VALUES: return As<VariableValues>(e.getVariableValues());
+      case EnvBody::ASSIGN_VARIABLES: return As<AssignVariables>(e.getAssignVariables());
       case EnvBody::SAVE_SHARDS: return As<SaveShards>(e.getSaveShards());
       case EnvBody::COMMIT_SHARDS: return As<CommitShards>(e.getCommitShards());
       case EnvBody::RESTORE_SHARDS: return As<RestoreShards>(e.getRestoreShards());

@@ -260,12 +260,27 @@ struct Encoder {
     b.setSessionId(m.session_id);
     return Status::OK();
   }
-  Status Put(const Variables& m, w::Variables::Builder b) const {
-    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "Variables.names"));
-    SF_RETURN_IF_ERROR(ListSize(m.values.size(), "Variables.values"));
-    b.setAssign(m.assign);
-    SF_RETURN_IF_ERROR(Names(m.names, b.initNames(m.names.size()), "Variables.names"));
-    return Tensors(m.values, b.initValues(m.values.size()), "Variables.values");
+  Status Put(const ReadVariables& m, w::ReadVariables::Builder b) const {
+    SF_RETURN_IF_ERROR(ListSize(m.names.size(), "ReadVariables.names"));
+    return Names(m.names, b.initNames(m.names.size()), "ReadVariables.names");
+  }
+  Status Put(const VariableValues& m, w::VariableValues::Builder b) const {
+    return NamedTensors(m.names, m.values, b, "VariableValues");
+  }
+  Status Put(const AssignVariables& m, w::AssignVariables::Builder b) const {
+    return NamedTensors(m.names, m.values, b, "AssignVariables");
+  }
+  // Names and their values (one per name), into a struct of names and values.
+  template <class B>
+  Status NamedTensors(const std::vector<std::string>& names, const std::vector<sf::Tensor>& values, B b,
+                      const std::string& what) const {
+    const std::string n = what + ".names", v = what + ".values";
+    if (names.size() != values.size())
+      return InvalidArgument(what + ": " + std::to_string(names.size()) + " names but " +
+                             std::to_string(values.size()) + " values");
+    SF_RETURN_IF_ERROR(ListSize(names.size(), n.c_str()));
+    SF_RETURN_IF_ERROR(Names(names, b.initNames(names.size()), n.c_str()));
+    return Tensors(values, b.initValues(values.size()), v.c_str());
   }
   // A list of names, each checked as Text.
   template <class B>

@@ -176,11 +176,24 @@ struct Echo {
   payload @0 :T.Tensor;
 }
 
-# Reads (assign false) or sets (assign true) a node's variables by name.
-struct Variables {
-  assign @0 :Bool;
-  names @1 :List(Text);
-  values @2 :List(T.Tensor);
+# Asks a node for the named variables (with none named, every variable of
+# the asker's namespace there); answered with VariableValues.
+struct ReadVariables {
+  names @0 :List(Text);
+}
+
+# A ReadVariables' answer: the initialised variables of those named, each
+# with its value (one per name).
+struct VariableValues {
+  names @0 :List(Text);
+  values @1 :List(T.Tensor);
+}
+
+# Sets the named variables (creating them) to values, one per name;
+# answered with a StatusReply.
+struct AssignVariables {
+  names @0 :List(Text);
+  values @1 :List(T.Tensor);
 }
 
 # Node checkpoints (cluster/node_checkpoints.cc): every node writes the
@@ -285,7 +298,7 @@ struct Envelope {
     cleanupStep @11 :CleanupStep;
     closeSession @12 :CloseSession;
     echo @13 :Echo;
-    variables @14 :Variables;
+    readVariables @14 :ReadVariables;
     collectiveChunk @15 :CollectiveChunk;
     stepProgress @16 :StepProgress;
     saveShards @17 :SaveShards;
@@ -298,5 +311,7 @@ struct Envelope {
     listNamespaces @24 :ListNamespaces;
     dropNamespace @25 :DropNamespace;
     namespaces @26 :Namespaces;
+    variableValues @27 :VariableValues;
+    assignVariables @28 :AssignVariables;
   }
 }

@@ -71,8 +71,8 @@ interface PartitionHost {
 }
 
 interface VariableStore {
-  # Reads (the reply's Variables) or assigns (a StatusReply) by name.
-  variables @0 (request :W.Variables, id :UInt64) -> Reply;
+  # The named variables' values (a VariableValues).
+  readVariables @0 (request :W.ReadVariables, id :UInt64) -> Reply;
   # Node checkpoints: each answered with a ShardsDone (or a StatusReply).
   saveShards @1 (request :W.SaveShards, id :UInt64) -> Reply;
   commitShards @2 (request :W.CommitShards, id :UInt64) -> Reply;
@@ -82,6 +82,8 @@ interface VariableStore {
   # Namespaces: what each holds here, or drop one (each a Namespaces).
   namespaces @5 (request :W.ListNamespaces, id :UInt64) -> Reply;
   dropNamespace @6 (request :W.DropNamespace, id :UInt64) -> Reply;
+  # Sets the named variables to the values given (a StatusReply).
+  assignVariables @7 (request :W.AssignVariables, id :UInt64) -> Reply;
 }
 
 interface Members {

@@ -44,12 +44,11 @@ std::unique_ptr<net::Endpoint> Endpoint(const examples::LocalCluster& cluster, c
 }
 
 // Reads `names` (every variable the credential sees when empty) through conn.
-net::Variables Read(const net::ConnectionPtr& conn, std::vector<std::string> names) {
-  auto r = net::Call(conn, net::Variables{false, std::move(names), {}}, 30000);
-  REQUIRE(r.ok());
-  auto* v = std::get_if<net::Variables>(&r->body);
-  if (!v) FAIL("Variables answered with " << net::BodyName(r->body));
-  return *v;
+net::VariableValues Read(const net::ConnectionPtr& conn, std::vector<std::string> names) {
+  auto v = net::CallFor<net::VariableValues>(conn, net::ReadVariables{std::move(names)}, 30000);
+  INFO(v.status().ToString());
+  REQUIRE(v.ok());
+  return std::move(*v);
 }
 
 float FirstFloat(const Tensor& t) { return t.data<float>()[0]; }
@@ -126,33 +125,33 @@ TEST_CASE("Namespaces: a session reads, assigns and creates only its own namespa
   REQUIRE(cb.ok());
 
   // "Every variable" is every variable of the asker's namespace, named as it knows them.
-  net::Variables all_a = Read(*ca, {});
+  net::VariableValues all_a = Read(*ca, {});
   REQUIRE(all_a.names == std::vector<std::string>{"w"});
   CHECK(all_a.values[0].num_elements() == 4);
   CHECK(FirstFloat(all_a.values[0]) == 1.0f);
-  net::Variables all_b = Read(*cb, {});
+  net::VariableValues all_b = Read(*cb, {});
   REQUIRE(all_b.names == std::vector<std::string>{"w"});
   CHECK(all_b.values[0].num_elements() == 8);
 
   // Another namespace's stored name cannot be spelled.
   for (const std::string& n : {std::string("@team_a/w"), ScopedName("team_a", "w")}) {
-    auto r = net::Call(*cb, net::Variables{false, {n}, {}}, 30000);
+    auto r = net::Call(*cb, net::ReadVariables{{n}}, 30000);
     REQUIRE(r.ok());
     auto* st = std::get_if<net::StatusReply>(&r->body);
     REQUIRE(st);
     CHECK(st->status.code() == Code::kInvalidArgument);
     CHECK(Contains(st->status, "reserved for namespaces"));
-    Status assigned = net::CallStatus(*cb, net::Variables{true, {n}, {Tensor::Scalar<float>(9.0f)}}, 30000);
+    Status assigned = net::CallStatus(*cb, net::AssignVariables{{n}, {Tensor::Scalar<float>(9.0f)}}, 30000);
     CHECK(assigned.code() == Code::kInvalidArgument);
   }
   // B's assign of "w" is B's own: A's value stays.
-  REQUIRE(net::CallStatus(*cb, net::Variables{true, {"w"}, {Tensor::FromVector(std::vector<float>(8, 7.0f), {8})}},
+  REQUIRE(net::CallStatus(*cb, net::AssignVariables{{"w"}, {Tensor::FromVector(std::vector<float>(8, 7.0f), {8})}},
                           30000)
               .ok());
   CHECK(FirstFloat(Read(*ca, {"w"}).values[0]) == 1.0f);
   CHECK(FirstFloat(Read(*cb, {"w"}).values[0]) == 7.0f);
   // B creating a variable by assign creates it in B only.
-  REQUIRE(net::CallStatus(*cb, net::Variables{true, {"only_b"}, {Tensor::Scalar<float>(5.0f)}}, 30000).ok());
+  REQUIRE(net::CallStatus(*cb, net::AssignVariables{{"only_b"}, {Tensor::Scalar<float>(5.0f)}}, 30000).ok());
   CHECK(Read(*ca, {"only_b"}).names.empty());
   CHECK(Read(*cb, {}).names.size() == 2);
 
@@ -204,25 +203,25 @@ TEST_CASE("Namespaces: quotas refuse one namespace past them and leave the other
 
   // Variables: 16 fit, the 17th is refused naming the quota.
   for (int i = 0; i < 16; ++i)
-    REQUIRE(net::CallStatus(*ca, net::Variables{true, {"v" + std::to_string(i)}, {Tensor::Scalar<float>(1.0f)}},
+    REQUIRE(net::CallStatus(*ca, net::AssignVariables{{"v" + std::to_string(i)}, {Tensor::Scalar<float>(1.0f)}},
                             30000)
                 .ok());
-  Status over = net::CallStatus(*ca, net::Variables{true, {"v16"}, {Tensor::Scalar<float>(1.0f)}}, 30000);
+  Status over = net::CallStatus(*ca, net::AssignVariables{{"v16"}, {Tensor::Scalar<float>(1.0f)}}, 30000);
   INFO(over.ToString());
   CHECK(over.code() == Code::kResourceExhausted);
   CHECK(Contains(over, "team_a"));
   CHECK(Contains(over, "--ns-max-variables 16"));
   // Another namespace is not affected.
-  REQUIRE(net::CallStatus(*cb, net::Variables{true, {"v16"}, {Tensor::Scalar<float>(1.0f)}}, 30000).ok());
+  REQUIRE(net::CallStatus(*cb, net::AssignVariables{{"v16"}, {Tensor::Scalar<float>(1.0f)}}, 30000).ok());
 
   // Bytes: B holds 256 MiB; another 64 MiB passes its 300 MiB and is refused.
   const int64_t big = int64_t{64} << 20;  // floats
   const int64_t before = RssBytes(cluster.pid(0));
-  REQUIRE(net::CallStatus(*cb, net::Variables{true, {"big"}, {Tensor::FromVector(std::vector<float>(big, 1.0f), {big})}},
+  REQUIRE(net::CallStatus(*cb, net::AssignVariables{{"big"}, {Tensor::FromVector(std::vector<float>(big, 1.0f), {big})}},
                           120000)
               .ok());
   Status bytes = net::CallStatus(
-      *cb, net::Variables{true, {"big2"}, {Tensor::FromVector(std::vector<float>(big / 4, 1.0f), {big / 4})}}, 120000);
+      *cb, net::AssignVariables{{"big2"}, {Tensor::FromVector(std::vector<float>(big / 4, 1.0f), {big / 4})}}, 120000);
   INFO(bytes.ToString());
   CHECK(bytes.code() == Code::kResourceExhausted);
   CHECK(Contains(bytes, "--ns-max-bytes"));
@@ -282,7 +281,7 @@ TEST_CASE("Namespaces: quotas refuse one namespace past them and leave the other
   auto cb2 = eb2->Connect(cluster.addresses()[0]);
   REQUIRE(cb2.ok());
   CHECK(Read(*cb2, {}).names.empty());
-  REQUIRE(net::CallStatus(*cb2, net::Variables{true, {"big"}, {Tensor::FromVector(std::vector<float>(big, 2.0f), {big})}},
+  REQUIRE(net::CallStatus(*cb2, net::AssignVariables{{"big"}, {Tensor::FromVector(std::vector<float>(big, 2.0f), {big})}},
                           120000)
               .ok());
 }
@@ -337,7 +336,7 @@ TEST_CASE("Namespaces: a cold tier lies in its namespace's directory, and no sta
     c.cold_dir = dir;
     auto state = HashEmbeddingShard(c).Serialize();
     REQUIRE(state.ok());
-    Status assigned = net::CallStatus(*cb, net::Variables{true, {"stolen/part_0"}, {*state}}, 30000);
+    Status assigned = net::CallStatus(*cb, net::AssignVariables{{"stolen/part_0"}, {*state}}, 30000);
     INFO(dir << ": " << assigned.ToString());
     CHECK(assigned.code() == Code::kInvalidArgument);
   }
@@ -414,7 +413,7 @@ TEST_CASE("Namespaces: a namespace no session used for --ns-expiry-s is dropped;
     auto ea = Endpoint(cluster, "job_a");
     auto ca = ea->Connect(cluster.addresses()[0]);
     REQUIRE(ca.ok());
-    REQUIRE(net::CallStatus(*ca, net::Variables{true, {"w"}, {Tensor::Scalar<float>(1.0f)}}, 30000).ok());
+    REQUIRE(net::CallStatus(*ca, net::AssignVariables{{"w"}, {Tensor::Scalar<float>(1.0f)}}, 30000).ok());
     (*ca)->Close();
   }
   auto names = [&] {

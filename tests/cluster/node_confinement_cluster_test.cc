@@ -100,7 +100,7 @@ TEST_CASE("Confinement: a cold tier outside the node's --data-dir is refused by 
     auto e = SessionEndpoint(cluster);
     auto conn = e->Connect(cluster.addresses()[0]);
     REQUIRE(conn.ok());
-    Status assigned = net::CallStatus(*conn, net::Variables{true, {"stolen_t/part_0"}, {*state}}, 30000);
+    Status assigned = net::CallStatus(*conn, net::AssignVariables{{"stolen_t/part_0"}, {*state}}, 30000);
     INFO(assigned.ToString());
     CHECK(assigned.code() == Code::kInvalidArgument);
     CHECK(Contains(assigned, absolute));

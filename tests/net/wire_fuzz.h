@@ -65,7 +65,9 @@ inline std::vector<Message> SeedMessages() {
   add(StepProgress{7, 8, 1234});
   add(Echo{SeedTensor(DType::kFloat32, {1024}, 8)});
   add(CollectiveChunk{"grads", 3, 2, 1, 2, 9, "127.0.0.1:7002", Status::OK(), SeedTensor(DType::kFloat64, {3}, 11)});
-  add(Variables{true, {"w", "emb/part_1"}, {SeedTensor(DType::kFloat32, {2, 2}, 9), SeedTensor(DType::kInt64, {3}, 10)}});
+  add(ReadVariables{{"w", "emb/part_1"}});
+  add(VariableValues{{"w"}, {SeedTensor(DType::kFloat32, {2, 2}, 9)}});
+  add(AssignVariables{{"w", "emb/part_1"}, {SeedTensor(DType::kFloat32, {2, 2}, 9), SeedTensor(DType::kInt64, {3}, 10)}});
   return m;
 }
 
@@ -92,6 +94,8 @@ inline std::string CheckMessage(const Message& m) {
   if (auto* b = std::get_if<SendTensor>(&m.body)) ts.push_back(&b->value);
   if (auto* b = std::get_if<Echo>(&m.body)) ts.push_back(&b->payload);
   if (auto* b = std::get_if<CollectiveChunk>(&m.body)) ts.push_back(&b->chunk);
+  if (auto* b = std::get_if<VariableValues>(&m.body)) for (const auto& t : b->values) ts.push_back(&t);
+  if (auto* b = std::get_if<AssignVariables>(&m.body)) for (const auto& t : b->values) ts.push_back(&t);
   for (const Tensor* t : ts) {
     std::string e = CheckTensor(*t);
     if (!e.empty()) return std::string(BodyName(m.body)) + ": " + e;

@@ -30,7 +30,7 @@ std::vector<std::string> Names(size_t n) {
   return v;
 }
 
-// A node endpoint that answers a Variables read with every name and a value,
+// A node endpoint that answers a ReadVariables with every name and a value,
 // and a registration with a StatusReply whose message is its count of targets.
 struct CountingNode {
   std::unique_ptr<Endpoint> e;
@@ -45,8 +45,8 @@ struct CountingNode {
         o,
         [](const ConnectionPtr& c, Message m) {
           // Answered as a node answers a read: every name with a value.
-          if (auto* v = std::get_if<Variables>(&m.body)) {
-            Variables out{false, v->names, {}};
+          if (auto* v = std::get_if<ReadVariables>(&m.body)) {
+            VariableValues out{v->names, {}};
             for (size_t i = 0; i < v->names.size(); ++i) out.values.push_back(Tensor::Scalar<float>(1.0f * i));
             c->Send(Message{m.request_id, std::move(out)});
           }
@@ -64,19 +64,19 @@ struct CountingNode {
 
 }  // namespace
 
-TEST_CASE("Wire: a Variables message naming 100,000 variables decodes, its list read once", "[wire][limits]") {
+TEST_CASE("Wire: a ReadVariables naming 100,000 variables decodes, its list read once", "[wire][limits]") {
   for (size_t n : {size_t{17000}, size_t{100000}}) {
-    Variables v{false, Names(n), {}};
+    ReadVariables v{Names(n)};
     auto bytes = EncodeToString(Message{7, v});
     REQUIRE(bytes.ok());
     auto back = DecodeFrameString(*bytes, WireLimits{});
     INFO(n << ": " << back.status().ToString());
     REQUIRE(back.ok());
-    CHECK(std::get<Variables>(back->body).names.size() == n);
+    CHECK(std::get<ReadVariables>(back->body).names.size() == n);
   }
 }
 
-TEST_CASE("Wire: a Variables request naming 100,000 variables reaches a node over RPC", "[wire][limits][rpc]") {
+TEST_CASE("Wire: a ReadVariables naming 100,000 variables reaches a node over RPC", "[wire][limits][rpc]") {
   CountingNode node;
   EndpointOptions o;
   o.role = Role::kSession;
@@ -87,11 +87,9 @@ TEST_CASE("Wire: a Variables request naming 100,000 variables reaches a node ove
   auto c = (*client)->Connect(node.address);
   REQUIRE(c.ok());
   for (size_t n : {size_t{17000}, size_t{100000}}) {
-    auto r = Call(*c, Variables{false, Names(n), {}}, 30000);
-    INFO(n << ": " << r.status().ToString());
-    REQUIRE(r.ok());
-    auto* v = std::get_if<Variables>(&r->body);
-    REQUIRE(v);
+    auto v = CallFor<VariableValues>(*c, ReadVariables{Names(n)}, 30000);
+    INFO(n << ": " << v.status().ToString());
+    REQUIRE(v.ok());
     REQUIRE(v->names.size() == n);
     REQUIRE(v->values.size() == n);
     CHECK(v->values[n - 1].scalar_as<float>() == 1.0f * (n - 1));

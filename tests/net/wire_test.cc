@@ -120,11 +120,12 @@ bool Same(const StepProgress& a, const StepProgress& b) {
   return a.session_id == b.session_id && a.step_id == b.step_id && a.ops == b.ops;
 }
 bool Same(const Echo& a, const Echo& b) { return SameTensor(a.payload, b.payload); }
-bool Same(const Variables& a, const Variables& b) {
-  if (a.assign != b.assign || a.names != b.names || a.values.size() != b.values.size()) return false;
-  for (size_t i = 0; i < a.values.size(); ++i)
-    if (!SameTensor(a.values[i], b.values[i])) return false;
-  return true;
+bool Same(const ReadVariables& a, const ReadVariables& b) { return a.names == b.names; }
+bool Same(const VariableValues& a, const VariableValues& b) {
+  return a.names == b.names && SameTensors(a.values, b.values);
+}
+bool Same(const AssignVariables& a, const AssignVariables& b) {
+  return a.names == b.names && SameTensors(a.values, b.values);
 }
 bool Same(const CollectiveChunk& a, const CollectiveChunk& b) {
   return a.group_key == b.group_key && a.group_size == b.group_size && a.generation == b.generation &&
@@ -219,8 +220,12 @@ std::vector<Message> EveryMessage() {
   add(StepProgress{5, -3, ~uint64_t{0}});
   add(Echo{Patterned(DType::kFloat64, {1000}, 9)});
   add(Echo{Tensor()});
-  add(Variables{true, {"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), Tensor()}});
-  add(Variables{false, {}, {}});
+  add(ReadVariables{{"emb/part_0", "", "w/Adagrad/accum"}});
+  add(ReadVariables{});
+  add(VariableValues{{"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), TensorZoo().back()}});
+  add(VariableValues{});
+  add(AssignVariables{{"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), Tensor()}});
+  add(AssignVariables{});
   add(CollectiveChunk{"grads/w", 3, 7, 2, 3, 10, "127.0.0.1:7003", Status::OK(), Patterned(DType::kFloat32, {3}, 4)});
   add(CollectiveChunk{"g", 2, 0, 1, -1, 0, "127.0.0.1:7002", Status::OK(), Tensor()});
   add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor(), 3});
@@ -509,8 +514,17 @@ TEST_CASE("text, list and union limits are enforced by name", "[wire]") {
   s = decode(Message{1, RunPartition{1, 2, 3, {Tensor(), Tensor(), Tensor()}}});
   CHECK(s.message().find("RunPartition.feeds has 3 elements") != std::string::npos);
   CHECK(decode(Message{1, CloseSession{}}).ok());
-  CHECK(decode(Message{1, Variables{false, {"12345678"}, {}}}).ok());
-  CHECK(decode(Message{1, Variables{false, {"123456789"}, {}}}).message().find("Variables.names[0]") != std::string::npos);
+  CHECK(decode(Message{1, ReadVariables{{"12345678"}}}).ok());
+  CHECK(decode(Message{1, ReadVariables{{"123456789"}}}).message().find("ReadVariables.names[0]") != std::string::npos);
+  CHECK(decode(Message{1, ReadVariables{{"a", "b", "c"}}}).message().find("ReadVariables.names has 3 elements") !=
+        std::string::npos);
+  const std::vector<Tensor> three(3, Tensor::Scalar<float>(1.0f));
+  CHECK(decode(Message{1, AssignVariables{{"a", "b", "c"}, three}}).message().find("AssignVariables.names has 3") !=
+        std::string::npos);
+  CHECK(decode(Message{1, VariableValues{{"a", "b", "c"}, three}}).message().find("VariableValues.names has 3") !=
+        std::string::npos);
+  CHECK(decode(Message{1, AssignVariables{{"w", "123456789"}, {three[0], three[1]}}}).message().find(
+            "AssignVariables.names[1]") != std::string::npos);
 
   // An unknown union member (from a newer peer, or garbage).
   capnp::MallocMessageBuilder b;
@@ -594,7 +608,7 @@ TEST_CASE("a node's trace naming a thread it does not list is refused by name", 
 }
 
 TEST_CASE("fields whose pointers alias one blob are refused before they are copied", "[wire]") {
-  // Two values of a Variables message naming the same 64 KiB: a peer that
+  // Two values of an AssignVariables naming the same 64 KiB: a peer that
   // crafts such pointers makes a small message stand for any number of
   // copies (Cap'n Proto's traversal limit counts each pointer), so the
   // decoder refuses bytes it has already copied once.
@@ -602,8 +616,7 @@ TEST_CASE("fields whose pointers alias one blob are refused before they are copi
   capnp::MallocMessageBuilder b;
   auto env = b.initRoot<proto::wire::Envelope>();
   env.setVersion(kWireVersion);
-  auto vars = env.getBody().initVariables();
-  vars.setAssign(true);
+  auto vars = env.getBody().initAssignVariables();
   auto names = vars.initNames(2);
   names.set(0, "a");
   names.set(1, "b");
@@ -619,14 +632,15 @@ TEST_CASE("fields whose pointers alias one blob are refused before they are copi
   INFO(r.status().ToString());
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == Code::kDataLoss);
-  CHECK(r.status().message().find("Variables.values[1]") != std::string::npos);
+  CHECK(r.status().message().find("AssignVariables.values[1]") != std::string::npos);
   CHECK(r.status().message().find("aliased") != std::string::npos);
 
   // And two separate copies of the same bytes are fine.
   capnp::MallocMessageBuilder b3;
   auto env3 = b3.initRoot<proto::wire::Envelope>();
   env3.setVersion(kWireVersion);
-  auto vars3 = env3.getBody().initVariables();
+  auto vars3 = env3.getBody().initVariableValues();
+  vars3.initNames(2);
   auto values3 = vars3.initValues(2);
   for (int i = 0; i < 2; ++i) {
     values3[i].setDtype(proto::DType::INT64);
@@ -634,6 +648,59 @@ TEST_CASE("fields whose pointers alias one blob are refused before they are copi
     values3[i].setData(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(blob.data()), 32));
   }
   CHECK(DecodeEnvelope(env3.asReader()).ok());
+}
+
+TEST_CASE("reads and assigns of variables carry one value per name, within the limits", "[wire][bad_input]") {
+  // The sender learns at once that it pairs names and values wrongly.
+  const Tensor one = Tensor::Scalar<float>(1.0f);
+  auto f = EncodeFrame(Message{1, AssignVariables{{"a", "b"}, {one}}});
+  CHECK(f.status().code() == Code::kInvalidArgument);
+  CHECK(f.status().message().find("AssignVariables: 2 names but 1 values") != std::string::npos);
+  f = EncodeFrame(Message{1, VariableValues{{"a"}, {one, one}}});
+  CHECK(f.status().message().find("VariableValues: 1 names but 2 values") != std::string::npos);
+
+  // A peer's mismatch is refused before either list is read: 100,000 names
+  // and no value cost no name's copy.
+  auto mismatched = [](unsigned names, unsigned values, bool assign) {
+    capnp::MallocMessageBuilder b;
+    auto env = b.initRoot<proto::wire::Envelope>();
+    env.setVersion(kWireVersion);
+    if (assign) {
+      auto a = env.getBody().initAssignVariables();
+      a.initNames(names);
+      a.initValues(values);
+    } else {
+      auto v = env.getBody().initVariableValues();
+      v.initNames(names);
+      v.initValues(values);
+    }
+    return DecodeFrameString(FrameOf(b)).status();
+  };
+  Status s = mismatched(100000, 0, true);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("AssignVariables: 100000 names but 0 values") != std::string::npos);
+  s = mismatched(1, 2, false);
+  CHECK(s.message().find("VariableValues: 1 names but 2 values") != std::string::npos);
+  CHECK(mismatched(2, 2, true).ok());
+
+  // A value claiming more elements than its bytes hold is refused by name
+  // before it is allocated (2^40 floats, no data).
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<proto::wire::Envelope>();
+  env.setVersion(kWireVersion);
+  auto a = env.getBody().initAssignVariables();
+  a.initNames(1).set(0, "w");
+  auto t = a.initValues(1)[0];
+  t.setDtype(proto::DType::FLOAT32);
+  t.initShape(1).set(0, int64_t{1} << 40);
+  s = DecodeFrameString(FrameOf(b)).status();
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("AssignVariables.values[0]") != std::string::npos);
+
+  // A read's reply is of its own kind: no field says which it is.
+  auto back = DecodeFrameString(*EncodeToString(Message{5, VariableValues{{"w"}, {one}}}));
+  REQUIRE(back.ok());
+  CHECK(std::holds_alternative<VariableValues>(back->body));
 }
 
 TEST_CASE("a replication round's SSP clocks that do not fit its names are refused by name", "[wire][bad_input]") {
