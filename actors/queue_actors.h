@@ -56,6 +56,8 @@ class ActorQueues : public QueueService {
   std::string NameOf(int64_t id) const override;
   // The chunk queues of this store (one actor each, on the same actor system).
   ChunkQueueService* chunk_queues() override;
+  // The same, as the actors that hold them (a node sets their store).
+  ActorChunkQueues& chunk_actors() { return *chunks_; }
 
   // Fails every waiting request with Aborted and every later one at once, so
   // no step waits on a queue forever; the actors stay up until Stop.

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "actors/shard_state.h"
+#include "kernels/chunk_queue_service.h"
 #include "kernels/compute_pool.h"
 #include "kernels/in_memory_variables.h"
 
@@ -251,7 +252,9 @@ void ActorVariables::AssignNamed(std::vector<std::pair<std::string, Tensor>> val
   std::vector<std::pair<int64_t, Tensor>> assigns;
   for (auto& [name, value] : values) {
     if (!value.valid()) return done(InvalidArgument("variable '" + name + "': no value to assign"));
-    auto id = Resolve(name, value.dtype(), PartialShape(value.shape()));
+    // A chunk queue's state changes its length (a restore defines it here).
+    auto id = Resolve(name, value.dtype(),
+                      IsChunkQueueState(value) ? PartialShape::UnknownDims(1) : PartialShape(value.shape()));
     if (!id.ok()) return done(id.status());
     assigns.emplace_back(*id, std::move(value));
   }

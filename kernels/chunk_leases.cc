@@ -57,6 +57,7 @@ ChunkLeases::Took ChunkLeases::Take(int64_t worker, int64_t now_ms, ChunkTicket*
   w.tickets.insert(ticket);
   w.expires_ms = now_ms + o_.lease_ms;
   ++stats_.handed;
+  ++version_;
   *t = ChunkTicket{WithHandout(ticket, open.handout), ticket % o_.num_chunks, ticket / o_.num_chunks, open.trained};
   return Took::kTicket;
 }
@@ -75,6 +76,7 @@ ChunkLeases::Open* ChunkLeases::Held(int64_t worker, int64_t ticket, int64_t now
   // rows the worker read before it lost the chunk (it may hold it again).
   if (it == open_.end() || it->second.holder != worker || WithHandout(index, it->second.handout) != ticket) {
     ++stats_.refused;
+    ++version_;
     *s = FailedPrecondition("worker " + std::to_string(worker) + " no longer holds " + Describe(ticket) +
                             " (its lease expired or it was released; the chunk went to another worker)");
     return nullptr;
@@ -101,6 +103,7 @@ Status ChunkLeases::Trained(int64_t worker, int64_t ticket, int64_t pos, int64_t
   if (!open) return s;
   if (pos < 0) return InvalidArgument("trained position " + std::to_string(pos) + " of " + Describe(ticket) + " is negative");
   open->trained = std::max(open->trained, pos);
+  ++version_;
   MaybeDone(ChunkTicketIndex(ticket));
   return Status::OK();
 }
@@ -145,6 +148,7 @@ Status ChunkLeases::Read(int64_t worker, int64_t ticket, int64_t last_pos, int64
   if (last_pos < 0) return InvalidArgument("last position " + std::to_string(last_pos) + " of " + Describe(ticket) + " is negative");
   // A chunk resumed after its last row was trained reads no row at all.
   open->last = std::max(last_pos, open->trained);
+  ++version_;
   MaybeDone(ChunkTicketIndex(ticket));
   return Status::OK();
 }
@@ -155,6 +159,7 @@ void ChunkLeases::Return(int64_t index) {
   open.last = -1;  // read again from after its trained rows
   free_.insert(index);
   ++stats_.returned;
+  ++version_;
 }
 
 void ChunkLeases::ReturnAll(int64_t worker) {
@@ -189,6 +194,120 @@ int64_t ChunkLeases::NextExpiry() const {
 bool ChunkLeases::Waiting() const {
   const bool fresh = o_.num_epochs <= 0 || next_ < o_.num_epochs * o_.num_chunks;
   return free_.empty() && !fresh && !open_.empty();
+}
+
+namespace {
+
+// The words of a serialized state, in order (kernels/chunk_leases.h).
+constexpr int64_t kLeasesMagic = 0x53464c4541534553;  // "SFLEASES"
+constexpr int64_t kLeasesFormat = 1;
+constexpr size_t kHeaderWords = 12;  // magic .. stats, then the open tickets' count
+
+}  // namespace
+
+std::vector<int64_t> ChunkLeases::Serialize() const {
+  std::vector<int64_t> w = {kLeasesMagic,    kLeasesFormat,   version_,       o_.num_chunks,
+                            o_.num_epochs,   o_.lease_ms,     next_,          stats_.handed,
+                            stats_.returned, stats_.done,     stats_.refused, static_cast<int64_t>(open_.size())};
+  w.reserve(w.size() + 5 * open_.size() + 2 + free_.size() + 3 * workers_.size());
+  for (const auto& [index, o] : open_) w.insert(w.end(), {index, o.holder, o.handout, o.trained, o.last});
+  w.push_back(static_cast<int64_t>(free_.size()));
+  w.insert(w.end(), free_.begin(), free_.end());
+  // Workers by id, so that two equal states serialize alike.
+  std::map<int64_t, const Worker*> by_id;
+  for (const auto& [id, worker] : workers_) by_id[id] = &worker;
+  w.push_back(static_cast<int64_t>(by_id.size()));
+  for (const auto& [id, worker] : by_id) {
+    w.push_back(id);
+    w.push_back(static_cast<int64_t>(worker->tickets.size()));
+    w.insert(w.end(), worker->tickets.begin(), worker->tickets.end());
+  }
+  return w;
+}
+
+Result<ChunkLeases> ChunkLeases::Restore(const int64_t* words, size_t n, const ChunkLeaseOptions& options,
+                                         int64_t now_ms) {
+  auto bad = [](const std::string& what) { return InvalidArgument("chunk queue state refused: " + what); };
+  if (n < kHeaderWords) return bad(std::to_string(n) + " words, fewer than its header's " + std::to_string(kHeaderWords));
+  if (words[0] != kLeasesMagic) return bad("it does not start with the chunk lease state's mark");
+  if (words[1] != kLeasesFormat)
+    return bad("format " + std::to_string(words[1]) + ", this build reads format " + std::to_string(kLeasesFormat));
+  const ChunkLeaseOptions o{words[3], words[4], words[5]};
+  if (o.num_chunks != options.num_chunks || o.num_epochs != options.num_epochs || o.lease_ms != options.lease_ms)
+    return bad("it is of " + std::to_string(o.num_chunks) + " chunks, " + std::to_string(o.num_epochs) +
+               " epochs and leases of " + std::to_string(o.lease_ms) + " ms; the queue has " +
+               std::to_string(options.num_chunks) + ", " + std::to_string(options.num_epochs) + " and " +
+               std::to_string(options.lease_ms));
+  SF_RETURN_IF_ERROR(ValidateChunkLeaseOptions(options));
+  ChunkLeases q(options);
+  q.version_ = words[2];
+  q.next_ = words[6];
+  q.stats_ = ChunkLeaseStats{words[7], words[8], words[9], words[10]};
+  const int64_t tickets = o.num_epochs > 0 ? o.num_epochs * o.num_chunks : int64_t{1} << kChunkTicketBits;
+  if (q.version_ < 0) return bad("version " + std::to_string(q.version_) + " is negative");
+  if (q.next_ < 0 || q.next_ > tickets)
+    return bad("next ticket " + std::to_string(q.next_) + " is outside [0, " + std::to_string(tickets) + "]");
+  if (q.stats_.handed < 0 || q.stats_.returned < 0 || q.stats_.done < 0 || q.stats_.refused < 0)
+    return bad("a negative count among its stats");
+  size_t at = kHeaderWords - 1;
+  // The count at words[at], at most `most` and at most the words left over `each`.
+  auto count = [&](const char* what, int64_t most, size_t each) -> Result<int64_t> {
+    if (at >= n) return bad(std::string("it ends before its ") + what);
+    const int64_t c = words[at++];
+    const size_t left = n - at;
+    if (c < 0 || c > most || static_cast<uint64_t>(c) > left / each)
+      return bad(std::to_string(c) + " " + what + " (at most " + std::to_string(std::min<uint64_t>(most, left / each)) +
+                 " here)");
+    return c;
+  };
+  SF_ASSIGN_OR_RETURN(const int64_t n_open, count("open tickets", q.next_, 5));
+  int64_t held = 0, unheld = 0;
+  for (int64_t i = 0; i < n_open; ++i, at += 5) {
+    const int64_t index = words[at];
+    Open open{words[at + 1], words[at + 2], words[at + 3], words[at + 4]};
+    const std::string which = "open ticket " + std::to_string(index);
+    if (index < 0 || index >= q.next_) return bad(which + " was never handed out (" + std::to_string(q.next_) + " so far)");
+    if (!q.open_.empty() && index <= q.open_.rbegin()->first) return bad(which + " is out of order or twice");
+    if (open.holder < -1 || open.handout < 0 || open.trained < 0 || open.last < -1)
+      return bad(which + ": a holder, hand-out count or line out of range");
+    if (open.last >= 0 && open.trained >= open.last) return bad(which + " is done, yet open");
+    if (open.holder == -1 && open.last != -1) return bad(which + " is free, yet read to its end");
+    (open.holder == -1 ? unheld : held) += 1;
+    q.open_.emplace(index, open);
+  }
+  SF_ASSIGN_OR_RETURN(const int64_t n_free, count("free tickets", n_open, 1));
+  if (n_free != unheld)
+    return bad(std::to_string(n_free) + " free tickets, but " + std::to_string(unheld) + " open ones without a holder");
+  for (int64_t i = 0; i < n_free; ++i, ++at) {
+    auto it = q.open_.find(words[at]);
+    if (it == q.open_.end() || it->second.holder != -1)
+      return bad("free ticket " + std::to_string(words[at]) + " is not an open ticket without a holder");
+    if (!q.free_.insert(words[at]).second) return bad("free ticket " + std::to_string(words[at]) + " twice");
+  }
+  SF_ASSIGN_OR_RETURN(const int64_t n_workers, count("workers", held, 3));
+  int64_t listed = 0;
+  for (int64_t i = 0; i < n_workers; ++i) {
+    if (n - at < 2) return bad("it ends inside its workers");
+    const int64_t id = words[at++];
+    const std::string who = "worker " + std::to_string(id);
+    if (id == -1) return bad("a worker of id -1 (which marks a free ticket)");
+    Worker& w = q.workers_[id];
+    if (!w.tickets.empty()) return bad(who + " twice");
+    SF_ASSIGN_OR_RETURN(const int64_t k, count("tickets of a worker", held, 1));
+    if (k == 0) return bad(who + " holds no ticket");
+    for (int64_t j = 0; j < k; ++j, ++at) {
+      auto it = q.open_.find(words[at]);
+      if (it == q.open_.end() || it->second.holder != id)
+        return bad(who + " holds ticket " + std::to_string(words[at]) + ", which is not an open ticket it holds");
+      if (!w.tickets.insert(words[at]).second) return bad(who + " holds ticket " + std::to_string(words[at]) + " twice");
+    }
+    listed += k;
+    w.expires_ms = now_ms + options.lease_ms;
+  }
+  if (listed != held)
+    return bad(std::to_string(held) + " open tickets have a holder, but the workers hold " + std::to_string(listed));
+  if (at != n) return bad(std::to_string(n - at) + " words left over after its workers");
+  return q;
 }
 
 }  // namespace sf

@@ -31,6 +31,10 @@
 // rows it trained since are trained twice, which it must stop doing; so is
 // a report for a finished ticket (its holder's last report finished it).
 //
+// Serialize and Restore carry the whole state to another process (the
+// chunk queue's task moved, or its backup took over): a version that grows
+// with every change says which of two states is newer.
+//
 // Thread-compatible: one owner (the actor) calls it.
 #pragma once
 
@@ -118,6 +122,20 @@ class ChunkLeases {
   const ChunkLeaseOptions& options() const { return o_; }
   // "chunk C of epoch E", for errors (any ticket of the chunk and epoch).
   std::string Describe(int64_t ticket) const;
+  // Grows with every change of the state (a ticket handed out, a report
+  // taken or refused, a ticket taken back); a renewed lease is no change.
+  int64_t version() const { return version_; }
+
+  // The whole state (options, version, tickets, workers, stats) as int64
+  // words; worker lease ends are left out (another process's clock).
+  std::vector<int64_t> Serialize() const;
+  // A queue in the state words[0, n) of Serialize, every holder's lease
+  // starting again at now_ms (leases do not travel between clocks).
+  // InvalidArgument naming what is wrong when the words are no such state
+  // (they come from the network: sizes, ranges, tickets and holders are all
+  // checked) or its options are not `options`.
+  static Result<ChunkLeases> Restore(const int64_t* words, size_t n, const ChunkLeaseOptions& options,
+                                     int64_t now_ms);
 
  private:
   struct Open {
@@ -135,7 +153,8 @@ class ChunkLeases {
   void Return(int64_t index);
   void ReturnAll(int64_t worker);
 
-  const ChunkLeaseOptions o_;
+  ChunkLeaseOptions o_;  // not const: Restore's result is moved
+  int64_t version_ = 0;
   int64_t next_ = 0;                       // the next ticket never handed out
   std::map<int64_t, Open> open_;           // tickets handed out and not done
   std::set<int64_t> free_;                 // open tickets to hand out again

@@ -17,6 +17,7 @@
 
 #include "kernels/chunk_leases.h"
 #include "shardflow/status.h"
+#include "shardflow/tensor.h"
 
 namespace sf {
 
@@ -29,6 +30,22 @@ namespace sf {
 // trained. ChunkTicketIndex gives the ticket's index.
 constexpr int kChunkIncarnationShift = kChunkTicketBits + kChunkHandoutBits;
 constexpr int64_t kMaxChunkIncarnation = (int64_t{1} << (63 - kChunkIncarnationShift)) - 1;
+
+// A chunk queue's state as a node stores it (actors/chunk_queue_actor.h: a
+// variable of the queue's slot, so that moves, backups and node checkpoints
+// carry it): an int64 vector of kChunkQueueStateMagic, the queue's
+// incarnation, the writer (a random id of the queue object that wrote it),
+// then ChunkLeases::Serialize. Its length changes with the state.
+constexpr int64_t kChunkQueueStateMagic = 0x5346434851535431;  // "SFCHQST1"
+constexpr size_t kChunkQueueStateHeader = 3;
+// The suffix of the variable holding chunk queue Q's state: "Q" + this.
+constexpr const char* kChunkQueueStateSuffix = "/chunk_leases";
+
+// Whether t looks like a chunk queue's state (its first word; Restore checks the rest).
+inline bool IsChunkQueueState(const Tensor& t) {
+  return t.valid() && t.dtype() == DType::kInt64 && t.rank() == 1 &&
+         t.num_elements() >= static_cast<int64_t>(kChunkQueueStateHeader) && t.data<int64_t>()[0] == kChunkQueueStateMagic;
+}
 
 class ChunkQueueService {
  public:

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/chunk_queue_actor.h"
 #include "kernels/chunk_queue_service.h"
 #include "kernels/criteo_format.h"
 #include "shardflow/chunk_queue_ops.h"
@@ -23,7 +24,9 @@
 #include "shardflow/reader_ops.h"
 #include "shardflow/session.h"
 #include "tests/support/criteo_files.h"
+#include "tests/support/caf_system.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 using namespace sf;
 using sf::testing::CriteoLine;
@@ -376,4 +379,183 @@ TEST_CASE("A lease that ends mid-epoch costs the worker its batch, never a row t
     if (const float times = (*counts)[0].data<float>()[i]; times != 1.0f)
       not_once += std::to_string(i) + ": " + std::to_string(static_cast<int>(times)) + " ";
   CHECK(not_once == "");
+}
+
+namespace {
+
+// A node's store of chunk queue states, by hand: writes wait until the
+// test lets them end (held), loads answer what `stored` holds.
+struct FakeChunkStore {
+  std::mutex mu;
+  std::map<std::string, Tensor> written;  // the queue's own writes, in order (the last)
+  std::map<std::string, Tensor> stored;   // what load answers
+  std::vector<std::function<void(Status)>> held;
+  int64_t writes = 0;
+  bool hold = false;
+
+  runtime::ChunkQueueStore Store() {
+    runtime::ChunkQueueStore s;
+    s.persist = [this](const std::string& name, Tensor state, std::function<void(Status)> done) {
+      std::unique_lock<std::mutex> l(mu);
+      REQUIRE(IsChunkQueueState(state));
+      written[name] = state;
+      ++writes;
+      if (hold) return held.push_back(std::move(done));
+      l.unlock();
+      done(Status::OK());
+    };
+    s.load = [this](const std::string& name) {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = stored.find(name);
+      return it == stored.end() ? Tensor() : it->second;
+    };
+    return s;
+  }
+  int64_t Writes() {
+    std::lock_guard<std::mutex> l(mu);
+    return writes;
+  }
+  void Release() {
+    std::vector<std::function<void(Status)>> h;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      h.swap(held);
+      hold = false;
+    }
+    for (auto& d : h) d(Status::OK());
+  }
+};
+
+template <class T>
+T Await(std::future<T>& f) {
+  REQUIRE(f.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  return f.get();
+}
+
+Result<ChunkTicket> TakeOf(runtime::ActorChunkQueues& q, int64_t id, int64_t worker) {
+  auto p = std::make_shared<std::promise<Result<ChunkTicket>>>();
+  auto f = p->get_future();
+  q.Take(id, worker, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
+  return Await(f);
+}
+
+Status ReportOf(runtime::ActorChunkQueues& q, int64_t id, int64_t worker, int64_t ticket, int64_t pos, bool read) {
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future();
+  q.Report(id, worker, {ticket}, {pos}, read, [p](Status s) { p->set_value(std::move(s)); });
+  return Await(f);
+}
+
+Result<int64_t> ReleaseOf(runtime::ActorChunkQueues& q, int64_t id, int64_t worker) {
+  auto p = std::make_shared<std::promise<Result<int64_t>>>();
+  auto f = p->get_future();
+  q.Release(id, worker, [p](Result<int64_t> n) { p->set_value(std::move(n)); });
+  return Await(f);
+}
+
+}  // namespace
+
+TEST_CASE("A chunk queue answers a change once its state is written; one made where a state is stored goes on from it",
+          "[chunk_queue]") {
+  testing::CafSystem cs;
+  std::atomic<int64_t> now{0};
+  auto clock = [&now] { return now.load(); };
+  FakeChunkStore store;
+  const ChunkLeaseOptions o{4, 1, 1000};
+  runtime::ActorChunkQueues a(cs.sys, clock);
+  a.SetStore(store.Store());
+  auto qa = a.Resolve("q", o);
+  REQUIRE(qa.ok());
+  CHECK(store.Writes() == 0);  // nothing changed yet
+
+  // The Take's answer waits for its state's write.
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    store.hold = true;
+  }
+  auto p = std::make_shared<std::promise<Result<ChunkTicket>>>();
+  auto first = p->get_future();
+  a.Take(*qa, 1, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
+  REQUIRE(testing::WaitFor([&] { return store.Writes() == 1; }, std::chrono::seconds(20)));
+  CHECK(first.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  store.Release();
+  Result<ChunkTicket> t1 = Await(first);
+  REQUIRE(t1.ok());
+  CHECK(t1->chunk == 0);
+  REQUIRE(ReportOf(a, *qa, 1, t1->ticket, 5, false).ok());  // lines 1-5 of chunk 0 trained
+  auto t2 = TakeOf(a, *qa, 2);
+  REQUIRE(t2.ok());
+  CHECK(t2->chunk == 1);
+  CHECK(store.Writes() == 3);
+
+  // Another node's queue of the same name (its slot moved there) goes on
+  // from what a wrote: the tickets a handed out stay valid there.
+  Tensor moved;
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    moved = store.written["q"];
+    store.stored["q"] = moved;
+  }
+  now = 50000;  // another process's clock
+  FakeChunkStore other;
+  {
+    std::lock_guard<std::mutex> l(other.mu);
+    other.stored["q"] = moved;
+  }
+  runtime::ActorChunkQueues b(cs.sys, clock);
+  b.SetStore(other.Store());
+  auto qb = b.Resolve("q", o);
+  REQUIRE(qb.ok());
+  auto t3 = TakeOf(b, *qb, 3);
+  REQUIRE(t3.ok());
+  CHECK(t3->chunk == 2);  // 0 and 1 are held
+  CHECK(ReportOf(b, *qb, 2, t2->ticket, 9, true).ok());  // a's ticket, reported to b
+  CHECK(ReportOf(b, *qb, 2, t2->ticket, 9, false).ok());  // chunk 1 done
+  CHECK(ReleaseOf(b, *qb, 1).value() == 1);  // worker 1 is gone: chunk 0 again, after line 5
+  auto t4 = TakeOf(b, *qb, 4);
+  REQUIRE(t4.ok());
+  CHECK(t4->chunk == 0);
+  CHECK(t4->skip == 5);
+  CHECK(ReportOf(b, *qb, 1, t1->ticket, 7, false).code() == Code::kFailedPrecondition);
+
+  // a's queue, resolved again where b's state is stored (the slot came
+  // back), goes on from b's; resolved again with the same state, it keeps
+  // its changes since.
+  Tensor from_b;
+  {
+    std::lock_guard<std::mutex> l(other.mu);
+    from_b = other.written["q"];
+  }
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    store.stored["q"] = from_b;
+  }
+  REQUIRE(a.Resolve("q", o).ok());
+  auto t5 = TakeOf(a, *qa, 5);
+  REQUIRE(t5.ok());
+  CHECK(t5->chunk == 3);  // 0 and 2 held (by 4 and 3), 1 done
+  REQUIRE(a.Resolve("q", o).ok());
+  CHECK(ReportOf(a, *qa, 5, t5->ticket, 3, false).ok());  // still worker 5's
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    store.stored["q"] = store.written["q"];  // a's own state: nothing new either
+  }
+  REQUIRE(a.Resolve("q", o).ok());
+  CHECK(ReportOf(a, *qa, 5, t5->ticket, 4, false).ok());
+
+  // A stored state that is none of this queue is refused, naming the queue.
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    Tensor bad = store.written["q"].Copy();
+    bad.data<int64_t>()[bad.num_elements() - 1] = 99;  // a worker's ticket never handed out
+    store.stored["r"] = bad;
+    store.stored["s"] = Tensor::FromVector(std::vector<int64_t>{1, 2, 3});
+  }
+  auto r = a.Resolve("r", o);
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains("chunk queue 'r'") && Catch::Contains("ticket 99"));
+  CHECK(a.Resolve("s", o).status().code() == Code::kInvalidArgument);
+  CHECK(a.Resolve("q", ChunkLeaseOptions{5, 1, 1000}).status().code() == Code::kInvalidArgument);
+  a.Shutdown();
+  b.Shutdown();
 }

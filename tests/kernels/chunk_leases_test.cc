@@ -214,3 +214,186 @@ TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers 
     for (const auto& [key, times] : trained) REQUIRE(times == 1);
   }
 }
+
+// A queue as another process restores it from the words of Serialize.
+ChunkLeases RoundTrip(const ChunkLeases& q, int64_t now) {
+  std::vector<int64_t> w = q.Serialize();
+  auto r = ChunkLeases::Restore(w.data(), w.size(), q.options(), now);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+TEST_CASE("ChunkLeases: a state restored mid-epoch goes on exactly as the original", "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{4, 2, 100});
+  ChunkTicket a, b, c, t;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &b) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &c) == Took::kTicket);
+  REQUIRE(q.Trained(1, a.ticket, 7, 0).ok());
+  REQUIRE(q.Read(2, b.ticket, 30, 0).ok());
+  REQUIRE(q.Trained(2, b.ticket, 12, 0).ok());
+  CHECK(q.Release(1) == 1);  // chunk 0 free, resuming after line 7
+  CHECK(q.Trained(1, a.ticket, 9, 0).code() == Code::kFailedPrecondition);
+  const int64_t version = q.version();
+  CHECK(version > 0);
+
+  ChunkLeases r = RoundTrip(q, 1000);
+  CHECK(r.version() == version);
+  CHECK(r.Serialize() == q.Serialize());
+  CHECK(r.stats().handed == 3);
+  CHECK(r.stats().refused == 1);
+  CHECK(r.NextExpiry() == 1100);  // leases restart on the new clock
+  // The same calls give the same answers on both (the original's clock moved alike).
+  auto same = [&](auto call) {
+    auto x = call(q, 0), y = call(r, 1000);
+    CHECK(x == y);
+  };
+  same([&](ChunkLeases& z, int64_t off) {
+    ChunkTicket u;
+    const Took took = z.Take(3, off + 1, &u);
+    return std::make_tuple(took, u.ticket, u.chunk, u.epoch, u.skip);
+  });
+  same([&](ChunkLeases& z, int64_t off) { return z.Trained(2, b.ticket, 30, off + 2).code(); });  // b done
+  same([&](ChunkLeases& z, int64_t off) { return z.Trained(1, a.ticket, 8, off + 2).code(); });   // lost
+  same([&](ChunkLeases& z, int64_t off) { return z.Read(2, c.ticket, 0, off + 3).code(); });      // c done
+  same([&](ChunkLeases& z, int64_t) { return z.Release(3); });
+  same([&](ChunkLeases& z, int64_t off) {
+    ChunkTicket u;
+    const Took took = z.Take(4, off + 4, &u);
+    return std::make_tuple(took, u.ticket, u.chunk, u.epoch, u.skip);
+  });
+  same([&](ChunkLeases& z, int64_t off) { return z.Expire(off + 104); });  // worker 4's lease ends
+  CHECK(r.Serialize() == q.Serialize());
+  CHECK(r.version() == q.version());
+  CHECK(r.version() > version);
+  // A fresh queue round-trips too.
+  ChunkLeases fresh(ChunkLeaseOptions{3, 0, 50});
+  CHECK(RoundTrip(fresh, 0).Serialize() == fresh.Serialize());
+  CHECK(RoundTrip(fresh, 0).Take(1, 0, &t) == Took::kTicket);
+}
+
+TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wrong", "[chunk_leases]") {
+  const ChunkLeaseOptions o{4, 1, 100};
+  ChunkLeases q(o);
+  ChunkTicket a, b;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &b) == Took::kTicket);
+  REQUIRE(q.Release(2) == 1);
+  const std::vector<int64_t> good = q.Serialize();
+  // Layout: 12 header words (the last: open count 2), opens (index, holder,
+  // handout, trained, last) of tickets 0 and 1, free count 1 and ticket 1,
+  // worker count 1, worker 1 with 1 ticket: ticket 0.
+  REQUIRE(good.size() == 12 + 10 + 2 + 1 + 3);
+  auto refused = [&](std::vector<int64_t> w, const ChunkLeaseOptions& opts, const std::string& words) {
+    auto r = ChunkLeases::Restore(w.data(), w.size(), opts, 0);
+    INFO(words);
+    REQUIRE(!r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains(words));
+  };
+  auto with = [&](size_t at, int64_t v) {
+    std::vector<int64_t> w = good;
+    w[at] = v;
+    return w;
+  };
+  REQUIRE(ChunkLeases::Restore(good.data(), good.size(), o, 0).ok());
+  refused({}, o, "fewer than its header");
+  refused(with(0, 7), o, "mark");
+  refused(with(1, 9), o, "format 9");
+  refused(good, ChunkLeaseOptions{5, 1, 100}, "the queue has 5");
+  refused(with(2, -3), o, "version");
+  refused(with(6, 99), o, "next ticket 99");
+  refused(with(9, -1), o, "negative count");
+  refused(with(11, 1 << 30), o, "open tickets");                // a count past the words there
+  refused(with(12, 3), o, "never handed out");                  // open ticket index past next
+  refused(with(17, 0), o, "out of order or twice");             // ticket 1 listed as 0 again
+  refused(with(13, -2), o, "out of range");                     // holder
+  refused(with(16, 0), o, "done, yet open");                    // ticket 0 read to line 0, trained 0
+  refused(with(18, 1), o, "free tickets, but");                 // ticket 1 held by 1: free count wrong
+  refused(with(23, 0), o, "not an open ticket without a holder");
+  refused(with(25, 5), o, "worker 5 holds ticket 0");
+  refused(with(25, -1), o, "id -1");
+  refused(with(27, 1), o, "not an open ticket it holds");
+  std::vector<int64_t> more = good;
+  more.push_back(0);
+  refused(more, o, "left over");
+  std::vector<int64_t> shorter(good.begin(), good.end() - 1);
+  refused(shorter, o, "1 workers");
+}
+
+// The property test above with the queue moved to another process (a
+// restore from its serialized state, on another clock) now and then.
+TEST_CASE("ChunkLeases: every line trained exactly once while the queue moves between processes (300 runs)",
+          "[chunk_leases]") {
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
+    const ChunkLeaseOptions o{chunks, epochs, lease};
+    auto q = std::make_unique<ChunkLeases>(o);
+    struct Worker {
+      int64_t id = 0;
+      bool has = false;
+      ChunkTicket t;
+      int64_t next = 0;
+    };
+    std::vector<Worker> workers(1 + rng() % 4);
+    int64_t next_id = 0;
+    for (Worker& w : workers) w.id = next_id++;
+    std::map<std::pair<int64_t, int64_t>, int> trained;
+    int64_t now = 0, moves = 0;
+    bool ended = false;
+    for (int step = 0; step < 100000 && !ended; ++step) {
+      now += rng() % 3;
+      if (rng() % 50 == 0) {  // moved: another process, its clock 10000 ahead
+        std::vector<int64_t> w = q->Serialize();
+        now += 10000;
+        auto r = ChunkLeases::Restore(w.data(), w.size(), o, now);
+        REQUIRE(r.ok());
+        q = std::make_unique<ChunkLeases>(std::move(*r));
+        ++moves;
+      }
+      Worker& w = workers[rng() % workers.size()];
+      const int what = static_cast<int>(rng() % 100);
+      if (what < 3) {
+        q->Release(w.id);
+        w = Worker{next_id++};
+        continue;
+      }
+      if (what < 5) {
+        w = Worker{next_id++};
+        continue;
+      }
+      if (!w.has) {
+        const Took took = q->Take(w.id, now, &w.t);
+        if (took == Took::kEnd) ended = true;
+        if (took != Took::kTicket) continue;
+        w.has = true;
+        w.next = w.t.skip + 1;
+        continue;
+      }
+      const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
+      if (w.next <= lines) {
+        Status s = q->Trained(w.id, w.t.ticket, upto, now);
+        if (s.ok())
+          for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
+        else
+          REQUIRE(s.code() == Code::kFailedPrecondition);
+        if (!s.ok()) {
+          w.has = false;
+          continue;
+        }
+        w.next = upto + 1;
+      }
+      if (w.next > lines) {
+        Status s = q->Read(w.id, w.t.ticket, lines, now);
+        REQUIRE((s.ok() || s.code() == Code::kFailedPrecondition));
+        w.has = false;
+      }
+    }
+    INFO("seed " << seed << ": " << moves << " moves");
+    REQUIRE(ended);
+    REQUIRE(static_cast<int64_t>(trained.size()) == chunks * epochs * lines);
+    for (const auto& [key, times] : trained) REQUIRE(times == 1);
+  }
+}
