@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "actors/shard_state.h"
+#include "kernels/chunk_queue_service.h"
 #include "kernels/in_memory_variables.h"
 
 namespace sf {
@@ -201,10 +202,14 @@ void ActorVariables::ApplyChanges(std::vector<VarChanges> changes, std::function
   for (auto& c : changes) {
     Result<int64_t> id = NotFound("");
     if (c.value.valid() && !c.rows.valid()) {
-      // A hash shard's state grows with its table: its variable has no fixed shape.
+      // A hash shard's state grows with its table, a chunk queue's with its
+      // tickets: their variables have no fixed shape.
       // A replica follows its holder: counted against quotas, never refused.
       id = ResolveAs(c.name, c.value.dtype(),
-                     IsHashShardState(c.value) ? PartialShape::Unknown() : PartialShape(c.value.shape()), false);
+                     IsHashShardState(c.value)    ? PartialShape::Unknown()
+                     : IsChunkQueueState(c.value) ? PartialShape::UnknownDims(1)
+                                                  : PartialShape(c.value.shape()),
+                     false);
     } else if (c.value.valid() && c.leading >= 0 && c.value.rank() >= 1) {
       // A piece of a variable sent whole in pieces: defined by its full shape,
       // which must fit in memory (a peer names the leading dimension).

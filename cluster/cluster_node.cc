@@ -37,6 +37,7 @@ ClusterNode::Impl::Impl(NodeOptions o)
       NamespaceLimits{opts.ns_max_variables, opts.ns_max_tables, opts.ns_max_queues, opts.ns_max_bytes});
   variables->SetQuotas(quotas);
   queues->SetQuotas(quotas);
+  StoreChunkQueues();
   node_checkpoints = std::make_unique<cluster::NodeCheckpoints>(cluster::NodeCheckpoints::Hooks{
       opts.checkpoint_root, opts.name,
       [this](const std::vector<std::string>& names, std::function<void(cluster::NodeCheckpoints::Values)> done) {

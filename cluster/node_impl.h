@@ -80,6 +80,10 @@ struct ClusterNode::Impl {
   std::unique_ptr<caf::actor_system> system;
   std::unique_ptr<runtime::ActorVariables> variables;
   std::unique_ptr<runtime::ActorQueues> queues;
+  // Chunk queue states read by registrations for their queues' Resolve
+  // (cluster/node_chunk_queues.cc): queue name -> state, taken once.
+  std::mutex chunk_states_mu;
+  std::map<std::string, Tensor> chunk_states;  // GUARDED_BY(chunk_states_mu)
   // What each namespace holds here, against its quotas (variables and queues count into it).
   std::shared_ptr<NamespaceQuotas> quotas;
   runtime::LocalRendezvous rendezvous;
@@ -289,6 +293,15 @@ struct ClusterNode::Impl {
   void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body);
 
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r);
+  // Keeps the chunk queues' states in the variable store, as variables of
+  // their slots (cluster/node_chunk_queues.cc). Called once, at start.
+  void StoreChunkQueues();
+  // The ChunkQueue nodes' queue names of g with their state variables' names.
+  static std::map<std::string, std::string> ChunkQueueStates(const Graph& g);
+  // Reads the stored states of g's chunk queues for their Resolve (which
+  // must not block: it runs on an actor thread). Blocks the calling thread
+  // (the registrar's) up to a few seconds; Unavailable when they are not read by then.
+  Status LoadChunkQueueStates(const Graph& g);
   // A session's RegisterPartition, queued for the registrar thread (loading
   // a graph takes a while, and must hold up neither the I/O thread nor the
   // handler threads other peers share); refused with ResourceExhausted past

@@ -147,6 +147,8 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     auto s = g.node(i).attrs.Get<std::string>("shared_name");
     if (s.ok()) var_names.insert(*s);
   }
+  // A chunk queue's state is a variable of its slot (cluster/node_chunk_queues.cc).
+  for (const auto& kv : ChunkQueueStates(g)) var_names.insert(kv.second);
   variables->AddGraphVariables(var_names);
   std::shared_ptr<runtime::PartitionHost> host;
   {
@@ -225,6 +227,9 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     graphs->rendezvous = ss.rendezvous;
     host = ss.host;
   }
+  // The kernels' Resolve of a moved or promoted slot's chunk queues goes on
+  // from their stored states, read here (Resolve runs on an actor thread).
+  SF_RETURN_IF_ERROR(LoadChunkQueueStates(g));
   // Blocks the registrar thread while the host builds the executor: the
   // registration's reply follows it.
   SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));
