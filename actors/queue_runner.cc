@@ -1,5 +1,7 @@
 #include "shardflow/queue_runner.h"
 
+#include "shardflow/cluster.h"
+
 namespace sf {
 
 QueueRunner::QueueRunner(SessionInterface& session, std::vector<std::string> enqueue_targets, FeedFn feeds,
@@ -40,11 +42,40 @@ void QueueRunner::Next(int loop) {
     feeds = std::move(f).value();
   }
   session_.RunAsync(feeds, {}, targets_, [this, loop](Result<std::vector<Tensor>> r) {
-    if (!r.ok()) return EndLoop(r.status());
+    if (!r.ok()) {
+      const Status& s = r.status();
+      if (!options_.restart_target.empty() && (IsStaleShardMap(s) || s.code() == Code::kUnavailable))
+        return Restart(loop, s);
+      return EndLoop(s);
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       ++steps_;
+      restarts_ = 0;
     }
+    Next(loop);
+  });
+}
+
+void QueueRunner::Restart(int loop, const Status& why) {
+  bool stop = false;
+  int in_a_row = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop = stopping_;
+    in_a_row = ++restarts_;
+    if (!stop && in_a_row <= options_.max_restarts) ++restarted_;
+  }
+  if (stop) return EndLoop(Status::OK());  // ended by Stop: not an error
+  if (in_a_row > options_.max_restarts)
+    return EndLoop(Unavailable("QueueRunner: the enqueue failed " + std::to_string(in_a_row) +
+                               " times in a row as the cluster moved or lost its parts, last with " +
+                               why.ToString()));
+  session_.RunAsync({}, {}, {options_.restart_target}, [this, loop, why](Result<std::vector<Tensor>> r) {
+    // The release may meet the same move: the next enqueue tries again.
+    if (!r.ok() && !IsStaleShardMap(r.status()) && r.status().code() != Code::kUnavailable)
+      return EndLoop(r.status().WithPrefix("QueueRunner restart target '" + options_.restart_target +
+                                           "' after " + why.ToString()));
     Next(loop);
   });
 }
@@ -91,6 +122,11 @@ Status QueueRunner::Join() {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return running_ == 0; });
   return error_;
+}
+
+int64_t QueueRunner::restarts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return restarted_;
 }
 
 int64_t QueueRunner::steps() const {

@@ -316,7 +316,12 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
                                    std::function<void(Result<std::vector<Tensor>>)> finish) {
   // A member joined, drains or died since the last step: follow it first.
   if (restore_pending || stale_map || (options.elastic && (membership_changed || member_down))) {
-    PauseSteps();
+    // With a shard map the leader moved the state (fencing the old holders)
+    // and steps in flight finish on their old registration (a node keeps
+    // what a running step uses after its session closed): following the map
+    // waits for none of them. One may wait for this very step, as an
+    // enqueue into a full queue waits for the dequeue queued here.
+    PauseSteps(/*drain=*/!map_mode);
     Result<ClusterChange> r = ClusterChange{};
     if (restore_pending || stale_map || membership_changed || member_down) {
       stale_map = false;
@@ -337,6 +342,16 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
     std::unique_lock<std::mutex> l(gate_mu);
     gate_cv.wait(l, [&] { return !reconfiguring; });
     ++active_steps;
+    ++starting_steps;
+  }
+  uint64_t sid = 0;  // stable until the step is sent: a reconfiguration waits for starting_steps
+  {
+    std::lock_guard<std::mutex> l(conf_mu);
+    sid = session_id;
+  }
+  {
+    std::lock_guard<std::mutex> l(gate_mu);
+    ++steps_of_session[sid];
   }
   // Looked up with steps let through: a reconfiguration before drops the
   // plans. Registration is rare (once per signature) and serialized.
@@ -345,11 +360,12 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
   const bool repeatable = runtime::Coordinator::Repeatable(*plan);
   if (call->step == 0 && repeatable && map_mode && options.step_retry_ms > 0) call->step = coordinator->NewStepId();
   Impl* impl = this;
-  auto step_done = [impl, finish, call, repeatable](Result<std::vector<Tensor>> r) {
+  auto step_done = [impl, finish, call, repeatable, sid](Result<std::vector<Tensor>> r) {
     {
       std::lock_guard<std::mutex> l(impl->gate_mu);
       if (--impl->active_steps == 0) impl->gate_cv.notify_all();
     }
+    impl->EndStepOf(sid);
     // A node refused a part of the step as placed by a stale shard map:
     // the next step follows the new map first (elastic or not).
     if (!r.ok() && cluster::IsStaleEpoch(r.status())) impl->stale_map = true;
@@ -369,6 +385,10 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
   };
   coordinator->StartStep(plan, call->feeds, std::move(step_done), call->run_options, "coordinator",
                          call->step == 0 ? 0 : call->step + call->attempt);
+  // Its runs are sent (on the registration it planned by): a
+  // reconfiguration may close that registration now.
+  std::lock_guard<std::mutex> l(gate_mu);
+  if (--starting_steps == 0) gate_cv.notify_all();
 }
 
 bool ClusterSession::Impl::RunAgain(const Status& s, StepCall& call, bool repeatable) {

@@ -120,7 +120,8 @@ struct ClusterNode::Impl {
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
   std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
   std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
-  std::multiset<std::pair<int, int64_t>> running_slots;   // GUARDED_BY(mu)
+  // (slot, epoch placed by) -> step, for each partition run here.
+  std::multimap<std::pair<int, int64_t>, int64_t> running_slots;  // GUARDED_BY(mu)
   // Slot -> the newest map epoch that placed a run here: a backup refuses a
   // holder's round when it already served the slot by a newer map than the
   // one naming that holder (it took the slot over; the round would undo

@@ -270,7 +270,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     if (!stopping && host && !full && slot.second >= fence) {
       running.emplace(step, c.get());
       ++running_per_client[c.get()];
-      running_slots.insert(slot);
+      running_slots.emplace(slot, step);
       if (slot.first >= 0) {
         int64_t& served = served_epochs[slot.first];
         served = std::max(served, slot.second);
@@ -343,7 +343,11 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     std::lock_guard<std::mutex> l(mu);
     if (watch) watched.erase(watch);
     running.erase(running.find(step));
-    running_slots.erase(running_slots.find(slot));
+    for (auto [it, end] = running_slots.equal_range(slot); it != end; ++it)
+      if (it->second == step) {
+        running_slots.erase(it);
+        break;
+      }
     if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
       running_per_client.erase(n);
     if (running.empty()) idle.notify_all();

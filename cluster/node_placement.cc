@@ -132,22 +132,38 @@ void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, 
 }
 
 Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t epoch) {
+  // The steps of the slot's runs placed by an older map than its fence.
+  auto older_runs = [this, slot] {  // REQUIRES: mu
+    const int64_t fence = fences[slot];
+    std::vector<int64_t> steps;
+    for (auto it = running_slots.lower_bound({slot, INT64_MIN});
+         it != running_slots.end() && it->first.first == slot; ++it)
+      if (it->first.second < fence) steps.push_back(it->second);
+    return steps;
+  };
+  std::vector<int64_t> older;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    int64_t& fence = fences[slot];
+    fence = std::max(fence, epoch);
+    older = older_runs();
+  }
+  // Runs of the slot that started before the fence end first: what they
+  // change is part of what moves. One waiting on a queue of the slot waits
+  // for a peer that now goes to the new holder (an enqueue into a full
+  // queue, a dequeue, a chunk Take): it would hold the move until the
+  // timeout. Its wait ends as placed by a stale epoch: its session follows
+  // the map and runs it (or its input) again there.
+  const Status stale = Aborted("node " + opts.name + ": slot " + std::to_string(slot) + " " + cluster::kStaleEpoch +
+                              " (it moves at epoch " + std::to_string(epoch) +
+                              "); the session follows the new map before its next step");
+  for (int64_t step : older) queues->CancelStep(step, stale);
   std::set<std::string> names;
   {
     std::unique_lock<std::mutex> l(mu);
-    int64_t& fence = fences[slot];
-    fence = std::max(fence, epoch);
-    // Runs of the slot that started before the fence end first: what they
-    // change is part of what moves.
-    auto older_runs = [&] {
-      for (auto it = running_slots.lower_bound({slot, INT64_MIN}); it != running_slots.end() && it->first == slot;
-           ++it)
-        if (it->second < fence) return true;
-      return false;
-    };
     ++fence_waiters;
     const bool drained =
-        fence_cv.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || !older_runs(); });
+        fence_cv.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || older_runs().empty(); });
     --fence_waiters;
     if (!drained)
       return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +

@@ -113,11 +113,22 @@ struct ClusterSession::Impl {
     for (const auto& k : m.members) known.insert(k.address);
   }
 
-  // Steps pause while the session reconfigures: a reconfiguration waits for
-  // the steps in flight, and steps wait for it.
+  // Steps pause while the session reconfigures: new steps wait for the
+  // reconfiguration, and one that moves state itself (no shard map, a
+  // checkpoint restore or save) waits for the steps in flight.
   std::mutex gate_mu;
   std::condition_variable gate_cv;
   int active_steps = 0;        // GUARDED_BY(gate_mu)
+  // Steps let through and not yet sent to their hosts (planning or
+  // registering on the current session id): every reconfiguration waits
+  // for them, since it drops the plans and closes that registration.
+  int starting_steps = 0;      // GUARDED_BY(gate_mu)
+  // Steps started and not ended, by the session id they were registered
+  // under; and the ids a reconfiguration replaced while some of theirs ran,
+  // with the connections to close them on once the last ends (closing
+  // earlier drops the tensors their parts still send each other).
+  std::map<uint64_t, int> steps_of_session;                                  // GUARDED_BY(gate_mu)
+  std::map<uint64_t, std::vector<net::ConnectionPtr>> retired_sessions;      // GUARDED_BY(gate_mu)
   bool reconfiguring = false;  // GUARDED_BY(gate_mu)
 
   // Plans and steps; its hosts are those below.
@@ -214,9 +225,19 @@ struct ClusterSession::Impl {
                                                                     const std::vector<std::string>& names);
   // Assigns values (name, tensor) on member addr.
   Status AssignVariables(const std::string& addr, std::vector<std::pair<std::string, Tensor>> values);
-  // Pauses steps (waits for those in flight) / lets them go on.
-  void PauseSteps();
+  // Pauses steps: no new one starts until ResumeSteps; with drain, also
+  // waits for those in flight (which may wait forever for a step that
+  // cannot start, as a dequeue feeding a blocked enqueue: only callers that
+  // move state themselves drain). Either way it waits for the steps being
+  // started (starting_steps).
+  void PauseSteps(bool drain = true);
   void ResumeSteps();
+  // Closes session id `sid` on conns (one-way, best effort) once no step
+  // registered under it runs; at once when none does.
+  void RetireSession(uint64_t sid, std::vector<net::ConnectionPtr> conns);
+  // Counts a step of session sid ended; closes sid if it was retired and
+  // this was its last.
+  void EndStepOf(uint64_t sid);
   // Recover with steps paused.
   Result<ClusterChange> Reconfigure(bool roll_back_all);
   // Assigns checkpoint values on the members holding their tasks (now:

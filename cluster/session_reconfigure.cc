@@ -63,17 +63,51 @@ Status ClusterSession::Impl::AssignVariables(const std::string& addr,
   return Status::OK();
 }
 
-void ClusterSession::Impl::PauseSteps() {
+void ClusterSession::Impl::PauseSteps(bool drain) {
   std::unique_lock<std::mutex> l(gate_mu);
   gate_cv.wait(l, [&] { return !reconfiguring; });
   reconfiguring = true;
-  gate_cv.wait(l, [&] { return active_steps == 0; });
+  gate_cv.wait(l, [&] { return (drain ? active_steps : starting_steps) == 0; });
 }
 
 void ClusterSession::Impl::ResumeSteps() {
   std::lock_guard<std::mutex> l(gate_mu);
   reconfiguring = false;
   gate_cv.notify_all();
+}
+
+namespace {
+
+void CloseOn(uint64_t sid, const std::vector<net::ConnectionPtr>& conns) {
+  for (const auto& c : conns) c->Request(net::CloseSession{sid}, 2000, [](Result<net::Message>) {});
+}
+
+}  // namespace
+
+void ClusterSession::Impl::RetireSession(uint64_t sid, std::vector<net::ConnectionPtr> conns) {
+  {
+    std::lock_guard<std::mutex> l(gate_mu);
+    if (steps_of_session.count(sid)) {
+      retired_sessions[sid] = std::move(conns);
+      return;
+    }
+  }
+  CloseOn(sid, conns);
+}
+
+void ClusterSession::Impl::EndStepOf(uint64_t sid) {
+  std::vector<net::ConnectionPtr> conns;
+  {
+    std::lock_guard<std::mutex> l(gate_mu);
+    auto it = steps_of_session.find(sid);
+    if (it == steps_of_session.end() || --it->second > 0) return;
+    steps_of_session.erase(it);
+    auto r = retired_sessions.find(sid);
+    if (r == retired_sessions.end()) return;
+    conns = std::move(r->second);
+    retired_sessions.erase(r);
+  }
+  CloseOn(sid, conns);
 }
 
 Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
@@ -179,7 +213,9 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
     if (register_again) hosts.clear();
   }
   if (register_again) {
-    for (const auto& c : old_conns) CallStatus(c, net::CloseSession{old_session}, 2000);  // best effort
+    // Its steps still in flight (following a shard map waits for none) go
+    // on sending each other tensors under it: it closes after the last.
+    RetireSession(old_session, std::move(old_conns));
     coordinator->Reset();
   }
   change.lost.assign(lost.begin(), lost.end());

@@ -8,9 +8,7 @@
 namespace sf {
 namespace cluster {
 
-bool IsStaleEpoch(const Status& s) {
-  return s.code() == Code::kAborted && s.message().find(kStaleEpoch) != std::string::npos;
-}
+bool IsStaleEpoch(const Status& s) { return IsStaleShardMap(s); }
 
 bool ShardMap::moving() const {
   for (const auto& f : from)

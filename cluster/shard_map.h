@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "shardflow/cluster.h"
 #include "shardflow/status.h"
 
 namespace sf {
@@ -76,7 +77,7 @@ inline constexpr int kMaxSlots = 4096;
 // slot's fence with Aborted carrying this text: nothing of that partition
 // ran, and the session follows the new map before its next step. The step
 // fails (its parts on other nodes may have run: it is not run again).
-inline constexpr char kStaleEpoch[] = "placed by a stale shard map epoch";
+inline constexpr const char (&kStaleEpoch)[sizeof(kStaleShardMap)] = kStaleShardMap;
 // Whether s is such a refusal.
 bool IsStaleEpoch(const Status& s);
 

@@ -6,10 +6,13 @@
 #include <cstdio>
 
 #include "examples/common/auc.h"
+#include "shardflow/cluster.h"
 
 namespace sf::examples {
 
 namespace {
+
+constexpr int kMaxMovedInARow = 100;
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -73,6 +76,9 @@ Status DlrmTrainer::Start() {
   QueueRunnerOptions o;
   o.close_target = input_.close;
   o.cancel_target = input_.cancel;
+  // The cluster may move or lose the worker's queue with rows in it: its
+  // chunks go back, to be read again from after their trained rows.
+  o.restart_target = input_.release;
   runner_ = std::make_unique<QueueRunner>(session_, std::vector<std::string>{input_.enqueue}, nullptr, o);
   return runner_->Start();
 }
@@ -100,6 +106,12 @@ DlrmTrainer::Batch DlrmTrainer::NextBatch(double* wait_secs) {
   if (!pending_.valid()) Prefetch();
   const auto t0 = std::chrono::steady_clock::now();
   Batch b = pending_.get();
+  // A dequeue waiting at the old holder of a slot that moved ends as moved,
+  // having taken nothing: the next one goes to the new holder.
+  for (int moved = 0; !b.ok() && IsStaleShardMap(b.status()) && moved < kMaxMovedInARow; ++moved) {
+    Prefetch();
+    b = pending_.get();
+  }
   *wait_secs = Seconds(t0);
   if (b.ok()) Prefetch();  // the next batch is dequeued while this one trains
   return b;

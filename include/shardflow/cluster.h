@@ -34,6 +34,15 @@ namespace sf {
 class KernelRegistry;
 class OpRegistry;
 
+// The text of the Aborted error a node answers a run placed by a shard map
+// that has moved on (its slot moved or failed over): nothing of that part
+// ran there, and the session follows the new map before its next run.
+inline constexpr char kStaleShardMap[] = "placed by a stale shard map epoch";
+// True when s is that error: the same run may pass once run again.
+inline bool IsStaleShardMap(const Status& s) {
+  return s.code() == Code::kAborted && s.message().find(kStaleShardMap) != std::string::npos;
+}
+
 struct NodeOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT to listen on (port 0: any free one)
   // etcd's client addresses, "HOST:PORT[,HOST:PORT...]": the cluster's

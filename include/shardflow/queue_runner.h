@@ -32,6 +32,16 @@ struct QueueRunnerOptions {
   int parallel = 1;           // concurrent enqueue loops
   std::string close_target;   // run once every loop has ended normally ("" = none)
   std::string cancel_target;  // run by Stop() to wake enqueues waiting on a full queue ("" = none)
+  // On a cluster: run when an enqueue step failed because the cluster moved
+  // or lost a part of it (IsStaleShardMap, or Unavailable: a node died), so
+  // the queue it filled may be gone with what it held; the loop then goes
+  // on. For a shared input this is its release, handing the worker's chunks
+  // back so their untrained rows are read again ("" = such a failure ends
+  // the loop: Aborted normally, Unavailable as an error).
+  std::string restart_target;
+  // Restarts in a row (no enqueue passing between) before the loop ends
+  // with the last failure.
+  int max_restarts = 20;
 };
 
 class QueueRunner {
@@ -57,9 +67,13 @@ class QueueRunner {
   Status Join();
   // Steps that succeeded so far.
   int64_t steps() const;
+  // Times restart_target ran so far.
+  int64_t restarts() const;
 
  private:
   void Next(int loop);
+  // Runs restart_target after an enqueue of loop failed with why, then the loop's next step.
+  void Restart(int loop, const Status& why);
   void EndLoop(const Status& s);
 
   SessionInterface& session_;
@@ -72,6 +86,8 @@ class QueueRunner {
   bool stopping_ = false;   // GUARDED_BY(mu_)
   int running_ = 0;         // GUARDED_BY(mu_): loops plus the close step
   int64_t steps_ = 0;       // GUARDED_BY(mu_)
+  int restarts_ = 0;        // GUARDED_BY(mu_): in a row
+  int64_t restarted_ = 0;   // GUARDED_BY(mu_): in all
   bool closing_ = false;    // GUARDED_BY(mu_): close_target started
   Status error_;            // GUARDED_BY(mu_)
 };

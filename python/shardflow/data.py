@@ -62,7 +62,7 @@ from . import tf_api as _tf
 from .control_flow import cond, while_loop
 from .queues import FIFOQueue
 from .shared_input import (CriteoChunkPlan, SharedCriteoInput, plan_criteo_chunks, chunk_queue,  # noqa: F401
-                           shared_criteo_batch_queue, is_lost_chunk)
+                           shared_criteo_batch_queue, is_lost_chunk, is_moved)
 
 import atexit as _atexit
 import weakref as _weakref
@@ -70,7 +70,7 @@ import weakref as _weakref
 _LIVE_FEEDERS = _weakref.WeakSet()  # every from_generator dataset, for _stop_live_feeders at exit
 
 __all__ = ["Dataset", "Iterator", "CriteoChunkPlan", "SharedCriteoInput", "plan_criteo_chunks", "chunk_queue",
-           "shared_criteo_batch_queue", "is_lost_chunk"]
+           "shared_criteo_batch_queue", "is_lost_chunk", "is_moved"]
 
 _I32 = _dt.int32
 

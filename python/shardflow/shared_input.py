@@ -6,7 +6,8 @@
     inp = sf.data.shared_criteo_batch_queue(q, plan, worker=w, batch_size=512)
     ... the model on inp.label, inp.dense, inp.categorical; train = optimizer.minimize(loss) ...
     inp.report_trained_before(train)                          # the report gates the updates
-    # a thread runs inp.enqueue until OutOfRangeError, then inp.close; each step:
+    # a thread runs inp.enqueue until OutOfRangeError, then inp.close (on a cluster, an enqueue failing
+    # with sf.data.is_moved(e) runs inp.release and goes on); each step:
     label, dense, cat, ticket, pos = sess.run([inp.label, inp.dense, inp.categorical, inp.ticket, inp.pos])
     try:
         sess.run([train, inp.trained], {..., inp.trained_ticket: ticket, inp.trained_pos: pos})
@@ -32,7 +33,7 @@ from . import errors
 from . import graph as _graph
 
 __all__ = ["CriteoChunkPlan", "SharedCriteoInput", "plan_criteo_chunks", "chunk_queue", "shared_criteo_batch_queue",
-           "is_lost_chunk"]
+           "is_lost_chunk", "is_moved"]
 
 
 class CriteoChunkPlan(collections.namedtuple("CriteoChunkPlan", ["files", "chunks"])):
@@ -114,3 +115,14 @@ def is_lost_chunk(error):
     """True for a step refused because the worker's lease on a chunk of its batch ended (the chunk went to
     another worker): with report_trained_before the step changed nothing, so the worker drops the batch."""
     return isinstance(error, errors.FailedPreconditionError) and _core.LOST_CHUNK_TEXT in str(error)
+
+
+def is_moved(error):
+    """True for a run that failed because the cluster moved a part of it to another node (its slot moved or
+    failed over: AbortedError naming a stale shard map) or lost that node (UnavailableError). For an enqueue
+    of the shared input the worker's row queue may be gone with rows in it: run release (its chunks go back
+    and are read again from after their trained rows) and go on enqueueing; the batches it still trains from
+    before are refused (is_lost_chunk) and dropped."""
+    if isinstance(error, errors.UnavailableError):
+        return True
+    return isinstance(error, errors.AbortedError) and _core.STALE_SHARD_MAP_TEXT in str(error)

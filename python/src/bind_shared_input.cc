@@ -9,6 +9,7 @@
 #include "python/src/common.h"
 #include "python/src/py_graph.h"
 #include "shardflow/chunk_queue_ops.h"
+#include "shardflow/cluster.h"
 
 namespace sf {
 namespace python {
@@ -54,6 +55,7 @@ void BindSharedInput(py::module_& m) {
           if (!s.ok()) throw StatusError(s);
         }, "Makes every update the train op runs wait for the trained report (node ids).");
   m.attr("LOST_CHUNK_TEXT") = ops::kLostChunkText;
+  m.attr("STALE_SHARD_MAP_TEXT") = kStaleShardMap;
 }
 
 }  // namespace python

@@ -147,6 +147,14 @@ def test_a_lost_chunk_refuses_the_step_before_its_update(tmp_path):
     assert not sf.data.is_lost_chunk(sf.errors.FailedPreconditionError(None, None, "something else"))
 
 
+def test_is_moved_tells_a_moved_or_lost_part():
+    stale = "node n1: slot 1 placed by a stale shard map epoch 7 (it moves at epoch 9)"
+    assert sf.data.is_moved(sf.errors.AbortedError(None, None, stale))
+    assert sf.data.is_moved(sf.errors.UnavailableError(None, None, "node n1 is gone"))
+    assert not sf.data.is_moved(sf.errors.AbortedError(None, None, "queue 'rows' is closed"))
+    assert not sf.data.is_moved(sf.errors.FailedPreconditionError(None, None, stale))
+
+
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(sf.errors.NotFoundError, match="nowhere.tsv"):
         sf.data.plan_criteo_chunks([str(tmp_path / "nowhere.tsv")], 1000)

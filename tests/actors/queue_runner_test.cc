@@ -3,6 +3,7 @@
 #include <atomic>
 #include <set>
 
+#include "shardflow/cluster.h"
 #include "shardflow/ops.h"
 #include "shardflow/queue_ops.h"
 #include "shardflow/queue_runner.h"
@@ -97,4 +98,96 @@ TEST_CASE("QueueRunner reports a real step error", "[queue_runner]") {
   CHECK(r.status().code() == Code::kOutOfRange);
   QueueRunner bad(s, {}, nullptr);
   CHECK(bad.Start().code() == Code::kInvalidArgument);
+}
+
+namespace {
+
+// A session whose enqueue runs fail as on a cluster that moved a part of
+// them (a stale shard map) or lost its node (Unavailable), `fail` deciding
+// by the run's number; every other run goes to `inner`.
+class MovingSession : public SessionInterface {
+ public:
+  MovingSession(Session& inner, std::function<Status(int run)> fail) : inner_(inner), fail_(std::move(fail)) {}
+  const Graph& graph() const override { return inner_.graph(); }
+  Result<int64_t> SaveCheckpoint(const std::string&, int64_t, int) override { return Unimplemented("no"); }
+  Result<int64_t> SaveIncrementalCheckpoint(const std::string&, int64_t, int) override { return Unimplemented("no"); }
+  Status RestoreCheckpoint(const std::string&, int64_t, int64_t*) override { return Unimplemented("no"); }
+  std::atomic<int> restarts{0};
+
+ protected:
+  void StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
+                std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) override {
+    if (targets == std::vector<std::string>{"restarted"}) {
+      ++restarts;
+      return done(std::vector<Tensor>{});
+    }
+    if (targets == std::vector<std::string>{"enq"}) {
+      Status s = fail_(enqueues_++);
+      if (!s.ok()) return done(s);
+    }
+    FeedMap f;
+    for (auto& kv : feeds) f.emplace_back(kv.first, std::move(kv.second));
+    inner_.RunAsync(f, Fetches(fetches), Targets(targets), options, std::move(done));
+  }
+
+ private:
+  Session& inner_;
+  std::function<Status(int)> fail_;
+  std::atomic<int> enqueues_{0};
+};
+
+const Status kMoved = Aborted(std::string("node n1: slot 0 ") + kStaleShardMap + " 3 (it moves at epoch 4)");
+
+}  // namespace
+
+TEST_CASE("QueueRunner runs its restart target when the cluster moves an enqueue, and goes on", "[queue_runner]") {
+  RunnerGraph rg(/*capacity=*/64);
+  REQUIRE(rg.g.status().ok());
+  Session inner(rg.g);
+  // Runs 3, 4 and 9 fail: two in a row (a move), then a lost node.
+  MovingSession s(inner, [](int run) {
+    if (run == 3 || run == 4) return kMoved;
+    if (run == 9) return Unavailable("node n1 is gone");
+    return Status::OK();
+  });
+  std::atomic<int> next{0};
+  QueueRunnerOptions o;
+  o.close_target = "close";
+  o.restart_target = "restarted";
+  QueueRunner runner(s, {"enq"}, [&](int) -> Result<FeedMap> {
+    const int v = next.fetch_add(1);
+    if (v >= 20) return OutOfRange("input exhausted");
+    return FeedMap{{"x", Tensor::Scalar<float>(static_cast<float>(v))}};
+  }, o);
+  REQUIRE(runner.Start().ok());
+  int got = 0;
+  while (inner.Run({}, std::vector<std::string>{"deq"}).ok()) ++got;
+  CHECK(runner.Join().ok());
+  CHECK(s.restarts.load() == 3);
+  CHECK(runner.restarts() == 3);
+  CHECK(got == 17);  // the three failed runs' values are the input's loss to make good (the release's job)
+  CHECK(runner.steps() == 17);
+}
+
+TEST_CASE("QueueRunner gives up after max_restarts moves in a row, and without a restart target at once",
+          "[queue_runner]") {
+  RunnerGraph rg(/*capacity=*/64);
+  REQUIRE(rg.g.status().ok());
+  Session inner(rg.g);
+  MovingSession s(inner, [](int) { return kMoved; });
+  auto feed = [](int) -> Result<FeedMap> { return FeedMap{{"x", Tensor::Scalar<float>(1)}}; };
+  QueueRunnerOptions o;
+  o.restart_target = "restarted";
+  o.max_restarts = 4;
+  QueueRunner runner(s, {"enq"}, feed, o);
+  REQUIRE(runner.Start().ok());
+  Status st = runner.Join();
+  CHECK(st.code() == Code::kUnavailable);
+  CHECK(st.message().find("5 times in a row") != std::string::npos);
+  CHECK(s.restarts.load() == 4);
+  // Without one, a stale-map abort ends the loop as an Aborted enqueue always did.
+  QueueRunner plain(s, {"enq"}, feed, QueueRunnerOptions{});
+  REQUIRE(plain.Start().ok());
+  CHECK(plain.Join().ok());
+  CHECK(s.restarts.load() == 4);
 }
