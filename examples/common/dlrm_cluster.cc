@@ -163,9 +163,34 @@ Result<DlrmClusterResult> TrainDlrmOnCluster(const DlrmOptions& model, const Dlr
   };
   std::vector<std::thread> threads;
   for (auto& wk : workers) threads.emplace_back(run, wk.get());
+  // A node joins mid-run, as an operator adds one: the sessions follow the
+  // new map while their input waits on full row queues.
+  std::atomic<bool> training{true};
+  std::atomic<int64_t> joined_at{-1};
+  Status added;
+  std::thread adder;
+  if (o.add_node_at > 0)
+    adder = std::thread([&] {
+      while (training.load() && steps.load() < o.add_node_at) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!training.load()) return;
+      auto a = cluster.AddNode(3600);
+      if (a.ok()) added = cluster.WaitMembers(o.nodes + 1, 60000);
+      else added = a.status();
+      if (!added.ok()) return;
+      joined_at = steps.load();
+      if (o.json) JsonLine().Add("event", "node_added").Add("address", *a).Add("step", joined_at.load()).Print();
+      else std::printf("node %s joined at step %lld\n", a->c_str(), (long long)joined_at.load());
+    });
   for (auto& t : threads) t.join();
+  training = false;
+  if (adder.joinable()) adder.join();
+  if (!added.ok()) return added.WithPrefix("adding a node");
   DlrmClusterResult res;
   res.train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (joined_at.load() >= 0) {
+    res.nodes_added = 1;
+    res.steps_after_add = steps.load() - joined_at.load();
+  }
   for (size_t w = 0; w < workers.size(); ++w) {
     if (!workers[w]->error.ok()) return workers[w]->error.WithPrefix("worker " + std::to_string(w));
     res.steps += workers[w]->steps;

@@ -32,6 +32,7 @@ struct DlrmClusterOptions {
   int64_t lease_ms = 30000;        // a silent worker's chunks go to others after this
   int64_t max_steps = 0;           // steps over all workers (0: until the input ends)
   int64_t log_every = 200;         // steps (all workers) between progress lines
+  int64_t add_node_at = 0;         // > 0: a node joins once the workers made this many steps
   bool json = false;
 };
 
@@ -44,6 +45,8 @@ struct DlrmClusterResult {
   HashEmbeddingMetrics table;
   int64_t chunks = 0;
   int64_t lost_batches = 0;  // batches dropped untrained: their chunk's lease had ended (another worker trains them)
+  int64_t nodes_added = 0;   // by add_node_at
+  int64_t steps_after_add = 0;  // steps the workers made after the added node joined
 };
 
 // Starts the cluster, trains on train (io.epochs passes, io.batch rows a

@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
       .Int("workers", 0, "with --nodes: worker sessions sharing the training files")
       .Int("chunk-mb", 4, "with --nodes: the training files are handed to workers in chunks of this many MiB")
       .Int("lease-ms", 30000, "with --nodes: a silent worker's chunks go to the others after this long")
+      .Int("add-node-at", 0, "with --nodes: a node joins the cluster once the workers made this many steps")
       .Bool("json", "print JSON lines on stdout; the last is the summary");
   ParseOrExit(flags, argc, argv, "dlrm");
   KeepTensorMemoryWarm();
@@ -171,6 +172,8 @@ int main(int argc, char** argv) {
   else if (cluster && !checkpoint_dir.empty()) bad = "--checkpoint-dir works with --local only";
   else if (cluster && (flags.GetInt("chunk-mb") < 1 || flags.GetInt("lease-ms") < 1))
     bad = "--chunk-mb and --lease-ms must be at least 1";
+  else if (flags.GetInt("add-node-at") < 0 || (!cluster && flags.GetInt("add-node-at") > 0))
+    bad = "--add-node-at takes a step count of 0 or more, with --nodes";
   else if (io.batch < 1 || io.batch > (int64_t{1} << 20)) bad = "--batch must be in [1, 2^20]";
   else if (io.epochs < 1) bad = "--epochs must be at least 1";
   else if (io.reader_threads < 1 || io.reader_threads > 64) bad = "--reader-threads must be in [1, 64]";
@@ -213,6 +216,7 @@ int main(int argc, char** argv) {
     co.workers = static_cast<int>(flags.GetInt("workers"));
     co.chunk_bytes = flags.GetInt("chunk-mb") << 20;
     co.lease_ms = flags.GetInt("lease-ms");
+    co.add_node_at = flags.GetInt("add-node-at");
     co.max_steps = max_steps;
     co.log_every = log_every;
     co.json = json;
@@ -225,6 +229,7 @@ int main(int argc, char** argv) {
       JsonLine line;
       line.Add("mode", "cluster").Add("nodes", int64_t{co.nodes}).Add("workers", int64_t{co.workers})
           .Add("chunks", r->chunks).Add("lost_batches", r->lost_batches).Add("steps", r->steps).Add("batch", io.batch).Add("examples", r->examples)
+          .Add("nodes_added", r->nodes_added).Add("steps_after_add", r->steps_after_add)
           .Add("train_secs", r->train_secs).Add("examples_per_sec", eps).Add("input_wait_fraction", wait)
           .Add("final_loss", r->final_loss).Add("auc", r->eval.auc).Add("logloss", r->eval.logloss)
           .Add("test_examples", r->eval.examples);
