@@ -111,9 +111,11 @@ TEST_CASE("BatchMatMul reports mismatched inner and batch dims", "[nn][matmul]")
 }
 
 TEST_CASE("FusedMatMul matches MatMul + BiasAdd (+ Relu) in values and gradients", "[nn][matmul][fused]") {
-  // Shapes of the MLP's layers (the parallel path) and small odd ones.
+  // Shapes of the MLP's layers (the parallel path), DLRM's (a short inner
+  // dimension, an empty one, one output column) and small odd ones.
   for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {128, 784, 512}, {128, 256, 10}, {3, 5, 7}, {17, 130, 260}, {1, 64, 1000}}) {
+           {128, 784, 512}, {128, 256, 10}, {3, 5, 7}, {17, 130, 260}, {1, 64, 1000}, {512, 13, 512},
+           {64, 0, 33}, {512, 256, 1}}) {
     for (int flags = 0; flags < 8; ++flags) {
       const bool ta = flags & 1, tb = flags & 2, relu = flags & 4;
       INFO("m=" << m << " k=" << k << " n=" << n << " ta=" << ta << " tb=" << tb << " relu=" << relu);
@@ -151,7 +153,7 @@ TEST_CASE("FusedMatMul matches MatMul + BiasAdd (+ Relu) in values and gradients
           worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
           positive += y[i] > 0;
         }
-        CHECK(worst < 1e-4);  // summation order differs (bias first), a missing term does not hide
+        CHECK(worst < 1e-4);  // the products split differently over threads; a missing term does not hide
         // Relu really cut: some of the outputs are 0, some not.
         if (p == 0 && relu && x.size() > 16) CHECK((positive > 0 && positive < int64_t(x.size())));
       }
