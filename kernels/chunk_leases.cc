@@ -93,8 +93,19 @@ void ChunkLeases::MaybeDone(int64_t ticket) {
     w->second.tickets.erase(ticket);
     if (w->second.tickets.empty()) workers_.erase(w);
   }
+  finished_[WithHandout(ticket, it->second.handout)] = Finished{it->second.holder, it->second.trained};
+  finished_order_.push_back(WithHandout(ticket, it->second.handout));
+  if (finished_order_.size() > kMaxFinished) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
   open_.erase(it);
   ++stats_.done;
+}
+
+bool ChunkLeases::RepeatsFinish(int64_t worker, int64_t ticket, int64_t pos) const {
+  auto f = finished_.find(ticket);
+  return f != finished_.end() && f->second.worker == worker && pos >= 0 && pos <= f->second.pos;
 }
 
 Status ChunkLeases::Trained(int64_t worker, int64_t ticket, int64_t pos, int64_t now_ms) {
@@ -114,6 +125,7 @@ Status ChunkLeases::TrainedAll(int64_t worker, const std::vector<int64_t>& ticke
     return InvalidArgument(std::to_string(tickets.size()) + " tickets and " + std::to_string(pos.size()) + " positions");
   Status refused;
   for (size_t i = 0; i < tickets.size() && refused.ok(); ++i) {
+    if (RepeatsFinish(worker, tickets[i], pos[i])) continue;
     if (!Held(worker, tickets[i], now_ms, &refused)) break;
     if (pos[i] < 0)
       return InvalidArgument("trained position " + std::to_string(pos[i]) + " of " + Describe(tickets[i]) +
@@ -137,7 +149,8 @@ Status ChunkLeases::TrainedAll(int64_t worker, const std::vector<int64_t>& ticke
     if (w != workers_.end() && w->second.tickets.empty()) workers_.erase(w);
     return refused;
   }
-  for (size_t i = 0; i < tickets.size(); ++i) SF_RETURN_IF_ERROR(Trained(worker, tickets[i], pos[i], now_ms));
+  for (size_t i = 0; i < tickets.size(); ++i)
+    if (!RepeatsFinish(worker, tickets[i], pos[i])) SF_RETURN_IF_ERROR(Trained(worker, tickets[i], pos[i], now_ms));
   return Status::OK();
 }
 
@@ -200,7 +213,7 @@ namespace {
 
 // The words of a serialized state, in order (kernels/chunk_leases.h).
 constexpr int64_t kLeasesMagic = 0x53464c4541534553;  // "SFLEASES"
-constexpr int64_t kLeasesFormat = 1;
+constexpr int64_t kLeasesFormat = 2;  // 2: the finished tickets' records at the end
 constexpr size_t kHeaderWords = 12;  // magic .. stats, then the open tickets' count
 
 }  // namespace
@@ -221,6 +234,12 @@ std::vector<int64_t> ChunkLeases::Serialize() const {
     w.push_back(id);
     w.push_back(static_cast<int64_t>(worker->tickets.size()));
     w.insert(w.end(), worker->tickets.begin(), worker->tickets.end());
+  }
+  // Oldest first, as they were recorded.
+  w.push_back(static_cast<int64_t>(finished_order_.size()));
+  for (int64_t t : finished_order_) {
+    const Finished& f = finished_.at(t);
+    w.insert(w.end(), {t, f.worker, f.pos});
   }
   return w;
 }
@@ -306,7 +325,18 @@ Result<ChunkLeases> ChunkLeases::Restore(const int64_t* words, size_t n, const C
   }
   if (listed != held)
     return bad(std::to_string(held) + " open tickets have a holder, but the workers hold " + std::to_string(listed));
-  if (at != n) return bad(std::to_string(n - at) + " words left over after its workers");
+  SF_ASSIGN_OR_RETURN(const int64_t n_finished, count("finished tickets", static_cast<int64_t>(kMaxFinished), 3));
+  for (int64_t i = 0; i < n_finished; ++i, at += 3) {
+    const int64_t t = words[at];
+    const std::string which = "finished ticket " + std::to_string(t);
+    if (t < 0 || t >> (kChunkTicketBits + kChunkHandoutBits) != 0 || ChunkTicketIndex(t) >= q.next_)
+      return bad(which + " was never handed out (" + std::to_string(q.next_) + " so far)");
+    if (q.open_.count(ChunkTicketIndex(t))) return bad(which + " is open");
+    if (words[at + 1] == -1 || words[at + 2] < 0) return bad(which + ": a worker or line out of range");
+    if (!q.finished_.emplace(t, Finished{words[at + 1], words[at + 2]}).second) return bad(which + " twice");
+    q.finished_order_.push_back(t);
+  }
+  if (at != n) return bad(std::to_string(n - at) + " words left over after its finished tickets");
   return q;
 }
 

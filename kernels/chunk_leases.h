@@ -17,7 +17,8 @@
 // hand-out's number (mod 2^kChunkHandoutBits), so rows a worker read before
 // it lost a chunk are refused even once it holds the chunk again (it reads
 // the chunk again from after its trained rows; the old rows would be
-// trained twice). Tickets are handed out in order; one a worker held when it was released
+// trained twice), except the report that finished a ticket, repeated by its
+// worker (a step run again). Tickets are handed out in order; one a worker held when it was released
 // (Release: the worker is gone) or whose lease expired is handed out again
 // before any new one, from the line after the last one trained (skip), so
 // every line of every epoch is trained once. Positions are 1-based line
@@ -39,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -147,8 +149,12 @@ class ChunkLeases {
   // The open ticket held by worker, renewing its leases; null after setting *s.
   Open* Held(int64_t worker, int64_t ticket, int64_t now_ms, Status* s);
   void Renew(int64_t worker, int64_t now_ms);
-  // Done once read to its end and trained up to its last row: forgotten.
+  // Done once read to its end and trained up to its last row: forgotten,
+  // but for the record in finished_.
   void MaybeDone(int64_t ticket);
+  // True when worker's report of `ticket` up to pos repeats the report that
+  // finished it (a step run again after it failed past its report).
+  bool RepeatsFinish(int64_t worker, int64_t ticket, int64_t pos) const;
   // Frees the open ticket `index` to be handed out again (its holder's set is the caller's).
   void Return(int64_t index);
   void ReturnAll(int64_t worker);
@@ -164,6 +170,18 @@ class ChunkLeases {
   };
   std::unordered_map<int64_t, Worker> workers_;  // workers holding tickets
   ChunkLeaseStats stats_;
+  // The last kMaxFinished tickets done (with their hand-out bits): their
+  // last holder and the line it reported them trained to. A step of that
+  // worker run again after it failed past its report (the session runs it
+  // again when the cluster moved a part of it) repeats the report: it is
+  // taken as a no-op instead of refused, so the step's update runs once.
+  static constexpr size_t kMaxFinished = 4096;
+  struct Finished {
+    int64_t worker = -1;
+    int64_t pos = 0;
+  };
+  std::map<int64_t, Finished> finished_;
+  std::deque<int64_t> finished_order_;
 };
 
 }  // namespace sf

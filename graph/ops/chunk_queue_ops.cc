@@ -53,7 +53,7 @@ Status RegisterChunkQueueOps(OpRegistry& reg) {
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueue")
       .RequiredAttr<std::string>("shared_name").State(StateAttr::kName).RequiredAttr<int64_t>("num_chunks")
       .Attr("num_epochs", int64_t{1}).Attr("lease_ms", int64_t{30000})
-      .Inputs(0).Stateful().NotDifferentiable()
+      .Inputs(0).Stateful().Repeatable().NotDifferentiable()
       .Shape([](InferenceContext& c) -> Status {
         SF_ASSIGN_OR_RETURN(std::string name, c.Attr<std::string>("shared_name"));
         if (name.empty()) return c.Error("ChunkQueue needs a non-empty shared_name");
@@ -76,7 +76,7 @@ Status RegisterChunkQueueOps(OpRegistry& reg) {
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueueReport")
       .InputNames({"queue", "worker", "tickets", "pos"}).Attr("read", false)
-      .Inputs(4).Stateful().NotDifferentiable()
+      .Inputs(4).Stateful().Repeatable().NotDifferentiable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(HandleInput(c));
         SF_RETURN_IF_ERROR(Int64Input(c, 2, "tickets", 1));
@@ -84,7 +84,8 @@ Status RegisterChunkQueueOps(OpRegistry& reg) {
         return c.AttrOr<bool>("read", false).status();
       })
       .Summary("Reports worker's rows trained (tickets and line positions, int64 [n] or scalars), or with attr read "
-               "the chunks it read to their end at pos; fails when the worker lost a chunk's lease.")
+               "the chunks it read to their end at pos; fails when the worker lost a chunk's lease. Repeatable: "
+               "the worker's repeat of the report that finished a chunk (a step run again) is a no-op.")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueueRelease")
       .InputNames({"queue", "worker"}).Inputs(2).Stateful().NotDifferentiable()

@@ -547,7 +547,8 @@ TEST_CASE("A chunk queue answers a change once its state is written; one made wh
   {
     std::lock_guard<std::mutex> l(store.mu);
     Tensor bad = store.written["q"].Copy();
-    bad.data<int64_t>()[bad.num_elements() - 1] = 99;  // a worker's ticket never handed out
+    // Its last record, of the chunk done (ticket, worker, line): a ticket never handed out.
+    bad.data<int64_t>()[bad.num_elements() - 3] = 99;
     store.stored["r"] = bad;
     store.stored["s"] = Tensor::FromVector(std::vector<int64_t>{1, 2, 3});
   }

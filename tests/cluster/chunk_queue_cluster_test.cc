@@ -19,12 +19,14 @@
 #include "shardflow/cluster.h"
 #include "shardflow/queue_runner.h"
 #include "tests/support/criteo_files.h"
+#include "tests/support/shared_input_run.h"
 #include "tests/support/temp_dir.h"
 
 using namespace sf;
 using sf::testing::CriteoLine;
 using sf::testing::TempDir;
 using sf::testing::WriteFile;
+using sf::testing::SharedInputRun;
 
 namespace {
 
@@ -147,148 +149,6 @@ TEST_CASE("Workers on a cluster train every line once while one dies mid-epoch",
 }
 
 
-namespace {
-
-// Two workers (tasks 0 and 1, the chunk queue on task 0) training from
-// shared Criteo files on a cluster, counting the lines each accepted
-// report trained; a refused report (the worker's chunk went back) drops
-// its batch, as DLRM does.
-class SharedInputRun {
- public:
-  static constexpr int kWorkers = 2;
-
-  explicit SharedInputRun(const std::string& tag) : dir_(tag) {
-    for (int f = 0; f < 6; ++f) {
-      std::string text;
-      for (int i = 0; i < 4000; ++i) text += CriteoLine(total_++) + "\n";
-      WriteFile(dir_ / ("part" + std::to_string(f) + ".tsv"), text);
-      files_.push_back(dir_ / ("part" + std::to_string(f) + ".tsv"));
-    }
-    for (int64_t i = 0; i < total_; ++i) line_of_[CriteoCategoricalId(0, static_cast<uint64_t>(i))] = i;
-  }
-  const std::string& dir() const { return dir_.path; }
-
-  // Builds the workers' graphs and sessions on cluster and starts them.
-  void Start(examples::LocalCluster& cluster) {
-    auto plan = ops::PlanCriteoChunks(files_, 16000);
-    REQUIRE(plan.ok());
-    for (std::string& f : plan->files) f = std::filesystem::path(f).filename().string();
-    ClusterOptions co;
-    co.address = cluster.addresses()[0];
-    co.tls_dir = cluster.tls_dir();
-    co.tasks = 2;
-    co.peer_timeout_ms = 5000;
-    for (int w = 0; w < kWorkers; ++w) {
-      auto wk = std::make_unique<Worker>();
-      Output q;
-      {
-        auto on = wk->g.DeviceScope("/job:worker/task:0");
-        q = ops::ChunkQueue(wk->g, plan->num_chunks(), {/*num_epochs=*/1, /*lease_ms=*/30000}, "chunks");
-      }
-      auto on = wk->g.DeviceScope("/job:worker/task:" + std::to_string(w));
-      // A small row queue: the enqueue step is waiting on it at any time.
-      wk->in = ops::SharedCriteoBatchQueue(wk->g, q, *plan, CriteoReaderOptions{}, /*worker=*/10 + w, 16, 32, "input");
-      REQUIRE(wk->g.status().ok());
-      auto s = ClusterSession::Connect(wk->g, co);
-      REQUIRE(s.ok());
-      wk->session = std::move(*s);
-      QueueRunnerOptions r;
-      r.close_target = wk->in.close.name();
-      r.cancel_target = wk->in.cancel.name();
-      r.restart_target = wk->in.release.name();
-      wk->runner = std::make_unique<QueueRunner>(*wk->session, std::vector<std::string>{wk->in.enqueue.name()},
-                                                 nullptr, r);
-      workers_.push_back(std::move(wk));
-    }
-    for (auto& w : workers_) {
-      REQUIRE(w->runner->Start().ok());
-      w->thread = std::thread([this, wk = w.get()] { Train(*wk); });
-    }
-  }
-
-  int64_t steps() const { return steps_.load(); }
-  bool finished() const { return finished_.load() == kWorkers; }
-  int64_t restarts(int w) const { return workers_[static_cast<size_t>(w)]->runner->restarts(); }
-
-  // Waits up to timeout_ms for done(); its last answer.
-  static bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (!done() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    return done();
-  }
-
-  // Checks that the workers go on after a change made at `at` steps and end
-  // having trained every line once; a stalled run is ended by killing the
-  // cluster's nodes.
-  void CheckGoesOnAndTrainsEveryLineOnce(examples::LocalCluster& cluster, int64_t at) {
-    const bool went_on = WaitFor([&] { return steps() >= at + 40 || finished(); }, 60000);
-    CHECK(went_on);
-    const bool ended = went_on && WaitFor([&] { return finished(); }, 120000);
-    CHECK(ended);
-    if (!ended)
-      for (size_t i = 0; i < cluster.addresses().size(); ++i) cluster.Kill(static_cast<int>(i));
-    for (int w = 0; w < kWorkers; ++w) {
-      Worker& wk = *workers_[static_cast<size_t>(w)];
-      wk.thread.join();
-      INFO("worker " << w << ": " << wk.error.ToString());
-      if (ended) CHECK(wk.error.ok());
-      wk.runner->Stop();
-      Status joined = wk.runner->Join();
-      INFO("its runner: " << joined.ToString());
-      if (ended) CHECK(joined.ok());
-    }
-    INFO("steps " << steps() << " (" << at << " at the change), " << lost_.load() << " batches lost");
-    CHECK(trained_.size() == static_cast<size_t>(total_));
-    int not_once = 0;
-    for (const auto& [line, times] : trained_) not_once += times != 1;
-    CHECK(not_once == 0);
-  }
-
- private:
-  void Train(Worker& wk) {
-    for (;;) {
-      auto b = wk.session->Run({}, Fetches{wk.in.categorical, wk.in.ticket, wk.in.pos});
-      // A dequeue waiting at a moving slot's old holder ends as moved, having taken nothing.
-      if (!b.ok() && IsStaleShardMap(b.status()) && ++moved_ < 100) continue;
-      if (!b.ok()) {
-        if (b.status().code() != Code::kOutOfRange) wk.error = b.status();
-        break;
-      }
-      auto t = wk.session->Run({{wk.in.trained_ticket, (*b)[1]}, {wk.in.trained_pos, (*b)[2]}}, Fetches{},
-                               {wk.in.trained});
-      if (!t.ok() && t.status().code() == Code::kFailedPrecondition) {
-        ++lost_;  // its chunk went back (a restart's release): others train these rows
-        continue;
-      }
-      if (!t.ok()) {
-        wk.error = t.status();
-        break;
-      }
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        const Tensor& ids = (*b)[0];
-        for (int64_t row = 0; row < ids.shape()[0]; ++row)
-          ++trained_[line_of_.at(ids.data<int64_t>()[row * kCriteoCategorical])];
-      }
-      ++wk.steps;
-      ++steps_;
-    }
-    ++finished_;
-  }
-
-  TempDir dir_;
-  int64_t total_ = 0;
-  std::vector<std::string> files_;
-  std::map<int64_t, int64_t> line_of_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::mutex mu_;
-  std::map<int64_t, int> trained_;  // GUARDED_BY(mu_): line -> times
-  std::atomic<int64_t> steps_{0}, lost_{0}, moved_{0};
-  std::atomic<int> finished_{0};
-};
-
-}  // namespace
 
 // A node joins while two workers train: each session follows the new
 // membership before its next step, while its enqueue step waits on its
@@ -296,12 +156,12 @@ class SharedInputRun {
 // wait for the enqueue (it waited forever: the first dequeue after the join
 // never started).
 TEST_CASE("Workers on a cluster go on training every line once while a node joins", "[cluster][chunk_queue]") {
-  SharedInputRun run("sf_chunk_join");
+  SharedInputRun run("sf_chunk_join", /*lines_per_file=*/4000);
   examples::LocalCluster cluster;
   cluster.SetReplicas(1);
   cluster.SetNodeArgs({"--data-dir", run.dir()});
   REQUIRE(cluster.Start(2, 180).ok());
-  run.Start(cluster);
+  run.Start(cluster, cluster.addresses()[0]);
   REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
   REQUIRE(!run.finished());  // the input outlasts the join
   REQUIRE(cluster.AddNode(180).ok());
@@ -317,13 +177,13 @@ TEST_CASE("Workers on a cluster go on training every line once while a node join
 // on at the new holder.
 TEST_CASE("Workers on a cluster train every line once while the node of a worker's row queue drains",
           "[cluster][chunk_queue]") {
-  SharedInputRun run("sf_chunk_drain");
+  SharedInputRun run("sf_chunk_drain", /*lines_per_file=*/4000);
   examples::LocalCluster cluster;
   cluster.SetReplicas(1);
   cluster.SetNodeArgs({"--data-dir", run.dir()});
   REQUIRE(cluster.Start(3, 180).ok());
   REQUIRE(cluster.WaitMembers(3, 30000).ok());
-  run.Start(cluster);
+  run.Start(cluster, cluster.addresses()[0]);
   REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
   REQUIRE(!run.finished());
   auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());

@@ -283,8 +283,8 @@ TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wr
   const std::vector<int64_t> good = q.Serialize();
   // Layout: 12 header words (the last: open count 2), opens (index, holder,
   // handout, trained, last) of tickets 0 and 1, free count 1 and ticket 1,
-  // worker count 1, worker 1 with 1 ticket: ticket 0.
-  REQUIRE(good.size() == 12 + 10 + 2 + 1 + 3);
+  // worker count 1, worker 1 with 1 ticket: ticket 0; finished count 0.
+  REQUIRE(good.size() == 12 + 10 + 2 + 1 + 3 + 1);
   auto refused = [&](std::vector<int64_t> w, const ChunkLeaseOptions& opts, const std::string& words) {
     auto r = ChunkLeases::Restore(w.data(), w.size(), opts, 0);
     INFO(words);
@@ -319,7 +319,53 @@ TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wr
   more.push_back(0);
   refused(more, o, "left over");
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
-  refused(shorter, o, "1 workers");
+  refused(shorter, o, "before its finished tickets");
+  std::vector<int64_t> shortest(good.begin(), good.end() - 2);
+  refused(shortest, o, "1 workers");
+  // The finished tickets' records: (ticket, worker, line) each.
+  auto finished = [&](std::vector<int64_t> rec) {
+    std::vector<int64_t> w(good.begin(), good.end() - 1);
+    w.push_back(static_cast<int64_t>(rec.size() / 3));
+    w.insert(w.end(), rec.begin(), rec.end());
+    return w;
+  };
+  refused(finished({3, 1, 5}), o, "finished ticket 3 was never handed out");
+  refused(finished({0, 1, 5}), o, "finished ticket 0 is open");
+  refused(finished({-1, 1, 5}), o, "never handed out");
+  std::vector<int64_t> w = finished({0, 1, 5});
+  w[w.size() - 4] = 1 << 20;
+  refused(w, o, "finished tickets");  // a count past the words there
+}
+
+TEST_CASE("ChunkLeases: the worker's repeat of the report that finished a chunk is a no-op, across a restore",
+          "[chunk_leases]") {
+  const ChunkLeaseOptions o{2, 1, 1000};
+  ChunkLeases q(o);
+  ChunkTicket a, b;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.Take(2, 0, &b) == Took::kTicket);
+  REQUIRE(q.Read(1, a.ticket, 9, 0).ok());
+  REQUIRE(q.TrainedAll(1, {a.ticket}, {9}, 0).ok());
+  REQUIRE(q.stats().done == 1);
+  // A step run again after it failed past its report repeats it: taken, nothing changes.
+  const ChunkLeaseStats before = q.stats();
+  CHECK(q.TrainedAll(1, {a.ticket}, {9}, 0).ok());
+  CHECK(q.TrainedAll(1, {a.ticket}, {4}, 0).ok());  // an earlier batch of the same chunk, run again
+  CHECK(q.stats().done == before.done);
+  CHECK(q.stats().refused == before.refused);
+  // Another worker's, or past the line it finished at, is no repeat.
+  CHECK(q.TrainedAll(2, {a.ticket}, {9}, 0).code() == Code::kFailedPrecondition);
+  CHECK(q.TrainedAll(1, {a.ticket}, {10}, 0).code() == Code::kFailedPrecondition);
+  // The record moves with the state (a promoted backup takes the run again).
+  const std::vector<int64_t> words = q.Serialize();
+  auto r = ChunkLeases::Restore(words.data(), words.size(), o, 50);
+  REQUIRE(r.ok());
+  CHECK(r->TrainedAll(1, {a.ticket}, {9}, 50).ok());
+  // A repeat beside a held chunk's report records the held one.
+  CHECK(r->TrainedAll(2, {b.ticket}, {3}, 50).ok());
+  REQUIRE(r->Read(2, b.ticket, 3, 50).ok());
+  CHECK(r->stats().done == 2);
+  CHECK(r->Serialize() != words);
 }
 
 // The property test above with the queue moved to another process (a
