@@ -334,6 +334,19 @@ class DnnlConv : public ConvEngine {
     return *cache_.back().second;
   }
 
+  // oneDNN 2.6's 1x1 kernels for AVX2 book too small a scratchpad for a
+  // strided 1x1 convolution of nhwc data (the source copied to unit
+  // stride): on an AVX2 EPYC the backward-weights one wrote past it and
+  // corrupted the heap ("free(): invalid next size" in
+  // tests/kernels/dnnl_engines_test.cc; a 4x larger scratchpad hid it).
+  // Such a convolution takes oneDNN's next implementation.
+  template <class PD>
+  static void AvoidStridedAvx2OneByOne(PD& pd, const Window& w) {
+    if (w.kh != 1 || w.kw != 1 || (w.sh == 1 && w.sw == 1)) return;
+    while (std::string(pd.impl_info_str()).rfind("jit_1x1:avx2", 0) == 0 && pd.next_impl()) {
+    }
+  }
+
   std::unique_ptr<ConvPlan> Build(Pass pass, const Window& w, int64_t oc, int64_t nb, const ConvEpilogue& ep) {
     auto plan = std::make_unique<ConvPlan>();
     plan->n = nb;
@@ -370,6 +383,7 @@ class DnnlConv : public ConvEngine {
       }
       fpd = dnnl::convolution_forward::primitive_desc(fd, fused, eng_);
     }
+    AvoidStridedAvx2OneByOne(fpd, w);
     if (pass == Pass::kForward) {
       plan->prim = dnnl::convolution_forward(fpd);
       plan->src = fpd.src_desc();
@@ -379,6 +393,7 @@ class DnnlConv : public ConvEngine {
     } else if (pass == Pass::kBackwardInput) {
       dnnl::convolution_backward_data::desc bd(alg, src_out, wei_any, dst_in, strides, pad_l, pad_r);
       dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, eng_, fpd);
+      AvoidStridedAvx2OneByOne(bpd, w);
       plan->prim = dnnl::convolution_backward_data(bpd);
       plan->src = bpd.diff_src_desc();
       plan->wei = bpd.weights_desc();
@@ -387,6 +402,7 @@ class DnnlConv : public ConvEngine {
     } else {
       dnnl::convolution_backward_weights::desc bd(alg, src_in, dwei_any, dst_in, strides, pad_l, pad_r);
       dnnl::convolution_backward_weights::primitive_desc bpd(bd, attr, eng_, fpd);
+      AvoidStridedAvx2OneByOne(bpd, w);
       plan->prim = dnnl::convolution_backward_weights(bpd);
       plan->src = bpd.src_desc();
       plan->wei = bpd.diff_weights_desc();
