@@ -19,20 +19,14 @@ namespace {
 bool TakeVarChanges(ShardState::Var& v, bool full, VarChanges* c_ptr) {
   VarChanges& c = *c_ptr;
   if (v.hash) {
-    // A hash shard sends the saved rows that changed (its header, filter
-    // and slots: SerializeRows), or goes whole the first time, after it
-    // grew or took its optimizer, or with a cold tier.
-    bool all = false;
-    std::vector<int64_t> rows = v.hash->TakeDirtyRows(&all);
-    if (!full && !all && rows.empty()) return false;
-    if (!full && !all) {
-      auto part = v.hash->SerializeRows(rows);
-      if (part.ok()) {
-        c.value = std::move(*part);
-        c.rows = Tensor(DType::kInt64, Shape{static_cast<int64_t>(rows.size())});
-        std::copy(rows.begin(), rows.end(), c.rows.data<int64_t>());
-        return true;
-      }
+    // A hash shard sends what changed (its header, the changed filter
+    // counters packed, its changed slots: TakeChangedRows), or goes whole
+    // the first time, after it grew or took its optimizer, or with a cold
+    // tier.
+    if (!full && v.hash->TakeChangedRows(&c.rows, &c.value)) return true;
+    if (full) {
+      bool all = false;
+      v.hash->TakeDirtyRows(&all);  // sent whole: what changed so far is in it
     }
     auto state = v.hash->Serialize();
     if (!state.ok()) return false;  // a cold tier read error: the next round sends it whole

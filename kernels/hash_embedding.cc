@@ -481,13 +481,12 @@ int64_t HashEmbeddingShard::FilterAdd(int64_t id, int64_t count) {
     est = std::min<uint64_t>(est, filter_[idx[d]]);
   }
   const uint64_t updated = std::min<uint64_t>(est + static_cast<uint64_t>(count), std::numeric_limits<uint32_t>::max());
-  const int64_t width = Width();
   for (int64_t d = 0; d < c_.filter_depth; ++d) {
     // Conservative update: only counters below the new estimate rise, which
     // keeps the sketch an upper bound with less overcount.
     if (filter_[idx[d]] >= updated) continue;
     filter_[idx[d]] = static_cast<uint32_t>(updated);
-    if (!all_dirty_) dirty_filter_[static_cast<size_t>(idx[d] / 2 / width)] = 1;
+    MarkCounter(idx[d]);
   }
   return static_cast<int64_t>(updated);
 }
@@ -970,18 +969,44 @@ Status HashEmbeddingShard::ApplyRows(const Tensor& rows, const Tensor& values) {
       h[kNumShards] != c_.num_shards)
     return FailedPrecondition(who + ": saved rows of another layout (capacity " + std::to_string(h[kCapacity]) +
                               ", here " + std::to_string(C) + "): the shard needs its whole state");
-  for (int64_t i = H; i < k; ++i)
-    if (ix[i] < H || ix[i] >= H + F + C || ix[i] <= ix[i - 1])
+  // Packed counters (TakeChangedRows) come right after the header.
+  int64_t packed = H;
+  const uint64_t counters = filter_.size();
+  for (; packed < k && ix[packed] == kHashPackedCountersRow; ++packed)
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t word = v[packed * W + j];
+      if (word != -1 && (word < 0 || static_cast<uint64_t>(word) >> 32 >= counters))
+        return InvalidArgument(who + ": a packed filter counter names counter " + std::to_string(word >> 32) +
+                               " of " + std::to_string(counters));
+    }
+  for (int64_t i = packed; i < k; ++i)
+    if (ix[i] < H || ix[i] >= H + F + C || (i > packed && ix[i] <= ix[i - 1]))
       return InvalidArgument(who + ": saved row " + std::to_string(ix[i]) + " is out of order or outside [" +
                              std::to_string(H) + ", " + std::to_string(H + F + C) + ")");
+  for (int64_t i = H; i < packed; ++i)
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t word = v[i * W + j];
+      if (word == -1) continue;
+      const uint64_t at = static_cast<uint64_t>(word) >> 32;
+      filter_[at] = static_cast<uint32_t>(word);
+      MarkCounter(at);
+    }
   const int64_t filter_bytes = static_cast<int64_t>(filter_.size() * sizeof(uint32_t));
   bool freed = false;
-  for (int64_t i = H; i < k; ++i) {
+  for (int64_t i = packed; i < k; ++i) {
     const int64_t r = ix[i];
     const int64_t* in = v + i * W;
     if (r < H + F) {
       const int64_t from = (r - H) * W * 8, n = std::min<int64_t>(W * 8, filter_bytes - from);
-      if (n > 0) std::memcpy(reinterpret_cast<char*>(filter_.data()) + from, in, static_cast<size_t>(n));
+      if (n <= 0) continue;
+      // Counters that change are marked, as the holder marked them.
+      uint32_t* to = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(filter_.data()) + from);
+      const uint32_t* got = reinterpret_cast<const uint32_t*>(in);
+      for (int64_t j = 0; j < n / 4; ++j)
+        if (to[j] != got[j]) {
+          to[j] = got[j];
+          MarkCounter(static_cast<uint64_t>(from / 4 + j));
+        }
       continue;
     }
     const int64_t s = r - H - F;
@@ -989,6 +1014,10 @@ Status HashEmbeddingShard::ApplyRows(const Tensor& rows, const Tensor& values) {
     if (in[1] != 0 && in[1] != 1) return DataLoss(who + ": saved row " + std::to_string(r) + " is not a row");
     if (m.used && Find(m.id) == s) IndexErase(m.id);
     const bool was = m.used;
+    // rows_ counts as rows come and go: IndexInsert grows the index by it,
+    // and a round that brings more rows than its free buckets would
+    // otherwise fill it (and probe forever).
+    if (was) --rows_;
     m = Meta();
     if (in[1] == 1) {
       m.id = in[0];
@@ -997,6 +1026,7 @@ Status HashEmbeddingShard::ApplyRows(const Tensor& rows, const Tensor& values) {
       m.freq = in[3];
       std::memcpy(arena_.data() + s * stride_, in + kRowWords, static_cast<size_t>(stride_) * sizeof(float));
       IndexInsert(m.id, s);
+      ++rows_;
     }
     freed = freed || was != m.used;
     MarkSlot(s);
@@ -1031,10 +1061,75 @@ std::vector<int64_t> HashEmbeddingShard::TakeDirtyRows(bool* all) {
     for (int64_t s = 0; s < C; ++s)
       if (dirty_slot_[s]) rows.push_back(H + F + s);
   }
+  ClearDirty();
+  return rows;
+}
+
+void HashEmbeddingShard::ClearDirty() {
+  const int64_t C = static_cast<int64_t>(meta_.size());
   all_dirty_ = false;
   dirty_slot_.assign(static_cast<size_t>(C), 0);
-  dirty_filter_.assign(static_cast<size_t>(F), 0);
-  return rows;
+  dirty_filter_.assign(static_cast<size_t>(FilterRows()), 0);
+  dirty_counter_.assign((filter_.size() + 63) / 64, 0);
+}
+
+bool HashEmbeddingShard::TakeChangedRows(Tensor* rows_out, Tensor* values_out) {
+  if (all_dirty_ || cold_ != nullptr) {
+    ClearDirty();
+    return false;
+  }
+  const int64_t W = Width(), H = HeaderRows(), F = FilterRows(), C = static_cast<int64_t>(meta_.size());
+  const uint64_t counters = filter_.size();
+  // A filter row's changed counters go packed, a word each, unless they
+  // are more than its width (the row is smaller then) or lie past 2^31
+  // (their index does not fit the packed word).
+  std::vector<int64_t> packed, whole;
+  for (int64_t r = 0; r < F; ++r) {
+    if (!dirty_filter_[r]) continue;
+    const uint64_t lo = static_cast<uint64_t>(r * 2 * W), hi = std::min<uint64_t>(lo + 2 * W, counters);
+    const size_t before = packed.size();
+    for (uint64_t w = lo >> 6; w <= (hi - 1) >> 6; ++w) {
+      uint64_t bits = dirty_counter_[w];
+      if (w == lo >> 6) bits &= ~uint64_t{0} << (lo & 63);
+      if (w == (hi - 1) >> 6 && (hi & 63) != 0) bits &= ~(~uint64_t{0} << (hi & 63));
+      for (; bits != 0; bits &= bits - 1) {
+        const uint64_t i = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits));
+        packed.push_back(PackFilterCounter(static_cast<int64_t>(i), filter_[i]));
+      }
+    }
+    if (static_cast<int64_t>(packed.size() - before) > W || hi > (uint64_t{1} << 31)) {
+      packed.resize(before);
+      whole.push_back(H + r);
+    }
+  }
+  for (int64_t s = 0; s < C; ++s)
+    if (dirty_slot_[s]) whole.push_back(H + F + s);
+  const int64_t P = (static_cast<int64_t>(packed.size()) + W - 1) / W;
+  const int64_t k = H + P + static_cast<int64_t>(whole.size());
+  *rows_out = Tensor(DType::kInt64, Shape{k});
+  *values_out = Tensor::Zeros(DType::kInt64, {k, W});
+  int64_t* ix = rows_out->data<int64_t>();
+  int64_t* out = values_out->data<int64_t>();
+  for (int64_t r = 0; r < H; ++r) ix[r] = r;  // the header changes every step
+  WriteHeader(out, 0);
+  for (int64_t p = 0; p < P; ++p) ix[H + p] = kHashPackedCountersRow;
+  int64_t* words = out + H * W;
+  std::copy(packed.begin(), packed.end(), words);
+  std::fill(words + packed.size(), words + P * W, int64_t{-1});
+  const int64_t filter_bytes = static_cast<int64_t>(counters * sizeof(uint32_t));
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const int64_t r = whole[i];
+    int64_t* row = out + (H + P + static_cast<int64_t>(i)) * W;
+    ix[H + P + static_cast<int64_t>(i)] = r;
+    if (r < H + F) {
+      const int64_t from = (r - H) * W * 8, n = std::min<int64_t>(W * 8, filter_bytes - from);
+      if (n > 0) std::memcpy(row, reinterpret_cast<const char*>(filter_.data()) + from, static_cast<size_t>(n));
+    } else {
+      WriteSlot(r - H - F, row);
+    }
+  }
+  ClearDirty();
+  return true;
 }
 
 bool IsHashShardState(const Tensor& t) {

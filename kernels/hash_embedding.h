@@ -212,8 +212,17 @@ class HashEmbeddingShard {
   // FailedPrecondition for a shard with a cold tier (saved whole),
   // InvalidArgument for a row it does not have.
   Result<Tensor> SerializeRows(const std::vector<int64_t>& rows) const;
-  // Writes saved rows (SerializeRows' of a shard of this layout: the header
-  // rows first, then rows in order) into the shard. FailedPrecondition when
+  // The changes since the last take (this or TakeDirtyRows) in the form
+  // ApplyRows writes: false when the shard must go whole (TakeDirtyRows'
+  // *all), else *rows [k] and *values [k, width]: the header rows, then
+  // rows of changed admission-filter counters packed by PackFilterCounter
+  // (index kHashPackedCountersRow; a sighting changes up to filter_depth
+  // counters, and their whole saved rows of the filter cost 2 * width
+  // counters each), then the changed saved rows in order (a filter row
+  // goes whole where packing its changes would not be smaller).
+  bool TakeChangedRows(Tensor* rows, Tensor* values);
+  // Writes saved rows (SerializeRows' or TakeChangedRows' of a shard of this
+  // layout: the header rows first, packed counters, then rows in order) into the shard. FailedPrecondition when
   // their header is of another layout (capacity, optimizer, cold tier: the
   // shard needs a whole state), InvalidArgument or DataLoss for rows that
   // do not fit; a failed call may have written some rows.
@@ -297,6 +306,15 @@ class HashEmbeddingShard {
   // Count-min: adds count to id's counters, returns the new estimate.
   int64_t FilterAdd(int64_t id, int64_t count);
   void MarkSlot(int64_t slot) { if (!all_dirty_) dirty_slot_[slot] = 1; }
+  // Marks filter counter i changed (its saved row, and the counter itself
+  // for TakeChangedRows).
+  void MarkCounter(uint64_t i) {
+    if (all_dirty_) return;
+    dirty_filter_[static_cast<size_t>(i / 2 / static_cast<uint64_t>(Width()))] = 1;
+    dirty_counter_[i >> 6] |= uint64_t{1} << (i & 63);
+  }
+  // Forgets what changed (after a take): nothing has since.
+  void ClearDirty();
   int64_t HeaderRows() const;
   int64_t FilterRows() const;
   int64_t Width() const;
@@ -338,6 +356,7 @@ class HashEmbeddingShard {
   int64_t step_ = 0, admitted_ = 0, rejected_ = 0, evicted_ = 0, skipped_ = 0;
   bool all_dirty_ = true;
   std::vector<uint8_t> dirty_slot_, dirty_filter_;
+  std::vector<uint64_t> dirty_counter_;  // a bit per filter counter (sized at a take)
   // Deletes the queued stale cold copies of rows that left the table; OK when
   // none are queued, else the write's error (the queue stays then).
   Status DropColdCopies();
@@ -362,6 +381,15 @@ class HashEmbeddingShard {
   std::string cold_sweep_cursor_;
   int64_t cold_swept_at_ = -1;
 };
+
+// The saved-row index ApplyRows reads as a row of packed admission-filter
+// counters: each int64 word one counter (PackFilterCounter), -1 for none.
+inline constexpr int64_t kHashPackedCountersRow = -1;
+// A counter's word in such a row: its index in the filter (below 2^31) and
+// its count.
+inline int64_t PackFilterCounter(int64_t index, uint32_t count) {
+  return static_cast<int64_t>((static_cast<uint64_t>(index) << 32) | count);
+}
 
 // True when t looks like a HashEmbeddingShard state (its header's magic).
 bool IsHashShardState(const Tensor& t);

@@ -435,6 +435,159 @@ TEST_CASE("Hash shard property: a backup that takes each step's changed rows sta
   CHECK(SameBits(b.Serialize().value(), before));
 }
 
+TEST_CASE("Hash shard property: a backup applying compact rounds (changed filter counters packed) stays bit-identical",
+          "[hash_embedding][replicas]") {
+  for (int variant = 0; variant < 4; ++variant) {
+    HashShardConfig c = Config(8);
+    c.max_rows = variant == 0 ? 100 : 0;                     // eviction (else growth: whole rounds)
+    c.ttl_steps = variant == 1 ? 4 : 0;                      // expiry
+    c.min_count = variant == 1 ? 3 : variant == 3 ? 1 : 2;  // admission (3: no filter)
+    c.filter_width = variant == 2 ? 16 : 4096;               // 2: a crowded filter, rows go whole
+    HashEmbeddingShard holder(c);
+    std::mt19937_64 rng(21 + variant);
+    int64_t deltas = 0, wholes = 0, packed_rows = 0, bytes = 0, old_bytes = 0;
+    std::unique_ptr<HashEmbeddingShard> backup;
+    for (int64_t step = 0; step < 40; ++step) {
+      INFO("variant " << variant << ", step " << step);
+      std::vector<int64_t> batch;
+      const int64_t span = variant == 1 ? 60 : 400;
+      for (int i = 0; i < 30; ++i) batch.push_back(static_cast<int64_t>(rng() % span) - span / 2 + step * (variant == 1));
+      Lookup(holder, batch, step);
+      REQUIRE(Apply(holder, OptimizerKind::kAdagrad, batch, step).ok());
+      Tensor rows, values;
+      if (!holder.TakeChangedRows(&rows, &values)) {
+        // The first round, and after the shard grew: whole.
+        auto whole = HashEmbeddingShard::Deserialize(holder.Serialize().value(), "tab");
+        REQUIRE(whole.ok());
+        backup = std::move(*whole);
+        ++wholes;
+      } else {
+        REQUIRE(backup);
+        // What the round would cost with each changed counter's whole filter
+        // row (TakeDirtyRows' rows): its other rows, and one row per filter
+        // row its packed counters lie in.
+        const int64_t W = values.dim(1);
+        std::set<int64_t> filter_rows;
+        int64_t others = 0;
+        for (int64_t i = 0; i < rows.num_elements(); ++i) {
+          if (rows.data<int64_t>()[i] != kHashPackedCountersRow) {
+            ++others;
+            continue;
+          }
+          ++packed_rows;
+          for (int64_t j = 0; j < W; ++j) {
+            const int64_t word = values.data<int64_t>()[i * W + j];
+            if (word != -1) filter_rows.insert((word >> 32) / (2 * W));
+          }
+        }
+        const int64_t b = static_cast<int64_t>(values.bytes() + rows.bytes());
+        const int64_t ob = (others + static_cast<int64_t>(filter_rows.size())) * (W + 1) * 8;
+        CHECK(b <= ob);
+        bytes += b;
+        old_bytes += ob;
+        Status applied = backup->ApplyRows(rows, values);
+        INFO(applied.ToString());
+        REQUIRE(applied.ok());
+        ++deltas;
+      }
+      // Header, filter counters, rows, values and slots, bit for bit.
+      REQUIRE(SameBits(backup->Serialize().value(), holder.Serialize().value()));
+    }
+    INFO("variant " << variant << ": " << deltas << " compact rounds of " << bytes << " bytes (" << old_bytes
+                    << " with whole filter rows), " << packed_rows << " packed rows, " << wholes << " whole");
+    CHECK(deltas > wholes);
+    if (variant <= 1) {
+      CHECK(holder.Metrics().evicted > 0);  // 0: by max_rows, 1: by ttl
+      CHECK(packed_rows > 0);
+      // 1 sees each id often (60 ids): most of its bytes are rows trained.
+      CHECK(bytes * (variant == 0 ? 3 : 3) < old_bytes * (variant == 0 ? 1 : 2));
+    }
+    if (variant == 3) {
+      CHECK(packed_rows == 0);
+      CHECK(bytes == old_bytes);
+    }
+  }
+}
+
+TEST_CASE("Hash shard: packed filter counters that do not fit the shard are refused, nothing written",
+          "[hash_embedding][replicas]") {
+  HashShardConfig c = Config(8);
+  c.min_count = 2;
+  c.filter_width = 64;
+  HashEmbeddingShard holder(c), backup(c);
+  for (HashEmbeddingShard* s : {&holder, &backup}) {
+    Lookup(*s, {1, 2, 3}, 0);
+    Lookup(*s, {2}, 1);  // admitted: the shard grows
+  }
+  Tensor rows, values;
+  CHECK_FALSE(holder.TakeChangedRows(&rows, &values));  // the first take: whole
+  CHECK_FALSE(backup.TakeChangedRows(&rows, &values));
+  Lookup(holder, {1, 4, 5}, 2);  // 1 is admitted (a slot row), 4 and 5 counted
+  REQUIRE(holder.TakeChangedRows(&rows, &values));
+  const int64_t W = values.dim(1);
+  int64_t at = -1;  // the packed row: right after the header
+  for (int64_t i = rows.num_elements() - 1; i >= 0; --i)
+    if (rows.data<int64_t>()[i] == kHashPackedCountersRow) at = i;
+  REQUIRE(at > 0);  // 1, 4 and 5 changed up to 12 counters of 256, in rows of 2 * W
+  {
+    auto copy = HashEmbeddingShard::Deserialize(backup.Serialize().value(), "tab");
+    REQUIRE(copy.ok());
+    REQUIRE((*copy)->ApplyRows(rows, values).ok());
+    CHECK(SameBits((*copy)->Serialize().value(), holder.Serialize().value()));
+  }
+  const Tensor before = backup.Serialize().value();
+  auto refused = [&](HashEmbeddingShard& s, const Tensor& r, const Tensor& v, const Tensor& was) {
+    Status st = s.ApplyRows(r, v);
+    INFO(st.ToString());
+    CHECK(st.code() == Code::kInvalidArgument);
+    CHECK(SameBits(s.Serialize().value(), was));
+  };
+  // A counter past the filter (4 x 64 counters), and a negative word.
+  Tensor bad = values.Copy();
+  bad.data<int64_t>()[at * W] = PackFilterCounter(4 * 64, 7);
+  refused(backup, rows, bad, before);
+  bad.data<int64_t>()[at * W] = -5;
+  refused(backup, rows, bad, before);
+  // Packed counters after the saved rows they precede.
+  int64_t last = at;
+  while (last + 1 < rows.num_elements() && rows.data<int64_t>()[last + 1] == kHashPackedCountersRow) ++last;
+  REQUIRE(last + 1 < rows.num_elements());
+  Tensor late = rows.Copy(), lv = values.Copy();
+  std::swap(late.data<int64_t>()[last], late.data<int64_t>()[last + 1]);
+  std::swap_ranges(lv.data<int64_t>() + last * W, lv.data<int64_t>() + (last + 1) * W,
+                   lv.data<int64_t>() + (last + 1) * W);
+  refused(backup, late, lv, before);
+  // A shard without a filter has no counter to set.
+  HashShardConfig nf = c;
+  nf.min_count = 1;
+  HashEmbeddingShard plain(nf);
+  Lookup(plain, {1, 2, 3}, 0);
+  CHECK_FALSE(plain.TakeChangedRows(&rows, &values));
+  const Tensor plain_before = plain.Serialize().value();
+  Lookup(plain, {1, 9}, 1);
+  REQUIRE(plain.TakeChangedRows(&rows, &values));
+  auto other = HashEmbeddingShard::Deserialize(plain_before, "tab");
+  REQUIRE(other.ok());
+  // The same round with a packed row of counter 0 after its header (as long as the holder's).
+  Tensor r2(DType::kInt64, Shape{rows.num_elements() + 1});
+  Tensor v2 = Tensor::Zeros(DType::kInt64, {rows.num_elements() + 1, values.dim(1)});
+  for (int64_t i = 0, j = 0; i < r2.num_elements(); ++i) {
+    if (i == at) {
+      r2.data<int64_t>()[i] = kHashPackedCountersRow;
+      std::fill(v2.data<int64_t>() + i * values.dim(1), v2.data<int64_t>() + (i + 1) * values.dim(1), int64_t{-1});
+      v2.data<int64_t>()[i * values.dim(1)] = PackFilterCounter(0, 1);
+      continue;
+    }
+    r2.data<int64_t>()[i] = rows.data<int64_t>()[j];
+    std::copy(values.data<int64_t>() + j * values.dim(1), values.data<int64_t>() + (j + 1) * values.dim(1),
+              v2.data<int64_t>() + i * values.dim(1));
+    ++j;
+  }
+  refused(**other, r2, v2, plain_before);
+  REQUIRE((*other)->ApplyRows(rows, values).ok());  // without it, taken
+  CHECK(SameBits((*other)->Serialize().value(), plain.Serialize().value()));
+}
+
 TEST_CASE("Hash shard property: resharding 3 shards into 2 and 5 keeps every id's state", "[hash_embedding]") {
   std::vector<Tensor> parts;
   std::map<int64_t, HashRowState> want;
