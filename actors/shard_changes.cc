@@ -96,6 +96,9 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
 // A backup's side of TakeChanges for variable v: whole values and hash
 // states replace it, rows overwrite its rows; the origins join the window.
 Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarChanges& c) {
+  // Checked before anything is written: a change refused half way would
+  // leave the backup with its rows and without its clocks.
+  if (!c.clocks.empty()) SF_RETURN_IF_ERROR(st.Replica(id).CheckClocks(v.name, c.clocks));
   if (c.value.valid() && !c.rows.valid()) {
     if (IsHashShardState(c.value) && (v.hash || v.dtype == DType::kInt64)) {
       auto h = HashEmbeddingShard::Deserialize(c.value, TableOfShard(v.name));

@@ -335,12 +335,17 @@ bool ReplicaState::TakeClocksChanged() {
   return changed;
 }
 
-Status ReplicaState::SetClocks(const std::string& var, const std::vector<int64_t>& clocks) {
+Status ReplicaState::CheckClocks(const std::string& var, const std::vector<int64_t>& clocks) const {
   if (clocks.size() > static_cast<size_t>(kMaxSspWorkers) || (!clocks_.empty() && clocks.size() != clocks_.size()))
     return InvalidArgument("variable '" + var + "': " + std::to_string(clocks.size()) +
                            " stale-synchronous clocks for a barrier of " +
                            (clocks_.empty() ? "at most " + std::to_string(kMaxSspWorkers)
                                             : std::to_string(clocks_.size())) + " workers");
+  return Status::OK();
+}
+
+Status ReplicaState::SetClocks(const std::string& var, const std::vector<int64_t>& clocks) {
+  SF_RETURN_IF_ERROR(CheckClocks(var, clocks));
   if (clocks_.empty()) clocks_.assign(clocks.size(), 0);
   for (size_t i = 0; i < clocks.size(); ++i) clocks_[i] = std::max(clocks_[i], clocks[i]);
   if (!clocks_.empty()) ReleaseSsp();

@@ -113,6 +113,8 @@ class ReplicaState {
   // Takes a holder's clocks (each only ever advances); InvalidArgument
   // naming var for more than kMaxSspWorkers or a count that differs.
   Status SetClocks(const std::string& var, const std::vector<int64_t>& clocks);
+  // SetClocks's check alone, changing nothing: OK when it would take clocks.
+  Status CheckClocks(const std::string& var, const std::vector<int64_t>& clocks) const;
 
  private:
   struct Waiter {

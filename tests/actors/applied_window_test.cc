@@ -201,6 +201,20 @@ TEST_CASE("Variable shards: a backup store applies a holder's changes, slots col
   Status too_big = Await<Status>([&](auto done) { backup.ApplyChanges({huge}, done); });
   CHECK(too_big.code() == Code::kResourceExhausted);
   CHECK(too_big.message().find("'huge'") != std::string::npos);
+  // SSP clocks that do not fit the variable's barrier refuse the whole
+  // change: its rows are not written either.
+  VarChanges two = delta[0];
+  two.clocks = {3, 4};
+  REQUIRE(Await<Status>([&](auto done) { backup.ApplyChanges({two}, done); }).ok());
+  VarChanges three = delta[0];
+  three.value = three.value.Copy();
+  three.value.data<float>()[0] = 1234.0f;
+  three.clocks = {5, 6, 7};
+  const std::vector<float> kept = Values(backup, "t");
+  Status misfit = Await<Status>([&](auto done) { backup.ApplyChanges({three}, done); });
+  CHECK(misfit.code() == Code::kInvalidArgument);
+  CHECK(misfit.message().find("3 stale-synchronous clocks") != std::string::npos);
+  CHECK(Values(backup, "t") == kept);
   holder.Shutdown();
   backup.Shutdown();
 }
