@@ -80,6 +80,7 @@ std::string EtcdMemberRole(const std::string& cluster, const std::string& name) 
 std::string EtcdAnyNodeRole(const std::string& cluster) { return "shardflow:" + cluster + ":any-node"; }
 std::string EtcdSessionRole(const std::string& cluster) { return "shardflow:" + cluster + ":session"; }
 std::string DrainKey(const std::string& prefix, const std::string& name) { return prefix + "drain/" + name; }
+std::string LeaderKey(const std::string& prefix, const std::string& name) { return prefix + "leader/" + name; }
 
 Result<EtcdAuthReport> EnableEtcdAuth(const EtcdAuthOptions& o) {
   SF_ASSIGN_OR_RETURN(const std::string prefix, ClusterPrefix(o.cluster));
@@ -138,7 +139,7 @@ Result<EtcdAuthReport> EnableEtcdAuth(const EtcdAuthOptions& o) {
         SF_RETURN_IF_ERROR(calls.Role(EtcdMemberRole(o.cluster, cert_name),
                                       {{"READWRITE", MemberKey(prefix, cert_name), false},
                                        {"READWRITE", DrainKey(prefix, cert_name), false},
-                                       {"READWRITE", prefix + "leader/" + cert_name, false}}));
+                                       {"READWRITE", LeaderKey(prefix, cert_name), false}}));
     } else if (kind == "session") {
       roles = {EtcdSessionRole(o.cluster)};
     } else {

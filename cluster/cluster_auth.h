@@ -58,6 +58,10 @@ std::string EtcdSessionRole(const std::string& cluster);
 // The key of the operator's drain mark for member name under prefix
 // (PREFIX/drain/NAME).
 std::string DrainKey(const std::string& prefix, const std::string& name);
+// The key of member name's candidacy for placement leader under prefix
+// (PREFIX/leader/NAME, cluster/placement_leader.cc; its value is the
+// member's address, under a lease of the candidacy's own).
+std::string LeaderKey(const std::string& prefix, const std::string& name);
 
 }  // namespace cluster
 }  // namespace sf

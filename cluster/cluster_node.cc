@@ -62,7 +62,9 @@ ClusterNode::Impl::Impl(NodeOptions o)
 }
 
 void ClusterNode::Impl::Log(const std::string& line) const {
-  if (opts.log) std::fprintf(stderr, "shardflow node %s: %s\n", opts.name.c_str(), line.c_str());
+  // Stamped with the steady clock's seconds, which every process of a
+  // machine shares: a local cluster's logs interleave into one timeline.
+  if (opts.log) std::fprintf(stderr, "[%.3f] shardflow node %s: %s\n", NowMs() / 1e3, opts.name.c_str(), line.c_str());
 }
 
 void ClusterNode::Impl::LogLimited(const char* kind, const std::string& line) {
@@ -458,6 +460,17 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
       p->idle.notify_all();
     };
     ro.log = [p](const std::string& line) { p->Log(line); };
+    // A peer reported down is asked first, on a connection of its own (a
+    // failed dial through the router would keep steps from dialing it for a
+    // while): a killed one refuses it at once, a hung one does not answer
+    // within the peer timeout.
+    ro.answers = [p](const std::string& addr) {
+      auto c = p->endpoint->Connect(addr);
+      if (!c.ok()) return false;
+      const bool answered = net::Call(*c, net::ListMembers{}, std::max(1, p->opts.peer_timeout_ms)).ok();
+      (*c)->Close();
+      return answered;
+    };
     auto registry = cluster::MemberRegistry::Start(std::move(ro));
     if (!registry.ok()) return registry.status().WithPrefix("node " + p->opts.name + " joining through etcd " + opts.etcd);
     p->registry = std::move(*registry);

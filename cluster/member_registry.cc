@@ -195,8 +195,12 @@ struct MemberRegistry::Impl {
         const std::string address = std::move(reports.front());
         reports.pop_front();
         l.unlock();
-        Status r = RevokeMember(address);
-        Log(r.ok() ? "reported member " + address + " down" : r.ToString());
+        if (o.answers && o.answers(address)) {
+          Log("member " + address + " answers: not reported down");
+        } else {
+          Status r = RevokeMember(address);
+          Log(r.ok() ? "reported member " + address + " down" : r.ToString());
+        }
         l.lock();
         continue;
       } else if (watch_broken) {
@@ -249,19 +253,39 @@ struct MemberRegistry::Impl {
     }
   }
 
-  // Ends the lease of the member at address; OK when it ended already.
+  // Ends the lease of the member at address, then its candidacy for
+  // placement leader; OK when they ended already.
   Status RevokeMember(const std::string& address) {
     int64_t id = 0;
+    std::string name;
     {
       std::lock_guard<std::mutex> l(mu);
       const MemberRecord* m = table.FindAddress(address);
       if (!m) return NotFound("no member listens at " + address);
       if (m->name == o.name) return InvalidArgument("a node does not report itself down");
       id = m->lease;
+      name = m->name;
     }
     Status s = etcd->RevokeLease(id);
-    if (s.code() == Code::kNotFound) return Status::OK();  // it ended already
-    return s.WithPrefix("reporting the member at " + address + " down");
+    if (s.code() == Code::kNotFound) s = Status::OK();  // it ended already
+    SF_RETURN_IF_ERROR(s.WithPrefix("reporting the member at " + address + " down"));
+    return EndCandidacy(name, address).WithPrefix("reporting the member at " + address + " down");
+  }
+
+  // Ends the candidacy of member name at address for placement leader
+  // (LeaderKey): it is under a lease of its own, which would otherwise
+  // outlive the member by up to its TTL (and etcd's expiry check), and a
+  // dead leader would hold every failover that long. Its lease is revoked,
+  // as the member's is: if it still runs (a false report), it finds its
+  // leadership lost and campaigns again; the map is written only under the
+  // leader key it created, so it cannot write as leader after this. OK when
+  // it holds no candidacy (or one of another address: a new life's).
+  Status EndCandidacy(const std::string& name, const std::string& address) {
+    SF_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> kv, etcd->Get(LeaderKey(prefix, name)));
+    if (!kv || kv->lease == 0 || kv->value != address) return Status::OK();
+    Status s = etcd->RevokeLease(kv->lease);
+    if (s.code() == Code::kNotFound) return Status::OK();
+    return s.WithPrefix("ending its candidacy for placement leader");
   }
 
   void Leave() {

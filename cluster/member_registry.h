@@ -43,6 +43,13 @@ struct MemberRegistryOptions {
   std::function<void(const std::vector<MemberRecord>&)> on_change;
   // This node lost its lease and another node now holds its name (which one).
   std::function<void(const std::string& holder)> on_replaced;
+  // Asked on the registry's thread before the lease of a member reported
+  // down (ReportDownLater) ends: true when the member at address answers
+  // after all. A closed connection is no proof of death: the peer may have
+  // closed it because this node went silent (it was stopped, or too busy to
+  // send its heartbeats), and ending a live member's lease would move its
+  // slots (and depose it as leader) for nothing. Null: every report ends it.
+  std::function<bool(const std::string& address)> answers;
   std::function<void(const std::string&)> log;  // null: silent
 };
 
@@ -60,8 +67,10 @@ class MemberRegistry {
   Status SetLeaving();
   // Ends, on the registry's thread (callers such as a connection's handler
   // must not wait on etcd), the lease of the member at address, a peer whose
-  // connection to it closed: it is gone for every node and session at once.
-  // The outcome is logged.
+  // connection to it closed, and its candidacy for placement leader: it is
+  // gone for every node and session at once, and a leader it was is
+  // replaced at once. Not when it still answers (MemberRegistryOptions::
+  // answers). The outcome is logged.
   void ReportDownLater(const std::string& address);
   // Revokes this node's lease (its key goes at once) and stops renewing it;
   // idempotent. The registry reports no more changes.
