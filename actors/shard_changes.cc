@@ -16,7 +16,7 @@ namespace {
 
 // Variable v's changes since the last take into *c (whole when full): false
 // when it has none.
-bool TakeVarChanges(ShardState::Var& v, bool full, VarChanges* c_ptr) {
+bool TakeVarChanges(ShardState::Var& v, bool full, int64_t pieces_over, VarChanges* c_ptr) {
   VarChanges& c = *c_ptr;
   if (v.hash) {
     // A hash shard sends what changed (its header, the changed filter
@@ -34,6 +34,15 @@ bool TakeVarChanges(ShardState::Var& v, bool full, VarChanges* c_ptr) {
     return true;
   }
   if (!v.value.valid()) return false;
+  if (full && pieces_over > 0 && v.value.rank() >= 1 && v.value.dim(0) > 1 &&
+      static_cast<int64_t>(v.value.bytes()) > pieces_over) {
+    // Read in pieces as it is sent (VarChanges::read_rows): rows changed
+    // from now on are dirty, for the next round.
+    c.leading = v.value.dim(0);
+    v.TakeDirtyRows();
+    v.all_dirty = false;
+    return true;
+  }
   if (full || v.all_dirty) {
     c.value = v.value;  // copy-on-write: later updates leave it
     v.TakeDirtyRows();
@@ -60,7 +69,10 @@ bool TakeVarChanges(ShardState::Var& v, bool full, VarChanges* c_ptr) {
 
 // The named variables' changes since the last take (each whole when full),
 // and the origins the shard applied since, on the first entry.
-std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string>& names, bool full) {
+std::vector<VarChanges> TakeChangesOf(
+    ShardState& st, const std::set<std::string>& names, bool full, int64_t pieces_over,
+    const std::function<std::function<Result<Tensor>(int64_t, int64_t)>(int64_t id)>& reader) {
+  if (!reader) pieces_over = 0;
   std::vector<VarChanges> out;
   for (auto& kv : st.vars) {
     ShardState::Var& v = kv.second;
@@ -76,7 +88,9 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
       clocks = r->second->TakeClocksChanged() || (full && !r->second->Clocks().empty());
       if (clocks) c.clocks = r->second->Clocks();
     }
-    if (TakeVarChanges(v, full, &c) || clocks) out.push_back(std::move(c));
+    const bool changed = TakeVarChanges(v, full, pieces_over, &c);
+    if (changed && !c.value.valid() && c.leading > 0 && !c.rows.valid()) c.read_rows = reader(kv.first);
+    if (changed || clocks) out.push_back(std::move(c));
   }
   std::vector<UpdateOrigin> origins = full ? st.applied.All() : st.applied.TakeRecent();
   if (!origins.empty()) {
@@ -91,6 +105,23 @@ std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string
     if (!out.empty()) out[0].origins = std::move(origins);
   }
   return out;
+}
+
+Result<Tensor> ReadRowsOf(const ShardState::Var& v, int64_t first, int64_t max_bytes) {
+  if (v.hash || !v.value.valid() || v.value.rank() < 1)
+    return FailedPrecondition("variable '" + v.name + "' has no dense value to read rows of");
+  const int64_t n = v.value.dim(0);
+  if (first < 0 || first >= n)
+    return OutOfRange("row " + std::to_string(first) + " of variable '" + v.name + "' is outside [0, " +
+                      std::to_string(n) + ")");
+  const int64_t row_bytes = static_cast<int64_t>(v.value.bytes()) / n;
+  const int64_t k = std::min(n - first, std::max<int64_t>(1, max_bytes / std::max<int64_t>(1, row_bytes)));
+  Shape shape = v.value.shape();
+  shape[0] = k;
+  Tensor piece(v.value.dtype(), shape);
+  std::memcpy(piece.raw_data(), static_cast<const char*>(v.value.raw_data()) + first * row_bytes,
+              static_cast<size_t>(k * row_bytes));
+  return piece;
 }
 
 // A backup's side of TakeChanges for variable v: whole values and hash
@@ -156,7 +187,8 @@ Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarC
   return Status::OK();
 }
 
-std::vector<VarChanges> ActorVariables::TakeChanges(const std::set<std::string>& names, bool full) {
+std::vector<VarChanges> ActorVariables::TakeChanges(const std::set<std::string>& names, bool full,
+                                                    int64_t pieces_over) {
   std::vector<VariableShardActor> shards;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -172,7 +204,7 @@ std::vector<VarChanges> ActorVariables::TakeChanges(const std::set<std::string>&
   size_t remaining = shards.size();
   std::vector<VarChanges> all;
   for (const auto& shard : shards) {
-    caf::anon_send(shard, TakeShardChanges{names, full, [&](std::vector<VarChanges> part) {
+    caf::anon_send(shard, TakeShardChanges{names, full, pieces_over, [&](std::vector<VarChanges> part) {
                                              std::lock_guard<std::mutex> l(mu);
                                              for (auto& c : part) all.push_back(std::move(c));
                                              if (--remaining == 0) cv.notify_all();

@@ -199,7 +199,16 @@ Result<Tensor> GatherDense(const ShardState& st, const ShardState::Var& v, const
 // Replication (shard_changes.cc): the named variables' changes since the last
 // take (each whole when full), and the origins the shard applied since, on
 // the first entry.
-std::vector<VarChanges> TakeChangesOf(ShardState& st, const std::set<std::string>& names, bool full);
+// With full and pieces_over > 0, a dense variable of more bytes is left to
+// be read in pieces: its entry has no value, leading set and read_rows =
+// reader(its id).
+std::vector<VarChanges> TakeChangesOf(
+    ShardState& st, const std::set<std::string>& names, bool full, int64_t pieces_over = 0,
+    const std::function<std::function<Result<Tensor>(int64_t, int64_t)>(int64_t id)>& reader = nullptr);
+// Rows first.. of dense variable v, as many as fit in max_bytes (at least
+// one): a piece of a whole take in pieces. FailedPrecondition when v has no
+// dense value, OutOfRange when first is not one of its rows.
+Result<Tensor> ReadRowsOf(const ShardState::Var& v, int64_t first, int64_t max_bytes);
 // A backup's side of TakeChangesOf for variable v: whole values and hash
 // states replace it, rows overwrite its rows; the origins join the window.
 Status ApplyChangesTo(ShardState& st, int64_t id, ShardState::Var& v, const VarChanges& c);

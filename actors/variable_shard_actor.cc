@@ -247,8 +247,19 @@ VariableShardActor::behavior_type VariableShard(ShardPointer self, std::shared_p
         m.done(TakeDirtySnapshot(held.st()));
       },
       [self](TakeShardChanges& m) {
-        Held held(*self->state.core);
-        m.done(TakeChangesOf(held.st(), m.names, m.full));
+        std::shared_ptr<ShardCore> core = self->state.core;
+        // A piece is read holding the core, as a direct call does (never on
+        // this actor's thread: the sender's).
+        auto reader = [core](int64_t id) {
+          return [core, id](int64_t first, int64_t max_bytes) -> Result<Tensor> {
+            Held held(*core);
+            const ShardState::Var* v = held.st().Find(id);
+            if (!v) return NoVariable(id);
+            return ReadRowsOf(*v, first, max_bytes);
+          };
+        };
+        Held held(*core);
+        m.done(TakeChangesOf(held.st(), m.names, m.full, m.pieces_over, reader));
       },
       [self](ApplyShardChanges& m) {
         Held held(*self->state.core);

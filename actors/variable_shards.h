@@ -101,8 +101,11 @@ class ActorVariables : public VariableService,
   // Replication (cluster/slot_replicas.h): the named variables' changes since
   // the last TakeChanges (each whole when full, and the first time), with
   // the update origins their shards applied since; resets that record.
+  // With full and pieces_over > 0, a dense variable of more bytes is read in
+  // pieces as it is sent (VarChanges::read_rows): for a backup that is not
+  // synced yet, since rows it updates meanwhile go in the next round.
   // Blocks like SnapshotAll.
-  std::vector<VarChanges> TakeChanges(const std::set<std::string>& names, bool full);
+  std::vector<VarChanges> TakeChanges(const std::set<std::string>& names, bool full, int64_t pieces_over = 0);
   // A backup applying what TakeChanges took on the holder: whole values
   // define and set their variables, rows overwrite theirs, origins join
   // their shards' windows. done gets the first error (FailedPrecondition

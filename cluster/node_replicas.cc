@@ -17,7 +17,9 @@ void ClusterNode::Impl::StartReplicas() {
     auto it = slot_variables.find(slot);
     return it == slot_variables.end() ? std::set<std::string>() : it->second;
   };
-  h.take = [this](const std::set<std::string>& names, bool full) { return variables->TakeChanges(names, full); };
+  h.take = [this](const std::set<std::string>& names, bool full, int64_t pieces_over) {
+    return variables->TakeChanges(names, full, pieces_over);
+  };
   h.send = [this](const std::string& to, net::ReplicateSlot m) {
     SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
     return net::CallStatus(c, std::move(m), std::max(2000, 10 * opts.peer_timeout_ms));

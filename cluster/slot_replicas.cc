@@ -76,6 +76,29 @@ Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool 
     return Status::OK();
   };
   for (auto& c : changes) {
+    if (c.read_rows) {
+      // Read from the shard piece by piece as it goes (a whole take in
+      // pieces): the variable's buffer is never shared with the copy.
+      const int64_t n = c.leading;
+      for (int64_t r0 = 0; r0 < n;) {
+        SF_ASSIGN_OR_RETURN(Tensor rows, c.read_rows(r0, kMaxReplicateBytes));
+        const int64_t k = rows.rank() >= 1 ? rows.dim(0) : 0;
+        if (k < 1 || r0 + k > n)
+          return Internal("variable '" + c.name + "': a piece of " + std::to_string(k) + " rows at row " +
+                          std::to_string(r0) + " of " + std::to_string(n) + " (did it change shape?)");
+        runtime::VarChanges piece;
+        piece.name = c.name;
+        piece.leading = n;
+        piece.value = std::move(rows);
+        piece.rows = Tensor(DType::kInt64, Shape{k});
+        for (int64_t i = 0; i < k; ++i) piece.rows.data<int64_t>()[i] = r0 + i;
+        if (r0 == 0) piece.origins = std::move(c.origins);
+        if (r0 + k == n) piece.replica = c.replica;
+        SF_RETURN_IF_ERROR(append(std::move(piece)));
+        r0 += k;
+      }
+      continue;
+    }
     const bool big = c.value.valid() && !c.rows.valid() && c.value.rank() >= 1 && c.value.dim(0) > 1 &&
                      static_cast<int64_t>(c.value.bytes()) > kMaxReplicateBytes && !IsHashShardState(c.value);
     if (!big) {
@@ -223,7 +246,12 @@ Status SlotReplicas::Round(int slot, bool whole, bool paced) {
   if (!to.empty()) {
     const auto start = std::chrono::steady_clock::now();
     int64_t sent = 0;
-    s = SendSlotChanges(slot, epoch, hooks_.self, full, hooks_.take(hooks_.variables_of(slot), full),
+    // A whole copy to a backup that is not synced yet reads big variables
+    // in pieces as it sends them (ActorVariables::TakeChanges): sharing
+    // their buffers would make the next update copy them whole, and the
+    // catch-up round after it (SyncWhole) sends the rows changed meanwhile.
+    const int64_t pieces_over = whole ? kMaxReplicateBytes : 0;
+    s = SendSlotChanges(slot, epoch, hooks_.self, full, hooks_.take(hooks_.variables_of(slot), full, pieces_over),
                         [&](net::ReplicateSlot m) {
                           for (const Tensor& v : m.values) sent += static_cast<int64_t>(v.bytes());
                           Status r = hooks_.send(to, std::move(m));

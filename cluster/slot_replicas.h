@@ -41,7 +41,8 @@ namespace cluster {
 // of values: a dense variable bigger than that goes whole as pieces of rows
 // (with its leading dimension, so a backup without it defines it first), so
 // that no message holds a node's I/O thread for long (a hash shard's state
-// goes in one); `send` sends one and waits for its reply. Nothing is sent
+// goes in one); one taken in pieces (VarChanges::read_rows) has each piece
+// read as it goes. `send` sends one and waits for its reply. Nothing is sent
 // for no changes unless full. The first error.
 inline constexpr int64_t kMaxReplicateBytes = int64_t{16} << 20;
 Status SendSlotChanges(int slot, int64_t epoch, const std::string& holder, bool full,
@@ -54,8 +55,10 @@ class SlotReplicas {
     std::string self;  // this node's listen address (ReplicateSlot.holder)
     // The names of slot's variables on this node.
     std::function<std::set<std::string>(int slot)> variables_of;
-    // The variable store's TakeChanges.
-    std::function<std::vector<runtime::VarChanges>(const std::set<std::string>& names, bool full)> take;
+    // The variable store's TakeChanges (pieces_over: ActorVariables::TakeChanges).
+    std::function<std::vector<runtime::VarChanges>(const std::set<std::string>& names, bool full,
+                                                   int64_t pieces_over)>
+        take;
     // Sends m to member `to` and waits for its StatusReply.
     std::function<Status(const std::string& to, net::ReplicateSlot m)> send;
     // SyncWhole's copies go at most this fast (0: unlimited).
@@ -92,7 +95,8 @@ class SlotReplicas {
   };
   // One round of slot (the rounds' thread): whole when `whole` or the
   // backup is new, at most copy_bytes_per_s fast when `paced`; its result
-  // to the runs that were waiting.
+  // to the runs that were waiting. `whole` (SyncWhole's copy to a backup the
+  // map does not call synced) reads big variables in pieces.
   Status Round(int slot, bool whole, bool paced = false);
 
   Hooks hooks_;
