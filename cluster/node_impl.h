@@ -146,6 +146,10 @@ struct ClusterNode::Impl {
   // Notes a stall seen now (etcd clusters only); whether the node is stalled. REQUIRES: mu held.
   bool CheckStallLocked();
   static constexpr int kFenceWaitMs = 30000;
+  // How long a fence lets its slot's older runs end by themselves before it
+  // ends their waits (queues, tensors): a step waiting on a queue for a while
+  // is normal (its own deadline, a producer on its way) and keeps its own error.
+  static constexpr int kFenceQueueGraceMs = 2000;
   // How long the leader waits for an old holder's handover fence.
   static constexpr int kHandOverWaitMs = 3000;
   // The same, for handlers that may run while Start still sets it up.

@@ -141,37 +141,46 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
       if (it->first.second < fence) steps.push_back(it->second);
     return steps;
   };
-  std::vector<int64_t> older;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    int64_t& fence = fences[slot];
-    fence = std::max(fence, epoch);
-    older = older_runs();
-  }
-  // Runs of the slot that started before the fence end first: what they
-  // change is part of what moves. One waiting on a queue of the slot waits
-  // for a peer that now goes to the new holder (an enqueue into a full
-  // queue, a dequeue, a chunk Take): it would hold the move until the
-  // timeout. Its wait ends as placed by a stale epoch: its session follows
-  // the map and runs it (or its input) again there.
-  const Status stale = Aborted("node " + opts.name + ": slot " + std::to_string(slot) + " " + cluster::kStaleEpoch +
-                              " (it moves at epoch " + std::to_string(epoch) +
-                              "); the session follows the new map before its next step");
-  for (int64_t step : older) queues->CancelStep(step, stale);
   std::set<std::string> names;
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ++fence_waiters;
-    const bool drained =
-        fence_cv.wait_for(l, std::chrono::milliseconds(kFenceWaitMs), [&] { return stopped || older_runs().empty(); });
-    --fence_waiters;
-    if (!drained)
-      return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +
-                              " placed before epoch " + std::to_string(epoch) + " still run after " +
-                              std::to_string(kFenceWaitMs) + " ms");
-    if (stopped) return Unavailable("node " + opts.name + " is stopping");
-    names = slot_variables[slot];
+  std::unique_lock<std::mutex> l(mu);
+  int64_t& fence = fences[slot];
+  fence = std::max(fence, epoch);
+  // Runs of the slot that started before the fence end first: what they
+  // change is part of what moves.
+  ++fence_waiters;
+  auto drained = [&](int64_t ms) {
+    return fence_cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return stopped || older_runs().empty(); });
+  };
+  bool done = drained(kFenceQueueGraceMs);
+  if (!done) {
+    // One still running after the grace waits, as a rule, for a peer that
+    // now goes to the new holder: on a queue of the slot (an enqueue into a
+    // full queue, a dequeue, a chunk Take), or for a tensor of its step's
+    // part that waits so on another slot's queue (that slot's own move comes
+    // after this one). It would hold the move until the timeout. Its waits
+    // end as placed by a stale epoch: nothing it changed here is
+    // acknowledged, and its session follows the map and runs the step (or
+    // its input) again there.
+    const std::vector<int64_t> older = older_runs();
+    l.unlock();
+    const Status stale = Aborted("node " + opts.name + ": slot " + std::to_string(slot) + " " +
+                                 cluster::kStaleEpoch + " (it moves at epoch " + std::to_string(epoch) +
+                                 "); the session follows the new map before its next step");
+    for (int64_t step : older) {
+      rendezvous.Abort(step, stale);
+      queues->CancelStep(step, stale);
+    }
+    l.lock();
+    done = drained(kFenceWaitMs);
   }
+  --fence_waiters;
+  if (!done)
+    return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +
+                            " placed before epoch " + std::to_string(epoch) + " still run after " +
+                            std::to_string(kFenceQueueGraceMs + kFenceWaitMs) + " ms");
+  if (stopped) return Unavailable("node " + opts.name + " is stopping");
+  names = slot_variables[slot];
+  l.unlock();
   // A handover: every run of the slot here sent its changes to `to`, its
   // synced backup, before it ended; there is nothing to copy.
   if (replicas && replicas->SyncedTo(slot) == to) {
