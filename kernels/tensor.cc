@@ -215,6 +215,29 @@ AllocationLimitScope::AllocationLimitScope(int64_t bytes) : previous_(thread_lim
 }
 AllocationLimitScope::~AllocationLimitScope() { thread_limit = previous_; }
 
+namespace {
+
+// A 64-byte aligned block of `bytes` (< kSmallBytes) from malloc; the byte
+// before it holds its distance from malloc's pointer, for FreeSmall. Null
+// when malloc fails.
+void* AlignedSmall(size_t bytes) {
+  auto* raw = static_cast<unsigned char*>(std::malloc(bytes + 64));
+  if (!raw) return nullptr;
+  const size_t shift = 64 - reinterpret_cast<uintptr_t>(raw) % 64;  // 1..64: room for the byte
+  raw[shift - 1] = static_cast<unsigned char>(shift);
+  return raw + shift;
+}
+
+void FreeSmall(void* p) {
+  auto* data = static_cast<unsigned char*>(p);
+  std::free(data - data[-1]);
+}
+
+// Whether a block of `bytes` asked for came from AlignedSmall.
+bool IsSmall(size_t bytes) { return ((bytes + 63) / 64) * 64 < kSmallBytes; }
+
+}  // namespace
+
 Buffer::Buffer(size_t bytes) : size_(bytes) {
   // Round up: aligned_alloc wants a multiple of the alignment.
   size_t rounded = ((bytes + 63) / 64) * 64;
@@ -226,13 +249,15 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
     }
     capacity_ = rounded;
   }
-  // Small blocks come from malloc (16-byte aligned, all Eigen's maps ask):
-  // glibc's aligned_alloc skips its per-thread cache and splits a bigger
-  // chunk each time, which cost a third of an op's dispatch in a chain of
-  // scalar ops. From kSmallBytes up (what the wire references in place)
-  // blocks are 64-byte aligned.
-  data_ = rounded < kSmallBytes ? std::malloc(rounded == 0 ? 64 : rounded)
-                                : std::aligned_alloc(64, rounded);
+  // Every block is 64-byte aligned. Eigen vectorizes an assignment from
+  // the first aligned element and does the ones before it one by one, which
+  // rounds differently (no fused multiply-add): a variable restored into a
+  // block of another alignment trained 1 ulp apart from the uninterrupted
+  // run (python/tests/test_reference_checkpoints.py on an AVX2 EPYC). Small
+  // blocks come from malloc with room to align (AlignedSmall): glibc's
+  // aligned_alloc skips its per-thread cache and splits a bigger chunk each
+  // time, which cost a third of an op's dispatch in a chain of scalar ops.
+  data_ = rounded < kSmallBytes ? AlignedSmall(rounded) : std::aligned_alloc(64, rounded);
   if (!data_) throw AllocationError("out of memory allocating " + std::to_string(bytes) + " bytes");
   // Huge buffers (embedding tables) are read at random rows: ask for 2 MiB
   // pages before the first touch, or every row access misses the TLB (a hint;
@@ -251,6 +276,8 @@ Buffer::Buffer(void* data, size_t bytes, std::function<void()> release)
 Buffer::~Buffer() {
   if (release_) {
     release_();
+  } else if (capacity_ == 0 && IsSmall(size_)) {
+    FreeSmall(data_);
   } else if (capacity_ == 0 || !g_keep_warm.load(std::memory_order_relaxed) || !KeepWarm(data_, capacity_)) {
     std::free(data_);
   }

@@ -138,7 +138,7 @@ void KeepTensorMemoryWarm();
 // dropped a namespace's state gives its memory back); how many bytes.
 int64_t ReleaseWarmTensorMemory();
 
-// Refcounted storage (64-byte aligned from 4 KiB, 16-byte below); or memory owned by someone else (a
+// Refcounted storage (64-byte aligned); or memory owned by someone else (a
 // NumPy array fed from Python), lent to tensors until the last one lets go.
 class Buffer {
  public:
