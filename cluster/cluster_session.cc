@@ -338,19 +338,16 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
       return finish(r.status().WithPrefix("reconfiguring the session"));
     }
   }
+  uint64_t sid = 0;  // stable until the step is sent: a reconfiguration waits for starting_steps
   {
     std::unique_lock<std::mutex> l(gate_mu);
     gate_cv.wait(l, [&] { return !reconfiguring; });
     ++active_steps;
     ++starting_steps;
-  }
-  uint64_t sid = 0;  // stable until the step is sent: a reconfiguration waits for starting_steps
-  {
-    std::lock_guard<std::mutex> l(conf_mu);
-    sid = session_id;
-  }
-  {
-    std::lock_guard<std::mutex> l(gate_mu);
+    {
+      std::lock_guard<std::mutex> c(conf_mu);  // lock order: gate_mu, then conf_mu
+      sid = session_id;
+    }
     ++steps_of_session[sid];
   }
   // Looked up with steps let through: a reconfiguration before drops the
@@ -361,11 +358,7 @@ void ClusterSession::Impl::Attempt(std::shared_ptr<StepCall> call,
   if (call->step == 0 && repeatable && map_mode && options.step_retry_ms > 0) call->step = coordinator->NewStepId();
   Impl* impl = this;
   auto step_done = [impl, finish, call, repeatable, sid](Result<std::vector<Tensor>> r) {
-    {
-      std::lock_guard<std::mutex> l(impl->gate_mu);
-      if (--impl->active_steps == 0) impl->gate_cv.notify_all();
-    }
-    impl->EndStepOf(sid);
+    impl->EndStep(sid);
     // A node refused a part of the step as placed by a stale shard map:
     // the next step follows the new map first (elastic or not).
     if (!r.ok() && cluster::IsStaleEpoch(r.status())) impl->stale_map = true;

@@ -235,9 +235,9 @@ struct ClusterSession::Impl {
   // Closes session id `sid` on conns (one-way, best effort) once no step
   // registered under it runs; at once when none does.
   void RetireSession(uint64_t sid, std::vector<net::ConnectionPtr> conns);
-  // Counts a step of session sid ended; closes sid if it was retired and
-  // this was its last.
-  void EndStepOf(uint64_t sid);
+  // Counts a step of session sid ended (in active_steps too); closes sid if
+  // it was retired and this was its last.
+  void EndStep(uint64_t sid);
   // Recover with steps paused.
   Result<ClusterChange> Reconfigure(bool roll_back_all);
   // Assigns checkpoint values on the members holding their tasks (now:

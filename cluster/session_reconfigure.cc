@@ -95,10 +95,11 @@ void ClusterSession::Impl::RetireSession(uint64_t sid, std::vector<net::Connecti
   CloseOn(sid, conns);
 }
 
-void ClusterSession::Impl::EndStepOf(uint64_t sid) {
+void ClusterSession::Impl::EndStep(uint64_t sid) {
   std::vector<net::ConnectionPtr> conns;
   {
     std::lock_guard<std::mutex> l(gate_mu);
+    if (--active_steps == 0) gate_cv.notify_all();
     auto it = steps_of_session.find(sid);
     if (it == steps_of_session.end() || --it->second > 0) return;
     steps_of_session.erase(it);
