@@ -175,7 +175,10 @@ class ChunkLeases {
   // worker run again after it failed past its report (the session runs it
   // again when the cluster moved a part of it) repeats the report: it is
   // taken as a no-op instead of refused, so the step's update runs once.
-  static constexpr size_t kMaxFinished = 4096;
+  // A run again repeats one batch's report, so the last few per worker are
+  // what counts; the state is written and replicated at every change, so it
+  // stays small (at most 6 KiB of these records).
+  static constexpr size_t kMaxFinished = 256;
   struct Finished {
     int64_t worker = -1;
     int64_t pos = 0;
