@@ -36,6 +36,12 @@ class LocalCluster {
   Result<std::string> AddNode(double lifetime_s = 600);
 
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // The index of the node started at HOST:PORT address; -1 when none was.
+  int IndexOf(const std::string& address) const {
+    for (size_t i = 0; i < addresses_.size(); ++i)
+      if (addresses_[i] == address) return static_cast<int>(i);
+    return -1;
+  }
   // The credentials directory: nodes use its "node" credential, sessions
   // pass it as ClusterOptions::tls_dir (its "session" credential).
   const std::string& tls_dir() const { return tls_dir_; }

@@ -28,19 +28,7 @@ using sf::testing::TempDir;
 using sf::testing::WriteFile;
 using sf::testing::SharedInputRun;
 
-namespace {
-
-struct Worker {
-  Graph g;
-  ops::SharedCriteoInput in;
-  std::unique_ptr<ClusterSession> session;
-  std::unique_ptr<QueueRunner> runner;
-  std::thread thread;
-  int64_t steps = 0;
-  Status error;
-};
-
-}  // namespace
+using Worker = sf::testing::SharedInputWorker;
 
 TEST_CASE("Workers on a cluster train every line once while one dies mid-epoch", "[cluster][chunk_queue]") {
   TempDir dir("sf_chunk_cluster");
@@ -162,8 +150,7 @@ TEST_CASE("Workers on a cluster go on training every line once while a node join
   cluster.SetNodeArgs({"--data-dir", run.dir()});
   REQUIRE(cluster.Start(2, 180).ok());
   run.Start(cluster, cluster.addresses()[0]);
-  REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
-  REQUIRE(!run.finished());  // the input outlasts the join
+  run.WaitMidEpoch();
   REQUIRE(cluster.AddNode(180).ok());
   REQUIRE(cluster.WaitMembers(3, 30000).ok());
   run.CheckGoesOnAndTrainsEveryLineOnce(cluster, run.steps());
@@ -184,8 +171,7 @@ TEST_CASE("Workers on a cluster train every line once while the node of a worker
   REQUIRE(cluster.Start(3, 180).ok());
   REQUIRE(cluster.WaitMembers(3, 30000).ok());
   run.Start(cluster, cluster.addresses()[0]);
-  REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
-  REQUIRE(!run.finished());
+  run.WaitMidEpoch();
   auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(map.ok());
   REQUIRE(map->holder.size() >= 2);

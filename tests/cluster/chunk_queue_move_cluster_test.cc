@@ -46,17 +46,28 @@ Result<ShardMapInfo> SyncedMap(examples::LocalCluster& cluster) {
   return map;
 }
 
-int IndexOf(const examples::LocalCluster& cluster, const std::string& address) {
-  for (size_t i = 0; i < cluster.addresses().size(); ++i)
-    if (cluster.addresses()[i] == address) return static_cast<int>(i);
-  return -1;
-}
-
 // An address of the cluster other than `not_this` (the sessions' first contact).
 std::string OtherThan(const examples::LocalCluster& cluster, const std::string& not_this) {
   for (const std::string& a : cluster.addresses())
     if (a != not_this) return a;
   return "";
+}
+
+// Starts 3 nodes with replicas 2 and the run on them (connected to a node
+// other than the queue's), waits until it is mid-epoch and slot 0 has a
+// synced backup; the map then, whose holder[0] holds the queue.
+ShardMapInfo StartMidEpoch(examples::LocalCluster& cluster, SharedInputRun& run) {
+  cluster.SetReplicas(2);
+  cluster.SetNodeArgs({"--data-dir", run.dir()});
+  REQUIRE(cluster.Start(3, 180).ok());
+  REQUIRE(cluster.WaitMembers(3, 30000).ok());
+  auto before = SyncedMap(cluster);
+  REQUIRE(before.ok());
+  run.Start(cluster, OtherThan(cluster, before->holder[0]));
+  run.WaitMidEpoch();
+  auto map = SyncedMap(cluster);
+  REQUIRE(map.ok());
+  return *map;
 }
 
 }  // namespace
@@ -65,19 +76,9 @@ TEST_CASE("A chunk queue's state moves with its slot: the queue's node drains mi
           "[cluster][chunk_queue][chunk_queue_move]") {
   SharedInputRun run("sf_chunk_move_drain");
   examples::LocalCluster cluster;
-  cluster.SetReplicas(2);
-  cluster.SetNodeArgs({"--data-dir", run.dir()});
-  REQUIRE(cluster.Start(3, 180).ok());
-  REQUIRE(cluster.WaitMembers(3, 30000).ok());
-  auto before = SyncedMap(cluster);
-  REQUIRE(before.ok());
-  run.Start(cluster, OtherThan(cluster, before->holder[0]));
-  REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
-  REQUIRE(!run.finished());  // the input outlasts the move
-  auto map = SyncedMap(cluster);
-  REQUIRE(map.ok());
-  const std::string from = map->holder[0];
-  INFO("slot 0 on " << from << ", its backup " << map->backup[0]);
+  const ShardMapInfo map = StartMidEpoch(cluster, run);
+  const std::string from = map.holder[0];
+  INFO("slot 0 on " << from << ", its backup " << map.backup[0]);
   REQUIRE(DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), from, 0, "default", "", cluster.insecure()).ok());
   run.CheckGoesOnAndTrainsEveryLineOnce(cluster, run.steps());
   auto after = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
@@ -90,20 +91,10 @@ TEST_CASE("A chunk queue's state survives its node's death: the backup goes on m
           "[cluster][chunk_queue][chunk_queue_move]") {
   SharedInputRun run("sf_chunk_move_kill");
   examples::LocalCluster cluster;
-  cluster.SetReplicas(2);
-  cluster.SetNodeArgs({"--data-dir", run.dir()});
-  REQUIRE(cluster.Start(3, 180).ok());
-  REQUIRE(cluster.WaitMembers(3, 30000).ok());
-  auto before = SyncedMap(cluster);
-  REQUIRE(before.ok());
-  run.Start(cluster, OtherThan(cluster, before->holder[0]));
-  REQUIRE(SharedInputRun::WaitFor([&] { return run.steps() >= 20 || run.finished(); }, 60000));
-  REQUIRE(!run.finished());
-  auto map = SyncedMap(cluster);
-  REQUIRE(map.ok());
-  const std::string from = map->holder[0];
-  INFO("slot 0 on " << from << ", its backup " << map->backup[0]);
-  const int victim = IndexOf(cluster, from);
+  const ShardMapInfo map = StartMidEpoch(cluster, run);
+  const std::string from = map.holder[0];
+  INFO("slot 0 on " << from << ", its backup " << map.backup[0]);
+  const int victim = cluster.IndexOf(from);
   REQUIRE(victim >= 0);
   cluster.Kill(victim);
   run.CheckGoesOnAndTrainsEveryLineOnce(cluster, run.steps());

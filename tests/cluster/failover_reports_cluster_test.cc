@@ -65,9 +65,7 @@ TEST_CASE("Cluster: a killed placement leader's backups take its slots at once, 
   REQUIRE(cluster.Start(3, 120).ok());
   REQUIRE(cluster.WaitBackups(3, 30000).ok());
   const std::string leader = LeaderAddress(cluster);
-  int victim = -1;
-  for (size_t i = 0; i < cluster.addresses().size(); ++i)
-    if (cluster.addresses()[i] == leader) victim = static_cast<int>(i);
+  const int victim = cluster.IndexOf(leader);
   INFO("leader " << leader);
   REQUIRE(victim >= 0);
   SparseModel m;

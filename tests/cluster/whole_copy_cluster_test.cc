@@ -61,9 +61,7 @@ TEST_CASE("Cluster: a new backup copied while steps update a 40 MB table holds i
 
   auto map = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(map.ok());
-  int backup = -1;
-  for (size_t i = 0; i < cluster.addresses().size(); ++i)
-    if (cluster.addresses()[i] == map->backup[0]) backup = static_cast<int>(i);
+  const int backup = cluster.IndexOf(map->backup[0]);
   REQUIRE(backup >= 0);
 
   // Steps run throughout: slot 0 loses its backup, gets a new one copied

@@ -145,74 +145,92 @@ TEST_CASE("ChunkLeases: options out of range are refused by name", "[chunk_lease
   CHECK(ValidateChunkLeaseOptions({4, 0, 10}).ok());  // endless
 }
 
-// Workers train chunks of `lines` lines a batch at a time; each step a
-// random worker acts, and now and then one dies (released, or silent until
-// its lease ends). A worker's batch counts as trained when its report is
+// One seeded run: workers train chunks of `lines` lines a batch at a time;
+// each step a random worker acts, and now and then one dies (released, or
+// silent until its lease ends). With `moving`, the queue moves to another
+// process now and then (a restore from its serialized state, on a clock
+// 10000 ahead). A worker's batch counts as trained when its report is
 // accepted (the update and the report of one step, as SharedCriteoBatchQueue
 // runs them): every line of every epoch must be trained exactly once.
+namespace {
+
+void TrainEveryLineOnce(uint64_t seed, bool moving) {
+  std::mt19937_64 rng(seed);
+  const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
+  const ChunkLeaseOptions o{chunks, epochs, lease};
+  auto q = std::make_unique<ChunkLeases>(o);
+  struct Worker {
+    int64_t id = 0;
+    bool has = false;
+    ChunkTicket t;
+    int64_t next = 0;  // the next line to train (1-based)
+  };
+  std::vector<Worker> workers(1 + rng() % 4);
+  int64_t next_id = 0;
+  for (Worker& w : workers) w.id = next_id++;
+  std::map<std::pair<int64_t, int64_t>, int> trained;  // (ticket index, line) -> times
+  int64_t now = 0, moves = 0;
+  bool ended = false;
+  for (int step = 0; step < 100000 && !ended; ++step) {
+    now += rng() % 3;
+    if (moving && rng() % 50 == 0) {
+      std::vector<int64_t> w = q->Serialize();
+      now += 10000;
+      auto r = ChunkLeases::Restore(w.data(), w.size(), o, now);
+      REQUIRE(r.ok());
+      q = std::make_unique<ChunkLeases>(std::move(*r));
+      ++moves;
+    }
+    Worker& w = workers[rng() % workers.size()];
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 3) {  // dies, released at once
+      q->Release(w.id);
+      w = Worker{next_id++};
+      continue;
+    }
+    if (what < 5) {  // dies silently: a new worker takes its place; the lease ends later
+      w = Worker{next_id++};
+      continue;
+    }
+    if (!w.has) {
+      const Took took = q->Take(w.id, now, &w.t);
+      if (took == Took::kEnd) ended = true;
+      if (took != Took::kTicket) continue;
+      w.has = true;
+      w.next = w.t.skip + 1;
+      continue;
+    }
+    const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
+    if (w.next <= lines) {
+      Status s = q->Trained(w.id, w.t.ticket, upto, now);
+      if (s.ok())
+        for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
+      else
+        REQUIRE(s.code() == Code::kFailedPrecondition);  // lost its lease: it drops the chunk
+      if (!s.ok()) {
+        w.has = false;
+        continue;
+      }
+      w.next = upto + 1;
+    }
+    if (w.next > lines) {
+      Status s = q->Read(w.id, w.t.ticket, lines, now);
+      REQUIRE((s.ok() || s.code() == Code::kFailedPrecondition));
+      w.has = false;
+    }
+  }
+  INFO("seed " << seed << ": " << chunks << " chunks, " << epochs << " epochs, " << lines << " lines, " << moves
+                << " moves");
+  REQUIRE(ended);
+  REQUIRE(static_cast<int64_t>(trained.size()) == chunks * epochs * lines);
+  for (const auto& [key, times] : trained) REQUIRE(times == 1);
+}
+
+}  // namespace
+
 TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers die (500 seeded runs)",
           "[chunk_leases]") {
-  for (uint64_t seed = 1; seed <= 500; ++seed) {
-    std::mt19937_64 rng(seed);
-    const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
-    ChunkLeases q(ChunkLeaseOptions{chunks, epochs, lease});
-    struct Worker {
-      int64_t id = 0;
-      bool has = false;
-      ChunkTicket t;
-      int64_t next = 0;  // the next line to train (1-based)
-    };
-    std::vector<Worker> workers(1 + rng() % 4);
-    int64_t next_id = 0;
-    for (Worker& w : workers) w.id = next_id++;
-    std::map<std::pair<int64_t, int64_t>, int> trained;  // (ticket index, line) -> times
-    int64_t now = 0;
-    bool ended = false;
-    for (int step = 0; step < 100000 && !ended; ++step) {
-      now += rng() % 3;
-      Worker& w = workers[rng() % workers.size()];
-      const int what = static_cast<int>(rng() % 100);
-      if (what < 3) {  // dies, released at once
-        q.Release(w.id);
-        w = Worker{next_id++};
-        continue;
-      }
-      if (what < 5) {  // dies silently: a new worker takes its place; the lease ends later
-        w = Worker{next_id++};
-        continue;
-      }
-      if (!w.has) {
-        const Took took = q.Take(w.id, now, &w.t);
-        if (took == Took::kEnd) ended = true;
-        if (took != Took::kTicket) continue;
-        w.has = true;
-        w.next = w.t.skip + 1;
-        continue;
-      }
-      const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
-      if (w.next <= lines) {
-        Status s = q.Trained(w.id, w.t.ticket, upto, now);
-        if (s.ok())
-          for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
-        else
-          REQUIRE(s.code() == Code::kFailedPrecondition);  // lost its lease: it drops the chunk
-        if (!s.ok()) {
-          w.has = false;
-          continue;
-        }
-        w.next = upto + 1;
-      }
-      if (w.next > lines) {
-        Status s = q.Read(w.id, w.t.ticket, lines, now);
-        REQUIRE((s.ok() || s.code() == Code::kFailedPrecondition));
-        w.has = false;
-      }
-    }
-    INFO("seed " << seed << ": " << chunks << " chunks, " << epochs << " epochs, " << lines << " lines");
-    REQUIRE(ended);
-    REQUIRE(static_cast<int64_t>(trained.size()) == chunks * epochs * lines);
-    for (const auto& [key, times] : trained) REQUIRE(times == 1);
-  }
+  for (uint64_t seed = 1; seed <= 500; ++seed) TrainEveryLineOnce(seed, /*moving=*/false);
 }
 
 // A queue as another process restores it from the words of Serialize.
@@ -368,78 +386,7 @@ TEST_CASE("ChunkLeases: the worker's repeat of the report that finished a chunk 
   CHECK(r->Serialize() != words);
 }
 
-// The property test above with the queue moved to another process (a
-// restore from its serialized state, on another clock) now and then.
 TEST_CASE("ChunkLeases: every line trained exactly once while the queue moves between processes (300 runs)",
           "[chunk_leases]") {
-  for (uint64_t seed = 1; seed <= 300; ++seed) {
-    std::mt19937_64 rng(seed);
-    const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
-    const ChunkLeaseOptions o{chunks, epochs, lease};
-    auto q = std::make_unique<ChunkLeases>(o);
-    struct Worker {
-      int64_t id = 0;
-      bool has = false;
-      ChunkTicket t;
-      int64_t next = 0;
-    };
-    std::vector<Worker> workers(1 + rng() % 4);
-    int64_t next_id = 0;
-    for (Worker& w : workers) w.id = next_id++;
-    std::map<std::pair<int64_t, int64_t>, int> trained;
-    int64_t now = 0, moves = 0;
-    bool ended = false;
-    for (int step = 0; step < 100000 && !ended; ++step) {
-      now += rng() % 3;
-      if (rng() % 50 == 0) {  // moved: another process, its clock 10000 ahead
-        std::vector<int64_t> w = q->Serialize();
-        now += 10000;
-        auto r = ChunkLeases::Restore(w.data(), w.size(), o, now);
-        REQUIRE(r.ok());
-        q = std::make_unique<ChunkLeases>(std::move(*r));
-        ++moves;
-      }
-      Worker& w = workers[rng() % workers.size()];
-      const int what = static_cast<int>(rng() % 100);
-      if (what < 3) {
-        q->Release(w.id);
-        w = Worker{next_id++};
-        continue;
-      }
-      if (what < 5) {
-        w = Worker{next_id++};
-        continue;
-      }
-      if (!w.has) {
-        const Took took = q->Take(w.id, now, &w.t);
-        if (took == Took::kEnd) ended = true;
-        if (took != Took::kTicket) continue;
-        w.has = true;
-        w.next = w.t.skip + 1;
-        continue;
-      }
-      const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
-      if (w.next <= lines) {
-        Status s = q->Trained(w.id, w.t.ticket, upto, now);
-        if (s.ok())
-          for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
-        else
-          REQUIRE(s.code() == Code::kFailedPrecondition);
-        if (!s.ok()) {
-          w.has = false;
-          continue;
-        }
-        w.next = upto + 1;
-      }
-      if (w.next > lines) {
-        Status s = q->Read(w.id, w.t.ticket, lines, now);
-        REQUIRE((s.ok() || s.code() == Code::kFailedPrecondition));
-        w.has = false;
-      }
-    }
-    INFO("seed " << seed << ": " << moves << " moves");
-    REQUIRE(ended);
-    REQUIRE(static_cast<int64_t>(trained.size()) == chunks * epochs * lines);
-    for (const auto& [key, times] : trained) REQUIRE(times == 1);
-  }
+  for (uint64_t seed = 1; seed <= 300; ++seed) TrainEveryLineOnce(seed, /*moving=*/true);
 }

@@ -102,6 +102,13 @@ class SharedInputRun {
   bool finished() const { return finished_.load() == kWorkers; }
   int64_t restarts(int w) const { return workers_[static_cast<size_t>(w)]->runner->restarts(); }
 
+  // Waits until the workers made 20 steps, and requires the input to last
+  // past them (the change a test makes next comes mid-epoch).
+  void WaitMidEpoch() {
+    REQUIRE(WaitFor([&] { return steps() >= 20 || finished(); }, 60000));
+    REQUIRE(!finished());
+  }
+
   // Waits up to timeout_ms for done(); its last answer.
   static bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
     return testing::WaitFor(done, std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(20));
