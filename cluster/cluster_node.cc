@@ -160,7 +160,7 @@ void ClusterNode::Impl::StartDrain() {
     // Gone once no session uses the node and the map gives its slots to
     // others (each was copied to its new holder while served here).
     const bool drained = idle.wait_for(l, std::chrono::milliseconds(opts.drain_timeout_ms), [&] {
-      return stopped || (sessions.empty() && running.empty() && !HoldsSlots());
+      return stopped || (sessions.empty() && admission.Idle() && !HoldsSlots());
     });
     if (!drained) Log("drain timeout: leaving with " + std::to_string(sessions.size()) + " sessions");
     left = true;
@@ -305,8 +305,7 @@ void ClusterNode::Impl::OnDown(const net::ConnectionPtr& c, const Status& why) {
     // Its running steps can deliver nothing and get no AbortStep: a part
     // waiting for a tensor of a partition the client never started would
     // wait (and hold its step's state) forever.
-    for (const auto& r : running)
-      if (r.second == c.get()) orphaned.insert(r.first);
+    orphaned = admission.StepsOf(c.get());
     // etcd decides who is a member: report the peer, whose lease ends
     // (a killed node is gone for everyone at once, not after its TTL).
     if (!lost.empty())
@@ -331,13 +330,13 @@ void ClusterNode::Impl::Stop() {
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return;
     stopped = true;
+    admission.Close();  // under mu with stopped: Run, under mu too, sees both or neither
   }
   // No more placement work (a leader resigns), then gone from etcd:
   // members and sessions see it leave at once.
   if (placement) placement->Stop();
   if (registry) registry->Leave();
   idle.notify_all();
-  fence_cv.notify_all();
   watch_cv.notify_all();
   membership_cv.notify_all();
   members_cv.notify_all();
@@ -352,18 +351,14 @@ void ClusterNode::Impl::Stop() {
   // longer arrive) and wait for them: they use the queues, variables and
   // rendezvous that Stop and the destructor tear down.
   queues->Shutdown();
-  std::set<int64_t> steps;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    for (const auto& r : running) steps.insert(r.first);
-  }
+  const std::set<int64_t> steps = admission.RunningSteps();
   for (int64_t step : steps)
     rendezvous.Abort(step, Unavailable("step " + std::to_string(step) + ": node " + opts.name +
                                        " is stopping"));
   collectives->FailAll(Unavailable("node " + opts.name + " is stopping"));
+  admission.WaitIdle();
   {
-    std::unique_lock<std::mutex> l(mu);
-    idle.wait(l, [&] { return running.empty(); });
+    std::lock_guard<std::mutex> l(mu);
     sessions.clear();
   }
   router.Clear();

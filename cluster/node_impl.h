@@ -4,9 +4,12 @@
 // and expiring them), node_partitions.cc (registering and running
 // partitions) and node_variables.cc (serving variables and node checkpoints). Its parts with a job and a lock of their
 // own: cluster/member_registry.h (etcd), member_view.h (what sessions are
-// told), peer_router.h (connections to members). Not a public header.
+// told), peer_router.h (connections to members), run_admission.h (the runs
+// going, fences and their waits). Not a public header.
 //
 // Thread-safety: fields marked GUARDED_BY(mu) are read and written under mu.
+// Lock order: mu before a part's lock, never the reverse (a part calls out
+// to nothing while it holds its own).
 #pragma once
 
 #include <caf/all.hpp>
@@ -31,6 +34,7 @@
 #include "cluster/member_view.h"
 #include "cluster/peer_router.h"
 #include "cluster/placement_leader.h"
+#include "cluster/run_admission.h"
 #include "cluster/slot_replicas.h"
 #include "actors/serial_queue.h"
 #include "actors/partition_host.h"
@@ -95,10 +99,10 @@ struct ClusterNode::Impl {
   // members come from it alone (without it the node is a cluster of one).
   std::unique_ptr<cluster::MemberRegistry> registry;
   // Placement by the shard map (etcd clusters; node_placement.cc): the
-  // leader part (every node follows the map; one leads), the slots this
-  // node stopped serving (slot -> the fence's epoch: partitions registered
-  // before it are refused as stale), the variables each slot's partitions
-  // use here (what a move copies), and the slot and epoch of every run here.
+  // leader part (every node follows the map; one leads), and the variables
+  // each slot's partitions use here (what a move copies). The fences (slots
+  // this node stopped serving: runs placed by an older map are refused as
+  // stale) and the slot and epoch of every run here are `admission`'s.
   std::unique_ptr<cluster::PlacementLeader> placement;
   // Sends each slot held here to its backup after its runs, when the map
   // gives it one (node_replicas.cc): with --replicas 2, or a move's new
@@ -118,19 +122,7 @@ struct ClusterNode::Impl {
   static constexpr int64_t kMaxStagedBytes = int64_t{4} << 30;
   std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
-  std::map<int, int64_t> fences;                          // GUARDED_BY(mu)
   std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
-  // (slot, epoch placed by) -> step, for each partition run here.
-  std::multimap<std::pair<int, int64_t>, int64_t> running_slots;  // GUARDED_BY(mu)
-  // Slot -> the newest map epoch that placed a run here: a backup refuses a
-  // holder's round when it already served the slot by a newer map than the
-  // one naming that holder (it took the slot over; the round would undo
-  // what its own runs wrote).
-  std::map<int, int64_t> served_epochs;                   // GUARDED_BY(mu)
-  // A fence waits here for its slot's older runs (notified as runs end only
-  // while one waits: a step's end wakes nobody otherwise).
-  std::condition_variable fence_cv;
-  int fence_waiters = 0;                                  // GUARDED_BY(mu)
   // MoveSlot requests, in order, off the handler threads (a copy takes a while).
   runtime::SerialQueue movers;
   std::atomic<int> moves_waiting{0};
@@ -170,12 +162,14 @@ struct ClusterNode::Impl {
 
   mutable std::mutex mu;
   std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
-  bool stopped = false;                                // GUARDED_BY(mu)
-  // Steps whose partitions run here: Stop aborts them and waits, because the
-  // queues, variables and rendezvous they use die with the node.
-  std::multimap<int64_t, const net::Connection*> running;  // GUARDED_BY(mu): step -> client
-  std::unordered_map<const net::Connection*, size_t> running_per_client;  // GUARDED_BY(mu)
-  std::condition_variable idle;                        // running or sessions shrank, or stopping
+  bool stopped = false;                                // GUARDED_BY(mu); admission closed with it
+  // The partition runs going here, each with its step, client, slot and
+  // epoch: Stop aborts them and waits, because the queues, variables and
+  // rendezvous they use die with the node. Run admits under mu (a backup's
+  // check of ServedEpoch, under mu, is atomic with it) and a run ends under
+  // mu, so a wait on `idle` that reads admission.Idle() misses no end.
+  cluster::RunAdmission admission;
+  std::condition_variable idle;                        // no run left, sessions shrank, or stopping
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place

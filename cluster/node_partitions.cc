@@ -247,13 +247,15 @@ std::shared_ptr<runtime::PartitionHost> ClusterNode::Impl::HostOf(uint64_t sessi
 }
 
 void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
+  using Verdict = cluster::RunAdmission::Verdict;
   std::shared_ptr<runtime::PartitionHost> host;
   bool stopping = false;
-  bool full = false;
   const int64_t step = r.step_id;
   std::pair<int, int64_t> slot{-1, 0};
-  int64_t fence = 0;
+  cluster::RunAdmission::Outcome admitted;  // kAdmitted too when there is no host: nothing was asked
   {
+    // Admitted under mu: with the session's lookup, the stall check and the
+    // early step's end, and atomic with a backup's ServedEpoch check.
     std::lock_guard<std::mutex> l(mu);
     stopping = stopped;
     auto s = sessions.find(r.session_id);
@@ -263,22 +265,16 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
       TouchNamespaceLocked(s->second.ns);
       if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
     }
-    if (auto f = fences.find(slot.first); f != fences.end()) fence = f->second;
     // A node that stalled past its lease serves nothing until it re-read the map.
-    if (host && CheckStallLocked()) fence = std::numeric_limits<int64_t>::max();
-    full = host && running_per_client[c.get()] >= kMaxRunningPerClient;
-    if (!stopping && host && !full && slot.second >= fence) {
-      running.emplace(step, c.get());
-      ++running_per_client[c.get()];
-      running_slots.emplace(slot, step);
-      if (slot.first >= 0) {
-        int64_t& served = served_epochs[slot.first];
-        served = std::max(served, slot.second);
-      }
-      ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
+    if (host && CheckStallLocked()) {
+      admitted = {Verdict::kStale, std::numeric_limits<int64_t>::max()};
+    } else if (host) {
+      admitted = admission.Admit(step, c.get(), slot, kMaxRunningPerClient);
+      if (admitted.verdict == Verdict::kAdmitted) ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
     }
   }
-  if (host && slot.second < fence) {
+  const int64_t fence = admitted.fence;
+  if (admitted.verdict == Verdict::kStale) {
     // This node stopped serving the slot (it moved away): nothing ran.
     Reply(c, request_id,
           net::RunPartitionDone{step,
@@ -292,7 +288,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
                                 {}});
     return;
   }
-  if (full) {
+  if (admitted.verdict == Verdict::kFull) {
     Reply(c, request_id,
           net::RunPartitionDone{step,
                                 ResourceExhausted("node " + opts.name + ": step " + std::to_string(step) +
@@ -302,7 +298,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
                                 {}});
     return;
   }
-  if (stopping) {
+  if (admitted.verdict == Verdict::kClosed || (!host && stopping)) {
     Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
     return;
   }
@@ -340,20 +336,12 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
       d.trace = trace->Take().first;
     }
     Reply(c, request_id, std::move(d));
+    // Ended under mu: the drain's wait on `idle` reads admission.Idle() under it.
     std::lock_guard<std::mutex> l(mu);
     if (watch) watched.erase(watch);
-    running.erase(running.find(step));
-    for (auto [it, end] = running_slots.equal_range(slot); it != end; ++it)
-      if (it->second == step) {
-        running_slots.erase(it);
-        break;
-      }
-    if (auto n = running_per_client.find(c.get()); n != running_per_client.end() && --n->second == 0)
-      running_per_client.erase(n);
-    if (running.empty()) idle.notify_all();
-    if (fence_waiters > 0) fence_cv.notify_all();
+    if (admission.End(step, c.get(), slot)) idle.notify_all();
     // No CleanupStep comes from a client that went away.
-    if (!c->is_up() && running.count(step) == 0) rendezvous.Cleanup(step);
+    if (!c->is_up() && admission.Runs(step) == 0) rendezvous.Cleanup(step);
   };
   host->Run(r.handle, step, std::move(r.feeds), [this, step, slot, reply](Status s, std::vector<Tensor> out) {
     FinishRun(slot, reply, net::RunPartitionDone{step, std::move(s), std::move(out)});

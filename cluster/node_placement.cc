@@ -43,10 +43,7 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
       // The old holder of a move in progress is fenced by the leader's
       // MoveSlot, after sessions had time to stop placing by the old map.
       for (size_t s = 0; s < m.holder.size(); ++s)
-        if (m.holder[s] != address && m.from[s] != address) {
-          int64_t& fence = fences[static_cast<int>(s)];
-          fence = std::max(fence, m.epoch);
-        }
+        if (m.holder[s] != address && m.from[s] != address) admission.Fence(static_cast<int>(s), m.epoch);
       // Unfinished rounds of a holder the map no longer names are refused
       // when they end: their bytes go now.
       for (auto it = staged.begin(); it != staged.end();) {
@@ -132,24 +129,11 @@ void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, 
 }
 
 Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t epoch) {
-  // The steps of the slot's runs placed by an older map than its fence.
-  auto older_runs = [this, slot] {  // REQUIRES: mu
-    const int64_t fence = fences[slot];
-    std::vector<int64_t> steps;
-    for (auto it = running_slots.lower_bound({slot, INT64_MIN});
-         it != running_slots.end() && it->first.first == slot; ++it)
-      if (it->first.second < fence) steps.push_back(it->second);
-    return steps;
-  };
-  std::set<std::string> names;
-  std::unique_lock<std::mutex> l(mu);
-  int64_t& fence = fences[slot];
-  fence = std::max(fence, epoch);
+  admission.Fence(slot, epoch);
   // Runs of the slot that started before the fence end first: what they
-  // change is part of what moves.
-  ++fence_waiters;
+  // change is part of what moves. Stop ends the wait (admission.Close).
   auto drained = [&](int64_t ms) {
-    return fence_cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return stopped || older_runs().empty(); });
+    return admission.WaitOlderRuns(slot, std::chrono::steady_clock::now() + std::chrono::milliseconds(ms));
   };
   bool done = drained(kFenceQueueGraceMs);
   if (!done) {
@@ -161,8 +145,7 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
     // end as placed by a stale epoch: nothing it changed here is
     // acknowledged, and its session follows the map and runs the step (or
     // its input) again there.
-    const std::vector<int64_t> older = older_runs();
-    l.unlock();
+    const std::vector<int64_t> older = admission.OlderRuns(slot);
     const Status stale = Aborted("node " + opts.name + ": slot " + std::to_string(slot) + " " +
                                  cluster::kStaleEpoch + " (it moves at epoch " + std::to_string(epoch) +
                                  "); the session follows the new map before its next step");
@@ -170,17 +153,18 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
       rendezvous.Abort(step, stale);
       queues->CancelStep(step, stale);
     }
-    l.lock();
     done = drained(kFenceWaitMs);
   }
-  --fence_waiters;
   if (!done)
     return DeadlineExceeded("node " + opts.name + ": partitions of slot " + std::to_string(slot) +
                             " placed before epoch " + std::to_string(epoch) + " still run after " +
                             std::to_string(kFenceQueueGraceMs + kFenceWaitMs) + " ms");
-  if (stopped) return Unavailable("node " + opts.name + " is stopping");
-  names = slot_variables[slot];
-  l.unlock();
+  std::set<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (stopped) return Unavailable("node " + opts.name + " is stopping");
+    names = slot_variables[slot];
+  }
   // A handover: every run of the slot here sent its changes to `to`, its
   // synced backup, before it ended; there is nothing to copy.
   if (replicas && replicas->SyncedTo(slot) == to) {

@@ -127,13 +127,13 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
   auto applied = [this, c, id, slot = m.slot](Status s) {
     Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
   };
-  // Checked again with the changes queued under one lock with the runs'
-  // admission (Run): a backup that took the slot over (a handover) and
-  // ran a step of it by the newer map never applies its old holder's round
-  // after that step's updates.
+  // Checked again with the changes queued under mu, which Run holds while it
+  // admits a run (noting its epoch as served): a backup that took the slot
+  // over (a handover) and ran a step of it by the newer map never applies
+  // its old holder's round after that step's updates.
   std::lock_guard<std::mutex> l(mu);
   map = pl->Map();
-  const int64_t served = served_epochs.count(m.slot) ? served_epochs[m.slot] : 0;
+  const int64_t served = admission.ServedEpoch(m.slot);
   if (!names_us(map) || served > map.epoch)
     return applied(FailedPrecondition("node " + opts.name + " serves slot " + std::to_string(m.slot) +
                                       " by shard map epoch " + std::to_string(std::max(served, map.epoch)) +
@@ -177,15 +177,14 @@ void ClusterNode::Impl::FinishRun(std::pair<int, int64_t> slot, std::function<vo
       // this node stalled and its backup took over): unless the round
       // reached the slot's new holder (its backup until the swap), what the
       // run changed here is not there.
-      std::lock_guard<std::mutex> l(mu);
-      auto f = fences.find(slot.first);
-      if (f != fences.end() && f->second > slot.second) {
+      const int64_t fence = admission.FenceOf(slot.first);
+      if (fence > slot.second) {
         cluster::PlacementLeader* pl = placement_ready.load();
         const cluster::ShardMap m = pl ? pl->Map() : cluster::ShardMap{};
         const auto at = static_cast<size_t>(slot.first);
         if (backup.empty() || at >= m.holder.size() || m.holder[at] != backup)
           s = Unavailable("node " + opts.name + ": slot " + std::to_string(slot.first) +
-                          " moved to another node at epoch " + std::to_string(f->second) +
+                          " moved to another node at epoch " + std::to_string(fence) +
                           " while the step ran; it runs again there");
       }
     }

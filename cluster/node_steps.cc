@@ -13,10 +13,7 @@ void ClusterNode::Impl::ForgetEarlyLocked(int64_t step) {
 
 bool ClusterNode::Impl::ForeignStepLocked(const net::ConnectionPtr& c, int64_t step) const {
   if (c->peer_role() == net::Role::kNode) return false;
-  auto [b, e] = running.equal_range(step);
-  for (auto it = b; it != e; ++it)
-    if (it->second != c.get()) return true;
-  return false;
+  return admission.RunsForOther(step, c.get());
 }
 
 bool ClusterNode::Impl::ForeignStep(const net::ConnectionPtr& c, uint64_t session_id, int64_t step) {
@@ -35,7 +32,7 @@ bool ClusterNode::Impl::AdmitPeerStep(int64_t step, int64_t bytes, std::string* 
       return false;
     }
   }
-  if (running.count(step)) return true;
+  if (admission.Runs(step) > 0) return true;
   if (ended_steps.count(step)) {
     *why = "step " + std::to_string(step) + " has ended on node " + opts.name;
     return false;
