@@ -72,11 +72,14 @@ void QueueRunner::Restart(int loop, const Status& why) {
                                " times in a row as the cluster moved or lost its parts, last with " +
                                why.ToString()));
   session_.RunAsync({}, {}, {options_.restart_target}, [this, loop, why](Result<std::vector<Tensor>> r) {
-    // The release may meet the same move: the next enqueue tries again.
-    if (!r.ok() && !IsStaleShardMap(r.status()) && r.status().code() != Code::kUnavailable)
-      return EndLoop(r.status().WithPrefix("QueueRunner restart target '" + options_.restart_target +
-                                           "' after " + why.ToString()));
-    Next(loop);
+    if (r.ok()) return Next(loop);
+    // The release may meet the same move (its part is refused at the old
+    // holder): it runs again on the new map. Going on without it would leave
+    // the worker's chunks leased to a reader that no longer reads them, held
+    // from every other worker until their lease ends.
+    if (IsStaleShardMap(r.status()) || r.status().code() == Code::kUnavailable) return Restart(loop, r.status());
+    EndLoop(r.status().WithPrefix("QueueRunner restart target '" + options_.restart_target + "' after " +
+                                  why.ToString()));
   });
 }
 

@@ -37,7 +37,8 @@ struct QueueRunnerOptions {
   // the queue it filled may be gone with what it held; the loop then goes
   // on. For a shared input this is its release, handing the worker's chunks
   // back so their untrained rows are read again ("" = such a failure ends
-  // the loop: Aborted normally, Unavailable as an error).
+  // the loop: Aborted normally, Unavailable as an error). A restart target
+  // that fails so itself runs again (counted as a restart in a row).
   std::string restart_target;
   // Restarts in a row (no enqueue passing between) before the loop ends
   // with the last failure.

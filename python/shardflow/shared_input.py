@@ -7,7 +7,7 @@
     ... the model on inp.label, inp.dense, inp.categorical; train = optimizer.minimize(loss) ...
     inp.report_trained_before(train)                          # the report gates the updates
     # a thread runs inp.enqueue until OutOfRangeError, then inp.close (on a cluster, an enqueue failing
-    # with sf.data.is_moved(e) runs inp.release and goes on); each step:
+    # with sf.data.is_moved(e) runs inp.release, again while that fails so, and goes on); each step:
     label, dense, cat, ticket, pos = sess.run([inp.label, inp.dense, inp.categorical, inp.ticket, inp.pos])
     try:
         sess.run([train, inp.trained], {..., inp.trained_ticket: ticket, inp.trained_pos: pos})

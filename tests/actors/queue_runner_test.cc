@@ -107,18 +107,25 @@ namespace {
 // by the run's number; every other run goes to `inner`.
 class MovingSession : public SessionInterface {
  public:
-  MovingSession(Session& inner, std::function<Status(int run)> fail) : inner_(inner), fail_(std::move(fail)) {}
+  // fail: the status of enqueue run `run`; fail_release: of restart run `run` (none fail when null).
+  MovingSession(Session& inner, std::function<Status(int run)> fail,
+                std::function<Status(int run)> fail_release = nullptr)
+      : inner_(inner), fail_(std::move(fail)), fail_release_(std::move(fail_release)) {}
   const Graph& graph() const override { return inner_.graph(); }
   Result<int64_t> SaveCheckpoint(const std::string&, int64_t, int) override { return Unimplemented("no"); }
   Result<int64_t> SaveIncrementalCheckpoint(const std::string&, int64_t, int) override { return Unimplemented("no"); }
   Status RestoreCheckpoint(const std::string&, int64_t, int64_t*) override { return Unimplemented("no"); }
-  std::atomic<int> restarts{0};
+  std::atomic<int> restarts{0};  // restart runs
+  std::atomic<int> releases{0};  // restart runs that succeeded
 
  protected:
   void StartRun(const RunOptions& options, NamedFeeds feeds, std::vector<std::string> fetches,
                 std::vector<std::string> targets, std::function<void(Result<std::vector<Tensor>>)> done) override {
     if (targets == std::vector<std::string>{"restarted"}) {
-      ++restarts;
+      const int run = restarts++;
+      if (fail_release_)
+        if (Status s = fail_release_(run); !s.ok()) return done(s);
+      ++releases;
       return done(std::vector<Tensor>{});
     }
     if (targets == std::vector<std::string>{"enq"}) {
@@ -133,6 +140,7 @@ class MovingSession : public SessionInterface {
  private:
   Session& inner_;
   std::function<Status(int)> fail_;
+  std::function<Status(int)> fail_release_;
   std::atomic<int> enqueues_{0};
 };
 
@@ -167,6 +175,34 @@ TEST_CASE("QueueRunner runs its restart target when the cluster moves an enqueue
   CHECK(runner.restarts() == 3);
   CHECK(got == 17);  // the three failed runs' values are the input's loss to make good (the release's job)
   CHECK(runner.steps() == 17);
+}
+
+TEST_CASE("QueueRunner runs its restart target again when the target itself meets the move", "[queue_runner]") {
+  RunnerGraph rg(/*capacity=*/64);
+  REQUIRE(rg.g.status().ok());
+  Session inner(rg.g);
+  // Enqueue run 2 is moved; the release after it is refused at the old
+  // holder once, then passes on the new map.
+  MovingSession s(
+      inner, [](int run) { return run == 2 ? kMoved : Status::OK(); },
+      [](int run) { return run == 0 ? kMoved : Status::OK(); });
+  std::atomic<int> next{0};
+  QueueRunnerOptions o;
+  o.close_target = "close";
+  o.restart_target = "restarted";
+  QueueRunner runner(s, {"enq"}, [&](int) -> Result<FeedMap> {
+    const int v = next.fetch_add(1);
+    if (v >= 10) return OutOfRange("input exhausted");
+    return FeedMap{{"x", Tensor::Scalar<float>(static_cast<float>(v))}};
+  }, o);
+  REQUIRE(runner.Start().ok());
+  int got = 0;
+  while (inner.Run({}, std::vector<std::string>{"deq"}).ok()) ++got;
+  CHECK(runner.Join().ok());
+  CHECK(s.restarts.load() == 2);  // the refused release ran again
+  CHECK(s.releases.load() == 1);  // and passed before the loop went on
+  CHECK(runner.restarts() == 2);
+  CHECK(got == 9);
 }
 
 TEST_CASE("QueueRunner gives up after max_restarts moves in a row, and without a restart target at once",
