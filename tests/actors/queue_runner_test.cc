@@ -146,6 +146,30 @@ class MovingSession : public SessionInterface {
 
 const Status kMoved = Aborted(std::string("node n1: slot 0 ") + kStaleShardMap + " 3 (it moves at epoch 4)");
 
+// A QueueRunner on s enqueueing the values 0..n-1 ("enq"; "close" at the
+// end, "restarted" after a move), and how many values the test dequeued
+// from inner ("deq") until the queue closed.
+struct RestartingRun {
+  std::atomic<int> next{0};
+  QueueRunner runner;
+  int got = 0;
+  RestartingRun(Session& inner, SessionInterface& s, int n)
+      : runner(s, {"enq"}, [this, n](int) -> Result<FeedMap> {
+          const int v = next.fetch_add(1);
+          if (v >= n) return OutOfRange("input exhausted");
+          return FeedMap{{"x", Tensor::Scalar<float>(static_cast<float>(v))}};
+        }, Options()) {
+    REQUIRE(runner.Start().ok());
+    while (inner.Run({}, std::vector<std::string>{"deq"}).ok()) ++got;
+  }
+  static QueueRunnerOptions Options() {
+    QueueRunnerOptions o;
+    o.close_target = "close";
+    o.restart_target = "restarted";
+    return o;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("QueueRunner runs its restart target when the cluster moves an enqueue, and goes on", "[queue_runner]") {
@@ -158,23 +182,12 @@ TEST_CASE("QueueRunner runs its restart target when the cluster moves an enqueue
     if (run == 9) return Unavailable("node n1 is gone");
     return Status::OK();
   });
-  std::atomic<int> next{0};
-  QueueRunnerOptions o;
-  o.close_target = "close";
-  o.restart_target = "restarted";
-  QueueRunner runner(s, {"enq"}, [&](int) -> Result<FeedMap> {
-    const int v = next.fetch_add(1);
-    if (v >= 20) return OutOfRange("input exhausted");
-    return FeedMap{{"x", Tensor::Scalar<float>(static_cast<float>(v))}};
-  }, o);
-  REQUIRE(runner.Start().ok());
-  int got = 0;
-  while (inner.Run({}, std::vector<std::string>{"deq"}).ok()) ++got;
-  CHECK(runner.Join().ok());
+  RestartingRun run(inner, s, 20);
+  CHECK(run.runner.Join().ok());
   CHECK(s.restarts.load() == 3);
-  CHECK(runner.restarts() == 3);
-  CHECK(got == 17);  // the three failed runs' values are the input's loss to make good (the release's job)
-  CHECK(runner.steps() == 17);
+  CHECK(run.runner.restarts() == 3);
+  CHECK(run.got == 17);  // the three failed runs' values are the input's loss to make good (the release's job)
+  CHECK(run.runner.steps() == 17);
 }
 
 TEST_CASE("QueueRunner runs its restart target again when the target itself meets the move", "[queue_runner]") {
@@ -186,23 +199,12 @@ TEST_CASE("QueueRunner runs its restart target again when the target itself meet
   MovingSession s(
       inner, [](int run) { return run == 2 ? kMoved : Status::OK(); },
       [](int run) { return run == 0 ? kMoved : Status::OK(); });
-  std::atomic<int> next{0};
-  QueueRunnerOptions o;
-  o.close_target = "close";
-  o.restart_target = "restarted";
-  QueueRunner runner(s, {"enq"}, [&](int) -> Result<FeedMap> {
-    const int v = next.fetch_add(1);
-    if (v >= 10) return OutOfRange("input exhausted");
-    return FeedMap{{"x", Tensor::Scalar<float>(static_cast<float>(v))}};
-  }, o);
-  REQUIRE(runner.Start().ok());
-  int got = 0;
-  while (inner.Run({}, std::vector<std::string>{"deq"}).ok()) ++got;
-  CHECK(runner.Join().ok());
+  RestartingRun run(inner, s, 10);
+  CHECK(run.runner.Join().ok());
   CHECK(s.restarts.load() == 2);  // the refused release ran again
   CHECK(s.releases.load() == 1);  // and passed before the loop went on
-  CHECK(runner.restarts() == 2);
-  CHECK(got == 9);
+  CHECK(run.runner.restarts() == 2);
+  CHECK(run.got == 9);
 }
 
 TEST_CASE("QueueRunner gives up after max_restarts moves in a row, and without a restart target at once",
