@@ -163,7 +163,7 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
   {
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return Unavailable("node " + opts.name + " is stopping");
-    names = slot_variables[slot];
+    names = SlotStateLocked(slot);
   }
   // A handover: every run of the slot here sent its changes to `to`, its
   // synced backup, before it ended; there is nothing to copy.

@@ -364,13 +364,13 @@ TEST_CASE("Cluster: synchronous replicas average a hash embedding table's sparse
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
 }
 
-// Hidden from the default suite ([.]): in about 1 run of 8 the step after
-// the failover hangs at the promoted holder (both workers' steps on task 1
-// make no progress for 60 s; issue 35, not fixed yet). CMakeLists.txt runs
-// it under the chaos label (scripts/test --all) until it is.
+// Failed about 1 run in 8 before backup_names (cluster/node_impl.h): the
+// surviving node, slot 0's holder and slot 1's new backup, sent its copy of b
+// (slot 1's) in slot 0's rounds to slot 0's backup, slot 1's new holder,
+// which lost step 6's update of b; step 7 then waited for step 6 for good.
 TEST_CASE("Cluster: synchronous replicas go on through a holder's death: no step lost or applied twice, the step "
           "count goes on",
-          "[.][cluster][replication][replicas][sync_failover]") {
+          "[cluster][replication][replicas][sync_failover]") {
   constexpr int kTotal = 12;
   examples::LocalCluster cluster;
   const ClusterOptions o = StartReplicated(cluster);
