@@ -127,14 +127,12 @@ struct ClusterNode::Impl {
   // a move's target). A partition may name a variable of another slot (a
   // handle it only passes on), so slot_variables can hold a name twice; a
   // copy kept for a slot backed up here must never travel as another slot's
-  // state (it would overwrite that slot's holder), nor be overwritten by one.
+  // state: it would overwrite that slot's holder, where it is the backup.
   std::map<int, std::set<std::string>> backup_names;      // GUARDED_BY(mu)
   // slot_variables[slot] less the variables backed up here for other slots
-  // that this node does not hold: what a round or move of slot sends. REQUIRES: mu.
+  // that this node does not hold (unless slot's own state brought them):
+  // what a round or move of slot sends. REQUIRES: mu.
   std::set<std::string> SlotStateLocked(int slot) const;
-  // The variables of slots other than `slot` that this node holds and took as
-  // their backup earlier: a round of `slot` must not write them. REQUIRES: mu.
-  std::set<std::string> HeldElsewhereLocked(int slot, const cluster::ShardMap& map) const;
   // MoveSlot requests, in order, off the handler threads (a copy takes a while).
   runtime::SerialQueue movers;
   std::atomic<int> moves_waiting{0};

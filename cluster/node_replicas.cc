@@ -3,8 +3,6 @@
 // to the backup before a run is acknowledged, and copies the whole slot to
 // a new backup when the placement leader asks; as a backup it applies what
 // the slot's holder sends, refusing a holder the map no longer names.
-#include <algorithm>
-
 #include "actors/join_statuses.h"
 #include "cluster/node_impl.h"
 #include "graph/namespaces.h"
@@ -144,14 +142,6 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
   // Named before the apply ends, so its reply needs no lock: naming one
   // whose apply fails costs nothing, as a whole round sends what the store
   // holds of it and skips a name it lacks (TakeChanges).
-  // A variable this node holds as another slot's primary is never written
-  // by this slot's round: the sender kept a backup copy of it (see
-  // backup_names), older than what this node's runs wrote since.
-  const std::set<std::string> held = HeldElsewhereLocked(m.slot, map);
-  if (!held.empty())
-    changes.erase(std::remove_if(changes.begin(), changes.end(),
-                                 [&](const runtime::VarChanges& ch) { return held.count(ch.name) > 0; }),
-                  changes.end());
   for (const auto& ch : changes) {
     slot_variables[m.slot].insert(ch.name);
     backup_names[m.slot].insert(ch.name);
@@ -166,21 +156,14 @@ std::set<std::string> ClusterNode::Impl::SlotStateLocked(int slot) const {
   cluster::PlacementLeader* pl = placement_ready.load();
   if (!pl) return names;
   const cluster::ShardMap map = pl->Map();
+  auto own = backup_names.find(slot);  // what this slot's own state brought here stays its own
   for (const auto& [other, backed] : backup_names) {
     const auto o = static_cast<size_t>(other);
     if (other == slot || (o < map.holder.size() && map.holder[o] == address)) continue;
-    for (const std::string& n : backed) names.erase(n);
+    for (const std::string& n : backed)
+      if (own == backup_names.end() || !own->second.count(n)) names.erase(n);
   }
   return names;
-}
-
-std::set<std::string> ClusterNode::Impl::HeldElsewhereLocked(int slot, const cluster::ShardMap& map) const {
-  std::set<std::string> held;
-  for (const auto& [other, backed] : backup_names) {
-    const auto o = static_cast<size_t>(other);
-    if (other != slot && o < map.holder.size() && map.holder[o] == address) held.insert(backed.begin(), backed.end());
-  }
-  return held;
 }
 
 void ClusterNode::Impl::ReplicateSlotsOf(const std::vector<std::string>& names, std::function<void(Status)> done) {
