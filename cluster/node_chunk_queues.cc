@@ -41,9 +41,10 @@ void ClusterNode::Impl::StoreChunkQueues() {
   queues->chunk_actors().SetStore(std::move(store));
 }
 
-std::map<std::string, std::string> ClusterNode::Impl::ChunkQueueStates(const Graph& g) {
+std::map<std::string, std::string> ClusterNode::Impl::ChunkQueueStates(const Graph& g,
+                                                                      const std::vector<int>& nodes) {
   std::map<std::string, std::string> out;
-  for (int i = 0; i < g.num_nodes(); ++i) {
+  for (int i : nodes) {
     if (g.node(i).op != "ChunkQueue") continue;
     auto s = g.node(i).attrs.Get<std::string>("shared_name");
     if (s.ok() && !s->empty()) out[*s] = *s + kChunkQueueStateSuffix;
@@ -51,8 +52,8 @@ std::map<std::string, std::string> ClusterNode::Impl::ChunkQueueStates(const Gra
   return out;
 }
 
-Status ClusterNode::Impl::LoadChunkQueueStates(const Graph& g) {
-  std::map<std::string, std::string> queues_here = ChunkQueueStates(g);
+Status ClusterNode::Impl::LoadChunkQueueStates(const Graph& g, const std::vector<int>& nodes) {
+  std::map<std::string, std::string> queues_here = ChunkQueueStates(g, nodes);
   if (queues_here.empty()) return Status::OK();
   std::vector<std::string> vars;
   for (const auto& kv : queues_here) vars.push_back(kv.second);

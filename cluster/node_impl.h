@@ -124,10 +124,10 @@ struct ClusterNode::Impl {
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
   std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
   // Slot -> the variables this node took in rounds as the slot's backup (or
-  // a move's target). A partition may name a variable of another slot (a
-  // handle it only passes on), so slot_variables can hold a name twice; a
-  // copy kept for a slot backed up here must never travel as another slot's
-  // state: it would overwrite that slot's holder, where it is the backup.
+  // a move's target). A copy kept for a slot backed up here must never
+  // travel as another slot's state (it would overwrite that slot's holder,
+  // where it is the backup), should two slots ever name one variable:
+  // slot_variables holds what each slot's own partitions run (Register).
   std::map<int, std::set<std::string>> backup_names;      // GUARDED_BY(mu)
   // slot_variables[slot] less the variables backed up here for other slots
   // that this node does not hold (unless slot's own state brought them):
@@ -305,12 +305,14 @@ struct ClusterNode::Impl {
   // Keeps the chunk queues' states in the variable store, as variables of
   // their slots (cluster/node_chunk_queues.cc). Called once, at start.
   void StoreChunkQueues();
-  // The ChunkQueue nodes' queue names of g with their state variables' names.
-  static std::map<std::string, std::string> ChunkQueueStates(const Graph& g);
-  // Reads the stored states of g's chunk queues for their Resolve (which
-  // must not block: it runs on an actor thread). Blocks the calling thread
-  // (the registrar's) up to a few seconds; Unavailable when they are not read by then.
-  Status LoadChunkQueueStates(const Graph& g);
+  // The queue names of the ChunkQueue nodes among g's `nodes` (a
+  // partition's) with their state variables' names.
+  static std::map<std::string, std::string> ChunkQueueStates(const Graph& g, const std::vector<int>& nodes);
+  // Reads the stored states of the chunk queues among g's `nodes` for their
+  // Resolve (which must not block: it runs on an actor thread). Blocks the
+  // calling thread (the registrar's) up to a few seconds; Unavailable when
+  // they are not read by then.
+  Status LoadChunkQueueStates(const Graph& g, const std::vector<int>& nodes);
   // A session's RegisterPartition, queued for the registrar thread (loading
   // a graph takes a while, and must hold up neither the I/O thread nor the
   // handler threads other peers share); refused with ResourceExhausted past

@@ -141,14 +141,19 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
   // node's operator gave it.
   SF_RETURN_IF_ERROR(ConfineGraphPaths(&g, NodeDirs{opts.data_root, opts.checkpoint_root}, spec.nodes)
                          .WithPrefix("partition for " + r.device + " on node " + opts.name));
+  // The slot's variables are those this partition holds: its own nodes'
+  // (spec.nodes). g is the session's whole graph, whose other nodes (other
+  // slots' variables among them) only name what this partition feeds from:
+  // counting those made a variable two slots' state, and a round of one
+  // slot overwrote the other's holder with a stale copy.
   std::set<std::string> var_names;
-  for (int i = 0; i < g.num_nodes(); ++i) {
+  for (int i : spec.nodes) {
     if (g.node(i).op != "VarHandle") continue;
     auto s = g.node(i).attrs.Get<std::string>("shared_name");
     if (s.ok()) var_names.insert(*s);
   }
   // A chunk queue's state is a variable of its slot (cluster/node_chunk_queues.cc).
-  for (const auto& kv : ChunkQueueStates(g)) var_names.insert(kv.second);
+  for (const auto& kv : ChunkQueueStates(g, spec.nodes)) var_names.insert(kv.second);
   variables->AddGraphVariables(var_names);
   std::shared_ptr<runtime::PartitionHost> host;
   {
@@ -229,7 +234,7 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
   }
   // The kernels' Resolve of a moved or promoted slot's chunk queues goes on
   // from their stored states, read here (Resolve runs on an actor thread).
-  SF_RETURN_IF_ERROR(LoadChunkQueueStates(g));
+  SF_RETURN_IF_ERROR(LoadChunkQueueStates(g, spec.nodes));
   // Blocks the registrar thread while the host builds the executor: the
   // registration's reply follows it.
   SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));

@@ -17,6 +17,7 @@
 #include "cluster/shard_map.h"
 #include "examples/common/local_cluster.h"
 #include "shardflow/cluster.h"
+#include "shardflow/ops.h"
 #include "tests/support/sparse_model.h"
 #include "tests/support/wait.h"
 
@@ -228,4 +229,71 @@ TEST_CASE("Cluster: a node stopped past its lease serves no partition placed bef
   REQUIRE(!r.ok());
   CHECK(r.status().code() == Code::kAborted);
   CHECK(r.status().message().find(std::string(cluster::kStaleEpoch)) != std::string::npos);
+}
+
+TEST_CASE("Cluster: a slot moved away leaves no copy behind that a later move of another slot carries",
+          "[cluster][shard_map]") {
+  // One copy of each slot (no backups), so the only state a move carries is
+  // the moving slot's own: w on task 0, b on task 1, each step adds 1 to both.
+  examples::LocalCluster cluster;
+  cluster.SetReplicas(1);
+  REQUIRE(cluster.Start(1, 120).ok());
+  Graph g;
+  Output w, b;
+  Operation step_op;
+  {
+    auto d = g.DeviceScope("/job:worker/task:0");
+    w = ops::Variable(g, "w", ops::Zeros(g, DType::kFloat32, {1}));
+  }
+  {
+    auto d = g.DeviceScope("/job:worker/task:1");
+    b = ops::Variable(g, "b", ops::Zeros(g, DType::kFloat32, {1}));
+  }
+  const Operation init = ops::GlobalVariablesInitializer(g);
+  {
+    const Output one = ops::Const(g, std::vector<float>{1.f}, Shape{1});
+    step_op = ops::NoOp(g, {ops::AssignAdd(g, ops::VariableHandle(w), one).node,
+                            ops::AssignAdd(g, ops::VariableHandle(b), one).node});
+  }
+  REQUIRE(g.status().ok());
+  ClusterOptions o;
+  o.address = cluster.addresses()[0];
+  o.tls_dir = cluster.tls_dir();
+  o.tasks = 2;
+  auto s = ClusterSession::Connect(g, o);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Run({}, std::vector<Output>{}, {init}).ok());
+  int steps = 0;
+  auto train = [&](int n) {
+    for (int i = 0; i < n; ++i, ++steps) REQUIRE((*s)->Run({}, std::vector<Output>{}, {step_op}).ok());
+  };
+  train(4);
+  // A run on one task alone (a read of w): its partition is registered with
+  // the whole graph (b's handle in it, as a node the run does not run).
+  REQUIRE((*s)->Run({}, std::vector<Output>{w}).ok());
+  // The first node held both slots: one moves to the new node, and the
+  // first keeps the copy it had (stale once the new holder trains it).
+  auto added = cluster.AddNode(120);
+  REQUIRE(added.ok());
+  REQUIRE(cluster.WaitMembers(2, 20000).ok());
+  REQUIRE(testing::WaitFor([&] {
+    train(1);
+    const ShardMapInfo map = Map(cluster);
+    return map.holder[0] == *added || map.holder[1] == *added;
+  }, 20s));
+  train(4);
+  // Draining the first node moves its other slot to the new node: what it
+  // copies must be that slot's state alone, never its stale copy of the
+  // slot that left first (it would overwrite that slot's newer updates).
+  REQUIRE(DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), cluster.addresses()[0], 0).ok());
+  REQUIRE(testing::WaitFor([&] {
+    const ShardMapInfo map = Map(cluster);
+    return map.holder[0] == *added && map.holder[1] == *added;
+  }, 20s));
+  train(3);
+  auto got = (*s)->Run({}, std::vector<Output>{w, b});
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  CHECK((*got)[0].data<float>()[0] == static_cast<float>(steps));
+  CHECK((*got)[1].data<float>()[0] == static_cast<float>(steps));
 }
