@@ -93,14 +93,22 @@ void ChunkLeases::MaybeDone(int64_t ticket) {
     w->second.tickets.erase(ticket);
     if (w->second.tickets.empty()) workers_.erase(w);
   }
-  finished_[WithHandout(ticket, it->second.handout)] = Finished{it->second.holder, it->second.trained};
-  finished_order_.push_back(WithHandout(ticket, it->second.handout));
+  RecordSettled(WithHandout(ticket, it->second.handout), it->second.holder, it->second.trained);
+  open_.erase(it);
+  ++stats_.done;
+}
+
+void ChunkLeases::RecordSettled(int64_t ticket, int64_t worker, int64_t pos) {
+  if (finished_.count(ticket)) {
+    finished_[ticket] = Finished{worker, pos};
+    return;
+  }
+  finished_[ticket] = Finished{worker, pos};
+  finished_order_.push_back(ticket);
   if (finished_order_.size() > kMaxFinished) {
     finished_.erase(finished_order_.front());
     finished_order_.pop_front();
   }
-  open_.erase(it);
-  ++stats_.done;
 }
 
 bool ChunkLeases::RepeatsFinish(int64_t worker, int64_t ticket, int64_t pos) const {
@@ -168,6 +176,11 @@ Status ChunkLeases::Read(int64_t worker, int64_t ticket, int64_t last_pos, int64
 
 void ChunkLeases::Return(int64_t index) {
   Open& open = open_[index];
+  // The holder's last report may have been taken while its step failed
+  // after it (the queue's node died before the reply): the step run again
+  // repeats it, and must find it taken, not refused. Refused, the worker
+  // would drop rows the queue counts trained, which nobody trains again.
+  if (open.holder >= 0 && open.trained > 0) RecordSettled(WithHandout(index, open.handout), open.holder, open.trained);
   open.holder = -1;
   open.last = -1;  // read again from after its trained rows
   free_.insert(index);
@@ -331,7 +344,10 @@ Result<ChunkLeases> ChunkLeases::Restore(const int64_t* words, size_t n, const C
     const std::string which = "finished ticket " + std::to_string(t);
     if (t < 0 || t >> (kChunkTicketBits + kChunkHandoutBits) != 0 || ChunkTicketIndex(t) >= q.next_)
       return bad(which + " was never handed out (" + std::to_string(q.next_) + " so far)");
-    if (q.open_.count(ChunkTicketIndex(t))) return bad(which + " is open");
+    // A ticket taken back is still open, but no longer held with these hand-out bits.
+    if (auto o = q.open_.find(ChunkTicketIndex(t));
+        o != q.open_.end() && o->second.holder >= 0 && WithHandout(o->first, o->second.handout) == t)
+      return bad(which + " is held");
     if (words[at + 1] == -1 || words[at + 2] < 0) return bad(which + ": a worker or line out of range");
     if (!q.finished_.emplace(t, Finished{words[at + 1], words[at + 2]}).second) return bad(which + " twice");
     q.finished_order_.push_back(t);

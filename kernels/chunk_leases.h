@@ -17,8 +17,8 @@
 // hand-out's number (mod 2^kChunkHandoutBits), so rows a worker read before
 // it lost a chunk are refused even once it holds the chunk again (it reads
 // the chunk again from after its trained rows; the old rows would be
-// trained twice), except the report that finished a ticket, repeated by its
-// worker (a step run again). Tickets are handed out in order; one a worker held when it was released
+// trained twice), except a report repeated by its worker (a step run
+// again) of a ticket that finished or was taken back from it since. Tickets are handed out in order; one a worker held when it was released
 // (Release: the worker is gone) or whose lease expired is handed out again
 // before any new one, from the line after the last one trained (skip), so
 // every line of every epoch is trained once. Positions are 1-based line
@@ -152,9 +152,12 @@ class ChunkLeases {
   // Done once read to its end and trained up to its last row: forgotten,
   // but for the record in finished_.
   void MaybeDone(int64_t ticket);
-  // True when worker's report of `ticket` up to pos repeats the report that
-  // finished it (a step run again after it failed past its report).
+  // True when worker's report of `ticket` up to pos repeats one taken
+  // before the ticket finished or was taken back from it (a step run again
+  // after it failed past its report).
   bool RepeatsFinish(int64_t worker, int64_t ticket, int64_t pos) const;
+  // Notes that worker's hand-out `ticket` ended (done, or taken back) trained up to pos.
+  void RecordSettled(int64_t ticket, int64_t worker, int64_t pos);
   // Frees the open ticket `index` to be handed out again (its holder's set is the caller's).
   void Return(int64_t index);
   void ReturnAll(int64_t worker);
@@ -170,11 +173,13 @@ class ChunkLeases {
   };
   std::unordered_map<int64_t, Worker> workers_;  // workers holding tickets
   ChunkLeaseStats stats_;
-  // The last kMaxFinished tickets done (with their hand-out bits): their
-  // last holder and the line it reported them trained to. A step of that
-  // worker run again after it failed past its report (the session runs it
-  // again when the cluster moved a part of it) repeats the report: it is
-  // taken as a no-op instead of refused, so the step's update runs once.
+  // The last kMaxFinished hand-outs ended (with their hand-out bits): done,
+  // or taken back from a released or expired worker; their last holder and
+  // the line trained to when they ended. A step of that worker run again
+  // after it failed past its report (the session runs it again when the
+  // cluster moved a part of it, or the queue's node died) repeats the
+  // report: it is taken as a no-op instead of refused, so the step's
+  // update runs once and its rows, counted trained, are not dropped.
   // A run again repeats one batch's report, so the last few per worker are
   // what counts; the state is written and replicated at every change, so it
   // stays small (at most 6 KiB of these records).

@@ -154,6 +154,15 @@ TEST_CASE("ChunkLeases: options out of range are refused by name", "[chunk_lease
 // runs them): every line of every epoch must be trained exactly once.
 namespace {
 
+// A queue as another process restores it from the words of Serialize.
+ChunkLeases RoundTrip(const ChunkLeases& q, int64_t now) {
+  std::vector<int64_t> w = q.Serialize();
+  auto r = ChunkLeases::Restore(w.data(), w.size(), q.options(), now);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
 void TrainEveryLineOnce(uint64_t seed, bool moving) {
   std::mt19937_64 rng(seed);
   const int64_t chunks = 1 + rng() % 6, epochs = 1 + rng() % 3, lines = 1 + rng() % 9, lease = 5 + rng() % 20;
@@ -174,11 +183,7 @@ void TrainEveryLineOnce(uint64_t seed, bool moving) {
   for (int step = 0; step < 100000 && !ended; ++step) {
     now += rng() % 3;
     if (moving && rng() % 50 == 0) {
-      std::vector<int64_t> w = q->Serialize();
-      now += 10000;
-      auto r = ChunkLeases::Restore(w.data(), w.size(), o, now);
-      REQUIRE(r.ok());
-      q = std::make_unique<ChunkLeases>(std::move(*r));
+      q = std::make_unique<ChunkLeases>(RoundTrip(*q, now += 10000));
       ++moves;
     }
     Worker& w = workers[rng() % workers.size()];
@@ -201,6 +206,21 @@ void TrainEveryLineOnce(uint64_t seed, bool moving) {
       continue;
     }
     const int64_t upto = std::min<int64_t>(lines, w.next + static_cast<int64_t>(rng() % 3));
+    if (w.next <= lines && rng() % 20 == 0) {
+      // The report is taken but its reply lost (the queue's node died): the
+      // worker's input restarts (its chunks released) and its step runs
+      // again, repeating the report, maybe on the queue's next process.
+      if (!q->TrainedAll(w.id, {w.t.ticket}, {upto}, now).ok()) {
+        w.has = false;
+        continue;
+      }
+      q->Release(w.id);
+      if (moving) q = std::make_unique<ChunkLeases>(RoundTrip(*q, now += 10000));
+      REQUIRE(q->TrainedAll(w.id, {w.t.ticket}, {upto}, now).ok());
+      for (int64_t l = w.next; l <= upto; ++l) ++trained[{ChunkTicketIndex(w.t.ticket), l}];
+      w.has = false;
+      continue;
+    }
     if (w.next <= lines) {
       Status s = q->Trained(w.id, w.t.ticket, upto, now);
       if (s.ok())
@@ -231,15 +251,6 @@ void TrainEveryLineOnce(uint64_t seed, bool moving) {
 TEST_CASE("ChunkLeases: every line trained exactly once per epoch while workers die (500 seeded runs)",
           "[chunk_leases]") {
   for (uint64_t seed = 1; seed <= 500; ++seed) TrainEveryLineOnce(seed, /*moving=*/false);
-}
-
-// A queue as another process restores it from the words of Serialize.
-ChunkLeases RoundTrip(const ChunkLeases& q, int64_t now) {
-  std::vector<int64_t> w = q.Serialize();
-  auto r = ChunkLeases::Restore(w.data(), w.size(), q.options(), now);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return std::move(*r);
 }
 
 TEST_CASE("ChunkLeases: a state restored mid-epoch goes on exactly as the original", "[chunk_leases]") {
@@ -348,7 +359,10 @@ TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wr
     return w;
   };
   refused(finished({3, 1, 5}), o, "finished ticket 3 was never handed out");
-  refused(finished({0, 1, 5}), o, "finished ticket 0 is open");
+  refused(finished({0, 1, 5}), o, "finished ticket 0 is held");
+  // A ticket taken back (free) may have a record: its holder's last report.
+  const std::vector<int64_t> taken_back = finished({1, 2, 5});
+  CHECK(ChunkLeases::Restore(taken_back.data(), taken_back.size(), o, 0).ok());
   refused(finished({-1, 1, 5}), o, "never handed out");
   std::vector<int64_t> w = finished({0, 1, 5});
   w[w.size() - 4] = 1 << 20;
@@ -384,6 +398,35 @@ TEST_CASE("ChunkLeases: the worker's repeat of the report that finished a chunk 
   REQUIRE(r->Read(2, b.ticket, 3, 50).ok());
   CHECK(r->stats().done == 2);
   CHECK(r->Serialize() != words);
+}
+
+TEST_CASE("ChunkLeases: the worker's repeat of a report taken before it lost the chunk is a no-op, across a restore",
+          "[chunk_leases]") {
+  const ChunkLeaseOptions o{2, 1, 1000};
+  ChunkLeases q(o);
+  ChunkTicket a, again;
+  REQUIRE(q.Take(1, 0, &a) == Took::kTicket);
+  REQUIRE(q.TrainedAll(1, {a.ticket}, {8}, 0).ok());
+  REQUIRE(q.TrainedAll(1, {a.ticket}, {16}, 0).ok());  // taken; its reply lost with the queue's node
+  // The worker's input restarts (its chunks go back), and its step runs
+  // again on the queue's next process: the report is found taken.
+  CHECK(q.Release(1) == 1);
+  ChunkLeases r = RoundTrip(q, 50);
+  const ChunkLeaseStats before = r.stats();
+  CHECK(r.TrainedAll(1, {a.ticket}, {16}, 50).ok());
+  CHECK(r.TrainedAll(1, {a.ticket}, {8}, 50).ok());
+  CHECK(r.stats().refused == before.refused);
+  // Rows past it were never taken, and another worker's report is no repeat.
+  CHECK(r.TrainedAll(1, {a.ticket}, {17}, 50).code() == Code::kFailedPrecondition);
+  CHECK(r.TrainedAll(2, {a.ticket}, {16}, 50).code() == Code::kFailedPrecondition);
+  // The chunk resumes after the rows the repeat stands for, even for the same worker.
+  REQUIRE(r.Take(1, 50, &again) == Took::kTicket);
+  CHECK(ChunkTicketIndex(again.ticket) == ChunkTicketIndex(a.ticket));
+  CHECK(again.skip == 16);
+  CHECK(r.TrainedAll(1, {a.ticket}, {16}, 50).ok());  // the old hand-out's repeat, still a no-op
+  REQUIRE(r.TrainedAll(1, {again.ticket}, {20}, 50).ok());
+  // The old hand-out's rows past its last report stay refused (they are read again).
+  CHECK(r.TrainedAll(1, {a.ticket}, {20}, 50).code() == Code::kFailedPrecondition);
 }
 
 TEST_CASE("ChunkLeases: every line trained exactly once while the queue moves between processes (300 runs)",
