@@ -13,6 +13,7 @@ namespace runtime {
 // One C++ type per message.
 struct TakeChunk {
   int64_t worker = 0;
+  int64_t reader = 0;
   int64_t step_id = 0;
   std::function<void(Result<ChunkTicket>)> done;
 };
@@ -147,7 +148,7 @@ void Serve(ChunkQueueSelf self) {
   const int64_t now = st.clock();
   while (!st.waiting.empty()) {
     ChunkTicket t;
-    const ChunkLeases::Took took = st.leases->Take(st.waiting.front().worker, now, &t);
+    const ChunkLeases::Took took = st.leases->Take(st.waiting.front().worker, now, &t, st.waiting.front().reader);
     if (took == ChunkLeases::Took::kWait) return;
     auto done = std::move(st.waiting.front().done);
     st.waiting.pop_front();
@@ -205,6 +206,9 @@ ChunkQueueActor::behavior_type ChunkQueueBehavior(ChunkQueueSelf self, ChunkQueu
       [self, down](TakeChunk& m) {
         ChunkQueueState& st = self->state;
         if (st.shut_down) return m.done(down());
+        // At once, not when its turn to be served comes: the chunks it
+        // takes back may be what the Takes before it wait for.
+        st.leases->ReadsInto(m.worker, m.reader);
         st.waiting.push_back(std::move(m));
         Serve(self);
         ArmTimer(self);
@@ -444,12 +448,12 @@ const ActorChunkQueues::Entry* ActorChunkQueues::Find(int64_t id, Status* error)
   return e;
 }
 
-void ActorChunkQueues::Take(int64_t id, int64_t worker, int64_t step_id,
+void ActorChunkQueues::Take(int64_t id, int64_t worker, int64_t reader, int64_t step_id,
                             std::function<void(Result<ChunkTicket>)> done) {
   Status err;
   const Entry* e = Find(id, &err);
   if (!e) return done(err);
-  caf::anon_send(e->actor, TakeChunk{worker, step_id, std::move(done)});
+  caf::anon_send(e->actor, TakeChunk{worker, reader, step_id, std::move(done)});
 }
 
 void ActorChunkQueues::Report(int64_t id, int64_t worker, std::vector<int64_t> tickets, std::vector<int64_t> pos,

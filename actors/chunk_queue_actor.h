@@ -60,7 +60,8 @@ class ActorChunkQueues : public ChunkQueueService {
   // the stored state was written by another queue object; InvalidArgument
   // naming the queue for a stored state that is no state of these options.
   Result<int64_t> Resolve(const std::string& name, const ChunkLeaseOptions& options) override;
-  void Take(int64_t id, int64_t worker, int64_t step_id, std::function<void(Result<ChunkTicket>)> done) override;
+  void Take(int64_t id, int64_t worker, int64_t reader, int64_t step_id,
+            std::function<void(Result<ChunkTicket>)> done) override;
   void Report(int64_t id, int64_t worker, std::vector<int64_t> tickets, std::vector<int64_t> pos, bool read,
               std::function<void(Status)> done) override;
   void Release(int64_t id, int64_t worker, std::function<void(Result<int64_t>)> done) override;

@@ -63,6 +63,7 @@ class OwnedQueues : public QueueService {
     q_->Size(id, std::move(done));
   }
   std::string NameOf(int64_t id) const override { return q_->NameOf(id); }
+  Result<int64_t> IncarnationOf(int64_t id) const override { return q_->IncarnationOf(id); }
 
  private:
   caf::actor_system_config cfg_;

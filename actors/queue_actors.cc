@@ -348,6 +348,7 @@ struct ActorQueues::Entry {
 
 ActorQueues::ActorQueues(caf::actor_system& sys, std::function<int64_t()> chunk_clock_ms)
     : sys_(sys),
+      salt_(static_cast<int64_t>(1 + std::random_device{}() % 0x7fffffffu) << 32),
       cancelled_(std::make_shared<CancelledSteps>()),
       chunks_(std::make_unique<ActorChunkQueues>(sys, std::move(chunk_clock_ms))) {}
 
@@ -528,6 +529,13 @@ void ActorQueues::Size(int64_t id, std::function<void(Result<int64_t>)> done) {
 std::string ActorQueues::NameOf(int64_t id) const {
   std::lock_guard<std::mutex> l(mu_);
   return id >= 0 && id < static_cast<int64_t>(queues_.size()) && queues_[id] ? queues_[id]->name : "";
+}
+
+Result<int64_t> ActorQueues::IncarnationOf(int64_t id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (id < 0 || id >= static_cast<int64_t>(queues_.size()) || !queues_[id])
+    return NotFound("no queue with id " + std::to_string(id));
+  return salt_ | (id & 0xffffffff);
 }
 
 std::vector<std::string> ActorQueues::NamesWhere(const std::function<bool(const std::string&)>& keep) const {

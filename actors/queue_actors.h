@@ -54,6 +54,7 @@ class ActorQueues : public QueueService {
   void Close(int64_t id, bool cancel_pending, std::function<void(Status)> done) override;
   void Size(int64_t id, std::function<void(Result<int64_t>)> done) override;
   std::string NameOf(int64_t id) const override;
+  Result<int64_t> IncarnationOf(int64_t id) const override;
   // The chunk queues of this store (one actor each, on the same actor system).
   ChunkQueueService* chunk_queues() override;
   // The same, as the actors that hold them (a node sets their store).
@@ -88,6 +89,8 @@ class ActorQueues : public QueueService {
   // GUARDED_BY(mu_); a dropped queue's entry becomes null (its id is never reused).
   std::vector<std::shared_ptr<Entry>> queues_;
   std::unordered_map<std::string, int64_t> ids_;  // GUARDED_BY(mu_)
+  // Drawn once: the high bits of every queue's incarnation (its id the low ones).
+  const int64_t salt_;
   bool shut_down_ = false;                         // GUARDED_BY(mu_)
   // Shared with every queue actor of the store: one bounded record of the
   // cancelled steps, not one per queue.

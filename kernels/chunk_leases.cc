@@ -38,8 +38,9 @@ void ChunkLeases::Renew(int64_t worker, int64_t now_ms) {
   if (it != workers_.end()) it->second.expires_ms = now_ms + o_.lease_ms;
 }
 
-ChunkLeases::Took ChunkLeases::Take(int64_t worker, int64_t now_ms, ChunkTicket* t) {
+ChunkLeases::Took ChunkLeases::Take(int64_t worker, int64_t now_ms, ChunkTicket* t, int64_t reader) {
   Expire(now_ms);
+  ReadsInto(worker, reader);
   int64_t ticket;
   if (!free_.empty()) {
     ticket = *free_.begin();
@@ -55,6 +56,7 @@ ChunkLeases::Took ChunkLeases::Take(int64_t worker, int64_t now_ms, ChunkTicket*
   open.holder = worker;
   Worker& w = workers_[worker];
   w.tickets.insert(ticket);
+  if (reader != 0) w.reader = reader;
   w.expires_ms = now_ms + o_.lease_ms;
   ++stats_.handed;
   ++version_;
@@ -195,6 +197,16 @@ void ChunkLeases::ReturnAll(int64_t worker) {
   workers_.erase(it);
 }
 
+int64_t ChunkLeases::ReadsInto(int64_t worker, int64_t reader) {
+  auto it = workers_.find(worker);
+  if (reader == 0 || it == workers_.end()) return 0;
+  if (it->second.reader == 0 || it->second.reader == reader) {
+    it->second.reader = reader;
+    return 0;
+  }
+  return Release(worker);
+}
+
 int64_t ChunkLeases::Release(int64_t worker) {
   const int64_t before = stats_.returned;
   ReturnAll(worker);
@@ -226,7 +238,9 @@ namespace {
 
 // The words of a serialized state, in order (kernels/chunk_leases.h).
 constexpr int64_t kLeasesMagic = 0x53464c4541534553;  // "SFLEASES"
-constexpr int64_t kLeasesFormat = 2;  // 2: the finished tickets' records at the end
+// 2: the finished tickets' records at the end; 3: each worker's reader
+// after its id (format 2 is read with readers 0).
+constexpr int64_t kLeasesFormat = 3;
 constexpr size_t kHeaderWords = 12;  // magic .. stats, then the open tickets' count
 
 }  // namespace
@@ -235,7 +249,7 @@ std::vector<int64_t> ChunkLeases::Serialize() const {
   std::vector<int64_t> w = {kLeasesMagic,    kLeasesFormat,   version_,       o_.num_chunks,
                             o_.num_epochs,   o_.lease_ms,     next_,          stats_.handed,
                             stats_.returned, stats_.done,     stats_.refused, static_cast<int64_t>(open_.size())};
-  w.reserve(w.size() + 5 * open_.size() + 2 + free_.size() + 3 * workers_.size());
+  w.reserve(w.size() + 5 * open_.size() + 2 + free_.size() + 4 * workers_.size());
   for (const auto& [index, o] : open_) w.insert(w.end(), {index, o.holder, o.handout, o.trained, o.last});
   w.push_back(static_cast<int64_t>(free_.size()));
   w.insert(w.end(), free_.begin(), free_.end());
@@ -245,6 +259,7 @@ std::vector<int64_t> ChunkLeases::Serialize() const {
   w.push_back(static_cast<int64_t>(by_id.size()));
   for (const auto& [id, worker] : by_id) {
     w.push_back(id);
+    w.push_back(worker->reader);
     w.push_back(static_cast<int64_t>(worker->tickets.size()));
     w.insert(w.end(), worker->tickets.begin(), worker->tickets.end());
   }
@@ -262,8 +277,10 @@ Result<ChunkLeases> ChunkLeases::Restore(const int64_t* words, size_t n, const C
   auto bad = [](const std::string& what) { return InvalidArgument("chunk queue state refused: " + what); };
   if (n < kHeaderWords) return bad(std::to_string(n) + " words, fewer than its header's " + std::to_string(kHeaderWords));
   if (words[0] != kLeasesMagic) return bad("it does not start with the chunk lease state's mark");
-  if (words[1] != kLeasesFormat)
-    return bad("format " + std::to_string(words[1]) + ", this build reads format " + std::to_string(kLeasesFormat));
+  if (words[1] != kLeasesFormat && words[1] != 2)
+    return bad("format " + std::to_string(words[1]) + ", this build reads formats 2 and " +
+               std::to_string(kLeasesFormat));
+  const bool readers = words[1] >= 3;
   const ChunkLeaseOptions o{words[3], words[4], words[5]};
   if (o.num_chunks != options.num_chunks || o.num_epochs != options.num_epochs || o.lease_ms != options.lease_ms)
     return bad("it is of " + std::to_string(o.num_chunks) + " chunks, " + std::to_string(o.num_epochs) +
@@ -316,15 +333,16 @@ Result<ChunkLeases> ChunkLeases::Restore(const int64_t* words, size_t n, const C
       return bad("free ticket " + std::to_string(words[at]) + " is not an open ticket without a holder");
     if (!q.free_.insert(words[at]).second) return bad("free ticket " + std::to_string(words[at]) + " twice");
   }
-  SF_ASSIGN_OR_RETURN(const int64_t n_workers, count("workers", held, 3));
+  SF_ASSIGN_OR_RETURN(const int64_t n_workers, count("workers", held, readers ? 4 : 3));
   int64_t listed = 0;
   for (int64_t i = 0; i < n_workers; ++i) {
-    if (n - at < 2) return bad("it ends inside its workers");
+    if (n - at < (readers ? 3u : 2u)) return bad("it ends inside its workers");
     const int64_t id = words[at++];
     const std::string who = "worker " + std::to_string(id);
     if (id == -1) return bad("a worker of id -1 (which marks a free ticket)");
     Worker& w = q.workers_[id];
     if (!w.tickets.empty()) return bad(who + " twice");
+    if (readers) w.reader = words[at++];
     SF_ASSIGN_OR_RETURN(const int64_t k, count("tickets of a worker", held, 1));
     if (k == 0) return bad(who + " holds no ticket");
     for (int64_t j = 0; j < k; ++j, ++at) {

@@ -93,8 +93,12 @@ class ChunkLeases {
   // Expires leases as of now_ms, then hands `worker` a ticket (kTicket, *t
   // set): a returned one first, else the next new one. kWait when none is
   // free but some held ticket may still come back; kEnd when every ticket
-  // of every epoch is done.
-  Took Take(int64_t worker, int64_t now_ms, ChunkTicket* t);
+  // of every epoch is done. reader (non-zero): what the worker reads its
+  // chunks into (its row queue's incarnation); a Take naming another one
+  // than the worker's earlier Takes first takes back the tickets it holds,
+  // whose rows went with that queue (its slot moved, its node died), so
+  // they are read again at once rather than when its lease would end.
+  Took Take(int64_t worker, int64_t now_ms, ChunkTicket* t, int64_t reader = 0);
   // The worker trained the rows of `ticket` up to line pos. FailedPrecondition
   // naming the chunk when it does not hold the ticket (or it is done);
   // InvalidArgument for a ticket never handed out.
@@ -114,6 +118,10 @@ class ChunkLeases {
   Status Read(int64_t worker, int64_t ticket, int64_t last_pos, int64_t now_ms);
   // The worker is gone: its tickets are handed out again. How many.
   int64_t Release(int64_t worker);
+  // The worker reads its chunks into `reader` from now on (Take): the
+  // tickets it holds go back (Release) when it named another one before.
+  // How many went back.
+  int64_t ReadsInto(int64_t worker, int64_t reader);
   // Takes back the tickets of workers silent for lease_ms as of now_ms; how many.
   int64_t Expire(int64_t now_ms);
   // When the earliest lease ends (ms, the clock of now_ms); -1 when none is held.
@@ -169,6 +177,7 @@ class ChunkLeases {
   std::set<int64_t> free_;                 // open tickets to hand out again
   struct Worker {
     int64_t expires_ms = 0;
+    int64_t reader = 0;  // of its Takes (0: none named)
     std::set<int64_t> tickets;
   };
   std::unordered_map<int64_t, Worker> workers_;  // workers holding tickets

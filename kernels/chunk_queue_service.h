@@ -53,11 +53,13 @@ class ChunkQueueService {
   // Resolves (creating on first use) the chunk queue `name`; its id.
   // InvalidArgument for bad options or when it exists with other ones.
   virtual Result<int64_t> Resolve(const std::string& name, const ChunkLeaseOptions& options) = 0;
-  // Hands worker a chunk (ChunkLeases::Take; its ticket with the queue's
-  // incarnation, above), waiting while every chunk left
-  // is held by another worker that may still give it back; OutOfRange naming
-  // the queue once every chunk of every epoch is done. step_id: CancelStep.
-  virtual void Take(int64_t id, int64_t worker, int64_t step_id, std::function<void(Result<ChunkTicket>)> done) = 0;
+  // Hands worker a chunk (ChunkLeases::Take, reader included: 0 names
+  // none; its ticket with the queue's incarnation, above), waiting while
+  // every chunk left is held by another worker that may still give it back;
+  // OutOfRange naming the queue once every chunk of every epoch is done.
+  // step_id: CancelStep.
+  virtual void Take(int64_t id, int64_t worker, int64_t reader, int64_t step_id,
+                    std::function<void(Result<ChunkTicket>)> done) = 0;
   // Rows of tickets[i] trained up to line pos[i], all or none
   // (ChunkLeases::TrainedAll: the first refusal, naming the queue and the
   // chunk), or with read, tickets[i] read to its end at line pos[i]

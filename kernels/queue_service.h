@@ -131,6 +131,10 @@ class QueueService {
   virtual void Size(int64_t id, std::function<void(Result<int64_t>)> done) = 0;
   // The name given to Resolve, for error messages ("" when unknown).
   virtual std::string NameOf(int64_t id) const = 0;
+  // A non-zero number for the queue object of id that no other queue object
+  // of its name (made afresh after a drop, on another node, or in another
+  // process) has, but with chance 2^-31; NotFound for an unknown id.
+  virtual Result<int64_t> IncarnationOf(int64_t id) const = 0;
   // The chunk queues that live beside these queues (kernels/chunk_queue_service.h),
   // owned by this service; null where there are none (the ChunkQueue ops then
   // fail with FailedPrecondition).

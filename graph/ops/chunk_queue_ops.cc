@@ -65,14 +65,17 @@ Status RegisterChunkQueueOps(OpRegistry& reg) {
                "lease_ms (kernels/chunk_leases.h).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueueTake")
-      .InputNames({"queue", "worker"}).Inputs(2).Stateful().NotDifferentiable()
+      .InputNames({"queue", "worker", "reader"}).Inputs(2, 3).Stateful().NotDifferentiable()
       .Shape([](InferenceContext& c) -> Status {
         SF_RETURN_IF_ERROR(HandleInput(c));
+        if (c.num_inputs() > 2) SF_RETURN_IF_ERROR(Int64Input(c, 2, "reader", 0));
         for (int i = 0; i < 3; ++i) c.set_output(i, DType::kInt64, PartialShape(Shape{}));
         return Status::OK();
       })
       .Summary("Hands worker (int64) a chunk: its ticket, chunk index and the lines to skip (trained already); "
-               "waits while the chunks left are held by others; OutOfRange once every chunk is done.")
+               "waits while the chunks left are held by others; OutOfRange once every chunk is done. reader "
+               "(optional int64): what the worker reads into (QueueIncarnation of its row queue); another one than "
+               "before takes back the worker's chunks first (their rows went with the old one).")
       .Build()));
   SF_RETURN_IF_ERROR(reg.Register(OpBuilder("ChunkQueueReport")
       .InputNames({"queue", "worker", "tickets", "pos"}).Attr("read", false)
@@ -167,17 +170,6 @@ SharedCriteoInput SharedCriteoBatchQueue(Graph& g, Output chunk_queue, const Cri
     auto scope = g.DeviceScope(queue_device);
     return build();
   };
-  const Output me = on_queue([&] { return ops::Const(g, Tensor::Scalar<int64_t>(worker), name + "/worker"); });
-  const int take = on_queue([&] { return g.AddNode("ChunkQueueTake", {handle, me}, {}, name + "/take"); });
-  if (take < 0) return {};
-  AttrMap ra;
-  ra.Set("files", joined);
-  ra.Set("chunks", plan.chunks);
-  ra.Set("on_malformed", std::string(options.skip_malformed ? "skip" : "fail"));
-  ra.Set("max_line_bytes", options.max_line_bytes);
-  const int read = g.AddNode("CriteoChunkReader", {Output(&g, take, 0), Output(&g, take, 1), Output(&g, take, 2)},
-                             std::move(ra), name + "/reader");
-  if (read < 0) return {};
   QueueOptions qo;
   qo.shapes = {PartialShape(Shape{}), PartialShape(Shape{kCriteoDense}), PartialShape(Shape{kCriteoCategorical}),
                PartialShape(Shape{}), PartialShape(Shape{})};
@@ -187,6 +179,21 @@ SharedCriteoInput SharedCriteoBatchQueue(Graph& g, Output chunk_queue, const Cri
   qo.shared_name = name + "/queue/worker_" + std::to_string(worker);
   Output rows = FIFOQueue(g, {DType::kFloat32, DType::kFloat32, DType::kInt64, DType::kInt64, DType::kInt64}, qo,
                           name + "/queue");
+  // Which row queue its chunks are read into: a queue made afresh (its
+  // task moved, its node died) lost the rows of the chunks the worker held,
+  // which the chunk queue then hands out again at once.
+  const Output reader = QueueIncarnation(g, rows, name + "/reader_queue");
+  const Output me = on_queue([&] { return ops::Const(g, Tensor::Scalar<int64_t>(worker), name + "/worker"); });
+  const int take = on_queue([&] { return g.AddNode("ChunkQueueTake", {handle, me, reader}, {}, name + "/take"); });
+  if (take < 0) return {};
+  AttrMap ra;
+  ra.Set("files", joined);
+  ra.Set("chunks", plan.chunks);
+  ra.Set("on_malformed", std::string(options.skip_malformed ? "skip" : "fail"));
+  ra.Set("max_line_bytes", options.max_line_bytes);
+  const int read = g.AddNode("CriteoChunkReader", {Output(&g, take, 0), Output(&g, take, 1), Output(&g, take, 2)},
+                             std::move(ra), name + "/reader");
+  if (read < 0) return {};
   std::vector<Output> cols;
   for (int i = 0; i < 5; ++i) cols.push_back(Output(&g, read, i));
   Operation enqueue = QueueEnqueueMany(g, rows, cols, 0, name + "/enqueue");

@@ -193,6 +193,15 @@ Status RegisterQueueOps(OpRegistry& reg) {
         return Status::OK();
       })
       .NotDifferentiable().Summary("The number of elements in a queue (int32).").Build()));
+  SF_RETURN_IF_ERROR(reg.Register(OpBuilder("QueueIncarnation").Inputs(1).Stateful()
+      .Shape([](InferenceContext& c) -> Status {
+        SF_RETURN_IF_ERROR(QueueInput(c).status());
+        c.set_output(0, DType::kInt64, PartialShape(Shape{}));
+        return Status::OK();
+      })
+      .NotDifferentiable()
+      .Summary("A non-zero int64 naming this queue object: another one of its name (made afresh after a drop, on "
+               "another node or process) has another.").Build()));
   return Status::OK();
 }
 
@@ -355,6 +364,11 @@ Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues, const
 Output QueueSize(Graph& g, Output queue, const std::string& name) {
   if (!queue.valid()) return Output();
   return g.Add1("QueueSize", {queue}, {}, name);
+}
+
+Output QueueIncarnation(Graph& g, Output queue, const std::string& name) {
+  if (!queue.valid()) return Output();
+  return g.Add1("QueueIncarnation", {queue}, {}, name);
 }
 
 }  // namespace ops

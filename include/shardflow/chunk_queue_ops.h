@@ -20,7 +20,10 @@
 // A worker is a number the caller picks, distinct among the workers of one
 // queue (a process id, a worker index). The queue hands a worker's chunks
 // to others when it runs `release` or its lease ends: it called nothing
-// (took, read or reported trained rows) for lease_ms. A chunk handed again
+// (took, read or reported trained rows) for lease_ms, and when its `enqueue`
+// reads into another row queue than before (its task moved to another node,
+// whose row queue is new: the rows of the old one are read again), so two
+// workers must never share a number. A chunk handed again
 // resumes after the last row reported trained. What is exact: every row is
 // read into some worker's batches until reported trained, and the report
 // runs before the step's updates (ReportTrainedBefore), so a worker that

@@ -72,6 +72,11 @@ Operation QueueClose(Graph& g, Output queue, bool cancel_pending_enqueues = fals
                const std::string& name = "");
 // The number of elements in the queue (int32 scalar).
 Output QueueSize(Graph& g, Output queue, const std::string& name = "");
+// A non-zero int64 scalar naming the queue object that serves `queue` where
+// it runs: a queue made afresh under the same name (its task moved to
+// another node, the node restarted, the queue was dropped) has another.
+// Invalid when queue is.
+Output QueueIncarnation(Graph& g, Output queue, const std::string& name = "");
 
 }  // namespace ops
 }  // namespace sf

@@ -70,7 +70,16 @@ class TakeKernel : public ChunkAccessKernel {
  protected:
   void Access(OpKernelContext* ctx, ChunkQueueService* q, int64_t id, int64_t worker,
               std::function<void()> done) override {
-    q->Take(id, worker, ctx->step_id(), [ctx, done = std::move(done)](Result<ChunkTicket> t) {
+    int64_t reader = 0;  // input 2, when there: what the worker reads its chunks into
+    if (ctx->num_inputs() > 2) {
+      const Tensor& r = ctx->input(2);
+      if (r.dtype() != DType::kInt64 || r.num_elements() != 1) {
+        ctx->SetStatus(InvalidArgument("reader must be an int64 scalar, got " + r.DebugString(0)));
+        return done();
+      }
+      reader = r.data<int64_t>()[0];
+    }
+    q->Take(id, worker, reader, ctx->step_id(), [ctx, done = std::move(done)](Result<ChunkTicket> t) {
       if (!t.ok()) {
         ctx->SetStatus(t.status());
       } else {

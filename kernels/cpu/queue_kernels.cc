@@ -154,6 +154,19 @@ class SizeKernel : public QueueAccessKernel {
   }
 };
 
+class IncarnationKernel : public QueueAccessKernel {
+ public:
+  using QueueAccessKernel::QueueAccessKernel;
+
+ protected:
+  void Access(OpKernelContext* ctx, int64_t id, std::function<void()> done) override {
+    auto r = ctx->queues()->IncarnationOf(id);
+    if (!r.ok()) ctx->SetStatus(r.status());
+    else ctx->set_output(0, Tensor::Scalar<int64_t>(*r));
+    done();
+  }
+};
+
 }  // namespace
 
 void RegisterQueueKernels(KernelRegistry& reg) {
@@ -166,6 +179,7 @@ void RegisterQueueKernels(KernelRegistry& reg) {
   RegisterCPU<DequeueKernel<DequeueKind::kUpTo>>(reg, "QueueDequeueUpTo", {DType::kInvalid});
   RegisterCPU<CloseKernel>(reg, "QueueClose", {DType::kInvalid});
   RegisterCPU<SizeKernel>(reg, "QueueSize", {DType::kInvalid});
+  RegisterCPU<IncarnationKernel>(reg, "QueueIncarnation", {DType::kInvalid});
 }
 
 }  // namespace sf

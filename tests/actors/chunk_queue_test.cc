@@ -435,7 +435,7 @@ T Await(std::future<T>& f) {
 Result<ChunkTicket> TakeOf(runtime::ActorChunkQueues& q, int64_t id, int64_t worker) {
   auto p = std::make_shared<std::promise<Result<ChunkTicket>>>();
   auto f = p->get_future();
-  q.Take(id, worker, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
+  q.Take(id, worker, 0, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
   return Await(f);
 }
 
@@ -475,7 +475,7 @@ TEST_CASE("A chunk queue answers a change once its state is written; one made wh
   }
   auto p = std::make_shared<std::promise<Result<ChunkTicket>>>();
   auto first = p->get_future();
-  a.Take(*qa, 1, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
+  a.Take(*qa, 1, 0, 0, [p](Result<ChunkTicket> t) { p->set_value(std::move(t)); });
   REQUIRE(testing::WaitFor([&] { return store.Writes() == 1; }, std::chrono::seconds(20)));
   CHECK(first.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
   store.Release();

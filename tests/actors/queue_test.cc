@@ -247,6 +247,35 @@ TEST_CASE("PaddingFIFOQueue pads dequeue_many to the batch's largest shape", "[q
   CHECK(Contains(bad.status(), "needs a shape per component"));
 }
 
+TEST_CASE("QueueIncarnation names the queue object: the same for its name in one session, another in the next",
+          "[queue]") {
+  auto build = [](Graph& g, const std::string& shared) {
+    ops::QueueOptions o;
+    o.shapes = {PartialShape(Shape{})};
+    o.shared_name = shared;
+    return ops::QueueIncarnation(g, ops::FIFOQueue(g, {DType::kFloat32}, o));
+  };
+  Graph g;
+  const Output a = build(g, "a"), a_again = build(g, "a"), b = build(g, "b");
+  REQUIRE(g.status().ok());
+  CHECK(a.shape() == PartialShape(Shape{}));
+  int64_t first = 0;
+  {
+    Session s(g);
+    auto got = s.Run({}, std::vector<Output>{a, a_again, b});
+    REQUIRE(got.ok());
+    first = (*got)[0].scalar_as<int64_t>();
+    CHECK(first != 0);
+    CHECK((*got)[1].scalar_as<int64_t>() == first);  // one queue, one incarnation
+    CHECK((*got)[2].scalar_as<int64_t>() != first);
+    CHECK(s.Run({}, std::vector<Output>{a}).value()[0].scalar_as<int64_t>() == first);  // stable
+  }
+  Session next(g);  // a queue made afresh under the same name
+  auto again = next.Run({}, std::vector<Output>{a});
+  REQUIRE(again.ok());
+  CHECK((*again)[0].scalar_as<int64_t>() != first);
+}
+
 TEST_CASE("dequeue_up_to waits for n while open and takes what is left once closed", "[queue]") {
   Graph g;
   Output q = PaddingPairQueue(g);

@@ -79,8 +79,13 @@ TEST_CASE("A chunk queue's state moves with its slot: the queue's node drains mi
   const ShardMapInfo map = StartMidEpoch(cluster, run);
   const std::string from = map.holder[0];
   INFO("slot 0 on " << from << ", its backup " << map.backup[0]);
+  const auto drained = std::chrono::steady_clock::now();
   REQUIRE(DrainMember(cluster.etcd_endpoint(), cluster.tls_dir(), from, 0, "default", "", cluster.insecure()).ok());
   run.CheckGoesOnAndTrainsEveryLineOnce(cluster, run.steps());
+  // The rows worker 0's row queue held went with it: the chunk queue hands
+  // their chunks out again at the worker's next Take (its new row queue is
+  // another), not once their leases (30 s) end.
+  CHECK(std::chrono::steady_clock::now() - drained < std::chrono::seconds(25));
   auto after = ReadClusterMap(cluster.etcd_endpoint(), cluster.tls_dir());
   REQUIRE(after.ok());
   CHECK(after->holder[0] != from);  // the queue did move

@@ -173,6 +173,7 @@ void TrainEveryLineOnce(uint64_t seed, bool moving) {
     bool has = false;
     ChunkTicket t;
     int64_t next = 0;  // the next line to train (1-based)
+    int64_t reader = 1;  // its row queue's incarnation
   };
   std::vector<Worker> workers(1 + rng() % 4);
   int64_t next_id = 0;
@@ -197,8 +198,13 @@ void TrainEveryLineOnce(uint64_t seed, bool moving) {
       w = Worker{next_id++};
       continue;
     }
+    if (what < 7) {  // its row queue is made afresh (its slot moved): the rows of its chunk go with the old one
+      w.has = false;
+      ++w.reader;
+      continue;
+    }
     if (!w.has) {
-      const Took took = q->Take(w.id, now, &w.t);
+      const Took took = q->Take(w.id, now, &w.t, w.reader);
       if (took == Took::kEnd) ended = true;
       if (took != Took::kTicket) continue;
       w.has = true;
@@ -312,8 +318,8 @@ TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wr
   const std::vector<int64_t> good = q.Serialize();
   // Layout: 12 header words (the last: open count 2), opens (index, holder,
   // handout, trained, last) of tickets 0 and 1, free count 1 and ticket 1,
-  // worker count 1, worker 1 with 1 ticket: ticket 0; finished count 0.
-  REQUIRE(good.size() == 12 + 10 + 2 + 1 + 3 + 1);
+  // worker count 1, worker 1 with reader 0 and 1 ticket: ticket 0; finished count 0.
+  REQUIRE(good.size() == 12 + 10 + 2 + 1 + 4 + 1);
   auto refused = [&](std::vector<int64_t> w, const ChunkLeaseOptions& opts, const std::string& words) {
     auto r = ChunkLeases::Restore(w.data(), w.size(), opts, 0);
     INFO(words);
@@ -343,14 +349,19 @@ TEST_CASE("ChunkLeases: a corrupt or foreign state is refused, naming what is wr
   refused(with(23, 0), o, "not an open ticket without a holder");
   refused(with(25, 5), o, "worker 5 holds ticket 0");
   refused(with(25, -1), o, "id -1");
-  refused(with(27, 1), o, "not an open ticket it holds");
+  refused(with(28, 1), o, "not an open ticket it holds");
   std::vector<int64_t> more = good;
   more.push_back(0);
   refused(more, o, "left over");
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
   refused(shorter, o, "before its finished tickets");
-  std::vector<int64_t> shortest(good.begin(), good.end() - 2);
+  std::vector<int64_t> shortest(good.begin(), good.end() - 3);
   refused(shortest, o, "1 workers");
+  // Format 2 (no readers) is still read: a state a node checkpoint kept.
+  std::vector<int64_t> format2 = good;
+  format2[1] = 2;
+  format2.erase(format2.begin() + 26);
+  CHECK(ChunkLeases::Restore(format2.data(), format2.size(), o, 0).ok());
   // The finished tickets' records: (ticket, worker, line) each.
   auto finished = [&](std::vector<int64_t> rec) {
     std::vector<int64_t> w(good.begin(), good.end() - 1);
@@ -427,6 +438,34 @@ TEST_CASE("ChunkLeases: the worker's repeat of a report taken before it lost the
   REQUIRE(r.TrainedAll(1, {again.ticket}, {20}, 50).ok());
   // The old hand-out's rows past its last report stay refused (they are read again).
   CHECK(r.TrainedAll(1, {a.ticket}, {20}, 50).code() == Code::kFailedPrecondition);
+}
+
+TEST_CASE("ChunkLeases: a worker's Take naming another reader takes back the chunks it read into the old one",
+          "[chunk_leases]") {
+  ChunkLeases q(ChunkLeaseOptions{4, 1, 1000});
+  ChunkTicket a, b, c, d;
+  REQUIRE(q.Take(1, 0, &a, /*reader=*/7) == Took::kTicket);
+  REQUIRE(q.Read(1, a.ticket, 20, 0).ok());  // read whole into the row queue of incarnation 7
+  REQUIRE(q.Trained(1, a.ticket, 5, 0).ok());
+  REQUIRE(q.Take(2, 0, &b, 9) == Took::kTicket);
+  // The same reader, or none named: nothing goes back.
+  REQUIRE(q.Take(1, 0, &c, 7) == Took::kTicket);
+  CHECK(q.ReadsInto(1, 0) == 0);
+  CHECK(q.stats().returned == 0);
+  // Its row queue was made afresh (its slot moved): its chunks go back
+  // first, and the first comes to it again after its trained rows.
+  REQUIRE(q.Take(1, 0, &d, 8) == Took::kTicket);
+  CHECK(q.stats().returned == 2);
+  CHECK(ChunkTicketIndex(d.ticket) == ChunkTicketIndex(a.ticket));
+  CHECK(d.skip == 5);
+  // The old queue's rows are refused; the other worker keeps its chunk.
+  CHECK(q.TrainedAll(1, {a.ticket}, {10}, 0).code() == Code::kFailedPrecondition);
+  CHECK(q.Trained(2, b.ticket, 3, 0).ok());
+  // The reader travels with the state.
+  ChunkLeases r = RoundTrip(q, 10);
+  CHECK(r.ReadsInto(1, 8) == 0);
+  CHECK(r.ReadsInto(1, 3) == 1);
+  CHECK(r.stats().returned == 3);  // a's and c's before, d's now
 }
 
 TEST_CASE("ChunkLeases: every line trained exactly once while the queue moves between processes (300 runs)",

@@ -508,7 +508,7 @@ const std::map<std::string, std::string>& NeedsSession() {
       {"QueueEnqueueMany", "queue service"}, {"QueueDequeue", "queue service"},
       {"QueueDequeueMany", "queue service"}, {"QueueDequeueUpTo", "queue service"},
       {"QueueClose", "queue service"},
-      {"QueueSize", "queue service"},
+      {"QueueSize", "queue service"}, {"QueueIncarnation", "queue service"},
       {"ApplyGradientSync", "replication service"}, {"ApplyGradientAsync", "replication service"},
       {"EmbeddingSparseApplySync", "replication service"},
       {"ReadVariableWithVersion", "replication service"}, {"SyncReplicaStats", "replication service"},
