@@ -4,6 +4,14 @@
 #include <limits>
 
 namespace sf {
+namespace {
+
+// What the applied window records for a contribution that was dropped: its
+// origin with the op key flipped by a constant (another op's key equals it
+// with chance 2^-64), so that it is never taken for an applied one.
+UpdateOrigin DroppedMark(const UpdateOrigin& o) { return UpdateOrigin{o.step, o.op ^ 0x9e3779b97f4a7c15ull}; }
+
+}  // namespace
 
 // ---- ReplicaState -----------------------------------------------------------
 
@@ -18,7 +26,7 @@ ReplicaState::~ReplicaState() {
 
 ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_required, int64_t step_tag,
                                           const UpdateOrigin& origin, int64_t waiter_id, int64_t run_step,
-                                          SyncDone* done, const AppliedOrigins* applied) {
+                                          SyncDone* done, AppliedOrigins* applied) {
   if (num_required < 1) {
     (*done)(InvalidArgument(where + ": synchronous replication needs num_required >= 1, got " +
                             std::to_string(num_required)));
@@ -48,6 +56,11 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
       (*done)(step_tag);
       return nullptr;
     }
+    // Dropped already (stale, or its step full): dropped again, not counted twice.
+    if (applied && applied->Seen(DroppedMark(origin))) {
+      (*done)(int64_t{-1});
+      return nullptr;
+    }
     // In whichever bucket it waits: a run again that read its tag anew
     // must not count it in a second step.
     auto it = std::find_if(buckets_.begin(), buckets_.end(), [&](const auto& kv) {
@@ -71,17 +84,18 @@ ReplicaState::Bucket* ReplicaState::Admit(const std::string& where, int64_t num_
     }
   }
   num_required_ = num_required;
-  if (step_tag < step_) {  // stale: its step was applied without it
+  // Stale (its step was applied without it), or a future step that already
+  // has its N. Noted in the applied window (which replicas share), so that
+  // a run again of its step, here or on a promoted backup, counts it once.
+  auto drop = [&] {
     ++dropped_;
+    if (applied && !origin.none()) applied->Record(DroppedMark(origin));
     (*done)(int64_t{-1});
     return nullptr;
-  }
+  };
+  if (step_tag < step_) return drop();
   Bucket& b = buckets_[step_tag];
-  if (b.count >= num_required_) {  // a future step that already has its N
-    ++dropped_;
-    (*done)(int64_t{-1});
-    return nullptr;
-  }
+  if (b.count >= num_required_) return drop();
   return &b;
 }
 

@@ -18,9 +18,10 @@
 // whose origin already waits in its bucket is not counted again (its new
 // waiter takes the old one's place), and one whose step was applied (its
 // origin is in the shard's applied window, which the step's contributors
-// all join, and which replicas share) is answered with its step at once.
-// So a step run again, on the same holder or on a promoted backup, counts
-// each worker's gradient once.
+// all join, and which replicas share) is answered with its step at once;
+// one that was dropped (the window notes that too) is dropped again
+// without being counted. So a step run again, on the same holder or on a
+// promoted backup, counts each worker's gradient once.
 //
 // Waiting is a stored callback, answered by a later call (another worker's
 // gradient, a timeout, an abort, or the destructor): no thread ever sleeps.
@@ -148,7 +149,7 @@ class ReplicaState {
   // contribution made before (answered with its step once applied, else
   // waiting in the old one's place).
   Bucket* Admit(const std::string& where, int64_t num_required, int64_t step_tag, const UpdateOrigin& origin,
-                int64_t waiter_id, int64_t run_step, SyncDone* done, const AppliedOrigins* applied);
+                int64_t waiter_id, int64_t run_step, SyncDone* done, AppliedOrigins* applied);
   void ReleaseSsp();
   // Counts a contribution in b (its gradient is already in b) and keeps its waiter.
   static void Count(Bucket& b, int64_t waiter_id, SyncDone done, const UpdateOrigin& origin, int64_t run_step);

@@ -165,6 +165,44 @@ TEST_CASE("Replica state: a step run again after its gradient was applied is ans
   CHECK(backup.Stat(2) == 1);
 }
 
+TEST_CASE("Replica state: a dropped contribution made again by a step run again is dropped, counted once, also on a "
+          "promoted backup",
+          "[replication][replicas]") {
+  DenseReplica r;
+  Result<int64_t> a = int64_t{-9}, b = int64_t{-9}, late = int64_t{-9}, again = int64_t{-9};
+  r.Offer(2.0f, 0, 100, 1, &a);
+  r.Offer(4.0f, 0, 200, 2, &b);
+  REQUIRE(r.grads.size() == 1);
+  r.Offer(6.0f, 0, 300, 3, &late);  // a third worker's, for the step applied: stale
+  REQUIRE(late.ok());
+  CHECK(*late == -1);
+  CHECK(r.Stat(2) == 1);
+  r.Offer(6.0f, 0, 300, 4, &again);  // its step run again
+  REQUIRE(again.ok());
+  CHECK(*again == -1);
+  CHECK(r.Stat(2) == 1);
+  DenseReplica backup;  // the holder's counters and applied window
+  backup.rs.SetCounters(r.rs.Counters());
+  backup.applied.seen = r.applied.seen;
+  Result<int64_t> on_backup = int64_t{-9};
+  backup.Offer(6.0f, 0, 300, 1, &on_backup);
+  REQUIRE(on_backup.ok());
+  CHECK(*on_backup == -1);
+  CHECK(backup.Stat(2) == 1);
+  // A future step that has its N already drops the same way.
+  Result<int64_t> c = int64_t{-9}, d = int64_t{-9}, third = int64_t{-9}, third_again = int64_t{-9};
+  r.Offer(1.0f, 2, 110, 5, &c);
+  r.Offer(3.0f, 2, 210, 6, &d);  // step 2 holds its N, waiting for step 1
+  r.Offer(7.0f, 2, 310, 7, &third);
+  REQUIRE(third.ok());
+  CHECK(*third == -1);
+  r.Offer(7.0f, 2, 310, 8, &third_again);
+  REQUIRE(third_again.ok());
+  CHECK(*third_again == -1);
+  CHECK(r.Stat(2) == 2);
+  CHECK(r.Stat(3) == 2);  // c and d still wait
+}
+
 TEST_CASE("Replica state: a contribution whose wait timed out, made again, waits without counting twice",
           "[replication][replicas]") {
   DenseReplica r;
