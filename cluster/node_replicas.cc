@@ -154,7 +154,10 @@ std::set<std::string> ClusterNode::Impl::SlotStateLocked(int slot) const {
   if (it == slot_variables.end()) return {};
   std::set<std::string> names = it->second;
   cluster::PlacementLeader* pl = placement_ready.load();
-  if (!pl) return names;
+  // Most rounds: no other slot is backed up here, and the map is not copied.
+  const bool others = std::any_of(backup_names.begin(), backup_names.end(),
+                                  [slot](const auto& kv) { return kv.first != slot && !kv.second.empty(); });
+  if (!pl || !others) return names;
   const cluster::ShardMap map = pl->Map();
   auto own = backup_names.find(slot);  // what this slot's own state brought here stays its own
   for (const auto& [other, backed] : backup_names) {
