@@ -101,11 +101,7 @@ void ChunkLeases::MaybeDone(int64_t ticket) {
 }
 
 void ChunkLeases::RecordSettled(int64_t ticket, int64_t worker, int64_t pos) {
-  if (finished_.count(ticket)) {
-    finished_[ticket] = Finished{worker, pos};
-    return;
-  }
-  finished_[ticket] = Finished{worker, pos};
+  if (!finished_.insert_or_assign(ticket, Finished{worker, pos}).second) return;  // recorded before: kept in its place
   finished_order_.push_back(ticket);
   if (finished_order_.size() > kMaxFinished) {
     finished_.erase(finished_order_.front());
