@@ -190,7 +190,13 @@ def test_a_two_worker_replicated_script_trains_on_real_nodes():
     # both workers stepped the one shared global step to the end
     assert chief["local_steps"] > 50 and other["local_steps"] > 50
     assert chief["local_steps"] + other["local_steps"] >= 600 - 2
-    assert chief["test_accuracy"] > 0.78, chief
+    # and no increment of it was lost: after it reached 600 each worker runs at most the step it had under
+    # way and the one that reads 600 or more (each also increments)
+    assert chief["local_steps"] + other["local_steps"] <= 600 + 4
+    # It learned. Not a tighter bound: after one epoch the accuracy swings with the batches each worker drew
+    # and how stale its gradients were. 600 steps of one process, 20 seeds: 0.805 to 0.844; this script
+    # alone 0.81 to 0.84, beside other work 0.78 to 0.84, in one CI run 0.763 (chance is 0.1).
+    assert chief["test_accuracy"] > 0.7, chief
 
 
 def test_a_chief_on_a_server_checkpoints_and_restores(tmp_path):

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -196,7 +197,7 @@ struct RecvStep {
   // Starts step 7, hands x over on this thread (holding InlineCheapOps when
   // asked) and returns the thread done ran on, with y's first element.
   std::pair<std::thread::id, float> Run(bool inline_cheap) {
-    ComputePool pool(2);
+    ComputePool pool(1);
     WatchedRendezvous rdv;
     runtime::ExecutorEnv env = PoolOnly(&pool);
     env.rendezvous = &rdv;
@@ -214,6 +215,12 @@ struct RecvStep {
     // The tensor must find the receive waiting: otherwise the _Recv takes
     // it on its own (pool) thread.
     REQUIRE(rdv.WaitForReceive());
+    // And the pool thread that started it must have left the step: a receive
+    // answered before its starter returned from ComputeAsync goes on in the
+    // starter's thread. With one pool thread, a task behind it shows that.
+    std::promise<void> left;
+    pool.Schedule([&] { left.set_value(); });
+    REQUIRE(left.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     {
       std::optional<runtime::InlineCheapOps> cheap;
       if (inline_cheap) cheap.emplace();
