@@ -184,7 +184,8 @@ void AddNodeFlags(CLI::App& node, NodeFlags* f) {
 
 namespace {
 
-// `shardflow node drain HOST:PORT ...`.
+// `shardflow node drain NAME|HOST:PORT --etcd ...`: the operator's mark in
+// etcd, which holds the membership (no node drains at a peer's request).
 int DrainCommand(const NodeFlags& f) {
   const auto& addresses = f.drain_addresses;
   if (addresses.size() > 1)
@@ -192,16 +193,10 @@ int DrainCommand(const NodeFlags& f) {
   if (addresses.empty()) return NodeUsageError("drain needs the node's HOST:PORT");
   if (f.drain_tls_dir.empty() == !f.drain_insecure)
     return NodeUsageError("give --tls-dir DIR or --insecure (exactly one)");
-  if (!f.members_etcd.empty()) return EtcdDrainCommand(f);  // the operator's mark (cli/auth_command.h)
-  const std::string& address = addresses[0];
-  const double wait_s = f.wait_s;
-  Status s = DrainNode(address, f.drain_tls_dir, static_cast<int>(wait_s * 1000), f.drain_tls_name, f.drain_insecure);
-  if (!s.ok()) {
-    std::cerr << "shardflow node drain: " << s.ToString() << "\n";
-    return 1;
-  }
-  std::cout << "node " << address << (wait_s > 0 ? " drained and left" : " is draining") << std::endl;
-  return 0;
+  if (f.members_etcd.empty())
+    return NodeUsageError("drain needs --etcd HOST:PORT[,...]: the cluster's members are in etcd, where the "
+                          "operator's credential marks a node draining (nodes take no drain from a peer)");
+  return EtcdDrainCommand(f);  // cli/auth_command.h
 }
 
 // Quotes s as a JSON string.

@@ -88,31 +88,6 @@ Status ClusterNode::Impl::SendFromHub(const std::string& to, const net::Message&
   return router.SendOrQueue(to, m, nullptr).status();
 }
 
-void ClusterNode::Impl::MembershipLoop() {
-  std::unique_lock<std::mutex> l(mu);
-  while (true) {
-    membership_cv.wait(l, [&] { return stopped || !membership_jobs.empty(); });
-    if (stopped) break;
-    MembershipJob job = std::move(membership_jobs.front());
-    membership_jobs.pop_front();
-    l.unlock();
-    bool drain_me = false;
-    for (const net::Member& m : job.membership.leaving) drain_me = drain_me || m.address == address;
-    Status s;
-    if (drain_me && etcd_mode()) {
-      // A peer's credential may be any node's: only the operator's drains (DrainMember).
-      s = PermissionDenied("node " + opts.name + " drains only when the operator marks it in etcd (shardflow node " +
-                           "drain NAME --etcd ... with the operator credential), not at a peer's request");
-    } else {
-      s = FailedPrecondition("node " + opts.name + " keeps no membership of its own: its cluster's members are " +
-                             "the nodes registered in etcd (start nodes with --etcd)");
-    }
-    if (s.ok()) Reply(job.from, job.request_id, view.Snapshot());
-    else Reply(job.from, job.request_id, net::StatusReply{s});
-    l.lock();
-  }
-}
-
 void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& records) {
   {
     std::lock_guard<std::mutex> l(mu);
@@ -232,26 +207,6 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
             view.Watch(c);
             Reply(c, id, view.Snapshot());
           },
-          [&](net::Membership& mem) {
-            // Only nodes change membership: a session's certificate may run work, no more.
-            if (c->peer_role() != net::Role::kNode) {
-              Log("refused a membership change from session " + c->peer_address());
-              Reply(c, id, net::StatusReply{PermissionDenied("only nodes may change membership; " +
-                                                             c->peer_address() + " holds a session credential")});
-              return;
-            }
-            {
-              std::lock_guard<std::mutex> l(mu);
-              if (membership_jobs.size() < kMaxMembershipJobs) {
-                membership_jobs.push_back({c, id, std::move(mem)});
-                membership_cv.notify_all();
-                return;
-              }
-            }
-            Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
-                                                            std::to_string(kMaxMembershipJobs) +
-                                                            " membership changes waiting; try again")});
-          },
           [&](net::CloseSession& cs) {
             {
               std::lock_guard<std::mutex> l(mu);
@@ -338,9 +293,7 @@ void ClusterNode::Impl::Stop() {
   if (registry) registry->Leave();
   idle.notify_all();
   watch_cv.notify_all();
-  membership_cv.notify_all();
   members_cv.notify_all();
-  if (membership_thread.joinable()) membership_thread.join();
   router.Stop();
   if (drain_thread.joinable()) drain_thread.join();
   if (housekeeping_thread.joinable()) housekeeping_thread.join();
@@ -430,7 +383,6 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   impl->view.SetSelf(impl->opts.name, impl->address);
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
   p->progress_thread = std::thread([p] { p->ProgressLoop(); });
-  p->membership_thread = std::thread([p] { p->MembershipLoop(); });
   if (!opts.etcd.empty()) {
     // etcd holds the membership: register under a lease and follow the members' keys.
     cluster::MemberRegistryOptions ro;
@@ -545,48 +497,6 @@ Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, c
   c->Close();
   endpoint->Shutdown();
   return out;
-}
-
-Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms, const std::string& tls_name,
-                 bool insecure) {
-  net::EndpointOptions to;
-  to.tls_dir = tls_dir;
-  to.tls_name = tls_name;
-  to.insecure = insecure;
-  to.role = net::Role::kNode;
-  to.handler_threads = 1;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool gone = false;
-  SF_ASSIGN_OR_RETURN(auto endpoint, net::Endpoint::Create(to, nullptr, [&](const net::ConnectionPtr&, const Status&) {
-                        std::lock_guard<std::mutex> l(mu);
-                        gone = true;
-                        cv.notify_all();
-                      }));
-  auto c = endpoint->Connect(address);
-  if (!c.ok()) return c.status().WithPrefix("draining " + address);
-  bool replied = false;
-  Status status;
-  net::Membership ask;
-  ask.leaving.push_back({"", address});
-  (*c)->Request(ask, 10000, [&](Result<net::Message> r) {
-    std::lock_guard<std::mutex> l(mu);
-    if (!r.ok()) status = r.status();
-    else if (auto* refused = std::get_if<net::StatusReply>(&r->body)) status = refused->status;
-    else if (!std::holds_alternative<net::Membership>(r->body))
-      status = Internal(std::string("unexpected reply ") + net::BodyName(r->body));
-    replied = true;
-    cv.notify_all();
-  });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return replied; });
-  if (!status.ok()) return status.WithPrefix("draining " + address);
-  // The node closes our connection when it has left.
-  if (wait_ms > 0 && !cv.wait_for(l, std::chrono::milliseconds(wait_ms), [&] { return gone; }))
-    return DeadlineExceeded("node " + address + " is still draining after " + std::to_string(wait_ms) + " ms");
-  l.unlock();
-  endpoint->Shutdown();
-  return Status::OK();
 }
 
 }  // namespace sf

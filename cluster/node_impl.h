@@ -185,16 +185,6 @@ struct ClusterNode::Impl {
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
   std::thread drain_thread;                            // waits for sessions to move away
   std::thread housekeeping_thread;                     // expires early steps
-  // Drain requests of peer nodes, handled in order by the membership thread
-  // (they write to etcd, which a handler thread must not wait on).
-  struct MembershipJob {
-    net::ConnectionPtr from;
-    uint64_t request_id = 0;
-    net::Membership membership;
-  };
-  std::deque<MembershipJob> membership_jobs;           // GUARDED_BY(mu)
-  std::condition_variable membership_cv;               // a job came, or stopping
-  std::thread membership_thread;
   // Steps peers sent tensors or aborts for that run no partition here (yet:
   // a peer's tensor may beat the session's RunPartition). What they hold is
   // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
@@ -231,7 +221,6 @@ struct ClusterNode::Impl {
   static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
   static constexpr int64_t kEarlyStepTtlMs = 60000;
   static constexpr int kMinProgressMs = 20;
-  static constexpr size_t kMaxMembershipJobs = 256;
   static constexpr size_t kMaxSessionsPerClient = 256;
   static constexpr size_t kMaxSessions = 4096;
   static constexpr size_t kMaxPartitionsPerSession = 4096;
@@ -254,11 +243,6 @@ struct ClusterNode::Impl {
   // The all-reduce hub's sends. The hub is an actor on the CAF threads the
   // variable shards share, so it must never wait on a dial.
   Status SendFromHub(const std::string& to, const net::Message& m);
-
-  // Membership requests of peer nodes, in order, on their own thread (a
-  // drain writes to etcd, which a handler must not wait on). etcd holds the
-  // membership: a node asks this one only to drain itself.
-  void MembershipLoop();
 
 
   static int64_t NowMs() {

@@ -23,7 +23,8 @@ namespace net {
 // 3: CollectiveChunk.offset (ring chunks travel in pieces).
 // 4: one Cap'n Proto interface per service (proto/peer.capnp), handed out by role.
 // 5: Variables split into ReadVariables (-> VariableValues) and AssignVariables.
-constexpr uint32_t kWireVersion = 5;
+// 6: the gossip membership's methods gone; the leader's orders are Placement.
+constexpr uint32_t kWireVersion = 6;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
 struct Heartbeat {};
@@ -37,25 +38,20 @@ struct StatusReply {
 struct Member {
   std::string name;
   std::string address;     // "host:port"
-  // Which life of the node at `address` this is: set when it starts (and
-  // raised when it rejoins after losing every peer). A higher one replaces
-  // a lower one; a dropped member's is remembered, so stale gossip about it
-  // cannot bring it back.
+  // Which life of the node at `address` this is: its registration's in
+  // etcd (a node that registers again after its lease ended has a new one).
   uint64_t incarnation = 0;
 };
 // Asks a node for the members it knows (itself first); answered with Membership.
 struct ListMembers {};
-// A node announcing itself to another (after --join), or a membership answer.
+// A node's view of the membership, which is etcd's: the answer to
+// ListMembers, and sent one-way to the watchers (sessions) that asked when
+// it changes. Never a request: no peer changes the membership by a message.
 // leaving lists members that are draining (they take no new work and leave
-// once no session uses them). Sent to a node about the node itself, it asks
-// that node to drain (`shardflow node drain`); a node also sends it, one-way,
-// to its clients when the membership changes.
+// once no session uses them).
 struct Membership {
   std::vector<Member> members;
   std::vector<Member> leaving;
-  // Lives the sender saw end (and refuses in gossip): a node named here at
-  // its current incarnation was declared down while it still runs.
-  std::vector<Member> ended;
   // The shard map (cluster/shard_map.h) when the cluster has one (map_slots > 0).
   int64_t map_epoch = 0;
   std::vector<std::string> map_holder;  // by slot

@@ -34,10 +34,11 @@ const char* ServiceName(uint32_t s) {
     case kPartitionsService: return "partition host";
     case kVariablesService: return "variable store";
     case kMembersService: return "member list";
-    case kMembershipService: return "membership";
+    case kPlacementService: return "placement";
     case kRendezvousService: return "rendezvous";
     case kCollectivesService: return "collectives";
     case kDiagnosticsService: return "diagnostics";
+    case kMembershipViews: return "membership view";
   }
   return "unknown";
 }
@@ -49,9 +50,9 @@ Route RouteOf(const Body& body) {
         using B = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<B, Heartbeat> || std::is_same_v<B, StepProgress>) return {kChannelService, false, true};
         else if constexpr (std::is_same_v<B, ListMembers>) return {kMembersService, true, false};
-        else if constexpr (std::is_same_v<B, Membership>) return {kMembershipService, true, true};
+        else if constexpr (std::is_same_v<B, Membership>) return {kMembershipViews, false, true};
         else if constexpr (std::is_same_v<B, MoveSlot> || std::is_same_v<B, SyncSlot>)
-          return {kMembershipService, true, false};
+          return {kPlacementService, true, false};
         else if constexpr (std::is_same_v<B, RegisterPartition> || std::is_same_v<B, RunPartition> ||
                            std::is_same_v<B, CloseSession>)
           return {kPartitionsService, true, false};

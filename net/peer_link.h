@@ -68,12 +68,13 @@ enum : uint32_t {
   kPartitionsService = 2,
   kVariablesService = 4,
   kMembersService = 8,
-  kMembershipService = 16,
+  kPlacementService = 16,
   kRendezvousService = 32,
   kCollectivesService = 64,
   kDiagnosticsService = 128,
-  // Not a service: this node may send the peer (a session or another
-  // watcher without membership) views of the membership on its channel.
+  // Not a service of the peer's: this node may send the peer (a session or
+  // another watcher that takes no placement orders) views of the
+  // membership on the peer's channel.
   kMembershipViews = 256,
 };
 
@@ -104,7 +105,6 @@ inline Status CheckRoute(const Body& body, bool ask, uint32_t offered, const Who
   if (!ask && !r.tell)
     return InvalidArgument(std::string(BodyName(body)) + " is not a one-way message (it is " +
                            (r.ask ? "a request)" : "only a reply)"));
-  if (!ask && std::holds_alternative<Membership>(body) && (offered & kMembershipViews)) return Status::OK();
   if ((offered & r.service) == 0)
     return PermissionDenied(who() + " offers this process no " + ServiceName(r.service) + " service, which " +
                             BodyName(body) + " needs (the role of this process's certificate may not use it)");
@@ -260,7 +260,7 @@ struct Link {
     rp::PartitionHost::Client partitions = nullptr;
     rp::VariableStore::Client variables = nullptr;
     rp::Members::Client members = nullptr;
-    rp::Membership::Client membership = nullptr;
+    rp::Placement::Client placement = nullptr;
     rp::Rendezvous::Client rendezvous = nullptr;
     rp::Collectives::Client collectives = nullptr;
     rp::Diagnostics::Client diagnostics = nullptr;

@@ -65,7 +65,7 @@ Status FillList(List list, const Batch& batch, size_t from) {
 // Starts the one call carrying batch[from, from + n), all of one TellKey;
 // its promise, or why it cannot be sent. Connection::Send checked the
 // route against what the peer offers (fixed before the connection is up).
-Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const Batch& batch, size_t from, unsigned n) {
+Result<kj::Promise<void>> TellCall(Link::Remote& r, const Batch& batch, size_t from, unsigned n) {
   const Message& first = *batch[from];
   if (first.request_id != 0) {
     auto req = r.channel.repliesRequest();
@@ -91,9 +91,7 @@ Result<kj::Promise<void>> TellCall(Link::Remote& r, uint32_t offered, const Batc
         } else if constexpr (std::is_same_v<B, CleanupStep>) {
           return send(r.partitions.cleanupRequest(), [n](auto& q) { return q.initSteps(n); });
         } else if constexpr (std::is_same_v<B, Membership>) {
-          if ((offered & kMembershipService) == 0)  // a view for a watcher
-            return send(r.channel.membersRequest(), [n](auto& q) { return q.initViews(n); });
-          return send(r.membership.gossipRequest(), [n](auto& q) { return q.initUpdates(n); });
+          return send(r.channel.membersRequest(), [n](auto& q) { return q.initViews(n); });
         } else if constexpr (std::is_same_v<B, SendTensor>) {
           return send(r.rendezvous.sendRequest(), [n](auto& q) { return q.initTensors(n); });
         } else if constexpr (std::is_same_v<B, CollectiveChunk>) {
@@ -166,9 +164,8 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         else if constexpr (std::is_same_v<B, SaveShards>) return typed(r.variables.saveShardsRequest());
         else if constexpr (std::is_same_v<B, CommitShards>) return typed(r.variables.commitShardsRequest());
         else if constexpr (std::is_same_v<B, RestoreShards>) return typed(r.variables.restoreShardsRequest());
-        else if constexpr (std::is_same_v<B, Membership>) return typed(r.membership.exchangeRequest());
-        else if constexpr (std::is_same_v<B, MoveSlot>) return typed(r.membership.moveSlotRequest());
-        else if constexpr (std::is_same_v<B, SyncSlot>) return typed(r.membership.syncSlotRequest());
+        else if constexpr (std::is_same_v<B, MoveSlot>) return typed(r.placement.moveSlotRequest());
+        else if constexpr (std::is_same_v<B, SyncSlot>) return typed(r.placement.syncSlotRequest());
         else if constexpr (std::is_same_v<B, ReplicateSlot>) return typed(r.variables.replicateSlotRequest());
         else if constexpr (std::is_same_v<B, ListNamespaces>) return typed(r.variables.namespacesRequest());
         else if constexpr (std::is_same_v<B, DropNamespace>) return typed(r.variables.dropNamespaceRequest());
@@ -210,8 +207,7 @@ void Core::Flush(uint64_t id) {
     // A streamed tensor is alone in its run: it exceeds kBatchBytes.
     const Message& first = *(*batch)[0];
     auto call = Streamed(first) ? PieceCalls(l->services, std::get<SendTensor>(first.body))
-                                : TellCall(l->services, l->conn->services_, *batch, 0,
-                                           static_cast<unsigned>(batch->size()));
+                                : TellCall(l->services, *batch, 0, static_cast<unsigned>(batch->size()));
     if (!call.ok()) {
       Down(l, call.status().WithPrefix("sending a message"));
       return;

@@ -253,8 +253,9 @@ class ChannelServer final : public rp::Channel::Server, Service {
     return TellReleasing<StepProgress>(c, c.getParams().getReports());
   }
   kj::Promise<void> members(MembersContext context) override {
-    // Nodes change membership only through the Membership service, which
-    // is handed to nodes alone; views are for watchers.
+    if (!Bind()) return Gone();  // Malformed reads the link: unbound, it crashed the node
+    // Membership is etcd's: views are for watchers (sessions), and a node
+    // learns it from etcd, never from a peer.
     if (core_->credential.role == Role::kNode)
       return Malformed(PermissionDenied("a membership view sent to a node's channel"));
     return TellReleasing<Membership>(context, context.getParams().getViews());
@@ -304,11 +305,9 @@ class MembersServer final : public rp::Members::Server, Service {
   }
 };
 
-class MembershipServer final : public rp::Membership::Server, Service {
+class PlacementServer final : public rp::Placement::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> exchange(ExchangeContext c) override { return AskStruct<Membership>(c); }
-  kj::Promise<void> gossip(GossipContext c) override { return TellReleasing<Membership>(c, c.getParams().getUpdates()); }
   kj::Promise<void> moveSlot(MoveSlotContext c) override { return AskStruct<MoveSlot>(c); }
   kj::Promise<void> syncSlot(SyncSlotContext c) override { return AskStruct<SyncSlot>(c); }
 };
@@ -379,8 +378,8 @@ class DiagnosticsServer final : public rp::Diagnostics::Server, Service {
 };
 
 // The services this process lets a peer of peer_role call: a node serves
-// partitions, variables and the member list to every peer, membership
-// changes, tensors and collectives to nodes only; everyone serves the
+// partitions, variables and the member list to every peer, placement
+// orders, tensors and collectives to nodes only; everyone serves the
 // channel and diagnostics.
 void BuildServices(Core* core, Link* l, Role self, Role peer_role, rp::Services::Builder b) {
   b.setChannel(kj::heap<ChannelServer>(core, l));
@@ -390,7 +389,7 @@ void BuildServices(Core* core, Link* l, Role self, Role peer_role, rp::Services:
   b.setVariables(kj::heap<VariableStoreServer>(core, l));
   b.setMembers(kj::heap<MembersServer>(core, l));
   if (peer_role != Role::kNode) return;
-  b.setMembership(kj::heap<MembershipServer>(core, l));
+  b.setPlacement(kj::heap<PlacementServer>(core, l));
   b.setRendezvous(kj::heap<RendezvousServer>(core, l));
   b.setCollectives(kj::heap<CollectivesServer>(core, l));
 }
@@ -406,11 +405,11 @@ Status TakeServices(Link* l, Role self, rp::Services::Reader s) {
   if (s.hasPartitions()) r.partitions = s.getPartitions(), mask |= kPartitionsService;
   if (s.hasVariables()) r.variables = s.getVariables(), mask |= kVariablesService;
   if (s.hasMembers()) r.members = s.getMembers(), mask |= kMembersService;
-  if (s.hasMembership()) r.membership = s.getMembership(), mask |= kMembershipService;
+  if (s.hasPlacement()) r.placement = s.getPlacement(), mask |= kPlacementService;
   if (s.hasRendezvous()) r.rendezvous = s.getRendezvous(), mask |= kRendezvousService;
   if (s.hasCollectives()) r.collectives = s.getCollectives(), mask |= kCollectivesService;
   if (s.hasDiagnostics()) r.diagnostics = s.getDiagnostics(), mask |= kDiagnosticsService;
-  if (self == Role::kNode && !s.hasMembership()) mask |= kMembershipViews;
+  if (self == Role::kNode && !s.hasPlacement()) mask |= kMembershipViews;
   l->conn->services_ = mask;
   return Status::OK();
 }

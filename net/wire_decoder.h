@@ -221,7 +221,6 @@ struct Decoder {
   Status Read(w::Membership::Reader r, Membership* m) const {
     SF_ASSIGN_OR_RETURN(m->members, Members(r.getMembers(), "Membership.members"));
     SF_ASSIGN_OR_RETURN(m->leaving, Members(r.getLeaving(), "Membership.leaving"));
-    SF_ASSIGN_OR_RETURN(m->ended, Members(r.getEnded(), "Membership.ended"));
     SF_RETURN_IF_ERROR(Names(r.getMapHolder(), "Membership.map_holder", &m->map_holder));
     SF_RETURN_IF_ERROR(Names(r.getMapFrom(), "Membership.map_from", &m->map_from));
     {

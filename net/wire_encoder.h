@@ -146,9 +146,7 @@ struct Encoder {
   Status Put(const Membership& m, w::Membership::Builder b) const {
     SF_RETURN_IF_ERROR(ListSize(m.members.size(), "Membership.members"));
     SF_RETURN_IF_ERROR(ListSize(m.leaving.size(), "Membership.leaving"));
-    SF_RETURN_IF_ERROR(ListSize(m.ended.size(), "Membership.ended"));
     SF_RETURN_IF_ERROR(Members(m.members, b.initMembers(m.members.size()), "Membership.members"));
-    SF_RETURN_IF_ERROR(Members(m.ended, b.initEnded(m.ended.size()), "Membership.ended"));
     SF_RETURN_IF_ERROR(ListSize(m.map_holder.size(), "Membership.map_holder"));
     SF_RETURN_IF_ERROR(ListSize(m.map_from.size(), "Membership.map_from"));
     SF_RETURN_IF_ERROR(Names(m.map_holder, b.initMapHolder(m.map_holder.size()), "Membership.map_holder"));

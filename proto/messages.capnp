@@ -33,11 +33,12 @@ struct Member {
 # Asks a node for the members it knows; carries nothing.
 struct ListMembers {}
 
-# A membership announcement or answer: the members, sender first.
+# A node's view of the membership (etcd's, cluster/member_view.h): the
+# answer to ListMembers, and what a watcher is told when it changes.
 struct Membership {
   members @0 :List(Member);
   leaving @1 :List(Member);
-  ended @2 :List(Member);      # unused since membership is etcd's
+  unusedEnded @2 :List(Member);  # wire versions 3 to 5's gossip tombstones; never set
   mapEpoch @3 :Int64;          # the shard map (cluster/shard_map.h): its epoch, 0 for none yet
   mapHolder @4 :List(Text);    # by slot: the member serving it
   mapFrom @5 :List(Text);      # by slot: "" or the member it moves from

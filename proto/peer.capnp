@@ -2,7 +2,7 @@
 # over mutual TLS, net/peer_rpc.h). The bootstrap capability only says
 # hello; it hands back the services the caller's certificate entitles it
 # to, one interface each, and a null capability for the rest: a session
-# gets no membership, rendezvous or collectives to call at all. Every
+# gets no placement orders, rendezvous or collectives to call at all. Every
 # parameter is a typed struct of proto/messages.capnp, decoded by net/wire.h
 # with its limits; replies are Envelopes (a result or a status).
 @0xe9ec53bd5def4a24;
@@ -34,7 +34,7 @@ struct Services {
   partitions @1 :PartitionHost;     # nodes serve it to nodes and sessions
   variables @2 :VariableStore;      # nodes serve it to nodes and sessions
   members @3 :Members;              # nodes serve it to nodes and sessions
-  membership @4 :Membership;        # nodes only
+  placement @4 :Placement;          # nodes only: the placement leader's orders
   rendezvous @5 :Rendezvous;        # nodes only
   collectives @6 :Collectives;      # nodes only
   diagnostics @7 :Diagnostics;      # every peer
@@ -91,14 +91,13 @@ interface Members {
   list @0 (id :UInt64) -> Reply;
 }
 
-interface Membership {
-  # A join or exchange: the reply is the receiver's Membership.
-  exchange @0 (request :W.Membership, id :UInt64) -> Reply;
-  gossip @1 (updates :List(W.Membership)) -> ();
+# Membership is etcd's (cluster/member_registry.h): no peer joins, ends or
+# drains a member by a message. What the placement leader orders a node:
+interface Placement {
   # The placement leader moving a slot off the receiver (a StatusReply).
-  moveSlot @2 (request :W.MoveSlot, id :UInt64) -> Reply;
+  moveSlot @0 (request :W.MoveSlot, id :UInt64) -> Reply;
   # The placement leader having the receiver copy a slot to its new backup (a StatusReply).
-  syncSlot @3 (request :W.SyncSlot, id :UInt64) -> Reply;
+  syncSlot @1 (request :W.SyncSlot, id :UInt64) -> Reply;
 }
 
 interface Rendezvous {

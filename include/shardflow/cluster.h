@@ -231,16 +231,6 @@ struct ClusterChange {
   bool changed() const { return !moved_tasks.empty() || !restored_tasks.empty(); }
 };
 
-// Asks the node at address itself to drain (`shardflow node drain` without
-// --etcd), with a node's credential: tls_name in tls_dir ("" = "node"), or
-// insecure. A node of an etcd cluster refuses it with PermissionDenied (a
-// peer's credential may be any node's): drain it with DrainMember. Waits up
-// to wait_ms for it to be gone (0: not at all). Unavailable naming the
-// address when it cannot be reached, PermissionDenied when TLS fails or the
-// node refuses, DeadlineExceeded when it is still there after wait_ms.
-Status DrainNode(const std::string& address, const std::string& tls_dir, int wait_ms,
-                 const std::string& tls_name = "", bool insecure = false);
-
 // What one namespace (a session credential's: `shardflow certs issue
 // --namespace`) holds on a cluster's nodes, summed over them.
 struct NamespaceInfo {

@@ -1,6 +1,6 @@
 // The services a node hands a peer at hello (proto/peer.capnp), seen from a
 // hand-made Cap'n Proto client that bypasses net::Connection: a session
-// gets no capability for membership, tensors or collectives at all, a node
+// gets no capability for placement orders, tensors or collectives at all, a node
 // gets every one, and each typed method works through its capability. And
 // net::Connection refuses, naming the service, what the peer did not offer.
 #include <catch2/catch.hpp>
@@ -118,7 +118,7 @@ TEST_CASE("Services: a peer is handed the capabilities its role may call, no oth
     CHECK(s.hasPartitions());
     CHECK(s.hasVariables());
     CHECK(s.hasMembers());
-    CHECK(s.hasMembership() == is_node);
+    CHECK(s.hasPlacement() == is_node);
     CHECK(s.hasRendezvous() == is_node);
     CHECK(s.hasCollectives() == is_node);
 
@@ -167,7 +167,7 @@ TEST_CASE("Services: a hello without a channel, or twice, is refused", "[rpc]") 
     FillHello(again, "node", true);
     auto r = again.send().wait(client.getWaitScope());
     CHECK(r.getStatus().getCode() != 0);
-    CHECK_FALSE(r.getServices().hasMembership());
+    CHECK_FALSE(r.getServices().hasPlacement());
   }
 }
 
@@ -180,9 +180,13 @@ TEST_CASE("Services: a connection refuses what the peer did not offer, naming th
   Status s = (*c)->Send(Message{0, SendTensor{1, "edge", "", 0, false, Tensor::Scalar<float>(1.f)}});
   CHECK(s.code() == Code::kPermissionDenied);
   CHECK(s.message().find("rendezvous") != std::string::npos);
-  auto m = Call(*c, Membership{}, 5000);
+  auto m = Call(*c, MoveSlot{}, 5000);
   CHECK(m.status().code() == Code::kPermissionDenied);
-  CHECK(m.status().message().find("membership") != std::string::npos);
+  CHECK(m.status().message().find("placement") != std::string::npos);
+  // No method changes the membership (etcd's): a view is not a request.
+  auto view = Call(*c, Membership{}, 5000);
+  CHECK(view.status().code() == Code::kInvalidArgument);
+  CHECK(view.status().message().find("Membership is not a request") != std::string::npos);
   // The wrong form for a kind is an error too, before anything is sent.
   auto wrong = Call(*c, CleanupStep{1, 0}, 5000);
   CHECK(wrong.status().code() == Code::kInvalidArgument);
@@ -190,6 +194,34 @@ TEST_CASE("Services: a connection refuses what the peer did not offer, naming th
   // What the session may use still works, and the node saw none of the refused.
   REQUIRE(Call(*c, Echo{Tensor::Scalar<float>(2.f)}, 5000).ok());
   CHECK(node.messages == 1);
+}
+
+TEST_CASE("Services: no call changes a node's membership: a view sent to its channel drops the sender",
+          "[rpc][hostile]") {
+  // Insecure: the claimed role is believed, so one client can claim both.
+  TestNode node(/*insecure=*/true);
+  for (const char* role : {"session", "node"}) {
+    INFO(role);
+    capnp::EzRpcClient client("127.0.0.1", node.port);
+    auto& ws = client.getWaitScope();
+    auto hello = client.getMain<rp::Peer>().helloRequest();
+    FillHello(hello, role, true);
+    auto r = hello.send().wait(ws);
+    REQUIRE(r.getStatus().getCode() == 0);
+    // Views go from nodes to their watchers; a node takes none, from anyone.
+    auto views = r.getServices().getChannel().membersRequest();
+    Membership ghost;
+    ghost.members.push_back({"ghost", "127.0.0.1:9", 1});
+    ghost.leaving.push_back({"node", "127.0.0.1:1", 1});
+    REQUIRE(EncodeStruct<Membership>(ghost, views.initViews(1)[0]).ok());
+    CHECK_THROWS(views.send().wait(ws));
+    // And the sender is dropped, for that.
+    const int want = role[0] == 's' ? 1 : 2;
+    REQUIRE(testing::WaitFor([&] { return node.downs >= want; }, std::chrono::seconds(10)));
+    std::lock_guard<std::mutex> l(node.mu);
+    CHECK(node.why.find("a membership view sent to a node's channel") != std::string::npos);
+  }
+  CHECK(node.messages == 0);
 }
 
 namespace {

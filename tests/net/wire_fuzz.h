@@ -49,7 +49,7 @@ inline std::vector<Message> SeedMessages() {
   add(Heartbeat{});
   add(StatusReply{InvalidArgument("bad feed")});
   add(ListMembers{});
-  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}, {{"b", "127.0.0.1:2"}}, {{"c", "127.0.0.1:3", 9}}});
+  add(Membership{{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}, {{"b", "127.0.0.1:2", 9}}});
   add(RegisterPartition{1, 2, "/job:w/task:0/device:cpu:0", {{"w0", "127.0.0.1:1"}}, "graphdefbytes", {{"x", 0}},
                         {{"y", 1}, {"z", 0}}, {"train"}});
   add(RunPartition{1, 2, 3,
