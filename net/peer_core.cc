@@ -424,10 +424,14 @@ void Core::Tick() {
     // one (and what it references) here: its heartbeat must come back
     // within the write deadline, and one is in flight at a time.
     // Not while its reads are held (its answer may wait in what we do not
-    // read), nor counting the time they were.
+    // read), nor counting the time they were; nor while our calls in flight
+    // are past its flow limit (it does not read us until it answers them,
+    // as a node does a 77 MB registration; it still sends us heartbeats).
     m.Recheck();
-    const int64_t asked = std::max(l->heartbeat_sent_ms, m.held_until_ms);
-    if (l->heartbeat_sent_ms != 0 && !m.Held() && !flow_held && now - asked > options.write_timeout_ms) {
+    const bool peer_holds = l->asked_bytes > options.max_peer_buffer_bytes / 2;
+    if (peer_holds) l->heartbeat_held_until_ms = now;
+    const int64_t asked = std::max({l->heartbeat_sent_ms, m.held_until_ms, l->heartbeat_held_until_ms});
+    if (l->heartbeat_sent_ms != 0 && !m.Held() && !flow_held && !peer_holds && now - asked > options.write_timeout_ms) {
       down.push_back({l, ResourceExhausted(l->conn->Who() + " answered no heartbeat for " +
                                            std::to_string(now - asked) + " ms")});
       continue;

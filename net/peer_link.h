@@ -284,6 +284,11 @@ struct Link {
   // Proto stops reading the peer past its flow limit, which is then not
   // the peer's silence (Tick).
   uint64_t calls_bytes = 0;
+  // Ours to the peer not yet answered, by their parameters' size: past the
+  // peer's flow limit (taken as ours) it stops reading us until it answers,
+  // so its silence about our heartbeat is not a hang (Tick).
+  uint64_t asked_bytes = 0;
+  int64_t heartbeat_held_until_ms = 0;  // when asked_bytes last held the heartbeat check
   // The peer's last call or ours (heartbeats aside): when the caps need a
   // place, the least recently used connection goes.
   int64_t last_used_ms = 0;

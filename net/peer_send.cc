@@ -145,8 +145,9 @@ bool Streamed(const Message& m) {
 }
 
 // Starts the call for request m (id rid) on the peer's service for it
-// (Connection::Request checked the route).
-Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const Message& m, uint64_t rid) {
+// (Connection::Request checked the route); *bytes: its parameters' size.
+Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const Message& m, uint64_t rid,
+                                                        uint64_t* bytes) {
   using P = kj::Promise<capnp::Response<rp::Reply>>;
   return std::visit(
       [&](const auto& b) -> Result<P> {
@@ -154,6 +155,7 @@ Result<kj::Promise<capnp::Response<rp::Reply>>> AskCall(Link::Remote& r, const M
         auto typed = [&](auto req) -> Result<P> {
           req.setId(rid);
           SF_RETURN_IF_ERROR(EncodeStruct<B>(b, req.initRequest()));
+          *bytes = req.totalSize().wordCount * sizeof(capnp::word);
           return P(req.send());
         };
         if constexpr (std::is_same_v<B, RegisterPartition>) return typed(r.partitions.registerPartitionRequest());
@@ -272,7 +274,8 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
   std::shared_ptr<ConnImpl> conn = l->conn;
   l->last_used_ms = NowMs();
   m->request_id = rid;  // a reply sent through our channel names it
-  auto started = AskCall(l->services, *m, rid);
+  uint64_t bytes = 0;
+  auto started = AskCall(l->services, *m, rid, &bytes);
   if (!started.ok()) {
     conn->Finish(rid, started.status().WithPrefix(std::string("encoding ") + BodyName(m->body)));
     return;
@@ -296,7 +299,10 @@ void Core::AskOnLoop(uint64_t id, uint64_t rid, std::shared_ptr<Message> m, int 
     if (Link* l = FindLink(conn->id())) l->keepalive.push_back(m);
     conn->Finish(rid, DeadlineExceeded(std::string("request ") + BodyName(m->body) + " to " + conn->Who() + " timed out"));
   });
-  l->tasks->add(call.exclusiveJoin(kj::mv(deadline)));
+  l->asked_bytes += bytes;
+  l->tasks->add(call.exclusiveJoin(kj::mv(deadline)).attach(kj::defer([this, id, bytes] {
+    if (Link* l = FindLink(id)) l->asked_bytes -= bytes;
+  })));
 }
 
 }  // namespace detail

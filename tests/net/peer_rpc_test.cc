@@ -219,6 +219,45 @@ TEST_CASE("RPC: a peer that hangs after taking a long message is still dropped a
   CHECK(secs < 5);
 }
 
+TEST_CASE("RPC: a peer that reads none of us while it answers our call past its flow limit is not dropped",
+          "[rpc]") {
+  // Cap'n Proto reads nothing more of an asker whose calls in flight are
+  // past its flow limit until it answers them, so the asker's heartbeat
+  // waits unread: a session dropped a node as hung, after the write
+  // timeout, while the node took a 77 MB registration for 10 s on a loaded
+  // machine. The peer still sends its own heartbeats: a hung one is silent.
+  EndpointOptions so = QuickToTimeOut(Opts(Role::kNode));
+  so.max_peer_buffer_bytes = 4 << 20;
+  so.node_name = "slow";
+  auto made = Endpoint::Create(
+      so,
+      [](const ConnectionPtr& c, Message m) {
+        if (!std::holds_alternative<Echo>(m.body)) return;
+        testing::PauseFor(3s);  // an answer later than the asker's write timeout is the point
+        c->Send(Message{m.request_id, Echo{Tensor::Scalar<int32_t>(7)}});
+      },
+      nullptr);
+  REQUIRE(made.ok());
+  std::unique_ptr<Endpoint> slow = std::move(*made);
+  auto port = slow->Listen("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  EndpointOptions co = QuickToTimeOut(Opts(Role::kSession));
+  co.max_peer_buffer_bytes = 4 << 20;
+  co.write_timeout_ms = 1000;
+  auto c = Client(co);
+  auto conn = c->Connect("127.0.0.1:" + std::to_string(*port));
+  REQUIRE(conn.ok());
+  auto r = Call(*conn, Echo{Filled(8 << 20)}, 30000);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(std::get<Echo>(r->body).payload.data<int32_t>()[0] == 7);
+  // And the connection stays: a small call goes through.
+  auto again = Call(*conn, Echo{Filled(16)}, 30000);
+  INFO(again.status().ToString());
+  CHECK(again.ok());
+  slow->Shutdown();
+}
+
 TEST_CASE("RPC: many concurrent echoes of ragged sizes arrive intact over TLS", "[rpc]") {
   // Sizes around a TLS record (16 KiB), the ciphertext read (256 KiB) and
   // the plaintext encrypted per turn (1 MiB), in flight together so records
