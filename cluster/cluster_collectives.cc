@@ -12,7 +12,7 @@ namespace runtime {
 
 // One message to the hub actor.
 struct CollectiveHubMsg {
-  enum Kind { kAddress, kContribute, kRoute, kWire, kDown, kFailAll, kStop } kind = kStop;
+  enum Kind { kAddress, kContribute, kRoute, kWire, kAnnounce, kDown, kFailAll, kStop } kind = kStop;
   std::string key;        // kContribute, kRoute
   int64_t n = 0;          // kContribute
   int64_t rank = 0;       // kContribute; kRoute: the sending rank
@@ -21,7 +21,8 @@ struct CollectiveHubMsg {
   std::function<void(Result<Tensor>)> done;  // kContribute
   CollectiveMsgPtr msg;   // kRoute
   net::CollectiveChunk chunk;  // kWire
-  const void* conn = nullptr;  // kWire, kDown
+  net::CollectiveAnnounce announce;  // kAnnounce
+  const void* conn = nullptr;  // kWire, kAnnounce, kDown
   std::string address;    // kAddress, kDown
   Status why;             // kDown, kFailAll
 };
@@ -183,11 +184,10 @@ void PeerFailed(Hub self, const std::string& addr, const Status& why) {
 // Tells the node at `to` that rank r of group key runs here.
 Status Announce(Hub self, const std::string& key, const HubState::Group& g, int64_t r, const std::string& to) {
   net::Message m;
-  net::CollectiveChunk c;
+  net::CollectiveAnnounce c;
   c.group_key = key;
   c.group_size = g.n;
   c.from_rank = r;
-  c.step = -1;
   c.address = self->state.self;
   c.epoch = g.epoch;
   m.body = std::move(c);
@@ -263,19 +263,22 @@ void Contribute(Hub self, CollectiveHubMsg& h) {
   self->send(g->local[h.rank], std::move(m));
 }
 
-void FromWire(Hub self, CollectiveHubMsg& h) {
+// The group a chunk or an announcement from connection conn names, its
+// epoch caught up with the sender's; null when the message is stale or
+// names a group this node cannot hold (logged, and that group failed).
+template <class M>
+HubState::Group* WireGroup(Hub self, const void* conn, const M& c) {
   HubState& st = self->state;
-  net::CollectiveChunk& c = h.chunk;
-  if (!c.address.empty()) st.conn_addr[h.conn] = c.address;
+  if (!c.address.empty()) st.conn_addr[conn] = c.address;
   Status error;
   HubState::Group* g = FindOrCreate(self, c.group_key, c.group_size, "node " + c.address, &error);
   if (!g) {
     Log(self, error.message());
     auto it = st.groups.find(c.group_key);
     if (it != st.groups.end()) ResetGroup(self, it->second, error);
-    return;
+    return nullptr;
   }
-  if (c.epoch < g->epoch) return;  // sent before a failure this node has seen: stale
+  if (c.epoch < g->epoch) return nullptr;  // sent before a failure this node has seen: stale
   if (c.epoch > g->epoch) {
     // The sender restarted the group after a failure this node has not
     // seen (yet): reductions in flight here belong to the old epoch.
@@ -283,17 +286,28 @@ void FromWire(Hub self, CollectiveHubMsg& h) {
                                  " after a failure"));
     g->epoch = c.epoch;
   }
-  if (c.step == -1) {  // an announcement
-    const bool moved = g->where[c.from_rank] != c.address;
-    Locate(self, c.group_key, *g, c.from_rank, c.address);
-    if (moved)  // a node new to this group (or restarted) learns where our ranks are
-      for (int64_t r = 0; r < g->n; ++r)
-        if (g->where[r] == st.self) {
-          Status s = Announce(self, c.group_key, *g, r, c.address);
-          if (!s.ok()) PeerFailed(self, c.address, s);
-        }
-    return;
-  }
+  return g;
+}
+
+void AnnounceFromWire(Hub self, CollectiveHubMsg& h) {
+  const net::CollectiveAnnounce& c = h.announce;
+  HubState::Group* g = WireGroup(self, h.conn, c);
+  if (!g) return;
+  const bool moved = g->where[c.from_rank] != c.address;
+  Locate(self, c.group_key, *g, c.from_rank, c.address);
+  if (moved)  // a node new to this group (or restarted) learns where our ranks are
+    for (int64_t r = 0; r < g->n; ++r)
+      if (g->where[r] == self->state.self) {
+        Status s = Announce(self, c.group_key, *g, r, c.address);
+        if (!s.ok()) PeerFailed(self, c.address, s);
+      }
+}
+
+void FromWire(Hub self, CollectiveHubMsg& h) {
+  HubState& st = self->state;
+  net::CollectiveChunk& c = h.chunk;
+  HubState::Group* g = WireGroup(self, h.conn, c);
+  if (!g) return;
   const int64_t dest = Mod(c.from_rank + 1, g->n);
   if (g->where[dest] != st.self) {
     Log(self, "dropped a chunk of all-reduce group '" + c.group_key + "' from " + c.address + " for rank " +
@@ -328,6 +342,8 @@ void Handle(Hub self, const CollectiveHubMsgPtr& hp) {
     }
     case CollectiveHubMsg::kWire:
       return FromWire(self, h);
+    case CollectiveHubMsg::kAnnounce:
+      return AnnounceFromWire(self, h);
     case CollectiveHubMsg::kDown: {
       std::string addr = h.address;
       auto it = st.conn_addr.find(h.conn);
@@ -392,6 +408,14 @@ void ClusterCollectives::OnChunk(const void* from, net::CollectiveChunk chunk) {
   m->kind = CollectiveHubMsg::kWire;
   m->conn = from;
   m->chunk = std::move(chunk);
+  Post(hub_, std::move(m));
+}
+
+void ClusterCollectives::OnAnnounce(const void* from, net::CollectiveAnnounce announce) {
+  auto m = std::make_shared<CollectiveHubMsg>();
+  m->kind = CollectiveHubMsg::kAnnounce;
+  m->conn = from;
+  m->announce = std::move(announce);
   Post(hub_, std::move(m));
 }
 

@@ -12,7 +12,7 @@
 // each rank sends 2 (n - 1) / n of the tensor, node to node.
 //
 // Where ranks run: the first time a rank contributes on a node, the node
-// announces "group G rank r is here" (a CollectiveChunk with step -1) to
+// announces "group G rank r is here" (a CollectiveAnnounce) to
 // every member it knows; chunks for a rank not announced yet wait in the hub.
 // A node that hears a rank announced from a new address answers with its own
 // ranks of that group, so a restarted node learns the others.
@@ -74,6 +74,8 @@ class ClusterCollectives {
                  std::function<void(Result<Tensor>)> done);
   // A CollectiveChunk that arrived on connection `from`.
   void OnChunk(const void* from, net::CollectiveChunk chunk);
+  // A CollectiveAnnounce that arrived on connection `from`.
+  void OnAnnounce(const void* from, net::CollectiveAnnounce announce);
   // Connection `from` went down: fails the groups with a rank at its node
   // (`address`, or the address its chunks came from when empty).
   void OnPeerDown(const void* from, const std::string& address, const Status& why);

@@ -235,6 +235,12 @@ void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
                                                      ": only nodes take part in collectives");
             collectives->OnChunk(c.get(), std::move(cc));
           },
+          [&](net::CollectiveAnnounce& ca) {
+            if (c->peer_role() != net::Role::kNode)
+              return LogLimited("session chunk", "dropped an all-reduce announcement from session " +
+                                                     c->peer_address() + ": only nodes take part in collectives");
+            collectives->OnAnnounce(c.get(), std::move(ca));
+          },
           [&](auto&) {
             LogLimited("unexpected", std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
             Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
@@ -360,7 +366,8 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     return std::holds_alternative<net::RunPartition>(m.body) ||
            std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
            std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body) ||
-           std::holds_alternative<net::CollectiveChunk>(m.body);
+           std::holds_alternative<net::CollectiveChunk>(m.body) ||
+           std::holds_alternative<net::CollectiveAnnounce>(m.body);
   };
   if (opts.insecure)
     std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");

@@ -23,7 +23,8 @@ namespace net {
 // 3: CollectiveChunk.offset (ring chunks travel in pieces).
 // 4: one Cap'n Proto interface per service (proto/peer.capnp), handed out by role.
 // 5: Variables split into ReadVariables (-> VariableValues) and AssignVariables.
-// 6: the gossip membership's methods gone; the leader's orders are Placement.
+// 6: the gossip membership's methods gone; the leader's orders are Placement;
+//    CollectiveAnnounce split from CollectiveChunk (Collectives.announce).
 constexpr uint32_t kWireVersion = 6;
 
 // Sent on an idle connection so a hung peer is noticed (net/peer_rpc.h).
@@ -277,15 +278,14 @@ struct ShardsDone {
 // One step of a ring all-reduce between node processes (one-way; see
 // cluster/cluster_collectives.h): rank from_rank's chunk for rank
 // (from_rank + 1) mod group_size, in the generation-th reduction of the
-// group. With step -1 it is an announcement instead: rank from_rank of the
-// group runs on the node at `address`. A non-OK status is a failed
-// reduction passed round the ring (no chunk).
+// group. A non-OK status is a failed reduction passed round the ring (no
+// chunk).
 struct CollectiveChunk {
   std::string group_key;
   int64_t group_size = 0;  // in [1, 4096]
   int64_t generation = 0;  // >= 0: the k-th reduction of the group
   int64_t from_rank = 0;   // in [0, group_size)
-  int64_t step = 0;        // in [0, 2 (group_size - 1)), or -1 for an announcement
+  int64_t step = 0;        // in [0, 2 (group_size - 1))
   int64_t total = 0;       // the sender's element count (every rank must have the same)
   std::string address;     // the sending node's listen address "host:port"
   Status status;
@@ -294,6 +294,16 @@ struct CollectiveChunk {
   // >= 0: where chunk starts in the sender's tensor (elements); a ring
   // chunk travels as several pieces so the ranks add while bytes flow.
   int64_t offset = 0;
+};
+
+// Rank from_rank of an all-reduce group runs on the node at `address` (one-
+// way, in order with the chunks: a chunk for a rank follows its announcement).
+struct CollectiveAnnounce {
+  std::string group_key;
+  int64_t group_size = 0;  // in [1, 4096]
+  int64_t from_rank = 0;   // in [0, group_size)
+  std::string address;     // the sending node's listen address "host:port"
+  int64_t epoch = 0;       // >= 0: the group's restarts after failures
 };
 
 // Namespaces (graph/namespaces.h). ListNamespaces asks a node what each
@@ -322,7 +332,7 @@ using Body = std::variant<Heartbeat, StatusReply,
                           RunPartitionDone, SendTensor, AbortStep, CleanupStep, CloseSession,
                           Echo, ReadVariables, VariableValues, AssignVariables, CollectiveChunk, StepProgress,
                           SaveShards, CommitShards, RestoreShards, ShardsDone, MoveSlot, SyncSlot, ReplicateSlot,
-                          ListNamespaces, DropNamespace, Namespaces>;
+                          ListNamespaces, DropNamespace, Namespaces, CollectiveAnnounce>;
 
 // A message: a body, and the id that pairs a request with its reply (0 for
 // one-way messages; a reply carries its request's id).

@@ -59,7 +59,8 @@ Route RouteOf(const Body& body) {
         else if constexpr (std::is_same_v<B, AbortStep> || std::is_same_v<B, CleanupStep>)
           return {kPartitionsService, false, true};
         else if constexpr (std::is_same_v<B, SendTensor>) return {kRendezvousService, false, true};
-        else if constexpr (std::is_same_v<B, CollectiveChunk>) return {kCollectivesService, false, true};
+        else if constexpr (std::is_same_v<B, CollectiveChunk> || std::is_same_v<B, CollectiveAnnounce>)
+          return {kCollectivesService, false, true};
         else if constexpr (std::is_same_v<B, ReadVariables> || std::is_same_v<B, AssignVariables> ||
                            std::is_same_v<B, SaveShards> ||
                            std::is_same_v<B, CommitShards> || std::is_same_v<B, RestoreShards> ||

@@ -96,6 +96,8 @@ Result<kj::Promise<void>> TellCall(Link::Remote& r, const Batch& batch, size_t f
           return send(r.rendezvous.sendRequest(), [n](auto& q) { return q.initTensors(n); });
         } else if constexpr (std::is_same_v<B, CollectiveChunk>) {
           return send(r.collectives.chunksRequest(), [n](auto& q) { return q.initChunks(n); });
+        } else if constexpr (std::is_same_v<B, CollectiveAnnounce>) {
+          return send(r.collectives.announceRequest(), [n](auto& q) { return q.initAnnouncements(n); });
         } else {
           return InvalidArgument(std::string(BodyName(first.body)) + " cannot be sent one-way");
         }

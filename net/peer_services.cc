@@ -369,6 +369,9 @@ class CollectivesServer final : public rp::Collectives::Server, Service {
   kj::Promise<void> chunks(ChunksContext c) override {
     return TellReleasing<CollectiveChunk>(c, c.getParams().getChunks());
   }
+  kj::Promise<void> announce(AnnounceContext c) override {
+    return TellReleasing<CollectiveAnnounce>(c, c.getParams().getAnnouncements());
+  }
 };
 
 class DiagnosticsServer final : public rp::Diagnostics::Server, Service {

@@ -31,7 +31,8 @@ const char* BodyName(const Body& b) {
       "StatusReply",   "ListMembers",  "Membership",  "RegisterPartition", "RunPartition", "RunPartitionDone",
       "SendTensor",    "AbortStep",    "CleanupStep", "CloseSession",     "Echo",
       "ReadVariables", "VariableValues", "AssignVariables", "CollectiveChunk", "StepProgress", "SaveShards",
-      "CommitShards", "RestoreShards", "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot", "ListNamespaces", "DropNamespace", "Namespaces"};
+      "CommitShards", "RestoreShards", "ShardsDone", "MoveSlot", "SyncSlot", "ReplicateSlot", "ListNamespaces", "DropNamespace", "Namespaces",
+      "CollectiveAnnounce"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>, "a Body alternative lacks a name");
   return b.valueless_by_exception() ? "(none)" : kNames[b.index()];
 }
@@ -160,6 +161,7 @@ SF_WIRE_STRUCT(Echo)
 SF_WIRE_STRUCT(ReadVariables)
 SF_WIRE_STRUCT(AssignVariables)
 SF_WIRE_STRUCT(CollectiveChunk)
+SF_WIRE_STRUCT(CollectiveAnnounce)
 SF_WIRE_STRUCT(SaveShards)
 SF_WIRE_STRUCT(CommitShards)
 SF_WIRE_STRUCT(RestoreShards)

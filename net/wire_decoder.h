@@ -326,29 +326,39 @@ struct Decoder {
     SF_ASSIGN_OR_RETURN(m->payload, Tensor(r.getPayload(), "Echo.payload"));
     return Status::OK();
   }
+  // The fields a chunk and an announcement share, read into m and checked.
+  template <class Reader, class M>
+  Status GroupFields(Reader r, const char* kind, M* m) const {
+    SF_RETURN_IF_ERROR(Text(r.getGroupKey(), std::string(kind) + ".group_key", &m->group_key));
+    SF_RETURN_IF_ERROR(Text(r.getAddress(), std::string(kind) + ".address", &m->address));
+    m->group_size = r.getGroupSize();
+    m->from_rank = r.getFromRank();
+    m->epoch = r.getEpoch();
+    const std::string where = std::string(kind) + " of group '" + m->group_key + "'";
+    if (m->group_size < 1 || m->group_size > 4096)
+      return InvalidArgument(where + ": group_size " + std::to_string(m->group_size) + " is not in [1, 4096]");
+    if (m->from_rank < 0 || m->from_rank >= m->group_size)
+      return InvalidArgument(where + ": from_rank " + std::to_string(m->from_rank) + " is not in [0, " +
+                             std::to_string(m->group_size) + ")");
+    if (m->epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m->epoch) + " is negative");
+    return Status::OK();
+  }
+  Status Read(w::CollectiveAnnounce::Reader r, CollectiveAnnounce* m) const {
+    return GroupFields(r, "CollectiveAnnounce", m);
+  }
   Status Read(w::CollectiveChunk::Reader r, CollectiveChunk* out) const {
     CollectiveChunk& m = *out;
-    SF_RETURN_IF_ERROR(Text(r.getGroupKey(), "CollectiveChunk.group_key", &m.group_key));
-    SF_RETURN_IF_ERROR(Text(r.getAddress(), "CollectiveChunk.address", &m.address));
-    m.group_size = r.getGroupSize();
+    SF_RETURN_IF_ERROR(GroupFields(r, "CollectiveChunk", &m));
     m.generation = r.getGeneration();
-    m.from_rank = r.getFromRank();
     m.step = r.getStep();
     m.total = r.getTotal();
-    m.epoch = r.getEpoch();
     m.offset = r.getOffset();
     const std::string where = "CollectiveChunk of group '" + m.group_key + "'";
-    if (m.group_size < 1 || m.group_size > 4096)
-      return InvalidArgument(where + ": group_size " + std::to_string(m.group_size) + " is not in [1, 4096]");
-    if (m.from_rank < 0 || m.from_rank >= m.group_size)
-      return InvalidArgument(where + ": from_rank " + std::to_string(m.from_rank) + " is not in [0, " +
-                             std::to_string(m.group_size) + ")");
-    if (m.step < -1 || m.step >= 2 * (m.group_size - 1))
-      return InvalidArgument(where + ": step " + std::to_string(m.step) + " is not in [-1, " +
+    if (m.step < 0 || m.step >= 2 * (m.group_size - 1))
+      return InvalidArgument(where + ": step " + std::to_string(m.step) + " is not in [0, " +
                              std::to_string(2 * (m.group_size - 1)) + ")");
     if (m.generation < 0) return InvalidArgument(where + ": generation " + std::to_string(m.generation) + " is negative");
     if (m.total < 0) return InvalidArgument(where + ": total " + std::to_string(m.total) + " is negative");
-    if (m.epoch < 0) return InvalidArgument(where + ": epoch " + std::to_string(m.epoch) + " is negative");
     if (m.offset < 0 || m.offset > m.total)
       return InvalidArgument(where + ": offset " + std::to_string(m.offset) + " is not in [0, total = " +
                              std::to_string(m.total) + "]");
@@ -523,6 +533,7 @@ struct Decoder {
       case EnvBody::CLOSE_SESSION: return As<CloseSession>(e.getCloseSession());
       case EnvBody::ECHO: return As<Echo>(e.getEcho());
       case EnvBody::COLLECTIVE_CHUNK: return As<CollectiveChunk>(e.getCollectiveChunk());
+      case EnvBody::COLLECTIVE_ANNOUNCE: return As<CollectiveAnnounce>(e.getCollectiveAnnounce());
       case EnvBody::READ_VARIABLES: return As<ReadVariables>(e.getReadVariables());
       case EnvBody::VARIABLE_VALUES: return As<VariableValues>(e.getVariableValues());
       case EnvBody::ASSIGN_VARIABLES: return As<AssignVariables>(e.getAssignVariables());

@@ -393,20 +393,29 @@ struct Encoder {
     Tokens(m.dropped, b.initDropped(m.dropped.size()));
     return Status::OK();
   }
-  Status Put(const CollectiveChunk& m, w::CollectiveChunk::Builder b) const {
-    SF_RETURN_IF_ERROR(Text(m.group_key, "CollectiveChunk.group_key"));
-    SF_RETURN_IF_ERROR(Text(m.address, "CollectiveChunk.address"));
+  // The fields a chunk and an announcement share.
+  template <class M, class Builder>
+  static Status GroupFields(const M& m, const char* group_key, const char* address, Builder b) {
+    SF_RETURN_IF_ERROR(Text(m.group_key, group_key));
+    SF_RETURN_IF_ERROR(Text(m.address, address));
     b.setGroupKey(AsText(m.group_key));
     b.setGroupSize(m.group_size);
-    b.setGeneration(m.generation);
     b.setFromRank(m.from_rank);
+    b.setAddress(AsText(m.address));
+    b.setEpoch(m.epoch);
+    return Status::OK();
+  }
+  Status Put(const CollectiveChunk& m, w::CollectiveChunk::Builder b) const {
+    SF_RETURN_IF_ERROR(GroupFields(m, "CollectiveChunk.group_key", "CollectiveChunk.address", b));
+    b.setGeneration(m.generation);
     b.setStep(m.step);
     b.setTotal(m.total);
-    b.setEpoch(m.epoch);
     b.setOffset(m.offset);
-    b.setAddress(AsText(m.address));
     SF_RETURN_IF_ERROR(StatusTo(m.status, b.initStatus(), "CollectiveChunk.status"));
     return Tensor(m.chunk, b.initChunk(), "CollectiveChunk.chunk");
+  }
+  Status Put(const CollectiveAnnounce& m, w::CollectiveAnnounce::Builder b) const {
+    return GroupFields(m, "CollectiveAnnounce.group_key", "CollectiveAnnounce.address", b);
   }
   Status Put(const Echo& m, w::Echo::Builder b) const {
     return Tensor(m.payload, b.initPayload(), "Echo.payload");

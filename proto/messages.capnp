@@ -244,8 +244,7 @@ struct ShardsDone {
   dropped @5 :List(UInt64);
 }
 
-# One step of a ring all-reduce between nodes (step -1: an announcement
-# that rank fromRank of the group runs on the node at address).
+# One step of a ring all-reduce between nodes.
 struct CollectiveChunk {
   groupKey @0 :Text;
   groupSize @1 :Int64;
@@ -258,6 +257,15 @@ struct CollectiveChunk {
   chunk @8 :T.Tensor;
   epoch @9 :Int64;
   offset @10 :Int64;
+}
+
+# Rank fromRank of an all-reduce group runs on the node at address.
+struct CollectiveAnnounce {
+  groupKey @0 :Text;
+  groupSize @1 :Int64;
+  fromRank @2 :Int64;
+  address @3 :Text;
+  epoch @4 :Int64;
 }
 
 # Namespaces (graph/namespaces.h): ListNamespaces asks a node what each
@@ -314,5 +322,6 @@ struct Envelope {
     namespaces @26 :Namespaces;
     variableValues @27 :VariableValues;
     assignVariables @28 :AssignVariables;
+    collectiveAnnounce @29 :CollectiveAnnounce;
   }
 }

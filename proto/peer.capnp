@@ -119,8 +119,10 @@ struct TensorPiece {
 }
 
 interface Collectives {
-  # All-reduce ring pieces and group announcements.
+  # All-reduce ring pieces.
   chunks @0 (chunks :List(W.CollectiveChunk)) -> ();
+  # Where ranks of a group run; in order with the chunks (one capability).
+  announce @1 (announcements :List(W.CollectiveAnnounce)) -> ();
 }
 
 interface Diagnostics {

@@ -35,7 +35,7 @@ std::string DecodeError(const CollectiveChunk& c) {
 
 }  // namespace
 
-TEST_CASE("CollectiveChunk round-trips, announcements and errors included", "[wire]") {
+TEST_CASE("CollectiveChunk round-trips, errors included, and so does CollectiveAnnounce", "[wire]") {
   REQUIRE(DecodeError(Good()) == "");
   auto frame = EncodeToString(Message{0, Good()});
   REQUIRE(frame.ok());
@@ -52,10 +52,30 @@ TEST_CASE("CollectiveChunk round-trips, announcements and errors included", "[wi
   auto piece_back = DecodeFrameString(*piece_frame);
   REQUIRE(piece_back.ok());
   REQUIRE(std::get<CollectiveChunk>(piece_back->body).offset == 3);
-  CollectiveChunk announce = Good();
-  announce.step = -1;
-  announce.chunk = Tensor();
-  REQUIRE(DecodeError(announce) == "");
+  // An announcement is a message of its own; a chunk's step -1 is no longer one.
+  CollectiveChunk old_announce = Good();
+  old_announce.step = -1;
+  old_announce.chunk = Tensor();
+  REQUIRE(DecodeError(old_announce).find("step -1 is not in [0, 4)") != std::string::npos);
+  const CollectiveAnnounce a{"grads", 3, 2, "127.0.0.1:7002", 1};
+  auto a_frame = EncodeToString(Message{0, a});
+  REQUIRE(a_frame.ok());
+  auto a_back = DecodeFrameString(*a_frame);
+  REQUIRE(a_back.ok());
+  const auto& got = std::get<CollectiveAnnounce>(a_back->body);
+  CHECK((got.group_key == "grads" && got.group_size == 3 && got.from_rank == 2 && got.address == "127.0.0.1:7002" &&
+         got.epoch == 1));
+  for (const auto& [bad, what] : std::vector<std::pair<CollectiveAnnounce, std::string>>{
+           {{"g", 0, 0, "a:1", 0}, "group_size 0 is not in [1, 4096]"},
+           {{"g", 2, 2, "a:1", 0}, "from_rank 2 is not in [0, 2)"},
+           {{"g", 2, 1, "a:1", -1}, "epoch -1 is negative"}}) {
+    auto f = EncodeToString(Message{0, bad});
+    REQUIRE(f.ok());
+    auto b = DecodeFrameString(*f);
+    INFO(what << ": " << b.status().ToString());
+    REQUIRE(!b.ok());
+    CHECK(b.status().message().find("CollectiveAnnounce of group 'g': " + what) != std::string::npos);
+  }
   CollectiveChunk failed = Good();
   failed.status = Unavailable("node b is down");
   failed.chunk = Tensor();

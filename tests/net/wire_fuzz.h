@@ -65,6 +65,7 @@ inline std::vector<Message> SeedMessages() {
   add(StepProgress{7, 8, 1234});
   add(Echo{SeedTensor(DType::kFloat32, {1024}, 8)});
   add(CollectiveChunk{"grads", 3, 2, 1, 2, 9, "127.0.0.1:7002", Status::OK(), SeedTensor(DType::kFloat64, {3}, 11)});
+  add(CollectiveAnnounce{"grads", 3, 2, "127.0.0.1:7002", 1});
   add(ReadVariables{{"w", "emb/part_1"}});
   add(VariableValues{{"w"}, {SeedTensor(DType::kFloat32, {2, 2}, 9)}});
   add(AssignVariables{{"w", "emb/part_1"}, {SeedTensor(DType::kFloat32, {2, 2}, 9), SeedTensor(DType::kInt64, {3}, 10)}});

@@ -132,6 +132,10 @@ bool Same(const CollectiveChunk& a, const CollectiveChunk& b) {
          a.from_rank == b.from_rank && a.step == b.step && a.total == b.total && a.address == b.address &&
          SameStatus(a.status, b.status) && SameTensor(a.chunk, b.chunk) && a.epoch == b.epoch;
 }
+bool Same(const CollectiveAnnounce& a, const CollectiveAnnounce& b) {
+  return a.group_key == b.group_key && a.group_size == b.group_size && a.from_rank == b.from_rank &&
+         a.address == b.address && a.epoch == b.epoch;
+}
 
 bool Same(const SaveShards& a, const SaveShards& b) {
   return a.dir == b.dir && a.token == b.token && a.task == b.task && a.global_step == b.global_step &&
@@ -227,7 +231,7 @@ std::vector<Message> EveryMessage() {
   add(AssignVariables{{"emb/part_0", "w/Adagrad/accum"}, {Patterned(DType::kFloat32, {4, 3}, 2), Tensor()}});
   add(AssignVariables{});
   add(CollectiveChunk{"grads/w", 3, 7, 2, 3, 10, "127.0.0.1:7003", Status::OK(), Patterned(DType::kFloat32, {3}, 4)});
-  add(CollectiveChunk{"g", 2, 0, 1, -1, 0, "127.0.0.1:7002", Status::OK(), Tensor()});
+  add(CollectiveAnnounce{"g", 2, 1, "127.0.0.1:7002", 5});
   add(CollectiveChunk{"g", 4, 1, 0, 5, 8, "a:1", Unavailable("node b went down"), Tensor(), 3});
   add(SaveShards{"ckpt/run 1", ~uint64_t{0}, 3, -5, {"emb/part_0", "emb/part_0/Adagrad/accumulator", ""}, {1, 2}});
   add(SaveShards{});

@@ -70,13 +70,12 @@ inline std::string UnusedAddress() {
 
 // The all-reduce announcement "rank `rank` of group `key` (of group_size
 // ranks) runs at `address`", as a node sends it to its peers.
-inline net::CollectiveChunk Announcement(const std::string& key, int64_t group_size, int64_t rank,
-                                         const std::string& address) {
-  net::CollectiveChunk a;
+inline net::CollectiveAnnounce Announcement(const std::string& key, int64_t group_size, int64_t rank,
+                                            const std::string& address) {
+  net::CollectiveAnnounce a;
   a.group_key = key;
   a.group_size = group_size;
   a.from_rank = rank;
-  a.step = -1;
   a.address = address;
   return a;
 }
