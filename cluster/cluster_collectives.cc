@@ -183,15 +183,13 @@ void PeerFailed(Hub self, const std::string& addr, const Status& why) {
 
 // Tells the node at `to` that rank r of group key runs here.
 Status Announce(Hub self, const std::string& key, const HubState::Group& g, int64_t r, const std::string& to) {
-  net::Message m;
   net::CollectiveAnnounce c;
   c.group_key = key;
   c.group_size = g.n;
   c.from_rank = r;
   c.address = self->state.self;
   c.epoch = g.epoch;
-  m.body = std::move(c);
-  return self->state.hooks.send(to, m);
+  return self->state.hooks.announce(to, std::move(c));
 }
 
 // Passes msg to rank dest of the group: its actor when it runs here, its
@@ -206,7 +204,6 @@ void Deliver(Hub self, const std::string& key, HubState::Group& g, int64_t dest,
     self->send(RankActor(self, key, g, dest), std::move(msg));
     return;
   }
-  net::Message m;
   net::CollectiveChunk c;
   c.group_key = key;
   c.group_size = g.n;
@@ -219,8 +216,7 @@ void Deliver(Hub self, const std::string& key, HubState::Group& g, int64_t dest,
   c.status = msg->error;
   c.chunk = msg->value;  // referenced, not copied, by the encoder
   c.epoch = g.epoch;
-  m.body = std::move(c);
-  Status s = self->state.hooks.send(addr, m);
+  Status s = self->state.hooks.send_chunk(addr, std::move(c));
   if (!s.ok()) PeerFailed(self, std::string(addr), s);
 }
 

@@ -50,8 +50,10 @@ namespace sf {
 namespace runtime {
 
 struct ClusterCollectivesHooks {
-  // Sends m to the node at address; Unavailable naming it when unreachable.
-  std::function<Status(const std::string& address, const net::Message& m)> send;
+  // Send a chunk, or an announcement, to the node at address; Unavailable
+  // naming it when unreachable.
+  std::function<Status(const std::string& address, net::CollectiveChunk c)> send_chunk;
+  std::function<Status(const std::string& address, net::CollectiveAnnounce a)> announce;
   // The listen addresses of every member this node knows, itself included.
   std::function<std::vector<std::string>()> members;
   // Logs one line (may be empty).

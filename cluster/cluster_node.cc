@@ -1,5 +1,6 @@
 // ClusterNode: one member of a cluster (include/shardflow/cluster.h). It serves its
-// peers' messages (Cap'n Proto RPC over mutual TLS, net/peer_rpc.h): membership, partition registration and steps, tensors
+// peers' messages (Cap'n Proto RPC over mutual TLS, net/peer_rpc.h, each a
+// method of net/peer_handler.h's Handler): membership, partition registration and steps, tensors
 // for its rendezvous, step aborts. Each cluster session's partitions live in
 // one partition host actor (actors/partition_host.h, the same actor a local
 // Session uses) and run in executors on the node's compute pool; variables
@@ -9,18 +10,6 @@
 #include "cluster/node_impl.h"
 
 namespace sf {
-
-namespace {
-
-// Calls the overload of fns that takes the variant's alternative.
-template <class... Fns>
-struct Overloaded : Fns... {
-  using Fns::operator()...;
-};
-template <class... Fns>
-Overloaded(Fns...) -> Overloaded<Fns...>;
-
-}  // namespace
 
 ClusterNode::Impl::Impl(NodeOptions o)
     : opts(std::move(o)),
@@ -48,7 +37,14 @@ ClusterNode::Impl::Impl(NodeOptions o)
       }});
   collectives = std::make_unique<runtime::ClusterCollectives>(
       *system, runtime::ClusterCollectivesHooks{
-                   [this](const std::string& to, const net::Message& m) { return SendFromHub(to, m); },
+                   // The hub is an actor on the CAF threads the variable
+                   // shards share: it must never wait on a dial.
+                   [this](const std::string& to, net::CollectiveChunk c) {
+                     return router.SendOrQueue(to, std::move(c), nullptr).status();
+                   },
+                   [this](const std::string& to, net::CollectiveAnnounce a) {
+                     return router.SendOrQueue(to, std::move(a), nullptr).status();
+                   },
                    [this] {
                      std::vector<std::string> out;
                      for (const auto& m : view.Members()) out.push_back(m.address);
@@ -82,10 +78,6 @@ void ClusterNode::Impl::LogLimited(const char* kind, const std::string& line) {
     quiet = 0;
   }
   Log(skipped ? line + " (and " + std::to_string(skipped) + " more like it)" : line);
-}
-
-Status ClusterNode::Impl::SendFromHub(const std::string& to, const net::Message& m) {
-  return router.SendOrQueue(to, m, nullptr).status();
 }
 
 void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& records) {
@@ -143,111 +135,106 @@ void ClusterNode::Impl::StartDrain() {
   });
 }
 
-void ClusterNode::Impl::OnMessage(const net::ConnectionPtr& c, net::Message m) {
-  const uint64_t id = m.request_id;
-  std::visit(
-      Overloaded{
-          [&](net::RunPartition& r) { Run(c, id, std::move(r)); },
-          [&](net::SendTensor& t) {
-            // Partitions run on nodes only: a session has no tensor to send a node.
-            if (c->peer_role() != net::Role::kNode)
-              return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
-                                                      ": only nodes send tensors between partitions");
-            std::string why;
-            if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why,
-                               &t.session_id))
-              return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
-            RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
-            // The receiving step's cheap ops that follow (an update by a
-            // scalar, a send back) run here instead of waking the pool.
-            runtime::InlineCheapOps cheap;
-            Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
-            if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
-          },
-          [&](net::AbortStep& a) {
-            std::string why;
-            if (ForeignStep(c, a.session_id, a.step_id))
-              return LogLimited("foreign abort", "dropped an abort of step " + std::to_string(a.step_id) +
-                                                     " from session " + c->peer_address() +
-                                                     ": the step is another client's");
-            if (!AdmitPeerStep(a.step_id, 0, &why))
-              return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + why);
-            // A step may outlive its closed session: its table is the node's.
-            if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
-            else rendezvous.Abort(a.step_id, a.status);
-          },
-          [&](net::CleanupStep& a) {
-            bool foreign = false;
-            {
-              std::lock_guard<std::mutex> l(mu);
-              // Only the session's own client ends its steps (a closed
-              // session's late cleanup still frees what its steps left).
-              auto s = sessions.find(a.session_id);
-              foreign = (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, a.step_id);
-              if (!foreign) {
-                ForgetEarlyLocked(a.step_id);
-                if (ended_steps.insert(a.step_id).second) {
-                  ended_order.push_back(a.step_id);
-                  if (ended_order.size() > kMaxEndedSteps) {
-                    ended_steps.erase(ended_order.front());
-                    ended_order.pop_front();
-                  }
-                }
-              }
-            }
-            if (foreign)
-              return LogLimited("foreign cleanup", "dropped a cleanup of step " + std::to_string(a.step_id) +
-                                                       " from " + c->peer_address() + ": session " +
-                                                       std::to_string(a.session_id) + " or the step is another client's");
-            if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
-            else rendezvous.Cleanup(a.step_id);
-          },
-          [&](net::RegisterPartition& r) { ServeRegister(c, id, std::move(r)); },
-          [&](net::ListMembers&) {
-            view.Watch(c);
-            Reply(c, id, view.Snapshot());
-          },
-          [&](net::CloseSession& cs) {
-            {
-              std::lock_guard<std::mutex> l(mu);
-              // Only its own client closes a session (an unknown one is closed already).
-              auto it = sessions.find(cs.session_id);
-              if (it != sessions.end() && it->second.client == c.get()) sessions.erase(it);
-              idle.notify_all();
-            }
-            Reply(c, id, net::StatusReply{Status::OK()});
-          },
-          [&](net::ReadVariables& r) { ServeReadVariables(c, id, std::move(r)); },
-          [&](net::AssignVariables& a) { ServeAssignVariables(c, id, std::move(a)); },
-          [&](net::MoveSlot& ms) { ServeMoveSlot(c, id, ms); },
-          [&](net::SyncSlot& ss) { ServeSyncSlot(c, id, ss); },
-          [&](net::ReplicateSlot& rs) { ServeReplicateSlot(c, id, std::move(rs)); },
-          [&](net::SaveShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
-          [&](net::CommitShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
-          [&](net::RestoreShards&) { ServeCheckpoint(c, id, std::move(m.body)); },
-          [&](net::ListNamespaces&) { ServeListNamespaces(c, id); },
-          [&](net::DropNamespace& d) { ServeDropNamespace(c, id, d); },
-          [&](net::Echo& e) { Reply(c, id, net::Echo{std::move(e.payload)}); },
-          [&](net::CollectiveChunk& cc) {
-            // All-reduce rings run between nodes; a session takes no part.
-            if (c->peer_role() != net::Role::kNode)
-              return LogLimited("session chunk", "dropped an all-reduce chunk from session " + c->peer_address() +
-                                                     ": only nodes take part in collectives");
-            collectives->OnChunk(c.get(), std::move(cc));
-          },
-          [&](net::CollectiveAnnounce& ca) {
-            if (c->peer_role() != net::Role::kNode)
-              return LogLimited("session chunk", "dropped an all-reduce announcement from session " +
-                                                     c->peer_address() + ": only nodes take part in collectives");
-            collectives->OnAnnounce(c.get(), std::move(ca));
-          },
-          [&](auto&) {
-            LogLimited("unexpected", std::string("unexpected ") + net::BodyName(m.body) + " from " + c->peer_address());
-            Reply(c, id, net::StatusReply{InvalidArgument(std::string("node does not serve ") +
-                                                          net::BodyName(m.body))});
-          },
-      },
-      m.body);
+// Cheap and never blocking: a tensor into the rendezvous (its waiter
+// continues on the compute pool), an abort or cleanup, an echo, an
+// all-reduce piece (posted to the collectives hub), a partition's step (its
+// feeds checked against the partition, its ops started on the compute pool:
+// a hop through a handler thread was on every step's critical path).
+bool ClusterNode::Impl::OnIoThread(const std::type_info& m) const {
+  return m == typeid(net::RunPartition) || m == typeid(net::SendTensor) || m == typeid(net::AbortStep) ||
+         m == typeid(net::CleanupStep) || m == typeid(net::Echo) || m == typeid(net::CollectiveChunk) ||
+         m == typeid(net::CollectiveAnnounce);
+}
+
+void ClusterNode::Impl::OnTensor(const net::ConnectionPtr& c, net::SendTensor t) {
+  // Partitions run on nodes only: a session has no tensor to send a node.
+  if (c->peer_role() != net::Role::kNode)
+    return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
+                                            ": only nodes send tensors between partitions");
+  std::string why;
+  if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why, &t.session_id))
+    return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
+  RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
+  // The receiving step's cheap ops that follow (an update by a scalar, a
+  // send back) run here instead of waking the pool.
+  runtime::InlineCheapOps cheap;
+  Status s = rendezvous.Send(key, std::move(t.value), t.is_dead);
+  if (!s.ok() && s.code() != Code::kAborted) Log("tensor from " + c->peer_address() + ": " + s.ToString());
+}
+
+void ClusterNode::Impl::OnAbort(const net::ConnectionPtr& c, net::AbortStep a) {
+  std::string why;
+  if (ForeignStep(c, a.session_id, a.step_id))
+    return LogLimited("foreign abort", "dropped an abort of step " + std::to_string(a.step_id) + " from session " +
+                                           c->peer_address() + ": the step is another client's");
+  if (!AdmitPeerStep(a.step_id, 0, &why))
+    return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + why);
+  // A step may outlive its closed session: its table is the node's.
+  if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
+  else rendezvous.Abort(a.step_id, a.status);
+}
+
+void ClusterNode::Impl::OnCleanup(const net::ConnectionPtr& c, net::CleanupStep a) {
+  bool foreign = false;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    // Only the session's own client ends its steps (a closed session's
+    // late cleanup still frees what its steps left).
+    auto s = sessions.find(a.session_id);
+    foreign = (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, a.step_id);
+    if (!foreign) {
+      ForgetEarlyLocked(a.step_id);
+      if (ended_steps.insert(a.step_id).second) {
+        ended_order.push_back(a.step_id);
+        if (ended_order.size() > kMaxEndedSteps) {
+          ended_steps.erase(ended_order.front());
+          ended_order.pop_front();
+        }
+      }
+    }
+  }
+  if (foreign)
+    return LogLimited("foreign cleanup", "dropped a cleanup of step " + std::to_string(a.step_id) + " from " +
+                                             c->peer_address() + ": session " + std::to_string(a.session_id) +
+                                             " or the step is another client's");
+  if (auto host = HostOf(a.session_id)) host->Cleanup(a.step_id);
+  else rendezvous.Cleanup(a.step_id);
+}
+
+void ClusterNode::Impl::ServeMembers(const net::ConnectionPtr& c, net::Answer<net::Membership> done) {
+  view.Watch(c);
+  done(view.Snapshot());
+}
+
+void ClusterNode::Impl::ServeCloseSession(const net::ConnectionPtr& c, net::CloseSession cs,
+                                          net::Answer<net::StatusReply> done) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    // Only its own client closes a session (an unknown one is closed already).
+    auto it = sessions.find(cs.session_id);
+    if (it != sessions.end() && it->second.client == c.get()) sessions.erase(it);
+    idle.notify_all();
+  }
+  done(Status::OK());
+}
+
+void ClusterNode::Impl::ServeEcho(const net::ConnectionPtr&, net::Echo e, net::Answer<net::Echo> done) {
+  done(std::move(e));
+}
+
+void ClusterNode::Impl::OnChunk(const net::ConnectionPtr& c, net::CollectiveChunk cc) {
+  // All-reduce rings run between nodes; a session takes no part.
+  if (c->peer_role() != net::Role::kNode)
+    return LogLimited("session chunk", "dropped an all-reduce chunk from session " + c->peer_address() +
+                                           ": only nodes take part in collectives");
+  collectives->OnChunk(c.get(), std::move(cc));
+}
+
+void ClusterNode::Impl::OnAnnounce(const net::ConnectionPtr& c, net::CollectiveAnnounce ca) {
+  if (c->peer_role() != net::Role::kNode)
+    return LogLimited("session chunk", "dropped an all-reduce announcement from session " + c->peer_address() +
+                                           ": only nodes take part in collectives");
+  collectives->OnAnnounce(c.get(), std::move(ca));
 }
 
 void ClusterNode::Impl::OnDown(const net::ConnectionPtr& c, const Status& why) {
@@ -356,26 +343,11 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   to.max_connections_per_credential = opts.max_connections_per_credential;
   to.max_connections_per_source = opts.max_connections_per_source;
   to.log = true;
-  // Cheap and never blocking: a tensor into the rendezvous (its waiter
-  // continues on the compute pool), an abort or cleanup, an echo, an
-  // all-reduce piece (posted to the collectives hub), a partition's step
-  // (its feeds checked against the partition, its ops started on the
-  // compute pool: a hop through a handler thread was on every step's
-  // critical path).
-  to.handle_inline = [](const net::Message& m) {
-    return std::holds_alternative<net::RunPartition>(m.body) ||
-           std::holds_alternative<net::SendTensor>(m.body) || std::holds_alternative<net::AbortStep>(m.body) ||
-           std::holds_alternative<net::CleanupStep>(m.body) || std::holds_alternative<net::Echo>(m.body) ||
-           std::holds_alternative<net::CollectiveChunk>(m.body) ||
-           std::holds_alternative<net::CollectiveAnnounce>(m.body);
-  };
   if (opts.insecure)
     std::fprintf(stderr, "shardflow node: WARNING: --insecure: peers are not authenticated and traffic is plaintext\n");
   SF_ASSIGN_OR_RETURN(
       impl->endpoint,
-      net::Endpoint::Create(
-          to, [p](const net::ConnectionPtr& c, net::Message m) { p->OnMessage(c, std::move(m)); },
-          [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
+      net::Endpoint::Create(to, p, [p](const net::ConnectionPtr& c, const Status& s) { p->OnDown(c, s); }));
   SF_ASSIGN_OR_RETURN(uint16_t bound, impl->endpoint->Listen(host, port));
   impl->address = host + ":" + std::to_string(bound);
   impl->collectives->SetAddress(impl->address);
@@ -492,13 +464,11 @@ Result<std::vector<MemberInfo>> ListClusterMembers(const std::string& address, c
                                                    const std::string& tls_name, bool insecure) {
   SF_ASSIGN_OR_RETURN(auto endpoint, cluster::AdminEndpoint(tls_dir, tls_name, insecure));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(address));
-  SF_ASSIGN_OR_RETURN(net::Message reply, net::Call(c, net::ListMembers{}, 10000));
-  auto* mem = std::get_if<net::Membership>(&reply.body);
-  if (!mem) return Internal(std::string("node ") + address + " answered ListMembers with " + net::BodyName(reply.body));
+  SF_ASSIGN_OR_RETURN(net::Membership mem, net::Call(c, net::ListMembers{}, 10000));
   std::vector<MemberInfo> out;
-  for (const net::Member& m : mem->members) {
+  for (const net::Member& m : mem.members) {
     bool draining = false;
-    for (const net::Member& d : mem->leaving) draining = draining || d.address == m.address;
+    for (const net::Member& d : mem.leaving) draining = draining || d.address == m.address;
     out.push_back({m.name, m.address, m.incarnation, draining ? "leaving" : "alive"});
   }
   c->Close();

@@ -38,8 +38,6 @@ Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_d
   st.is_dead = is_dead;
   st.value = std::move(value);
   st.session_id = session_id_;
-  net::Message m;
-  m.body = std::move(st);
   const int64_t step = key.step_id;
   {
     // Counted first: the dial may end before send_ returns.
@@ -47,7 +45,7 @@ Status ClusterRendezvous::Send(const RendezvousKey& key, Tensor value, bool is_d
     ++waiting_[step].count;
   }
   std::weak_ptr<ClusterRendezvous> weak = weak_from_this();
-  Result<bool> queued = send_(to, m, [weak, step](Status s) {
+  Result<bool> queued = send_(to, std::move(st), [weak, step](Status s) {
     if (auto self = weak.lock()) self->Sent(step, s);
   });
   // Gone at once (or refused, which the op reports itself). Another

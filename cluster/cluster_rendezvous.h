@@ -31,7 +31,7 @@ class ClusterRendezvous : public RendezvousService,
   // to be dialed, after which `later` gets whether it went; Unavailable or
   // ResourceExhausted naming the node when it cannot go at all (`later` is
   // then never called).
-  using SendFn = std::function<Result<bool>(const std::string& address, const net::Message&,
+  using SendFn = std::function<Result<bool>(const std::string& address, net::SendTensor t,
                                             std::function<void(Status)> later)>;
   // tasks[i] is the address of task i; self is this node's address; the
   // tensors it sends name session_id.

@@ -92,6 +92,18 @@ void ClusterSession::Impl::StartCoordinator() {
   });
 }
 
+void ClusterSession::Impl::OnProgress(const net::ConnectionPtr&, net::StepProgress p) {
+  if (deadlines) deadlines->Progress(p.step_id);
+}
+
+// A node tells its watchers when members join, drain or die.
+void ClusterSession::Impl::OnMembership(const net::ConnectionPtr&, net::Membership m) {
+  Learn(m);
+  membership_changed = true;
+  std::lock_guard<std::mutex> l(map_mu);
+  map_cv.notify_all();
+}
+
 Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, ClusterOptions options) {
   if (options.address.empty()) return InvalidArgument("ClusterOptions::address is empty");
   if (options.tasks < 0) return InvalidArgument("ClusterOptions::tasks is negative (" + std::to_string(options.tasks) + ")");
@@ -105,8 +117,6 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   to.heartbeat_ms = options.heartbeat_ms;
   to.peer_timeout_ms = options.peer_timeout_ms;
   to.handler_threads = 2;
-  // A node's progress report only restarts a deadline: no thread hop.
-  to.handle_inline = [](const net::Message& m) { return std::holds_alternative<net::StepProgress>(m.body); };
   // A shard remembers an update's origin for AppliedWindow::kKeepMs (120 s):
   // a step run again later could apply an update twice.
   if (options.step_retry_ms < 0 || options.step_retry_ms > 60000)
@@ -120,20 +130,7 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
   SF_ASSIGN_OR_RETURN(
       impl->endpoint,
       net::Endpoint::Create(
-          to,
-          [p](const net::ConnectionPtr&, net::Message m) {
-            if (auto* sp = std::get_if<net::StepProgress>(&m.body)) {
-              if (p->deadlines) p->deadlines->Progress(sp->step_id);
-              return;
-            }
-            // A node tells its watchers when members join, drain or die.
-            if (auto* mem = std::get_if<net::Membership>(&m.body)) {
-              p->Learn(*mem);
-              p->membership_changed = true;
-              std::lock_guard<std::mutex> l(p->map_mu);
-              p->map_cv.notify_all();
-            }
-          },
+          to, p,
           [p](const net::ConnectionPtr& c, const Status&) {
             p->member_down = true;
             std::lock_guard<std::mutex> l(p->conf_mu);
@@ -141,11 +138,9 @@ Result<std::unique_ptr<ClusterSession>> ClusterSession::Connect(const Graph& g, 
             p->down_since[c->peer_address()] = SteadyMs();
           }));
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr first, impl->endpoint->Connect(options.address));
-  auto reply = Call(first, net::ListMembers{}, options.request_timeout_ms);
-  if (!reply.ok()) return reply.status().WithPrefix("listing the members of " + options.address);
-  auto* mem = std::get_if<net::Membership>(&reply->body);
-  if (!mem || mem->members.empty())
-    return Unavailable("node " + options.address + " answered ListMembers with " + net::BodyName(reply->body));
+  auto mem = net::Call(first, net::ListMembers{}, options.request_timeout_ms);
+  if (!mem.ok()) return mem.status().WithPrefix("listing the members of " + options.address);
+  if (mem->members.empty()) return Unavailable("node " + options.address + " answered ListMembers with no member");
   impl->Learn(*mem);
   std::set<std::string> draining;
   for (const net::Member& m : mem->leaving) draining.insert(m.address);
@@ -197,7 +192,7 @@ ClusterSession::~ClusterSession() {
       if (kv.second->is_up()) conns.push_back(kv.second);
     sid = impl_->session_id;
   }
-  for (const auto& c : conns) CallStatus(c, net::CloseSession{sid}, 2000);
+  for (const auto& c : conns) net::Call(c, net::CloseSession{sid}, 2000);
   if (impl_->system) {
     caf::anon_send_exit(impl_->coordinator_actor, caf::exit_reason::user_shutdown);
     impl_->coordinator_actor = nullptr;  // a detached actor's thread ends with its last reference

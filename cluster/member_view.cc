@@ -123,12 +123,9 @@ void MemberView::NotifyWatchers() {
       }
     }
   }
-  net::Message m;
-  m.body = Snapshot();
-  for (const auto& c : to) {
-    Status s = c->Send(m);
-    (void)s;  // a client that went away needs no news; its down handler cleans up
-  }
+  const net::Membership view = Snapshot();
+  // A client that went away needs no news; its down handler cleans up.
+  for (const auto& c : to) (void)net::Tell(c, view);
 }
 
 }  // namespace cluster

@@ -11,11 +11,13 @@ namespace sf {
 
 namespace {
 
-// Asks every member etcd lists with request; each node's Namespaces reply,
-// in member order. Unavailable naming etcd or the first node that failed.
+// Asks every member etcd lists with request (ListNamespaces or
+// DropNamespace); each node's reply, in member order. Unavailable naming
+// etcd or the first node that failed.
+template <class Req>
 Result<std::vector<net::Namespaces>> AskEveryNode(const std::string& etcd, const std::string& tls_dir,
                                                   const std::string& cluster, const std::string& tls_name,
-                                                  bool insecure, const net::Body& request) {
+                                                  bool insecure, const Req& request) {
   std::optional<net::Credential> credential;
   // A node credential asks as the operator.
   SF_ASSIGN_OR_RETURN(auto endpoint, cluster::AdminEndpoint(tls_dir, tls_name, insecure, &credential));
@@ -34,17 +36,7 @@ Result<std::vector<net::Namespaces>> AskEveryNode(const std::string& etcd, const
       failed = reply.status().WithPrefix("node " + m.name + " (" + m.address + ")");
       break;
     }
-    if (auto* st = std::get_if<net::StatusReply>(&reply->body)) {
-      failed = st->status.WithPrefix("node " + m.name + " (" + m.address + ")");
-      break;
-    }
-    auto* ns = std::get_if<net::Namespaces>(&reply->body);
-    if (!ns) {
-      failed = Internal("node " + m.address + " answered " + net::BodyName(request) + " with " +
-                        net::BodyName(reply->body));
-      break;
-    }
-    out.push_back(std::move(*ns));
+    out.push_back(std::move(*reply));
   }
   endpoint->Shutdown();
   if (!failed.ok()) return failed;

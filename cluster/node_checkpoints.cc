@@ -61,16 +61,23 @@ NodeCheckpoints::NodeCheckpoints(Hooks hooks) : hooks_(std::move(hooks)) {}
 
 NodeCheckpoints::~NodeCheckpoints() { Stop(); }
 
-Status NodeCheckpoints::Post(net::Body request, std::function<void(net::Body)> done) {
-  if (!std::holds_alternative<net::SaveShards>(request) && !std::holds_alternative<net::CommitShards>(request) &&
-      !std::holds_alternative<net::RestoreShards>(request))
-    return InvalidArgument(std::string("node checkpoints do not serve ") + net::BodyName(request));
+Status NodeCheckpoints::Post(net::SaveShards r, Done done) {
+  return Queue(Job{[this, r = std::move(r)] { return Save(r); }, std::move(done)});
+}
+Status NodeCheckpoints::Post(net::CommitShards r, Done done) {
+  return Queue(Job{[this, r = std::move(r)] { return Commit(r); }, std::move(done)});
+}
+Status NodeCheckpoints::Post(net::RestoreShards r, Done done) {
+  return Queue(Job{[this, r = std::move(r)] { return Restore(r); }, std::move(done)});
+}
+
+Status NodeCheckpoints::Queue(Job job) {
   std::lock_guard<std::mutex> l(mu_);
   if (stopped_) return Unavailable("node " + hooks_.node_name + " is stopping");
   if (jobs_.size() >= kMaxQueued)
     return ResourceExhausted("node " + hooks_.node_name + " has " + std::to_string(jobs_.size()) +
                              " checkpoint requests waiting already; try again");
-  jobs_.push_back(Job{std::move(request), std::move(done)});
+  jobs_.push_back(std::move(job));
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   cv_.notify_all();
   return Status::OK();
@@ -95,13 +102,9 @@ void NodeCheckpoints::Loop() {
     const bool stopping = stopped_;
     l.unlock();
     Result<net::ShardsDone> r = Unavailable("node " + hooks_.node_name + " is stopping");
-    if (!stopping) {
-      if (auto* s = std::get_if<net::SaveShards>(&job.request)) r = Save(*s);
-      else if (auto* c = std::get_if<net::CommitShards>(&job.request)) r = Commit(*c);
-      else if (auto* x = std::get_if<net::RestoreShards>(&job.request)) r = Restore(*x);
-    }
-    if (r.ok()) job.done(std::move(r).value());
-    else job.done(net::StatusReply{r.status().WithPrefix("node " + hooks_.node_name)});
+    if (!stopping) r = job.work();
+    if (r.ok()) job.done(std::move(r));
+    else job.done(r.status().WithPrefix("node " + hooks_.node_name));
     l.lock();
   }
 }

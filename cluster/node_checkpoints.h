@@ -51,11 +51,14 @@ class NodeCheckpoints {
   // Stop().
   ~NodeCheckpoints();
 
-  // Queues a SaveShards, CommitShards or RestoreShards; done gets its
-  // ShardsDone, or a StatusReply with the error, on this object's thread.
-  // ResourceExhausted when kMaxQueued requests wait already; Unavailable
-  // after Stop; InvalidArgument for another body.
-  Status Post(net::Body request, std::function<void(net::Body reply)> done);
+  // What a queued request's caller gets, on this object's thread.
+  using Done = std::function<void(Result<net::ShardsDone>)>;
+  // Queue a request (run as Save, Commit or Restore); done gets its
+  // ShardsDone or the error. ResourceExhausted when kMaxQueued requests
+  // wait already; Unavailable after Stop.
+  Status Post(net::SaveShards r, Done done);
+  Status Post(net::CommitShards r, Done done);
+  Status Post(net::RestoreShards r, Done done);
   // Answers what waits with Unavailable and joins the thread; idempotent.
   void Stop();
 
@@ -68,9 +71,10 @@ class NodeCheckpoints {
 
  private:
   struct Job {
-    net::Body request;
-    std::function<void(net::Body)> done;
+    std::function<Result<net::ShardsDone>()> work;
+    Done done;
   };
+  Status Queue(Job job);
   void Loop();
   // ROOT/dir, checked; FailedPrecondition without a root.
   Result<std::string> Dir(const std::string& dir) const;

@@ -53,7 +53,7 @@
 
 namespace sf {
 
-struct ClusterNode::Impl {
+struct ClusterNode::Impl : net::Handler {
   // A cluster session's share of the node: its rendezvous (task addresses
   // for its _Sends) and the host of its partitions.
   struct SessionState {
@@ -240,10 +240,6 @@ struct ClusterNode::Impl {
   std::mutex log_mu;
   std::map<std::string, std::pair<int64_t, int64_t>> log_limits;  // GUARDED_BY(log_mu): kind -> last ms, not logged
 
-  // The all-reduce hub's sends. The hub is an actor on the CAF threads the
-  // variable shards share, so it must never wait on a dial.
-  Status SendFromHub(const std::string& to, const net::Message& m);
-
 
   static int64_t NowMs() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -283,8 +279,6 @@ struct ClusterNode::Impl {
   // a move's old holder); false without a map.
   bool HoldsSlots() const;
 
-  void Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body);
-
   Status Register(const net::ConnectionPtr& client, const net::RegisterPartition& r);
   // Keeps the chunk queues' states in the variable store, as variables of
   // their slots (cluster/node_chunk_queues.cc). Called once, at start.
@@ -301,7 +295,7 @@ struct ClusterNode::Impl {
   // a graph takes a while, and must hold up neither the I/O thread nor the
   // handler threads other peers share); refused with ResourceExhausted past
   // kMaxRegistrationsWaiting (kMaxRegistrationsPerClient for one client).
-  void ServeRegister(const net::ConnectionPtr& c, uint64_t id, net::RegisterPartition r);
+  void ServeRegister(const net::ConnectionPtr& c, net::RegisterPartition r, net::Answer<net::StatusReply> done) override;
   runtime::SerialQueue registrar;
   size_t registrations_waiting = 0;                                       // GUARDED_BY(mu)
   std::unordered_map<const net::Connection*, size_t> registrations_of;    // GUARDED_BY(mu)
@@ -327,27 +321,45 @@ struct ClusterNode::Impl {
   // The host of a session's partitions; null when the session is unknown.
   std::shared_ptr<runtime::PartitionHost> HostOf(uint64_t session_id);
 
-  void Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r);
+  // A partition's step: admitted, then started on the partition's host.
+  void ServeRun(const net::ConnectionPtr& c, net::RunPartition r, net::Answer<net::RunPartitionDone> done) override;
 
   // Tells clients whose steps here finished an op since the last report (one
   // StepProgress each, at most every interval_ms), so their no-progress
   // deadlines restart; sleeps while no step is watched.
   void ProgressLoop();
 
-  void OnMessage(const net::ConnectionPtr& c, net::Message m);
+  // What peers send (net/peer_handler.h), one method per message: the
+  // requests beside their parts below; these in cluster_node.cc.
+  bool OnIoThread(const std::type_info& message) const override;
+  void ServeMembers(const net::ConnectionPtr& c, net::Answer<net::Membership> done) override;
+  void ServeCloseSession(const net::ConnectionPtr& c, net::CloseSession r,
+                         net::Answer<net::StatusReply> done) override;
+  void ServeEcho(const net::ConnectionPtr& c, net::Echo r, net::Answer<net::Echo> done) override;
+  void OnTensor(const net::ConnectionPtr& c, net::SendTensor t) override;
+  void OnAbort(const net::ConnectionPtr& c, net::AbortStep a) override;
+  void OnCleanup(const net::ConnectionPtr& c, net::CleanupStep a) override;
+  void OnChunk(const net::ConnectionPtr& c, net::CollectiveChunk cc) override;
+  void OnAnnounce(const net::ConnectionPtr& c, net::CollectiveAnnounce ca) override;
 
   // The variable store as peers use it (node_variables.cc), one method per
   // message; replies are sent from the pool (a large one must not hold a
   // shard actor's thread while it is written).
   // ReadVariables: the named variables' values (a session's: of its namespace).
-  void ServeReadVariables(const net::ConnectionPtr& c, uint64_t id, net::ReadVariables r);
+  void ServeReadVariables(const net::ConnectionPtr& c, net::ReadVariables r,
+                          net::Answer<net::VariableValues> done) override;
   // AssignVariables: sets them, and answers once their slots are on their backups.
-  void ServeAssignVariables(const net::ConnectionPtr& c, uint64_t id, net::AssignVariables a);
+  void ServeAssignVariables(const net::ConnectionPtr& c, net::AssignVariables a,
+                            net::Answer<net::StatusReply> done) override;
   // ScopeNames, prefixed with the node's name, noting a session's namespace as used.
   Status ScopeVariableNames(const net::Connection& c, std::vector<std::string>* names);
-  // Queues a node checkpoint request (SaveShards, CommitShards,
-  // RestoreShards) for node_checkpoints; its reply, or why it was refused.
-  void ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request);
+  // Node checkpoint requests, queued for node_checkpoints (a restore is
+  // answered once its slot is on its backup); the reply, or why not.
+  void ServeSaveShards(const net::ConnectionPtr& c, net::SaveShards r, net::Answer<net::ShardsDone> done) override;
+  void ServeCommitShards(const net::ConnectionPtr& c, net::CommitShards r,
+                         net::Answer<net::ShardsDone> done) override;
+  void ServeRestoreShards(const net::ConnectionPtr& c, net::RestoreShards r,
+                          net::Answer<net::ShardsDone> done) override;
 
   // Namespaces (node_namespaces.cc). A session names its state by the names
   // its graph gives it; the node stores them scoped to the session's
@@ -357,13 +369,16 @@ struct ClusterNode::Impl {
   Status ScopeNames(const net::Connection& c, std::vector<std::string>* names) const;
   // The names a session's reply shows: its namespace's prefix removed.
   void UnscopeNames(const net::Connection& c, std::vector<std::string>* names) const;
-  // ScopeNames and the directory of a node checkpoint request of c's.
-  Status ScopeCheckpoint(const net::Connection& c, net::Body* request) const;
+  // ScopeNames and the directory of a node checkpoint request of c's
+  // (names null for a commit, which names none).
+  Status ScopeCheckpoint(const net::Connection& c, std::string* dir, std::vector<std::string>* names) const;
   // What each namespace holds here (a session: its own only).
-  void ServeListNamespaces(const net::ConnectionPtr& c, uint64_t id);
+  void ServeListNamespaces(const net::ConnectionPtr& c, net::ListNamespaces r,
+                           net::Answer<net::Namespaces> done) override;
   // Drops a namespace here (a session: only its own; PermissionDenied
   // otherwise): its sessions here close, its variables, tables and queues go.
-  void ServeDropNamespace(const net::ConnectionPtr& c, uint64_t id, const net::DropNamespace& d);
+  void ServeDropNamespace(const net::ConnectionPtr& c, net::DropNamespace d,
+                          net::Answer<net::Namespaces> done) override;
   // Each namespace's state here (sessions counted under mu).
   std::vector<net::NamespaceState> NamespaceStates();
   // Drops namespace ns ("": the default) here: closes its sessions, forgets
@@ -390,20 +405,21 @@ struct ClusterNode::Impl {
   // The leader's request `what` ("move", "sync") of slot: refused unless from
   // a node for a slot of the map, else `work` on the movers thread (at most
   // kMaxMovesWaiting queued), its status the reply.
-  void ServeSlotWork(const net::ConnectionPtr& c, uint64_t id, int slot, const char* what,
+  void ServeSlotWork(const net::ConnectionPtr& c, net::Answer<net::StatusReply> done, int slot, const char* what,
                      std::function<Status()> work);
   // A peer's MoveSlot, queued for the movers thread (or refused).
-  void ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m);
+  void ServeMoveSlot(const net::ConnectionPtr& c, net::MoveSlot m, net::Answer<net::StatusReply> done) override;
   // Replication (node_replicas.cc): starts `replicas`.
   void StartReplicas();
   // The leader's sync of slot's new backup: here when this node holds the
   // slot, else a SyncSlot to its holder; OK or why not.
   Status SyncSlotVia(int slot, const std::string& holder, const std::string& backup, int64_t epoch);
   // A peer's SyncSlot (the placement leader), queued for the movers thread.
-  void ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m);
+  void ServeSyncSlot(const net::ConnectionPtr& c, net::SyncSlot m, net::Answer<net::StatusReply> done) override;
   // A holder's ReplicateSlot: applied when the map names it the slot's
   // holder and this node its backup, refused otherwise (a fenced holder).
-  void ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t id, net::ReplicateSlot m);
+  void ServeReplicateSlot(const net::ConnectionPtr& c, net::ReplicateSlot m,
+                          net::Answer<net::StatusReply> done) override;
   // Sends the slots holding any of `names` here (or `slots`) to their
   // synced backups (SlotReplicas::Sync), then done: with the first error.
   // What a session writes outside a step (assigns, restores) is on the

@@ -40,24 +40,12 @@ void ClusterNode::Impl::UnscopeNames(const net::Connection& c, std::vector<std::
   for (std::string& n : *names) InNamespace(c.peer_namespace(), n, &n);
 }
 
-Status ClusterNode::Impl::ScopeCheckpoint(const net::Connection& c, net::Body* request) const {
+Status ClusterNode::Impl::ScopeCheckpoint(const net::Connection& c, std::string* dir,
+                                          std::vector<std::string>* names) const {
   if (!IsSession(c)) return Status::OK();
-  const std::string& ns = c.peer_namespace();
-  auto scope_dir = [&](std::string* dir) {
-    SF_RETURN_IF_ERROR(CheckSessionDir(*dir, "checkpoint directory"));
-    *dir = ScopedDir(ns, *dir);
-    return Status::OK();
-  };
-  if (auto* s = std::get_if<net::SaveShards>(request)) {
-    SF_RETURN_IF_ERROR(scope_dir(&s->dir));
-    return ScopeNames(c, &s->names);
-  }
-  if (auto* s = std::get_if<net::RestoreShards>(request)) {
-    SF_RETURN_IF_ERROR(scope_dir(&s->dir));
-    return ScopeNames(c, &s->names);
-  }
-  if (auto* s = std::get_if<net::CommitShards>(request)) return scope_dir(&s->dir);
-  return Status::OK();
+  SF_RETURN_IF_ERROR(CheckSessionDir(*dir, "checkpoint directory"));
+  *dir = ScopedDir(c.peer_namespace(), *dir);
+  return names ? ScopeNames(c, names) : Status::OK();
 }
 
 std::vector<net::NamespaceState> ClusterNode::Impl::NamespaceStates() {
@@ -81,30 +69,32 @@ std::vector<net::NamespaceState> ClusterNode::Impl::NamespaceStates() {
   return out;
 }
 
-void ClusterNode::Impl::ServeListNamespaces(const net::ConnectionPtr& c, uint64_t id) {
+void ClusterNode::Impl::ServeListNamespaces(const net::ConnectionPtr& c, net::ListNamespaces,
+                                            net::Answer<net::Namespaces> done) {
   net::Namespaces reply;
   for (net::NamespaceState& s : NamespaceStates())
     if (!IsSession(*c) || s.ns == Shown(c->peer_namespace())) reply.namespaces.push_back(std::move(s));
-  Reply(c, id, std::move(reply));
+  done(std::move(reply));
 }
 
-void ClusterNode::Impl::ServeDropNamespace(const net::ConnectionPtr& c, uint64_t id, const net::DropNamespace& d) {
+void ClusterNode::Impl::ServeDropNamespace(const net::ConnectionPtr& c, net::DropNamespace d,
+                                           net::Answer<net::Namespaces> done) {
   const std::string ns = d.ns == kDefaultNamespace ? "" : d.ns;
   if (!ns.empty()) {
     Status valid = CheckNamespace(ns);
-    if (!valid.ok()) return Reply(c, id, net::StatusReply{valid});
+    if (!valid.ok()) return done(valid);
   }
   if (IsSession(*c) && ns != c->peer_namespace())
-    return Reply(c, id, net::StatusReply{PermissionDenied(
-                            "a session of namespace '" + Shown(c->peer_namespace()) + "' may not drop namespace '" +
-                            Shown(ns) + "' (only a node credential drops another namespace)")});
+    return done(PermissionDenied("a session of namespace '" + Shown(c->peer_namespace()) +
+                                 "' may not drop namespace '" + Shown(ns) +
+                                 "' (only a node credential drops another namespace)"));
   net::Namespaces reply;
   for (net::NamespaceState& s : NamespaceStates())
     if (s.ns == Shown(ns)) reply.namespaces.push_back(std::move(s));
   const auto [vars, qs] = DropNamespaceHere(ns);
   Log("dropped namespace '" + Shown(ns) + "' (" + std::to_string(vars) + " variables, " + std::to_string(qs) +
       " queues) for " + c->peer_address());
-  Reply(c, id, std::move(reply));
+  done(std::move(reply));
 }
 
 std::pair<int64_t, int64_t> ClusterNode::Impl::DropNamespaceHere(const std::string& ns) {

@@ -23,24 +23,6 @@ Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
 
 }  // namespace
 
-void ClusterNode::Impl::Reply(const net::ConnectionPtr& c, uint64_t request_id, net::Body body) {
-  if (request_id == 0) return;
-  net::Message m;
-  m.request_id = request_id;
-  m.body = std::move(body);
-  Status s = c->Send(m);
-  if (s.ok()) return;
-  // A reply that cannot be encoded (a tensor too large for a frame) still
-  // answers: the requester gets the error instead of waiting for good.
-  if (c->is_up()) {
-    net::Message e;
-    e.request_id = request_id;
-    e.body = net::StatusReply{s.WithPrefix("node " + opts.name + " cannot send its reply")};
-    if (c->Send(e).ok()) return;
-  }
-  Log("reply to " + c->peer_address() + " lost: " + s.ToString());
-}
-
 bool ClusterNode::Impl::IsMemberAddress(const std::string& addr) const {
   if (addr.empty()) return false;
   if (addr == address) return true;
@@ -75,26 +57,26 @@ Status ClusterNode::Impl::CheckTaskAddresses(const std::vector<net::Member>& tas
   return Status::OK();
 }
 
-void ClusterNode::Impl::ServeRegister(const net::ConnectionPtr& c, uint64_t id, net::RegisterPartition r) {
+void ClusterNode::Impl::ServeRegister(const net::ConnectionPtr& c, net::RegisterPartition r,
+                                      net::Answer<net::StatusReply> done) {
   {
     std::lock_guard<std::mutex> l(mu);
     size_t& mine = registrations_of[c.get()];
     if (registrations_waiting >= kMaxRegistrationsWaiting || mine >= kMaxRegistrationsPerClient) {
       const bool client_full = mine >= kMaxRegistrationsPerClient;
       if (mine == 0) registrations_of.erase(c.get());
-      return Reply(c, id, net::StatusReply{ResourceExhausted(
-                              "node " + opts.name + " has " +
-                              (client_full ? std::to_string(mine) + " registrations of this client"
-                                           : std::to_string(registrations_waiting) + " registrations") +
-                              " waiting already (at most " +
-                              std::to_string(client_full ? kMaxRegistrationsPerClient : kMaxRegistrationsWaiting) +
-                              "); try again")});
+      return done(ResourceExhausted(
+          "node " + opts.name + " has " +
+          (client_full ? std::to_string(mine) + " registrations of this client"
+                       : std::to_string(registrations_waiting) + " registrations") +
+          " waiting already (at most " +
+          std::to_string(client_full ? kMaxRegistrationsPerClient : kMaxRegistrationsWaiting) + "); try again"));
     }
     ++mine;
     ++registrations_waiting;
   }
   auto job = std::make_shared<net::RegisterPartition>(std::move(r));
-  registrar.Post([this, c, id, job] {
+  registrar.Post([this, c, done, job] {
     Status s = Register(c, *job);
     {
       std::lock_guard<std::mutex> l(mu);
@@ -102,7 +84,7 @@ void ClusterNode::Impl::ServeRegister(const net::ConnectionPtr& c, uint64_t id, 
       if (auto it = registrations_of.find(c.get()); it != registrations_of.end() && --it->second == 0)
         registrations_of.erase(it);
     }
-    Reply(c, id, net::StatusReply{s});
+    done(s);
   });
 }
 
@@ -211,8 +193,8 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
       ss.client = client.get();
       ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
           &rendezvous, address, std::move(tasks), r.session_id,
-          [this](const std::string& to, const net::Message& m, std::function<void(Status)> later) {
-            return router.SendOrQueue(to, m, std::move(later));
+          [this](const std::string& to, net::SendTensor t, std::function<void(Status)> later) {
+            return router.SendOrQueue(to, std::move(t), std::move(later));
           });
       runtime::PartitionHostOptions ho;
       ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
@@ -251,7 +233,8 @@ std::shared_ptr<runtime::PartitionHost> ClusterNode::Impl::HostOf(uint64_t sessi
   return it == sessions.end() ? nullptr : it->second.host;
 }
 
-void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, net::RunPartition r) {
+void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition r,
+                                 net::Answer<net::RunPartitionDone> done) {
   using Verdict = cluster::RunAdmission::Verdict;
   std::shared_ptr<runtime::PartitionHost> host;
   bool stopping = false;
@@ -281,8 +264,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
   const int64_t fence = admitted.fence;
   if (admitted.verdict == Verdict::kStale) {
     // This node stopped serving the slot (it moved away): nothing ran.
-    Reply(c, request_id,
-          net::RunPartitionDone{step,
+    done(net::RunPartitionDone{step,
                                 Aborted("node " + opts.name + ": slot " + std::to_string(slot.first) + " " +
                                         cluster::kStaleEpoch + " " + std::to_string(slot.second) +
                                         (fence == std::numeric_limits<int64_t>::max()
@@ -294,8 +276,7 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     return;
   }
   if (admitted.verdict == Verdict::kFull) {
-    Reply(c, request_id,
-          net::RunPartitionDone{step,
+    done(net::RunPartitionDone{step,
                                 ResourceExhausted("node " + opts.name + ": step " + std::to_string(step) +
                                                   " refused: this client has " +
                                                   std::to_string(kMaxRunningPerClient) +
@@ -304,12 +285,11 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
     return;
   }
   if (admitted.verdict == Verdict::kClosed || (!host && stopping)) {
-    Reply(c, request_id, net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
+    done(net::RunPartitionDone{step, Unavailable("node " + opts.name + " is stopping"), {}});
     return;
   }
   if (!host) {
-    Reply(c, request_id,
-          net::RunPartitionDone{step,
+    done(net::RunPartitionDone{step,
                                 NotFound("node " + opts.name + " has no partition " +
                                          std::to_string(r.handle) + " of session " +
                                          std::to_string(r.session_id)),
@@ -335,12 +315,12 @@ void ClusterNode::Impl::Run(const net::ConnectionPtr& c, uint64_t request_id, ne
   // The host's actor starts the step: this connection keeps reading.
   // The run ends once its reply is sent: after its slot's changes reached
   // the slot's backup (FinishRun), so a fence waits for that too.
-  auto reply = [this, c, request_id, step, trace, watch, slot](net::RunPartitionDone d) {
+  auto reply = [this, c, done, step, trace, watch, slot](net::RunPartitionDone d) {
     if (trace) {
       d.trace_elapsed_ns = trace->Now();
       d.trace = trace->Take().first;
     }
-    Reply(c, request_id, std::move(d));
+    done(std::move(d));
     // Ended under mu: the drain's wait on `idle` reads admission.Idle() under it.
     std::lock_guard<std::mutex> l(mu);
     if (watch) watched.erase(watch);
@@ -365,17 +345,17 @@ void ClusterNode::Impl::ProgressLoop() {
     for (const auto& w : watched) tick_ms = std::min(tick_ms, w->interval_ms / 2);
     watch_cv.wait_for(l, std::chrono::milliseconds(std::max(kMinProgressMs / 2, tick_ms)));
     const int64_t now = NowMs();
-    std::vector<std::pair<net::ConnectionPtr, net::Message>> out;
+    std::vector<std::pair<net::ConnectionPtr, net::StepProgress>> out;
     for (const auto& w : watched) {
       if (now - w->reported_ms < w->interval_ms || w->finished.exchange(0, std::memory_order_relaxed) == 0) continue;
       auto c = w->client.lock();
       if (!c) continue;
       w->reported_ms = now;
-      out.push_back({std::move(c), net::Message{0, net::StepProgress{w->session_id, w->step, ++w->reports}}});
+      out.push_back({std::move(c), net::StepProgress{w->session_id, w->step, ++w->reports}});
     }
     if (out.empty()) continue;
     l.unlock();
-    for (auto& [c, m] : out) c->Send(m);  // a client gone has no deadline to restart
+    for (auto& [c, p] : out) (void)net::Tell(c, p);  // a client gone has no deadline to restart
     l.lock();
   }
 }

@@ -98,34 +98,37 @@ Status ClusterNode::Impl::MoveSlotVia(int slot, const std::string& from, const s
     return Unavailable("slot " + std::to_string(slot) + "'s old holder " + from + " went silent lately");
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(from));
   // The old holder waits for the slot's runs (kFenceWaitMs), then copies.
-  return net::CallStatus(c, net::MoveSlot{slot, to, epoch}, timeout_ms)
+  return net::Call(c, net::MoveSlot{slot, to, epoch}, timeout_ms)
+      .status()
       .WithPrefix("moving slot " + std::to_string(slot) + " from " + from + " to " + to);
 }
 
-void ClusterNode::Impl::ServeSlotWork(const net::ConnectionPtr& c, uint64_t id, int slot, const char* what,
+void ClusterNode::Impl::ServeSlotWork(const net::ConnectionPtr& c, net::Answer<net::StatusReply> done, int slot,
+                                      const char* what,
                                       std::function<Status()> work) {
   // Only the placement leader, a node, moves and syncs slots.
   if (c->peer_role() != net::Role::kNode)
-    return Reply(c, id, net::StatusReply{PermissionDenied(std::string("only nodes ") + what + " slots; " +
-                                                          c->peer_address() + " holds a session credential")});
+    return done(PermissionDenied(std::string("only nodes ") + what + " slots; " +
+                                                          c->peer_address() + " holds a session credential"));
   if (slot < 0 || slot >= opts.map_slots)
-    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(slot) + " is not one of the " +
-                                                         std::to_string(opts.map_slots) + " of the shard map")});
+    return done(InvalidArgument("slot " + std::to_string(slot) + " is not one of the " +
+                                                         std::to_string(opts.map_slots) + " of the shard map"));
   if (moves_waiting.fetch_add(1) >= kMaxMovesWaiting) {
     --moves_waiting;
-    return Reply(c, id, net::StatusReply{ResourceExhausted("node " + opts.name + " has " +
+    return done(ResourceExhausted("node " + opts.name + " has " +
                                                            std::to_string(kMaxMovesWaiting) +
-                                                           " slot moves waiting already")});
+                                                           " slot moves waiting already"));
   }
-  movers.Post([this, c, id, work = std::move(work)] {
+  movers.Post([this, done, work = std::move(work)] {
     Status s = work();
     --moves_waiting;
-    Reply(c, id, net::StatusReply{s});
+    done(s);
   });
 }
 
-void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, uint64_t id, const net::MoveSlot& m) {
-  ServeSlotWork(c, id, m.slot, "move", [this, m] { return MoveSlotHere(m.slot, m.to, m.epoch); });
+void ClusterNode::Impl::ServeMoveSlot(const net::ConnectionPtr& c, net::MoveSlot m,
+                                      net::Answer<net::StatusReply> done) {
+  ServeSlotWork(c, done, m.slot, "move", [this, m] { return MoveSlotHere(m.slot, m.to, m.epoch); });
 }
 
 Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t epoch) {
@@ -182,7 +185,7 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
     bytes += v.value.valid() ? static_cast<int64_t>(v.value.bytes()) : 0;
   }
   Status sent = cluster::SendSlotChanges(slot, epoch, address, true, std::move(state), [&](net::ReplicateSlot m) {
-    return net::CallStatus(c, std::move(m), 120000);
+    return net::Call(c, std::move(m), 120000).status();
   });
   if (!sent.ok()) return sent.WithPrefix("copying slot " + std::to_string(slot) + " to " + to);
   Log("slot " + std::to_string(slot) + " moved to " + to + " at epoch " + std::to_string(epoch) + ": " +

@@ -21,7 +21,7 @@ void ClusterNode::Impl::StartReplicas() {
   };
   h.send = [this](const std::string& to, net::ReplicateSlot m) {
     SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(to));
-    return net::CallStatus(c, std::move(m), std::max(2000, 10 * opts.peer_timeout_ms));
+    return net::Call(c, std::move(m), std::max(2000, 10 * opts.peer_timeout_ms)).status();
   };
   h.copy_bytes_per_s = int64_t{opts.copy_mib_per_s} << 20;
   replicas = std::make_unique<cluster::SlotReplicas>(std::move(h));
@@ -34,24 +34,27 @@ Status ClusterNode::Impl::SyncSlotVia(int slot, const std::string& holder, const
     return replicas->SyncWhole(slot, backup, epoch);
   }
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, router.Peer(holder));
-  return net::CallStatus(c, net::SyncSlot{slot, backup, epoch}, kFenceWaitMs + 120000)
+  return net::Call(c, net::SyncSlot{slot, backup, epoch}, kFenceWaitMs + 120000)
+      .status()
       .WithPrefix("syncing slot " + std::to_string(slot) + " from " + holder + " to its backup " + backup);
 }
 
-void ClusterNode::Impl::ServeSyncSlot(const net::ConnectionPtr& c, uint64_t id, const net::SyncSlot& m) {
-  ServeSlotWork(c, id, m.slot, "sync", [this, m] {
+void ClusterNode::Impl::ServeSyncSlot(const net::ConnectionPtr& c, net::SyncSlot m,
+                                      net::Answer<net::StatusReply> done) {
+  ServeSlotWork(c, done, m.slot, "sync", [this, m] {
     if (!replicas) return FailedPrecondition("node " + opts.name + " has not started replication");
     return replicas->SyncWhole(m.slot, m.backup, m.epoch);
   });
 }
 
-void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t id, net::ReplicateSlot m) {
+void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, net::ReplicateSlot m,
+                                           net::Answer<net::StatusReply> done) {
   if (c->peer_role() != net::Role::kNode)
-    return Reply(c, id, net::StatusReply{PermissionDenied("only nodes replicate slots; " + c->peer_address() +
-                                                          " holds a session credential")});
+    return done(PermissionDenied("only nodes replicate slots; " + c->peer_address() +
+                                                          " holds a session credential"));
   if (!placement_ready.load() || m.slot < 0 || m.slot >= opts.map_slots)
-    return Reply(c, id, net::StatusReply{InvalidArgument("slot " + std::to_string(m.slot) + " is no slot of node " +
-                                                         opts.name + "'s shard map")});
+    return done(InvalidArgument("slot " + std::to_string(m.slot) + " is no slot of node " +
+                                                         opts.name + "'s shard map"));
   // The map must name the sender the slot's holder and this node its
   // backup: a holder that was replaced (it stalled, or was cut off) is
   // refused, so it can acknowledge nothing after its successor took over.
@@ -67,10 +70,10 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
   cluster::ShardMap map = pl->Map();
   if (!names_us(map) && map.epoch < m.epoch && pl->Refresh().ok()) map = pl->Map();
   if (!names_us(map))
-    return Reply(c, id, net::StatusReply{FailedPrecondition(
+    return done(FailedPrecondition(
                             "node " + opts.name + ": the shard map (epoch " + std::to_string(map.epoch) +
                             ") does not make " + m.holder + " the holder of slot " + std::to_string(m.slot) +
-                            " with this node its backup")});
+                            " with this node its backup"));
   std::vector<runtime::VarChanges> changes;
   for (size_t i = 0; i < m.names.size(); ++i) {
     runtime::VarChanges ch;
@@ -84,8 +87,8 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     if (!m.clocks.empty()) ch.clocks = m.clocks[i].ToVector<int64_t>();  // the decoder checked int64 [n]
     const Tensor& o = m.origins[i];
     if (o.dtype() != DType::kInt64 || o.rank() != 2 || o.dim(1) != 2)
-      return Reply(c, id, net::StatusReply{InvalidArgument("ReplicateSlot: origins of '" + ch.name +
-                                                           "' are not int64 [k, 2]: " + o.DebugString(0))});
+      return done(InvalidArgument("ReplicateSlot: origins of '" + ch.name +
+                                                           "' are not int64 [k, 2]: " + o.DebugString(0)));
     for (int64_t k = 0; k < o.dim(0); ++k)
       ch.origins.push_back(UpdateOrigin{static_cast<uint64_t>(o.data<int64_t>()[2 * k]),
                                         static_cast<uint64_t>(o.data<int64_t>()[2 * k + 1])});
@@ -108,23 +111,23 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, uint64_t
     if (staged_bytes + bytes > kMaxStagedBytes) {
       staged_bytes -= st.bytes;
       staged.erase(m.slot);
-      return Reply(c, id, net::StatusReply{ResourceExhausted(
+      return done(ResourceExhausted(
                               "node " + opts.name + " holds " + std::to_string(kMaxStagedBytes) +
                               " bytes of unfinished replication rounds already; slot " + std::to_string(m.slot) +
-                              "'s round is dropped")});
+                              "'s round is dropped"));
     }
     staged_bytes += bytes;
     st.bytes += bytes;
     for (auto& ch : changes) st.changes.push_back(std::move(ch));
-    if (m.more) return Reply(c, id, net::StatusReply{Status::OK()});
+    if (m.more) return done(Status::OK());
     changes = std::move(st.changes);
     staged_bytes -= st.bytes;
     staged.erase(m.slot);
   }
   // Answered from whichever thread applies last (a shard actor's, or this
-  // one): Reply takes no lock, so no hop to another thread is needed.
-  auto applied = [this, c, id, slot = m.slot](Status s) {
-    Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot))});
+  // one): an answer takes no lock, so no hop to another thread is needed.
+  auto applied = [this, done, slot = m.slot](Status s) {
+    done(s.WithPrefix("node " + opts.name + " applying slot " + std::to_string(slot)));
   };
   // Checked again with the changes queued under mu, which Run holds while it
   // admits a run (noting its epoch as served): a backup that took the slot

@@ -17,60 +17,90 @@ Status ClusterNode::Impl::ScopeVariableNames(const net::Connection& c, std::vect
   return Status::OK();
 }
 
-void ClusterNode::Impl::ServeReadVariables(const net::ConnectionPtr& c, uint64_t id, net::ReadVariables r) {
+void ClusterNode::Impl::ServeReadVariables(const net::ConnectionPtr& c, net::ReadVariables r,
+                                           net::Answer<net::VariableValues> done) {
   Status scoped = ScopeVariableNames(*c, &r.names);
-  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped});
+  if (!scoped.ok()) return done(scoped);
   if (r.names.empty() && c->peer_role() == net::Role::kSession) {
     // "Every variable" is every variable of the session's namespace.
     const std::string& ns = c->peer_namespace();
     r.names = variables->NamesWhere([&ns](const std::string& n) { return InNamespace(ns, n); });
-    if (r.names.empty()) return Reply(c, id, net::VariableValues{});
+    if (r.names.empty()) return done(net::VariableValues{});
   }
-  variables->ReadNamed(r.names, [this, c, id](std::vector<std::pair<std::string, Tensor>> values) {
+  variables->ReadNamed(r.names, [this, c, done](std::vector<std::pair<std::string, Tensor>> values) {
     auto out = std::make_shared<net::VariableValues>();
     for (auto& [name, value] : values) {
       out->names.push_back(std::move(name));
       out->values.push_back(std::move(value));
     }
     UnscopeNames(*c, &out->names);
-    pool.Schedule([this, c, id, out] { Reply(c, id, std::move(*out)); });
+    pool.Schedule([done, out] { done(std::move(*out)); });
   });
 }
 
-void ClusterNode::Impl::ServeAssignVariables(const net::ConnectionPtr& c, uint64_t id, net::AssignVariables a) {
+void ClusterNode::Impl::ServeAssignVariables(const net::ConnectionPtr& c, net::AssignVariables a,
+                                             net::Answer<net::StatusReply> done) {
   Status scoped = ScopeVariableNames(*c, &a.names);
-  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped});
+  if (!scoped.ok()) return done(scoped);
   if (a.names.size() != a.values.size())  // the decoder refuses it first; never read past values
-    return Reply(c, id, net::StatusReply{InvalidArgument("AssignVariables: names and values differ in number")});
+    return done(InvalidArgument("AssignVariables: names and values differ in number"));
   std::vector<std::string> names = a.names;
   std::vector<std::pair<std::string, Tensor>> values;
   values.reserve(a.names.size());
   for (size_t i = 0; i < a.names.size(); ++i) values.emplace_back(std::move(a.names[i]), std::move(a.values[i]));
   // Acknowledged once the assigned slots are on their backups too.
-  variables->AssignNamed(std::move(values), [this, c, id, names = std::move(names)](Status s) {
-    pool.Schedule([this, c, id, s, names] {
-      auto reply = [this, c, id](Status r) { Reply(c, id, net::StatusReply{r.WithPrefix("node " + opts.name)}); };
+  variables->AssignNamed(std::move(values), [this, done, names = std::move(names)](Status s) {
+    pool.Schedule([this, done, s, names] {
+      auto reply = [this, done](Status r) { done(r.WithPrefix("node " + opts.name)); };
       if (!s.ok()) return reply(s);
       ReplicateSlotsOf(names, reply);
     });
   });
 }
 
-void ClusterNode::Impl::ServeCheckpoint(const net::ConnectionPtr& c, uint64_t id, net::Body request) {
-  Status scoped = ScopeCheckpoint(*c, &request);
-  if (!scoped.ok()) return Reply(c, id, net::StatusReply{scoped.WithPrefix("node " + opts.name)});
-  const auto* restore = std::get_if<net::RestoreShards>(&request);
-  const int restored = restore ? restore->task : -1;
-  Status queued = node_checkpoints->Post(std::move(request), [this, c, id, restored](net::Body reply) {
-    // A restored slot is on its backup before the restore is acknowledged.
-    if (restored < 0 || std::holds_alternative<net::StatusReply>(reply)) return Reply(c, id, std::move(reply));
-    auto r = std::make_shared<net::Body>(std::move(reply));
-    ReplicateSlots({restored}, [this, c, id, r](Status s) {
-      if (!s.ok()) return Reply(c, id, net::StatusReply{s.WithPrefix("node " + opts.name + " replicating a restore")});
-      Reply(c, id, std::move(*r));
+namespace {
+
+// node_checkpoints' result as the request's answer.
+cluster::NodeCheckpoints::Done Forward(net::Answer<net::ShardsDone> done) {
+  return [done](Result<net::ShardsDone> d) {
+    if (d.ok()) done(std::move(d).value());
+    else done(d.status());
+  };
+}
+
+}  // namespace
+
+void ClusterNode::Impl::ServeSaveShards(const net::ConnectionPtr& c, net::SaveShards r,
+                                        net::Answer<net::ShardsDone> done) {
+  Status scoped = ScopeCheckpoint(*c, &r.dir, &r.names);
+  if (!scoped.ok()) return done(scoped.WithPrefix("node " + opts.name));
+  Status queued = node_checkpoints->Post(std::move(r), Forward(done));
+  if (!queued.ok()) done(queued);
+}
+
+void ClusterNode::Impl::ServeCommitShards(const net::ConnectionPtr& c, net::CommitShards r,
+                                          net::Answer<net::ShardsDone> done) {
+  Status scoped = ScopeCheckpoint(*c, &r.dir, nullptr);
+  if (!scoped.ok()) return done(scoped.WithPrefix("node " + opts.name));
+  Status queued = node_checkpoints->Post(std::move(r), Forward(done));
+  if (!queued.ok()) done(queued);
+}
+
+void ClusterNode::Impl::ServeRestoreShards(const net::ConnectionPtr& c, net::RestoreShards r,
+                                           net::Answer<net::ShardsDone> done) {
+  Status scoped = ScopeCheckpoint(*c, &r.dir, &r.names);
+  if (!scoped.ok()) return done(scoped.WithPrefix("node " + opts.name));
+  const int restored = r.task;
+  // A restored slot is on its backup before the restore is acknowledged.
+  Status queued = node_checkpoints->Post(std::move(r), [this, done, restored](Result<net::ShardsDone> d) {
+    if (!d.ok()) return done(d.status());
+    auto piece = std::make_shared<net::ShardsDone>(std::move(d).value());
+    ReplicateSlots({restored}, [this, done, piece](Status s) {
+      if (!s.ok()) return done(s.WithPrefix("node " + opts.name + " replicating a restore"));
+      done(std::move(*piece));
     });
   });
-  if (!queued.ok()) Reply(c, id, net::StatusReply{queued});
+  if (!queued.ok()) done(queued);
 }
 
 }  // namespace sf

@@ -14,15 +14,6 @@ int64_t NowMs() {
       .count();
 }
 
-int64_t QueuedBytes(const net::Message& m) {
-  int64_t bytes = 256;
-  if (auto* cc = std::get_if<net::CollectiveChunk>(&m.body); cc && cc->chunk.valid())
-    bytes += static_cast<int64_t>(cc->chunk.bytes());
-  if (auto* st = std::get_if<net::SendTensor>(&m.body); st && st->value.valid())
-    bytes += static_cast<int64_t>(st->value.bytes());
-  return bytes;
-}
-
 }  // namespace
 
 PeerRouter::PeerRouter(Hooks hooks) : hooks_(std::move(hooks)) {
@@ -74,12 +65,7 @@ Result<net::ConnectionPtr> PeerRouter::Peer(const std::string& addr) {
   return winner;
 }
 
-Status PeerRouter::SendTo(const std::string& addr, const net::Message& m) {
-  SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, Peer(addr));
-  return c->Send(m);
-}
-
-Result<bool> PeerRouter::SendOrQueue(const std::string& to, const net::Message& m, std::function<void(Status)> later) {
+Result<bool> PeerRouter::Route(const std::string& to, Outgoing out, std::function<void(Status)> later) {
   net::ConnectionPtr c;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -91,17 +77,17 @@ Result<bool> PeerRouter::SendOrQueue(const std::string& to, const net::Message& 
     }
     if (!c) {
       SF_RETURN_IF_ERROR(RecentFailureLocked(to, /*forget_old=*/false));
-      const int64_t bytes = QueuedBytes(m);
+      const int64_t bytes = out.bytes;
       if (queued_bytes_ + bytes > kMaxQueuedBytes)
         return ResourceExhausted("node " + hooks_.node_name() + " has " + std::to_string(queued_bytes_) +
                                  " bytes waiting for connections to be dialed");
-      queued_[to].push_back(Queued{m, std::move(later)});
+      queued_[to].push_back(Queued{std::move(out), std::move(later)});
       queued_bytes_ += bytes;
       cv_.notify_all();
       return true;
     }
   }
-  SF_RETURN_IF_ERROR(c->Send(m));
+  SF_RETURN_IF_ERROR(out.send(c));
   return false;
 }
 
@@ -145,12 +131,12 @@ void PeerRouter::DialLoop() {
       }
       std::deque<Queued> batch;
       batch.swap(q->second);
-      for (const auto& u : batch) queued_bytes_ -= QueuedBytes(u.m);
+      for (const auto& u : batch) queued_bytes_ -= u.out.bytes;
       l.unlock();
       Status s = c.ok() ? Status::OK() : c.status();
       bool unsent = false;
       for (auto& u : batch) {
-        Status sent = s.ok() ? (*c)->Send(u.m) : s;
+        Status sent = s.ok() ? u.out.send(*c) : s;
         if (!sent.ok()) s = sent;
         if (u.later) u.later(sent.WithPrefix("sending to " + to));
         else unsent |= !sent.ok();

@@ -43,14 +43,19 @@ class PeerRouter {
   // naming the failure (and its age) when its last dial failed less than
   // kRedialMs ago, or the node is stopping.
   Result<net::ConnectionPtr> Peer(const std::string& addr);
-  // Sends m over Peer(addr); its errors, or the send's.
-  Status SendTo(const std::string& addr, const net::Message& m);
-  // Sends m to `to` without waiting on a dial: over a live connection at once
-  // (false); otherwise m waits, in order, for the dialer (true), which calls
-  // later(status) (later null: a failure goes to on_unsent). Unavailable when
-  // the address failed less than kRedialMs ago or the node stops;
-  // ResourceExhausted past kMaxQueuedBytes waiting in all.
-  Result<bool> SendOrQueue(const std::string& to, const net::Message& m, std::function<void(Status)> later);
+  // Sends one-way message m (a SendTensor, CollectiveChunk or
+  // CollectiveAnnounce) to `to` without waiting on a dial: over a live
+  // connection at once (false); otherwise m waits, in order, for the dialer
+  // (true), which calls later(status) (later null: a failure goes to
+  // on_unsent). Unavailable when the address failed less than kRedialMs ago
+  // or the node stops; ResourceExhausted past kMaxQueuedBytes waiting in all.
+  template <class M>
+  Result<bool> SendOrQueue(const std::string& to, M m, std::function<void(Status)> later) {
+    const int64_t bytes = 256 + PayloadBytes(m);
+    return Route(to, Outgoing{[m = std::move(m)](const net::ConnectionPtr& c) mutable { return net::Tell(c, std::move(m)); },
+                              bytes},
+                 std::move(later));
+  }
   // Whether the connection to addr went down (a closed socket, or no
   // heartbeat for the peer timeout) within the last ms and none is up now.
   bool LostWithin(const std::string& addr, int64_t ms) const;
@@ -66,10 +71,19 @@ class PeerRouter {
   static constexpr int64_t kMaxQueuedBytes = int64_t{1} << 30;
 
  private:
+  // A message on its way: how it is sent (once), and its size.
+  struct Outgoing {
+    std::function<Status(const net::ConnectionPtr&)> send;
+    int64_t bytes = 0;
+  };
   struct Queued {
-    net::Message m;
+    Outgoing out;
     std::function<void(Status)> later;  // null: the hub's
   };
+  static int64_t PayloadBytes(const net::SendTensor& t) { return t.value.valid() ? t.value.bytes() : 0; }
+  static int64_t PayloadBytes(const net::CollectiveChunk& c) { return c.chunk.valid() ? c.chunk.bytes() : 0; }
+  static int64_t PayloadBytes(const net::CollectiveAnnounce&) { return 0; }
+  Result<bool> Route(const std::string& to, Outgoing out, std::function<void(Status)> later);
   void DialLoop();
   Status RecentFailureLocked(const std::string& addr, bool forget_old);
 

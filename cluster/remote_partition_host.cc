@@ -45,7 +45,7 @@ class RemotePartitionHost : public PartitionHost {
     for (const Output& f : spec.fed) r.feeds.push_back({g.node(f.node).name, f.index});
     for (const Output& f : spec.fetches) r.fetches.push_back({g.node(f.node).name, f.index});
     for (int id : spec.nodes) r.targets.push_back(g.node(id).name);
-    Status s = net::CallStatus(o_.conn, std::move(r), o_.request_timeout_ms);
+    Status s = net::Call(o_.conn, std::move(r), o_.request_timeout_ms).status();
     if (!s.ok()) return s.WithPrefix("registering the partition for " + device + " on " + o_.where);
     std::lock_guard<std::mutex> l(mu_);
     task_of_[handle] = name->task;
@@ -80,44 +80,38 @@ class RemotePartitionHost : public PartitionHost {
     // The reply is handled on the connection's I/O thread: what follows is
     // bookkeeping and hand-offs (the step join, the session's callback
     // thread), and a hop to a handler thread would cost every step.
-    o_.conn->RequestInline(std::move(r), o_.step_timeout_ms,
-                     [this, step_id, task, trace, sent_ns, answer](Result<net::Message> reply) {
-                       if (o_.deadlines) o_.deadlines->Finish(answer->token);
-                       // Expired: the step (and its trace) may be gone.
-                       Executor::DoneFn done = answer->Take();
-                       if (!done) return;
-                       Status s;
-                       std::vector<Tensor> out;
-                       if (!reply.ok()) {
-                         s = reply.status();
-                       } else if (auto* d = std::get_if<net::RunPartitionDone>(&reply->body)) {
-                         s = std::move(d->status);
-                         out = std::move(d->fetches);
-                         if (trace) AddNodeTrace(trace, sent_ns, d);
-                       } else if (auto* e = std::get_if<net::StatusReply>(&reply->body); e && !e->status.ok()) {
-                         s = e->status;  // the node could not send its answer (too large for a frame)
-                       } else {
-                         s = Internal(std::string("unexpected reply ") + net::BodyName(reply->body) + " from " +
-                                      o_.where);
-                       }
-                       if (!s.ok())
-                         s = s.WithPrefix("step " + std::to_string(step_id) + " on task " + std::to_string(task) +
-                                          " (" + o_.where + ")");
-                       if (s.code() == Code::kUnavailable && o_.on_unavailable) o_.on_unavailable();
-                       done(std::move(s), std::move(out));
-                     });
+    net::Ask(
+        o_.conn, std::move(r), o_.step_timeout_ms,
+        [this, step_id, task, trace, sent_ns, answer](Result<net::RunPartitionDone> reply) {
+          if (o_.deadlines) o_.deadlines->Finish(answer->token);
+          // Expired: the step (and its trace) may be gone.
+          Executor::DoneFn done = answer->Take();
+          if (!done) return;
+          Status s;
+          std::vector<Tensor> out;
+          if (!reply.ok()) {
+            s = reply.status();  // no answer, or the node could not send it (too large for a frame)
+          } else {
+            s = std::move(reply->status);
+            out = std::move(reply->fetches);
+            if (trace) AddNodeTrace(trace, sent_ns, &*reply);
+          }
+          if (!s.ok())
+            s = s.WithPrefix("step " + std::to_string(step_id) + " on task " + std::to_string(task) + " (" +
+                             o_.where + ")");
+          if (s.code() == Code::kUnavailable && o_.on_unavailable) o_.on_unavailable();
+          done(std::move(s), std::move(out));
+        },
+        /*inline_reply=*/true);
   }
 
   void Abort(int64_t step_id, const Status& status) override {
-    net::Message m;
-    m.body = net::AbortStep{step_id, Aborted("step aborted: " + status.message()), o_.session_id};
-    o_.conn->Send(m);  // a node that is down has nothing to abort
+    // A node that is down has nothing to abort.
+    (void)net::Tell(o_.conn, net::AbortStep{step_id, Aborted("step aborted: " + status.message()), o_.session_id});
   }
 
   void Cleanup(int64_t step_id) override {
-    net::Message m;
-    m.body = net::CleanupStep{step_id, o_.session_id};
-    o_.conn->Send(m);  // nor anything to clean
+    (void)net::Tell(o_.conn, net::CleanupStep{step_id, o_.session_id});  // nor anything to clean
   }
 
  private:

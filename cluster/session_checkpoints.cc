@@ -13,18 +13,21 @@ using namespace cluster_session_detail;  // NOLINT: the session's helpers (clust
 
 namespace {
 
-// Sends request to the node at addr and waits for its ShardsDone (the
-// node's error, or the call's, naming addr otherwise).
-Result<net::ShardsDone> AskShards(ClusterSession::Impl* impl, const std::string& addr, net::Body request) {
-  const std::string what = std::string(net::BodyName(request)) + " on " + addr;
+const char* RequestName(const net::SaveShards&) { return "SaveShards"; }
+const char* RequestName(const net::CommitShards&) { return "CommitShards"; }
+const char* RequestName(const net::RestoreShards&) { return "RestoreShards"; }
+
+// Sends request (SaveShards, CommitShards, RestoreShards) to the node at
+// addr and waits for its ShardsDone; the node's error, or the call's,
+// naming the request and addr.
+template <class Req>
+Result<net::ShardsDone> AskShards(ClusterSession::Impl* impl, const std::string& addr, Req request) {
+  const std::string what = std::string(RequestName(request)) + " on " + addr;
   auto c = impl->Conn(addr);
   if (!c.ok()) return c.status().WithPrefix(what);
-  auto r = Call(*c, std::move(request), impl->VariablesTimeoutMs());
+  auto r = net::Call(*c, std::move(request), impl->VariablesTimeoutMs());
   if (!r.ok()) return r.status().WithPrefix(what);
-  if (auto* e = std::get_if<net::StatusReply>(&r->body); e && !e->status.ok()) return e->status;
-  auto* d = std::get_if<net::ShardsDone>(&r->body);
-  if (!d) return Internal(what + ": unexpected reply " + net::BodyName(r->body));
-  return std::move(*d);
+  return r;
 }
 
 // Runs ask(t) for every task t in tasks at once; the replies by task, or the first error.

@@ -40,7 +40,6 @@ namespace cluster_session_detail {
 inline constexpr int kStepTimeoutMs = 24 * 3600 * 1000;
 
 using net::Call;
-using net::CallStatus;
 
 inline std::string TaskDevice(int task) {
   return "/job:worker/task:" + std::to_string(task) + "/device:CPU:0";
@@ -48,7 +47,13 @@ inline std::string TaskDevice(int task) {
 
 }  // namespace cluster_session_detail
 
-struct ClusterSession::Impl {
+struct ClusterSession::Impl : net::Handler {
+  // What nodes tell a session (cluster_session.cc): its steps' progress
+  // (on the I/O thread: it only restarts a deadline) and membership views.
+  bool OnIoThread(const std::type_info& message) const override { return message == typeid(net::StepProgress); }
+  void OnProgress(const net::ConnectionPtr& from, net::StepProgress p) override;
+  void OnMembership(const net::ConnectionPtr& from, net::Membership m) override;
+
   const Graph& graph;
   ClusterOptions options;
   // Before the endpoint: its handlers report progress into it until it is gone.

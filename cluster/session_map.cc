@@ -26,18 +26,13 @@ Result<net::Membership> ClusterSession::Impl::AskMembership() {
       last = c.status();
       continue;
     }
-    auto r = Call(*c, net::ListMembers{}, options.request_timeout_ms);
-    if (!r.ok()) {
-      last = r.status();
-      continue;
-    }
-    auto* mem = std::get_if<net::Membership>(&r->body);
-    if (!mem) {
-      last = Internal(std::string("unexpected reply ") + net::BodyName(r->body) + " to ListMembers");
+    auto mem = net::Call(*c, net::ListMembers{}, options.request_timeout_ms);
+    if (!mem.ok()) {
+      last = mem.status();
       continue;
     }
     Learn(*mem);
-    return std::move(*mem);
+    return mem;
   }
   return last;
 }

@@ -17,7 +17,7 @@ Result<net::ConnectionPtr> ClusterSession::Impl::Conn(const std::string& addr) {
   }
   SF_ASSIGN_OR_RETURN(net::ConnectionPtr c, endpoint->Connect(addr));
   // Listing the members makes the node tell us when they change.
-  auto r = Call(c, net::ListMembers{}, options.request_timeout_ms);
+  auto r = net::Call(c, net::ListMembers{}, options.request_timeout_ms);
   if (!r.ok()) return r.status().WithPrefix("listing the members of " + addr);
   std::lock_guard<std::mutex> l(conf_mu);
   auto& slot = conns[addr];
@@ -44,7 +44,7 @@ Result<std::vector<std::pair<std::string, Tensor>>> ClusterSession::Impl::ReadVa
   // One variable per message: a big table and its slots together could pass
   // a frame's limit.
   for (const std::string& name : names) {
-    auto v = net::CallFor<net::VariableValues>(c, net::ReadVariables{{name}}, VariablesTimeoutMs());
+    auto v = net::Call(c, net::ReadVariables{{name}}, VariablesTimeoutMs());
     if (!v.ok()) return v.status().WithPrefix("reading variable '" + name + "' from " + addr);
     for (size_t i = 0; i < v->names.size(); ++i) out.emplace_back(std::move(v->names[i]), std::move(v->values[i]));
   }
@@ -57,7 +57,7 @@ Status ClusterSession::Impl::AssignVariables(const std::string& addr,
   // Variables before their slots, so a slot lands in its variable's shard actor.
   std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, value] : values) {
-    Status s = CallStatus(c, net::AssignVariables{{name}, {std::move(value)}}, VariablesTimeoutMs());
+    Status s = net::Call(c, net::AssignVariables{{name}, {std::move(value)}}, VariablesTimeoutMs()).status();
     if (!s.ok()) return s.WithPrefix("assigning variable '" + name + "' on " + addr);
   }
   return Status::OK();
@@ -79,7 +79,7 @@ void ClusterSession::Impl::ResumeSteps() {
 namespace {
 
 void CloseOn(uint64_t sid, const std::vector<net::ConnectionPtr>& conns) {
-  for (const auto& c : conns) c->Request(net::CloseSession{sid}, 2000, [](Result<net::Message>) {});
+  for (const auto& c : conns) net::Ask(c, net::CloseSession{sid}, 2000, [](Result<net::StatusReply>) {});
 }
 
 }  // namespace
@@ -172,7 +172,7 @@ Result<ClusterChange> ClusterSession::Impl::Reconfigure(bool roll_back_all) {
         // messages, never rolled back to the checkpoint (which would lose
         // acknowledged updates). A hung node does not answer within the
         // heartbeat timeout and is restored as before.
-        old_alive = Call(*c, net::ListMembers{}, std::max(1, 2 * options.peer_timeout_ms)).ok();
+        old_alive = net::Call(*c, net::ListMembers{}, std::max(1, 2 * options.peer_timeout_ms)).ok();
       }
       {
         std::lock_guard<std::mutex> l(conf_mu);

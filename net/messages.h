@@ -35,6 +35,14 @@ struct StatusReply {
   Status status;
 };
 
+// Each request names the reply it is answered with (Req::Reply), which
+// net::Call returns; these are defined below.
+struct Membership;
+struct RunPartitionDone;
+struct VariableValues;
+struct ShardsDone;
+struct Namespaces;
+
 // A member of the cluster: its name and the address it listens on.
 struct Member {
   std::string name;
@@ -44,7 +52,9 @@ struct Member {
   uint64_t incarnation = 0;
 };
 // Asks a node for the members it knows (itself first); answered with Membership.
-struct ListMembers {};
+struct ListMembers {
+  using Reply = Membership;
+};
 // A node's view of the membership, which is etcd's: the answer to
 // ListMembers, and sent one-way to the watchers (sessions) that asked when
 // it changes. Never a request: no peer changes the membership by a message.
@@ -65,6 +75,7 @@ struct Membership {
 // partitions registered before epoch, wait for those running, and copy the
 // slot's variables to the node at `to`; answered with StatusReply.
 struct MoveSlot {
+  using Reply = StatusReply;
   int32_t slot = 0;
   std::string to;
   int64_t epoch = 0;
@@ -73,6 +84,7 @@ struct MoveSlot {
 // state to the slot's new backup (cluster/slot_replicas.h), which it sends
 // every change from then on: a StatusReply once the backup holds it.
 struct SyncSlot {
+  using Reply = StatusReply;
   int32_t slot = 0;
   std::string backup;
   int64_t epoch = 0;  // the map's, which names backup
@@ -82,6 +94,7 @@ struct SyncSlot {
 // the backup applied it. The backup refuses it unless its map names the
 // sender the slot's holder and itself the backup.
 struct ReplicateSlot {
+  using Reply = StatusReply;
   int32_t slot = 0;
   int64_t epoch = 0;         // the sender's map epoch
   std::string holder;        // the sender's listen address
@@ -125,6 +138,7 @@ struct OutputRef {
 constexpr uint64_t kMaxRegisteredTasks = 4096;
 constexpr uint64_t kMaxRegisteredNodes = uint64_t{1} << 22;
 struct RegisterPartition {
+  using Reply = StatusReply;
   uint64_t session_id = 0;
   uint64_t handle = 0;  // unique within the session
   std::string device;   // full device name the partition was placed on
@@ -145,6 +159,7 @@ struct RegisterPartition {
 
 // Runs one step of a registered partition; answered with RunPartitionDone.
 struct RunPartition {
+  using Reply = RunPartitionDone;
   uint64_t session_id = 0;
   uint64_t handle = 0;
   int64_t step_id = 0;
@@ -203,11 +218,13 @@ struct CleanupStep {
 
 // Drops a session's partitions on the receiving node; answered with StatusReply.
 struct CloseSession {
+  using Reply = StatusReply;
   uint64_t session_id = 0;
 };
 
 // Benchmarks and tests: answered with an Echo carrying the same payload.
 struct Echo {
+  using Reply = Echo;
   Tensor payload;
 };
 
@@ -216,6 +233,7 @@ struct Echo {
 // every variable of the asker's namespace there); answered with
 // VariableValues: the initialised ones among them, each with its value.
 struct ReadVariables {
+  using Reply = VariableValues;
   std::vector<std::string> names;
 };
 struct VariableValues {
@@ -225,6 +243,7 @@ struct VariableValues {
 // Sets the named variables (creating them) to values; answered with
 // StatusReply.
 struct AssignVariables {
+  using Reply = StatusReply;
   std::vector<std::string> names;
   std::vector<Tensor> values;  // one per name (the decoder refuses others)
 };
@@ -235,6 +254,7 @@ struct AssignVariables {
 // `token` (store DIR/pieces-TOKEN/task-TASK), after deleting the pieces of
 // the checkpoints in drop; answered with ShardsDone.
 struct SaveShards {
+  using Reply = ShardsDone;
   std::string dir;
   uint64_t token = 0;
   int32_t task = 0;
@@ -247,6 +267,7 @@ struct SaveShards {
 // DIR/index whose id is the checkpoint's, keeping the newest keep_last (0:
 // all); answered with ShardsDone (dropped: tokens retention removed).
 struct CommitShards {
+  using Reply = ShardsDone;
   std::string dir;
   uint64_t token = 0;
   int32_t tasks = 0;
@@ -258,6 +279,7 @@ struct CommitShards {
 // checkpoint in dir: of token, or with token 0 of record id of DIR/index
 // (-1: the newest readable); answered with ShardsDone.
 struct RestoreShards {
+  using Reply = ShardsDone;
   std::string dir;
   uint64_t token = 0;
   int64_t id = -1;
@@ -311,8 +333,11 @@ struct CollectiveAnnounce {
 // DropNamespace drops namespace ns there (a session: only its own): the
 // connections of its sessions close, its variables, tables and queues are
 // forgotten. Both are answered with Namespaces (after a drop: what it held).
-struct ListNamespaces {};
+struct ListNamespaces {
+  using Reply = Namespaces;
+};
 struct DropNamespace {
+  using Reply = Namespaces;
   std::string ns;  // "default" for the default namespace
 };
 struct NamespaceState {

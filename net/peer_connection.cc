@@ -5,7 +5,9 @@
 namespace sf {
 namespace net {
 
-Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms) {
+namespace detail {
+
+Result<Message> CallBody(const ConnectionPtr& c, Body body, int timeout_ms) {
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Result<Message>> reply;
@@ -18,15 +20,6 @@ Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms) {
   cv.wait(l, [&] { return reply.has_value(); });
   return std::move(*reply);
 }
-
-Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms) {
-  auto r = Call(c, std::move(body), timeout_ms);
-  if (!r.ok()) return r.status();
-  if (auto* s = std::get_if<StatusReply>(&r->body)) return s->status;
-  return Internal(std::string("unexpected reply ") + BodyName(r->body));
-}
-
-namespace detail {
 
 const char* ServiceName(uint32_t s) {
   switch (s) {
@@ -110,30 +103,27 @@ bool ConnImpl::MarkDown(const Status& why) {
   return true;
 }
 
-void ConnImpl::Deliver(Message m) {
-  if (!core_->on_message) return;
-  auto self = shared_from_this();
-  auto msg = std::make_shared<Message>(std::move(m));
-  strand_->Add([self, msg] { self->core_->on_message(self, std::move(*msg)); });
-}
-
 Status ConnImpl::Send(const Message& m) {
+  if (m.request_id != 0)
+    return InvalidArgument(std::string("a ") + BodyName(m.body) +
+                           " with a request id: requests are answered through their Answer");
   if (!up_) return Unavailable("connection to " + Who() + " is down" + DownReason());
-  auto copy = std::make_shared<Message>(m);  // tensors by reference
-  if (m.request_id != 0) {
-    auto core = core_;
-    const uint64_t id = id_;
-    if (!core->Soon([core, id, copy] { core->ReplyOnLoop(id, std::move(*copy)); }))
-      return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
-    return Status::OK();
-  }
   SF_RETURN_IF_ERROR(CheckRoute(m.body, /*ask=*/false, services_, [this] { return Who(); }));
   SF_RETURN_IF_ERROR(CheckEncodable(m).WithPrefix(std::string("encoding ") + BodyName(m.body)));
+  auto copy = std::make_shared<Message>(m);  // tensors by reference
   auto core = core_;
   const uint64_t id = id_;
   if (!core->Soon([core, id, copy] { core->SendOnLoop(id, copy); }))
     return Unavailable("connection to " + Who() + " is down: the endpoint shut down");
   return Status::OK();
+}
+
+void ConnImpl::Reply(uint64_t request_id, Body body) {
+  auto core = core_;
+  const uint64_t id = id_;
+  auto m = std::make_shared<Message>(Message{request_id, std::move(body)});
+  // Down or shut down: the asker learns it from its connection.
+  core->Soon([core, id, m] { core->ReplyOnLoop(id, std::move(*m)); });
 }
 
 void ConnImpl::StartRequest(Body body, int timeout_ms, std::function<void(Result<Message>)> cb, bool inline_reply) {

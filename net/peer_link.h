@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bitset>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -57,7 +58,16 @@ constexpr uint64_t kSentByTell = ~uint64_t{0};
 // Events the I/O loop runs in a row before it polls the sockets and timers.
 constexpr unsigned kBusyPollEvents = 1024;
 
-// The bytes of m's tensors that an encoding could reference.
+// T's index among Body's alternatives.
+template <class T, class... Ts>
+constexpr size_t KindOf(std::variant<Ts...>*) {
+  size_t i = 0;
+  bool found = false;
+  ((found = found || std::is_same_v<T, Ts>, i += found ? 0 : 1), ...);
+  return i;
+}
+// By message kind (Body's index): whether h handles it on the I/O thread.
+std::bitset<std::variant_size_v<Body>> OnIoThreadKinds(const Handler& h);
 
 // The bytes of m's tensors that an encoding could reference.
 size_t TensorBytes(const Message& m);
@@ -163,8 +173,15 @@ class ConnImpl final : public Connection, public std::enable_shared_from_this<Co
     was_up_ = true;
     return true;
   }
-  // Hands a message to the handler, in order (loop thread).
-  void Deliver(Message m);
+  // Answers the peer's request request_id (our number for it) with body;
+  // any thread, once per request (later answers are dropped).
+  void Reply(uint64_t request_id, Body body);
+  // An Answer that replies to the peer's request request_id.
+  template <class R>
+  Answer<R> AnswerTo(uint64_t request_id) {
+    auto self = shared_from_this();
+    return Answer<R>([self, request_id](Body b) { self->Reply(request_id, std::move(b)); });
+  }
   // Adds a pending request; its id, or 0 when the connection is down.
   uint64_t AddPending(const char* what, std::function<void(Result<Message>)>& cb, bool inline_reply) {
     std::lock_guard<std::mutex> l(mu_);
@@ -311,9 +328,9 @@ struct Link {
 
 class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::ErrorHandler {
  public:
-  Core(EndpointOptions o, Credential cred, Endpoint::MessageHandler m, Endpoint::DownHandler d)
-      : options(std::move(o)), credential(std::move(cred)), on_message(std::move(m)), on_down(std::move(d)),
-        pool(options.handler_threads) {
+  Core(EndpointOptions o, Credential cred, Handler* h, Endpoint::DownHandler d)
+      : options(std::move(o)), credential(std::move(cred)), handler(h), on_down(std::move(d)),
+        on_io_thread(OnIoThreadKinds(*handler)), pool(options.handler_threads) {
     limits.max_frame_bytes = options.max_frame_bytes;
   }
 
@@ -453,8 +470,15 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   // Sent in hello: options.listen_address, or the first address listened on (loop thread only).
   std::string listen_address_ = options.listen_address;
   const Credential credential;
-  const Endpoint::MessageHandler on_message;
+  Handler* const handler;  // never null
   const Endpoint::DownHandler on_down;
+  // By message kind (Body's index): handled on the I/O thread (Handler::OnIoThread).
+  const std::bitset<std::variant_size_v<Body>> on_io_thread;
+  // True when messages of type T run on the I/O thread.
+  template <class T>
+  bool OnIoThread() const {
+    return on_io_thread[KindOf<T>(static_cast<Body*>(nullptr))];
+  }
   WireLimits limits;
   HandlerPool pool;
 

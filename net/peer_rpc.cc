@@ -49,8 +49,27 @@ class EndpointImpl final : public Endpoint {
 
 }  // namespace
 
-Result<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, MessageHandler on_message,
-                                                   DownHandler on_down) {
+namespace detail {
+
+namespace {
+
+template <class... Ts>
+std::bitset<sizeof...(Ts)> KindsOnIoThread(const Handler& h, std::variant<Ts...>*) {
+  std::bitset<sizeof...(Ts)> b;
+  size_t i = 0;
+  ((b[i++] = h.OnIoThread(typeid(Ts))), ...);
+  return b;
+}
+
+}  // namespace
+
+std::bitset<std::variant_size_v<Body>> OnIoThreadKinds(const Handler& h) {
+  return KindsOnIoThread(h, static_cast<Body*>(nullptr));
+}
+
+}  // namespace detail
+
+Result<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, Handler* handler, DownHandler on_down) {
   if (options.heartbeat_ms <= 0 || options.peer_timeout_ms <= options.heartbeat_ms)
     return InvalidArgument("peer_timeout_ms (" + std::to_string(options.peer_timeout_ms) +
                            ") must exceed heartbeat_ms (" + std::to_string(options.heartbeat_ms) + ") > 0");
@@ -70,7 +89,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, Mess
       return InvalidArgument("credential '" + name + "' in " + options.tls_dir + " is for a " + RoleName(cred.role) +
                              ", this process is a " + RoleName(options.role));
   }
-  auto core = std::make_shared<Core>(std::move(options), std::move(cred), std::move(on_message), std::move(on_down));
+  static Handler serves_nothing;  // an endpoint made without a handler
+  auto core = std::make_shared<Core>(std::move(options), std::move(cred), handler ? handler : &serves_nothing,
+                                     std::move(on_down));
   SF_RETURN_IF_ERROR(core->Start());
   return std::unique_ptr<Endpoint>(new EndpointImpl(std::move(core)));
 }

@@ -5,7 +5,8 @@
 // the service, a message the peer gave this process no capability for.
 //
 // One kj event-loop thread per Endpoint does all the I/O, TLS and RPC of
-// every connection: no thread per peer. Messages and replies are handed to
+// every connection: no thread per peer. What a peer sends is handed to the
+// endpoint's Handler (net/peer_handler.h), one typed method per message, on
 // a small pool of handler threads, one message at a time per connection and
 // in arrival order, so a handler that blocks holds up only its own peer.
 //
@@ -52,6 +53,7 @@
 
 #include "net/credentials.h"
 #include "net/messages.h"
+#include "net/peer_handler.h"
 #include "shardflow/status.h"
 
 namespace sf {
@@ -101,11 +103,6 @@ struct EndpointOptions {
   // host with several addresses.
   std::string local_address;
   int handler_threads = 4;
-  // Messages for which this returns true are handled on the I/O thread, at
-  // once and out of the connection's order (null: none): only for handlers
-  // that never block and hand real work on (a tensor into a rendezvous,
-  // an abort), which saves two thread hops per message.
-  std::function<bool(const Message&)> handle_inline;
   bool log = true;               // refusals and drops to stderr (rate-limited)
 };
 
@@ -116,10 +113,10 @@ class Endpoint;
 class Connection {
  public:
   virtual ~Connection() = default;
-  // Sends m: a reply when m.request_id is a request this side received,
-  // else a one-way message. Returns at once: Unavailable naming the peer
-  // when the connection is down, InvalidArgument naming the field when m
-  // cannot be encoded; a later failure takes the connection down.
+  // Sends m one-way (m.request_id must be 0: requests are answered through
+  // their Answer). Returns at once: Unavailable naming the peer when the
+  // connection is down, InvalidArgument naming the field when m cannot be
+  // encoded or is no one-way message; a later failure takes the connection down.
   virtual Status Send(const Message& m) = 0;
   // Sends a request; on_reply runs with the reply (on a handler thread, in
   // order with this connection's messages) or with DeadlineExceeded /
@@ -143,16 +140,14 @@ using ConnectionPtr = std::shared_ptr<Connection>;
 
 class Endpoint {
  public:
-  // Called for every message that is not a reply to our request.
-  using MessageHandler = std::function<void(const ConnectionPtr&, Message)>;
   // Called once per connection that goes down, with why.
   using DownHandler = std::function<void(const ConnectionPtr&, const Status&)>;
 
-  // Loads the credentials and starts the I/O thread. InvalidArgument for bad
-  // options or credentials, NotFound / FailedPrecondition for credential
-  // files as net::LoadCredential.
-  static Result<std::unique_ptr<Endpoint>> Create(EndpointOptions options, MessageHandler on_message,
-                                                  DownHandler on_down);
+  // Loads the credentials and starts the I/O thread; what peers send goes to
+  // handler (null: a Handler that serves nothing), which must outlive the
+  // endpoint. InvalidArgument for bad options or credentials, NotFound /
+  // FailedPrecondition for credential files as net::LoadCredential.
+  static Result<std::unique_ptr<Endpoint>> Create(EndpointOptions options, Handler* handler, DownHandler on_down);
   virtual ~Endpoint() = default;
 
   // Listens on host:port (port 0 picks a free one); the bound port, or
@@ -168,21 +163,60 @@ class Endpoint {
   virtual void Shutdown() = 0;
 };
 
+namespace detail {
 // Sends a request and blocks until its reply (or the Request's error).
-Result<Message> Call(const ConnectionPtr& c, Body body, int timeout_ms);
-// Call for requests answered with StatusReply: that status, or why there is
-// none (Internal naming an unexpected reply).
-Status CallStatus(const ConnectionPtr& c, Body body, int timeout_ms);
-// Call for requests answered with a Reply (ReadVariables: VariableValues):
-// that reply, the error of a StatusReply sent instead, or Internal naming
-// any other.
+Result<Message> CallBody(const ConnectionPtr& c, Body body, int timeout_ms);
+// A reply as Reply: the error of a StatusReply sent instead, or Internal
+// naming any other reply to `asked`.
 template <class Reply>
-Result<Reply> CallFor(const ConnectionPtr& c, Body body, int timeout_ms) {
-  const char* asked = BodyName(body);
-  SF_ASSIGN_OR_RETURN(Message r, Call(c, std::move(body), timeout_ms));
-  if (auto* v = std::get_if<Reply>(&r.body)) return std::move(*v);
-  if (auto* s = std::get_if<StatusReply>(&r.body); s && !s->status.ok()) return s->status;
-  return Internal(std::string("unexpected reply ") + BodyName(r.body) + " to " + asked);
+Result<Reply> ReplyAs(const char* asked, Result<Message> r) {
+  if (!r.ok()) return r.status();
+  if (auto* s = std::get_if<StatusReply>(&r->body); s && !s->status.ok()) return s->status;
+  if (auto* v = std::get_if<Reply>(&r->body)) return std::move(*v);
+  return Internal(std::string("unexpected reply ") + BodyName(r->body) + " to " + asked);
+}
+}  // namespace detail
+
+// Sends request r and blocks until its reply: the Req::Reply, the error the
+// peer answered with, or why there is none (DeadlineExceeded / Unavailable
+// naming the peer and the request; PermissionDenied naming the service the
+// peer did not offer this process). A StatusReply reply's status is the
+// result's status().
+template <class Req>
+Result<typename Req::Reply> Call(const ConnectionPtr& c, Req r, int timeout_ms) {
+  Body b(std::move(r));
+  const char* asked = BodyName(b);
+  return detail::ReplyAs<typename Req::Reply>(asked, detail::CallBody(c, std::move(b), timeout_ms));
+}
+
+// Call for requests answered with a StatusReply: that status, or why there is none.
+template <class Req>
+Status CallStatus(const ConnectionPtr& c, Req r, int timeout_ms) {
+  static_assert(std::is_same_v<typename Req::Reply, StatusReply>, "CallStatus is for requests answered with a status");
+  return Call(c, std::move(r), timeout_ms).status();
+}
+
+// Sends request r; done gets what Call returns, once, on a handler thread
+// in order with the connection's messages (inline_reply: on the I/O thread,
+// so done must only hand it over).
+template <class Req>
+void Ask(const ConnectionPtr& c, Req r, int timeout_ms, std::function<void(Result<typename Req::Reply>)> done,
+         bool inline_reply = false) {
+  Body b(std::move(r));
+  const char* asked = BodyName(b);
+  auto cb = [asked, done = std::move(done)](Result<Message> m) {
+    done(detail::ReplyAs<typename Req::Reply>(asked, std::move(m)));
+  };
+  if (inline_reply) c->RequestInline(std::move(b), timeout_ms, std::move(cb));
+  else c->Request(std::move(b), timeout_ms, std::move(cb));
+}
+
+// Sends m one-way (SendTensor, AbortStep, CleanupStep, CollectiveChunk,
+// CollectiveAnnounce, StepProgress, Membership) as Connection::Send does;
+// its errors.
+template <class M>
+Status Tell(const ConnectionPtr& c, M m) {
+  return c->Send(Message{0, Body(std::move(m))});
 }
 
 // Splits "host:port"; InvalidArgument naming the text otherwise.

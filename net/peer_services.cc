@@ -1,5 +1,5 @@
 // The Cap'n Proto interfaces a connection serves (proto/peer.capnp): each
-// decodes its call and hands the message to the endpoint's handler; hello
+// decodes its call and calls its method of the endpoint's Handler; hello
 // checks the peer and hands out what its role may call (net/peer_link.h).
 #include <cstring>
 
@@ -11,13 +11,16 @@ namespace detail {
 
 // ------------------------------------------------------------ the served services
 
-// A request of the peer's, handled like any message: its reply is the
-// call's return (or, when large, a call on the asker's Channel).
+// A request of the peer's is one call of its Handler method with an Answer
+// (net/peer_handler.h): the answer is the call's return (or, when large, a
+// call on the asker's Channel).
 class Service {
  public:
   Service(Core* core, Link* link) : core_(core), id_(link->conn->id()) {}
 
  protected:
+  using Conn = std::shared_ptr<ConnImpl>;
+
   // Finds this connection's link for the call being served (link_), false
   // once the link is gone: a call Cap'n Proto queued keeps its server alive
   // past the link that made it. Every entry point binds before using
@@ -29,24 +32,25 @@ class Service {
   }
   static kj::Promise<void> Gone() { return KJ_EXCEPTION(DISCONNECTED, "the connection is closed"); }
 
+  // Serves a request: `serve` calls the handler with our number for the
+  // request (what its Answer replies to), on the I/O thread when on_io,
+  // else on the connection's strand in order; the call returns the answer.
   template <class Ctx>
-  kj::Promise<void> Ask(Ctx context, Body body, uint64_t asker_id) {
-    Message m;
-    m.body = std::move(body);
+  kj::Promise<void> Ask(Ctx context, uint64_t asker_id, bool on_io, std::function<void(const Conn&, uint64_t)> serve) {
     const uint64_t id = link_->next_incoming;
     link_->next_incoming += 2;
     auto paf = kj::newPromiseAndFulfiller<Message>();
     link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker_id});
-    m.request_id = id;
-    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
-    else link_->conn->Deliver(std::move(m));
-    return Answer(kj::mv(paf.promise), kj::mv(context));
+    Conn conn = link_->conn;
+    if (on_io) serve(conn, id);
+    else conn->strand_->Add([conn, id, serve = std::move(serve)] { serve(conn, id); });
+    return Returned(kj::mv(paf.promise), kj::mv(context));
   }
 
-  // The call's return once its handler replied: the reply, or a status
+  // The call's return once its handler answered: the reply, or a status
   // saying why it cannot be sent.
   template <class Ctx>
-  kj::Promise<void> Answer(kj::Promise<Message> replied, Ctx context) {
+  kj::Promise<void> Returned(kj::Promise<Message> replied, Ctx context) {
     Core* core = core_;
     const uint64_t id = id_;
     return replied.then([context, core, id](Message reply) mutable {
@@ -88,18 +92,21 @@ class Service {
     }));
   }
 
-  // A request whose parameters are (request :T, id).
-  template <class T, class Ctx>
-  kj::Promise<void> AskStruct(Ctx context) {
+  // A request whose parameters are (request :T, id), served by `serve`.
+  template <class T, class R, class Ctx>
+  kj::Promise<void> AskStruct(Ctx context, void (Handler::*serve)(const ConnectionPtr&, T, Answer<R>)) {
     if (!Bind()) return Gone();
     const uint64_t bytes = ParamBytes(context);
     auto p = context.getParams();
-    T m;
-    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
+    auto m = std::make_shared<T>();
+    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, m.get());
     const uint64_t asker = p.getId();
     context.releaseParams();
     if (!s.ok()) return Malformed(s);
-    return Counted(bytes, Ask(kj::mv(context), Body(std::move(m)), asker));
+    Handler* h = core_->handler;
+    return Counted(bytes, Ask(kj::mv(context), asker, core_->OnIoThread<T>(), [h, serve, m](const Conn& c, uint64_t id) {
+                     (h->*serve)(c, std::move(*m), c->AnswerTo<R>(id));
+                   }));
   }
 
   // Stops, once, a decode that runs off the I/O thread when its call ends:
@@ -127,22 +134,16 @@ class Service {
   // in order with its other messages, so the I/O thread (every peer's
   // reads, writes and heartbeats) never spends a list's length on it. The
   // call's params stay alive until it returns.
-  template <class T, class Ctx>
-  kj::Promise<void> AskStructOffLoop(Ctx context) {
+  template <class T, class R, class Ctx>
+  kj::Promise<void> AskStructOffLoop(Ctx context, void (Handler::*serve)(const ConnectionPtr&, T, Answer<R>)) {
     if (!Bind()) return Gone();
-    if (!core_->on_message) return KJ_EXCEPTION(FAILED, "this endpoint handles no requests");
     const uint64_t bytes = ParamBytes(context);
     auto p = context.getParams();
     const uint64_t asker = p.getId();
     const typename WireOf<T>::Proto::Reader request = p.getRequest();
-    const uint64_t id = link_->next_incoming;
-    link_->next_incoming += 2;
-    auto paf = kj::newPromiseAndFulfiller<Message>();
-    link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker});
     auto decode = std::make_shared<OffLoopDecode>();
-    auto conn = link_->conn;
     Core* core = core_;
-    conn->strand_->Add([conn, core, request, id, decode] {
+    auto ask = Ask(context, asker, /*on_io=*/false, [core, request, decode, serve](const Conn& conn, uint64_t id) {
       T m;
       Status s;
       {
@@ -156,62 +157,58 @@ class Service {
         core->Post([core, cid, s] { core->DownById(cid, s.WithPrefix("malformed message")); });
         return;
       }
-      Message msg;
-      msg.request_id = id;
-      msg.body = std::move(m);
-      core->on_message(conn, std::move(msg));
+      (core->handler->*serve)(conn, std::move(m), conn->AnswerTo<R>(id));
     });
-    return Counted(bytes, Answer(kj::mv(paf.promise), kj::mv(context)).attach(kj::heap<EndOffLoopDecode>(decode)));
+    return Counted(bytes, ask.attach(kj::heap<EndOffLoopDecode>(decode)));
   }
 
-  // One-way messages of kind T: handled in order; the call returns once
-  // they are, which bounds what a sender can have queued here.
+  // One-way messages of kind T, each handed to `on`, in order; the call
+  // returns once they are handled, which bounds what a sender can have
+  // queued here.
   template <class T, class List>
-  kj::Promise<void> TellStructs(List list) {
+  kj::Promise<void> TellStructs(List list, void (Handler::*on)(const ConnectionPtr&, T)) {
     if (list.size() > core_->limits.max_list_elements)
       return Malformed(InvalidArgument("a call of " + std::to_string(list.size()) + " messages"));
-    std::vector<Message> queued;
+    std::vector<T> decoded;
     for (auto r : list) {
       T m;
       Status s = DecodeStruct<T>(r, core_->limits, &m);
       if (!s.ok()) return Malformed(s);
-      Message msg;
-      msg.body = std::move(m);
-      HandOver(std::move(msg), &queued);
+      decoded.push_back(std::move(m));
     }
-    return Queue(std::move(queued));
+    return HandOver(std::move(decoded), on);
   }
 
-  // A decoded one-way message: handled now when inline, else queued for
-  // the connection's strand.
-  void HandOver(Message m, std::vector<Message>* queued) {
-    if (!core_->on_message) return;
-    if (Inline(m)) core_->on_message(link_->conn, std::move(m));
-    else queued->push_back(std::move(m));
+  // Decoded one-way messages: handled now when T runs on the I/O thread,
+  // else queued for the connection's strand.
+  template <class T>
+  kj::Promise<void> HandOver(std::vector<T> msgs, void (Handler::*on)(const ConnectionPtr&, T)) {
+    Handler* h = core_->handler;
+    Conn conn = link_->conn;
+    if (core_->OnIoThread<T>()) {
+      for (auto& m : msgs) (h->*on)(conn, std::move(m));
+      return kj::READY_NOW;
+    }
+    if (msgs.empty()) return kj::READY_NOW;
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    auto queued = std::make_shared<std::vector<T>>(std::move(msgs));
+    conn->strand_->Add([conn, h, on, queued, done] {
+      for (auto& m : *queued) (h->*on)(conn, std::move(m));
+      (*done)->fulfill();
+    });
+    return kj::mv(paf.promise);
   }
 
   // TellStructs over a list of context's parameters, which are released
   // once decoded.
   template <class T, class Ctx, class List>
-  kj::Promise<void> TellReleasing(Ctx& context, List list) {
+  kj::Promise<void> TellReleasing(Ctx& context, List list, void (Handler::*on)(const ConnectionPtr&, T)) {
     if (!Bind()) return Gone();
     const uint64_t bytes = ParamBytes(context);
-    auto p = TellStructs<T>(list);
+    auto p = TellStructs<T>(list, on);
     context.releaseParams();
     return Counted(bytes, kj::mv(p));
-  }
-
-  kj::Promise<void> Queue(std::vector<Message> queued) {
-    if (queued.empty()) return kj::READY_NOW;
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-    auto done = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-    auto conn = link_->conn;
-    auto msgs = std::make_shared<std::vector<Message>>(std::move(queued));
-    conn->strand_->Add([conn, msgs, done] {
-      for (auto& m : *msgs) conn->core_->on_message(conn, std::move(m));
-      (*done)->fulfill();
-    });
-    return kj::mv(paf.promise);
   }
 
   // Malformed bytes from an authenticated peer: it is dropped (the stream
@@ -221,10 +218,6 @@ class Service {
     const uint64_t id = link_->conn->id();
     link_->tasks->add(kj::evalLater([core, id, s] { core->DownById(id, s.WithPrefix("malformed message")); }));
     return KJ_EXCEPTION(FAILED, s.message());
-  }
-
-  bool Inline(const Message& m) const {
-    return core_->on_message && core_->options.handle_inline && core_->options.handle_inline(m);
   }
 
   Core* core_;
@@ -250,7 +243,7 @@ class ChannelServer final : public rp::Channel::Server, Service {
     return kj::READY_NOW;
   }
   kj::Promise<void> progress(ProgressContext c) override {
-    return TellReleasing<StepProgress>(c, c.getParams().getReports());
+    return TellReleasing(c, c.getParams().getReports(), &Handler::OnProgress);
   }
   kj::Promise<void> members(MembersContext context) override {
     if (!Bind()) return Gone();  // Malformed reads the link: unbound, it crashed the node
@@ -258,7 +251,7 @@ class ChannelServer final : public rp::Channel::Server, Service {
     // learns it from etcd, never from a peer.
     if (core_->credential.role == Role::kNode)
       return Malformed(PermissionDenied("a membership view sent to a node's channel"));
-    return TellReleasing<Membership>(context, context.getParams().getViews());
+    return TellReleasing(context, context.getParams().getViews(), &Handler::OnMembership);
   }
 };
 
@@ -266,13 +259,13 @@ class PartitionHostServer final : public rp::PartitionHost::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> registerPartition(RegisterPartitionContext c) override {
-    return AskStructOffLoop<RegisterPartition>(c);
+    return AskStructOffLoop(c, &Handler::ServeRegister);
   }
-  kj::Promise<void> run(RunContext c) override { return AskStruct<RunPartition>(c); }
-  kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct<CloseSession>(c); }
-  kj::Promise<void> abort(AbortContext c) override { return TellReleasing<AbortStep>(c, c.getParams().getSteps()); }
+  kj::Promise<void> run(RunContext c) override { return AskStruct(c, &Handler::ServeRun); }
+  kj::Promise<void> closeSession(CloseSessionContext c) override { return AskStruct(c, &Handler::ServeCloseSession); }
+  kj::Promise<void> abort(AbortContext c) override { return TellReleasing(c, c.getParams().getSteps(), &Handler::OnAbort); }
   kj::Promise<void> cleanup(CleanupContext c) override {
-    return TellReleasing<CleanupStep>(c, c.getParams().getSteps());
+    return TellReleasing(c, c.getParams().getSteps(), &Handler::OnCleanup);
   }
 };
 
@@ -282,16 +275,16 @@ class VariableStoreServer final : public rp::VariableStore::Server, Service {
   // A session's read or assign names any number of variables, and an
   // assign carries their values (up to the frame limit): decoded off the
   // I/O thread, as a registration is.
-  kj::Promise<void> readVariables(ReadVariablesContext c) override { return AskStructOffLoop<ReadVariables>(c); }
+  kj::Promise<void> readVariables(ReadVariablesContext c) override { return AskStructOffLoop(c, &Handler::ServeReadVariables); }
   kj::Promise<void> assignVariables(AssignVariablesContext c) override {
-    return AskStructOffLoop<AssignVariables>(c);
+    return AskStructOffLoop(c, &Handler::ServeAssignVariables);
   }
-  kj::Promise<void> saveShards(SaveShardsContext c) override { return AskStruct<SaveShards>(c); }
-  kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct<CommitShards>(c); }
-  kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct<RestoreShards>(c); }
-  kj::Promise<void> replicateSlot(ReplicateSlotContext c) override { return AskStruct<ReplicateSlot>(c); }
-  kj::Promise<void> namespaces(NamespacesContext c) override { return AskStruct<ListNamespaces>(c); }
-  kj::Promise<void> dropNamespace(DropNamespaceContext c) override { return AskStruct<DropNamespace>(c); }
+  kj::Promise<void> saveShards(SaveShardsContext c) override { return AskStruct(c, &Handler::ServeSaveShards); }
+  kj::Promise<void> commitShards(CommitShardsContext c) override { return AskStruct(c, &Handler::ServeCommitShards); }
+  kj::Promise<void> restoreShards(RestoreShardsContext c) override { return AskStruct(c, &Handler::ServeRestoreShards); }
+  kj::Promise<void> replicateSlot(ReplicateSlotContext c) override { return AskStruct(c, &Handler::ServeReplicateSlot); }
+  kj::Promise<void> namespaces(NamespacesContext c) override { return AskStruct(c, &Handler::ServeListNamespaces); }
+  kj::Promise<void> dropNamespace(DropNamespaceContext c) override { return AskStruct(c, &Handler::ServeDropNamespace); }
 };
 
 class MembersServer final : public rp::Members::Server, Service {
@@ -301,21 +294,23 @@ class MembersServer final : public rp::Members::Server, Service {
     if (!Bind()) return Gone();
     const uint64_t asker = c.getParams().getId();
     c.releaseParams();
-    return Ask(c, Body(ListMembers{}), asker);
+    Handler* h = core_->handler;
+    return Ask(c, asker, core_->OnIoThread<ListMembers>(),
+               [h](const Conn& conn, uint64_t id) { h->ServeMembers(conn, conn->AnswerTo<Membership>(id)); });
   }
 };
 
 class PlacementServer final : public rp::Placement::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> moveSlot(MoveSlotContext c) override { return AskStruct<MoveSlot>(c); }
-  kj::Promise<void> syncSlot(SyncSlotContext c) override { return AskStruct<SyncSlot>(c); }
+  kj::Promise<void> moveSlot(MoveSlotContext c) override { return AskStruct(c, &Handler::ServeMoveSlot); }
+  kj::Promise<void> syncSlot(SyncSlotContext c) override { return AskStruct(c, &Handler::ServeSyncSlot); }
 };
 
 class RendezvousServer final : public rp::Rendezvous::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> send(SendContext c) override { return TellReleasing<SendTensor>(c, c.getParams().getTensors()); }
+  kj::Promise<void> send(SendContext c) override { return TellReleasing(c, c.getParams().getTensors(), &Handler::OnTensor); }
 
   kj::Promise<void> sendPiece(SendPieceContext c) override {
     if (!Bind()) return Gone();
@@ -354,12 +349,10 @@ class RendezvousServer final : public rp::Rendezvous::Server, Service {
     a.got += data.size();
     c.releaseParams();
     if (a.got < a.total) return kj::READY_NOW;
-    Message m;
-    m.body = std::move(a.message);
+    std::vector<SendTensor> whole;
+    whole.push_back(std::move(a.message));
     link_->assembly.reset();
-    std::vector<Message> queued;
-    HandOver(std::move(m), &queued);
-    return Queue(std::move(queued));
+    return HandOver(std::move(whole), &Handler::OnTensor);
   }
 };
 
@@ -367,17 +360,17 @@ class CollectivesServer final : public rp::Collectives::Server, Service {
  public:
   using Service::Service;
   kj::Promise<void> chunks(ChunksContext c) override {
-    return TellReleasing<CollectiveChunk>(c, c.getParams().getChunks());
+    return TellReleasing(c, c.getParams().getChunks(), &Handler::OnChunk);
   }
   kj::Promise<void> announce(AnnounceContext c) override {
-    return TellReleasing<CollectiveAnnounce>(c, c.getParams().getAnnouncements());
+    return TellReleasing(c, c.getParams().getAnnouncements(), &Handler::OnAnnounce);
   }
 };
 
 class DiagnosticsServer final : public rp::Diagnostics::Server, Service {
  public:
   using Service::Service;
-  kj::Promise<void> echo(EchoContext c) override { return AskStruct<Echo>(c); }
+  kj::Promise<void> echo(EchoContext c) override { return AskStruct(c, &Handler::ServeEcho); }
 };
 
 // The services this process lets a peer of peer_role call: a node serves

@@ -56,7 +56,7 @@ TEST_CASE("ClusterRendezvous: a Flush that comes while another partition's send 
   runtime::LocalRendezvous local;
   auto rv = std::make_shared<runtime::ClusterRendezvous>(
       &local, kSelf, std::vector<std::string>{kSelf, kOther}, 7,
-      [&](const std::string& to, const net::Message&, std::function<void(Status)>) -> Result<bool> {
+      [&](const std::string& to, net::SendTensor, std::function<void(Status)>) -> Result<bool> {
         CHECK(to == kOther);
         std::unique_lock<std::mutex> l(mu);
         entered = true;
@@ -90,7 +90,7 @@ TEST_CASE("ClusterRendezvous: Flush waits for sends queued for a dial and report
   runtime::LocalRendezvous local;
   auto rv = std::make_shared<runtime::ClusterRendezvous>(
       &local, kSelf, std::vector<std::string>{kSelf, kOther}, 7,
-      [&](const std::string&, const net::Message&, std::function<void(Status)> l) -> Result<bool> {
+      [&](const std::string&, net::SendTensor, std::function<void(Status)> l) -> Result<bool> {
         later.push_back(std::move(l));
         return true;  // waits for the dialer
       });
@@ -116,7 +116,7 @@ TEST_CASE("ClusterRendezvous: with every send over, Flush answers at once", "[cl
   runtime::LocalRendezvous local;
   auto rv = std::make_shared<runtime::ClusterRendezvous>(
       &local, kSelf, std::vector<std::string>{kSelf, kOther}, 7,
-      [&](const std::string&, const net::Message&, std::function<void(Status)>) -> Result<bool> { return false; });
+      [&](const std::string&, net::SendTensor, std::function<void(Status)>) -> Result<bool> { return false; });
   REQUIRE(rv->Send(RemoteKey("a"), Value(), false).ok());
   // To this node itself: the local rendezvous, no message.
   REQUIRE(rv->Send({kStep, "c:0->/job:worker/task:0/device:CPU:0", "", 0}, Value(), false).ok());

@@ -430,10 +430,9 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
   std::unique_ptr<net::Endpoint> t;
   auto c = testing::ConnectAs(net::Role::kSession, no.tls_dir, (*node)->address(), &t);
   REQUIRE(c.ok());
-  auto call = [&](net::Body body) { return net::Call(*c, std::move(body), 5000); };
-  auto r = call(neg.Registration(42, 1, (*node)->address()));
+  auto r = net::Call(*c, neg.Registration(42, 1, (*node)->address()), 5000);
   REQUIRE(r.ok());
-  REQUIRE(std::get<net::StatusReply>(r->body).status.ok());
+  REQUIRE(r->status.ok());
 
   auto run = [&](std::vector<Tensor> feeds) {
     net::RunPartition rp;
@@ -441,9 +440,9 @@ TEST_CASE("Cluster: a node checks a peer's feeds before its kernels see them", "
     rp.handle = 1;
     rp.step_id = 7;
     rp.feeds = std::move(feeds);
-    auto reply = call(rp);
+    auto reply = net::Call(*c, rp, 5000);
     REQUIRE(reply.ok());
-    return std::get<net::RunPartitionDone>(reply->body);
+    return (*reply);
   };
   auto good = run({Tensor::FromVector(std::vector<float>{1, -2}, {2})});
   REQUIRE(good.status.ok());

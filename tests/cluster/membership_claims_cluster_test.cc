@@ -63,7 +63,7 @@ TEST_CASE("Membership: a peer claiming another member's name and address ends no
     // No message drops member 1: a view is no request, and nodes take no views.
     net::Membership leaving;
     leaving.leaving.push_back({name1, a1, before[0].first == a1 ? before[0].second : before[1].second});
-    CHECK(net::Call(*c, leaving, 10000).status().code() == Code::kInvalidArgument);
+    CHECK(net::detail::CallBody(*c, leaving, 10000).status().code() == Code::kInvalidArgument);
     CHECK((*c)->Send(net::Message{0, leaving}).code() == Code::kPermissionDenied);
     (*c)->Close();
     (*e)->Shutdown();

@@ -29,16 +29,13 @@ EndpointOptions Opts(Role role) {
 }
 
 // A listening node endpoint answering Echo, with the caps of `o`.
-struct Server {
+struct Server : Handler {
   std::unique_ptr<Endpoint> e;
   std::string address;
+  void ServeEcho(const ConnectionPtr&, Echo m, Answer<Echo> done) override { done(std::move(m)); }
+  ~Server() override { e.reset(); }
   explicit Server(EndpointOptions o) {
-    auto r = Endpoint::Create(
-        o,
-        [](const ConnectionPtr& c, Message m) {
-          if (auto* e = std::get_if<Echo>(&m.body)) c->Send(Message{m.request_id, Echo{e->payload}});
-        },
-        nullptr);
+    auto r = Endpoint::Create(o, this, nullptr);
     REQUIRE(r.ok());
     e = std::move(*r);
     auto port = e->Listen("127.0.0.1", 0);

@@ -42,29 +42,49 @@ EndpointOptions Opts(Role role, bool insecure = false) {
 }
 
 // A listening endpoint that answers Echo with Echo and counts messages, downs and roles.
-struct Server {
+struct Server : Handler {
   std::unique_ptr<Endpoint> e;
   std::string address;
   std::atomic<int> downs{0};
   std::atomic<int> messages{0};
   std::atomic<int> from_sessions{0};
-  explicit Server(EndpointOptions o = Opts(Role::kNode)) {
+  // Non-null: runs before each Echo is answered, on the I/O thread.
+  const std::function<void()> echo_on_io;
+  explicit Server(EndpointOptions o = Opts(Role::kNode), std::function<void()> on_echo = nullptr)
+      : echo_on_io(std::move(on_echo)) {
     o.node_name = "server";
-    auto r = Endpoint::Create(
-        o,
-        [this](const ConnectionPtr& c, Message m) {
-          ++messages;
-          if (c->peer_role() == Role::kSession) ++from_sessions;
-          if (auto* e = std::get_if<Echo>(&m.body)) c->Send(Message{m.request_id, Echo{e->payload}});
-          // Anything else is left unanswered (timeouts are tested with it).
-        },
-        [this](const ConnectionPtr&, const Status&) { ++downs; });
+    auto r = Endpoint::Create(o, this, [this](const ConnectionPtr&, const Status&) { ++downs; });
     REQUIRE(r.ok());
     e = std::move(*r);
     auto port = e->Listen("127.0.0.1", 0);
     REQUIRE(port.ok());
     address = "127.0.0.1:" + std::to_string(*port);
   }
+  ~Server() override { e.reset(); }
+  void Count(const ConnectionPtr& c) {
+    ++messages;
+    if (c->peer_role() == Role::kSession) ++from_sessions;
+  }
+  bool OnIoThread(const std::type_info& m) const override { return echo_on_io && m == typeid(Echo); }
+  void ServeEcho(const ConnectionPtr& c, Echo m, Answer<Echo> done) override {
+    Count(c);
+    if (echo_on_io) echo_on_io();
+    done(std::move(m));
+  }
+  // Left unanswered: timeouts are tested with it.
+  void ServeMembers(const ConnectionPtr& c, Answer<Membership>) override { Count(c); }
+  void OnCleanup(const ConnectionPtr& c, CleanupStep) override { Count(c); }
+  void OnTensor(const ConnectionPtr& c, SendTensor) override { Count(c); }
+};
+
+// A handler that runs fn for each Echo (on a handler thread) and answers it with a scalar 7.
+struct EchoAfter : Handler {
+  explicit EchoAfter(std::function<void()> f) : fn(std::move(f)) {}
+  void ServeEcho(const ConnectionPtr&, Echo, Answer<Echo> done) override {
+    fn();
+    done(Echo{Tensor::Scalar<int32_t>(7)});
+  }
+  std::function<void()> fn;
 };
 
 // o with a heartbeat every 50 ms and a peer silent for 250 ms down.
@@ -146,9 +166,7 @@ TEST_CASE("RPC: mutual TLS admits a cluster peer, echoes and tells roles apart",
   CHECK((*conn)->peer_role() == Role::kNode);
   auto r = Call(*conn, Echo{Tensor::FromVector<float>({1, 2, 3}, {3})}, 5000);
   REQUIRE(r.ok());
-  auto* e = std::get_if<Echo>(&r->body);
-  REQUIRE(e);
-  CHECK(e->payload.ToVector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(r->payload.ToVector<float>() == std::vector<float>{1, 2, 3});
   CHECK(s.from_sessions == 1);  // the role came from the session's certificate
 
   // One-way messages arrive in order.
@@ -167,7 +185,7 @@ TEST_CASE("RPC: a 64 MiB tensor arrives intact, with TLS and without", "[rpc]") 
     auto r = Call(*conn, Echo{t}, 60000);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
-    const Tensor& back = std::get<Echo>(r->body).payload;
+    const Tensor& back = (*r).payload;
     REQUIRE(back.bytes() == t.bytes());
     REQUIRE(std::memcmp(back.raw_data(), t.raw_data(), t.bytes()) == 0);
   }
@@ -188,7 +206,7 @@ TEST_CASE("RPC: an echo that takes longer than the peer timeout is not dropped a
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     INFO("round trip " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
-    CHECK(std::get<Echo>(r->body).payload.bytes() == t.bytes());
+    CHECK((*r).payload.bytes() == t.bytes());
   }
   CHECK(s.downs == 0);
 }
@@ -201,11 +219,7 @@ TEST_CASE("RPC: a peer that hangs after taking a long message is still dropped a
   EndpointOptions so = QuickToTimeOut(Opts(Role::kNode));
   // Runs on the server's I/O thread: while it waits, that loop reads,
   // writes and ticks nothing, as a stopped process would.
-  so.handle_inline = [&](const Message& m) {
-    if (std::holds_alternative<Echo>(m.body)) release.WaitFor(30s);
-    return false;
-  };
-  Server hangs(so);
+  Server hangs(so, [&] { release.WaitFor(30s); });
   auto c = Client(QuickToTimeOut(Opts(Role::kSession)));
   auto conn = c->Connect(hangs.address);
   REQUIRE(conn.ok());
@@ -229,14 +243,9 @@ TEST_CASE("RPC: a peer that reads none of us while it answers our call past its 
   EndpointOptions so = QuickToTimeOut(Opts(Role::kNode));
   so.max_peer_buffer_bytes = 4 << 20;
   so.node_name = "slow";
-  auto made = Endpoint::Create(
-      so,
-      [](const ConnectionPtr& c, Message m) {
-        if (!std::holds_alternative<Echo>(m.body)) return;
-        testing::PauseFor(3s);  // an answer later than the asker's write timeout is the point
-        c->Send(Message{m.request_id, Echo{Tensor::Scalar<int32_t>(7)}});
-      },
-      nullptr);
+  // An answer later than the asker's write timeout is the point.
+  EchoAfter late([] { testing::PauseFor(3s); });
+  auto made = Endpoint::Create(so, &late, nullptr);
   REQUIRE(made.ok());
   std::unique_ptr<Endpoint> slow = std::move(*made);
   auto port = slow->Listen("127.0.0.1", 0);
@@ -250,7 +259,7 @@ TEST_CASE("RPC: a peer that reads none of us while it answers our call past its 
   auto r = Call(*conn, Echo{Filled(8 << 20)}, 30000);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
-  CHECK(std::get<Echo>(r->body).payload.data<int32_t>()[0] == 7);
+  CHECK((*r).payload.data<int32_t>()[0] == 7);
   // And the connection stays: a small call goes through.
   auto again = Call(*conn, Echo{Filled(16)}, 30000);
   INFO(again.status().ToString());
@@ -276,7 +285,7 @@ TEST_CASE("RPC: many concurrent echoes of ragged sizes arrive intact over TLS", 
         Tensor t = Filled(bytes);
         auto r = Call(*conn, Echo{t}, 60000);
         if (!r.ok()) return;
-        const Tensor& back = std::get<Echo>(r->body).payload;
+        const Tensor& back = (*r).payload;
         if (back.bytes() == t.bytes() && std::memcmp(back.raw_data(), t.raw_data(), t.bytes()) == 0) ++good;
       });
   for (auto& t : threads) t.join();
@@ -434,13 +443,15 @@ TEST_CASE("RPC: a silent listener fails Connect within the connect timeout", "[r
 TEST_CASE("RPC: Shutdown from a message handler or a reply callback returns", "[rpc]") {
   std::unique_ptr<Endpoint> server;
   testing::Flag shut;
-  auto r = Endpoint::Create(
-      Opts(Role::kNode),
-      [&](const ConnectionPtr&, Message) {
-        server->Shutdown();
-        shut.Set();
-      },
-      nullptr);
+  struct ShutsDown : Handler {
+    std::function<void()> fn;
+    void ServeMembers(const ConnectionPtr&, Answer<Membership>) override { fn(); }
+  } shuts;
+  shuts.fn = [&] {
+    server->Shutdown();
+    shut.Set();
+  };
+  auto r = Endpoint::Create(Opts(Role::kNode), &shuts, nullptr);
   REQUIRE(r.ok());
   server = std::move(*r);
   auto port = server->Listen("127.0.0.1", 0);
@@ -605,8 +616,12 @@ TEST_CASE("RPC: a peer that stops reading is dropped and blocks no one else", "[
   po.max_peer_buffer_bytes = 1 << 20;
   po.handler_threads = 1;
   po.peer_timeout_ms = 60000;
-  auto stalled = Endpoint::Create(
-      po, [&](const ConnectionPtr&, Message) { release.WaitFor(60s); }, nullptr);
+  struct Stalls : Handler {
+    testing::Flag* release = nullptr;
+    void OnTensor(const ConnectionPtr&, SendTensor) override { release->WaitFor(60s); }
+  } stalls;
+  stalls.release = &release;
+  auto stalled = Endpoint::Create(po, &stalls, nullptr);
   REQUIRE(stalled.ok());
   auto port = (*stalled)->Listen("127.0.0.1", 0);
   REQUIRE(port.ok());

@@ -34,7 +34,7 @@ namespace {
 
 // A node endpoint that answers Echo with Echo, counts what it is given,
 // keeps the tensors it is sent and the reason of its last down connection.
-struct TestNode {
+struct TestNode : Handler {
   uint16_t port = 0;
   std::atomic<int> messages{0};
   std::mutex mu;
@@ -56,15 +56,7 @@ struct TestNode {
     // Hand-made clients send no heartbeats: only what is tested drops them.
     o.peer_timeout_ms = 60000;
     auto r = Endpoint::Create(
-        o,
-        [this](const ConnectionPtr& c, Message m) {
-          ++messages;
-          if (auto* e = std::get_if<Echo>(&m.body)) c->Send(Message{m.request_id, Echo{e->payload}});
-          if (auto* t = std::get_if<SendTensor>(&m.body)) {
-            std::lock_guard<std::mutex> l(mu);
-            got.push_back(std::move(*t));
-          }
-        },
+        o, this,
         [this](const ConnectionPtr&, const Status& s) {
           std::lock_guard<std::mutex> l(mu);
           why = s.message();
@@ -76,6 +68,20 @@ struct TestNode {
     REQUIRE(p.ok());
     port = *p;
   }
+  // Every message counts; an echo is answered, tensors are kept.
+  void ServeEcho(const ConnectionPtr&, Echo m, Answer<Echo> done) override {
+    ++messages;
+    done(std::move(m));
+  }
+  void OnTensor(const ConnectionPtr&, SendTensor t) override {
+    ++messages;
+    std::lock_guard<std::mutex> l(mu);
+    got.push_back(std::move(t));
+  }
+  void ServeMembers(const ConnectionPtr&, Answer<Membership>) override { ++messages; }
+  void OnMembership(const ConnectionPtr&, Membership) override { ++messages; }
+  void OnCleanup(const ConnectionPtr&, CleanupStep) override { ++messages; }
+  void OnAbort(const ConnectionPtr&, AbortStep) override { ++messages; }
   size_t Count() {
     std::lock_guard<std::mutex> l(mu);
     return got.size();
@@ -184,11 +190,11 @@ TEST_CASE("Services: a connection refuses what the peer did not offer, naming th
   CHECK(m.status().code() == Code::kPermissionDenied);
   CHECK(m.status().message().find("placement") != std::string::npos);
   // No method changes the membership (etcd's): a view is not a request.
-  auto view = Call(*c, Membership{}, 5000);
+  auto view = detail::CallBody(*c, Membership{}, 5000);
   CHECK(view.status().code() == Code::kInvalidArgument);
   CHECK(view.status().message().find("Membership is not a request") != std::string::npos);
   // The wrong form for a kind is an error too, before anything is sent.
-  auto wrong = Call(*c, CleanupStep{1, 0}, 5000);
+  auto wrong = detail::CallBody(*c, CleanupStep{1, 0}, 5000);
   CHECK(wrong.status().code() == Code::kInvalidArgument);
   CHECK((*c)->Send(Message{0, Echo{}}).code() == Code::kInvalidArgument);
   // What the session may use still works, and the node saw none of the refused.
