@@ -18,7 +18,11 @@ so, the runner runs close_op, and consumers see OutOfRangeError once the queue
 is drained. The semantics, names and defaults are TensorFlow 1.x's
 (tensorflow/python/training/coordinator.py and queue_runner_impl.py); one
 difference: an enqueue on a closed queue raises AbortedError here where
-TensorFlow raises CancelledError (shardflow has no CANCELLED code).
+TensorFlow raises CancelledError (shardflow has no CANCELLED code). One
+addition, for a cluster: restart_op (say a shared input's release) runs when
+an enqueue failed because the cluster moved or lost a part of it
+(sf.data.is_moved), and the thread goes on, as C++'s
+QueueRunnerOptions::restart_target.
 """
 
 import contextlib
@@ -29,6 +33,7 @@ import weakref
 
 from . import errors
 from . import graph as _graph
+from . import shared_input as _shared_input
 
 __all__ = ["Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners", "QUEUE_RUNNERS"]
 
@@ -142,10 +147,18 @@ class QueueRunner:
     enqueue raised one of queue_closed_exception_types (default OutOfRangeError);
     cancel_op (default queue.close(cancel_pending_enqueues=True)) runs once the
     coordinator is asked to stop, to free threads waiting on a full queue.
+    restart_op (shardflow's; default None) runs when an enqueue failed because
+    the cluster moved or lost a part of it (sf.data.is_moved: the queue it
+    filled may be gone with what it held), and the thread goes on enqueueing;
+    for a shared input it is the input's release, which hands the worker's
+    chunks back so their untrained rows are read again. A restart_op that fails
+    so runs again; after max_restarts such failures in a row (no enqueue
+    passing between) the thread ends with the last one.
     """
 
     def __init__(self, queue=None, enqueue_ops=None, close_op=None, cancel_op=None,
-                 queue_closed_exception_types=None, queue_runner_def=None, import_scope=None):
+                 queue_closed_exception_types=None, queue_runner_def=None, import_scope=None,
+                 restart_op=None, max_restarts=20):
         if queue_runner_def is not None:
             raise errors.UnimplementedError("QueueRunner(queue_runner_def=) is not supported: shardflow writes "
                                             "no MetaGraph; build the QueueRunner from its queue and enqueue ops")
@@ -162,6 +175,10 @@ class QueueRunner:
             raise TypeError("queue_closed_exception_types, when provided, must be a tuple of tf.error types, "
                             f"but saw: {queue_closed_exception_types}")
         self._queue_closed_exception_types = tuple(queue_closed_exception_types)
+        if not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        self._restart_op = restart_op
+        self._max_restarts = max_restarts
         self._lock = threading.Lock()
         self._runs_per_session = weakref.WeakKeyDictionary()
         self._exceptions_raised = []
@@ -170,6 +187,7 @@ class QueueRunner:
     enqueue_ops = property(lambda self: self._enqueue_ops)
     close_op = property(lambda self: self._close_op)
     cancel_op = property(lambda self: self._cancel_op)
+    restart_op = property(lambda self: self._restart_op)
     queue_closed_exception_types = property(lambda self: self._queue_closed_exception_types)
 
     @property
@@ -181,14 +199,35 @@ class QueueRunner:
     def name(self):
         return self._queue.queue_ref.op.name
 
+    def _restart(self, sess, coord, why, in_a_row):
+        """Runs restart_op after `why` moved the cluster under an enqueue, again while it fails so; the
+        restarts in a row so far, or the last such error re-raised past max_restarts of them."""
+        while True:
+            in_a_row += 1
+            if in_a_row > self._max_restarts:
+                raise why
+            if coord is not None and coord.should_stop():
+                return in_a_row
+            try:
+                sess.run(self._restart_op)
+                return in_a_row
+            except errors.OpError as e:
+                # The release may meet the same move (its part is refused at the old holder): it runs
+                # again on the new map; left undone, the worker's chunks stay leased to a reader gone.
+                if not _shared_input.is_moved(e):
+                    raise
+                why = e
+
     def _run(self, sess, enqueue_op, coord):
         decremented = False
+        restarts_in_a_row = 0
         try:
             while True:
                 if coord is not None and coord.should_stop():
                     break
                 try:
                     sess.run(enqueue_op)
+                    restarts_in_a_row = 0
                 except self._queue_closed_exception_types:
                     with self._lock:
                         self._runs_per_session[sess] -= 1
@@ -200,6 +239,10 @@ class QueueRunner:
                         except errors.OpError:
                             pass  # TF ignores it too: the queue may be closed already
                     return
+                except errors.OpError as e:
+                    if self._restart_op is None or not _shared_input.is_moved(e):
+                        raise
+                    restarts_in_a_row = self._restart(sess, coord, e, restarts_in_a_row)
         except Exception as e:  # noqa: BLE001 - handed to the coordinator, or recorded and re-raised (TF's rule)
             if coord is not None:
                 coord.request_stop(e)

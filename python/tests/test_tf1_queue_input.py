@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import shardflow as tf
+from shardflow import _core
 
 BACKSTOP_S = 20
 
@@ -252,3 +253,91 @@ def test_feed_runner_is_shardflows_old_runner():
     assert tf.train.FeedRunner is not tf.train.QueueRunner
     with pytest.raises(ValueError, match="queue and enqueue_ops"):
         tf.train.QueueRunner(None, [])
+
+
+class _MovingSession:
+    """A session whose enqueue_op fails as a cluster move makes it fail (the errors in `fails`, one per run,
+    before it passes again), and which counts restart_op's runs."""
+
+    def __init__(self, sess, enqueue_op, restart_op, fails, restart_fails=()):
+        self._sess, self._enqueue, self._restart = sess, enqueue_op, restart_op
+        self._fails, self._restart_fails = list(fails), list(restart_fails)
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def run(self, fetches, *args, **kwargs):
+        with self._lock:
+            if fetches is self._enqueue and self._fails:
+                raise self._fails.pop(0)
+            if fetches is self._restart:
+                self.restarts += 1
+                if self._restart_fails:
+                    raise self._restart_fails.pop(0)
+        return self._sess.run(fetches, *args, **kwargs)
+
+
+def _stale():
+    return tf.errors.AbortedError(f"node n1: slot 0 {_core.STALE_SHARD_MAP_TEXT} 3 (it moved at epoch 4)")
+
+
+def test_queue_runner_restart_op_runs_when_the_cluster_moves_and_the_thread_goes_on():
+    # shardflow's addition (C++'s QueueRunnerOptions::restart_target): an enqueue refused because its
+    # part moved, or its node died, runs restart_op (a shared input's release) and goes on; a release
+    # that meets the same move runs again. Every row still arrives once.
+    g = tf.Graph()
+    with g.as_default():
+        src = tf.FIFOQueue([tf.int32], shapes=[[]], capacity=100)
+        fill = src.enqueue_many([tf.range(10)])
+        close_src = src.close()
+        dst = tf.FIFOQueue([tf.int32], shapes=[[]], capacity=100)
+        enqueue = dst.enqueue([src.dequeue()])
+        restart = tf.no_op(name="release")
+        qr = tf.train.QueueRunner(dst, [enqueue], restart_op=restart)
+        assert qr.restart_op is restart
+        out = dst.dequeue()
+    with tf.Session(graph=g) as real:
+        real.run(fill)
+        real.run(close_src)
+        sess = _MovingSession(real, enqueue, restart, [_stale(), tf.errors.UnavailableError("node n2 is down")],
+                              restart_fails=[_stale()])
+        coord = tf.train.Coordinator()
+        threads = qr.create_threads(sess, coord=coord, start=True)
+        got = sorted(int(v) for v in drain(real, out))  # ends: the runner closed dst once src ran out
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=BACKSTOP_S)
+    assert got == list(range(10))
+    assert sess.restarts == 3  # two moves, and one release that met the same move and ran again
+
+
+def test_queue_runner_without_restart_op_or_past_max_restarts_stops_with_the_error():
+    g = tf.Graph()
+    with g.as_default():
+        q = tf.FIFOQueue([tf.float32], shapes=[[]], capacity=10)
+        enqueue = q.enqueue([tf.constant(1.0)])
+        restart = tf.no_op(name="release")
+        plain = tf.train.QueueRunner(q, [enqueue])
+        bounded = tf.train.QueueRunner(q, [enqueue], restart_op=restart, max_restarts=2)
+        with pytest.raises(ValueError, match="max_restarts"):
+            tf.train.QueueRunner(q, [enqueue], max_restarts=-1)
+    with tf.Session(graph=g) as real:
+        # TF's behaviour without a restart_op: the error goes to the coordinator.
+        sess = _MovingSession(real, enqueue, restart, [_stale()])
+        coord = tf.train.Coordinator()
+        threads = plain.create_threads(sess, coord=coord, start=True)
+        with pytest.raises(tf.errors.AbortedError, match="stale shard map"):
+            coord.join(threads, stop_grace_period_secs=BACKSTOP_S)
+        assert sess.restarts == 0
+        # Moves in a row past max_restarts: the last one ends the thread.
+        sess = _MovingSession(real, enqueue, restart, [_stale()] * 5)
+        coord = tf.train.Coordinator()
+        threads = bounded.create_threads(sess, coord=coord, start=True)
+        with pytest.raises(tf.errors.AbortedError, match="stale shard map"):
+            coord.join(threads, stop_grace_period_secs=BACKSTOP_S)
+        assert sess.restarts == 2
+        # An error that is no move is not restarted.
+        sess = _MovingSession(real, enqueue, restart, [tf.errors.InvalidArgumentError("bad feed")])
+        coord = tf.train.Coordinator()
+        threads = bounded.create_threads(sess, coord=coord, start=True)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="bad feed"):
+            coord.join(threads, stop_grace_period_secs=BACKSTOP_S)
+        assert sess.restarts == 0
