@@ -174,6 +174,36 @@ TEST_CASE("RPC: mutual TLS admits a cluster peer, echoes and tells roles apart",
   REQUIRE(testing::WaitFor([&] { return s.messages >= 51; }, 20s));
 }
 
+TEST_CASE("RPC: a request the peer's handler does not serve is answered at once, naming it", "[rpc]") {
+  // A node endpoint whose handler serves only Echo: every other request of
+  // the services it hands out is answered InvalidArgument by the Handler's
+  // default, not left to the asker's deadline; an endpoint made without a
+  // handler answers Echo so too, and one-way messages to it are dropped.
+  Server s;
+  auto c = Client();
+  auto conn = c->Connect(s.address);
+  REQUIRE(conn.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto read = Call(*conn, ReadVariables{{"w"}}, 30000);
+  auto ns = Call(*conn, ListNamespaces{}, 30000);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(read.status().code() == Code::kInvalidArgument);
+  CHECK(Contains(read.status(), "does not serve ReadVariables"));
+  CHECK(Contains(ns.status(), "does not serve ListNamespaces"));
+  REQUIRE(Call(*conn, Echo{Tensor::Scalar<float>(1.f)}, 5000).ok());
+
+  auto bare = Endpoint::Create(Opts(Role::kNode), nullptr, nullptr);
+  REQUIRE(bare.ok());
+  auto port = (*bare)->Listen("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  auto to_bare = c->Connect("127.0.0.1:" + std::to_string(*port));
+  REQUIRE(to_bare.ok());
+  REQUIRE(Tell(*to_bare, CleanupStep{1, 0}).ok());
+  auto echo = Call(*to_bare, Echo{Tensor::Scalar<float>(1.f)}, 30000);
+  CHECK(Contains(echo.status(), "does not serve Echo"));
+  CHECK((*to_bare)->is_up());
+}
+
 TEST_CASE("RPC: a 64 MiB tensor arrives intact, with TLS and without", "[rpc]") {
   for (bool insecure : {false, true}) {
     INFO("insecure " << insecure);
