@@ -240,7 +240,6 @@ struct ClusterNode::Impl : net::Handler {
   std::mutex log_mu;
   std::map<std::string, std::pair<int64_t, int64_t>> log_limits;  // GUARDED_BY(log_mu): kind -> last ms, not logged
 
-
   static int64_t NowMs() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();

@@ -477,7 +477,9 @@ class Core : public std::enable_shared_from_this<Core>, public kj::TaskSet::Erro
   // True when messages of type T run on the I/O thread.
   template <class T>
   bool OnIoThread() const {
-    return on_io_thread[KindOf<T>(static_cast<Body*>(nullptr))];
+    constexpr size_t kind = KindOf<T>(static_cast<Body*>(nullptr));
+    static_assert(kind < std::variant_size_v<Body>, "T is no message of net::Body");
+    return on_io_thread[kind];
   }
   WireLimits limits;
   HandlerPool pool;

@@ -35,15 +35,15 @@ class Service {
   // Serves a request: `serve` calls the handler with our number for the
   // request (what its Answer replies to), on the I/O thread when on_io,
   // else on the connection's strand in order; the call returns the answer.
-  template <class Ctx>
-  kj::Promise<void> Ask(Ctx context, uint64_t asker_id, bool on_io, std::function<void(const Conn&, uint64_t)> serve) {
+  template <class Ctx, class Serve>
+  kj::Promise<void> Ask(Ctx context, uint64_t asker_id, bool on_io, Serve serve) {
     const uint64_t id = link_->next_incoming;
     link_->next_incoming += 2;
     auto paf = kj::newPromiseAndFulfiller<Message>();
     link_->incoming.emplace(id, Link::Incoming{kj::mv(paf.fulfiller), asker_id});
     Conn conn = link_->conn;
     if (on_io) serve(conn, id);
-    else conn->strand_->Add([conn, id, serve = std::move(serve)] { serve(conn, id); });
+    else conn->strand_->Add([conn, id, serve = std::move(serve)]() mutable { serve(conn, id); });
     return Returned(kj::mv(paf.promise), kj::mv(context));
   }
 
@@ -98,15 +98,17 @@ class Service {
     if (!Bind()) return Gone();
     const uint64_t bytes = ParamBytes(context);
     auto p = context.getParams();
-    auto m = std::make_shared<T>();
-    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, m.get());
+    T m;
+    Status s = DecodeStruct<T>(p.getRequest(), core_->limits, &m);
     const uint64_t asker = p.getId();
     context.releaseParams();
     if (!s.ok()) return Malformed(s);
     Handler* h = core_->handler;
-    return Counted(bytes, Ask(kj::mv(context), asker, core_->OnIoThread<T>(), [h, serve, m](const Conn& c, uint64_t id) {
-                     (h->*serve)(c, std::move(*m), c->AnswerTo<R>(id));
-                   }));
+    // Called once: on the I/O thread at once, or from the strand's queue.
+    auto call = [h, serve, m = std::move(m)](const Conn& c, uint64_t id) mutable {
+      (h->*serve)(c, std::move(m), c->AnswerTo<R>(id));
+    };
+    return Counted(bytes, Ask(kj::mv(context), asker, core_->OnIoThread<T>(), std::move(call)));
   }
 
   // Stops, once, a decode that runs off the I/O thread when its call ends:
