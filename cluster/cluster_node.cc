@@ -122,17 +122,21 @@ void ClusterNode::Impl::StartDrain() {
   }
   view.MarkSelfLeaving();
   Log("draining: waiting for sessions to move away");
-  drain_thread = std::thread([this] {
-    std::unique_lock<std::mutex> l(mu);
-    // Gone once no session uses the node and the map gives its slots to
-    // others (each was copied to its new holder while served here).
-    const bool drained = idle.wait_for(l, std::chrono::milliseconds(opts.drain_timeout_ms), [&] {
-      return stopped || (sessions.empty() && admission.Idle() && !HoldsSlots());
-    });
-    if (!drained) Log("drain timeout: leaving with " + std::to_string(sessions.size()) + " sessions");
-    left = true;
-    idle.notify_all();
-  });
+  // Gone once no session uses the node and the map gives its slots to
+  // others (each was copied to its new holder while served here).
+  const int64_t deadline = NowMs() + opts.drain_timeout_ms;
+  timers.Add("drain", [this, deadline](int64_t now) { return DrainTick(now, deadline); });
+}
+
+int64_t ClusterNode::Impl::DrainTick(int64_t now_ms, int64_t deadline_ms) {
+  std::lock_guard<std::mutex> l(mu);
+  if (left) return cluster::TimerLoop::kNever;
+  const bool drained = stopped || (sessions.empty() && admission.Idle() && !HoldsSlots());
+  if (!drained && now_ms < deadline_ms) return now_ms + kDrainCheckMs;
+  if (!drained) Log("drain timeout: leaving with " + std::to_string(sessions.size()) + " sessions");
+  left = true;
+  idle.notify_all();
+  return cluster::TimerLoop::kNever;
 }
 
 // Cheap and never blocking: a tensor into the rendezvous (its waiter
@@ -151,9 +155,9 @@ void ClusterNode::Impl::OnTensor(const net::ConnectionPtr& c, net::SendTensor t)
   if (c->peer_role() != net::Role::kNode)
     return LogLimited("session tensor", "dropped a tensor from session " + c->peer_address() +
                                             ": only nodes send tensors between partitions");
-  std::string why;
-  if (!AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &why, &t.session_id))
-    return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + why);
+  Status admitted = AdmitPeerStep(t.step_id, t.value.valid() ? static_cast<int64_t>(t.value.bytes()) : 0, &t.session_id);
+  if (!admitted.ok())
+    return LogLimited("refused tensor", "dropped a tensor from " + c->peer_address() + ": " + admitted.message());
   RendezvousKey key{t.step_id, std::move(t.edge), std::move(t.frame), t.iteration};
   // The receiving step's cheap ops that follow (an update by a scalar, a
   // send back) run here instead of waking the pool.
@@ -163,12 +167,12 @@ void ClusterNode::Impl::OnTensor(const net::ConnectionPtr& c, net::SendTensor t)
 }
 
 void ClusterNode::Impl::OnAbort(const net::ConnectionPtr& c, net::AbortStep a) {
-  std::string why;
   if (ForeignStep(c, a.session_id, a.step_id))
     return LogLimited("foreign abort", "dropped an abort of step " + std::to_string(a.step_id) + " from session " +
                                            c->peer_address() + ": the step is another client's");
-  if (!AdmitPeerStep(a.step_id, 0, &why))
-    return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + why);
+  Status admitted = AdmitPeerStep(a.step_id, 0);
+  if (!admitted.ok())
+    return LogLimited("early abort", "dropped an abort from " + c->peer_address() + ": " + admitted.message());
   // A step may outlive its closed session: its table is the node's.
   if (auto host = HostOf(a.session_id)) host->Abort(a.step_id, a.status);
   else rendezvous.Abort(a.step_id, a.status);
@@ -182,16 +186,7 @@ void ClusterNode::Impl::OnCleanup(const net::ConnectionPtr& c, net::CleanupStep 
     // late cleanup still frees what its steps left).
     auto s = sessions.find(a.session_id);
     foreign = (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, a.step_id);
-    if (!foreign) {
-      ForgetEarlyLocked(a.step_id);
-      if (ended_steps.insert(a.step_id).second) {
-        ended_order.push_back(a.step_id);
-        if (ended_order.size() > kMaxEndedSteps) {
-          ended_steps.erase(ended_order.front());
-          ended_order.pop_front();
-        }
-      }
-    }
+    if (!foreign) early.End(a.step_id);
   }
   if (foreign)
     return LogLimited("foreign cleanup", "dropped a cleanup of step " + std::to_string(a.step_id) + " from " +
@@ -278,6 +273,7 @@ void ClusterNode::Impl::Stop() {
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return;
     stopped = true;
+    if (draining) left = true;  // its drain timer stops with the node
     admission.Close();  // under mu with stopped: Run, under mu too, sees both or neither
   }
   // No more placement work (a leader resigns), then gone from etcd:
@@ -285,12 +281,9 @@ void ClusterNode::Impl::Stop() {
   if (placement) placement->Stop();
   if (registry) registry->Leave();
   idle.notify_all();
-  watch_cv.notify_all();
   members_cv.notify_all();
   router.Stop();
-  if (drain_thread.joinable()) drain_thread.join();
-  if (housekeeping_thread.joinable()) housekeeping_thread.join();
-  if (progress_thread.joinable()) progress_thread.join();
+  timers.Stop();
   endpoint->Shutdown();
   registrar.Stop();  // after the endpoint: no registration comes any more
   // Fail what running steps wait on (queues, tensors from peers that can no
@@ -361,7 +354,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   // Its life (incarnation) is its key's revision in etcd, set once registered.
   impl->view.SetSelf(impl->opts.name, impl->address);
   std::unique_ptr<ClusterNode> node(new ClusterNode(std::move(impl)));
-  p->progress_thread = std::thread([p] { p->ProgressLoop(); });
+  p->timers.Start();
   if (!opts.etcd.empty()) {
     // etcd holds the membership: register under a lease and follow the members' keys.
     cluster::MemberRegistryOptions ro;
@@ -414,7 +407,6 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
   } else {
     p->Log("no --etcd: a cluster of this node alone");
   }
-  p->housekeeping_thread = std::thread([p] { p->HousekeepingLoop(); });
   return node;
 }
 

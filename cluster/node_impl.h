@@ -1,15 +1,20 @@
 // The inside of a ClusterNode (include/shardflow/cluster.h), shared by its
-// files: cluster_node.cc (start, stop, messages, membership), node_steps.cc
-// (admitting peers' tensors and aborts for steps that do not run here yet,
-// and expiring them), node_partitions.cc (registering and running
-// partitions) and node_variables.cc (serving variables and node checkpoints). Its parts with a job and a lock of their
-// own: cluster/member_registry.h (etcd), member_view.h (what sessions are
-// told), peer_router.h (connections to members), run_admission.h (the runs
-// going, fences and their waits). Not a public header.
+// files: cluster_node.cc (start, stop, messages, membership, drain),
+// node_steps.cc (admitting peers' tensors and aborts for steps that do not
+// run here yet; the housekeeping timer), node_partitions.cc (registering and
+// running partitions) and node_variables.cc (serving variables and node
+// checkpoints). Its parts with a job and a lock of their own:
+// cluster/member_registry.h (etcd), member_view.h (what sessions are told),
+// peer_router.h (connections to members), run_admission.h (the runs going,
+// fences and their waits), early_steps.h (peers' tensors for steps not
+// running here), progress_reports.h (steps whose clients want progress) and
+// timer_loop.h (the one place where the node's time passes: its timers, on
+// one thread). Not a public header.
 //
 // Thread-safety: fields marked GUARDED_BY(mu) are read and written under mu.
 // Lock order: mu before a part's lock, never the reverse (a part calls out
-// to nothing while it holds its own).
+// to nothing while it holds its own; the timer loop runs its timers outside
+// its lock, and they take mu).
 #pragma once
 
 #include <caf/all.hpp>
@@ -30,12 +35,15 @@
 #include "actors/checkpoint_io.h"
 #include "cluster/node_checkpoints.h"
 #include "cluster/cluster_rendezvous.h"
+#include "cluster/early_steps.h"
 #include "cluster/member_registry.h"
 #include "cluster/member_view.h"
 #include "cluster/peer_router.h"
 #include "cluster/placement_leader.h"
+#include "cluster/progress_reports.h"
 #include "cluster/run_admission.h"
 #include "cluster/slot_replicas.h"
+#include "cluster/timer_loop.h"
 #include "actors/serial_queue.h"
 #include "actors/partition_host.h"
 #include "graph/device_name.h"
@@ -139,14 +147,14 @@ struct ClusterNode::Impl : net::Handler {
   static constexpr int kMaxMovesWaiting = 64;
   // A node whose process stalled past its lease (SIGSTOP, a long pause)
   // may have had its slots moved away meanwhile: it serves no partition
-  // until it has read the shard map again. The housekeeping thread ticks
-  // every 250 ms; a gap since the last tick of more than StallMs() is a stall.
+  // until it has read the shard map again. The housekeeping timer ticks
+  // every kHousekeepingMs; a gap since the last tick of more than StallMs() is a stall.
   std::atomic<int64_t> last_tick_ms{0};
   bool stalled = false;                                   // GUARDED_BY(mu)
   int64_t stalled_ms = 0;                                 // GUARDED_BY(mu): how long it was
   int64_t StallMs() const { return std::max<int64_t>(3000, 2000 * static_cast<int64_t>(opts.lease_ttl_s)); }
-  // Notes a stall seen now (etcd clusters only); whether the node is stalled. REQUIRES: mu held.
-  bool CheckStallLocked();
+  // Notes a stall seen at now_ms (etcd clusters only); whether the node is stalled. REQUIRES: mu held.
+  bool CheckStallLocked(int64_t now_ms);
   static constexpr int kFenceWaitMs = 30000;
   // How long a fence lets its slot's older runs end by themselves before it
   // ends their waits (queues, tensors): a step waiting on a queue for a while
@@ -183,44 +191,13 @@ struct ClusterNode::Impl : net::Handler {
   bool draining = false;                               // GUARDED_BY(mu)
   bool left = false;                                   // GUARDED_BY(mu): drained or replaced, may exit
   std::string replaced_by;                             // GUARDED_BY(mu): the node that took this one's place
-  std::thread drain_thread;                            // waits for sessions to move away
-  std::thread housekeeping_thread;                     // expires early steps
-  // Steps peers sent tensors or aborts for that run no partition here (yet:
-  // a peer's tensor may beat the session's RunPartition). What they hold is
-  // bounded (kMaxEarlySteps, kMaxEarlyBytes) and expires after
-  // kEarlyStepTtlMs, so a peer cannot fill the node with steps that never run.
-  struct EarlyStep {
-    int64_t first_ms = 0;
-    int64_t bytes = 0;
-  };
-  std::map<int64_t, EarlyStep> early_steps;            // GUARDED_BY(mu)
-  // Steps their session cleaned up here, the latest kMaxEndedSteps: every
-  // Recv of an ended step has its tensor, so one arriving now (a late send
-  // of an aborted step, or a peer's junk) is refused, not held for
-  // kEarlyStepTtlMs under the early-step budget.
-  std::unordered_set<int64_t> ended_steps;             // GUARDED_BY(mu)
-  std::deque<int64_t> ended_order;                     // GUARDED_BY(mu): oldest first
-  static constexpr size_t kMaxEndedSteps = 65536;
+  // Steps peers sent tensors or aborts for that run no partition here (yet),
+  // and steps their session ended here (its own lock; expired by housekeeping).
+  cluster::EarlySteps early{opts.name, {}};
   // Steps whose client asked for progress reports (RunPartition.progress_ms):
-  // the executor sets `finished` when an op finished, and the progress
-  // thread clears it and tells the client, at most every interval_ms.
-  struct Watched {
-    std::weak_ptr<net::Connection> client;
-    uint64_t session_id = 0;
-    int64_t step = 0;
-    int interval_ms = 0;
-    std::atomic<uint64_t> finished{0};
-    uint64_t reports = 0;     // progress thread only
-    int64_t reported_ms = 0;  // progress thread only
-  };
-  std::set<std::shared_ptr<Watched>> watched;          // GUARDED_BY(mu)
-  std::condition_variable watch_cv;                    // watched grew, or stopping
-  std::thread progress_thread;
-  int64_t early_bytes = 0;                             // GUARDED_BY(mu)
-  static constexpr size_t kMaxEarlySteps = 4096;
-  static constexpr int64_t kMaxEarlyBytes = int64_t{1} << 30;
-  static constexpr int64_t kEarlyStepTtlMs = 60000;
+  // told by the progress timer (its own lock).
   static constexpr int kMinProgressMs = 20;
+  cluster::ProgressReports progress{kMinProgressMs};
   static constexpr size_t kMaxSessionsPerClient = 256;
   static constexpr size_t kMaxSessions = 4096;
   static constexpr size_t kMaxPartitionsPerSession = 4096;
@@ -245,8 +222,6 @@ struct ClusterNode::Impl : net::Handler {
         .count();
   }
 
-  void ForgetEarlyLocked(int64_t step);
-
   // True when c, a session's client, names a step running here for another
   // client: whatever session id it gives, it may not end or abort that step
   // (nodes may: a step's parts on other nodes abort it). REQUIRES: mu held.
@@ -254,17 +229,16 @@ struct ClusterNode::Impl : net::Handler {
   // ForeignStepLocked, or c naming a session that is another client's.
   bool ForeignStep(const net::ConnectionPtr& c, uint64_t session_id, int64_t step);
 
-  // Admits a peer's tensor (or abort) for a step; false, with why, when a
-  // tensor's session (if given) has no partition here, or the step runs
-  // nothing here and the budget for such steps is spent.
-  bool AdmitPeerStep(int64_t step, int64_t bytes, std::string* why, const uint64_t* session = nullptr);
+  // Admits a peer's tensor (or abort) for a step; NotFound when a tensor's
+  // session (if given) has no partition here, else early's refusal when
+  // the step runs nothing here (it ended, or the budget for such steps is spent).
+  Status AdmitPeerStep(int64_t step, int64_t bytes, const uint64_t* session = nullptr);
 
-  // Forgets early steps that never ran within kEarlyStepTtlMs (mu held).
-  void ExpireEarlyLocked(std::vector<int64_t>* expired);
-
-  // Forgets, every 250 ms, the steps peers sent tensors for that never
-  // ran here (kEarlyStepTtlMs), until the node stops.
-  void HousekeepingLoop();
+  // The housekeeping timer at now_ms: notes a stall (and reads the shard
+  // map again after one), expires idle namespaces and the early steps that
+  // never ran here (early's ttl); when it is due next (never once stopped).
+  int64_t Housekeep(int64_t now_ms);
+  static constexpr int kHousekeepingMs = 250;
 
   // The members etcd lists now (registry's thread): sessions are told of a
   // change, and a node etcd says is draining starts to.
@@ -274,6 +248,10 @@ struct ClusterNode::Impl : net::Handler {
   // are told), and once none uses the node (or after the drain timeout) it
   // has left and its process may exit.
   void StartDrain();
+  // The drain timer at now_ms: whether the node has left (no session uses
+  // it and its slots are others'), or the deadline passed; when to look again.
+  int64_t DrainTick(int64_t now_ms, int64_t deadline_ms);
+  static constexpr int kDrainCheckMs = 50;
   // Whether the newest shard map gives this node a slot (as its holder, or
   // a move's old holder); false without a map.
   bool HoldsSlots() const;
@@ -322,11 +300,6 @@ struct ClusterNode::Impl : net::Handler {
 
   // A partition's step: admitted, then started on the partition's host.
   void ServeRun(const net::ConnectionPtr& c, net::RunPartition r, net::Answer<net::RunPartitionDone> done) override;
-
-  // Tells clients whose steps here finished an op since the last report (one
-  // StepProgress each, at most every interval_ms), so their no-progress
-  // deadlines restart; sleeps while no step is watched.
-  void ProgressLoop();
 
   // What peers send (net/peer_handler.h), one method per message: the
   // requests beside their parts below; these in cluster_node.cc.
@@ -388,8 +361,8 @@ struct ClusterNode::Impl : net::Handler {
   void TouchNamespaceLocked(const std::string& ns) {
     if (opts.ns_expiry_s > 0 && !ns.empty()) ns_last_used[ns] = NowMs();
   }
-  // Drops the namespaces idle past opts.ns_expiry_s (the housekeeping thread).
-  void ExpireNamespaces();
+  // Drops the namespaces idle past opts.ns_expiry_s at now_ms (the housekeeping timer).
+  void ExpireNamespaces(int64_t now_ms);
   std::map<std::string, int64_t> ns_last_used;  // GUARDED_BY(mu): with ns_expiry_s, by namespace
 
   // Starts following (and campaigning to lead) the shard map in etcd.
@@ -435,6 +408,13 @@ struct ClusterNode::Impl : net::Handler {
   void OnDown(const net::ConnectionPtr& c, const Status& why);
 
   void Stop();
+
+  // Where the node's time passes: the housekeeping, progress and drain
+  // timers, on one thread. Last, so it stops before the fields its timers use go.
+  // Started by ClusterNode::Create once the node listens.
+  cluster::TimerLoop timers;
+  const int housekeeping_timer = timers.Add("housekeeping", [this](int64_t now) { return Housekeep(now); });
+  const int progress_timer = timers.Add("progress", [this](int64_t now) { return progress.Report(now); });
 };
 
 }  // namespace sf

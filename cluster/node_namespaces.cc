@@ -123,12 +123,12 @@ std::pair<int64_t, int64_t> ClusterNode::Impl::DropNamespaceHere(const std::stri
   return {vars, qs};
 }
 
-void ClusterNode::Impl::ExpireNamespaces() {
+void ClusterNode::Impl::ExpireNamespaces(int64_t now_ms) {
   if (opts.ns_expiry_s <= 0) return;
   std::vector<std::string> idle_ns;
   {
     std::lock_guard<std::mutex> l(mu);
-    const int64_t before = NowMs() - opts.ns_expiry_s * 1000;
+    const int64_t before = now_ms - opts.ns_expiry_s * 1000;
     std::set<std::string> open;
     for (const auto& kv : sessions) open.insert(kv.second.ns);
     for (const auto& [ns, last] : ns_last_used)

@@ -254,11 +254,11 @@ void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition 
       if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
     }
     // A node that stalled past its lease serves nothing until it re-read the map.
-    if (host && CheckStallLocked()) {
+    if (host && CheckStallLocked(NowMs())) {
       admitted = {Verdict::kStale, std::numeric_limits<int64_t>::max()};
     } else if (host) {
       admitted = admission.Admit(step, c.get(), slot, kMaxRunningPerClient);
-      if (admitted.verdict == Verdict::kAdmitted) ForgetEarlyLocked(step);  // it runs now: its tensors are the step's
+      if (admitted.verdict == Verdict::kAdmitted) early.Forget(step);  // it runs now: its tensors are the step's
     }
   }
   const int64_t fence = admitted.fence;
@@ -299,18 +299,13 @@ void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition 
   // Asked for a timeline: recorded from here (at most kMaxTraceEvents,
   // whatever the peer asked) and returned with the reply.
   auto trace = r.trace_max_events > 0 ? std::make_shared<StepTrace>(r.trace_max_events) : nullptr;
-  std::shared_ptr<Watched> watch;
+  std::shared_ptr<cluster::ProgressReports::Watch> watch;
   if (r.progress_ms > 0) {
-    watch = std::make_shared<Watched>();
-    watch->client = c;
-    watch->session_id = r.session_id;
-    watch->step = step;
-    // A peer asking for a report every millisecond gets one every kMinProgressMs.
-    watch->interval_ms = std::max(r.progress_ms, kMinProgressMs);
-    watch->reported_ms = NowMs();
-    std::lock_guard<std::mutex> l(mu);
-    watched.insert(watch);
-    watch_cv.notify_all();
+    std::weak_ptr<net::Connection> client = c;  // a client gone has no deadline to restart
+    watch = progress.Add(r.progress_ms, NowMs(), [client, session = r.session_id, step](uint64_t reports) {
+      if (auto to = client.lock()) (void)net::Tell(to, net::StepProgress{session, step, reports});
+    });
+    timers.Poke(progress_timer);  // its next report may be due sooner than the timer's
   }
   // The host's actor starts the step: this connection keeps reading.
   // The run ends once its reply is sent: after its slot's changes reached
@@ -322,8 +317,8 @@ void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition 
     }
     done(std::move(d));
     // Ended under mu: the drain's wait on `idle` reads admission.Idle() under it.
+    progress.Remove(watch);
     std::lock_guard<std::mutex> l(mu);
-    if (watch) watched.erase(watch);
     if (admission.End(step, c.get(), slot)) idle.notify_all();
     // No CleanupStep comes from a client that went away.
     if (!c->is_up() && admission.Runs(step) == 0) rendezvous.Cleanup(step);
@@ -331,33 +326,6 @@ void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition 
   host->Run(r.handle, step, std::move(r.feeds), [this, step, slot, reply](Status s, std::vector<Tensor> out) {
     FinishRun(slot, reply, net::RunPartitionDone{step, std::move(s), std::move(out)});
   }, trace.get(), watch ? &watch->finished : nullptr);
-}
-
-void ClusterNode::Impl::ProgressLoop() {
-  std::unique_lock<std::mutex> l(mu);
-  while (!stopped) {
-    if (watched.empty()) {
-      watch_cv.wait(l, [&] { return stopped || !watched.empty(); });
-      continue;
-    }
-    // Half the shortest interval asked for: a report is at most that late.
-    int tick_ms = 1000;
-    for (const auto& w : watched) tick_ms = std::min(tick_ms, w->interval_ms / 2);
-    watch_cv.wait_for(l, std::chrono::milliseconds(std::max(kMinProgressMs / 2, tick_ms)));
-    const int64_t now = NowMs();
-    std::vector<std::pair<net::ConnectionPtr, net::StepProgress>> out;
-    for (const auto& w : watched) {
-      if (now - w->reported_ms < w->interval_ms || w->finished.exchange(0, std::memory_order_relaxed) == 0) continue;
-      auto c = w->client.lock();
-      if (!c) continue;
-      w->reported_ms = now;
-      out.push_back({std::move(c), net::StepProgress{w->session_id, w->step, ++w->reports}});
-    }
-    if (out.empty()) continue;
-    l.unlock();
-    for (auto& [c, p] : out) (void)net::Tell(c, p);  // a client gone has no deadline to restart
-    l.lock();
-  }
 }
 
 }  // namespace sf
