@@ -43,6 +43,7 @@
 #include "cluster/progress_reports.h"
 #include "cluster/run_admission.h"
 #include "cluster/slot_replicas.h"
+#include "cluster/slot_state.h"
 #include "cluster/timer_loop.h"
 #include "actors/serial_queue.h"
 #include "actors/partition_host.h"
@@ -118,29 +119,16 @@ struct ClusterNode::Impl : net::Handler {
   std::unique_ptr<cluster::SlotReplicas> replicas;
   // As a backup: the messages of a replication round not applied yet (a
   // round is applied whole, once its last message came), by slot; bounded
-  // by kMaxStagedBytes over all slots.
-  struct StagedRound {
-    std::string holder;
-    uint64_t round = 0;
-    std::vector<runtime::VarChanges> changes;
-    int64_t bytes = 0;
-  };
-  std::map<int, StagedRound> staged;                      // GUARDED_BY(mu)
-  int64_t staged_bytes = 0;                               // GUARDED_BY(mu)
-  static constexpr int64_t kMaxStagedBytes = int64_t{4} << 30;
+  // over all slots (its own lock).
+  cluster::StagedRounds<runtime::VarChanges> staged{opts.name, int64_t{4} << 30};
   std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
   std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
-  std::map<int, std::set<std::string>> slot_variables;    // GUARDED_BY(mu)
-  // Slot -> the variables this node took in rounds as the slot's backup (or
-  // a move's target). A copy kept for a slot backed up here must never
-  // travel as another slot's state (it would overwrite that slot's holder,
-  // where it is the backup), should two slots ever name one variable:
-  // slot_variables holds what each slot's own partitions run (Register).
-  std::map<int, std::set<std::string>> backup_names;      // GUARDED_BY(mu)
-  // slot_variables[slot] less the variables backed up here for other slots
-  // that this node does not hold (unless slot's own state brought them):
-  // what a round or move of slot sends. REQUIRES: mu.
-  std::set<std::string> SlotStateLocked(int slot) const;
+  // The variables each slot's partitions use here and those taken here as
+  // a slot's backup (its own lock).
+  cluster::SlotNames slot_names;
+  // What a round or move of slot sends from here (SlotNames::StateOf, with
+  // the slots this node holds by the newest map).
+  std::set<std::string> SlotState(int slot) const;
   // MoveSlot requests, in order, off the handler threads (a copy takes a while).
   runtime::SerialQueue movers;
   std::atomic<int> moves_waiting{0};

@@ -104,9 +104,7 @@ std::pair<int64_t, int64_t> ClusterNode::Impl::DropNamespaceHere(const std::stri
     // dropped state; their partitions' hosts go with the last step).
     std::lock_guard<std::mutex> l(mu);
     for (auto it = sessions.begin(); it != sessions.end();) it = it->second.ns == ns ? sessions.erase(it) : std::next(it);
-    for (auto* per_slot : {&slot_variables, &backup_names})
-      for (auto& kv : *per_slot)
-        for (auto it = kv.second.begin(); it != kv.second.end();) it = in_ns(*it) ? kv.second.erase(it) : std::next(it);
+    slot_names.DropWhere(in_ns);
     ns_last_used.erase(ns);
     idle.notify_all();
   }

@@ -185,7 +185,7 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     TouchNamespaceLocked(ss.ns);
     if (etcd_mode()) {
       ss.slot_of[r.handle] = {task, r.epoch};
-      slot_variables[task].insert(var_names.begin(), var_names.end());
+      slot_names.AddOwn(task, var_names);
     }
     if (!ss.host) {
       std::vector<std::string> tasks;

@@ -46,17 +46,11 @@ Status ClusterNode::Impl::StartPlacement(const std::optional<net::Credential>& c
         if (m.holder[s] != address && m.from[s] != address) admission.Fence(static_cast<int>(s), m.epoch);
       // Unfinished rounds of a holder the map no longer names are refused
       // when they end: their bytes go now.
-      for (auto it = staged.begin(); it != staged.end();) {
-        const auto s = static_cast<size_t>(it->first);
-        const bool named = s < m.holder.size() && (m.holder[s] == it->second.holder && s < m.backup.size() &&
-                                                   m.backup[s] == address);
-        if (named || (s < m.from.size() && m.from[s] == it->second.holder)) {
-          ++it;
-          continue;
-        }
-        staged_bytes -= it->second.bytes;
-        it = staged.erase(it);
-      }
+      staged.KeepOnly([&](int slot, const std::string& holder) {
+        const auto s = static_cast<size_t>(slot);
+        const bool named = s < m.holder.size() && (m.holder[s] == holder && s < m.backup.size() && m.backup[s] == address);
+        return named || (s < m.from.size() && m.from[s] == holder);
+      });
       if (draining) idle.notify_all();  // it may hold no slot now
     }
     if (replicas) {
@@ -166,7 +160,7 @@ Status ClusterNode::Impl::MoveSlotHere(int slot, const std::string& to, int64_t 
   {
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return Unavailable("node " + opts.name + " is stopping");
-    names = SlotStateLocked(slot);
+    names = SlotState(slot);
   }
   // A handover: every run of the slot here sent its changes to `to`, its
   // synced backup, before it ended; there is nothing to copy.

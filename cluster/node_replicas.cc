@@ -12,10 +12,7 @@ namespace sf {
 void ClusterNode::Impl::StartReplicas() {
   cluster::SlotReplicas::Hooks h;
   h.self = address;
-  h.variables_of = [this](int slot) {
-    std::lock_guard<std::mutex> l(mu);
-    return SlotStateLocked(slot);
-  };
+  h.variables_of = [this](int slot) { return SlotState(slot); };
   h.take = [this](const std::set<std::string>& names, bool full, int64_t pieces_over) {
     return variables->TakeChanges(names, full, pieces_over);
   };
@@ -101,28 +98,12 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, net::Rep
     // A backup's namespaces are in use while their holder sends rounds.
     if (opts.ns_expiry_s > 0)
       for (const auto& ch : changes) TouchNamespaceLocked(NamespaceOf(ch.name));
-    StagedRound& st = staged[m.slot];
-    if (st.holder != m.holder || st.round != m.round) {
-      staged_bytes -= st.bytes;
-      st = StagedRound{m.holder, m.round, {}, 0};
-    }
     int64_t bytes = 0;
     for (const auto& ch : changes) bytes += ch.value.valid() ? static_cast<int64_t>(ch.value.bytes()) : 0;
-    if (staged_bytes + bytes > kMaxStagedBytes) {
-      staged_bytes -= st.bytes;
-      staged.erase(m.slot);
-      return done(ResourceExhausted(
-                              "node " + opts.name + " holds " + std::to_string(kMaxStagedBytes) +
-                              " bytes of unfinished replication rounds already; slot " + std::to_string(m.slot) +
-                              "'s round is dropped"));
-    }
-    staged_bytes += bytes;
-    st.bytes += bytes;
-    for (auto& ch : changes) st.changes.push_back(std::move(ch));
-    if (m.more) return done(Status::OK());
-    changes = std::move(st.changes);
-    staged_bytes -= st.bytes;
-    staged.erase(m.slot);
+    auto whole = staged.Stage(m.slot, m.holder, m.round, std::move(changes), bytes, !m.more);
+    if (!whole.ok()) return done(whole.status());
+    if (!whole->has_value()) return done(Status::OK());
+    changes = std::move(**whole);
   }
   // Answered from whichever thread applies last (a shard actor's, or this
   // one): an answer takes no lock, so no hop to another thread is needed.
@@ -145,45 +126,25 @@ void ClusterNode::Impl::ServeReplicateSlot(const net::ConnectionPtr& c, net::Rep
   // Named before the apply ends, so its reply needs no lock: naming one
   // whose apply fails costs nothing, as a whole round sends what the store
   // holds of it and skips a name it lacks (TakeChanges).
-  for (const auto& ch : changes) {
-    slot_variables[m.slot].insert(ch.name);
-    backup_names[m.slot].insert(ch.name);
-  }
+  std::set<std::string> names;
+  for (const auto& ch : changes) names.insert(ch.name);
+  slot_names.AddBackedUp(m.slot, names);
   variables->ApplyChanges(std::move(changes), std::move(applied));
 }
 
-std::set<std::string> ClusterNode::Impl::SlotStateLocked(int slot) const {
-  auto it = slot_variables.find(slot);
-  if (it == slot_variables.end()) return {};
-  std::set<std::string> names = it->second;
-  cluster::PlacementLeader* pl = placement_ready.load();
-  // Most rounds: no other slot is backed up here, and the map is not copied.
-  const bool others = std::any_of(backup_names.begin(), backup_names.end(),
-                                  [slot](const auto& kv) { return kv.first != slot && !kv.second.empty(); });
-  if (!pl || !others) return names;
-  const cluster::ShardMap map = pl->Map();
-  auto own = backup_names.find(slot);  // what this slot's own state brought here stays its own
-  for (const auto& [other, backed] : backup_names) {
+std::set<std::string> ClusterNode::Impl::SlotState(int slot) const {
+  std::optional<cluster::ShardMap> map;  // read once, and only when another slot is backed up here
+  return slot_names.StateOf(slot, [&](int other) {
+    cluster::PlacementLeader* pl = placement_ready.load();
+    if (!pl) return true;  // no map: every name is the slot's own
+    if (!map) map = pl->Map();
     const auto o = static_cast<size_t>(other);
-    if (other == slot || (o < map.holder.size() && map.holder[o] == address)) continue;
-    for (const std::string& n : backed)
-      if (own == backup_names.end() || !own->second.count(n)) names.erase(n);
-  }
-  return names;
+    return o < map->holder.size() && map->holder[o] == address;
+  });
 }
 
 void ClusterNode::Impl::ReplicateSlotsOf(const std::vector<std::string>& names, std::function<void(Status)> done) {
-  std::set<int> slots;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    for (const auto& kv : slot_variables)
-      for (const auto& n : names)
-        if (kv.second.count(n)) {
-          slots.insert(kv.first);
-          break;
-        }
-  }
-  ReplicateSlots(slots, std::move(done));
+  ReplicateSlots(slot_names.SlotsOf(names), std::move(done));
 }
 
 void ClusterNode::Impl::ReplicateSlots(const std::set<int>& slots, std::function<void(Status)> done) {
