@@ -184,8 +184,7 @@ void ClusterNode::Impl::OnCleanup(const net::ConnectionPtr& c, net::CleanupStep 
     std::lock_guard<std::mutex> l(mu);
     // Only the session's own client ends its steps (a closed session's
     // late cleanup still frees what its steps left).
-    auto s = sessions.find(a.session_id);
-    foreign = (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, a.step_id);
+    foreign = sessions.IsOthers(a.session_id, c.get()) || ForeignStepLocked(c, a.step_id);
     if (!foreign) early.End(a.step_id);
   }
   if (foreign)
@@ -206,8 +205,7 @@ void ClusterNode::Impl::ServeCloseSession(const net::ConnectionPtr& c, net::Clos
   {
     std::lock_guard<std::mutex> l(mu);
     // Only its own client closes a session (an unknown one is closed already).
-    auto it = sessions.find(cs.session_id);
-    if (it != sessions.end() && it->second.client == c.get()) sessions.erase(it);
+    sessions.Close(cs.session_id, c.get());
     idle.notify_all();
   }
   done(Status::OK());
@@ -241,10 +239,7 @@ void ClusterNode::Impl::OnDown(const net::ConnectionPtr& c, const Status& why) {
     if (stopped) return;
     // A client that went away closes its sessions (running steps keep
     // what they use alive until they finish).
-    for (auto it = sessions.begin(); it != sessions.end();) {
-      if (it->second.client == c.get()) it = sessions.erase(it);
-      else ++it;
-    }
+    sessions.CloseClient(c.get());
     // Its running steps can deliver nothing and get no AbortStep: a part
     // waiting for a tensor of a partition the client never started would
     // wait (and hold its step's state) forever.
@@ -298,7 +293,7 @@ void ClusterNode::Impl::Stop() {
   admission.WaitIdle();
   {
     std::lock_guard<std::mutex> l(mu);
-    sessions.clear();
+    sessions.Clear();
   }
   router.Clear();
   for (int64_t step : steps) rendezvous.Cleanup(step);

@@ -5,8 +5,9 @@
 // running partitions) and node_variables.cc (serving variables and node
 // checkpoints). Its parts with a job and a lock of their own:
 // cluster/member_registry.h (etcd), member_view.h (what sessions are told),
-// peer_router.h (connections to members), run_admission.h (the runs going,
-// fences and their waits), early_steps.h (peers' tensors for steps not
+// peer_router.h (connections to members), node_sessions.h (the sessions
+// served here), run_admission.h (the runs going, fences and their waits),
+// slot_state.h (slots' variables, a backup's staged rounds), early_steps.h (peers' tensors for steps not
 // running here), progress_reports.h (steps whose clients want progress) and
 // timer_loop.h (the one place where the node's time passes: its timers, on
 // one thread). Not a public header.
@@ -34,6 +35,7 @@
 #include "cluster/cluster_collectives.h"
 #include "actors/checkpoint_io.h"
 #include "cluster/node_checkpoints.h"
+#include "cluster/node_sessions.h"
 #include "cluster/cluster_rendezvous.h"
 #include "cluster/early_steps.h"
 #include "cluster/member_registry.h"
@@ -63,19 +65,6 @@
 namespace sf {
 
 struct ClusterNode::Impl : net::Handler {
-  // A cluster session's share of the node: its rendezvous (task addresses
-  // for its _Sends) and the host of its partitions.
-  struct SessionState {
-    const net::Connection* client = nullptr;  // the session is dropped when it goes down
-    std::set<uint64_t> handles;               // its registered partitions (bounded)
-    std::shared_ptr<runtime::ClusterRendezvous> rendezvous;
-    std::shared_ptr<runtime::PartitionHost> host;  // the last reference stops its actor
-    // By partition handle: its task (the map's slot) and the map epoch the
-    // session placed it by.
-    std::map<uint64_t, std::pair<int, int64_t>> slot_of;
-    std::string ns;  // its client's namespace ("": the default)
-  };
-
   // What a registered partition's executor points into: its graph and its
   // session's rendezvous. Steps hold it, so closing a session never pulls
   // either from under a step.
@@ -167,7 +156,10 @@ struct ClusterNode::Impl : net::Handler {
       [this](const std::string& to, const Status& why) { collectives->OnPeerDown(nullptr, to, why); }}};
 
   mutable std::mutex mu;
-  std::map<uint64_t, SessionState> sessions;           // GUARDED_BY(mu)
+  // The cluster sessions served here: each its client's, with its
+  // partitions, their slots, and the host and rendezvous its steps run in
+  // (its own lock; bounded per client and over all).
+  cluster::NodeSessions sessions{opts.name, {}};
   bool stopped = false;                                // GUARDED_BY(mu); admission closed with it
   // The partition runs going here, each with its step, client, slot and
   // epoch: Stop aborts them and waits, because the queues, variables and
@@ -186,10 +178,6 @@ struct ClusterNode::Impl : net::Handler {
   // told by the progress timer (its own lock).
   static constexpr int kMinProgressMs = 20;
   cluster::ProgressReports progress{kMinProgressMs};
-  static constexpr size_t kMaxSessionsPerClient = 256;
-  static constexpr size_t kMaxSessions = 4096;
-  static constexpr size_t kMaxPartitionsPerSession = 4096;
-  static constexpr size_t kMaxPartitions = 65536;
   // Partition runs one client may have going here at once: each holds a
   // step's state (and maybe a wait on a queue) until it ends.
   static constexpr size_t kMaxRunningPerClient = 1024;

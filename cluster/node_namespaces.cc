@@ -59,7 +59,7 @@ std::vector<net::NamespaceState> ClusterNode::Impl::NamespaceStates() {
   }
   {
     std::lock_guard<std::mutex> l(mu);
-    for (const auto& kv : sessions) ++by_ns[kv.second.ns].sessions;
+    for (const auto& [ns, n] : sessions.CountByNamespace()) by_ns[ns].sessions += n;
   }
   std::vector<net::NamespaceState> out;
   for (auto& [ns, s] : by_ns) {
@@ -103,7 +103,7 @@ std::pair<int64_t, int64_t> ClusterNode::Impl::DropNamespaceHere(const std::stri
     // Its sessions close here first (their steps still running fail on the
     // dropped state; their partitions' hosts go with the last step).
     std::lock_guard<std::mutex> l(mu);
-    for (auto it = sessions.begin(); it != sessions.end();) it = it->second.ns == ns ? sessions.erase(it) : std::next(it);
+    sessions.CloseNamespace(ns);
     slot_names.DropWhere(in_ns);
     ns_last_used.erase(ns);
     idle.notify_all();
@@ -128,7 +128,7 @@ void ClusterNode::Impl::ExpireNamespaces(int64_t now_ms) {
     std::lock_guard<std::mutex> l(mu);
     const int64_t before = now_ms - opts.ns_expiry_s * 1000;
     std::set<std::string> open;
-    for (const auto& kv : sessions) open.insert(kv.second.ns);
+    for (const auto& kv : sessions.CountByNamespace()) open.insert(kv.first);
     for (const auto& [ns, last] : ns_last_used)
       if (last < before && !open.count(ns)) idle_ns.push_back(ns);
   }

@@ -143,34 +143,6 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     // A client that went down meanwhile was already forgotten by OnDown:
     // registering for it would keep the session forever.
     if (!client->is_up()) return Unavailable("client " + client->peer_address() + " went away");
-    auto existing = sessions.find(r.session_id);
-    if (existing == sessions.end()) {
-      // What one client (or all) may make this node hold is bounded.
-      size_t mine = 0;
-      for (const auto& kv : sessions) mine += kv.second.client == client.get();
-      if (mine >= kMaxSessionsPerClient)
-        return ResourceExhausted("client " + client->peer_address() + " has " + std::to_string(mine) +
-                                 " sessions on node " + opts.name + " already (at most " +
-                                 std::to_string(kMaxSessionsPerClient) + ")");
-      if (sessions.size() >= kMaxSessions)
-        return ResourceExhausted("node " + opts.name + " holds " + std::to_string(sessions.size()) +
-                                 " sessions already (at most " + std::to_string(kMaxSessions) + ")");
-    } else if (existing->second.client != client.get()) {
-      return PermissionDenied("session " + std::to_string(r.session_id) + " on node " + opts.name +
-                              " belongs to another client");
-    } else if (!existing->second.handles.count(r.handle) &&
-               existing->second.handles.size() >= kMaxPartitionsPerSession) {
-      return ResourceExhausted("session " + std::to_string(r.session_id) + " has " +
-                               std::to_string(kMaxPartitionsPerSession) + " partitions on node " + opts.name +
-                               " already");
-    }
-    if (existing == sessions.end() || !existing->second.handles.count(r.handle)) {
-      size_t partitions = 0;
-      for (const auto& kv : sessions) partitions += kv.second.handles.size();
-      if (partitions >= kMaxPartitions)
-        return ResourceExhausted("node " + opts.name + " holds " + std::to_string(partitions) +
-                                 " partitions already (at most " + std::to_string(kMaxPartitions) + ")");
-    }
     // With a shard map (etcd), its task is its slot: what the slot holds
     // here (what a move copies) and which map placed it (a fence refuses
     // older ones). A task outside the map could never be moved: refused.
@@ -179,25 +151,24 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
     if (etcd_mode() && (task < 0 || task >= opts.map_slots))
       return InvalidArgument("partition for " + r.device + ": its task is not one of the " +
                              std::to_string(opts.map_slots) + " slots of the cluster's shard map");
-    SessionState& ss = sessions[r.session_id];
-    ss.handles.insert(r.handle);
-    ss.ns = client->peer_namespace();
-    TouchNamespaceLocked(ss.ns);
-    if (etcd_mode()) {
-      ss.slot_of[r.handle] = {task, r.epoch};
-      slot_names.AddOwn(task, var_names);
-    }
-    if (!ss.host) {
+    // What one client (or all) may make this node hold is bounded.
+    const cluster::NodeSessions::Slot placed = etcd_mode() ? cluster::NodeSessions::Slot{task, r.epoch}
+                                                           : cluster::NodeSessions::Slot{-1, 0};
+    SF_ASSIGN_OR_RETURN(cluster::NodeSessions::Runtime rt,
+                        sessions.Add(r.session_id, r.handle, placed, client.get(), client->peer_address(),
+                                     client->peer_namespace()));
+    TouchNamespaceLocked(client->peer_namespace());
+    if (etcd_mode()) slot_names.AddOwn(task, var_names);
+    if (!rt.host) {
       std::vector<std::string> tasks;
       for (const auto& t : r.tasks) tasks.push_back(t.address);
-      ss.client = client.get();
-      ss.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
+      rt.rendezvous = std::make_shared<runtime::ClusterRendezvous>(
           &rendezvous, address, std::move(tasks), r.session_id,
           [this](const std::string& to, net::SendTensor t, std::function<void(Status)> later) {
             return router.SendOrQueue(to, std::move(t), std::move(later));
           });
       runtime::PartitionHostOptions ho;
-      ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), ss.rendezvous.get(),
+      ho.env = runtime::ActorExecutorEnv(opts.kernels, &pool, variables.get(), queues.get(), rt.rendezvous.get(),
                                          checkpoints.get());
       ho.env.max_tensor_bytes = opts.max_tensor_bytes;
       // A session runs a step that failed on a moved or failed-over shard
@@ -209,10 +180,11 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
       ho.check_feeds = true;
       ho.name = "node " + opts.name;
       ForgetCafThreadLogger forget;  // spawned on a connection handler thread
-      ss.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
+      rt.host = runtime::NewLocalPartitionHost(*system, std::move(ho));
+      sessions.SetRuntime(r.session_id, rt);
     }
-    graphs->rendezvous = ss.rendezvous;
-    host = ss.host;
+    graphs->rendezvous = rt.rendezvous;
+    host = rt.host;
   }
   // The kernels' Resolve of a moved or promoted slot's chunk queues goes on
   // from their stored states, read here (Resolve runs on an actor thread).
@@ -221,16 +193,13 @@ Status ClusterNode::Impl::Register(const net::ConnectionPtr& client, const net::
   // registration's reply follows it.
   SF_RETURN_IF_ERROR(host->Register(r.handle, r.device, g, spec, graphs));
   std::lock_guard<std::mutex> l(mu);
-  auto it = sessions.find(r.session_id);
-  if (it == sessions.end() || !client->is_up())  // closed or its client went away meanwhile
+  if (!sessions.Has(r.session_id) || !client->is_up())  // closed or its client went away meanwhile
     return Unavailable("session " + std::to_string(r.session_id) + " closed while registering");
   return Status::OK();
 }
 
 std::shared_ptr<runtime::PartitionHost> ClusterNode::Impl::HostOf(uint64_t session_id) {
-  std::lock_guard<std::mutex> l(mu);
-  auto it = sessions.find(session_id);
-  return it == sessions.end() ? nullptr : it->second.host;
+  return sessions.HostOf(session_id);
 }
 
 void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition r,
@@ -246,12 +215,12 @@ void ClusterNode::Impl::ServeRun(const net::ConnectionPtr& c, net::RunPartition 
     // early step's end, and atomic with a backup's ServedEpoch check.
     std::lock_guard<std::mutex> l(mu);
     stopping = stopped;
-    auto s = sessions.find(r.session_id);
     // Another client's session is as unknown to this one as no session.
-    if (s != sessions.end() && s->second.client == c.get()) {
-      host = s->second.host;
-      TouchNamespaceLocked(s->second.ns);
-      if (auto h = s->second.slot_of.find(r.handle); h != s->second.slot_of.end()) slot = h->second;
+    cluster::NodeSessions::Partition part = sessions.Find(r.session_id, r.handle, c.get());
+    host = std::move(part.host);
+    if (host) {
+      TouchNamespaceLocked(part.ns);
+      slot = part.slot;
     }
     // A node that stalled past its lease serves nothing until it re-read the map.
     if (host && CheckStallLocked(NowMs())) {

@@ -13,15 +13,13 @@ bool ClusterNode::Impl::ForeignStepLocked(const net::ConnectionPtr& c, int64_t s
 bool ClusterNode::Impl::ForeignStep(const net::ConnectionPtr& c, uint64_t session_id, int64_t step) {
   if (c->peer_role() == net::Role::kNode) return false;
   std::lock_guard<std::mutex> l(mu);
-  auto s = sessions.find(session_id);
-  return (s != sessions.end() && s->second.client != c.get()) || ForeignStepLocked(c, step);
+  return sessions.IsOthers(session_id, c.get()) || ForeignStepLocked(c, step);
 }
 
 Status ClusterNode::Impl::AdmitPeerStep(int64_t step, int64_t bytes, const uint64_t* session) {
   std::lock_guard<std::mutex> l(mu);
   if (session) {
-    auto s = sessions.find(*session);
-    if (s == sessions.end() || !s->second.host)
+    if (!sessions.HostOf(*session))
       return NotFound("session " + std::to_string(*session) + " has no partition on node " + opts.name);
   }
   // Under mu: a run admitted meanwhile (under mu too) forgets the step's early state after this.
