@@ -7,10 +7,10 @@
 // cluster/member_registry.h (etcd), member_view.h (what sessions are told),
 // peer_router.h (connections to members), node_sessions.h (the sessions
 // served here), run_admission.h (the runs going, fences and their waits),
-// slot_state.h (slots' variables, a backup's staged rounds), early_steps.h (peers' tensors for steps not
-// running here), progress_reports.h (steps whose clients want progress) and
-// timer_loop.h (the one place where the node's time passes: its timers, on
-// one thread). Not a public header.
+// slot_state.h (slots' variables, a backup's staged rounds), early_steps.h
+// (peers' tensors for steps not running here), progress_reports.h (steps
+// whose clients want progress) and timer_loop.h (the one place where the
+// node's time passes: its timers, on one thread). Not a public header.
 //
 // Thread-safety: fields marked GUARDED_BY(mu) are read and written under mu.
 // Lock order: mu before a part's lock, never the reverse (a part calls out
