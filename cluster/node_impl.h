@@ -213,6 +213,9 @@ struct ClusterNode::Impl : net::Handler {
   // The housekeeping timer at now_ms: notes a stall (and reads the shard
   // map again after one), expires idle namespaces and the early steps that
   // never ran here (early's ttl); when it is due next (never once stopped).
+  // The read after a stall may hold the timer loop up to etcd's request
+  // timeout (5 s): progress reports and the drain wait meanwhile, while the
+  // node starts nothing new.
   int64_t Housekeep(int64_t now_ms);
   static constexpr int kHousekeepingMs = 250;
 
