@@ -85,19 +85,7 @@ void ClusterNode::Impl::OnMembers(const std::vector<cluster::MemberRecord>& reco
     std::lock_guard<std::mutex> l(mu);
     if (stopped) return;
   }
-  {
-    std::lock_guard<std::mutex> l(mu);
-    last_members = records;
-    for (const auto& r : records) {
-      if (!known_addresses.insert(r.address).second) continue;
-      known_order.push_back(r.address);
-      if (known_order.size() > kMaxKnownAddresses) {
-        known_addresses.erase(known_order.front());
-        known_order.pop_front();
-      }
-    }
-    members_cv.notify_all();  // registrations waiting for a member that just joined
-  }
+  member_addresses.Update(records);  // registrations waiting for a member that just joined go on
   if (auto* p = placement_ready.load()) p->SetMembers(records);
   bool drain_me = false;
   const bool changed = view.Update(records, &drain_me, [this](const std::string& line) { Log(line); });
@@ -276,7 +264,7 @@ void ClusterNode::Impl::Stop() {
   if (placement) placement->Stop();
   if (registry) registry->Leave();
   idle.notify_all();
-  members_cv.notify_all();
+  member_addresses.Close();
   router.Stop();
   timers.Stop();
   endpoint->Shutdown();
@@ -393,12 +381,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(NodeOptions opts) {
     Status placed = p->StartPlacement(credential);
     if (!placed.ok()) return placed.WithPrefix("node " + p->opts.name + " following the shard map");
     p->placement_ready = p->placement.get();
-    std::vector<cluster::MemberRecord> members;
-    {
-      std::lock_guard<std::mutex> l(p->mu);
-      members = p->last_members;
-    }
-    p->placement->SetMembers(members);
+    p->placement->SetMembers(p->member_addresses.Latest());
   } else {
     p->Log("no --etcd: a cluster of this node alone");
   }

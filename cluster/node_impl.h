@@ -4,13 +4,14 @@
 // run here yet; the housekeeping timer), node_partitions.cc (registering and
 // running partitions) and node_variables.cc (serving variables and node
 // checkpoints). Its parts with a job and a lock of their own:
-// cluster/member_registry.h (etcd), member_view.h (what sessions are told),
-// peer_router.h (connections to members), node_sessions.h (the sessions
-// served here), run_admission.h (the runs going, fences and their waits),
-// slot_state.h (slots' variables, a backup's staged rounds), early_steps.h
-// (peers' tensors for steps not running here), progress_reports.h (steps
-// whose clients want progress) and timer_loop.h (the one place where the
-// node's time passes: its timers, on one thread). Not a public header.
+// cluster/member_registry.h (etcd), member_addresses.h (what it may dial),
+// member_view.h (what sessions are told), peer_router.h (connections to
+// members), node_sessions.h (the sessions served here), run_admission.h
+// (the runs going, fences and their waits), slot_state.h (slots' variables,
+// a backup's staged rounds), early_steps.h (peers' tensors for steps not
+// running here), progress_reports.h (steps whose clients want progress) and
+// timer_loop.h (the one place where the node's time passes: its timers, on
+// one thread). Not a public header.
 //
 // Thread-safety: fields marked GUARDED_BY(mu) are read and written under mu.
 // Lock order: mu before a part's lock, never the reverse (a part calls out
@@ -38,6 +39,7 @@
 #include "cluster/node_sessions.h"
 #include "cluster/cluster_rendezvous.h"
 #include "cluster/early_steps.h"
+#include "cluster/member_addresses.h"
 #include "cluster/member_registry.h"
 #include "cluster/member_view.h"
 #include "cluster/peer_router.h"
@@ -111,7 +113,6 @@ struct ClusterNode::Impl : net::Handler {
   // over all slots (its own lock).
   cluster::StagedRounds<runtime::VarChanges> staged{opts.name, int64_t{4} << 30};
   std::atomic<cluster::PlacementLeader*> placement_ready{nullptr};  // for the registry's thread
-  std::vector<cluster::MemberRecord> last_members;        // GUARDED_BY(mu): etcd's latest list
   // The variables each slot's partitions use here and those taken here as
   // a slot's backup (its own lock).
   cluster::SlotNames slot_names;
@@ -258,20 +259,15 @@ struct ClusterNode::Impl : net::Handler {
   static constexpr size_t kMaxRegistrationsWaiting = 64;
   static constexpr size_t kMaxRegistrationsPerClient = 4;
   // Whether address is this node's or one etcd listed as a member's during
-  // this node's life (the latest kMaxKnownAddresses): the only addresses it
-  // dials, whatever a request names. A member that just died still counts,
-  // so a step sending to it fails as it did before (it is down, not unknown).
+  // this node's life (member_addresses): the only addresses it dials,
+  // whatever a request names.
   bool IsMemberAddress(const std::string& address) const;
-  // IsMemberAddress but this node's own. REQUIRES: mu held.
-  bool KnownAddressLocked(const std::string& address) const;
-  std::unordered_set<std::string> known_addresses;        // GUARDED_BY(mu)
-  std::deque<std::string> known_order;                    // GUARDED_BY(mu): oldest first
-  static constexpr size_t kMaxKnownAddresses = 4096;
+  // etcd's latest member list and every address it listed (its own lock).
+  cluster::MemberAddresses member_addresses;
   // OK when every task address of a registration is a member's (waiting up
   // to kMemberWaitMs for etcd's list to show a member that just joined);
   // PermissionDenied naming the first that is not.
   Status CheckTaskAddresses(const std::vector<net::Member>& tasks);
-  std::condition_variable members_cv;  // last_members changed, or stopping
   static constexpr int kMemberWaitMs = 2000;
 
   // The host of a session's partitions; null when the session is unknown.

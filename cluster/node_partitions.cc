@@ -25,16 +25,7 @@ Result<Output> FindRef(Graph& g, const net::OutputRef& ref) {
 
 bool ClusterNode::Impl::IsMemberAddress(const std::string& addr) const {
   if (addr.empty()) return false;
-  if (addr == address) return true;
-  std::lock_guard<std::mutex> l(mu);
-  return KnownAddressLocked(addr);
-}
-
-bool ClusterNode::Impl::KnownAddressLocked(const std::string& addr) const {
-  if (known_addresses.count(addr)) return true;
-  for (const auto& m : last_members)  // a current member evicted from the known set
-    if (m.address == addr) return true;
-  return false;
+  return addr == address || member_addresses.Knows(addr);
 }
 
 Status ClusterNode::Impl::CheckTaskAddresses(const std::vector<net::Member>& tasks) {
@@ -44,11 +35,11 @@ Status ClusterNode::Impl::CheckTaskAddresses(const std::vector<net::Member>& tas
     if (a.empty() || IsMemberAddress(a)) continue;  // "": a task no node holds, never dialed
     // A member that just joined may be in the session's map before it is
     // in this node's list from etcd: wait a little for etcd's word.
-    std::unique_lock<std::mutex> l(mu);
-    const bool known = etcd_mode() && members_cv.wait_until(l, deadline, [&] {
-      return stopped || KnownAddressLocked(a);
-    });
-    if (stopped) return Unavailable("node " + opts.name + " is stopping");
+    const bool known = etcd_mode() && member_addresses.WaitKnown(a, deadline);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (stopped) return Unavailable("node " + opts.name + " is stopping");
+    }
     if (!known)
       return PermissionDenied("partition's task " + std::to_string(i) + " names address " + a +
                               ", which is not a member of node " + opts.name +
